@@ -1,0 +1,23 @@
+"""The plan compiler: check a plan like code, build its DAG, report every problem at once."""
+
+from plandag.compiler.compile import DEFAULT_MAX_ARG_BYTES as DEFAULT_MAX_ARG_BYTES
+from plandag.compiler.compile import DEFAULT_MAX_STEPS as DEFAULT_MAX_STEPS
+from plandag.compiler.compile import compile_plan as compile_plan
+from plandag.compiler.compile import load_plan as load_plan
+from plandag.compiler.compiled import CompiledCheck as CompiledCheck
+from plandag.compiler.compiled import CompiledPlan as CompiledPlan
+from plandag.compiler.compiled import CompiledStep as CompiledStep
+from plandag.compiler.diagnostics import DIAGNOSTIC_CODES as DIAGNOSTIC_CODES
+from plandag.compiler.diagnostics import Diagnostic as Diagnostic
+
+__all__ = [
+    "DEFAULT_MAX_ARG_BYTES",
+    "DEFAULT_MAX_STEPS",
+    "DIAGNOSTIC_CODES",
+    "CompiledCheck",
+    "CompiledPlan",
+    "CompiledStep",
+    "Diagnostic",
+    "compile_plan",
+    "load_plan",
+]

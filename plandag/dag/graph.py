@@ -1,0 +1,111 @@
+"""Graph helpers over a plan's dependency graph (a networkx DiGraph, edges parent → child).
+
+Nodes are step ids (ints). The compiler builds the graph (``CompiledPlan.graph``); these
+functions only read it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Mapping
+
+import networkx as nx
+
+__all__ = ["ancestors", "critical_path", "descendants", "mermaid", "topological_order"]
+
+
+def topological_order(graph: nx.DiGraph) -> list[int]:
+    """Step ids in a topological order, ties broken by the smaller id first."""
+    return list(nx.lexicographical_topological_sort(graph))
+
+
+def ancestors(graph: nx.DiGraph, step_id: int) -> set[int]:
+    """Every step that ``step_id`` depends on, directly or not."""
+    return set(nx.ancestors(graph, step_id))
+
+
+def descendants(graph: nx.DiGraph, step_id: int) -> set[int]:
+    """Every step that depends on ``step_id``, directly or not (what a failure prunes)."""
+    return set(nx.descendants(graph, step_id))
+
+
+def _unit_weight(node: int) -> float:
+    return 1.0
+
+
+def critical_path(
+    graph: nx.DiGraph,
+    durations: Mapping[int, float] | Callable[[int], float] | None = None,
+) -> tuple[list[int], float]:
+    """The longest path through the DAG, weighting each step by its duration.
+
+    Args:
+        graph: an acyclic DiGraph of step ids.
+        durations: seconds per step (a mapping or a function of the id); missing steps and
+            ``None`` count 1.0 each, which gives the longest chain by step count.
+
+    Returns:
+        ``(path, length)``: the step ids on the critical path in order, and its length in
+        the durations' unit. The makespan of any schedule is at least this length.
+    """
+    weight: Callable[[int], float]
+    if durations is None:
+        weight = _unit_weight
+    elif callable(durations):
+        weight = durations
+    else:
+        mapping = durations
+
+        def weight(node: int) -> float:
+            return float(mapping.get(node, 1.0))
+
+    finish: dict[int, float] = {}
+    previous: dict[int, int | None] = {}
+    for node in topological_order(graph):
+        best_parent: int | None = None
+        best = 0.0
+        for parent in graph.predecessors(node):
+            if finish[parent] > best or best_parent is None:
+                best, best_parent = finish[parent], parent
+        finish[node] = best + weight(node)
+        previous[node] = best_parent
+    if not finish:
+        return [], 0.0
+    end = max(finish, key=lambda node: (finish[node], -node))
+    path = [end]
+    while (parent := previous[path[-1]]) is not None:
+        path.append(parent)
+    path.reverse()
+    return path, finish[end]
+
+
+def mermaid(
+    graph: nx.DiGraph,
+    labels: Mapping[int, str] | None = None,
+    highlight: Iterable[int] = (),
+) -> str:
+    """Mermaid ``flowchart`` text of the DAG.
+
+    Args:
+        graph: the plan graph.
+        labels: text per step (defaults to the step id); quotes are escaped.
+        highlight: step ids drawn with the ``critical`` class (say, the critical path), and
+            the edges between consecutive highlighted steps drawn thick.
+
+    Returns:
+        Text for a Mermaid renderer, one node or edge per line.
+    """
+    marked = list(highlight)
+    marked_set = set(marked)
+    on_path = set(itertools.pairwise(marked))
+    lines = ["flowchart TD"]
+    for node in topological_order(graph):
+        text = (labels or {}).get(node, str(node)).replace('"', "#quot;")
+        lines.append(f'    s{node}["{text}"]')
+    for parent, child in sorted(graph.edges):
+        arrow = "==>" if (parent, child) in on_path else "-->"
+        lines.append(f"    s{parent} {arrow} s{child}")
+    if marked_set:
+        lines.append("    classDef critical stroke:#d33,stroke-width:3px")
+        lines.append("    class " + ",".join(f"s{n}" for n in sorted(marked_set)) + " critical")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,249 @@
+"""The reference grammar: how a step's arguments name other steps' results and the params.
+
+Three forms, and only these (ARCHITECTURE.md, "The plan artifact")::
+
+    <step_N_result>                 the whole result of step N
+    <step_N_result.key.0.field>     a field of it: dotted keys, list indices as integers
+    <param.NAME> / <param.NAME.key> a run-time param (or a field of it)
+
+* A string that is *exactly* one reference receives the referenced value with its type
+  (a list stays a list, a number stays a number).
+* A reference inside a longer string is replaced by its text: strings as they are, anything
+  else as compact JSON. Several references in one string all resolve.
+* References are found at any depth of ``args`` (dicts and lists).
+* ``$1``, ``${1}`` and other text stay literal text: unlike LLMCompiler's ``$N`` we never
+  guess dependencies from free text.
+* A malformed angle reference (``<step_x_result>``, ``<step_1_reslt>``, ``<params.x>``) is a
+  compile error naming the nearest valid form (:func:`find_malformed`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+__all__ = [
+    "Reference",
+    "ReferenceResolutionError",
+    "find_malformed",
+    "find_references",
+    "get_path",
+    "parse_reference",
+    "resolve_value",
+    "suggest_reference",
+]
+
+_SEGMENT = r"[^.<>\s]+"
+_STEP_REFERENCE = rf"<step_(?P<step>[1-9][0-9]*)_result(?P<step_path>(?:\.{_SEGMENT})*)>"
+_PARAM_REFERENCE = rf"<param\.(?P<param>[A-Za-z_][A-Za-z0-9_]*)(?P<param_path>(?:\.{_SEGMENT})*)>"
+REFERENCE_PATTERN = re.compile(f"{_STEP_REFERENCE}|{_PARAM_REFERENCE}")
+# Anything in angle brackets that mentions step, param or result is meant as a reference.
+_CANDIDATE_PATTERN = re.compile(r"<[^<>\n]{0,200}?>")
+_LOOKS_LIKE_REFERENCE = re.compile(r"step|param|result", re.IGNORECASE)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Reference:
+    """One parsed reference.
+
+    Attributes:
+        text: the reference exactly as written, angle brackets included.
+        step_id: the referenced step's id, or None for a param reference.
+        param: the referenced param's name, or None for a step reference.
+        path: the field path after the head; digit-only segments are kept as strings and
+            used as list indices or as dict keys, whichever the value holds.
+    """
+
+    text: str
+    step_id: int | None
+    param: str | None
+    path: tuple[str, ...]
+
+
+def _from_match(match: re.Match[str]) -> Reference:
+    if match.group("step") is not None:
+        raw_path = match.group("step_path")
+        return Reference(
+            text=match.group(0),
+            step_id=int(match.group("step")),
+            param=None,
+            path=tuple(raw_path.split(".")[1:]) if raw_path else (),
+        )
+    raw_path = match.group("param_path")
+    return Reference(
+        text=match.group(0),
+        step_id=None,
+        param=match.group("param"),
+        path=tuple(raw_path.split(".")[1:]) if raw_path else (),
+    )
+
+
+def parse_reference(text: str) -> Reference | None:
+    """Parse ``text`` when it is exactly one reference, else return None."""
+    match = REFERENCE_PATTERN.fullmatch(text)
+    return _from_match(match) if match else None
+
+
+def _walk_strings(value: Any, location: str) -> Iterator[tuple[str, str]]:
+    if isinstance(value, str):
+        yield location, value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _walk_strings(item, f"{location}.{key}" if location else str(key))
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            yield from _walk_strings(item, f"{location}[{index}]")
+
+
+def find_references(value: Any, location: str = "") -> Iterator[tuple[str, Reference]]:
+    """Yield ``(location, reference)`` for every well-formed reference at any depth.
+
+    Args:
+        value: JSON-like data (dicts, lists, strings, numbers).
+        location: prefix for the reported locations (``args`` gives ``args.data.total``).
+    """
+    for where, text in _walk_strings(value, location):
+        if "<" not in text:
+            continue
+        for match in REFERENCE_PATTERN.finditer(text):
+            yield where, _from_match(match)
+
+
+def find_malformed(value: Any, location: str = "") -> Iterator[tuple[str, str, str]]:
+    """Yield ``(location, token, nearest_valid_form)`` for every malformed angle reference.
+
+    A token is malformed when it sits in angle brackets, mentions ``step``, ``param`` or
+    ``result``, and is not a valid reference (``<step_x_result>``, ``<step_1_reslt>``).
+    """
+    for where, text in _walk_strings(value, location):
+        if "<" not in text:
+            continue
+        for match in _CANDIDATE_PATTERN.finditer(text):
+            token = match.group(0)
+            if REFERENCE_PATTERN.fullmatch(token) or not _LOOKS_LIKE_REFERENCE.search(token):
+                continue
+            yield where, token, suggest_reference(token)
+
+
+def suggest_reference(token: str) -> str:
+    """The nearest valid reference to a malformed ``token``, for an error's hint.
+
+    ``<step_1_reslt>`` → ``<step_1_result>``; ``<Step 2 result.total>`` →
+    ``<step_2_result.total>``; ``<params.input>`` → ``<param.input>``; with no step number
+    in sight, ``<step_N_result>`` with N spelled out as a placeholder.
+    """
+    inner = token.strip("<>").strip()
+    lowered = inner.lower()
+    if "param" in lowered and "step" not in lowered:
+        rest = re.split(r"params?[._\s:]*", inner, maxsplit=1, flags=re.IGNORECASE)[-1]
+        name = re.sub(r"[^A-Za-z0-9_.]", "", rest).strip(".") or "NAME"
+        if not re.match(r"[A-Za-z_]", name):
+            name = f"p{name}"
+        return f"<param.{name}>"
+    number = re.search(r"\d+", inner)
+    step = number.group(0).lstrip("0") if number else ""
+    path = ""
+    tail = re.search(r"result[s]?[^.]*((?:\.[^.<>\s]+)+)$", inner, re.IGNORECASE)
+    if tail is None:
+        tail = re.search(r"[A-Za-z_]\w*((?:\.[^.<>\s]+)+)$", inner)
+    if tail is not None:
+        path = tail.group(1)
+    return f"<step_{step or 'N'}_result{path}>"
+
+
+class ReferenceResolutionError(LookupError):
+    """A reference's path does not exist in the value it points at (found at run time)."""
+
+
+def get_path(value: Any, path: tuple[str, ...], *, reference: str = "") -> Any:
+    """Follow ``path`` into ``value``: dict keys, list indices, then attributes.
+
+    Raises:
+        ReferenceResolutionError: a segment is missing; the message names the segment,
+            the reference and what was there instead.
+    """
+    current = value
+    for depth, segment in enumerate(path):
+        where = ".".join(path[: depth + 1])
+        if isinstance(current, Mapping):
+            if segment in current:
+                current = current[segment]
+                continue
+            keys = ", ".join(sorted(map(str, current)))[:200]
+            raise ReferenceResolutionError(
+                f"{reference or where}: no key {segment!r} (keys: {keys or 'none'})"
+            )
+        if isinstance(current, list | tuple):
+            if segment.isdigit() and int(segment) < len(current):
+                current = current[int(segment)]
+                continue
+            raise ReferenceResolutionError(
+                f"{reference or where}: index {segment!r} out of range for a list of {len(current)}"
+            )
+        if not segment.startswith("_") and hasattr(current, segment):
+            current = getattr(current, segment)
+            continue
+        raise ReferenceResolutionError(
+            f"{reference or where}: a {type(current).__name__} has no field {segment!r}"
+        )
+    return current
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def resolve_value(
+    value: Any,
+    step_result: Callable[[int], Any],
+    params: Mapping[str, Any],
+) -> Any:
+    """Replace every reference in ``value`` (at any depth) by what it names.
+
+    Args:
+        value: JSON-like data holding references.
+        step_result: returns the result of a step by id (the scheduler only calls this for
+            steps that succeeded).
+        params: the run's params by name.
+
+    Returns:
+        A new value; the input is not mutated. A whole-string reference keeps the
+        referenced value's type; embedded references become text (JSON for non-strings).
+
+    Raises:
+        ReferenceResolutionError: a path segment or a param is missing.
+    """
+
+    def lookup(reference: Reference) -> Any:
+        if reference.step_id is not None:
+            base = step_result(reference.step_id)
+        else:
+            assert reference.param is not None
+            if reference.param not in params:
+                raise ReferenceResolutionError(f"{reference.text}: no param {reference.param!r}")
+            base = params[reference.param]
+        return get_path(base, reference.path, reference=reference.text)
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, str):
+            if "<" not in item:
+                return item
+            whole = REFERENCE_PATTERN.fullmatch(item)
+            if whole:
+                return lookup(_from_match(whole))
+            return REFERENCE_PATTERN.sub(lambda m: _as_text(lookup(_from_match(m))), item)
+        if isinstance(item, Mapping):
+            return {key: walk(sub) for key, sub in item.items()}
+        if isinstance(item, list | tuple):
+            return [walk(sub) for sub in item]
+        return item
+
+    return walk(value)

@@ -1,0 +1,321 @@
+"""Tools: typed Python functions a plan's steps call.
+
+``@tool`` turns a typed function (sync or async) into a :class:`Tool`: a name, a pydantic
+args model built from its signature (the ``ctx: ToolContext`` parameter excluded), its
+declared result type, and how it may be run (ARCHITECTURE.md, "Tools")::
+
+    from plandag import tool, ToolContext
+
+    @tool
+    def add(a: int, b: int) -> int:
+        "Add two integers."
+        return a + b
+
+    @tool(effects="write", writes="path", idempotent=False, timeout=5.0)
+    async def append_line(path: str, line: str, ctx: ToolContext) -> int: ...
+
+Defaults: ``effects="none"``; ``idempotent`` true for tools without effects and false
+otherwise; no timeout; no concurrency limit; sync tools run in a worker thread unless
+declared ``inline=True`` (cheap, non-blocking work that can run on the event loop).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal, overload
+
+import anyio.to_thread
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from plandag.errors import ToolDefinitionError
+
+__all__ = ["Effects", "Tool", "ToolContext", "tool"]
+
+Effects = Literal["none", "write", "irreversible"]
+WritesSpec = str | Callable[[Mapping[str, Any]], Iterable[str]] | None
+
+
+@dataclasses.dataclass
+class ToolContext:
+    """What a running step may know about itself. Pass it by declaring ``ctx: ToolContext``.
+
+    Attributes:
+        run_id: the run's id.
+        step_id: the step's id in the plan.
+        attempt: 1 for the first attempt, 2 for the first retry, and so on.
+        idempotency_key: ``"{run_id}:{step_id}"``, stable across retries and resumes; give
+            it to outside systems that accept idempotency keys so a repeat is dropped.
+        logger: a logger named after the run and step.
+        cost_usd: real cost reported so far by this attempt, in US dollars.
+        tokens: real tokens reported so far by this attempt.
+    """
+
+    run_id: str
+    step_id: int
+    attempt: int = 1
+    logger: logging.Logger = dataclasses.field(
+        default_factory=lambda: logging.getLogger("plandag.tool")
+    )
+    cost_usd: float = 0.0
+    tokens: int = 0
+
+    @property
+    def idempotency_key(self) -> str:
+        """``run_id:step_id``; the same for every attempt and after a resume."""
+        return f"{self.run_id}:{self.step_id}"
+
+    def report_cost(self, *, usd: float = 0.0, tokens: int = 0) -> None:
+        """Add real spend for this attempt (US dollars, tokens); the runner settles it."""
+        if usd < 0 or tokens < 0:
+            raise ValueError("cost and tokens reported must be >= 0")
+        self.cost_usd += usd
+        self.tokens += tokens
+
+
+class _ArgsBase(BaseModel):
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tool:
+    """A registered tool. Build one with :func:`tool`, not directly.
+
+    Attributes:
+        name: the name plans use in ``"tool"``.
+        description: first paragraph of the docstring, shown to planners.
+        function: the wrapped function.
+        args_model: pydantic model of the arguments (``ctx`` excluded; extra keys refused).
+        result_type: the return annotation, used by the compiler to check reference paths.
+        effects: ``"none"``, ``"write"`` or ``"irreversible"``.
+        idempotent: whether repeating a call is harmless (retries after unknown outcomes).
+        writes: name of the argument holding the write target, or a function of the
+            arguments returning targets; ``None`` for tools that write nothing.
+        timeout: per-attempt timeout in seconds, or None.
+        max_concurrency: at most this many calls of this tool at once, or None.
+        inline: a sync tool run on the event loop instead of in a worker thread.
+        takes_context: the function declares a ``ToolContext`` parameter.
+    """
+
+    name: str
+    description: str
+    function: Callable[..., Any]
+    args_model: type[BaseModel]
+    result_type: Any
+    effects: Effects = "none"
+    idempotent: bool = True
+    writes: WritesSpec = None
+    timeout: float | None = None
+    max_concurrency: int | None = None
+    inline: bool = False
+    takes_context: bool = False
+    context_parameter: str | None = None
+
+    @property
+    def is_async(self) -> bool:
+        """True when the function is a coroutine function (runs on the event loop)."""
+        return inspect.iscoroutinefunction(self.function)
+
+    def json_schema(self) -> dict[str, Any]:
+        """JSON Schema of the arguments, as shown to planners."""
+        return self.args_model.model_json_schema()
+
+    def write_targets(self, args: Mapping[str, Any]) -> list[str]:
+        """The write targets named by ``args`` (paths or URLs), as strings."""
+        if self.writes is None:
+            return []
+        if isinstance(self.writes, str):
+            value = args.get(self.writes)
+            if value is None:
+                return []
+            if isinstance(value, list | tuple):
+                return [str(item) for item in value]
+            return [str(value)]
+        return [str(target) for target in self.writes(args)]
+
+    def validate_args(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate ``args`` against the args model; returns the coerced keyword arguments.
+
+        Raises:
+            pydantic.ValidationError: an argument is missing, unknown or of the wrong type.
+        """
+        model = self.args_model.model_validate(dict(args))
+        return {name: getattr(model, name) for name in type(model).model_fields}
+
+    async def invoke(self, args: Mapping[str, Any], ctx: ToolContext | None = None) -> Any:
+        """Validate ``args`` and call the tool once, the way its declaration says.
+
+        Async functions are awaited on the event loop; sync functions run in a worker
+        thread unless ``inline``. A worker thread that outlives a cancelled call (a timeout)
+        is abandoned: its late result is discarded.
+
+        Raises:
+            pydantic.ValidationError: the arguments do not fit the args model.
+            Exception: whatever the tool raises.
+        """
+        kwargs = self.validate_args(args)
+        if self.context_parameter is not None:
+            kwargs[self.context_parameter] = ctx or ToolContext(run_id="adhoc", step_id=0)
+        if self.is_async:
+            return await self.function(**kwargs)
+        if self.inline:
+            return self.function(**kwargs)
+        return await anyio.to_thread.run_sync(
+            lambda: self.function(**kwargs), abandon_on_cancel=True
+        )
+
+
+def _first_paragraph(doc: str | None) -> str:
+    if not doc:
+        return ""
+    return inspect.cleandoc(doc).split("\n\n", 1)[0].replace("\n", " ").strip()
+
+
+def _build_tool(
+    function: Callable[..., Any],
+    *,
+    name: str | None,
+    description: str | None,
+    effects: Effects,
+    idempotent: bool | None,
+    writes: WritesSpec,
+    timeout: float | None,
+    max_concurrency: int | None,
+    inline: bool,
+) -> Tool:
+    if not callable(function):
+        raise ToolDefinitionError(f"@tool needs a function, got {type(function).__name__}")
+    tool_name = name or getattr(function, "__name__", "")
+    if not tool_name.isidentifier():
+        raise ToolDefinitionError(f"tool name {tool_name!r} must be a Python identifier")
+    if effects not in ("none", "write", "irreversible"):
+        raise ToolDefinitionError(
+            f"tool {tool_name}: effects must be 'none', 'write' or 'irreversible', "
+            f"not {effects!r}"
+        )
+    if timeout is not None and timeout <= 0:
+        raise ToolDefinitionError(f"tool {tool_name}: timeout must be > 0 seconds")
+    if max_concurrency is not None and max_concurrency < 1:
+        raise ToolDefinitionError(f"tool {tool_name}: max_concurrency must be >= 1")
+    try:
+        hints = typing.get_type_hints(function, include_extras=True)
+    except Exception as error:  # unresolvable forward references and the like
+        raise ToolDefinitionError(
+            f"tool {tool_name}: cannot read its type hints ({error})"
+        ) from error
+    signature = inspect.signature(function)
+    fields: dict[str, Any] = {}
+    context_parameter: str | None = None
+    for parameter in signature.parameters.values():
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            raise ToolDefinitionError(
+                f"tool {tool_name}: *args and **kwargs are not allowed; name every argument"
+            )
+        annotation = hints.get(parameter.name, inspect.Parameter.empty)
+        if annotation is ToolContext:
+            context_parameter = parameter.name
+            continue
+        if annotation is inspect.Parameter.empty:
+            raise ToolDefinitionError(
+                f"tool {tool_name}: argument {parameter.name!r} has no type hint; "
+                "add one so plans can be checked against it"
+            )
+        default = ... if parameter.default is inspect.Parameter.empty else parameter.default
+        fields[parameter.name] = (annotation, Field(default=default))
+    if writes is not None and isinstance(writes, str) and writes not in fields:
+        raise ToolDefinitionError(
+            f"tool {tool_name}: writes={writes!r} names no argument of the tool"
+        )
+    args_model = create_model(  # type: ignore[call-overload]
+        f"{tool_name}_args", __base__=_ArgsBase, **fields
+    )
+    if inline and inspect.iscoroutinefunction(function):
+        raise ToolDefinitionError(f"tool {tool_name}: inline=True is for sync functions only")
+    return Tool(
+        name=tool_name,
+        description=description if description is not None else _first_paragraph(function.__doc__),
+        function=function,
+        args_model=args_model,
+        result_type=hints.get("return", Any),
+        effects=effects,
+        idempotent=(effects == "none") if idempotent is None else idempotent,
+        writes=writes,
+        timeout=timeout,
+        max_concurrency=max_concurrency,
+        inline=inline,
+        takes_context=context_parameter is not None,
+        context_parameter=context_parameter,
+    )
+
+
+@overload
+def tool(function: Callable[..., Any], /) -> Tool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    effects: Effects = "none",
+    idempotent: bool | None = None,
+    writes: WritesSpec = None,
+    timeout: float | None = None,
+    max_concurrency: int | None = None,
+    inline: bool = False,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    function: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    effects: Effects = "none",
+    idempotent: bool | None = None,
+    writes: WritesSpec = None,
+    timeout: float | None = None,
+    max_concurrency: int | None = None,
+    inline: bool = False,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Declare a typed function as a plan tool; usable bare (``@tool``) or with options.
+
+    Args:
+        function: the function, when used bare.
+        name: the tool's name in plans (default: the function's name).
+        description: shown to planners (default: the docstring's first paragraph).
+        effects: ``"none"`` (reads only), ``"write"`` or ``"irreversible"``.
+        idempotent: repeating the call is harmless; default true for ``effects="none"``.
+        writes: the argument naming the write target, or a function of the arguments
+            returning targets; the write boundary is checked on them.
+        timeout: seconds per attempt, counted from the attempt's start.
+        max_concurrency: at most this many calls of this tool at once.
+        inline: run a sync function on the event loop (only for cheap, non-blocking work).
+
+    Returns:
+        A :class:`Tool` (bare use) or a decorator that returns one.
+
+    Raises:
+        ToolDefinitionError: an argument without a type hint, ``*args``, a bad option.
+    """
+
+    def decorate(inner: Callable[..., Any]) -> Tool:
+        return _build_tool(
+            inner,
+            name=name,
+            description=description,
+            effects=effects,
+            idempotent=idempotent,
+            writes=writes,
+            timeout=timeout,
+            max_concurrency=max_concurrency,
+            inline=inline,
+        )
+
+    if function is not None:
+        return decorate(function)
+    return decorate

@@ -1,0 +1,114 @@
+"""The registry: which tools and check kinds a run may use, by name."""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+from plandag.checks.base import CheckDefinition
+from plandag.errors import ToolLoadError
+from plandag.tools.base import Tool
+
+__all__ = ["Registry", "default_registry"]
+
+
+class Registry:
+    """Tools and check kinds by name.
+
+    A name can be registered once; registering a different object under a taken name raises
+    ``ValueError`` (a user's tools file cannot silently replace ``write_json``).
+    """
+
+    def __init__(self, tools: Iterable[Tool] = (), checks: Iterable[CheckDefinition] = ()) -> None:
+        self.tools: dict[str, Tool] = {}
+        self.checks: dict[str, CheckDefinition] = {}
+        for item in tools:
+            self.add_tool(item)
+        for definition in checks:
+            self.add_check(definition)
+
+    def add_tool(self, item: Tool) -> None:
+        """Register a tool. Raises ValueError when another tool already has its name."""
+        existing = self.tools.get(item.name)
+        if existing is not None and existing is not item:
+            raise ValueError(f"a tool named {item.name!r} is already registered")
+        self.tools[item.name] = item
+
+    def add_check(self, definition: CheckDefinition) -> None:
+        """Register a check kind. Raises ValueError when the name is taken."""
+        existing = self.checks.get(definition.name)
+        if existing is not None and existing is not definition:
+            raise ValueError(f"a check named {definition.name!r} is already registered")
+        self.checks[definition.name] = definition
+
+    def copy(self) -> Registry:
+        """A new registry with the same tools and checks (to add a user's tools to)."""
+        return Registry(self.tools.values(), self.checks.values())
+
+    def nearest_tools(self, name: str, count: int = 3) -> list[str]:
+        """Registered tool names closest to ``name`` (for "unknown tool" hints)."""
+        return difflib.get_close_matches(name, list(self.tools), n=count, cutoff=0.4)
+
+    def nearest_checks(self, name: str, count: int = 3) -> list[str]:
+        """Registered check kinds closest to ``name``."""
+        return difflib.get_close_matches(name, list(self.checks), n=count, cutoff=0.4)
+
+    def load_file(self, path: str | Path) -> list[str]:
+        """Import a Python file and register every ``@tool`` and ``@check`` defined in it.
+
+        Args:
+            path: a ``.py`` file (``--tools FILE.py``).
+
+        Returns:
+            The names registered from the file, tools then checks.
+
+        Raises:
+            ToolLoadError: the file is missing, fails to import, defines nothing, or
+                defines a name that is already registered.
+        """
+        file = Path(path)
+        if not file.is_file():
+            raise ToolLoadError(f"tools file {file} does not exist; pass a path to a .py file")
+        module_name = f"plandag_user_tools_{abs(hash(str(file.resolve())))}"
+        spec = importlib.util.spec_from_file_location(module_name, file)
+        if spec is None or spec.loader is None:
+            raise ToolLoadError(f"tools file {file} cannot be imported; is it a .py file?")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as error:
+            sys.modules.pop(module_name, None)
+            raise ToolLoadError(
+                f"tools file {file} raised {type(error).__name__} on import: {error}"
+            ) from error
+        names: list[str] = []
+        found = [value for value in vars(module).values() if isinstance(value, Tool)]
+        checks = [v for v in vars(module).values() if isinstance(v, CheckDefinition)]
+        try:
+            for item in found:
+                self.add_tool(item)
+                names.append(item.name)
+            for definition in checks:
+                self.add_check(definition)
+                names.append(definition.name)
+        except ValueError as error:
+            raise ToolLoadError(f"tools file {file}: {error}; rename it") from error
+        if not names:
+            raise ToolLoadError(
+                f"tools file {file} defines no @tool function; decorate your functions "
+                "with `from plandag import tool`"
+            )
+        return names
+
+
+def default_registry() -> Registry:
+    """A new registry with the built-in tools and checks, the NF-e ones included."""
+    from plandag.checks.builtins import BUILTIN_CHECKS
+    from plandag.extract.nfe.tools import NFE_CHECKS, NFE_TOOLS
+    from plandag.tools.builtins import BUILTIN_TOOLS
+
+    return Registry([*BUILTIN_TOOLS, *NFE_TOOLS], [*BUILTIN_CHECKS, *NFE_CHECKS])
