@@ -1,0 +1,66 @@
+"""plandag: compile an LLM's plan into a validated DAG and run it, parallel, checked, bounded.
+
+The data flows one way: plan JSON → :class:`Plan` → :func:`compile_plan` →
+:class:`CompiledPlan` → :func:`run_plan` → :class:`RunResult`.
+"""
+
+from plandag.checks.base import CheckDefinition as CheckDefinition
+from plandag.checks.base import CheckOutcome as CheckOutcome
+from plandag.checks.base import check as check
+from plandag.compiler import CompiledPlan as CompiledPlan
+from plandag.compiler import Diagnostic as Diagnostic
+from plandag.compiler import compile_plan as compile_plan
+from plandag.compiler import load_plan as load_plan
+from plandag.dag.plan import Plan as Plan
+from plandag.dag.plan import Step as Step
+from plandag.errors import BoundaryError as BoundaryError
+from plandag.errors import CheckFailedError as CheckFailedError
+from plandag.errors import PermanentStepError as PermanentStepError
+from plandag.errors import PlandagError as PlandagError
+from plandag.errors import PlanError as PlanError
+from plandag.errors import StepError as StepError
+from plandag.errors import StepTimeoutError as StepTimeoutError
+from plandag.errors import TransientStepError as TransientStepError
+from plandag.scheduler import RunResult as RunResult
+from plandag.scheduler import StepRecord as StepRecord
+from plandag.scheduler import run_plan as run_plan
+from plandag.scheduler import run_plan_sync as run_plan_sync
+from plandag.tools.base import Tool as Tool
+from plandag.tools.base import ToolContext as ToolContext
+from plandag.tools.base import tool as tool
+from plandag.tools.boundary import WriteBoundary as WriteBoundary
+from plandag.tools.registry import Registry as Registry
+from plandag.tools.registry import default_registry as default_registry
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BoundaryError",
+    "CheckDefinition",
+    "CheckFailedError",
+    "CheckOutcome",
+    "CompiledPlan",
+    "Diagnostic",
+    "PermanentStepError",
+    "Plan",
+    "PlanError",
+    "PlandagError",
+    "Registry",
+    "RunResult",
+    "Step",
+    "StepError",
+    "StepRecord",
+    "StepTimeoutError",
+    "Tool",
+    "ToolContext",
+    "TransientStepError",
+    "WriteBoundary",
+    "__version__",
+    "check",
+    "compile_plan",
+    "default_registry",
+    "load_plan",
+    "run_plan",
+    "run_plan_sync",
+    "tool",
+]

@@ -116,9 +116,7 @@ def _build_check(
             )
         default = ... if parameter.default is inspect.Parameter.empty else parameter.default
         fields[parameter.name] = (annotation, Field(default=default))
-    args_model = create_model(
-        f"{check_name}_check_args", __base__=_CheckArgsBase, **fields
-    )
+    args_model = create_model(f"{check_name}_check_args", __base__=_CheckArgsBase, **fields)
     doc = inspect.cleandoc(function.__doc__ or "").split("\n\n", 1)[0].replace("\n", " ")
     return CheckDefinition(
         name=check_name,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,7 +25,8 @@ from plandag.dag.references import (
     ReferenceResolutionError,
     find_malformed,
     find_references,
-    resolve_value,
+    get_path,
+    parse_reference,
 )
 from plandag.errors import PlanError
 from plandag.tools.boundary import WriteBoundary
@@ -98,6 +100,14 @@ def _load(source: Any, diagnostics: _Diagnostics) -> Plan | None:
                 "write the plan as one JSON object",
             )
             return None
+        except ValueError as error:  # an integer past Python's 4300-digit conversion limit
+            diagnostics.add(
+                "invalid_json",
+                None,
+                f"the plan is not usable JSON: {error}",
+                "write numbers with fewer digits",
+            )
+            return None
         except RecursionError:
             diagnostics.add("invalid_json", None, "the plan nests too deeply to read")
             return None
@@ -120,7 +130,7 @@ def _load(source: Any, diagnostics: _Diagnostics) -> Plan | None:
             if isinstance(index, int) and isinstance(steps, list) and index < len(steps):
                 raw = steps[index]
                 candidate = raw.get("id") if isinstance(raw, Mapping) else None
-                if isinstance(candidate, int) and not isinstance(candidate, bool):
+                if isinstance(candidate, int) and not isinstance(candidate, bool) and candidate > 0:
                     step_id = candidate
             diagnostics.add(
                 "invalid_schema",
@@ -201,15 +211,15 @@ def _coerce_param(name: str, spec: ParamSpec, value: Any) -> tuple[Any, str | No
                 return value.lower() in {"true", "1"}, None
         elif kind in ("object", "array"):
             expected = dict if kind == "object" else list
-            if isinstance(value, str):
-                value = json.loads(value)
-            if isinstance(value, expected):
-                return value, None
+            decoded = json.loads(value) if isinstance(value, str) else value
+            if isinstance(decoded, expected):
+                return decoded, None
         else:
             return value, None
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         pass
-    return value, f"param {name!r} must be a {kind}, got {value!r:.80}"
+    article = "an" if kind[0] in "aeiou" else "a"
+    return value, f"param {name!r} must be {article} {kind}, got {value!r:.80}"
 
 
 def compile_plan(
@@ -375,7 +385,7 @@ def _check_step(
             f"tool {step.tool!r} is not registered",
             f"did you mean {', '.join(nearest)}?"
             if nearest
-            else "run `plandag tools` to list tools",
+            else f"registered tools: {_name_list(registry.tools)}",
         )
     try:
         size = len(json.dumps(step.args, default=str))
@@ -398,7 +408,7 @@ def _check_step(
                     "invalid_args",
                     sid,
                     f"args.{where}: {why} (tool {tool.name})",
-                    f"arguments of {tool.name}: {', '.join(tool.args_model.model_fields)}",
+                    f"arguments of {tool.name}: {_argument_names(tool.args_model)}",
                 )
         if read_only and tool.effects != "none":
             diagnostics.add(
@@ -421,7 +431,7 @@ def _check_step(
                 f"check[{index}]: kind {spec.kind!r} is not registered",
                 f"did you mean {', '.join(nearest)}?"
                 if nearest
-                else f"known kinds: {', '.join(sorted(registry.checks))}",
+                else f"known kinds: {_name_list(registry.checks)}",
             )
             continue
         arguments = spec.arguments
@@ -433,7 +443,7 @@ def _check_step(
                     "invalid_check_args",
                     sid,
                     f"check[{index}] ({spec.kind}).{where}: {why}",
-                    f"fields of {spec.kind}: {', '.join(definition.args_model.model_fields)}",
+                    f"fields of {spec.kind}: {_argument_names(definition.args_model)}",
                 )
         checks.append(CompiledCheck(definition, arguments))
     compiled_checks[sid] = tuple(checks)
@@ -478,6 +488,16 @@ def _check_step(
             )
         for where, reference in find_references(container, field):
             _check_reference(step, where, reference, by_id, plan, registry, diagnostics, edges)
+
+
+def _argument_names(model: type[pydantic.BaseModel]) -> str:
+    return ", ".join(field.alias or name for name, field in model.model_fields.items())
+
+
+def _name_list(names: Mapping[str, Any]) -> str:
+    shown = sorted(names)
+    text = ", ".join(shown[:30]) + (", ..." if len(shown) > 30 else "")
+    return text or "none"
 
 
 def _id_list(by_id: Mapping[int, Step]) -> str:
@@ -556,11 +576,9 @@ def _check_literal_targets(
 ) -> None:
     args: Any = step.args
     if params is not None:
-        # Param values are known now: resolve them so `<param.out>` targets are checked too.
-        try:
-            args = resolve_value(step.args, _no_step_results, params)
-        except (ReferenceResolutionError, LookupError):
-            args = step.args
+        # Param values are known now: resolve them so `<param.out>` targets are checked too;
+        # step references stay as written (their targets are checked at run time).
+        args = _resolve_params_only(step.args, params)
     try:
         targets = targets_of(args)
     except Exception:
@@ -582,8 +600,41 @@ def _check_literal_targets(
             )
 
 
-def _no_step_results(step_id: int) -> Any:
-    raise ReferenceResolutionError(f"step {step_id} has no result at compile time")
+def _resolve_params_only(value: Any, params: Mapping[str, Any]) -> Any:
+    """``value`` with its param references resolved; step references (and param references
+    that cannot resolve) are left as written."""
+
+    def param_value(match: re.Match[str]) -> tuple[bool, Any]:
+        reference = parse_reference(match.group(0))
+        if reference is None or reference.param is None or reference.param not in params:
+            return False, None
+        try:
+            return True, get_path(params[reference.param], reference.path)
+        except ReferenceResolutionError:
+            return False, None
+
+    def as_text(match: re.Match[str]) -> str:
+        found, item = param_value(match)
+        if not found:
+            return match.group(0)
+        return item if isinstance(item, str) else json.dumps(item, default=str)
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, str):
+            if "<" not in item:
+                return item
+            whole = REFERENCE_PATTERN.fullmatch(item)
+            if whole:
+                found, resolved = param_value(whole)
+                return resolved if found else item
+            return REFERENCE_PATTERN.sub(as_text, item)
+        if isinstance(item, Mapping):
+            return {key: walk(sub) for key, sub in item.items()}
+        if isinstance(item, list | tuple):
+            return [walk(sub) for sub in item]
+        return item
+
+    return walk(value)
 
 
 def _check_output(plan: Plan, by_id: Mapping[int, Step], diagnostics: _Diagnostics) -> None:

@@ -30,6 +30,8 @@ from typing import Any, Literal, overload
 
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import core_schema
 
 from plandag.errors import ToolDefinitionError
 
@@ -76,6 +78,15 @@ class ToolContext:
         self.tokens += tokens
 
 
+class _LenientJsonSchema(GenerateJsonSchema):
+    """JSON Schema generator that describes Python-only types instead of failing."""
+
+    def is_instance_schema(self, schema: core_schema.IsInstanceSchema) -> JsonSchemaValue:
+        cls = schema["cls"]
+        name = getattr(cls, "__name__", str(cls))
+        return {"description": f"a {name} object, passed by reference from another step"}
+
+
 class _ArgsBase(BaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
@@ -120,8 +131,12 @@ class Tool:
         return inspect.iscoroutinefunction(self.function)
 
     def json_schema(self) -> dict[str, Any]:
-        """JSON Schema of the arguments, as shown to planners."""
-        return self.args_model.model_json_schema()
+        """JSON Schema of the arguments, as shown to planners.
+
+        An argument of a Python-only type (a parsed document passed by reference) appears
+        as an unconstrained value whose description names the type.
+        """
+        return self.args_model.model_json_schema(schema_generator=_LenientJsonSchema)
 
     def write_targets(self, args: Mapping[str, Any]) -> list[str]:
         """The write targets named by ``args`` (paths or URLs), as strings."""
@@ -143,7 +158,14 @@ class Tool:
             pydantic.ValidationError: an argument is missing, unknown or of the wrong type.
         """
         model = self.args_model.model_validate(dict(args))
-        return {name: getattr(model, name) for name in type(model).model_fields}
+        return {
+            field.alias or name: getattr(model, name)
+            for name, field in type(model).model_fields.items()
+        }
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the wrapped function directly (no validation, no thread): handy in tests."""
+        return self.function(*args, **kwargs)
 
     async def invoke(self, args: Mapping[str, Any], ctx: ToolContext | None = None) -> Any:
         """Validate ``args`` and call the tool once, the way its declaration says.
@@ -168,6 +190,10 @@ class Tool:
         )
 
 
+def _shadows_model_attribute(name: str) -> bool:
+    return name.startswith("model_") or hasattr(BaseModel, name)
+
+
 def _first_paragraph(doc: str | None) -> str:
     if not doc:
         return ""
@@ -186,15 +212,16 @@ def _build_tool(
     max_concurrency: int | None,
     inline: bool,
 ) -> Tool:
+    if isinstance(function, Tool):
+        raise ToolDefinitionError(f"{function.name} is already a tool; apply @tool once")
     if not callable(function):
         raise ToolDefinitionError(f"@tool needs a function, got {type(function).__name__}")
-    tool_name = name or getattr(function, "__name__", "")
+    tool_name: str = name or str(getattr(function, "__name__", ""))
     if not tool_name.isidentifier():
         raise ToolDefinitionError(f"tool name {tool_name!r} must be a Python identifier")
     if effects not in ("none", "write", "irreversible"):
         raise ToolDefinitionError(
-            f"tool {tool_name}: effects must be 'none', 'write' or 'irreversible', "
-            f"not {effects!r}"
+            f"tool {tool_name}: effects must be 'none', 'write' or 'irreversible', not {effects!r}"
         )
     if timeout is not None and timeout <= 0:
         raise ToolDefinitionError(f"tool {tool_name}: timeout must be > 0 seconds")
@@ -208,11 +235,17 @@ def _build_tool(
         ) from error
     signature = inspect.signature(function)
     fields: dict[str, Any] = {}
+    argument_names: list[str] = []
     context_parameter: str | None = None
     for parameter in signature.parameters.values():
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             raise ToolDefinitionError(
                 f"tool {tool_name}: *args and **kwargs are not allowed; name every argument"
+            )
+        if parameter.kind is parameter.POSITIONAL_ONLY:
+            raise ToolDefinitionError(
+                f"tool {tool_name}: argument {parameter.name!r} is positional-only; plans "
+                "pass arguments by name, so remove the '/'"
             )
         annotation = hints.get(parameter.name, inspect.Parameter.empty)
         if annotation is ToolContext:
@@ -223,15 +256,28 @@ def _build_tool(
                 f"tool {tool_name}: argument {parameter.name!r} has no type hint; "
                 "add one so plans can be checked against it"
             )
+        argument_names.append(parameter.name)
         default = ... if parameter.default is inspect.Parameter.empty else parameter.default
-        fields[parameter.name] = (annotation, Field(default=default))
-    if writes is not None and isinstance(writes, str) and writes not in fields:
+        if _shadows_model_attribute(parameter.name):
+            # A field named like a BaseModel attribute (json, copy, model_config...) would
+            # shadow it; store it under another name and keep the argument's name as alias.
+            fields[f"{parameter.name}_argument"] = (
+                annotation,
+                Field(default=default, alias=parameter.name),
+            )
+        else:
+            fields[parameter.name] = (annotation, Field(default=default))
+    if writes is not None and isinstance(writes, str) and writes not in argument_names:
         raise ToolDefinitionError(
             f"tool {tool_name}: writes={writes!r} names no argument of the tool"
         )
-    args_model = create_model(  # type: ignore[call-overload]
-        f"{tool_name}_args", __base__=_ArgsBase, **fields
-    )
+    try:
+        args_model = create_model(f"{tool_name}_args", __base__=_ArgsBase, **fields)
+    except Exception as error:  # pydantic cannot build a validator for an annotation
+        raise ToolDefinitionError(
+            f"tool {tool_name}: its argument types cannot be validated ({error}); use JSON-like "
+            "types (str, int, float, bool, list, dict, TypedDict, pydantic models)"
+        ) from error
     if inline and inspect.iscoroutinefunction(function):
         raise ToolDefinitionError(f"tool {tool_name}: inline=True is for sync functions only")
     return Tool(

@@ -26,7 +26,9 @@ class WriteBoundary:
             directory at construction time).
     """
 
-    def __init__(self, roots: Iterable[str | os.PathLike[str]], base: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self, roots: Iterable[str | os.PathLike[str]], base: str | os.PathLike[str] | None = None
+    ) -> None:
         self.base = Path(base) if base is not None else Path.cwd()
         self.roots = [self._real(Path(root)) for root in roots]
 

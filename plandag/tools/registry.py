@@ -80,29 +80,50 @@ class Registry:
         sys.modules[module_name] = module
         try:
             spec.loader.exec_module(module)
-        except Exception as error:
+        except (Exception, SystemExit) as error:
             sys.modules.pop(module_name, None)
             raise ToolLoadError(
                 f"tools file {file} raised {type(error).__name__} on import: {error}"
             ) from error
-        names: list[str] = []
-        found = [value for value in vars(module).values() if isinstance(value, Tool)]
-        checks = [v for v in vars(module).values() if isinstance(v, CheckDefinition)]
-        try:
-            for item in found:
-                self.add_tool(item)
-                names.append(item.name)
-            for definition in checks:
-                self.add_check(definition)
-                names.append(definition.name)
-        except ValueError as error:
-            raise ToolLoadError(f"tools file {file}: {error}; rename it") from error
-        if not names:
+        values = list(vars(module).values())
+        # Tools and checks imported into the file (``from plandag.tools import read_file``)
+        # are the registered objects themselves: they are not the file's own.
+        tools = [
+            value
+            for value in values
+            if isinstance(value, Tool) and self.tools.get(value.name) is not value
+        ]
+        checks = [
+            value
+            for value in values
+            if isinstance(value, CheckDefinition) and self.checks.get(value.name) is not value
+        ]
+        tools = list({id(item): item for item in tools}.values())
+        checks = list({id(definition): definition for definition in checks}.values())
+        if not tools and not checks:
             raise ToolLoadError(
                 f"tools file {file} defines no @tool function; decorate your functions "
                 "with `from plandag import tool`"
             )
-        return names
+        # Check every name before registering any, so a clash leaves the registry unchanged.
+        clashes = [item.name for item in tools if item.name in self.tools]
+        clashes += [definition.name for definition in checks if definition.name in self.checks]
+        seen: set[str] = set()
+        for item in tools:
+            if item.name in seen:
+                clashes.append(item.name)
+            seen.add(item.name)
+        if clashes:
+            names = ", ".join(repr(name) for name in sorted(set(clashes)))
+            raise ToolLoadError(
+                f"tools file {file} defines {names}, already registered (a built-in tool or "
+                "check, or another tools file); rename it, e.g. with @tool(name=...)"
+            )
+        for item in tools:
+            self.add_tool(item)
+        for definition in checks:
+            self.add_check(definition)
+        return [item.name for item in tools] + [definition.name for definition in checks]
 
 
 def default_registry() -> Registry:

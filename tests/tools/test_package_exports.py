@@ -1,0 +1,12 @@
+"""plandag.tools exports exactly what its __all__ lists."""
+
+from __future__ import annotations
+
+import plandag.tools
+
+
+def test_all_is_sorted_and_exported() -> None:
+    assert plandag.tools.__all__ == sorted(plandag.tools.__all__)
+    public = {name for name in vars(plandag.tools) if not name.startswith("_")}
+    submodules = {"base", "boundary", "builtins", "registry", "xml"}
+    assert public - submodules == set(plandag.tools.__all__)
