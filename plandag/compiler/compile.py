@@ -32,10 +32,18 @@ from plandag.errors import PlanError
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
 
-__all__ = ["DEFAULT_MAX_ARG_BYTES", "DEFAULT_MAX_STEPS", "compile_plan", "load_plan"]
+__all__ = [
+    "DEFAULT_MAX_ARG_BYTES",
+    "DEFAULT_MAX_STEPS",
+    "MAX_NESTING",
+    "compile_plan",
+    "load_plan",
+]
 
 DEFAULT_MAX_STEPS = 500
 DEFAULT_MAX_ARG_BYTES = 1_000_000
+MAX_NESTING = 200
+"""The deepest nesting of dicts and lists a plan may have (the compiler walks it recursively)."""
 
 
 class _Diagnostics:
@@ -76,8 +84,38 @@ def load_plan(source: Plan | str | bytes | Mapping[str, Any]) -> Plan:
     return plan
 
 
+def _nesting_depth(value: Any, limit: int) -> int:
+    """How deeply ``value`` nests dicts and lists, counted without recursion up to ``limit + 1``.
+
+    The passes after loading walk args recursively; a deeper plan would end in RecursionError.
+    """
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > deepest:
+            deepest = depth
+            if deepest > limit:
+                break
+        if isinstance(item, Mapping):
+            stack.extend((sub, depth + 1) for sub in item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend((sub, depth + 1) for sub in item)
+    return deepest
+
+
 def _load(source: Any, diagnostics: _Diagnostics) -> Plan | None:
     if isinstance(source, Plan):
+        values = [source.output, *(step.args for step in source.steps)]
+        values += [check.arguments for step in source.steps for check in step.check]
+        if any(_nesting_depth(value, MAX_NESTING) > MAX_NESTING for value in values):
+            diagnostics.add(
+                "invalid_schema",
+                None,
+                f"the plan nests dicts and lists more than {MAX_NESTING} levels deep",
+                "flatten the arguments, or pass large data by reference or as a file",
+            )
+            return None
         return source
     data: Any = source
     if isinstance(source, bytes | bytearray):
@@ -117,6 +155,14 @@ def _load(source: Any, diagnostics: _Diagnostics) -> Plan | None:
             None,
             f"the plan must be a JSON object, got {type(data).__name__}",
             'start from {"version": 1, "goal": "...", "steps": [...]}',
+        )
+        return None
+    if _nesting_depth(data, MAX_NESTING) > MAX_NESTING:
+        diagnostics.add(
+            "invalid_schema",
+            None,
+            f"the plan nests dicts and lists more than {MAX_NESTING} levels deep",
+            "flatten the arguments, or pass large data by reference or as a file",
         )
         return None
     try:
@@ -341,6 +387,16 @@ def _check_params(
             resolved[name] = value
         elif not spec.is_required:
             resolved[name] = spec.default
+            if spec.default is not None:
+                value, problem = _coerce_param(name, spec, spec.default)
+                if problem is not None:
+                    diagnostics.add(
+                        "invalid_param_value",
+                        None,
+                        f"the default of {problem}",
+                        f'fix "default" of param {name!r} in the plan',
+                    )
+                resolved[name] = value
         elif given is not None:
             diagnostics.add(
                 "missing_param",

@@ -5,8 +5,10 @@ Every code, its severity and meaning (also listed in the README):
 =========================  ========  ======================================================
 code                       severity  meaning
 =========================  ========  ======================================================
-invalid_json               error     the plan text is not JSON
-invalid_schema             error     the plan does not fit the Plan schema (field, why)
+invalid_json               error     the plan text is not JSON (or not UTF-8, or holds
+                                     an integer past Python's 4300-digit limit)
+invalid_schema             error     the plan does not fit the Plan schema (field, why),
+                                     or nests more than 200 levels deep
 duplicate_step_id          error     two steps share an id
 too_many_steps             error     more steps than the run allows (``max_steps``)
 args_too_large             error     a step's arguments exceed ``max_arg_bytes`` as JSON

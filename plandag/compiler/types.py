@@ -14,7 +14,10 @@ import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import typing_extensions
 from pydantic import BaseModel
+
+from plandag.dag.references import is_index
 
 __all__ = ["path_problem"]
 
@@ -28,10 +31,18 @@ def _type_name(annotation: Any) -> str:
 def _fields_of(annotation: Any) -> dict[str, Any] | None:
     """Declared fields of a TypedDict, pydantic model or dataclass, else None."""
     if isinstance(annotation, type):
-        if typing.is_typeddict(annotation):
-            return dict(typing.get_type_hints(annotation))
+        # typing_extensions' check also knows its own TypedDict, which pydantic requires
+        # on Python < 3.12 (typing.is_typeddict does not recognise it).
+        if typing_extensions.is_typeddict(annotation):
+            try:
+                return dict(typing.get_type_hints(annotation))
+            except Exception:  # unresolvable forward references: say nothing about it
+                return None
         if issubclass(annotation, BaseModel):
-            return {name: info.annotation for name, info in annotation.model_fields.items()}
+            fields = {name: info.annotation for name, info in annotation.model_fields.items()}
+            for name, computed in annotation.model_computed_fields.items():
+                fields[name] = computed.return_type
+            return fields
         if dataclasses.is_dataclass(annotation):
             try:
                 hints = typing.get_type_hints(annotation)
@@ -49,54 +60,69 @@ def path_problem(annotation: Any, path: Sequence[str], depth: int = 0) -> str | 
     Args:
         annotation: a type annotation (a tool's return annotation).
         path: the reference's path segments, e.g. ``("items", "0", "vProd")``.
+        depth: how many segments were already followed (used by the recursion; callers
+            leave it at 0). Past 20 levels the answer is None (may exist).
 
     Returns:
         None when the path may exist; otherwise a sentence naming the first segment that
-        cannot, and what the type offers instead.
+        cannot, what the value there is (``the result``, ``result.items``) and what its
+        type offers instead.
     """
+    return _problem(annotation, tuple(path), depth, ())
+
+
+def _describe(done: tuple[str, ...]) -> str:
+    return "the result" if not done else "result." + ".".join(done)
+
+
+def _problem(
+    annotation: Any, path: tuple[str, ...], depth: int, done: tuple[str, ...]
+) -> str | None:
     if depth > 20 or not path:
         return None
     segment, rest = path[0], path[1:]
+    here = _describe(done)
     if annotation is Any or annotation is object:
         return None
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated:
-        return path_problem(typing.get_args(annotation)[0], path, depth + 1)
+        return _problem(typing.get_args(annotation)[0], path, depth + 1, done)
     if origin is typing.Union or origin is types.UnionType:
         members = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
-        problems = [path_problem(member, path, depth + 1) for member in members]
+        problems = [_problem(member, path, depth + 1, done) for member in members]
         if any(problem is None for problem in problems):
             return None
-        return problems[0] if problems else f"{segment!r}: the value is always null"
+        return problems[0] if problems else f"{segment!r}: {here} is always null"
     if origin is typing.Literal:
-        return f"{segment!r}: the value is a literal {_type_name(annotation)} with no fields"
+        return f"{segment!r}: {here} ({_type_name(annotation)}) has no fields"
     if annotation in _SCALARS or (
         isinstance(annotation, type) and issubclass(annotation, _SCALARS)
     ):
-        return f"{segment!r}: the result is a {_type_name(annotation)}, which has no fields"
+        return f"{segment!r}: {here} ({_type_name(annotation)}) has no fields"
     fields = _fields_of(annotation)
     if fields is not None:
         if segment not in fields:
             offered = ", ".join(sorted(fields)) or "none"
             name = _type_name(annotation)
-            return f"{segment!r}: {name} has no field {segment!r} (fields: {offered})"
-        return path_problem(fields[segment], rest, depth + 1)
+            return f"{segment!r}: {here} ({name}) has no field {segment!r} (fields: {offered})"
+        return _problem(fields[segment], rest, depth + 1, (*done, segment))
     container = origin if origin is not None else annotation
     arguments = typing.get_args(annotation)
     if isinstance(container, type):
         if issubclass(container, Mapping):
             value_type = arguments[1] if len(arguments) == 2 else Any
-            return path_problem(value_type, rest, depth + 1)
+            return _problem(value_type, rest, depth + 1, (*done, segment))
         if issubclass(container, tuple):
-            if not segment.isdigit():
-                return f"{segment!r}: the result is a tuple, indexed by integers"
+            if not is_index(segment):
+                return f"{segment!r}: {here} is a tuple, indexed by integers (.0, .1, ...)"
             if len(arguments) == 2 and arguments[1] is Ellipsis:
-                return path_problem(arguments[0], rest, depth + 1)
+                return _problem(arguments[0], rest, depth + 1, (*done, segment))
             if arguments and int(segment) >= len(arguments):
-                return f"{segment!r}: the tuple has {len(arguments)} items"
-            return path_problem(arguments[int(segment)] if arguments else Any, rest, depth + 1)
+                return f"{segment!r}: {here} is a tuple of {len(arguments)} items"
+            item_type = arguments[int(segment)] if arguments else Any
+            return _problem(item_type, rest, depth + 1, (*done, segment))
         if issubclass(container, Sequence) and not issubclass(container, str | bytes):
-            if not segment.isdigit():
-                return f"{segment!r}: the result is a list, indexed by integers (.0, .1, ...)"
-            return path_problem(arguments[0] if arguments else Any, rest, depth + 1)
+            if not is_index(segment):
+                return f"{segment!r}: {here} is a list, indexed by integers (.0, .1, ...)"
+            return _problem(arguments[0] if arguments else Any, rest, depth + 1, (*done, segment))
     return None

@@ -46,7 +46,12 @@ def critical_path(
 
     Returns:
         ``(path, length)``: the step ids on the critical path in order, and its length in
-        the durations' unit. The makespan of any schedule is at least this length.
+        the durations' unit; ``([], 0.0)`` for an empty graph. The makespan of any schedule
+        is at least this length. Ties are broken towards smaller step ids (the path that
+        ends at the smallest id, and at each step the smallest parent id).
+
+    Raises:
+        networkx.NetworkXUnfeasible: the graph has a cycle.
     """
     weight: Callable[[int], float]
     if durations is None:
@@ -64,7 +69,9 @@ def critical_path(
     for node in topological_order(graph):
         best_parent: int | None = None
         best = 0.0
-        for parent in graph.predecessors(node):
+        # Sorted, so that among parents finishing at the same time the smallest id wins
+        # and the path does not depend on the order edges were added in.
+        for parent in sorted(graph.predecessors(node)):
             if finish[parent] > best or best_parent is None:
                 best, best_parent = finish[parent], parent
         finish[node] = best + weight(node)

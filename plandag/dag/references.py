@@ -25,19 +25,24 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from pydantic import BaseModel
+
 __all__ = [
     "Reference",
     "ReferenceResolutionError",
     "find_malformed",
     "find_references",
     "get_path",
+    "is_index",
     "parse_reference",
     "resolve_value",
     "suggest_reference",
 ]
 
 _SEGMENT = r"[^.<>\s]+"
-_STEP_REFERENCE = rf"<step_(?P<step>[1-9][0-9]*)_result(?P<step_path>(?:\.{_SEGMENT})*)>"
+# At most 18 digits: any such id fits a 64-bit integer, and ``int()`` never meets Python's
+# limit on converting long digit strings.
+_STEP_REFERENCE = rf"<step_(?P<step>[1-9][0-9]{{0,17}})_result(?P<step_path>(?:\.{_SEGMENT})*)>"
 _PARAM_REFERENCE = rf"<param\.(?P<param>[A-Za-z_][A-Za-z0-9_]*)(?P<param_path>(?:\.{_SEGMENT})*)>"
 REFERENCE_PATTERN = re.compile(f"{_STEP_REFERENCE}|{_PARAM_REFERENCE}")
 # Anything in angle brackets that mentions step, param or result is meant as a reference.
@@ -143,8 +148,10 @@ def suggest_reference(token: str) -> str:
         if not re.match(r"[A-Za-z_]", name):
             name = f"p{name}"
         return f"<param.{name}>"
-    number = re.search(r"\d+", inner)
+    number = re.search(r"[0-9]+", inner)
     step = number.group(0).lstrip("0") if number else ""
+    if len(step) > 18:  # no step id that long can be referenced
+        step = ""
     path = ""
     tail = re.search(r"result[s]?[^.]*((?:\.[^.<>\s]+)+)$", inner, re.IGNORECASE)
     if tail is None:
@@ -158,12 +165,56 @@ class ReferenceResolutionError(LookupError):
     """A reference's path does not exist in the value it points at (found at run time)."""
 
 
+def is_index(segment: str) -> bool:
+    """True when a path segment is a list index: ASCII digits only (``"0"``, ``"12"``).
+
+    ``str.isdigit`` alone would also accept ``"²"``, which ``int()`` refuses.
+    """
+    return segment.isascii() and segment.isdigit() and len(segment) <= 18
+
+
+# Values whose attributes are methods or internals, never fields a reference may name.
+_NO_FIELDS: tuple[type, ...] = (str, bytes, bytearray, int, float, complex, bool, type(None))
+
+
+def _field_of(value: Any, segment: str) -> tuple[bool, Any]:
+    """``(True, field)`` when ``value`` has a data field ``segment``, else ``(False, None)``.
+
+    Pydantic models offer their fields, dataclasses theirs, other objects their public
+    attributes that are not methods; scalars (``str``, numbers, ``None``) offer nothing.
+    """
+    if isinstance(value, _NO_FIELDS) or segment.startswith("_"):
+        return False, None
+    if isinstance(value, BaseModel):
+        names = {*type(value).model_fields, *type(value).model_computed_fields}
+        return (True, getattr(value, segment)) if segment in names else (False, None)
+    if dataclasses.is_dataclass(value):
+        names = {field.name for field in dataclasses.fields(value)}
+        return (True, getattr(value, segment)) if segment in names else (False, None)
+    try:
+        found = getattr(value, segment)
+    except Exception:
+        return False, None
+    if callable(found):
+        return False, None
+    return True, found
+
+
 def get_path(value: Any, path: tuple[str, ...], *, reference: str = "") -> Any:
-    """Follow ``path`` into ``value``: dict keys, list indices, then attributes.
+    """Follow ``path`` into ``value``: dict keys, list indices, then object fields.
+
+    Args:
+        value: the referenced value (a step's result or a param's value).
+        path: path segments, e.g. ``("items", "0", "vProd")``. A digit-only segment indexes a
+            list, or names a dict key (the string ``"0"`` first, else the integer ``0``).
+        reference: the reference's text, used in error messages.
+
+    Returns:
+        The value at the end of the path (``value`` itself for an empty path).
 
     Raises:
         ReferenceResolutionError: a segment is missing; the message names the segment,
-            the reference and what was there instead.
+            the reference and what was there instead (the keys a dict has, a list's length).
     """
     current = value
     for depth, segment in enumerate(path):
@@ -172,19 +223,23 @@ def get_path(value: Any, path: tuple[str, ...], *, reference: str = "") -> Any:
             if segment in current:
                 current = current[segment]
                 continue
+            if is_index(segment) and int(segment) in current:
+                current = current[int(segment)]
+                continue
             keys = ", ".join(sorted(map(str, current)))[:200]
             raise ReferenceResolutionError(
                 f"{reference or where}: no key {segment!r} (keys: {keys or 'none'})"
             )
         if isinstance(current, list | tuple):
-            if segment.isdigit() and int(segment) < len(current):
+            if is_index(segment) and int(segment) < len(current):
                 current = current[int(segment)]
                 continue
             raise ReferenceResolutionError(
                 f"{reference or where}: index {segment!r} out of range for a list of {len(current)}"
             )
-        if not segment.startswith("_") and hasattr(current, segment):
-            current = getattr(current, segment)
+        found, field = _field_of(current, segment)
+        if found:
+            current = field
             continue
         raise ReferenceResolutionError(
             f"{reference or where}: a {type(current).__name__} has no field {segment!r}"
