@@ -11,18 +11,28 @@ also subclasses the builtin it resembles, so ``except ValueError`` keeps working
     ├── InputError(ValueError)         an input file or argument is unusable (CLI, extract)
     └── StepError                      a step attempt failed (raised by tools and checks)
         ├── TransientStepError         retrying may help: timeouts, 429, 5xx, resets
-        │   └── StepTimeoutError(TimeoutError)  the step ran past its timeout
+        │   ├── StepTimeoutError(TimeoutError)  the step ran past its timeout
+        │   └── NotStartedError        failed before it could have any effect (refused)
         └── PermanentStepError         retrying will not help: bad input, 4xx, missing data
             └── CheckFailedError       a success check rejected the step's result
 
 The scheduler decides retry versus prune by the *type* of a step's error, never by its
 message (the distinction pydantic-ai draws between ``ModelRetry`` and terminal failures).
+Exceptions that are not ours (``ValueError``, ``httpx.HTTPStatusError``...) are sorted by
+:func:`classify_error`, a documented rule a run may replace (``run_plan(classify=...)``);
+:func:`describe_failure` adds what the retry decision needs beyond the kind: the leaf to
+report, whether the failure is known to precede any effect, and the server's Retry-After.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+import dataclasses
+import email.utils
+import math
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from plandag.compiler.diagnostics import Diagnostic
@@ -30,7 +40,11 @@ if TYPE_CHECKING:
 __all__ = [
     "BoundaryError",
     "CheckFailedError",
+    "Classifier",
+    "ErrorKind",
+    "FailureInfo",
     "InputError",
+    "NotStartedError",
     "PermanentStepError",
     "PlanError",
     "PlandagError",
@@ -39,7 +53,16 @@ __all__ = [
     "ToolDefinitionError",
     "ToolLoadError",
     "TransientStepError",
+    "classify_error",
+    "describe_failure",
+    "parse_retry_after",
 ]
+
+ErrorKind = Literal["transient", "permanent"]
+"""``transient``: a later attempt may succeed; ``permanent``: it would fail the same way."""
+
+Classifier = Callable[[BaseException], ErrorKind]
+"""``classify(error) -> "transient" | "permanent"``; :func:`classify_error` is the default."""
 
 
 class PlandagError(Exception):
@@ -108,7 +131,53 @@ class StepError(PlandagError):
 
 
 class TransientStepError(StepError):
-    """A failure that a later attempt may not repeat (timeout, HTTP 429/5xx, reset)."""
+    """A failure that a later attempt may not repeat (timeout, HTTP 429/5xx, reset).
+
+    Args:
+        message: what went wrong, where, and what to do.
+        reason: a stable reason code (default ``tool_error``).
+        retry_after: seconds the server asked to wait before the next attempt (its
+            ``Retry-After``), or None. The runner waits at least this long, never past the
+            run's deadline (it fails the step instead).
+        before_effect: True when the failure is known to have happened before the tool
+            could have any effect (connection refused, a check before sending); such a
+            failure is retried even for tools that are not idempotent. Default: the class's
+            ``before_effect`` (False here, True for :class:`NotStartedError`).
+
+    Attributes:
+        retry_after: as given.
+        before_effect: as given.
+    """
+
+    retry_after: float | None = None
+    before_effect: bool = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str | None = None,
+        retry_after: float | None = None,
+        before_effect: bool | None = None,
+    ) -> None:
+        super().__init__(message, reason=reason)
+        if retry_after is not None:
+            if not math.isfinite(retry_after) or retry_after < 0:
+                raise ValueError(f"retry_after must be a finite number >= 0, not {retry_after}")
+            self.retry_after = float(retry_after)
+        if before_effect is not None:
+            self.before_effect = before_effect
+
+
+class NotStartedError(TransientStepError):
+    """A transient failure known to precede any effect of the tool.
+
+    Raise it when nothing can have happened yet: the connection was refused, a
+    precondition checked before sending failed for a reason that may pass. The runner may
+    retry it even for a tool that is not idempotent (ARCHITECTURE.md, "Retry vs replan").
+    """
+
+    before_effect = True
 
 
 class PermanentStepError(StepError):
@@ -135,3 +204,237 @@ class CheckFailedError(PermanentStepError):
         super().__init__(f"check {check} failed: {detail}")
         self.check = check
         self.detail = detail
+
+
+# -- classification --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FailureInfo:
+    """What the runner needs to decide about a failed attempt.
+
+    Attributes:
+        kind: ``transient`` or ``permanent`` (from the classifier in use).
+        error: the exception to report on the step: the error itself, or for an exception
+            group the real leaf (the first permanent leaf when there is one, else the first
+            leaf), never the group.
+        before_effect: the failure is known to precede any effect of the tool (see
+            :class:`NotStartedError`); False means the outcome is unknown.
+        retry_after_s: seconds the server asked to wait (Retry-After), or None.
+    """
+
+    kind: ErrorKind
+    error: BaseException
+    before_effect: bool
+    retry_after_s: float | None
+
+
+def _leaves(error: BaseException) -> Iterator[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield error
+
+
+def _is_cancellation(error: BaseException) -> bool:
+    """True for the cancellation exceptions of asyncio and trio (what anyio raises)."""
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is not None and isinstance(error, asyncio.CancelledError):
+        return True
+    trio = sys.modules.get("trio")
+    return trio is not None and isinstance(error, trio.Cancelled)
+
+
+def _real_leaves(error: BaseException) -> list[BaseException]:
+    return [leaf for leaf in _leaves(error) if not _is_cancellation(leaf)]
+
+
+def _response_of(error: BaseException) -> Any:
+    """The HTTP response an httpx or Anthropic SDK status error carries, else None."""
+    httpx = sys.modules.get("httpx")
+    if httpx is not None and isinstance(error, httpx.HTTPStatusError):
+        return error.response
+    anthropic = sys.modules.get("anthropic")
+    if anthropic is not None and isinstance(error, anthropic.APIStatusError):
+        return error.response
+    return None
+
+
+def _status_of(error: BaseException) -> int | None:
+    response = _response_of(error)
+    if response is None:  # never by truthiness: a Response may define __bool__
+        return None
+    status = getattr(response, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def _single_kind(error: BaseException) -> ErrorKind:
+    if isinstance(error, StepError):
+        return "transient" if isinstance(error, TransientStepError) else "permanent"
+    status = _status_of(error)
+    if status is not None:
+        return "transient" if status == 429 or 500 <= status <= 599 else "permanent"
+    httpx = sys.modules.get("httpx")
+    if httpx is not None and isinstance(error, httpx.TransportError):
+        # A URL httpx cannot send, or a request it refuses to write, fails the same way again.
+        if isinstance(error, httpx.UnsupportedProtocol | httpx.LocalProtocolError):
+            return "permanent"
+        return "transient"
+    anthropic = sys.modules.get("anthropic")
+    if anthropic is not None and isinstance(error, anthropic.APIConnectionError):
+        return "transient"  # includes APITimeoutError
+    if isinstance(error, TimeoutError | ConnectionError):
+        return "transient"
+    return "permanent"
+
+
+def classify_error(error: BaseException) -> ErrorKind:
+    """Say whether a later attempt may succeed where ``error`` failed (the default rule).
+
+    The rule (issue 3, "Error taxonomy"):
+
+    * :class:`TransientStepError` and subclasses → ``transient``; any other
+      :class:`StepError` (:class:`PermanentStepError`, :class:`CheckFailedError`) →
+      ``permanent``;
+    * ``httpx.HTTPStatusError`` and the Anthropic SDK's ``APIStatusError``: status 429 or
+      500-599 (529 "overloaded" included) → ``transient``, any other status → ``permanent``.
+      The status is read from the response object, which is tested with ``is None``, never
+      by truthiness;
+    * ``httpx.TransportError`` (connect/read/write errors and timeouts, remote protocol
+      errors, proxy errors) → ``transient``, except ``httpx.UnsupportedProtocol`` and
+      ``httpx.LocalProtocolError`` (the request itself is unusable) → ``permanent``;
+      the Anthropic SDK's ``APIConnectionError`` and ``APITimeoutError`` → ``transient``;
+    * the builtins ``TimeoutError`` and ``ConnectionError`` (and subclasses: refused, reset,
+      aborted, broken pipe) → ``transient``;
+    * everything else (``ValueError``, ``KeyError``, ``FileNotFoundError``, pydantic's
+      ``ValidationError``, :class:`BoundaryError`...) → ``permanent``;
+    * an exception group is unwrapped: cancellation leaves are ignored; any permanent leaf
+      makes the group ``permanent``; a group of transient leaves is ``transient``; a group
+      of nothing but cancellations is ``permanent`` (there is nothing to retry).
+
+    httpx and the Anthropic SDK are looked up in ``sys.modules`` only: an error of theirs
+    cannot exist unless they were imported, so this module never imports them.
+
+    A run may use another rule: ``run_plan(classify=my_rule)``, where ``my_rule(error)``
+    returns ``"transient"`` or ``"permanent"`` and may call this function as its fallback.
+
+    Args:
+        error: the exception an attempt raised.
+
+    Returns:
+        ``"transient"`` or ``"permanent"``.
+    """
+    if isinstance(error, BaseExceptionGroup):
+        leaves = _real_leaves(error)
+        if not leaves or any(_single_kind(leaf) == "permanent" for leaf in leaves):
+            return "permanent"
+        return "transient"
+    return _single_kind(error)
+
+
+def parse_retry_after(value: str, now: float) -> float | None:
+    """Seconds to wait from an HTTP ``Retry-After`` value (RFC 9110, section 10.2.3).
+
+    Args:
+        value: the header's value: a number of seconds (``"120"``) or an HTTP date
+            (``"Wed, 21 Oct 2015 07:28:00 GMT"``).
+        now: the current wall-clock time, seconds since the epoch (for a date).
+
+    Returns:
+        Seconds to wait, >= 0 (a date in the past gives 0.0), or None when the value is
+        neither a number of seconds nor an HTTP date.
+    """
+    text = value.strip()
+    if not text:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        return seconds if math.isfinite(seconds) and seconds >= 0 else None
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # RFC 9110 dates are GMT
+        return None
+    return max(0.0, when.timestamp() - now)
+
+
+def _retry_after_of(error: BaseException, now: float) -> float | None:
+    if isinstance(error, TransientStepError):
+        return error.retry_after
+    response = _response_of(error)
+    if response is None:
+        return None
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return None
+    milliseconds = headers.get("retry-after-ms")  # the Anthropic and OpenAI APIs send it
+    if milliseconds is not None:
+        parsed = parse_retry_after(str(milliseconds), now)
+        if parsed is not None:
+            return parsed / 1000
+    header = headers.get("retry-after")
+    return parse_retry_after(str(header), now) if header is not None else None
+
+
+def _before_effect(error: BaseException) -> bool:
+    if isinstance(error, TransientStepError):
+        return error.before_effect
+    httpx = sys.modules.get("httpx")
+    if httpx is not None and isinstance(
+        error, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout
+    ):
+        return True  # no connection, so no request was sent
+    return isinstance(error, ConnectionRefusedError)
+
+
+def describe_failure(
+    error: BaseException,
+    *,
+    classify: Classifier = classify_error,
+    now: float | None = None,
+) -> FailureInfo | None:
+    """Everything the retry decision needs about ``error``.
+
+    Args:
+        error: what an attempt raised (an exception group is unwrapped, see
+            :func:`classify_error`).
+        classify: the classification rule in use (default :func:`classify_error`); it is
+            given the error as raised (a group stays a group), then each leaf of a permanent
+            group to find the leaf to report.
+        now: wall-clock seconds since the epoch, to turn a Retry-After date into seconds
+            (default: ``time.time()``).
+
+    Returns:
+        A :class:`FailureInfo`, or None when ``error`` is nothing but cancellation (an
+        exception group of cancelled leaves): the caller should let the cancellation
+        propagate.
+
+    The failure is known to precede any effect only when every reported leaf is
+    (``httpx.ConnectError``, ``httpx.ConnectTimeout``, ``httpx.PoolTimeout``,
+    ``ConnectionRefusedError``, :class:`NotStartedError` or ``before_effect=True``).
+    Retry-After is the longest one found among the leaves.
+    """
+    if now is None:
+        now = time.time()
+    if isinstance(error, BaseExceptionGroup):
+        leaves = _real_leaves(error)
+        if not leaves:
+            return None
+    else:
+        leaves = [error]
+    kind = classify(error)
+    leaf = leaves[0]
+    if kind == "permanent":
+        leaf = next((item for item in leaves if classify(item) == "permanent"), leaf)
+    waits = [wait for item in leaves if (wait := _retry_after_of(item, now)) is not None]
+    return FailureInfo(
+        kind=kind,
+        error=leaf,
+        before_effect=all(_before_effect(item) for item in leaves),
+        retry_after_s=max(waits) if waits else None,
+    )

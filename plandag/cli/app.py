@@ -9,6 +9,7 @@ when interrupted.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -298,15 +299,10 @@ def extract_nfe(
 
     if output_format not in (None, "jsonl", "csv"):
         _fail(f"--format must be jsonl or csv, not {output_format!r}")
-    try:
-        inputs = expand_inputs(paths)
-    except InputError as error:
-        _fail(str(error))
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    total = len(inputs[0]) + len(inputs[1]) if isinstance(inputs, tuple) else len(inputs)
     progress = Progress(
-        "[bold]invoices",
+        "[bold]documents",
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
@@ -314,21 +310,24 @@ def extract_nfe(
         transient=True,
         disable=not stderr.is_terminal,
     )
-    task = progress.add_task("documents", total=total)
+    task = progress.add_task("documents", total=None)
 
-    def on_record(*_: object) -> None:
-        progress.advance(task)
+    def on_progress(done: int, total: int) -> None:
+        progress.update(task, completed=done, total=total)
 
     try:
+        files, missing = expand_inputs(paths)
         with progress:
             summary = anyio.run(
-                lambda: extract_batch(
-                    inputs,
+                functools.partial(
+                    extract_batch,
+                    files,
                     output,
                     format=output_format,
                     jobs=jobs,
                     resume=resume,
-                    on_record=on_record,
+                    missing=missing,
+                    on_progress=on_progress,
                 )
             )
     except InputError as error:
@@ -336,8 +335,7 @@ def extract_nfe(
     if as_json:
         sys.stdout.write(json.dumps(summary.to_json_dict(), ensure_ascii=False, indent=2) + "\n")
     else:
-        for table in render_summary(summary):
-            stdout.print(table)
+        stdout.print(render_summary(summary))
         stdout.print(f"records written to {output}")
     raise typer.Exit(batch_exit_code(summary))
 

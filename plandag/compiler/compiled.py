@@ -11,6 +11,7 @@ import networkx as nx
 from plandag.checks.base import CheckDefinition
 from plandag.compiler.diagnostics import Diagnostic
 from plandag.dag.plan import Plan, Step
+from plandag.dag.references import ArgsTemplate, compile_template
 from plandag.tools.base import Tool
 from plandag.tools.boundary import WriteBoundary
 
@@ -35,6 +36,8 @@ class CompiledStep:
         parents: ids of every step it depends on (declared and implied), sorted.
         children: ids of every step depending on it, sorted.
         checks: its success checks, bound to their definitions.
+        args_template: ``args_template(step_result, params)`` gives the args with their
+            references resolved, walking only the parts that hold references.
     """
 
     step: Step
@@ -42,6 +45,11 @@ class CompiledStep:
     parents: tuple[int, ...]
     children: tuple[int, ...]
     checks: tuple[CompiledCheck, ...]
+    args_template: ArgsTemplate = dataclasses.field(default=None, repr=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.args_template is None:
+            object.__setattr__(self, "args_template", compile_template(self.step.args))
 
     @property
     def id(self) -> int:

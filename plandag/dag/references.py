@@ -28,8 +28,10 @@ from typing import Any
 from pydantic import BaseModel
 
 __all__ = [
+    "ArgsTemplate",
     "Reference",
     "ReferenceResolutionError",
+    "compile_template",
     "find_malformed",
     "find_references",
     "get_path",
@@ -277,28 +279,109 @@ def resolve_value(
         ReferenceResolutionError: a path segment or a param is missing.
     """
 
-    def lookup(reference: Reference) -> Any:
-        if reference.step_id is not None:
-            base = step_result(reference.step_id)
-        else:
-            assert reference.param is not None
-            if reference.param not in params:
-                raise ReferenceResolutionError(f"{reference.text}: no param {reference.param!r}")
-            base = params[reference.param]
-        return get_path(base, reference.path, reference=reference.text)
+    return compile_template(value)(step_result, params)
 
-    def walk(item: Any) -> Any:
-        if isinstance(item, str):
-            if "<" not in item:
-                return item
-            whole = REFERENCE_PATTERN.fullmatch(item)
-            if whole:
-                return lookup(_from_match(whole))
-            return REFERENCE_PATTERN.sub(lambda m: _as_text(lookup(_from_match(m))), item)
-        if isinstance(item, Mapping):
-            return {key: walk(sub) for key, sub in item.items()}
-        if isinstance(item, list | tuple):
-            return [walk(sub) for sub in item]
-        return item
 
-    return walk(value)
+ArgsTemplate = Callable[[Callable[[int], Any], Mapping[str, Any]], Any]
+"""``template(step_result, params) -> value``: a value with its references resolved."""
+
+
+def _constant(value: Any) -> ArgsTemplate:
+    def template(step_result: Callable[[int], Any], params: Mapping[str, Any]) -> Any:
+        return value
+
+    return template
+
+
+def _lookup(
+    reference: Reference, step_result: Callable[[int], Any], params: Mapping[str, Any]
+) -> Any:
+    if reference.step_id is not None:
+        base = step_result(reference.step_id)
+    else:
+        assert reference.param is not None
+        if reference.param not in params:
+            raise ReferenceResolutionError(f"{reference.text}: no param {reference.param!r}")
+        base = params[reference.param]
+    return get_path(base, reference.path, reference=reference.text) if reference.path else base
+
+
+def _compile(value: Any) -> ArgsTemplate | None:
+    """A resolver for ``value``, or None when it holds no reference (a constant)."""
+    kind = type(value)
+    if kind is str or isinstance(value, str):
+        if "<" not in value:
+            return None
+        whole = REFERENCE_PATTERN.fullmatch(value)
+        if whole:
+            reference = _from_match(whole)
+
+            def whole_reference(
+                step_result: Callable[[int], Any], params: Mapping[str, Any]
+            ) -> Any:
+                return _lookup(reference, step_result, params)
+
+            return whole_reference
+        parts: list[str | Reference] = []
+        position = 0
+        for match in REFERENCE_PATTERN.finditer(value):
+            parts.append(value[position : match.start()])
+            parts.append(_from_match(match))
+            position = match.end()
+        if not parts:
+            return None
+        parts.append(value[position:])
+
+        def embedded(step_result: Callable[[int], Any], params: Mapping[str, Any]) -> Any:
+            return "".join(
+                part if isinstance(part, str) else _as_text(_lookup(part, step_result, params))
+                for part in parts
+            )
+
+        return embedded
+    if kind is dict or isinstance(value, Mapping):
+        dynamic = [(key, _compile(item)) for key, item in value.items()]
+        resolvers = [(key, resolver) for key, resolver in dynamic if resolver is not None]
+        if not resolvers:
+            return None
+        static = dict(value)
+
+        def mapping(step_result: Callable[[int], Any], params: Mapping[str, Any]) -> Any:
+            out = dict(static)
+            for key, resolver in resolvers:
+                out[key] = resolver(step_result, params)
+            return out
+
+        return mapping
+    if kind is list or isinstance(value, list | tuple):
+        items = [(_compile(item), item) for item in value]
+        if all(resolver is None for resolver, _ in items):
+            return None
+
+        def sequence(step_result: Callable[[int], Any], params: Mapping[str, Any]) -> Any:
+            return [
+                item if resolver is None else resolver(step_result, params)
+                for resolver, item in items
+            ]
+
+        return sequence
+    return None
+
+
+def compile_template(value: Any) -> ArgsTemplate:
+    """Compile ``value`` once into a resolver that gives what :func:`resolve_value` gives.
+
+    The resolver walks only the parts of ``value`` that hold references, so a step whose
+    args carry many literal strings (XPath tables, say) pays for its references alone.
+    Parts without references are shared with ``value``, not copied; callers must not
+    mutate them.
+
+    Args:
+        value: JSON-like data holding references.
+
+    Returns:
+        ``template(step_result, params) -> resolved value``; it raises
+        :class:`ReferenceResolutionError` like :func:`resolve_value`.
+    """
+    resolver = _compile(value)
+    return resolver if resolver is not None else _constant(value)

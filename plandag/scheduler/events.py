@@ -5,9 +5,12 @@ order, as things happen. It should return quickly. An observer that raises never
 run: the runner logs one warning for it and goes on.
 
 Order within a run: ``RunStarted``; per step ``StepStarted`` then ``CheckEvaluated`` (one
-per check) then one of ``StepSucceeded`` / ``StepFailed`` / ``StepCancelled``, or a single
-``StepSkipped`` for a step that never started; finally ``RunFinished``. All ``time`` fields
-are wall-clock seconds since the epoch.
+per check), and for a failed attempt that will be tried again ``StepRetrying``, then
+``StepStarted`` of the next attempt...; then one of ``StepSucceeded`` / ``StepFailed`` /
+``StepCancelled``, or a single ``StepSkipped`` for a step that never started; finally
+``RunFinished``. ``Heartbeat`` and ``Stall`` come in between, from a monitor task, every
+``heartbeat_every`` seconds and when no step has finished for ``stall_after`` seconds. All
+``time`` fields are wall-clock seconds since the epoch (from the run's clock).
 """
 
 from __future__ import annotations
@@ -21,11 +24,14 @@ from plandag.scheduler.result import RunResult, StepErrorInfo
 __all__ = [
     "CheckEvaluated",
     "Event",
+    "Heartbeat",
     "Observer",
     "RunFinished",
     "RunStarted",
+    "Stall",
     "StepCancelled",
     "StepFailed",
+    "StepRetrying",
     "StepSkipped",
     "StepStarted",
     "StepSucceeded",
@@ -74,9 +80,23 @@ class StepFailed:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class StepRetrying:
+    """Attempt ``attempt`` of a step failed transiently; the next starts in ``delay_s``
+    seconds. ``reason`` and ``error``: the failed attempt's."""
+
+    run_id: str
+    step_id: int
+    attempt: int
+    reason: str
+    error: StepErrorInfo
+    delay_s: float
+    time: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class StepSkipped:
     """A step will never start: ``reason`` ``upstream_failed`` (``detail`` names the failed
-    upstream steps) or ``interrupted``."""
+    upstream steps), ``budget``, ``deadline``, ``stalled`` or ``interrupted``."""
 
     run_id: str
     step_id: int
@@ -87,7 +107,7 @@ class StepSkipped:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class StepCancelled:
-    """A running step was stopped because the run was interrupted (``reason``)."""
+    """A running step was stopped: ``reason`` ``deadline``, ``stalled`` or ``interrupted``."""
 
     run_id: str
     step_id: int
@@ -114,14 +134,82 @@ class RunFinished:
     time: float
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """Where a run is, sent every ``heartbeat_every`` seconds while it runs.
+
+    Attributes:
+        run_id: the run's id.
+        elapsed_s: seconds since the run started (monotonic).
+        total: steps in the plan.
+        succeeded, failed, skipped, cancelled: steps in each terminal state.
+        running: steps running (between their first attempt's start and their end,
+            backoff waits included).
+        pending: steps not started yet (waiting for parents or a concurrency limit).
+        spent_usd: US dollars settled so far; spent_tokens: tokens settled so far.
+        running_steps: ids of the running steps, sorted.
+        running_tools: their tools' names, in the same order.
+        time: wall-clock time, seconds since the epoch.
+    """
+
+    run_id: str
+    elapsed_s: float
+    total: int
+    succeeded: int
+    failed: int
+    skipped: int
+    cancelled: int
+    running: int
+    pending: int
+    spent_usd: float
+    spent_tokens: int
+    running_steps: tuple[int, ...]
+    running_tools: tuple[str, ...]
+    time: float
+
+    @property
+    def done(self) -> int:
+        """Steps in a terminal state."""
+        return self.succeeded + self.failed + self.skipped + self.cancelled
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Stall:
+    """No step has finished for ``idle_s`` seconds (>= the run's ``stall_after``).
+
+    Sent once per stall: again only after some step has finished. ``stopping`` is True when
+    the run stops because of it (``stop_on_stall``): running steps end ``cancelled`` and
+    steps not started ``skipped``, both with reason ``stalled``, and the run ``timed_out``.
+
+    Attributes:
+        run_id: the run's id.
+        elapsed_s: seconds since the run started.
+        idle_s: seconds since a step last finished (or since the run started).
+        running_steps: ids of the steps running, sorted; running_tools: their tools.
+        stopping: the run stops now.
+        time: wall-clock time, seconds since the epoch.
+    """
+
+    run_id: str
+    elapsed_s: float
+    idle_s: float
+    running_steps: tuple[int, ...]
+    running_tools: tuple[str, ...]
+    stopping: bool
+    time: float
+
+
 Event = (
     RunStarted
     | StepStarted
     | StepSucceeded
     | StepFailed
+    | StepRetrying
     | StepSkipped
     | StepCancelled
     | CheckEvaluated
+    | Heartbeat
+    | Stall
     | RunFinished
 )
 """Any event a run emits."""

@@ -4,9 +4,13 @@ and exit codes").
 Every step ends in exactly one terminal state:
 
 * ``succeeded``: its tool returned and every check passed;
-* ``failed``: its tool raised, ran past its timeout, or a check failed (``reason`` says which);
-* ``skipped``: it never started (an upstream step failed, or the run was interrupted);
-* ``cancelled``: it was running when the run was interrupted.
+* ``failed``: its tool raised, ran past its timeout, or a check failed (``reason`` says which),
+  and no retry was allowed (``detail`` says why);
+* ``skipped``: it never started: an upstream step failed (``upstream_failed``), the cost cap
+  left no room for it (``budget``), the run hit its deadline (``deadline``) or stalled
+  (``stalled``), or was interrupted (``interrupted``);
+* ``cancelled``: it was running when the run stopped (``deadline``, ``stalled``,
+  ``interrupted``).
 
 ``pending`` and ``running`` only exist while the run goes on. :meth:`RunResult.to_json_dict`
 is the stable JSON shape printed by ``plandag exec --json``.
@@ -25,6 +29,7 @@ from pydantic import BaseModel
 from plandag.checks.base import CheckOutcome
 
 __all__ = [
+    "AttemptRecord",
     "RunResult",
     "RunStatus",
     "StepErrorInfo",
@@ -68,6 +73,55 @@ class StepErrorInfo:
 
 
 @dataclasses.dataclass(slots=True)
+class AttemptRecord:
+    """One attempt of a step.
+
+    Attributes:
+        number: 1 for the first attempt, 2 for the first retry...
+        started_at: wall-clock start, seconds since the epoch.
+        ended_at: wall-clock end, seconds since the epoch (None while it runs).
+        error: the error it ended with (for an exception group, the real leaf), or None.
+        reason: ``None`` when it succeeded; else the failure's reason code (as on
+            :class:`StepRecord`), or ``deadline`` / ``stalled`` / ``interrupted`` when it
+            was cancelled.
+        kind: ``transient`` or ``permanent`` for a failed attempt, else None.
+        retry: what followed a failure: ``"retried"``, or why not (a
+            :data:`plandag.scheduler.retry.StopReason`, or ``budget`` when the cost cap
+            left no room for another attempt); None for a success or a cancellation.
+        delay_before_s: seconds waited before it started (0.0 for the first attempt).
+        cost_usd: US dollars charged for it (reported, else the tool's estimate when the
+            run had a cost cap, else 0.0).
+        tokens: tokens charged for it, likewise.
+    """
+
+    number: int
+    started_at: float
+    ended_at: float | None = None
+    error: StepErrorInfo | None = None
+    reason: str | None = None
+    kind: str | None = None
+    retry: str | None = None
+    delay_before_s: float = 0.0
+    cost_usd: float = 0.0
+    tokens: int = 0
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The attempt as JSON-safe data."""
+        return {
+            "number": self.number,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "error": self.error.as_dict() if self.error is not None else None,
+            "reason": self.reason,
+            "kind": self.kind,
+            "retry": self.retry,
+            "delay_before_s": self.delay_before_s,
+            "cost_usd": self.cost_usd,
+            "tokens": self.tokens,
+        }
+
+
+@dataclasses.dataclass(slots=True)
 class StepRecord:
     """One step's record; the runner fills it in as the step goes.
 
@@ -81,9 +135,11 @@ class StepRecord:
         reason: a stable code for ``failed``, ``skipped`` and ``cancelled`` steps:
             ``tool_error``, ``timeout``, ``check_failed``, ``invalid_args``,
             ``reference_error``, ``write_outside_boundary``, ``upstream_failed``,
-            ``interrupted``, or the ``reason`` of a :class:`plandag.errors.StepError`.
+            ``budget``, ``deadline``, ``stalled``, ``interrupted``, or the ``reason`` of a
+            :class:`plandag.errors.StepError`.
         detail: the same in words, e.g. ``"upstream 2 failed"``.
         attempts: how many attempts started (0 for a step that never ran).
+        attempt_log: every attempt, in order (see :class:`AttemptRecord`).
         started_at: wall-clock time of the first attempt's start (seconds since the epoch),
             or None when it never started.
         ended_at: wall-clock time it reached its terminal state (seconds since the epoch).
@@ -104,6 +160,7 @@ class StepRecord:
     ended_at: float | None = None
     duration_s: float | None = None
     checks: list[CheckOutcome] = dataclasses.field(default_factory=list)
+    attempt_log: list[AttemptRecord] = dataclasses.field(default_factory=list)
 
     def to_json_dict(self) -> dict[str, Any]:
         """The record as JSON-safe data (the result through :func:`to_jsonable`)."""
@@ -120,6 +177,7 @@ class StepRecord:
             "ended_at": self.ended_at,
             "duration_s": self.duration_s,
             "checks": [outcome.as_dict() for outcome in self.checks],
+            "attempt_log": [attempt.to_json_dict() for attempt in self.attempt_log],
         }
 
 
@@ -129,15 +187,21 @@ class RunResult:
 
     Attributes:
         run_id: the run's id.
-        status: ``succeeded`` when every step succeeded, ``failed`` when any step failed,
-            ``interrupted`` when the run was cancelled from outside (other statuses belong to
-            later features: budgets, deadlines, approval, replanning).
+        status: the first that applies of: ``interrupted`` (cancelled from outside);
+            ``timed_out`` (the wall-clock cap was reached, or the run stopped on a stall);
+            ``budget_exceeded`` (a step or a retry was not started for lack of budget);
+            ``succeeded`` (every step succeeded); ``failed``.
         steps: every step's record by id, each in exactly one terminal state.
         output: the plan's ``output`` with its references resolved, when every step it
             references succeeded; else None.
         started_at: wall-clock start, seconds since the epoch.
         ended_at: wall-clock end, seconds since the epoch.
         duration_s: seconds on the monotonic clock.
+        spent_usd: US dollars charged over every attempt (see
+            :class:`AttemptRecord`.cost_usd).
+        spent_tokens: tokens charged over every attempt.
+        stop_reason: what stopped the run before its steps were done: ``deadline``,
+            ``stalled``, ``budget`` or ``interrupted``; None when it ran to the end.
     """
 
     run_id: str
@@ -147,6 +211,9 @@ class RunResult:
     started_at: float = 0.0
     ended_at: float = 0.0
     duration_s: float = 0.0
+    spent_usd: float = 0.0
+    spent_tokens: int = 0
+    stop_reason: str | None = None
 
     def __repr__(self) -> str:
         # Short on purpose: asyncio formats the main task's result into a repr when a loop
@@ -166,13 +233,40 @@ class RunResult:
         """The records of failed steps, by id."""
         return [self.steps[key] for key in sorted(self.steps) if self.steps[key].status == "failed"]
 
+    def step_ids(self, status: StepStatus) -> list[int]:
+        """The ids of the steps in ``status``, sorted. After a deadline:
+        ``succeeded``/``failed`` finished, ``cancelled`` were running, ``skipped`` never
+        started."""
+        return sorted(key for key, record in self.steps.items() if record.status == status)
+
+    def progress(self) -> dict[str, list[int]]:
+        """Where the run got to: ``{"finished", "running", "not_started"}``, each a sorted
+        list of step ids. ``finished``: succeeded or failed; ``running``: cancelled while
+        running; ``not_started``: skipped."""
+        groups: dict[str, list[int]] = {"finished": [], "running": [], "not_started": []}
+        names = {
+            "succeeded": "finished",
+            "failed": "finished",
+            "cancelled": "running",
+            "skipped": "not_started",
+        }
+        for key in sorted(self.steps):
+            group = names.get(self.steps[key].status)
+            if group is not None:
+                groups[group].append(key)
+        return groups
+
     def to_json_dict(self) -> dict[str, Any]:
         """The run as JSON-safe data; the shape ``plandag exec --json`` prints (stable)::
 
             {"run_id", "status", "started_at", "ended_at", "duration_s", "output",
+             "spent_usd", "spent_tokens", "stop_reason",
              "steps": [{"id", "tool", "status", "result", "error": {"type", "message"} | null,
                         "reason", "detail", "attempts", "started_at", "ended_at",
-                        "duration_s", "checks": [{"kind", "status", "detail"}]}]}
+                        "duration_s", "checks": [{"kind", "status", "detail"}],
+                        "attempt_log": [{"number", "started_at", "ended_at", "error",
+                                         "reason", "kind", "retry", "delay_before_s",
+                                         "cost_usd", "tokens"}]}]}
 
         Steps are sorted by id.
         """
@@ -183,6 +277,9 @@ class RunResult:
             "ended_at": self.ended_at,
             "duration_s": self.duration_s,
             "output": to_jsonable(self.output),
+            "spent_usd": self.spent_usd,
+            "spent_tokens": self.spent_tokens,
+            "stop_reason": self.stop_reason,
             "steps": [self.steps[key].to_json_dict() for key in sorted(self.steps)],
         }
 

@@ -17,34 +17,76 @@ Per step:
    abandoned at the timeout, so a blocking function cannot hold the run: the step fails
    with ``reason="timeout"`` and its late result is discarded;
 4. evaluate every check of the step (their args' references resolved too); any failed
-   check fails the step with ``reason="check_failed"``, keeping the result on the record.
+   check fails the step with ``reason="check_failed"``, keeping the result on the record;
+5. a failed attempt is described (:func:`plandag.errors.describe_failure`: exception groups
+   unwrapped to their real leaf) and, under a :class:`~plandag.scheduler.retry.RetryPolicy`,
+   tried again after a backoff outside the concurrency limits, as the policy decides.
 
 A step's exception is caught and recorded on the step; it never reaches the task group, so
 siblings are never cancelled and the caller never sees an ``ExceptionGroup``.
+
+The brakes of :class:`RunLimits` (ARCHITECTURE.md, "Brakes"; issue 3):
+
+* ``max_seconds``: a cancel scope around every step, with its deadline fixed at the run's
+  start. At the deadline running steps end ``cancelled`` and steps not started ``skipped``,
+  both with reason ``deadline``; the run ends ``timed_out``. Retry delays that would end
+  past the deadline are not waited: the step fails at once.
+* ``max_cost_usd`` / ``max_tokens``: before each attempt the tool's estimate
+  (``cost_estimate_usd``, ``tokens_estimate``) is reserved (:mod:`plandag.scheduler.budget`);
+  after it, the reservation is settled with the cost the tool reported through
+  ``ctx.report_cost`` (the estimate when it reported nothing). A first attempt that cannot
+  be reserved does not start: the step ends ``skipped``, reason ``budget``, and its
+  descendants too; a retry that cannot be reserved is not made. Either way the run ends
+  ``budget_exceeded``; branches that fit the budget run on.
+* ``heartbeat_every`` / ``stall_after`` / ``stop_on_stall``: see
+  :mod:`plandag.scheduler.heartbeat`. A stop on a stall ends running steps ``cancelled`` and
+  the others ``skipped``, reason ``stalled``, and the run ``timed_out`` (a time brake, like
+  the deadline; ``interrupted`` stays for a person's Ctrl-C or SIGTERM).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import TaskGroup
 from pydantic import ValidationError
 
 from plandag.checks.base import CheckOutcome
 from plandag.compiler.compiled import CompiledPlan, CompiledStep
 from plandag.dag.references import ReferenceResolutionError, find_references, resolve_value
-from plandag.errors import BoundaryError, CheckFailedError, StepError, StepTimeoutError
+from plandag.errors import (
+    BoundaryError,
+    CheckFailedError,
+    Classifier,
+    FailureInfo,
+    StepError,
+    StepTimeoutError,
+    classify_error,
+    describe_failure,
+)
 from plandag.scheduler import events
-from plandag.scheduler.result import RunResult, RunStatus, StepErrorInfo, StepRecord
-from plandag.tools.base import ToolContext
+from plandag.scheduler.budget import Budget, Reservation
+from plandag.scheduler.clock import Clock, SystemClock
+from plandag.scheduler.heartbeat import monitor
+from plandag.scheduler.result import (
+    AttemptRecord,
+    RunResult,
+    RunStatus,
+    StepErrorInfo,
+    StepRecord,
+)
+from plandag.scheduler.retry import RetryPolicy
+from plandag.tools.base import Tool, ToolContext
 
-__all__ = ["run_plan", "run_plan_sync"]
+__all__ = ["RunLimits", "run_plan", "run_plan_sync"]
 
 logger = logging.getLogger("plandag.scheduler")
 
@@ -97,14 +139,70 @@ def _detail_of(error: BaseException) -> str:
     return _one_line(f"{type(error).__name__}: {error}")
 
 
+def _positive_or_none(name: str, value: float | None) -> None:
+    if value is not None and (math.isnan(value) or value <= 0):
+        raise ValueError(f"{name} must be > 0 or None, not {value}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunLimits:
+    """The brakes of one run (ARCHITECTURE.md, "Brakes"). Every field defaults to "off",
+    except the heartbeat period.
+
+    Attributes:
+        max_seconds: wall-clock cap for the whole run, seconds from its start (CLI
+            ``--max-seconds``); None for none.
+        max_cost_usd: cap on the run's spend, US dollars (``--max-cost``); None for none.
+        max_tokens: cap on the run's tokens (``--max-tokens``); None for none.
+        heartbeat_every: seconds between :class:`~plandag.scheduler.events.Heartbeat`
+            events (``--heartbeat-every``, default 10); None for no heartbeat. Heartbeats
+            are only computed when the run has observers.
+        stall_after: seconds without any step finishing that make a stall
+            (``--stall-after``); None for no stall detection.
+        stop_on_stall: stop the run at the first stall (``--stop-on-stall``); needs
+            ``stall_after``.
+
+    Raises:
+        ValueError: a limit <= 0 (or a negative cap), or ``stop_on_stall`` without
+            ``stall_after``.
+    """
+
+    max_seconds: float | None = None
+    max_cost_usd: float | None = None
+    max_tokens: int | None = None
+    heartbeat_every: float | None = 10.0
+    stall_after: float | None = None
+    stop_on_stall: bool = False
+
+    def __post_init__(self) -> None:
+        _positive_or_none("max_seconds", self.max_seconds)
+        _positive_or_none("heartbeat_every", self.heartbeat_every)
+        _positive_or_none("stall_after", self.stall_after)
+        if self.max_cost_usd is not None and not (
+            math.isfinite(self.max_cost_usd) and self.max_cost_usd >= 0
+        ):
+            raise ValueError(f"max_cost_usd must be >= 0 or None, not {self.max_cost_usd}")
+        if self.max_tokens is not None and self.max_tokens < 0:
+            raise ValueError(f"max_tokens must be >= 0 or None, not {self.max_tokens}")
+        if self.stop_on_stall and self.stall_after is None:
+            raise ValueError("stop_on_stall needs stall_after (seconds without progress)")
+
+
+_NO_LIMITS = RunLimits()
+
+
 @dataclasses.dataclass(slots=True)
 class _AttemptOutcome:
-    """What one attempt of a step produced: a result (checks all passed) or an error."""
+    """What one attempt of a step produced: a result (checks all passed), an error (with
+    its :class:`FailureInfo`), or a refusal to start it (``refused``: why, in words)."""
 
     result: Any = None
-    error: Exception | None = None
+    error: BaseException | None = None
     checks: list[CheckOutcome] = dataclasses.field(default_factory=list)
     keep_result: bool = False
+    failure: FailureInfo | None = None
+    refused: str | None = None
+    explanation: str = ""
 
 
 class _Run:
@@ -117,11 +215,15 @@ class _Run:
         max_concurrency: int | None,
         tool_limits: Mapping[str, int] | None,
         observers: Sequence[events.Observer],
+        limits: RunLimits,
+        retry: RetryPolicy | None,
+        classify: Classifier,
+        clock: Clock | None,
     ) -> None:
         if max_concurrency is not None and max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1 or None, not {max_concurrency}")
-        limits: dict[str, int | None] = dict(tool_limits or {})
-        for name, limit in limits.items():
+        limits_by_name: dict[str, int | None] = dict(tool_limits or {})
+        for name, limit in limits_by_name.items():
             if limit is None or limit < 1:
                 raise ValueError(f"tool_limits[{name!r}] must be >= 1, not {limit}")
         self.compiled = compiled
@@ -131,6 +233,26 @@ class _Run:
         self.boundary = compiled.write_boundary
         self.observers = tuple(observers)
         self.broken_observers: set[int] = set()
+        self.limits = limits
+        self.retry = retry
+        self.classify = classify
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        # The system clock's functions are called directly: a bound method per call would
+        # cost the hot path for nothing.
+        self.now: Callable[[], float]
+        self.monotonic: Callable[[], float]
+        if type(self.clock) is SystemClock:
+            self.now, self.monotonic = time.time, time.perf_counter
+        else:
+            self.now, self.monotonic = self.clock.time, self.clock.monotonic
+        self.budget = Budget(limits.max_cost_usd, limits.max_tokens)
+        self.capped = limits.max_cost_usd is not None or limits.max_tokens is not None
+        self.budget_refused = False
+        self.stop_reason: str | None = None
+        self.run_scope = anyio.CancelScope()
+        self.started = 0.0
+        self.deadline: float | None = None
+        self.last_progress = 0.0
         self.records: dict[int, StepRecord] = {}
         self.remaining: dict[int, int] = {}
         self.results: dict[int, Any] = {}
@@ -148,7 +270,7 @@ class _Run:
             self.records[step_id] = StepRecord(id=step_id, tool=tool.name)
             self.remaining[step_id] = len(compiled_step.parents)
             self.args_have_references[step_id] = _holds_reference_text(compiled_step.step.args)
-            limit = limits.get(tool.name, tool.max_concurrency)
+            limit = limits_by_name.get(tool.name, tool.max_concurrency)
             if limit is not None and tool.name not in limiters_by_tool:
                 limiters_by_tool[tool.name] = anyio.CapacityLimiter(limit)
             self.tool_limiter[step_id] = limiters_by_tool.get(tool.name)
@@ -173,36 +295,138 @@ class _Run:
                         exc_info=True,
                     )
 
+    def running_steps(self) -> tuple[tuple[int, ...], tuple[str, ...]]:
+        """Ids of the running steps (sorted) and their tools' names."""
+        running = sorted(
+            record.id for record in self.records.values() if record.status == "running"
+        )
+        return tuple(running), tuple(self.records[step_id].tool for step_id in running)
+
+    def heartbeat(self) -> events.Heartbeat:
+        """A :class:`~plandag.scheduler.events.Heartbeat` for now (O(steps))."""
+        counts = dict.fromkeys(
+            ("pending", "running", "succeeded", "failed", "skipped", "cancelled"), 0
+        )
+        for record in self.records.values():
+            counts[record.status] += 1
+        running_steps, running_tools = self.running_steps()
+        return events.Heartbeat(
+            run_id=self.run_id,
+            elapsed_s=self.monotonic() - self.started,
+            total=len(self.records),
+            succeeded=counts["succeeded"],
+            failed=counts["failed"],
+            skipped=counts["skipped"],
+            cancelled=counts["cancelled"],
+            running=counts["running"],
+            pending=counts["pending"],
+            spent_usd=self.budget.spent_usd,
+            spent_tokens=self.budget.spent_tokens,
+            running_steps=running_steps,
+            running_tools=running_tools,
+            time=self.now(),
+        )
+
+    def stall(self, idle_s: float, stopping: bool) -> events.Stall:
+        """A :class:`~plandag.scheduler.events.Stall` for now."""
+        running_steps, running_tools = self.running_steps()
+        return events.Stall(
+            run_id=self.run_id,
+            elapsed_s=self.monotonic() - self.started,
+            idle_s=idle_s,
+            running_steps=running_steps,
+            running_tools=running_tools,
+            stopping=stopping,
+            time=self.now(),
+        )
+
+    def stop(self, reason: str) -> None:
+        """Stop the run now: running steps end cancelled, the others skipped (``reason``)."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self.run_scope.cancel()
+
+    def stop_cause(self) -> str:
+        """Why the run's steps are being cancelled: ``stalled``, ``deadline`` or
+        ``interrupted`` (from outside)."""
+        if self.stop_reason is not None:
+            return self.stop_reason
+        if self.run_scope.cancel_called:
+            return "deadline"  # only stop() and the deadline cancel run_scope
+        return "interrupted"
+
+    def remaining_s(self) -> float | None:
+        """Seconds left before the run's deadline (run's clock), or None without one."""
+        if self.deadline is None:
+            return None
+        return self.deadline - self.monotonic()
+
     # -- the run ---------------------------------------------------------------------------
 
     async def run(self) -> RunResult:
         """Run every step; return the complete result (see :func:`run_plan`)."""
-        started_at = time.time()
-        started = time.perf_counter()
+        limits = self.limits
+        started_at = self.now()
+        self.started = self.last_progress = self.monotonic()
+        if limits.max_seconds is not None:
+            self.deadline = self.started + limits.max_seconds
+            self.run_scope = anyio.CancelScope(deadline=anyio.current_time() + limits.max_seconds)
         if self.observers:
             self.emit(events.RunStarted(self.run_id, len(self.records), started_at))
+        send = bool(self.observers) and (
+            limits.heartbeat_every is not None or limits.stall_after is not None
+        )
+        watch = send or (limits.stop_on_stall and limits.stall_after is not None)
         cancelled = anyio.get_cancelled_exc_class()
         try:
-            async with anyio.create_task_group() as task_group:
-                self.task_group = task_group
-                for step_id in self.compiled.roots:
-                    task_group.start_soon(self.run_step, step_id)
+            if watch and self.records:
+                async with anyio.create_task_group() as monitor_group:
+                    monitor_group.start_soon(self.watch, send)
+                    await self.run_steps()
+                    monitor_group.cancel_scope.cancel()
+            else:
+                await self.run_steps()
         except cancelled:
             # Cancelled from outside: every step recorded where it got to; return the
             # complete picture rather than lose it (documented in run_plan).
             pass
-        return self.finish(started_at, started)
+        return self.finish(started_at, self.started)
+
+    async def watch(self, send: bool) -> None:
+        """The heartbeat monitor's task (see :mod:`plandag.scheduler.heartbeat`)."""
+        limits = self.limits
+        await monitor(
+            self,
+            clock=self.clock,
+            every=limits.heartbeat_every,
+            stall_after=limits.stall_after,
+            stop_on_stall=limits.stop_on_stall,
+            send=send,
+        )
+
+    async def run_steps(self) -> None:
+        """Start the roots; return when every step has ended or the run scope stopped."""
+        with self.run_scope:
+            async with anyio.create_task_group() as task_group:
+                self.task_group = task_group
+                for step_id in self.compiled.roots:
+                    task_group.start_soon(self.run_step, step_id)
 
     def finish(self, started_at: float, started: float) -> RunResult:
         """Close every record still open, build the RunResult and emit RunFinished."""
+        cause = self.stop_cause()
         for record in self.records.values():
             if record.status in ("pending", "running"):
-                self.interrupt(record)
-        statuses = [record.status for record in self.records.values()]
+                self.interrupt(record, cause)
         status: RunStatus
+        stop_reason: str | None = None
         if any(record.reason == "interrupted" for record in self.records.values()):
-            status = "interrupted"
-        elif all(item == "succeeded" for item in statuses):
+            status, stop_reason = "interrupted", "interrupted"
+        elif self.run_scope.cancel_called:
+            status, stop_reason = "timed_out", cause
+        elif self.budget_refused:
+            status, stop_reason = "budget_exceeded", "budget"
+        elif all(record.status == "succeeded" for record in self.records.values()):
             status = "succeeded"
         else:
             status = "failed"
@@ -212,8 +436,11 @@ class _Run:
             steps=self.records,
             output=self.resolve_output(),
             started_at=started_at,
-            ended_at=time.time(),
-            duration_s=time.perf_counter() - started,
+            ended_at=self.now(),
+            duration_s=self.monotonic() - started,
+            spent_usd=self.budget.spent_usd,
+            spent_tokens=self.budget.spent_tokens,
+            stop_reason=stop_reason,
         )
         if self.observers:
             self.emit(events.RunFinished(self.run_id, result, result.ended_at))
@@ -256,72 +483,211 @@ class _Run:
         """Run one step to a terminal state, then start its ready children or prune."""
         record = self.records[step_id]
         try:
-            outcome = await self.attempt_within_limits(step_id, record)
+            outcome = await self.attempt_within_limits(step_id, record, 0.0)
+            if outcome.error is not None and self.retry is not None:
+                outcome = await self.retry_step(step_id, record, outcome, self.retry)
         except anyio.get_cancelled_exc_class():
-            self.interrupt(record)
+            self.interrupt(record, self.stop_cause())
             raise
-        # A retry loop belongs here: decide from type(outcome.error), back off, attempt again.
         if outcome.error is None:
-            self.succeed(step_id, record, outcome)
+            if outcome.refused is not None:
+                self.refuse(step_id, record, outcome.refused)
+            else:
+                self.succeed(step_id, record, outcome)
         else:
             self.fail(step_id, record, outcome)
 
-    async def attempt_within_limits(self, step_id: int, record: StepRecord) -> _AttemptOutcome:
+    async def retry_step(
+        self, step_id: int, record: StepRecord, outcome: _AttemptOutcome, policy: RetryPolicy
+    ) -> _AttemptOutcome:
+        """Try a failed step again while ``policy`` allows; return the last outcome.
+
+        The backoff is waited outside the concurrency limits (the step stays ``running``).
+        The counters (attempts, total delay) are this step's own.
+        """
+        tool = self.steps[step_id].tool
+        waited = 0.0
+        while True:
+            failure = outcome.failure
+            assert failure is not None
+            last = record.attempt_log[-1]
+            decision = policy.decide(
+                failure,
+                attempts=record.attempts,
+                waited_s=waited,
+                idempotent=tool.idempotent,
+                remaining_s=self.remaining_s(),
+            )
+            if not decision.retry:
+                last.retry = decision.stop
+                if decision.stop != "permanent" and policy.retries > 0:
+                    outcome.explanation = decision.explanation
+                return outcome
+            last.retry = "retried"
+            if self.observers:
+                error = record.attempt_log[-1].error
+                assert error is not None
+                self.emit(
+                    events.StepRetrying(
+                        self.run_id,
+                        step_id,
+                        record.attempts,
+                        last.reason or "tool_error",
+                        error,
+                        decision.delay_s,
+                        self.now(),
+                    )
+                )
+            await self.clock.sleep(decision.delay_s)
+            waited += decision.delay_s
+            following = await self.attempt_within_limits(step_id, record, decision.delay_s)
+            if following.refused is not None:
+                last.retry = "budget"
+                self.budget_refused = True
+                outcome.explanation = f"not retried: {following.refused}"
+                return outcome
+            if following.error is None:
+                return following
+            outcome = following
+
+    async def attempt_within_limits(
+        self, step_id: int, record: StepRecord, delay_before: float
+    ) -> _AttemptOutcome:
         """Acquire the tool's limiter, then the global one, and run one attempt."""
         tool_limiter = self.tool_limiter[step_id]
         global_limiter = self.global_limiter
         if tool_limiter is None:
             if global_limiter is None:
-                return await self.attempt(step_id, record)
+                return await self.attempt(step_id, record, delay_before)
             async with global_limiter:
-                return await self.attempt(step_id, record)
+                return await self.attempt(step_id, record, delay_before)
         async with tool_limiter:
             if global_limiter is None:
-                return await self.attempt(step_id, record)
+                return await self.attempt(step_id, record, delay_before)
             async with global_limiter:
-                return await self.attempt(step_id, record)
+                return await self.attempt(step_id, record, delay_before)
 
-    async def attempt(self, step_id: int, record: StepRecord) -> _AttemptOutcome:
-        """One attempt: resolve args, check write targets, call the tool, run the checks.
+    async def attempt(
+        self, step_id: int, record: StepRecord, delay_before: float
+    ) -> _AttemptOutcome:
+        """One attempt: reserve its cost, resolve args, check write targets, call the tool,
+        run the checks, settle the cost.
 
-        Every ``Exception`` is caught and returned in the outcome; only cancellation
-        propagates.
+        Every ``Exception`` (and every exception group with a real leaf) is caught and
+        returned in the outcome; only cancellation propagates.
         """
         compiled_step = self.steps[step_id]
         tool = compiled_step.tool
+        reservation: Reservation | None = None
+        if self.capped:
+            reservation = self.budget.reserve(tool.cost_estimate_usd, tool.tokens_estimate)
+            if reservation is None:
+                return _AttemptOutcome(
+                    refused=self.budget.refusal(tool.cost_estimate_usd, tool.tokens_estimate)
+                )
         record.attempts += 1
+        now = self.now()
+        attempt_record = AttemptRecord(record.attempts, now, delay_before_s=delay_before)
+        record.attempt_log.append(attempt_record)
         if record.started_at is None:
-            record.started_at = time.time()
-            self.started_monotonic[step_id] = time.perf_counter()
+            record.started_at = now
+            self.started_monotonic[step_id] = self.monotonic()
         record.status = "running"
         if self.observers:
-            self.emit(
-                events.StepStarted(self.run_id, step_id, tool.name, record.attempts, time.time())
-            )
+            self.emit(events.StepStarted(self.run_id, step_id, tool.name, record.attempts, now))
+        context = (
+            ToolContext(run_id=self.run_id, step_id=step_id, attempt=record.attempts)
+            if tool.takes_context
+            else None
+        )
         try:
-            args: Mapping[str, Any] = compiled_step.step.args
-            if self.args_have_references[step_id]:
-                args = resolve_value(args, self.result_of, self.params)
-            if self.boundary is not None and tool.writes is not None:
-                for target in tool.write_targets(args):
-                    self.boundary.check(target, step_id=step_id)
-            context = (
-                ToolContext(run_id=self.run_id, step_id=step_id, attempt=record.attempts)
-                if tool.takes_context
-                else None
-            )
-            if tool.timeout is None:
-                result = await tool.invoke(args, context)
-            else:
-                with anyio.move_on_after(tool.timeout) as scope:
+            try:
+                args: Mapping[str, Any] = compiled_step.step.args
+                if self.args_have_references[step_id]:
+                    args = compiled_step.args_template(self.result_of, self.params)
+                if self.boundary is not None and tool.writes is not None:
+                    for target in tool.write_targets(args):
+                        self.boundary.check(target, step_id=step_id)
+                if tool.timeout is None:
                     result = await tool.invoke(args, context)
-                if scope.cancelled_caught:
-                    raise StepTimeoutError(
-                        f"step {step_id}: tool {tool.name} did not finish within its timeout "
-                        f"of {tool.timeout:g} s; a late result is discarded"
-                    )
-        except Exception as error:
-            return _AttemptOutcome(error=error)
+                else:
+                    with anyio.move_on_after(tool.timeout) as scope:
+                        result = await tool.invoke(args, context)
+                    if scope.cancelled_caught:
+                        raise StepTimeoutError(
+                            f"step {step_id}: tool {tool.name} did not finish within its "
+                            f"timeout of {tool.timeout:g} s; a late result is discarded"
+                        )
+            except Exception as error:
+                outcome = self.failed_attempt(error, attempt_record)
+            except BaseExceptionGroup as group:
+                outcome = await self.failed_attempt_group(group, attempt_record)
+            else:
+                outcome = self.check_attempt(step_id, compiled_step, result, attempt_record)
+        finally:
+            attempt_record.ended_at = self.now()
+            if (
+                reservation is not None
+                or context is not None
+                or tool.cost_estimate_usd
+                or tool.tokens_estimate
+            ):
+                self.settle(tool, reservation, context, attempt_record)
+        return outcome
+
+    def settle(
+        self,
+        tool: Tool,
+        reservation: Reservation | None,
+        context: ToolContext | None,
+        attempt_record: AttemptRecord,
+    ) -> None:
+        """Charge one attempt: what the tool reported, else its estimate."""
+        if context is not None and context.cost_reported:
+            usd, tokens = context.cost_usd, context.tokens
+        else:
+            usd, tokens = tool.cost_estimate_usd, tool.tokens_estimate
+        attempt_record.cost_usd = usd
+        attempt_record.tokens = tokens
+        self.budget.settle(reservation or Reservation(0, 0), usd, tokens)
+
+    def failed_attempt(
+        self, error: BaseException, attempt_record: AttemptRecord
+    ) -> _AttemptOutcome:
+        """The outcome of an attempt that raised ``error`` (not only cancellation)."""
+        failure = describe_failure(error, classify=self.classify, now=self.now())
+        assert failure is not None
+        leaf = failure.error
+        attempt_record.error = StepErrorInfo(type(leaf).__name__, str(leaf))
+        attempt_record.reason = _reason_of(leaf)
+        attempt_record.kind = failure.kind
+        return _AttemptOutcome(error=leaf, failure=failure)
+
+    async def failed_attempt_group(
+        self, group: BaseExceptionGroup[Any], attempt_record: AttemptRecord
+    ) -> _AttemptOutcome:
+        """An exception group holding cancellation (or other BaseExceptions) besides errors.
+
+        When this run is being cancelled, the cancellation wins. A group of nothing but
+        cancellations, or holding a ``KeyboardInterrupt``/``SystemExit``, is raised again.
+        Otherwise the group is a failure like any other, reported by its real leaf.
+        """
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        _, rest = group.split(Exception)
+        if rest is not None and describe_failure(rest) is not None:
+            raise group  # a KeyboardInterrupt or SystemExit leaf: not ours to swallow
+        if describe_failure(group) is None:
+            raise group
+        return self.failed_attempt(group, attempt_record)
+
+    def check_attempt(
+        self,
+        step_id: int,
+        compiled_step: CompiledStep,
+        result: Any,
+        attempt_record: AttemptRecord,
+    ) -> _AttemptOutcome:
+        """Evaluate the step's checks on ``result``; a failed check fails the attempt."""
         if not compiled_step.checks:
             return _AttemptOutcome(result=result)
         checks = self.evaluate_checks(step_id, compiled_step, result)
@@ -334,7 +700,11 @@ class _Run:
             if len(failing) > 1
             else failing[0].detail,
         )
-        return _AttemptOutcome(result=result, error=check_error, checks=checks, keep_result=True)
+        outcome = self.failed_attempt(check_error, attempt_record)
+        outcome.result = result
+        outcome.checks = checks
+        outcome.keep_result = True
+        return outcome
 
     def evaluate_checks(
         self, step_id: int, compiled_step: CompiledStep, result: Any
@@ -357,16 +727,17 @@ class _Run:
                 outcome = definition.evaluate(result, check_args)
             outcomes.append(outcome)
             if self.observers:
-                self.emit(events.CheckEvaluated(self.run_id, step_id, outcome, time.time()))
+                self.emit(events.CheckEvaluated(self.run_id, step_id, outcome, self.now()))
         return outcomes
 
     # -- terminal states -------------------------------------------------------------------
 
     def close(self, step_id: int, record: StepRecord) -> None:
-        record.ended_at = time.time()
+        record.ended_at = self.now()
+        now = self.last_progress = self.monotonic()
         started = self.started_monotonic.get(step_id)
         if started is not None:
-            record.duration_s = time.perf_counter() - started
+            record.duration_s = now - started
 
     def succeed(self, step_id: int, record: StepRecord, outcome: _AttemptOutcome) -> None:
         """Record success, then start every child whose parents have all succeeded."""
@@ -398,6 +769,8 @@ class _Run:
         record.error = StepErrorInfo(type(error).__name__, str(error))
         record.reason = _reason_of(error)
         record.detail = _detail_of(error)
+        if outcome.explanation:
+            record.detail = f"{record.detail} ({outcome.explanation})"
         record.checks = outcome.checks
         if outcome.keep_result:
             record.result = outcome.result
@@ -410,8 +783,25 @@ class _Run:
             )
         self.skip_descendants(step_id)
 
-    def skip_descendants(self, failed_id: int) -> None:
-        """Mark every pending descendant of ``failed_id`` skipped (``upstream_failed``).
+    def refuse(self, step_id: int, record: StepRecord, detail: str) -> None:
+        """A step the cost cap left no room for: skipped (``budget``), and its descendants."""
+        self.budget_refused = True
+        now = self.now()
+        record.status = "skipped"
+        record.reason = "budget"
+        record.detail = detail
+        record.ended_at = now
+        if self.observers:
+            self.emit(events.StepSkipped(self.run_id, step_id, "budget", detail, now))
+        self.skip_descendants(
+            step_id, "budget", f"upstream {step_id} was not started: the cost cap left no room"
+        )
+
+    def skip_descendants(
+        self, failed_id: int, reason: str = "upstream_failed", detail: str | None = None
+    ) -> None:
+        """Mark every pending descendant of ``failed_id`` skipped (``upstream_failed``, or
+        ``reason`` with ``detail`` for a step the budget did not start).
 
         Failed steps are never ancestors of one another (a step only starts after all its
         ancestors succeeded), so the failed ids listed on a skipped step are exactly the
@@ -422,7 +812,8 @@ class _Run:
         records = self.records
         seen: set[int] = set()
         stack = list(steps[failed_id].children)
-        now = time.time()
+        now = self.now()
+        failed = detail is None
         while stack:
             step_id = stack.pop()
             if step_id in seen:
@@ -431,41 +822,57 @@ class _Run:
             stack.extend(steps[step_id].children)
             record = records[step_id]
             if record.status == "pending":
-                upstream = self.failed_upstream[step_id] = [failed_id]
                 record.status = "skipped"
-                record.reason = "upstream_failed"
-                record.detail = f"upstream {failed_id} failed"
+                record.reason = reason
+                if failed:
+                    self.failed_upstream[step_id] = [failed_id]
+                    record.detail = f"upstream {failed_id} failed"
+                else:
+                    record.detail = detail
                 record.ended_at = now
                 if self.observers:
                     self.emit(
-                        events.StepSkipped(self.run_id, step_id, record.reason, record.detail, now)
+                        events.StepSkipped(self.run_id, step_id, reason, record.detail or "", now)
                     )
-            elif record.status == "skipped" and step_id in self.failed_upstream:
+            elif failed and record.status == "skipped" and step_id in self.failed_upstream:
                 upstream = self.failed_upstream[step_id]
                 if failed_id not in upstream:
                     upstream.append(failed_id)
                     upstream.sort()
                     record.detail = f"upstream {', '.join(map(str, upstream))} failed"
 
-    def interrupt(self, record: StepRecord) -> None:
-        """Close a record the run was interrupted on: running → cancelled, pending → skipped."""
-        now = time.time()
+    def interrupt(self, record: StepRecord, reason: str = "interrupted") -> None:
+        """Close a record the run stopped on: running → cancelled, pending → skipped.
+
+        ``reason``: ``interrupted`` (from outside), ``deadline`` or ``stalled``.
+        """
+        now = self.now()
         if record.status == "running":
             record.status = "cancelled"
-            record.reason = "interrupted"
-            record.detail = "the run was interrupted while this step was running"
+            record.reason = reason
+            record.detail = f"{self.stop_words(reason)} while this step was running"
+            if record.attempt_log and record.attempt_log[-1].error is None:
+                record.attempt_log[-1].reason = reason
             self.close(record.id, record)
             if self.observers:
-                self.emit(events.StepCancelled(self.run_id, record.id, record.reason, now))
+                self.emit(events.StepCancelled(self.run_id, record.id, reason, now))
         elif record.status == "pending":
             record.status = "skipped"
-            record.reason = "interrupted"
-            record.detail = "the run was interrupted before this step started"
+            record.reason = reason
+            record.detail = f"{self.stop_words(reason)} before this step started"
             record.ended_at = now
             if self.observers:
-                self.emit(
-                    events.StepSkipped(self.run_id, record.id, record.reason, record.detail, now)
-                )
+                self.emit(events.StepSkipped(self.run_id, record.id, reason, record.detail, now))
+
+    def stop_words(self, reason: str) -> str:
+        """What stopped the run, in words: the start of a cancelled or skipped detail."""
+        if reason == "deadline":
+            return f"the run reached its wall-clock cap of {self.limits.max_seconds:g} s"
+        if reason == "stalled":
+            return (
+                f"the run stopped on a stall (no step finished for {self.limits.stall_after:g} s)"
+            )
+        return "the run was interrupted"
 
 
 async def run_plan(
@@ -475,6 +882,10 @@ async def run_plan(
     max_concurrency: int | None = None,
     tool_limits: Mapping[str, int] | None = None,
     observers: Sequence[events.Observer] = (),
+    limits: RunLimits | None = None,
+    retry: RetryPolicy | None = None,
+    classify: Classifier = classify_error,
+    clock: Clock | None = None,
 ) -> RunResult:
     """Run a compiled plan: every step whose parents all succeeded starts at once.
 
@@ -484,11 +895,24 @@ async def run_plan(
         max_concurrency: at most this many steps running at once (None: no limit).
         tool_limits: per-tool limits by tool name, overriding ``tool.max_concurrency``.
         observers: callables receiving every :mod:`~plandag.scheduler.events` event in
-            order; one that raises is logged once and ignored.
+            order; one that raises is logged once and ignored. Heartbeats and stalls go
+            to them too (:class:`~plandag.scheduler.heartbeat.JsonlHeartbeatWriter` is one).
+        limits: the run's brakes (:class:`RunLimits`: wall-clock cap, cost and token caps,
+            heartbeat, stall); default: none, heartbeat every 10 s.
+        retry: how failed steps are retried (:class:`~plandag.scheduler.retry.RetryPolicy`;
+            the CLI passes ``RetryPolicy(retries=N)``, N default 2); None: one attempt per
+            step, never retried.
+        classify: the rule sorting errors into transient and permanent (default
+            :func:`plandag.errors.classify_error`).
+        clock: where times and retry delays come from (default: the system clock; tests
+            pass a :class:`~plandag.scheduler.clock.VirtualClock`).
 
     Returns:
         A :class:`RunResult` covering every step, each in exactly one terminal state.
-        ``status`` is ``succeeded`` when every step succeeded, else ``failed``.
+        ``status``: ``succeeded`` when every step succeeded; ``failed`` when some failed;
+        ``timed_out`` at the wall-clock cap or a stop on a stall; ``budget_exceeded`` when
+        the cost cap kept a step or a retry from starting; ``interrupted`` (below).
+        ``RunResult.progress()`` says what finished, what was running, what never started.
 
         If the surrounding cancel scope is cancelled (Ctrl-C, a caller's deadline),
         running steps end ``cancelled`` and steps not started end ``skipped``, both with
@@ -497,7 +921,8 @@ async def run_plan(
         picture. The cancellation is not lost: anyio cancellation is level-triggered, so
         the caller's next checkpoint inside the cancelled scope raises it again. (A
         consequence: ``anyio.fail_after`` around ``run_plan`` returns the interrupted result
-        rather than raising ``TimeoutError``; test ``result.status`` instead.)
+        rather than raising ``TimeoutError``; test ``result.status`` instead, or use
+        ``RunLimits(max_seconds=...)``.)
 
     Raises:
         ValueError: ``max_concurrency`` or a ``tool_limits`` value below 1.
@@ -510,6 +935,10 @@ async def run_plan(
         max_concurrency,
         tool_limits,
         observers,
+        limits if limits is not None else _NO_LIMITS,
+        retry,
+        classify,
+        clock,
     )
     return await run.run()
 
@@ -521,6 +950,10 @@ def run_plan_sync(
     max_concurrency: int | None = None,
     tool_limits: Mapping[str, int] | None = None,
     observers: Sequence[events.Observer] = (),
+    limits: RunLimits | None = None,
+    retry: RetryPolicy | None = None,
+    classify: Classifier = classify_error,
+    clock: Clock | None = None,
 ) -> RunResult:
     """:func:`run_plan` from synchronous code, on a new event loop (``anyio.run``, asyncio).
 
@@ -537,6 +970,10 @@ def run_plan_sync(
             max_concurrency=max_concurrency,
             tool_limits=tool_limits,
             observers=observers,
+            limits=limits,
+            retry=retry,
+            classify=classify,
+            clock=clock,
         )
 
     return anyio.run(main)

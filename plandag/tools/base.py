@@ -22,8 +22,10 @@ declared ``inline=True`` (cheap, non-blocking work that can run on the event loo
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import logging
+import math
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, overload
@@ -54,6 +56,8 @@ class ToolContext:
         logger: a logger named after the run and step.
         cost_usd: real cost reported so far by this attempt, in US dollars.
         tokens: real tokens reported so far by this attempt.
+        cost_reported: :meth:`report_cost` was called during this attempt. When it was
+            not, a run with a cost cap charges the attempt the tool's estimate.
     """
 
     run_id: str
@@ -64,6 +68,7 @@ class ToolContext:
     )
     cost_usd: float = 0.0
     tokens: int = 0
+    cost_reported: bool = False
 
     @property
     def idempotency_key(self) -> str:
@@ -76,6 +81,7 @@ class ToolContext:
             raise ValueError("cost and tokens reported must be >= 0")
         self.cost_usd += usd
         self.tokens += tokens
+        self.cost_reported = True
 
 
 class _LenientJsonSchema(GenerateJsonSchema):
@@ -109,6 +115,9 @@ class Tool:
         max_concurrency: at most this many calls of this tool at once, or None.
         inline: a sync tool run on the event loop instead of in a worker thread.
         takes_context: the function declares a ``ToolContext`` parameter.
+        cost_estimate_usd: estimated cost of one call, US dollars; a run with a cost cap
+            reserves it before each attempt.
+        tokens_estimate: estimated tokens of one call; reserved likewise under a token cap.
     """
 
     name: str
@@ -124,11 +133,20 @@ class Tool:
     inline: bool = False
     takes_context: bool = False
     context_parameter: str | None = None
+    cost_estimate_usd: float = 0.0
+    tokens_estimate: int = 0
 
-    @property
+    @functools.cached_property
     def is_async(self) -> bool:
         """True when the function is a coroutine function (runs on the event loop)."""
         return inspect.iscoroutinefunction(self.function)
+
+    @functools.cached_property
+    def _keyword_names(self) -> tuple[tuple[str, str], ...]:
+        """``(model attribute, keyword argument)`` pairs, aliases resolved once."""
+        return tuple(
+            (name, field.alias or name) for name, field in self.args_model.model_fields.items()
+        )
 
     def json_schema(self) -> dict[str, Any]:
         """JSON Schema of the arguments, as shown to planners.
@@ -157,11 +175,8 @@ class Tool:
         Raises:
             pydantic.ValidationError: an argument is missing, unknown or of the wrong type.
         """
-        model = self.args_model.model_validate(dict(args))
-        return {
-            field.alias or name: getattr(model, name)
-            for name, field in type(model).model_fields.items()
-        }
+        model = self.args_model.model_validate(args if type(args) is dict else dict(args))
+        return {keyword: getattr(model, name) for name, keyword in self._keyword_names}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the wrapped function directly (no validation, no thread): handy in tests."""
@@ -211,6 +226,8 @@ def _build_tool(
     timeout: float | None,
     max_concurrency: int | None,
     inline: bool,
+    cost_estimate_usd: float = 0.0,
+    tokens_estimate: int = 0,
 ) -> Tool:
     if isinstance(function, Tool):
         raise ToolDefinitionError(f"{function.name} is already a tool; apply @tool once")
@@ -227,6 +244,12 @@ def _build_tool(
         raise ToolDefinitionError(f"tool {tool_name}: timeout must be > 0 seconds")
     if max_concurrency is not None and max_concurrency < 1:
         raise ToolDefinitionError(f"tool {tool_name}: max_concurrency must be >= 1")
+    if not math.isfinite(cost_estimate_usd) or cost_estimate_usd < 0:
+        raise ToolDefinitionError(
+            f"tool {tool_name}: cost_estimate_usd must be a finite number of US dollars >= 0"
+        )
+    if tokens_estimate < 0:
+        raise ToolDefinitionError(f"tool {tool_name}: tokens_estimate must be >= 0")
     try:
         hints = typing.get_type_hints(function, include_extras=True)
     except Exception as error:  # unresolvable forward references and the like
@@ -294,6 +317,8 @@ def _build_tool(
         inline=inline,
         takes_context=context_parameter is not None,
         context_parameter=context_parameter,
+        cost_estimate_usd=float(cost_estimate_usd),
+        tokens_estimate=tokens_estimate,
     )
 
 
@@ -312,6 +337,8 @@ def tool(
     timeout: float | None = None,
     max_concurrency: int | None = None,
     inline: bool = False,
+    cost_estimate_usd: float = 0.0,
+    tokens_estimate: int = 0,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -327,6 +354,8 @@ def tool(
     timeout: float | None = None,
     max_concurrency: int | None = None,
     inline: bool = False,
+    cost_estimate_usd: float = 0.0,
+    tokens_estimate: int = 0,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a typed function as a plan tool; usable bare (``@tool``) or with options.
 
@@ -341,6 +370,9 @@ def tool(
         timeout: seconds per attempt, counted from the attempt's start.
         max_concurrency: at most this many calls of this tool at once.
         inline: run a sync function on the event loop (only for cheap, non-blocking work).
+        cost_estimate_usd: estimated US dollars per call, reserved before each attempt in a
+            run with a cost cap (``run_plan(limits=RunLimits(max_cost_usd=...))``).
+        tokens_estimate: estimated tokens per call, reserved likewise under a token cap.
 
     Returns:
         A :class:`Tool` (bare use) or a decorator that returns one.
@@ -360,6 +392,8 @@ def tool(
             timeout=timeout,
             max_concurrency=max_concurrency,
             inline=inline,
+            cost_estimate_usd=cost_estimate_usd,
+            tokens_estimate=tokens_estimate,
         )
 
     if function is not None:

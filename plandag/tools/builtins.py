@@ -96,9 +96,11 @@ def read_file(path: str, encoding: str = "utf-8", max_bytes: int = 50_000_000) -
         )
     try:
         with open(path, "rb") as handle:
-            data = handle.read(max_bytes + 1)
+            # Size the read from fstat: read(max_bytes + 1) would allocate max_bytes up front.
+            size = os.fstat(handle.fileno()).st_size
+            data = handle.read(min(size, max_bytes) + 1)
             if len(data) > max_bytes:
-                size = os.fstat(handle.fileno()).st_size
+                size = max(size, len(data))
                 raise PermanentStepError(
                     f"read_file {path}: the file has {size} bytes, more than max_bytes="
                     f"{max_bytes}; raise max_bytes if it is really meant to be read",

@@ -287,3 +287,69 @@ def test_tools_lists_builtins(runner: CliRunner) -> None:
     assert {"read_file", "write_json", "xml_select", "json_select"} <= names
     kinds = {item["kind"] for item in listing["checks"]}
     assert {"not_empty", "equals", "regex", "jmespath", "file_exists", "tolerance"} <= kinds
+
+
+def test_extract_nfe_on_shipped_samples(runner: CliRunner, tmp_path: Path) -> None:
+    output = tmp_path / "out" / "invoices.jsonl"
+    result = runner.invoke(app, ["extract", "nfe", str(EXAMPLES / "nfe"), "-o", str(output)])
+    assert result.exit_code == 0, result.stderr
+    records = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
+    by_name = {Path(r["source"]).name: r for r in records}
+    assert len(records) == 7
+    assert sorted(r["source"] for r in records) == [r["source"] for r in records]
+    event = by_name["brnfe_event_cancel.xml"]
+    assert (event["status"], event["errors"][0]["code"]) == ("error", "not_an_invoice")
+    bare = by_name["brnfe_without_proc.xml"]
+    assert bare["status"] == "ok"
+    assert bare["ide"]["chNFe"] == "35170410864846000204550050000609731202489540"
+    assert bare["total"]["vNF"] == "203.51"
+    assert bare["checks"]["protocol_authorised"]["status"] == "not_applicable"
+    reform = by_name["nfelib_nfe_reforma_tributaria.xml"]
+    assert reform["status"] == "check_failed"
+    assert reform["checks"]["items_sum_vprod"]["status"] == "fail"
+    assert "records written to" in result.stdout
+
+
+def test_extract_nfe_csv_resume_and_json_summary(runner: CliRunner, tmp_path: Path) -> None:
+    output = tmp_path / "invoices.csv"
+    first = runner.invoke(
+        app,
+        ["extract", "nfe", str(EXAMPLES / "nfe" / "brnfe_without_proc.xml"), "-o", str(output)],
+    )
+    assert first.exit_code == 0, first.stderr
+    result = runner.invoke(
+        app,
+        [
+            "extract",
+            "nfe",
+            str(EXAMPLES / "nfe" / "*.xml"),
+            "-o",
+            str(output),
+            "--resume",
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["inputs"] == 7
+    assert summary["skipped_by_resume"] == 1
+    assert summary["records"] == 6
+    assert summary["format"] == "csv"
+    rows = output.read_text(encoding="utf-8").splitlines()
+    assert len(rows) == 1 + 7
+    items = (tmp_path / "invoices.items.csv").read_text(encoding="utf-8").splitlines()
+    assert items[0].startswith("source,sha256,chNFe,nItem,cProd")
+
+
+def test_extract_nfe_unusable_arguments_exit_2(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(
+        app, ["extract", "nfe", str(tmp_path / "nothing-*.xml"), "-o", str(tmp_path / "o.jsonl")]
+    )
+    assert result.exit_code == 2
+    assert "error:" in result.stderr
+    result = runner.invoke(
+        app,
+        ["extract", "nfe", str(EXAMPLES / "nfe"), "-o", str(tmp_path / "o.x"), "--format", "xml"],
+    )
+    assert result.exit_code == 2
+    assert "--format must be jsonl or csv" in result.stderr

@@ -103,6 +103,7 @@ def test_run_result_helpers_and_json() -> None:
         "ended_at": 2.0,
         "duration_s": 1.0,
         "checks": [{"kind": "equals", "status": "fail", "detail": "no"}],
+        "attempt_log": [],
     }
 
 

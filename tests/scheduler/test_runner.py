@@ -648,6 +648,9 @@ def test_run_result_json_round_trip() -> None:
         "ended_at",
         "duration_s",
         "output",
+        "spent_usd",
+        "spent_tokens",
+        "stop_reason",
         "steps",
     ]
     assert [step["id"] for step in data["steps"]] == [1, 2, 3]
@@ -674,6 +677,7 @@ def test_run_result_json_round_trip() -> None:
         "ended_at": result.steps[3].ended_at,
         "duration_s": None,
         "checks": [],
+        "attempt_log": [],
     }
 
 

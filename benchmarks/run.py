@@ -1,0 +1,236 @@
+"""Run every plandag benchmark side by side and print one table (issue 2, "How it is checked").
+
+Usage (from the repository root)::
+
+    .venv/bin/python benchmarks/run.py            # full run, about 1.5 minutes
+    .venv/bin/python benchmarks/run.py --quick    # smaller sizes, fewer repetitions, < 30 s
+    .venv/bin/python benchmarks/run.py --json figures.json   # also write every raw figure
+
+Columns: ``measurement``, ``plandag``, ``baseline`` (the bare anyio loop, or plain lxml
+code), ``ratio`` (plandag / baseline), ``target`` and ``met?``. Each figure is the median over
+the repetitions. See ``benchmarks/README.md`` for what each row means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make ``benchmarks`` and ``plandag`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.extract_bench import measure_extract, valid_invoice_files
+from benchmarks.scheduler_bench import measure_dispatch, measure_makespan
+
+MAKESPAN_TARGET = 1.02
+EXTRACT_TARGET = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Sizes and repetitions of one run."""
+
+    dispatch_size: int
+    dispatch_repetitions: int
+    makespan_size: int
+    makespan_repetitions: int
+    extract_repetitions: int
+    seed: int = 2024
+
+
+FULL = Settings(1000, 15, 1000, 5, 15)
+QUICK = Settings(1000, 5, 300, 1, 5)
+
+
+@dataclasses.dataclass
+class Row:
+    """One line of the table."""
+
+    measurement: str
+    plandag: float
+    baseline: float | None
+    unit: str
+    target: str = "—"
+    met: bool | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        """plandag / baseline."""
+        if self.baseline is None or self.baseline == 0:
+            return None
+        return self.plandag / self.baseline
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    return (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def run(settings: Settings, progress: bool = True) -> tuple[list[Row], dict[str, Any]]:
+    """Run the three benchmarks; return the table rows and every raw figure."""
+    rows: list[Row] = []
+    raw: dict[str, Any] = {"settings": dataclasses.asdict(settings)}
+
+    def say(text: str) -> None:
+        if progress:
+            print(text, file=sys.stderr, flush=True)
+
+    # 1. Per-step dispatch overhead.
+    raw["dispatch"] = []
+    for shape in ("chain", "wide"):
+        for kind in ("inline", "async"):
+            say(f"dispatch: {shape} of {settings.dispatch_size} {kind} no-op steps...")
+            figures = measure_dispatch(
+                shape, kind, settings.dispatch_size, settings.dispatch_repetitions
+            )
+            raw["dispatch"].append(dataclasses.asdict(figures))
+            label = (
+                f"{settings.dispatch_size}-step chain"
+                if shape == "chain"
+                else f"wide 1→{settings.dispatch_size}→1"
+            )
+            rows.append(
+                Row(
+                    f"dispatch, {label}, {kind} no-op",
+                    figures.per_step_us(figures.plandag_s),
+                    figures.per_step_us(figures.bare_s),
+                    "µs/step",
+                )
+            )
+            if kind == "inline":
+                rows.append(
+                    Row(
+                        f"compile, {label} (not in dispatch)",
+                        figures.per_step_us(figures.compile_s),
+                        None,
+                        "µs/step",
+                    )
+                )
+
+    # 2. Makespan over the measured critical path.
+    say(
+        f"makespan: {settings.makespan_size}-step random DAG of sleeping steps, "
+        f"{settings.makespan_repetitions} run(s) of each runner..."
+    )
+    makespan = measure_makespan(
+        settings.makespan_size, settings.seed, settings.makespan_repetitions
+    )
+    raw["makespan"] = dataclasses.asdict(makespan) | {
+        "plandag_ratios": makespan.plandag_ratios(),
+        "bare_ratios": makespan.bare_ratios(),
+    }
+    plandag_ratio = _median(makespan.plandag_ratios())
+    rows.append(
+        Row(
+            f"makespan / critical path, {makespan.steps}-step random DAG "
+            f"(critical path ≈ {_median(makespan.plandag_critical_path_s):.2f} s)",
+            plandag_ratio,
+            _median(makespan.bare_ratios()),
+            "×",
+            f"≤ {MAKESPAN_TARGET}",
+            plandag_ratio <= MAKESPAN_TARGET,
+        )
+    )
+
+    # 3. NF-e documents per second, one core.
+    files = valid_invoice_files()
+    say(f"extract: {len(files)} NF-e files, {settings.extract_repetitions} passes of each...")
+    extract = measure_extract(files, settings.extract_repetitions)
+    raw["extract"] = dataclasses.asdict(extract) | {
+        "files": [path.name for path in files],
+        "plandag_docs_per_s": extract.rate(extract.plandag_s),
+        "plain_docs_per_s": extract.rate(extract.plain_s),
+    }
+    plandag_rate = extract.rate(extract.plandag_s)
+    plain_rate = extract.rate(extract.plain_s)
+    rows.append(
+        Row(
+            f"NF-e extraction, {len(files)} files, jobs=1",
+            plandag_rate,
+            plain_rate,
+            "docs/s",
+            f"ratio ≥ {EXTRACT_TARGET}",
+            plandag_rate / plain_rate >= EXTRACT_TARGET,
+        )
+    )
+    raw["rows"] = [dataclasses.asdict(row) | {"ratio": row.ratio} for row in rows]
+    return rows, raw
+
+
+def _number(value: float | None, unit: str) -> str:
+    if value is None:
+        return "—"
+    if unit == "×":
+        return f"{value:.4f}"
+    if value >= 100:
+        return f"{value:,.0f} {unit}"
+    return f"{value:.1f} {unit}"
+
+
+def render(rows: list[Row]) -> str:
+    """The rows as a Markdown table."""
+    header = ["measurement", "plandag", "baseline", "ratio", "target", "met?"]
+    lines = [header]
+    for row in rows:
+        ratio = row.ratio
+        lines.append(
+            [
+                row.measurement,
+                _number(row.plandag, row.unit),
+                _number(row.baseline, row.unit),
+                "—" if ratio is None else f"{ratio:.2f}",
+                row.target,
+                "—" if row.met is None else ("yes" if row.met else "NO"),
+            ]
+        )
+    widths = [max(len(line[column]) for line in lines) for column in range(len(header))]
+
+    def format_line(cells: list[str]) -> str:
+        return (
+            "| "
+            + " | ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True))
+            + " |"
+        )
+
+    separator = "|" + "|".join("-" * (width + 2) for width in widths) + "|"
+    return "\n".join([format_line(lines[0]), separator, *map(format_line, lines[1:])])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line, run, print the table (and the JSON); return 0."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="write every raw figure here")
+    options = parser.parse_args(argv)
+    settings = QUICK if options.quick else FULL
+    started = time.perf_counter()
+    rows, raw = run(settings)
+    elapsed = time.perf_counter() - started
+    environment = (
+        f"Python {platform.python_version()} on {platform.system()} {platform.machine()}, "
+        f"{os.cpu_count()} CPU(s); {'quick' if options.quick else 'full'} run in "
+        f"{elapsed:.0f} s; medians of {settings.dispatch_repetitions} (dispatch), "
+        f"{settings.makespan_repetitions} (makespan), {settings.extract_repetitions} "
+        "(extract) repetitions"
+    )
+    print(render(rows))
+    print()
+    print(environment)
+    if options.json is not None:
+        raw["environment"] = environment
+        options.json.write_text(json.dumps(raw, indent=2) + "\n", "utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

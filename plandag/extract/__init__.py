@@ -1,0 +1,1 @@
+"""Batch extraction jobs built on stored plans (``plandag extract ...``)."""

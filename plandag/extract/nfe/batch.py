@@ -1,0 +1,536 @@
+"""Batch extraction: many NF-e inputs → one output file, in input order (NFE.md "Batch behaviour").
+
+How a batch runs (the choices, and why):
+
+- **Inputs** (:func:`expand_inputs`): a PATH is a file, a folder (every regular file inside,
+  recursively, hidden names skipped, sorted — so a stray ``.txt`` or HTML page still gets its
+  error record), or a glob (``glob.glob(..., recursive=True)``, sorted). Argument order is
+  kept; a file reached twice is taken once. A pattern that matches nothing gives an error
+  record (code ``no_such_input``) instead of vanishing; when *no* pattern matches anything the
+  arguments are unusable and :class:`~plandag.errors.InputError` is raised (exit code 2).
+- **Concurrency**: up to ``jobs`` documents are extracted at once (a ``CapacityLimiter``);
+  at most ``window`` inputs are in flight or waiting to be written, so memory stays bounded
+  however many inputs there are.
+- **Order and streaming**: records are written in input order through a reorder buffer: as
+  soon as the next input in order is done, its records (and every ready one after it) go to
+  the file and are flushed. An interrupted batch leaves a prefix of whole inputs, which
+  ``--resume`` continues.
+- **unique_in_batch** needs every key, but records stream out before the last key is known.
+  Each record is written with the outcome known so far (the first of a key passes, a later
+  one fails naming the earlier sources); at the end, the records whose final outcome differs
+  (the first of a duplicated key, or one whose detail must name later duplicates) are patched
+  by rewriting the file once, atomically (temporary file + ``os.replace``). Duplicates are
+  rare, so the rewrite rarely happens. The "batch" is the whole output file: with
+  ``--resume`` the previous records count too.
+- **Failure isolation**: any exception the extractor raises for one input becomes an error
+  record for it (code ``internal_error``, the exception's type and text); the batch goes on.
+- **--resume**: inputs whose sha256 already has a record in the output file are skipped (the
+  extractor is not called); the previous records stay first in the file and the new ones are
+  appended in input order. Previous records without a sha256 (``no_such_input``) or with an
+  ``internal_error`` are dropped and their inputs extracted again.
+- **Exit code** (ARCHITECTURE.md, "States and exit codes", ``extract``): 0 when every input
+  got a record, whatever the records say; see :func:`batch_exit_code`.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+from rich.table import Table
+
+from plandag.errors import InputError
+from plandag.extract.nfe.output import (
+    OutputFormat,
+    WrittenRecord,
+    items_path_for,
+    load_existing,
+    open_writer,
+    output_format_for,
+    restatus,
+    rewrite_unique_in_batch,
+    written_record,
+)
+
+__all__ = [
+    "BatchSummary",
+    "Extractor",
+    "batch_exit_code",
+    "error_record",
+    "expand_inputs",
+    "extract_batch",
+    "render_summary",
+]
+
+#: An async function from one input path to its records (one per invoice, or one error record).
+Extractor = Callable[[Path], Awaitable[list[dict[str, Any]]]]
+
+_GLOB_CHARACTERS = frozenset("*?[")
+
+
+def error_record(source: str, sha256: str, code: str, message: str) -> dict[str, Any]:
+    """An error record (NFE.md "The record") for an input that gave no invoice.
+
+    Args:
+        source: the input path or pattern, as given.
+        sha256: hex digest of the input's bytes, or "" when there are no bytes to hash.
+        code: a stable reason code (``no_such_input``, ``internal_error``...).
+        message: what was wrong, for a person.
+    """
+    return {
+        "source": source,
+        "sha256": sha256,
+        "status": "error",
+        "errors": [{"code": code, "message": message}],
+        "checks": {},
+        "layout": None,
+        "invoice_index": None,
+        "ide": None,
+        "emit": None,
+        "dest": None,
+        "items": [],
+        "total": None,
+        "protocol": None,
+        "events": [],
+    }
+
+
+def _folder_files(folder: Path) -> list[Path]:
+    found: list[Path] = []
+    for root, folders, files in os.walk(folder):
+        folders[:] = [name for name in folders if not name.startswith(".")]
+        for name in files:
+            path = Path(root, name)
+            if not name.startswith(".") and path.is_file():
+                found.append(path)
+    return sorted(found)
+
+
+def expand_inputs(patterns: Sequence[str]) -> tuple[list[Path], list[dict[str, Any]]]:
+    """Turn the PATH arguments into input files, in argument order, each file once.
+
+    Args:
+        patterns: each a file, a folder (every regular file inside it, recursively, names
+            starting with ``.`` skipped, sorted) or a glob pattern (``*``, ``?``, ``[``;
+            ``**`` crosses folders; matches sorted; a matched folder is expanded like a
+            folder).
+
+    Returns:
+        ``(files, missing)``: the files in order without repeats (two spellings of the same
+        file count once), and one error record (code ``no_such_input``, ``sha256`` "") per
+        pattern that matched no file.
+
+    Raises:
+        InputError: no pattern given, or no pattern matched any file.
+    """
+    if not patterns:
+        raise InputError("no input given: name files, folders or glob patterns")
+    files: list[Path] = []
+    seen: set[str] = set()
+    missing: list[dict[str, Any]] = []
+    for pattern in patterns:
+        candidates: list[Path] = []
+        path = Path(pattern)
+        if path.is_file():
+            candidates = [path]
+        elif path.is_dir():
+            candidates = _folder_files(path)
+        elif _GLOB_CHARACTERS & set(pattern):
+            for match in sorted(glob.glob(pattern, recursive=True)):
+                matched = Path(match)
+                if matched.is_dir():
+                    candidates.extend(_folder_files(matched))
+                elif matched.is_file():
+                    candidates.append(matched)
+        if not candidates:
+            reason = (
+                "no file matches this pattern"
+                if _GLOB_CHARACTERS & set(pattern)
+                else ("no such file or folder" if not path.exists() else "no file in this folder")
+            )
+            missing.append(error_record(pattern, "", "no_such_input", f"{pattern}: {reason}"))
+            continue
+        for candidate in candidates:
+            identity = os.path.realpath(candidate)
+            if identity not in seen:
+                seen.add(identity)
+                files.append(candidate)
+    if not files:
+        raise InputError(
+            "no input file found: " + "; ".join(r["errors"][0]["message"] for r in missing)
+        )
+    return files, missing
+
+
+@dataclass
+class BatchSummary:
+    """What a batch did, for the summary table and the exit code.
+
+    Attributes:
+        inputs: input files plus patterns that matched nothing.
+        records: records written by this run (an ``enviNFe`` file gives several).
+        inputs_with_record: inputs that got at least one record (written or kept by resume).
+        skipped_by_resume: inputs not extracted because their sha256 was already recorded.
+        kept_from_previous: records of the previous output kept by ``--resume``.
+        by_status: this run's records by status (``ok``, ``check_failed``, ``error``).
+        failing_checks: check name → number of this run's records where it failed, most
+            frequent first.
+        error_codes: error code → number of this run's records carrying it, most frequent first.
+        duration: wall-clock seconds from start to the file's last write.
+        output: the output file; items_output: ``OUT.items.csv`` for CSV, else None.
+        format: ``jsonl`` or ``csv``.
+    """
+
+    inputs: int = 0
+    records: int = 0
+    inputs_with_record: int = 0
+    skipped_by_resume: int = 0
+    kept_from_previous: int = 0
+    by_status: dict[str, int] = field(default_factory=dict)
+    failing_checks: dict[str, int] = field(default_factory=dict)
+    error_codes: dict[str, int] = field(default_factory=dict)
+    duration: float = 0.0
+    output: Path | None = None
+    items_output: Path | None = None
+    format: OutputFormat = "jsonl"
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The summary as JSON-safe data (``plandag extract nfe --json``)."""
+        data = asdict(self)
+        data["output"] = str(self.output) if self.output is not None else None
+        data["items_output"] = str(self.items_output) if self.items_output is not None else None
+        return data
+
+
+class _Tally:
+    """Counts of this run's records; adjustable when unique_in_batch is patched at the end."""
+
+    def __init__(self) -> None:
+        self.by_status: Counter[str] = Counter()
+        self.failing_checks: Counter[str] = Counter()
+        self.error_codes: Counter[str] = Counter()
+        self.records = 0
+
+    def add(self, record: Mapping[str, Any]) -> None:
+        self.records += 1
+        self.by_status[str(record.get("status"))] += 1
+        checks = record.get("checks")
+        if isinstance(checks, Mapping):
+            for name, outcome in checks.items():
+                if isinstance(outcome, Mapping) and outcome.get("status") == "fail":
+                    self.failing_checks[name] += 1
+        for error in record.get("errors") or []:
+            if isinstance(error, Mapping):
+                self.error_codes[str(error.get("code"))] += 1
+
+
+class _Uniqueness:
+    """Tracks every record's chNFe in file order to give unique_in_batch its outcome."""
+
+    def __init__(self) -> None:
+        self.keys: list[str | None] = []
+        self.sources: list[str] = []
+        self.hashes: list[str | None] = []
+        self.written: list[tuple[str, str] | None] = []
+        self.statuses: list[str] = []
+        self.positions: dict[str, list[int]] = {}
+
+    def _add(self, key: str | None, source: str, sha256: str | None) -> int:
+        position = len(self.keys)
+        self.keys.append(key)
+        self.sources.append(source)
+        self.hashes.append(sha256)
+        if key is not None:
+            self.positions.setdefault(key, []).append(position)
+        return position
+
+    def add_written(self, written: WrittenRecord) -> None:
+        self._add(written.chNFe, written.source, written.sha256)
+        self.written.append(written.unique_in_batch)
+        self.statuses.append(written.status)
+
+    def add_new(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        """Register a new record; return it with unique_in_batch as known so far."""
+        written = written_record(record)
+        position = self._add(written.chNFe, written.source, written.sha256)
+        outcome = self.outcome(position)
+        ready = _with_unique(dict(record), outcome)
+        self.written.append(outcome)
+        self.statuses.append(str(ready["status"]))
+        return ready
+
+    def outcome(self, position: int) -> tuple[str, str]:
+        key = self.keys[position]
+        if key is None:
+            return "not_applicable", "the record has no chNFe"
+        others = [p for p in self.positions[key] if p != position]
+        if not others:
+            return "pass", "no other record in the batch has this chNFe"
+        names = ", ".join(
+            "another invoice in the same file"
+            if (self.sources[p], self.hashes[p]) == (self.sources[position], self.hashes[position])
+            else self.sources[p]
+            for p in others
+        )
+        return "fail", f"chNFe {key} also in {names}"
+
+    def corrections(self) -> dict[int, tuple[str, str]]:
+        """Positions whose written outcome differs from the final one → the final outcome."""
+        changes: dict[int, tuple[str, str]] = {}
+        for position, written in enumerate(self.written):
+            final = self.outcome(position)
+            if written != final:
+                changes[position] = final
+        return changes
+
+
+def _with_unique(record: dict[str, Any], outcome: tuple[str, str]) -> dict[str, Any]:
+    checks = record.get("checks")
+    checks = dict(checks) if isinstance(checks, Mapping) else {}
+    checks["unique_in_batch"] = {"status": outcome[0], "detail": outcome[1]}
+    statuses = [str(c.get("status")) for c in checks.values() if isinstance(c, Mapping)]
+    return {**record, "checks": checks, "status": restatus(str(record.get("status")), statuses)}
+
+
+def _sha256(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return ""
+
+
+def _without_output(
+    inputs: Sequence[Path], output: Path, output_format: OutputFormat
+) -> list[Path]:
+    """The inputs minus the output file and its items file (a folder may hold them)."""
+    excluded = {os.path.realpath(output)}
+    if output_format == "csv":
+        excluded.add(os.path.realpath(items_path_for(output)))
+    return [path for path in inputs if os.path.realpath(path) not in excluded]
+
+
+def _default_extractor() -> Extractor:
+    from plandag.extract.nfe.document import extract_document
+
+    return extract_document
+
+
+async def extract_batch(
+    inputs: Sequence[Path],
+    output: Path,
+    *,
+    format: str | None = None,
+    jobs: int = 4,
+    resume: bool = False,
+    missing: Sequence[Mapping[str, Any]] = (),
+    on_record: Callable[[Mapping[str, Any]], None] | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+    extractor: Extractor | None = None,
+    window: int | None = None,
+) -> BatchSummary:
+    """Extract every input and write the records to ``output``, in input order.
+
+    Args:
+        inputs: input files, in the order their records must appear (see
+            :func:`expand_inputs`). Files that are the output itself (or its items file) are
+            left out, so a folder holding the output can be processed again.
+        output: the output file; its folder is created when missing.
+        format: ``jsonl`` or ``csv``; None takes ``csv`` for a ``.csv`` name, else ``jsonl``.
+            CSV also writes ``OUT.items.csv`` (one row per item).
+        jobs: documents extracted at once (≥ 1).
+        resume: skip inputs whose sha256 already has a record in ``output`` and keep the
+            previous records first; otherwise ``output`` is overwritten.
+        missing: ready-made error records (patterns that matched nothing, from
+            :func:`expand_inputs`), written before the inputs' records.
+        on_record: called with each record as it is written (in output order).
+        on_progress: called with ``(inputs done, inputs to extract)`` at the start and after
+            each input is written (for a progress bar).
+        extractor: ``async (path) -> list[record]``; defaults to
+            :func:`plandag.extract.nfe.document.extract_document`.
+        window: inputs in flight or waiting to be written at most (default ``max(8 * jobs,
+            64)``); bounds memory on huge batches.
+
+    Returns:
+        A :class:`BatchSummary` of this run.
+
+    Raises:
+        InputError: ``jobs`` < 1, an unknown ``format``, or (with ``resume``) an existing
+            output that plandag did not write.
+        OSError: the output file cannot be written.
+    """
+    if jobs < 1:
+        raise InputError(f"--jobs must be at least 1, not {jobs}")
+    output_format = output_format_for(output, format)
+    extract = extractor if extractor is not None else _default_extractor()
+    started = time.perf_counter()
+    paths = _without_output(inputs, output, output_format)
+
+    uniqueness = _Uniqueness()
+    done_hashes: set[str] = set()
+    previous: list[WrittenRecord] = []
+    if resume:
+        previous = load_existing(output, output_format)
+        for written in previous:
+            uniqueness.add_written(written)
+            if written.sha256:
+                done_hashes.add(written.sha256)
+
+    summary = BatchSummary(
+        inputs=len(paths) + len(missing),
+        kept_from_previous=len(previous),
+        output=output,
+        items_output=items_path_for(output) if output_format == "csv" else None,
+        format=output_format,
+    )
+    tally = _Tally()
+    writer = open_writer(output, output_format, append=resume)
+    first_new = len(previous)
+    total = len(paths)
+    results: dict[int, list[dict[str, Any]]] = {}
+    next_to_write = 0
+    finished = 0
+
+    def write_input(records: Sequence[Mapping[str, Any]]) -> None:
+        ready = [uniqueness.add_new(record) for record in records]
+        writer.write_input(ready)
+        for record in ready:
+            tally.add(record)
+            if on_record is not None:
+                on_record(record)
+
+    def flush_ready() -> None:
+        nonlocal next_to_write, finished
+        while next_to_write in results:
+            records = results.pop(next_to_write)
+            next_to_write += 1
+            if records:
+                write_input(records)
+                summary.inputs_with_record += 1
+            finished += 1
+            slots.release()
+            if on_progress is not None:
+                on_progress(finished, total)
+
+    async def run_one(index: int, path: Path) -> None:
+        async with limiter:
+            sha = _sha256(path) if resume else ""
+            if sha and sha in done_hashes:
+                summary.skipped_by_resume += 1
+                summary.inputs_with_record += 1
+                records: list[dict[str, Any]] = []
+            else:
+                records = await _extract_safely(extract, path, sha)
+        results[index] = records
+        flush_ready()
+
+    limiter = anyio.CapacityLimiter(jobs)
+    slots = anyio.Semaphore(window if window is not None else max(8 * jobs, 64))
+    try:
+        if missing:
+            write_input(missing)
+            summary.inputs_with_record += len(missing)
+        if on_progress is not None:
+            on_progress(0, total)
+        async with anyio.create_task_group() as group:
+            for index, path in enumerate(paths):
+                await slots.acquire()
+                group.start_soon(run_one, index, path)
+    finally:
+        writer.close()
+
+    corrections = uniqueness.corrections()
+    if corrections:
+        new_statuses = rewrite_unique_in_batch(output, output_format, corrections)
+        for position, outcome in corrections.items():
+            if position < first_new:
+                continue
+            before = uniqueness.written[position]
+            if before is not None and before[0] == "fail" and outcome[0] != "fail":
+                tally.failing_checks["unique_in_batch"] -= 1
+            if (before is None or before[0] != "fail") and outcome[0] == "fail":
+                tally.failing_checks["unique_in_batch"] += 1
+            status_before = uniqueness.statuses[position]
+            status_after = new_statuses.get(position, status_before)
+            if status_after != status_before:
+                tally.by_status[status_before] -= 1
+                tally.by_status[status_after] += 1
+
+    summary.records = tally.records
+    summary.by_status = {k: v for k, v in tally.by_status.most_common() if v > 0}
+    summary.failing_checks = {k: v for k, v in tally.failing_checks.most_common() if v > 0}
+    summary.error_codes = dict(tally.error_codes.most_common())
+    summary.duration = time.perf_counter() - started
+    return summary
+
+
+async def _extract_safely(extract: Extractor, path: Path, sha: str) -> list[dict[str, Any]]:
+    """Run the extractor on one input; any exception becomes an ``internal_error`` record."""
+    try:
+        records = await extract(path)
+        if not isinstance(records, list) or not records:
+            raise TypeError(f"the extractor returned {records!r} instead of a list of records")
+        for record in records:
+            if not isinstance(record, dict):
+                raise TypeError(f"the extractor returned a {type(record).__name__}, not a record")
+    except Exception as exc:
+        return [
+            error_record(
+                str(path),
+                sha or _sha256(path),
+                "internal_error",
+                f"{type(exc).__name__}: {exc}",
+            )
+        ]
+    return records
+
+
+def batch_exit_code(summary: BatchSummary) -> int:
+    """The exit code of ``plandag extract`` (ARCHITECTURE.md, "States and exit codes").
+
+    0 when every input (and every pattern that matched nothing) got a record, whatever the
+    records say; 1 otherwise, which only happens when the batch was cut short. Unusable
+    arguments (exit 2) raise :class:`~plandag.errors.InputError` before a batch starts, and
+    interruptions (130/143) are the CLI's to map.
+    """
+    return 0 if summary.inputs_with_record >= summary.inputs else 1
+
+
+def _count_rows(table: Table, title: str, counts: Iterable[tuple[str, int]]) -> None:
+    rows = list(counts)
+    if rows:
+        table.add_section()
+        for name, count in rows:
+            table.add_row(f"{title}: {name}", str(count))
+
+
+def render_summary(summary: BatchSummary, *, top: int = 10) -> Table:
+    """A rich table of a batch: inputs, records by status, the most frequent failing checks
+    and error codes (``top`` of each), skips by ``--resume``, duration, output file(s)."""
+    table = Table(title="NF-e extraction", show_header=True, header_style="bold")
+    table.add_column("", no_wrap=True)
+    table.add_column("count", justify="right")
+    table.add_row("inputs", str(summary.inputs))
+    table.add_row("records written", str(summary.records))
+    if summary.skipped_by_resume or summary.kept_from_previous:
+        table.add_row("skipped (already recorded)", str(summary.skipped_by_resume))
+        table.add_row("kept from the previous output", str(summary.kept_from_previous))
+    table.add_section()
+    for status in ("ok", "check_failed", "error"):
+        table.add_row(f"status: {status}", str(summary.by_status.get(status, 0)))
+    _count_rows(table, "failing check", list(summary.failing_checks.items())[:top])
+    _count_rows(table, "error", list(summary.error_codes.items())[:top])
+    table.add_section()
+    table.add_row("seconds", f"{summary.duration:.2f}")
+    if summary.output is not None:
+        table.add_row("output", str(summary.output))
+    if summary.items_output is not None:
+        table.add_row("items", str(summary.items_output))
+    return table

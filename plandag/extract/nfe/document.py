@@ -1,0 +1,605 @@
+"""Reading one NF-e / NFC-e file: what it is, where its invoices, protocols and events are.
+
+:func:`parse_document` parses the bytes once (hardened lxml parser, ``plandag.tools.xml``),
+finds every invoice (``infNFe``, wherever it sits: ``nfeProc``, a bare ``NFe``, an
+``enviNFe`` batch of several, a SOAP envelope) and the protocols (``protNFe``) and events
+(``retEvento``, ``evento``) in the same file, whatever namespace they were written in. A file
+holding no invoice is refused with a :class:`~plandag.errors.PermanentStepError` whose
+``reason`` says what it is instead:
+
+* ``not_an_invoice``: an event file (``procEventoNFe``: CC-e, cancellation...), a SEFAZ
+  response (``retEnviNFe``, ``retConsReciNFe``..., bare or in a SOAP envelope), a number
+  voiding (``inutNFe``), any other XML without ``infNFe``;
+* ``invalid_xml``: empty, not XML (the NF-e TXT layout), an HTML page, truncated;
+* ``template``: a schema-generated template whose values are placeholders (``"string"``).
+
+:func:`extract_document` runs the stored plan (``plan.json``) on one file through the
+scheduler and returns its records.
+
+Element names are the layout's (MOC 7.0, Anexo I); the namespace is
+``http://www.portalfiscal.inf.br/nfe``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import weakref
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lxml import etree
+
+from plandag.errors import PermanentStepError
+from plandag.tools.xml import NFE_NAMESPACE, parse_xml
+
+if TYPE_CHECKING:
+    from plandag.checks.base import CheckOutcome
+    from plandag.compiler.compiled import CompiledPlan
+    from plandag.tools.registry import Registry
+
+__all__ = [
+    "EVENT_TYPES",
+    "INVOICE_STEP",
+    "PLACEHOLDER_VALUES",
+    "RECORD_STEP",
+    "NfeDocument",
+    "error_record",
+    "extract_document",
+    "find_events",
+    "find_protocols",
+    "invoice_context",
+    "invoice_key",
+    "load_plan_text",
+    "parse_document",
+    "record_status",
+]
+
+#: Event types named in messages (MOC 7.0 and the event technical notes).
+EVENT_TYPES: dict[str, str] = {
+    "110110": "CC-e",
+    "110111": "cancellation",
+    "110112": "cancellation by substitution",
+    "110140": "EPEC",
+    "110150": "payment authorisation",
+    "210200": "recipient confirmation",
+    "210210": "recipient awareness",
+    "210220": "recipient unknown operation",
+    "210240": "recipient operation not performed",
+}
+
+#: Values that XSD-to-XML generators write where a real value belongs (XMLSpy, Oxygen and
+#: Liquid write the type name, ``string``; SoapUI writes ``?``).
+PLACEHOLDER_VALUES: frozenset[str] = frozenset({"string", "?", "token", "normalizedstring"})
+
+# Where an invoice shows a placeholder, if it is a template: the key and layout attributes
+# and the fields no real invoice leaves to chance. Two of them make a template.
+_N = "{" + NFE_NAMESPACE + "}"
+# Attributes and element paths (ElementPath, NF-e namespace) probed for placeholder values.
+_TEMPLATE_ATTRIBUTES: tuple[str, ...] = ("Id", "versao")
+_TEMPLATE_PROBES: tuple[str, ...] = (
+    f"{_N}ide/{_N}cNF",
+    f"{_N}ide/{_N}nNF",
+    f"{_N}ide/{_N}dhEmi",
+    f"{_N}emit/{_N}CNPJ",
+    f"{_N}total/{_N}ICMSTot/{_N}vNF",
+)
+_TEMPLATE_THRESHOLD = 2
+
+_SEFAZ_RESPONSE = re.compile(r"ret[A-Z]\w*")
+_EVENT_ROOTS = frozenset({"procEventoNFe", "evento", "envEvento", "retEnvEvento", "retEvento"})
+_VOIDING_ROOTS = frozenset({"inutNFe", "procInutNFe", "retInutNFe"})
+
+
+class _Parts:
+    """The elements of interest in one document, found in one pass over the tree (lxml's
+    ``iter`` with ``{*}`` wildcards matches any namespace and none)."""
+
+    __slots__ = ("event_answers", "event_requests", "invoices", "protocols")
+
+    def __init__(self, root: etree._Element) -> None:
+        self.invoices: list[etree._Element] = []
+        self.protocols: list[etree._Element] = []
+        self.event_answers: list[etree._Element] = []
+        self.event_requests: list[etree._Element] = []
+        for element in root.iter("{*}infNFe", "{*}infProt", "{*}infEvento"):
+            name = _local_name(element)
+            parent = element.getparent()
+            parent_name = _local_name(parent) if parent is not None else ""
+            if name == "infNFe":
+                self.invoices.append(element)
+            elif name == "infProt":
+                if parent_name == "protNFe":
+                    self.protocols.append(element)
+            elif parent_name == "retEvento":
+                self.event_answers.append(element)
+            elif parent_name == "evento":
+                self.event_requests.append(element)
+
+
+def _local_name(element: etree._Element) -> str:
+    tag = element.tag
+    if not isinstance(tag, str):
+        return ""
+    return tag.rpartition("}")[2]
+
+
+def _child_text(element: etree._Element, name: str) -> str | None:
+    """Text (stripped; None when empty) of ``element``'s first child named ``name``, any ns."""
+    for child in element:
+        if _local_name(child) == name:
+            text = (child.text or "").strip()
+            return text or None
+    return None
+
+
+class NfeDocument:
+    """One parsed input file and where its parts are.
+
+    Attributes:
+        source: the input's path as given (for messages and records).
+        sha256: hex SHA-256 of the input bytes.
+        root: the parsed root element.
+        invoices: every ``infNFe`` element, in document order (at least one).
+        protocols: ``protNFe/infProt`` fields by access key (``chNFe``): ``{"chNFe",
+            "cStat", "xMotivo", "nProt", "dhRecbto"}``, in document order.
+        events: every event in the file (see :func:`find_events`).
+    """
+
+    __slots__ = ("events", "invoices", "protocols", "root", "sha256", "source")
+
+    source: str
+    sha256: str
+    root: etree._Element
+    invoices: list[etree._Element]
+    protocols: dict[str, dict[str, str | None]]
+    events: list[dict[str, str | None]]
+
+    def __init__(
+        self,
+        *,
+        source: str,
+        sha256: str,
+        root: etree._Element,
+        invoices: list[etree._Element],
+        protocols: dict[str, dict[str, str | None]],
+        events: list[dict[str, str | None]],
+    ) -> None:
+        self.source = source
+        self.sha256 = sha256
+        self.root = root
+        self.invoices = invoices
+        self.protocols = protocols
+        self.events = events
+
+    def __repr__(self) -> str:
+        return (
+            f"NfeDocument(source={self.source!r}, invoices={len(self.invoices)}, "
+            f"protocols={len(self.protocols)}, events={len(self.events)})"
+        )
+
+
+def find_protocols(root: etree._Element) -> dict[str, dict[str, str | None]]:
+    """Every authorisation protocol in the document, by the access key it answers.
+
+    ``protNFe`` is found by local name, whatever its namespace (some emitters write it in
+    no namespace). A protocol without ``chNFe`` is kept under the key ``""``.
+
+    Returns:
+        ``{chNFe: {"chNFe", "cStat", "xMotivo", "nProt", "dhRecbto"}}``, values as strings.
+    """
+    return _protocols(_Parts(root).protocols)
+
+
+def _protocols(infos: list[etree._Element]) -> dict[str, dict[str, str | None]]:
+    protocols: dict[str, dict[str, str | None]] = {}
+    for info in infos:
+        fields = {
+            name: _child_text(info, name)
+            for name in ("chNFe", "cStat", "xMotivo", "nProt", "dhRecbto")
+        }
+        protocols.setdefault(fields["chNFe"] or "", fields)
+    return protocols
+
+
+def find_events(root: etree._Element) -> list[dict[str, str | None]]:
+    """Every event in the document: SEFAZ answers (``retEvento``) first, then requests
+    (``evento``) that no answer in the file matches (same key, type and sequence).
+
+    Returns:
+        ``[{"tpEvento", "cStat", "chNFe", "nProt", "description"}]``: ``cStat`` is the
+        answer's status (None for an unanswered request), ``description`` its ``xEvento``
+        or the request's ``descEvento``.
+    """
+    parts = _Parts(root)
+    return _events(parts.event_answers, parts.event_requests)
+
+
+def _events(
+    answers: list[etree._Element], requests: list[etree._Element]
+) -> list[dict[str, str | None]]:
+    events: list[dict[str, str | None]] = []
+    answered: set[tuple[str | None, str | None, str | None]] = set()
+    for info in answers:
+        tp_evento = _child_text(info, "tpEvento")
+        key = _child_text(info, "chNFe")
+        answered.add((key, tp_evento, _child_text(info, "nSeqEvento")))
+        events.append(
+            {
+                "tpEvento": tp_evento,
+                "cStat": _child_text(info, "cStat"),
+                "chNFe": key,
+                "nProt": _child_text(info, "nProt"),
+                "description": _child_text(info, "xEvento"),
+            }
+        )
+    for info in requests:
+        tp_evento = _child_text(info, "tpEvento")
+        key = _child_text(info, "chNFe")
+        if (key, tp_evento, _child_text(info, "nSeqEvento")) in answered:
+            continue
+        detail = next((child for child in info if _local_name(child) == "detEvento"), None)
+        events.append(
+            {
+                "tpEvento": tp_evento,
+                "cStat": None,
+                "chNFe": key,
+                "nProt": None,
+                "description": _child_text(detail, "descEvento") if detail is not None else None,
+            }
+        )
+    return events
+
+
+def _describe_event(root: etree._Element) -> str:
+    events = find_events(root)
+    if not events:
+        return f"event file <{_local_name(root)}> without an event, not an invoice"
+    event = events[0]
+    tp_evento = event["tpEvento"] or "?"
+    kind = EVENT_TYPES.get(tp_evento, "event")
+    status = f", cStat {event['cStat']}" if event["cStat"] else ""
+    key = f" for key {event['chNFe']}" if event["chNFe"] else ""
+    more = f" (and {len(events) - 1} more)" if len(events) > 1 else ""
+    name = f"{kind} event" if kind != "event" else "event"
+    return f"{name} {tp_evento}{status}{key}{more}, not an invoice"
+
+
+def _find_response(root: etree._Element) -> etree._Element | None:
+    for element in root.iter(etree.Element):
+        if _SEFAZ_RESPONSE.fullmatch(_local_name(element)):
+            return element
+    return None
+
+
+def _describe_response(response: etree._Element) -> str:
+    parts: list[str] = []
+    status = _child_text(response, "cStat")
+    if status:
+        parts.append(f"cStat {status} {_child_text(response, 'xMotivo') or ''}".strip())
+    for info in _Parts(response).protocols:
+        answer = _child_text(info, "cStat")
+        if answer:
+            reason = _child_text(info, "xMotivo") or ""
+            parts.append(f"protNFe cStat {answer} {reason}".strip())
+            break
+    summary = f" ({'; '.join(parts)})" if parts else ""
+    return f"SEFAZ response {_local_name(response)}{summary}, not an invoice"
+
+
+def _refuse_without_invoice(root: etree._Element, source: str) -> PermanentStepError:
+    name = _local_name(root)
+    where = f"{source}: " if source else ""
+    if name.lower() == "html":
+        return PermanentStepError(
+            f"{where}an HTML page (an error or login page?), not NF-e XML", reason="invalid_xml"
+        )
+    if name in _EVENT_ROOTS:
+        return PermanentStepError(f"{where}{_describe_event(root)}", reason="not_an_invoice")
+    if name in _VOIDING_ROOTS:
+        return PermanentStepError(
+            f"{where}number voiding <{name}> (inutilização), not an invoice",
+            reason="not_an_invoice",
+        )
+    response = _find_response(root)
+    if response is not None:
+        return PermanentStepError(f"{where}{_describe_response(response)}", reason="not_an_invoice")
+    return PermanentStepError(
+        f"{where}XML with root <{name}> holds no infNFe element, not an invoice",
+        reason="not_an_invoice",
+    )
+
+
+def _placeholder_count(invoice: etree._Element) -> int:
+    """How many of the probed key fields hold a placeholder (the invoice is in the NF-e
+    namespace by now: see :func:`_into_nfe_namespace`)."""
+    texts = [invoice.get(name) for name in _TEMPLATE_ATTRIBUTES]
+    texts.extend(invoice.findtext(probe) for probe in _TEMPLATE_PROBES)
+    return sum(
+        1 for text in texts if text is not None and text.strip().lower() in PLACEHOLDER_VALUES
+    )
+
+
+def _into_nfe_namespace(invoice: etree._Element) -> None:
+    """Move an ``infNFe`` written in no namespace (and its non-namespaced descendants) into
+    the NF-e namespace, so the plan's ``nfe:`` paths reach it like any other invoice."""
+    for element in invoice.iter(etree.Element):
+        tag = element.tag
+        if isinstance(tag, str) and not tag.startswith("{"):
+            element.tag = f"{{{NFE_NAMESPACE}}}{tag}"
+
+
+def _precheck_bytes(data: bytes, source: str) -> None:
+    where = f"{source}: " if source else ""
+    head = data[:512].lstrip(b"\xef\xbb\xbf \t\r\n")
+    if not head:
+        raise PermanentStepError(f"{where}empty file, not an invoice", reason="invalid_xml")
+    if head.startswith(b"NOTAFISCAL|") or re.match(rb"[A-Z][0-9A-Z]{0,4}\|", head):
+        raise PermanentStepError(
+            f"{where}NF-e TXT layout (pipe-separated records), not XML; convert it to XML first",
+            reason="invalid_xml",
+        )
+    lowered = head[:64].lower()
+    if lowered.startswith((b"<!doctype html", b"<html")):
+        raise PermanentStepError(
+            f"{where}an HTML page (an error or login page?), not NF-e XML", reason="invalid_xml"
+        )
+
+
+def parse_document(data: bytes | str, source: str = "") -> NfeDocument:
+    """Parse one input and locate its invoices, protocols and events.
+
+    Args:
+        data: the file's bytes (the encoding comes from the document: a UTF-8 byte order
+            mark, its declaration such as ``ISO-8859-1``, else UTF-8), or text.
+        source: the input's path, for messages.
+
+    Returns:
+        An :class:`NfeDocument` with at least one invoice.
+
+    Raises:
+        PermanentStepError: reason ``invalid_xml`` (empty, the TXT layout, HTML, not
+            well-formed or truncated: lxml's message with line and column),
+            ``not_an_invoice`` (events, SEFAZ responses, other XML; the message names what
+            the file is) or ``template`` (placeholder values such as ``"string"``).
+    """
+    payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    sha256 = hashlib.sha256(payload).hexdigest()
+    _precheck_bytes(payload, source)
+    try:
+        root = parse_xml(data)
+    except PermanentStepError as error:
+        if source:
+            raise PermanentStepError(f"{source}: {error}", reason=error.reason) from error
+        raise
+    parts = _Parts(root)
+    invoices: list[etree._Element] = []
+    for element in parts.invoices:
+        namespace = etree.QName(element).namespace
+        if namespace is None:
+            _into_nfe_namespace(element)
+        elif namespace != NFE_NAMESPACE:
+            continue
+        invoices.append(element)
+    if not invoices:
+        raise _refuse_without_invoice(root, source)
+    for position, invoice in enumerate(invoices):
+        if _placeholder_count(invoice) >= _TEMPLATE_THRESHOLD:
+            where = f"{source}: " if source else ""
+            raise PermanentStepError(
+                f"{where}invoice {position} is a schema template: its key, number, date or "
+                f"totals hold placeholder values such as 'string', not data",
+                reason="template",
+            )
+    return NfeDocument(
+        source=source,
+        sha256=sha256,
+        root=root,
+        invoices=invoices,
+        protocols=_protocols(parts.protocols),
+        events=_events(parts.event_answers, parts.event_requests),
+    )
+
+
+def invoice_key(invoice: etree._Element) -> str | None:
+    """The access key of an ``infNFe``: its ``Id`` attribute without the ``NFe`` prefix."""
+    identifier = invoice.get("Id")
+    if identifier is None:
+        return None
+    identifier = identifier.strip()
+    return identifier[3:] if identifier.startswith("NFe") else identifier
+
+
+def invoice_context(document: NfeDocument, index: int) -> dict[str, Any]:
+    """The invoice at ``index`` with its key, layout, protocol and the file's events.
+
+    The protocol is the one whose ``chNFe`` is the invoice's key; when the file holds one
+    invoice and one protocol for another key, that protocol is still attached (with its own
+    ``chNFe``) so the protocol check can say it answers another invoice.
+
+    Raises:
+        PermanentStepError: reason ``invalid_args`` when ``index`` is out of range.
+    """
+    count = len(document.invoices)
+    if not 0 <= index < count:
+        raise PermanentStepError(
+            f"{document.source or 'the document'} holds {count} invoice(s); index {index} is "
+            f"out of range (0..{count - 1})",
+            reason="invalid_args",
+        )
+    invoice = document.invoices[index]
+    key = invoice_key(invoice)
+    protocol = document.protocols.get(key) if key else None
+    if protocol is None and count == 1 and len(document.protocols) == 1:
+        protocol = next(iter(document.protocols.values()))
+    return {
+        "xml": invoice,
+        "index": index,
+        "count": count,
+        "chNFe": key,
+        "layout": invoice.get("versao"),
+        "source": document.source,
+        "sha256": document.sha256,
+        "protocol": dict(protocol) if protocol is not None else None,
+        "events": [dict(event) for event in document.events],
+    }
+
+
+# --- Running the stored plan on one file -------------------------------------------------
+
+#: The stored plan's step that picks the invoice, and the one that builds the record.
+INVOICE_STEP = 3
+RECORD_STEP = 9
+
+_compiled: weakref.WeakKeyDictionary[Registry, CompiledPlan] = weakref.WeakKeyDictionary()
+_default_registry: list[Registry] = []
+
+
+def load_plan_text() -> str:
+    """The stored plan (``plandag/extract/nfe/plan.json``) as shipped in the package."""
+    return resources.files("plandag.extract.nfe").joinpath("plan.json").read_text("utf-8")
+
+
+def _compiled_plan(registry: Registry) -> CompiledPlan:
+    """The stored plan compiled against ``registry`` once; each run swaps in its params.
+
+    Raises:
+        PlanError: the stored plan does not compile against ``registry``.
+    """
+    compiled = _compiled.get(registry)
+    if compiled is None:
+        from plandag.compiler import compile_plan
+
+        plan = json.loads(load_plan_text())
+        compiled = compile_plan(plan, registry, params={"input": "input.xml", "index": 0})
+        _compiled[registry] = compiled
+    return compiled
+
+
+def record_status(record: Mapping[str, Any]) -> str:
+    """``error`` when the record has errors, else ``check_failed`` when a check failed, else
+    ``ok`` (NFE.md, "Status"; ``not_applicable`` never fails a record)."""
+    if record.get("errors"):
+        return "error"
+    checks = record.get("checks") or {}
+    if any(outcome.get("status") == "fail" for outcome in checks.values()):
+        return "check_failed"
+    return "ok"
+
+
+def error_record(source: str, sha256: str, code: str, message: str) -> dict[str, Any]:
+    """The record of an unusable input: ``status: error`` with one reason.
+
+    Args:
+        source: the input's path. ``sha256``: hex digest of its bytes ("" when unreadable).
+        code: ``not_an_invoice``, ``invalid_xml``, ``template``, ``io_error``...
+        message: what the input is and why it cannot be used.
+
+    Returns:
+        A dict shaped like ``NfeRecord.model_dump()`` with empty invoice groups.
+    """
+    return {
+        "source": source,
+        "sha256": sha256,
+        "status": "error",
+        "errors": [{"code": code, "message": message}],
+        "checks": {},
+        "layout": None,
+        "invoice_index": None,
+        "ide": None,
+        "emit": None,
+        "dest": None,
+        "items": [],
+        "total": None,
+        "protocol": None,
+        "events": [],
+    }
+
+
+def _with_checks(record: Mapping[str, Any], outcomes: list[CheckOutcome]) -> dict[str, Any]:
+    merged = dict(record)
+    merged["checks"] = {
+        outcome.kind.removeprefix("nfe_"): {"status": outcome.status, "detail": outcome.detail}
+        for outcome in outcomes
+    }
+    merged["status"] = record_status(merged)
+    return merged
+
+
+def _file_sha256(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return ""
+
+
+def _failure(step: Any) -> tuple[str, str]:
+    """``(code, message)`` of a failed or skipped step record."""
+    code = step.reason or "tool_error"
+    if step.error is not None:
+        return code, str(step.error.message)
+    return code, str(step.detail or f"step {step.id} {step.status}")
+
+
+async def extract_document(path: Path, *, registry: Registry | None = None) -> list[dict[str, Any]]:
+    """Extract every invoice of one file through the stored plan.
+
+    The plan runs for invoice 0, then once more for each further invoice of a file that
+    holds several (an ``enviNFe`` batch).
+
+    Args:
+        path: the input file; its string form becomes each record's ``source``.
+        registry: tools and checks to run the plan with (default: the built-in registry,
+            built once).
+
+    Returns:
+        One record dict per invoice, in file order (shape of ``NfeRecord``; ``checks`` keyed
+        by the check's name without its ``nfe_`` prefix: ``key_check_digit``,
+        ``key_matches_document``, ``cnpj_cpf_valid``, ``items_sum_vprod``,
+        ``vnf_formula``, ``protocol_authorised``); or a single error record (``status:
+        error``, ``errors: [{code, message}]``, the SHA-256 of the bytes, "" when unreadable)
+        when the file cannot be read or is not an invoice. Codes: the failing step's reason
+        (``not_an_invoice``, ``invalid_xml``, ``template``, ``io_error``...).
+
+    Raises:
+        PlanError: the stored plan does not compile against ``registry`` (a packaging bug).
+    """
+    from plandag.scheduler import run_plan
+
+    if registry is None:
+        if not _default_registry:
+            from plandag.tools.registry import default_registry
+
+            _default_registry.append(default_registry())
+        registry = _default_registry[0]
+    compiled = _compiled_plan(registry)
+    source = str(path)
+    records: list[dict[str, Any]] = []
+    index = 0
+    count = 1
+    while index < count:
+        run = dataclasses.replace(compiled, params={"input": source, "index": index})
+        result = await run_plan(run)
+        record_step = result.steps[RECORD_STEP]
+        if isinstance(record_step.result, Mapping) and record_step.status in (
+            "succeeded",
+            "failed",
+        ):
+            records.append(_with_checks(record_step.result, list(record_step.checks)))
+        else:
+            failed = [result.steps[key] for key in sorted(result.steps)]
+            culprit = next((step for step in failed if step.status == "failed"), record_step)
+            code, message = _failure(culprit)
+            if not records:
+                return [error_record(source, _file_sha256(path), code, message)]
+            records.append(error_record(source, records[0]["sha256"], code, message))
+        if index == 0:
+            invoice_step = result.steps[INVOICE_STEP]
+            if invoice_step.status == "succeeded" and isinstance(invoice_step.result, Mapping):
+                count = int(invoice_step.result.get("count", 1))
+        index += 1
+    return records

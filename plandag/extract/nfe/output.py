@@ -1,0 +1,529 @@
+"""Writing NF-e records to JSONL or CSV, reading them back for ``--resume``, and patching them.
+
+Two formats (NFE.md, "Batch behaviour"):
+
+- JSONL (the default): one JSON record per line, UTF-8, ``ensure_ascii=False``, exactly the
+  record the extractor produced.
+- CSV: ``OUT.csv`` holds one row per invoice, flattened into the columns of
+  :data:`INVOICE_COLUMNS` (a fixed order taken from the record layout of NFE.md, never from
+  the first record, so two runs always give the same header), and ``OUT.items.csv`` one row
+  per item (:data:`ITEM_COLUMNS`), carrying the invoice's ``source``, ``sha256`` and
+  ``chNFe`` so the two files join.
+
+Writers append one input's records at a time and flush after each input, so a crash leaves a
+file holding whole inputs (at most a torn last line, which :func:`load_existing` drops).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Literal
+
+from plandag.errors import InputError
+from plandag.extract.nfe.record import Dest, Emit, Ide, Item, NfeRecord, Protocol, Total
+
+__all__ = [
+    "CHECK_NAMES",
+    "INVOICE_COLUMNS",
+    "ITEM_COLUMNS",
+    "CsvRecordWriter",
+    "JsonlRecordWriter",
+    "OutputFormat",
+    "RecordWriter",
+    "WrittenRecord",
+    "flatten_record",
+    "item_rows",
+    "items_path_for",
+    "load_existing",
+    "open_writer",
+    "output_format_for",
+    "rewrite_unique_in_batch",
+]
+
+OutputFormat = Literal["jsonl", "csv"]
+
+#: Check names in the order NFE.md lists them ("Checks").
+CHECK_NAMES: tuple[str, ...] = (
+    "key_check_digit",
+    "key_matches_document",
+    "cnpj_cpf_valid",
+    "items_sum_vprod",
+    "vnf_formula",
+    "protocol_authorised",
+    "unique_in_batch",
+)
+
+# Field order comes from the record model (record.py), never from the first record seen.
+_IDE_FIELDS = tuple(Ide.model_fields)
+_EMIT_FIELDS = tuple(Emit.model_fields)
+_DEST_FIELDS = tuple(Dest.model_fields)
+_TOTAL_FIELDS = tuple(Total.model_fields)
+_PROTOCOL_FIELDS = tuple(Protocol.model_fields)
+_ITEM_FIELDS = tuple(Item.model_fields)
+_SCALAR_FIELDS = tuple(
+    name
+    for name in NfeRecord.model_fields
+    if name
+    not in {"errors", "checks", "ide", "emit", "dest", "items", "total", "protocol", "events"}
+)
+
+#: Columns of ``OUT.csv``, one row per invoice. ``errors`` holds ``code: message`` pairs
+#: joined by `` | ``; ``events`` the record's event list as JSON text; each check has a
+#: status column (``pass``/``fail``/``not_applicable``) and a ``.detail`` column.
+INVOICE_COLUMNS: tuple[str, ...] = (
+    *_SCALAR_FIELDS,
+    "errors",
+    *(f"ide.{name}" for name in _IDE_FIELDS),
+    *(f"emit.{name}" for name in _EMIT_FIELDS),
+    *(f"dest.{name}" for name in _DEST_FIELDS),
+    "items.count",
+    *(f"total.{name}" for name in _TOTAL_FIELDS),
+    *(f"protocol.{name}" for name in _PROTOCOL_FIELDS),
+    "events",
+    *(column for name in CHECK_NAMES for column in (f"checks.{name}", f"checks.{name}.detail")),
+)
+
+#: Columns of ``OUT.items.csv``, one row per ``det`` item of every invoice.
+ITEM_COLUMNS: tuple[str, ...] = ("source", "sha256", "chNFe", *_ITEM_FIELDS)
+
+
+@dataclass(frozen=True)
+class WrittenRecord:
+    """What the batch needs to remember about one record already in the output file.
+
+    Attributes:
+        sha256: hex digest of the input's bytes, or None (a pattern that matched nothing).
+        source: the input path as given.
+        chNFe: the record's access key, or None when it has none.
+        status: ``ok`` | ``check_failed`` | ``error``.
+        unique_in_batch: the ``(status, detail)`` written for the check, or None if absent.
+        error_codes: the codes of the record's errors, in order.
+    """
+
+    sha256: str | None
+    source: str
+    chNFe: str | None
+    status: str
+    unique_in_batch: tuple[str, str] | None
+    error_codes: tuple[str, ...] = ()
+
+
+def output_format_for(output: Path, format: str | None) -> OutputFormat:
+    """The output format: ``format`` when given, else ``csv`` for a ``.csv`` name, else ``jsonl``.
+
+    Raises:
+        InputError: ``format`` is neither ``jsonl`` nor ``csv``.
+    """
+    if format is None:
+        return "csv" if output.suffix.lower() == ".csv" else "jsonl"
+    if format == "jsonl":
+        return "jsonl"
+    if format == "csv":
+        return "csv"
+    raise InputError(f"unknown output format {format!r}: use jsonl or csv")
+
+
+def items_path_for(output: Path) -> Path:
+    """The items file beside a CSV output: ``out.csv`` → ``out.items.csv``."""
+    return output.with_suffix(".items.csv") if output.suffix else Path(f"{output}.items.csv")
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _group(record: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = record.get(name)
+    return value if isinstance(value, Mapping) else {}
+
+
+def record_chNFe(record: Mapping[str, Any]) -> str | None:
+    """The record's ``ide.chNFe`` when it is a non-empty string, else None."""
+    key = _group(record, "ide").get("chNFe")
+    return key if isinstance(key, str) and key.strip() else None
+
+
+def _check(record: Mapping[str, Any], name: str) -> tuple[str, str] | None:
+    value = _group(record, "checks").get(name)
+    if not isinstance(value, Mapping):
+        return None
+    return str(value.get("status", "")), str(value.get("detail", "") or "")
+
+
+def _error_codes(record: Mapping[str, Any]) -> tuple[str, ...]:
+    errors = record.get("errors") or []
+    return tuple(str(e.get("code", "")) for e in errors if isinstance(e, Mapping))
+
+
+def flatten_record(record: Mapping[str, Any]) -> dict[str, str]:
+    """One CSV row (column → text) for a record, with every column of :data:`INVOICE_COLUMNS`.
+
+    Missing groups (``dest`` null, ``protocol`` null, an error record) give empty cells.
+    """
+    row: dict[str, str] = {name: _text(record.get(name)) for name in _SCALAR_FIELDS}
+    row["errors"] = " | ".join(
+        f"{e.get('code', '')}: {e.get('message', '')}"
+        for e in record.get("errors") or []
+        if isinstance(e, Mapping)
+    )
+    for group, fields in (
+        ("ide", _IDE_FIELDS),
+        ("emit", _EMIT_FIELDS),
+        ("dest", _DEST_FIELDS),
+        ("total", _TOTAL_FIELDS),
+        ("protocol", _PROTOCOL_FIELDS),
+    ):
+        values = _group(record, group)
+        for name in fields:
+            row[f"{group}.{name}"] = _text(values.get(name))
+    items = record.get("items")
+    row["items.count"] = str(len(items)) if isinstance(items, list) else ""
+    events = record.get("events")
+    row["events"] = _text(events) if events else ""
+    for name in CHECK_NAMES:
+        outcome = _check(record, name)
+        row[f"checks.{name}"] = outcome[0] if outcome else ""
+        row[f"checks.{name}.detail"] = outcome[1] if outcome else ""
+    return row
+
+
+def item_rows(record: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The rows of ``OUT.items.csv`` for one record (none for an error record without items)."""
+    items = record.get("items")
+    if not isinstance(items, list):
+        return []
+    head = {
+        "source": _text(record.get("source")),
+        "sha256": _text(record.get("sha256")),
+        "chNFe": record_chNFe(record) or "",
+    }
+    rows = []
+    for item in items:
+        if isinstance(item, Mapping):
+            rows.append({**head, **{name: _text(item.get(name)) for name in _ITEM_FIELDS}})
+    return rows
+
+
+def written_record(record: Mapping[str, Any]) -> WrittenRecord:
+    """The :class:`WrittenRecord` summary of a record dict."""
+    sha = record.get("sha256")
+    return WrittenRecord(
+        sha256=sha if isinstance(sha, str) and sha else None,
+        source=_text(record.get("source")),
+        chNFe=record_chNFe(record),
+        status=_text(record.get("status")),
+        unique_in_batch=_check(record, "unique_in_batch"),
+        error_codes=_error_codes(record),
+    )
+
+
+def _written_row(row: Mapping[str, str]) -> WrittenRecord:
+    unique_status = row.get("checks.unique_in_batch", "")
+    key = row.get("ide.chNFe", "")
+    codes = tuple(part.split(":", 1)[0] for part in row.get("errors", "").split(" | ") if part)
+    return WrittenRecord(
+        sha256=row.get("sha256") or None,
+        source=row.get("source", ""),
+        chNFe=key if key.strip() else None,
+        status=row.get("status", ""),
+        unique_in_batch=(
+            (unique_status, row.get("checks.unique_in_batch.detail", "")) if unique_status else None
+        ),
+        error_codes=codes,
+    )
+
+
+def restatus(status: str, check_statuses: Sequence[str]) -> str:
+    """A record's status from its checks (NFE.md "Status"): ``error`` stays ``error``;
+    otherwise ``check_failed`` when any check is ``fail``, else ``ok``."""
+    if status == "error":
+        return "error"
+    return "check_failed" if "fail" in check_statuses else "ok"
+
+
+class RecordWriter:
+    """Appends records to an output file. Use :func:`open_writer` to get one.
+
+    ``write_input(records)`` writes every record of one input and flushes, so an interrupted
+    batch leaves whole inputs behind. ``close()`` closes the file(s).
+    """
+
+    def write_input(self, records: Sequence[Mapping[str, Any]]) -> None:
+        """Write the records of one input (in order) and flush."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Flush and close the file(s)."""
+        raise NotImplementedError
+
+
+def _dumps(record: Mapping[str, Any]) -> str:
+    return json.dumps(record, ensure_ascii=False, default=str)
+
+
+class JsonlRecordWriter(RecordWriter):
+    """One JSON record per line, UTF-8 (``ensure_ascii=False``)."""
+
+    def __init__(self, path: Path, *, append: bool) -> None:
+        self._file: IO[str] = path.open("a" if append else "w", encoding="utf-8", newline="\n")
+
+    def write_input(self, records: Sequence[Mapping[str, Any]]) -> None:
+        """Write the records of one input in a single write, then flush."""
+        if records:
+            self._file.write("".join(_dumps(record) + "\n" for record in records))
+            self._file.flush()
+
+    def close(self) -> None:
+        """Close the file."""
+        self._file.close()
+
+
+class CsvRecordWriter(RecordWriter):
+    """``OUT.csv`` (one row per invoice) and ``OUT.items.csv`` (one row per item)."""
+
+    def __init__(self, path: Path, *, append: bool) -> None:
+        items_path = items_path_for(path)
+        write_header = not append or not path.exists() or path.stat().st_size == 0
+        write_items_header = not append or not items_path.exists() or items_path.stat().st_size == 0
+        mode = "a" if append else "w"
+        self._file: IO[str] = path.open(mode, encoding="utf-8", newline="")
+        self._items_file: IO[str] = items_path.open(mode, encoding="utf-8", newline="")
+        self._rows = csv.DictWriter(self._file, fieldnames=INVOICE_COLUMNS)
+        self._items = csv.DictWriter(self._items_file, fieldnames=ITEM_COLUMNS)
+        if write_header:
+            self._rows.writeheader()
+        if write_items_header:
+            self._items.writeheader()
+        self._file.flush()
+        self._items_file.flush()
+
+    def write_input(self, records: Sequence[Mapping[str, Any]]) -> None:
+        """Write the items first, then the invoice rows, then flush both files.
+
+        Items go first so that an interruption never leaves an invoice row whose items are
+        missing; :func:`load_existing` drops items whose invoice row is absent.
+        """
+        for record in records:
+            self._items.writerows(item_rows(record))
+        self._items_file.flush()
+        self._rows.writerows(flatten_record(record) for record in records)
+        self._file.flush()
+
+    def close(self) -> None:
+        """Close both files."""
+        self._file.close()
+        self._items_file.close()
+
+
+def open_writer(output: Path, format: OutputFormat, *, append: bool) -> RecordWriter:
+    """A writer for ``output`` in ``format``; ``append`` keeps what the file(s) already hold.
+
+    Creates the output's folder when missing. Raises OSError when the file cannot be opened.
+    """
+    output.parent.mkdir(parents=True, exist_ok=True)
+    if format == "csv":
+        return CsvRecordWriter(output, append=append)
+    return JsonlRecordWriter(output, append=append)
+
+
+def _replace_atomically(path: Path, lines: Iterator[str]) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with temporary.open("w", encoding="utf-8", newline="") as handle:
+            for line in lines:
+                handle.write(line)
+        os.replace(temporary, path)
+    finally:
+        if temporary.exists():
+            temporary.unlink()
+
+
+def _csv_lines(columns: Sequence[str], rows: Iterator[Mapping[str, str]]) -> Iterator[str]:
+    class _Line:
+        text = ""
+
+        def write(self, text: str) -> None:
+            self.text += text
+
+    line = _Line()
+    writer = csv.DictWriter(line, fieldnames=columns)
+    writer.writeheader()
+    yield line.text
+    for row in rows:
+        line.text = ""
+        writer.writerow(row)
+        yield line.text
+
+
+def _drop_record(written: WrittenRecord) -> bool:
+    """Old records that ``--resume`` drops and extracts again: no sha256, or internal_error."""
+    return written.sha256 is None or "internal_error" in written.error_codes
+
+
+def _load_jsonl(output: Path) -> list[WrittenRecord]:
+    raw = output.read_bytes()
+    kept: list[str] = []
+    result: list[WrittenRecord] = []
+    changed = False
+    lines = raw.split(b"\n")
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        last = number == len(lines)  # no newline after it: torn by an interruption
+        try:
+            record = json.loads(line.decode("utf-8"))
+            if not isinstance(record, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as exc:
+            if last:
+                changed = True
+                continue
+            raise InputError(
+                f"cannot resume: line {number} of {output} is not a JSON record ({exc}); "
+                "remove --resume to start the output afresh"
+            ) from exc
+        if last:
+            changed = True  # complete record but without its newline: rewrite the file
+        written = written_record(record)
+        if _drop_record(written):
+            changed = True
+            continue
+        kept.append(_dumps(record) + "\n")
+        result.append(written)
+    if changed:
+        _replace_atomically(output, iter(kept))
+    return result
+
+
+def _load_csv(output: Path) -> list[WrittenRecord]:
+    text = output.read_text(encoding="utf-8")
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    if reader.fieldnames is None:
+        return []
+    if tuple(reader.fieldnames) != INVOICE_COLUMNS:
+        raise InputError(
+            f"cannot resume: {output} does not have the columns plandag writes; "
+            "remove --resume to start the output afresh"
+        )
+    rows = list(reader)
+    changed = False
+    if rows and not text.endswith("\n"):
+        rows.pop()  # torn by an interruption
+        changed = True
+    kept_rows: list[dict[str, str]] = []
+    result: list[WrittenRecord] = []
+    for row in rows:
+        if None in row or any(value is None for value in row.values()):
+            raise InputError(f"cannot resume: {output} has a malformed row for {row.get('source')}")
+        written = _written_row(row)
+        if _drop_record(written):
+            changed = True
+            continue
+        kept_rows.append(row)
+        result.append(written)
+    if changed:
+        _replace_atomically(output, _csv_lines(INVOICE_COLUMNS, iter(kept_rows)))
+    items_path = items_path_for(output)
+    if items_path.exists():
+        # Keep only items whose invoice row survived (joined on sha256 and chNFe).
+        keys = {(w.sha256 or "", w.chNFe or "") for w in result}
+        item_text = items_path.read_text(encoding="utf-8")
+        item_reader = csv.DictReader(io.StringIO(item_text, newline=""))
+        item_rows_kept = [
+            row
+            for row in item_reader
+            if (row.get("sha256") or "", row.get("chNFe") or "") in keys
+            and None not in row.values()
+        ]
+        _replace_atomically(items_path, _csv_lines(ITEM_COLUMNS, iter(item_rows_kept)))
+    return result
+
+
+def load_existing(output: Path, format: OutputFormat) -> list[WrittenRecord]:
+    """Read a previous output for ``--resume``, in file order, repairing it in place.
+
+    A torn last line (an interrupted run) is dropped. Records without a sha256 (a pattern
+    that matched nothing) and ``internal_error`` records are dropped too, so their inputs are
+    extracted again. For CSV, items whose invoice row is gone are dropped from
+    ``OUT.items.csv``. Returns [] when the file does not exist.
+
+    Raises:
+        InputError: the file is not an output plandag wrote (a line that is not a JSON
+            record, CSV columns that differ from :data:`INVOICE_COLUMNS`).
+    """
+    if not output.exists():
+        return []
+    if format == "csv":
+        return _load_csv(output)
+    return _load_jsonl(output)
+
+
+def _patched_record(record: dict[str, Any], outcome: tuple[str, str]) -> tuple[dict[str, Any], str]:
+    checks = record.get("checks")
+    checks = dict(checks) if isinstance(checks, Mapping) else {}
+    checks["unique_in_batch"] = {"status": outcome[0], "detail": outcome[1]}
+    record["checks"] = checks
+    statuses = [str(c.get("status")) for c in checks.values() if isinstance(c, Mapping)]
+    record["status"] = restatus(str(record.get("status", "")), statuses)
+    return record, record["status"]
+
+
+def rewrite_unique_in_batch(
+    output: Path, format: OutputFormat, updates: Mapping[int, tuple[str, str]]
+) -> dict[int, str]:
+    """Set ``unique_in_batch`` of the records at the given positions and restate their status.
+
+    Args:
+        output: the output file (JSONL, or the invoice CSV; items are untouched).
+        format: its format.
+        updates: record position in the file (0-based, header excluded) → the new
+            ``(status, detail)`` of the check.
+
+    Returns:
+        position → the record's status after the change (``ok``/``check_failed``/``error``).
+
+    The file is rewritten to a temporary file beside it and moved over it with
+    ``os.replace``, so a crash leaves either the old or the new file, never a mix.
+    """
+    if not updates:
+        return {}
+    statuses: dict[int, str] = {}
+    if format == "jsonl":
+
+        def jsonl_lines() -> Iterator[str]:
+            with output.open(encoding="utf-8") as handle:
+                for position, line in enumerate(handle):
+                    if position in updates:
+                        record, statuses[position] = _patched_record(
+                            json.loads(line), updates[position]
+                        )
+                        yield _dumps(record) + "\n"
+                    else:
+                        yield line
+
+        _replace_atomically(output, jsonl_lines())
+        return statuses
+
+    def csv_rows() -> Iterator[Mapping[str, str]]:
+        with output.open(encoding="utf-8", newline="") as handle:
+            for position, row in enumerate(csv.DictReader(handle)):
+                if position in updates:
+                    status, detail = updates[position]
+                    row["checks.unique_in_batch"] = status
+                    row["checks.unique_in_batch.detail"] = detail
+                    checks = [row.get(f"checks.{name}", "") for name in CHECK_NAMES]
+                    row["status"] = statuses[position] = restatus(row.get("status", ""), checks)
+                yield row
+
+    _replace_atomically(output, _csv_lines(INVOICE_COLUMNS, csv_rows()))
+    return statuses

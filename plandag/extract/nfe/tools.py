@@ -1,0 +1,256 @@
+"""The NF-e tools and checks the stored extraction plan uses (``plan.json``).
+
+* ``nfe_parse``: bytes → :class:`~plandag.extract.nfe.document.NfeDocument` (parsed once,
+  invoices, protocols and events located, SHA-256 of the bytes), or a refusal saying what
+  the file is instead (``not_an_invoice``, ``invalid_xml``, ``template``).
+* ``nfe_invoice``: one invoice of the document with its context: the ``infNFe`` element
+  for ``xml_select``, its key, layout, protocol and the file's events.
+* ``nfe_record``: the field groups selected by ``xml_select`` → one record dict
+  (:class:`~plandag.extract.nfe.record.NfeRecord`), with ``status: error`` and the reasons
+  when a required field is missing or does not parse.
+
+All three are cheap, non-blocking and declared ``inline``: they run on the event loop.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from collections.abc import Mapping
+from typing import Any, TypedDict
+
+from lxml import etree
+
+from plandag.extract.nfe.checks import NFE_CHECKS
+from plandag.extract.nfe.document import NfeDocument, invoice_context, parse_document
+from plandag.extract.nfe.record import Dest, Emit, Event, Ide, Item, Protocol, Total
+from plandag.extract.nfe.validators import ACCESS_KEY_PATTERN, parse_decimal
+from plandag.tools.base import Tool, tool
+
+__all__ = ["NFE_CHECKS", "NFE_TOOLS", "NfeInvoice", "nfe_invoice", "nfe_parse", "nfe_record"]
+
+
+class NfeInvoice(TypedDict):
+    """What ``nfe_invoice`` returns.
+
+    Keys: ``xml`` (the ``infNFe`` element), ``index`` (0-based), ``count`` (invoices in the
+    file), ``chNFe`` (from ``@Id``, or None), ``layout`` (``@versao``), ``source``,
+    ``sha256``, ``protocol`` (``{"chNFe", "cStat", "xMotivo", "nProt", "dhRecbto"}`` or
+    None) and ``events`` (every event of the file).
+    """
+
+    xml: etree._Element
+    index: int
+    count: int
+    chNFe: str | None
+    layout: str | None
+    source: str
+    sha256: str
+    protocol: dict[str, str | None] | None
+    events: list[dict[str, str | None]]
+
+
+@tool(inline=True)
+def nfe_parse(data: bytes, source: str = "") -> NfeDocument:
+    """Parse one NF-e/NFC-e file and locate its invoices, protocols and events.
+
+    Args:
+        data: the file's bytes (``read_file`` with ``encoding="binary"``); the XML's own
+            encoding declaration and byte order mark are honoured.
+        source: the input's path, for messages and records.
+
+    Returns:
+        An ``NfeDocument`` (root, ``infNFe`` elements, protocols by key, events, sha256).
+
+    Raises:
+        PermanentStepError: reason ``invalid_xml`` (empty, TXT layout, HTML, not
+            well-formed), ``not_an_invoice`` (event file, SEFAZ response...: the message
+            names it) or ``template`` (placeholder values).
+    """
+    return parse_document(data, source)
+
+
+@tool(inline=True)
+def nfe_invoice(document: NfeDocument, index: int = 0) -> NfeInvoice:
+    """One invoice of a parsed document, ready for ``xml_select``, with its protocol and events.
+
+    Args:
+        document: ``nfe_parse``'s result.
+        index: 0-based position of the invoice in the file (``enviNFe`` batches hold many).
+
+    Returns:
+        ``{"xml", "index", "count", "chNFe", "layout", "source", "sha256", "protocol",
+        "events"}``: ``xml`` is the ``infNFe`` element; ``protocol`` the ``protNFe/infProt``
+        answering this key (found whatever its namespace) or None; ``events`` every event in
+        the file.
+
+    Raises:
+        PermanentStepError: reason ``invalid_args`` when ``index`` is out of range.
+    """
+    context = invoice_context(document, index)
+    return NfeInvoice(
+        xml=context["xml"],
+        index=context["index"],
+        count=context["count"],
+        chNFe=context["chNFe"],
+        layout=context["layout"],
+        source=context["source"],
+        sha256=context["sha256"],
+        protocol=context["protocol"],
+        events=context["events"],
+    )
+
+
+_DIGITS = re.compile(r"[0-9]+")
+_REQUIRED_DECIMALS = ("vProd", "vNF")
+_ITEM_DECIMALS = ("qCom", "vUnCom", "vProd", "vDesc", "vICMSDeson", "vPISST", "vCOFINSST")
+
+
+def _pick(model: type[Any], values: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The model's fields from ``values`` (None for those absent), as stripped strings."""
+    values = values or {}
+    picked: dict[str, Any] = {}
+    for name in model.model_fields:
+        value = values.get(name)
+        if value is not None and not isinstance(value, str):
+            value = str(value)
+        if isinstance(value, str):
+            value = value.strip() or None
+        picked[name] = value
+    return picked
+
+
+def _valid_datetime(text: str) -> bool:
+    try:
+        datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return True
+
+
+def _valid_date(text: str) -> bool:
+    try:
+        datetime.date.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _key_from_id(identifier: str | None) -> str | None:
+    if identifier is None:
+        return None
+    identifier = identifier.strip()
+    return identifier[3:] if identifier.startswith("NFe") else identifier
+
+
+def _validate(record: dict[str, Any]) -> list[dict[str, str]]:
+    """Errors for required fields that are missing or do not parse (NFE.md, "Status")."""
+    errors: list[dict[str, str]] = []
+
+    def missing(field: str) -> None:
+        errors.append({"code": "missing_field", "message": f"{field} is missing"})
+
+    def invalid(field: str, value: Any, expected: str) -> None:
+        errors.append({"code": "invalid_field", "message": f"{field} {value!r} is not {expected}"})
+
+    ide, emit, total = record["ide"], record["emit"], record["total"]
+    key = ide["chNFe"]
+    if key is None:
+        missing("infNFe/@Id (access key)")
+    elif not ACCESS_KEY_PATTERN.fullmatch(key):
+        invalid("infNFe/@Id (access key)", key, "44 characters 0-9 (A-Z in the CNPJ)")
+    for name, width in (("mod", 2), ("nNF", 9)):
+        value = ide[name]
+        if value is None:
+            missing(f"ide/{name}")
+        elif not _DIGITS.fullmatch(value) or len(value) > width:
+            invalid(f"ide/{name}", value, f"a number of up to {width} digits")
+    issue = ide["dhEmi"]
+    if issue is None:
+        missing("ide/dhEmi (issue date)")
+    elif not (_valid_datetime(issue) if "T" in issue else _valid_date(issue)):
+        invalid("ide/dhEmi (issue date)", issue, "an ISO 8601 date-time")
+    if emit["CNPJ"] is None and emit["CPF"] is None:
+        missing("emit/CNPJ or emit/CPF (emitter document)")
+    for name, value in total.items():
+        if value is None:
+            if name in _REQUIRED_DECIMALS:
+                missing(f"total/ICMSTot/{name}")
+            continue
+        if parse_decimal(value) is None:
+            invalid(f"total/{name}", value, "a decimal number")
+    for position, item in enumerate(record["items"]):
+        for name in _ITEM_DECIMALS:
+            value = item[name]
+            if value is not None and parse_decimal(value) is None:
+                label = item["nItem"] or str(position + 1)
+                invalid(f"det[nItem={label}]/{name}", value, "a decimal number")
+    return errors
+
+
+@tool(inline=True)
+def nfe_record(
+    source: str,
+    sha256: str,
+    invoice: dict[str, Any],
+    ide: dict[str, Any],
+    emit: dict[str, Any],
+    dest: dict[str, Any],
+    items: list[dict[str, Any]],
+    total: dict[str, Any],
+    protocol: dict[str, Any] | None = None,
+    events: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Assemble one invoice's record from the field groups (NFE.md, "The record").
+
+    Args:
+        source: the input's path.
+        sha256: hex SHA-256 of the input bytes.
+        invoice: ``nfe_invoice``'s result (gives ``layout`` and ``index``).
+        ide: identification fields selected from the invoice, with ``Id`` (``infNFe/@Id``)
+            and ``dEmi`` (older layouts) beside ``dhEmi``.
+        emit: emitter fields. ``dest``: recipient fields with ``present`` (whether the
+            ``dest`` group exists; an NFC-e may have none).
+        items: one dict per ``det``. ``total``: the totals.
+        protocol: the matching ``protNFe/infProt`` fields, or None.
+        events: events found in the same file.
+
+    Returns:
+        The record as a dict shaped like ``NfeRecord.model_dump()``: ``status`` is
+        ``error`` with ``errors`` when a required field (access key, mod, nNF, issue date,
+        emitter document, vProd, vNF) is missing or does not parse, or a present decimal
+        does not parse; ``ok`` otherwise (the checks attached to the step refine it).
+        Values are the XML's strings, unconverted (dates keep their own offset).
+    """
+    ide_values = dict(ide)
+    if not ide_values.get("dhEmi") and ide_values.get("dEmi"):
+        ide_values["dhEmi"] = ide_values["dEmi"]
+    ide_values["chNFe"] = _key_from_id(ide_values.get("Id")) or invoice.get("chNFe")
+    has_dest = dest.get("present")
+    dest_values = _pick(Dest, dest)
+    if has_dest is None:
+        has_dest = any(value is not None for value in dest_values.values())
+    record: dict[str, Any] = {
+        "source": source,
+        "sha256": sha256,
+        "status": "ok",
+        "errors": [],
+        "checks": {},
+        "layout": invoice.get("layout"),
+        "invoice_index": invoice.get("index"),
+        "ide": _pick(Ide, ide_values),
+        "emit": _pick(Emit, emit),
+        "dest": dest_values if has_dest else None,
+        "items": [_pick(Item, item) for item in items],
+        "total": _pick(Total, total),
+        "protocol": _pick(Protocol, protocol) if protocol else None,
+        "events": [_pick(Event, event) for event in events or []],
+    }
+    errors = _validate(record)
+    if errors:
+        record["status"] = "error"
+        record["errors"] = errors
+    return record
+
+
+NFE_TOOLS: tuple[Tool, ...] = (nfe_parse, nfe_invoice, nfe_record)

@@ -1,0 +1,138 @@
+"""The cost brake: reserve a step's estimated cost before it starts, settle the real cost
+after (ARCHITECTURE.md, "Brakes"; issue 3, "cost cap").
+
+A reservation is granted only when the money spent, plus every reservation still open, plus
+the new estimate stays within the cap, for dollars and for tokens alike. The runner is one
+event loop, and :meth:`Budget.reserve` does not await, so two steps starting at once cannot
+both squeeze under the cap: parallel steps can never push spend past it. Failed, retried and
+cancelled attempts are settled like any other.
+
+Dollars are kept as whole nanodollars (``round(usd * 1e9)``), so sums and comparisons are
+exact: steps of $0.10 and $0.20 fit a cap of $0.30.
+
+The cap bounds what the runner *lets start*. A tool that reports more than it estimated can
+still take the spend past the cap; after that no further step is granted a reservation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+__all__ = ["Budget", "Reservation"]
+
+_NANO = 1_000_000_000
+
+
+def _nanodollars(usd: float, name: str) -> int:
+    if not math.isfinite(usd) or usd < 0:
+        raise ValueError(f"{name} must be a finite number of US dollars >= 0, not {usd}")
+    return round(usd * _NANO)
+
+
+@dataclasses.dataclass(slots=True)
+class Reservation:
+    """An amount held for one attempt until it is settled.
+
+    Attributes:
+        nanodollars: dollars held, in units of 1e-9 US dollars.
+        tokens: tokens held.
+        settled: :meth:`Budget.settle` was called on it.
+    """
+
+    nanodollars: int
+    tokens: int
+    settled: bool = False
+
+
+class Budget:
+    """Spend and reservations of one run against its caps.
+
+    Args:
+        max_cost_usd: cap in US dollars, or None for no dollar cap.
+        max_tokens: cap in tokens, or None for no token cap.
+
+    Raises:
+        ValueError: a negative or non-finite cap.
+    """
+
+    def __init__(self, max_cost_usd: float | None, max_tokens: int | None) -> None:
+        self.max_nanodollars = (
+            _nanodollars(max_cost_usd, "max_cost_usd") if max_cost_usd is not None else None
+        )
+        if max_tokens is not None and max_tokens < 0:
+            raise ValueError(f"max_tokens must be >= 0, not {max_tokens}")
+        self.max_tokens = max_tokens
+        self.max_cost_usd = max_cost_usd
+        self.spent_nanodollars = 0
+        self.spent_tokens = 0
+        self.reserved_nanodollars = 0
+        self.reserved_tokens = 0
+
+    @property
+    def spent_usd(self) -> float:
+        """US dollars settled so far."""
+        return self.spent_nanodollars / _NANO
+
+    @property
+    def reserved_usd(self) -> float:
+        """US dollars held by attempts still running."""
+        return self.reserved_nanodollars / _NANO
+
+    def reserve(self, usd: float, tokens: int) -> Reservation | None:
+        """Hold ``usd`` dollars and ``tokens`` tokens for one attempt, if the caps allow.
+
+        Args:
+            usd: the attempt's estimated cost, US dollars (>= 0).
+            tokens: its estimated tokens (>= 0).
+
+        Returns:
+            The :class:`Reservation`, or None when spent + reserved + this estimate would
+            exceed a cap (nothing is held then).
+        """
+        nanodollars = round(usd * _NANO)
+        cap = self.max_nanodollars
+        if (
+            cap is not None
+            and self.spent_nanodollars + self.reserved_nanodollars + nanodollars > cap
+        ):
+            return None
+        token_cap = self.max_tokens
+        if token_cap is not None and self.spent_tokens + self.reserved_tokens + tokens > token_cap:
+            return None
+        self.reserved_nanodollars += nanodollars
+        self.reserved_tokens += tokens
+        return Reservation(nanodollars, tokens)
+
+    def settle(self, reservation: Reservation, usd: float, tokens: int) -> None:
+        """Release ``reservation`` and add the attempt's real cost to the spend.
+
+        Args:
+            reservation: from :meth:`reserve`; settling it twice does nothing.
+            usd: the real cost, US dollars (>= 0).
+            tokens: the real tokens (>= 0).
+        """
+        if reservation.settled:
+            return
+        reservation.settled = True
+        self.reserved_nanodollars -= reservation.nanodollars
+        self.reserved_tokens -= reservation.tokens
+        self.spent_nanodollars += round(usd * _NANO)
+        self.spent_tokens += tokens
+
+    def refusal(self, usd: float, tokens: int) -> str:
+        """Why :meth:`reserve` refused ``usd`` / ``tokens``, in words, for a step's detail."""
+        cap = self.max_nanodollars
+        if cap is not None and (
+            self.spent_nanodollars + self.reserved_nanodollars + round(usd * _NANO) > cap
+        ):
+            return (
+                f"not started: its estimated cost of ${usd:.6g} would take the run past its "
+                f"cost cap of ${self.max_cost_usd:.6g} (spent ${self.spent_usd:.6g}, held by "
+                f"running steps ${self.reserved_usd:.6g})"
+            )
+        return (
+            f"not started: its estimated {tokens} tokens would take the run past its cap of "
+            f"{self.max_tokens} tokens (spent {self.spent_tokens}, held by running steps "
+            f"{self.reserved_tokens})"
+        )

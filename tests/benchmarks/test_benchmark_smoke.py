@@ -1,0 +1,178 @@
+"""The benchmarks still work: each measurement at a tiny size, and the DAG generator's rules.
+
+The real figures come from ``benchmarks/run.py``; these tests only prove the code runs and
+measures what it claims (issue 2, "How it is checked": parents among the previous 12 steps,
+0 to 3 of them; log-normal durations with median 50 ms, capped at 0.4 s; seeded).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+
+import pytest
+
+from benchmarks.dags import chain, plan_document, random_dag, wide
+from benchmarks.extract_bench import DEFAULT_DATA_DIR, measure_extract, valid_invoice_files
+from benchmarks.plain_lxml_nfe import extract_file
+from benchmarks.run import Row, render
+from benchmarks.scheduler_bench import measure_dispatch, measure_makespan
+
+needs_data = pytest.mark.skipif(
+    not (DEFAULT_DATA_DIR / "SOURCES.md").is_file(), reason="shared NF-e data not found"
+)
+
+
+# -- the DAG generator ------------------------------------------------------------------------
+
+
+def test_chain_and_wide_shapes() -> None:
+    assert chain(3).parents == {1: (), 2: (1,), 3: (2,)}
+    assert wide(2).parents == {1: (), 2: (1,), 3: (1,), 4: (2, 3)}
+    assert wide(1000).size == 1002
+    assert wide(1000).edge_count() == 2000
+    assert chain(1000).children()[999] == [1000]
+
+
+def test_random_dag_parents_come_from_the_previous_12_steps_0_to_3_of_them() -> None:
+    dag = random_dag(1000, seed=2024)
+    assert dag.size == 1000
+    for step_id, parents in dag.parents.items():
+        assert len(parents) <= 3
+        assert len(set(parents)) == len(parents)
+        assert list(parents) == sorted(parents)
+        assert all(step_id - 12 <= parent < step_id for parent in parents)
+    counts = Counter(len(parents) for parents in dag.parents.values())
+    assert counts == {0: 258, 1: 265, 2: 225, 3: 252}
+    assert dag.edge_count() == 1471
+
+
+def test_random_dag_durations_are_log_normal_with_median_50_ms() -> None:
+    durations = list(random_dag(1000, seed=2024).durations.values())
+    assert all(0 < value <= 0.4 for value in durations)
+    assert statistics.median(durations) == pytest.approx(0.0488166, abs=1e-6)
+    logs = [math.log(value) for value in durations]
+    assert statistics.stdev(logs) == pytest.approx(0.5, abs=0.03)
+
+
+def test_random_dag_caps_durations_at_0_4_s() -> None:
+    durations = random_dag(1000, seed=2024, sigma=3.0).durations.values()
+    assert max(durations) == 0.4
+    assert sum(1 for value in durations if value == 0.4) == 227
+
+
+def test_random_dag_is_determined_by_its_seed() -> None:
+    assert random_dag(200, seed=7) == random_dag(200, seed=7)
+    assert random_dag(200, seed=7) != random_dag(200, seed=8)
+    first = random_dag(3, seed=2024)
+    assert first.parents == {1: (), 2: (1,), 3: (2,)}
+    assert {key: round(value, 4) for key, value in first.durations.items()} == {
+        1: 0.0262,
+        2: 0.1247,
+        3: 0.0384,
+    }
+
+
+def test_random_dag_refuses_bad_sizes() -> None:
+    with pytest.raises(ValueError, match="at least 1 step"):
+        random_dag(0, seed=1)
+    with pytest.raises(ValueError, match="at least 1 step"):
+        chain(0)
+
+
+def test_plan_document_passes_durations_and_dependencies() -> None:
+    dag = random_dag(3, seed=2024)
+    document = plan_document(dag, "sleep_for", with_durations=True)
+    assert [step["depends_on"] for step in document["steps"]] == [[], [1], [2]]
+    assert document["steps"][1]["args"] == {"seconds": dag.durations[2]}
+    assert plan_document(chain(2), "noop_inline")["steps"][1] == {
+        "id": 2,
+        "tool": "noop_inline",
+        "args": {},
+        "depends_on": [1],
+    }
+
+
+# -- the measurements, tiny -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("shape", "kind", "steps"), [("chain", "inline", 20), ("wide", "async", 22)]
+)
+def test_measure_dispatch_runs(shape: str, kind: str, steps: int) -> None:
+    figures = measure_dispatch(shape, kind, size=20, repetitions=2)  # type: ignore[arg-type]
+    assert figures.steps == steps
+    assert len(figures.plandag_s) == len(figures.bare_s) == len(figures.compile_s) == 2
+    assert all(value > 0 for value in [*figures.plandag_s, *figures.bare_s])
+    assert figures.per_step_us(figures.plandag_s) > 0
+
+
+def test_measure_makespan_never_beats_the_critical_path() -> None:
+    figures = measure_makespan(size=12, seed=3, repetitions=1)
+    assert figures.steps == 12
+    # The critical path's steps ran one after another inside the run: makespan >= path.
+    assert all(ratio >= 1.0 for ratio in figures.plandag_ratios())
+    assert all(ratio >= 1.0 for ratio in figures.bare_ratios())
+    assert figures.plandag_critical_path_s[0] >= figures.planned_critical_path_s * 0.99
+
+
+@needs_data
+def test_measure_extract_runs_on_two_documents() -> None:
+    files = valid_invoice_files()[:2]
+    figures = measure_extract(files, repetitions=1)
+    assert figures.documents == 2
+    assert figures.records == 2
+    assert figures.rate(figures.plandag_s) > 0
+    assert figures.rate(figures.plain_s) > 0
+
+
+@needs_data
+def test_valid_invoice_files_are_the_ok_rows_of_sources() -> None:
+    files = valid_invoice_files()
+    assert len(files) == 37
+    names = {path.name for path in files}
+    assert "spedda_cancelada_55_new.xml" in names
+    assert "spednfe_nfe_errado.txt" not in names
+    assert "brnfe_event_cancel.xml" not in names
+
+
+@needs_data
+def test_plain_extractor_reads_the_record_fields() -> None:
+    [record] = extract_file(DEFAULT_DATA_DIR / "spedda_cancelada_55_new.xml")
+    assert record["ide"]["chNFe"] == "35210258716523000119550000000573661346317847"
+    assert record["ide"]["dhEmi"] == "2021-02-04T13:31:00-03:00"
+    assert record["emit"]["CNPJ"] == "58716523000119"
+    assert record["dest"]["CNPJ"] == "10702368000155"
+    assert len(record["items"]) == 2
+    assert record["items"][0]["vUnCom"] == "5.4200000000"
+    assert record["total"]["vNF"] == "581.55"
+    assert record["protocol"]["cStat"] == "100"
+    assert [event["tpEvento"] for event in record["events"]] == ["110111"]
+
+
+@needs_data
+def test_plain_extractor_matches_plandag_on_the_same_fields() -> None:
+    import anyio
+
+    from plandag.extract.nfe import extract_document
+
+    for path in valid_invoice_files()[:3]:
+        [plain] = extract_file(path)
+        [planned] = anyio.run(extract_document, path)
+        for group in ("emit", "items", "total"):
+            assert plain[group] == planned[group], (path.name, group)
+        assert plain["ide"]["chNFe"] == planned["ide"]["chNFe"]
+
+
+def test_render_prints_every_column() -> None:
+    rows = [
+        Row("NF-e extraction", 500.0, 1000.0, "docs/s", "ratio ≥ 0.5", True),
+        Row("compile", 12.345, None, "µs/step"),
+    ]
+    assert render(rows).splitlines() == [
+        "| measurement     | plandag      | baseline     | ratio | target      | met? |",
+        "|-----------------|--------------|--------------|-------|-------------|------|",
+        "| NF-e extraction | 500 docs/s   | 1,000 docs/s | 0.50  | ratio ≥ 0.5 | yes  |",
+        "| compile         | 12.3 µs/step | —            | —     | —           | —    |",
+    ]
