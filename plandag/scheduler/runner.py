@@ -668,16 +668,25 @@ class _Run:
     ) -> _AttemptOutcome:
         """An exception group holding cancellation (or other BaseExceptions) besides errors.
 
-        When this run is being cancelled, the cancellation wins. A group of nothing but
-        cancellations, or holding a ``KeyboardInterrupt``/``SystemExit``, is raised again.
-        Otherwise the group is a failure like any other, reported by its real leaf.
+        When this run is being cancelled, the cancellation wins (the step ends
+        ``cancelled``). A group holding a ``KeyboardInterrupt`` or ``SystemExit`` is raised
+        again. Otherwise it is a failure like any other, reported by its real leaf; a group
+        of nothing but cancellations, raised while nothing cancelled the step, is a
+        permanent failure of the tool.
         """
         await anyio.lowlevel.checkpoint_if_cancelled()
         _, rest = group.split(Exception)
         if rest is not None and describe_failure(rest) is not None:
             raise group  # a KeyboardInterrupt or SystemExit leaf: not ours to swallow
         if describe_failure(group) is None:
-            raise group
+            leaf = group.exceptions[0]
+            while isinstance(leaf, BaseExceptionGroup):
+                leaf = leaf.exceptions[0]
+            attempt_record.error = StepErrorInfo(type(leaf).__name__, str(leaf))
+            attempt_record.reason = "tool_error"
+            attempt_record.kind = "permanent"
+            failure = FailureInfo("permanent", leaf, before_effect=False, retry_after_s=None)
+            return _AttemptOutcome(error=leaf, failure=failure)
         return self.failed_attempt(group, attempt_record)
 
     def check_attempt(

@@ -24,7 +24,7 @@ import jmespath.parser
 
 from plandag.errors import PermanentStepError
 from plandag.tools.base import Tool, tool
-from plandag.tools.xml import as_element, compile_xpath, select, select_elements
+from plandag.tools.xml import as_element, compile_xpath, evaluate_compiled, select_elements
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -252,16 +252,17 @@ def xml_select(
             f"{given} given",
             reason="invalid_args",
         )
-    for expr in (path, each, *(paths or {}).values()):
-        if expr is not None:
-            compile_xpath(expr, namespaces)  # report a bad expression before parsing
+    # Compile every expression first: a bad one is reported before any parsing.
+    single = compile_xpath(path, namespaces) if path is not None else None
+    table = [(name, compile_xpath(expr, namespaces)) for name, expr in (paths or {}).items()]
+    if each is not None:
+        compile_xpath(each, namespaces)
     root = as_element(xml)
 
     def evaluate(node: Any) -> Any:
-        if path is not None:
-            return select(node, path, namespaces, all)
-        assert paths is not None
-        return {name: select(node, expr, namespaces, all) for name, expr in paths.items()}
+        if single is not None:
+            return evaluate_compiled(node, single, all)
+        return {name: evaluate_compiled(node, compiled, all) for name, compiled in table}
 
     if each is None:
         return evaluate(root)

@@ -27,6 +27,7 @@ __all__ = [
     "XMLDSIG_NAMESPACE",
     "as_element",
     "compile_xpath",
+    "evaluate_compiled",
     "parse_xml",
     "select",
     "select_elements",
@@ -151,17 +152,10 @@ def compile_xpath(expr: str, namespaces: Mapping[str, str] | None = None) -> etr
     return _compile(expr, _namespace_items(namespaces))
 
 
-def _element_text(element: etree._Element) -> str | None:
-    text = element.text
-    if text is None:
-        return None
-    text = text.strip()
-    return text or None
-
-
 def _convert(item: Any) -> Any:
     if isinstance(item, etree._Element):
-        return _element_text(item)
+        text = item.text
+        return "" if text is None else text.strip()
     if isinstance(item, bool):
         return item
     if isinstance(item, float):
@@ -205,8 +199,25 @@ def select(
         PermanentStepError: reason ``invalid_xpath`` when the expression does not compile
             or fails to evaluate (an undeclared prefix, an unknown function).
     """
-    found = _evaluate(root, expr, namespaces)
-    if isinstance(found, list):
+    return evaluate_compiled(root, compile_xpath(expr, namespaces), all)
+
+
+def evaluate_compiled(root: etree._Element, compiled: etree.XPath, all: bool = False) -> Any:
+    """:func:`select` with an expression already compiled by :func:`compile_xpath`.
+
+    Callers that evaluate the same expressions on many elements (``xml_select`` with
+    ``each``) compile once and call this in the loop.
+
+    Raises:
+        PermanentStepError: reason ``invalid_xpath`` when the expression fails to evaluate.
+    """
+    try:
+        found = compiled(root)
+    except etree.XPathError as error:
+        raise PermanentStepError(
+            f"invalid XPath {compiled.path!r}: {error}", reason="invalid_xpath"
+        ) from error
+    if type(found) is list:
         if all:
             return [_convert(item) for item in found]
         return _convert(found[0]) if found else None

@@ -451,27 +451,24 @@ HAND_READ: list[dict[str, Any]] = [
 ]
 
 
-# Disagreements between the hand reading (NFE.md) and the program: strict xfail, so the
-# test turns red once the program changes and the mark can go.
-@pytest.mark.xfail(
-    strict=True,
-    reason="program gives null for <idEstrangeiro /> (present, empty: a foreign buyer without "
-    "a document); NFE.md keeps values as written, so the hand reading expects ''",
-)
+# Two cases where the hand reading (NFE.md) first disagreed with the program; the program
+# was fixed: an empty element is kept as "", an emitter CNPJ of the wrong shape is an error.
 def test_empty_foreign_id_is_kept_as_empty_text(batch: dict[str, Any]) -> None:
     (record,) = batch["by_file"]["uninfe_41140679576237000175550030000111261001194863-procnfe.xml"]
     assert record["dest"]["idEstrangeiro"] == ""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="emit/CNPJ is 'XXXXXXXXXXXXXX', which does not parse as a CNPJ (12 alphanumerics + "
-    "2 digits); NFE.md Status makes that an error record, the program gives check_failed",
-)
 def test_emitter_document_that_is_not_a_cnpj_is_an_error(batch: dict[str, Any]) -> None:
     (record,) = batch["by_file"]["uninfe_99999999999999999999999999999999999999999994.xml"]
     assert record["emit"]["CNPJ"] == "XXXXXXXXXXXXXX"
     assert record["status"] == "error"
+    assert record["errors"] == [
+        {
+            "code": "invalid_field",
+            "message": "emit/CNPJ 'XXXXXXXXXXXXXX' is not a CNPJ (12 characters 0-9 or A-Z, "
+            "then 2 digits)",
+        }
+    ]
 
 
 # Files that are not invoices, with the code their error record must carry.
@@ -526,7 +523,7 @@ def test_every_file_gives_its_records(batch: dict[str, Any]) -> None:
         assert record["status"] in ("ok", "check_failed", "error")
         assert set(record["checks"]) == set(CHECKS) or record["status"] == "error"
     assert batch_exit_code(batch["summary"]) == 0
-    assert batch["summary"].by_status["error"] == len(BROKEN)
+    assert batch["summary"].by_status["error"] == len(BROKEN) + len(EMITTER_NOT_A_CNPJ)
 
 
 @pytest.mark.parametrize("name", sorted(BROKEN))

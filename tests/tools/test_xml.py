@@ -76,7 +76,7 @@ def test_entities_are_not_expanded() -> None:
 def test_select_conversions() -> None:
     root = parse_xml(b"<r x='1'><b> t </b><b/><b>  </b><c>2.50</c></r>")
     assert select(root, "//b") == "t"
-    assert select(root, "//b", all=True) == ["t", None, None]
+    assert select(root, "//b", all=True) == ["t", "", ""]
     assert select(root, "/r/@x") == "1"
     assert type(select(root, "/r/@x")) is str
     assert select(root, "//b/text()", all=True) == [" t ", "  "]

@@ -15,16 +15,23 @@ All three are cheap, non-blocking and declared ``inline``: they run on the event
 from __future__ import annotations
 
 import datetime
+import functools
 import re
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
 from lxml import etree
+from pydantic import BaseModel
 
 from plandag.extract.nfe.checks import NFE_CHECKS
 from plandag.extract.nfe.document import NfeDocument, invoice_context, parse_document
 from plandag.extract.nfe.record import Dest, Emit, Event, Ide, Item, Protocol, Total
-from plandag.extract.nfe.validators import ACCESS_KEY_PATTERN, parse_decimal
+from plandag.extract.nfe.validators import (
+    ACCESS_KEY_PATTERN,
+    CNPJ_FORMAT,
+    CPF_FORMAT,
+    parse_decimal,
+)
 from plandag.tools.base import Tool, tool
 
 __all__ = ["NFE_CHECKS", "NFE_TOOLS", "NfeInvoice", "nfe_invoice", "nfe_parse", "nfe_record"]
@@ -106,16 +113,20 @@ _REQUIRED_DECIMALS = ("vProd", "vNF")
 _ITEM_DECIMALS = ("qCom", "vUnCom", "vProd", "vDesc", "vICMSDeson", "vPISST", "vCOFINSST")
 
 
-def _pick(model: type[Any], values: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The model's fields from ``values`` (None for those absent), as stripped strings."""
+@functools.cache
+def _field_names(model: type[BaseModel]) -> tuple[str, ...]:
+    return tuple(model.model_fields)
+
+
+def _pick(model: type[BaseModel], values: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The model's fields from ``values`` as stripped strings: None for an absent element,
+    ``""`` for an element present but empty (values are kept as written, NFE.md)."""
     values = values or {}
     picked: dict[str, Any] = {}
-    for name in model.model_fields:
+    for name in _field_names(model):
         value = values.get(name)
-        if value is not None and not isinstance(value, str):
-            value = str(value)
-        if isinstance(value, str):
-            value = value.strip() or None
+        if value is not None:
+            value = value.strip() if isinstance(value, str) else str(value)
         picked[name] = value
     return picked
 
@@ -155,25 +166,29 @@ def _validate(record: dict[str, Any]) -> list[dict[str, str]]:
 
     ide, emit, total = record["ide"], record["emit"], record["total"]
     key = ide["chNFe"]
-    if key is None:
+    if not key:
         missing("infNFe/@Id (access key)")
     elif not ACCESS_KEY_PATTERN.fullmatch(key):
         invalid("infNFe/@Id (access key)", key, "44 characters 0-9 (A-Z in the CNPJ)")
     for name, width in (("mod", 2), ("nNF", 9)):
         value = ide[name]
-        if value is None:
+        if not value:
             missing(f"ide/{name}")
         elif not _DIGITS.fullmatch(value) or len(value) > width:
             invalid(f"ide/{name}", value, f"a number of up to {width} digits")
     issue = ide["dhEmi"]
-    if issue is None:
+    if not issue:
         missing("ide/dhEmi (issue date)")
     elif not (_valid_datetime(issue) if "T" in issue else _valid_date(issue)):
         invalid("ide/dhEmi (issue date)", issue, "an ISO 8601 date-time")
-    if emit["CNPJ"] is None and emit["CPF"] is None:
+    if not emit["CNPJ"] and not emit["CPF"]:
         missing("emit/CNPJ or emit/CPF (emitter document)")
+    elif emit["CNPJ"] and not CNPJ_FORMAT.fullmatch(emit["CNPJ"]):
+        invalid("emit/CNPJ", emit["CNPJ"], "a CNPJ (12 characters 0-9 or A-Z, then 2 digits)")
+    elif not emit["CNPJ"] and not CPF_FORMAT.fullmatch(emit["CPF"]):
+        invalid("emit/CPF", emit["CPF"], "a CPF (11 digits)")
     for name, value in total.items():
-        if value is None:
+        if not value:
             if name in _REQUIRED_DECIMALS:
                 missing(f"total/ICMSTot/{name}")
             continue
@@ -182,7 +197,7 @@ def _validate(record: dict[str, Any]) -> list[dict[str, str]]:
     for position, item in enumerate(record["items"]):
         for name in _ITEM_DECIMALS:
             value = item[name]
-            if value is not None and parse_decimal(value) is None:
+            if value and parse_decimal(value) is None:
                 label = item["nItem"] or str(position + 1)
                 invalid(f"det[nItem={label}]/{name}", value, "a decimal number")
     return errors

@@ -31,6 +31,8 @@ from decimal import Decimal, InvalidOperation
 
 __all__ = [
     "ACCESS_KEY_PATTERN",
+    "CNPJ_FORMAT",
+    "CPF_FORMAT",
     "KEY_FIELDS",
     "cnpj_check_digits",
     "cpf_check_digits",
@@ -60,8 +62,11 @@ KEY_FIELDS: tuple[tuple[str, int], ...] = (
     ("cDV", 1),
 )
 
-_CNPJ_PATTERN = re.compile(r"[0-9A-Z]{12}[0-9]{2}")
-_CPF_PATTERN = re.compile(r"[0-9]{11}")
+CNPJ_FORMAT = re.compile(r"[0-9A-Z]{12}[0-9]{2}")
+"""A CNPJ's shape: 12 characters 0-9 or A-Z (alphanumeric from July 2026, NT 2025.001),
+then 2 check digits."""
+CPF_FORMAT = re.compile(r"[0-9]{11}")
+"""A CPF's shape: 11 digits, the last two check digits."""
 
 
 def _character_value(character: str) -> int:
@@ -156,7 +161,7 @@ def valid_cnpj(cnpj: str) -> bool:
     Numeric and alphanumeric (NT 2025.001) CNPJs are both accepted; letters must be upper
     case. A CNPJ of one repeated character (``00000000000000``) is rejected.
     """
-    if not _CNPJ_PATTERN.fullmatch(cnpj) or len(set(cnpj)) == 1:
+    if not CNPJ_FORMAT.fullmatch(cnpj) or len(set(cnpj)) == 1:
         return False
     return cnpj[12:] == cnpj_check_digits(cnpj[:12])
 
@@ -183,7 +188,7 @@ def _cpf_digit(digits: str) -> int:
 
 def valid_cpf(cpf: str) -> bool:
     """True when ``cpf`` is 11 digits, not all the same, whose check digits are right."""
-    if not _CPF_PATTERN.fullmatch(cpf) or len(set(cpf)) == 1:
+    if not CPF_FORMAT.fullmatch(cpf) or len(set(cpf)) == 1:
         return False
     return cpf[9:] == cpf_check_digits(cpf[:9])
 
