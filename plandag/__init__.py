@@ -15,12 +15,16 @@ from plandag.dag.plan import Plan as Plan
 from plandag.dag.plan import Step as Step
 from plandag.errors import BoundaryError as BoundaryError
 from plandag.errors import CheckFailedError as CheckFailedError
+from plandag.errors import NotStartedError as NotStartedError
 from plandag.errors import PermanentStepError as PermanentStepError
 from plandag.errors import PlandagError as PlandagError
 from plandag.errors import PlanError as PlanError
 from plandag.errors import StepError as StepError
 from plandag.errors import StepTimeoutError as StepTimeoutError
 from plandag.errors import TransientStepError as TransientStepError
+from plandag.errors import classify_error as classify_error
+from plandag.scheduler import RetryPolicy as RetryPolicy
+from plandag.scheduler import RunLimits as RunLimits
 from plandag.scheduler import RunResult as RunResult
 from plandag.scheduler import StepRecord as StepRecord
 from plandag.scheduler import run_plan as run_plan
@@ -41,11 +45,14 @@ __all__ = [
     "CheckOutcome",
     "CompiledPlan",
     "Diagnostic",
+    "NotStartedError",
     "PermanentStepError",
     "Plan",
     "PlanError",
     "PlandagError",
     "Registry",
+    "RetryPolicy",
+    "RunLimits",
     "RunResult",
     "Step",
     "StepError",
@@ -57,6 +64,7 @@ __all__ = [
     "WriteBoundary",
     "__version__",
     "check",
+    "classify_error",
     "compile_plan",
     "default_registry",
     "load_plan",
