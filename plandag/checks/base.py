@@ -18,6 +18,7 @@ detail), or a bool. A failed check fails the step with the check's detail as its
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import typing
 from collections.abc import Callable, Mapping
@@ -76,6 +77,11 @@ class CheckDefinition:
     function: Callable[..., CheckOutcome | bool]
     args_model: type[BaseModel]
 
+    @functools.cached_property
+    def takes_arguments(self) -> bool:
+        """True when the check declares arguments (its args model has fields)."""
+        return bool(self.args_model.model_fields)
+
     def evaluate(self, result: Any, args: Mapping[str, Any]) -> CheckOutcome:
         """Run the check on ``result`` with already-resolved ``args``.
 
@@ -83,9 +89,12 @@ class CheckDefinition:
         check that cannot be evaluated has not established the fact it stands for.
         """
         try:
-            model = self.args_model.model_validate(dict(args))
-            kwargs = {name: getattr(model, name) for name in type(model).model_fields}
-            outcome = self.function(result, **kwargs)
+            if args or self.takes_arguments:
+                model = self.args_model.model_validate(dict(args))
+                kwargs = {name: getattr(model, name) for name in type(model).model_fields}
+                outcome = self.function(result, **kwargs)
+            else:
+                outcome = self.function(result)
         except Exception as error:
             return CheckOutcome(self.name, "fail", f"{type(error).__name__}: {error}")
         if isinstance(outcome, CheckOutcome):

@@ -11,7 +11,7 @@ import networkx as nx
 from plandag.checks.base import CheckDefinition
 from plandag.compiler.diagnostics import Diagnostic
 from plandag.dag.plan import Plan, Step
-from plandag.dag.references import ArgsTemplate, compile_template
+from plandag.dag.references import ArgsTemplate, compile_template, is_constant
 from plandag.tools.base import Tool
 from plandag.tools.boundary import WriteBoundary
 
@@ -38,6 +38,7 @@ class CompiledStep:
         checks: its success checks, bound to their definitions.
         args_template: ``args_template(step_result, params)`` gives the args with their
             references resolved, walking only the parts that hold references.
+        args_have_references: False when the args are constant (no reference anywhere).
     """
 
     step: Step
@@ -46,10 +47,13 @@ class CompiledStep:
     children: tuple[int, ...]
     checks: tuple[CompiledCheck, ...]
     args_template: ArgsTemplate = dataclasses.field(default=None, repr=False)  # type: ignore[assignment]
+    args_have_references: bool = dataclasses.field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.args_template is None:
-            object.__setattr__(self, "args_template", compile_template(self.step.args))
+            template = compile_template(self.step.args)
+            object.__setattr__(self, "args_template", template)
+            object.__setattr__(self, "args_have_references", not is_constant(template))
 
     @property
     def id(self) -> int:

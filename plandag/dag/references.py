@@ -35,6 +35,7 @@ __all__ = [
     "find_malformed",
     "find_references",
     "get_path",
+    "is_constant",
     "is_index",
     "parse_reference",
     "resolve_value",
@@ -290,7 +291,13 @@ def _constant(value: Any) -> ArgsTemplate:
     def template(step_result: Callable[[int], Any], params: Mapping[str, Any]) -> Any:
         return value
 
+    template.constant = True  # type: ignore[attr-defined]
     return template
+
+
+def is_constant(template: ArgsTemplate) -> bool:
+    """True when ``template`` came from a value without references (it returns the value)."""
+    return getattr(template, "constant", False) is True
 
 
 def _lookup(

@@ -90,18 +90,10 @@ __all__ = ["RunLimits", "run_plan", "run_plan_sync"]
 
 logger = logging.getLogger("plandag.scheduler")
 
+_YIELD_EVERY_S = 0.005
+"""A task running a chain of steps yields to the event loop at least this often (seconds)."""
+
 _DETAIL_CHARACTERS = 300
-
-
-def _holds_reference_text(value: Any) -> bool:
-    """True when a string anywhere in ``value`` contains ``<`` (it may hold a reference)."""
-    if isinstance(value, str):
-        return "<" in value
-    if isinstance(value, Mapping):
-        return any(_holds_reference_text(item) for item in value.values())
-    if isinstance(value, list | tuple):
-        return any(_holds_reference_text(item) for item in value)
-    return False
 
 
 def _one_line(text: str) -> str:
@@ -258,7 +250,6 @@ class _Run:
         self.results: dict[int, Any] = {}
         self.started_monotonic: dict[int, float] = {}
         self.failed_upstream: dict[int, list[int]] = {}
-        self.args_have_references: dict[int, bool] = {}
         self.global_limiter = (
             anyio.CapacityLimiter(max_concurrency) if max_concurrency is not None else None
         )
@@ -269,7 +260,6 @@ class _Run:
             tool = compiled_step.tool
             self.records[step_id] = StepRecord(id=step_id, tool=tool.name)
             self.remaining[step_id] = len(compiled_step.parents)
-            self.args_have_references[step_id] = _holds_reference_text(compiled_step.step.args)
             limit = limits_by_name.get(tool.name, tool.max_concurrency)
             if limit is not None and tool.name not in limiters_by_tool:
                 limiters_by_tool[tool.name] = anyio.CapacityLimiter(limit)
@@ -480,7 +470,27 @@ class _Run:
     # -- one step --------------------------------------------------------------------------
 
     async def run_step(self, step_id: int) -> None:
-        """Run one step to a terminal state, then start its ready children or prune."""
+        """Run a step, then go on in this same task with one of the children it made ready.
+
+        The other ready children start in tasks of their own at once; continuing with one
+        in the current task saves a task spawn per step along every chain.
+        """
+        next_step: int | None = step_id
+        last_yield = time.perf_counter()
+        while next_step is not None:
+            next_step = await self.run_one_step(next_step)
+            if next_step is not None and time.perf_counter() - last_yield > _YIELD_EVERY_S:
+                # A chain of inline steps never suspends on its own: let other tasks
+                # (siblings, the heartbeat, the deadline) in at least every few ms.
+                await anyio.lowlevel.checkpoint()
+                last_yield = time.perf_counter()
+
+    async def run_one_step(self, step_id: int) -> int | None:
+        """Run one step to a terminal state, then start its ready children or prune.
+
+        Returns:
+            A ready child for the caller to run next in the same task, or None.
+        """
         record = self.records[step_id]
         try:
             outcome = await self.attempt_within_limits(step_id, record, 0.0)
@@ -492,10 +502,10 @@ class _Run:
         if outcome.error is None:
             if outcome.refused is not None:
                 self.refuse(step_id, record, outcome.refused)
-            else:
-                self.succeed(step_id, record, outcome)
-        else:
-            self.fail(step_id, record, outcome)
+                return None
+            return self.succeed(step_id, record, outcome)
+        self.fail(step_id, record, outcome)
+        return None
 
     async def retry_step(
         self, step_id: int, record: StepRecord, outcome: _AttemptOutcome, policy: RetryPolicy
@@ -603,7 +613,7 @@ class _Run:
         try:
             try:
                 args: Mapping[str, Any] = compiled_step.step.args
-                if self.args_have_references[step_id]:
+                if compiled_step.args_have_references:
                     args = compiled_step.args_template(self.result_of, self.params)
                 if self.boundary is not None and tool.writes is not None:
                     for target in tool.write_targets(args):
@@ -748,8 +758,13 @@ class _Run:
         if started is not None:
             record.duration_s = now - started
 
-    def succeed(self, step_id: int, record: StepRecord, outcome: _AttemptOutcome) -> None:
-        """Record success, then start every child whose parents have all succeeded."""
+    def succeed(self, step_id: int, record: StepRecord, outcome: _AttemptOutcome) -> int | None:
+        """Record success, then start every child whose parents have all succeeded.
+
+        Returns:
+            The first ready child, which the caller runs next in its own task; every
+            other ready child is started in a new task here.
+        """
         record.status = "succeeded"
         record.result = outcome.result
         record.checks = outcome.checks
@@ -765,10 +780,15 @@ class _Run:
         assert task_group is not None
         remaining = self.remaining
         records = self.records
+        continue_with: int | None = None
         for child in self.steps[step_id].children:
             remaining[child] -= 1
             if remaining[child] == 0 and records[child].status == "pending":
-                task_group.start_soon(self.run_step, child)
+                if continue_with is None:
+                    continue_with = child
+                else:
+                    task_group.start_soon(self.run_step, child)
+        return continue_with
 
     def fail(self, step_id: int, record: StepRecord, outcome: _AttemptOutcome) -> None:
         """Record the failure, then skip every descendant."""
