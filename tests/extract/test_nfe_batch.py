@@ -527,3 +527,14 @@ def test_real_files_duplicate_and_broken_input(tmp_path: Path) -> None:
     assert calls == [folder / "new.xml"]
     assert summary.skipped_by_resume == 4
     assert [Path(r["source"]).name for r in _jsonl(output)][-1] == "new.xml"
+
+
+def test_default_extractor_writes_only_inside_the_output_folder(tmp_path: Path) -> None:
+    """ARCHITECTURE.md: the write boundary of `extract` is the output file's folder."""
+    from plandag.extract.nfe.batch import _default_extractor
+
+    extractor = _default_extractor(tmp_path / "out" / "records.jsonl")
+    assert isinstance(extractor, functools.partial)
+    boundary = extractor.keywords["write_boundary"]
+    assert boundary.contains(tmp_path / "out" / "x.json")
+    assert not boundary.contains(tmp_path / "x.json")

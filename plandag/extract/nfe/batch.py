@@ -34,6 +34,7 @@ How a batch runs (the choices, and why):
 
 from __future__ import annotations
 
+import functools
 import glob
 import hashlib
 import os
@@ -317,10 +318,13 @@ def _without_output(
     return [path for path in inputs if os.path.realpath(path) not in excluded]
 
 
-def _default_extractor() -> Extractor:
+def _default_extractor(output: Path) -> Extractor:
+    """The stored-plan extractor, its write boundary the output file's folder (ARCHITECTURE.md)."""
     from plandag.extract.nfe.document import extract_document
+    from plandag.tools.boundary import WriteBoundary
 
-    return extract_document
+    boundary = WriteBoundary([output.resolve().parent])
+    return functools.partial(extract_document, write_boundary=boundary)
 
 
 async def extract_batch(
@@ -369,7 +373,7 @@ async def extract_batch(
     if jobs < 1:
         raise InputError(f"--jobs must be at least 1, not {jobs}")
     output_format = output_format_for(output, format)
-    extract = extractor if extractor is not None else _default_extractor()
+    extract = extractor if extractor is not None else _default_extractor(output)
     started = time.perf_counter()
     paths = _without_output(inputs, output, output_format)
 

@@ -26,7 +26,6 @@ import dataclasses
 import hashlib
 import json
 import re
-import weakref
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from lxml import etree
 
 from plandag.errors import PermanentStepError
+from plandag.tools.boundary import WriteBoundary
 from plandag.tools.xml import NFE_NAMESPACE, parse_xml
 
 if TYPE_CHECKING:
@@ -455,7 +455,8 @@ def invoice_context(document: NfeDocument, index: int) -> dict[str, Any]:
 INVOICE_STEP = 3
 RECORD_STEP = 9
 
-_compiled: weakref.WeakKeyDictionary[Registry, CompiledPlan] = weakref.WeakKeyDictionary()
+_compiled: dict[tuple[int, int], tuple[Registry, WriteBoundary | None, CompiledPlan]] = {}
+_COMPILED_KEPT = 8
 _default_registry: list[Registry] = []
 
 
@@ -464,19 +465,26 @@ def load_plan_text() -> str:
     return resources.files("plandag.extract.nfe").joinpath("plan.json").read_text("utf-8")
 
 
-def _compiled_plan(registry: Registry) -> CompiledPlan:
-    """The stored plan compiled against ``registry`` once; each run swaps in its params.
+def _compiled_plan(registry: Registry, write_boundary: WriteBoundary | None) -> CompiledPlan:
+    """The stored plan compiled against ``registry`` and ``write_boundary`` once; each run
+    swaps in its params.
 
     Raises:
         PlanError: the stored plan does not compile against ``registry``.
     """
-    compiled = _compiled.get(registry)
-    if compiled is None:
-        from plandag.compiler import compile_plan
+    key = (id(registry), id(write_boundary))
+    cached = _compiled.get(key)
+    if cached is not None and cached[0] is registry and cached[1] is write_boundary:
+        return cached[2]
+    from plandag.compiler import compile_plan
 
-        plan = json.loads(load_plan_text())
-        compiled = compile_plan(plan, registry, params={"input": "input.xml", "index": 0})
-        _compiled[registry] = compiled
+    plan = json.loads(load_plan_text())
+    compiled = compile_plan(
+        plan, registry, params={"input": "input.xml", "index": 0}, write_boundary=write_boundary
+    )
+    if len(_compiled) >= _COMPILED_KEPT:
+        _compiled.pop(next(iter(_compiled)))
+    _compiled[key] = (registry, write_boundary, compiled)
     return compiled
 
 
@@ -545,7 +553,12 @@ def _failure(step: Any) -> tuple[str, str]:
     return code, str(step.detail or f"step {step.id} {step.status}")
 
 
-async def extract_document(path: Path, *, registry: Registry | None = None) -> list[dict[str, Any]]:
+async def extract_document(
+    path: Path,
+    *,
+    registry: Registry | None = None,
+    write_boundary: WriteBoundary | None = None,
+) -> list[dict[str, Any]]:
     """Extract every invoice of one file through the stored plan.
 
     The plan runs for invoice 0, then once more for each further invoice of a file that
@@ -555,6 +568,8 @@ async def extract_document(path: Path, *, registry: Registry | None = None) -> l
         path: the input file; its string form becomes each record's ``source``.
         registry: tools and checks to run the plan with (default: the built-in registry,
             built once).
+        write_boundary: where the plan's steps may write; ``extract`` gives the output
+            file's folder (the stored plan itself writes nothing; a repaired plan may).
 
     Returns:
         One record dict per invoice, in file order (shape of ``NfeRecord``; ``checks`` keyed
@@ -576,7 +591,7 @@ async def extract_document(path: Path, *, registry: Registry | None = None) -> l
 
             _default_registry.append(default_registry())
         registry = _default_registry[0]
-    compiled = _compiled_plan(registry)
+    compiled = _compiled_plan(registry, write_boundary)
     source = str(path)
     records: list[dict[str, Any]] = []
     index = 0
