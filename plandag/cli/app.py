@@ -3,29 +3,38 @@
 Exit codes (ARCHITECTURE.md, "States and exit codes"): ``exec`` gives 0 succeeded; 1 failed or
 gave_up; 2 unusable arguments or a plan that does not compile; 3 timed_out or
 budget_exceeded; 4 awaiting_approval or rejected; 130 SIGINT; 143 SIGTERM. ``extract`` gives 0
-when every input got a record (whatever the records say), 2 for unusable arguments, 130/143
-when interrupted.
+when every input got a record (whatever the records say), 2 for unusable arguments, 3 when
+its ``--max-seconds`` ran out first, 130/143 when interrupted.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
-import anyio
 import typer
 from rich.console import Console
 
 from plandag.cli.display import StepProgress, diagnostic_lines, run_table
-from plandag.compiler import compile_plan
+from plandag.cli.signals import Interruptible, exit_code_for_signal
+from plandag.compiler import CompiledPlan, compile_plan
+from plandag.config import Settings, load_settings
 from plandag.dag.graph import critical_path, mermaid
 from plandag.dag.plan import Plan
 from plandag.errors import InputError, PlanError, ToolLoadError
-from plandag.scheduler import run_plan
-from plandag.scheduler.result import RunStatus
+from plandag.scheduler import (
+    JsonlHeartbeatWriter,
+    RetryPolicy,
+    RunLimits,
+    RunResult,
+    run_plan,
+)
+from plandag.scheduler.events import Observer
+from plandag.scheduler.result import RunStatus, to_jsonable
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry, default_registry
 
@@ -49,20 +58,92 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
-extract_app = typer.Typer(help="Batch extraction jobs built on stored plans.", no_args_is_help=True)
+extract_app = typer.Typer(
+    help="Batch extraction jobs built on stored plans.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
 app.add_typer(extract_app, name="extract")
 
 stdout = Console(soft_wrap=True, highlight=False)
 stderr = Console(stderr=True, soft_wrap=True, highlight=False)
 
+# -- options shared by several commands --------------------------------------------------
+
+PlanArgument = Annotated[
+    Path, typer.Argument(metavar="PLAN.json", help="The plan file (JSON, see `plandag schema`).")
+]
 ToolsOption = Annotated[
     list[Path] | None,
     typer.Option(
-        "--tools", help="A Python file whose @tool functions are registered (repeatable)."
+        "--tools",
+        metavar="FILE.py",
+        help="A Python file whose @tool and @check functions are registered (repeatable).",
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
+ParamOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--param", "-p", metavar="NAME=VALUE", help="A plan param (repeatable; once per NAME)."
+    ),
+]
+ReadOnlyOption = Annotated[
+    bool, typer.Option("--read-only", help="Allow only tools without effects.")
+]
+BoundaryOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--write-boundary",
+        metavar="SPEC",
+        help="Where the run may write: a folder, a path glob (data/*.json) or a URL host "
+        "(https://api.example.com); repeatable. Default: the working directory (exec), the "
+        "output's folder (extract).",
+    ),
+]
+MaxSecondsOption = Annotated[
+    float | None,
+    typer.Option("--max-seconds", metavar="S", min=0.0, help="Wall-clock cap, seconds."),
+]
+MaxCostOption = Annotated[
+    float | None,
+    typer.Option("--max-cost", metavar="USD", min=0.0, help="Cost cap in US dollars."),
+]
+MaxTokensOption = Annotated[
+    int | None, typer.Option("--max-tokens", metavar="N", min=0, help="Token cap.")
+]
+MaxConcurrencyOption = Annotated[
+    int | None,
+    typer.Option("--max-concurrency", metavar="N", min=1, help="Steps at once across a run."),
+]
+HeartbeatOption = Annotated[
+    Path | None,
+    typer.Option("--heartbeat", metavar="FILE", help="Write heartbeat events to FILE (JSONL)."),
+]
+HeartbeatEveryOption = Annotated[
+    float | None,
+    typer.Option(
+        "--heartbeat-every", metavar="S", min=0.001, help="Seconds between heartbeats (10)."
+    ),
+]
+StallAfterOption = Annotated[
+    float | None,
+    typer.Option(
+        "--stall-after", metavar="S", min=0.001, help="Seconds without a finished step: stall."
+    ),
+]
+StopOnStallOption = Annotated[
+    bool | None,
+    typer.Option("--stop-on-stall", help="Stop the run at the first stall (exit 3)."),
+]
+RetriesOption = Annotated[
+    int | None,
+    typer.Option(
+        "--retries", metavar="N", min=0, help="Retries of a failed step after its first (2)."
+    ),
+]
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
@@ -70,9 +151,16 @@ def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     raise typer.Exit(code)
 
 
+def _settings(flags: dict[str, Any]) -> Settings:
+    try:
+        return load_settings().with_flags(flags)
+    except InputError as error:
+        _fail(str(error))
+
+
 def _registry(tools: list[Path] | None) -> Registry:
     registry = default_registry()
-    for file in tools or []:
+    for file in dict.fromkeys(tools or []):
         try:
             registry.load_file(file)
         except ToolLoadError as error:
@@ -93,27 +181,66 @@ def _parse_params(pairs: list[str] | None) -> dict[str, Any]:
     params: dict[str, Any] = {}
     for pair in pairs or []:
         name, sep, value = pair.partition("=")
-        if not sep or not name.strip():
+        name = name.strip()
+        if not sep or not name:
             _fail(f"--param {pair!r} must look like NAME=VALUE")
-        params[name.strip()] = value
+        if name in params:
+            _fail(f"--param {name} is given twice; give each param once")
+        params[name] = value
     return params
 
 
-def _print_diagnostics(source: str, error_or_list: PlanError | list[Any], as_json: bool) -> None:
-    diagnostics = (
-        error_or_list.diagnostics if isinstance(error_or_list, PlanError) else error_or_list
-    )
+def _boundary(specs: list[str] | None, default: Path) -> WriteBoundary:
+    try:
+        return WriteBoundary.from_specs(specs or [default])
+    except ValueError as error:
+        _fail(f"--write-boundary: {error}")
+
+
+def _limits(settings: Settings) -> RunLimits:
+    try:
+        return RunLimits(
+            max_seconds=settings["max_seconds"],
+            max_cost_usd=settings["max_cost"],
+            max_tokens=settings["max_tokens"],
+            heartbeat_every=settings["heartbeat_every"],
+            stall_after=settings["stall_after"],
+            stop_on_stall=settings["stop_on_stall"],
+        )
+    except ValueError as error:
+        _fail(str(error))
+
+
+def _tools_hint(error: PlanError, tools: list[Path] | None) -> None:
+    if "unknown_tool" in error.codes and not tools:
+        stderr.print("hint: tools of your own are loaded with --tools FILE.py", markup=False)
+
+
+def _report_plan_error(
+    source: str, error: PlanError, *, as_json: bool, tools: list[Path] | None
+) -> NoReturn:
     if as_json:
-        stdout.print_json(json.dumps([d.as_dict() for d in diagnostics], ensure_ascii=False))
-        return
-    for line in diagnostic_lines(source, diagnostics):
-        stderr.print(line, markup=False, highlight=False)
+        document = {
+            "status": "invalid_plan",
+            "diagnostics": [diagnostic.as_dict() for diagnostic in error.diagnostics],
+        }
+        sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
+    else:
+        for line in diagnostic_lines(source, error.diagnostics):
+            stderr.print(line, markup=False)
+        stderr.print(f"{source}: {len(error.codes)} error(s); the plan does not compile")
+        _tools_hint(error, tools)
+    raise typer.Exit(EXIT_USAGE)
+
+
+# -- commands ------------------------------------------------------------------------------
 
 
 @app.command()
 def schema(
     which: Annotated[
-        str, typer.Argument(help="plan (the plan format) or nfe (the NF-e extraction record).")
+        str,
+        typer.Argument(metavar="[plan|nfe]", help="plan (the plan format) or nfe (the record)."),
     ] = "plan",
 ) -> None:
     """Print a JSON Schema: the plan format or the NF-e record."""
@@ -130,111 +257,175 @@ def schema(
 
 @app.command()
 def check(
-    plan_file: Annotated[Path, typer.Argument(metavar="PLAN.json", help="The plan to compile.")],
+    plan_file: PlanArgument,
     tools: ToolsOption = None,
+    param: ParamOption = None,
+    read_only: ReadOnlyOption = False,
+    write_boundary: BoundaryOption = None,
     as_json: JsonOption = False,
-    read_only: Annotated[
-        bool, typer.Option("--read-only", help="Reject tools with effects.")
-    ] = False,
 ) -> None:
-    """Compile a plan without running it; print every diagnostic like a compiler."""
+    """Compile a plan without running it; print every diagnostic like a compiler.
+
+    With --param, param values are checked too (missing, unknown, wrong type).
+    """
     registry = _registry(tools)
+    settings = _settings({"write_boundary": write_boundary})
     text = _read_plan(plan_file)
     try:
         compiled = compile_plan(
-            text, registry, read_only=read_only, write_boundary=WriteBoundary([Path.cwd()])
+            text,
+            registry,
+            params=_parse_params(param) if param else None,
+            read_only=read_only,
+            write_boundary=_boundary(settings["write_boundary"], Path.cwd()),
         )
     except PlanError as error:
-        _print_diagnostics(str(plan_file), error, as_json)
-        if not as_json:
-            count = len(error.codes)
-            stderr.print(f"{plan_file}: {count} error(s); the plan does not compile")
-        raise typer.Exit(EXIT_USAGE) from None
-    _print_diagnostics(str(plan_file), list(compiled.diagnostics), as_json)
-    if not as_json:
-        warnings = len(compiled.diagnostics)
-        stderr.print(
-            f"{plan_file}: ok, {len(compiled.steps)} steps, {warnings} warning(s)",
-            highlight=False,
-        )
+        if as_json:
+            document = [diagnostic.as_dict() for diagnostic in error.diagnostics]
+            sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
+            raise typer.Exit(EXIT_USAGE) from None
+        _report_plan_error(str(plan_file), error, as_json=False, tools=tools)
+    if as_json:
+        document = [diagnostic.as_dict() for diagnostic in compiled.diagnostics]
+        sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
+        return
+    for line in diagnostic_lines(str(plan_file), list(compiled.diagnostics)):
+        stderr.print(line, markup=False)
+    stderr.print(
+        f"{plan_file}: ok, {_count(len(compiled.steps), 'step')}, "
+        f"{_count(len(compiled.diagnostics), 'warning')}"
+    )
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
 
 
 @app.command()
-def graph(
-    plan_file: Annotated[Path, typer.Argument(metavar="PLAN.json")],
-    tools: ToolsOption = None,
-) -> None:
-    """Print the plan's DAG as Mermaid text, the critical path (by step count) marked."""
+def graph(plan_file: PlanArgument, tools: ToolsOption = None) -> None:
+    """Print the plan's DAG as Mermaid text, its critical path (by step count) marked."""
     registry = _registry(tools)
     try:
         compiled = compile_plan(_read_plan(plan_file), registry)
     except PlanError as error:
-        _print_diagnostics(str(plan_file), error, False)
-        raise typer.Exit(EXIT_USAGE) from None
+        _report_plan_error(str(plan_file), error, as_json=False, tools=tools)
     path, length = critical_path(compiled.graph)
-    labels = {
-        sid: f"{sid}: {step.step.tool}"
-        + (f" - {step.step.description}" if step.step.description else "")
-        for sid, step in compiled.steps.items()
-    }
+    labels = {}
+    for step_id, compiled_step in compiled.steps.items():
+        description = compiled_step.step.description
+        labels[step_id] = f"{step_id}: {compiled_step.step.tool}" + (
+            f" - {description}" if description else ""
+        )
     sys.stdout.write(mermaid(compiled.graph, labels, highlight=path))
-    sys.stdout.write(f"%% critical path: {' -> '.join(map(str, path))} ({int(length)} steps)\n")
+    route = " -> ".join(map(str, path)) or "none (empty plan)"
+    sys.stdout.write(f"%% critical path: {route} ({_count(int(length), 'step')})\n")
 
 
 @app.command("exec")
 def exec_command(
-    plan_file: Annotated[Path, typer.Argument(metavar="PLAN.json")],
+    plan_file: PlanArgument,
     tools: ToolsOption = None,
-    param: Annotated[
-        list[str] | None,
-        typer.Option("--param", "-p", help="A plan param as NAME=VALUE (repeatable)."),
-    ] = None,
-    read_only: Annotated[
-        bool, typer.Option("--read-only", help="Allow only tools without effects.")
-    ] = False,
-    write_boundary: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--write-boundary",
-            help="A folder the run may write into (repeatable; default: the working directory).",
-        ),
-    ] = None,
-    max_concurrency: Annotated[
-        int | None, typer.Option("--max-concurrency", min=1, help="Steps at once across the run.")
-    ] = None,
+    param: ParamOption = None,
+    read_only: ReadOnlyOption = False,
+    write_boundary: BoundaryOption = None,
+    max_seconds: MaxSecondsOption = None,
+    max_cost: MaxCostOption = None,
+    max_tokens: MaxTokensOption = None,
+    max_concurrency: MaxConcurrencyOption = None,
+    retries: RetriesOption = None,
+    heartbeat: HeartbeatOption = None,
+    heartbeat_every: HeartbeatEveryOption = None,
+    stall_after: StallAfterOption = None,
+    stop_on_stall: StopOnStallOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Compile and run a plan with no LLM; print each step's outcome."""
+    """Compile and run a plan with no LLM; print each step's outcome.
+
+    Defaults for every brake can live in [tool.plandag] of pyproject.toml or in
+    plandag.toml (see `plandag config`); flags override them.
+    """
+    settings = _settings(
+        {
+            "write_boundary": write_boundary,
+            "max_seconds": max_seconds,
+            "max_cost": max_cost,
+            "max_tokens": max_tokens,
+            "max_concurrency": max_concurrency,
+            "retries": retries,
+            "heartbeat": str(heartbeat) if heartbeat is not None else None,
+            "heartbeat_every": heartbeat_every,
+            "stall_after": stall_after,
+            "stop_on_stall": stop_on_stall,
+        }
+    )
     registry = _registry(tools)
-    boundary = WriteBoundary(write_boundary or [Path.cwd()])
+    params = _parse_params(param)
+    boundary = _boundary(settings["write_boundary"], Path.cwd())
+    limits = _limits(settings)
     try:
         compiled = compile_plan(
             _read_plan(plan_file),
             registry,
-            params=_parse_params(param),
+            params=params,
             read_only=read_only,
             write_boundary=boundary,
         )
     except PlanError as error:
-        _print_diagnostics(str(plan_file), error, as_json=False)
-        raise typer.Exit(EXIT_USAGE) from None
+        _report_plan_error(str(plan_file), error, as_json=as_json, tools=tools)
     for line in diagnostic_lines(str(plan_file), list(compiled.diagnostics)):
-        stderr.print(line, markup=False, highlight=False)
-
-    progress = StepProgress(stderr, len(compiled.steps), enabled=stderr.is_terminal)
-    with progress:
-        result = anyio.run(
-            lambda: run_plan(compiled, max_concurrency=max_concurrency, observers=[progress])
-        )
+        stderr.print(line, markup=False)
+    result, received = _run(compiled, settings, limits)
     if as_json:
         sys.stdout.write(json.dumps(result.to_json_dict(), ensure_ascii=False, indent=2) + "\n")
     else:
         stdout.print(run_table(result))
+        _print_progress(result)
         if result.output is not None:
-            from plandag.scheduler.result import to_jsonable
-
             stdout.print_json(json.dumps(to_jsonable(result.output), ensure_ascii=False))
+    if received is not None:
+        raise typer.Exit(exit_code_for_signal(received))
     raise typer.Exit(EXIT_CODES.get(result.status, 1))
+
+
+def _run(
+    compiled: CompiledPlan, settings: Settings, limits: RunLimits
+) -> tuple[RunResult, int | None]:
+    progress = StepProgress(stderr, len(compiled.steps), enabled=stderr.is_terminal)
+    observers: list[Observer] = [progress]
+    if settings["heartbeat"]:
+        heartbeat_file = Path(settings["heartbeat"])
+        if not heartbeat_file.parent.is_dir():
+            _fail(f"--heartbeat {heartbeat_file}: its folder does not exist")
+        observers.append(JsonlHeartbeatWriter(heartbeat_file))
+    work = functools.partial(
+        run_plan,
+        compiled,
+        max_concurrency=settings["max_concurrency"],
+        observers=observers,
+        limits=limits,
+        retry=RetryPolicy(retries=settings["retries"]),
+    )
+    with progress:
+        outcome = Interruptible(work).run()
+    if outcome.result is None:  # cancelled before run_plan could return (not expected)
+        _fail("the run was interrupted before it could report", 130)
+    return outcome.result, outcome.signal
+
+
+def _print_progress(result: RunResult) -> None:
+    if result.status == "succeeded":
+        return
+    progress = result.progress()
+    for label, key in (
+        ("finished", "finished"),
+        ("was running", "running"),
+        ("never started", "never_started"),
+    ):
+        ids = progress.get(key) or []
+        if ids and (key != "finished" or result.stop_reason):
+            stderr.print(f"{label}: steps {', '.join(map(str, ids))}")
+    if result.stop_reason:
+        stderr.print(f"stopped: {result.stop_reason}")
 
 
 @app.command("tools")
@@ -266,9 +457,33 @@ def list_tools(tools: ToolsOption = None, as_json: JsonOption = False) -> None:
         return
     for item in sorted(registry.tools.values(), key=lambda t: t.name):
         arguments = ", ".join(f.alias or n for n, f in item.args_model.model_fields.items())
-        stdout.print(f"tool  {item.name}({arguments})  effects={item.effects}  {item.description}")
+        stdout.print(f"tool  {item.name}({arguments})  effects={item.effects}", markup=False)
+        stdout.print(f"      {item.description}", markup=False)
     for definition in sorted(registry.checks.values(), key=lambda d: d.name):
-        stdout.print(f"check {definition.name}  {definition.description}")
+        stdout.print(f"check {definition.name}", markup=False)
+        stdout.print(f"      {definition.description}", markup=False)
+
+
+@app.command("config")
+def show_config(as_json: JsonOption = False) -> None:
+    """Print the effective defaults of every brake and limit, and where each came from.
+
+    Sources, lowest first: plandag's defaults, [tool.plandag] in pyproject.toml, plandag.toml,
+    then the command's own flags.
+    """
+    settings = _settings({})
+    if as_json:
+        document = {
+            name: {"value": value, "source": source} for name, value, source in settings.as_rows()
+        }
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+        return
+    from rich.table import Table
+
+    table = Table("setting", "value", "source", title="plandag configuration", title_justify="left")
+    for name, value, source in settings.as_rows():
+        table.add_row(name, "-" if value is None else str(value), source)
+    stdout.print(table)
 
 
 @extract_app.command("nfe")
@@ -277,19 +492,27 @@ def extract_nfe(
         list[str], typer.Argument(metavar="PATH...", help="NF-e/NFC-e XML files, folders or globs.")
     ],
     output: Annotated[
-        Path, typer.Option("--output", "-o", help="Output file: .jsonl (default) or .csv.")
+        Path,
+        typer.Option(
+            "--output", "-o", metavar="OUT", help="Output file: .jsonl (default) or .csv."
+        ),
     ],
     output_format: Annotated[
         str | None,
-        typer.Option("--format", help="jsonl or csv (default: from the output's suffix)."),
+        typer.Option(
+            "--format", metavar="jsonl|csv", help="Output format (default: from OUT's suffix)."
+        ),
     ] = None,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Documents at once.")] = 4,
+    jobs: Annotated[
+        int | None, typer.Option("--jobs", "-j", metavar="N", min=1, help="Documents at once (4).")
+    ] = None,
     resume: Annotated[
         bool, typer.Option("--resume", help="Skip inputs whose sha256 already has a record.")
     ] = False,
+    max_seconds: MaxSecondsOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Extract NF-e/NFC-e invoices into records (one per invoice, one error row per bad input)."""
+    """Extract NF-e/NFC-e invoices into records: one per invoice, one error row per bad input."""
     from plandag.extract.nfe.batch import (
         batch_exit_code,
         expand_inputs,
@@ -297,8 +520,15 @@ def extract_nfe(
         render_summary,
     )
 
+    settings = _settings({"jobs": jobs, "max_seconds": max_seconds})
     if output_format not in (None, "jsonl", "csv"):
         _fail(f"--format must be jsonl or csv, not {output_format!r}")
+    if output.is_dir():
+        _fail(f"-o {output} is a folder; name the output file, e.g. {output / 'invoices.jsonl'}")
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        _fail(f"-o {output}: cannot create its folder ({error.strerror or error})")
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     progress = Progress(
@@ -311,33 +541,86 @@ def extract_nfe(
         disable=not stderr.is_terminal,
     )
     task = progress.add_task("documents", total=None)
+    done = [0, 0]
 
-    def on_progress(done: int, total: int) -> None:
-        progress.update(task, completed=done, total=total)
+    def on_progress(finished: int, total: int) -> None:
+        done[:] = [finished, total]
+        progress.update(task, completed=finished, total=total)
 
     try:
         files, missing = expand_inputs(paths)
+        work = functools.partial(
+            extract_batch,
+            files,
+            output,
+            format=output_format,
+            jobs=settings["jobs"],
+            resume=resume,
+            missing=missing,
+            on_progress=on_progress,
+        )
+        deadline = settings["max_seconds"]
+
+        async def bounded() -> Any:
+            if deadline is None:
+                return await work()
+            import anyio
+
+            with anyio.move_on_after(deadline):
+                return await work()
+            return None
+
         with progress:
-            summary = anyio.run(
-                functools.partial(
-                    extract_batch,
-                    files,
-                    output,
-                    format=output_format,
-                    jobs=jobs,
-                    resume=resume,
-                    missing=missing,
-                    on_progress=on_progress,
-                )
-            )
+            outcome = Interruptible(bounded).run()
     except InputError as error:
         _fail(str(error))
+    except OSError as error:
+        _fail(f"-o {output}: cannot write it ({error.strerror or error})")
+    summary = outcome.result
+    if summary is None:
+        why = (
+            signal.Signals(outcome.signal).name
+            if outcome.signal is not None
+            else f"--max-seconds {deadline:g}"
+        )
+        stderr.print(
+            f"stopped by {why} after {done[0]} of {done[1] or '?'} inputs; {output} holds the "
+            "complete records of the inputs before the first unfinished one, in order; run "
+            "the same command with --resume to go on"
+        )
+        raise typer.Exit(exit_code_for_signal(outcome.signal) if outcome.signal else 3)
     if as_json:
         sys.stdout.write(json.dumps(summary.to_json_dict(), ensure_ascii=False, indent=2) + "\n")
     else:
         stdout.print(render_summary(summary))
-        stdout.print(f"records written to {output}")
+        written = f"records written to {output}"
+        if summary.items_output is not None:
+            written += f" (items: {summary.items_output})"
+        stdout.print(written)
+    if outcome.signal is not None:
+        raise typer.Exit(exit_code_for_signal(outcome.signal))
     raise typer.Exit(batch_exit_code(summary))
+
+
+def version_callback(value: bool) -> None:
+    """Print the version and exit (``plandag --version``)."""
+    if value:
+        from plandag import __version__
+
+        sys.stdout.write(f"plandag {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=version_callback, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    """Compile an LLM's plan into a validated DAG and run it: parallel, checked, bounded."""
 
 
 def main() -> None:

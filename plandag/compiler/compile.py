@@ -647,7 +647,7 @@ def _check_literal_targets(
         except (OSError, ValueError):
             inside = False
         if not inside:
-            roots = ", ".join(str(root) for root in boundary.roots) or "nowhere"
+            roots = boundary.describe()
             diagnostics.add(
                 "write_outside_boundary",
                 step.id,

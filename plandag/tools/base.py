@@ -26,10 +26,13 @@ import functools
 import inspect
 import logging
 import math
+import threading
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, overload
 
+import anyio.from_thread
+import anyio.lowlevel
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
@@ -200,13 +203,50 @@ class Tool:
             return await self.function(**kwargs)
         if self.inline:
             return self.function(**kwargs)
-        return await anyio.to_thread.run_sync(
-            lambda: self.function(**kwargs), abandon_on_cancel=True
-        )
+        return await run_in_daemon_thread(lambda: self.function(**kwargs))
 
 
 def _shadows_model_attribute(name: str) -> bool:
     return name.startswith("model_") or hasattr(BaseModel, name)
+
+
+async def run_in_daemon_thread(function: Callable[[], Any]) -> Any:
+    """Call ``function()`` in a new daemon thread and wait for it without blocking the loop.
+
+    The wait is cancellable: a cancelled caller (a step's timeout, the run's deadline,
+    Ctrl-C) stops waiting at once and the thread is abandoned, its late result discarded.
+    Daemon threads matter here: a blocking tool that never returns must not keep the
+    process alive after the run has ended (a non-daemon worker thread would be joined at
+    interpreter exit). The number of such threads waited on at once is bounded by anyio's
+    default thread limiter (40).
+
+    Returns:
+        What ``function`` returned.
+
+    Raises:
+        Exception: whatever ``function`` raised.
+    """
+    token = anyio.lowlevel.current_token()
+    done = anyio.Event()
+    outcome: list[tuple[bool, Any]] = []
+
+    def target() -> None:
+        try:
+            outcome.append((True, function()))
+        except BaseException as error:  # handed back to the waiting task
+            outcome.append((False, error))
+        try:
+            anyio.from_thread.run_sync(done.set, token=token)
+        except Exception:  # the loop has closed: nobody waits for this result any more
+            return
+
+    async with anyio.to_thread.current_default_thread_limiter():
+        threading.Thread(target=target, name="plandag tool", daemon=True).start()
+        await done.wait()
+    succeeded, value = outcome[0]
+    if succeeded:
+        return value
+    raise value
 
 
 def _first_paragraph(doc: str | None) -> str:

@@ -127,9 +127,10 @@ class Registry:
 
 
 def default_registry() -> Registry:
-    """A new registry with the built-in tools and checks, the NF-e ones included."""
+    """A new registry with the built-in tools and checks, the HTTP and NF-e ones included."""
     from plandag.checks.builtins import BUILTIN_CHECKS
     from plandag.extract.nfe.tools import NFE_CHECKS, NFE_TOOLS
     from plandag.tools.builtins import BUILTIN_TOOLS
+    from plandag.tools.http import HTTP_TOOLS
 
-    return Registry([*BUILTIN_TOOLS, *NFE_TOOLS], [*BUILTIN_CHECKS, *NFE_CHECKS])
+    return Registry([*BUILTIN_TOOLS, *HTTP_TOOLS, *NFE_TOOLS], [*BUILTIN_CHECKS, *NFE_CHECKS])

@@ -87,7 +87,7 @@ def test_check_ok_plan_exits_0_and_reports_warnings(runner: CliRunner, tmp_path:
     result = runner.invoke(app, ["check", str(write_plan(tmp_path, plan))])
     assert result.exit_code == 0, result.stderr
     assert "warning[implied_dependency]" in result.stderr
-    assert "ok, 2 steps, 1 warning(s)" in result.stderr
+    assert result.stderr.endswith("plan.json: ok, 2 steps, 1 warning\n")
 
 
 def test_check_prints_every_diagnostic_and_exits_2(runner: CliRunner, tmp_path: Path) -> None:

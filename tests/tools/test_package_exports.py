@@ -8,5 +8,5 @@ import plandag.tools
 def test_all_is_sorted_and_exported() -> None:
     assert plandag.tools.__all__ == sorted(plandag.tools.__all__)
     public = {name for name in vars(plandag.tools) if not name.startswith("_")}
-    submodules = {"base", "boundary", "builtins", "registry", "xml"}
+    submodules = {"base", "boundary", "builtins", "http", "registry", "xml"}
     assert public - submodules == set(plandag.tools.__all__)

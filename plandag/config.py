@@ -1,0 +1,178 @@
+"""Run settings: defaults, project files and command-line flags, with where each came from.
+
+Precedence, lowest first (issue 3, "Configuration"):
+
+1. plandag's own defaults;
+2. ``[tool.plandag]`` in the nearest ``pyproject.toml`` (the working directory or a parent);
+3. ``plandag.toml`` in the same search (its top-level keys, or a ``[plandag]`` table);
+4. command-line flags.
+
+``plandag config`` prints the effective values and the source of each. Keys use the flags'
+names with ``_`` or ``-`` (``max_seconds`` or ``max-seconds``). An unknown key or a value of
+the wrong type is an error naming the file, the key and what is expected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from plandag.errors import InputError
+
+__all__ = ["SETTINGS", "Setting", "Settings", "load_settings"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Setting:
+    """One configurable value: its name, type, default, unit and meaning."""
+
+    name: str
+    kind: type
+    default: Any
+    help: str
+    repeated: bool = False
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("max_seconds", float, None, "wall-clock cap for a run, seconds from its start"),
+    Setting("max_cost", float, None, "cost cap per run, US dollars"),
+    Setting("max_tokens", int, None, "token cap per run"),
+    Setting("max_concurrency", int, None, "steps at once across a run"),
+    Setting("retries", int, 2, "retries of a failed step after its first attempt"),
+    Setting(
+        "write_boundary",
+        str,
+        None,
+        "where a run may write: folders, path globs, URL hosts (default: the working "
+        "directory for exec, the output's folder for extract)",
+        repeated=True,
+    ),
+    Setting("heartbeat", str, None, "JSON Lines file that receives heartbeat events"),
+    Setting("heartbeat_every", float, 10.0, "seconds between heartbeats"),
+    Setting("stall_after", float, None, "seconds without a finished step that make a stall"),
+    Setting("stop_on_stall", bool, False, "stop the run at the first stall"),
+    Setting("jobs", int, 4, "documents at once for extract"),
+)
+_BY_NAME = {setting.name: setting for setting in SETTINGS}
+
+
+@dataclasses.dataclass
+class Settings:
+    """Effective settings: ``values[name]`` and ``sources[name]`` (``default``, a file, or
+    ``--flag``)."""
+
+    values: dict[str, Any]
+    sources: dict[str, str]
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def with_flags(self, flags: Mapping[str, Any]) -> Settings:
+        """A copy where every flag given on the command line (not None) wins."""
+        values, sources = dict(self.values), dict(self.sources)
+        for name, value in flags.items():
+            if name not in _BY_NAME:
+                raise KeyError(name)
+            if value is None or (_BY_NAME[name].repeated and not value):
+                continue
+            values[name] = value
+            sources[name] = "--" + name.replace("_", "-")
+        return Settings(values, sources)
+
+    def as_rows(self) -> list[tuple[str, Any, str]]:
+        """``(name, value, source)`` for every setting, in declaration order."""
+        return [(s.name, self.values[s.name], self.sources[s.name]) for s in SETTINGS]
+
+
+def _coerce(setting: Setting, value: Any, where: str) -> Any:
+    def one(item: Any) -> Any:
+        kind = setting.kind
+        if kind is bool:
+            if isinstance(item, bool):
+                return item
+        elif kind is int:
+            if isinstance(item, int) and not isinstance(item, bool):
+                return item
+        elif kind is float:
+            if isinstance(item, int | float) and not isinstance(item, bool):
+                return float(item)
+        elif isinstance(item, str):
+            return item
+        raise InputError(
+            f"{where}: {setting.name} must be a {kind.__name__}, got {item!r}; "
+            f"see `plandag config` for every setting"
+        )
+
+    if setting.repeated:
+        items = value if isinstance(value, list) else [value]
+        return [one(item) for item in items]
+    return one(value)
+
+
+def _read_table(path: Path, table: Mapping[str, Any], label: str) -> dict[str, Any]:
+    where = f"{path} {label}" if label else str(path)
+    values: dict[str, Any] = {}
+    for raw_key, value in table.items():
+        key = raw_key.replace("-", "_")
+        setting = _BY_NAME.get(key)
+        if setting is None:
+            nearest = difflib.get_close_matches(key, list(_BY_NAME), n=1)
+            hint = f"; did you mean {nearest[0]}?" if nearest else ""
+            raise InputError(f"{where}: unknown setting {raw_key!r}{hint}")
+        values[key] = _coerce(setting, value, where)
+    return values
+
+
+def _load_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as error:
+        raise InputError(f"{path}: not valid TOML ({error}); fix or remove the file") from error
+    except OSError as error:
+        raise InputError(f"{path}: cannot read it ({error})") from error
+
+
+def _nearest(start: Path, name: str) -> Path | None:
+    for folder in (start, *start.parents):
+        candidate = folder / name
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_settings(start: Path | None = None) -> Settings:
+    """The defaults overlaid by the project's files found from ``start`` upwards.
+
+    Args:
+        start: the folder to search from (default: the working directory).
+
+    Returns:
+        The effective settings before command-line flags (add them with
+        :meth:`Settings.with_flags`).
+
+    Raises:
+        InputError: a file is not valid TOML, holds an unknown key (the nearest valid
+            name is suggested) or a value of the wrong type.
+    """
+    folder = (start or Path.cwd()).resolve()
+    values = {setting.name: setting.default for setting in SETTINGS}
+    sources = {setting.name: "default" for setting in SETTINGS}
+    pyproject = _nearest(folder, "pyproject.toml")
+    if pyproject is not None:
+        table = _load_toml(pyproject).get("tool", {}).get("plandag")
+        if isinstance(table, Mapping):
+            for key, value in _read_table(pyproject, table, "[tool.plandag]").items():
+                values[key], sources[key] = value, f"{pyproject} [tool.plandag]"
+    own = _nearest(folder, "plandag.toml")
+    if own is not None:
+        document = _load_toml(own)
+        table = document.get("plandag", document)
+        if isinstance(table, Mapping):
+            for key, value in _read_table(own, table, "").items():
+                values[key], sources[key] = value, str(own)
+    return Settings(values, sources)
