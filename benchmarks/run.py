@@ -27,10 +27,11 @@ if __package__ in (None, ""):  # run as a script: make ``benchmarks`` and ``plan
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.extract_bench import measure_extract, valid_invoice_files
-from benchmarks.scheduler_bench import measure_dispatch, measure_makespan
+from benchmarks.scheduler_bench import measure_brakes, measure_dispatch, measure_makespan
 
 MAKESPAN_TARGET = 1.02
 EXTRACT_TARGET = 0.5
+BRAKES_TARGET = 1.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +117,24 @@ def run(settings: Settings, progress: bool = True) -> tuple[list[Row], dict[str,
                         "µs/step",
                     )
                 )
+
+    # 1b. The same with every brake on (issue 3): retries, caps, heartbeat, an observer.
+    raw["brakes"] = []
+    for shape in ("chain", "wide"):
+        say(f"brakes: {shape} of {settings.dispatch_size} async no-op steps, core vs brakes...")
+        brakes = measure_brakes(shape, settings.dispatch_size, settings.dispatch_repetitions)
+        raw["brakes"].append(dataclasses.asdict(brakes))
+        core_us, brakes_us = brakes.per_step_us(brakes.core_s), brakes.per_step_us(brakes.brakes_s)
+        rows.append(
+            Row(
+                f"brakes on vs core scheduler, {shape} of {settings.dispatch_size}, async no-op",
+                brakes_us,
+                core_us,
+                "µs/step",
+                f"ratio ≤ {BRAKES_TARGET}",
+                brakes_us / core_us <= BRAKES_TARGET,
+            )
+        )
 
     # 2. Makespan over the measured critical path.
     say(

@@ -264,3 +264,69 @@ def measure_makespan(size: int = 1000, seed: int = 2024, repetitions: int = 3) -
     for _ in range(repetitions):
         anyio.run(both)
     return figures
+
+
+@dataclasses.dataclass
+class BrakesFigures:
+    """Per-repetition run times of the same plan without and with every brake, seconds.
+
+    Attributes:
+        shape: ``chain`` or ``wide``.
+        steps: steps in the graph.
+        core_s: :func:`run_plan` with no limits, no retry policy and no observer.
+        brakes_s: :func:`run_plan` with a retry policy, a wall-clock cap, cost and token
+            caps, a heartbeat every 10 s, stall detection and one no-op observer (the
+            heartbeat only runs for runs with observers).
+    """
+
+    shape: Shape
+    steps: int
+    core_s: list[float] = dataclasses.field(default_factory=list)
+    brakes_s: list[float] = dataclasses.field(default_factory=list)
+
+    def per_step_us(self, values: list[float]) -> float:
+        """The median of ``values`` in microseconds per step."""
+        return statistics.median(values) / self.steps * 1e6
+
+
+def measure_brakes(shape: Shape, size: int = 1000, repetitions: int = 5) -> BrakesFigures:
+    """The scheduler's per-step cost with retries, budgets and heartbeat on, against the
+    core scheduler without them, on the same async no-op graph (issue 3's benchmark).
+
+    Runs alternate (core, brakes) after one warm-up pair so noise hits both.
+    """
+    from plandag.scheduler import RetryPolicy, RunLimits
+
+    dag = chain(size) if shape == "chain" else wide(size)
+    compiled = _compile(dag, _TOOL_NAMES["async"], with_durations=False)
+    figures = BrakesFigures(shape, dag.size)
+    limits = RunLimits(
+        max_seconds=3600.0,
+        max_cost_usd=1_000_000.0,
+        max_tokens=10**12,
+        heartbeat_every=10.0,
+        stall_after=600.0,
+    )
+
+    def observer(event: object) -> None:
+        return None
+
+    async def pair() -> tuple[float, float]:
+        gc.collect()
+        started = time.perf_counter()
+        core = await run_plan(compiled)
+        core_s = time.perf_counter() - started
+        gc.collect()
+        started = time.perf_counter()
+        braked = await run_plan(compiled, limits=limits, retry=RetryPolicy(), observers=[observer])
+        brakes_s = time.perf_counter() - started
+        if not (core.succeeded and braked.succeeded):
+            raise RuntimeError("benchmark run failed")
+        return core_s, brakes_s
+
+    for repetition in range(repetitions + 1):
+        core_s, brakes_s = anyio.run(pair)
+        if repetition:
+            figures.core_s.append(core_s)
+            figures.brakes_s.append(brakes_s)
+    return figures

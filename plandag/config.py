@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,21 +29,40 @@ __all__ = ["SETTINGS", "Setting", "Settings", "load_settings"]
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Setting:
-    """One configurable value: its name, type, default, unit and meaning."""
+    """One configurable value: its name, type, default, unit and meaning.
+
+    Attributes:
+        name: the key in files (``_`` or ``-``) and, with ``--``, the flag.
+        kind: ``int``, ``float``, ``bool`` or ``str`` (an int is accepted for a float).
+        default: plandag's own default (None: off).
+        help: what it means, with its unit.
+        repeated: a list of values (a single string in a file is a list of one).
+        minimum: the smallest value accepted for a number (the flag's own ``min``).
+        strict: the value must be greater than ``minimum``, not equal to it.
+    """
 
     name: str
     kind: type
     default: Any
     help: str
     repeated: bool = False
+    minimum: float | None = None
+    strict: bool = False
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("max_seconds", float, None, "wall-clock cap for a run, seconds from its start"),
-    Setting("max_cost", float, None, "cost cap per run, US dollars"),
-    Setting("max_tokens", int, None, "token cap per run"),
-    Setting("max_concurrency", int, None, "steps at once across a run"),
-    Setting("retries", int, 2, "retries of a failed step after its first attempt"),
+    Setting(
+        "max_seconds",
+        float,
+        None,
+        "wall-clock cap for a run, seconds from its start",
+        minimum=0.0,
+        strict=True,
+    ),
+    Setting("max_cost", float, None, "cost cap per run, US dollars", minimum=0.0),
+    Setting("max_tokens", int, None, "token cap per run", minimum=0),
+    Setting("max_concurrency", int, None, "steps at once across a run", minimum=1),
+    Setting("retries", int, 2, "retries of a failed step after its first attempt", minimum=0),
     Setting(
         "write_boundary",
         str,
@@ -52,10 +72,17 @@ SETTINGS: tuple[Setting, ...] = (
         repeated=True,
     ),
     Setting("heartbeat", str, None, "JSON Lines file that receives heartbeat events"),
-    Setting("heartbeat_every", float, 10.0, "seconds between heartbeats"),
-    Setting("stall_after", float, None, "seconds without a finished step that make a stall"),
+    Setting("heartbeat_every", float, 10.0, "seconds between heartbeats", minimum=0.0, strict=True),
+    Setting(
+        "stall_after",
+        float,
+        None,
+        "seconds without a finished step that make a stall",
+        minimum=0.0,
+        strict=True,
+    ),
     Setting("stop_on_stall", bool, False, "stop the run at the first stall"),
-    Setting("jobs", int, 4, "documents at once for extract"),
+    Setting("jobs", int, 4, "documents at once for extract", minimum=1),
 )
 _BY_NAME = {setting.name: setting for setting in SETTINGS}
 
@@ -88,6 +115,16 @@ class Settings:
         return [(s.name, self.values[s.name], self.sources[s.name]) for s in SETTINGS]
 
 
+def _in_range(setting: Setting, number: float, where: str) -> None:
+    minimum = setting.minimum
+    if math.isfinite(number) and (
+        minimum is None or number > minimum or (number == minimum and not setting.strict)
+    ):
+        return
+    bound = "" if minimum is None else f" {'>' if setting.strict else '>='} {minimum:g}"
+    raise InputError(f"{where}: {setting.name} must be a finite number{bound}, got {number!r}")
+
+
 def _coerce(setting: Setting, value: Any, where: str) -> Any:
     def one(item: Any) -> Any:
         kind = setting.kind
@@ -96,9 +133,11 @@ def _coerce(setting: Setting, value: Any, where: str) -> Any:
                 return item
         elif kind is int:
             if isinstance(item, int) and not isinstance(item, bool):
+                _in_range(setting, item, where)
                 return item
         elif kind is float:
             if isinstance(item, int | float) and not isinstance(item, bool):
+                _in_range(setting, item, where)
                 return float(item)
         elif isinstance(item, str):
             return item
@@ -116,6 +155,7 @@ def _coerce(setting: Setting, value: Any, where: str) -> Any:
 def _read_table(path: Path, table: Mapping[str, Any], label: str) -> dict[str, Any]:
     where = f"{path} {label}" if label else str(path)
     values: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
     for raw_key, value in table.items():
         key = raw_key.replace("-", "_")
         setting = _BY_NAME.get(key)
@@ -123,6 +163,12 @@ def _read_table(path: Path, table: Mapping[str, Any], label: str) -> dict[str, A
             nearest = difflib.get_close_matches(key, list(_BY_NAME), n=1)
             hint = f"; did you mean {nearest[0]}?" if nearest else ""
             raise InputError(f"{where}: unknown setting {raw_key!r}{hint}")
+        if key in spelled:
+            raise InputError(
+                f"{where}: {setting.name} is given twice ({spelled[key]!r} and {raw_key!r}); "
+                "keep one"
+            )
+        spelled[key] = raw_key
         values[key] = _coerce(setting, value, where)
     return values
 
@@ -164,15 +210,27 @@ def load_settings(start: Path | None = None) -> Settings:
     sources = {setting.name: "default" for setting in SETTINGS}
     pyproject = _nearest(folder, "pyproject.toml")
     if pyproject is not None:
-        table = _load_toml(pyproject).get("tool", {}).get("plandag")
-        if isinstance(table, Mapping):
+        tool_table = _load_toml(pyproject).get("tool")
+        table = tool_table.get("plandag") if isinstance(tool_table, Mapping) else None
+        if table is not None:
+            if not isinstance(table, Mapping):
+                raise InputError(f"{pyproject}: tool.plandag must be a table ([tool.plandag])")
             for key, value in _read_table(pyproject, table, "[tool.plandag]").items():
                 values[key], sources[key] = value, f"{pyproject} [tool.plandag]"
     own = _nearest(folder, "plandag.toml")
     if own is not None:
         document = _load_toml(own)
-        table = document.get("plandag", document)
-        if isinstance(table, Mapping):
-            for key, value in _read_table(own, table, "").items():
-                values[key], sources[key] = value, str(own)
+        table = document
+        if "plandag" in document:
+            table = document["plandag"]
+            if not isinstance(table, Mapping):
+                raise InputError(f"{own}: plandag must be a table ([plandag])")
+            outside = [key for key in document if key != "plandag"]
+            if outside:
+                raise InputError(
+                    f"{own}: {', '.join(map(repr, outside))} outside the [plandag] table; "
+                    "put every setting in [plandag] or every one at the top level"
+                )
+        for key, value in _read_table(own, table, "").items():
+            values[key], sources[key] = value, str(own)
     return Settings(values, sources)

@@ -378,7 +378,7 @@ def exec_command(
     if as_json:
         sys.stdout.write(json.dumps(result.to_json_dict(), ensure_ascii=False, indent=2) + "\n")
     else:
-        stdout.print(run_table(result))
+        stdout.print(run_table(result, console_width=stdout.width))
         _print_progress(result)
         if result.output is not None:
             stdout.print_json(json.dumps(to_jsonable(result.output), ensure_ascii=False))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -24,7 +26,7 @@ from plandag.scheduler.events import (
     StepStarted,
     StepSucceeded,
 )
-from plandag.scheduler.result import RunResult
+from plandag.scheduler.result import RunResult, to_jsonable
 
 __all__ = ["StepProgress", "diagnostic_lines", "run_table"]
 
@@ -80,31 +82,44 @@ class StepProgress:
         self.progress.update(self.task, running=f"running {names}" if names else "")
 
 
-def _short(value: Any, width: int = 60) -> str:
-    text = value if isinstance(value, str) else repr(value)
-    text = text.replace("\n", " ")
+def _short(value: Any, width: int) -> str:
+    """``value`` as one line of compact JSON (strings as they are), cut to ``width``."""
+    if isinstance(value, str):
+        text = value
+    else:
+        try:
+            text = json.dumps(to_jsonable(value), ensure_ascii=False, separators=(",", ":"))
+        except (TypeError, ValueError):
+            text = repr(value)
+    text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def run_table(result: RunResult) -> Table:
-    """One row per step: id, tool, status, attempts, seconds, and the result or reason."""
+def run_table(result: RunResult, console_width: int = 100) -> Table:
+    """One row per step: id, tool, status, attempts, seconds, and the result or reason.
+
+    Results show as compact JSON (bytes as their size and SHA-256), cut to fit one line of
+    a ``console_width``-column terminal; a failed step shows its reason code and its error
+    message in full.
+    """
+    tool_width = max((len(record.tool) for record in result.steps.values()), default=4)
+    # step, status, tries, seconds columns and the borders and padding of six columns
+    width = max(20, console_width - tool_width - (4 + 9 + 7 + 7) - 19)
     table = Table(title=f"run {result.run_id}: {result.status}", title_justify="left")
-    for column in ("step", "tool", "status", "attempts", "seconds", "result / reason"):
-        table.add_column(column, overflow="fold")
+    table.add_column("step", justify="right", no_wrap=True)
+    table.add_column("tool", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("tries", justify="right", no_wrap=True)
+    table.add_column("seconds", justify="right", no_wrap=True)
+    table.add_column("result / reason", overflow="fold")
     for step_id in sorted(result.steps):
         record = result.steps[step_id]
         style = _STATUS_STYLE.get(record.status, "")
         if record.status == "succeeded":
-            outcome = _short(record.result)
+            outcome = _short(record.result, width)
         else:
-            outcome = " ".join(
-                part
-                for part in (
-                    record.reason or "",
-                    record.detail or (record.error.message if record.error else ""),
-                )
-                if part
-            )
+            message = record.error.message if record.error else record.detail
+            outcome = " ".join(part for part in (record.reason or "", message or "") if part)
         seconds = f"{record.duration_s:.3f}" if record.duration_s is not None else ""
         table.add_row(
             str(step_id),
@@ -112,7 +127,7 @@ def run_table(result: RunResult) -> Table:
             f"[{style}]{record.status}[/]" if style else record.status,
             str(record.attempts),
             seconds,
-            _short(outcome, 90),
+            escape(outcome),
         )
     return table
 

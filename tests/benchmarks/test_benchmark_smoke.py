@@ -17,7 +17,7 @@ from benchmarks.dags import chain, plan_document, random_dag, wide
 from benchmarks.extract_bench import DEFAULT_DATA_DIR, measure_extract, valid_invoice_files
 from benchmarks.plain_lxml_nfe import extract_file
 from benchmarks.run import Row, render
-from benchmarks.scheduler_bench import measure_dispatch, measure_makespan
+from benchmarks.scheduler_bench import measure_brakes, measure_dispatch, measure_makespan
 
 needs_data = pytest.mark.skipif(
     not (DEFAULT_DATA_DIR / "SOURCES.md").is_file(), reason="shared NF-e data not found"
@@ -106,6 +106,14 @@ def test_measure_dispatch_runs(shape: str, kind: str, steps: int) -> None:
     assert len(figures.plandag_s) == len(figures.bare_s) == len(figures.compile_s) == 2
     assert all(value > 0 for value in [*figures.plandag_s, *figures.bare_s])
     assert figures.per_step_us(figures.plandag_s) > 0
+
+
+@pytest.mark.parametrize(("shape", "steps"), [("chain", 20), ("wide", 22)])
+def test_measure_brakes_runs_both_schedulers(shape: str, steps: int) -> None:
+    figures = measure_brakes(shape, size=20, repetitions=2)  # type: ignore[arg-type]
+    assert figures.steps == steps
+    assert len(figures.core_s) == len(figures.brakes_s) == 2
+    assert all(seconds > 0 for seconds in figures.core_s + figures.brakes_s)
 
 
 def test_measure_makespan_never_beats_the_critical_path() -> None:

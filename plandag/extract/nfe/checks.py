@@ -265,7 +265,9 @@ def _flagged_sum(items: Sequence[Mapping[str, Any]], value: str, flag: str) -> D
 
 @check
 def nfe_vnf_formula(result: Mapping[str, Any]) -> CheckOutcome:
-    """``vNF`` equals the layout manual's formula (± 0.01)::
+    """``vNF`` equals the NF-e layout manual's total formula, within ± 0.01.
+
+    The formula::
 
         vNF = vProd − vDesc − vICMSDeson + vST + vFCPST + vFrete + vSeg + vOutro + vII
               + vIPI + vIPIDevol + vServ (ISSQNtot) + vICMSMonoReten
