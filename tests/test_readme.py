@@ -1,0 +1,78 @@
+"""The README's examples run, so the front page never lies (STYLE.md, "Tooling")."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from plandag.cli import app
+from plandag.compiler import compile_plan
+from plandag.config import load_settings
+from plandag.tools.registry import default_registry
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.DOTALL)
+
+
+def plandag_commands() -> list[list[str]]:
+    commands = []
+    for block in blocks("bash"):
+        for line in block.splitlines():
+            for part in line.split("&&"):
+                words = shlex.split(part)
+                if words and words[0].endswith("plandag"):
+                    commands.append(words[1:])
+    return commands
+
+
+def test_readme_opens_with_the_two_setup_commands() -> None:
+    first = blocks("bash")[0].strip().splitlines()
+    assert len(first) == 2
+    assert "pip install -e ." in first[0]
+    assert "plandag extract nfe examples/nfe" in first[0]
+    assert "pip install -e '.[dev]'" in first[1]
+    assert "scripts/check" in first[1]
+
+
+@pytest.mark.parametrize("words", plandag_commands(), ids=lambda words: " ".join(words[:2]))
+def test_every_plandag_command_in_the_readme_runs(
+    words: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(REPO)
+    # write outputs into tmp_path, not into the repository
+    words = [str(tmp_path / "out" / Path(w).name) if w.startswith("out/") else w for w in words]
+    if words[0] == "exec" and "--write-boundary" not in words:
+        words += ["--write-boundary", str(REPO), "--write-boundary", str(tmp_path)]
+    result = CliRunner().invoke(app, words)
+    assert result.exit_code == 0, (words, result.stdout, result.stderr)
+
+
+def test_the_readme_plan_compiles() -> None:
+    (plan_text,) = [block for block in blocks("json") if '"steps"' in block]
+    compiled = compile_plan(json.loads(plan_text), default_registry(), params={"input": "a.xml"})
+    assert list(compiled.order) == [1, 2, 3]
+
+
+def test_the_readme_toml_example_is_valid(tmp_path: Path) -> None:
+    (toml_text,) = blocks("toml")
+    (tmp_path / "pyproject.toml").write_text(toml_text, encoding="utf-8")
+    settings = load_settings(tmp_path)
+    assert settings["max_seconds"] == 600.0
+    assert settings["retries"] == 3
+    assert settings["write_boundary"] == ["out/", "https://api.example.com"]
+
+
+def test_every_diagnostic_code_is_documented() -> None:
+    from plandag.compiler import DIAGNOSTIC_CODES
+
+    for code, severity in DIAGNOSTIC_CODES.items():
+        assert f"| `{code}` | {severity} |" in README
