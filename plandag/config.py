@@ -85,6 +85,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("jobs", int, 4, "documents at once for extract", minimum=1),
 )
 _BY_NAME = {setting.name: setting for setting in SETTINGS}
+_KIND_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 
 
 @dataclasses.dataclass
@@ -142,7 +143,7 @@ def _coerce(setting: Setting, value: Any, where: str) -> Any:
         elif isinstance(item, str):
             return item
         raise InputError(
-            f"{where}: {setting.name} must be a {kind.__name__}, got {item!r}; "
+            f"{where}: {setting.name} must be {_KIND_NAMES[kind]}, got {item!r}; "
             f"see `plandag config` for every setting"
         )
 

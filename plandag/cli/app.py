@@ -105,7 +105,9 @@ BoundaryOption = Annotated[
 ]
 MaxSecondsOption = Annotated[
     float | None,
-    typer.Option("--max-seconds", metavar="S", min=0.0, help="Wall-clock cap, seconds."),
+    typer.Option(
+        "--max-seconds", metavar="S", min=0.001, help="Wall-clock cap, seconds from the start."
+    ),
 ]
 MaxCostOption = Annotated[
     float | None,
@@ -208,7 +210,10 @@ def _limits(settings: Settings) -> RunLimits:
             stop_on_stall=settings["stop_on_stall"],
         )
     except ValueError as error:
-        _fail(str(error))
+        message = str(error)
+        for name in ("stop_on_stall", "stall_after", "max_seconds", "heartbeat_every"):
+            message = message.replace(name, "--" + name.replace("_", "-"))
+        _fail(message.replace("max_cost_usd", "--max-cost").replace("max_tokens", "--max-tokens"))
 
 
 def _tools_hint(error: PlanError, tools: list[Path] | None) -> None:
@@ -419,7 +424,7 @@ def _print_progress(result: RunResult) -> None:
     for label, key in (
         ("finished", "finished"),
         ("was running", "running"),
-        ("never started", "never_started"),
+        ("never started", "not_started"),
     ):
         ids = progress.get(key) or []
         if ids and (key != "finished" or result.stop_reason):
@@ -480,7 +485,10 @@ def show_config(as_json: JsonOption = False) -> None:
         return
     from rich.table import Table
 
-    table = Table("setting", "value", "source", title="plandag configuration", title_justify="left")
+    table = Table(title="plandag configuration", title_justify="left")
+    table.add_column("setting", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    table.add_column("source", overflow="fold")
     for name, value, source in settings.as_rows():
         table.add_row(name, "-" if value is None else str(value), source)
     stdout.print(table)

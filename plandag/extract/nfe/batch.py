@@ -435,6 +435,26 @@ async def extract_batch(
         results[index] = records
         flush_ready()
 
+    def apply_corrections() -> None:
+        """Give unique_in_batch its final outcome in the file, also after an interruption,
+        so that the records written so far never contradict each other."""
+        corrections = uniqueness.corrections()
+        if corrections:
+            new_statuses = rewrite_unique_in_batch(output, output_format, corrections)
+            for position, outcome in corrections.items():
+                if position < first_new:
+                    continue
+                before = uniqueness.written[position]
+                if before is not None and before[0] == "fail" and outcome[0] != "fail":
+                    tally.failing_checks["unique_in_batch"] -= 1
+                if (before is None or before[0] != "fail") and outcome[0] == "fail":
+                    tally.failing_checks["unique_in_batch"] += 1
+                status_before = uniqueness.statuses[position]
+                status_after = new_statuses.get(position, status_before)
+                if status_after != status_before:
+                    tally.by_status[status_before] -= 1
+                    tally.by_status[status_after] += 1
+
     limiter = anyio.CapacityLimiter(jobs)
     slots = anyio.Semaphore(window if window is not None else max(8 * jobs, 64))
     try:
@@ -449,23 +469,7 @@ async def extract_batch(
                 group.start_soon(run_one, index, path)
     finally:
         writer.close()
-
-    corrections = uniqueness.corrections()
-    if corrections:
-        new_statuses = rewrite_unique_in_batch(output, output_format, corrections)
-        for position, outcome in corrections.items():
-            if position < first_new:
-                continue
-            before = uniqueness.written[position]
-            if before is not None and before[0] == "fail" and outcome[0] != "fail":
-                tally.failing_checks["unique_in_batch"] -= 1
-            if (before is None or before[0] != "fail") and outcome[0] == "fail":
-                tally.failing_checks["unique_in_batch"] += 1
-            status_before = uniqueness.statuses[position]
-            status_after = new_statuses.get(position, status_before)
-            if status_after != status_before:
-                tally.by_status[status_before] -= 1
-                tally.by_status[status_after] += 1
+        apply_corrections()
 
     summary.records = tally.records
     summary.by_status = {k: v for k, v in tally.by_status.most_common() if v > 0}
