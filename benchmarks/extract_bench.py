@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import os
 import statistics
 import time
 from collections.abc import Sequence
@@ -28,7 +29,11 @@ from benchmarks.plain_lxml_nfe import extract_file
 __all__ = ["DEFAULT_DATA_DIR", "ExtractFigures", "measure_extract", "valid_invoice_files"]
 
 #: Where the shared NF-e samples are, from the repository root.
-DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "nfe"
+DEFAULT_DATA_DIR = Path(
+    os.environ.get("PLANDAG_SHARED_NFE")
+    or Path(__file__).resolve().parents[2] / "shared" / "data" / "nfe"
+)
+"""The shared corpus: ``PLANDAG_SHARED_NFE``, else ``<repo>/../shared/data/nfe``."""
 
 
 def valid_invoice_files(data_dir: Path = DEFAULT_DATA_DIR) -> list[Path]:

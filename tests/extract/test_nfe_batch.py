@@ -32,15 +32,9 @@ from plandag.extract.nfe.output import INVOICE_COLUMNS, ITEM_COLUMNS, items_path
 
 
 def _shared_nfe() -> Path | None:
-    here = Path(__file__).resolve().parents[2]
-    for base in (
-        os.environ.get("PLANDAG_SHARED_DATA"),
-        "/work/shared/data",
-        here.parent / "shared/data",
-    ):
-        if base and (Path(base) / "nfe").is_dir():
-            return Path(base) / "nfe"
-    return None
+    """The shared NF-e corpus (``PLANDAG_SHARED_NFE``, set by tests/conftest.py), or None."""
+    folder = os.environ.get("PLANDAG_SHARED_NFE")
+    return Path(folder) if folder and Path(folder).is_dir() else None
 
 
 class FakeExtractor:
@@ -479,7 +473,7 @@ def _real_extractor() -> Callable[..., Any]:
     return document.extract_document  # type: ignore[no-any-return]
 
 
-@pytest.mark.skipif(SHARED is None, reason="shared NF-e samples not found (PLANDAG_SHARED_DATA)")
+@pytest.mark.skipif(SHARED is None, reason="shared NF-e samples not found (PLANDAG_SHARED_NFE)")
 def test_real_files_duplicate_and_broken_input(tmp_path: Path) -> None:
     _real_extractor()
     assert SHARED is not None

@@ -24,21 +24,15 @@ from plandag.tools.registry import default_registry
 
 
 def _shared_folder() -> Path | None:
-    candidates = [
-        os.environ.get("PLANDAG_SHARED"),
-        "/work/shared",
-        str(Path(__file__).resolve().parents[2].parent / "shared"),
-    ]
-    for candidate in candidates:
-        if candidate and (Path(candidate) / "data" / "nfe").is_dir():
-            return Path(candidate) / "data" / "nfe"
-    return None
+    """The shared NF-e corpus (``PLANDAG_SHARED_NFE``, set by tests/conftest.py), or None."""
+    folder = os.environ.get("PLANDAG_SHARED_NFE")
+    return Path(folder) if folder and Path(folder).is_dir() else None
 
 
 SAMPLES = _shared_folder()
 needs_samples = pytest.mark.skipif(
     SAMPLES is None,
-    reason="shared NF-e samples not found (set PLANDAG_SHARED to the folder holding data/nfe)",
+    reason="shared NF-e samples not found (set PLANDAG_SHARED_NFE)",
 )
 
 

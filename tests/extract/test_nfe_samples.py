@@ -30,22 +30,15 @@ from plandag.extract.nfe.batch import batch_exit_code, expand_inputs, extract_ba
 
 
 def _shared_nfe() -> Path | None:
-    """PLANDAG_SHARED_DATA, else /work/shared/data, else <repo>/../shared/data."""
-    repo = Path(__file__).resolve().parents[2]
-    for base in (
-        os.environ.get("PLANDAG_SHARED_DATA"),
-        "/work/shared/data",
-        repo.parent / "shared/data",
-    ):
-        if base and (Path(base) / "nfe").is_dir():
-            return Path(base) / "nfe"
-    return None
+    """The shared NF-e corpus (``PLANDAG_SHARED_NFE``, set by tests/conftest.py), or None."""
+    folder = os.environ.get("PLANDAG_SHARED_NFE")
+    return Path(folder) if folder and Path(folder).is_dir() else None
 
 
 SHARED = _shared_nfe()
 pytestmark = pytest.mark.skipif(
     SHARED is None,
-    reason="shared NF-e samples not found: set PLANDAG_SHARED_DATA to the folder holding nfe/",
+    reason="shared NF-e samples not found: set PLANDAG_SHARED_NFE",
 )
 
 P, F, NA = "pass", "fail", "not_applicable"
