@@ -517,26 +517,76 @@ def extract_nfe(
     resume: Annotated[
         bool, typer.Option("--resume", help="Skip inputs whose sha256 already has a record.")
     ] = False,
+    write_boundary: BoundaryOption = None,
     max_seconds: MaxSecondsOption = None,
+    max_cost: MaxCostOption = None,
+    max_tokens: MaxTokensOption = None,
+    max_concurrency: MaxConcurrencyOption = None,
+    retries: RetriesOption = None,
+    heartbeat: HeartbeatOption = None,
+    heartbeat_every: HeartbeatEveryOption = None,
+    stall_after: StallAfterOption = None,
+    stop_on_stall: StopOnStallOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Extract NF-e/NFC-e invoices into records: one per invoice, one error row per bad input."""
+    """Extract NF-e/NFC-e invoices into records: one per invoice, one error row per bad input.
+
+    Brakes apply to the whole batch: --max-seconds is the batch's deadline, --max-cost and
+    --max-tokens one budget shared by every document, --heartbeat counts documents;
+    --max-concurrency and --retries apply within each document's plan.
+    """
+    from plandag.extract.monitor import BatchMonitor
     from plandag.extract.nfe.batch import (
         batch_exit_code,
         expand_inputs,
         extract_batch,
         render_summary,
     )
+    from plandag.scheduler import Budget
 
-    settings = _settings({"jobs": jobs, "max_seconds": max_seconds})
+    settings = _settings(
+        {
+            "jobs": jobs,
+            "write_boundary": write_boundary,
+            "max_seconds": max_seconds,
+            "max_cost": max_cost,
+            "max_tokens": max_tokens,
+            "max_concurrency": max_concurrency,
+            "retries": retries,
+            "heartbeat": str(heartbeat) if heartbeat is not None else None,
+            "heartbeat_every": heartbeat_every,
+            "stall_after": stall_after,
+            "stop_on_stall": stop_on_stall,
+        }
+    )
     if output_format not in (None, "jsonl", "csv"):
         _fail(f"--format must be jsonl or csv, not {output_format!r}")
     if output.is_dir():
         _fail(f"-o {output} is a folder; name the output file, e.g. {output / 'invoices.jsonl'}")
+    _limits(settings)  # the same checks and messages as exec for the brake settings
+    heartbeat_file = Path(settings["heartbeat"]) if settings["heartbeat"] else None
+    if heartbeat_file is not None and not heartbeat_file.parent.is_dir():
+        _fail(f"--heartbeat {heartbeat_file}: its folder does not exist")
+    boundary = (
+        _boundary(settings["write_boundary"], output.parent) if settings["write_boundary"] else None
+    )
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         _fail(f"-o {output}: cannot create its folder ({error.strerror or error})")
+    budget = Budget(settings["max_cost"], settings["max_tokens"])
+    run_options: dict[str, Any] = {
+        "retry": RetryPolicy(retries=settings["retries"]),
+        "max_concurrency": settings["max_concurrency"],
+        "limits": RunLimits(heartbeat_every=None),
+        "budget": budget,
+    }
+    monitor = BatchMonitor(
+        heartbeat_file,
+        every=settings["heartbeat_every"],
+        stall_after=settings["stall_after"],
+        stop_on_stall=settings["stop_on_stall"],
+    )
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     progress = Progress(
@@ -549,12 +599,12 @@ def extract_nfe(
         disable=not stderr.is_terminal,
     )
     task = progress.add_task("documents", total=None)
-    done = [0, 0]
 
     def on_progress(finished: int, total: int) -> None:
-        done[:] = [finished, total]
+        monitor.update(finished, total)
         progress.update(task, completed=finished, total=total)
 
+    deadline = settings["max_seconds"]
     try:
         files, missing = expand_inputs(paths)
         work = functools.partial(
@@ -566,17 +616,28 @@ def extract_nfe(
             resume=resume,
             missing=missing,
             on_progress=on_progress,
+            run_options=run_options,
+            write_boundary=boundary,
         )
-        deadline = settings["max_seconds"]
 
         async def bounded() -> Any:
-            if deadline is None:
-                return await work()
             import anyio
 
-            with anyio.move_on_after(deadline):
-                return await work()
-            return None
+            failure: Exception | None = None
+            summary = None
+            with anyio.CancelScope() as scope:
+                if deadline is not None:
+                    scope.deadline = anyio.current_time() + deadline
+                async with anyio.create_task_group() as group:
+                    group.start_soon(monitor.watch, scope)
+                    try:
+                        summary = await work()
+                    except Exception as caught:  # re-raised unwrapped, outside the group
+                        failure = caught
+                    group.cancel_scope.cancel()
+            if failure is not None:
+                raise failure
+            return summary
 
         with progress:
             outcome = Interruptible(bounded).run()
@@ -586,19 +647,28 @@ def extract_nfe(
         _fail(f"-o {output}: cannot write it ({error.strerror or error})")
     summary = outcome.result
     if summary is None:
-        why = (
-            signal.Signals(outcome.signal).name
-            if outcome.signal is not None
-            else f"--max-seconds {deadline:g}"
-        )
+        if outcome.signal is not None:
+            why, code, status = (
+                signal.Signals(outcome.signal).name,
+                exit_code_for_signal(outcome.signal),
+                "interrupted",
+            )
+        elif monitor.stalled:
+            why, code, status = f"a stall (--stall-after {settings['stall_after']:g})", 3, "stalled"
+        else:
+            why, code, status = f"--max-seconds {deadline:g}", 3, "timed_out"
+        monitor.close(status)
         stderr.print(
-            f"stopped by {why} after {done[0]} of {done[1] or '?'} inputs; {output} holds the "
-            "complete records of the inputs before the first unfinished one, in order; run "
-            "the same command with --resume to go on"
+            f"stopped by {why} after {monitor.done} of {monitor.total or '?'} inputs; {output} "
+            "holds the complete records of the inputs before the first unfinished one, in "
+            "order; run the same command with --resume to go on"
         )
-        raise typer.Exit(exit_code_for_signal(outcome.signal) if outcome.signal else 3)
+        raise typer.Exit(code)
+    monitor.close("interrupted" if outcome.signal is not None else "finished")
     if as_json:
-        sys.stdout.write(json.dumps(summary.to_json_dict(), ensure_ascii=False, indent=2) + "\n")
+        document = summary.to_json_dict()
+        document["spent_usd"], document["spent_tokens"] = budget.spent_usd, budget.spent_tokens
+        sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
     else:
         stdout.print(render_summary(summary))
         written = f"records written to {output}"

@@ -4,6 +4,7 @@ codes"), retrying transient failures (:class:`RetryPolicy`) within the run's bra
 (:class:`RunLimits`)."""
 
 from plandag.scheduler import events as events
+from plandag.scheduler.budget import Budget as Budget
 from plandag.scheduler.clock import Clock as Clock
 from plandag.scheduler.clock import SystemClock as SystemClock
 from plandag.scheduler.clock import VirtualClock as VirtualClock
@@ -23,6 +24,7 @@ from plandag.scheduler.runner import run_plan_sync as run_plan_sync
 
 __all__ = [
     "AttemptRecord",
+    "Budget",
     "Clock",
     "JsonlHeartbeatWriter",
     "RetryDecision",

@@ -70,6 +70,11 @@ class Budget:
         self.reserved_tokens = 0
 
     @property
+    def capped(self) -> bool:
+        """True when the budget has a dollar cap or a token cap."""
+        return self.max_nanodollars is not None or self.max_tokens is not None
+
+    @property
     def spent_usd(self) -> float:
         """US dollars settled so far."""
         return self.spent_nanodollars / _NANO

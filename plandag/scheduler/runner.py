@@ -211,6 +211,7 @@ class _Run:
         retry: RetryPolicy | None,
         classify: Classifier,
         clock: Clock | None,
+        budget: Budget | None = None,
     ) -> None:
         if max_concurrency is not None and max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1 or None, not {max_concurrency}")
@@ -237,8 +238,10 @@ class _Run:
             self.now, self.monotonic = time.time, time.perf_counter
         else:
             self.now, self.monotonic = self.clock.time, self.clock.monotonic
-        self.budget = Budget(limits.max_cost_usd, limits.max_tokens)
-        self.capped = limits.max_cost_usd is not None or limits.max_tokens is not None
+        self.budget = (
+            budget if budget is not None else Budget(limits.max_cost_usd, limits.max_tokens)
+        )
+        self.capped = self.budget.capped
         self.budget_refused = False
         self.stop_reason: str | None = None
         self.run_scope = anyio.CancelScope()
@@ -915,6 +918,7 @@ async def run_plan(
     retry: RetryPolicy | None = None,
     classify: Classifier = classify_error,
     clock: Clock | None = None,
+    budget: Budget | None = None,
 ) -> RunResult:
     """Run a compiled plan: every step whose parents all succeeded starts at once.
 
@@ -935,6 +939,10 @@ async def run_plan(
             :func:`plandag.errors.classify_error`).
         clock: where times and retry delays come from (default: the system clock; tests
             pass a :class:`~plandag.scheduler.clock.VirtualClock`).
+        budget: a :class:`~plandag.scheduler.budget.Budget` shared with other runs (a
+            batch's documents under one cost cap); its caps replace ``limits``' cost and
+            token caps, and ``RunResult.spent_*`` then report the shared budget's totals.
+            Default: a budget of this run's own, from ``limits``.
 
     Returns:
         A :class:`RunResult` covering every step, each in exactly one terminal state.
@@ -968,6 +976,7 @@ async def run_plan(
         retry,
         classify,
         clock,
+        budget,
     )
     return await run.run()
 
@@ -983,6 +992,7 @@ def run_plan_sync(
     retry: RetryPolicy | None = None,
     classify: Classifier = classify_error,
     clock: Clock | None = None,
+    budget: Budget | None = None,
 ) -> RunResult:
     """:func:`run_plan` from synchronous code, on a new event loop (``anyio.run``, asyncio).
 
@@ -1003,6 +1013,7 @@ def run_plan_sync(
             retry=retry,
             classify=classify,
             clock=clock,
+            budget=budget,
         )
 
     return anyio.run(main)

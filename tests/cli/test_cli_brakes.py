@@ -653,3 +653,38 @@ def test_extract_resume_on_a_foreign_output_exits_2(runner: CliRunner, cwd: Path
     )
     assert result.stderr.endswith("); remove --resume to start the output afresh\n")
     assert output.read_text(encoding="utf-8") == "garbage\n"
+
+
+def test_extract_batch_brakes(runner: CliRunner, cwd: Path) -> None:
+    output = cwd / "out" / "invoices.jsonl"
+    beats = cwd / "beats.jsonl"
+    result = runner.invoke(
+        app,
+        [
+            "extract",
+            "nfe",
+            str(EXAMPLES / "nfe"),
+            "-o",
+            str(output),
+            "--heartbeat",
+            str(beats),
+            "--max-cost",
+            "1",
+            "--max-tokens",
+            "1000",
+            "--retries",
+            "0",
+            "--max-concurrency",
+            "2",
+            "--write-boundary",
+            str(cwd / "out"),
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert (summary["inputs"], summary["records"]) == (7, 7)
+    assert (summary["spent_usd"], summary["spent_tokens"]) == (0.0, 0)
+    lines = [json.loads(line) for line in beats.read_text(encoding="utf-8").splitlines()]
+    assert [lines[0]["event"], lines[-1]["event"]] == ["batch_started", "batch_finished"]
+    assert (lines[-1]["status"], lines[-1]["done"], lines[-1]["total"]) == ("finished", 7, 7)

@@ -179,3 +179,26 @@ def test_tool_estimates_are_validated() -> None:
 
         @tool(tokens_estimate=-5)
         def negative_tokens() -> None: ...
+
+
+def test_runs_sharing_a_budget_never_overshoot_it_together() -> None:
+    """A batch's documents share one budget: the second run's step does not fit."""
+
+    @tool(cost_estimate_usd=0.6)
+    def costly(x: int) -> int:
+        return x
+
+    compiled = compile_plan(
+        {"steps": [{"id": 1, "tool": "costly", "args": {"x": 1}}]}, Registry([costly])
+    )
+    shared = Budget(max_cost_usd=1.0, max_tokens=None)
+    first = run_plan_sync(compiled, budget=shared)
+    second = run_plan_sync(compiled, budget=shared)
+    assert (first.status, first.steps[1].status) == ("succeeded", "succeeded")
+    assert (second.status, second.steps[1].status, second.steps[1].reason) == (
+        "budget_exceeded",
+        "skipped",
+        "budget",
+    )
+    assert shared.spent_usd == 0.6
+    assert (first.spent_usd, second.spent_usd) == (0.6, 0.6)

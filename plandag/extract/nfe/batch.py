@@ -60,6 +60,7 @@ from plandag.extract.nfe.output import (
     rewrite_unique_in_batch,
     written_record,
 )
+from plandag.tools.boundary import WriteBoundary
 
 __all__ = [
     "BatchSummary",
@@ -318,13 +319,17 @@ def _without_output(
     return [path for path in inputs if os.path.realpath(path) not in excluded]
 
 
-def _default_extractor(output: Path) -> Extractor:
-    """The stored-plan extractor, its write boundary the output file's folder (ARCHITECTURE.md)."""
+def _default_extractor(
+    output: Path,
+    run_options: Mapping[str, Any] | None = None,
+    write_boundary: WriteBoundary | None = None,
+) -> Extractor:
+    """The stored-plan extractor; its write boundary defaults to the output file's folder
+    (ARCHITECTURE.md, "Tools")."""
     from plandag.extract.nfe.document import extract_document
-    from plandag.tools.boundary import WriteBoundary
 
-    boundary = WriteBoundary([output.resolve().parent])
-    return functools.partial(extract_document, write_boundary=boundary)
+    boundary = write_boundary or WriteBoundary([output.resolve().parent])
+    return functools.partial(extract_document, write_boundary=boundary, run_options=run_options)
 
 
 async def extract_batch(
@@ -339,6 +344,8 @@ async def extract_batch(
     on_progress: Callable[[int, int], None] | None = None,
     extractor: Extractor | None = None,
     window: int | None = None,
+    run_options: Mapping[str, Any] | None = None,
+    write_boundary: WriteBoundary | None = None,
 ) -> BatchSummary:
     """Extract every input and write the records to ``output``, in input order.
 
@@ -361,6 +368,11 @@ async def extract_batch(
             :func:`plandag.extract.nfe.document.extract_document`.
         window: inputs in flight or waiting to be written at most (default ``max(8 * jobs,
             64)``); bounds memory on huge batches.
+        run_options: keyword arguments for each document's :func:`plandag.run_plan`
+            (``retry``, ``max_concurrency``, a shared ``budget``, ``limits``); only used by
+            the default extractor.
+        write_boundary: where the documents' plans may write (default: the output file's
+            folder, ARCHITECTURE.md); only used by the default extractor.
 
     Returns:
         A :class:`BatchSummary` of this run.
@@ -373,7 +385,11 @@ async def extract_batch(
     if jobs < 1:
         raise InputError(f"--jobs must be at least 1, not {jobs}")
     output_format = output_format_for(output, format)
-    extract = extractor if extractor is not None else _default_extractor(output)
+    extract = (
+        extractor
+        if extractor is not None
+        else _default_extractor(output, run_options, write_boundary)
+    )
     started = time.perf_counter()
     paths = _without_output(inputs, output, output_format)
 

@@ -558,6 +558,7 @@ async def extract_document(
     *,
     registry: Registry | None = None,
     write_boundary: WriteBoundary | None = None,
+    run_options: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Extract every invoice of one file through the stored plan.
 
@@ -570,6 +571,8 @@ async def extract_document(
             built once).
         write_boundary: where the plan's steps may write; ``extract`` gives the output
             file's folder (the stored plan itself writes nothing; a repaired plan may).
+        run_options: keyword arguments for :func:`plandag.scheduler.run_plan` (``retry``,
+            ``max_concurrency``, ``limits``, a ``budget`` shared by the batch).
 
     Returns:
         One record dict per invoice, in file order (shape of ``NfeRecord``; ``checks`` keyed
@@ -598,7 +601,7 @@ async def extract_document(
     count = 1
     while index < count:
         run = dataclasses.replace(compiled, params={"input": source, "index": index})
-        result = await run_plan(run)
+        result = await run_plan(run, **(run_options or {}))
         record_step = result.steps[RECORD_STEP]
         if isinstance(record_step.result, Mapping) and record_step.status in (
             "succeeded",
