@@ -20,6 +20,8 @@ from rich.table import Table
 from plandag.compiler.diagnostics import Diagnostic
 from plandag.scheduler.events import (
     Event,
+    Heartbeat,
+    Stall,
     StepCancelled,
     StepFailed,
     StepSkipped,
@@ -55,11 +57,12 @@ class StepProgress:
             MofNCompleteColumn(),
             TimeElapsedColumn(),
             TextColumn("{task.fields[running]}"),
+            TextColumn("{task.fields[status]}"),
             console=console,
             transient=True,
             disable=not enabled,
         )
-        self.task = self.progress.add_task("steps", total=total, running="")
+        self.task = self.progress.add_task("steps", total=total, running="", status="")
         self.running: dict[int, str] = {}
 
     def __enter__(self) -> StepProgress:
@@ -70,7 +73,16 @@ class StepProgress:
         self.progress.stop()
 
     def __call__(self, event: Event) -> None:
-        """Update the bar from a scheduler event."""
+        """Update the bar from a scheduler event (steps, heartbeats and stalls)."""
+        if isinstance(event, Heartbeat):
+            status = f"{event.failed} failed" if event.failed else ""
+            if event.spent_usd or event.spent_tokens:
+                status += f" spent ${event.spent_usd:.4f} / {event.spent_tokens} tokens"
+            self.progress.update(self.task, status=status.strip())
+            return
+        if isinstance(event, Stall):
+            self.progress.update(self.task, status=f"stalled {event.idle_s:.0f} s")
+            return
         if isinstance(event, StepStarted):
             self.running[event.step_id] = event.tool
         elif isinstance(event, StepSucceeded | StepFailed | StepSkipped | StepCancelled):
