@@ -55,6 +55,7 @@ __all__ = [
     "TransientStepError",
     "classify_error",
     "describe_failure",
+    "error_message",
     "parse_retry_after",
 ]
 
@@ -269,9 +270,22 @@ def _status_of(error: BaseException) -> int | None:
     return status if isinstance(status, int) else None
 
 
+_TRANSIENT_API_ERROR_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error"})
+"""Anthropic API error types that a later attempt may not meet (Messages API errors)."""
+
+
 def _single_kind(error: BaseException) -> ErrorKind:
     if isinstance(error, StepError):
         return "transient" if isinstance(error, TransientStepError) else "permanent"
+    anthropic = sys.modules.get("anthropic")
+    if (
+        anthropic is not None
+        and isinstance(error, anthropic.APIStatusError)
+        and getattr(error, "type", None) in _TRANSIENT_API_ERROR_TYPES
+    ):
+        # An error event in the middle of a stream arrives with the stream's status, 200:
+        # its error type, not the status, says what happened.
+        return "transient"
     status = _status_of(error)
     if status is not None:
         return "transient" if status == 429 or 500 <= status <= 599 else "permanent"
@@ -281,7 +295,6 @@ def _single_kind(error: BaseException) -> ErrorKind:
         if isinstance(error, httpx.UnsupportedProtocol | httpx.LocalProtocolError):
             return "permanent"
         return "transient"
-    anthropic = sys.modules.get("anthropic")
     if anthropic is not None and isinstance(error, anthropic.APIConnectionError):
         return "transient"  # includes APITimeoutError
     if isinstance(error, TimeoutError | ConnectionError):
@@ -298,7 +311,10 @@ def classify_error(error: BaseException) -> ErrorKind:
       :class:`StepError` (:class:`PermanentStepError`, :class:`CheckFailedError`) →
       ``permanent``;
     * ``httpx.HTTPStatusError`` and the Anthropic SDK's ``APIStatusError``: status 429 or
-      500-599 (529 "overloaded" included) → ``transient``, any other status → ``permanent``.
+      500-599 (529 "overloaded" included) → ``transient``, any other status → ``permanent``;
+      an ``APIStatusError`` whose error type is ``overloaded_error``, ``api_error`` or
+      ``rate_limit_error`` → ``transient`` whatever its status (an error event in the
+      middle of a stream comes with status 200).
       The status is read from the response object, which is tested with ``is None``, never
       by truthiness;
     * ``httpx.TransportError`` (connect/read/write errors and timeouts, remote protocol
@@ -438,3 +454,14 @@ def describe_failure(
         before_effect=all(_before_effect(item) for item in leaves),
         retry_after_s=max(waits) if waits else None,
     )
+
+
+def error_message(error: BaseException) -> str:
+    """``str(error)``, or a placeholder when the exception's ``__str__`` itself fails.
+
+    A tool's exception is user code; formatting it must never break the run that records it.
+    """
+    try:
+        return str(error)
+    except Exception as failure:
+        return f"<the message of {type(error).__name__} could not be formatted: {failure!r}>"

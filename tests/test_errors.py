@@ -192,3 +192,20 @@ def test_the_rule_can_be_replaced() -> None:
     info = describe_failure(status_error(404), classify=lenient, now=NOW)
     assert info is not None
     assert info.kind == "permanent"
+
+
+def test_a_mid_stream_overloaded_error_is_transient() -> None:
+    """The SDK raises APIStatusError with status 200 for an `error` SSE event mid-stream."""
+    import anthropic
+    import httpx
+
+    request = httpx.Request("POST", "http://127.0.0.1/v1/messages")
+    response = httpx.Response(200, request=request)
+    body = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    error = anthropic.APIStatusError("Overloaded", response=response, body=body)
+    assert getattr(error, "type", None) == "overloaded_error"
+    assert classify_error(error) == "transient"
+    invalid = {"type": "error", "error": {"type": "invalid_request_error", "message": "no"}}
+    assert classify_error(anthropic.APIStatusError("no", response=response, body=invalid)) == (
+        "permanent"
+    )

@@ -27,6 +27,7 @@ import inspect
 import logging
 import math
 import threading
+import time
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, overload
@@ -38,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
-from plandag.errors import ToolDefinitionError
+from plandag.errors import PermanentStepError, StepTimeoutError, ToolDefinitionError
 
 __all__ = ["Effects", "Tool", "ToolContext", "tool"]
 
@@ -190,20 +191,46 @@ class Tool:
 
         Async functions are awaited on the event loop; sync functions run in a worker
         thread unless ``inline``. A worker thread that outlives a cancelled call (a timeout)
-        is abandoned: its late result is discarded.
+        is abandoned: its late result is discarded. A call that blocked the event loop past
+        the tool's timeout (inline or async code that never yields) cannot be interrupted,
+        but its result is discarded all the same.
 
         Raises:
             pydantic.ValidationError: the arguments do not fit the args model.
+            StepTimeoutError: the call blocked the event loop past the tool's timeout.
+            PermanentStepError: reason ``tool_exit``, the tool raised ``SystemExit`` or
+                ``KeyboardInterrupt``.
             Exception: whatever the tool raises.
         """
         kwargs = self.validate_args(args)
         if self.context_parameter is not None:
             kwargs[self.context_parameter] = ctx or ToolContext(run_id="adhoc", step_id=0)
-        if self.is_async:
-            return await self.function(**kwargs)
-        if self.inline:
-            return self.function(**kwargs)
-        return await run_in_daemon_thread(lambda: self.function(**kwargs))
+        started = time.monotonic()
+        try:
+            if self.is_async:
+                result = await self.function(**kwargs)
+            elif self.inline:
+                result = self.function(**kwargs)
+            else:
+                return await run_in_daemon_thread(lambda: self.function(**kwargs))
+        except (SystemExit, KeyboardInterrupt) as error:
+            # Raised by the tool's own code (a signal from the user reaches the run as a
+            # cancellation, not as an exception inside a tool): a failure of this step.
+            raise PermanentStepError(
+                f"tool {self.name} raised {type(error).__name__}({error}); a tool must "
+                "return or raise an Exception",
+                reason="tool_exit",
+            ) from error
+        if self.timeout is not None and time.monotonic() - started > self.timeout:
+            # Code that blocks the event loop (an inline tool, an async tool calling a
+            # blocking function) cannot be interrupted; its late result is still discarded.
+            raise StepTimeoutError(
+                f"tool {self.name} blocked the event loop for "
+                f"{time.monotonic() - started:.2f} s, past its timeout of {self.timeout:g} s; "
+                "its result is discarded (blocking work belongs in a sync tool without "
+                "inline=True, which runs in a thread)"
+            )
+        return result
 
 
 def _shadows_model_attribute(name: str) -> bool:

@@ -14,6 +14,7 @@ import functools
 import json
 import os
 import secrets
+import stat
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypedDict
@@ -87,17 +88,27 @@ def read_file(path: str, encoding: str = "utf-8", max_bytes: int = 50_000_000) -
     Raises:
         PermanentStepError: reason ``missing_resource`` (no such file, or a folder),
             ``too_large`` (over ``max_bytes``), ``decode_error`` (names the byte offset),
-            ``invalid_args`` (unknown encoding, ``max_bytes`` below 0), ``io_error``
-            (permission denied and other OS errors).
+            ``invalid_args`` (unknown encoding, ``max_bytes`` below 0), ``not_a_file`` (a
+            pipe, device or socket: never read, so a FIFO cannot block the run),
+            ``io_error`` (permission denied and other OS errors).
     """
     if max_bytes < 0:
         raise PermanentStepError(
             f"read_file {path}: max_bytes must be >= 0, got {max_bytes}", reason="invalid_args"
         )
     try:
-        with open(path, "rb") as handle:
+        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, and this
+        # tool runs on the event loop. Only regular files are read.
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with open(descriptor, "rb", closefd=True) as handle:
+            status = os.fstat(handle.fileno())
+            if not stat.S_ISREG(status.st_mode):
+                raise PermanentStepError(
+                    f"read_file {path}: not a regular file (a pipe, device or socket); name a file",
+                    reason="not_a_file",
+                )
             # Size the read from fstat: read(max_bytes + 1) would allocate max_bytes up front.
-            size = os.fstat(handle.fileno()).st_size
+            size = status.st_size
             data = handle.read(min(size, max_bytes) + 1)
             if len(data) > max_bytes:
                 size = max(size, len(data))

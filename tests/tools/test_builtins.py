@@ -407,3 +407,14 @@ def test_write_json_failure_keeps_old_file(tmp_path: Path, monkeypatch: pytest.M
     assert str(caught.value) == f"write_json {target}: cannot write: No space left on device"
     assert target.read_text(encoding="utf-8") == "old"
     assert os.listdir(tmp_path) == ["a.json"]
+
+
+def test_read_file_refuses_pipes_and_devices_without_blocking(tmp_path: Path) -> None:
+    """A FIFO would block the event loop at open(); it is refused instead (never read)."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for target in (str(fifo), "/dev/zero"):
+        with pytest.raises(PermanentStepError) as caught:
+            anyio.run(read_file.invoke, {"path": target, "encoding": "binary"})
+        assert caught.value.reason == "not_a_file"
+        assert "not a regular file" in str(caught.value)

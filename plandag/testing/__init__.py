@@ -1,0 +1,34 @@
+"""A local Anthropic Messages API server for tests and offline use (issue 4).
+
+:class:`MessagesServer` speaks the Messages API over real HTTP on 127.0.0.1 (JSON replies,
+server-sent events, error bodies, 429/529 with their headers), plays the replies a test
+queued in a :class:`Script`, records every request in :attr:`MessagesServer.requests`, and
+can simulate latency. The official SDK works against it unchanged::
+
+    from plandag.testing import MessagesServer
+
+    with MessagesServer(ttft=0.0) as server:
+        server.push_text("Hello")
+        client = anthropic.Anthropic(api_key="test", base_url=server.url, max_retries=0)
+        client.messages.create(model="any", max_tokens=64, messages=[...])
+
+From a shell: ``python -m plandag.testing --port 8765 --script replies.jsonl``.
+"""
+
+from plandag.testing.script import Reply as Reply
+from plandag.testing.script import Responder as Responder
+from plandag.testing.script import Script as Script
+from plandag.testing.script import ScriptedResponse as ScriptedResponse
+from plandag.testing.script import estimate_tokens as estimate_tokens
+from plandag.testing.server import MessagesServer as MessagesServer
+from plandag.testing.server import RecordedRequest as RecordedRequest
+
+__all__ = [
+    "MessagesServer",
+    "RecordedRequest",
+    "Reply",
+    "Responder",
+    "Script",
+    "ScriptedResponse",
+    "estimate_tokens",
+]

@@ -1,0 +1,91 @@
+"""``python -m plandag.testing``: run the local Messages API server until interrupted.
+
+Usage::
+
+    python -m plandag.testing --port 8765 --script replies.jsonl [--ttft 0.5]
+        [--tokens-per-second 80] [--default-text TEXT] [--exit-after SECONDS]
+
+The first line printed is the server's base URL (``http://127.0.0.1:8765``), for
+``ANTHROPIC_BASE_URL`` or ``plandag run --base-url``. The script file holds one reply a line
+(forms in :meth:`plandag.testing.ScriptedResponse.from_mapping`). The server stops on
+Ctrl-C, SIGTERM, or after ``--exit-after`` seconds. Exit status 0, or 2 for a bad argument
+or script file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+
+from plandag.errors import InputError
+from plandag.testing.script import Script
+from plandag.testing.server import MessagesServer
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m plandag.testing",
+        description="A local Anthropic Messages API server that plays scripted replies.",
+    )
+    parser.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (0: any free)")
+    parser.add_argument("--script", help="JSON Lines file, one reply a line")
+    parser.add_argument("--ttft", type=float, default=0.0, help="time to first token, seconds")
+    parser.add_argument(
+        "--tokens-per-second", type=float, default=None, help="output pace (default: no pacing)"
+    )
+    parser.add_argument(
+        "--default-text", default=None, help="text to reply once the script is used up"
+    )
+    parser.add_argument(
+        "--exit-after", type=float, default=None, help="stop after this many seconds"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the server until Ctrl-C, SIGTERM or ``--exit-after``.
+
+    Args:
+        argv: the arguments (default ``sys.argv[1:]``).
+
+    Returns:
+        The exit status: 0, or 2 when the script file or an option is unusable.
+    """
+    args = _parser().parse_args(argv)
+    try:
+        script = Script.from_jsonl(args.script) if args.script else Script()
+        default_text: str | None = args.default_text
+        server = MessagesServer(
+            script,
+            port=args.port,
+            ttft=args.ttft,
+            tokens_per_second=args.tokens_per_second,
+            default=(lambda body: default_text) if default_text is not None else None,
+        )
+    except (InputError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    done = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        done.set()
+
+    previous = signal.signal(signal.SIGTERM, on_signal)
+    try:
+        with server:
+            print(server.url, flush=True)
+            print(f"{len(script)} scripted replies queued; Ctrl-C stops", file=sys.stderr)
+            with contextlib.suppress(KeyboardInterrupt):
+                done.wait(args.exit_after)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
