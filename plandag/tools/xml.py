@@ -154,6 +154,10 @@ def compile_xpath(expr: str, namespaces: Mapping[str, str] | None = None) -> etr
 
 def _convert(item: Any) -> Any:
     if isinstance(item, etree._Element):
+        if len(item):
+            # Comments, processing instructions or child elements split the text: take the
+            # element's whole text content (XPath's string-value), comments left out.
+            return "".join(item.itertext()).strip()
         text = item.text
         return "" if text is None else text.strip()
     if isinstance(item, bool):
@@ -179,8 +183,10 @@ def select(
 ) -> Any:
     """Evaluate ``expr`` on ``root`` and convert what it selects to plain Python values.
 
-    Conversions: an element gives its own text, stripped (None when it has none or only
-    whitespace); an attribute or text node gives its string; a number (``count()``,
+    Conversions: an element gives its text content, stripped: comments and processing
+    instructions inside it are left out, the text of child elements included, and an
+    element without text gives ``""`` (a missing element gives None); an attribute or text
+    node gives its string; a number (``count()``,
     ``sum()``) gives its XPath string form, without ``.0`` when integral (``"3"``,
     ``"2.5"``; NaN gives None); a boolean stays a bool.
 

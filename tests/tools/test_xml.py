@@ -136,3 +136,14 @@ def test_select_elements() -> None:
         "XPath 'count(//nfe:det)' must select elements (like '//nfe:det'), "
         "but it selected a float (2.0)"
     )
+
+
+def test_comments_and_processing_instructions_do_not_cut_a_value() -> None:
+    """A comment inside a signed NF-e field must not silently shorten its value."""
+    root = parse_xml(
+        b"<r><x>CONSUMIDOR<!-- c --> EXEMPLO<?pi x?> LTDA</x><v>20<!-- x -->3.51</v><e/></r>"
+    )
+    assert select(root, "/r/x") == "CONSUMIDOR EXEMPLO LTDA"
+    assert select(root, "/r/v") == "203.51"
+    assert select(root, "/r/e") == ""
+    assert select(root, "/r/missing") is None

@@ -1,0 +1,306 @@
+"""The Anthropic Messages API through the official ``anthropic`` SDK (async client).
+
+The SDK client is built with ``max_retries=0``: plandag owns retries
+(:func:`plandag.planner.llm.calls.call_with_retries`), so one plandag attempt is exactly one
+HTTP request. Structured output is the SDK's JSON-schema output format,
+``output_config={"format": {"type": "json_schema", "schema": ...}}``
+(https://docs.anthropic.com/en/docs/build-with-claude/structured-outputs). Streaming is
+``client.messages.stream(...)``; its text deltas are handed on as they arrive.
+
+The SDK in use (2.14) has no ``temperature`` parameter on ``messages.create``: requests are
+sent at the model's default temperature, and :attr:`LLMRequest.temperature` is ignored here.
+
+Errors are mapped as in :mod:`plandag.planner.llm.base`. A mid-stream ``error`` event
+reaches us as the SDK's ``APIStatusError`` carrying the stream's own status (200); it is
+told apart from an HTTP error by that status and mapped by the event's ``error.type``.
+The SDK is imported when a client is built, so importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from plandag.errors import PermanentStepError, StepError
+from plandag.planner.llm import _http
+from plandag.planner.llm.base import (
+    LLMRequest,
+    LLMResponse,
+    LLMStream,
+    MissingAPIKeyError,
+    Usage,
+    check_stop_reason,
+)
+
+if TYPE_CHECKING:
+    import anthropic
+    import httpx2
+    from anthropic.lib.streaming import AsyncMessageStream
+
+__all__ = ["API_KEY_VARIABLE", "AnthropicClient"]
+
+API_KEY_VARIABLE = "ANTHROPIC_API_KEY"
+"""The environment variable the API key is read from when none is given."""
+
+
+class AnthropicClient:
+    """An :class:`~plandag.planner.llm.base.LLMClient` for the Anthropic Messages API.
+
+    Args:
+        api_key: the API key; default: the ``ANTHROPIC_API_KEY`` environment variable.
+        base_url: the API's base URL (``http://127.0.0.1:PORT`` for the local test server
+            of ``plandag.testing``); default: the SDK's (``ANTHROPIC_BASE_URL`` or
+            https://api.anthropic.com).
+        timeout_s: seconds for each phase of a request (connect, read, write, pool);
+            default 600. Given explicitly, it also spares the SDK's refusal of long
+            non-streaming requests.
+        http_client: an ``httpx2.AsyncClient`` for the SDK to use (tests: one on an
+            ``httpx2.MockTransport``); default: the SDK's own.
+
+    Raises:
+        MissingAPIKeyError: no key given and ``ANTHROPIC_API_KEY`` unset or empty; raised
+            here, before any request.
+
+    Attributes:
+        provider: ``"anthropic"``.
+        sdk: the underlying ``anthropic.AsyncAnthropic`` (``max_retries=0``).
+    """
+
+    provider = "anthropic"
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout_s: float = 600.0,
+        http_client: httpx2.AsyncClient | None = None,
+    ) -> None:
+        key = api_key if api_key is not None else os.environ.get(API_KEY_VARIABLE)
+        if not key:
+            raise MissingAPIKeyError(
+                f"no Anthropic API key: set {API_KEY_VARIABLE} (or pass api_key=...); "
+                "for offline tests point base_url at plandag.testing's local server with "
+                "any key",
+                variable=API_KEY_VARIABLE,
+            )
+        import anthropic
+
+        self.sdk: anthropic.AsyncAnthropic = anthropic.AsyncAnthropic(
+            api_key=key,
+            base_url=base_url,
+            max_retries=0,
+            timeout=timeout_s,
+            http_client=http_client,
+        )
+
+    async def __aenter__(self) -> AnthropicClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the SDK client's connections."""
+        await self.sdk.close()
+
+    def _where(self, request: LLMRequest) -> str:
+        return f"anthropic {request.model} POST /v1/messages"
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """Send ``request`` with ``messages.create`` and return the whole answer.
+
+        Args:
+            request: the call (its ``temperature`` is not sent, see the module docstring).
+
+        Returns:
+            The :class:`LLMResponse` (``raw``: the SDK's ``Message``).
+
+        Raises:
+            TruncatedResponseError: stop reason ``max_tokens`` (or the context window).
+            ModelRefusalError: stop reason ``refusal``.
+            StepError: every other failure, mapped as in :mod:`plandag.planner.llm.base`.
+        """
+        import anthropic
+
+        where = self._where(request)
+        try:
+            message = await self.sdk.messages.create(**_params(request))
+        except anthropic.APIError as error:
+            raise _failure(error, where) from error
+        except Exception as error:
+            mapped = _transport_cause(error, where)
+            if mapped is None:
+                raise
+            raise mapped from error
+        response = _response(message, getattr(message, "_request_id", None))
+        return check_stop_reason(response, request, where)
+
+    @contextlib.asynccontextmanager
+    async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStream]:
+        """Send ``request`` with ``messages.stream`` and hand on its text deltas.
+
+        ``async with client.stream(request) as stream:`` sends the request (HTTP and
+        connection failures are raised here); ``async for delta in stream`` yields the
+        text as it arrives; ``await stream.final_response()`` returns the whole answer.
+
+        Raises:
+            TruncatedResponseError: from ``final_response``, stop reason ``max_tokens``.
+            StepError: every other failure, mapped as in :mod:`plandag.planner.llm.base`
+                (a mid-stream ``overloaded_error`` event → :class:`TransientStepError`).
+        """
+        import anthropic
+
+        where = self._where(request)
+        manager = self.sdk.messages.stream(**_params(request))
+        try:
+            sdk_stream = await manager.__aenter__()
+        except anthropic.APIError as error:
+            raise _failure(error, where) from error
+        stream = _AnthropicStream(sdk_stream, request, where)
+        try:
+            yield stream
+        finally:
+            await stream.aclose()
+
+
+class _AnthropicStream:
+    """One open ``messages.stream``: text deltas, usage so far, the final response."""
+
+    def __init__(self, sdk_stream: AsyncMessageStream[Any], request: LLMRequest, where: str):
+        self._sdk = sdk_stream
+        self._request = request
+        self._where = where
+        self._parts: list[str] = []
+        self._deltas = self._read()
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._deltas
+
+    @property
+    def text(self) -> str:
+        return "".join(self._parts)
+
+    @property
+    def usage(self) -> Usage:
+        snapshot = self._snapshot()
+        return _usage(snapshot.usage) if snapshot is not None else Usage()
+
+    def _snapshot(self) -> Any:
+        try:
+            return self._sdk.current_message_snapshot
+        except AssertionError:  # no message_start yet
+            return None
+
+    async def _read(self) -> AsyncGenerator[str, None]:
+        import anthropic
+
+        try:
+            async for event in self._sdk:
+                if event.type == "content_block_delta" and event.delta.type == "text_delta":
+                    text = event.delta.text
+                    if text:
+                        self._parts.append(text)
+                        yield text
+        except anthropic.APIError as error:
+            raise _failure(error, self._where) from error
+        except Exception as error:
+            mapped = _transport_cause(error, self._where)
+            if mapped is None:
+                raise
+            raise mapped from error
+
+    async def final_response(self) -> LLMResponse:
+        async for _ in self._deltas:
+            pass
+        snapshot = self._snapshot()
+        if snapshot is None:
+            raise PermanentStepError(
+                f"{self._where}: the stream ended without a message", reason="empty_stream"
+            )
+        response = _response(snapshot, self._sdk.request_id)
+        return check_stop_reason(response, self._request, self._where)
+
+    async def aclose(self) -> None:
+        await self._deltas.aclose()
+        await self._sdk.close()
+
+
+def _params(request: LLMRequest) -> dict[str, Any]:
+    """The keyword arguments of ``messages.create`` / ``messages.stream`` for ``request``."""
+    params: dict[str, Any] = {
+        "model": request.model,
+        "max_tokens": request.max_tokens,
+        "messages": [
+            {"role": message["role"], "content": message["content"]} for message in request.messages
+        ],
+    }
+    if request.system:
+        params["system"] = request.system
+    if request.stop_sequences:
+        params["stop_sequences"] = list(request.stop_sequences)
+    if request.json_schema is not None:
+        params["output_config"] = {
+            "format": {"type": "json_schema", "schema": dict(request.json_schema)}
+        }
+    return params
+
+
+def _usage(usage: Any) -> Usage:
+    """The SDK's ``Usage`` as ours (absent cache counts are 0)."""
+    return Usage(
+        input_tokens=usage.input_tokens or 0,
+        output_tokens=usage.output_tokens or 0,
+        cache_creation_input_tokens=usage.cache_creation_input_tokens or 0,
+        cache_read_input_tokens=usage.cache_read_input_tokens or 0,
+    )
+
+
+def _response(message: Any, request_id: str | None) -> LLMResponse:
+    text = "".join(block.text for block in message.content if block.type == "text")
+    return LLMResponse(
+        text=text,
+        stop_reason=message.stop_reason,
+        usage=_usage(message.usage),
+        model=message.model,
+        request_id=request_id,
+        raw=message,
+    )
+
+
+def _error_type(body: object) -> str | None:
+    """``error.type`` of an Anthropic error body ``{"type": "error", "error": {...}}``."""
+    if isinstance(body, dict):
+        inner = body.get("error")
+        if isinstance(inner, dict) and isinstance(inner.get("type"), str):
+            return str(inner["type"])
+    return None
+
+
+def _failure(error: anthropic.APIError, where: str) -> StepError:
+    """The step error an SDK error becomes (table in :mod:`plandag.planner.llm.base`)."""
+    import anthropic
+    import httpx2
+
+    if isinstance(error, anthropic.APIStatusError):
+        status = error.response.status_code
+        if status >= 400:
+            return _http.status_failure(status, error.response.headers, error.message, where)
+        return _http.stream_event_failure(_error_type(error.body), error.message, where)
+    if isinstance(error, anthropic.APIConnectionError):
+        cause = error.__cause__
+        if isinstance(cause, httpx2.TransportError):
+            return _http.transport_failure(cause, httpx2, where)
+        return _http.transport_failure(error, httpx2, where)
+    return PermanentStepError(f"{where}: {type(error).__name__}: {error}", reason="llm_error")
+
+
+def _transport_cause(error: Exception, where: str) -> StepError | None:
+    """An ``httpx2`` transport error raised while reading a body, mapped; else None."""
+    import httpx2
+
+    if isinstance(error, httpx2.TransportError):
+        return _http.transport_failure(error, httpx2, where)
+    return None

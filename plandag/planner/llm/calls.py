@@ -1,0 +1,293 @@
+"""One model call with plandag's brakes: retries, the cost budget, and a record per attempt
+(issue 4, "LLM client layer"; ARCHITECTURE.md, "Brakes").
+
+:func:`call_with_retries` makes the attempts of one :class:`LLMRequest`:
+
+1. **budget**: before each attempt, the estimated cost is *reserved* on the run's
+   :class:`~plandag.scheduler.budget.Budget`: input tokens estimated from the prompt's
+   length (:func:`~plandag.planner.llm.base.estimate_input_tokens`, characters / 4) plus
+   ``max_tokens`` output tokens, priced from the :class:`PriceTable`. A reservation that
+   does not fit raises :class:`BudgetRefusedError` and no request is sent. After the
+   attempt, success or failure, the reservation is *settled* with the real usage, so
+   parallel calls never push spend past the cap by more than their estimates were wrong;
+2. **the call**: :meth:`LLMClient.complete`, or :meth:`LLMClient.stream` when ``on_text``
+   is given (each delta is handed to it as it arrives, and the time to first token is
+   measured);
+3. **retries**: a failure goes through :func:`plandag.errors.describe_failure` and
+   :meth:`RetryPolicy.decide` exactly as a tool's would (a model call has no effect
+   besides its cost, so it counts as idempotent): transient errors are retried after the
+   policy's delay, raised to the server's Retry-After, slept on the injected
+   :class:`~plandag.scheduler.clock.Clock`; permanent ones (4xx, truncation, refusal) are
+   raised at once;
+4. **records**: every attempt, failed ones included, appends a :class:`CallRecord` with the
+   usage the provider reported (0 when it reported none), its cost and timings.
+
+An unknown model costs 0.0 (``priced=False``) unless the budget has a dollar cap; then the
+call is refused before sending with :class:`UnpricedModelError` (see
+:mod:`plandag.planner.llm.pricing`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+
+from plandag.errors import describe_failure
+from plandag.planner.llm.base import (
+    BudgetRefusedError,
+    LLMClient,
+    LLMRequest,
+    LLMResponse,
+    UnusableResponseError,
+    Usage,
+    estimate_input_tokens,
+)
+from plandag.planner.llm.pricing import DEFAULT_PRICES, ModelPrice, PriceTable
+from plandag.scheduler.budget import Budget, Reservation
+from plandag.scheduler.clock import Clock
+from plandag.scheduler.retry import RetryPolicy
+
+__all__ = ["CallRecord", "call_with_retries", "estimate_cost"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CallRecord:
+    """One attempt of one model call, for the planner's report and the run's trace.
+
+    Attributes:
+        provider: the client's provider (``anthropic``, ``openai``).
+        model: the model asked for.
+        attempt: 1 for the first attempt of the call, 2 for its first retry...
+        streamed: the attempt was a stream.
+        usage: tokens the provider reported (zeros when it reported none, say on an HTTP
+            error).
+        cost_usd: US dollars for ``usage`` at the table's price (0.0 when unpriced).
+        priced: the model had a price in the table.
+        started_at: wall-clock start, seconds since the epoch (from the clock in use).
+        duration_s: seconds from sending to the answer or the failure.
+        ttft_s: seconds from sending to the first text delta (streams only; None for a
+            whole-answer call or a stream that failed before any text).
+        stop_reason: the provider's stop reason, when an answer arrived.
+        request_id: the provider's request id, when known.
+        error: ``"ErrorType: message"`` for a failed attempt, else None.
+        error_reason: the failure's ``reason`` code (``http_529``, ``max_tokens``...), else
+            None.
+        retry_delay_s: seconds waited before the next attempt when this one was retried,
+            else None.
+    """
+
+    provider: str
+    model: str
+    attempt: int
+    streamed: bool
+    usage: Usage
+    cost_usd: float
+    priced: bool
+    started_at: float
+    duration_s: float
+    ttft_s: float | None = None
+    stop_reason: str | None = None
+    request_id: str | None = None
+    error: str | None = None
+    error_reason: str | None = None
+    retry_delay_s: float | None = None
+
+    @property
+    def input_tokens(self) -> int:
+        """``usage.input_tokens``."""
+        return self.usage.input_tokens
+
+    @property
+    def output_tokens(self) -> int:
+        """``usage.output_tokens``."""
+        return self.usage.output_tokens
+
+
+def estimate_cost(request: LLMRequest, price: ModelPrice | None) -> tuple[float, int]:
+    """The amount reserved before an attempt of ``request``.
+
+    Args:
+        request: the call.
+        price: the model's price, or None when unpriced (costs 0.0).
+
+    Returns:
+        ``(usd, tokens)``: the estimated input tokens
+        (:func:`~plandag.planner.llm.base.estimate_input_tokens`) plus ``max_tokens`` output
+        tokens, and their cost in US dollars at ``price``.
+    """
+    usage = Usage(input_tokens=estimate_input_tokens(request), output_tokens=request.max_tokens)
+    return (price.cost(usage) if price is not None else 0.0), usage.total_tokens
+
+
+async def call_with_retries(
+    client: LLMClient,
+    request: LLMRequest,
+    policy: RetryPolicy,
+    clock: Clock,
+    budget: Budget | None = None,
+    *,
+    prices: PriceTable = DEFAULT_PRICES,
+    records: list[CallRecord] | None = None,
+    deadline: float | None = None,
+    on_text: Callable[[str], Awaitable[None]] | None = None,
+    on_restart: Callable[[], Awaitable[None]] | None = None,
+) -> LLMResponse:
+    """Make ``request``, retrying transient failures, within the budget; record each attempt.
+
+    The steps are in the module docstring.
+
+    Args:
+        client: the provider (:class:`~plandag.planner.llm.anthropic.AnthropicClient`,
+            :class:`~plandag.planner.llm.openai.OpenAICompatibleClient`...).
+        request: the call.
+        policy: retries and backoff (``retries`` retries after the first attempt).
+        clock: where delays are slept and durations measured (a ``VirtualClock`` in tests).
+        budget: the run's budget, reserved before and settled after every attempt; None
+            for no cap and no accounting.
+        prices: the price table (default :data:`~plandag.planner.llm.pricing.DEFAULT_PRICES`).
+        records: a list every attempt's :class:`CallRecord` is appended to, or None.
+        deadline: ``clock.monotonic()`` value after which no retry may start (the run's
+            wall-clock cap), or None.
+        on_text: when given, the call is streamed and every text delta is awaited through
+            it as it arrives.
+        on_restart: awaited before a retry of a streamed call, so a consumer can drop the
+            text of the failed attempt (the next attempt streams from the start).
+
+    Returns:
+        The whole :class:`LLMResponse` of the successful attempt.
+
+    Raises:
+        BudgetRefusedError: an attempt's estimated cost did not fit the budget (nothing was
+            sent for it); reason ``budget``.
+        UnpricedModelError: the model has no price and the budget has a dollar cap.
+        TruncatedResponseError: the output was cut at ``max_tokens`` (never retried).
+        StepError: the last failure when the policy stops retrying (a note on it says why
+            when retries ran out or the deadline or total delay was reached).
+    """
+    price = prices.lookup(request.model)
+    if price is None and budget is not None and budget.max_nanodollars is not None:
+        prices.price(request.model)  # raises UnpricedModelError, with what to add
+    estimate_usd, estimate_tokens = estimate_cost(request, price)
+    streamed = on_text is not None
+    attempts = 0
+    waited_s = 0.0
+    while True:
+        attempts += 1
+        reservation = _reserve(budget, request, client.provider, estimate_usd, estimate_tokens)
+        started_at = clock.time()
+        started = clock.monotonic()
+        ttft_s: float | None = None
+        partial = Usage()
+        try:
+            if on_text is None:
+                response = await client.complete(request)
+            else:
+                async with client.stream(request) as stream:
+                    try:
+                        async for delta in stream:
+                            if ttft_s is None:
+                                ttft_s = clock.monotonic() - started
+                            await on_text(delta)
+                        response = await stream.final_response()
+                    finally:
+                        partial = stream.usage
+        except BaseException as error:
+            duration_s = clock.monotonic() - started
+            usage = error.response.usage if isinstance(error, UnusableResponseError) else partial
+            cost_usd = _settle(budget, reservation, price, usage)
+            failure = (
+                describe_failure(error, now=clock.time()) if isinstance(error, Exception) else None
+            )
+            decision = None
+            if failure is not None:
+                decision = policy.decide(
+                    failure,
+                    attempts=attempts,
+                    waited_s=waited_s,
+                    idempotent=True,
+                    remaining_s=None if deadline is None else deadline - clock.monotonic(),
+                )
+            retry = decision is not None and decision.retry
+            if records is not None:
+                records.append(
+                    CallRecord(
+                        provider=client.provider,
+                        model=request.model,
+                        attempt=attempts,
+                        streamed=streamed,
+                        usage=usage,
+                        cost_usd=cost_usd,
+                        priced=price is not None,
+                        started_at=started_at,
+                        duration_s=duration_s,
+                        ttft_s=ttft_s,
+                        stop_reason=(
+                            error.response.stop_reason
+                            if isinstance(error, UnusableResponseError)
+                            else None
+                        ),
+                        error=f"{type(error).__name__}: {error}",
+                        error_reason=getattr(error, "reason", None),
+                        retry_delay_s=decision.delay_s if decision is not None and retry else None,
+                    )
+                )
+            if decision is None or not decision.retry:
+                if decision is not None and decision.stop not in (None, "permanent"):
+                    error.add_note(f"{client.provider} {request.model}: {decision.explanation}")
+                raise
+            await clock.sleep(decision.delay_s)
+            waited_s += decision.delay_s
+            if on_restart is not None:
+                await on_restart()
+            continue
+        duration_s = clock.monotonic() - started
+        cost_usd = _settle(budget, reservation, price, response.usage)
+        if records is not None:
+            records.append(
+                CallRecord(
+                    provider=client.provider,
+                    model=request.model,
+                    attempt=attempts,
+                    streamed=streamed,
+                    usage=response.usage,
+                    cost_usd=cost_usd,
+                    priced=price is not None,
+                    started_at=started_at,
+                    duration_s=duration_s,
+                    ttft_s=ttft_s,
+                    stop_reason=response.stop_reason,
+                    request_id=response.request_id,
+                )
+            )
+        return response
+
+
+def _reserve(
+    budget: Budget | None, request: LLMRequest, provider: str, usd: float, tokens: int
+) -> Reservation | None:
+    """Hold the estimate on ``budget``; raise :class:`BudgetRefusedError` when it won't fit."""
+    if budget is None:
+        return None
+    reservation = budget.reserve(usd, tokens)
+    if reservation is None:
+        refusal = budget.refusal(usd, tokens).removeprefix("not started: its ")
+        raise BudgetRefusedError(
+            f"{provider} {request.model}: call not sent: its {refusal}; the estimate is "
+            f"the prompt's characters / 4 plus max_tokens={request.max_tokens} output tokens",
+            estimated_usd=usd,
+            estimated_tokens=tokens,
+        )
+    return reservation
+
+
+def _settle(
+    budget: Budget | None,
+    reservation: Reservation | None,
+    price: ModelPrice | None,
+    usage: Usage,
+) -> float:
+    """Settle ``reservation`` with the real cost of ``usage``; return that cost, US dollars."""
+    cost_usd = price.cost(usage) if price is not None else 0.0
+    if budget is not None and reservation is not None:
+        budget.settle(reservation, cost_usd, usage.total_tokens)
+    return cost_usd
