@@ -270,7 +270,9 @@ def _status_of(error: BaseException) -> int | None:
     return status if isinstance(status, int) else None
 
 
-_TRANSIENT_API_ERROR_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error"})
+_TRANSIENT_API_ERROR_TYPES = frozenset(
+    {"overloaded_error", "api_error", "rate_limit_error", "timeout_error", "server_error"}
+)
 """Anthropic API error types that a later attempt may not meet (Messages API errors)."""
 
 
@@ -312,8 +314,9 @@ def classify_error(error: BaseException) -> ErrorKind:
       ``permanent``;
     * ``httpx.HTTPStatusError`` and the Anthropic SDK's ``APIStatusError``: status 429 or
       500-599 (529 "overloaded" included) → ``transient``, any other status → ``permanent``;
-      an ``APIStatusError`` whose error type is ``overloaded_error``, ``api_error`` or
-      ``rate_limit_error`` → ``transient`` whatever its status (an error event in the
+      an ``APIStatusError`` whose error type is ``overloaded_error``, ``api_error``,
+      ``rate_limit_error``, ``timeout_error`` or ``server_error`` → ``transient`` whatever
+      its status (an error event in the
       middle of a stream comes with status 200).
       The status is read from the response object, which is tested with ``is None``, never
       by truthiness;
