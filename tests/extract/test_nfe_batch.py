@@ -388,7 +388,8 @@ def test_expand_folders_globs_and_missing_patterns(tmp_path: Path) -> None:
     files, missing = expand_inputs(
         [str(root / "**" / "*.xml"), str(root / "a.xml"), str(tmp_path / "nope*.xml")]
     )
-    assert files == [root / "a.xml", root / "b.xml", root / "sub" / "c.xml"]
+    # A pattern that matched nothing keeps its place, as Path(pattern), for its record.
+    assert files == [root / "a.xml", root / "b.xml", root / "sub" / "c.xml", tmp_path / "nope*.xml"]
     assert [m["source"] for m in missing] == [str(tmp_path / "nope*.xml")]
     assert missing[0]["status"] == "error"
     assert missing[0]["errors"] == [
@@ -399,7 +400,11 @@ def test_expand_folders_globs_and_missing_patterns(tmp_path: Path) -> None:
     ]
 
     files, missing = expand_inputs([str(root / "sub"), str(tmp_path / "gone.xml")])
-    assert files == [root / "sub" / "c.xml", root / "sub" / "deeper" / "d.XML"]
+    assert files == [
+        root / "sub" / "c.xml",
+        root / "sub" / "deeper" / "d.XML",
+        tmp_path / "gone.xml",
+    ]
     assert missing[0]["errors"][0]["message"] == f"{tmp_path / 'gone.xml'}: no such file or folder"
 
     with pytest.raises(InputError, match="no input file found"):
@@ -408,7 +413,7 @@ def test_expand_folders_globs_and_missing_patterns(tmp_path: Path) -> None:
         expand_inputs([])
 
 
-def test_missing_patterns_are_written_first_and_count_as_records(tmp_path: Path) -> None:
+def test_missing_patterns_count_as_records(tmp_path: Path) -> None:
     paths = _inputs(tmp_path / "in", [{"keys": [_key(1)]}])
     files, missing = expand_inputs([str(tmp_path / "typo.json"), str(paths[0])])
     summary = _run(files, tmp_path / "out.jsonl", missing=missing, extractor=FakeExtractor())

@@ -2,12 +2,21 @@
 
 How a batch runs (the choices, and why):
 
-- **Inputs** (:func:`expand_inputs`): a PATH is a file, a folder (every regular file inside,
+- **Inputs** (:func:`expand_inputs`): a PATH is a file, a folder (every entry inside,
   recursively, hidden names skipped, sorted — so a stray ``.txt`` or HTML page still gets its
   error record), or a glob (``glob.glob(..., recursive=True)``, sorted). Argument order is
   kept; a file reached twice is taken once. A pattern that matches nothing gives an error
-  record (code ``no_such_input``) instead of vanishing; when *no* pattern matches anything the
-  arguments are unusable and :class:`~plandag.errors.InputError` is raised (exit code 2).
+  record (code ``no_such_input``) in its argument's place instead of vanishing; when *no*
+  pattern matches anything, or a PATH is empty (an unset shell variable), the arguments are
+  unusable and :class:`~plandag.errors.InputError` is raised (exit code 2).
+- **Nothing is lost**: an entry that is not a regular file (a named pipe, a device, a
+  socket, a dangling symbolic link, a link loop, a symbolic link to a folder met inside a
+  folder, which is not followed) gets an error record (code ``not_a_file``; ``io_error``
+  when its status cannot be read) and is never opened: reading a pipe could block forever.
+- **The output is never an input**: when ``-o`` (or, for CSV, its items file) is one of the
+  inputs (compared by real path, so through folders and symbolic links too), the input is
+  dropped if it holds a previous plandag output (re-running on a folder that holds it), and
+  the batch is refused otherwise (InputError, before anything is opened for writing).
 - **Concurrency**: up to ``jobs`` documents are extracted at once (a ``CapacityLimiter``);
   at most ``window`` inputs are in flight or waiting to be written, so memory stays bounded
   however many inputs there are.
@@ -26,18 +35,24 @@ How a batch runs (the choices, and why):
   record for it (code ``internal_error``, the exception's type and text); the batch goes on.
 - **--resume**: inputs whose sha256 already has a record in the output file are skipped (the
   extractor is not called); the previous records stay first in the file and the new ones are
-  appended in input order. Previous records without a sha256 (``no_such_input``) or with an
-  ``internal_error`` are dropped and their inputs extracted again.
+  appended in input order. Previous records without a sha256 (``no_such_input``,
+  ``not_a_file``) or with an ``internal_error`` are dropped and their inputs extracted
+  again. A file plandag did not write is refused (see
+  :func:`~plandag.extract.nfe.output.load_existing`).
+- **unique_in_batch details** name at most three other sources, then "and N more", so a
+  key copied thousands of times keeps each record small.
 - **Exit code** (ARCHITECTURE.md, "States and exit codes", ``extract``): 0 when every input
   got a record, whatever the records say; see :func:`batch_exit_code`.
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import glob
 import hashlib
 import os
+import stat
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -52,6 +67,7 @@ from plandag.errors import InputError
 from plandag.extract.nfe.output import (
     OutputFormat,
     WrittenRecord,
+    is_plandag_output,
     items_path_for,
     load_existing,
     open_writer,
@@ -69,6 +85,7 @@ __all__ = [
     "error_record",
     "expand_inputs",
     "extract_batch",
+    "not_a_regular_file",
     "render_summary",
 ]
 
@@ -76,6 +93,9 @@ __all__ = [
 Extractor = Callable[[Path], Awaitable[list[dict[str, Any]]]]
 
 _GLOB_CHARACTERS = frozenset("*?[")
+
+#: How many other sources a failing unique_in_batch detail names before "and N more".
+_NAMED_DUPLICATES = 3
 
 
 def error_record(source: str, sha256: str, code: str, message: str) -> dict[str, Any]:
@@ -105,53 +125,70 @@ def error_record(source: str, sha256: str, code: str, message: str) -> dict[str,
     }
 
 
-def _folder_files(folder: Path) -> list[Path]:
+def _folder_entries(folder: Path) -> list[Path]:
+    """Every entry of ``folder`` (recursively, hidden names skipped, sorted) that is not a
+    folder: regular files, and also what is not a regular file (a named pipe, a device, a
+    dangling symbolic link, a symbolic link loop) and symbolic links to folders (not
+    followed), so that each gets a record rather than vanishing."""
     found: list[Path] = []
     for root, folders, files in os.walk(folder):
-        folders[:] = [name for name in folders if not name.startswith(".")]
-        for name in files:
-            path = Path(root, name)
-            if not name.startswith(".") and path.is_file():
-                found.append(path)
+        linked = [name for name in folders if Path(root, name).is_symlink()]
+        folders[:] = [name for name in folders if not name.startswith(".") and name not in linked]
+        for name in (*files, *linked):
+            if not name.startswith("."):
+                found.append(Path(root, name))
     return sorted(found)
 
 
+def _identity(path: Path) -> str:
+    """What makes two spellings one input: the real path, or for a dangling symbolic link
+    or a loop (which resolve to nothing) the link's own absolute path."""
+    return os.path.realpath(path) if path.exists() else os.path.abspath(path)
+
+
 def expand_inputs(patterns: Sequence[str]) -> tuple[list[Path], list[dict[str, Any]]]:
-    """Turn the PATH arguments into input files, in argument order, each file once.
+    """Turn the PATH arguments into inputs, in argument order, each file once.
 
     Args:
-        patterns: each a file, a folder (every regular file inside it, recursively, names
-            starting with ``.`` skipped, sorted) or a glob pattern (``*``, ``?``, ``[``;
-            ``**`` crosses folders; matches sorted; a matched folder is expanded like a
-            folder).
+        patterns: each a file, a folder (every entry inside it, recursively, names starting
+            with ``.`` skipped, sorted) or a glob pattern (``*``, ``?``, ``[``; ``**``
+            crosses folders; matches sorted; a matched folder is expanded like a folder).
+            An entry that is not a regular file (a named pipe, a device, a dangling symbolic
+            link, a link loop, a symbolic link to a folder met inside a folder) is kept: the
+            batch gives it an error record without opening it.
 
     Returns:
-        ``(files, missing)``: the files in order without repeats (two spellings of the same
-        file count once), and one error record (code ``no_such_input``, ``sha256`` "") per
-        pattern that matched no file.
+        ``(inputs, missing)``. ``inputs`` holds the inputs in argument order without repeats
+        (two spellings of the same file count once); a pattern that matched nothing stays in
+        its place as ``Path(pattern)``, and ``missing`` holds its ready-made error record
+        (code ``no_such_input``, ``sha256`` "", ``source`` the pattern as given), which
+        :func:`extract_batch` writes at that place instead of extracting it.
 
     Raises:
-        InputError: no pattern given, or no pattern matched any file.
+        InputError: no pattern given, an empty (or blank) pattern, or no pattern matched
+            anything.
     """
     if not patterns:
         raise InputError("no input given: name files, folders or glob patterns")
-    files: list[Path] = []
+    for pattern in patterns:
+        if not pattern.strip():
+            raise InputError(
+                f"an empty PATH ({pattern!r}); did a shell variable expand to nothing?"
+            )
+    inputs: list[Path] = []
     seen: set[str] = set()
     missing: list[dict[str, Any]] = []
     for pattern in patterns:
         candidates: list[Path] = []
         path = Path(pattern)
-        if path.is_file():
+        if path.is_dir():
+            candidates = _folder_entries(path)
+        elif os.path.lexists(path):
             candidates = [path]
-        elif path.is_dir():
-            candidates = _folder_files(path)
         elif _GLOB_CHARACTERS & set(pattern):
             for match in sorted(glob.glob(pattern, recursive=True)):
                 matched = Path(match)
-                if matched.is_dir():
-                    candidates.extend(_folder_files(matched))
-                elif matched.is_file():
-                    candidates.append(matched)
+                candidates.extend(_folder_entries(matched) if matched.is_dir() else [matched])
         if not candidates:
             reason = (
                 "no file matches this pattern"
@@ -159,17 +196,52 @@ def expand_inputs(patterns: Sequence[str]) -> tuple[list[Path], list[dict[str, A
                 else ("no such file or folder" if not path.exists() else "no file in this folder")
             )
             missing.append(error_record(pattern, "", "no_such_input", f"{pattern}: {reason}"))
+            inputs.append(path)
             continue
         for candidate in candidates:
-            identity = os.path.realpath(candidate)
+            identity = _identity(candidate)
             if identity not in seen:
                 seen.add(identity)
-                files.append(candidate)
-    if not files:
+                inputs.append(candidate)
+    if len(missing) == len(inputs):
         raise InputError(
             "no input file found: " + "; ".join(r["errors"][0]["message"] for r in missing)
         )
-    return files, missing
+    return inputs, missing
+
+
+def not_a_regular_file(path: Path) -> tuple[str, str] | None:
+    """Why ``path`` cannot be read as an input file without opening it, or None when it is
+    a regular file (or a symbolic link to one).
+
+    Returns:
+        ``(code, message)``: ``not_a_file`` for a named pipe (FIFO), a device, a socket, a
+        folder reached through a symbolic link, a dangling symbolic link or a link loop;
+        ``io_error`` when its status cannot be read (permission, vanished). A pipe or a
+        device is never opened: reading one could block forever.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return "not_a_file", f"{path}: a symbolic link loop, not a file"
+        if isinstance(error, FileNotFoundError) and os.path.islink(path):
+            target = os.readlink(path)
+            return "not_a_file", f"{path}: a symbolic link to {target}, which does not exist"
+        return "io_error", f"{path}: cannot read it ({error.strerror or error})"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        kind = "a symbolic link to a folder, not followed (name the folder to include it)"
+    elif stat.S_ISFIFO(mode):
+        kind = "a named pipe (FIFO), not a file; not read"
+    elif stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        kind = "a device, not a file; not read"
+    elif stat.S_ISSOCK(mode):
+        kind = "a socket, not a file; not read"
+    else:
+        kind = "not a regular file; not read"
+    return "not_a_file", f"{path}: {kind}"
 
 
 @dataclass
@@ -270,19 +342,31 @@ class _Uniqueness:
         return ready
 
     def outcome(self, position: int) -> tuple[str, str]:
+        """The check's ``(status, detail)`` for the record at ``position``, as known now.
+
+        The detail names at most :data:`_NAMED_DUPLICATES` other sources, then "and N
+        more", so it stays short however many copies the batch holds.
+        """
         key = self.keys[position]
         if key is None:
             return "not_applicable", "the record has no chNFe"
-        others = [p for p in self.positions[key] if p != position]
-        if not others:
+        positions = self.positions[key]
+        if len(positions) == 1:
             return "pass", "no other record in the batch has this chNFe"
-        names = ", ".join(
-            "another invoice in the same file"
-            if (self.sources[p], self.hashes[p]) == (self.sources[position], self.hashes[position])
-            else self.sources[p]
-            for p in others
-        )
-        return "fail", f"chNFe {key} also in {names}"
+        names: list[str] = []
+        for other in positions:
+            if len(names) == _NAMED_DUPLICATES:
+                break
+            if other == position:
+                continue
+            same_file = (self.sources[other], self.hashes[other]) == (
+                self.sources[position],
+                self.hashes[position],
+            )
+            names.append("another invoice in the same file" if same_file else self.sources[other])
+        more = len(positions) - 1 - len(names)
+        listed = ", ".join(names) + (f" and {more} more" if more else "")
+        return "fail", f"chNFe {key} also in {listed}"
 
     def corrections(self) -> dict[int, tuple[str, str]]:
         """Positions whose written outcome differs from the final one → the final outcome."""
@@ -310,13 +394,40 @@ def _sha256(path: Path) -> str:
 
 
 def _without_output(
-    inputs: Sequence[Path], output: Path, output_format: OutputFormat
+    inputs: Sequence[Path],
+    output: Path,
+    output_format: OutputFormat,
+    placeholders: Mapping[str, Any],
 ) -> list[Path]:
-    """The inputs minus the output file and its items file (a folder may hold them)."""
-    excluded = {os.path.realpath(output)}
+    """The inputs minus the output file and its items file when they hold a previous output.
+
+    A folder given as input may hold the previous output (``extract in/ -o in/out.jsonl``):
+    an input that is the output file, or for CSV the items file (compared by real path, so
+    through symbolic links too), is dropped when it holds an output plandag wrote
+    (:func:`~plandag.extract.nfe.output.is_plandag_output`). ``placeholders`` (keys:
+    ``os.fspath`` of patterns that matched nothing) are left alone.
+
+    Raises:
+        InputError: the output or items file is an input that plandag did not write: it
+            would be overwritten. Raised before anything is opened for writing.
+    """
+    targets = {os.path.realpath(output): output}
     if output_format == "csv":
-        excluded.add(os.path.realpath(items_path_for(output)))
-    return [path for path in inputs if os.path.realpath(path) not in excluded]
+        targets.setdefault(os.path.realpath(items_path_for(output)), items_path_for(output))
+    kept: list[Path] = []
+    for path in inputs:
+        target = targets.get(os.path.realpath(path))
+        if target is None or os.fspath(path) in placeholders:
+            kept.append(path)
+            continue
+        if is_plandag_output(path):
+            continue
+        written = f"-o {output}" if target is output else f"-o {output} writes {target}, which"
+        raise InputError(
+            f"{written} is also an input ({path}); it would be overwritten: "
+            "choose another output file"
+        )
+    return kept
 
 
 def _default_extractor(
@@ -351,8 +462,11 @@ async def extract_batch(
 
     Args:
         inputs: input files, in the order their records must appear (see
-            :func:`expand_inputs`). Files that are the output itself (or its items file) are
-            left out, so a folder holding the output can be processed again.
+            :func:`expand_inputs`). An input that is the output itself (or its items file)
+            is left out when it holds a previous plandag output, so a folder holding the
+            output can be processed again, and refused otherwise. An input that is not a
+            regular file (a named pipe, a device, a dangling link...) gets a ``not_a_file``
+            error record without being opened.
         output: the output file; its folder is created when missing.
         format: ``jsonl`` or ``csv``; None takes ``csv`` for a ``.csv`` name, else ``jsonl``.
             CSV also writes ``OUT.items.csv`` (one row per item).
@@ -360,7 +474,9 @@ async def extract_batch(
         resume: skip inputs whose sha256 already has a record in ``output`` and keep the
             previous records first; otherwise ``output`` is overwritten.
         missing: ready-made error records (patterns that matched nothing, from
-            :func:`expand_inputs`), written before the inputs' records.
+            :func:`expand_inputs`). A record whose ``source`` is also in ``inputs`` (the
+            placeholder :func:`expand_inputs` leaves) is written at that place; the others
+            are written first.
         on_record: called with each record as it is written (in output order).
         on_progress: called with ``(inputs done, inputs to extract)`` at the start and after
             each input is written (for a progress bar).
@@ -378,8 +494,10 @@ async def extract_batch(
         A :class:`BatchSummary` of this run.
 
     Raises:
-        InputError: ``jobs`` < 1, an unknown ``format``, or (with ``resume``) an existing
-            output that plandag did not write.
+        InputError: ``jobs`` < 1, an unknown ``format``, the output (or its items file) is an
+            input that is not a previous plandag output (nothing is written then), or (with
+            ``resume``) an existing output that plandag did not write (see
+            :func:`~plandag.extract.nfe.output.load_existing`).
         OSError: the output file cannot be written.
     """
     if jobs < 1:
@@ -391,7 +509,16 @@ async def extract_batch(
         else _default_extractor(output, run_options, write_boundary)
     )
     started = time.perf_counter()
-    paths = _without_output(inputs, output, output_format)
+    placed: dict[str, list[Mapping[str, Any]]] = {}
+    input_names = {os.fspath(path) for path in inputs}
+    unplaced: list[Mapping[str, Any]] = []
+    for record in missing:
+        name = os.fspath(Path(str(record.get("source", ""))))
+        if name in input_names:
+            placed.setdefault(name, []).append(record)
+        else:
+            unplaced.append(record)
+    paths = _without_output(inputs, output, output_format, placed)
 
     uniqueness = _Uniqueness()
     done_hashes: set[str] = set()
@@ -404,7 +531,7 @@ async def extract_batch(
                 done_hashes.add(written.sha256)
 
     summary = BatchSummary(
-        inputs=len(paths) + len(missing),
+        inputs=len(paths) + len(unplaced),
         kept_from_previous=len(previous),
         output=output,
         items_output=items_path_for(output) if output_format == "csv" else None,
@@ -441,11 +568,14 @@ async def extract_batch(
 
     async def run_one(index: int, path: Path) -> None:
         async with limiter:
-            sha = _sha256(path) if resume else ""
-            if sha and sha in done_hashes:
+            problem = not_a_regular_file(path)
+            sha = _sha256(path) if resume and problem is None else ""
+            records: list[dict[str, Any]] = []
+            if problem is not None:
+                records = [error_record(str(path), "", *problem)]
+            elif sha and sha in done_hashes:
                 summary.skipped_by_resume += 1
                 summary.inputs_with_record += 1
-                records: list[dict[str, Any]] = []
             else:
                 records = await _extract_safely(extract, path, sha)
         results[index] = records
@@ -474,15 +604,20 @@ async def extract_batch(
     limiter = anyio.CapacityLimiter(jobs)
     slots = anyio.Semaphore(window if window is not None else max(8 * jobs, 64))
     try:
-        if missing:
-            write_input(missing)
-            summary.inputs_with_record += len(missing)
+        if unplaced:
+            write_input(unplaced)
+            summary.inputs_with_record += len(unplaced)
         if on_progress is not None:
             on_progress(0, total)
         async with anyio.create_task_group() as group:
             for index, path in enumerate(paths):
                 await slots.acquire()
-                group.start_soon(run_one, index, path)
+                waiting = placed.get(os.fspath(path))
+                if waiting:
+                    results[index] = [dict(waiting.pop(0))]
+                    flush_ready()
+                else:
+                    group.start_soon(run_one, index, path)
     finally:
         writer.close()
         apply_corrections()

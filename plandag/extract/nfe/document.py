@@ -10,8 +10,16 @@ holding no invoice is refused with a :class:`~plandag.errors.PermanentStepError`
 * ``not_an_invoice``: an event file (``procEventoNFe``: CC-e, cancellation...), a SEFAZ
   response (``retEnviNFe``, ``retConsReciNFe``..., bare or in a SOAP envelope), a number
   voiding (``inutNFe``), any other XML without ``infNFe``;
-* ``invalid_xml``: empty, not XML (the NF-e TXT layout), an HTML page, truncated;
+* ``invalid_xml``: empty, not XML (the NF-e TXT layout), an HTML page, truncated, or a
+  document with a DTD or entity declarations (``<!DOCTYPE ...>``: NF-e documents have none,
+  and an entity left unexpanded would silently empty a field);
 * ``template``: a schema-generated template whose values are placeholders (``"string"``).
+
+An ``infNFe`` written in a foreign namespace (neither the NF-e namespace nor none) is not
+read, but it is not dropped either: it keeps its place among the file's invoices and
+:func:`invoice_context` refuses it (reason ``wrong_namespace``), so it gets its own error
+record and an ``enviNFe`` of four invoices always gives four records. A file whose every
+``infNFe`` is foreign is refused as a whole (``wrong_namespace``).
 
 :func:`extract_document` runs the stored plan (``plan.json``) on one file through the
 scheduler and returns its records.
@@ -45,6 +53,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EVENT_TYPES",
     "INVOICE_STEP",
+    "PARSE_STEP",
     "PLACEHOLDER_VALUES",
     "RECORD_STEP",
     "NfeDocument",
@@ -144,7 +153,9 @@ class NfeDocument:
         source: the input's path as given (for messages and records).
         sha256: hex SHA-256 of the input bytes.
         root: the parsed root element.
-        invoices: every ``infNFe`` element, in document order (at least one).
+        invoices: every ``infNFe`` element, in document order (at least one in the NF-e
+            namespace; one in no namespace has been moved into it; one in a foreign
+            namespace is kept in its place, and :func:`invoice_context` refuses it).
         protocols: ``protNFe/infProt`` fields by access key (``chNFe``): ``{"chNFe",
             "cStat", "xMotivo", "nProt", "dhRecbto"}``, in document order.
         events: every event in the file (see :func:`find_events`).
@@ -350,6 +361,34 @@ def _precheck_bytes(data: bytes, source: str) -> None:
         )
 
 
+def _refuse_a_dtd(root: etree._Element, source: str) -> None:
+    """Refuse a document carrying a DTD (``<!DOCTYPE ...>``, internal subset or external).
+
+    NF-e documents never have one (MOC 7.0: the layout is defined by XML Schema); the
+    hardened parser does not expand entities, so a field holding an entity reference would
+    come out empty with status ok. Refusing the document says what is wrong instead.
+    """
+    docinfo = root.getroottree().docinfo
+    if docinfo.internalDTD is not None or docinfo.doctype or docinfo.system_url:
+        where = f"{source}: " if source else ""
+        raise PermanentStepError(
+            f"{where}a DTD or entity declaration (<!DOCTYPE {docinfo.root_name}>); "
+            "NF-e documents have none",
+            reason="invalid_xml",
+        )
+
+
+def _is_foreign(invoice: etree._Element) -> bool:
+    """Whether an ``infNFe`` is in a namespace other than the NF-e one (none was moved in)."""
+    return etree.QName(invoice).namespace != NFE_NAMESPACE
+
+
+def _foreign(invoice: etree._Element) -> str:
+    key = invoice_key(invoice)
+    which = f"infNFe {key}" if key else "an infNFe"
+    return f"{which} is in the namespace {etree.QName(invoice).namespace}, not NF-e's"
+
+
 def parse_document(data: bytes | str, source: str = "") -> NfeDocument:
     """Parse one input and locate its invoices, protocols and events.
 
@@ -363,9 +402,10 @@ def parse_document(data: bytes | str, source: str = "") -> NfeDocument:
 
     Raises:
         PermanentStepError: reason ``invalid_xml`` (empty, the TXT layout, HTML, not
-            well-formed or truncated: lxml's message with line and column),
-            ``not_an_invoice`` (events, SEFAZ responses, other XML; the message names what
-            the file is) or ``template`` (placeholder values such as ``"string"``).
+            well-formed or truncated: lxml's message with line and column; a DTD or entity
+            declaration), ``not_an_invoice`` (events, SEFAZ responses, other XML; the
+            message names what the file is), ``wrong_namespace`` (every ``infNFe`` is in a
+            foreign namespace) or ``template`` (placeholder values such as ``"string"``).
     """
     payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     sha256 = hashlib.sha256(payload).hexdigest()
@@ -376,18 +416,29 @@ def parse_document(data: bytes | str, source: str = "") -> NfeDocument:
         if source:
             raise PermanentStepError(f"{source}: {error}", reason=error.reason) from error
         raise
+    _refuse_a_dtd(root, source)
     parts = _Parts(root)
     invoices: list[etree._Element] = []
+    readable = 0
     for element in parts.invoices:
         namespace = etree.QName(element).namespace
         if namespace is None:
             _into_nfe_namespace(element)
-        elif namespace != NFE_NAMESPACE:
-            continue
+            readable += 1
+        elif namespace == NFE_NAMESPACE:
+            readable += 1
         invoices.append(element)
     if not invoices:
         raise _refuse_without_invoice(root, source)
+    if not readable:
+        where = f"{source}: " if source else ""
+        raise PermanentStepError(
+            f"{where}{_foreign(invoices[0])}; no invoice in the NF-e namespace {NFE_NAMESPACE}",
+            reason="wrong_namespace",
+        )
     for position, invoice in enumerate(invoices):
+        if _is_foreign(invoice):
+            continue
         if _placeholder_count(invoice) >= _TEMPLATE_THRESHOLD:
             where = f"{source}: " if source else ""
             raise PermanentStepError(
@@ -422,7 +473,9 @@ def invoice_context(document: NfeDocument, index: int) -> dict[str, Any]:
     ``chNFe``) so the protocol check can say it answers another invoice.
 
     Raises:
-        PermanentStepError: reason ``invalid_args`` when ``index`` is out of range.
+        PermanentStepError: reason ``invalid_args`` when ``index`` is out of range;
+            ``wrong_namespace`` when that ``infNFe`` is in a foreign namespace (it is not
+            read: its fields would be found nowhere).
     """
     count = len(document.invoices)
     if not 0 <= index < count:
@@ -432,6 +485,12 @@ def invoice_context(document: NfeDocument, index: int) -> dict[str, Any]:
             reason="invalid_args",
         )
     invoice = document.invoices[index]
+    if _is_foreign(invoice):
+        where = f"{document.source}: " if document.source else ""
+        raise PermanentStepError(
+            f"{where}invoice {index}: {_foreign(invoice)}; it is not read",
+            reason="wrong_namespace",
+        )
     key = invoice_key(invoice)
     protocol = document.protocols.get(key) if key else None
     if protocol is None and count == 1 and len(document.protocols) == 1:
@@ -451,7 +510,8 @@ def invoice_context(document: NfeDocument, index: int) -> dict[str, Any]:
 
 # --- Running the stored plan on one file -------------------------------------------------
 
-#: The stored plan's step that picks the invoice, and the one that builds the record.
+#: The stored plan's steps that parse the file, pick the invoice and build the record.
+PARSE_STEP = 2
 INVOICE_STEP = 3
 RECORD_STEP = 9
 
@@ -563,7 +623,9 @@ async def extract_document(
     """Extract every invoice of one file through the stored plan.
 
     The plan runs for invoice 0, then once more for each further invoice of a file that
-    holds several (an ``enviNFe`` batch).
+    holds several (an ``enviNFe`` batch); an invoice that fails (a foreign namespace:
+    ``wrong_namespace``) gets its own error record, with its ``invoice_index`` when the file
+    holds several, and the others are still extracted.
 
     Args:
         path: the input file; its string form becomes each record's ``source``.
@@ -599,9 +661,15 @@ async def extract_document(
     records: list[dict[str, Any]] = []
     index = 0
     count = 1
+    sha256 = ""
     while index < count:
         run = dataclasses.replace(compiled, params={"input": source, "index": index})
         result = await run_plan(run, **(run_options or {}))
+        if index == 0:
+            parse_step = result.steps[PARSE_STEP]
+            if parse_step.status == "succeeded" and isinstance(parse_step.result, NfeDocument):
+                count = len(parse_step.result.invoices)
+                sha256 = parse_step.result.sha256
         record_step = result.steps[RECORD_STEP]
         if isinstance(record_step.result, Mapping) and record_step.status in (
             "succeeded",
@@ -612,12 +680,11 @@ async def extract_document(
             failed = [result.steps[key] for key in sorted(result.steps)]
             culprit = next((step for step in failed if step.status == "failed"), record_step)
             code, message = _failure(culprit)
-            if not records:
+            if not sha256:  # the file was not read or not parsed: one record for it
                 return [error_record(source, _file_sha256(path), code, message)]
-            records.append(error_record(source, records[0]["sha256"], code, message))
-        if index == 0:
-            invoice_step = result.steps[INVOICE_STEP]
-            if invoice_step.status == "succeeded" and isinstance(invoice_step.result, Mapping):
-                count = int(invoice_step.result.get("count", 1))
+            record = error_record(source, sha256, code, message)
+            if count > 1:
+                record["invoice_index"] = index
+            records.append(record)
         index += 1
     return records

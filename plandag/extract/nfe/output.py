@@ -10,6 +10,13 @@ Two formats (NFE.md, "Batch behaviour"):
   per item (:data:`ITEM_COLUMNS`), carrying the invoice's ``source``, ``sha256`` and
   ``chNFe`` so the two files join.
 
+CSV cells are neutralised against formula injection (OWASP, "CSV Injection"): a spreadsheet
+runs a cell that starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return as a
+formula, so such a cell is written with a single quote ``'`` in front (``=HYPERLINK(...)`` →
+``'=HYPERLINK(...)``), except a plain decimal number (``-5.00``, ``+1``), which is never
+altered. :func:`load_existing` reads the quote back off the columns it uses. JSONL keeps
+every value exactly as the record holds it.
+
 Writers append one input's records at a time and flush after each input, so a crash leaves a
 file holding whole inputs (at most a torn last line, which :func:`load_existing` drops).
 """
@@ -20,6 +27,8 @@ import csv
 import io
 import json
 import os
+import re
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,11 +47,14 @@ __all__ = [
     "RecordWriter",
     "WrittenRecord",
     "flatten_record",
+    "is_plandag_output",
     "item_rows",
     "items_path_for",
     "load_existing",
+    "neutralise_cell",
     "open_writer",
     "output_format_for",
+    "restore_cell",
     "rewrite_unique_in_batch",
 ]
 
@@ -142,6 +154,35 @@ def _text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
+#: First characters that make a spreadsheet read a cell as a formula (OWASP, "CSV Injection").
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
+
+
+def neutralise_cell(text: str) -> str:
+    """A CSV cell safe to open in a spreadsheet (OWASP, "CSV Injection").
+
+    Args:
+        text: the cell's text.
+
+    Returns:
+        ``text`` with a single quote in front when it starts with ``=``, ``+``, ``-``, ``@``,
+        a tab or a carriage return, unless it is a plain decimal number (``-5.00``, ``+1``,
+        kept as is); otherwise ``text`` unchanged.
+    """
+    if text.startswith(_FORMULA_STARTS) and not _PLAIN_NUMBER.fullmatch(text):
+        return "'" + text
+    return text
+
+
+def restore_cell(text: str) -> str:
+    """The text :func:`neutralise_cell` was given: the leading quote dropped when it guards
+    a formula character."""
+    if text.startswith("'") and text[1:].startswith(_FORMULA_STARTS):
+        return text[1:]
+    return text
+
+
 def _group(record: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     value = record.get(name)
     return value if isinstance(value, Mapping) else {}
@@ -169,6 +210,7 @@ def flatten_record(record: Mapping[str, Any]) -> dict[str, str]:
     """One CSV row (column → text) for a record, with every column of :data:`INVOICE_COLUMNS`.
 
     Missing groups (``dest`` null, ``protocol`` null, an error record) give empty cells.
+    Cells that a spreadsheet would run as a formula are neutralised (:func:`neutralise_cell`).
     """
     row: dict[str, str] = {name: _text(record.get(name)) for name in _SCALAR_FIELDS}
     row["errors"] = " | ".join(
@@ -194,11 +236,12 @@ def flatten_record(record: Mapping[str, Any]) -> dict[str, str]:
         outcome = _check(record, name)
         row[f"checks.{name}"] = outcome[0] if outcome else ""
         row[f"checks.{name}.detail"] = outcome[1] if outcome else ""
-    return row
+    return {column: neutralise_cell(text) for column, text in row.items()}
 
 
 def item_rows(record: Mapping[str, Any]) -> list[dict[str, str]]:
-    """The rows of ``OUT.items.csv`` for one record (none for an error record without items)."""
+    """The rows of ``OUT.items.csv`` for one record (none for an error record without items);
+    cells neutralised like :func:`flatten_record`'s."""
     items = record.get("items")
     if not isinstance(items, list):
         return []
@@ -210,7 +253,8 @@ def item_rows(record: Mapping[str, Any]) -> list[dict[str, str]]:
     rows = []
     for item in items:
         if isinstance(item, Mapping):
-            rows.append({**head, **{name: _text(item.get(name)) for name in _ITEM_FIELDS}})
+            row = {**head, **{name: _text(item.get(name)) for name in _ITEM_FIELDS}}
+            rows.append({column: neutralise_cell(text) for column, text in row.items()})
     return rows
 
 
@@ -229,11 +273,11 @@ def written_record(record: Mapping[str, Any]) -> WrittenRecord:
 
 def _written_row(row: Mapping[str, str]) -> WrittenRecord:
     unique_status = row.get("checks.unique_in_batch", "")
-    key = row.get("ide.chNFe", "")
+    key = restore_cell(row.get("ide.chNFe", ""))
     codes = tuple(part.split(":", 1)[0] for part in row.get("errors", "").split(" | ") if part)
     return WrittenRecord(
-        sha256=row.get("sha256") or None,
-        source=row.get("source", ""),
+        sha256=restore_cell(row.get("sha256", "")) or None,
+        source=restore_cell(row.get("source", "")),
         chNFe=key if key.strip() else None,
         status=row.get("status", ""),
         unique_in_batch=(
@@ -370,6 +414,67 @@ def _drop_record(written: WrittenRecord) -> bool:
     return written.sha256 is None or "internal_error" in written.error_codes
 
 
+_STATUSES = frozenset({"ok", "check_failed", "error"})
+_JSON_TYPES: dict[type, str] = {
+    dict: "an object",
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
+_AFRESH = "remove --resume to start the output afresh"
+
+
+def _json_type(value: Any) -> str:
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def _record_problem(record: Mapping[str, Any]) -> str | None:
+    """Why a JSON object is not a record plandag wrote, or None when its fields are sound.
+
+    Checks what ``--resume`` and the batch read back: ``source`` and ``sha256`` strings,
+    ``status`` one of ``ok``/``check_failed``/``error``, ``errors`` an array of objects with a
+    string ``code``, ``checks`` an object of objects with a string ``status``, ``ide`` null or
+    an object whose ``chNFe`` is null or a string, ``items`` an array.
+    """
+    absent = [
+        name for name in ("source", "sha256", "status", "errors", "checks") if name not in record
+    ]
+    if absent:
+        return "it is not a record plandag wrote (no " + ", ".join(repr(n) for n in absent) + ")"
+    expected: tuple[tuple[str, type, str], ...] = (
+        ("source", str, "a string"),
+        ("sha256", str, "a string"),
+        ("status", str, "a string"),
+        ("errors", list, "an array"),
+        ("checks", dict, "an object"),
+    )
+    for name, kind, wanted in expected:
+        if not isinstance(record[name], kind):
+            return f"field {name!r} is {_json_type(record[name])}, not {wanted}"
+    if record["status"] not in _STATUSES:
+        return f"field 'status' is {record['status']!r}, not ok, check_failed or error"
+    for position, error in enumerate(record["errors"]):
+        if not isinstance(error, dict) or not isinstance(error.get("code"), str):
+            return f"field 'errors' item {position} is not an object with a string 'code'"
+    for name, outcome in record["checks"].items():
+        if not isinstance(outcome, dict) or not isinstance(outcome.get("status"), str):
+            return f"field 'checks' entry {name!r} is not an object with a string 'status'"
+    ide = record.get("ide")
+    if ide is not None:
+        if not isinstance(ide, dict):
+            return f"field 'ide' is {_json_type(ide)}, not an object or null"
+        key = ide.get("chNFe")
+        if key is not None and not isinstance(key, str):
+            return f"field 'ide.chNFe' is {_json_type(key)}, not a string or null"
+    items = record.get("items", [])
+    if not isinstance(items, list):
+        return f"field 'items' is {_json_type(items)}, not an array"
+    return None
+
+
 def _load_jsonl(output: Path) -> list[WrittenRecord]:
     raw = output.read_bytes()
     kept: list[str] = []
@@ -383,15 +488,17 @@ def _load_jsonl(output: Path) -> list[WrittenRecord]:
         try:
             record = json.loads(line.decode("utf-8"))
             if not isinstance(record, dict):
-                raise ValueError("not a JSON object")
+                raise ValueError(f"{_json_type(record)}, not a JSON object")
         except ValueError as exc:
             if last:
                 changed = True
                 continue
             raise InputError(
-                f"cannot resume: line {number} of {output} is not a JSON record ({exc}); "
-                "remove --resume to start the output afresh"
+                f"cannot resume: line {number} of {output} is not a JSON record ({exc}); {_AFRESH}"
             ) from exc
+        problem = _record_problem(record)
+        if problem is not None:
+            raise InputError(f"cannot resume: line {number} of {output}: {problem}; {_AFRESH}")
         if last:
             changed = True  # complete record but without its newline: rewrite the file
         written = written_record(record)
@@ -405,46 +512,98 @@ def _load_jsonl(output: Path) -> list[WrittenRecord]:
     return result
 
 
-def _load_csv(output: Path) -> list[WrittenRecord]:
-    text = output.read_text(encoding="utf-8")
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    if reader.fieldnames is None:
-        return []
-    if tuple(reader.fieldnames) != INVOICE_COLUMNS:
+def _read_csv(path: Path, columns: Sequence[str]) -> tuple[str, list[dict[str, str]]]:
+    """The text and rows of a CSV plandag wrote with ``columns``.
+
+    Raises:
+        InputError: not UTF-8, not CSV, other columns, or a row with too few or too many cells.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        if reader.fieldnames is None:
+            return text, []
+        if tuple(reader.fieldnames) != tuple(columns):
+            raise InputError(
+                f"cannot resume: {path} does not have the columns plandag writes; {_AFRESH}"
+            )
+        rows = list(reader)
+    except UnicodeDecodeError as exc:
         raise InputError(
-            f"cannot resume: {output} does not have the columns plandag writes; "
-            "remove --resume to start the output afresh"
-        )
-    rows = list(reader)
+            f"cannot resume: {path} is not UTF-8 text ({exc.reason} at byte {exc.start}), "
+            f"not a CSV plandag wrote; {_AFRESH}"
+        ) from exc
+    except csv.Error as exc:
+        raise InputError(
+            f"cannot resume: {path} is not a CSV plandag wrote ({exc}); {_AFRESH}"
+        ) from exc
+    complete = rows if text.endswith("\n") else rows[:-1]  # the last one may be torn
+    for number, row in enumerate(complete, start=1):
+        if None in row or any(value is None for value in row.values()):
+            raise InputError(
+                f"cannot resume: row {number} of {path} ({row.get('source')!r}) does not have "
+                f"the {len(columns)} cells plandag writes; {_AFRESH}"
+            )
+    return text, rows
+
+
+def _load_csv(output: Path) -> list[WrittenRecord]:
+    text, rows = _read_csv(output, INVOICE_COLUMNS)
     changed = False
     if rows and not text.endswith("\n"):
         rows.pop()  # torn by an interruption
         changed = True
     kept_rows: list[dict[str, str]] = []
     result: list[WrittenRecord] = []
+    with_items = 0
+    expected_items: Counter[tuple[str, str]] = Counter()
     for row in rows:
-        if None in row or any(value is None for value in row.values()):
-            raise InputError(f"cannot resume: {output} has a malformed row for {row.get('source')}")
+        if row.get("status") not in _STATUSES:
+            raise InputError(
+                f"cannot resume: {output} has a row for {row.get('source')!r} whose status "
+                f"{row.get('status')!r} is not ok, check_failed or error; {_AFRESH}"
+            )
         written = _written_row(row)
         if _drop_record(written):
             changed = True
             continue
         kept_rows.append(row)
         result.append(written)
-    if changed:
-        _replace_atomically(output, _csv_lines(INVOICE_COLUMNS, iter(kept_rows)))
+        count = row.get("items.count", "")
+        if count.isdigit() and int(count):
+            with_items += 1
+            expected_items[(written.sha256 or "", written.chNFe or "")] += int(count)
     items_path = items_path_for(output)
+    item_rows_kept: list[dict[str, str]] | None = None
     if items_path.exists():
         # Keep only items whose invoice row survived (joined on sha256 and chNFe).
         keys = {(w.sha256 or "", w.chNFe or "") for w in result}
-        item_text = items_path.read_text(encoding="utf-8")
-        item_reader = csv.DictReader(io.StringIO(item_text, newline=""))
-        item_rows_kept = [
-            row
-            for row in item_reader
-            if (row.get("sha256") or "", row.get("chNFe") or "") in keys
-            and None not in row.values()
-        ]
+        item_text, all_items = _read_csv(items_path, ITEM_COLUMNS)
+        if all_items and not item_text.endswith("\n"):
+            all_items.pop()
+        item_rows_kept = []
+        found_items: Counter[tuple[str, str]] = Counter()
+        for row in all_items:
+            key = (restore_cell(row.get("sha256") or ""), restore_cell(row.get("chNFe") or ""))
+            if key in keys:
+                item_rows_kept.append(row)
+                found_items[key] += 1
+        short = sum(1 for key, count in expected_items.items() if found_items[key] != count)
+        if short:
+            raise InputError(
+                f"cannot resume: the items file {items_path} does not hold the items of "
+                f"{short} invoice(s) listed in {output} (the two files do not belong "
+                "together); remove --resume to write both files afresh"
+            )
+    elif with_items:
+        raise InputError(
+            f"cannot resume: the items file {items_path} is missing, though {output} lists "
+            f"{with_items} invoice(s) with items; remove --resume to write both files afresh"
+        )
+    # Every check has passed: only now repair the files.
+    if changed:
+        _replace_atomically(output, _csv_lines(INVOICE_COLUMNS, iter(kept_rows)))
+    if item_rows_kept is not None:
         _replace_atomically(items_path, _csv_lines(ITEM_COLUMNS, iter(item_rows_kept)))
     return result
 
@@ -453,19 +612,64 @@ def load_existing(output: Path, format: OutputFormat) -> list[WrittenRecord]:
     """Read a previous output for ``--resume``, in file order, repairing it in place.
 
     A torn last line (an interrupted run) is dropped. Records without a sha256 (a pattern
-    that matched nothing) and ``internal_error`` records are dropped too, so their inputs are
-    extracted again. For CSV, items whose invoice row is gone are dropped from
-    ``OUT.items.csv``. Returns [] when the file does not exist.
+    that matched nothing, an input that is not a regular file) and ``internal_error`` records
+    are dropped too, so their inputs are extracted again. For CSV, items whose invoice row is
+    gone are dropped from ``OUT.items.csv``. Nothing is changed when the file is refused.
+    Returns [] when the file does not exist.
+
+    Args:
+        output: the previous output file (JSONL, or the invoice CSV beside its items file).
+        format: its format.
 
     Raises:
-        InputError: the file is not an output plandag wrote (a line that is not a JSON
-            record, CSV columns that differ from :data:`INVOICE_COLUMNS`).
+        InputError: the file is not an output plandag wrote: a line that is not a JSON
+            object, a record missing ``source``/``sha256``/``status``/``errors``/``checks``
+            or with a field of the wrong type (the message names the line and field), text
+            that is not UTF-8, CSV columns that differ from :data:`INVOICE_COLUMNS` /
+            :data:`ITEM_COLUMNS`, a malformed row; or, for CSV, the items file is missing
+            (or lacks items) while the invoice file lists invoices with items.
+        OSError: the file cannot be read or repaired.
     """
     if not output.exists():
         return []
     if format == "csv":
         return _load_csv(output)
     return _load_jsonl(output)
+
+
+#: Longest first line :func:`is_plandag_output` reads (a JSONL record of a huge invoice).
+_FIRST_LINE_LIMIT = 64 * 1024 * 1024
+
+
+def is_plandag_output(path: Path) -> bool:
+    """Whether ``path`` holds an output plandag wrote (so overwriting it loses no input).
+
+    True for JSONL whose first line is a JSON object with ``sha256`` and ``status``, and for
+    CSV whose header is :data:`INVOICE_COLUMNS` or :data:`ITEM_COLUMNS`. False for anything
+    else, an empty file, and a file that cannot be read. Reads the first line only (at most
+    64 MiB); never opens anything but a regular file.
+    """
+    try:
+        if not path.is_file():
+            return False
+        with path.open("rb") as handle:
+            first = handle.readline(_FIRST_LINE_LIMIT)
+    except OSError:
+        return False
+    if not first.endswith(b"\n"):
+        return False
+    try:
+        text = first.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    if text.startswith("{"):
+        try:
+            record = json.loads(text)
+        except ValueError:
+            return False
+        return isinstance(record, dict) and "sha256" in record and "status" in record
+    header = next(csv.reader([text.rstrip("\r\n")]), [])
+    return tuple(header) in (INVOICE_COLUMNS, ITEM_COLUMNS)
 
 
 def _patched_record(record: dict[str, Any], outcome: tuple[str, str]) -> tuple[dict[str, Any], str]:

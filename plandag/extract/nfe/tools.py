@@ -131,12 +131,14 @@ def _pick(model: type[BaseModel], values: Mapping[str, Any] | None) -> dict[str,
     return picked
 
 
-def _valid_datetime(text: str) -> bool:
+def _valid_datetime(text: str, *, offset: bool = False) -> bool:
+    """Whether ``text`` is an ISO 8601 date-time; with ``offset``, one carrying its UTC offset
+    (``-03:00``, ``Z``), as ``dhEmi`` must (MOC 7.0, field B09: "AAAA-MM-DDThh:mm:ssTZD")."""
     try:
-        datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return False
-    return True
+    return moment.tzinfo is not None or not offset
 
 
 def _valid_date(text: str) -> bool:
@@ -154,8 +156,13 @@ def _key_from_id(identifier: str | None) -> str | None:
     return identifier[3:] if identifier.startswith("NFe") else identifier
 
 
-def _validate(record: dict[str, Any]) -> list[dict[str, str]]:
-    """Errors for required fields that are missing or do not parse (NFE.md, "Status")."""
+def _validate(record: dict[str, Any], *, from_dhemi: bool = True) -> list[dict[str, str]]:
+    """Errors for required fields that are missing or do not parse (NFE.md, "Status").
+
+    ``from_dhemi``: the issue date comes from ``dhEmi`` (layouts 3.10 and 4.00: a date-time
+    that must carry its UTC offset, NFE.md "ISO 8601 with its own offset") rather than an
+    older layout's ``dEmi`` (a date, no offset).
+    """
     errors: list[dict[str, str]] = []
 
     def missing(field: str) -> None:
@@ -179,8 +186,12 @@ def _validate(record: dict[str, Any]) -> list[dict[str, str]]:
     issue = ide["dhEmi"]
     if not issue:
         missing("ide/dhEmi (issue date)")
-    elif not (_valid_datetime(issue) if "T" in issue else _valid_date(issue)):
+    elif from_dhemi and not _valid_datetime(issue):
         invalid("ide/dhEmi (issue date)", issue, "an ISO 8601 date-time")
+    elif from_dhemi and not _valid_datetime(issue, offset=True):
+        invalid("ide/dhEmi (issue date)", issue, "an ISO 8601 date-time with its UTC offset")
+    elif not from_dhemi and not (_valid_datetime(issue) if "T" in issue else _valid_date(issue)):
+        invalid("ide/dEmi (issue date)", issue, "an ISO 8601 date")
     if not emit["CNPJ"] and not emit["CPF"]:
         missing("emit/CNPJ or emit/CPF (emitter document)")
     elif emit["CNPJ"] and not CNPJ_FORMAT.fullmatch(emit["CNPJ"]):
@@ -233,13 +244,16 @@ def nfe_record(
     Returns:
         The record as a dict shaped like ``NfeRecord.model_dump()``: ``status`` is
         ``error`` with ``errors`` when a required field (access key, mod, nNF, issue date,
-        emitter document, vProd, vNF) is missing or does not parse, or a present decimal
-        does not parse; ``ok`` otherwise (the checks attached to the step refine it).
+        emitter document, vProd, vNF) is missing or does not parse (``dhEmi`` without its
+        UTC offset is ``invalid_field``; an older ``dEmi`` is a plain date), or a present
+        decimal does not parse; ``ok`` otherwise (the checks attached to the step refine it).
         Values are the XML's strings, unconverted (dates keep their own offset).
     """
     ide_values = dict(ide)
+    from_dhemi = True
     if not ide_values.get("dhEmi") and ide_values.get("dEmi"):
         ide_values["dhEmi"] = ide_values["dEmi"]
+        from_dhemi = False
     ide_values["chNFe"] = _key_from_id(ide_values.get("Id")) or invoice.get("chNFe")
     has_dest = dest.get("present")
     dest_values = _pick(Dest, dest)
@@ -261,7 +275,7 @@ def nfe_record(
         "protocol": _pick(Protocol, protocol) if protocol else None,
         "events": [_pick(Event, event) for event in events or []],
     }
-    errors = _validate(record)
+    errors = _validate(record, from_dhemi=from_dhemi)
     if errors:
         record["status"] = "error"
         record["errors"] = errors
