@@ -564,3 +564,14 @@ def test_an_older_demi_date_needs_no_offset(tmp_path: Path) -> None:
     path.write_text(text, encoding="utf-8")
     (record,) = _extract(path)
     assert (record["ide"]["dhEmi"], record["errors"]) == ("2017-04-04", [])
+
+
+def test_an_empty_output_left_by_an_interrupted_run_is_not_an_input(tmp_path: Path) -> None:
+    """A 0-byte output inside the input folder holds nothing to lose: it is dropped."""
+    from plandag.extract.nfe.output import is_plandag_output
+
+    empty = tmp_path / "out.jsonl"
+    empty.write_bytes(b"")
+    assert is_plandag_output(empty) is True
+    (tmp_path / "notes.txt").write_text("mine", encoding="utf-8")
+    assert is_plandag_output(tmp_path / "notes.txt") is False

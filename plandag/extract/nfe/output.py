@@ -644,14 +644,17 @@ _FIRST_LINE_LIMIT = 64 * 1024 * 1024
 def is_plandag_output(path: Path) -> bool:
     """Whether ``path`` holds an output plandag wrote (so overwriting it loses no input).
 
-    True for JSONL whose first line is a JSON object with ``sha256`` and ``status``, and for
-    CSV whose header is :data:`INVOICE_COLUMNS` or :data:`ITEM_COLUMNS`. False for anything
-    else, an empty file, and a file that cannot be read. Reads the first line only (at most
+    True for JSONL whose first line is a JSON object with ``sha256`` and ``status``, for
+    CSV whose header is :data:`INVOICE_COLUMNS` or :data:`ITEM_COLUMNS`, and for an empty
+    file (an interrupted first run's output: overwriting it loses nothing). False for
+    anything else and for a file that cannot be read. Reads the first line only (at most
     64 MiB); never opens anything but a regular file.
     """
     try:
         if not path.is_file():
             return False
+        if path.stat().st_size == 0:
+            return True
         with path.open("rb") as handle:
             first = handle.readline(_FIRST_LINE_LIMIT)
     except OSError:
