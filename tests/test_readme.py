@@ -76,3 +76,9 @@ def test_every_diagnostic_code_is_documented() -> None:
 
     for code, severity in DIAGNOSTIC_CODES.items():
         assert f"| `{code}` | {severity} |" in README
+
+
+def test_the_readme_python_examples_run() -> None:
+    for block in blocks("python"):
+        if "MessagesServer" in block:
+            exec(compile(block, "README.md", "exec"), {})
