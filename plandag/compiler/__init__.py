@@ -9,6 +9,8 @@ from plandag.compiler.compiled import CompiledPlan as CompiledPlan
 from plandag.compiler.compiled import CompiledStep as CompiledStep
 from plandag.compiler.diagnostics import DIAGNOSTIC_CODES as DIAGNOSTIC_CODES
 from plandag.compiler.diagnostics import Diagnostic as Diagnostic
+from plandag.compiler.patch import PatchResult as PatchResult
+from plandag.compiler.patch import compile_patch as compile_patch
 
 __all__ = [
     "DEFAULT_MAX_ARG_BYTES",
@@ -18,6 +20,8 @@ __all__ = [
     "CompiledPlan",
     "CompiledStep",
     "Diagnostic",
+    "PatchResult",
+    "compile_patch",
     "compile_plan",
     "load_plan",
 ]

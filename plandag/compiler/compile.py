@@ -312,17 +312,7 @@ def compile_plan(
             f"the plan has {len(steps)} steps; this run allows at most {max_steps}",
             "merge steps or split the task into several plans",
         )
-    by_id: dict[int, Step] = {}
-    for step in steps:
-        if step.id in by_id:
-            diagnostics.add(
-                "duplicate_step_id",
-                step.id,
-                f"step id {step.id} is used by more than one step",
-                f"give each step its own id; the largest in use is {max(s.id for s in steps)}",
-            )
-            continue
-        by_id[step.id] = step
+    by_id = _index_steps(steps, diagnostics)
 
     resolved_params = _check_params(loaded, params, diagnostics)
     edges: set[tuple[int, int]] = set()
@@ -353,16 +343,7 @@ def compile_plan(
         raise PlanError(diagnostics.items)
 
     order = tuple(nx.lexicographical_topological_sort(graph))
-    compiled_steps = {
-        step_id: CompiledStep(
-            step=by_id[step_id],
-            tool=registry.tools[by_id[step_id].tool],
-            parents=tuple(sorted(graph.predecessors(step_id))),
-            children=tuple(sorted(graph.successors(step_id))),
-            checks=compiled_checks.get(step_id, ()),
-        )
-        for step_id in order
-    }
+    compiled_steps = _compiled_steps(graph, order, by_id, registry, compiled_checks)
     return CompiledPlan(
         plan=loaded,
         graph=graph,
@@ -373,6 +354,60 @@ def compile_plan(
         read_only=read_only,
         write_boundary=write_boundary,
     )
+
+
+def _index_steps(
+    steps: list[Step], diagnostics: _Diagnostics, existing: Mapping[int, Step] | None = None
+) -> dict[int, Step]:
+    """``steps`` by id, the first of each id kept; a repeated id, or one already used by a
+    step of ``existing`` (a running session's steps: ids are never reused), is a
+    ``duplicate_step_id`` error."""
+    existing = existing or {}
+
+    def largest() -> int:  # only computed for a message: O(steps of the run)
+        return max([*(s.id for s in steps), *existing], default=0)
+
+    by_id: dict[int, Step] = {}
+    for step in steps:
+        if step.id in existing:
+            diagnostics.add(
+                "duplicate_step_id",
+                step.id,
+                f"step id {step.id} is already used by step {step.id} of this run (tool "
+                f"{existing[step.id].tool}); ids are never reused, not even by a replacement",
+                f"give new steps ids above {largest()}",
+            )
+        elif step.id in by_id:
+            diagnostics.add(
+                "duplicate_step_id",
+                step.id,
+                f"step id {step.id} is used by more than one step",
+                f"give each step its own id; the largest in use is {largest()}",
+            )
+        else:
+            by_id[step.id] = step
+    return by_id
+
+
+def _compiled_steps(
+    graph: nx.DiGraph,
+    order: tuple[int, ...],
+    by_id: Mapping[int, Step],
+    registry: Registry,
+    compiled_checks: Mapping[int, tuple[CompiledCheck, ...]],
+) -> dict[int, CompiledStep]:
+    """The steps of ``order`` bound to their tools, parents and children as in ``graph``
+    (also used by :func:`plandag.compiler.patch.compile_patch`)."""
+    return {
+        step_id: CompiledStep(
+            step=by_id[step_id],
+            tool=registry.tools[by_id[step_id].tool],
+            parents=tuple(sorted(graph.predecessors(step_id))),
+            children=tuple(sorted(graph.successors(step_id))),
+            checks=compiled_checks.get(step_id, ()),
+        )
+        for step_id in order
+    }
 
 
 def _check_params(

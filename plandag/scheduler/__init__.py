@@ -21,6 +21,9 @@ from plandag.scheduler.retry import RetryPolicy as RetryPolicy
 from plandag.scheduler.runner import RunLimits as RunLimits
 from plandag.scheduler.runner import run_plan as run_plan
 from plandag.scheduler.runner import run_plan_sync as run_plan_sync
+from plandag.scheduler.session import RunSession as RunSession
+from plandag.scheduler.session import SessionState as SessionState
+from plandag.scheduler.session import open_session as open_session
 
 __all__ = [
     "AttemptRecord",
@@ -31,13 +34,16 @@ __all__ = [
     "RetryPolicy",
     "RunLimits",
     "RunResult",
+    "RunSession",
     "RunStatus",
+    "SessionState",
     "StepErrorInfo",
     "StepRecord",
     "StepStatus",
     "SystemClock",
     "VirtualClock",
     "events",
+    "open_session",
     "run_plan",
     "run_plan_sync",
     "to_jsonable",

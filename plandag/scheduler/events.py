@@ -8,7 +8,9 @@ Order within a run: ``RunStarted``; per step ``StepStarted`` then ``CheckEvaluat
 per check), and for a failed attempt that will be tried again ``StepRetrying``, then
 ``StepStarted`` of the next attempt...; then one of ``StepSucceeded`` / ``StepFailed`` /
 ``StepCancelled``, or a single ``StepSkipped`` for a step that never started; finally
-``RunFinished``. ``Heartbeat`` and ``Stall`` come in between, from a monitor task, every
+``RunFinished``. In a session (:mod:`plandag.scheduler.session`) ``StepsAdded`` comes
+before the events of the steps it adds, and ``StepSuperseded`` when a replan replaces an
+ended step. ``Heartbeat`` and ``Stall`` come in between, from a monitor task, every
 ``heartbeat_every`` seconds and when no step has finished for ``stall_after`` seconds. All
 ``time`` fields are wall-clock seconds since the epoch (from the run's clock).
 """
@@ -35,6 +37,8 @@ __all__ = [
     "StepSkipped",
     "StepStarted",
     "StepSucceeded",
+    "StepSuperseded",
+    "StepsAdded",
 ]
 
 
@@ -126,6 +130,27 @@ class CheckEvaluated:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class StepsAdded:
+    """Steps joined a running session (a streamed step, or a replan's patch); ``step_ids``
+    in the order they were compiled (a topological order)."""
+
+    run_id: str
+    step_ids: tuple[int, ...]
+    time: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepSuperseded:
+    """An ended step (failed, skipped or cancelled) was replaced by a replan's steps
+    ``superseded_by``; its record keeps its status and no longer fails the run."""
+
+    run_id: str
+    step_id: int
+    superseded_by: tuple[int, ...]
+    time: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class RunFinished:
     """The run ended; ``result`` is the complete :class:`RunResult`."""
 
@@ -208,6 +233,8 @@ Event = (
     | StepSkipped
     | StepCancelled
     | CheckEvaluated
+    | StepsAdded
+    | StepSuperseded
     | Heartbeat
     | Stall
     | RunFinished

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Literal
@@ -146,6 +147,11 @@ class StepRecord:
         duration_s: seconds from start to end on the monotonic clock, or None when it never
             started.
         checks: the outcome of every check, in the plan's order (empty when the tool failed).
+        superseded_by: for a ``failed``, ``skipped`` or ``cancelled`` step that a replan
+            replaced (:meth:`plandag.scheduler.session.RunSession.supersede`), the ids of
+            the steps that replace it, sorted; None otherwise. The record keeps its status
+            and error; a superseded step no longer fails the run (ARCHITECTURE.md,
+            "States and exit codes").
     """
 
     id: int
@@ -161,6 +167,7 @@ class StepRecord:
     duration_s: float | None = None
     checks: list[CheckOutcome] = dataclasses.field(default_factory=list)
     attempt_log: list[AttemptRecord] = dataclasses.field(default_factory=list)
+    superseded_by: list[int] | None = None
 
     def to_json_dict(self) -> dict[str, Any]:
         """The record as JSON-safe data (the result through :func:`to_jsonable`)."""
@@ -178,6 +185,7 @@ class StepRecord:
             "duration_s": self.duration_s,
             "checks": [outcome.as_dict() for outcome in self.checks],
             "attempt_log": [attempt.to_json_dict() for attempt in self.attempt_log],
+            "superseded_by": list(self.superseded_by) if self.superseded_by is not None else None,
         }
 
 
@@ -190,7 +198,8 @@ class RunResult:
         status: the first that applies of: ``interrupted`` (cancelled from outside);
             ``timed_out`` (the wall-clock cap was reached, or the run stopped on a stall);
             ``budget_exceeded`` (a step or a retry was not started for lack of budget);
-            ``succeeded`` (every step succeeded); ``failed``.
+            ``succeeded`` (every step succeeded, or failed and was superseded by a
+            replan); ``gave_up`` (a session's planner gave up: replan caps); ``failed``.
         steps: every step's record by id, each in exactly one terminal state.
         output: the plan's ``output`` with its references resolved, when every step it
             references succeeded; else None.
@@ -202,6 +211,9 @@ class RunResult:
         spent_tokens: tokens charged over every attempt.
         stop_reason: what stopped the run before its steps were done: ``deadline``,
             ``stalled``, ``budget`` or ``interrupted``; None when it ran to the end.
+        first_tool_start_s: seconds from the run's start (a session's opening) to the
+            first attempt of any step (wall clock), None when no step started: the "time
+            to first tool" of issue 4, with and without streaming.
     """
 
     run_id: str
@@ -214,6 +226,7 @@ class RunResult:
     spent_usd: float = 0.0
     spent_tokens: int = 0
     stop_reason: str | None = None
+    first_tool_start_s: float | None = None
 
     def __repr__(self) -> str:
         # Short on purpose: asyncio formats the main task's result into a repr when a loop
@@ -260,13 +273,14 @@ class RunResult:
         """The run as JSON-safe data; the shape ``plandag exec --json`` prints (stable)::
 
             {"run_id", "status", "started_at", "ended_at", "duration_s", "output",
-             "spent_usd", "spent_tokens", "stop_reason",
+             "spent_usd", "spent_tokens", "stop_reason", "first_tool_start_s",
              "steps": [{"id", "tool", "status", "result", "error": {"type", "message"} | null,
                         "reason", "detail", "attempts", "started_at", "ended_at",
                         "duration_s", "checks": [{"kind", "status", "detail"}],
                         "attempt_log": [{"number", "started_at", "ended_at", "error",
                                          "reason", "kind", "retry", "delay_before_s",
-                                         "cost_usd", "tokens"}]}]}
+                                         "cost_usd", "tokens"}],
+                        "superseded_by": [int] | null}]}
 
         Steps are sorted by id.
         """
@@ -280,6 +294,7 @@ class RunResult:
             "spent_usd": self.spent_usd,
             "spent_tokens": self.spent_tokens,
             "stop_reason": self.stop_reason,
+            "first_tool_start_s": self.first_tool_start_s,
             "steps": [self.steps[key].to_json_dict() for key in sorted(self.steps)],
         }
 
@@ -294,25 +309,58 @@ def _truncated_repr(value: Any) -> str:
     return text
 
 
+_JSONABLE_NODES = 1_000_000
+"""The most values :func:`to_jsonable` converts; past it the rest is cut (see below)."""
+_JSONABLE_DEPTH = 200
+"""Containers nested deeper than this become ``"<too deep>"`` (no RecursionError)."""
+
+
 def to_jsonable(value: Any) -> Any:
     """``value`` made JSON-safe, for ``--json`` output and traces.
 
-    * dicts (keys become strings), lists and tuples (become lists), str, int, float, bool and
-      None pass through, recursively;
+    * dicts (keys become strings), lists and tuples (become lists), str, int, bool and None
+      pass through, recursively; floats too, except NaN and ±Infinity, which strict JSON
+      lacks: they become the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``;
     * :class:`~decimal.Decimal` → its string (``"12.50"``, no precision lost);
     * bytes → ``{"bytes": length, "sha256": hex digest}``;
     * pydantic models → ``model_dump(mode="json")``; dataclass instances → their fields;
     * lxml elements → ``{"xml_element": tag}``;
-    * sets → sorted lists; anything else → its ``repr``, cut to 200 characters.
+    * sets → sorted lists; anything else → its ``repr``, cut to 200 characters;
+    * a container that holds itself → ``"<cycle>"``; past one million values in all (a
+      result built by sharing references can be exponentially large once written out)
+      every further value becomes ``"<truncated>"``; containers nested more than 200 deep
+      become ``"<too deep>"``.
 
     Never raises.
     """
-    if value is None or isinstance(value, str | bool | int | float):
+    budget = [_JSONABLE_NODES]
+    return _jsonable(value, budget, set())
+
+
+def _jsonable(value: Any, budget: list[int], path: set[int]) -> Any:
+    budget[0] -= 1
+    if budget[0] < 0:
+        return "<truncated>"
+    if value is None or isinstance(value, str | bool | int):
         return value
-    if isinstance(value, Mapping):
-        return {str(key): to_jsonable(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [to_jsonable(item) for item in value]
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, Mapping | list | tuple | set | frozenset):
+        if id(value) in path:
+            return "<cycle>"
+        if len(path) >= _JSONABLE_DEPTH:
+            return "<too deep>"
+        path.add(id(value))
+        try:
+            if isinstance(value, Mapping):
+                return {str(key): _jsonable(item, budget, path) for key, item in value.items()}
+            if isinstance(value, list | tuple):
+                return [_jsonable(item, budget, path) for item in value]
+            return sorted((_jsonable(item, budget, path) for item in value), key=repr)
+        finally:
+            path.discard(id(value))
     if isinstance(value, Decimal):
         return str(value)
     if isinstance(value, bytes | bytearray | memoryview):
@@ -323,6 +371,23 @@ def to_jsonable(value: Any) -> Any:
             return value.model_dump(mode="json")
         except Exception:
             return _truncated_repr(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if id(value) in path:
+            return "<cycle>"
+        path.add(id(value))
+        try:
+            return {
+                field.name: _jsonable(getattr(value, field.name, None), budget, path)
+                for field in dataclasses.fields(value)
+            }
+        finally:
+            path.discard(id(value))
+    if type(value).__module__.startswith("lxml"):
+        from lxml import etree
+
+        if isinstance(value, etree._Element):
+            return {"xml_element": str(value.tag)}
+    return _truncated_repr(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {
             field.name: to_jsonable(getattr(value, field.name, None))

@@ -71,6 +71,7 @@ from plandag.errors import (
     StepTimeoutError,
     classify_error,
     describe_failure,
+    error_message,
 )
 from plandag.scheduler import events
 from plandag.scheduler.budget import Budget, Reservation
@@ -127,8 +128,8 @@ def _detail_of(error: BaseException) -> str:
         ]
         return _one_line("invalid arguments: " + "; ".join(problems))
     if isinstance(error, CheckFailedError):
-        return _one_line(str(error))
-    return _one_line(f"{type(error).__name__}: {error}")
+        return _one_line(error_message(error))
+    return _one_line(f"{type(error).__name__}: {error_message(error)}")
 
 
 def _positive_or_none(name: str, value: float | None) -> None:
@@ -221,7 +222,12 @@ class _Run:
                 raise ValueError(f"tool_limits[{name!r}] must be >= 1, not {limit}")
         self.compiled = compiled
         self.run_id = run_id
+        # A session (plandag.scheduler.session) replaces this with a dict of its own that
+        # grows while it runs; a parent's CompiledStep is then replaced by one whose
+        # ``children`` include the new steps, so the hot path reads children as before.
         self.steps: Mapping[int, CompiledStep] = compiled.steps
+        self.output: Any = compiled.plan.output
+        self.first_started_at: float | None = None
         self.params = compiled.params
         self.boundary = compiled.write_boundary
         self.observers = tuple(observers)
@@ -250,6 +256,11 @@ class _Run:
         self.last_progress = 0.0
         self.records: dict[int, StepRecord] = {}
         self.remaining: dict[int, int] = {}
+        self.active = 0
+        """Step tasks started and not yet ended (each may run a chain of steps)."""
+        self.idle_event: anyio.Event | None = None
+        """Set when ``active`` drops to 0 (a session's ``settled()`` waits on it)."""
+        self.gave_up = False
         self.results: dict[int, Any] = {}
         self.started_monotonic: dict[int, float] = {}
         self.failed_upstream: dict[int, list[int]] = {}
@@ -258,6 +269,8 @@ class _Run:
         )
         self.tool_limiter: dict[int, anyio.CapacityLimiter | None] = {}
         limiters_by_tool: dict[str, anyio.CapacityLimiter] = {}
+        self.limits_by_name = limits_by_name
+        self.limiters_by_tool = limiters_by_tool
         for step_id in compiled.order:
             compiled_step = self.steps[step_id]
             tool = compiled_step.tool
@@ -403,6 +416,7 @@ class _Run:
             async with anyio.create_task_group() as task_group:
                 self.task_group = task_group
                 for step_id in self.compiled.roots:
+                    self.active += 1
                     task_group.start_soon(self.run_step, step_id)
 
     def finish(self, started_at: float, started: float) -> RunResult:
@@ -419,8 +433,13 @@ class _Run:
             status, stop_reason = "timed_out", cause
         elif self.budget_refused:
             status, stop_reason = "budget_exceeded", "budget"
-        elif all(record.status == "succeeded" for record in self.records.values()):
+        elif all(
+            record.status == "succeeded" or record.superseded_by is not None
+            for record in self.records.values()
+        ):
             status = "succeeded"
+        elif self.gave_up:
+            status = "gave_up"
         else:
             status = "failed"
         result = RunResult(
@@ -434,14 +453,20 @@ class _Run:
             spent_usd=self.budget.spent_usd,
             spent_tokens=self.budget.spent_tokens,
             stop_reason=stop_reason,
+            first_tool_start_s=(
+                max(0.0, self.first_started_at - started_at)
+                if self.first_started_at is not None
+                else None
+            ),
         )
         if self.observers:
             self.emit(events.RunFinished(self.run_id, result, result.ended_at))
         return result
 
     def resolve_output(self) -> Any:
-        """``plan.output`` resolved, when every step it references succeeded; else None."""
-        output = self.compiled.plan.output
+        """The output (``plan.output``, or a session's replacement) resolved, when every
+        step it references succeeded; else None."""
+        output = self.output
         if output is None:
             return None
         for _, reference in find_references(output):
@@ -480,13 +505,18 @@ class _Run:
         """
         next_step: int | None = step_id
         last_yield = time.perf_counter()
-        while next_step is not None:
-            next_step = await self.run_one_step(next_step)
-            if next_step is not None and time.perf_counter() - last_yield > _YIELD_EVERY_S:
-                # A chain of inline steps never suspends on its own: let other tasks
-                # (siblings, the heartbeat, the deadline) in at least every few ms.
-                await anyio.lowlevel.checkpoint()
-                last_yield = time.perf_counter()
+        try:
+            while next_step is not None:
+                next_step = await self.run_one_step(next_step)
+                if next_step is not None and time.perf_counter() - last_yield > _YIELD_EVERY_S:
+                    # A chain of inline steps never suspends on its own: let other tasks
+                    # (siblings, the heartbeat, the deadline) in at least every few ms.
+                    await anyio.lowlevel.checkpoint()
+                    last_yield = time.perf_counter()
+        finally:
+            self.active -= 1
+            if not self.active and self.idle_event is not None:
+                self.idle_event.set()
 
     async def run_one_step(self, step_id: int) -> int | None:
         """Run one step to a terminal state, then start its ready children or prune.
@@ -605,6 +635,8 @@ class _Run:
         if record.started_at is None:
             record.started_at = now
             self.started_monotonic[step_id] = self.monotonic()
+            if self.first_started_at is None:
+                self.first_started_at = now
         record.status = "running"
         if self.observers:
             self.emit(events.StepStarted(self.run_id, step_id, tool.name, record.attempts, now))
@@ -671,7 +703,7 @@ class _Run:
         failure = describe_failure(error, classify=self.classify, now=self.now())
         assert failure is not None
         leaf = failure.error
-        attempt_record.error = StepErrorInfo(type(leaf).__name__, str(leaf))
+        attempt_record.error = StepErrorInfo(type(leaf).__name__, error_message(leaf))
         attempt_record.reason = _reason_of(leaf)
         attempt_record.kind = failure.kind
         return _AttemptOutcome(error=leaf, failure=failure)
@@ -695,7 +727,7 @@ class _Run:
             leaf = group.exceptions[0]
             while isinstance(leaf, BaseExceptionGroup):
                 leaf = leaf.exceptions[0]
-            attempt_record.error = StepErrorInfo(type(leaf).__name__, str(leaf))
+            attempt_record.error = StepErrorInfo(type(leaf).__name__, error_message(leaf))
             attempt_record.reason = "tool_error"
             attempt_record.kind = "permanent"
             failure = FailureInfo("permanent", leaf, before_effect=False, retry_after_s=None)
@@ -790,6 +822,7 @@ class _Run:
                 if continue_with is None:
                     continue_with = child
                 else:
+                    self.active += 1
                     task_group.start_soon(self.run_step, child)
         return continue_with
 
@@ -798,7 +831,7 @@ class _Run:
         error = outcome.error
         assert error is not None
         record.status = "failed"
-        record.error = StepErrorInfo(type(error).__name__, str(error))
+        record.error = StepErrorInfo(type(error).__name__, error_message(error))
         record.reason = _reason_of(error)
         record.detail = _detail_of(error)
         if outcome.explanation:

@@ -157,7 +157,7 @@ def _convert(item: Any) -> Any:
         if len(item):
             # Comments, processing instructions or child elements split the text: take the
             # element's whole text content (XPath's string-value), comments left out.
-            return "".join(item.itertext()).strip()
+            return "".join(str(text) for text in item.itertext()).strip()
         text = item.text
         return "" if text is None else text.strip()
     if isinstance(item, bool):

@@ -104,6 +104,7 @@ def test_run_result_helpers_and_json() -> None:
         "duration_s": 1.0,
         "checks": [{"kind": "equals", "status": "fail", "detail": "no"}],
         "attempt_log": [],
+        "superseded_by": None,
     }
 
 

@@ -651,6 +651,7 @@ def test_run_result_json_round_trip() -> None:
         "spent_usd",
         "spent_tokens",
         "stop_reason",
+        "first_tool_start_s",
         "steps",
     ]
     assert [step["id"] for step in data["steps"]] == [1, 2, 3]
@@ -678,6 +679,7 @@ def test_run_result_json_round_trip() -> None:
         "duration_s": None,
         "checks": [],
         "attempt_log": [],
+        "superseded_by": None,
     }
 
 

@@ -1,0 +1,786 @@
+"""A dynamic run: steps join it while it runs (issue 4, "Streaming dispatch" and
+"Replanning"; ARCHITECTURE.md, "Execution", "Retry vs replan", "Replanning", "Streaming").
+
+A :class:`RunSession` runs on the engine of :func:`~plandag.scheduler.run_plan` (the same
+event-driven dispatch, limits, retries, checks, pruning and brakes), and lets its caller:
+
+* **stream** steps in one by one (:meth:`RunSession.add`): each is compiled against the run
+  as it stands (:func:`plandag.compiler.patch.compile_patch`) and starts at once when its
+  parents have all succeeded, before the rest of the plan has arrived. With
+  ``hold_effects`` (the default), a step whose tool has effects waits for
+  :meth:`RunSession.release_effects`: "steps with effects wait until the whole plan is
+  compiled (and approved when approval is required)";
+* **replan**: a failure prunes only its descendants; independent branches run on while the
+  caller (a replanner) awaits :meth:`RunSession.settled` and thinks; a patch of new steps
+  (new ids) may depend on completed steps, whose results are reused, never re-run; the
+  ended steps it replaces gain ``superseded_by`` (:meth:`RunSession.supersede`) and no
+  longer fail the run; :meth:`RunSession.set_output` replaces the output.
+
+Usage::
+
+    async with open_session(Plan(goal="...", steps=[]), registry, limits=limits) as session:
+        async for step in planner_stream:          # streaming dispatch
+            session.add([step])
+        session.set_output("<step_4_result>")
+        session.seal()
+        session.release_effects()                  # after approval, if any
+        state = await session.settled()
+        if state.failed:                           # replanning
+            patch = await replanner(state, session.records)
+            session.add(patch, supersedes=state.needs_replan)
+    result = session.result()
+
+Leaving the ``async with`` block waits for the running steps; steps still held (never
+released) end ``skipped`` with reason ``effects_held``. If the caller's scope is cancelled,
+running steps end ``cancelled`` and the others ``skipped`` (``interrupted``), as in
+``run_plan``; if the block raises, the run is interrupted the same way and the error
+propagates. The brakes (deadline, cost and token caps, heartbeat, stall) cover the whole
+session, from its opening: time the replanner spends counts against the wall-clock cap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import uuid
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import networkx as nx
+from anyio.abc import TaskStatus
+
+from plandag.compiler.compile import DEFAULT_MAX_ARG_BYTES, DEFAULT_MAX_STEPS, compile_plan
+from plandag.compiler.compiled import CompiledPlan, CompiledStep
+from plandag.compiler.diagnostics import Diagnostic
+from plandag.compiler.patch import PatchBase, check_output, compile_patch
+from plandag.dag.plan import Plan, Step
+from plandag.errors import Classifier, classify_error
+from plandag.scheduler import events
+from plandag.scheduler.budget import Budget
+from plandag.scheduler.clock import Clock
+from plandag.scheduler.result import RunResult, StepErrorInfo, StepRecord
+from plandag.scheduler.retry import RetryPolicy
+from plandag.scheduler.runner import RunLimits, _Run
+from plandag.tools.boundary import WriteBoundary
+from plandag.tools.registry import Registry
+
+__all__ = ["RunSession", "SessionState", "StepFailure", "open_session"]
+
+_ENDED = ("failed", "skipped", "cancelled")
+
+StepsInput = Step | Mapping[str, Any] | Sequence[Step | Mapping[str, Any]]
+"""What :meth:`RunSession.add` takes: one step, or a list of steps (Step objects or their
+JSON objects)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepFailure:
+    """Why a step did not succeed, for a replanner.
+
+    Attributes:
+        reason: the stable reason code (see :class:`~plandag.scheduler.result.StepRecord`).
+        error: the error's type and message (None for a step that never ran).
+        detail: the same in words, one line.
+    """
+
+    reason: str | None
+    error: StepErrorInfo | None
+    detail: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionState:
+    """Where a session stands (:meth:`RunSession.state`, :meth:`RunSession.settled`).
+
+    Every id is in exactly one of ``succeeded``, ``failed``, ``pruned``, ``cancelled``,
+    ``superseded``, ``held``, ``pending`` and ``running``; each tuple is sorted.
+
+    Attributes:
+        succeeded: steps that succeeded (their results are on :attr:`RunSession.records`).
+        failed: steps that failed and are not superseded, with why.
+        pruned: steps skipped (never started: an upstream failed, the budget, a stop) and
+            not superseded.
+        cancelled: steps cancelled while running (a deadline, a stall, an interruption)
+            and not superseded.
+        superseded: ended steps a replan replaced.
+        held: steps with effects waiting for :meth:`RunSession.release_effects`.
+        pending: other steps not started (waiting for parents, or for a limit).
+        running: steps running (between their first attempt and their end).
+        stop_reason: ``deadline``, ``stalled`` or ``interrupted`` once the run was stopped
+            (no step starts any more), else None.
+        sealed: :meth:`RunSession.seal` was called.
+    """
+
+    succeeded: tuple[int, ...]
+    failed: Mapping[int, StepFailure]
+    pruned: tuple[int, ...]
+    cancelled: tuple[int, ...]
+    superseded: tuple[int, ...]
+    held: tuple[int, ...]
+    pending: tuple[int, ...]
+    running: tuple[int, ...]
+    stop_reason: str | None
+    sealed: bool
+
+    @property
+    def needs_replan(self) -> tuple[int, ...]:
+        """Ended steps not superseded (failed, pruned, cancelled), sorted: what a replan
+        must replace for the run to succeed."""
+        return tuple(sorted([*self.failed, *self.pruned, *self.cancelled]))
+
+
+class _EndedView(Mapping[int, str]):
+    """Live view: the status of each step that ended without succeeding (O(1) lookups,
+    so compiling a streamed step costs no pass over the run's records)."""
+
+    def __init__(self, records: Mapping[int, StepRecord]) -> None:
+        self._records = records
+
+    def __getitem__(self, step_id: int) -> str:
+        record = self._records.get(step_id)
+        if record is None or record.status not in _ENDED:
+            raise KeyError(step_id)
+        return record.status
+
+    def __iter__(self) -> Iterator[int]:
+        return (key for key, record in self._records.items() if record.status in _ENDED)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class _ReplacementsView(Mapping[int, Sequence[int]]):
+    """Live view: the replacements of each superseded step."""
+
+    def __init__(self, records: Mapping[int, StepRecord]) -> None:
+        self._records = records
+
+    def __getitem__(self, step_id: int) -> Sequence[int]:
+        record = self._records.get(step_id)
+        if record is None or record.superseded_by is None:
+            raise KeyError(step_id)
+        return record.superseded_by
+
+    def __iter__(self) -> Iterator[int]:
+        return (key for key, record in self._records.items() if record.superseded_by is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class _SessionRun(_Run):
+    """The engine of :func:`run_plan` with steps added while it runs."""
+
+    def __init__(
+        self, compiled: CompiledPlan, *args: Any, hold_effects: bool, **kwargs: Any
+    ) -> None:
+        super().__init__(compiled, *args, **kwargs)
+        self.steps: dict[int, CompiledStep] = dict(compiled.steps)
+        self.plan_steps: dict[int, Step] = {key: item.step for key, item in self.steps.items()}
+        self.graph: nx.DiGraph = compiled.graph.copy()
+        self.holding = hold_effects
+        self.held: set[int] = set()
+        self.host_done = False
+        self.ended_normally = False
+        self.started_at = 0.0
+        self.closing = anyio.Event()
+        self.monitor_scope = anyio.CancelScope()
+        for step_id in compiled.order:
+            self.hold_if_effects(step_id)
+
+    # -- registering steps -----------------------------------------------------------------
+
+    def hold_if_effects(self, step_id: int) -> None:
+        """While effects are held, give a step with effects one more thing to wait for."""
+        if self.holding and self.steps[step_id].tool.effects != "none":
+            self.held.add(step_id)
+            self.remaining[step_id] += 1
+
+    @property
+    def stopped(self) -> bool:
+        """No step starts any more: the run was stopped, or its task group has ended."""
+        return self.host_done or self.run_scope.cancel_called
+
+    def register(self, new_steps: Sequence[CompiledStep]) -> None:
+        """Add compiled steps (in topological order) and start those that are ready."""
+        steps = self.steps
+        records = self.records
+        new_ids = {item.id for item in new_steps}
+        for compiled_step in new_steps:
+            step_id = compiled_step.id
+            tool = compiled_step.tool
+            steps[step_id] = compiled_step
+            self.plan_steps[step_id] = compiled_step.step
+            records[step_id] = StepRecord(id=step_id, tool=tool.name)
+            waiting = 0
+            for parent in compiled_step.parents:
+                if parent not in new_ids:
+                    # Children are read when the parent succeeds (runner.succeed): a new
+                    # CompiledStep makes the new child visible to it.
+                    old = steps[parent]
+                    steps[parent] = dataclasses.replace(old, children=(*old.children, step_id))
+                if records[parent].status != "succeeded":
+                    waiting += 1
+            self.remaining[step_id] = waiting
+            limit = self.limits_by_name.get(tool.name, tool.max_concurrency)
+            if limit is not None and tool.name not in self.limiters_by_tool:
+                self.limiters_by_tool[tool.name] = anyio.CapacityLimiter(limit)
+            self.tool_limiter[step_id] = self.limiters_by_tool.get(tool.name)
+            self.graph.add_node(step_id)
+            self.graph.add_edges_from((parent, step_id) for parent in compiled_step.parents)
+            self.hold_if_effects(step_id)
+        ids = tuple(item.id for item in new_steps)
+        if self.observers:
+            self.emit(events.StepsAdded(self.run_id, ids, self.now()))
+        if self.stopped:
+            cause = self.stop_cause()
+            for step_id in ids:
+                self.interrupt(records[step_id], cause)
+            return
+        for step_id in ids:
+            if self.remaining[step_id] == 0:
+                self.spawn(step_id)
+
+    def spawn(self, step_id: int) -> None:
+        """Start a ready step in a task of its own."""
+        task_group = self.task_group
+        assert task_group is not None
+        self.active += 1
+        task_group.start_soon(self.run_step, step_id)
+
+    def release(self) -> None:
+        """Stop holding effects; start every held step whose parents have succeeded."""
+        self.holding = False
+        held, self.held = sorted(self.held), set()
+        for step_id in held:
+            self.remaining[step_id] -= 1
+        if self.stopped:
+            return
+        for step_id in held:
+            if self.remaining[step_id] == 0 and self.records[step_id].status == "pending":
+                self.spawn(step_id)
+
+    # -- the session's tasks ---------------------------------------------------------------
+
+    async def host(self, *, task_status: TaskStatus[None]) -> None:
+        """Hold the steps' task group open, under the run's deadline, until the session
+        closes (then wait for the running steps) or the run is stopped."""
+        limits = self.limits
+        self.started_at = self.now()
+        self.started = self.last_progress = self.monotonic()
+        if limits.max_seconds is not None:
+            self.deadline = self.started + limits.max_seconds
+            self.run_scope = anyio.CancelScope(deadline=anyio.current_time() + limits.max_seconds)
+        if self.observers:
+            self.emit(events.RunStarted(self.run_id, len(self.records), self.started_at))
+        try:
+            with self.run_scope:
+                async with anyio.create_task_group() as task_group:
+                    self.task_group = task_group
+                    for step_id in self.compiled.roots:
+                        if self.remaining[step_id] == 0:
+                            self.spawn(step_id)
+                    task_status.started()
+                    await self.closing.wait()
+            self.ended_normally = not self.run_scope.cancel_called
+        finally:
+            self.host_done = True
+            self.task_group = None
+            self.monitor_scope.cancel()
+            if self.idle_event is not None:
+                self.idle_event.set()
+
+    async def watch_session(self, send: bool) -> None:
+        """The heartbeat monitor, until the host ends."""
+        with self.monitor_scope:
+            await self.watch(send)
+
+    async def wait_idle(self) -> None:
+        """Return when no step task runs (or the run's task group has ended)."""
+        await anyio.lowlevel.checkpoint()
+        while self.active and not self.host_done:
+            event = self.idle_event = anyio.Event()
+            await event.wait()
+
+    def close_session(self) -> RunResult:
+        """End the records still open and build the result (after the host ended)."""
+        if self.ended_normally:
+            now = self.now()
+            for step_id, record in self.records.items():
+                if record.status != "pending":
+                    continue
+                record.status = "skipped"
+                record.reason = "effects_held"
+                record.detail = (
+                    "never started: its tool has effects and the session ended before "
+                    "release_effects()"
+                    if step_id in self.held
+                    else "never started: it waits on a step whose effects were never released"
+                )
+                record.ended_at = now
+                if self.observers:
+                    self.emit(
+                        events.StepSkipped(self.run_id, step_id, "effects_held", record.detail, now)
+                    )
+        return self.finish(self.started_at, self.started)
+
+
+class RunSession:
+    """A run that takes new steps while it runs; opened by :func:`open_session`.
+
+    Methods that change the run (:meth:`add`, :meth:`supersede`, :meth:`set_output`,
+    :meth:`release_effects`...) are plain functions: call them from the event loop, inside
+    the ``async with`` block. They raise :class:`RuntimeError` once the block has exited.
+    """
+
+    def __init__(
+        self,
+        run: _SessionRun,
+        registry: Registry,
+        *,
+        max_steps: int,
+        max_arg_bytes: int,
+    ) -> None:
+        self._run = run
+        self._registry = registry
+        self._max_steps = max_steps
+        self._max_arg_bytes = max_arg_bytes
+        self._sealed = False
+        self._result: RunResult | None = None
+
+    # -- what it holds -----------------------------------------------------------------------
+
+    @property
+    def run_id(self) -> str:
+        """The run's id (tools see it in ``ctx.run_id``)."""
+        return self._run.run_id
+
+    @property
+    def plan(self) -> Plan:
+        """The plan header the session was opened with (goal, params)."""
+        return self._run.compiled.plan
+
+    @property
+    def records(self) -> Mapping[int, StepRecord]:
+        """Every step's record by id, live (read-only view): results of succeeded steps,
+        errors of failed ones."""
+        return types.MappingProxyType(self._run.records)
+
+    @property
+    def steps(self) -> Mapping[int, CompiledStep]:
+        """Every step of the run, compiled, by id (read-only view)."""
+        return types.MappingProxyType(self._run.steps)
+
+    @property
+    def graph(self) -> nx.DiGraph:
+        """The run's dependency graph so far (step ids, edges parent → child). Read it;
+        do not change it."""
+        return self._run.graph
+
+    @property
+    def output(self) -> Any:
+        """The output that will be resolved at the end (the header's, or the last
+        :meth:`set_output`)."""
+        return self._run.output
+
+    @property
+    def sealed(self) -> bool:
+        """:meth:`seal` was called."""
+        return self._sealed
+
+    @property
+    def holding_effects(self) -> bool:
+        """Steps with effects added now wait for :meth:`release_effects`."""
+        return self._run.holding
+
+    @property
+    def stop_reason(self) -> str | None:
+        """``deadline``, ``stalled`` or ``interrupted`` once the run was stopped, else None."""
+        run = self._run
+        return run.stop_cause() if run.run_scope.cancel_called else None
+
+    @property
+    def budget(self) -> Budget:
+        """The run's :class:`~plandag.scheduler.budget.Budget` (the one given to
+        :func:`open_session`, else the session's own from ``limits``): a planner reserves
+        and settles its model calls on it, so they count against the same caps."""
+        return self._run.budget
+
+    @property
+    def remaining_s(self) -> float | None:
+        """Seconds left before the session's wall-clock cap (``limits.max_seconds``), or
+        None without one. The cap stops the steps, not the caller's own awaits: a planner
+        bounds its model calls with it (``anyio.fail_after(session.remaining_s)``)."""
+        return self._run.remaining_s()
+
+    @property
+    def first_tool_start_s(self) -> float | None:
+        """Seconds from the session's opening to the first attempt of any step (wall
+        clock), or None while no step has started: issue 4's "time to first tool"."""
+        run = self._run
+        if run.first_started_at is None:
+            return None
+        return max(0.0, run.first_started_at - run.started_at)
+
+    # -- changing the run --------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._result is not None:
+            raise RuntimeError("the session is closed: its async with block has exited")
+
+    def _base(self) -> PatchBase:
+        run = self._run
+        return PatchBase(
+            run.compiled.plan,
+            run.plan_steps,
+            _EndedView(run.records),
+            _ReplacementsView(run.records),
+        )
+
+    def add(self, steps: StepsInput, *, supersedes: Collection[int] = ()) -> tuple[Diagnostic, ...]:
+        """Compile steps against the run and add them; those whose parents have all
+        succeeded start at once (steps with effects wait while effects are held).
+
+        Args:
+            steps: one step or a list of steps (:class:`~plandag.dag.plan.Step` objects
+                or their JSON objects). New ids only; ``depends_on`` and references may
+                name existing steps that succeeded or have not ended, and each other.
+            supersedes: ids of ended steps (failed, skipped, cancelled) these steps
+                replace: once the steps are added, each gains ``superseded_by`` = the new
+                ids, as :meth:`supersede` does. Checked before anything is added.
+
+        Returns:
+            The warnings (``implied_dependency``: the dependency was added).
+
+        Raises:
+            PlanError: the steps do not compile (every diagnostic at once; see
+                :func:`plandag.compiler.patch.compile_patch`); nothing was added.
+            ValueError: ``supersedes`` names a step that does not exist, has not ended,
+                succeeded, or is already superseded; nothing was added.
+            RuntimeError: the session is closed.
+
+        After a stop (deadline, stall, interruption) steps are still compiled and added,
+        and end ``skipped`` at once with the stop's reason.
+        """
+        self._check_open()
+        run = self._run
+        self._check_superseded(supersedes)
+        items: Sequence[Step | Mapping[str, Any]] = (
+            [steps] if isinstance(steps, Step | Mapping) else steps
+        )
+        patch = compile_patch(
+            self._base(),
+            items,
+            self._registry,
+            params=run.params,
+            read_only=run.compiled.read_only,
+            write_boundary=run.compiled.write_boundary,
+            replaces=supersedes,
+            max_steps=self._max_steps,
+            max_arg_bytes=self._max_arg_bytes,
+        )
+        run.register(patch.steps)
+        if supersedes and patch.steps:
+            self.supersede(supersedes, patch.ids)
+        return patch.diagnostics
+
+    def _check_superseded(self, old_ids: Collection[int]) -> None:
+        records = self._run.records
+        for step_id in old_ids:
+            record = records.get(step_id)
+            if record is None:
+                raise ValueError(f"step {step_id} does not exist: nothing to supersede")
+            if record.status not in _ENDED:
+                raise ValueError(
+                    f"step {step_id} is {record.status}: only failed, skipped or cancelled "
+                    "steps can be superseded"
+                )
+            if record.superseded_by is not None:
+                raise ValueError(
+                    f"step {step_id} is already superseded by steps "
+                    f"{', '.join(map(str, record.superseded_by))}"
+                )
+
+    def supersede(self, old_ids: Collection[int], new_ids: Collection[int]) -> None:
+        """Mark ended steps as replaced by a replan's steps.
+
+        Each record of ``old_ids`` keeps its status and error and gains ``superseded_by``
+        (``new_ids``, sorted); a superseded step no longer fails the run
+        (ARCHITECTURE.md, "States and exit codes"). Emits one
+        :class:`~plandag.scheduler.events.StepSuperseded` per old id.
+
+        Args:
+            old_ids: failed, skipped or cancelled steps, not superseded yet.
+            new_ids: the steps replacing them (already added; at least one).
+
+        Raises:
+            ValueError: an old id that does not exist, has not ended, succeeded or is
+                already superseded; a new id that does not exist or is also old; no new
+                id. Nothing is marked then.
+            RuntimeError: the session is closed.
+        """
+        self._check_open()
+        run = self._run
+        replacement = sorted(set(new_ids))
+        if not replacement:
+            raise ValueError("supersede needs at least one new step id")
+        self._check_superseded(old_ids)
+        for step_id in replacement:
+            if step_id not in run.records:
+                raise ValueError(f"step {step_id} does not exist: add it before superseding")
+            if step_id in old_ids:
+                raise ValueError(f"step {step_id} cannot supersede itself")
+        now = run.now()
+        for step_id in sorted(set(old_ids)):
+            run.records[step_id].superseded_by = list(replacement)
+            if run.observers:
+                run.emit(events.StepSuperseded(run.run_id, step_id, tuple(replacement), now))
+
+    def set_output(self, output: Any) -> tuple[Diagnostic, ...]:
+        """Replace the run's output (a streamed plan's, or a replan's).
+
+        Args:
+            output: any JSON value; references (``<step_N_result.path>``,
+                ``<param.NAME>``) at any depth. Resolved when the session closes, if every
+                step it references succeeded (else the result's output is None).
+
+        Returns:
+            The warnings (none today).
+
+        Raises:
+            PlanError: a reference to a step that does not exist or ended without
+                succeeding, an undeclared param, a malformed reference.
+            RuntimeError: the session is closed.
+        """
+        self._check_open()
+        diagnostics = check_output(self._base(), output)
+        self._run.output = output
+        return diagnostics
+
+    def seal(self) -> None:
+        """Say the plan is complete (the stream has ended). Informational: it releases
+        nothing (:meth:`release_effects` does), and a replan may still :meth:`add`."""
+        self._check_open()
+        self._sealed = True
+
+    def release_effects(self) -> None:
+        """Let steps with effects start: every held step whose parents have succeeded
+        starts now, and steps with effects added later are not held (until
+        :meth:`hold_effects`). Call it once the whole plan compiled, and was approved
+        where approval is required.
+
+        Raises:
+            RuntimeError: the session is closed.
+        """
+        self._check_open()
+        self._run.release()
+
+    def hold_effects(self) -> None:
+        """Hold again the steps with effects added from now on (a replan that must be
+        approved before its effects run). Steps already released are not affected.
+
+        Raises:
+            RuntimeError: the session is closed.
+        """
+        self._check_open()
+        self._run.holding = True
+
+    def give_up(self) -> None:
+        """Record that the planner gave up (its replan caps were hit): the result's status
+        is ``gave_up`` instead of ``failed`` (the brakes' statuses still come first)."""
+        self._check_open()
+        self._run.gave_up = True
+
+    # -- waiting and reading -----------------------------------------------------------------
+
+    def state(self) -> SessionState:
+        """Where the run stands now (O(steps)); see :class:`SessionState`."""
+        run = self._run
+        groups: dict[str, list[int]] = {
+            name: []
+            for name in (
+                "succeeded",
+                "pruned",
+                "cancelled",
+                "superseded",
+                "held",
+                "pending",
+                "running",
+            )
+        }
+        failed: dict[int, StepFailure] = {}
+        for step_id in sorted(run.records):
+            record = run.records[step_id]
+            status = record.status
+            if record.superseded_by is not None:
+                groups["superseded"].append(step_id)
+            elif status == "failed":
+                failed[step_id] = StepFailure(record.reason, record.error, record.detail)
+            elif status == "skipped":
+                groups["pruned"].append(step_id)
+            elif status == "pending" and step_id in run.held:
+                groups["held"].append(step_id)
+            else:
+                groups[status].append(step_id)
+        return SessionState(
+            succeeded=tuple(groups["succeeded"]),
+            failed=types.MappingProxyType(failed),
+            pruned=tuple(groups["pruned"]),
+            cancelled=tuple(groups["cancelled"]),
+            superseded=tuple(groups["superseded"]),
+            held=tuple(groups["held"]),
+            pending=tuple(groups["pending"]),
+            running=tuple(groups["running"]),
+            stop_reason=self.stop_reason,
+            sealed=self._sealed,
+        )
+
+    async def settled(self) -> SessionState:
+        """Wait until no step is running or can start, then return the state.
+
+        That is: every step ended, or those left wait on held effects (``held``,
+        ``pending``); failed steps' descendants are already pruned. Returns at once when
+        nothing runs. Steps added later start again; call it again after them.
+
+        Raises:
+            RuntimeError: the session is closed.
+        """
+        self._check_open()
+        await self._run.wait_idle()
+        return self.state()
+
+    def result(self) -> RunResult:
+        """The final :class:`~plandag.scheduler.result.RunResult`, once the ``async with``
+        block has exited.
+
+        ``status``: ``interrupted``, ``timed_out``, ``budget_exceeded`` as in
+        ``run_plan``; else ``succeeded`` when every step succeeded or was superseded;
+        else ``gave_up`` after :meth:`give_up`; else ``failed``. ``output``: the (possibly
+        replaced) output resolved. ``first_tool_start_s``: seconds from the session's
+        opening to the first step's start.
+
+        Raises:
+            RuntimeError: the session is still open.
+        """
+        if self._result is None:
+            raise RuntimeError("the session is still open: leave its async with block first")
+        return self._result
+
+
+@asynccontextmanager
+async def open_session(
+    header: Plan | CompiledPlan,
+    registry: Registry,
+    *,
+    params: Mapping[str, Any] | None = None,
+    read_only: bool = False,
+    write_boundary: WriteBoundary | None = None,
+    run_id: str | None = None,
+    limits: RunLimits | None = None,
+    retry: RetryPolicy | None = None,
+    observers: Sequence[events.Observer] = (),
+    max_concurrency: int | None = None,
+    tool_limits: Mapping[str, int] | None = None,
+    budget: Budget | None = None,
+    clock: Clock | None = None,
+    classify: Classifier = classify_error,
+    hold_effects: bool = True,
+    max_steps: int = DEFAULT_MAX_STEPS,
+    max_arg_bytes: int = DEFAULT_MAX_ARG_BYTES,
+) -> AsyncIterator[RunSession]:
+    """Open a :class:`RunSession`: a run that takes steps while it runs.
+
+    Args:
+        header: the plan so far: a :class:`~plandag.dag.plan.Plan` (goal, params; steps
+            possibly empty; output possibly None, set later with ``set_output``),
+            compiled here with ``params``, ``read_only`` and ``write_boundary``; or a
+            :class:`~plandag.compiler.compiled.CompiledPlan`, whose own params, read-only
+            flag and write boundary then apply (``params`` must be None, and
+            ``read_only`` / ``write_boundary`` left at their defaults or equal to its own).
+        registry: the tools and check kinds steps added later may use.
+        params: values of the header's params (CLI strings coerced); None means none
+            given (a required param is then a compile error).
+        read_only: allow only tools without effects, for every step added.
+        write_boundary: where the run may write (checked at compile and at run time).
+        run_id: the run's id (default: a random hex id).
+        limits: the brakes (:class:`~plandag.scheduler.runner.RunLimits`), over the whole
+            session from its opening.
+        retry, observers, max_concurrency, tool_limits, budget, clock, classify: as
+            :func:`~plandag.scheduler.runner.run_plan`.
+        hold_effects: steps whose tool has effects wait for ``release_effects()``
+            (issue 4: they must not start before the whole plan compiled).
+        max_steps: the most steps the session may hold in all.
+        max_arg_bytes: the most bytes a step's args may take as JSON.
+
+    Yields:
+        The :class:`RunSession`; its :meth:`~RunSession.result` is final once the block
+        exits.
+
+    Raises:
+        PlanError: the header does not compile.
+        ValueError: bad limits (as ``run_plan``), or options that contradict a
+            CompiledPlan header.
+        Whatever the block raises, after the run was interrupted and closed.
+    """
+    if isinstance(header, CompiledPlan):
+        if params is not None:
+            raise ValueError("params were resolved when the plan compiled: pass params=None")
+        if read_only and not header.read_only:
+            raise ValueError("read_only=True, but the compiled plan was compiled read-write")
+        if write_boundary is not None and write_boundary != header.write_boundary:
+            raise ValueError("write_boundary differs from the compiled plan's")
+        compiled = header
+    else:
+        compiled = compile_plan(
+            header,
+            registry,
+            params=params if params is not None else {},
+            read_only=read_only,
+            write_boundary=write_boundary,
+            max_steps=max_steps,
+            max_arg_bytes=max_arg_bytes,
+        )
+    the_limits = limits if limits is not None else RunLimits()
+    run = _SessionRun(
+        compiled,
+        run_id if run_id is not None else uuid.uuid4().hex[:16],
+        max_concurrency,
+        tool_limits,
+        observers,
+        the_limits,
+        retry,
+        classify,
+        clock,
+        budget,
+        hold_effects=hold_effects,
+    )
+    session = RunSession(run, registry, max_steps=max_steps, max_arg_bytes=max_arg_bytes)
+    send = bool(run.observers) and (
+        the_limits.heartbeat_every is not None or the_limits.stall_after is not None
+    )
+    watch = send or (the_limits.stop_on_stall and the_limits.stall_after is not None)
+    error: BaseException | None = None
+    try:
+        async with anyio.create_task_group() as session_group:
+            await session_group.start(run.host)
+            if watch:
+                session_group.start_soon(run.watch_session, send)
+            try:
+                yield session
+            except (anyio.get_cancelled_exc_class(), GeneratorExit):
+                raise  # the caller's scope: the task group cancels the steps
+            except BaseException as raised:
+                # Raised again below, outside the task group (which would wrap it in an
+                # ExceptionGroup): the run is interrupted first.
+                error = raised
+                if run.active:
+                    run.stop("interrupted")
+            finally:
+                run.closing.set()
+    finally:
+        session._result = run.close_session()
+    if error is not None:
+        raise error
