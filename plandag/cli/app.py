@@ -680,6 +680,11 @@ def extract_nfe(
     raise typer.Exit(batch_exit_code(summary))
 
 
+from plandag.cli import plan_command as _plan_command  # noqa: E402 (registers `plan`)
+
+_plan_command.register(app)
+
+
 def version_callback(value: bool) -> None:
     """Print the version and exit (``plandag --version``)."""
     if value:

@@ -1,0 +1,222 @@
+"""``plandag plan "TASK" -o PLAN.json``: a model writes the plan; nothing is executed
+(issue 4, "CLI").
+
+The planner (:class:`plandag.planner.planner.Planner`) asks the model for the plan in the
+wire format with structured output, repairs it from the compiler's diagnostics at most twice,
+and the plan is written as the verbose Plan JSON (readable, ``plandag check``/``exec`` take
+it), then printed with its DAG (Mermaid, critical path marked, as ``plandag graph``).
+
+The API key is read from ``ANTHROPIC_API_KEY`` (``--provider anthropic``, the default) or
+``OPENAI_API_KEY`` (``--provider openai``; not needed with ``--base-url``, local servers take
+none). A missing key is an error before anything runs (exit 2). ``--investigate`` (running
+tools without effects first to gather context) is not implemented.
+
+Exit codes: 0 the plan was written; 2 unusable arguments, a missing key, or a plan that still
+did not compile after the repairs (its diagnostics printed like ``plandag check``); 1 the
+model call failed (after its retries), or its answer was cut off at ``max_tokens``.
+
+:func:`register` adds the command to the ``plandag`` typer app.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import anyio
+import typer
+from rich.console import Console
+
+from plandag.dag.graph import critical_path, mermaid
+from plandag.errors import PlanError, StepError, ToolLoadError
+from plandag.planner.llm import AnthropicClient, LLMClient, OpenAICompatibleClient
+from plandag.planner.planner import Planner, PlanOutcome
+from plandag.planner.prompt import format_diagnostics
+from plandag.scheduler import RetryPolicy
+from plandag.tools.registry import Registry, default_registry
+
+__all__ = ["DEFAULT_MODELS", "plan_document", "register"]
+
+EXIT_USAGE = 2
+EXIT_FAILED = 1
+
+DEFAULT_MODELS = {"anthropic": "claude-sonnet-4-6"}
+"""The model used when ``--model`` is not given, by provider (openai has none: local
+servers name their own)."""
+
+_KEY_VARIABLES = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
+_OPENAI_URL = "https://api.openai.com/v1"
+
+_stderr = Console(stderr=True, soft_wrap=True, highlight=False)
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    _stderr.print(f"[red]error:[/] {message}", markup=True, highlight=False)
+    raise typer.Exit(code)
+
+
+def _registry(tools: list[Path] | None) -> Registry:
+    registry = default_registry()
+    for file in dict.fromkeys(tools or []):
+        try:
+            registry.load_file(file)
+        except ToolLoadError as error:
+            _fail(str(error))
+    return registry
+
+
+def _client(provider: str, base_url: str | None) -> LLMClient:
+    """The provider's client; a missing key is an error here, before anything runs."""
+    variable = _KEY_VARIABLES[provider]
+    key = os.environ.get(variable)
+    if provider == "anthropic":
+        if not key:
+            _fail(
+                f"no Anthropic API key: set {variable} (for an offline server from "
+                "plandag.testing, any value with --base-url)"
+            )
+        return AnthropicClient(api_key=key, base_url=base_url)
+    if not key and base_url is None:
+        _fail(
+            f"no OpenAI API key: set {variable}, or give --base-url for a local "
+            "OpenAI-compatible server (vLLM, Ollama, llama.cpp), which needs none"
+        )
+    return OpenAICompatibleClient(base_url or _OPENAI_URL, api_key=key or None)
+
+
+def plan_document(outcome: PlanOutcome) -> dict[str, Any]:
+    """The plan as verbose Plan JSON, as written to ``-o``: ``version`` first, then only the
+    fields the plan sets (a param's ``default`` only when it has one).
+
+    Args:
+        outcome: the planner's outcome.
+
+    Returns:
+        A JSON-safe dict that ``plandag check`` and ``plandag exec`` read back as the same
+        plan.
+    """
+    document: dict[str, Any] = {"version": outcome.plan.version}
+    document.update(outcome.plan.model_dump(mode="json", exclude_unset=True))
+    return document
+
+
+def _graph_text(outcome: PlanOutcome) -> str:
+    compiled = outcome.compiled
+    path, length = critical_path(compiled.graph)
+    labels = {}
+    for step_id, compiled_step in compiled.steps.items():
+        description = compiled_step.step.description
+        labels[step_id] = f"{step_id}: {compiled_step.step.tool}" + (
+            f" - {description}" if description else ""
+        )
+    route = " -> ".join(map(str, path)) or "none (empty plan)"
+    steps = int(length)
+    noun = "step" if steps == 1 else "steps"
+    return mermaid(compiled.graph, labels, highlight=path) + (
+        f"%% critical path: {route} ({steps} {noun})\n"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``plan`` command to ``app`` (the ``plandag`` typer app).
+
+    Args:
+        app: the typer application to add the command to.
+    """
+
+    @app.command("plan")
+    def plan_command(
+        task: Annotated[str, typer.Argument(metavar="TASK", help="The task, in your words.")],
+        output: Annotated[
+            Path,
+            typer.Option("--output", "-o", metavar="PLAN.json", help="Where to write the plan."),
+        ],
+        tools: Annotated[
+            list[Path] | None,
+            typer.Option(
+                "--tools",
+                metavar="FILE.py",
+                help="A Python file whose @tool and @check functions are registered (repeatable).",
+            ),
+        ] = None,
+        context: Annotated[
+            Path | None,
+            typer.Option(
+                "--context", metavar="FILE", help="Trusted context for the planner (a text file)."
+            ),
+        ] = None,
+        provider: Annotated[
+            str,
+            typer.Option("--provider", metavar="anthropic|openai", help="The model provider."),
+        ] = "anthropic",
+        model: Annotated[
+            str | None,
+            typer.Option(
+                "--model", metavar="NAME", help="The model (anthropic: claude-sonnet-4-6)."
+            ),
+        ] = None,
+        base_url: Annotated[
+            str | None,
+            typer.Option("--base-url", metavar="URL", help="The provider API's base URL."),
+        ] = None,
+        max_repairs: Annotated[
+            int,
+            typer.Option(
+                "--max-repairs", metavar="N", min=0, help="Repairs of a plan that fails (2)."
+            ),
+        ] = 2,
+    ) -> None:
+        """Ask a model for a plan for TASK and write it; nothing is executed.
+
+        The plan is compiled (and repaired from its diagnostics at most --max-repairs
+        times), written to -o as Plan JSON, and printed with its DAG.
+        """
+        if provider not in _KEY_VARIABLES:
+            _fail(f"--provider {provider!r}: choose anthropic or openai")
+        name = model or DEFAULT_MODELS.get(provider)
+        if name is None:
+            _fail(f"--model is required with --provider {provider}")
+        context_text = ""
+        if context is not None:
+            try:
+                context_text = context.read_text(encoding="utf-8-sig")
+            except (OSError, UnicodeDecodeError) as error:
+                _fail(f"cannot read --context {context}: {error}")
+        registry = _registry(tools)
+        client = _client(provider, base_url)
+
+        async def make_plan() -> PlanOutcome:
+            try:
+                return await Planner(
+                    client, name, registry, retry=RetryPolicy(), max_repairs=max_repairs
+                ).plan(task, context_text)
+            finally:
+                await client.aclose()
+
+        try:
+            outcome = anyio.run(make_plan)
+        except PlanError as error:
+            for line in format_diagnostics(error.diagnostics).splitlines():
+                _stderr.print(line, markup=False)
+            _fail(f"the model's plan does not compile; nothing was written to {output}")
+        except StepError as error:
+            _fail(f"{provider} {name}: {error}", EXIT_FAILED)
+        text = json.dumps(plan_document(outcome), ensure_ascii=False, indent=2) + "\n"
+        try:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(text, encoding="utf-8")
+        except OSError as error:
+            _fail(f"cannot write {output}: {error}")
+        typer.echo(text + "\n" + _graph_text(outcome), nl=False)
+        steps = len(outcome.plan.steps)
+        calls = len(outcome.records)
+        cost = sum(record.cost_usd for record in outcome.records)
+        _stderr.print(
+            f"{output}: {steps} step{'' if steps == 1 else 's'}, "
+            f"{len(outcome.attempts)} plan(s) asked, {calls} call(s), "
+            f"{outcome.output_tokens} output tokens "
+            f"({outcome.output_tokens_per_step:.1f} per step), ${cost:.4f}",
+            markup=False,
+        )
