@@ -64,6 +64,7 @@ import anyio
 from rich.table import Table
 
 from plandag.errors import InputError
+from plandag.extract.nfe.document import error_record
 from plandag.extract.nfe.output import (
     OutputFormat,
     WrittenRecord,
@@ -96,33 +97,6 @@ _GLOB_CHARACTERS = frozenset("*?[")
 
 #: How many other sources a failing unique_in_batch detail names before "and N more".
 _NAMED_DUPLICATES = 3
-
-
-def error_record(source: str, sha256: str, code: str, message: str) -> dict[str, Any]:
-    """An error record (NFE.md "The record") for an input that gave no invoice.
-
-    Args:
-        source: the input path or pattern, as given.
-        sha256: hex digest of the input's bytes, or "" when there are no bytes to hash.
-        code: a stable reason code (``no_such_input``, ``internal_error``...).
-        message: what was wrong, for a person.
-    """
-    return {
-        "source": source,
-        "sha256": sha256,
-        "status": "error",
-        "errors": [{"code": code, "message": message}],
-        "checks": {},
-        "layout": None,
-        "invoice_index": None,
-        "ide": None,
-        "emit": None,
-        "dest": None,
-        "items": [],
-        "total": None,
-        "protocol": None,
-        "events": [],
-    }
 
 
 def _folder_entries(folder: Path) -> list[Path]:
