@@ -84,6 +84,16 @@ class Budget:
         """US dollars held by attempts still running."""
         return self.reserved_nanodollars / _NANO
 
+    @property
+    def exceeded(self) -> bool:
+        """True when spent plus reserved is already past a cap: even a free attempt (no
+        estimate) is then refused, as :meth:`reserve` would refuse it."""
+        cap = self.max_nanodollars
+        if cap is not None and self.spent_nanodollars + self.reserved_nanodollars > cap:
+            return True
+        token_cap = self.max_tokens
+        return token_cap is not None and self.spent_tokens + self.reserved_tokens > token_cap
+
     def reserve(self, usd: float, tokens: int) -> Reservation | None:
         """Hold ``usd`` dollars and ``tokens`` tokens for one attempt, if the caps allow.
 

@@ -623,8 +623,14 @@ class _Run:
         tool = compiled_step.tool
         reservation: Reservation | None = None
         if self.capped:
-            reservation = self.budget.reserve(tool.cost_estimate_usd, tool.tokens_estimate)
-            if reservation is None:
+            if tool.cost_estimate_usd or tool.tokens_estimate or tool.takes_context:
+                reservation = self.budget.reserve(tool.cost_estimate_usd, tool.tokens_estimate)
+                refused = reservation is None
+            else:
+                # A free attempt holds nothing; it is refused only once spend is past a cap
+                # (the same answer reserve(0, 0) gives, without a reservation to settle).
+                refused = self.budget.exceeded
+            if refused:
                 return _AttemptOutcome(
                     refused=self.budget.refusal(tool.cost_estimate_usd, tool.tokens_estimate)
                 )

@@ -202,3 +202,34 @@ def test_runs_sharing_a_budget_never_overshoot_it_together() -> None:
     )
     assert shared.spent_usd == 0.6
     assert (first.spent_usd, second.spent_usd) == (0.6, 0.6)
+
+
+def test_free_steps_are_refused_once_spend_is_past_the_cap() -> None:
+    """A tool may report more than it estimated; after that nothing more starts, free or not."""
+
+    @tool(cost_estimate_usd=0.1)
+    def overspends(ctx: ToolContext) -> int:
+        ctx.report_cost(usd=2.0)
+        return 1
+
+    @tool
+    def free(x: int) -> int:
+        return x
+
+    plan = {
+        "steps": [
+            {"id": 1, "tool": "overspends"},
+            {"id": 2, "tool": "free", "args": {"x": "<step_1_result>"}},
+        ]
+    }
+    result = run_plan_sync(
+        compile_plan(plan, Registry([overspends, free])), limits=RunLimits(max_cost_usd=1.0)
+    )
+    assert result.steps[1].status == "succeeded"
+    assert (result.steps[2].status, result.steps[2].reason) == ("skipped", "budget")
+    assert result.status == "budget_exceeded"
+    assert result.spent_usd == 2.0
+    shared = Budget(max_cost_usd=1.0, max_tokens=None)
+    assert shared.exceeded is False
+    shared.settle(Reservation(0, 0), 1.5, 0)
+    assert shared.exceeded is True
