@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 __all__ = ["PLAN_FORMAT_VERSION", "CheckSpec", "ParamSpec", "Plan", "Step"]
 
@@ -73,14 +73,14 @@ class Step(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    id: int = Field(gt=0, description="Positive integer, unique within the plan.")
+    id: int = Field(gt=0, strict=True, description="Positive integer, unique within the plan.")
     tool: str = Field(min_length=1, description="Name of a registered tool.")
     args: dict[str, Any] = Field(
         default_factory=dict,
         description="Arguments for the tool; strings may hold references "
         "(<step_N_result>, <step_N_result.path>, <param.NAME>) at any depth.",
     )
-    depends_on: list[int] = Field(
+    depends_on: list[StrictInt] = Field(
         default_factory=list,
         description="Ids of steps that must succeed before this one starts.",
     )

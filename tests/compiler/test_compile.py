@@ -141,3 +141,34 @@ def test_a_plan_with_no_steps_compiles(registry: Registry) -> None:
 def test_plan_error_is_a_value_error(registry: Registry) -> None:
     with pytest.raises(ValueError, match="plan does not compile: 1 error"):
         compile_plan({"steps": [{"id": 1, "tool": "nope"}]}, registry)
+
+
+@pytest.mark.parametrize("bad", ["1", True, 1.0])
+def test_step_ids_must_be_real_integers(bad: object) -> None:
+    """ "1", true and 1.0 are not ids: a plan that writes them is told so, not silently fixed."""
+    from plandag.compiler import compile_plan
+    from plandag.errors import PlanError
+    from plandag.tools.registry import default_registry
+
+    plan = {"steps": [{"id": bad, "tool": "json_select", "args": {"data": 1, "expr": "@"}}]}
+    with pytest.raises(PlanError) as caught:
+        compile_plan(plan, default_registry())
+    assert caught.value.codes == ["invalid_schema"]
+    assert "steps[0].id" in caught.value.diagnostics[0].message
+
+
+def test_dependencies_must_be_real_integers() -> None:
+    from plandag.compiler import compile_plan
+    from plandag.errors import PlanError
+    from plandag.tools.registry import default_registry
+
+    plan = {
+        "steps": [
+            {"id": 1, "tool": "json_select", "args": {"data": 1, "expr": "@"}},
+            {"id": 2, "tool": "json_select", "args": {"data": 1, "expr": "@"}, "depends_on": ["1"]},
+        ]
+    }
+    with pytest.raises(PlanError) as caught:
+        compile_plan(plan, default_registry())
+    assert caught.value.codes == ["invalid_schema"]
+    assert "depends_on" in caught.value.diagnostics[0].message
