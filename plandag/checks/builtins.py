@@ -20,17 +20,20 @@ import dataclasses
 import decimal
 import json
 import os
-import re
 from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import jmespath as jmespath_library
+import regex as _regex
 from jmespath.exceptions import JMESPathError
 from pydantic import BaseModel
 
 from plandag.checks.base import CheckDefinition, CheckOutcome, check
+
+_REGEX_SECONDS = 1.0
+"""Time limit for one ``regex`` check's match, seconds."""
 
 __all__ = [
     "BUILTIN_CHECKS",
@@ -183,12 +186,15 @@ def regex(result: Any, pattern: str, path: str | None = None) -> CheckOutcome:
 
     Args:
         result: the step's result.
-        pattern: a Python regular expression, matched with ``re.fullmatch``.
+        pattern: a regular expression in Python's syntax, matched in full. Plans are
+            written by models, so the pattern is untrusted: it is matched with the
+            ``regex`` library under a time limit of 1 second (a pattern that backtracks
+            for ever fails the check instead of hanging the run).
         path: a JMESPath expression over the result, or None for the result itself.
     """
     try:
-        compiled = re.compile(pattern)
-    except re.error as error:
+        compiled = _regex.compile(pattern)
+    except _regex.error as error:
         return CheckOutcome("regex", "fail", f"invalid regular expression {pattern!r}: {error}")
     try:
         found = _select(result, path)
@@ -201,7 +207,16 @@ def regex(result: Any, pattern: str, path: str | None = None) -> CheckOutcome:
             f"{_where(path)} is {type(found).__name__} {_show(found)}, not a string; "
             f"cannot match {pattern!r}",
         )
-    if compiled.fullmatch(found) is None:
+    try:
+        matched = compiled.fullmatch(found, timeout=_REGEX_SECONDS)
+    except TimeoutError:
+        return CheckOutcome(
+            "regex",
+            "fail",
+            f"matching {pattern!r} against {_where(path)} took longer than "
+            f"{_REGEX_SECONDS:g} s (catastrophic backtracking?); simplify the pattern",
+        )
+    if matched is None:
         return CheckOutcome(
             "regex", "fail", f"{_where(path)} {_show(found)} does not fully match {pattern!r}"
         )

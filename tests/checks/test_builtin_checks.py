@@ -272,3 +272,15 @@ def test_unknown_argument_fails_the_check() -> None:
     outcome = evaluate("not_empty", "x", pth="a")
     assert outcome.status == "fail"
     assert outcome.detail.startswith("ValidationError: ")
+
+
+def test_regex_check_cannot_hang_on_catastrophic_backtracking() -> None:
+    """A model-written pattern that backtracks for ever fails within the time limit."""
+    import time
+
+    definition = next(d for d in BUILTIN_CHECKS if d.name == "regex")
+    started = time.monotonic()
+    outcome = definition.evaluate("a" * 5000 + "!", {"pattern": r"(a|aa)+(a|aa)+$"})
+    assert time.monotonic() - started < 10
+    assert outcome.status == "fail"
+    assert "took longer than 1 s (catastrophic backtracking?)" in outcome.detail
