@@ -684,6 +684,10 @@ from plandag.cli import plan_command as _plan_command  # noqa: E402 (registers `
 
 _plan_command.register(app)
 
+from plandag.cli import run_command as _run_command  # noqa: E402 (registers `run`)
+
+_run_command.register(app)
+
 
 def version_callback(value: bool) -> None:
     """Print the version and exit (``plandag --version``)."""

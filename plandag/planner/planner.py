@@ -205,7 +205,12 @@ class Planner:
         )
 
     async def plan(
-        self, goal: str, context: str = "", params: Mapping[str, Any] | None = None
+        self,
+        goal: str,
+        context: str = "",
+        params: Mapping[str, Any] | None = None,
+        *,
+        records: list[CallRecord] | None = None,
     ) -> PlanOutcome:
         """Ask the model for a plan for ``goal``; repair it from diagnostics until it compiles.
 
@@ -214,6 +219,8 @@ class Planner:
             context: trusted context from the user (shown as is, not as data), or "".
             params: the values the run will be given, by name, or None; the plan is
                 compiled with them (missing, unknown and mistyped params are errors).
+            records: a list every call attempt's record is also appended to as it is made
+                (so a caller keeps the records of a call that raised), or None.
 
         Returns:
             A :class:`PlanOutcome` with the plan, its compiled form, every attempt and
@@ -232,7 +239,8 @@ class Planner:
         messages: list[ChatMessage] = [
             {"role": "user", "content": user_prompt(goal, context, params)}
         ]
-        records: list[CallRecord] = []
+        calls: list[CallRecord] = records if records is not None else []
+        first_call = len(calls)
         attempts: list[PlanAttempt] = []
         for number in range(1, self.max_repairs + 2):
             request = LLMRequest(
@@ -251,7 +259,7 @@ class Planner:
                 self.clock,
                 self.budget,
                 prices=self.prices,
-                records=records,
+                records=calls,
             )
             try:
                 compiled = compile_plan(
@@ -285,5 +293,5 @@ class Planner:
                     compiled=True,
                 )
             )
-            return PlanOutcome(compiled.plan, compiled, tuple(attempts), tuple(records))
-        raise PlannerGaveUp(attempts[-1].diagnostics, attempts=attempts, records=records)
+            return PlanOutcome(compiled.plan, compiled, tuple(attempts), tuple(calls[first_call:]))
+        raise PlannerGaveUp(attempts[-1].diagnostics, attempts=attempts, records=calls[first_call:])

@@ -1,0 +1,230 @@
+"""``plandag run "TASK"``: a model plans, plandag runs, replans what fails, joins (issue 4,
+"CLI").
+
+The :class:`~plandag.planner.agent.Agent` does the work: one planning call (``--stream``:
+steps start while the plan arrives), the run with every brake of ``exec`` (the same options,
+the same ``[tool.plandag]`` / ``plandag.toml`` defaults), replans of the failed part (at most
+3, at most 2 in a row without progress), and the joiner. The final output is printed (the
+plan's output assembled by code, or the joiner's answer); with ``--json`` the RunResult JSON
+of ``exec --json`` (its ``status`` the agent's) plus ``answer``, ``replans``,
+``plan_versions``, ``llm_calls``, ``join``, ``error``, ``gave_up``, ``diagnostics`` and
+``output_tokens_per_step``.
+
+The API key comes from ``ANTHROPIC_API_KEY`` (``--provider anthropic``, the default) or
+``OPENAI_API_KEY`` (``--provider openai``; not needed with ``--base-url``). A missing key is
+an error before anything runs (exit 2).
+
+Exit codes as ``exec`` (ARCHITECTURE.md, "States and exit codes"): 0 succeeded; 1 failed or
+gave_up (a model call that failed past its retries, a plan cut at ``max_tokens``); 2 unusable
+arguments, a missing key, or a plan that still did not compile after its repairs; 3
+timed_out or budget_exceeded; 130/143 interrupted by SIGINT/SIGTERM.
+
+:func:`register` adds the command to the ``plandag`` typer app.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from plandag.cli.app import (
+    EXIT_CODES,
+    EXIT_USAGE,
+    BoundaryOption,
+    HeartbeatEveryOption,
+    HeartbeatOption,
+    JsonOption,
+    MaxConcurrencyOption,
+    MaxCostOption,
+    MaxSecondsOption,
+    MaxTokensOption,
+    ParamOption,
+    ReadOnlyOption,
+    RetriesOption,
+    StallAfterOption,
+    StopOnStallOption,
+    ToolsOption,
+    _boundary,
+    _fail,
+    _limits,
+    _parse_params,
+    _print_progress,
+    _registry,
+    _settings,
+    stderr,
+    stdout,
+)
+from plandag.cli.display import run_table
+from plandag.cli.plan_command import _KEY_VARIABLES, DEFAULT_MODELS, _client
+from plandag.cli.signals import Interruptible, exit_code_for_signal
+from plandag.planner.agent import Agent, AgentResult
+from plandag.planner.prompt import format_diagnostics
+from plandag.scheduler import JsonlHeartbeatWriter, RetryPolicy
+from plandag.scheduler.events import Observer
+from plandag.scheduler.result import to_jsonable
+
+__all__ = ["exit_code", "register"]
+
+
+def exit_code(result: AgentResult) -> int:
+    """The exit code of ``plandag run`` for ``result``: as ``exec`` for its status, and 2
+    when the plan never compiled."""
+    if result.plan_did_not_compile:
+        return EXIT_USAGE
+    return EXIT_CODES.get(result.status, 1)
+
+
+def _report(result: AgentResult, as_json: bool) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(result.to_json_dict(), ensure_ascii=False, indent=2) + "\n")
+        return
+    if result.diagnostics and (result.plan_did_not_compile or result.gave_up):
+        for line in format_diagnostics(result.diagnostics).splitlines():
+            stderr.print(line, markup=False)
+    if result.run.steps:
+        stdout.print(run_table(result.run, console_width=stdout.width))
+        _print_progress(result.run)
+    if result.error is not None:
+        stderr.print(f"error: {result.error.type}: {result.error.message}", markup=False)
+    if result.gave_up is not None:
+        stderr.print(
+            f"gave up ({result.gave_up}) after {len(result.replans)} replan(s); no answer "
+            "was made up",
+            markup=False,
+        )
+    calls = len(result.llm_calls)
+    cost = sum(record.cost_usd for record in result.llm_calls)
+    stderr.print(
+        f"{result.status}: {calls} model call(s), {len(result.replans)} replan(s), "
+        f"${cost:.4f} on models",
+        markup=False,
+    )
+    if result.answer is not None:
+        if isinstance(result.answer, str):
+            stdout.print(result.answer, markup=False, highlight=False)
+        else:
+            stdout.print_json(json.dumps(to_jsonable(result.answer), ensure_ascii=False))
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``run`` command to ``app`` (the ``plandag`` typer app).
+
+    Args:
+        app: the typer application to add the command to.
+    """
+
+    @app.command("run")
+    def run_command(
+        task: Annotated[str, typer.Argument(metavar="TASK", help="The task, in your words.")],
+        tools: ToolsOption = None,
+        stream: Annotated[
+            bool,
+            typer.Option("--stream", help="Start steps while the plan is still arriving."),
+        ] = False,
+        context: Annotated[
+            Path | None,
+            typer.Option(
+                "--context", metavar="FILE", help="Trusted context for the planner (a text file)."
+            ),
+        ] = None,
+        provider: Annotated[
+            str,
+            typer.Option("--provider", metavar="anthropic|openai", help="The model provider."),
+        ] = "anthropic",
+        model: Annotated[
+            str | None,
+            typer.Option(
+                "--model", metavar="NAME", help="The model (anthropic: claude-sonnet-4-6)."
+            ),
+        ] = None,
+        base_url: Annotated[
+            str | None,
+            typer.Option("--base-url", metavar="URL", help="The provider API's base URL."),
+        ] = None,
+        param: ParamOption = None,
+        read_only: ReadOnlyOption = False,
+        write_boundary: BoundaryOption = None,
+        max_seconds: MaxSecondsOption = None,
+        max_cost: MaxCostOption = None,
+        max_tokens: MaxTokensOption = None,
+        max_concurrency: MaxConcurrencyOption = None,
+        retries: RetriesOption = None,
+        heartbeat: HeartbeatOption = None,
+        heartbeat_every: HeartbeatEveryOption = None,
+        stall_after: StallAfterOption = None,
+        stop_on_stall: StopOnStallOption = None,
+        as_json: JsonOption = False,
+    ) -> None:
+        """Plan TASK with a model, run the plan, replan what fails, print the result.
+
+        Every brake of exec applies to the whole run, model calls included (the cost caps
+        count their tokens; the wall clock counts from the first request).
+        """
+        settings = _settings(
+            {
+                "write_boundary": write_boundary,
+                "max_seconds": max_seconds,
+                "max_cost": max_cost,
+                "max_tokens": max_tokens,
+                "max_concurrency": max_concurrency,
+                "retries": retries,
+                "heartbeat": str(heartbeat) if heartbeat is not None else None,
+                "heartbeat_every": heartbeat_every,
+                "stall_after": stall_after,
+                "stop_on_stall": stop_on_stall,
+            }
+        )
+        if provider not in _KEY_VARIABLES:
+            _fail(f"--provider {provider!r}: choose anthropic or openai")
+        name = model or DEFAULT_MODELS.get(provider)
+        if name is None:
+            _fail(f"--model is required with --provider {provider}")
+        context_text = ""
+        if context is not None:
+            try:
+                context_text = context.read_text(encoding="utf-8-sig")
+            except (OSError, UnicodeDecodeError) as error:
+                _fail(f"cannot read --context {context}: {error}")
+        registry = _registry(tools)
+        params = _parse_params(param)
+        boundary = _boundary(settings["write_boundary"], Path.cwd())
+        limits = _limits(settings)
+        observers: list[Observer] = []
+        if settings["heartbeat"]:
+            heartbeat_file = Path(settings["heartbeat"])
+            if not heartbeat_file.parent.is_dir():
+                _fail(f"--heartbeat {heartbeat_file}: its folder does not exist")
+            observers.append(JsonlHeartbeatWriter(heartbeat_file))
+        client = _client(provider, base_url)  # a missing key stops here, before any call
+        agent = Agent(
+            client,
+            name,
+            registry,
+            stream=stream,
+            limits=limits,
+            retry=RetryPolicy(retries=settings["retries"]),
+            observers=observers,
+            max_concurrency=settings["max_concurrency"],
+            read_only=read_only,
+            write_boundary=boundary,
+        )
+
+        async def work() -> AgentResult:
+            try:
+                return await agent.run(task, context_text, params or None)
+            finally:
+                await client.aclose()
+
+        outcome = Interruptible(functools.partial(work)).run()
+        if outcome.result is None:
+            code = exit_code_for_signal(outcome.signal) if outcome.signal is not None else 130
+            _fail("the run was interrupted before it could report", code)
+        _report(outcome.result, as_json)
+        if outcome.signal is not None:
+            raise typer.Exit(exit_code_for_signal(outcome.signal))
+        raise typer.Exit(exit_code(outcome.result))

@@ -1,0 +1,657 @@
+"""The agent: plan, run, replan the failed part, join (issue 4; ARCHITECTURE.md, "Execution",
+"Retry vs replan", "Replanning", "Streaming", "Brakes").
+
+:meth:`Agent.run` does, in one run session (:func:`~plandag.scheduler.session.open_session`,
+opened before the first model request, so the wall-clock cap, the cost caps and the time to
+first tool all count from the request):
+
+1. **plan**: the :class:`~plandag.planner.planner.Planner` writes the whole plan (repaired
+   from diagnostics at most twice) and its steps join the run; with ``stream=True`` the
+   :class:`~plandag.planner.streaming.StreamingPlanner` adds each step as it arrives, and
+   steps without effects start before the plan ends. Steps with effects start once the
+   whole plan compiled (``release_effects``; approval is a later issue);
+2. **run and replan**: the steps run; when a step fails (after its retries) the
+   :class:`~plandag.planner.replanner.Replanner` gets the failed part at once, while
+   independent branches keep running, and its patch joins the run. Caps: at most
+   ``max_replans`` replans (3), at most ``max_replans_without_progress`` (2) in a row with
+   no step newly completed since the previous one, the cost caps (every model call is
+   reserved on the session's budget) and the wall-clock cap (every model call is bounded by
+   ``anyio.fail_after(session.remaining_s)``). A patch that does not compile is a replan
+   too: its repair counts against the same caps. When a cap is hit the run ends
+   ``gave_up`` (:meth:`~plandag.scheduler.session.RunSession.give_up`) with its full state:
+   what ran, what failed and why, what never ran, the last diagnostics; never an invented
+   result (``answer`` is None);
+3. **join**: when nothing is left to run or replan: the plan has an ``output`` and every
+   step succeeded (so every check passed): the output is assembled by code, no model call;
+   the plan has no output: one joiner call decides ``finish(answer)`` or
+   ``replan(reason)``, and a replan there counts against the same caps.
+
+Planning failures end the run before or while its steps run (steps already started by a
+streamed plan end cancelled, the others skipped): a plan cut at ``max_tokens`` (never a
+shorter plan), a plan that still did not compile after its repairs, a model call that failed
+past its retries. :class:`AgentResult` carries the error and a status (``failed``,
+``budget_exceeded`` for a call the budget refused, ``timed_out`` for the wall clock).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import anyio
+
+from plandag.compiler import Diagnostic
+from plandag.dag.plan import ParamSpec, Plan
+from plandag.errors import PlanError
+from plandag.planner.joiner import (
+    DEFAULT_JOIN_MAX_TOKENS,
+    JOIN_SCHEMA,
+    JOIN_SYSTEM_PROMPT,
+    JoinDecision,
+    join_prompt,
+    parse_decision,
+)
+from plandag.planner.llm import (
+    DEFAULT_PRICES,
+    BudgetRefusedError,
+    CallRecord,
+    LLMClient,
+    LLMRequest,
+    PriceTable,
+    call_with_retries,
+)
+from plandag.planner.planner import (
+    DEFAULT_PLAN_MAX_TOKENS,
+    Planner,
+    PlannerGaveUp,
+    PlanOutcome,
+)
+from plandag.planner.replanner import (
+    DEFAULT_REPLAN_MAX_CHARS,
+    DEFAULT_REPLAN_MAX_TOKENS,
+    Replanner,
+    ReplanRecord,
+    ReplanTrigger,
+)
+from plandag.planner.streaming import StreamingPlanner
+from plandag.scheduler import events
+from plandag.scheduler.budget import Budget
+from plandag.scheduler.clock import Clock, SystemClock
+from plandag.scheduler.result import RunResult, RunStatus, StepErrorInfo, to_jsonable
+from plandag.scheduler.retry import RetryPolicy
+from plandag.scheduler.runner import RunLimits
+from plandag.scheduler.session import RunSession, SessionState, open_session
+from plandag.tools.boundary import WriteBoundary
+from plandag.tools.registry import Registry
+
+__all__ = ["Agent", "AgentResult", "GaveUpReason"]
+
+GaveUpReason = Literal["max_replans", "no_progress", "budget", "replanner_error"]
+"""Why the agent gave up: the replan cap, the no-progress cap, the cost cap refused a model
+call, or a model call of the replanner or joiner failed past its retries."""
+
+_PARAM_TYPES: tuple[tuple[type, str], ...] = (
+    (bool, "boolean"),
+    (int, "integer"),
+    (float, "number"),
+    (str, "string"),
+    (dict, "object"),
+    (list, "array"),
+)
+
+
+def _header(goal: str, params: Mapping[str, Any]) -> Plan:
+    """The run's header: the goal, and each given param declared (its type from its value,
+    ``any`` when none fits). Steps join later."""
+    specs = {}
+    for name, value in params.items():
+        kind = next((label for cls, label in _PARAM_TYPES if isinstance(value, cls)), "any")
+        specs[name] = ParamSpec.model_validate({"type": kind})
+    return Plan(goal=goal, params=specs, steps=[])
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentResult:
+    """What :meth:`Agent.run` produced.
+
+    Attributes:
+        status: the run's status (:attr:`RunResult.status`); ``gave_up`` when a cap
+            stopped the replans (even if every step that ran succeeded, as when the
+            joiner asked for a replan past the caps); and when planning failed:
+            ``failed`` (a plan cut at ``max_tokens``, a plan that never compiled, a failed
+            call), ``budget_exceeded`` (the budget refused a planning call) or
+            ``timed_out`` (the wall-clock cap passed while the model wrote).
+        run: the run's :class:`RunResult` (every step's record, superseded ones with
+            ``superseded_by``).
+        answer: the task's result: the plan's output assembled by code, or the joiner's
+            written answer; None unless the run succeeded (never invented).
+        plan_versions: the plan as first accepted, then the run's plan after each applied
+            patch (every step so far, superseded ones included, and the output).
+        replans: every replan, applied or not, in order.
+        llm_calls: every model call attempt (planner, replanner, joiner), in order.
+        join: the joiner's decision (``by_model`` False when code assembled the output),
+            or None when the run never got there.
+        plan: the planner's outcome (attempts, output tokens), None when planning failed.
+        error: what ended the run outside its steps (a planning or replanner failure),
+            else None.
+        gave_up: why the agent gave up (:data:`GaveUpReason`), else None.
+        diagnostics: the last diagnostics a plan or a patch got (the errors of one that
+            did not compile), else ().
+        plan_did_not_compile: planning ended because the plan still did not compile after
+            its repairs (``plandag run`` exits 2 then).
+    """
+
+    status: RunStatus
+    run: RunResult
+    answer: Any = None
+    plan_versions: tuple[Plan, ...] = ()
+    replans: tuple[ReplanRecord, ...] = ()
+    llm_calls: tuple[CallRecord, ...] = ()
+    join: JoinDecision | None = None
+    plan: PlanOutcome | None = None
+    error: StepErrorInfo | None = None
+    gave_up: GaveUpReason | None = None
+    diagnostics: tuple[Diagnostic, ...] = ()
+    plan_did_not_compile: bool = False
+
+    @property
+    def first_tool_start_s(self) -> float | None:
+        """Seconds from the first model request to the first tool start (the run session
+        opens just before the request), or None when no tool started."""
+        return self.run.first_tool_start_s
+
+    @property
+    def output_tokens_per_step(self) -> float | None:
+        """Output tokens of the accepted plan's answer per step (PlanOutcome), or None."""
+        return self.plan.output_tokens_per_step if self.plan is not None else None
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The RunResult's JSON (:meth:`RunResult.to_json_dict`, ``status`` replaced by
+        :attr:`status`) plus ``answer``, ``replans``, ``plan_versions`` (verbose Plan
+        JSON), ``llm_calls``, ``join``, ``error``, ``gave_up``, ``diagnostics``,
+        ``output_tokens_per_step``."""
+        document = self.run.to_json_dict()
+        document["status"] = self.status
+        document["answer"] = to_jsonable(self.answer)
+        document["replans"] = [record.to_json_dict() for record in self.replans]
+        document["plan_versions"] = [
+            {"version": plan.version, **plan.model_dump(mode="json", exclude_defaults=True)}
+            for plan in self.plan_versions
+        ]
+        document["llm_calls"] = [_call_json(record) for record in self.llm_calls]
+        document["join"] = (
+            {
+                "action": self.join.action,
+                "by_model": self.join.by_model,
+                "reason": self.join.reason,
+            }
+            if self.join is not None
+            else None
+        )
+        document["error"] = self.error.as_dict() if self.error is not None else None
+        document["gave_up"] = self.gave_up
+        document["diagnostics"] = [diagnostic.as_dict() for diagnostic in self.diagnostics]
+        document["output_tokens_per_step"] = self.output_tokens_per_step
+        return document
+
+
+def _call_json(record: CallRecord) -> dict[str, Any]:
+    return {
+        "provider": record.provider,
+        "model": record.model,
+        "attempt": record.attempt,
+        "streamed": record.streamed,
+        "input_tokens": record.usage.input_tokens,
+        "output_tokens": record.usage.output_tokens,
+        "cost_usd": record.cost_usd,
+        "duration_s": record.duration_s,
+        "ttft_s": record.ttft_s,
+        "stop_reason": record.stop_reason,
+        "error": record.error,
+        "error_reason": record.error_reason,
+    }
+
+
+class _FailureWatch:
+    """An observer that wakes the agent when a step fails or is cancelled."""
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+
+    def __call__(self, event: events.Event) -> None:
+        if isinstance(event, events.StepFailed | events.StepCancelled):
+            self.event.set()
+
+    def arm(self) -> None:
+        """Wait for the next failure from now on."""
+        if self.event.is_set():
+            self.event = anyio.Event()
+
+
+async def _next_state(session: RunSession, watch: _FailureWatch) -> SessionState:
+    """Return when something needs the agent: a step failed, or nothing runs any more."""
+    watch.arm()
+    state = session.state()
+    if state.needs_replan or state.stop_reason is not None:
+        return state
+    async with anyio.create_task_group() as group:
+
+        async def settled() -> None:
+            await session.settled()
+            group.cancel_scope.cancel()
+
+        async def failed() -> None:
+            await watch.event.wait()
+            group.cancel_scope.cancel()
+
+        group.start_soon(settled)
+        group.start_soon(failed)
+    return session.state()
+
+
+async def _let_deadline_pass(session: RunSession) -> None:
+    """A model call ran into the wall-clock cap: wait the instant left until the session's
+    own deadline stops its steps, so the run ends ``timed_out`` with reason ``deadline``."""
+    remaining = session.remaining_s
+    if remaining is not None and remaining > 0:
+        await anyio.sleep(remaining + 0.001)
+
+
+class Agent:
+    """Plans a task with a model, runs the plan, replans what fails, joins the result.
+
+    Args:
+        client: the model provider (:class:`~plandag.planner.llm.AnthropicClient`...).
+        model: the model name (``claude-sonnet-4-6``...).
+        registry: the tools and check kinds plans may use.
+        stream: streaming dispatch (steps start while the plan arrives).
+        limits: the run's brakes (wall-clock cap from the first request, cost and token
+            caps over tool steps and model calls alike, heartbeat, stall).
+        retry: retries of failed steps and of transient model call failures.
+        budget: the run's budget; default one from ``limits``' cost and token caps.
+        prices: the price table for model calls.
+        observers: run event observers (progress display, heartbeat writer...).
+        clock: where model call retry delays are slept (a ``VirtualClock`` in tests);
+            steps run on the system clock. Default the system clock.
+        max_concurrency: steps at once across the run, or None.
+        tool_limits: steps at once per tool name.
+        read_only: allow only tools without effects.
+        write_boundary: where the run may write; None: no write checks.
+        max_replans: the most replans in a run (>= 0; issue 4: 3).
+        max_replans_without_progress: the most replans in a row with no step newly
+            completed since the previous replan (>= 1; issue 4: 2).
+        max_repairs: repairs of a first plan that does not compile (issue 4: 2).
+        plan_max_tokens: output tokens of a planning call.
+        replan_max_tokens: output tokens of a replanning call.
+        join_max_tokens: output tokens of the joiner's call.
+        max_chars: characters of each step result shown to the replanner and the joiner.
+
+    Raises:
+        ValueError: a cap out of range.
+    """
+
+    def __init__(
+        self,
+        client: LLMClient,
+        model: str,
+        registry: Registry,
+        *,
+        stream: bool = False,
+        limits: RunLimits | None = None,
+        retry: RetryPolicy | None = None,
+        budget: Budget | None = None,
+        prices: PriceTable = DEFAULT_PRICES,
+        observers: Sequence[events.Observer] = (),
+        clock: Clock | None = None,
+        max_concurrency: int | None = None,
+        tool_limits: Mapping[str, int] | None = None,
+        read_only: bool = False,
+        write_boundary: WriteBoundary | None = None,
+        max_replans: int = 3,
+        max_replans_without_progress: int = 2,
+        max_repairs: int = 2,
+        plan_max_tokens: int = DEFAULT_PLAN_MAX_TOKENS,
+        replan_max_tokens: int = DEFAULT_REPLAN_MAX_TOKENS,
+        join_max_tokens: int = DEFAULT_JOIN_MAX_TOKENS,
+        max_chars: int = DEFAULT_REPLAN_MAX_CHARS,
+    ) -> None:
+        if max_replans < 0:
+            raise ValueError(f"max_replans must be >= 0, not {max_replans}")
+        if max_replans_without_progress < 1:
+            raise ValueError(
+                f"max_replans_without_progress must be >= 1, not {max_replans_without_progress}"
+            )
+        if join_max_tokens < 1:
+            raise ValueError(f"join_max_tokens must be >= 1, not {join_max_tokens}")
+        self.client = client
+        self.model = model
+        self.registry = registry
+        self.stream = stream
+        self.limits = limits if limits is not None else RunLimits()
+        self.retry = retry if retry is not None else RetryPolicy()
+        self.budget = budget
+        self.prices = prices
+        self.observers = tuple(observers)
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.max_concurrency = max_concurrency
+        self.tool_limits = tool_limits
+        self.read_only = read_only
+        self.write_boundary = write_boundary
+        self.max_replans = max_replans
+        self.max_replans_without_progress = max_replans_without_progress
+        self.max_repairs = max_repairs
+        self.plan_max_tokens = plan_max_tokens
+        self.replan_max_tokens = replan_max_tokens
+        self.join_max_tokens = join_max_tokens
+        self.max_chars = max_chars
+
+    async def run(
+        self, goal: str, context: str = "", params: Mapping[str, Any] | None = None
+    ) -> AgentResult:
+        """Plan ``goal``, run the plan, replan what fails within the caps, join.
+
+        Args:
+            goal: the task, in the user's words.
+            context: trusted context from the user, or "".
+            params: values given to the run by name (``<param.NAME>``), or None.
+
+        Returns:
+            The :class:`AgentResult`; never raises for a failed plan, call or step (the
+            result says what happened).
+
+        Raises:
+            ValueError: bad limits (as ``open_session``).
+        """
+        budget = (
+            self.budget
+            if self.budget is not None
+            else Budget(self.limits.max_cost_usd, self.limits.max_tokens)
+        )
+        given = dict(params or {})
+        run = _AgentRun(self, goal, context, given, budget)
+        watch = _FailureWatch()
+        session_ref: list[RunSession] = []
+        try:
+            async with open_session(
+                _header(goal, given),
+                self.registry,
+                params=given,
+                read_only=self.read_only,
+                write_boundary=self.write_boundary,
+                limits=self.limits,
+                retry=self.retry,
+                observers=(*self.observers, watch),
+                max_concurrency=self.max_concurrency,
+                tool_limits=self.tool_limits,
+                budget=budget,
+                hold_effects=True,
+            ) as session:
+                session_ref.append(session)
+                await run.plan(session)
+                await run.run_and_replan(session, watch)
+        except _PlanningFailed:
+            pass
+        return run.result(session_ref[0].result())
+
+
+class _PlanningFailed(Exception):
+    """Raised inside the session to end it when planning failed (the run is interrupted:
+    steps a streamed plan started end cancelled, the others skipped)."""
+
+
+class _AgentRun:
+    """The state of one :meth:`Agent.run`."""
+
+    def __init__(
+        self, agent: Agent, goal: str, context: str, params: dict[str, Any], budget: Budget
+    ) -> None:
+        self.agent = agent
+        self.goal = goal
+        self.context = context
+        self.params = params
+        self.budget = budget
+        self.calls: list[CallRecord] = []
+        self.replans: list[ReplanRecord] = []
+        self.versions: list[Plan] = []
+        self.outcome: PlanOutcome | None = None
+        self.join: JoinDecision | None = None
+        self.answer: Any = None
+        self.error: StepErrorInfo | None = None
+        self.status: RunStatus | None = None
+        self.gave_up: GaveUpReason | None = None
+        self.diagnostics: tuple[Diagnostic, ...] = ()
+        self.plan_did_not_compile = False
+        agent_ = agent
+        self.planner = Planner(
+            agent_.client,
+            agent_.model,
+            agent_.registry,
+            prices=agent_.prices,
+            budget=budget,
+            retry=agent_.retry,
+            clock=agent_.clock,
+            max_tokens=agent_.plan_max_tokens,
+            max_repairs=agent_.max_repairs,
+            read_only=agent_.read_only,
+            write_boundary=agent_.write_boundary,
+        )
+        self.replanner = Replanner(
+            agent_.client,
+            agent_.model,
+            agent_.registry,
+            prices=agent_.prices,
+            budget=budget,
+            retry=agent_.retry,
+            clock=agent_.clock,
+            max_tokens=agent_.replan_max_tokens,
+            max_chars=agent_.max_chars,
+            read_only=agent_.read_only,
+            write_boundary=agent_.write_boundary,
+        )
+
+    # -- 1. plan -------------------------------------------------------------------------------
+
+    async def plan(self, session: RunSession) -> None:
+        """Write the plan into ``session``; raise :class:`_PlanningFailed` when it fails."""
+        try:
+            if self.agent.stream:
+                outcome = await StreamingPlanner(self.planner).plan_into(
+                    session, self.goal, self.context, self.params, records=self.calls
+                )
+            else:
+                with anyio.fail_after(session.remaining_s):
+                    outcome = await self.planner.plan(
+                        self.goal, self.context, self.params, records=self.calls
+                    )
+                session.add(outcome.plan.steps)
+                session.set_output(outcome.plan.output)
+                session.seal()
+                session.release_effects()
+        except TimeoutError:
+            await _let_deadline_pass(session)
+            self.fail("timed_out", "TimeoutError", "the wall-clock cap passed during planning")
+            raise _PlanningFailed from None
+        except PlannerGaveUp as error:
+            self.diagnostics = tuple(error.diagnostics)
+            self.plan_did_not_compile = True
+            self.fail("failed", type(error).__name__, str(error))
+            raise _PlanningFailed from None
+        except PlanError as error:  # the plan compiled alone, not in the run (params)
+            self.diagnostics = tuple(error.diagnostics)
+            self.plan_did_not_compile = True
+            self.fail("failed", type(error).__name__, str(error))
+            raise _PlanningFailed from None
+        except BudgetRefusedError as error:
+            self.fail("budget_exceeded", type(error).__name__, str(error))
+            raise _PlanningFailed from None
+        except Exception as error:  # TruncatedResponseError, a call failed past its retries
+            self.fail("failed", type(error).__name__, str(error))
+            raise _PlanningFailed from None
+        self.outcome = outcome
+        self.versions.append(outcome.plan)
+
+    def fail(self, status: RunStatus, error_type: str, message: str) -> None:
+        """Record what ended the run outside its steps."""
+        self.status = status
+        self.error = StepErrorInfo(error_type, message)
+
+    # -- 2. run and replan ---------------------------------------------------------------------
+
+    async def run_and_replan(self, session: RunSession, watch: _FailureWatch) -> None:
+        """Wait for failures and replan them, within the caps; then join."""
+        agent = self.agent
+        streak = 0
+        mark: int | None = None  # succeeded steps when the last replan was asked for
+        previous: ReplanRecord | None = None
+        while True:
+            state = await _next_state(session, watch)
+            if state.stop_reason is not None:
+                return  # deadline, stall or interruption: the run's own status says
+            if any(session.records[key].reason == "budget" for key in state.needs_replan):
+                return  # the cost cap skipped steps: budget_exceeded
+            trigger: ReplanTrigger = "failure"
+            joiner_reason: str | None = None
+            if not state.needs_replan:
+                if state.running:
+                    continue
+                decision = await self.decide(session)
+                if decision is None or decision.action == "finish":
+                    return
+                trigger, joiner_reason = "joiner", decision.reason
+            if mark is not None:
+                streak = 0 if len(state.succeeded) > mark else streak + 1
+            if len(self.replans) >= agent.max_replans:
+                self.give_up(session, "max_replans")
+                return
+            if streak >= agent.max_replans_without_progress:
+                self.give_up(session, "no_progress")
+                return
+            mark = len(state.succeeded)
+            try:
+                record = await self.replanner.replan(
+                    session,
+                    self.goal,
+                    state,
+                    number=len(self.replans) + 1,
+                    trigger=trigger,
+                    joiner_reason=joiner_reason,
+                    previous=previous,
+                    records=self.calls,
+                )
+            except TimeoutError:
+                await _let_deadline_pass(session)
+                return
+            except BudgetRefusedError as error:
+                self.error = StepErrorInfo(type(error).__name__, str(error))
+                self.give_up(session, "budget")
+                return
+            except Exception as error:
+                self.error = StepErrorInfo(type(error).__name__, str(error))
+                self.give_up(session, "replanner_error")
+                return
+            self.replans.append(record)
+            self.diagnostics = record.diagnostics
+            previous = None if record.applied else record
+            if record.applied:
+                self.join = None
+                self.versions.append(
+                    Plan(
+                        goal=self.goal,
+                        params=session.plan.params,
+                        steps=[session.steps[key].step for key in sorted(session.steps)],
+                        output=session.output,
+                    )
+                )
+
+    def give_up(self, session: RunSession, reason: GaveUpReason) -> None:
+        """A cap was hit: the run ends ``gave_up``."""
+        self.gave_up = reason
+        session.give_up()
+
+    # -- 3. join -------------------------------------------------------------------------------
+
+    async def decide(self, session: RunSession) -> JoinDecision | None:
+        """Every step succeeded: the output by code, or the joiner's one model call.
+
+        Returns:
+            The decision, or None when the joiner's call failed (the run then gives up).
+        """
+        if session.output is not None:
+            self.join = JoinDecision("finish", by_model=False)
+            return self.join
+        records = session.records
+        steps = {key: records[key] for key in sorted(records) if records[key].superseded_by is None}
+        snapshot = RunResult(session.run_id, "succeeded", steps)
+        request = LLMRequest(
+            model=self.agent.model,
+            messages=[
+                {
+                    "role": "user",
+                    "content": join_prompt(self.goal, snapshot, self.agent.max_chars),
+                }
+            ],
+            max_tokens=self.agent.join_max_tokens,
+            system=JOIN_SYSTEM_PROMPT,
+            json_schema=JOIN_SCHEMA,
+            schema_name="plandag_join",
+            temperature=0.0,
+        )
+        first = len(self.calls)
+        try:
+            with anyio.fail_after(session.remaining_s):
+                response = await call_with_retries(
+                    self.agent.client,
+                    request,
+                    self.agent.retry,
+                    self.agent.clock,
+                    self.budget,
+                    prices=self.agent.prices,
+                    records=self.calls,
+                )
+            action, text = parse_decision(response)
+        except TimeoutError:
+            await _let_deadline_pass(session)
+            return None
+        except BudgetRefusedError as error:
+            self.error = StepErrorInfo(type(error).__name__, str(error))
+            self.give_up(session, "budget")
+            return None
+        except Exception as error:
+            self.error = StepErrorInfo(type(error).__name__, str(error))
+            self.give_up(session, "replanner_error")
+            return None
+        calls = tuple(self.calls[first:])
+        if action == "finish":
+            self.join = JoinDecision("finish", answer=text, by_model=True, records=calls)
+            self.answer = text
+        else:
+            self.join = JoinDecision("replan", reason=text, by_model=True, records=calls)
+        return self.join
+
+    # -- the result ----------------------------------------------------------------------------
+
+    def result(self, run: RunResult) -> AgentResult:
+        """The :class:`AgentResult` of the closed session's ``run``."""
+        status = self.status if self.status is not None else run.status
+        if self.gave_up is not None and status in ("succeeded", "failed"):
+            status = "gave_up"  # e.g. the joiner asked for a replan past the caps
+        answer = None
+        if status == "succeeded" and self.join is not None and self.join.action == "finish":
+            answer = run.output if not self.join.by_model else self.answer
+            if not self.join.by_model:
+                self.join = dataclasses.replace(self.join, answer=answer)
+        return AgentResult(
+            status=status,
+            run=run,
+            answer=answer,
+            plan_versions=tuple(self.versions),
+            replans=tuple(self.replans),
+            llm_calls=tuple(self.calls),
+            join=self.join,
+            plan=self.outcome,
+            error=self.error,
+            gave_up=self.gave_up,
+            diagnostics=self.diagnostics,
+            plan_did_not_compile=self.plan_did_not_compile,
+        )
