@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
+import anyio
 import typer
 
 from plandag.cli.app import (
@@ -218,7 +219,8 @@ def register(app: typer.Typer) -> None:
             try:
                 return await agent.run(task, context_text, params or None)
             finally:
-                await client.aclose()
+                with anyio.CancelScope(shield=True):  # close even when interrupted
+                    await client.aclose()
 
         outcome = Interruptible(functools.partial(work)).run()
         if outcome.result is None:

@@ -392,6 +392,14 @@ class Agent:
                 await run.run_and_replan(session, watch)
         except _PlanningFailed:
             pass
+        except anyio.get_cancelled_exc_class():
+            if not session_ref:
+                raise
+            # Cancelled from outside (Ctrl-C, SIGTERM, a caller's deadline): the session
+            # closed every step (running ones cancelled, the rest skipped); report that
+            # state instead of losing it. The cancelled scope re-raises at the caller's
+            # next checkpoint, so the cancellation itself is not lost.
+            return run.result(session_ref[0].result())
         return run.result(session_ref[0].result())
 
 
