@@ -2,12 +2,13 @@
 
 Usage (from the repository root)::
 
-    .venv/bin/python benchmarks/run.py            # full run, about 1.5 minutes
-    .venv/bin/python benchmarks/run.py --quick    # smaller sizes, fewer repetitions, < 30 s
+    .venv/bin/python benchmarks/run.py            # full run, about 2.5 minutes with langgraph
+    .venv/bin/python benchmarks/run.py --quick    # smaller sizes, fewer repetitions, < 40 s
     .venv/bin/python benchmarks/run.py --json figures.json   # also write every raw figure
 
-Columns: ``measurement``, ``plandag``, ``baseline`` (the bare anyio loop, or plain lxml
-code), ``ratio`` (plandag / baseline), ``target`` and ``met?``. Each figure is the median over
+Columns: ``measurement``, ``plandag``, ``baseline`` (the bare anyio loop, plain lxml
+code, or a LangGraph ``StateGraph`` when the optional ``bench`` group is installed),
+``ratio`` (plandag / baseline), ``target`` and ``met?``. Each figure is the median over
 the repetitions. See ``benchmarks/README.md`` for what each row means.
 """
 
@@ -15,11 +16,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.metadata
 import json
 import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +30,18 @@ if __package__ in (None, ""):  # run as a script: make ``benchmarks`` and ``plan
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.extract_bench import measure_extract, valid_invoice_files
-from benchmarks.scheduler_bench import measure_brakes, measure_dispatch, measure_makespan
+from benchmarks.langgraph_bench import (
+    LANGGRAPH_MISSING,
+    langgraph_available,
+    measure_side_by_side,
+)
+from benchmarks.scheduler_bench import (
+    Shape,
+    ToolKind,
+    measure_brakes,
+    measure_dispatch,
+    measure_makespan,
+)
 
 MAKESPAN_TARGET = 1.02
 EXTRACT_TARGET = 0.5
@@ -44,10 +58,13 @@ class Settings:
     makespan_repetitions: int
     extract_repetitions: int
     seed: int = 2024
+    #: runs of each system in the plandag-vs-LangGraph comparison (same DAG size and seed
+    #: as the makespan rows); about 15 s per repetition at 1000 steps
+    langgraph_repetitions: int = 3
 
 
 FULL = Settings(1000, 15, 1000, 5, 15)
-QUICK = Settings(1000, 5, 300, 1, 5)
+QUICK = Settings(1000, 5, 300, 1, 5, langgraph_repetitions=1)
 
 
 @dataclasses.dataclass
@@ -55,16 +72,18 @@ class Row:
     """One line of the table."""
 
     measurement: str
-    plandag: float
+    plandag: float | None
     baseline: float | None
     unit: str
     target: str = "—"
     met: bool | None = None
+    #: printed in the baseline column instead of a figure (e.g. LangGraph not installed)
+    note: str | None = None
 
     @property
     def ratio(self) -> float | None:
         """plandag / baseline."""
-        if self.baseline is None or self.baseline == 0:
+        if self.plandag is None or self.baseline is None or self.baseline == 0:
             return None
         return self.plandag / self.baseline
 
@@ -88,8 +107,10 @@ def run(settings: Settings, progress: bool = True) -> tuple[list[Row], dict[str,
 
     # 1. Per-step dispatch overhead.
     raw["dispatch"] = []
-    for shape in ("chain", "wide"):
-        for kind in ("inline", "async"):
+    shapes: tuple[Shape, ...] = ("chain", "wide")
+    for shape in shapes:
+        kinds: tuple[ToolKind, ...] = ("inline", "async")
+        for kind in kinds:
             say(f"dispatch: {shape} of {settings.dispatch_size} {kind} no-op steps...")
             figures = measure_dispatch(
                 shape, kind, settings.dispatch_size, settings.dispatch_repetitions
@@ -120,7 +141,7 @@ def run(settings: Settings, progress: bool = True) -> tuple[list[Row], dict[str,
 
     # 1b. The same with every brake on (issue 3): retries, caps, heartbeat, an observer.
     raw["brakes"] = []
-    for shape in ("chain", "wide"):
+    for shape in shapes:
         say(f"brakes: {shape} of {settings.dispatch_size} async no-op steps, core vs brakes...")
         brakes = measure_brakes(shape, settings.dispatch_size, settings.dispatch_repetitions)
         raw["brakes"].append(dataclasses.asdict(brakes))
@@ -161,6 +182,9 @@ def run(settings: Settings, progress: bool = True) -> tuple[list[Row], dict[str,
         )
     )
 
+    # 2b. The same DAG through plandag and a LangGraph StateGraph, alternating (issue 5).
+    rows.extend(_langgraph_rows(settings, raw, say))
+
     # 3. NF-e documents per second, one core.
     files = valid_invoice_files()
     say(f"extract: {len(files)} NF-e files, {settings.extract_repetitions} passes of each...")
@@ -186,11 +210,56 @@ def run(settings: Settings, progress: bool = True) -> tuple[list[Row], dict[str,
     return rows, raw
 
 
+def _langgraph_rows(
+    settings: Settings, raw: dict[str, Any], say: Callable[[str], None]
+) -> list[Row]:
+    """The plandag-vs-LangGraph rows (makespan / critical path, and makespan in seconds),
+    or one row saying LangGraph is not installed; fills ``raw["langgraph"]``."""
+    label = "makespan / critical path, baseline LangGraph StateGraph"
+    if not langgraph_available():
+        say(f"langgraph: {LANGGRAPH_MISSING}")
+        raw["langgraph"] = None
+        return [Row(label, None, None, "×", f"≤ {MAKESPAN_TARGET}", None, LANGGRAPH_MISSING)]
+    say(
+        f"langgraph: {settings.makespan_size}-step random DAG through plandag and a LangGraph "
+        f"StateGraph, {settings.langgraph_repetitions} run(s) of each, alternating..."
+    )
+    figures = measure_side_by_side(
+        settings.makespan_size, settings.seed, settings.langgraph_repetitions
+    )
+    plandag_ratio = _median(figures.plandag_ratios())
+    raw["langgraph"] = dataclasses.asdict(figures) | {
+        "langgraph_version": importlib.metadata.version("langgraph"),
+        "plandag_ratios": figures.plandag_ratios(),
+        "langgraph_ratios": figures.langgraph_ratios(),
+    }
+    return [
+        Row(
+            f"{label}, {figures.steps}-step random DAG, {figures.depth} supersteps "
+            f"(critical path ≈ {_median(figures.plandag_critical_path_s):.2f} s)",
+            plandag_ratio,
+            _median(figures.langgraph_ratios()),
+            "×",
+            f"≤ {MAKESPAN_TARGET}",
+            plandag_ratio <= MAKESPAN_TARGET,
+        ),
+        Row(
+            "makespan, same runs, baseline LangGraph StateGraph "
+            f"(its superstep bound ≈ {_median(figures.langgraph_superstep_bound_s):.2f} s)",
+            _median(figures.plandag_makespan_s),
+            _median(figures.langgraph_makespan_s),
+            "s",
+        ),
+    ]
+
+
 def _number(value: float | None, unit: str) -> str:
     if value is None:
         return "—"
     if unit == "×":
         return f"{value:.4f}"
+    if unit == "s":
+        return f"{value:.2f} s"
     if value >= 100:
         return f"{value:,.0f} {unit}"
     return f"{value:.1f} {unit}"
@@ -206,7 +275,7 @@ def render(rows: list[Row]) -> str:
             [
                 row.measurement,
                 _number(row.plandag, row.unit),
-                _number(row.baseline, row.unit),
+                row.note if row.note is not None else _number(row.baseline, row.unit),
                 "—" if ratio is None else f"{ratio:.2f}",
                 row.target,
                 "—" if row.met is None else ("yes" if row.met else "NO"),
@@ -240,7 +309,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{os.cpu_count()} CPU(s); {'quick' if options.quick else 'full'} run in "
         f"{elapsed:.0f} s; medians of {settings.dispatch_repetitions} (dispatch), "
         f"{settings.makespan_repetitions} (makespan), {settings.extract_repetitions} "
-        "(extract) repetitions"
+        f"(extract), {settings.langgraph_repetitions} (LangGraph) repetitions"
+        + (
+            f"; langgraph {importlib.metadata.version('langgraph')}"
+            if langgraph_available()
+            else ""
+        )
     )
     print(render(rows))
     print()
