@@ -14,7 +14,7 @@ import json
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -37,6 +37,9 @@ from plandag.scheduler.events import Observer
 from plandag.scheduler.result import RunStatus, to_jsonable
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry, default_registry
+
+if TYPE_CHECKING:
+    from plandag.planner.llm import LLMClient
 
 __all__ = ["EXIT_CODES", "app", "main"]
 
@@ -146,6 +149,35 @@ RetriesOption = Annotated[
         "--retries", metavar="N", min=0, help="Retries of a failed step after its first (2)."
     ),
 ]
+PlannerOption = Annotated[
+    str | None,
+    typer.Option(
+        "--planner",
+        metavar="anthropic|openai",
+        help="Attach a planner: the plan runs with no model call; only a step that fails on "
+        "an input is shown to the model, whose repair runs for that input. The key comes from "
+        "ANTHROPIC_API_KEY (or OPENAI_API_KEY).",
+    ),
+]
+PlannerModelOption = Annotated[
+    str | None,
+    typer.Option(
+        "--model", metavar="NAME", help="The planner's model (anthropic: claude-sonnet-4-6)."
+    ),
+]
+PlannerUrlOption = Annotated[
+    str | None,
+    typer.Option("--base-url", metavar="URL", help="The planner provider API's base URL."),
+]
+SaveRepairsOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--save-repairs",
+        metavar="DIR",
+        help="Write each repaired plan that succeeded into DIR (NAME.HASH.json and a "
+        "NAME.HASH.repair.json sidecar saying what failed and what changed).",
+    ),
+]
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
@@ -214,6 +246,42 @@ def _limits(settings: Settings) -> RunLimits:
         for name in ("stop_on_stall", "stall_after", "max_seconds", "heartbeat_every"):
             message = message.replace(name, "--" + name.replace("_", "-"))
         _fail(message.replace("max_cost_usd", "--max-cost").replace("max_tokens", "--max-tokens"))
+
+
+def _planner_options(
+    planner: str | None, model: str | None, base_url: str | None, save_repairs: Path | None
+) -> str | None:
+    """Check the ``--planner`` options; return the model name (None without --planner)."""
+    from plandag.cli.plan_command import _KEY_VARIABLES, DEFAULT_MODELS
+
+    if planner is None:
+        given = [
+            flag
+            for flag, value in (
+                ("--model", model),
+                ("--base-url", base_url),
+                ("--save-repairs", save_repairs),
+            )
+            if value is not None
+        ]
+        if given:
+            _fail(f"{', '.join(given)} needs --planner anthropic|openai")
+        return None
+    if planner not in _KEY_VARIABLES:
+        _fail(f"--planner {planner!r}: choose anthropic or openai")
+    name = model or DEFAULT_MODELS.get(planner)
+    if name is None:
+        _fail(f"--model is required with --planner {planner}")
+    if save_repairs is not None and save_repairs.exists() and not save_repairs.is_dir():
+        _fail(f"--save-repairs {save_repairs} is not a folder")
+    return name
+
+
+def _planner_client(planner: str, base_url: str | None) -> LLMClient:
+    """The planner's client; a missing key exits 2 here, before anything runs."""
+    from plandag.cli.plan_command import _client
+
+    return _client(planner, base_url)
 
 
 def _tools_hint(error: PlanError, tools: list[Path] | None) -> None:
@@ -343,11 +411,20 @@ def exec_command(
     stall_after: StallAfterOption = None,
     stop_on_stall: StopOnStallOption = None,
     as_json: JsonOption = False,
+    planner: PlannerOption = None,
+    model: PlannerModelOption = None,
+    base_url: PlannerUrlOption = None,
+    save_repairs: SaveRepairsOption = None,
 ) -> None:
     """Compile and run a plan with no LLM; print each step's outcome.
 
     Defaults for every brake can live in [tool.plandag] of pyproject.toml or in
     plandag.toml (see `plandag config`); flags override them.
+
+    With --planner, the plan still runs with no model call; a step that fails (after its
+    retries) goes to the replanner with the completed results and the run's params (as
+    quoted data), and its repair runs in the same run (at most 3 replans, 2 without
+    progress; then gave_up, exit 1).
     """
     settings = _settings(
         {
@@ -363,6 +440,7 @@ def exec_command(
             "stop_on_stall": stop_on_stall,
         }
     )
+    model_name = _planner_options(planner, model, base_url, save_repairs)
     registry = _registry(tools)
     params = _parse_params(param)
     boundary = _boundary(settings["write_boundary"], Path.cwd())
@@ -379,6 +457,19 @@ def exec_command(
         _report_plan_error(str(plan_file), error, as_json=as_json, tools=tools)
     for line in diagnostic_lines(str(plan_file), list(compiled.diagnostics)):
         stderr.print(line, markup=False)
+    if planner is not None and model_name is not None:
+        _exec_with_planner(
+            plan_file,
+            compiled,
+            registry,
+            settings,
+            limits,
+            planner=planner,
+            model=model_name,
+            base_url=base_url,
+            save_repairs=save_repairs,
+            as_json=as_json,
+        )
     result, received = _run(compiled, settings, limits)
     if as_json:
         sys.stdout.write(json.dumps(result.to_json_dict(), ensure_ascii=False, indent=2) + "\n")
@@ -392,9 +483,7 @@ def exec_command(
     raise typer.Exit(EXIT_CODES.get(result.status, 1))
 
 
-def _run(
-    compiled: CompiledPlan, settings: Settings, limits: RunLimits
-) -> tuple[RunResult, int | None]:
+def _observers(compiled: CompiledPlan, settings: Settings) -> tuple[StepProgress, list[Observer]]:
     progress = StepProgress(stderr, len(compiled.steps), enabled=stderr.is_terminal)
     observers: list[Observer] = [progress]
     if settings["heartbeat"]:
@@ -402,6 +491,98 @@ def _run(
         if not heartbeat_file.parent.is_dir():
             _fail(f"--heartbeat {heartbeat_file}: its folder does not exist")
         observers.append(JsonlHeartbeatWriter(heartbeat_file))
+    return progress, observers
+
+
+def _exec_with_planner(
+    plan_file: Path,
+    compiled: CompiledPlan,
+    registry: Registry,
+    settings: Settings,
+    limits: RunLimits,
+    *,
+    planner: str,
+    model: str,
+    base_url: str | None,
+    save_repairs: Path | None,
+    as_json: bool,
+) -> NoReturn:
+    """``exec --planner``: run the stored plan in a session, repairing what fails."""
+    from plandag.planner.repair import PlanRepairer, RepairedRun, run_with_repairs, save_repair
+
+    progress, observers = _observers(compiled, settings)
+    client = _planner_client(planner, base_url)  # a missing key stops here (exit 2)
+    repairer = PlanRepairer(client, model, registry)
+    params = dict(compiled.params)
+
+    def excerpt(session: Any, state: Any) -> Any:
+        return {"params": params} if params else None
+
+    async def work() -> RepairedRun:
+        try:
+            return await run_with_repairs(
+                compiled,
+                registry,
+                repairer=repairer,
+                excerpt=excerpt,
+                limits=limits,
+                retry=RetryPolicy(retries=settings["retries"]),
+                observers=observers,
+                max_concurrency=settings["max_concurrency"],
+            )
+        finally:
+            await client.aclose()
+
+    with progress:
+        outcome = Interruptible(work).run()
+    repaired = outcome.result
+    if repaired is None:
+        _fail("the run was interrupted before it could report", 130)
+    saved: Path | None = None
+    if save_repairs is not None and repaired.repaired:
+        try:
+            saved = save_repair(
+                save_repairs, plan_file.stem, repaired, source=str(plan_file), model=model
+            )
+        except OSError as error:
+            _fail(f"--save-repairs {save_repairs}: cannot write it ({error.strerror or error})")
+    result = repaired.run
+    if as_json:
+        document = repaired.to_json_dict()
+        document["saved_plan"] = str(saved) if saved is not None else None
+        sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
+    else:
+        stdout.print(run_table(result, console_width=stdout.width))
+        _print_progress(result)
+        calls = len(repaired.llm_calls)
+        cost = sum(record.cost_usd for record in repaired.llm_calls)
+        if repaired.triggered:
+            stderr.print(
+                f"planner: {len(repaired.replans)} replan(s), {calls} model call(s), "
+                f"${cost:.4f}" + (", a known repair reused" if repaired.reused else ""),
+                markup=False,
+            )
+        if repaired.error is not None:
+            stderr.print(f"error: {repaired.error.type}: {repaired.error.message}", markup=False)
+        if repaired.gave_up is not None:
+            stderr.print(
+                f"gave up ({repaired.gave_up}) after {len(repaired.replans)} replan(s); no "
+                "result was made up",
+                markup=False,
+            )
+        if saved is not None:
+            stderr.print(f"repaired plan written to {saved}", markup=False)
+        if repaired.status == "succeeded" and result.output is not None:
+            stdout.print_json(json.dumps(to_jsonable(result.output), ensure_ascii=False))
+    if outcome.signal is not None:
+        raise typer.Exit(exit_code_for_signal(outcome.signal))
+    raise typer.Exit(EXIT_CODES.get(repaired.status, 1))
+
+
+def _run(
+    compiled: CompiledPlan, settings: Settings, limits: RunLimits
+) -> tuple[RunResult, int | None]:
+    progress, observers = _observers(compiled, settings)
     work = functools.partial(
         run_plan,
         compiled,
@@ -528,12 +709,21 @@ def extract_nfe(
     stall_after: StallAfterOption = None,
     stop_on_stall: StopOnStallOption = None,
     as_json: JsonOption = False,
+    planner: PlannerOption = None,
+    model: PlannerModelOption = None,
+    base_url: PlannerUrlOption = None,
+    save_repairs: SaveRepairsOption = None,
 ) -> None:
     """Extract NF-e/NFC-e invoices into records: one per invoice, one error row per bad input.
 
     Brakes apply to the whole batch: --max-seconds is the batch's deadline, --max-cost and
     --max-tokens one budget shared by every document, --heartbeat counts documents;
     --max-concurrency and --retries apply within each document's plan.
+
+    With --planner, each document still runs the stored plan with no model call; a document
+    whose run fails on a step (a tool error, or a structural check; never the NF-e checks'
+    business outcomes nor an unusable input) gets a repair for that document only, paid by
+    the batch's budget; its records carry "repair".
     """
     from plandag.extract.monitor import BatchMonitor
     from plandag.extract.nfe.batch import (
@@ -570,6 +760,15 @@ def extract_nfe(
     boundary = (
         _boundary(settings["write_boundary"], output.parent) if settings["write_boundary"] else None
     )
+    model_name = _planner_options(planner, model, base_url, save_repairs)
+    client = (
+        _planner_client(planner, base_url) if planner is not None else None
+    )  # a missing key stops here (exit 2), before anything runs
+    repairer = None
+    if client is not None and model_name is not None:
+        from plandag.planner.repair import PlanRepairer
+
+        repairer = PlanRepairer(client, model_name, _registry(None))
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -618,6 +817,8 @@ def extract_nfe(
             on_progress=on_progress,
             run_options=run_options,
             write_boundary=boundary,
+            repairer=repairer,
+            save_repairs=save_repairs,
         )
 
         async def bounded() -> Any:
@@ -635,6 +836,9 @@ def extract_nfe(
                     except Exception as caught:  # re-raised unwrapped, outside the group
                         failure = caught
                     group.cancel_scope.cancel()
+            if client is not None:
+                with anyio.CancelScope(shield=True):
+                    await client.aclose()
             if failure is not None:
                 raise failure
             return summary

@@ -41,6 +41,13 @@ How a batch runs (the choices, and why):
   :func:`~plandag.extract.nfe.output.load_existing`).
 - **unique_in_batch details** name at most three other sources, then "and N more", so a
   key copied thousands of times keeps each record small.
+- **Repairs** (``--planner``, issue 4): with a ``repairer`` each document's run may ask the
+  model to repair the stored plan for that input only (the trigger is
+  :func:`~plandag.extract.nfe.document.nfe_needs_repair`); other inputs never call the
+  model. The shared batch budget (``run_options["budget"]``) pays the calls. A repair
+  that worked is reused, with no call, for later inputs failing on the same steps.
+  Records that asked for a repair carry ``repair``; :attr:`BatchSummary.repairs` counts
+  them by outcome, plus ``model_calls``.
 - **Exit code** (ARCHITECTURE.md, "States and exit codes", ``extract``): 0 when every input
   got a record, whatever the records say; see :func:`batch_exit_code`.
 """
@@ -58,7 +65,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from rich.table import Table
@@ -78,6 +85,9 @@ from plandag.extract.nfe.output import (
     written_record,
 )
 from plandag.tools.boundary import WriteBoundary
+
+if TYPE_CHECKING:
+    from plandag.planner.repair import PlanRepairer
 
 __all__ = [
     "BatchSummary",
@@ -235,6 +245,10 @@ class BatchSummary:
         duration: wall-clock seconds from start to the file's last write.
         output: the output file; items_output: ``OUT.items.csv`` for CSV, else None.
         format: ``jsonl`` or ``csv``.
+        repairs: with ``--planner``: this run's records whose run asked for a repair, by
+            outcome (``repaired``, ``reused`` — repaired by a known repair with no model
+            call —, ``max_replans``, ``no_progress``, ``budget``, ``replanner_error``...),
+            plus ``model_calls`` (attempts); empty without.
     """
 
     inputs: int = 0
@@ -249,6 +263,7 @@ class BatchSummary:
     output: Path | None = None
     items_output: Path | None = None
     format: OutputFormat = "jsonl"
+    repairs: dict[str, int] = field(default_factory=dict)
 
     def to_json_dict(self) -> dict[str, Any]:
         """The summary as JSON-safe data (``plandag extract nfe --json``)."""
@@ -265,6 +280,7 @@ class _Tally:
         self.by_status: Counter[str] = Counter()
         self.failing_checks: Counter[str] = Counter()
         self.error_codes: Counter[str] = Counter()
+        self.repairs: Counter[str] = Counter()
         self.records = 0
 
     def add(self, record: Mapping[str, Any]) -> None:
@@ -278,6 +294,11 @@ class _Tally:
         for error in record.get("errors") or []:
             if isinstance(error, Mapping):
                 self.error_codes[str(error.get("code"))] += 1
+        repair = record.get("repair")
+        if isinstance(repair, Mapping):
+            outcome = str(repair.get("outcome"))
+            self.repairs["reused" if repair.get("reused") else outcome] += 1
+            self.repairs["model_calls"] += int(repair.get("model_calls") or 0)
 
 
 class _Uniqueness:
@@ -408,13 +429,24 @@ def _default_extractor(
     output: Path,
     run_options: Mapping[str, Any] | None = None,
     write_boundary: WriteBoundary | None = None,
+    repairer: PlanRepairer | None = None,
+    save_repairs: Path | None = None,
 ) -> Extractor:
     """The stored-plan extractor; its write boundary defaults to the output file's folder
     (ARCHITECTURE.md, "Tools")."""
     from plandag.extract.nfe.document import extract_document
 
     boundary = write_boundary or WriteBoundary([output.resolve().parent])
-    return functools.partial(extract_document, write_boundary=boundary, run_options=run_options)
+    if repairer is None:
+        return functools.partial(extract_document, write_boundary=boundary, run_options=run_options)
+    return functools.partial(
+        extract_document,
+        registry=repairer.registry,
+        write_boundary=boundary,
+        run_options=run_options,
+        repairer=repairer,
+        save_repairs=save_repairs,
+    )
 
 
 async def extract_batch(
@@ -431,6 +463,8 @@ async def extract_batch(
     window: int | None = None,
     run_options: Mapping[str, Any] | None = None,
     write_boundary: WriteBoundary | None = None,
+    repairer: PlanRepairer | None = None,
+    save_repairs: Path | None = None,
 ) -> BatchSummary:
     """Extract every input and write the records to ``output``, in input order.
 
@@ -463,6 +497,10 @@ async def extract_batch(
             the default extractor.
         write_boundary: where the documents' plans may write (default: the output file's
             folder, ARCHITECTURE.md); only used by the default extractor.
+        repairer: with ``--planner``: the model side of repairs (its registry runs the
+            plan), or None (no model call, ever); only used by the default extractor.
+        save_repairs: a folder for the repaired plans that succeeded, or None; only used
+            by the default extractor.
 
     Returns:
         A :class:`BatchSummary` of this run.
@@ -480,7 +518,7 @@ async def extract_batch(
     extract = (
         extractor
         if extractor is not None
-        else _default_extractor(output, run_options, write_boundary)
+        else _default_extractor(output, run_options, write_boundary, repairer, save_repairs)
     )
     started = time.perf_counter()
     placed: dict[str, list[Mapping[str, Any]]] = {}
@@ -600,6 +638,7 @@ async def extract_batch(
     summary.by_status = {k: v for k, v in tally.by_status.most_common() if v > 0}
     summary.failing_checks = {k: v for k, v in tally.failing_checks.most_common() if v > 0}
     summary.error_codes = dict(tally.error_codes.most_common())
+    summary.repairs = {k: v for k, v in tally.repairs.most_common() if v > 0}
     summary.duration = time.perf_counter() - started
     return summary
 
@@ -660,6 +699,7 @@ def render_summary(summary: BatchSummary, *, top: int = 10) -> Table:
         table.add_row(f"status: {status}", str(summary.by_status.get(status, 0)))
     _count_rows(table, "failing check", list(summary.failing_checks.items())[:top])
     _count_rows(table, "error", list(summary.error_codes.items())[:top])
+    _count_rows(table, "repairs", list(summary.repairs.items()))
     table.add_section()
     table.add_row("seconds", f"{summary.duration:.2f}")
     if summary.output is not None:

@@ -34,7 +34,7 @@ import dataclasses
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,10 +48,15 @@ from plandag.tools.xml import NFE_NAMESPACE, parse_xml
 if TYPE_CHECKING:
     from plandag.checks.base import CheckOutcome
     from plandag.compiler.compiled import CompiledPlan
+    from plandag.planner.repair import PlanRepairer, RepairedRun
+    from plandag.scheduler.result import RunResult, StepRecord
+    from plandag.scheduler.session import RunSession, SessionState
     from plandag.tools.registry import Registry
 
 __all__ = [
+    "BUSINESS_CHECKS",
     "EVENT_TYPES",
+    "INPUT_REFUSALS",
     "INVOICE_STEP",
     "PARSE_STEP",
     "PLACEHOLDER_VALUES",
@@ -64,6 +69,8 @@ __all__ = [
     "invoice_context",
     "invoice_key",
     "load_plan_text",
+    "nfe_excerpt",
+    "nfe_needs_repair",
     "parse_document",
     "record_status",
 ]
@@ -515,7 +522,9 @@ PARSE_STEP = 2
 INVOICE_STEP = 3
 RECORD_STEP = 9
 
-_compiled: dict[tuple[int, int], tuple[Registry, WriteBoundary | None, CompiledPlan]] = {}
+_compiled: dict[
+    tuple[int, int, str | None], tuple[Registry, WriteBoundary | None, CompiledPlan]
+] = {}
 _COMPILED_KEPT = 8
 _default_registry: list[Registry] = []
 
@@ -525,20 +534,23 @@ def load_plan_text() -> str:
     return resources.files("plandag.extract.nfe").joinpath("plan.json").read_text("utf-8")
 
 
-def _compiled_plan(registry: Registry, write_boundary: WriteBoundary | None) -> CompiledPlan:
-    """The stored plan compiled against ``registry`` and ``write_boundary`` once; each run
-    swaps in its params.
+def _compiled_plan(
+    registry: Registry, write_boundary: WriteBoundary | None, plan_text: str | None = None
+) -> CompiledPlan:
+    """The stored plan (or ``plan_text``) compiled against ``registry`` and
+    ``write_boundary`` once; each run swaps in its params.
 
     Raises:
-        PlanError: the stored plan does not compile against ``registry``.
+        PlanError: the plan does not compile against ``registry``.
     """
-    key = (id(registry), id(write_boundary))
+    digest = hashlib.sha256(plan_text.encode("utf-8")).hexdigest() if plan_text else None
+    key = (id(registry), id(write_boundary), digest)
     cached = _compiled.get(key)
     if cached is not None and cached[0] is registry and cached[1] is write_boundary:
         return cached[2]
     from plandag.compiler import compile_plan
 
-    plan = json.loads(load_plan_text())
+    plan = json.loads(plan_text if plan_text else load_plan_text())
     compiled = compile_plan(
         plan, registry, params={"input": "input.xml", "index": 0}, write_boundary=write_boundary
     )
@@ -546,6 +558,124 @@ def _compiled_plan(registry: Registry, write_boundary: WriteBoundary | None) -> 
         _compiled.pop(next(iter(_compiled)))
     _compiled[key] = (registry, write_boundary, compiled)
     return compiled
+
+
+# --- Repairs (plandag extract nfe --planner) ----------------------------------------------
+
+#: The record step's checks: facts about the invoice's data. Their failure is the record's
+#: ``check_failed`` status (a business outcome), never a reason to repair the plan.
+BUSINESS_CHECKS: frozenset[str] = frozenset(
+    {
+        "nfe_key_check_digit",
+        "nfe_key_matches_document",
+        "nfe_cnpj_cpf_valid",
+        "nfe_items_sum_vprod",
+        "nfe_vnf_formula",
+        "nfe_protocol_authorised",
+    }
+)
+
+#: Step failure reasons that describe the input, not the plan: the file is not an invoice,
+#: not XML, a template, in a foreign namespace, missing, not a regular file, unreadable or
+#: too large. Such an input gets its error record; no repair is asked for.
+INPUT_REFUSALS: frozenset[str] = frozenset(
+    {
+        "not_an_invoice",
+        "invalid_xml",
+        "template",
+        "wrong_namespace",
+        "missing_resource",
+        "not_a_file",
+        "io_error",
+        "too_large",
+    }
+)
+
+
+def nfe_needs_repair(session: RunSession, state: SessionState) -> bool:
+    """The trigger of ``plandag extract nfe --planner``: whether a document's failed run is
+    a plan failure that a repair may fix.
+
+    A failed step (after its retries) triggers a repair when:
+
+    * it failed with a tool error of any reason except :data:`INPUT_REFUSALS` (an
+      ``invalid_xpath``, ``invalid_args``, ``decode_error``, ``timeout``, a tool raising);
+    * or it failed its checks (``check_failed``) and at least one failing check is a
+      structural one (any kind outside :data:`BUSINESS_CHECKS`: ``not_empty``, ``regex``,
+      ``jmespath``... attached to a selection step, say, because a field path no longer
+      matches).
+
+    Never a trigger: the record step failing only its NF-e checks (``check_failed`` with
+    business checks: the record's ``check_failed`` status), an input refused as unusable,
+    a record whose required field is missing (the step succeeded; the record says
+    ``error`` with ``missing_field``: the data's outcome unless a structural check on the
+    selection makes it a step failure), a brake's stop, the cost cap.
+
+    Args:
+        session: the document's run.
+        state: its settled state.
+
+    Returns:
+        True to ask for a repair.
+    """
+    for step_id, failure in state.failed.items():
+        if failure.reason == "check_failed":
+            record = session.records[step_id]
+            if any(
+                outcome.status == "fail" and outcome.kind not in BUSINESS_CHECKS
+                for outcome in record.checks
+            ):
+                return True
+            continue
+        if failure.reason not in INPUT_REFUSALS:
+            return True
+    return False
+
+
+def _outline(element: etree._Element, depth: int) -> Any:
+    children = [child for child in element if isinstance(child.tag, str)]
+    if depth <= 0 or not children:
+        return _local_name(element)
+    return {_local_name(element): [_outline(child, depth - 1) for child in children[:40]]}
+
+
+def nfe_excerpt(path: Path, index: int) -> dict[str, Any]:
+    """The relevant excerpt of an input for the replanner: the invoice's element outline
+    (names three levels deep) and its XML (``ds:Signature`` left out), as data.
+
+    Args:
+        path: the input file.
+        index: the invoice's position in the file.
+
+    Returns:
+        ``{"source", "invoice_index", "outline", "xml"}``; when the file cannot be parsed,
+        ``{"source", "error", "head"}`` with its first 4000 bytes as text. The caller quotes
+        it (and cuts it to its size cap).
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        return {"source": str(path), "error": f"cannot read it: {error}"}
+    try:
+        document = parse_document(data, str(path))
+        invoice = document.invoices[min(index, len(document.invoices) - 1)]
+    except PermanentStepError as error:
+        return {
+            "source": str(path),
+            "error": str(error),
+            "head": data[:4000].decode("utf-8", "replace"),
+        }
+    copy = etree.fromstring(etree.tostring(invoice))
+    for signature in copy.iter("{http://www.w3.org/2000/09/xmldsig#}Signature"):
+        parent = signature.getparent()
+        if parent is not None:
+            parent.remove(signature)
+    return {
+        "source": str(path),
+        "invoice_index": index,
+        "outline": _outline(copy, 3),
+        "xml": etree.tostring(copy, encoding="unicode"),
+    }
 
 
 def record_status(record: Mapping[str, Any]) -> str:
@@ -613,12 +743,48 @@ def _failure(step: Any) -> tuple[str, str]:
     return code, str(step.detail or f"step {step.id} {step.status}")
 
 
+def _final_step(result: RunResult, tool: str, default: int) -> StepRecord | None:
+    """The stored plan's step ``default``, or after a repair the last step of ``tool`` that
+    was not superseded."""
+    step = result.steps.get(default)
+    if step is not None and step.superseded_by is None:
+        return step
+    candidates = [
+        item
+        for key, item in sorted(result.steps.items())
+        if item.tool == tool and item.superseded_by is None
+    ]
+    return candidates[-1] if candidates else step
+
+
+def _excerpt_for(path: Path, index: int) -> Callable[[RunSession, SessionState], Any]:
+    """The excerpt callback of one invoice's run (read only when a repair is asked for)."""
+
+    def excerpt(session: RunSession, state: SessionState) -> Any:
+        return nfe_excerpt(path, index)
+
+    return excerpt
+
+
+def _repair_note(repaired: RepairedRun, model: str, saved: Path | None) -> dict[str, Any]:
+    outcome = "repaired" if repaired.repaired else (repaired.gave_up or repaired.status)
+    return {
+        "outcome": outcome,
+        "model": model,
+        **repaired.summary(),
+        "plan": saved.name if saved is not None else None,
+    }
+
+
 async def extract_document(
     path: Path,
     *,
     registry: Registry | None = None,
     write_boundary: WriteBoundary | None = None,
     run_options: Mapping[str, Any] | None = None,
+    repairer: PlanRepairer | None = None,
+    save_repairs: Path | None = None,
+    plan_text: str | None = None,
 ) -> list[dict[str, Any]]:
     """Extract every invoice of one file through the stored plan.
 
@@ -627,6 +793,17 @@ async def extract_document(
     ``wrong_namespace``) gets its own error record, with its ``invoice_index`` when the file
     holds several, and the others are still extracted.
 
+    With a ``repairer`` (``--planner``), each run is a run session
+    (:func:`plandag.planner.repair.run_with_repairs`): it makes no model call unless a
+    step fails in a way :func:`nfe_needs_repair` accepts; then the replanner sees the
+    failure and :func:`nfe_excerpt` of this input (as quoted data), and its patch runs for
+    this input only. A record whose run asked for a repair carries ``"repair"``:
+    ``{"outcome": "repaired" | "max_replans" | "no_progress" | "budget" |
+    "replanner_error" | status, "model", "replans", "model_calls", "reused", "gave_up",
+    "replaced", "new_steps", "plan"}`` (``plan``: the saved plan file's name, with
+    ``save_repairs``). A repair that worked is reused, with no model call, for a later
+    input of the batch failing on the same steps (see :mod:`plandag.planner.repair`).
+
     Args:
         path: the input file; its string form becomes each record's ``source``.
         registry: tools and checks to run the plan with (default: the built-in registry,
@@ -634,7 +811,13 @@ async def extract_document(
         write_boundary: where the plan's steps may write; ``extract`` gives the output
             file's folder (the stored plan itself writes nothing; a repaired plan may).
         run_options: keyword arguments for :func:`plandag.scheduler.run_plan` (``retry``,
-            ``max_concurrency``, ``limits``, a ``budget`` shared by the batch).
+            ``max_concurrency``, ``limits``, a ``budget`` shared by the batch, which also
+            pays the repairs' model calls).
+        repairer: the model side of repairs, or None (no model call, ever).
+        save_repairs: a folder where each repaired plan that succeeded is written
+            (:func:`plandag.planner.repair.save_repair`, name ``nfe``), or None.
+        plan_text: another plan to run instead of the stored one (same params ``input``
+            and ``index``, same step roles), or None.
 
     Returns:
         One record dict per invoice, in file order (shape of ``NfeRecord``; ``checks`` keyed
@@ -647,6 +830,7 @@ async def extract_document(
 
     Raises:
         PlanError: the stored plan does not compile against ``registry`` (a packaging bug).
+        OSError: a repaired plan cannot be written into ``save_repairs``.
     """
     from plandag.scheduler import run_plan
 
@@ -656,7 +840,7 @@ async def extract_document(
 
             _default_registry.append(default_registry())
         registry = _default_registry[0]
-    compiled = _compiled_plan(registry, write_boundary)
+    compiled = _compiled_plan(registry, write_boundary, plan_text)
     source = str(path)
     records: list[dict[str, Any]] = []
     index = 0
@@ -664,27 +848,61 @@ async def extract_document(
     sha256 = ""
     while index < count:
         run = dataclasses.replace(compiled, params={"input": source, "index": index})
-        result = await run_plan(run, **(run_options or {}))
+        note: dict[str, Any] | None = None
+        if repairer is None:
+            result = await run_plan(run, **(run_options or {}))
+        else:
+            from plandag.planner.repair import run_with_repairs, save_repair
+
+            repaired = await run_with_repairs(
+                run,
+                registry,
+                repairer=repairer,
+                trigger=nfe_needs_repair,
+                excerpt=_excerpt_for(path, index),
+                **(run_options or {}),
+            )
+            result = repaired.run
+            if repaired.triggered:
+                saved = (
+                    save_repair(save_repairs, "nfe", repaired, source=source, model=repairer.model)
+                    if save_repairs is not None
+                    else None
+                )
+                note = _repair_note(repaired, repairer.model, saved)
         if index == 0:
-            parse_step = result.steps[PARSE_STEP]
-            if parse_step.status == "succeeded" and isinstance(parse_step.result, NfeDocument):
+            parse_step = _final_step(result, "nfe_parse", PARSE_STEP)
+            if (
+                parse_step is not None
+                and parse_step.status == "succeeded"
+                and isinstance(parse_step.result, NfeDocument)
+            ):
                 count = len(parse_step.result.invoices)
                 sha256 = parse_step.result.sha256
-        record_step = result.steps[RECORD_STEP]
-        if isinstance(record_step.result, Mapping) and record_step.status in (
-            "succeeded",
-            "failed",
+        record_step = _final_step(result, "nfe_record", RECORD_STEP)
+        if (
+            record_step is not None
+            and isinstance(record_step.result, Mapping)
+            and record_step.status in ("succeeded", "failed")
         ):
-            records.append(_with_checks(record_step.result, list(record_step.checks)))
+            record = _with_checks(record_step.result, list(record_step.checks))
         else:
             failed = [result.steps[key] for key in sorted(result.steps)]
-            culprit = next((step for step in failed if step.status == "failed"), record_step)
+            culprit = next(
+                (step for step in failed if step.status == "failed"),
+                record_step if record_step is not None else failed[-1],
+            )
             code, message = _failure(culprit)
             if not sha256:  # the file was not read or not parsed: one record for it
-                return [error_record(source, _file_sha256(path), code, message)]
+                record = error_record(source, _file_sha256(path), code, message)
+                if note is not None:
+                    record["repair"] = note
+                return [record]
             record = error_record(source, sha256, code, message)
             if count > 1:
                 record["invoice_index"] = index
-            records.append(record)
+        if note is not None:
+            record["repair"] = note
+        records.append(record)
         index += 1
     return records

@@ -1,0 +1,762 @@
+"""Stored plans with a planner attached: the plan runs with no model call, and only a step
+that fails on an input is shown to the replanner, with that input's excerpt (issue 4,
+"Stored plans with a planner attached"; ARCHITECTURE.md, "Retry vs replan", "Replanning",
+"Untrusted content").
+
+:func:`run_with_repairs` runs a compiled stored plan in a run session
+(:func:`~plandag.scheduler.session.open_session`, the plan sealed at once, effects not held:
+it compiled whole before it started) and awaits :meth:`RunSession.settled`. When the run
+settles with steps that need a replan (failed after their retries, pruned, cancelled) and
+the caller's **trigger** says the failure is one a repair can fix, the
+:class:`PlanRepairer` asks the model for a patch, the patch is compiled against the run
+(:meth:`Replanner.apply`: the same compiler and write boundary as the stored plan) and runs
+in the same run; completed steps keep their results and never run again. Caps, as
+``plandag run``: at most ``max_replans`` (3) model replans, at most
+``max_replans_without_progress`` (2) in a row with no step newly completed; past a cap the
+run ends ``gave_up`` with its state (never an invented result). The cost caps pay the model
+calls (the session's budget, which a batch shares), and each call is bounded by the
+session's wall-clock cap.
+
+What the model sees (:func:`repair_prompt`): the replanner's prompt
+(:func:`~plandag.planner.replanner.replan_prompt`: the goal, every step with its state, the
+completed steps' results as quoted data, the failed steps' errors, the pruned steps), then
+the relevant excerpt of the input the run failed on, as one more quoted data block (at most
+``excerpt_chars`` characters: a longer one keeps its first and last halves and says so).
+
+**The trigger** (:data:`Trigger`): a function of the run that says whether its failure is
+one to repair. Never a trigger, whatever the function says: a run stopped by a brake
+(deadline, stall, interruption: ``stop_reason``) and steps skipped by the cost cap (reason
+``budget``): a repair cannot undo those. :func:`any_failure` (``plandag exec --planner``)
+repairs every failed, pruned or cancelled step. ``plandag extract nfe --planner`` uses a
+narrower one (:func:`plandag.extract.nfe.document.nfe_needs_repair`): business outcomes of
+the data are not plan failures.
+
+**Reuse** (``reuse=True``, the default): a repair that succeeded with a single patch is
+kept by the repairer, keyed by the stored plan (its JSON's SHA-256) and the steps it
+replaced. A later run of the same plan (the next input of a batch) that fails on exactly the
+same steps first gets that patch applied with no model call (``reused`` on the record); if
+the reused patch does not compile or its steps fail again, the model is asked as usual
+(the reuse is tried once per run and does not count against the caps). Two inputs failing
+at the same moment may each call the model before either repair is known; that is accepted
+(no input waits on another).
+
+:func:`save_repair` writes a repaired plan that succeeded as a readable plan file (the whole
+plan after the patch: the original steps that succeeded, the new steps, superseded steps
+removed, the output updated) named ``NAME.HASH.json`` (``HASH``: the first 10 hex digits of
+the plan file's SHA-256), and a sidecar ``NAME.HASH.repair.json`` saying what failed and
+what the model changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+
+from plandag.compiler import CompiledPlan
+from plandag.dag.plan import Plan
+from plandag.planner.data import quote_data
+from plandag.planner.llm import (
+    DEFAULT_PRICES,
+    BudgetRefusedError,
+    CallRecord,
+    ChatMessage,
+    LLMClient,
+    LLMRequest,
+    PriceTable,
+    call_with_retries,
+)
+from plandag.planner.prompt import repair_message, system_prompt
+from plandag.planner.replanner import (
+    DEFAULT_REPLAN_MAX_CHARS,
+    DEFAULT_REPLAN_MAX_TOKENS,
+    Replanner,
+    ReplanRecord,
+    failure_summary,
+    replan_prompt,
+)
+from plandag.planner.wire import WIRE_SCHEMA_NAME, wire_json_schema
+from plandag.scheduler import events
+from plandag.scheduler.budget import Budget
+from plandag.scheduler.clock import Clock, SystemClock
+from plandag.scheduler.result import RunResult, RunStatus, StepErrorInfo
+from plandag.scheduler.retry import RetryPolicy
+from plandag.scheduler.runner import RunLimits
+from plandag.scheduler.session import RunSession, SessionState, open_session
+from plandag.tools.registry import Registry
+
+__all__ = [
+    "DEFAULT_EXCERPT_CHARS",
+    "PlanRepairer",
+    "RepairGaveUp",
+    "RepairedRun",
+    "Trigger",
+    "any_failure",
+    "failed_steps",
+    "plan_file_document",
+    "repair_prompt",
+    "run_with_repairs",
+    "save_repair",
+]
+
+DEFAULT_EXCERPT_CHARS = 4000
+"""Characters of the input excerpt shown to the model (first and last halves kept)."""
+
+RepairGaveUp = Literal["max_replans", "no_progress", "budget", "replanner_error"]
+"""Why a repair gave up: the replan cap, the no-progress cap, the cost cap refused a model
+call, or a model call failed past its retries (or was cut at ``max_tokens``)."""
+
+Trigger = Callable[[RunSession, SessionState], bool]
+"""Whether a settled run's failure is one to repair: ``(session, state) -> bool``; called
+only when ``state.needs_replan`` is not empty, no brake stopped the run and no step was
+skipped by the cost cap."""
+
+Excerpt = Callable[[RunSession, SessionState], Any]
+"""The relevant excerpt of the run's input, for the model: ``(session, state) -> value``
+(any JSON value, or a string; None: no excerpt). Quoted as data, never as instructions."""
+
+REPAIR_NOTE = (
+    "The plan above is a stored plan: it ran with no model until this input made a step "
+    "fail. Repair it for this input: replace the failed part with steps that work on it "
+    "(the excerpt shows what the input holds; read fields where the input has them)."
+)
+
+
+def any_failure(session: RunSession, state: SessionState) -> bool:
+    """The trigger of ``plandag exec --planner``: every failed, pruned or cancelled step.
+
+    Args:
+        session: the run (unused).
+        state: its settled state.
+
+    Returns:
+        True when ``state.needs_replan`` is not empty.
+    """
+    return bool(state.needs_replan)
+
+
+def failed_steps(session: RunSession, state: SessionState) -> list[dict[str, Any]]:
+    """What failed, as JSON-safe data (the sidecar's ``failed``).
+
+    Args:
+        session: the run.
+        state: its state.
+
+    Returns:
+        ``[{"step", "tool", "reason", "error_type", "message", "checks"}]`` for each failed
+        step (``checks``: the failing checks' ``{"kind", "detail"}``), in id order.
+    """
+    found = []
+    for step_id, failure in state.failed.items():
+        record = session.records[step_id]
+        found.append(
+            {
+                "step": step_id,
+                "tool": record.tool,
+                "reason": failure.reason,
+                "error_type": failure.error.type if failure.error is not None else None,
+                "message": failure.error.message if failure.error is not None else failure.detail,
+                "checks": [
+                    {"kind": outcome.kind, "detail": outcome.detail}
+                    for outcome in record.checks
+                    if outcome.status == "fail"
+                ],
+            }
+        )
+    return found
+
+
+def repair_prompt(
+    goal: str,
+    session: RunSession,
+    state: SessionState,
+    excerpt: Any = None,
+    *,
+    max_chars: int = DEFAULT_REPLAN_MAX_CHARS,
+    excerpt_chars: int = DEFAULT_EXCERPT_CHARS,
+) -> str:
+    """The repair request's user message: the replanner's prompt, then the input excerpt.
+
+    Args:
+        goal: the stored plan's goal (trusted: the plan's author wrote it).
+        session: the run.
+        state: its settled state (the failure).
+        excerpt: the input's relevant excerpt (any JSON value or text), or None.
+        max_chars: characters of each step result shown.
+        excerpt_chars: characters of the excerpt shown (>= 2).
+
+    Returns:
+        The text; the results and the excerpt are inside data blocks.
+    """
+    text = replan_prompt(goal, session, state, max_chars=max_chars)
+    parts = [text.rstrip("\n"), REPAIR_NOTE]
+    if excerpt is not None:
+        parts.append(
+            "The input this run failed on (an excerpt):\n"
+            + quote_data("input excerpt", excerpt, excerpt_chars)
+        )
+    return "\n\n".join(parts) + "\n"
+
+
+def _fingerprint(plan: Plan) -> str:
+    return hashlib.sha256(plan.model_dump_json().encode("utf-8")).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class _KnownRepair:
+    plan: str
+    replaced: tuple[int, ...]
+    max_id: int
+    text: str
+
+
+class PlanRepairer:
+    """The model side of stored plans run with a planner attached; one per command, shared
+    by every input of a batch (it holds the repairs that worked, for reuse).
+
+    Args:
+        client: the model provider.
+        model: the model name (``claude-sonnet-4-6``...).
+        registry: the tools and check kinds patches may use (listed in the prompt).
+        prices: the price table for call records and the budget.
+        retry: retries of transient model call failures (default ``RetryPolicy()``).
+        clock: where retry delays are slept (default the system clock).
+        max_replans: model replans per run (>= 0; issue 4: 3).
+        max_replans_without_progress: replans in a row with no newly completed step (>= 1;
+            issue 4: 2).
+        max_tokens: output tokens of a patch.
+        max_chars: characters of each step result shown.
+        excerpt_chars: characters of the input excerpt shown (>= 2).
+        reuse: apply a repair that worked to a later run failing the same way, first,
+            without a model call.
+
+    Attributes:
+        calls: every model call attempt of every run, in order.
+
+    Raises:
+        ValueError: a cap out of range.
+    """
+
+    def __init__(
+        self,
+        client: LLMClient,
+        model: str,
+        registry: Registry,
+        *,
+        prices: PriceTable = DEFAULT_PRICES,
+        retry: RetryPolicy | None = None,
+        clock: Clock | None = None,
+        max_replans: int = 3,
+        max_replans_without_progress: int = 2,
+        max_tokens: int = DEFAULT_REPLAN_MAX_TOKENS,
+        max_chars: int = DEFAULT_REPLAN_MAX_CHARS,
+        excerpt_chars: int = DEFAULT_EXCERPT_CHARS,
+        reuse: bool = True,
+    ) -> None:
+        if max_replans < 0:
+            raise ValueError(f"max_replans must be >= 0, not {max_replans}")
+        if max_replans_without_progress < 1:
+            raise ValueError(
+                f"max_replans_without_progress must be >= 1, not {max_replans_without_progress}"
+            )
+        if excerpt_chars < 2:
+            raise ValueError(f"excerpt_chars must be >= 2, not {excerpt_chars}")
+        self.client = client
+        self.model = model
+        self.registry = registry
+        self.prices = prices
+        self.retry = retry if retry is not None else RetryPolicy()
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.max_replans = max_replans
+        self.max_replans_without_progress = max_replans_without_progress
+        self.max_tokens = max_tokens
+        self.max_chars = max_chars
+        self.excerpt_chars = excerpt_chars
+        self.reuse = reuse
+        self.calls: list[CallRecord] = []
+        self._known: list[_KnownRepair] = []
+
+    def replanner(self, compiled: CompiledPlan) -> Replanner:
+        """A :class:`Replanner` for one run of ``compiled`` (its read-only flag and write
+        boundary), whose calls are reserved on the run's budget."""
+        return Replanner(
+            self.client,
+            self.model,
+            self.registry,
+            prices=self.prices,
+            retry=self.retry,
+            clock=self.clock,
+            max_tokens=self.max_tokens,
+            max_chars=self.max_chars,
+            read_only=compiled.read_only,
+            write_boundary=compiled.write_boundary,
+        )
+
+    def known(self, plan: str, replaced: tuple[int, ...], max_id: int) -> _KnownRepair | None:
+        """The repair that worked for ``plan`` failing on ``replaced`` (largest id
+        ``max_id``), or None."""
+        if not self.reuse:
+            return None
+        for item in self._known:
+            if (item.plan, item.replaced, item.max_id) == (plan, replaced, max_id):
+                return item
+        return None
+
+    def remember(self, item: _KnownRepair) -> None:
+        """Keep a repair that worked (once per plan and failure)."""
+        if self.reuse and self.known(item.plan, item.replaced, item.max_id) is None:
+            self._known.append(item)
+
+    async def ask(
+        self,
+        session: RunSession,
+        compiled: CompiledPlan,
+        state: SessionState,
+        excerpt: Any,
+        *,
+        number: int,
+        previous: ReplanRecord | None,
+        records: list[CallRecord],
+    ) -> ReplanRecord:
+        """One model replan of the run's failed part; the patch is applied if it compiles.
+
+        Args:
+            session: the open run.
+            compiled: the stored plan as compiled (goal, read-only flag, boundary).
+            state: the settled state the patch answers.
+            excerpt: the input's excerpt, or None.
+            number: this replan's number in the run.
+            previous: the last replan when its patch did not compile (a repair: its answer
+                and diagnostics go back to the model), else None.
+            records: the run's call records (each attempt is appended here and to
+                :attr:`calls`).
+
+        Returns:
+            The :class:`ReplanRecord`.
+
+        Raises:
+            TimeoutError: the session's wall-clock cap passed during the call.
+            BudgetRefusedError: the budget could not hold the call's estimate.
+            StepError: the call failed past its retries; ``TruncatedResponseError`` when
+                cut at ``max_tokens``.
+        """
+        replanner = self.replanner(compiled)
+        prompt = repair_prompt(
+            compiled.plan.goal,
+            session,
+            state,
+            excerpt,
+            max_chars=self.max_chars,
+            excerpt_chars=self.excerpt_chars,
+        )
+        messages: list[ChatMessage] = [{"role": "user", "content": prompt}]
+        if previous is not None and not previous.applied:
+            messages.append({"role": "assistant", "content": previous.text})
+            messages.append(
+                {"role": "user", "content": repair_message(previous.diagnostics, previous.number)}
+            )
+        request = LLMRequest(
+            model=self.model,
+            messages=tuple(messages),
+            max_tokens=self.max_tokens,
+            system=system_prompt(self.registry),
+            json_schema=wire_json_schema(
+                tools=sorted(self.registry.tools),
+                checks=sorted(self.registry.checks),
+                all_required=self.client.provider == "openai",
+            ),
+            schema_name=WIRE_SCHEMA_NAME,
+            temperature=0.0,
+        )
+        first = len(records)
+        try:
+            with anyio.fail_after(session.remaining_s):
+                response = await call_with_retries(
+                    self.client,
+                    request,
+                    self.retry,
+                    self.clock,
+                    session.budget,
+                    prices=self.prices,
+                    records=records,
+                )
+        finally:
+            self.calls.extend(records[first:])
+        replaced = state.needs_replan
+        applied, new_ids, diagnostics, output_changed = replanner.apply(
+            session, response.text, replaced
+        )
+        return ReplanRecord(
+            number=number,
+            trigger="failure",
+            reason=failure_summary(session, state),
+            replaced=replaced,
+            new_ids=new_ids,
+            applied=applied,
+            text=response.text,
+            output_tokens=response.usage.output_tokens,
+            diagnostics=diagnostics,
+            output_changed=output_changed,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class RepairedRun:
+    """What :func:`run_with_repairs` produced.
+
+    Attributes:
+        status: the run's status (:attr:`RunResult.status`), ``gave_up`` when a cap
+            stopped the repairs.
+        run: the run's :class:`RunResult` (superseded steps with ``superseded_by``).
+        replans: every replan (model or reused), applied or not, in order.
+        llm_calls: this run's model call attempts, in order (none when nothing failed, or
+            a known repair was reused).
+        triggered: the trigger fired at least once (a repair was wanted).
+        reused: a known repair was applied with no model call.
+        gave_up: why the repairs stopped (:data:`RepairGaveUp`), else None.
+        error: a failed model call's type and message, else None.
+        failed: what failed first (:func:`failed_steps` of the first triggering state).
+        plan: the whole plan after the patches (original steps not superseded, new steps,
+            the output), when at least one patch was applied; else None.
+        plan_name: a name for saved files (the caller's).
+    """
+
+    status: RunStatus
+    run: RunResult
+    replans: tuple[ReplanRecord, ...] = ()
+    llm_calls: tuple[CallRecord, ...] = ()
+    triggered: bool = False
+    reused: bool = False
+    gave_up: RepairGaveUp | None = None
+    error: StepErrorInfo | None = None
+    failed: tuple[Mapping[str, Any], ...] = ()
+    plan: Plan | None = None
+
+    @property
+    def repaired(self) -> bool:
+        """The run succeeded thanks to at least one applied patch."""
+        return self.status == "succeeded" and self.plan is not None
+
+    def summary(self) -> dict[str, Any]:
+        """A short JSON-safe note: ``{"replans", "model_calls", "reused", "gave_up",
+        "replaced", "new_steps"}`` (``replaced``/``new_steps``: over the applied patches)."""
+        applied = [record for record in self.replans if record.applied]
+        return {
+            "replans": len(self.replans),
+            "model_calls": len(self.llm_calls),
+            "reused": self.reused,
+            "gave_up": self.gave_up,
+            "replaced": sorted({key for record in applied for key in record.replaced}),
+            "new_steps": sorted({key for record in applied for key in record.new_ids}),
+        }
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The RunResult's JSON (``status`` replaced by :attr:`status`) plus ``replans``,
+        ``llm_calls`` (count, tokens, cost), ``gave_up``, ``error`` and ``repaired``."""
+        document = self.run.to_json_dict()
+        document["status"] = self.status
+        document["replans"] = [record.to_json_dict() for record in self.replans]
+        document["llm_calls"] = [
+            {
+                "model": record.model,
+                "attempt": record.attempt,
+                "input_tokens": record.usage.input_tokens,
+                "output_tokens": record.usage.output_tokens,
+                "cost_usd": record.cost_usd,
+                "error": record.error,
+            }
+            for record in self.llm_calls
+        ]
+        document["gave_up"] = self.gave_up
+        document["error"] = self.error.as_dict() if self.error is not None else None
+        document["repaired"] = self.repaired
+        document["reused_repair"] = self.reused
+        return document
+
+
+def _whole_plan(compiled: CompiledPlan, session: RunSession) -> Plan:
+    """The plan after the patches: steps not superseded, in id order, and the output."""
+    records = session.records
+    steps = [
+        session.steps[key].step
+        for key in sorted(session.steps)
+        if records[key].superseded_by is None
+    ]
+    original = compiled.plan
+    return Plan(goal=original.goal, params=original.params, steps=steps, output=session.output)
+
+
+async def run_with_repairs(
+    compiled: CompiledPlan,
+    registry: Registry,
+    *,
+    repairer: PlanRepairer | None,
+    trigger: Trigger = any_failure,
+    excerpt: Excerpt | None = None,
+    limits: RunLimits | None = None,
+    retry: RetryPolicy | None = None,
+    observers: Sequence[events.Observer] = (),
+    max_concurrency: int | None = None,
+    tool_limits: Mapping[str, int] | None = None,
+    budget: Budget | None = None,
+    clock: Clock | None = None,
+    run_id: str | None = None,
+) -> RepairedRun:
+    """Run a compiled stored plan; repair the failures ``trigger`` accepts, within the caps.
+
+    With no failure (or ``repairer`` None) no model is called: the run is that of
+    :func:`~plandag.scheduler.run_plan` on a session.
+
+    Args:
+        compiled: the stored plan with this run's params.
+        registry: the tools and check kinds (the plan's and the patches').
+        repairer: the model side, or None (no repair: failures end the run as usual).
+        trigger: which failures to repair (default :func:`any_failure`).
+        excerpt: the input's relevant excerpt for the model, or None.
+        limits, retry, observers, max_concurrency, tool_limits, budget, clock, run_id:
+            as :func:`~plandag.scheduler.session.open_session`; the budget pays the model
+            calls too.
+
+    Returns:
+        The :class:`RepairedRun`; never raises for a failed step or model call.
+
+    Raises:
+        ValueError: bad limits (as ``open_session``).
+    """
+    replans: list[ReplanRecord] = []
+    calls: list[CallRecord] = []
+    failed: tuple[Mapping[str, Any], ...] = ()
+    triggered = False
+    reuses: set[int] = set()  # numbers of the replans that reused a known repair
+    gave_up: RepairGaveUp | None = None
+    error: StepErrorInfo | None = None
+    whole: Plan | None = None
+    session_ref: list[RunSession] = []
+    fingerprint: str | None = None
+    bases: dict[int, int] = {}  # replan number -> the run's largest id when it was asked
+    async with open_session(
+        compiled,
+        registry,
+        limits=limits,
+        retry=retry,
+        observers=observers,
+        max_concurrency=max_concurrency,
+        tool_limits=tool_limits,
+        budget=budget,
+        clock=clock,
+        run_id=run_id,
+        hold_effects=False,
+    ) as session:
+        session_ref.append(session)
+        session.seal()
+        streak = 0
+        mark: int | None = None
+        previous: ReplanRecord | None = None
+        tried_reuse = False
+        model_replans = 0
+        excerpt_value: Any = None
+        while True:
+            state = await session.settled()
+            if state.stop_reason is not None or not state.needs_replan:
+                break
+            if any(session.records[key].reason == "budget" for key in state.needs_replan):
+                break
+            if repairer is None or not trigger(session, state):
+                break
+            if not triggered:
+                triggered = True
+                failed = tuple(failed_steps(session, state))
+                excerpt_value = excerpt(session, state) if excerpt is not None else None
+                fingerprint = _fingerprint(compiled.plan)
+            max_id = max(session.steps, default=0)
+            assert fingerprint is not None
+            known = (
+                repairer.known(fingerprint, state.needs_replan, max_id)
+                if not tried_reuse and previous is None
+                else None
+            )
+            if known is not None:
+                tried_reuse = True
+                applied, new_ids, diagnostics, changed = repairer.replanner(compiled).apply(
+                    session, known.text, state.needs_replan
+                )
+                replans.append(
+                    ReplanRecord(
+                        number=len(replans) + 1,
+                        trigger="failure",
+                        reason="reused: " + failure_summary(session, state),
+                        replaced=state.needs_replan,
+                        new_ids=new_ids,
+                        applied=applied,
+                        text=known.text,
+                        output_tokens=0,
+                        diagnostics=diagnostics,
+                        output_changed=changed,
+                    )
+                )
+                reuses.add(len(replans))
+                continue
+            if mark is not None:
+                streak = 0 if len(state.succeeded) > mark else streak + 1
+            if model_replans >= repairer.max_replans:
+                gave_up = "max_replans"
+            elif streak >= repairer.max_replans_without_progress:
+                gave_up = "no_progress"
+            if gave_up is not None:
+                session.give_up()
+                break
+            mark = len(state.succeeded)
+            try:
+                record = await repairer.ask(
+                    session,
+                    compiled,
+                    state,
+                    excerpt_value,
+                    number=len(replans) + 1,
+                    previous=previous,
+                    records=calls,
+                )
+            except TimeoutError:
+                remaining = session.remaining_s
+                if remaining is not None and remaining > 0:
+                    await anyio.sleep(remaining + 0.001)
+                break
+            except BudgetRefusedError as refused:
+                error = StepErrorInfo(type(refused).__name__, str(refused))
+                gave_up = "budget"
+                session.give_up()
+                break
+            except Exception as failure:  # a call failed past its retries, or was cut
+                error = StepErrorInfo(type(failure).__name__, str(failure))
+                gave_up = "replanner_error"
+                session.give_up()
+                break
+            model_replans += 1
+            replans.append(record)
+            bases[record.number] = max_id
+            previous = None if record.applied else record
+        if any(record.applied for record in replans):
+            whole = _whole_plan(compiled, session)
+    run = session_ref[0].result()
+    status = run.status
+    if gave_up is not None and status in ("succeeded", "failed"):
+        status = "gave_up"
+    applied_records = [record for record in replans if record.applied]
+    reused = (
+        status == "succeeded"
+        and bool(applied_records)
+        and all(record.number in reuses for record in applied_records)
+    )
+    if (
+        repairer is not None
+        and status == "succeeded"
+        and fingerprint is not None
+        and len(applied_records) == 1
+        and not reused
+    ):
+        only = applied_records[0]
+        repairer.remember(_KnownRepair(fingerprint, only.replaced, bases[only.number], only.text))
+    return RepairedRun(
+        status=status,
+        run=run,
+        replans=tuple(replans),
+        llm_calls=tuple(calls),
+        triggered=triggered,
+        reused=reused,
+        gave_up=gave_up,
+        error=error,
+        failed=failed,
+        plan=whole if applied_records else None,
+    )
+
+
+def plan_file_document(plan: Plan) -> dict[str, Any]:
+    """A plan as the readable plan file ``plandag check`` and ``exec`` read: ``version``
+    first, then the fields the plan sets.
+
+    Args:
+        plan: the plan.
+
+    Returns:
+        JSON-safe data.
+    """
+    document: dict[str, Any] = {"version": plan.version}
+    document.update(plan.model_dump(mode="json", exclude_unset=True, exclude={"version"}))
+    document["output"] = plan.output
+    return document
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def save_repair(
+    directory: Path,
+    name: str,
+    repaired: RepairedRun,
+    *,
+    source: str | None = None,
+    model: str | None = None,
+) -> Path | None:
+    """Write a repaired plan that succeeded, and its sidecar, into ``directory``.
+
+    Files: ``NAME.HASH.json``, the whole plan after the patches (see
+    :func:`plan_file_document`), and ``NAME.HASH.repair.json``: ``{"plan", "source",
+    "model", "failed", "replaced", "new_steps", "output_changed", "reused", "replans"}``
+    (``replans``: each replan's record, its patch text included). ``HASH``: the first 10 hex
+    digits of the plan file's SHA-256, so the same repair found twice is one file. Writes
+    are atomic (a temporary file renamed).
+
+    Args:
+        directory: where to write (created when missing).
+        name: the original plan's name (its file's stem; ``nfe`` for the stored NF-e plan).
+        repaired: the run.
+        source: the input the repair was made for (the sidecar's ``source``), or None.
+        model: the model that wrote the patch, or None.
+
+    Returns:
+        The plan file's path, or None when the run was not repaired (nothing written).
+
+    Raises:
+        OSError: the folder or a file cannot be written.
+    """
+    if not repaired.repaired or repaired.plan is None:
+        return None
+    text = json.dumps(plan_file_document(repaired.plan), ensure_ascii=False, indent=2) + "\n"
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:10]
+    directory.mkdir(parents=True, exist_ok=True)
+    plan_path = directory / f"{name}.{digest}.json"
+    applied = [record for record in repaired.replans if record.applied]
+    sidecar = {
+        "plan": plan_path.name,
+        "original": name,
+        "source": source,
+        "model": model,
+        "failed": [dict(item) for item in repaired.failed],
+        "replaced": sorted({key for record in applied for key in record.replaced}),
+        "new_steps": sorted({key for record in applied for key in record.new_ids}),
+        "output_changed": any(record.output_changed for record in applied),
+        "output": repaired.plan.output,
+        "reused": repaired.reused,
+        "replans": [{**record.to_json_dict(), "patch": record.text} for record in repaired.replans],
+    }
+    _write_atomically(plan_path, text)
+    _write_atomically(
+        directory / f"{name}.{digest}.repair.json",
+        json.dumps(sidecar, ensure_ascii=False, indent=2, default=str) + "\n",
+    )
+    return plan_path
