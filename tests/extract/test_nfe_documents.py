@@ -77,7 +77,7 @@ def test_record_json_schema_lists_the_groups() -> None:
     assert schema["title"] == "NfeRecord"
     assert set(schema["properties"]) == {
         "source", "sha256", "status", "errors", "checks", "layout", "invoice_index",
-        "ide", "emit", "dest", "items", "total", "protocol", "events",
+        "ide", "emit", "dest", "items", "total", "protocol", "events", "repair",
     }  # fmt: skip
 
 

@@ -289,3 +289,14 @@ def test_business_check_failures_and_unusable_inputs_call_no_model(
     assert "repair" not in records[1]
     assert summary.repairs == {}
     assert nfe_needs_repair.__doc__ is not None
+
+
+def test_the_repair_note_is_in_the_schema_and_the_csv() -> None:
+    from plandag.extract.nfe.output import INVOICE_COLUMNS, flatten_record
+    from plandag.extract.nfe.record import NfeRecord
+
+    note = {"outcome": "repaired", "model_calls": 1}
+    record = {"source": "a.xml", "sha256": "ab", "status": "ok", "repair": note}
+    assert NfeRecord.model_validate(record).repair == note
+    assert INVOICE_COLUMNS[-1] == "repair"
+    assert json.loads(flatten_record(record)["repair"]) == note

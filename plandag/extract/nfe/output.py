@@ -82,11 +82,23 @@ _SCALAR_FIELDS = tuple(
     name
     for name in NfeRecord.model_fields
     if name
-    not in {"errors", "checks", "ide", "emit", "dest", "items", "total", "protocol", "events"}
+    not in {
+        "errors",
+        "checks",
+        "ide",
+        "emit",
+        "dest",
+        "items",
+        "total",
+        "protocol",
+        "events",
+        "repair",
+    }
 )
 
 #: Columns of ``OUT.csv``, one row per invoice. ``errors`` holds ``code: message`` pairs
-#: joined by `` | ``; ``events`` the record's event list as JSON text; each check has a
+#: joined by `` | ``; ``events`` the record's event list and ``repair`` its repair note (with
+#: ``--planner``) as JSON text; each check has a
 #: status column (``pass``/``fail``/``not_applicable``) and a ``.detail`` column.
 INVOICE_COLUMNS: tuple[str, ...] = (
     *_SCALAR_FIELDS,
@@ -99,6 +111,7 @@ INVOICE_COLUMNS: tuple[str, ...] = (
     *(f"protocol.{name}" for name in _PROTOCOL_FIELDS),
     "events",
     *(column for name in CHECK_NAMES for column in (f"checks.{name}", f"checks.{name}.detail")),
+    "repair",
 )
 
 #: Columns of ``OUT.items.csv``, one row per ``det`` item of every invoice.
@@ -232,6 +245,8 @@ def flatten_record(record: Mapping[str, Any]) -> dict[str, str]:
     row["items.count"] = str(len(items)) if isinstance(items, list) else ""
     events = record.get("events")
     row["events"] = _text(events) if events else ""
+    repair = record.get("repair")
+    row["repair"] = _text(repair) if repair else ""
     for name in CHECK_NAMES:
         outcome = _check(record, name)
         row[f"checks.{name}"] = outcome[0] if outcome else ""

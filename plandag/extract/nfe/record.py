@@ -182,6 +182,11 @@ class NfeRecord(_Group):
     total: Total | None = None
     protocol: Protocol | None = None
     events: list[Event] = Field(default_factory=list)
+    repair: dict[str, Any] | None = Field(
+        None,
+        description="With --planner, when this input's run asked a model for a repair: its "
+        "outcome (repaired or why it gave up), model, calls, replaced and new steps.",
+    )
 
 
 def nfe_record_json_schema() -> dict[str, Any]:
