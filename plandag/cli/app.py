@@ -892,6 +892,10 @@ from plandag.cli import run_command as _run_command  # noqa: E402 (registers `ru
 
 _run_command.register(app)
 
+from plandag.cli import bench_command as _bench_command  # noqa: E402 (registers `bench`)
+
+_bench_command.register(app)
+
 
 def version_callback(value: bool) -> None:
     """Print the version and exit (``plandag --version``)."""

@@ -347,7 +347,12 @@ class Agent:
         self.max_chars = max_chars
 
     async def run(
-        self, goal: str, context: str = "", params: Mapping[str, Any] | None = None
+        self,
+        goal: str,
+        context: str = "",
+        params: Mapping[str, Any] | None = None,
+        *,
+        plan: Plan | None = None,
     ) -> AgentResult:
         """Plan ``goal``, run the plan, replan what fails within the caps, join.
 
@@ -355,6 +360,9 @@ class Agent:
             goal: the task, in the user's words.
             context: trusted context from the user, or "".
             params: values given to the run by name (``<param.NAME>``), or None.
+            plan: a stored plan to run instead of asking the planner (issue 4, "Stored
+                plans with a planner attached"): no planning call; its params and steps
+                join the run at once, and only a failure brings in the replanner.
 
         Returns:
             The :class:`AgentResult`; never raises for a failed plan, call or step (the
@@ -370,11 +378,15 @@ class Agent:
         )
         given = dict(params or {})
         run = _AgentRun(self, goal, context, given, budget)
+        run.stored = plan
+        header = (
+            _header(goal, given) if plan is None else Plan(goal=goal, params=plan.params, steps=[])
+        )
         watch = _FailureWatch()
         session_ref: list[RunSession] = []
         try:
             async with open_session(
-                _header(goal, given),
+                header,
                 self.registry,
                 params=given,
                 read_only=self.read_only,
@@ -430,6 +442,7 @@ class _AgentRun:
         self.gave_up: GaveUpReason | None = None
         self.diagnostics: tuple[Diagnostic, ...] = ()
         self.plan_did_not_compile = False
+        self.stored: Plan | None = None
         agent_ = agent
         self.planner = Planner(
             agent_.client,
@@ -462,6 +475,19 @@ class _AgentRun:
 
     async def plan(self, session: RunSession) -> None:
         """Write the plan into ``session``; raise :class:`_PlanningFailed` when it fails."""
+        if self.stored is not None:  # a stored plan: no planning call
+            try:
+                session.add(self.stored.steps)
+                session.set_output(self.stored.output)
+            except PlanError as error:
+                self.diagnostics = tuple(error.diagnostics)
+                self.plan_did_not_compile = True
+                self.fail("failed", type(error).__name__, str(error))
+                raise _PlanningFailed from None
+            session.seal()
+            session.release_effects()
+            self.versions.append(self.stored)
+            return
         try:
             if self.agent.stream:
                 outcome = await StreamingPlanner(self.planner).plan_into(

@@ -241,6 +241,10 @@ def _params(request: LLMRequest) -> dict[str, Any]:
         params["system"] = request.system
     if request.stop_sequences:
         params["stop_sequences"] = list(request.stop_sequences)
+    if request.tools:
+        params["tools"] = [dict(definition) for definition in request.tools]
+    if request.tool_choice is not None:
+        params["tool_choice"] = dict(request.tool_choice)
     if request.json_schema is not None:
         params["output_config"] = {
             "format": {"type": "json_schema", "schema": dict(request.json_schema)}

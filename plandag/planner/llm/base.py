@@ -77,10 +77,15 @@ Anthropic API's error types, https://docs.anthropic.com/en/api/errors, plus Open
 
 
 class ChatMessage(TypedDict):
-    """One turn of the conversation: ``{"role": "user" | "assistant", "content": str}``."""
+    """One turn of the conversation: ``{"role": "user" | "assistant", "content": ...}``.
+
+    ``content`` is text, or a list of the Messages API's content blocks (``text``,
+    ``tool_use``, ``tool_result``) for a conversation with native tool use (the ReAct
+    baseline of ``plandag.react``); the Anthropic client sends blocks as they are.
+    """
 
     role: Literal["user", "assistant"]
-    content: str
+    content: str | list[dict[str, Any]]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -130,6 +135,11 @@ class LLMRequest:
         temperature: sampling temperature, or None for the provider's default. Sent to
             OpenAI-compatible servers; the Anthropic SDK in use (2.14) has no such
             parameter on ``messages.create``, so the Anthropic client does not send it.
+        tools: tool definitions for native tool use, in the Messages API's form
+            (``{"name", "description", "input_schema"}``); () for none. Sent by the
+            Anthropic client only.
+        tool_choice: the Messages API's ``tool_choice`` (``{"type": "auto",
+            "disable_parallel_tool_use": True}``...), or None for the provider's default.
 
     Raises:
         ValueError: ``max_tokens`` < 1, no messages, or a temperature that is not finite
@@ -144,6 +154,8 @@ class LLMRequest:
     schema_name: str = "output"
     stop_sequences: Sequence[str] = ()
     temperature: float | None = None
+    tools: Sequence[Mapping[str, Any]] = ()
+    tool_choice: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -341,9 +353,10 @@ class MissingAPIKeyError(InputError):
 def estimate_input_tokens(request: LLMRequest) -> int:
     """A rough count of the prompt's tokens, before sending it: characters / 4, rounded up.
 
-    Counts the system prompt, every message's content and the JSON schema (providers put
-    the schema in the prompt). Four characters per token is the usual rule of thumb for
-    English with BPE tokenizers; it is an estimate to reserve budget against, not a bill.
+    Counts the system prompt, every message's content (content blocks as compact JSON),
+    the JSON schema and the tool definitions (providers put both in the prompt). Four
+    characters per token is the usual rule of thumb for English with BPE tokenizers; it is
+    an estimate to reserve budget against, not a bill.
 
     Args:
         request: the call to estimate.
@@ -351,10 +364,19 @@ def estimate_input_tokens(request: LLMRequest) -> int:
     Returns:
         Estimated input tokens, >= 0.
     """
-    chars = len(request.system) + sum(len(message["content"]) for message in request.messages)
+    chars = len(request.system)
+    for message in request.messages:
+        content = message["content"]
+        chars += len(content if isinstance(content, str) else _compact(content))
     if request.json_schema is not None:
-        chars += len(json.dumps(request.json_schema, separators=(",", ":")))
+        chars += len(_compact(request.json_schema))
+    if request.tools:
+        chars += len(_compact(list(request.tools)))
     return -(-chars // CHARS_PER_TOKEN)
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), default=str)
 
 
 def stream_error_kind(error_type: str | None) -> Literal["transient", "permanent"]:

@@ -300,7 +300,7 @@ def body_of(request: LLMRequest, stream: bool) -> dict[str, Any]:
         ``{"model", "messages", "max_tokens", ["stop"], ["temperature"],
         ["response_format"], ["stream", "stream_options"]}``.
     """
-    messages: list[dict[str, str]] = []
+    messages: list[dict[str, Any]] = []
     if request.system:
         messages.append({"role": "system", "content": request.system})
     messages.extend(

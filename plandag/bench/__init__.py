@@ -1,0 +1,10 @@
+"""plandag against a sequential ReAct agent, on simulated and real models (issue 5).
+
+* :mod:`plandag.bench.workloads`: the workloads, each with a checkable right answer;
+* :mod:`plandag.bench.simulator`: the local Messages API server playing a correct model
+  for both agents with the same latency model, calibrated to the LLMCompiler paper;
+* :mod:`plandag.bench.runner`: runs both agents on each workload, interleaved, and reports
+  (table, ``RESULTS.md``, PNG chart).
+
+``plandag bench`` (:mod:`plandag.cli.bench_command`) is the command line.
+"""

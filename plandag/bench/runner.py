@@ -1,0 +1,603 @@
+"""Run plandag and the ReAct baseline side by side and report (issue 5, ``plandag bench``).
+
+:func:`run_bench` runs both agents on each workload, ``runs`` times, interleaved (run ``k``
+of every workload before run ``k + 1``; plandag first in even runs, ReAct first in odd
+ones), against the simulated model (:class:`~plandag.bench.simulator.SimulatedModel`) or,
+with ``real=True``, the real Anthropic API. Both agents get the same registry, the same
+model, the same brakes, the same world (lookup latencies drawn once per run).
+
+plandag runs with streaming dispatch (``Agent(stream=True)``) and the compact wire format;
+the NF-e workload runs the stored extract plan (``Agent.run(plan=...)``: no model call).
+Each run's **ideal time** is what plandag would take with no overhead and no streaming
+overlap: the planning call's duration, plus the critical path of the measured step
+durations, plus the joiner call's duration (LLMCompiler's "planner + critical path +
+joiner"), summed over the workload's questions.
+
+:class:`BenchReport` holds every run; :meth:`BenchReport.table_rows` gives the table
+(success rate, median wall time, speed-up, LLM calls, tokens, cost, replans, ideal time),
+:meth:`BenchReport.markdown` the ``RESULTS.md`` text, :func:`write_chart` the PNG.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from plandag.bench.simulator import PAPER, BenchSettings, SimulatedModel
+from plandag.bench.workloads import WORKLOADS, Question, Workload, World
+from plandag.planner.agent import Agent, AgentResult
+from plandag.planner.llm import AnthropicClient, CallRecord, LLMClient
+from plandag.react import ReactAgent, ReactResult
+from plandag.scheduler.retry import RetryPolicy
+from plandag.scheduler.runner import RunLimits
+
+__all__ = [
+    "AGENTS",
+    "AgentName",
+    "AgentSummary",
+    "BenchReport",
+    "RunRecord",
+    "ideal_seconds",
+    "run_bench",
+    "run_plandag",
+    "run_react",
+    "write_chart",
+]
+
+AgentName = Literal["plandag", "react"]
+AGENTS: tuple[AgentName, ...] = ("plandag", "react")
+OBSERVATION_MAX_CHARS = 64_000
+"""Characters of each tool result a model is shown, for both agents (the NF-e files fit)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRecord:
+    """One agent's run of one workload (every question of it).
+
+    Attributes:
+        workload: the workload's name.
+        agent: ``plandag`` or ``react``.
+        run: the run number (0-based).
+        success: every question was answered right (:meth:`Workload.check`).
+        statuses: each question's final status (``succeeded``, ``gave_up``...).
+        wall_s: seconds for every question, one after the other.
+        llm_calls: model call attempts.
+        input_tokens: input tokens over the calls (cache reads and writes included).
+        output_tokens: output tokens over the calls.
+        cost_usd: US dollars over the calls.
+        replans: replans (plandag; 0 for ReAct).
+        ideal_s: the ideal time (plandag only), else None.
+        answers: each question's answer (None when there was none).
+    """
+
+    workload: str
+    agent: AgentName
+    run: int
+    success: bool
+    statuses: tuple[str, ...]
+    wall_s: float
+    llm_calls: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    replans: int = 0
+    ideal_s: float | None = None
+    answers: tuple[Any, ...] = ()
+
+
+def _tokens(calls: Sequence[CallRecord]) -> tuple[int, int, float]:
+    input_tokens = sum(
+        call.usage.input_tokens
+        + call.usage.cache_creation_input_tokens
+        + call.usage.cache_read_input_tokens
+        for call in calls
+    )
+    return (
+        input_tokens,
+        sum(call.usage.output_tokens for call in calls),
+        sum(call.cost_usd for call in calls),
+    )
+
+
+def ideal_seconds(result: AgentResult) -> float:
+    """The ideal time of one plandag run: planning calls + critical path of the measured
+    step durations + joiner calls, seconds.
+
+    Args:
+        result: the agent's result (its plan, run records and calls).
+
+    Returns:
+        Seconds (the critical path counts every step that ran, superseded ones included,
+        along its dependencies).
+    """
+    planning = sum(record.duration_s for record in result.plan.records) if result.plan else 0.0
+    joining = (
+        sum(record.duration_s for record in result.join.records) if result.join is not None else 0.0
+    )
+    finish: dict[int, float] = {}
+    steps = {step.id: step for version in result.plan_versions for step in version.steps}
+    for step_id in sorted(steps):
+        record = result.run.steps.get(step_id)
+        duration = record.duration_s if record is not None and record.duration_s else 0.0
+        parents = [finish.get(parent, 0.0) for parent in steps[step_id].depends_on]
+        finish[step_id] = duration + max(parents, default=0.0)
+    return planning + max(finish.values(), default=0.0) + joining
+
+
+def _limits(max_seconds: float | None) -> RunLimits:
+    return RunLimits(max_seconds=max_seconds, heartbeat_every=None)
+
+
+async def run_plandag(
+    workload: Workload,
+    client: LLMClient,
+    settings: BenchSettings,
+    world: World,
+    run: int = 0,
+    *,
+    max_seconds: float | None = None,
+    on_question: Callable[[Question], None] | None = None,
+    stream: bool = True,
+) -> tuple[RunRecord, list[AgentResult]]:
+    """Run plandag's agent on every question of ``workload``.
+
+    Args:
+        workload: what to run.
+        client: the model client (simulated or real).
+        settings: the model name and settings.
+        world: the tools' world for this run.
+        run: the run number, for the record.
+        max_seconds: the wall-clock cap of each question, or None.
+        on_question: called before each question (the simulator learns which it is).
+        stream: streaming dispatch (the benchmark's default).
+
+    Returns:
+        The :class:`RunRecord` and every question's :class:`AgentResult`.
+    """
+    registry = workload.make_registry(world)
+    agent = Agent(
+        client,
+        settings.model,
+        registry,
+        stream=stream,
+        limits=_limits(max_seconds),
+        retry=RetryPolicy(),
+        max_chars=OBSERVATION_MAX_CHARS,
+    )
+    results: list[AgentResult] = []
+    started = time.monotonic()
+    for question in workload.questions:
+        if on_question is not None:
+            on_question(question)
+        stored = workload.stored_plan(world) if workload.stored_plan is not None else None
+        results.append(await agent.run(question.goal, params=question.params or None, plan=stored))
+    wall = time.monotonic() - started
+    calls = [call for result in results for call in result.llm_calls]
+    input_tokens, output_tokens, cost = _tokens(calls)
+    answers = tuple(result.answer for result in results)
+    success = all(
+        result.status == "succeeded" and workload.check(question, result.answer)
+        for question, result in zip(workload.questions, results, strict=True)
+    )
+    record = RunRecord(
+        workload=workload.name,
+        agent="plandag",
+        run=run,
+        success=success,
+        statuses=tuple(result.status for result in results),
+        wall_s=wall,
+        llm_calls=len(calls),
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cost_usd=cost,
+        replans=sum(len(result.replans) for result in results),
+        ideal_s=sum(ideal_seconds(result) for result in results),
+        answers=answers,
+    )
+    return record, results
+
+
+async def run_react(
+    workload: Workload,
+    client: LLMClient,
+    settings: BenchSettings,
+    world: World,
+    run: int = 0,
+    *,
+    max_seconds: float | None = None,
+    on_question: Callable[[Question], None] | None = None,
+) -> tuple[RunRecord, list[ReactResult]]:
+    """Run the ReAct baseline on every question of ``workload`` (arguments as
+    :func:`run_plandag`).
+
+    Returns:
+        The :class:`RunRecord` and every question's :class:`ReactResult`.
+    """
+    registry = workload.make_registry(world)
+    agent = ReactAgent(
+        client,
+        settings.model,
+        registry,
+        limits=_limits(max_seconds),
+        retry=RetryPolicy(),
+        max_chars=OBSERVATION_MAX_CHARS,
+    )
+    results: list[ReactResult] = []
+    started = time.monotonic()
+    for question in workload.questions:
+        if on_question is not None:
+            on_question(question)
+        results.append(await agent.run(question.goal, params=question.params or None))
+    wall = time.monotonic() - started
+    calls = [call for result in results for call in result.llm_calls]
+    input_tokens, output_tokens, cost = _tokens(calls)
+    success = all(
+        result.status == "succeeded" and workload.check(question, result.answer)
+        for question, result in zip(workload.questions, results, strict=True)
+    )
+    record = RunRecord(
+        workload=workload.name,
+        agent="react",
+        run=run,
+        success=success,
+        statuses=tuple(result.status for result in results),
+        wall_s=wall,
+        llm_calls=len(calls),
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cost_usd=cost,
+        answers=tuple(result.answer for result in results),
+    )
+    return record, results
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentSummary:
+    """One agent's runs of one workload, summarised (medians over the runs).
+
+    Attributes:
+        runs: how many runs.
+        success_rate: the share of runs answered right (0.0 to 1.0).
+        wall_s: median wall time, seconds.
+        llm_calls: median model call attempts.
+        input_tokens: median input tokens.
+        output_tokens: median output tokens.
+        cost_usd: median cost, US dollars.
+        replans: median replans.
+        ideal_s: median ideal time (plandag), else None.
+    """
+
+    runs: int
+    success_rate: float
+    wall_s: float
+    llm_calls: float
+    input_tokens: float
+    output_tokens: float
+    cost_usd: float
+    replans: float
+    ideal_s: float | None
+
+
+def _summary(records: Sequence[RunRecord]) -> AgentSummary:
+    ideals = [record.ideal_s for record in records if record.ideal_s is not None]
+    return AgentSummary(
+        runs=len(records),
+        success_rate=sum(record.success for record in records) / len(records),
+        wall_s=statistics.median(record.wall_s for record in records),
+        llm_calls=statistics.median(record.llm_calls for record in records),
+        input_tokens=statistics.median(record.input_tokens for record in records),
+        output_tokens=statistics.median(record.output_tokens for record in records),
+        cost_usd=statistics.median(record.cost_usd for record in records),
+        replans=statistics.median(record.replans for record in records),
+        ideal_s=statistics.median(ideals) if ideals else None,
+    )
+
+
+@dataclasses.dataclass
+class BenchReport:
+    """Every run of a benchmark, and how to report it.
+
+    Attributes:
+        settings: the settings used.
+        workloads: the workloads' names, in order.
+        records: every run.
+        real: the real API was called (else the simulated model).
+        wall_s: seconds the whole benchmark took.
+    """
+
+    settings: BenchSettings
+    workloads: list[str]
+    records: list[RunRecord] = dataclasses.field(default_factory=list)
+    real: bool = False
+    wall_s: float = 0.0
+
+    def summary(self, workload: str, agent: AgentName) -> AgentSummary:
+        """The summary of ``agent`` on ``workload``.
+
+        Raises:
+            KeyError: no run of that pair.
+        """
+        records = [r for r in self.records if r.workload == workload and r.agent == agent]
+        if not records:
+            raise KeyError(f"no run of {agent} on {workload}")
+        return _summary(records)
+
+    def speedup(self, workload: str) -> float:
+        """ReAct's median wall time over plandag's on ``workload``."""
+        return self.summary(workload, "react").wall_s / self.summary(workload, "plandag").wall_s
+
+    def input_token_ratio(self, workload: str) -> float | None:
+        """ReAct's median input tokens over plandag's, or None when plandag used none."""
+        plandag = self.summary(workload, "plandag").input_tokens
+        react = self.summary(workload, "react").input_tokens
+        return react / plandag if plandag else None
+
+    def ideal_ratio(self, workload: str) -> float | None:
+        """plandag's median wall time over its median ideal time, or None."""
+        summary = self.summary(workload, "plandag")
+        return summary.wall_s / summary.ideal_s if summary.ideal_s else None
+
+    def table_rows(self) -> list[list[str]]:
+        """The results table, one row per workload and agent (header first)."""
+        rows = [
+            [
+                "workload",
+                "agent",
+                "success",
+                "median wall s",
+                "speed-up",
+                "LLM calls",
+                "input tok",
+                "output tok",
+                "cost $",
+                "replans",
+                "ideal s",
+                "wall/ideal",
+            ]
+        ]
+        for name in self.workloads:
+            for agent in AGENTS:
+                summary = self.summary(name, agent)
+                plandag = agent == "plandag"
+                ratio = self.ideal_ratio(name) if plandag else None
+                rows.append(
+                    [
+                        name,
+                        agent,
+                        f"{summary.success_rate:.0%}",
+                        f"{summary.wall_s:.3f}",
+                        f"{self.speedup(name):.2f}x" if plandag else "1.00x",
+                        f"{summary.llm_calls:g}",
+                        f"{summary.input_tokens:.0f}",
+                        f"{summary.output_tokens:.0f}",
+                        f"{summary.cost_usd:.4f}",
+                        f"{summary.replans:g}" if plandag else "-",
+                        f"{summary.ideal_s:.3f}" if summary.ideal_s is not None else "-",
+                        f"{ratio:.3f}" if ratio is not None else "-",
+                    ]
+                )
+        return rows
+
+    def markdown(self, chart: str | None = None, note: str = "") -> str:
+        """``RESULTS.md``: what was run, the settings, the table, the targets, the chart.
+
+        Args:
+            chart: the PNG's file name to link, or None.
+            note: a line to add (say, why there is no chart).
+        """
+        settings = self.settings
+        runs = max((record.run for record in self.records), default=-1) + 1
+        mode = "the real Anthropic API" if self.real else "the simulated model"
+        lines = [
+            "# plandag vs sequential ReAct",
+            "",
+            f"`plandag bench` against {mode}, model `{settings.model}`, {runs} run(s) per "
+            f"workload, interleaved; the whole benchmark took {self.wall_s:.1f} s. Both "
+            "agents use the same tools, client layer, brakes and tool descriptions; plandag "
+            "runs with streaming dispatch and the compact wire format.",
+            "",
+            "| " + " | ".join(self.table_rows()[0]) + " |",
+            "|" + "---|" * len(self.table_rows()[0]),
+        ]
+        lines += ["| " + " | ".join(row) + " |" for row in self.table_rows()[1:]]
+        lines += ["", "## Targets", ""]
+        lines += [f"- {line}" for line in self.target_lines()]
+        lines += ["", "## Settings", "", "| setting | value |", "|---|---|"]
+        lines += [f"| {name} | {value} |" for name, value in settings.rows()]
+        lines += [
+            "",
+            "Calibrated to the LLMCompiler paper's Movie-Recommendation figures: "
+            + ", ".join(f"{key} {value}" for key, value in PAPER.items())
+            + " (see `plandag/bench/simulator.py` for the derivation).",
+        ]
+        if chart is not None:
+            lines += ["", f"![wall time and tokens per workload]({chart})"]
+        if note:
+            lines += ["", note]
+        return "\n".join(lines) + "\n"
+
+    def target_lines(self) -> list[str]:
+        """The issue's targets, each with the measured figure and whether it is met."""
+        lines = []
+        if "movie8" in self.workloads:
+            speedup = self.speedup("movie8")
+            lines.append(
+                f"movie8 speed-up {speedup:.2f}x (target >= {PAPER['speedup']}x): "
+                + ("met" if speedup >= PAPER["speedup"] else "NOT met")
+            )
+            ratio = self.input_token_ratio("movie8")
+            if ratio is not None:
+                lines.append(
+                    f"movie8 input tokens ReAct / plandag {ratio:.2f}x "
+                    f"(the paper's mark: {PAPER['input_token_ratio']}x)"
+                )
+        for name in self.workloads:
+            ratio = self.ideal_ratio(name)
+            if ratio is None:
+                continue
+            line = f"{name}: plandag wall / ideal {ratio:.3f} (target <= 1.10): " + (
+                "met" if ratio <= 1.10 else "NOT met"
+            )
+            if ratio > 1.10:
+                summary = self.summary(name, "plandag")
+                questions = len(WORKLOADS[name].questions)
+                overhead_ms = (summary.wall_s - (summary.ideal_s or 0.0)) / questions * 1000
+                line += (
+                    f" (ideal {(summary.ideal_s or 0.0) * 1000 / questions:.1f} ms per question; "
+                    f"plandag's overhead {overhead_ms:.1f} ms per question)"
+                )
+            lines.append(line)
+        return lines
+
+
+async def run_bench(
+    names: Sequence[str],
+    runs: int,
+    settings: BenchSettings,
+    *,
+    real: bool = False,
+    client: LLMClient | None = None,
+    max_seconds: float | None = 600.0,
+    progress: Callable[[RunRecord], None] | None = None,
+) -> BenchReport:
+    """Run both agents on the workloads ``names``, ``runs`` times, interleaved.
+
+    Args:
+        names: workload names (keys of :data:`~plandag.bench.workloads.WORKLOADS`).
+        runs: runs per workload (>= 1).
+        settings: the benchmark's settings.
+        real: call the real Anthropic API (key from ``ANTHROPIC_API_KEY``) instead of the
+            simulated model.
+        client: a client to use instead (tests); with the simulated model, it must point
+            at the simulator, so leave it None there.
+        max_seconds: the wall-clock cap of each question, for both agents.
+        progress: called with each run's record as it ends.
+
+    Returns:
+        The :class:`BenchReport`.
+
+    Raises:
+        KeyError: an unknown workload name.
+        ValueError: ``runs`` < 1.
+        MissingAPIKeyError: ``real`` without a key.
+    """
+    if runs < 1:
+        raise ValueError(f"runs must be >= 1, not {runs}")
+    workloads = [WORKLOADS[name] for name in names]
+    report = BenchReport(settings, [workload.name for workload in workloads], real=real)
+    started = time.monotonic()
+    simulator = None if real else SimulatedModel(settings)
+    if simulator is not None:
+        simulator.__enter__()
+    own_client = client is None
+    try:
+        if client is None:
+            client = (
+                AnthropicClient()
+                if simulator is None
+                else AnthropicClient(api_key="simulated", base_url=simulator.url)
+            )
+        for run in range(runs):
+            for workload in workloads:
+                world = settings.world(run)
+                order = AGENTS if run % 2 == 0 else AGENTS[::-1]
+
+                def ask(question: Question, workload: Workload = workload) -> None:
+                    if simulator is not None:
+                        simulator.workload = workload
+                        simulator.question = question
+
+                for agent in order:
+                    record: RunRecord
+                    if agent == "plandag":
+                        record, _ = await run_plandag(
+                            workload,
+                            client,
+                            settings,
+                            world,
+                            run,
+                            max_seconds=max_seconds,
+                            on_question=ask,
+                        )
+                    else:
+                        record, _ = await run_react(
+                            workload,
+                            client,
+                            settings,
+                            world,
+                            run,
+                            max_seconds=max_seconds,
+                            on_question=ask,
+                        )
+                    report.records.append(record)
+                    if progress is not None:
+                        progress(record)
+    finally:
+        if own_client and client is not None:
+            await client.aclose()
+        if simulator is not None:
+            simulator.__exit__(None, None, None)
+    report.wall_s = time.monotonic() - started
+    return report
+
+
+def write_chart(report: BenchReport, path: Path) -> str | None:
+    """Draw wall time and tokens per workload, both agents, into the PNG ``path``.
+
+    Args:
+        report: the results.
+        path: where to write the PNG.
+
+    Returns:
+        None when written; otherwise why not (matplotlib is not installed: it comes with
+        the optional ``bench`` extra, ``pip install 'plandag[bench]'``).
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as pyplot
+    except ImportError:
+        return "No chart: matplotlib is not installed (pip install 'plandag[bench]' adds it)."
+    names = report.workloads
+    positions = list(range(len(names)))
+    width = 0.38
+    figure, (wall_axis, token_axis) = pyplot.subplots(1, 2, figsize=(11, 4.2))
+    colours: Mapping[str, str] = {"plandag": "#2b7bba", "react": "#d95f02"}
+    sides: tuple[tuple[float, AgentName], ...] = ((-width / 2, "plandag"), (width / 2, "react"))
+    for offset, agent in sides:
+        summaries = [report.summary(name, agent) for name in names]
+        xs = [x + offset for x in positions]
+        wall_axis.bar(xs, [s.wall_s for s in summaries], width, label=agent, color=colours[agent])
+        token_axis.bar(
+            xs,
+            [s.input_tokens for s in summaries],
+            width,
+            label=f"{agent} input",
+            color=colours[agent],
+        )
+        token_axis.bar(
+            xs,
+            [s.output_tokens for s in summaries],
+            width,
+            bottom=[s.input_tokens for s in summaries],
+            label=f"{agent} output",
+            color=colours[agent],
+            alpha=0.45,
+        )
+    for axis, title in ((wall_axis, "median wall time (s)"), (token_axis, "median tokens")):
+        axis.set_xticks(positions)
+        axis.set_xticklabels(names)
+        axis.set_title(title)
+        axis.legend(fontsize=8)
+    mode = "real API" if report.real else "simulated model"
+    figure.suptitle(f"plandag vs sequential ReAct ({mode}, {report.settings.model})")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    pyplot.close(figure)
+    return None

@@ -1,0 +1,227 @@
+"""``plandag bench``: plandag against a sequential ReAct agent, side by side (issue 5).
+
+``plandag bench [WORKLOAD...] [--runs N] [--model NAME] [--real] [--out DIR] [--quick]
+[--settings FILE.toml] [--ttft S] [--tokens-per-second R] ...`` runs both agents on each
+workload (default: all of ``compare2 movie8 parallelqa nfe``), interleaved, ``--runs`` times,
+and prints the settings, the table (success rate, median wall time, speed-up, LLM calls,
+input and output tokens, cost, replans, ideal time) and the targets. It writes
+``RESULTS.md`` and ``bench.png`` (wall time and tokens per workload, both agents; needs
+matplotlib, from the optional ``bench`` extra) to ``--out``: default ``benchmarks/`` of the
+repository when plandag runs from a checkout, else the current folder.
+
+The model is simulated (:mod:`plandag.bench.simulator`, calibrated to the LLMCompiler
+paper) unless ``--real``: then the Anthropic API is called with ``ANTHROPIC_API_KEY`` (a
+missing key is an error before anything runs, exit 2). Settings come from the calibration,
+then ``--settings`` (a TOML file of setting names, top level or under ``[bench]``), then
+the flags. ``--quick`` scales every latency by 0.05 (seconds instead of minutes).
+
+Exit codes: 0 when every run of plandag answered right, 1 otherwise, 2 for unusable
+arguments.
+
+:func:`register` adds the command to the ``plandag`` typer app.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+import typer
+from rich.table import Table
+
+from plandag.bench.runner import BenchReport, RunRecord, run_bench, write_chart
+from plandag.bench.simulator import BenchSettings
+from plandag.bench.workloads import WORKLOADS
+from plandag.cli.app import stderr, stdout
+from plandag.planner.llm.anthropic import API_KEY_VARIABLE
+
+__all__ = ["BEGIN_MARK", "END_MARK", "QUICK_TIME_SCALE", "default_out", "register", "write_results"]
+
+QUICK_TIME_SCALE = 0.05
+"""``--quick``: every latency times this."""
+
+EXIT_USAGE = 2
+
+
+def default_out() -> Path:
+    """``benchmarks/`` of the repository when plandag runs from a checkout (the package's
+    parent folder holds ``pyproject.toml`` and ``benchmarks/``), else the current folder."""
+    root = Path(__file__).resolve().parents[2]
+    if (root / "pyproject.toml").is_file() and (root / "benchmarks").is_dir():
+        return root / "benchmarks"
+    return Path.cwd()
+
+
+BEGIN_MARK = "<!-- plandag bench: begin -->"
+END_MARK = "<!-- plandag bench: end -->"
+
+
+def write_results(path: Path, section: str) -> None:
+    """Write ``section`` into ``path`` between :data:`BEGIN_MARK` and :data:`END_MARK`.
+
+    What else the file holds (another benchmark's results) is kept: the marked section is
+    replaced when present, else appended; a missing file is created.
+
+    Raises:
+        OSError: the file cannot be read or written.
+    """
+    block = f"{BEGIN_MARK}\n{section.rstrip()}\n{END_MARK}\n"
+    if not path.exists():
+        path.write_text(block, encoding="utf-8")
+        return
+    text = path.read_text(encoding="utf-8")
+    start, end = text.find(BEGIN_MARK), text.find(END_MARK)
+    if start != -1 and end > start:
+        text = text[:start] + block + text[end + len(END_MARK) :].lstrip("\n")
+    else:
+        text = text.rstrip() + "\n\n" + block
+    path.write_text(text, encoding="utf-8")
+
+
+def _read_settings(path: Path) -> dict[str, Any]:
+    try:
+        document = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise ValueError(f"cannot read settings {path}: {error}") from error
+    table = document.get("bench", document)
+    if not isinstance(table, dict):
+        raise ValueError(f"{path}: [bench] must be a table of settings")
+    return dict(table)
+
+
+def _print_table(console: Any, title: str, rows: list[list[str]]) -> None:
+    table = Table(title=title)
+    for name in rows[0]:
+        table.add_column(name)
+    for row in rows[1:]:
+        table.add_row(*row)
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``bench`` command to ``app`` (the ``plandag`` typer app).
+
+    Args:
+        app: the typer application to add the command to.
+    """
+
+    @app.command("bench")
+    def bench_command(
+        workloads: Annotated[
+            list[str] | None,
+            typer.Argument(
+                metavar="[WORKLOAD]...",
+                help=f"Workloads to run (default all: {' '.join(WORKLOADS)}).",
+            ),
+        ] = None,
+        runs: Annotated[int, typer.Option("--runs", min=1, help="Runs per workload.")] = 1,
+        model: Annotated[
+            str | None, typer.Option("--model", metavar="NAME", help="The model name.")
+        ] = None,
+        real: Annotated[
+            bool, typer.Option("--real", help="Call the real Anthropic API (ANTHROPIC_API_KEY).")
+        ] = False,
+        out: Annotated[
+            Path | None,
+            typer.Option("--out", metavar="DIR", help="Where RESULTS.md and bench.png go."),
+        ] = None,
+        quick: Annotated[
+            bool, typer.Option("--quick", help=f"Every latency x{QUICK_TIME_SCALE}.")
+        ] = False,
+        settings_file: Annotated[
+            Path | None,
+            typer.Option("--settings", metavar="FILE.toml", help="Settings to override."),
+        ] = None,
+        ttft: Annotated[
+            float | None, typer.Option("--ttft", help="Time to first token, seconds.")
+        ] = None,
+        tokens_per_second: Annotated[
+            float | None, typer.Option("--tokens-per-second", help="Output tokens per second.")
+        ] = None,
+        thought_tokens: Annotated[
+            int | None, typer.Option("--thought-tokens", help="ReAct thought tokens per turn.")
+        ] = None,
+        search_mean: Annotated[
+            float | None, typer.Option("--search-mean", help="Mean lookup latency, seconds.")
+        ] = None,
+        search_sigma: Annotated[
+            float | None, typer.Option("--search-sigma", help="Log-normal shape of lookups.")
+        ] = None,
+        observation_chars: Annotated[
+            int | None,
+            typer.Option("--observation-chars", help="Abstract characters per lookup result."),
+        ] = None,
+        time_scale: Annotated[
+            float | None, typer.Option("--time-scale", help="Multiply every latency.")
+        ] = None,
+        seed: Annotated[int | None, typer.Option("--seed", help="Latency seed.")] = None,
+        max_seconds: Annotated[
+            float, typer.Option("--max-seconds", help="Wall-clock cap per question, seconds.")
+        ] = 600.0,
+    ) -> None:
+        """Run plandag and a sequential ReAct agent on the same workloads; compare."""
+
+        def fail(message: str) -> typer.Exit:
+            stderr.print(f"[red]error:[/] {message}", markup=True, highlight=False)
+            return typer.Exit(EXIT_USAGE)
+
+        names = list(workloads or WORKLOADS)
+        unknown = [name for name in names if name not in WORKLOADS]
+        if unknown:
+            raise fail(f"unknown workload(s) {', '.join(unknown)}; known: {', '.join(WORKLOADS)}")
+        if real and not os.environ.get(API_KEY_VARIABLE):
+            raise fail(f"--real calls the Anthropic API: set {API_KEY_VARIABLE}")
+        overrides: dict[str, Any] = {}
+        try:
+            if settings_file is not None:
+                overrides.update(_read_settings(settings_file))
+            flags = {
+                "ttft_s": ttft,
+                "tokens_per_second": tokens_per_second,
+                "thought_tokens": thought_tokens,
+                "search_mean_s": search_mean,
+                "search_sigma": search_sigma,
+                "observation_chars": observation_chars,
+                "time_scale": QUICK_TIME_SCALE if quick and time_scale is None else time_scale,
+                "seed": seed,
+                "model": model,
+            }
+            overrides.update({key: value for key, value in flags.items() if value is not None})
+            settings = BenchSettings.calibrated().with_overrides(overrides)
+        except (ValueError, TypeError) as error:
+            raise fail(str(error)) from None
+        _print_table(stdout, "settings", [["setting", "value"], *map(list, settings.rows())])
+
+        def progress(record: RunRecord) -> None:
+            stderr.print(
+                f"run {record.run + 1}/{runs} {record.workload} {record.agent}: "
+                f"{'right' if record.success else 'WRONG'} in {record.wall_s:.2f} s, "
+                f"{record.llm_calls} LLM call(s)",
+                highlight=False,
+            )
+
+        report: BenchReport = anyio.run(
+            lambda: run_bench(
+                names, runs, settings, real=real, max_seconds=max_seconds, progress=progress
+            )
+        )
+        _print_table(stdout, "plandag vs ReAct", report.table_rows())
+        for line in report.target_lines():
+            stdout.print(f"- {line}", highlight=False)
+        folder = out if out is not None else default_out()
+        folder.mkdir(parents=True, exist_ok=True)
+        note = write_chart(report, folder / "bench.png")
+        write_results(
+            folder / "RESULTS.md",
+            report.markdown(chart=None if note else "bench.png", note=note or ""),
+        )
+        stdout.print(f"wrote {folder / 'RESULTS.md'}", highlight=False)
+        if note:
+            stderr.print(note, highlight=False)
+        else:
+            stdout.print(f"wrote {folder / 'bench.png'}", highlight=False)
+        plandag_right = all(r.success for r in report.records if r.agent == "plandag")
+        raise typer.Exit(0 if plandag_right else 1)

@@ -1,0 +1,94 @@
+"""``plandag bench`` with the simulated model, at a small time scale."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from plandag.cli.bench_command import BEGIN_MARK, END_MARK, default_out, register, write_results
+
+
+@pytest.fixture(autouse=True)
+def clean(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("all_proxy", raising=False)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+def bench_app() -> typer.Typer:
+    app = typer.Typer(add_completion=False, rich_markup_mode=None)
+    register(app)
+
+    @app.command("other")
+    def other() -> None:
+        """Keeps typer from collapsing the app into its one command."""
+
+    return app
+
+
+def test_bench_writes_results_and_chart(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    settings = tmp_path / "bench.toml"
+    settings.write_text("[bench]\nseed = 7\nobservation_chars = 100\n", encoding="utf-8")
+    result = CliRunner().invoke(
+        bench_app(),
+        [
+            "bench",
+            "compare2",
+            "parallelqa",
+            "--time-scale",
+            "0.01",
+            "--settings",
+            str(settings),
+            "--out",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    text = (out / "RESULTS.md").read_text(encoding="utf-8")
+    assert text.startswith(BEGIN_MARK + "\n# plandag vs sequential ReAct\n")
+    assert text.endswith(END_MARK + "\n")
+    assert "| seed | 7 |" in text
+    assert "| observation_chars | 100 |" in text
+    assert "| time_scale | 0.01 |" in text
+    assert "| compare2 | plandag | 100% |" in text
+    assert "| parallelqa | react | 100% |" in text
+    if "No chart" not in text:
+        assert (out / "bench.png").exists()
+
+
+def test_unknown_workload_and_missing_key() -> None:
+    result = CliRunner().invoke(bench_app(), ["bench", "nope", "--quick"])
+    assert result.exit_code == 2
+    assert "unknown workload(s) nope; known: compare2, movie8, parallelqa, nfe" in result.output
+    result = CliRunner().invoke(bench_app(), ["bench", "--real"])
+    assert result.exit_code == 2
+    assert "--real calls the Anthropic API: set ANTHROPIC_API_KEY" in result.output
+
+
+def test_bad_settings(tmp_path: Path) -> None:
+    settings = tmp_path / "bench.toml"
+    settings.write_text("speed = 3\n", encoding="utf-8")
+    result = CliRunner().invoke(bench_app(), ["bench", "--settings", str(settings)])
+    assert result.exit_code == 2
+    assert "unknown settings: speed" in result.output
+
+
+def test_write_results_keeps_other_sections(tmp_path: Path) -> None:
+    path = tmp_path / "RESULTS.md"
+    path.write_text("# Scheduler\n\nLangGraph numbers.\n", encoding="utf-8")
+    write_results(path, "# bench one\n")
+    write_results(path, "# bench two\n")
+    assert path.read_text(encoding="utf-8") == (
+        f"# Scheduler\n\nLangGraph numbers.\n\n{BEGIN_MARK}\n# bench two\n{END_MARK}\n"
+    )
+
+
+def test_default_out_is_the_checkouts_benchmarks_folder() -> None:
+    repository = Path(__file__).resolve().parents[2]
+    assert default_out() == repository / "benchmarks"
