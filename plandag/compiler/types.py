@@ -9,6 +9,7 @@ model has exactly its declared keys.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -29,28 +30,34 @@ def _type_name(annotation: Any) -> str:
 
 
 def _fields_of(annotation: Any) -> dict[str, Any] | None:
-    """Declared fields of a TypedDict, pydantic model or dataclass, else None."""
+    """Declared fields of a TypedDict, pydantic model or dataclass, else None (cached per
+    class: resolving type hints is the slowest part of checking a reference path)."""
     if isinstance(annotation, type):
-        # typing_extensions' check also knows its own TypedDict, which pydantic requires
-        # on Python < 3.12 (typing.is_typeddict does not recognise it).
-        if typing_extensions.is_typeddict(annotation):
-            try:
-                return dict(typing.get_type_hints(annotation))
-            except Exception:  # unresolvable forward references: say nothing about it
-                return None
-        if issubclass(annotation, BaseModel):
-            fields = {name: info.annotation for name, info in annotation.model_fields.items()}
-            for name, computed in annotation.model_computed_fields.items():
-                fields[name] = computed.return_type
-            return fields
-        if dataclasses.is_dataclass(annotation):
-            try:
-                hints = typing.get_type_hints(annotation)
-            except Exception:
-                return None
-            return {
-                field.name: hints.get(field.name, Any) for field in dataclasses.fields(annotation)
-            }
+        return _class_fields(annotation)
+    return None
+
+
+@functools.lru_cache(maxsize=512)
+def _class_fields(annotation: type) -> dict[str, Any] | None:
+    """Fields of a class, read once (the fields of a class never change in a process)."""
+    # typing_extensions' check also knows its own TypedDict, which pydantic requires
+    # on Python < 3.12 (typing.is_typeddict does not recognise it).
+    if typing_extensions.is_typeddict(annotation):
+        try:
+            return dict(typing.get_type_hints(annotation))
+        except Exception:  # unresolvable forward references: say nothing about it
+            return None
+    if issubclass(annotation, BaseModel):
+        fields = {name: info.annotation for name, info in annotation.model_fields.items()}
+        for name, computed in annotation.model_computed_fields.items():
+            fields[name] = computed.return_type
+        return fields
+    if dataclasses.is_dataclass(annotation):
+        try:
+            hints = typing.get_type_hints(annotation)
+        except Exception:
+            return None
+        return {field.name: hints.get(field.name, Any) for field in dataclasses.fields(annotation)}
     return None
 
 

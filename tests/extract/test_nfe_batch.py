@@ -537,3 +537,21 @@ def test_default_extractor_writes_only_inside_the_output_folder(tmp_path: Path) 
     boundary = extractor.keywords["write_boundary"]
     assert boundary.contains(tmp_path / "out" / "x.json")
     assert not boundary.contains(tmp_path / "x.json")
+
+
+def test_resume_gives_a_record_to_a_copy_under_another_name(tmp_path: Path) -> None:
+    """Two files with the same bytes: resuming after the first must still record the second."""
+    source = Path(__file__).resolve().parents[2] / "examples" / "nfe" / "brnfe_without_proc.xml"
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "a.xml").write_bytes(source.read_bytes())
+    (folder / "b.xml").write_bytes(source.read_bytes())
+    output = tmp_path / "out.jsonl"
+    anyio.run(functools.partial(extract_batch, [folder / "a.xml"], output))
+    summary = anyio.run(
+        functools.partial(extract_batch, [folder / "a.xml", folder / "b.xml"], output, resume=True)
+    )
+    records = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
+    assert [Path(r["source"]).name for r in records] == ["a.xml", "b.xml"]
+    assert summary.skipped_by_resume == 1
+    assert [r["checks"]["unique_in_batch"]["status"] for r in records] == ["fail", "fail"]

@@ -33,8 +33,9 @@ How a batch runs (the choices, and why):
   ``--resume`` the previous records count too.
 - **Failure isolation**: any exception the extractor raises for one input becomes an error
   record for it (code ``internal_error``, the exception's type and text); the batch goes on.
-- **--resume**: inputs whose sha256 already has a record in the output file are skipped (the
-  extractor is not called); the previous records stay first in the file and the new ones are
+- **--resume**: inputs whose sha256 already has a record for the same path in the output file
+  are skipped, the extractor not called (a copy of those bytes under another name still gets
+  its own record); the previous records stay first in the file and the new ones are
   appended in input order. Previous records without a sha256 (``no_such_input``,
   ``not_a_file``) or with an ``internal_error`` are dropped and their inputs extracted
   again. A file plandag did not write is refused (see
@@ -236,7 +237,8 @@ class BatchSummary:
         inputs: input files plus patterns that matched nothing.
         records: records written by this run (an ``enviNFe`` file gives several).
         inputs_with_record: inputs that got at least one record (written or kept by resume).
-        skipped_by_resume: inputs not extracted because their sha256 was already recorded.
+        skipped_by_resume: inputs not extracted because a record already held their sha256
+            and path.
         kept_from_previous: records of the previous output kept by ``--resume``.
         by_status: this run's records by status (``ok``, ``check_failed``, ``error``).
         failing_checks: check name → number of this run's records where it failed, most
@@ -479,7 +481,7 @@ async def extract_batch(
         format: ``jsonl`` or ``csv``; None takes ``csv`` for a ``.csv`` name, else ``jsonl``.
             CSV also writes ``OUT.items.csv`` (one row per item).
         jobs: documents extracted at once (≥ 1).
-        resume: skip inputs whose sha256 already has a record in ``output`` and keep the
+        resume: skip inputs whose sha256 and path already have a record in ``output`` and keep the
             previous records first; otherwise ``output`` is overwritten.
         missing: ready-made error records (patterns that matched nothing, from
             :func:`expand_inputs`). A record whose ``source`` is also in ``inputs`` (the
@@ -533,14 +535,17 @@ async def extract_batch(
     paths = _without_output(inputs, output, output_format, placed)
 
     uniqueness = _Uniqueness()
-    done_hashes: set[str] = set()
+    # An input is done when a record holds both its bytes' sha256 and its path: a second
+    # file with the same bytes under another name still gets its own record (nothing lost;
+    # unique_in_batch then fails for both, as it does in a run without --resume).
+    done: set[tuple[str, str]] = set()
     previous: list[WrittenRecord] = []
     if resume:
         previous = load_existing(output, output_format)
         for written in previous:
             uniqueness.add_written(written)
             if written.sha256:
-                done_hashes.add(written.sha256)
+                done.add((written.sha256, written.source))
 
     summary = BatchSummary(
         inputs=len(paths) + len(unplaced),
@@ -585,7 +590,7 @@ async def extract_batch(
             records: list[dict[str, Any]] = []
             if problem is not None:
                 records = [error_record(str(path), "", *problem)]
-            elif sha and sha in done_hashes:
+            elif sha and (sha, str(path)) in done:
                 summary.skipped_by_resume += 1
                 summary.inputs_with_record += 1
             else:
