@@ -552,7 +552,7 @@ def _exec_with_planner(
         document["saved_plan"] = str(saved) if saved is not None else None
         sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
     else:
-        stdout.print(run_table(result, console_width=stdout.width))
+        stdout.print(run_table(result, console_width=stdout.width, status=repaired.status))
         _print_progress(result)
         calls = len(repaired.llm_calls)
         cost = sum(record.cost_usd for record in repaired.llm_calls)

@@ -107,17 +107,19 @@ def _short(value: Any, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def run_table(result: RunResult, console_width: int = 100) -> Table:
+def run_table(result: RunResult, console_width: int = 100, status: str | None = None) -> Table:
     """One row per step: id, tool, status, attempts, seconds, and the result or reason.
 
     Results show as compact JSON (bytes as their size and SHA-256), cut to fit one line of
     a ``console_width``-column terminal; a failed step shows its reason code and its error
-    message in full.
+    message in full. ``status`` overrides the run's own in the title (an agent that gave up
+    on a run whose steps all succeeded).
     """
     tool_width = max((len(record.tool) for record in result.steps.values()), default=4)
     # step, status, tries, seconds columns and the borders and padding of six columns
     width = max(20, console_width - tool_width - (4 + 9 + 7 + 7) - 19)
-    table = Table(title=f"run {result.run_id}: {result.status}", title_justify="left")
+    title = f"run {result.run_id}: {status or result.status}"
+    table = Table(title=title, title_justify="left")
     table.add_column("step", justify="right", no_wrap=True)
     table.add_column("tool", no_wrap=True)
     table.add_column("status", no_wrap=True)

@@ -88,7 +88,7 @@ def _report(result: AgentResult, as_json: bool) -> None:
         for line in format_diagnostics(result.diagnostics).splitlines():
             stderr.print(line, markup=False)
     if result.run.steps:
-        stdout.print(run_table(result.run, console_width=stdout.width))
+        stdout.print(run_table(result.run, console_width=stdout.width, status=result.status))
         _print_progress(result.run)
     if result.error is not None:
         stderr.print(f"error: {result.error.type}: {result.error.message}", markup=False)
