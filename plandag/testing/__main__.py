@@ -75,15 +75,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     def on_signal(signum: int, frame: FrameType | None) -> None:
         done.set()
 
+    try:
+        server.start()
+    except OSError as error:
+        print(
+            f"error: cannot listen on 127.0.0.1:{args.port} ({error.strerror or error}); "
+            "choose another --port, or 0 for any free one",
+            file=sys.stderr,
+        )
+        return 2
     previous = signal.signal(signal.SIGTERM, on_signal)
     try:
-        with server:
-            print(server.url, flush=True)
-            print(f"{len(script)} scripted replies queued; Ctrl-C stops", file=sys.stderr)
-            with contextlib.suppress(KeyboardInterrupt):
-                done.wait(args.exit_after)
+        print(server.url, flush=True)
+        print(f"{len(script)} scripted replies queued; Ctrl-C stops", file=sys.stderr)
+        with contextlib.suppress(KeyboardInterrupt):
+            done.wait(args.exit_after)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        server.stop()
     return 0
 
 

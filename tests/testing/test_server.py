@@ -619,3 +619,9 @@ def test_package_exports_exactly_its_all() -> None:
     assert plandag.testing.__all__ == sorted(plandag.testing.__all__)
     public = {name for name in vars(plandag.testing) if not name.startswith("_")}
     assert public - {"script", "server"} == set(plandag.testing.__all__)
+
+
+def test_command_line_on_a_busy_port_exits_2(server: MessagesServer) -> None:
+    from plandag.testing.__main__ import main
+
+    assert main(["--port", str(server.port), "--exit-after", "0.1"]) == 2
