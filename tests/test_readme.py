@@ -82,3 +82,19 @@ def test_the_readme_python_examples_run() -> None:
     for block in blocks("python"):
         if "MessagesServer" in block:
             exec(compile(block, "README.md", "exec"), {})
+
+
+def test_the_readme_wire_example_is_a_valid_plan() -> None:
+    from plandag.planner.wire import from_wire
+    from plandag.tools.base import tool
+    from plandag.tools.registry import Registry
+
+    @tool
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    (wire_text,) = [block for block in blocks("json") if '"g":' in block]
+    plan = from_wire(json.loads(wire_text))
+    compiled = compile_plan(plan, Registry([add]))
+    assert list(compiled.order) == [1, 2]
+    assert plan.output == "<step_2_result>"
