@@ -8,12 +8,19 @@ it), then printed with its DAG (Mermaid, critical path marked, as ``plandag grap
 
 The API key is read from ``ANTHROPIC_API_KEY`` (``--provider anthropic``, the default) or
 ``OPENAI_API_KEY`` (``--provider openai``; not needed with ``--base-url``, local servers take
-none). A missing key is an error before anything runs (exit 2). ``--investigate`` (running
-tools without effects first to gather context) is not implemented.
+none). A missing key is an error before anything runs (exit 2).
 
-Exit codes: 0 the plan was written; 2 unusable arguments, a missing key, or a plan that still
-did not compile after the repairs (its diagnostics printed like ``plandag check``); 1 the
-model call failed (after its retries), or its answer was cut off at ``max_tokens``.
+``--investigate`` first asks the model for a read-only investigation plan (tools without
+effects only; a step with effects is a compile error sent back for repair), runs it under a
+wall-clock cap (``--investigate-seconds``, default 60), and gives its step results to the
+planner as quoted data after the trusted context
+(:func:`plandag.planner.investigate.plan_with_investigation`). A line on stderr says what
+the investigation ran. Nothing with effects ever runs, and the written plan never runs.
+
+Exit codes: 0 the plan was written; 2 unusable arguments, a missing key, or a plan (the
+investigation plan too) that still did not compile after the repairs (its diagnostics printed
+like ``plandag check``); 1 the model call failed (after its retries), or its answer was cut
+off at ``max_tokens``.
 
 :func:`register` adds the command to the ``plandag`` typer app.
 """
@@ -31,10 +38,15 @@ from rich.console import Console
 
 from plandag.dag.graph import critical_path, mermaid
 from plandag.errors import PlanError, StepError, ToolLoadError
+from plandag.planner.investigate import (
+    DEFAULT_INVESTIGATION_SECONDS,
+    Investigation,
+    plan_with_investigation,
+)
 from plandag.planner.llm import AnthropicClient, LLMClient, OpenAICompatibleClient
 from plandag.planner.planner import Planner, PlanOutcome
 from plandag.planner.prompt import format_diagnostics
-from plandag.scheduler import RetryPolicy
+from plandag.scheduler import RetryPolicy, RunLimits
 from plandag.tools.registry import Registry, default_registry
 
 __all__ = ["DEFAULT_MODELS", "plan_document", "register"]
@@ -167,11 +179,29 @@ def register(app: typer.Typer) -> None:
                 "--max-repairs", metavar="N", min=0, help="Repairs of a plan that fails (2)."
             ),
         ] = 2,
+        investigate_first: Annotated[
+            bool,
+            typer.Option(
+                "--investigate",
+                help="First run a read-only plan (tools without effects) to gather context; "
+                "its results reach the planner as quoted data.",
+            ),
+        ] = False,
+        investigate_seconds: Annotated[
+            float,
+            typer.Option(
+                "--investigate-seconds",
+                metavar="SECONDS",
+                min=0.001,
+                help="Wall-clock cap of the investigation run (60).",
+            ),
+        ] = DEFAULT_INVESTIGATION_SECONDS,
     ) -> None:
         """Ask a model for a plan for TASK and write it; nothing is executed.
 
         The plan is compiled (and repaired from its diagnostics at most --max-repairs
-        times), written to -o as Plan JSON, and printed with its DAG.
+        times), written to -o as Plan JSON, and printed with its DAG. With --investigate,
+        tools without effects run first and their results reach the planner as quoted data.
         """
         if provider not in _KEY_VARIABLES:
             _fail(f"--provider {provider!r}: choose anthropic or openai")
@@ -187,11 +217,28 @@ def register(app: typer.Typer) -> None:
         registry = _registry(tools)
         client = _client(provider, base_url)
 
+        investigations: list[Investigation] = []
+
         async def make_plan() -> PlanOutcome:
             try:
-                return await Planner(
+                planner = Planner(
                     client, name, registry, retry=RetryPolicy(), max_repairs=max_repairs
-                ).plan(task, context_text)
+                )
+                if not investigate_first:
+                    return await planner.plan(task, context_text)
+
+                def investigated(investigation: Investigation) -> None:
+                    investigations.append(investigation)
+                    _stderr.print(investigation.summary(), markup=False)
+
+                investigated_plan = await plan_with_investigation(
+                    planner,
+                    task,
+                    context_text,
+                    limits=RunLimits(max_seconds=investigate_seconds, heartbeat_every=None),
+                    on_investigated=investigated,
+                )
+                return investigated_plan.plan
             finally:
                 await client.aclose()
 
@@ -200,7 +247,8 @@ def register(app: typer.Typer) -> None:
         except PlanError as error:
             for line in format_diagnostics(error.diagnostics).splitlines():
                 _stderr.print(line, markup=False)
-            _fail(f"the model's plan does not compile; nothing was written to {output}")
+            which = "investigation plan" if investigate_first and not investigations else "plan"
+            _fail(f"the model's {which} does not compile; nothing was written to {output}")
         except StepError as error:
             _fail(f"{provider} {name}: {error}", EXIT_FAILED)
         text = json.dumps(plan_document(outcome), ensure_ascii=False, indent=2) + "\n"

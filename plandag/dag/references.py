@@ -51,6 +51,9 @@ REFERENCE_PATTERN = re.compile(f"{_STEP_REFERENCE}|{_PARAM_REFERENCE}")
 # Anything in angle brackets that mentions step, param or result is meant as a reference.
 _CANDIDATE_PATTERN = re.compile(r"<[^<>\n]{0,200}?>")
 _LOOKS_LIKE_REFERENCE = re.compile(r"step|param|result", re.IGNORECASE)
+# An angle bracket opening a reference that is never closed: `<step_1_result` at the end of
+# the text, or followed by a space or another `<` before any `>`.
+_UNCLOSED_PATTERN = re.compile(r"<(?:step_|param\.)[^<>\s]{0,200}(?=[\s<]|$)", re.IGNORECASE)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -124,7 +127,8 @@ def find_malformed(value: Any, location: str = "") -> Iterator[tuple[str, str, s
     """Yield ``(location, token, nearest_valid_form)`` for every malformed angle reference.
 
     A token is malformed when it sits in angle brackets, mentions ``step``, ``param`` or
-    ``result``, and is not a valid reference (``<step_x_result>``, ``<step_1_reslt>``).
+    ``result``, and is not a valid reference (``<step_x_result>``, ``<step_1_reslt>``), or
+    when it opens a reference that is never closed (``<step_1_result`` with no ``>``).
     """
     for where, text in _walk_strings(value, location):
         if "<" not in text:
@@ -134,6 +138,9 @@ def find_malformed(value: Any, location: str = "") -> Iterator[tuple[str, str, s
             if REFERENCE_PATTERN.fullmatch(token) or not _LOOKS_LIKE_REFERENCE.search(token):
                 continue
             yield where, token, suggest_reference(token)
+        for match in _UNCLOSED_PATTERN.finditer(text):
+            token = match.group(0)
+            yield where, token, suggest_reference(token + ">")
 
 
 def suggest_reference(token: str) -> str:

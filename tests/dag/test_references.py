@@ -298,3 +298,16 @@ def test_find_malformed_ignores_valid_references_and_unrelated_angles() -> None:
 def test_suggest_reference_without_any_number() -> None:
     assert suggest_reference("<stepresult>") == "<step_N_result>"
     assert suggest_reference("<param>") == "<param.NAME>"
+
+
+def test_an_unclosed_reference_is_malformed() -> None:
+    from plandag.dag.references import find_malformed
+
+    assert list(find_malformed({"a": "<step_1_result"}, "args")) == [
+        ("args.a", "<step_1_result", "<step_1_result>")
+    ]
+    assert list(find_malformed("total <step_2_result.vNF and more")) == [
+        ("", "<step_2_result.vNF", "<step_2_result.vNF>")
+    ]
+    assert list(find_malformed("<param.input")) == [("", "<param.input", "<param.input>")]
+    assert list(find_malformed("a < b and <step_1_result> fine")) == []
