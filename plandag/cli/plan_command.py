@@ -215,6 +215,14 @@ def register(app: typer.Typer) -> None:
             except (OSError, UnicodeDecodeError) as error:
                 _fail(f"cannot read --context {context}: {error}")
         registry = _registry(tools)
+        # Check where the plan goes before paying for it: a folder, or a folder that cannot be
+        # made, is an error now rather than after the model's answer.
+        if output.is_dir():
+            _fail(f"-o {output} is a folder; name the plan file, e.g. {output / 'plan.json'}")
+        try:
+            output.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            _fail(f"-o {output}: cannot create its folder ({error.strerror or error})")
         client = _client(provider, base_url)
 
         investigations: list[Investigation] = []

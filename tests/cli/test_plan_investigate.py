@@ -227,3 +227,19 @@ def test_without_investigate_there_is_exactly_one_request_and_nothing_runs(
     assert json.loads(target.read_text(encoding="utf-8")) == FINAL_DOCUMENT
     assert INVESTIGATION_HEADING not in first_message(server, 0)
     assert "investigation" not in result.stderr
+
+
+def test_plan_output_is_checked_before_any_model_call(tmp_path: Path) -> None:
+    """-o naming a folder fails at once: no request reaches the model."""
+    from typer.testing import CliRunner
+
+    from plandag.cli import app
+    from plandag.testing import MessagesServer
+
+    with MessagesServer() as server:
+        result = CliRunner(env={"ANTHROPIC_API_KEY": "test"}).invoke(
+            app, ["plan", "anything", "-o", str(tmp_path), "--base-url", server.url]
+        )
+        assert result.exit_code == 2
+        assert "is a folder" in result.stderr
+        assert server.message_requests == []
