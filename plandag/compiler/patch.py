@@ -16,7 +16,10 @@ the run's existing steps in view:
 * naming an existing step that ended without succeeding (failed, skipped, cancelled) is an
   error: ``unknown_dependency`` when ``depends_on`` names it, ``reference_to_missing_step``
   when only a reference does. Its result will never exist: the patch must depend on the
-  step that replaces it;
+  step that replaces it. With ``prune_on_ended_parents=True`` (streaming dispatch: a step of
+  a valid plan may arrive after its upstream failed) it is allowed instead, and the new
+  steps downstream of an ended step are listed in :attr:`PatchResult.pruned`: the run
+  registers them already skipped, as if they had been there when the upstream ended;
 * the patch must not close a cycle (existing steps never depend on new ones, so a cycle
   can only run through new steps);
 * implied dependencies are added with the ``implied_dependency`` warning, as in a plan.
@@ -102,10 +105,15 @@ class PatchResult:
             steps (existing steps never depend on new ones).
         diagnostics: the warnings found (``implied_dependency``); a patch that compiled
             has no errors.
+        pruned: ids of the new steps that depend, directly or through other new steps, on
+            an existing step that ended without succeeding, in the order of :attr:`steps`
+            (only with ``prune_on_ended_parents=True``; else always empty). They can never
+            start.
     """
 
     steps: tuple[CompiledStep, ...]
     diagnostics: tuple[Diagnostic, ...] = ()
+    pruned: tuple[int, ...] = ()
 
     @property
     def ids(self) -> tuple[int, ...]:
@@ -161,6 +169,7 @@ def compile_patch(
     replaces: Collection[int] = (),
     max_steps: int = DEFAULT_MAX_STEPS,
     max_arg_bytes: int = DEFAULT_MAX_ARG_BYTES,
+    prune_on_ended_parents: bool = False,
 ) -> PatchResult:
     """Check steps to be added to a run against the run's existing graph.
 
@@ -178,9 +187,14 @@ def compile_patch(
         replaces: ids of ended steps this patch replaces (only used to word hints).
         max_steps: the most steps the run may have, existing and new together.
         max_arg_bytes: the most bytes a step's args may take as JSON.
+        prune_on_ended_parents: allow ``depends_on`` and references to name existing
+            steps that ended without succeeding; the new steps downstream of them are
+            listed in :attr:`PatchResult.pruned` (streaming dispatch: ARCHITECTURE.md,
+            "Streaming", a streamed step is part of the plan whatever ran before it
+            arrived). False (a replan's patch): naming them is an error.
 
     Returns:
-        A :class:`PatchResult`: the new steps compiled, and the warnings.
+        A :class:`PatchResult`: the new steps compiled, the warnings, the pruned steps.
 
     Raises:
         PlanError: carrying every diagnostic (same codes as ``compile_plan``; see the
@@ -224,8 +238,12 @@ def compile_patch(
             params=params,
             max_arg_bytes=max_arg_bytes,
         )
+    ended_parents: set[int] = set()
     for parent, child in sorted(edges):
         if parent in base.ended and parent not in new_by_id:
+            if prune_on_ended_parents:
+                ended_parents.add(parent)
+                continue
             declared = parent in new_by_id[child].depends_on
             _ended_problem(
                 diagnostics,
@@ -248,10 +266,19 @@ def compile_patch(
         step_id for step_id in nx.lexicographical_topological_sort(graph) if step_id in new_by_id
     )
     compiled = _compiled_steps(graph, order, by_id, registry, compiled_checks)
-    return PatchResult(tuple(compiled[step_id] for step_id in order), tuple(diagnostics.items))
+    pruned: set[int] = set()
+    for parent in ended_parents:
+        pruned.update(nx.descendants(graph, parent))
+    return PatchResult(
+        tuple(compiled[step_id] for step_id in order),
+        tuple(diagnostics.items),
+        tuple(step_id for step_id in order if step_id in pruned),
+    )
 
 
-def check_output(base: PatchBase, output: Any) -> tuple[Diagnostic, ...]:
+def check_output(
+    base: PatchBase, output: Any, *, allow_ended: bool = False
+) -> tuple[Diagnostic, ...]:
     """Check a replacement ``output`` (a replan's, or a streamed plan's) against the run.
 
     References must name existing steps that have not ended without succeeding, params
@@ -261,6 +288,9 @@ def check_output(base: PatchBase, output: Any) -> tuple[Diagnostic, ...]:
     Args:
         base: the run so far.
         output: the new output: any JSON value, references allowed at any depth.
+        allow_ended: references may name steps that ended without succeeding (a streamed
+            plan's output, whose steps may have failed before the plan ended: it then
+            resolves to None unless a replan replaces it).
 
     Returns:
         The warnings (none today).
@@ -274,7 +304,7 @@ def check_output(base: PatchBase, output: Any) -> tuple[Diagnostic, ...]:
     _check_output(header, base.steps, diagnostics)
     for where, reference in find_references(output, "output"):
         target = reference.step_id
-        if target is not None and target in base.ended:
+        if target is not None and target in base.ended and not allow_ended:
             _ended_problem(
                 diagnostics,
                 "reference_to_missing_step",

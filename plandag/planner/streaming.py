@@ -24,6 +24,14 @@ references in its args and checks) is already in the run; until then it waits in
 (a model may write a step before one it depends on). The buffer is flushed when the plan
 ends, so a reference to a step that never arrives is reported by the compiler.
 
+Steps whose upstream already failed: the run does not wait for the plan, so a step may
+arrive after a step it needs has failed (or been pruned). It is still part of a valid plan:
+it is added with ``prune_on_ended_parents`` and ends ``skipped`` at once (``upstream_failed``,
+``"upstream N failed"``), and the plan's output may name it (``set_output(...,
+allow_ended=True)``). The plan is accepted; the failure and what it pruned are left to the
+replanner once the plan is complete, exactly as if the whole plan had arrived before the
+failure. Only a plan that does not compile goes back to the model.
+
 Effects: the run is opened with ``hold_effects`` (the session's default), so only steps
 without effects start early; :meth:`StreamingPlanner.plan_into` releases them once the whole
 plan has arrived and compiled as a whole (:func:`~plandag.compiler.compile_plan`).
@@ -240,7 +248,9 @@ class StepDispatcher:
         self._add_ready()
 
     def _add_ready(self) -> None:
-        """Add every waiting step whose named steps are all in the run, until none is."""
+        """Add every waiting step whose named steps are all in the run, until none is
+        (a named step that already failed or was pruned counts: the new step is added
+        pruned)."""
         progress = True
         while progress and self._waiting:
             progress = False
@@ -253,7 +263,7 @@ class StepDispatcher:
 
     def _add(self, documents: Sequence[dict[str, Any]]) -> None:
         try:
-            self.session.add(documents)
+            self.session.add(documents, prune_on_ended_parents=True)
         except PlanError as error:
             self.diagnostics.extend(error.diagnostics)
             return
@@ -367,7 +377,7 @@ class StreamingPlanner:
                 diagnostics.extend(_dropped(accepted, compiled.steps.keys()))
                 if not diagnostics:
                     try:
-                        session.set_output(compiled.plan.output)
+                        session.set_output(compiled.plan.output, allow_ended=True)
                     except PlanError as error:
                         diagnostics.extend(error.diagnostics)
             else:

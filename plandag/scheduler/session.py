@@ -9,7 +9,10 @@ event-driven dispatch, limits, retries, checks, pruning and brakes), and lets it
   parents have all succeeded, before the rest of the plan has arrived. With
   ``hold_effects`` (the default), a step whose tool has effects waits for
   :meth:`RunSession.release_effects`: "steps with effects wait until the whole plan is
-  compiled (and approved when approval is required)";
+  compiled (and approved when approval is required)". A streamed step may arrive after a
+  step it needs has failed: with ``prune_on_ended_parents=True`` it is added already
+  skipped (``upstream_failed``), as if it had been there when the failure came, and the
+  replan that follows replaces it;
 * **replan**: a failure prunes only its descendants; independent branches run on while the
   caller (a replanner) awaits :meth:`RunSession.settled` and thinks; a patch of new steps
   (new ids) may depend on completed steps, whose results are reused, never re-run; the
@@ -20,8 +23,8 @@ Usage::
 
     async with open_session(Plan(goal="...", steps=[]), registry, limits=limits) as session:
         async for step in planner_stream:          # streaming dispatch
-            session.add([step])
-        session.set_output("<step_4_result>")
+            session.add([step], prune_on_ended_parents=True)
+        session.set_output("<step_4_result>", allow_ended=True)
         session.seal()
         session.release_effects()                  # after approval, if any
         state = await session.settled()
@@ -204,8 +207,13 @@ class _SessionRun(_Run):
         """No step starts any more: the run was stopped, or its task group has ended."""
         return self.host_done or self.run_scope.cancel_called
 
-    def register(self, new_steps: Sequence[CompiledStep]) -> None:
-        """Add compiled steps (in topological order) and start those that are ready."""
+    def register(self, new_steps: Sequence[CompiledStep], pruned: Collection[int] = ()) -> None:
+        """Add compiled steps (in topological order) and start those that are ready.
+
+        ``pruned``: ids among them downstream of a step that already ended without
+        succeeding (:attr:`~plandag.compiler.patch.PatchResult.pruned`); they end skipped
+        at once (:meth:`prune`), as if they had been in the run when it ended.
+        """
         steps = self.steps
         records = self.records
         new_ids = {item.id for item in new_steps}
@@ -235,6 +243,11 @@ class _SessionRun(_Run):
         ids = tuple(item.id for item in new_steps)
         if self.observers:
             self.emit(events.StepsAdded(self.run_id, ids, self.now()))
+        if pruned:
+            to_prune = set(pruned)
+            for step_id in ids:
+                if step_id in to_prune:
+                    self.prune(step_id)
         if self.stopped:
             cause = self.stop_cause()
             for step_id in ids:
@@ -243,6 +256,66 @@ class _SessionRun(_Run):
         for step_id in ids:
             if self.remaining[step_id] == 0:
                 self.spawn(step_id)
+
+    def prune(self, step_id: int) -> None:
+        """Skip a new step whose upstream already ended without succeeding, with the
+        reason and detail :meth:`skip_descendants` would have given it then.
+
+        Its parents are read from their records (each already ended, or pending):
+        failed parents, and the failed steps upstream of skipped ones (``upstream_failed``),
+        make ``upstream_failed`` with ``"upstream N failed"`` (every such id, sorted); a
+        failure comes first. Else a parent the cost cap skipped makes ``budget`` with the
+        detail its descendants have. A step whose parents ended only because the run was
+        stopped is left pending: :meth:`register` then ends it with the stop's reason.
+        """
+        records = self.records
+        record = records[step_id]
+        if record.status != "pending":
+            return
+        failed: set[int] = set()
+        budget_detail: str | None = None
+        for parent in self.steps[step_id].parents:
+            parent_record = records[parent]
+            if parent_record.status == "failed":
+                failed.add(parent)
+            elif parent_record.status == "skipped" and parent in self.failed_upstream:
+                failed.update(self.failed_upstream[parent])
+            elif (
+                parent_record.status == "skipped"
+                and parent_record.reason == "budget"
+                and budget_detail is None
+            ):
+                budget_detail = self.budget_detail(parent)
+        if failed:
+            upstream = sorted(failed)
+            self.failed_upstream[step_id] = upstream
+            reason = "upstream_failed"
+            detail = f"upstream {', '.join(map(str, upstream))} failed"
+        elif budget_detail is not None:
+            reason, detail = "budget", budget_detail
+        else:
+            return
+        now = self.now()
+        record.status = "skipped"
+        record.reason = reason
+        record.detail = detail
+        record.ended_at = now
+        if self.observers:
+            self.emit(events.StepSkipped(self.run_id, step_id, reason, detail, now))
+
+    def budget_detail(self, step_id: int) -> str:
+        """The detail of a step skipped downstream of ``step_id``, which the cost cap
+        skipped: the refused step's own, or (``step_id`` is itself downstream of it) the
+        one ``step_id`` already has."""
+        records = self.records
+        downstream = any(
+            records[parent].status == "skipped" and records[parent].reason == "budget"
+            for parent in self.steps[step_id].parents
+        )
+        detail = records[step_id].detail
+        if downstream and detail:
+            return detail
+        return f"upstream {step_id} was not started: the cost cap left no room"
 
     def spawn(self, step_id: int) -> None:
         """Start a ready step in a task of its own."""
@@ -440,7 +513,13 @@ class RunSession:
             _ReplacementsView(run.records),
         )
 
-    def add(self, steps: StepsInput, *, supersedes: Collection[int] = ()) -> tuple[Diagnostic, ...]:
+    def add(
+        self,
+        steps: StepsInput,
+        *,
+        supersedes: Collection[int] = (),
+        prune_on_ended_parents: bool = False,
+    ) -> tuple[Diagnostic, ...]:
         """Compile steps against the run and add them; those whose parents have all
         succeeded start at once (steps with effects wait while effects are held).
 
@@ -451,6 +530,14 @@ class RunSession:
             supersedes: ids of ended steps (failed, skipped, cancelled) these steps
                 replace: once the steps are added, each gains ``superseded_by`` = the new
                 ids, as :meth:`supersede` does. Checked before anything is added.
+            prune_on_ended_parents: the steps may also name steps that ended without
+                succeeding (streaming dispatch: a step of the plan arrived after its
+                upstream failed). Those downstream of one are added already ``skipped``
+                with the reason and detail they would have got had they been there when
+                it ended (``upstream_failed``, ``"upstream N failed"``; or ``budget``),
+                so they are in :attr:`SessionState.pruned` and ``needs_replan`` and a
+                replan replaces them. False (a replan's patch): naming them is a
+                ``PlanError``.
 
         Returns:
             The warnings (``implied_dependency``: the dependency was added).
@@ -481,8 +568,9 @@ class RunSession:
             replaces=supersedes,
             max_steps=self._max_steps,
             max_arg_bytes=self._max_arg_bytes,
+            prune_on_ended_parents=prune_on_ended_parents,
         )
-        run.register(patch.steps)
+        run.register(patch.steps, patch.pruned)
         if supersedes and patch.steps:
             self.supersede(supersedes, patch.ids)
         return patch.diagnostics
@@ -539,24 +627,28 @@ class RunSession:
             if run.observers:
                 run.emit(events.StepSuperseded(run.run_id, step_id, tuple(replacement), now))
 
-    def set_output(self, output: Any) -> tuple[Diagnostic, ...]:
+    def set_output(self, output: Any, *, allow_ended: bool = False) -> tuple[Diagnostic, ...]:
         """Replace the run's output (a streamed plan's, or a replan's).
 
         Args:
             output: any JSON value; references (``<step_N_result.path>``,
                 ``<param.NAME>``) at any depth. Resolved when the session closes, if every
                 step it references succeeded (else the result's output is None).
+            allow_ended: references may name steps that ended without succeeding (a
+                streamed plan's output: its steps may have failed or been pruned before
+                the plan ended; a replan then replaces the output). False: an error.
 
         Returns:
             The warnings (none today).
 
         Raises:
-            PlanError: a reference to a step that does not exist or ended without
-                succeeding, an undeclared param, a malformed reference.
+            PlanError: a reference to a step that does not exist or (unless
+                ``allow_ended``) ended without succeeding, an undeclared param, a
+                malformed reference.
             RuntimeError: the session is closed.
         """
         self._check_open()
-        diagnostics = check_output(self._base(), output)
+        diagnostics = check_output(self._base(), output, allow_ended=allow_ended)
         self._run.output = output
         return diagnostics
 

@@ -132,6 +132,40 @@ def test_depending_on_a_failed_step_is_an_error(registry: Registry) -> None:
     assert found[2].hint == "depend on a step that replaces it (a new step with a new id)"
 
 
+def test_ended_steps_may_be_named_when_their_descendants_are_pruned(registry: Registry) -> None:
+    # streaming dispatch: 2 failed and 3 was skipped before these steps arrived
+    base = base_with(registry, {2: "failed", 3: "skipped"})
+    patch = compile_patch(
+        base,
+        [
+            {"id": 4, "tool": "anything", "args": {}, "depends_on": [2]},
+            {"id": 5, "tool": "anything", "args": {"value": "<step_3_result>"}},
+            {"id": 6, "tool": "anything", "depends_on": [4, 1]},
+            {"id": 7, "tool": "anything", "depends_on": [1]},
+            {"id": 8, "tool": "anything", "depends_on": [7]},
+        ],
+        registry,
+        prune_on_ended_parents=True,
+    )
+    assert patch.ids == (4, 5, 6, 7, 8)
+    assert patch.pruned == (4, 5, 6)
+    by_id = {item.id: item for item in patch.steps}
+    assert by_id[4].parents == (2,)
+    assert by_id[5].parents == (3,)
+    assert by_id[6].parents == (1, 4)
+    assert [(item.code, item.step_id) for item in patch.diagnostics] == [("implied_dependency", 5)]
+    # other errors are still errors; without the option nothing is pruned
+    with pytest.raises(PlanError) as error:
+        compile_patch(
+            base,
+            [{"id": 4, "tool": "nope", "depends_on": [2]}],
+            registry,
+            prune_on_ended_parents=True,
+        )
+    assert codes(error) == [("unknown_tool", 4)]
+    assert compile_patch(base, [{"id": 4, "tool": "anything"}], registry).pruned == ()
+
+
 def test_the_hint_names_an_existing_replacement(registry: Registry) -> None:
     base = base_with(registry, {2: "failed"}, replacements={2: [7, 8]})
     with pytest.raises(PlanError) as error:
@@ -283,6 +317,20 @@ def test_check_output(registry: Registry) -> None:
         "output.b: <step_3_result> uses step 3, which was skipped (it never ran); its result "
         "will never exist"
     )
+
+
+def test_check_output_may_allow_ended_steps(registry: Registry) -> None:
+    base = base_with(registry, {2: "failed", 3: "skipped"})
+    output = {"total": "<step_2_result.vNF>", "items": "<step_3_result>"}
+    assert check_output(base, output, allow_ended=True) == ()
+    with pytest.raises(PlanError) as error:
+        check_output(base, {**output, "x": "<step_9_result>"}, allow_ended=True)
+    assert [(d.code, d.message) for d in error.value.diagnostics] == [
+        (
+            "reference_to_missing_step",
+            "output.x: <step_9_result> refers to step 9, which does not exist",
+        )
+    ]
 
 
 def test_a_plan_header_without_steps(registry: Registry) -> None:

@@ -18,7 +18,7 @@ from plandag.planner.agent import Agent, AgentResult
 from plandag.planner.data import parse_data_blocks
 from plandag.planner.llm import AnthropicClient
 from plandag.planner.streaming import WireStepScanner
-from plandag.scheduler import RetryPolicy, RunLimits, VirtualClock
+from plandag.scheduler import RetryPolicy, RunLimits, VirtualClock, events
 from plandag.scheduler.clock import Clock
 from plandag.testing import MessagesServer
 from plandag.tools import tool
@@ -53,6 +53,13 @@ def total(a: float, b: float) -> float:
     return a + b
 
 
+@tool
+def broken(name: str) -> dict[str, Any]:
+    """A service that is always down (fails at once, permanently)."""
+    tool_calls[f"broken:{name}"] += 1
+    raise ValueError(f"service down for {name}")
+
+
 @tool(effects="write", writes="path")
 def save(path: str, data: str) -> str:
     """Write text to a file."""
@@ -63,7 +70,7 @@ def save(path: str, data: str) -> str:
 
 
 def registry() -> Registry:
-    return Registry([lookup, slow_lookup, total, save], BUILTIN_CHECKS)
+    return Registry([lookup, slow_lookup, broken, total, save], BUILTIN_CHECKS)
 
 
 @pytest.fixture(autouse=True)
@@ -316,3 +323,81 @@ async def test_a_step_written_before_the_steps_it_needs_waits_for_them(
     assert result.plan is not None
     assert [attempt.compiled for attempt in result.plan.attempts] == [True]
     assert tool_calls == Counter({"lookup:a": 1, "lookup:bb": 1, "total": 1})
+
+
+@pytest.mark.anyio
+async def test_a_step_arriving_after_its_upstream_failed_is_pruned_and_replanned(
+    server: MessagesServer,
+) -> None:
+    # step 1 fails at once; the stream is slow enough (about 0.4 s between the two steps'
+    # closing braces) that step 2, which needs step 1, arrives after the failure
+    plan = {
+        "g": "Score b",
+        "s": [
+            step(1, "broken", ["name=b"], []),
+            step(2, "total", ["a=<step_1_result.score>", "b:=1"], [1]),
+        ],
+        "o": '"<step_2_result>"',
+    }
+    patch = {
+        "g": "Score b",
+        "s": [
+            step(3, "lookup", ["name=b"], []),
+            step(4, "total", ["a=<step_3_result.score>", "b:=1"], [3]),
+        ],
+        "o": '"<step_4_result>"',
+    }
+    server.tokens_per_second = 40.0
+    server.push_json(plan)
+    server.push_json(patch)
+    seen: list[events.Event] = []
+
+    def observe(event: events.Event) -> None:
+        seen.append(event)
+        if isinstance(event, events.StepSkipped):
+            server.tokens_per_second = None  # the replan request is not paced
+
+    result = await run_agent(server, observers=[observe])
+
+    assert result.plan_did_not_compile is False
+    assert result.error is None
+    assert result.status == "succeeded"
+    assert result.answer == 2.0
+    # the scenario really happened: step 1 failed before step 2 joined the run
+    order = [
+        (type(event).__name__, getattr(event, "step_id", getattr(event, "step_ids", None)))
+        for event in seen
+        if isinstance(event, events.StepFailed | events.StepsAdded | events.StepSkipped)
+    ]
+    assert order[:4] == [
+        ("StepsAdded", (1,)),
+        ("StepFailed", 1),
+        ("StepsAdded", (2,)),
+        ("StepSkipped", 2),
+    ]
+    skipped = next(e for e in seen if isinstance(e, events.StepSkipped) and e.step_id == 2)
+    assert (skipped.reason, skipped.detail) == ("upstream_failed", "upstream 1 failed")
+    assert result.plan is not None
+    assert [attempt.compiled for attempt in result.plan.attempts] == [True]
+    steps = result.run.steps
+    assert [
+        (key, steps[key].status, steps[key].reason, steps[key].detail, steps[key].superseded_by)
+        for key in sorted(steps)
+    ] == [
+        (1, "failed", "tool_error", "ValueError: service down for b", [3, 4]),
+        (2, "skipped", "upstream_failed", "upstream 1 failed", [3, 4]),
+        (3, "succeeded", None, None, None),
+        (4, "succeeded", None, None, None),
+    ]
+    # the replanner, once, with the failure and the pruned step to replace
+    [replan] = result.replans
+    assert (replan.trigger, replan.replaced, replan.new_ids, replan.applied) == (
+        "failure",
+        (1, 2),
+        (3, 4),
+        True,
+    )
+    assert len(server.message_requests) == 2
+    replan_prompt = server.message_requests[1].json["messages"][0]["content"]
+    assert "step 2 (total): upstream 1 failed" in replan_prompt
+    assert tool_calls == Counter({"broken:b": 1, "lookup:b": 1, "total": 1})

@@ -72,6 +72,14 @@ async def fail(message: str = "boom") -> Any:
     raise ValueError(message)
 
 
+@tool
+async def fail_later(name: str) -> Any:
+    """Wait until the test opens gate ``name``, then raise ValueError."""
+    calls[f"fail_later:{name}"] += 1
+    await gate(name).wait()
+    raise ValueError(f"{name} broke")
+
+
 @tool(effects="write", idempotent=False)
 async def send(value: Any = None) -> Any:
     """A tool with effects: counts its calls."""
@@ -79,7 +87,7 @@ async def send(value: Any = None) -> Any:
     return value
 
 
-REGISTRY = Registry([echo, source, wait, nap, fail, send])
+REGISTRY = Registry([echo, source, wait, nap, fail, fail_later, send])
 EMPTY = Plan(goal="test", steps=[])
 
 
@@ -316,6 +324,146 @@ async def test_set_output_is_checked() -> None:
             session.set_output({"a": "<step_1_result>", "b": "<step_5_result>"})
         assert error.value.codes == ["reference_to_missing_step", "reference_to_missing_step"]
         assert session.output is None
+
+
+# -- a streamed step whose upstream already ended ------------------------------------------------
+
+
+async def test_a_step_added_after_its_upstream_failed_is_pruned_then_replanned() -> None:
+    """1 fails and 2 runs before 3..6 arrive: 3 (a reference to 1) and 4 (needs 3) are
+    added pruned, 5 (needs the running 2) waits, 6 runs. When 2 fails later, 5 is pruned
+    and the failure joins 7's detail, as in a plan that arrived whole."""
+    seen: list[events.Event] = []
+    failed = anyio.Event()
+
+    def on_event(event: events.Event) -> None:
+        seen.append(event)
+        if isinstance(event, events.StepFailed):
+            failed.set()
+
+    async with open_session(EMPTY, REGISTRY, observers=[on_event]) as session:
+        session.add(
+            [{"id": 1, "tool": "fail"}, {"id": 2, "tool": "fail_later", "args": {"name": "two"}}]
+        )
+        await failed.wait()
+        await anyio.sleep(0.01)
+        state = session.state()
+        assert (list(state.failed), state.running) == ([1], (2,))
+        warnings = session.add(
+            [
+                {"id": 3, "tool": "echo", "args": {"value": "<step_1_result>"}},
+                {"id": 4, "tool": "echo", "args": {"value": "<step_3_result>"}, "depends_on": [3]},
+                {"id": 5, "tool": "echo", "depends_on": [2]},
+                {"id": 6, "tool": "echo", "args": {"value": 6}},
+                {"id": 7, "tool": "echo", "depends_on": [2, 4]},
+            ],
+            prune_on_ended_parents=True,
+        )
+        assert [(w.code, w.step_id) for w in warnings] == [("implied_dependency", 3)]
+        state = session.state()
+        assert state.pruned == (3, 4, 7)
+        assert state.needs_replan == (1, 3, 4, 7)
+        assert [
+            (key, session.records[key].reason, session.records[key].detail) for key in (3, 4, 7)
+        ] == [
+            (3, "upstream_failed", "upstream 1 failed"),
+            (4, "upstream_failed", "upstream 1 failed"),
+            (7, "upstream_failed", "upstream 1 failed"),
+        ]
+        # a step arriving later still, downstream of a pruned one, and of two failures
+        session.add({"id": 8, "tool": "echo", "depends_on": [4]}, prune_on_ended_parents=True)
+        assert session.records[8].detail == "upstream 1 failed"
+        # the output may name the pruned steps (it resolves only if a replan replaces it)
+        session.set_output({"four": "<step_4_result>"}, allow_ended=True)
+        gate("two").set()
+        state = await session.settled()
+        assert state.succeeded == (6,)
+        assert list(state.failed) == [1, 2]
+        assert state.pruned == (3, 4, 5, 7, 8)
+        assert session.records[5].detail == "upstream 2 failed"
+        assert session.records[7].detail == "upstream 1, 2 failed"  # later failure added
+        session.add({"id": 9, "tool": "echo", "depends_on": [5, 7]}, prune_on_ended_parents=True)
+        assert session.records[9].detail == "upstream 1, 2 failed"
+        # the replan replaces every ended step, as for a plan that arrived whole
+        session.add(
+            {"id": 10, "tool": "echo", "args": {"value": 10}},
+            supersedes=session.state().needs_replan,
+        )
+        session.set_output({"four": "<step_10_result>"})
+    result = session.result()
+    assert result.status == "succeeded"
+    assert result.output == {"four": 10}
+    assert [(r.id, r.status, r.reason, r.superseded_by) for r in result.steps.values()] == [
+        (1, "failed", "tool_error", [10]),
+        (2, "failed", "tool_error", [10]),
+        (3, "skipped", "upstream_failed", [10]),
+        (4, "skipped", "upstream_failed", [10]),
+        (5, "skipped", "upstream_failed", [10]),
+        (6, "succeeded", None, None),
+        (7, "skipped", "upstream_failed", [10]),
+        (8, "skipped", "upstream_failed", [10]),
+        (9, "skipped", "upstream_failed", [10]),
+        (10, "succeeded", None, None),
+    ]
+    assert calls == {"fail": 1, "fail_later:two": 1, "echo:6": 1, "echo:10": 1}
+    order = kinds(seen)
+    added = order.index(("added", (3, 4, 5, 6, 7)))
+    assert order[added : added + 4] == [
+        ("added", (3, 4, 5, 6, 7)),
+        ("StepSkipped", 3),
+        ("StepSkipped", 4),
+        ("StepSkipped", 7),
+    ]
+    assert_all_terminal(result)
+
+
+async def test_without_the_option_a_step_needing_a_failed_step_is_refused() -> None:
+    async with open_session(EMPTY, REGISTRY) as session:
+        session.add({"id": 1, "tool": "fail"})
+        await session.settled()
+        with pytest.raises(PlanError) as error:
+            session.add({"id": 2, "tool": "echo", "depends_on": [1]})
+        assert error.value.codes == ["unknown_dependency"]
+        assert sorted(session.records) == [1]
+        session.give_up()
+    assert session.result().status == "gave_up"
+
+
+async def test_a_step_added_after_its_upstream_hit_the_cost_cap_is_pruned_for_the_budget() -> None:
+    @tool(cost_estimate_usd=0.4)
+    async def priced(value: int) -> int:
+        """Costs $0.40."""
+        return value
+
+    registry = Registry([priced, echo])
+    async with open_session(EMPTY, registry, limits=RunLimits(max_cost_usd=0.5)) as session:
+        session.add({"id": 1, "tool": "priced", "args": {"value": 1}})
+        await session.settled()
+        session.add({"id": 2, "tool": "priced", "args": {"value": 2}})
+        await session.settled()
+        assert session.records[2].reason == "budget"
+        session.add({"id": 3, "tool": "echo", "depends_on": [2]}, prune_on_ended_parents=True)
+        session.add({"id": 4, "tool": "echo", "depends_on": [3]}, prune_on_ended_parents=True)
+    result = session.result()
+    assert result.status == "budget_exceeded"
+    detail = "upstream 2 was not started: the cost cap left no room"
+    assert [(r.id, r.status, r.reason, r.detail) for r in result.steps.values()][2:] == [
+        (3, "skipped", "budget", detail),
+        (4, "skipped", "budget", detail),
+    ]
+
+
+async def test_after_a_stop_a_step_needing_a_cancelled_step_ends_with_the_stop() -> None:
+    async with open_session(EMPTY, REGISTRY, limits=RunLimits(max_seconds=0.1)) as session:
+        session.add({"id": 1, "tool": "nap", "args": {"seconds": 5}})
+        state = await session.settled()
+        assert state.cancelled == (1,)
+        session.add({"id": 2, "tool": "echo", "depends_on": [1]}, prune_on_ended_parents=True)
+    result = session.result()
+    assert [(r.id, r.status, r.reason) for r in result.steps.values()] == [
+        (1, "cancelled", "deadline"),
+        (2, "skipped", "deadline"),
+    ]
 
 
 # -- replanning -------------------------------------------------------------------------------
