@@ -67,13 +67,10 @@ from plandag.planner.llm import (
     DEFAULT_PRICES,
     BudgetRefusedError,
     CallRecord,
-    ChatMessage,
     LLMClient,
-    LLMRequest,
     PriceTable,
     call_with_retries,
 )
-from plandag.planner.prompt import repair_message, system_prompt
 from plandag.planner.replanner import (
     DEFAULT_REPLAN_MAX_CHARS,
     DEFAULT_REPLAN_MAX_TOKENS,
@@ -82,7 +79,6 @@ from plandag.planner.replanner import (
     failure_summary,
     replan_prompt,
 )
-from plandag.planner.wire import WIRE_SCHEMA_NAME, wire_json_schema
 from plandag.scheduler import events
 from plandag.scheduler.budget import Budget
 from plandag.scheduler.clock import Clock, SystemClock
@@ -356,25 +352,7 @@ class PlanRepairer:
             max_chars=self.max_chars,
             excerpt_chars=self.excerpt_chars,
         )
-        messages: list[ChatMessage] = [{"role": "user", "content": prompt}]
-        if previous is not None and not previous.applied:
-            messages.append({"role": "assistant", "content": previous.text})
-            messages.append(
-                {"role": "user", "content": repair_message(previous.diagnostics, previous.number)}
-            )
-        request = LLMRequest(
-            model=self.model,
-            messages=tuple(messages),
-            max_tokens=self.max_tokens,
-            system=system_prompt(self.registry),
-            json_schema=wire_json_schema(
-                tools=sorted(self.registry.tools),
-                checks=sorted(self.registry.checks),
-                all_required=self.client.provider == "openai",
-            ),
-            schema_name=WIRE_SCHEMA_NAME,
-            temperature=0.0,
-        )
+        request = replanner.request_for(prompt, previous)
         first = len(records)
         try:
             with anyio.fail_after(session.remaining_s):

@@ -327,6 +327,38 @@ class Replanner:
         self.read_only = read_only
         self.write_boundary = write_boundary
 
+    def request_for(self, prompt: str, previous: ReplanRecord | None = None) -> LLMRequest:
+        """The model request for a replan ``prompt``: the plan writer's system prompt and
+        wire schema; after a patch that did not compile, the model's answer and the full
+        diagnostics follow (so the model repairs its own patch).
+
+        Args:
+            prompt: the replan prompt (goal, steps and their states, quoted results).
+            previous: the last replan, when its patch was not applied.
+
+        Returns:
+            The :class:`LLMRequest` to send.
+        """
+        messages: list[ChatMessage] = [{"role": "user", "content": prompt}]
+        if previous is not None and not previous.applied:
+            messages.append({"role": "assistant", "content": previous.text})
+            messages.append(
+                {"role": "user", "content": repair_message(previous.diagnostics, previous.number)}
+            )
+        return LLMRequest(
+            model=self.model,
+            messages=tuple(messages),
+            max_tokens=self.max_tokens,
+            system=system_prompt(self.registry),
+            json_schema=wire_json_schema(
+                tools=sorted(self.registry.tools),
+                checks=sorted(self.registry.checks),
+                all_required=self.client.provider == "openai",
+            ),
+            schema_name=WIRE_SCHEMA_NAME,
+            temperature=self.temperature,
+        )
+
     async def replan(
         self,
         session: RunSession,
@@ -371,25 +403,7 @@ class Replanner:
         prompt = replan_prompt(
             goal, session, state, joiner_reason=joiner_reason, max_chars=self.max_chars
         )
-        messages: list[ChatMessage] = [{"role": "user", "content": prompt}]
-        if previous is not None and not previous.applied:
-            messages.append({"role": "assistant", "content": previous.text})
-            messages.append(
-                {"role": "user", "content": repair_message(previous.diagnostics, previous.number)}
-            )
-        request = LLMRequest(
-            model=self.model,
-            messages=tuple(messages),
-            max_tokens=self.max_tokens,
-            system=system_prompt(self.registry),
-            json_schema=wire_json_schema(
-                tools=sorted(self.registry.tools),
-                checks=sorted(self.registry.checks),
-                all_required=self.client.provider == "openai",
-            ),
-            schema_name=WIRE_SCHEMA_NAME,
-            temperature=self.temperature,
-        )
+        request = self.request_for(prompt, previous)
         with anyio.fail_after(session.remaining_s):
             response = await call_with_retries(
                 self.client,
