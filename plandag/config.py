@@ -83,6 +83,21 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("stop_on_stall", bool, False, "stop the run at the first stall"),
     Setting("jobs", int, 4, "documents at once for extract", minimum=1),
+    Setting(
+        "approve",
+        str,
+        "ask",
+        "plans with effects: ask a person, auto (writes approved, irreversible effects ask) "
+        "or never (saved awaiting_approval, exit 4)",
+    ),
+    Setting(
+        "approval_expiry",
+        float,
+        86400.0,
+        "seconds a pending approval stays valid (24 hours)",
+        minimum=0.0,
+        strict=True,
+    ),
 )
 _BY_NAME = {setting.name: setting for setting in SETTINGS}
 _KIND_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}

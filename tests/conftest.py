@@ -18,3 +18,12 @@ if not os.environ.get("PLANDAG_SHARED_NFE"):
         if candidate.is_dir():
             os.environ["PLANDAG_SHARED_NFE"] = str(candidate)
             break
+
+# Every run is recorded in a run store (issue 6); tests must never write into the user's
+# data folder: one store per test session, in a temporary folder, unless a test sets its own.
+if not os.environ.get("PLANDAG_STORE"):
+    import tempfile
+
+    os.environ["PLANDAG_STORE"] = str(
+        Path(tempfile.mkdtemp(prefix="plandag-test-store-")) / "runs.sqlite3"
+    )

@@ -22,6 +22,8 @@ DEFAULTS = {
     "stall_after": None,
     "stop_on_stall": False,
     "jobs": 4,
+    "approve": "ask",
+    "approval_expiry": 86400.0,
 }
 
 

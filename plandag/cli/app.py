@@ -21,6 +21,13 @@ from rich.console import Console
 
 from plandag.cli.display import StepProgress, diagnostic_lines, run_table
 from plandag.cli.signals import Interruptible, exit_code_for_signal
+from plandag.cli.store_command import (
+    ApproveOption,
+    RedactOption,
+    StoreOption,
+    approve_mode,
+    durable_exec,
+)
 from plandag.compiler import CompiledPlan, compile_plan
 from plandag.config import Settings, load_settings
 from plandag.dag.graph import critical_path, mermaid
@@ -415,8 +422,16 @@ def exec_command(
     model: PlannerModelOption = None,
     base_url: PlannerUrlOption = None,
     save_repairs: SaveRepairsOption = None,
+    store: StoreOption = None,
+    approve: ApproveOption = None,
+    redact: RedactOption = False,
 ) -> None:
     """Compile and run a plan with no LLM; print each step's outcome.
+
+    Every run is recorded in the run store (--store, PLANDAG_STORE) with its trace; see
+    `plandag runs`, `resume`, `trace`. A plan with effects needs approval (--approve ask,
+    the default: asks on the terminal, or waits with exit 4 when there is none; auto:
+    writes approved, irreversible effects still ask; never: saved awaiting_approval, exit 4).
 
     Defaults for every brake can live in [tool.plandag] of pyproject.toml or in
     plandag.toml (see `plandag config`); flags override them.
@@ -438,6 +453,7 @@ def exec_command(
             "heartbeat_every": heartbeat_every,
             "stall_after": stall_after,
             "stop_on_stall": stop_on_stall,
+            "approve": approve,
         }
     )
     model_name = _planner_options(planner, model, base_url, save_repairs)
@@ -468,6 +484,39 @@ def exec_command(
             model=model_name,
             base_url=base_url,
             save_repairs=save_repairs,
+            as_json=as_json,
+        )
+    if planner is None:
+        from plandag.store.durable import RunOptions
+
+        progress, observers = _observers(compiled, settings)
+        options = RunOptions(
+            tools=tuple(str(Path(tool).resolve()) for tool in dict.fromkeys(tools or [])),
+            write_boundary=(
+                tuple(settings["write_boundary"]) if settings["write_boundary"] else None
+            ),
+            base=str(Path.cwd()),
+            read_only=read_only,
+            limits={
+                "max_seconds": limits.max_seconds,
+                "max_cost_usd": limits.max_cost_usd,
+                "max_tokens": limits.max_tokens,
+                "heartbeat_every": limits.heartbeat_every,
+                "stall_after": limits.stall_after,
+                "stop_on_stall": limits.stop_on_stall,
+            },
+            retries=settings["retries"],
+            max_concurrency=settings["max_concurrency"],
+            approve=approve_mode(settings["approve"]),
+            expiry_s=settings["approval_expiry"],
+            redact=redact,
+        )
+        durable_exec(
+            compiled,
+            options,
+            store_path=store,
+            observers=observers,
+            progress=progress,
             as_json=as_json,
         )
     result, received = _run(compiled, settings, limits)
@@ -895,6 +944,10 @@ _run_command.register(app)
 from plandag.cli import bench_command as _bench_command  # noqa: E402 (registers `bench`)
 
 _bench_command.register(app)
+
+from plandag.cli import store_command as _store_command  # noqa: E402 (runs, resume...)
+
+_store_command.register(app)
 
 
 def version_callback(value: bool) -> None:

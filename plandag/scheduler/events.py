@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 from plandag.checks.base import CheckOutcome
 from plandag.scheduler.result import RunResult, StepErrorInfo
@@ -64,12 +65,15 @@ class StepStarted:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class StepSucceeded:
-    """A step's tool returned and every check passed. ``duration_s``: monotonic seconds."""
+    """A step's tool returned and every check passed. ``duration_s``: monotonic seconds;
+    ``result``: what the tool returned (a reference, not a copy: observers must not change
+    it; the run store records it for resume)."""
 
     run_id: str
     step_id: int
     duration_s: float
     time: float
+    result: Any = dataclasses.field(default=None, repr=False, compare=False)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

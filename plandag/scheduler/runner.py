@@ -213,6 +213,7 @@ class _Run:
         classify: Classifier,
         clock: Clock | None,
         budget: Budget | None = None,
+        completed: Mapping[int, Any] | None = None,
     ) -> None:
         if max_concurrency is not None and max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1 or None, not {max_concurrency}")
@@ -281,6 +282,12 @@ class _Run:
                 limiters_by_tool[tool.name] = anyio.CapacityLimiter(limit)
             self.tool_limiter[step_id] = limiters_by_tool.get(tool.name)
         self.task_group: TaskGroup | None = None
+        self.completed: Mapping[int, Any] = {}
+        if completed:
+            unknown = sorted(set(completed) - set(self.records))
+            if unknown:
+                raise ValueError(f"completed names steps the plan does not have: {unknown}")
+            self.completed = completed
 
     # -- events --------------------------------------------------------------------------
 
@@ -415,9 +422,37 @@ class _Run:
         with self.run_scope:
             async with anyio.create_task_group() as task_group:
                 self.task_group = task_group
-                for step_id in self.compiled.roots:
+                starts = self.seed() if self.completed else self.compiled.roots
+                for step_id in starts:
                     self.active += 1
                     task_group.start_soon(self.run_step, step_id)
+
+    def seed(self) -> list[int]:
+        """Mark the steps of ``completed`` succeeded with their results (a resumed run:
+        they never run again) and return the steps ready to start, in plan order."""
+        for step_id in self.compiled.order:
+            if step_id in self.completed:
+                record = self.records[step_id]
+                record.status = "succeeded"
+                record.result = self.results[step_id] = self.completed[step_id]
+                for child in self.steps[step_id].children:
+                    self.remaining[child] -= 1
+        return [
+            step_id
+            for step_id in self.compiled.order
+            if step_id not in self.completed and self.remaining[step_id] == 0
+        ]
+
+    def extend_deadline(self, seconds: float) -> None:
+        """Move the wall-clock cap and the stall detector's last progress ``seconds`` later
+        (time spent waiting for a person counts against neither: ARCHITECTURE.md, "People
+        in the loop")."""
+        if seconds <= 0:
+            return
+        self.last_progress += seconds
+        if self.deadline is not None:
+            self.deadline += seconds
+            self.run_scope.deadline += seconds
 
     def finish(self, started_at: float, started: float) -> RunResult:
         """Close every record still open, build the RunResult and emit RunFinished."""
@@ -814,7 +849,11 @@ class _Run:
         if self.observers:
             self.emit(
                 events.StepSucceeded(
-                    self.run_id, step_id, record.duration_s or 0.0, record.ended_at or 0.0
+                    self.run_id,
+                    step_id,
+                    record.duration_s or 0.0,
+                    record.ended_at or 0.0,
+                    outcome.result,
                 )
             )
         task_group = self.task_group
@@ -958,6 +997,7 @@ async def run_plan(
     classify: Classifier = classify_error,
     clock: Clock | None = None,
     budget: Budget | None = None,
+    completed: Mapping[int, Any] | None = None,
 ) -> RunResult:
     """Run a compiled plan: every step whose parents all succeeded starts at once.
 
@@ -982,6 +1022,9 @@ async def run_plan(
             batch's documents under one cost cap); its caps replace ``limits``' cost and
             token caps, and ``RunResult.spent_*`` then report the shared budget's totals.
             Default: a budget of this run's own, from ``limits``.
+        completed: results of steps that already succeeded, by step id (a resumed run,
+            ``plandag resume``): those steps end ``succeeded`` with these results without
+            running (no events for them) and their children start when ready.
 
     Returns:
         A :class:`RunResult` covering every step, each in exactly one terminal state.
@@ -1016,6 +1059,7 @@ async def run_plan(
         classify,
         clock,
         budget,
+        completed,
     )
     return await run.run()
 

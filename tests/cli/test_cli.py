@@ -259,6 +259,8 @@ def test_exec_example_plan_on_a_shipped_invoice(
             str(EXAMPLES / "plans" / "invoice_total.json"),
             "--param",
             f"input={invoice}",
+            "--approve",
+            "auto",
             "--json",
         ],
     )

@@ -136,6 +136,8 @@ def test_config_json_values_and_sources(runner: CliRunner, cwd: Path) -> None:
         "stall_after": {"value": None, "source": "default"},
         "stop_on_stall": {"value": False, "source": "default"},
         "jobs": {"value": 4, "source": "default"},
+        "approve": {"value": "ask", "source": "default"},
+        "approval_expiry": {"value": 86400.0, "source": "default"},
     }
 
 
@@ -474,12 +476,28 @@ def write_json_plan(folder: Path, target: str) -> Path:
 
 def test_write_boundary_glob(runner: CliRunner, cwd: Path) -> None:
     allowed = runner.invoke(
-        app, ["exec", str(write_json_plan(cwd, "out/a.json")), "--write-boundary", "out/*.json"]
+        app,
+        [
+            "exec",
+            str(write_json_plan(cwd, "out/a.json")),
+            "--write-boundary",
+            "out/*.json",
+            "--approve",
+            "auto",
+        ],
     )
     assert allowed.exit_code == 0, allowed.stderr
     assert (cwd / "out" / "a.json").read_text(encoding="utf-8") == "1\n"
     refused = runner.invoke(
-        app, ["exec", str(write_json_plan(cwd, "out/b.txt")), "--write-boundary", "out/*.json"]
+        app,
+        [
+            "exec",
+            str(write_json_plan(cwd, "out/b.txt")),
+            "--write-boundary",
+            "out/*.json",
+            "--approve",
+            "auto",
+        ],
     )
     assert refused.exit_code == 2
     assert "error[write_outside_boundary]" in refused.stderr
@@ -488,21 +506,25 @@ def test_write_boundary_glob(runner: CliRunner, cwd: Path) -> None:
 
 def test_write_boundary_widened_to_the_parent(runner: CliRunner, cwd: Path) -> None:
     plan = write_json_plan(cwd, "../wide.json")
-    narrow = runner.invoke(app, ["exec", str(plan)])  # default boundary: the working directory
+    narrow = runner.invoke(
+        app, ["exec", str(plan), "--approve", "auto"]
+    )  # default boundary: the working directory
     assert narrow.exit_code == 2
     assert "error[write_outside_boundary]" in narrow.stderr
     assert not (cwd.parent / "wide.json").exists()
-    wide = runner.invoke(app, ["exec", str(plan), "--write-boundary", ".."])
+    wide = runner.invoke(app, ["exec", str(plan), "--write-boundary", "..", "--approve", "auto"])
     assert wide.exit_code == 0, wide.stderr
     assert (cwd.parent / "wide.json").read_text(encoding="utf-8") == "1\n"
 
 
 def test_write_boundary_from_the_config_file(runner: CliRunner, cwd: Path) -> None:
     (cwd / "plandag.toml").write_text('write_boundary = "out/*.json"\n', encoding="utf-8")
-    refused = runner.invoke(app, ["exec", str(write_json_plan(cwd, "x.json"))])
+    refused = runner.invoke(app, ["exec", str(write_json_plan(cwd, "x.json")), "--approve", "auto"])
     assert refused.exit_code == 2
     assert "error[write_outside_boundary]" in refused.stderr
-    allowed = runner.invoke(app, ["exec", str(write_json_plan(cwd, "out/x.json"))])
+    allowed = runner.invoke(
+        app, ["exec", str(write_json_plan(cwd, "out/x.json")), "--approve", "auto"]
+    )
     assert allowed.exit_code == 0, allowed.stderr
 
 

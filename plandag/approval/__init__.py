@@ -1,0 +1,30 @@
+"""Approval of plans with effects, bound to the plan's hash (issue 6; see
+:mod:`plandag.approval.gate`)."""
+
+from plandag.approval.gate import (
+    DEFAULT_EXPIRY_S,
+    ApprovalMode,
+    ApprovalRequest,
+    Approver,
+    CallbackApprover,
+    Decision,
+    StaleDecisionError,
+    TerminalApprover,
+    approval_needed,
+    boundary_spec,
+    plan_hash,
+)
+
+__all__ = [
+    "DEFAULT_EXPIRY_S",
+    "ApprovalMode",
+    "ApprovalRequest",
+    "Approver",
+    "CallbackApprover",
+    "Decision",
+    "StaleDecisionError",
+    "TerminalApprover",
+    "approval_needed",
+    "boundary_spec",
+    "plan_hash",
+]

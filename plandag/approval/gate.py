@@ -1,0 +1,310 @@
+"""Approval of plans with effects (ARCHITECTURE.md, "People in the loop"; issue 6).
+
+* :func:`plan_hash` binds a decision to one plan version: SHA-256 of the RFC 8785 (JSON
+  Canonicalization Scheme) form of ``{"plan", "params", "write_boundary"}``; a decision
+  carrying another hash is refused (:class:`StaleDecisionError`).
+* :func:`approval_needed` says whether a compiled plan needs a person under a mode:
+  ``ask`` (the default for plans with effects): every plan with effects; ``auto``: only
+  plans with ``irreversible`` effects (``write`` effects are approved automatically);
+  ``never``: nothing is approved here — a plan that needs approval is saved as
+  ``awaiting_approval`` (exit code 4) for ``plandag approve``/``reject``. Read-only plans
+  never ask.
+* :class:`ApprovalRequest` is what the person sees: the whole plan at once (steps, DAG,
+  effects and write targets, estimated cost); :class:`Decision` is the answer (approve, or
+  reject with feedback that reaches the planner in full).
+* Approvers: :class:`CallbackApprover` (a Python callable, sync or async) and
+  :class:`TerminalApprover` (asks on the terminal). An approver returns a Decision.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Literal, Protocol
+
+import anyio
+import rfc8785
+
+from plandag.compiler.compiled import CompiledPlan
+from plandag.dag.plan import Plan
+from plandag.errors import PlandagError
+from plandag.scheduler.result import to_jsonable
+from plandag.tools.boundary import WriteBoundary
+
+__all__ = [
+    "DEFAULT_EXPIRY_S",
+    "ApprovalMode",
+    "ApprovalRequest",
+    "Approver",
+    "CallbackApprover",
+    "Decision",
+    "StaleDecisionError",
+    "TerminalApprover",
+    "approval_needed",
+    "boundary_spec",
+    "plan_hash",
+]
+
+ApprovalMode = Literal["ask", "auto", "never"]
+DEFAULT_EXPIRY_S = 24 * 3600.0
+"""A pending approval expires after this many seconds (24 hours; configurable)."""
+
+
+class StaleDecisionError(PlandagError, ValueError):
+    """A decision names a plan hash other than the plan version awaiting it."""
+
+
+def boundary_spec(boundary: WriteBoundary | None) -> dict[str, list[str]] | None:
+    """The write boundary as JSON for hashing and storage: resolved folders, glob patterns
+    and host rules, each sorted; None for no boundary."""
+    if boundary is None:
+        return None
+    return {
+        "roots": sorted(str(root) for root in boundary.roots),
+        "globs": sorted(f"{glob.pattern}{'/' if glob.tree else ''}" for glob in boundary.globs),
+        "hosts": sorted(
+            f"{host.scheme}://{host.host}:{host.port}{host.path}" for host in boundary.hosts
+        ),
+    }
+
+
+def plan_hash(
+    plan: Plan | Mapping[str, Any],
+    params: Mapping[str, Any] | None = None,
+    write_boundary: WriteBoundary | None = None,
+) -> str:
+    """The plan version's hash: SHA-256 (hex) of the RFC 8785 canonical JSON of
+    ``{"plan": plan, "params": params, "write_boundary": boundary_spec(...)}``.
+
+    Args:
+        plan: the plan (None fields left out) or its JSON dict.
+        params: the run's param values ({} when None).
+        write_boundary: the run's write boundary, or None.
+
+    Returns:
+        64 lowercase hex characters. The same plan, params and boundary give the same hash
+        whatever the key order or number formatting (RFC 8785, section 3.2).
+    """
+    document = plan.model_dump(mode="json", exclude_none=True) if isinstance(plan, Plan) else plan
+    canonical = rfc8785.dumps(
+        to_jsonable(
+            {
+                "plan": document,
+                "params": dict(params or {}),
+                "write_boundary": boundary_spec(write_boundary),
+            }
+        )
+    )
+    return hashlib.sha256(canonical).hexdigest()
+
+
+def approval_needed(compiled: CompiledPlan, mode: ApprovalMode) -> bool:
+    """Whether ``compiled`` needs a person's decision under ``mode`` (module docstring).
+
+    Raises:
+        ValueError: an unknown mode.
+    """
+    if mode not in ("ask", "auto", "never"):
+        raise ValueError(f"approve mode must be ask, auto or never, not {mode!r}")
+    effects = {step.tool.effects for step in compiled.steps.values()}
+    if effects <= {"none"}:
+        return False
+    if mode == "auto":
+        return "irreversible" in effects
+    return True
+
+
+@dataclasses.dataclass(frozen=True)
+class ApprovalRequest:
+    """What a person decides on: the whole plan at once.
+
+    Attributes:
+        run_id: the run.
+        version: the plan version (1 for the first plan, then one more per revision).
+        plan_hash: :func:`plan_hash` of this version; a decision must carry it.
+        plan: the plan.
+        params: the run's param values.
+        effects: ``(step_id, tool, effects, write targets)`` for every step with effects.
+        estimated_cost_usd: the plan's estimated cost (tool estimates; None when unknown).
+        reason: why a person is asked (``irreversible effects``, ``unknown outcome of
+            step 3``...).
+        expires_at: when the request expires, seconds since the epoch.
+    """
+
+    run_id: str
+    version: int
+    plan_hash: str
+    plan: Plan
+    params: Mapping[str, Any]
+    effects: tuple[tuple[int, str, str, tuple[str, ...]], ...]
+    estimated_cost_usd: float | None
+    reason: str
+    expires_at: float
+
+    @classmethod
+    def for_plan(
+        cls,
+        run_id: str,
+        version: int,
+        compiled: CompiledPlan,
+        *,
+        reason: str,
+        expiry_s: float = DEFAULT_EXPIRY_S,
+        now: float | None = None,
+    ) -> ApprovalRequest:
+        """The request for a compiled plan version (targets of arguments that hold
+        references are shown as written in the plan)."""
+        effects = []
+        for step_id in compiled.order:
+            step = compiled.steps[step_id]
+            if step.tool.effects == "none":
+                continue
+            try:
+                targets = tuple(step.tool.write_targets(step.step.args))
+            except Exception:  # a writes function that needs resolved args
+                targets = ()
+            effects.append((step_id, step.tool.name, step.tool.effects, targets))
+        estimates = [
+            step.tool.cost_estimate_usd
+            for step in compiled.steps.values()
+            if step.tool.cost_estimate_usd is not None
+        ]
+        return cls(
+            run_id=run_id,
+            version=version,
+            plan_hash=plan_hash(compiled.plan, compiled.params, compiled.write_boundary),
+            plan=compiled.plan,
+            params=dict(compiled.params),
+            effects=tuple(effects),
+            estimated_cost_usd=float(sum(estimates)) if estimates else None,
+            reason=reason,
+            expires_at=(time.time() if now is None else now) + expiry_s,
+        )
+
+    def summary_lines(self) -> list[str]:
+        """The request as plain text lines: header, every step with its dependencies and
+        effects, write targets, estimated cost, and the hash the decision binds to."""
+        lines = [
+            f"Run {self.run_id}, plan version {self.version}: {self.plan.goal or '(no goal)'}",
+            f"Why you are asked: {self.reason}",
+            f"Steps ({len(self.plan.steps)}):",
+        ]
+        marked = {step_id: (effects, targets) for step_id, _, effects, targets in self.effects}
+        for step in self.plan.steps:
+            after = f" after {', '.join(map(str, step.depends_on))}" if step.depends_on else ""
+            line = f"  {step.id}. {step.tool}{after}"
+            if step.id in marked:
+                effects, targets = marked[step.id]
+                line += f"  [{effects.upper()}" + (f": {', '.join(targets)}]" if targets else "]")
+            lines.append(line)
+            if step.description:
+                lines.append(f"       {step.description}")
+        cost = (
+            f"${self.estimated_cost_usd:.4f}"
+            if self.estimated_cost_usd is not None
+            else "no estimate"
+        )
+        lines.append(f"Estimated cost: {cost}")
+        lines.append(f"Plan hash: {self.plan_hash}")
+        return lines
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """A person's answer to an :class:`ApprovalRequest`.
+
+    Attributes:
+        approved: True to run the plan, False to reject it.
+        plan_hash: the hash of the plan version decided on (must match the request's).
+        feedback: for a rejection, the person's text; it reaches the planner in full.
+        who: who decided (a user name, ``auto``, ``callback``).
+    """
+
+    approved: bool
+    plan_hash: str
+    feedback: str = ""
+    who: str = "unknown"
+
+    def check(self, request: ApprovalRequest) -> None:
+        """Refuse a decision made for another plan version.
+
+        Raises:
+            StaleDecisionError: ``plan_hash`` differs from the request's.
+        """
+        if self.plan_hash != request.plan_hash:
+            raise StaleDecisionError(
+                f"run {request.run_id}: the decision is for plan hash {self.plan_hash[:12]}..., "
+                f"but version {request.version} awaiting a decision has hash "
+                f"{request.plan_hash[:12]}...; decide again on the current plan"
+            )
+
+
+class Approver(Protocol):
+    """Anything that decides on a request (may take a person's time)."""
+
+    async def __call__(self, request: ApprovalRequest) -> Decision: ...
+
+
+class CallbackApprover:
+    """An approver from a Python callable ``callback(request) -> Decision`` (sync or
+    async)."""
+
+    def __init__(
+        self, callback: Callable[[ApprovalRequest], Decision | Awaitable[Decision]]
+    ) -> None:
+        self.callback = callback
+
+    async def __call__(self, request: ApprovalRequest) -> Decision:
+        answer = self.callback(request)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        assert isinstance(answer, Decision)
+        return answer
+
+
+class TerminalApprover:
+    """Asks on the terminal: shows the whole request, then ``Approve this plan? [y/n]``;
+    a ``n`` asks for the feedback for the planner (one line).
+
+    Args:
+        show: prints a line (default ``print`` to stderr via rich in the CLI).
+        ask: reads an answer to a prompt (default ``input``); runs in a worker thread.
+        who: the name recorded as the decider (default: the login name).
+    """
+
+    def __init__(
+        self,
+        show: Callable[[str], None],
+        ask: Callable[[str], str] = input,
+        who: str | None = None,
+    ) -> None:
+        self.show = show
+        self.ask = ask
+        self.who = who if who is not None else _login()
+
+    async def __call__(self, request: ApprovalRequest) -> Decision:
+        for line in request.summary_lines():
+            self.show(line)
+        for _ in range(5):
+            answer = (await anyio.to_thread.run_sync(self.ask, "Approve this plan? [y/n] ")).strip()
+            if answer.lower() in ("y", "yes"):
+                return Decision(True, request.plan_hash, who=self.who)
+            if answer.lower() in ("n", "no"):
+                feedback = await anyio.to_thread.run_sync(
+                    self.ask, "What should the planner change? "
+                )
+                return Decision(False, request.plan_hash, feedback=feedback, who=self.who)
+            self.show("Answer y or n.")
+        return Decision(False, request.plan_hash, feedback="no clear answer", who=self.who)
+
+
+def _login() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "unknown"

@@ -1,0 +1,496 @@
+"""Durable runs on the command line (issue 6): ``exec`` through the run store and the
+approval gate, and ``plandag runs``, ``resume``, ``approve``, ``reject``.
+
+* ``exec`` records every run in the store (``--store PATH`` or ``PLANDAG_STORE``; default in
+  the user's data folder) and writes its trace (``traces/RUN_ID.jsonl`` beside the
+  database; ``--redact`` masks personal data in it). With effects, ``--approve ask`` (the
+  default) shows the whole plan and asks on the terminal (no terminal: the run waits,
+  exit 4); ``auto`` approves ``write`` effects but asks for ``irreversible`` ones; ``never``
+  saves the run ``awaiting_approval`` and exits 4.
+* ``plandag runs [--json]``: the runs, newest first.
+* ``plandag resume RUN_ID``: continues a crashed or interrupted run (completed steps never
+  run again; see :mod:`plandag.store.durable`).
+* ``plandag approve RUN_ID [--hash H]``: approves the plan version awaiting a decision and
+  runs it in the same run; ``plandag reject RUN_ID --feedback TEXT``: refuses it (exit 4).
+
+Exit codes as ARCHITECTURE.md: 0 succeeded; 1 failed; 2 unusable arguments (an unknown run,
+a stale ``--hash``, an expired request); 3 timed_out or budget_exceeded; 4
+awaiting_approval or rejected; 130/143 interrupted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+
+import typer
+
+from plandag.approval import (
+    ApprovalMode,
+    Approver,
+    StaleDecisionError,
+    TerminalApprover,
+)
+from plandag.errors import InputError, PlanError
+from plandag.scheduler.result import to_jsonable
+
+if TYPE_CHECKING:
+    from plandag.compiler.compiled import CompiledPlan
+    from plandag.store import Store
+    from plandag.store.durable import DurableOutcome, RunOptions, TraceFactory
+
+__all__ = [
+    "ApproveOption",
+    "RedactOption",
+    "StoreOption",
+    "durable_exec",
+    "register",
+]
+
+StoreOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--store",
+        metavar="PATH",
+        help="The run store (SQLite); default $PLANDAG_STORE, else the user's data folder.",
+    ),
+]
+ApproveOption = Annotated[
+    str | None,
+    typer.Option(
+        "--approve",
+        metavar="ask|auto|never",
+        help="Plans with effects: ask a person (default), auto-approve writes "
+        "(irreversible effects still ask), or never (save awaiting_approval, exit 4).",
+    ),
+]
+RedactOption = Annotated[
+    bool,
+    typer.Option("--redact", help="Mask personal data (CPF, e-mail, phone, names) in the trace."),
+]
+
+
+def _app() -> Any:
+    """The ``plandag.cli.app`` module (imported late: it imports this one)."""
+    import importlib
+
+    return importlib.import_module("plandag.cli.app")
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    """Print ``error: message`` and exit with ``code`` (the CLI's convention)."""
+    _app()._fail(message, code)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def open_cli_store(path: Path | None) -> Store:
+    """The store at ``path`` (default: ``$PLANDAG_STORE`` or the data folder); exit 2 with
+    the reason when it cannot be opened."""
+    from plandag.store import open_store
+
+    try:
+        return open_store(path)
+    except InputError as error:
+        _fail(str(error))
+
+
+def approve_mode(value: str | None) -> ApprovalMode:
+    """``--approve`` checked (default ``ask``)."""
+    if value is None:
+        return "ask"
+    if value not in ("ask", "auto", "never"):
+        _fail(f"--approve {value!r}: choose ask, auto or never")
+    return value  # type: ignore[return-value]
+
+
+def terminal_approver() -> Approver | None:
+    """A terminal approver when stdin is a terminal, else None (the run then waits)."""
+    if not sys.stdin.isatty():
+        return None
+    err = _app().stderr
+    return TerminalApprover(show=lambda line: err.print(line, markup=False, highlight=False))
+
+
+def trace_factory(store: Store, redact: bool) -> TraceFactory:
+    """Trace writers in ``store``'s ``traces/`` folder (secrets always masked; personal data
+    too with ``redact``); OpenTelemetry export when configured in the environment."""
+    from plandag.trace.otel import exporter_from_env
+    from plandag.trace.redact import Redactor
+    from plandag.trace.writer import TraceWriter
+
+    redactor = Redactor(personal=redact)
+    exporter = exporter_from_env()
+
+    def factory(run_id: str, segment: int) -> Any:
+        return TraceWriter(
+            store.trace_path(run_id),
+            run_id,
+            segment=segment,
+            redact=redactor,
+            exporters=[exporter] if exporter is not None else [],
+        )
+
+    return factory
+
+
+def report(outcome: DurableOutcome, *, as_json: bool, store: Store) -> None:
+    """Print a durable run's outcome (the run table, or the decision it waits for) and
+    exit with its code."""
+    app_module = _app()
+    result = outcome.result
+    if as_json:
+        document: dict[str, Any] = (
+            result.to_json_dict() if result is not None else {"status": outcome.status}
+        )
+        document["status"] = outcome.status
+        document["run_id"] = outcome.run_id
+        document["store"] = str(store.path)
+        if outcome.request is not None:
+            document["approval"] = {
+                "version": outcome.request.version,
+                "plan_hash": outcome.request.plan_hash,
+                "reason": outcome.request.reason,
+                "expires_at": outcome.request.expires_at,
+            }
+        if outcome.message:
+            document["message"] = outcome.message
+        sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
+    else:
+        if result is not None:
+            from plandag.cli.display import run_table
+
+            app_module.stdout.print(run_table(result, console_width=app_module.stdout.width))
+            app_module._print_progress(result)
+            if result.output is not None:
+                app_module.stdout.print_json(
+                    json.dumps(to_jsonable(result.output), ensure_ascii=False)
+                )
+        if outcome.request is not None and outcome.status == "awaiting_approval":
+            for line in outcome.request.summary_lines():
+                app_module.stderr.print(line, markup=False, highlight=False)
+        if outcome.message:
+            app_module.stderr.print(outcome.message, markup=False, highlight=False)
+        app_module.stderr.print(f"run {outcome.run_id} ({outcome.status}); store {store.path}")
+    raise typer.Exit(app_module.EXIT_CODES.get(outcome.status, 1))
+
+
+def durable_exec(
+    compiled: CompiledPlan,
+    options: RunOptions,
+    *,
+    store_path: Path | None,
+    observers: list[Any],
+    progress: Any,
+    as_json: bool,
+) -> None:
+    """``exec`` through the store and the approval gate (never returns: exits)."""
+    from plandag.cli.signals import Interruptible, exit_code_for_signal
+    from plandag.store.durable import start_run
+
+    store = open_cli_store(store_path)
+    approver = terminal_approver() if options.approve == "ask" else None
+    factory = trace_factory(store, options.redact)
+
+    async def work() -> DurableOutcome:
+        return await start_run(
+            store,
+            compiled,
+            options,
+            command="exec",
+            approver=approver,
+            observers=observers,
+            trace=factory,
+        )
+
+    try:
+        with progress:
+            outcome = Interruptible(work).run()
+    except StaleDecisionError as error:
+        _fail(str(error))
+    done = outcome.result
+    if done is None:
+        _fail("the run was interrupted before it could report", 130)
+    try:
+        if outcome.signal is not None:
+            _quiet_report(done, as_json=as_json, store=store)
+            raise typer.Exit(exit_code_for_signal(outcome.signal))
+        report(done, as_json=as_json, store=store)
+    finally:
+        store.close()
+
+
+def _quiet_report(outcome: DurableOutcome, *, as_json: bool, store: Store) -> None:
+    with contextlib.suppress(typer.Exit):
+        report(outcome, as_json=as_json, store=store)
+
+
+def _stored_run(store: Store, text: str) -> tuple[str, Any]:
+    try:
+        run_id = store.resolve_run_id(text)
+        return run_id, store.run(run_id)
+    except InputError as error:
+        _fail(str(error))
+
+
+def _rebuild(store: Store, run_id: str, row: Any) -> tuple[CompiledPlan, RunOptions]:
+    """The run's current plan version compiled again with its stored tools, params and
+    boundary."""
+    from plandag.compiler import compile_plan
+    from plandag.store.durable import RunOptions
+    from plandag.tools.boundary import WriteBoundary
+
+    app_module = _app()
+    options = RunOptions.from_json(row.options)
+    registry = app_module._registry([Path(tool) for tool in options.tools])
+    versions = store.plan_versions(run_id)
+    if not versions:
+        _fail(f"run {run_id} has no plan in {store.path}")
+    specs = options.write_boundary if options.write_boundary is not None else [options.base]
+    try:
+        boundary = WriteBoundary.from_specs(specs, options.base)
+        compiled = compile_plan(
+            versions[-1].plan,
+            registry,
+            params=row.params,
+            read_only=options.read_only,
+            write_boundary=boundary,
+        )
+    except (PlanError, ValueError) as error:
+        _fail(f"run {run_id}: its stored plan does not compile any more: {error}")
+    return compiled, options
+
+
+def _continue(
+    store: Store,
+    run_id: str,
+    row: Any,
+    *,
+    command: str,
+    approve: str | None,
+    approved_unknown: bool,
+    as_json: bool,
+) -> None:
+    from plandag.cli.signals import Interruptible, exit_code_for_signal
+    from plandag.store.durable import continue_run
+
+    app_module = _app()
+    compiled, options = _rebuild(store, run_id, row)
+    if approve is not None:
+        import dataclasses
+
+        options = dataclasses.replace(options, approve=approve_mode(approve))
+    approver = terminal_approver() if options.approve == "ask" else None
+    progress, observers = app_module._observers(compiled, app_module._settings({}))
+    factory = trace_factory(store, options.redact)
+
+    async def work() -> DurableOutcome:
+        return await continue_run(
+            store,
+            run_id,
+            compiled,
+            options,
+            command=command,
+            approver=approver,
+            approved_unknown=approved_unknown,
+            observers=observers,
+            trace=factory,
+        )
+
+    try:
+        with progress:
+            outcome = Interruptible(work).run()
+    except (StaleDecisionError, InputError) as error:
+        _fail(str(error))
+    done = outcome.result
+    if done is None:
+        _fail("the run was interrupted before it could report", 130)
+    if outcome.signal is not None:
+        _quiet_report(done, as_json=as_json, store=store)
+        raise typer.Exit(exit_code_for_signal(outcome.signal))
+    report(done, as_json=as_json, store=store)
+
+
+def _when(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return datetime.datetime.fromtimestamp(seconds).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``runs``, ``resume``, ``approve`` and ``reject`` to the ``plandag`` app."""
+
+    @app.command("runs")
+    def runs_command(
+        store_path: StoreOption = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
+        limit: Annotated[
+            int, typer.Option("--limit", min=1, help="At most this many runs (newest).")
+        ] = 50,
+    ) -> None:
+        """List the runs in the store, newest first, with their ids and states."""
+        store = open_cli_store(store_path)
+        rows = store.runs(limit)
+        if as_json:
+            document = [
+                {
+                    "run_id": row.run_id,
+                    "status": row.status,
+                    "command": row.command,
+                    "goal": row.goal,
+                    "created": row.created,
+                    "updated": row.updated,
+                    "version": row.version,
+                    "segment": row.segment,
+                    "spent_usd": row.spent_usd,
+                    "awaiting_reason": row.awaiting_reason,
+                    "expires_at": row.expires_at,
+                }
+                for row in rows
+            ]
+            sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
+            return
+        from rich.table import Table
+
+        table = Table(title=f"runs in {store.path}")
+        for column in ("run id", "status", "command", "started", "goal"):
+            table.add_column(column)
+        for row in rows:
+            table.add_row(
+                row.run_id, row.status, row.command, _when(row.created), (row.goal or "")[:60]
+            )
+        _app().stdout.print(table)
+        if not rows:
+            _app().stderr.print("no runs yet")
+
+    @app.command("resume")
+    def resume_command(
+        run: Annotated[str, typer.Argument(metavar="RUN_ID", help="The run (or an id prefix).")],
+        store_path: StoreOption = None,
+        approve: ApproveOption = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
+    ) -> None:
+        """Continue a crashed or interrupted run: completed steps never run again; a step
+        whose outcome is unknown runs again only if its tool is idempotent or takes the
+        idempotency key, else a person decides (exit 4)."""
+        from plandag.store.durable import RESUMABLE
+
+        store = open_cli_store(store_path)
+        run_id, row = _stored_run(store, run)
+        if row.status == "awaiting_approval":
+            _fail(
+                f"run {run_id} awaits a decision ({row.awaiting_reason}); use "
+                f"`plandag approve {run_id}` or `plandag reject {run_id} --feedback TEXT`"
+            )
+        if row.status not in RESUMABLE:
+            _fail(f"run {run_id} ended {row.status}; there is nothing to resume")
+        if row.status == "running" and row.pid is not None and _alive(row.pid):
+            _fail(
+                f"run {run_id} is still running in process {row.pid}; stop it first "
+                "(Ctrl-C ends it interrupted) or wait"
+            )
+        _continue(
+            store,
+            run_id,
+            row,
+            command="resume",
+            approve=approve,
+            approved_unknown=False,
+            as_json=as_json,
+        )
+
+    @app.command("approve")
+    def approve_command(
+        run: Annotated[str, typer.Argument(metavar="RUN_ID", help="The run (or an id prefix).")],
+        plan_hash: Annotated[
+            str | None,
+            typer.Option("--hash", help="The plan hash you reviewed; refused if stale."),
+        ] = None,
+        store_path: StoreOption = None,
+        who: Annotated[str | None, typer.Option("--who", help="Your name.")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
+    ) -> None:
+        """Approve the plan awaiting a decision and run it now, in the same run."""
+        from plandag.store.durable import decide
+
+        store = open_cli_store(store_path)
+        run_id, row = _stored_run(store, run)
+        try:
+            decide(store, run_id, approved=True, who=who or _login(), expected_hash=plan_hash)
+        except (StaleDecisionError, InputError) as error:
+            _fail(str(error))
+        row = store.run(run_id)
+        _continue(
+            store,
+            run_id,
+            row,
+            command="approve",
+            approve=None,
+            approved_unknown=True,
+            as_json=as_json,
+        )
+
+    @app.command("reject")
+    def reject_command(
+        run: Annotated[str, typer.Argument(metavar="RUN_ID", help="The run (or an id prefix).")],
+        feedback: Annotated[
+            str, typer.Option("--feedback", help="Why; it reaches the planner in full.")
+        ],
+        plan_hash: Annotated[
+            str | None,
+            typer.Option("--hash", help="The plan hash you reviewed; refused if stale."),
+        ] = None,
+        store_path: StoreOption = None,
+        who: Annotated[str | None, typer.Option("--who", help="Your name.")] = None,
+    ) -> None:
+        """Reject the plan awaiting a decision, with feedback for the planner (exit 4)."""
+        from plandag.store.durable import decide
+
+        store = open_cli_store(store_path)
+        run_id, _ = _stored_run(store, run)
+        try:
+            digest = decide(
+                store,
+                run_id,
+                approved=False,
+                who=who or _login(),
+                feedback=feedback,
+                expected_hash=plan_hash,
+            )
+        except (StaleDecisionError, InputError) as error:
+            _fail(str(error))
+        path = store.trace_path(run_id)
+        if path.exists():
+            from plandag.trace.redact import Redactor
+            from plandag.trace.writer import TraceWriter
+
+            row = store.run(run_id)
+            with TraceWriter(path, run_id, segment=row.segment, redact=Redactor()) as writer:
+                writer.approval(row.version, digest, "rejected", who or _login(), feedback)
+        _app().stderr.print(f"run {run_id} rejected (plan hash {digest})")
+        raise typer.Exit(4)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _login() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "unknown"

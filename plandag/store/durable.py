@@ -1,0 +1,529 @@
+"""Durable runs: a plan run recorded in the run store, behind the approval gate, resumable
+after a crash without doing anything twice (issue 6: "Run store", "Resume", "Approval").
+
+:func:`start_run` records a new run (its plan as version 1, its options), asks for approval
+when the plan needs it (:func:`plandag.approval.approval_needed`), then runs it with a
+:class:`~plandag.store.recorder.StoreRecorder` and a trace writer as observers.
+
+:func:`continue_run` runs a stored run again (``plandag resume``, and ``plandag approve``
+after a decision): steps that succeeded are never run again (their stored results feed
+their children); a step that had started and whose outcome is unknown (``running`` when
+the process died, ``cancelled`` or ``failed`` after at least one attempt) is run again only
+when its tool has no effects, is idempotent, or takes the :class:`~plandag.tools.ToolContext`
+idempotency key (``run_id:step_id``, the same across the crash, so the outside system can
+drop the duplicate). Otherwise the run is saved as ``awaiting_approval`` and a person
+decides (``plandag approve RUN_ID`` runs those steps again; ``plandag reject`` ends the run
+``rejected``).
+
+Time spent waiting for a decision is not counted by the wall-clock cap: each segment gets
+the cap minus the time earlier segments ran (``options["elapsed_s"]``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from plandag.approval import (
+    DEFAULT_EXPIRY_S,
+    ApprovalMode,
+    ApprovalRequest,
+    Approver,
+    Decision,
+    StaleDecisionError,
+    approval_needed,
+    plan_hash,
+)
+from plandag.compiler.compiled import CompiledPlan
+from plandag.errors import InputError
+from plandag.scheduler.events import Observer
+from plandag.scheduler.result import RunResult, RunStatus
+from plandag.scheduler.retry import RetryPolicy
+from plandag.scheduler.runner import RunLimits, run_plan
+from plandag.store.recorder import StoreRecorder
+from plandag.store.store import StepRow, Store
+
+__all__ = [
+    "RESUMABLE",
+    "DurableOutcome",
+    "RunOptions",
+    "continue_run",
+    "decide",
+    "start_run",
+    "unknown_outcome_steps",
+]
+
+RESUMABLE = frozenset({"running", "interrupted", "timed_out", "budget_exceeded"})
+"""Run states ``plandag resume`` continues (``running``: the process died)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """How a run runs, stored with it so that resume and approve can run it again.
+
+    Attributes:
+        tools: ``--tools`` files or modules (absolute paths for files).
+        write_boundary: ``--write-boundary`` specs, or None for the default (the working
+            folder); ``base``: the folder relative specs are taken against.
+        read_only: only tools without effects.
+        limits: the :class:`RunLimits` fields (``max_seconds`` is the whole run's cap).
+        retries: retries per step (:class:`RetryPolicy`).
+        max_concurrency: the global step limit, or None.
+        approve: the approval mode.
+        expiry_s: seconds a pending approval stays valid (24 h by default).
+        redact: mask personal data in the trace (``--redact``).
+        planner: ``{"planner", "model", "base_url"}`` for runs that have a planner (revisions
+            after a rejection), else None.
+    """
+
+    tools: tuple[str, ...] = ()
+    write_boundary: tuple[str, ...] | None = None
+    base: str = "."
+    read_only: bool = False
+    limits: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    retries: int = 2
+    max_concurrency: int | None = None
+    approve: ApprovalMode = "ask"
+    expiry_s: float = DEFAULT_EXPIRY_S
+    redact: bool = False
+    planner: Mapping[str, Any] | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """The options as stored (``run.options``)."""
+        document = dataclasses.asdict(self)
+        document["limits"] = dict(self.limits)
+        document["planner"] = dict(self.planner) if self.planner is not None else None
+        return document
+
+    @classmethod
+    def from_json(cls, document: Mapping[str, Any]) -> RunOptions:
+        """Options from ``run.options`` (unknown keys ignored)."""
+        fields = {field.name for field in dataclasses.fields(cls)}
+        values = {key: value for key, value in document.items() if key in fields}
+        if values.get("tools") is not None:
+            values["tools"] = tuple(values["tools"])
+        if values.get("write_boundary") is not None:
+            values["write_boundary"] = tuple(values["write_boundary"])
+        return cls(**values)
+
+    def run_limits(self, elapsed_s: float = 0.0) -> RunLimits:
+        """The :class:`RunLimits` of a segment that starts after ``elapsed_s`` seconds of
+        earlier segments (the wall-clock cap is the run's, not each segment's)."""
+        limits = dict(self.limits)
+        if limits.get("max_seconds") is not None:
+            limits["max_seconds"] = max(float(limits["max_seconds"]) - elapsed_s, 0.001)
+        return RunLimits(**limits)
+
+
+@dataclasses.dataclass(frozen=True)
+class DurableOutcome:
+    """What a durable run came to.
+
+    Attributes:
+        run_id: the run's id in the store.
+        status: the run's state (a :data:`RunStatus`).
+        result: the segment's :class:`RunResult` when steps ran, else None.
+        request: the approval request when the run waits for (or was refused) a decision.
+        message: a sentence for the person (why it waits, what to do next), or None.
+    """
+
+    run_id: str
+    status: RunStatus
+    result: RunResult | None = None
+    request: ApprovalRequest | None = None
+    message: str | None = None
+
+
+TraceFactory = Callable[[str, int], Any]
+"""``factory(run_id, segment)`` returning a trace writer (an observer with ``run_started``,
+``plan``, ``approval`` and ``close`` methods), or None for no trace."""
+
+
+def unknown_outcome_steps(
+    rows: Mapping[int, StepRow], compiled: CompiledPlan
+) -> tuple[list[int], list[int]]:
+    """The steps whose outcome is unknown after a crash or an interruption, split into
+    ``(safe, ask)``: ``safe`` may run again (no effects, idempotent, or taking the
+    idempotency key), ``ask`` need a person's decision.
+
+    A step's outcome is unknown when it started (attempts > 0) and did not end
+    ``succeeded``: ``running`` (the process died), ``cancelled`` or ``failed``.
+    """
+    safe: list[int] = []
+    ask: list[int] = []
+    for step_id, row in sorted(rows.items()):
+        if step_id not in compiled.steps or row.superseded_by:
+            continue
+        if row.status not in ("running", "cancelled", "failed") or row.attempts == 0:
+            continue
+        tool = compiled.steps[step_id].tool
+        if tool.effects == "none" or tool.idempotent or tool.takes_context:
+            safe.append(step_id)
+        else:
+            ask.append(step_id)
+    return safe, ask
+
+
+async def _decide(
+    store: Store,
+    request: ApprovalRequest,
+    approver: Approver | None,
+    mode: ApprovalMode,
+    trace: Any,
+) -> Decision | None:
+    """Ask ``approver`` (None, or mode ``never``: nobody here; returns None)."""
+    store.record_decision(request.run_id, request.version, request.plan_hash, "asked")
+    if trace is not None:
+        trace.approval(request.version, request.plan_hash, "asked", None, None)
+    if approver is None or mode == "never":
+        return None
+    decision = await approver(request)
+    decision.check(request)
+    store.record_decision(
+        request.run_id,
+        request.version,
+        request.plan_hash,
+        "approved" if decision.approved else "rejected",
+        who=decision.who,
+        feedback=decision.feedback or None,
+    )
+    if trace is not None:
+        trace.approval(
+            request.version,
+            request.plan_hash,
+            "approved" if decision.approved else "rejected",
+            decision.who,
+            decision.feedback or None,
+        )
+    return decision
+
+
+def _await(store: Store, request: ApprovalRequest, reason: str) -> DurableOutcome:
+    store.update_run(
+        request.run_id,
+        status="awaiting_approval",
+        awaiting_since=time.time(),
+        expires_at=request.expires_at,
+        awaiting_reason=reason,
+        pid=None,
+    )
+    return DurableOutcome(
+        request.run_id,
+        "awaiting_approval",
+        request=request,
+        message=(
+            f"run {request.run_id} awaits a decision ({reason}); "
+            f"`plandag approve {request.run_id}` runs it, "
+            f"`plandag reject {request.run_id} --feedback TEXT` refuses it "
+            f"(plan hash {request.plan_hash})"
+        ),
+    )
+
+
+def _reject(store: Store, request: ApprovalRequest, feedback: str) -> DurableOutcome:
+    store.update_run(request.run_id, status="rejected", detail=feedback or None, pid=None)
+    return DurableOutcome(
+        request.run_id,
+        "rejected",
+        request=request,
+        message=f"run {request.run_id} was rejected" + (f": {feedback}" if feedback else ""),
+    )
+
+
+async def start_run(
+    store: Store,
+    compiled: CompiledPlan,
+    options: RunOptions,
+    *,
+    command: str,
+    approver: Approver | None = None,
+    observers: Sequence[Observer] = (),
+    trace: TraceFactory | None = None,
+    run_id: str | None = None,
+    source: str = "stored",
+) -> DurableOutcome:
+    """Record a new run of ``compiled``, pass it through the approval gate, and run it.
+
+    Args:
+        store: the run store.
+        compiled: the plan, compiled with its params, read-only flag and write boundary.
+        options: how it runs (stored for resume and approve).
+        command: the CLI command or API that started it (``exec``, ``run``...).
+        approver: who decides when approval is needed (None: nobody here, the run is saved
+            ``awaiting_approval``).
+        observers: more observers (progress display...).
+        trace: the trace writer factory, or None.
+        run_id: the run's id (default: a random 16-hex id).
+        source: where the plan came from (``stored``, ``planner``).
+
+    Returns:
+        The :class:`DurableOutcome`.
+
+    Raises:
+        StaleDecisionError: the approver answered for another plan version.
+    """
+    run_id = run_id if run_id is not None else uuid.uuid4().hex[:16]
+    plan = compiled.plan
+    digest = plan_hash(plan, compiled.params, compiled.write_boundary)
+    store.create_run(
+        run_id,
+        command=command,
+        goal=plan.goal or None,
+        params=compiled.params,
+        options=options.as_json(),
+    )
+    store.add_plan_version(
+        run_id, 1, plan.model_dump(mode="json", exclude_none=True), digest, source
+    )
+    writer = trace(run_id, 0) if trace is not None else None
+    try:
+        if writer is not None:
+            writer.run_started(command, plan.goal or None, dict(compiled.params))
+            writer.plan(1, plan.model_dump(mode="json", exclude_none=True), digest, source)
+        if approval_needed(compiled, options.approve):
+            reason = (
+                "the plan has irreversible effects"
+                if any(step.tool.effects == "irreversible" for step in compiled.steps.values())
+                else "the plan has effects"
+            )
+            request = ApprovalRequest.for_plan(
+                run_id, 1, compiled, reason=reason, expiry_s=options.expiry_s
+            )
+            decision = await _decide(store, request, approver, options.approve, writer)
+            if decision is None:
+                return _await(store, request, reason)
+            if not decision.approved:
+                return _reject(store, request, decision.feedback)
+        elif any(step.tool.effects != "none" for step in compiled.steps.values()):
+            store.record_decision(run_id, 1, digest, "approved", who="auto")
+            if writer is not None:
+                writer.approval(1, digest, "approved", "auto", None)
+        return await _run_segment(
+            store,
+            run_id,
+            compiled,
+            options,
+            segment=0,
+            completed={},
+            observers=observers,
+            writer=writer,
+            elapsed_s=0.0,
+        )
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+async def continue_run(
+    store: Store,
+    run_id: str,
+    compiled: CompiledPlan,
+    options: RunOptions,
+    *,
+    command: str = "resume",
+    approver: Approver | None = None,
+    approved_unknown: bool = False,
+    observers: Sequence[Observer] = (),
+    trace: TraceFactory | None = None,
+) -> DurableOutcome:
+    """Run stored run ``run_id`` again from where it got to (module docstring).
+
+    Args:
+        store: the run store.
+        run_id: the run (exact id).
+        compiled: its current plan version, compiled again (the caller rebuilt the
+            registry from ``options.tools``).
+        options: its stored options (``approve`` may be overridden by the caller).
+        command: ``resume`` or ``approve``.
+        approver: who decides when a decision is needed, or None.
+        approved_unknown: a person already approved running again the steps whose outcome
+            is unknown (``plandag approve``).
+        observers, trace: as :func:`start_run`.
+
+    Returns:
+        The :class:`DurableOutcome`.
+
+    Raises:
+        InputError: the run cannot be continued (it ended, or waits for a decision and this
+            is not one).
+    """
+    row = store.run(run_id)
+    segment = row.segment + 1
+    rows = store.steps(run_id)
+    completed = {
+        step_id: step.result
+        for step_id, step in rows.items()
+        if step.status == "succeeded" and step_id in compiled.steps
+    }
+    versions = store.plan_versions(run_id)
+    current = versions[-1]
+    writer = trace(run_id, segment) if trace is not None else None
+    try:
+        if writer is not None:
+            writer.run_started(command, row.goal, row.params)
+            writer.set_dependencies(
+                {step_id: list(step.parents) for step_id, step in compiled.steps.items()}
+            )
+        store.update_run(
+            run_id, status="running", segment=segment, pid=_pid(), awaiting_reason=None
+        )
+        approved = current.approved_by is not None
+        if not approved and approval_needed(compiled, options.approve):
+            request = ApprovalRequest.for_plan(
+                run_id,
+                current.version,
+                compiled,
+                reason="the plan has effects",
+                expiry_s=options.expiry_s,
+            )
+            decision = await _decide(store, request, approver, options.approve, writer)
+            if decision is None:
+                return _await(store, request, "the plan has effects")
+            if not decision.approved:
+                return _reject(store, request, decision.feedback)
+        _, ask = unknown_outcome_steps(rows, compiled)
+        if ask and not approved_unknown:
+            names = ", ".join(f"{step_id} ({compiled.steps[step_id].tool.name})" for step_id in ask)
+            reason = (
+                f"unknown outcome: step(s) {names} started before the run stopped and may have "
+                "acted; their tools are not idempotent and take no idempotency key"
+            )
+            request = ApprovalRequest.for_plan(
+                run_id, current.version, compiled, reason=reason, expiry_s=options.expiry_s
+            )
+            decision = await _decide(store, request, approver, "ask", writer)
+            if decision is None:
+                return _await(store, request, reason)
+            if not decision.approved:
+                return _reject(store, request, decision.feedback)
+        elapsed = float(row.options.get("elapsed_s", 0.0))
+        return await _run_segment(
+            store,
+            run_id,
+            compiled,
+            options,
+            segment=segment,
+            completed=completed,
+            observers=observers,
+            writer=writer,
+            elapsed_s=elapsed,
+        )
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def decide(
+    store: Store,
+    run_id: str,
+    *,
+    approved: bool,
+    who: str,
+    feedback: str = "",
+    expected_hash: str | None = None,
+    now: float | None = None,
+) -> str:
+    """Record a decision taken from another shell (``plandag approve`` / ``reject``) on a
+    run that awaits one, bound to its current plan version.
+
+    Args:
+        store: the run store.
+        run_id: the run (exact id).
+        approved: approve (True) or reject (False).
+        who: the decider's name.
+        feedback: the rejection's text (reaches the planner in full).
+        expected_hash: the plan hash the person decided on (``--hash``); None: the current
+            version's.
+        now: the time (seconds since the epoch; default: now).
+
+    Returns:
+        The plan hash decided on.
+
+    Raises:
+        InputError: the run does not await a decision, or its request expired (it is then
+            recorded ``rejected``, reason expired).
+        StaleDecisionError: ``expected_hash`` is not the current version's hash.
+    """
+    row = store.run(run_id)
+    if row.status != "awaiting_approval":
+        raise InputError(
+            f"run {run_id} is {row.status}, not awaiting_approval: there is nothing to decide"
+        )
+    current = store.plan_versions(run_id)[-1]
+    if expected_hash is not None and expected_hash != current.hash:
+        raise StaleDecisionError(
+            f"run {run_id}: --hash {expected_hash[:12]}... is not the plan awaiting a decision "
+            f"(version {current.version}, hash {current.hash[:12]}...); review the current plan "
+            "and decide again"
+        )
+    moment = time.time() if now is None else now
+    if row.expires_at is not None and moment > row.expires_at:
+        store.record_decision(run_id, current.version, current.hash, "expired")
+        store.update_run(run_id, status="rejected", detail="the approval request expired")
+        raise InputError(
+            f"run {run_id}: its approval request expired at "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(row.expires_at))}; "
+            "the run is now rejected — start it again to get a new request"
+        )
+    store.record_decision(
+        run_id,
+        current.version,
+        current.hash,
+        "approved" if approved else "rejected",
+        who=who,
+        feedback=feedback or None,
+    )
+    if not approved:
+        store.update_run(run_id, status="rejected", detail=feedback or None)
+    return current.hash
+
+
+def _pid() -> int:
+    import os
+
+    return os.getpid()
+
+
+async def _run_segment(
+    store: Store,
+    run_id: str,
+    compiled: CompiledPlan,
+    options: RunOptions,
+    *,
+    segment: int,
+    completed: Mapping[int, Any],
+    observers: Sequence[Observer],
+    writer: Any,
+    elapsed_s: float,
+) -> DurableOutcome:
+    recorder = StoreRecorder(
+        store, run_id, compiled.steps, compiled.params, segment=segment, completed=completed
+    )
+    store.update_run(run_id, status="running", segment=segment, pid=_pid())
+    all_observers: list[Observer] = [recorder, *observers]
+    if writer is not None:
+        all_observers.append(writer)
+    started = time.monotonic()
+    result = await run_plan(
+        compiled,
+        run_id=run_id,
+        max_concurrency=options.max_concurrency,
+        observers=all_observers,
+        limits=options.run_limits(elapsed_s),
+        retry=RetryPolicy(retries=options.retries),
+        completed=completed,
+    )
+    stored_options = store.run(run_id).options
+    stored_options["elapsed_s"] = elapsed_s + (time.monotonic() - started)
+    store.update_run(
+        run_id,
+        status=result.status,
+        spent_usd=result.spent_usd,
+        spent_tokens=result.spent_tokens,
+        options=stored_options,
+        pid=None,
+    )
+    return DurableOutcome(run_id, result.status, result=result)

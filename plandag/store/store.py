@@ -1,0 +1,796 @@
+"""The run store: an embedded SQLite database of every run (issue 6, "Run store").
+
+What it holds, per run: the run (command, goal, params, the options needed to run it again,
+status, spend), every plan version (hash, text, who approved it), every step (tool, state,
+inputs, result, error, attempts, times) and every state transition, decisions, LLM calls
+and events; per ``extract`` batch, one row per document. Large results live as files beside
+the database (``blobs/ab/abcdef....json``), referenced by their SHA-256.
+
+Durability (SQLite in WAL mode with ``synchronous=FULL``: a committed transaction survives
+a crash, a torn one is rolled back — https://www.sqlite.org/wal.html): every write happens
+inside a transaction, so a crash at any moment leaves a consistent store. Writes that may be
+lost in a crash (transitions of steps without effects) are queued and written in batches
+(:meth:`Store.write` with ``durable=False``); a step with effects is committed as started
+before its tool is called and as ended as soon as it ends (``durable=True``), so resume
+knows which effects may have happened.
+
+The default database is ``$PLANDAG_STORE`` when set, else ``runs.sqlite3`` in the user's
+data folder (``platformdirs.user_data_path("plandag")``: ``~/.local/share/plandag`` on
+Linux).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import sqlite3
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from plandag.errors import InputError
+from plandag.scheduler.result import to_jsonable
+
+__all__ = [
+    "BLOB_THRESHOLD_BYTES",
+    "DecisionRow",
+    "DocumentRow",
+    "PlanVersionRow",
+    "RunRow",
+    "StepRow",
+    "Store",
+    "default_store_path",
+    "open_store",
+]
+
+BLOB_THRESHOLD_BYTES = 64 * 1024
+"""Results whose JSON is larger than this are written as files beside the database."""
+BATCH_ROWS = 64
+"""Queued (non-durable) writes are flushed once this many wait..."""
+BATCH_SECONDS = 0.5
+"""...or once the oldest has waited this long (checked on each write), and at close."""
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS run (
+    run_id TEXT PRIMARY KEY,
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
+    command TEXT NOT NULL,
+    goal TEXT,
+    status TEXT NOT NULL,
+    params TEXT NOT NULL DEFAULT '{}',
+    options TEXT NOT NULL DEFAULT '{}',
+    version INTEGER NOT NULL DEFAULT 0,
+    segment INTEGER NOT NULL DEFAULT 0,
+    pid INTEGER,
+    spent_usd REAL NOT NULL DEFAULT 0,
+    spent_tokens INTEGER NOT NULL DEFAULT 0,
+    awaiting_since REAL,
+    expires_at REAL,
+    awaiting_reason TEXT,
+    detail TEXT
+);
+CREATE INDEX IF NOT EXISTS run_created ON run (created);
+CREATE TABLE IF NOT EXISTS plan_version (
+    run_id TEXT NOT NULL REFERENCES run (run_id),
+    version INTEGER NOT NULL,
+    hash TEXT NOT NULL,
+    plan TEXT NOT NULL,
+    source TEXT NOT NULL,
+    created REAL NOT NULL,
+    approved_by TEXT,
+    approved_at REAL,
+    PRIMARY KEY (run_id, version)
+);
+CREATE TABLE IF NOT EXISTS step (
+    run_id TEXT NOT NULL REFERENCES run (run_id),
+    step_id INTEGER NOT NULL,
+    tool TEXT NOT NULL,
+    effects TEXT NOT NULL DEFAULT 'none',
+    status TEXT NOT NULL DEFAULT 'pending',
+    reason TEXT,
+    detail TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    started_at REAL,
+    ended_at REAL,
+    duration_s REAL,
+    args TEXT,
+    result TEXT,
+    result_hash TEXT,
+    error TEXT,
+    superseded_by TEXT,
+    segment INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (run_id, step_id)
+);
+CREATE TABLE IF NOT EXISTS transition (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    step_id INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    reason TEXT,
+    time REAL NOT NULL,
+    segment INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS transition_run ON transition (run_id, step_id);
+CREATE TABLE IF NOT EXISTS decision (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    plan_hash TEXT NOT NULL,
+    decision TEXT NOT NULL,
+    who TEXT,
+    feedback TEXT,
+    time REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS llm_call (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    purpose TEXT NOT NULL,
+    provider TEXT,
+    model TEXT,
+    attempt INTEGER,
+    input_tokens INTEGER,
+    output_tokens INTEGER,
+    cost_usd REAL,
+    duration_s REAL,
+    time REAL,
+    error TEXT
+);
+CREATE TABLE IF NOT EXISTS event (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    time REAL NOT NULL,
+    kind TEXT NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS document (
+    batch_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    input TEXT NOT NULL,
+    status TEXT NOT NULL,
+    record TEXT,
+    result_hash TEXT,
+    error TEXT,
+    time REAL NOT NULL,
+    PRIMARY KEY (batch_id, idx)
+);
+"""
+
+
+def default_store_path() -> Path:
+    """``$PLANDAG_STORE`` when set and not empty, else ``runs.sqlite3`` in the user's data
+    folder (``platformdirs.user_data_path("plandag")``)."""
+    configured = os.environ.get("PLANDAG_STORE", "").strip()
+    if configured:
+        return Path(configured).expanduser()
+    return platformdirs.user_data_path("plandag") / "runs.sqlite3"
+
+
+def open_store(path: Path | str | None = None) -> Store:
+    """Open (creating when needed) the run store at ``path`` (default
+    :func:`default_store_path`).
+
+    Raises:
+        InputError: the file cannot be created or is not a plandag store (what, where, and
+            to pick another with ``--store PATH`` or ``PLANDAG_STORE``).
+    """
+    return Store(Path(path) if path is not None else default_store_path())
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(to_jsonable(value), ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRow:
+    """A run as stored. ``status`` is ``running`` while a process runs it (or crashed
+    doing so), else a run state of ARCHITECTURE.md. Times: seconds since the epoch."""
+
+    run_id: str
+    created: float
+    updated: float
+    command: str
+    goal: str | None
+    status: str
+    params: dict[str, Any]
+    options: dict[str, Any]
+    version: int
+    segment: int
+    pid: int | None
+    spent_usd: float
+    spent_tokens: int
+    awaiting_since: float | None
+    expires_at: float | None
+    awaiting_reason: str | None
+    detail: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row as a JSON-ready dict."""
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanVersionRow:
+    """One version of a run's plan: its hash (``plandag.approval.plan_hash``), the plan's
+    JSON, where it came from (``stored``, ``planner``, ``replan``, ``revision``) and who
+    approved it (None: not approved)."""
+
+    run_id: str
+    version: int
+    hash: str
+    plan: dict[str, Any]
+    source: str
+    created: float
+    approved_by: str | None
+    approved_at: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class StepRow:
+    """A step as stored: its last known state (``running`` after a crash means its outcome
+    is unknown), resolved inputs, result and error."""
+
+    run_id: str
+    step_id: int
+    tool: str
+    effects: str
+    status: str
+    reason: str | None
+    detail: str | None
+    attempts: int
+    started_at: float | None
+    ended_at: float | None
+    duration_s: float | None
+    args: Any
+    result: Any
+    result_hash: str | None
+    error: dict[str, Any] | None
+    superseded_by: list[int] | None
+    segment: int
+
+
+@dataclasses.dataclass(frozen=True)
+class DecisionRow:
+    """An approval decision: ``approved``, ``rejected``, ``expired``, or ``asked``."""
+
+    run_id: str
+    version: int
+    plan_hash: str
+    decision: str
+    who: str | None
+    feedback: str | None
+    time: float
+
+
+@dataclasses.dataclass(frozen=True)
+class DocumentRow:
+    """One document of an ``extract`` batch: its input path, status and record (or error)."""
+
+    batch_id: str
+    idx: int
+    input: str
+    status: str
+    record: Any
+    error: str | None
+    time: float
+
+
+class Store:
+    """The run store (see the module docstring). Not thread-safe: use it from one thread
+    (the event loop's); open another ``Store`` in another process.
+
+    Args:
+        path: the database file; its folder is created when missing.
+
+    Raises:
+        InputError: the database cannot be opened or created there.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.root = path.parent
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self.connection = sqlite3.connect(path, timeout=10.0, isolation_level=None)
+            self.connection.execute("PRAGMA journal_mode=WAL")
+            self.connection.execute("PRAGMA synchronous=FULL")
+            self.connection.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as error:
+            raise InputError(
+                f"run store {path}: cannot open it ({error}); pick another file with "
+                "--store PATH or the PLANDAG_STORE environment variable"
+            ) from error
+        self._queue: list[tuple[str, tuple[Any, ...]]] = []
+        self._queued_since = 0.0
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Write what is queued and close the database."""
+        self.flush()
+        self.connection.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction (``BEGIN IMMEDIATE`` … ``COMMIT``; rolled back on error)."""
+        connection = self.connection
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            yield connection
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+        connection.execute("COMMIT")
+
+    def write(self, sql: str, args: tuple[Any, ...], *, durable: bool) -> None:
+        """Run one write. ``durable``: commit it (and everything queued before it) now;
+        otherwise queue it for the next batch (lost in a crash before then)."""
+        self._queue.append((sql, args))
+        if durable:
+            self.flush()
+            return
+        now = time.monotonic()
+        if len(self._queue) == 1:
+            self._queued_since = now
+        if len(self._queue) >= BATCH_ROWS or now - self._queued_since >= BATCH_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Commit every queued write in one transaction."""
+        if not self._queue:
+            return
+        queue, self._queue = self._queue, []
+        with self.transaction() as connection:
+            for sql, args in queue:
+                connection.execute(sql, args)
+
+    def trace_path(self, run_id: str) -> Path:
+        """The run's trace file (``traces/RUN_ID.jsonl`` beside the database)."""
+        return self.root / "traces" / f"{run_id}.jsonl"
+
+    def put_blob(self, text: str) -> str:
+        """Write ``text`` as a blob file (atomically, fsynced) and return its SHA-256."""
+        data = text.encode("utf-8")
+        digest = hashlib.sha256(data).hexdigest()
+        target = self.root / "blobs" / digest[:2] / f"{digest}.json"
+        if target.exists():
+            return digest
+        target.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
+        try:
+            with os.fdopen(handle, "wb") as file:
+                file.write(data)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(temporary, target)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+        return digest
+
+    def get_blob(self, digest: str) -> str:
+        """The text of blob ``digest``.
+
+        Raises:
+            InputError: the blob file is missing (the store was copied without ``blobs/``).
+        """
+        target = self.root / "blobs" / digest[:2] / f"{digest}.json"
+        try:
+            return target.read_text(encoding="utf-8")
+        except OSError as error:
+            raise InputError(
+                f"run store {self.path}: result blob {digest} is missing ({error}); copy the "
+                "blobs/ folder with the database"
+            ) from error
+
+    def _value_columns(self, value: Any) -> tuple[str | None, str | None]:
+        """(inline JSON, blob hash): large values go to a blob file."""
+        text = _dumps(value)
+        if len(text) > BLOB_THRESHOLD_BYTES:
+            return None, self.put_blob(text)
+        return text, None
+
+    # -- runs ------------------------------------------------------------------------------
+
+    def create_run(
+        self,
+        run_id: str,
+        *,
+        command: str,
+        goal: str | None,
+        params: Mapping[str, Any],
+        options: Mapping[str, Any],
+        status: str = "running",
+    ) -> None:
+        """Record a new run (committed at once)."""
+        now = time.time()
+        self.write(
+            "INSERT INTO run (run_id, created, updated, command, goal, status, params, "
+            "options, pid) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                run_id,
+                now,
+                now,
+                command,
+                goal,
+                status,
+                _dumps(dict(params)),
+                _dumps(dict(options)),
+                os.getpid(),
+            ),
+            durable=True,
+        )
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        """Set columns of a run (``status``, ``segment``, ``spent_usd``, ``awaiting_since``,
+        ``expires_at``, ``awaiting_reason``, ``detail``, ``pid``, ``version``, ``options``),
+        committed at once."""
+        allowed = {
+            "status",
+            "segment",
+            "spent_usd",
+            "spent_tokens",
+            "awaiting_since",
+            "expires_at",
+            "awaiting_reason",
+            "detail",
+            "pid",
+            "version",
+            "options",
+        }
+        unknown = set(fields) - allowed
+        if unknown:
+            raise ValueError(f"unknown run columns: {sorted(unknown)}")
+        if "options" in fields:
+            fields["options"] = _dumps(fields["options"])
+        columns = ", ".join(f"{name} = ?" for name in fields)
+        self.write(
+            f"UPDATE run SET {columns}, updated = ? WHERE run_id = ?",
+            (*fields.values(), time.time(), run_id),
+            durable=True,
+        )
+
+    def run(self, run_id: str) -> RunRow:
+        """The run ``run_id`` (exact id).
+
+        Raises:
+            InputError: no such run.
+        """
+        self.flush()
+        row = self.connection.execute("SELECT * FROM run WHERE run_id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise InputError(f"no run {run_id} in {self.path}; `plandag runs` lists the runs there")
+        return self._run_row(row)
+
+    @staticmethod
+    def _run_row(row: Sequence[Any]) -> RunRow:
+        values = list(row)
+        values[6] = json.loads(values[6])
+        values[7] = json.loads(values[7])
+        return RunRow(*values)
+
+    def runs(self, limit: int | None = None) -> list[RunRow]:
+        """Every run, newest first (at most ``limit``)."""
+        self.flush()
+        sql = "SELECT * FROM run ORDER BY created DESC, rowid DESC"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return [self._run_row(row) for row in self.connection.execute(sql)]
+
+    def resolve_run_id(self, text: str) -> str:
+        """The run whose id is ``text`` or starts with it.
+
+        Raises:
+            InputError: no run matches, or the prefix matches several.
+        """
+        self.flush()
+        text = text.strip()
+        exact = self.connection.execute("SELECT run_id FROM run WHERE run_id = ?", (text,))
+        if exact.fetchone() is not None:
+            return text
+        if not text:
+            raise InputError("a run id is empty; `plandag runs` lists the runs")
+        matches = [
+            row[0]
+            for row in self.connection.execute(
+                "SELECT run_id FROM run WHERE substr(run_id, 1, ?) = ? LIMIT 6", (len(text), text)
+            )
+        ]
+        if not matches:
+            raise InputError(
+                f"no run {text!r} in {self.path}; `plandag runs` lists the runs there "
+                "(another store: --store PATH or PLANDAG_STORE)"
+            )
+        if len(matches) > 1:
+            raise InputError(
+                f"run id {text!r} is ambiguous in {self.path} ({', '.join(matches[:5])}...); "
+                "give more characters"
+            )
+        return str(matches[0])
+
+    # -- plan versions and decisions ---------------------------------------------------------
+
+    def add_plan_version(
+        self, run_id: str, version: int, plan: Mapping[str, Any], plan_hash: str, source: str
+    ) -> None:
+        """Record version ``version`` of the run's plan (committed at once) and make it the
+        run's current version."""
+        now = time.time()
+        with self.transaction() as connection:
+            connection.execute(
+                "INSERT INTO plan_version (run_id, version, hash, plan, source, created) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (run_id, version, plan_hash, _dumps(dict(plan)), source, now),
+            )
+            connection.execute(
+                "UPDATE run SET version = ?, updated = ? WHERE run_id = ?", (version, now, run_id)
+            )
+
+    def plan_versions(self, run_id: str) -> list[PlanVersionRow]:
+        """Every plan version of the run, oldest first."""
+        self.flush()
+        rows = self.connection.execute(
+            "SELECT run_id, version, hash, plan, source, created, approved_by, approved_at "
+            "FROM plan_version WHERE run_id = ? ORDER BY version",
+            (run_id,),
+        )
+        return [
+            PlanVersionRow(
+                row[0], row[1], row[2], json.loads(row[3]), row[4], row[5], row[6], row[7]
+            )
+            for row in rows
+        ]
+
+    def record_decision(
+        self,
+        run_id: str,
+        version: int,
+        plan_hash: str,
+        decision: str,
+        *,
+        who: str | None = None,
+        feedback: str | None = None,
+    ) -> None:
+        """Record a decision on plan version ``version`` (committed at once); an
+        ``approved`` one also marks the version approved by ``who``."""
+        now = time.time()
+        with self.transaction() as connection:
+            connection.execute(
+                "INSERT INTO decision (run_id, version, plan_hash, decision, who, feedback, "
+                "time) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (run_id, version, plan_hash, decision, who, feedback, now),
+            )
+            if decision == "approved":
+                connection.execute(
+                    "UPDATE plan_version SET approved_by = ?, approved_at = ? "
+                    "WHERE run_id = ? AND version = ?",
+                    (who or "unknown", now, run_id, version),
+                )
+
+    def decisions(self, run_id: str) -> list[DecisionRow]:
+        """Every decision on the run, oldest first."""
+        self.flush()
+        rows = self.connection.execute(
+            "SELECT run_id, version, plan_hash, decision, who, feedback, time FROM decision "
+            "WHERE run_id = ? ORDER BY id",
+            (run_id,),
+        )
+        return [DecisionRow(*row) for row in rows]
+
+    # -- steps -----------------------------------------------------------------------------
+
+    def declare_steps(
+        self, run_id: str, steps: Sequence[tuple[int, str, str]], segment: int = 0
+    ) -> None:
+        """Record steps ``(step_id, tool, effects)`` as ``pending`` (existing rows are kept)."""
+        with self.transaction() as connection:
+            connection.executemany(
+                "INSERT OR IGNORE INTO step (run_id, step_id, tool, effects, segment) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [(run_id, step_id, tool, effects, segment) for step_id, tool, effects in steps],
+            )
+
+    def step_started(
+        self,
+        run_id: str,
+        step_id: int,
+        attempt: int,
+        at: float,
+        *,
+        args: Any = None,
+        segment: int = 0,
+        durable: bool,
+    ) -> None:
+        """Record that attempt ``attempt`` of a step started (``durable``: committed before
+        returning, so before the tool runs)."""
+        args_json = _dumps(args) if args is not None else None
+        self.write(
+            "UPDATE step SET status = 'running', attempts = ?, "
+            "started_at = COALESCE(started_at, ?), args = COALESCE(?, args), segment = ? "
+            "WHERE run_id = ? AND step_id = ?",
+            (attempt, at, args_json, segment, run_id, step_id),
+            durable=False,
+        )
+        self.write(
+            "INSERT INTO transition (run_id, step_id, attempt, state, time, segment) "
+            "VALUES (?, ?, ?, 'running', ?, ?)",
+            (run_id, step_id, attempt, at, segment),
+            durable=durable,
+        )
+
+    def step_ended(
+        self,
+        run_id: str,
+        step_id: int,
+        status: str,
+        at: float,
+        *,
+        attempt: int = 0,
+        reason: str | None = None,
+        detail: str | None = None,
+        duration_s: float | None = None,
+        result: Any = None,
+        error: Mapping[str, Any] | None = None,
+        segment: int = 0,
+        durable: bool,
+    ) -> None:
+        """Record a step's terminal state (with its result when it succeeded)."""
+        inline, digest = self._value_columns(result) if status == "succeeded" else (None, None)
+        self.write(
+            "UPDATE step SET status = ?, reason = ?, detail = ?, ended_at = ?, duration_s = ?, "
+            "result = ?, result_hash = ?, error = ?, segment = ? "
+            "WHERE run_id = ? AND step_id = ?",
+            (
+                status,
+                reason,
+                detail,
+                at,
+                duration_s,
+                inline,
+                digest,
+                _dumps(dict(error)) if error is not None else None,
+                segment,
+                run_id,
+                step_id,
+            ),
+            durable=False,
+        )
+        self.write(
+            "INSERT INTO transition (run_id, step_id, attempt, state, reason, time, segment) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (run_id, step_id, attempt, status, reason, at, segment),
+            durable=durable,
+        )
+
+    def supersede(self, run_id: str, step_id: int, superseded_by: Sequence[int]) -> None:
+        """Record that a replan replaced step ``step_id``."""
+        self.write(
+            "UPDATE step SET superseded_by = ? WHERE run_id = ? AND step_id = ?",
+            (json.dumps(sorted(superseded_by)), run_id, step_id),
+            durable=False,
+        )
+
+    def steps(self, run_id: str) -> dict[int, StepRow]:
+        """The run's steps by id, with results loaded (blobs read)."""
+        self.flush()
+        rows = self.connection.execute(
+            "SELECT run_id, step_id, tool, effects, status, reason, detail, attempts, "
+            "started_at, ended_at, duration_s, args, result, result_hash, error, "
+            "superseded_by, segment FROM step WHERE run_id = ? ORDER BY step_id",
+            (run_id,),
+        )
+        steps: dict[int, StepRow] = {}
+        for row in rows:
+            values = list(row)
+            values[11] = json.loads(values[11]) if values[11] is not None else None
+            if values[13] is not None:
+                values[12] = json.loads(self.get_blob(values[13]))
+            else:
+                values[12] = json.loads(values[12]) if values[12] is not None else None
+            values[14] = json.loads(values[14]) if values[14] is not None else None
+            values[15] = json.loads(values[15]) if values[15] is not None else None
+            steps[int(values[1])] = StepRow(*values)
+        return steps
+
+    def transitions(self, run_id: str) -> list[tuple[int, int, str, str | None, float, int]]:
+        """Every transition ``(step_id, attempt, state, reason, time, segment)``, in order."""
+        self.flush()
+        return list(
+            self.connection.execute(
+                "SELECT step_id, attempt, state, reason, time, segment FROM transition "
+                "WHERE run_id = ? ORDER BY id",
+                (run_id,),
+            )
+        )
+
+    # -- calls, events, documents --------------------------------------------------------------
+
+    def record_llm_call(self, run_id: str, purpose: str, record: Any) -> None:
+        """Record one model call attempt (a :class:`~plandag.planner.llm.CallRecord`)."""
+        usage = record.usage
+        self.write(
+            "INSERT INTO llm_call (run_id, purpose, provider, model, attempt, input_tokens, "
+            "output_tokens, cost_usd, duration_s, time, error) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                run_id,
+                purpose,
+                record.provider,
+                record.model,
+                record.attempt,
+                usage.input_tokens
+                + usage.cache_creation_input_tokens
+                + usage.cache_read_input_tokens,
+                usage.output_tokens,
+                record.cost_usd,
+                record.duration_s,
+                record.started_at,
+                record.error,
+            ),
+            durable=False,
+        )
+
+    def record_event(self, run_id: str, kind: str, data: Mapping[str, Any], at: float) -> None:
+        """Record an event (heartbeat, stall, replan, ...), batched."""
+        self.write(
+            "INSERT INTO event (run_id, time, kind, data) VALUES (?, ?, ?, ?)",
+            (run_id, at, kind, _dumps(dict(data))),
+            durable=False,
+        )
+
+    def events(self, run_id: str) -> list[tuple[float, str, dict[str, Any]]]:
+        """The run's events ``(time, kind, data)``, in order."""
+        self.flush()
+        rows = self.connection.execute(
+            "SELECT time, kind, data FROM event WHERE run_id = ? ORDER BY id", (run_id,)
+        )
+        return [(row[0], row[1], json.loads(row[2])) for row in rows]
+
+    def record_document(
+        self,
+        batch_id: str,
+        idx: int,
+        input_path: str,
+        status: str,
+        record: Any = None,
+        error: str | None = None,
+    ) -> None:
+        """Record one document of an ``extract`` batch (one row per document), batched."""
+        inline, digest = self._value_columns(record) if record is not None else (None, None)
+        self.write(
+            "INSERT OR REPLACE INTO document (batch_id, idx, input, status, record, "
+            "result_hash, error, time) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (batch_id, idx, input_path, status, inline, digest, error, time.time()),
+            durable=False,
+        )
+
+    def documents(self, batch_id: str) -> list[DocumentRow]:
+        """The batch's documents in input order."""
+        self.flush()
+        rows = self.connection.execute(
+            "SELECT batch_id, idx, input, status, record, result_hash, error, time "
+            "FROM document WHERE batch_id = ? ORDER BY idx",
+            (batch_id,),
+        )
+        documents = []
+        for row in rows:
+            if row[5] is not None:
+                record = json.loads(self.get_blob(row[5]))
+            else:
+                record = json.loads(row[4]) if row[4] is not None else None
+            documents.append(DocumentRow(row[0], row[1], row[2], row[3], record, row[6], row[7]))
+        return documents
