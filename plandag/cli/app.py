@@ -13,6 +13,8 @@ import functools
 import json
 import signal
 import sys
+import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -27,6 +29,7 @@ from plandag.cli.store_command import (
     StoreOption,
     approve_mode,
     durable_exec,
+    open_cli_store,
 )
 from plandag.compiler import CompiledPlan, compile_plan
 from plandag.config import Settings, load_settings
@@ -762,8 +765,12 @@ def extract_nfe(
     model: PlannerModelOption = None,
     base_url: PlannerUrlOption = None,
     save_repairs: SaveRepairsOption = None,
+    store: StoreOption = None,
 ) -> None:
     """Extract NF-e/NFC-e invoices into records: one per invoice, one error row per bad input.
+
+    The batch is recorded in the run store (--store, PLANDAG_STORE) as one run with one row
+    per document (its record or its error), not per step; `plandag runs` lists it.
 
     Brakes apply to the whole batch: --max-seconds is the batch's deadline, --max-cost and
     --max-tokens one budget shared by every document, --heartbeat counts documents;
@@ -853,8 +860,32 @@ def extract_nfe(
         progress.update(task, completed=finished, total=total)
 
     deadline = settings["max_seconds"]
+    run_store = open_cli_store(store)
+    batch_id = uuid.uuid4().hex[:16]
+    stored_count = [0]
+
+    def on_record(record: Mapping[str, Any]) -> None:
+        run_store.record_document(
+            batch_id,
+            stored_count[0],
+            str(record.get("source", "")),
+            str(record.get("status", "")),
+            record,
+            error=json.dumps(record.get("errors"), ensure_ascii=False)
+            if record.get("status") == "error"
+            else None,
+        )
+        stored_count[0] += 1
+
     try:
         files, missing = expand_inputs(paths)
+        run_store.create_run(
+            batch_id,
+            command="extract",
+            goal=f"extract nfe: {len(files) + len(missing)} input(s) into {output}",
+            params={"output": str(output), "inputs": len(files) + len(missing)},
+            options={"jobs": settings["jobs"], "resume": resume},
+        )
         work = functools.partial(
             extract_batch,
             files,
@@ -863,6 +894,7 @@ def extract_nfe(
             jobs=settings["jobs"],
             resume=resume,
             missing=missing,
+            on_record=on_record,
             on_progress=on_progress,
             run_options=run_options,
             write_boundary=boundary,
@@ -899,6 +931,20 @@ def extract_nfe(
     except OSError as error:
         _fail(f"-o {output}: cannot write it ({error.strerror or error})")
     summary = outcome.result
+    run_store.update_run(
+        batch_id,
+        status=(
+            "interrupted"
+            if outcome.signal is not None
+            else "succeeded"
+            if summary is not None
+            else "timed_out"
+        ),
+        spent_usd=budget.spent_usd,
+        spent_tokens=budget.spent_tokens,
+        pid=None,
+    )
+    run_store.close()
     if summary is None:
         if outcome.signal is not None:
             why, code, status = (
