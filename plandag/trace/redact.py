@@ -1,0 +1,643 @@
+"""Masking of secrets (always) and personal data (``--redact``) in recorded values and logs.
+
+Two layers, applied to every ``attrs`` value of a trace line before it is written
+(``plandag.trace.writer``) and, for secrets, to every log record:
+
+* :func:`scrub_secrets` — always on. API keys and authorization headers never reach a trace
+  or a log: values under secret-named keys (``api_key``, ``x-api-key``, ``authorization``,
+  ``token``, ``password``, ``cookie``...), ``Bearer``/``Basic`` credentials, Anthropic
+  (``sk-ant-...``) and OpenAI (``sk-...``) keys, JSON Web Tokens, and the current values of the
+  environment's ``*_API_KEY``/``*_TOKEN``/``*_SECRET``/``*_PASSWORD`` variables.
+* :func:`redact_personal` — with ``--redact``, for users bound by the LGPD (Lei
+  13.709/2018, art. 5 I: personal data is information about an identified or identifiable
+  natural person). It masks CPFs, e-mail addresses, Brazilian phone numbers and the names of
+  individuals in NF-e parties (a recipient identified by CPF or ``idEstrangeiro``). A CNPJ
+  identifies a company, not a person, and is kept, as are access keys, money values and dates.
+
+Masks are plain and visible: ``[secret]``, ``[cpf]``, ``[email]``, ``[phone]``, ``[name]``.
+Containers are copied (tuples become lists), the input is never changed; values that are not
+JSON (bytes, sets, objects) are returned as they are. Every pattern is a simple regular
+expression whose repetitions are bounded or stop at the next delimiter, so a string of
+several megabytes is handled in linear time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+__all__ = [
+    "CPF_MASK",
+    "EMAIL_MASK",
+    "NAME_MASK",
+    "PHONE_MASK",
+    "SECRET_MASK",
+    "Redactor",
+    "SecretFilter",
+    "install_secret_filter",
+    "is_secret_key",
+    "is_valid_cpf",
+    "redact_personal",
+    "scrub_secrets",
+]
+
+SECRET_MASK = "[secret]"
+CPF_MASK = "[cpf]"
+EMAIL_MASK = "[email]"
+PHONE_MASK = "[phone]"
+NAME_MASK = "[name]"
+
+# ---------------------------------------------------------------------------------------------
+# Secrets
+# ---------------------------------------------------------------------------------------------
+
+# Key names (lower case, dashes as underscores) whose values are credentials.
+_SECRET_KEYS = frozenset(
+    {
+        "api_key",
+        "apikey",
+        "x_api_key",
+        "x_goog_api_key",
+        "authorization",
+        "proxy_authorization",
+        "token",
+        "access_token",
+        "refresh_token",
+        "id_token",
+        "secret",
+        "client_secret",
+        "secret_key",
+        "password",
+        "passwd",
+        "cookie",
+        "set_cookie",
+    }
+)
+_SECRET_KEY_SUFFIXES = ("_api_key", "_token", "_secret", "_secret_key", "_password")
+
+# Environment variables whose values are secrets wherever they appear.
+_SECRET_ENV_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD")
+_SECRET_ENV_MIN_LENGTH = 8
+
+_ANTHROPIC_KEY = re.compile(r"(?<![A-Za-z0-9])sk-ant-[A-Za-z0-9_-]{8,}")
+_OPENAI_KEY = re.compile(r"(?<![A-Za-z0-9])sk-[A-Za-z0-9_-]{20,}")
+_JSON_WEB_TOKEN = re.compile(
+    r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"
+)
+# RFC 7617 (Basic) and RFC 6750 (Bearer) credentials: the scheme, blanks, a token68.
+_AUTH_SCHEME = re.compile(r"(?i)(?<![A-Za-z0-9_])(bearer|basic)([ \t]+)([A-Za-z0-9._~+/=-]{8,})")
+# `name: value`, `name=value`, `"name": "value"`, `('name', 'value')` for secret names inside
+# free text (header dumps, URLs' query strings, reprs). Cookies run to the end of the line.
+_SECRET_NAMES = (
+    r"(?:x-)?api[-_]?key|(?:proxy-)?authorization|(?:access|refresh|id|auth|session|api)[-_]token"
+    r"|token|client[-_]secret|secret[-_]key|secret|password|passwd"
+)
+_KEY_VALUE = re.compile(
+    r"(?i)(?<![A-Za-z0-9])(" + _SECRET_NAMES + r")"
+    r"(['\"]?[ \t]*[:=][ \t]*['\"]?|['\"][ \t]*,[ \t]*['\"])"
+    r"(?!\[secret\]|(?:bearer|basic)[ \t])([^\s'\",;&)}\]]+)"
+)
+_COOKIE = re.compile(
+    r"(?i)(?<![A-Za-z0-9])(set-cookie|cookie)(['\"]?[ \t]*[:=][ \t]*['\"]?)"
+    r"(?!\[secret\])([^\r\n'\"]+)"
+)
+
+
+def is_secret_key(name: str) -> bool:
+    """Whether a mapping key or header name names a credential.
+
+    Args:
+        name: the key, compared without case, with ``-`` and ``_`` alike and without an XML
+            namespace (``{uri}name`` or ``prefix:name``): ``X-Api-Key``, ``authorization``,
+            ``access_token``, ``ANTHROPIC_API_KEY``, ``client_secret``, ``password``...
+
+    Returns:
+        True for the names in the module's list and for names ending in ``_api_key``,
+        ``_token``, ``_secret``, ``_secret_key`` or ``_password``. Plural counters such as
+        ``input_tokens`` are not credentials.
+    """
+    normalized = _local_name(name).lower().replace("-", "_")
+    return normalized in _SECRET_KEYS or normalized.endswith(_SECRET_KEY_SUFFIXES)
+
+
+def _environment_secrets() -> tuple[str, ...]:
+    """The current values of secret-named environment variables, longest first."""
+    values = {
+        value
+        for name, value in os.environ.items()
+        if name.upper().endswith(_SECRET_ENV_SUFFIXES) and len(value) >= _SECRET_ENV_MIN_LENGTH
+    }
+    return tuple(sorted(values, key=lambda value: (-len(value), value)))
+
+
+def _looks_like_credential(token: str) -> bool:
+    """Whether the word after ``Bearer``/``Basic`` is a credential rather than prose."""
+    if len(token) >= 24:
+        return True
+    if any(not char.isalpha() for char in token):
+        return True
+    return any(char.isupper() for char in token[1:])
+
+
+def _mask_auth_scheme(match: re.Match[str]) -> str:
+    if not _looks_like_credential(match.group(3)):
+        return match.group(0)
+    return f"{match.group(1)}{match.group(2)}{SECRET_MASK}"
+
+
+def _scrub_secret_text(text: str, environment: tuple[str, ...]) -> str:
+    for value in environment:
+        if value in text:
+            text = text.replace(value, SECRET_MASK)
+    if "sk-" in text:
+        text = _ANTHROPIC_KEY.sub(SECRET_MASK, text)
+        text = _OPENAI_KEY.sub(SECRET_MASK, text)
+    if "eyJ" in text:
+        text = _JSON_WEB_TOKEN.sub(SECRET_MASK, text)
+    text = _AUTH_SCHEME.sub(_mask_auth_scheme, text)
+    text = _KEY_VALUE.sub(lambda match: f"{match.group(1)}{match.group(2)}{SECRET_MASK}", text)
+    return _COOKIE.sub(lambda match: f"{match.group(1)}{match.group(2)}{SECRET_MASK}", text)
+
+
+# ---------------------------------------------------------------------------------------------
+# Personal data (LGPD)
+# ---------------------------------------------------------------------------------------------
+
+_CPF_FORMATTED = re.compile(r"(?<![0-9])\d{3}\.\d{3}\.\d{3}-\d{2}(?![0-9])")
+# Isolated runs of exactly 11 digits (not part of a longer number, a hash or an identifier).
+_ELEVEN_DIGITS = re.compile(r"(?<![0-9A-Za-z])\d{11}(?![0-9A-Za-z])")
+_EMAIL = re.compile(
+    r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}"
+    r"(?:\.[A-Za-z0-9-]{1,63}){0,8}\.[A-Za-z]{2,24}(?![A-Za-z0-9-])"
+)
+# Written phone numbers: +55 prefix, a DDD in parentheses, or a DDD then a blank or dot; the
+# subscriber number is 8 digits (landline) or 9 beginning with 9 (mobile), maybe split.
+_PHONE = re.compile(
+    r"(?<![0-9])(\+55[ .-]?(?:\(\d{2}\)|\d{2})|\(\d{2}\)|\d{2}(?=[ .-]))"
+    r"([ .-]?(?:9[ .]?)?\d{4}([ .-]?)\d{4})(?![0-9])"
+)
+# ANATEL's Plano Geral de Códigos Nacionais (Resolução 263/2001): the DDD codes in use.
+_DDD_CODES = frozenset(
+    str(code)
+    for code in (
+        *range(11, 20),
+        21,
+        22,
+        24,
+        27,
+        28,
+        *range(31, 36),
+        37,
+        38,
+        *range(41, 50),
+        51,
+        53,
+        54,
+        55,
+        *range(61, 70),
+        71,
+        73,
+        74,
+        75,
+        77,
+        79,
+        *range(81, 90),
+        *range(91, 100),
+    )
+)
+
+# NF-e parties (MOC 7.0, Anexo I): emitter C, recipient E, pick-up F, delivery G, carrier X03.
+_PARTY_TAGS = ("dest", "emit", "retirada", "entrega", "transporta")
+_PARTY_OPENINGS = {
+    tag: re.compile(r"<((?:[A-Za-z_][\w.-]*:)?" + tag + r")(?:\s[^<>]*)?>") for tag in _PARTY_TAGS
+}
+_XML_CPF = re.compile(
+    r"(<(?:[A-Za-z_][\w.-]*:)?CPF(?:\s[^<>]*)?>)([^<]*)(</(?:[A-Za-z_][\w.-]*:)?CPF>)"
+)
+_XML_PERSONAL_FIELD = re.compile(
+    r"(<(?:[A-Za-z_][\w.-]*:)?(xNome|xFant|fone|email)(?:\s[^<>]*)?>)([^<]*)"
+    r"(</(?:[A-Za-z_][\w.-]*:)?\2>)"
+)
+_XML_HAS_CPF = re.compile(r"<(?:[A-Za-z_][\w.-]*:)?CPF(?:\s[^<>]*)?>\s*[^\s<]")
+_XML_HAS_FOREIGN_ID = re.compile(r"<(?:[A-Za-z_][\w.-]*:)?idEstrangeiro[\s/>]")
+_XML_HAS_CNPJ = re.compile(r"<(?:[A-Za-z_][\w.-]*:)?CNPJ(?:\s[^<>]*)?>\s*[^\s<]")
+_FIELD_MASKS = {"xNome": NAME_MASK, "xFant": NAME_MASK, "fone": PHONE_MASK, "email": EMAIL_MASK}
+
+# Mapping keys whose values are known not to be personal data (identifiers of companies,
+# documents, products and places; digests): pattern masking skips them, so an 11-digit IE or
+# a hash is never taken for a CPF or a phone.
+_NOT_PERSONAL_KEYS = frozenset(
+    {
+        "CNPJ",
+        "IE",
+        "IEST",
+        "IM",
+        "CNAE",
+        "chNFe",
+        "nProt",
+        "cNF",
+        "cDV",
+        "nNF",
+        "serie",
+        "cEAN",
+        "cEANTrib",
+        "cBarra",
+        "cBarraTrib",
+        "NCM",
+        "CEST",
+        "CFOP",
+        "cMun",
+        "cMunFG",
+        "cUF",
+        "cPais",
+        "CEP",
+        "digVal",
+        "sha256",
+        "hash",
+        "run_id",
+        "step_id",
+    }
+)
+
+
+def is_valid_cpf(digits: str) -> bool:
+    """Whether 11 digits are a CPF with valid check digits.
+
+    The rule is the Receita Federal's módulo 11: the first check digit is ``(Σ dᵢ·(11-i)
+    for i = 1..9) · 10 mod 11 mod 10`` (weights 10 down to 2), the second the same over the
+    first 10 digits with weights 11 down to 2. Sequences of one repeated digit
+    (``11111111111``) pass the arithmetic but are not issued, so they are rejected.
+
+    Args:
+        digits: the candidate, exactly 11 ASCII digits (no dots or dash).
+
+    Returns:
+        True when both check digits match.
+    """
+    if len(digits) != 11 or not digits.isascii() or not digits.isdigit():
+        return False
+    if digits == digits[0] * 11:
+        return False
+    numbers = [int(char) for char in digits]
+    for length in (9, 10):
+        total = sum(number * (length + 1 - index) for index, number in enumerate(numbers[:length]))
+        if total * 10 % 11 % 10 != numbers[length]:
+            return False
+    return True
+
+
+def _mask_eleven_digits(match: re.Match[str]) -> str:
+    digits = match.group(0)
+    if is_valid_cpf(digits):
+        return CPF_MASK
+    if digits[:2] in _DDD_CODES and digits[2] == "9":
+        return PHONE_MASK  # DDD + a 9-digit mobile number written without separators
+    return digits
+
+
+def _mask_phone(match: re.Match[str]) -> str:
+    prefix = match.group(1)
+    if prefix[0] not in "+(" and (prefix not in _DDD_CODES or match.group(3) != "-"):
+        return match.group(0)  # a bare DDD needs a known code and a dash inside the number
+    return PHONE_MASK
+
+
+def _mask_party_block(block: str) -> str:
+    individual = bool(_XML_HAS_CPF.search(block) or _XML_HAS_FOREIGN_ID.search(block))
+    if not individual or _XML_HAS_CNPJ.search(block):
+        return block
+    return _XML_PERSONAL_FIELD.sub(
+        lambda match: (
+            match.group(1) + _FIELD_MASKS[match.group(2)] + match.group(4)
+            if match.group(3).strip()
+            else match.group(0)
+        ),
+        block,
+    )
+
+
+def _redact_xml_parties(text: str) -> str:
+    """Mask names, phones and e-mails inside NF-e party elements of individuals (XML text)."""
+    for tag in _PARTY_TAGS:
+        if f"{tag}>" not in text and f"{tag} " not in text:
+            continue
+        opening = _PARTY_OPENINGS[tag]
+        pieces: list[str] = []
+        position = 0
+        while True:
+            match = opening.search(text, position)
+            if match is None:
+                break
+            close = f"</{match.group(1)}>"
+            end = text.find(close, match.end())
+            if end < 0:
+                break
+            pieces.append(text[position : match.end()])
+            pieces.append(_mask_party_block(text[match.end() : end]))
+            position = end
+        if pieces:
+            pieces.append(text[position:])
+            text = "".join(pieces)
+    return text
+
+
+def _redact_personal_text(text: str) -> str:
+    if "<" in text and ("CPF" in text or "idEstrangeiro" in text):
+        text = _redact_xml_parties(text)
+        text = _XML_CPF.sub(
+            lambda match: (
+                match.group(1) + CPF_MASK + match.group(3)
+                if match.group(2).strip()
+                else match.group(0)
+            ),
+            text,
+        )
+    if "@" in text:
+        text = _EMAIL.sub(EMAIL_MASK, text)
+    text = _CPF_FORMATTED.sub(CPF_MASK, text)
+    text = _ELEVEN_DIGITS.sub(_mask_eleven_digits, text)
+    return _PHONE.sub(_mask_phone, text)
+
+
+def _is_individual_party(mapping: Mapping[Any, Any]) -> bool:
+    """Whether a mapping is an NF-e party identified as a natural person (CPF or foreign id).
+
+    A party with a CNPJ is a company. ``idEstrangeiro`` (a foreign recipient) may name a
+    person or a company; with no way to tell, it counts as a person.
+    """
+    fields = {_local_name(key): value for key, value in mapping.items() if isinstance(key, str)}
+    if fields.get("CNPJ") not in (None, ""):
+        return False
+    return fields.get("CPF") not in (None, "") or fields.get("idEstrangeiro") is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# The walk over nested values
+# ---------------------------------------------------------------------------------------------
+
+
+def _local_name(key: str) -> str:
+    """``{uri}xNome`` and ``nfe:xNome`` → ``xNome``."""
+    if key.startswith("{"):
+        key = key.rpartition("}")[2]
+    return key.rpartition(":")[2]
+
+
+class _Walk:
+    """One pass over a value: secrets always, personal data when ``personal``."""
+
+    def __init__(self, *, secrets: bool, personal: bool) -> None:
+        self.secrets = secrets
+        self.personal = personal
+        self.environment = _environment_secrets() if secrets else ()
+        self._path: set[int] = set()
+
+    def text(self, text: str, *, personal: bool) -> str:
+        if self.secrets:
+            text = _scrub_secret_text(text, self.environment)
+        if personal:
+            text = _redact_personal_text(text)
+        return text
+
+    def value(self, value: Any, *, personal: bool) -> Any:
+        if isinstance(value, str):
+            return self.text(value, personal=personal)
+        if isinstance(value, Mapping):
+            return self._container(value, personal, self._mapping)
+        if isinstance(value, list | tuple):
+            return self._container(value, personal, self._sequence)
+        return value
+
+    def _container(self, value: Any, personal: bool, walk: Callable[[Any, bool], Any]) -> Any:
+        marker = id(value)
+        if marker in self._path:
+            return "[cycle]"
+        self._path.add(marker)
+        try:
+            return walk(value, personal)
+        finally:
+            self._path.discard(marker)
+
+    def _mapping(self, mapping: Mapping[Any, Any], personal: bool) -> dict[Any, Any]:
+        individual = personal and _is_individual_party(mapping)
+        result: dict[Any, Any] = {}
+        for key, item in mapping.items():
+            name = _local_name(key) if isinstance(key, str) else None
+            new_key = self.text(key, personal=personal) if isinstance(key, str) else key
+            if new_key in result:  # two keys masked alike: keep both values
+                new_key = f"{new_key}#{len(result)}"
+            result[new_key] = self._field(name, item, personal, individual)
+        return result
+
+    def _field(self, name: str | None, item: Any, personal: bool, individual: bool) -> Any:
+        if name is None:
+            return self.value(item, personal=personal)
+        if self.secrets and item is not None and is_secret_key(name):
+            return SECRET_MASK
+        if personal and isinstance(item, str | int) and item not in ("", None):
+            if name.upper() == "CPF":
+                return CPF_MASK
+            if individual and name in _FIELD_MASKS:
+                return _FIELD_MASKS[name]
+        if personal and name in _NOT_PERSONAL_KEYS:
+            return self.value(item, personal=False)
+        return self.value(item, personal=personal)
+
+    def _sequence(self, items: Iterable[Any], personal: bool) -> list[Any]:
+        result: list[Any] = []
+        for item in items:
+            if (
+                self.secrets
+                and isinstance(item, list | tuple)
+                and len(item) == 2
+                and isinstance(item[0], str)
+                and item[1] is not None
+                and is_secret_key(item[0])
+            ):  # a header pair: ("Authorization", "Bearer ...")
+                result.append([item[0], SECRET_MASK])
+            else:
+                result.append(self.value(item, personal=personal))
+        return result
+
+
+def scrub_secrets(value: Any) -> Any:
+    """A copy of ``value`` with every credential masked as ``[secret]``.
+
+    Applied to every value plandag records (trace ``attrs``, params, plans) and, through
+    :class:`SecretFilter`, to log records; it is never turned off.
+
+    Args:
+        value: a JSON-like value: ``dict``/``Mapping``, ``list``/``tuple`` (copied as lists),
+            ``str``, numbers, booleans, None. Other objects are returned as they are.
+
+    Returns:
+        The copy, where:
+
+        * a value under a secret-named key (:func:`is_secret_key`: ``api_key``,
+          ``x-api-key``, ``authorization``, ``proxy-authorization``, ``token``,
+          ``access_token``, ``secret``, ``password``, ``cookie``, ``set-cookie``, any case,
+          ``-`` or ``_``) becomes ``"[secret]"`` (None stays None), and so does the second
+          item of a ``(name, value)`` header pair;
+        * inside strings, ``Bearer <token>`` / ``Basic <token68>`` (RFC 6750 / RFC 7617)
+          become ``Bearer [secret]`` / ``Basic [secret]``; ``name: value`` and ``name=value``
+          for those names (header dumps, query strings, reprs) keep the name and mask the
+          value; Anthropic keys ``sk-ant-...``, OpenAI keys ``sk-...`` (20+ characters after
+          ``sk-``), JSON Web Tokens, and the current values (8+ characters) of environment
+          variables named ``*_API_KEY``, ``*_TOKEN``, ``*_SECRET`` or ``*_PASSWORD`` become
+          ``[secret]`` wherever they appear.
+
+        A container that contains itself is cut with ``"[cycle]"``.
+    """
+    return _Walk(secrets=True, personal=False).value(value, personal=False)
+
+
+def redact_personal(value: Any) -> Any:
+    """A copy of ``value`` with personal data masked (``--redact``, LGPD Lei 13.709/2018).
+
+    Secrets are not touched here; :class:`Redactor` applies both.
+
+    Args:
+        value: a JSON-like value, as for :func:`scrub_secrets`; NF-e records
+            (``plandag.extract.nfe.record`` dumped as dicts, fields named as in the layout)
+            and NF-e XML text are recognised.
+
+    Returns:
+        The copy, where:
+
+        * CPFs become ``[cpf]``: written ``000.000.000-00`` always; as 11 bare digits only
+          when the check digits are valid (:func:`is_valid_cpf`, Receita Federal's módulo
+          11); any value under a key or in an element named ``CPF``;
+        * e-mail addresses become ``[email]``;
+        * Brazilian phone numbers become ``[phone]``: ``+55 (11) 91234-5678``,
+          ``+5511912345678``, ``(11) 91234-5678``, ``(11) 1234-5678``, ``11 91234-5678``
+          (a DDD of ANATEL's plan and a dash), and 11 bare digits when they are a DDD plus
+          a mobile number (third digit 9);
+        * in an NF-e party identified as a person — a mapping or an XML element ``dest``
+          (also ``emit``, ``retirada``, ``entrega``, ``transporta``) with a ``CPF`` or an
+          ``idEstrangeiro`` and no ``CNPJ`` — ``xNome``/``xFant`` become ``[name]``, ``fone``
+          ``[phone]`` and ``email`` ``[email]``. A party with a CNPJ is a company: kept.
+
+        Kept: NF-e access keys (44 digits), CNPJs (14 digits, formatted or not), money
+        values, dates and times, numbers that are not strings, and values under keys of
+        company, document and product identifiers (``CNPJ``, ``IE``, ``chNFe``, ``nProt``,
+        ``cEAN``, ``NCM``, ``CFOP``, ``sha256``, ``hash``...).
+    """
+    return _Walk(secrets=False, personal=True).value(value, personal=True)
+
+
+class Redactor:
+    """The redactor the trace writer applies to every recorded value.
+
+    Args:
+        personal: also mask personal data (``--redact``): :func:`redact_personal` after
+            :func:`scrub_secrets`. False masks secrets only.
+
+    Calling it with a JSON-like value returns the masked copy (see :func:`scrub_secrets` and
+    :func:`redact_personal`); the environment's secret values are read at each call.
+    """
+
+    def __init__(self, personal: bool = False) -> None:
+        self.personal = personal
+
+    def __call__(self, value: Any) -> Any:
+        """Return a copy of ``value`` with secrets (and with ``personal``, personal data)
+        masked."""
+        return _Walk(secrets=True, personal=self.personal).value(value, personal=self.personal)
+
+    def __repr__(self) -> str:
+        return f"Redactor(personal={self.personal!r})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Logging
+# ---------------------------------------------------------------------------------------------
+
+_SCRUBBED_ATTRIBUTE = "plandag_secrets_scrubbed"
+_EXCEPTION_FORMATTER = logging.Formatter()
+
+
+def _scrub_record(record: logging.LogRecord) -> None:
+    if getattr(record, _SCRUBBED_ATTRIBUTE, False):
+        return
+    walk = _Walk(secrets=True, personal=False)
+    try:
+        message = record.getMessage()
+    except Exception:  # a malformed call: scrub the parts, logging reports the mismatch
+        record.msg = walk.value(record.msg, personal=False)
+        if isinstance(record.args, Mapping):
+            record.args = walk.value(record.args, personal=False)
+        elif isinstance(record.args, tuple):
+            record.args = tuple(walk.value(list(record.args), personal=False))
+    else:
+        record.msg = walk.text(message, personal=False)
+        record.args = ()
+    if record.exc_info and not record.exc_text:
+        record.exc_text = walk.text(
+            _EXCEPTION_FORMATTER.formatException(record.exc_info), personal=False
+        )
+    elif record.exc_text:
+        record.exc_text = walk.text(record.exc_text, personal=False)
+    if record.stack_info:
+        record.stack_info = walk.text(record.stack_info, personal=False)
+    setattr(record, _SCRUBBED_ATTRIBUTE, True)
+
+
+class SecretFilter(logging.Filter):
+    """A logging filter that masks credentials in every record it sees; it drops nothing.
+
+    The message is formatted (``msg % args``) and scrubbed with :func:`scrub_secrets`'s text
+    rules, then stored back as ``record.msg`` with empty ``args``; a formatted traceback and
+    stack are scrubbed too. httpx and the Anthropic SDK log requests, options and headers at
+    DEBUG: with this filter, API keys and authorization headers never reach a handler.
+
+    Attach it to a handler (sees every record the handler emits) or a logger (sees only the
+    records logged on that very logger, not those propagated from its children); see
+    :func:`install_secret_filter`.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Scrub ``record`` in place; always returns True (the record is kept)."""
+        _scrub_record(record)
+        return True
+
+
+_FACTORY_ATTRIBUTE = "plandag_secret_factory"
+
+
+def install_secret_filter(logger: logging.Logger | None = None) -> SecretFilter:
+    """Make sure credentials never reach log output.
+
+    Args:
+        logger: with a logger, a :class:`SecretFilter` is added to it and to each of its
+            current handlers (so records propagated from child loggers are scrubbed when
+            those handlers emit them). With None (the CLI at start-up): the same for the
+            root logger, and the process's log record factory is wrapped so every record of
+            every logger (``httpx``, ``httpcore``, ``anthropic``...) is scrubbed where it is
+            created, whatever handlers are added later.
+
+    Returns:
+        The filter installed (an existing :class:`SecretFilter` is reused). Calling again is
+        harmless: nothing is installed twice.
+    """
+    target = logger if logger is not None else logging.getLogger()
+    secret_filter = next(
+        (item for item in target.filters if isinstance(item, SecretFilter)), SecretFilter()
+    )
+    for filterer in (target, *target.handlers):
+        if not any(isinstance(item, SecretFilter) for item in filterer.filters):
+            filterer.addFilter(secret_filter)
+    if logger is None:
+        factory = logging.getLogRecordFactory()
+        if not getattr(factory, _FACTORY_ATTRIBUTE, False):
+
+            def scrubbing_factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+                record = factory(*args, **kwargs)
+                _scrub_record(record)
+                return record
+
+            setattr(scrubbing_factory, _FACTORY_ATTRIBUTE, True)
+            logging.setLogRecordFactory(scrubbing_factory)
+    return secret_filter

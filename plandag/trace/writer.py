@@ -1,0 +1,583 @@
+"""The trace writer: one JSON line per record, appended and flushed as the run goes.
+
+The file format is the contract of issue 6 (``/work/notes/ISSUE6.md``, "Trace file"): every
+line is a JSON object with ``type``, ``run_id`` and ``time`` (wall-clock seconds since the
+epoch). A resumed run appends to the same file under a new ``segment`` number, so one file
+holds the whole story of a run; :func:`plandag.trace.model.load_trace` reads it back.
+
+:class:`TraceWriter` is also a scheduler observer (:mod:`plandag.scheduler.events`): live
+``event`` lines while steps start and end (so a crash still leaves the steps that ran), then
+at ``RunFinished`` one ``step`` span per step and a ``run_finished`` line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import threading
+import time as _time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+import networkx as nx
+
+from plandag.dag.graph import critical_path
+from plandag.dag.plan import Plan
+from plandag.dag.references import find_references
+from plandag.scheduler import events
+from plandag.scheduler.result import AttemptRecord, RunResult, StepRecord, to_jsonable
+
+if TYPE_CHECKING:
+    from plandag.planner.llm.calls import CallRecord
+
+__all__ = ["RESULT_CHARACTERS", "TraceWriter", "attempt_status", "plan_dependencies"]
+
+logger = logging.getLogger("plandag.trace")
+
+RESULT_CHARACTERS = 4000
+"""A step's result longer than this (as compact JSON) is written as a preview: the first
+``RESULT_CHARACTERS // 4`` characters with its length and SHA-256 (traces stay readable)."""
+
+_CANCEL_REASONS = frozenset({"deadline", "stalled", "interrupted"})
+
+Redactor = Callable[[Any], Any]
+Exporter = Callable[[dict[str, Any]], None]
+
+
+def attempt_status(attempt: AttemptRecord) -> str:
+    """The outcome of one attempt: ``running`` (no end yet), ``succeeded`` (no reason),
+    ``cancelled`` (reason ``deadline`` / ``stalled`` / ``interrupted`` without an error) or
+    ``failed``."""
+    if attempt.ended_at is None:
+        return "running"
+    if attempt.reason is None and attempt.error is None:
+        return "succeeded"
+    if attempt.reason in _CANCEL_REASONS and attempt.error is None:
+        return "cancelled"
+    return "failed"
+
+
+def plan_dependencies(plan: Plan | Mapping[str, Any]) -> dict[int, list[int]]:
+    """Every step's parents in ``plan``: its ``depends_on`` plus the steps its args and
+    checks reference (the compiler's implied edges, ``plandag.compiler``), sorted.
+
+    Args:
+        plan: a :class:`~plandag.dag.plan.Plan` or its JSON (a mapping with ``steps``).
+            Malformed steps of a mapping are skipped (never raises for odd input).
+
+    Returns:
+        ``{step id: [parent ids]}`` for every step with an integer id.
+    """
+    if isinstance(plan, Plan):
+        steps: list[Any] = [step.model_dump(mode="json") for step in plan.steps]
+    else:
+        raw = plan.get("steps") if isinstance(plan, Mapping) else None
+        steps = list(raw) if isinstance(raw, list) else []
+    parents: dict[int, list[int]] = {}
+    for step in steps:
+        if not isinstance(step, Mapping) or not isinstance(step.get("id"), int):
+            continue
+        found: set[int] = set()
+        for parent in step.get("depends_on") or []:
+            if isinstance(parent, int) and not isinstance(parent, bool):
+                found.add(parent)
+        for part in ("args", "check"):
+            for _, reference in find_references(step.get(part)):
+                if reference.step_id is not None:
+                    found.add(reference.step_id)
+        found.discard(step["id"])
+        parents[step["id"]] = sorted(found)
+    return parents
+
+
+def _bounded(value: Any) -> Any:
+    """``value`` JSON-safe, or a preview when its JSON is longer than RESULT_CHARACTERS."""
+    data = to_jsonable(value)
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    if len(text) <= RESULT_CHARACTERS:
+        return data
+    return {
+        "truncated": True,
+        "chars": len(text),
+        "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        "preview": text[: RESULT_CHARACTERS // 4],
+    }
+
+
+class TraceWriter:
+    """Writes one run's trace file (JSON Lines, append-only) and observes its events.
+
+    Args:
+        path: the trace file; created with its folders when missing, appended to when it
+            exists (a resumed run continues the same file).
+        run_id: the run's id, on every line.
+        segment: 0 for the run's first process; each resume or approval adds 1.
+        redact: applied to every ``attrs`` value and to the params, goal and plan before
+            they are written (``plandag.trace.redact``); None writes them as they are.
+        exporters: callables receiving every record written (a dict, after redaction), such
+            as the OpenTelemetry exporter; one that raises is logged once and ignored.
+        args: resolved arguments per step id, written in the step spans (``args`` is null
+            for a step without them); :meth:`step_args` adds more.
+        clock: wall-clock seconds since the epoch for records that carry no time of their
+            own (default :func:`time.time`).
+
+    Every line is flushed as soon as it is written, so a crash keeps every complete line.
+    The observer side (:meth:`__call__`) never raises; the explicit methods raise
+    ``OSError`` when the file cannot be written, and ``ValueError`` after :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        run_id: str,
+        *,
+        segment: int = 0,
+        redact: Redactor | None = None,
+        exporters: Sequence[Exporter] = (),
+        args: Mapping[int, Any] | None = None,
+        clock: Callable[[], float] = _time.time,
+    ) -> None:
+        self.path = Path(path)
+        self.run_id = run_id
+        self.segment = segment
+        self._redact = redact
+        self._exporters = list(exporters)
+        self._clock = clock
+        self._args: dict[int, Any] = dict(args or {})
+        self._parents: dict[int, list[int]] = {}
+        self._lock = threading.Lock()
+        self._warned: set[str] = set()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        needs_newline = False
+        if self.path.exists() and self.path.stat().st_size > 0:
+            with self.path.open("rb") as existing:
+                existing.seek(-1, 2)
+                needs_newline = existing.read(1) != b"\n"
+        self._file: IO[str] | None = self.path.open("a", encoding="utf-8", buffering=1)
+        if needs_newline:  # a crash cut the last line: start ours on a line of its own
+            self._file.write("\n")
+            self._file.flush()
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def _warn_once(self, key: str, message: str, *arguments: object) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            logger.warning(message, *arguments)
+
+    def _clean(self, value: Any) -> Any:
+        data = to_jsonable(value)
+        if self._redact is not None:
+            data = to_jsonable(self._redact(data))
+        return data
+
+    def write(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        """Write one record (``type`` first; ``run_id`` and ``time`` added when missing).
+
+        Args:
+            record: the line's fields; ``attrs`` is expected already redacted (the
+                methods below do it).
+
+        Returns:
+            The dict written (what the exporters received).
+
+        Raises:
+            ValueError: the writer is closed.
+            OSError: the file cannot be written.
+        """
+        line: dict[str, Any] = {"type": record["type"], "run_id": self.run_id}
+        line["time"] = self._clock()
+        line.update({key: value for key, value in record.items() if key != "type"})
+        text = json.dumps(to_jsonable(line), ensure_ascii=False, separators=(",", ":"))
+        with self._lock:
+            if self._file is None:
+                raise ValueError(f"trace {self.path} is closed")
+            self._file.write(text + "\n")
+            self._file.flush()
+        for exporter in self._exporters:
+            try:
+                exporter(line)
+            except Exception as error:
+                self._warn_once(
+                    f"exporter {id(exporter)}",
+                    "trace exporter %r failed (%s: %s); its later failures are not logged",
+                    exporter,
+                    type(error).__name__,
+                    error,
+                )
+        return line
+
+    def _span(
+        self, kind: str, name: str, start: float, end: float, attrs: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        return self.write(
+            {
+                "type": "span",
+                "time": end,
+                "kind": kind,
+                "name": name,
+                "start": start,
+                "end": end,
+                "attrs": self._clean(dict(attrs)),
+            }
+        )
+
+    def close(self) -> None:
+        """Close the file (idempotent). Later writes raise ``ValueError``."""
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- explicit records -----------------------------------------------------------------
+
+    def run_started(
+        self, command: str, goal: str | None, params: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        """Write the segment's ``run_started`` line.
+
+        Args:
+            command: ``exec``, ``run``, ``resume``, ``approve`` or ``extract``.
+            goal: the task or the plan's goal, or None.
+            params: the run's param values (redacted when a redactor is set).
+        """
+        return self.write(
+            {
+                "type": "run_started",
+                "segment": self.segment,
+                "command": command,
+                "goal": self._clean(goal) if goal is not None else None,
+                "params": self._clean(dict(params or {})),
+            }
+        )
+
+    def plan(
+        self, version: int, plan: Plan | Mapping[str, Any], hash: str, source: str
+    ) -> dict[str, Any]:
+        """Write a ``plan`` line and learn its steps' dependencies for the step spans.
+
+        Args:
+            version: 1 for the first plan, then one more per replan or revision.
+            plan: the plan (a :class:`~plandag.dag.plan.Plan` or its JSON).
+            hash: its SHA-256 hex (``plandag.approval.plan_hash``), computed by the caller
+                on the unredacted plan.
+            source: ``stored``, ``planner``, ``replan`` or ``revision``.
+        """
+        data = plan.model_dump(mode="json", exclude_none=True) if isinstance(plan, Plan) else plan
+        self.set_dependencies(plan_dependencies(plan))
+        return self.write(
+            {
+                "type": "plan",
+                "version": version,
+                "hash": hash,
+                "plan": self._clean(data),
+                "source": source,
+            }
+        )
+
+    def set_dependencies(self, parents: Mapping[int, Sequence[int]]) -> None:
+        """Record the parents of steps (say ``compiled.graph``'s), replacing known ones.
+
+        Args:
+            parents: ``{step id: parent ids}``.
+        """
+        for step_id, ids in parents.items():
+            self._parents[int(step_id)] = sorted({int(parent) for parent in ids})
+
+    def set_graph(self, graph: nx.DiGraph) -> None:
+        """Record every step's parents from a compiled plan's graph (``compiled.graph``,
+        edges parent → child), replacing known ones; call it again after a replan adds
+        steps."""
+        self.set_dependencies({node: list(graph.predecessors(node)) for node in graph.nodes})
+
+    def step_args(self, step_id: int, args: Any) -> None:
+        """Remember ``step_id``'s resolved args for its span (redacted when written)."""
+        self._args[step_id] = args
+
+    def compile(
+        self,
+        version: int,
+        start: float,
+        end: float,
+        diagnostics: Sequence[Any],
+        *,
+        ok: bool | None = None,
+    ) -> dict[str, Any]:
+        """Write a ``compile`` span.
+
+        Args:
+            version: the plan version compiled.
+            start, end: wall-clock seconds since the epoch.
+            diagnostics: :class:`~plandag.compiler.diagnostics.Diagnostic` objects or
+                mappings with ``code``, ``severity``, ``step_id`` and ``message``.
+            ok: whether it compiled; default: no diagnostic has severity ``error``.
+        """
+        items = [_diagnostic_dict(diagnostic) for diagnostic in diagnostics]
+        if ok is None:
+            ok = not any(item["severity"] == "error" for item in items)
+        return self._span(
+            "compile",
+            f"compile v{version}",
+            start,
+            end,
+            {"version": version, "ok": ok, "diagnostics": items},
+        )
+
+    def planning(self, version: int, start: float, end: float, calls: int) -> dict[str, Any]:
+        """Write a ``plan`` span: the planning call(s) that produced plan ``version``.
+
+        Args:
+            version: the plan version produced; start, end: seconds since the epoch;
+            calls: how many model calls it took.
+        """
+        return self._span(
+            "plan", f"plan v{version}", start, end, {"version": version, "calls": calls}
+        )
+
+    def llm_call(self, record: CallRecord, purpose: str) -> dict[str, Any]:
+        """Write an ``llm_call`` span for one attempt of one model call.
+
+        Args:
+            record: the attempt's :class:`plandag.planner.llm.calls.CallRecord` (its
+                ``started_at`` and ``duration_s`` give the span's start and end).
+            purpose: ``plan``, ``replan``, ``join`` or ``revision``.
+        """
+        start = float(record.started_at)
+        end = start + float(record.duration_s)
+        attrs = {
+            "purpose": purpose,
+            "model": record.model,
+            "provider": record.provider,
+            "attempt": record.attempt,
+            "input_tokens": record.input_tokens,
+            "output_tokens": record.output_tokens,
+            "cost_usd": record.cost_usd,
+            "stop_reason": record.stop_reason,
+            "error": record.error,
+        }
+        return self._span("llm_call", f"{record.provider}:{record.model}", start, end, attrs)
+
+    def replan(
+        self,
+        number: int,
+        *,
+        failed: Sequence[int],
+        pruned: Sequence[int],
+        new_steps: Sequence[int],
+        version: int,
+        start: float,
+        end: float,
+    ) -> dict[str, Any]:
+        """Write a ``replan`` span.
+
+        Args:
+            number: 1 for the run's first replan; failed: the failed steps it answers;
+            pruned: the steps skipped because of them; new_steps: ids the patch added;
+            version: the plan version it produced; start, end: seconds since the epoch.
+        """
+        attrs = {
+            "number": number,
+            "failed": list(failed),
+            "pruned": list(pruned),
+            "new_steps": list(new_steps),
+            "version": version,
+        }
+        return self._span("replan", f"replan {number}", start, end, attrs)
+
+    def approval(
+        self,
+        version: int,
+        hash: str,
+        decision: str,
+        who: str | None,
+        feedback: str | None,
+        *,
+        start: float | None = None,
+        end: float | None = None,
+    ) -> dict[str, Any]:
+        """Write an ``approval`` span.
+
+        Args:
+            version, hash: the plan version decided on and its hash.
+            decision: ``approved``, ``rejected``, ``expired`` or ``asked``.
+            who: who decided (a user name, ``auto``, ``callback``), or None.
+            feedback: a rejection's text (verbatim, redacted only with a redactor).
+            start: when the person was asked (default: ``end``); end: when they answered
+                (default: now).
+        """
+        finish = self._clock() if end is None else end
+        attrs = {
+            "version": version,
+            "hash": hash,
+            "decision": decision,
+            "who": who,
+            "feedback": feedback,
+        }
+        return self._span(
+            "approval",
+            f"approval v{version}",
+            finish if start is None else start,
+            finish,
+            attrs,
+        )
+
+    # -- observer ---------------------------------------------------------------------------
+
+    def __call__(self, event: events.Event) -> None:
+        """Observe one scheduler event (see the module docstring). Never raises: a failure
+        is logged once and the run goes on."""
+        try:
+            self._observe(event)
+        except Exception as error:
+            self._warn_once(
+                "observer",
+                "trace %s: could not record %s (%s: %s); later failures are not logged",
+                self.path,
+                type(event).__name__,
+                type(error).__name__,
+                error,
+            )
+
+    def _event(self, kind: str, time: float, attrs: Mapping[str, Any]) -> None:
+        self.write({"type": "event", "time": time, "kind": kind, "attrs": self._clean(attrs)})
+
+    def _observe(self, event: events.Event) -> None:
+        if isinstance(event, events.StepStarted):
+            attrs = {"step_id": event.step_id, "tool": event.tool, "attempt": event.attempt}
+            self._event("step_started", event.time, attrs)
+        elif isinstance(event, events.StepSucceeded):
+            self._event(
+                "step_ended",
+                event.time,
+                {"step_id": event.step_id, "status": "succeeded", "reason": None},
+            )
+        elif isinstance(event, events.StepFailed):
+            attrs = {"step_id": event.step_id, "status": "failed", "reason": event.reason}
+            if event.error is not None:
+                attrs["error"] = event.error.as_dict()
+            self._event("step_ended", event.time, attrs)
+        elif isinstance(event, events.StepCancelled):
+            attrs = {"step_id": event.step_id, "status": "cancelled", "reason": event.reason}
+            self._event("step_ended", event.time, attrs)
+        elif isinstance(event, events.StepSkipped):
+            attrs = {
+                "step_id": event.step_id,
+                "status": "skipped",
+                "reason": event.reason,
+                "detail": event.detail,
+            }
+            self._event("step_ended", event.time, attrs)
+        elif isinstance(event, events.Heartbeat | events.Stall):
+            kind = "heartbeat" if isinstance(event, events.Heartbeat) else "stall"
+            fields = {
+                field.name: getattr(event, field.name)
+                for field in dataclasses.fields(event)
+                if field.name not in ("run_id", "time")
+            }
+            self._event(kind, event.time, fields)
+        elif isinstance(event, events.RunFinished):
+            self.run_finished(event.result, time=event.time)
+
+    def run_finished(self, result: RunResult, *, time: float | None = None) -> None:
+        """Write one ``step`` span per step of ``result`` (by id) and the ``run_finished``
+        line; the observer calls it at ``RunFinished``.
+
+        Args:
+            result: the run's outcome.
+            time: the ``run_finished`` line's time (default ``result.ended_at``).
+        """
+        for step_id in sorted(result.steps):
+            self._step_span(result.steps[step_id], result)
+        graph = nx.DiGraph()
+        graph.add_nodes_from(result.steps)
+        for step_id in result.steps:
+            for parent in self._parents.get(step_id, ()):
+                if parent in result.steps:
+                    graph.add_edge(parent, step_id)
+        durations = {step_id: record.duration_s or 0.0 for step_id, record in result.steps.items()}
+        try:
+            path, _ = critical_path(graph, durations)
+        except nx.NetworkXUnfeasible:  # the plan said otherwise; never break the trace
+            path = []
+        self.write(
+            {
+                "type": "run_finished",
+                "time": result.ended_at if time is None else time,
+                "segment": self.segment,
+                "status": result.status,
+                "spent_usd": result.spent_usd,
+                "spent_tokens": result.spent_tokens,
+                "critical_path": path,
+            }
+        )
+
+    def _step_span(self, record: StepRecord, result: RunResult) -> None:
+        # A step that succeeded without an attempt of this segment was restored from an
+        # earlier one (``run_plan(completed=...)``): it is placed at the segment's start.
+        restored = record.status == "succeeded" and not record.attempt_log
+        if record.ended_at is not None:
+            end = record.ended_at
+        else:
+            end = result.started_at if restored else result.ended_at
+        start = record.started_at if record.started_at is not None else end
+        attempts = [
+            {
+                "attempt": attempt.number,
+                "start": attempt.started_at,
+                "end": attempt.ended_at,
+                "status": attempt_status(attempt),
+                "reason": attempt.reason,
+                "error": attempt.error.as_dict() if attempt.error is not None else None,
+            }
+            for attempt in record.attempt_log
+        ]
+        checks = [
+            {
+                "kind": outcome.kind,
+                "passed": outcome.status != "fail",
+                "status": outcome.status,
+                "message": outcome.detail,
+            }
+            for outcome in record.checks
+        ]
+        attrs = {
+            "step_id": record.id,
+            "tool": record.tool,
+            "status": record.status,
+            "reason": record.reason,
+            "detail": record.detail,
+            "error": record.error.as_dict() if record.error is not None else None,
+            "depends_on": self._parents.get(record.id, []),
+            "attempts": attempts,
+            "checks": checks,
+            "args": self._args.get(record.id),
+            "result": _bounded(record.result),
+            "superseded_by": record.superseded_by,
+            "segment": self.segment,
+            "restored": restored,
+        }
+        self._span("step", f"step {record.id} {record.tool}", start, end, attrs)
+
+
+def _diagnostic_dict(diagnostic: Any) -> dict[str, Any]:
+    if isinstance(diagnostic, Mapping):
+        source: Mapping[str, Any] = diagnostic
+    elif dataclasses.is_dataclass(diagnostic) and not isinstance(diagnostic, type):
+        source = dataclasses.asdict(diagnostic)
+    else:
+        source = {"message": str(diagnostic)}
+    return {
+        "code": source.get("code"),
+        "severity": source.get("severity", "error"),
+        "step_id": source.get("step_id"),
+        "message": source.get("message"),
+    }
