@@ -1,0 +1,59 @@
+"""Conversations and their plan mode (issue 6, "Plan mode for conversations").
+
+:class:`Conversation` (in :mod:`plandag.conversation.model`, where the rules are written
+out), persisted by :class:`ConversationStore`; :func:`plan_turn` and
+:func:`render_for_decision` in :mod:`plandag.conversation.planmode`.
+"""
+
+from plandag.conversation.model import (
+    DEFAULT_EXPIRY_S,
+    ORIGINS,
+    Conversation,
+    ConversationError,
+    EndReason,
+    Mode,
+    Origin,
+    PendingDecision,
+    PlanModeDecision,
+    PlanModeError,
+    StaleDecisionError,
+    Turn,
+    TurnKind,
+    TurnWriter,
+    allowed_registry,
+    check_tool_allowed,
+)
+from plandag.conversation.planmode import (
+    PlannerFunction,
+    Shown,
+    cut_notice,
+    plan_turn,
+    render_for_decision,
+)
+from plandag.conversation.store import ConversationStore, ConversationSummary
+
+__all__ = [
+    "DEFAULT_EXPIRY_S",
+    "ORIGINS",
+    "Conversation",
+    "ConversationError",
+    "ConversationStore",
+    "ConversationSummary",
+    "EndReason",
+    "Mode",
+    "Origin",
+    "PendingDecision",
+    "PlanModeDecision",
+    "PlanModeError",
+    "PlannerFunction",
+    "Shown",
+    "StaleDecisionError",
+    "Turn",
+    "TurnKind",
+    "TurnWriter",
+    "allowed_registry",
+    "check_tool_allowed",
+    "cut_notice",
+    "plan_turn",
+    "render_for_decision",
+]
