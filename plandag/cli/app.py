@@ -995,6 +995,10 @@ from plandag.cli import store_command as _store_command  # noqa: E402 (runs, res
 
 _store_command.register(app)
 
+from plandag.cli import trace_command as _trace_command  # noqa: E402 (registers `trace`, `diff`)
+
+_trace_command.register(app)
+
 
 def version_callback(value: bool) -> None:
     """Print the version and exit (``plandag --version``)."""
@@ -1018,7 +1022,14 @@ def root(
 
 
 def main() -> None:
-    """Entry point of the ``plandag`` console script."""
+    """Entry point of the ``plandag`` console script.
+
+    API keys and authorization headers never reach a log line: a filter scrubs them from
+    every record first (:func:`plandag.trace.redact.install_secret_filter`).
+    """
+    from plandag.trace.redact import install_secret_filter
+
+    install_secret_filter()
     try:
         app()
     except KeyboardInterrupt:

@@ -127,13 +127,22 @@ def trace_factory(store: Store, redact: bool) -> TraceFactory:
     exporter = exporter_from_env()
 
     def factory(run_id: str, segment: int) -> Any:
-        return TraceWriter(
+        writer = TraceWriter(
             store.trace_path(run_id),
             run_id,
             segment=segment,
             redact=redactor,
             exporters=[exporter] if exporter is not None else [],
         )
+        if exporter is not None:  # spans batched by the SDK are sent when the writer closes
+            inner_close = writer.close
+
+            def close() -> None:
+                inner_close()
+                exporter.close()
+
+            writer.close = close  # type: ignore[method-assign]
+        return writer
 
     return factory
 

@@ -1,5 +1,7 @@
 """An observer that writes a run's step transitions into the run store (issue 6).
 
+Recorded inputs have their secrets masked (API keys, authorization headers:
+:func:`plandag.trace.redact.scrub_secrets`); they are for reading, resume never needs them.
 Steps without effects are written in batches; a step whose tool has effects is committed
 as started before its tool runs (the runner calls observers synchronously, in order,
 before it calls the tool: :mod:`plandag.scheduler.events`) and as ended as soon as it ends.
@@ -14,6 +16,7 @@ from typing import Any
 from plandag.compiler.compiled import CompiledStep
 from plandag.scheduler import events
 from plandag.store.store import Store
+from plandag.trace.redact import scrub_secrets
 
 __all__ = ["StoreRecorder"]
 
@@ -81,7 +84,7 @@ class StoreRecorder:
                 event.step_id,
                 event.attempt,
                 event.time,
-                args=self._args(event.step_id),
+                args=scrub_secrets(self._args(event.step_id)),
                 segment=segment,
                 durable=self._effects(event.step_id),
             )

@@ -1,0 +1,99 @@
+"""Secrets never reach a run's trace or store; ``--redact`` masks personal data (issue 6,
+"Trace"; LGPD, Lei 13.709/2018)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from plandag.cli import app
+from plandag.store import open_store
+
+TOOLS = '''
+from plandag.tools import tool
+
+
+@tool
+def call_api(url: str, headers: dict[str, str]) -> dict[str, object]:
+    """Pretend to call URL with HEADERS; echo what was sent."""
+    return {"url": url, "sent": headers}
+
+
+@tool
+def recipient() -> dict[str, object]:
+    """An NFC-e recipient who is a person."""
+    return {"dest": {"CPF": "52998224725", "xNome": "MARIA DA SILVA", "email": "maria@example.com"}}
+'''
+
+SECRET = "sk-ant-api03-" + "Q" * 40
+ENV_SECRET = "test-key-value-from-the-environment-0123456789"
+
+
+def _exec(tmp_path: Path, plan: dict[str, object], *extra: str) -> tuple[str, str]:
+    (tmp_path / "tools.py").write_text(TOOLS, encoding="utf-8")
+    (tmp_path / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
+    store_path = tmp_path / "store" / "runs.sqlite3"
+    result = CliRunner().invoke(
+        app,
+        [
+            "exec",
+            str(tmp_path / "plan.json"),
+            "--tools",
+            str(tmp_path / "tools.py"),
+            "--store",
+            str(store_path),
+            "--json",
+            *extra,
+        ],
+    )
+    assert result.exit_code == 0, result.stderr
+    run_id = json.loads(result.stdout)["run_id"]
+    trace = (tmp_path / "store" / "traces" / f"{run_id}.jsonl").read_text(encoding="utf-8")
+    store = open_store(store_path)
+    try:
+        stored = json.dumps([step.args for step in store.steps(run_id).values()])
+    finally:
+        store.close()
+    return trace, stored
+
+
+def test_api_keys_and_authorization_headers_never_reach_the_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", ENV_SECRET)
+    plan = {
+        "steps": [
+            {
+                "id": 1,
+                "tool": "call_api",
+                "args": {
+                    "url": "http://127.0.0.1:9/v1",
+                    "headers": {"Authorization": f"Bearer {SECRET}", "x-note": ENV_SECRET},
+                },
+            }
+        ],
+        "output": "<step_1_result>",
+    }
+    trace, stored = _exec(tmp_path, plan)
+    for secret in (SECRET, ENV_SECRET):
+        assert secret not in trace
+        assert secret not in stored
+    assert "http://127.0.0.1:9/v1" in trace  # the rest is kept
+    assert "[secret]" in trace
+
+
+def test_redact_masks_personal_data_only_when_asked(tmp_path: Path) -> None:
+    plan = {"steps": [{"id": 1, "tool": "recipient", "args": {}}], "output": "<step_1_result>"}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    plain, _ = _exec(tmp_path / "a", plan)
+    assert "MARIA DA SILVA" in plain
+    assert "52998224725" in plain
+    redacted, _ = _exec(tmp_path / "b", plan, "--redact")
+    for personal in ("MARIA DA SILVA", "52998224725", "maria@example.com"):
+        assert personal not in redacted
+    assert "[name]" in redacted
+    assert "[cpf]" in redacted
