@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 import anyio
 
-from plandag.compiler import Diagnostic
+from plandag.compiler import CompiledPlan, Diagnostic, compile_plan
 from plandag.dag.plan import ParamSpec, Plan
 from plandag.errors import PlanError
 from plandag.planner.joiner import (
@@ -86,6 +86,9 @@ from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
 
 __all__ = ["Agent", "AgentResult", "GaveUpReason"]
+
+_STORED_KEPT = 8
+"""Compiled stored plans an :class:`Agent` keeps (the oldest is dropped first)."""
 
 GaveUpReason = Literal["max_replans", "no_progress", "budget", "replanner_error"]
 """Why the agent gave up: the replan cap, the no-progress cap, the cost cap refused a model
@@ -235,6 +238,8 @@ async def _next_state(session: RunSession, watch: _FailureWatch) -> SessionState
     state = session.state()
     if state.needs_replan or state.stop_reason is not None:
         return state
+    if not state.running and not state.pending:
+        return state  # settled already: every step ended or waits on held effects
     async with anyio.create_task_group() as group:
 
         async def settled() -> None:
@@ -345,6 +350,63 @@ class Agent:
         self.replan_max_tokens = replan_max_tokens
         self.join_max_tokens = join_max_tokens
         self.max_chars = max_chars
+        self._stored: dict[tuple[Registry, bool, str], CompiledPlan] = {}
+
+    def _stored_header(self, goal: str, plan: Plan, given: Mapping[str, Any]) -> CompiledPlan:
+        """The session header of a run of the stored ``plan``: its steps already compiled.
+
+        The header (``goal``, the plan's params, no steps) is compiled with ``given`` as
+        :func:`~plandag.scheduler.session.open_session` would compile it (so a bad param
+        raises the same :class:`~plandag.errors.PlanError`). The plan's steps are compiled
+        once per plan (its JSON), against this agent's registry and ``read_only`` flag, and
+        reused by every later run of an equal plan with only the params swapped in, as
+        ``plandag extract nfe`` does: a step's compilation does not depend on param values
+        except for literal write targets, so a plan one of whose tools writes is compiled
+        afresh when a write boundary is set (the boundary's answer depends on the file
+        system). A plan whose steps do not compile is not kept: the returned header then
+        has no steps, and ``session.add`` reports the error as for any stored plan.
+
+        Args:
+            goal: the run's goal.
+            plan: the stored plan.
+            given: the run's param values by name.
+
+        Returns:
+            A compiled header: the session's plan is the header (goal, params, no steps,
+            no output) and its steps are the stored plan's, compiled, or none.
+
+        Raises:
+            PlanError: the header does not compile (a missing, unknown or invalid param).
+        """
+        header = compile_plan(
+            Plan(goal=goal, params=plan.params, steps=[]),
+            self.registry,
+            params=given,
+            read_only=self.read_only,
+            write_boundary=self.write_boundary,
+        )
+        tools = self.registry.tools
+        if self.write_boundary is not None and any(
+            step.tool not in tools or tools[step.tool].writes is not None for step in plan.steps
+        ):
+            return header  # write targets are checked against the file system: each run
+        key = (self.registry, self.read_only, plan.model_dump_json())
+        steps = self._stored.get(key)
+        if steps is None:
+            try:
+                steps = compile_plan(
+                    plan,
+                    self.registry,
+                    params=header.params,
+                    read_only=self.read_only,
+                    write_boundary=self.write_boundary,
+                )
+            except PlanError:
+                return header  # session.add reports it, with the same diagnostics
+            if len(self._stored) >= _STORED_KEPT:
+                self._stored.pop(next(iter(self._stored)))
+            self._stored[key] = steps
+        return dataclasses.replace(header, graph=steps.graph, steps=steps.steps, order=steps.order)
 
     async def run(
         self,
@@ -362,7 +424,10 @@ class Agent:
             params: values given to the run by name (``<param.NAME>``), or None.
             plan: a stored plan to run instead of asking the planner (issue 4, "Stored
                 plans with a planner attached"): no planning call; its params and steps
-                join the run at once, and only a failure brings in the replanner.
+                join the run at once, and only a failure brings in the replanner. Its
+                steps are compiled once per agent and reused by later runs of an equal
+                plan (see :meth:`_stored_header`); the session then opens with them
+                (``RunStarted.step_count`` counts them; no ``StepsAdded`` event).
 
         Returns:
             The :class:`AgentResult`; never raises for a failed plan, call or step (the
@@ -370,6 +435,8 @@ class Agent:
 
         Raises:
             ValueError: bad limits (as ``open_session``).
+            PlanError: ``params`` do not fit the declared params (a missing, unknown or
+                invalid param), as ``open_session`` raises it.
         """
         budget = (
             self.budget
@@ -379,8 +446,8 @@ class Agent:
         given = dict(params or {})
         run = _AgentRun(self, goal, context, given, budget)
         run.stored = plan
-        header = (
-            _header(goal, given) if plan is None else Plan(goal=goal, params=plan.params, steps=[])
+        header: Plan | CompiledPlan = (
+            _header(goal, given) if plan is None else self._stored_header(goal, plan, given)
         )
         watch = _FailureWatch()
         session_ref: list[RunSession] = []
@@ -388,7 +455,7 @@ class Agent:
             async with open_session(
                 header,
                 self.registry,
-                params=given,
+                params=given if isinstance(header, Plan) else None,
                 read_only=self.read_only,
                 write_boundary=self.write_boundary,
                 limits=self.limits,
@@ -477,7 +544,8 @@ class _AgentRun:
         """Write the plan into ``session``; raise :class:`_PlanningFailed` when it fails."""
         if self.stored is not None:  # a stored plan: no planning call
             try:
-                session.add(self.stored.steps)
+                if not session.steps:  # not compiled with the header (Agent._stored_header)
+                    session.add(self.stored.steps)
                 session.set_output(self.stored.output)
             except PlanError as error:
                 self.diagnostics = tuple(error.diagnostics)

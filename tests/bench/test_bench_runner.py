@@ -3,10 +3,12 @@ the calibration; the report."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -16,6 +18,7 @@ from plandag.bench.runner import (
     run_bench,
     run_plandag,
     run_react,
+    serial_seconds,
     write_chart,
 )
 from plandag.bench.simulator import (
@@ -26,7 +29,7 @@ from plandag.bench.simulator import (
     thought_text,
 )
 from plandag.bench.workloads import MOVIE8, WORKLOADS
-from plandag.planner.llm import AnthropicClient
+from plandag.planner.llm import AnthropicClient, LLMClient
 from plandag.testing import estimate_tokens
 
 pytestmark = pytest.mark.anyio
@@ -244,3 +247,36 @@ def test_report_targets_and_markdown(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     assert write_chart(report, tmp_path / "bench.png") is None
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_missed_ideal_target_says_what_the_steps_take_one_at_a_time() -> None:
+    questions = len(WORKLOADS["nfe"].questions)  # 3 invoices
+    plandag = dataclasses.replace(
+        record("nfe", "plandag", 0.006, 0.0015), llm_calls=0, steps_s=0.0018
+    )
+    report = BenchReport(
+        BenchSettings.calibrated(), ["nfe"], [plandag, record("nfe", "react", 11.5)]
+    )
+    assert questions == 3
+    assert report.target_lines() == [
+        "nfe: plandag wall / ideal 4.000 (target <= 1.10): NOT met (ideal 0.5 ms per "
+        "question; plandag's overhead 1.5 ms per question; the steps' own durations add up "
+        "to 0.60 ms per question, 1.20x the ideal: steps that compute on the event loop run "
+        "one at a time)"
+    ]
+    assert report.summary("nfe", "plandag").steps_s == 0.0018
+    assert report.summary("nfe", "react").steps_s is None
+
+
+async def test_run_plandag_records_the_steps_durations(settings: BenchSettings) -> None:
+    record, results = await run_plandag(
+        WORKLOADS["nfe"], cast(LLMClient, object()), settings, settings.world(0)
+    )
+    assert record.success
+    assert record.steps_s == sum(serial_seconds(result) for result in results)
+    assert record.ideal_s is not None
+    assert record.ideal_s < record.steps_s  # five selections side by side on the critical path
+    for result in results:
+        assert serial_seconds(result) == sum(
+            step.duration_s or 0.0 for step in result.run.steps.values()
+        )
