@@ -28,7 +28,7 @@ from typing import Any, Literal, Protocol
 import anyio
 import rfc8785
 
-from plandag.compiler.compiled import CompiledPlan
+from plandag.compiler.compiled import CompiledPlan, CompiledStep
 from plandag.dag.plan import Plan
 from plandag.errors import PlandagError
 from plandag.scheduler.result import to_jsonable
@@ -101,15 +101,19 @@ def plan_hash(
     return hashlib.sha256(canonical).hexdigest()
 
 
-def approval_needed(compiled: CompiledPlan, mode: ApprovalMode) -> bool:
-    """Whether ``compiled`` needs a person's decision under ``mode`` (module docstring).
+def approval_needed(
+    compiled: CompiledPlan | Mapping[int, CompiledStep], mode: ApprovalMode
+) -> bool:
+    """Whether a plan (compiled, or a session's compiled steps) needs a person's decision
+    under ``mode`` (module docstring).
 
     Raises:
         ValueError: an unknown mode.
     """
     if mode not in ("ask", "auto", "never"):
         raise ValueError(f"approve mode must be ask, auto or never, not {mode!r}")
-    effects = {step.tool.effects for step in compiled.steps.values()}
+    steps = compiled.steps if isinstance(compiled, CompiledPlan) else compiled
+    effects = {step.tool.effects for step in steps.values()}
     if effects <= {"none"}:
         return False
     if mode == "auto":
@@ -157,9 +161,38 @@ class ApprovalRequest:
     ) -> ApprovalRequest:
         """The request for a compiled plan version (targets of arguments that hold
         references are shown as written in the plan)."""
+        return cls.for_steps(
+            run_id,
+            version,
+            compiled.plan,
+            compiled.params,
+            compiled.steps,
+            compiled.write_boundary,
+            reason=reason,
+            expiry_s=expiry_s,
+            now=now,
+        )
+
+    @classmethod
+    def for_steps(
+        cls,
+        run_id: str,
+        version: int,
+        plan: Plan,
+        params: Mapping[str, Any],
+        steps: Mapping[int, CompiledStep],
+        write_boundary: WriteBoundary | None,
+        *,
+        reason: str,
+        expiry_s: float = DEFAULT_EXPIRY_S,
+        now: float | None = None,
+    ) -> ApprovalRequest:
+        """The request for ``plan`` whose steps are compiled as ``steps`` (a run session's:
+        :attr:`~plandag.scheduler.session.RunSession.steps`)."""
+        compiled_steps = steps
         effects = []
-        for step_id in compiled.order:
-            step = compiled.steps[step_id]
+        for step_id in sorted(compiled_steps):
+            step = compiled_steps[step_id]
             if step.tool.effects == "none":
                 continue
             try:
@@ -169,15 +202,15 @@ class ApprovalRequest:
             effects.append((step_id, step.tool.name, step.tool.effects, targets))
         estimates = [
             step.tool.cost_estimate_usd
-            for step in compiled.steps.values()
+            for step in compiled_steps.values()
             if step.tool.cost_estimate_usd is not None
         ]
         return cls(
             run_id=run_id,
             version=version,
-            plan_hash=plan_hash(compiled.plan, compiled.params, compiled.write_boundary),
-            plan=compiled.plan,
-            params=dict(compiled.params),
+            plan_hash=plan_hash(plan, params, write_boundary),
+            plan=plan,
+            params=dict(params),
             effects=tuple(effects),
             estimated_cost_usd=float(sum(estimates)) if estimates else None,
             reason=reason,

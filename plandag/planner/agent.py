@@ -36,11 +36,21 @@ past its retries. :class:`AgentResult` carries the error and a status (``failed`
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import anyio
 
+from plandag.approval import (
+    DEFAULT_EXPIRY_S,
+    ApprovalMode,
+    ApprovalRequest,
+    Approver,
+    Decision,
+    StaleDecisionError,
+    approval_needed,
+)
 from plandag.compiler import CompiledPlan, Diagnostic, compile_plan
 from plandag.dag.plan import ParamSpec, Plan
 from plandag.errors import PlanError
@@ -143,6 +153,12 @@ class AgentResult:
             did not compile), else ().
         plan_did_not_compile: planning ended because the plan still did not compile after
             its repairs (``plandag run`` exits 2 then).
+        approval: the last approval request (the one awaiting a decision when ``status`` is
+            ``awaiting_approval``), or None when no decision was needed.
+        decisions: every decision taken during the run (approvals of the plan and of
+            replans with effects, rejections), in order.
+        revisions: the feedback of every rejection that sent the plan back to the planner,
+            in order (each reached the planner verbatim).
     """
 
     status: RunStatus
@@ -157,6 +173,9 @@ class AgentResult:
     gave_up: GaveUpReason | None = None
     diagnostics: tuple[Diagnostic, ...] = ()
     plan_did_not_compile: bool = False
+    approval: ApprovalRequest | None = None
+    decisions: tuple[Decision, ...] = ()
+    revisions: tuple[str, ...] = ()
 
     @property
     def first_tool_start_s(self) -> float | None:
@@ -196,6 +215,21 @@ class AgentResult:
         document["gave_up"] = self.gave_up
         document["diagnostics"] = [diagnostic.as_dict() for diagnostic in self.diagnostics]
         document["output_tokens_per_step"] = self.output_tokens_per_step
+        document["approval"] = (
+            {
+                "version": self.approval.version,
+                "plan_hash": self.approval.plan_hash,
+                "reason": self.approval.reason,
+                "expires_at": self.approval.expires_at,
+            }
+            if self.approval is not None
+            else None
+        )
+        document["decisions"] = [
+            {"approved": d.approved, "plan_hash": d.plan_hash, "who": d.who, "feedback": d.feedback}
+            for d in self.decisions
+        ]
+        document["revisions"] = list(self.revisions)
         return document
 
 
@@ -291,6 +325,19 @@ class Agent:
         replan_max_tokens: output tokens of a replanning call.
         join_max_tokens: output tokens of the joiner's call.
         max_chars: characters of each step result shown to the replanner and the joiner.
+        approve: the approval gate (issue 6): None (no gate: effects start once the plan
+            compiled), ``ask`` (a plan with effects waits for ``approver``), ``auto``
+            (``write`` effects approved, ``irreversible`` ones ask) or ``never`` (a plan
+            that needs approval ends the run ``awaiting_approval``). Read-only plans never
+            ask; a replan that adds steps with effects asks again. Time waiting for the
+            approver counts against neither the wall-clock cap nor the stall detector.
+        approver: who decides (:class:`~plandag.approval.CallbackApprover`,
+            :class:`~plandag.approval.TerminalApprover`); None: nobody here (as ``never``).
+        approval_expiry_s: seconds a request stays valid (``ApprovalRequest.expires_at``).
+        max_revisions: rejections whose feedback sends the plan back to the planner for a
+            revision; past them the run ends ``rejected``.
+        on_session: called with the run's session as soon as it opens (a run store binds
+            its recorder to the session's steps).
 
     Raises:
         ValueError: a cap out of range.
@@ -320,7 +367,14 @@ class Agent:
         replan_max_tokens: int = DEFAULT_REPLAN_MAX_TOKENS,
         join_max_tokens: int = DEFAULT_JOIN_MAX_TOKENS,
         max_chars: int = DEFAULT_REPLAN_MAX_CHARS,
+        approve: ApprovalMode | None = None,
+        approver: Approver | None = None,
+        approval_expiry_s: float = DEFAULT_EXPIRY_S,
+        max_revisions: int = 3,
+        on_session: Callable[[RunSession], None] | None = None,
     ) -> None:
+        if max_revisions < 0:
+            raise ValueError(f"max_revisions must be >= 0, not {max_revisions}")
         if max_replans < 0:
             raise ValueError(f"max_replans must be >= 0, not {max_replans}")
         if max_replans_without_progress < 1:
@@ -350,6 +404,11 @@ class Agent:
         self.replan_max_tokens = replan_max_tokens
         self.join_max_tokens = join_max_tokens
         self.max_chars = max_chars
+        self.approve: ApprovalMode | None = approve
+        self.approver = approver
+        self.approval_expiry_s = approval_expiry_s
+        self.max_revisions = max_revisions
+        self.on_session = on_session
         self._stored: dict[tuple[Registry, bool, str], CompiledPlan] = {}
 
     def _stored_header(self, goal: str, plan: Plan, given: Mapping[str, Any]) -> CompiledPlan:
@@ -415,6 +474,53 @@ class Agent:
         params: Mapping[str, Any] | None = None,
         *,
         plan: Plan | None = None,
+        run_id: str | None = None,
+    ) -> AgentResult:
+        """Plan ``goal``, have the plan approved when it needs it, run it, replan what
+        fails within the caps, join (arguments and result as :meth:`run_once`).
+
+        A rejected plan goes back to the planner with the person's feedback, verbatim, as
+        the instruction for the revision (and the rejected plan), at most
+        ``max_revisions`` times; each revision is a fresh run of the new plan under the
+        same ``run_id``. The result's ``revisions`` lists the feedback texts.
+        """
+        revisions: list[str] = []
+        decisions: list[Decision] = []
+        rejected: Plan | None = None
+        while True:
+            revision_context = context
+            if revisions:
+                revision_context = _revision_context(context, rejected, revisions)
+            result = await self.run_once(
+                goal,
+                revision_context,
+                params,
+                plan=plan if not revisions else None,
+                run_id=run_id,
+            )
+            decisions.extend(result.decisions)
+            result = dataclasses.replace(
+                result, decisions=tuple(decisions), revisions=tuple(revisions)
+            )
+            last = result.decisions[-1] if result.decisions else None
+            if (
+                result.status != "rejected"
+                or last is None
+                or last.approved
+                or len(revisions) >= self.max_revisions
+            ):
+                return result
+            revisions.append(last.feedback)
+            rejected = result.plan_versions[-1] if result.plan_versions else None
+
+    async def run_once(
+        self,
+        goal: str,
+        context: str = "",
+        params: Mapping[str, Any] | None = None,
+        *,
+        plan: Plan | None = None,
+        run_id: str | None = None,
     ) -> AgentResult:
         """Plan ``goal``, run the plan, replan what fails within the caps, join.
 
@@ -465,9 +571,15 @@ class Agent:
                 tool_limits=self.tool_limits,
                 budget=budget,
                 hold_effects=True,
+                run_id=run_id,
             ) as session:
                 session_ref.append(session)
+                if self.on_session is not None:
+                    self.on_session(session)
+                if self.approve is not None:
+                    session.require_approval()
                 await run.plan(session)
+                await run.approve(session, first=True)
                 await run.run_and_replan(session, watch)
         except _PlanningFailed:
             pass
@@ -480,6 +592,27 @@ class Agent:
             # next checkpoint, so the cancellation itself is not lost.
             return run.result(session_ref[0].result())
         return run.result(session_ref[0].result())
+
+
+def _revision_context(context: str, rejected: Plan | None, feedback: Sequence[str]) -> str:
+    """Trusted context for a revision: the user's context, the rejected plan, and the
+    person's feedback in full (the last is the instruction for this revision)."""
+    parts = [context] if context else []
+    if rejected is not None:
+        parts.append(
+            "A person rejected the previous plan:\n"
+            + json.dumps(rejected.model_dump(mode="json", exclude_none=True), ensure_ascii=False)
+        )
+    for number, text in enumerate(feedback, start=1):
+        latest = number == len(feedback)
+        parts.append(
+            f"The person's feedback on plan {number}"
+            + (" (the instruction for this revision, in full)" if latest else "")
+            + ":\n"
+            + text
+        )
+    parts.append("Write a revised plan that follows the feedback.")
+    return "\n\n".join(parts)
 
 
 class _PlanningFailed(Exception):
@@ -510,6 +643,8 @@ class _AgentRun:
         self.diagnostics: tuple[Diagnostic, ...] = ()
         self.plan_did_not_compile = False
         self.stored: Plan | None = None
+        self.request: ApprovalRequest | None = None
+        self.decisions: list[Decision] = []
         agent_ = agent
         self.planner = Planner(
             agent_.client,
@@ -593,6 +728,67 @@ class _AgentRun:
         self.outcome = outcome
         self.versions.append(outcome.plan)
 
+    async def approve(self, session: RunSession, *, first: bool) -> None:
+        """The approval gate (issue 6): release the held steps with effects when the plan
+        needs no decision or a person approves it; otherwise end the run
+        ``awaiting_approval`` or ``rejected`` (raising :class:`_PlanningFailed` for the
+        first plan; a replan's rejection ends the run where it is).
+
+        Raises:
+            _PlanningFailed: the first plan was not approved.
+        """
+        agent = self.agent
+        mode = agent.approve
+        if mode is None:
+            return
+        steps = session.steps
+        if not session.release_asked and not first:
+            return
+        if not approval_needed(steps, mode):
+            session.approve_effects()
+            return
+        plan = Plan(
+            goal=self.goal,
+            params=session.plan.params,
+            steps=[steps[key].step for key in sorted(steps)],
+            output=session.output,
+        )
+        irreversible = any(step.tool.effects == "irreversible" for step in steps.values())
+        reason = "the plan has irreversible effects" if irreversible else "the plan has effects"
+        if not first:
+            reason = f"replan {len(self.replans)} adds steps: {reason}"
+        request = ApprovalRequest.for_steps(
+            session.run_id,
+            max(len(self.versions), 1),
+            plan,
+            self.params,
+            steps,
+            agent.write_boundary,
+            reason=reason,
+            expiry_s=agent.approval_expiry_s,
+        )
+        self.request = request
+        if agent.approver is None or mode == "never":
+            self.fail(
+                "awaiting_approval",
+                "AwaitingApproval",
+                f"{reason}; nobody here can approve it (plan hash {request.plan_hash})",
+            )
+            raise _PlanningFailed
+        with session.waiting_for_person():
+            decision = await agent.approver(request)
+        try:
+            decision.check(request)
+        except StaleDecisionError as error:
+            self.fail("awaiting_approval", type(error).__name__, str(error))
+            raise _PlanningFailed from None
+        self.decisions.append(decision)
+        if decision.approved:
+            session.approve_effects()
+            return
+        self.fail("rejected", "Rejected", decision.feedback or "rejected without feedback")
+        raise _PlanningFailed
+
     def fail(self, status: RunStatus, error_type: str, message: str) -> None:
         """Record what ended the run outside its steps."""
         self.status = status
@@ -665,6 +861,14 @@ class _AgentRun:
                         output=session.output,
                     )
                 )
+                if agent.approve is not None and any(
+                    session.steps[key].tool.effects != "none" for key in record.new_ids
+                ):
+                    session.release_effects()  # gated: approve() releases
+                    try:
+                        await self.approve(session, first=False)
+                    except _PlanningFailed:
+                        return
 
     def give_up(self, session: RunSession, reason: GaveUpReason) -> None:
         """A cap was hit: the run ends ``gave_up``."""
@@ -756,4 +960,6 @@ class _AgentRun:
             gave_up=self.gave_up,
             diagnostics=self.diagnostics,
             plan_did_not_compile=self.plan_did_not_compile,
+            approval=self.request,
+            decisions=tuple(self.decisions),
         )

@@ -35,6 +35,9 @@ class MonitoredRun(Protocol):
 
     last_progress: float
     """Monotonic time (run's clock) a step last reached a terminal state, or the start."""
+    paused: bool
+    """The run waits for a person: no stall is reported (ARCHITECTURE.md, "People in the
+    loop"); ``last_progress`` moves on by the time waited when the wait ends."""
 
     def heartbeat(self) -> events.Heartbeat:
         """A heartbeat for now."""
@@ -81,7 +84,9 @@ async def monitor(
     while True:
         now = clock.monotonic()
         wake = next_beat
-        if stall_after is not None:
+        if stall_after is not None and run.paused:
+            wake = min(wake, now + min(stall_after, 1.0))  # look again once the wait ends
+        elif stall_after is not None:
             if reported != run.last_progress:
                 wake = min(wake, run.last_progress + stall_after)
             else:  # this stall was reported: look again later for the next one
@@ -97,7 +102,12 @@ async def monitor(
             if next_beat <= now:
                 next_beat = now + every
         last = run.last_progress
-        if stall_after is not None and reported != last and now - last >= stall_after:
+        if (
+            stall_after is not None
+            and not run.paused
+            and reported != last
+            and now - last >= stall_after
+        ):
             reported = last
             if send:
                 run.emit(run.stall(now - last, stop_on_stall))

@@ -255,6 +255,7 @@ class _Run:
         self.started = 0.0
         self.deadline: float | None = None
         self.last_progress = 0.0
+        self.paused = False
         self.records: dict[int, StepRecord] = {}
         self.remaining: dict[int, int] = {}
         self.active = 0
@@ -443,6 +444,25 @@ class _Run:
             if step_id not in self.completed and self.remaining[step_id] == 0
         ]
 
+    def pause(self) -> Callable[[], None]:
+        """Stop the wall-clock cap and the stall detector while a person decides; returns
+        the function that resumes them, moved on by the time waited."""
+        paused_at = self.monotonic()
+        saved = self.run_scope.deadline
+        self.run_scope.deadline = math.inf
+        self.paused = True
+
+        def resume() -> None:
+            waited = max(self.monotonic() - paused_at, 0.0)
+            self.last_progress += waited
+            if self.deadline is not None:
+                self.deadline += waited
+            # one assignment: the old deadline, already past, would cancel the scope at once
+            self.run_scope.deadline = saved + waited
+            self.paused = False
+
+        return resume
+
     def extend_deadline(self, seconds: float) -> None:
         """Move the wall-clock cap and the stall detector's last progress ``seconds`` later
         (time spent waiting for a person counts against neither: ARCHITECTURE.md, "People
@@ -452,7 +472,8 @@ class _Run:
         self.last_progress += seconds
         if self.deadline is not None:
             self.deadline += seconds
-            self.run_scope.deadline += seconds
+            if not self.paused:
+                self.run_scope.deadline += seconds
 
     def finish(self, started_at: float, started: float) -> RunResult:
         """Close every record still open, build the RunResult and emit RunFinished."""

@@ -43,6 +43,7 @@ session, from its opening: time the replanner spends counts against the wall-clo
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import types
 import uuid
@@ -423,6 +424,8 @@ class RunSession:
         self._max_arg_bytes = max_arg_bytes
         self._sealed = False
         self._result: RunResult | None = None
+        self._gated = False
+        self._release_asked = False
 
     # -- what it holds -----------------------------------------------------------------------
 
@@ -668,7 +671,58 @@ class RunSession:
             RuntimeError: the session is closed.
         """
         self._check_open()
+        if self._gated:
+            self._release_asked = True  # released by approve_effects()
+            return
         self._run.release()
+
+    def require_approval(self) -> None:
+        """Gate effects behind a person's decision: from now on :meth:`release_effects`
+        releases nothing (it only records that the plan is complete) until
+        :meth:`approve_effects` is called (ARCHITECTURE.md, "People in the loop")."""
+        self._check_open()
+        self._gated = True
+
+    @property
+    def release_asked(self) -> bool:
+        """:meth:`release_effects` was called while effects were gated."""
+        return self._release_asked
+
+    def approve_effects(self, *, hold_again: bool = True) -> None:
+        """A person approved the plan so far: release the held steps with effects.
+
+        Args:
+            hold_again: steps with effects added later (a replan's) are held again, and
+                wait for the next :meth:`approve_effects` (every revised plan passes the same
+                approval as the first).
+
+        Raises:
+            RuntimeError: the session is closed.
+        """
+        self._check_open()
+        self._release_asked = False
+        self._run.release()
+        if hold_again:
+            self._run.holding = True
+
+    @contextlib.contextmanager
+    def waiting_for_person(self) -> Iterator[None]:
+        """A block during which the run waits for a person (an approval): its wall-clock
+        cap and stall detector stop, and resume afterwards moved on by the time waited
+        (ARCHITECTURE.md, "People in the loop"). Steps already running go on."""
+        self._check_open()
+        resume = self._run.pause()
+        try:
+            yield
+        finally:
+            resume()
+
+    def extend_deadline(self, seconds: float) -> None:
+        """Move the wall-clock cap and the stall detector ``seconds`` later: time spent
+        waiting for a person counts against neither (ARCHITECTURE.md, "People in the
+        loop")."""
+        self._check_open()
+        self._run.extend_deadline(seconds)
 
     def hold_effects(self) -> None:
         """Hold again the steps with effects added from now on (a replan that must be
