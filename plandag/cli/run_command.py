@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
+import uuid
 from pathlib import Path
 from typing import Annotated
 
@@ -63,11 +64,23 @@ from plandag.cli.app import (
 from plandag.cli.display import run_table
 from plandag.cli.plan_command import _KEY_VARIABLES, DEFAULT_MODELS, _client
 from plandag.cli.signals import Interruptible, exit_code_for_signal
+from plandag.cli.store_command import (
+    ApproveOption,
+    RedactOption,
+    SessionRecorder,
+    StoreOption,
+    approve_mode,
+    open_cli_store,
+    record_agent_run,
+    terminal_approver,
+    trace_factory,
+)
 from plandag.planner.agent import Agent, AgentResult
 from plandag.planner.prompt import format_diagnostics
 from plandag.scheduler import JsonlHeartbeatWriter, RetryPolicy
 from plandag.scheduler.events import Observer
 from plandag.scheduler.result import to_jsonable
+from plandag.store.durable import RunOptions
 
 __all__ = ["exit_code", "register"]
 
@@ -160,11 +173,21 @@ def register(app: typer.Typer) -> None:
         stall_after: StallAfterOption = None,
         stop_on_stall: StopOnStallOption = None,
         as_json: JsonOption = False,
+        store: StoreOption = None,
+        approve: ApproveOption = None,
+        redact: RedactOption = False,
     ) -> None:
         """Plan TASK with a model, run the plan, replan what fails, print the result.
 
         Every brake of exec applies to the whole run, model calls included (the cost caps
-        count their tokens; the wall clock counts from the first request).
+        count their tokens; the wall clock counts from the first request; time waiting for
+        a person's decision does not count).
+
+        The run is recorded in the run store with its trace (see `plandag runs`, `trace`).
+        A plan with effects needs approval (--approve ask, the default, asks on the
+        terminal and otherwise waits, exit 4; auto approves writes, irreversible effects
+        still ask; never saves the plan awaiting_approval, exit 4): `plandag approve RUN_ID`
+        runs it, `plandag reject RUN_ID --feedback TEXT` sends it back to the planner.
         """
         settings = _settings(
             {
@@ -178,8 +201,10 @@ def register(app: typer.Typer) -> None:
                 "heartbeat_every": heartbeat_every,
                 "stall_after": stall_after,
                 "stop_on_stall": stop_on_stall,
+                "approve": approve,
             }
         )
+        mode = approve_mode(settings["approve"])
         if provider not in _KEY_VARIABLES:
             _fail(f"--provider {provider!r}: choose anthropic or openai")
         name = model or DEFAULT_MODELS.get(provider)
@@ -202,6 +227,42 @@ def register(app: typer.Typer) -> None:
                 _fail(f"--heartbeat {heartbeat_file}: its folder does not exist")
             observers.append(JsonlHeartbeatWriter(heartbeat_file))
         client = _client(provider, base_url)  # a missing key stops here, before any call
+        run_store = open_cli_store(store)
+        run_id = uuid.uuid4().hex[:16]
+        options = RunOptions(
+            tools=tuple(str(Path(tool).resolve()) for tool in dict.fromkeys(tools or [])),
+            write_boundary=(
+                tuple(settings["write_boundary"]) if settings["write_boundary"] else None
+            ),
+            base=str(Path.cwd()),
+            read_only=read_only,
+            limits={
+                "max_seconds": limits.max_seconds,
+                "max_cost_usd": limits.max_cost_usd,
+                "max_tokens": limits.max_tokens,
+                "heartbeat_every": limits.heartbeat_every,
+                "stall_after": limits.stall_after,
+                "stop_on_stall": limits.stop_on_stall,
+            },
+            retries=settings["retries"],
+            max_concurrency=settings["max_concurrency"],
+            approve=mode,
+            expiry_s=settings["approval_expiry"],
+            redact=redact,
+            planner={
+                "provider": provider,
+                "model": name,
+                "base_url": base_url,
+                "context": context_text,
+            },
+        )
+        run_store.create_run(
+            run_id, command="run", goal=task, params=params, options=options.as_json()
+        )
+        writer = trace_factory(run_store, redact)(run_id, 0)
+        writer.run_started("run", task, params)
+        recorder = SessionRecorder(run_store, run_id, params)
+        observers.extend([recorder, writer])
         agent = Agent(
             client,
             name,
@@ -213,20 +274,47 @@ def register(app: typer.Typer) -> None:
             max_concurrency=settings["max_concurrency"],
             read_only=read_only,
             write_boundary=boundary,
+            approve=mode,
+            approver=terminal_approver() if mode == "ask" else None,
+            approval_expiry_s=settings["approval_expiry"],
+            on_session=recorder.bind,
         )
 
         async def work() -> AgentResult:
             try:
-                return await agent.run(task, context_text, params or None)
+                return await agent.run(task, context_text, params or None, run_id=run_id)
             finally:
                 with anyio.CancelScope(shield=True):  # close even when interrupted
                     await client.aclose()
 
-        outcome = Interruptible(functools.partial(work)).run()
+        try:
+            outcome = Interruptible(functools.partial(work)).run()
+            if outcome.result is not None:
+                record_agent_run(
+                    run_store,
+                    writer,
+                    run_id,
+                    outcome.result,
+                    write_boundary=boundary,
+                    params=params,
+                )
+            else:
+                run_store.update_run(run_id, status="interrupted", pid=None)
+        finally:
+            writer.close()
+            run_store.close()
         if outcome.result is None:
             code = exit_code_for_signal(outcome.signal) if outcome.signal is not None else 130
             _fail("the run was interrupted before it could report", code)
         _report(outcome.result, as_json)
+        if outcome.result.status == "awaiting_approval" and outcome.result.approval is not None:
+            for line in outcome.result.approval.summary_lines():
+                stderr.print(line, markup=False, highlight=False)
+            stderr.print(
+                f"run {run_id} awaits a decision: `plandag approve {run_id}` runs this plan, "
+                f"`plandag reject {run_id} --feedback TEXT` sends it back to the planner",
+                markup=False,
+            )
         if outcome.signal is not None:
             raise typer.Exit(exit_code_for_signal(outcome.signal))
         raise typer.Exit(exit_code(outcome.result))

@@ -25,6 +25,8 @@ import datetime
 import json
 import os
 import sys
+import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -41,14 +43,17 @@ from plandag.scheduler.result import to_jsonable
 
 if TYPE_CHECKING:
     from plandag.compiler.compiled import CompiledPlan
+    from plandag.planner.agent import AgentResult
     from plandag.store import Store
     from plandag.store.durable import DurableOutcome, RunOptions, TraceFactory
 
 __all__ = [
     "ApproveOption",
     "RedactOption",
+    "SessionRecorder",
     "StoreOption",
     "durable_exec",
+    "record_agent_run",
     "register",
 ]
 
@@ -429,10 +434,13 @@ def register(app: typer.Typer) -> None:
         store = open_cli_store(store_path)
         run_id, row = _stored_run(store, run)
         try:
-            decide(store, run_id, approved=True, who=who or _login(), expected_hash=plan_hash)
+            digest = decide(
+                store, run_id, approved=True, who=who or _login(), expected_hash=plan_hash
+            )
         except (StaleDecisionError, InputError) as error:
             _fail(str(error))
         row = store.run(run_id)
+        _trace_decision(store, row, digest, "approved", who or _login(), None).close()
         _continue(
             store,
             run_id,
@@ -456,8 +464,12 @@ def register(app: typer.Typer) -> None:
         store_path: StoreOption = None,
         who: Annotated[str | None, typer.Option("--who", help="Your name.")] = None,
     ) -> None:
-        """Reject the plan awaiting a decision, with feedback for the planner (exit 4)."""
-        from plandag.store.durable import decide
+        """Reject the plan awaiting a decision, with feedback for the planner (exit 4).
+
+        A run started by `plandag run` goes back to its planner with the feedback, in
+        full, as the instruction for a revision; the revised plan then awaits a decision.
+        """
+        from plandag.store.durable import RunOptions, decide
 
         store = open_cli_store(store_path)
         run_id, _ = _stored_run(store, run)
@@ -472,16 +484,120 @@ def register(app: typer.Typer) -> None:
             )
         except (StaleDecisionError, InputError) as error:
             _fail(str(error))
-        path = store.trace_path(run_id)
-        if path.exists():
-            from plandag.trace.redact import Redactor
-            from plandag.trace.writer import TraceWriter
-
-            row = store.run(run_id)
-            with TraceWriter(path, run_id, segment=row.segment, redact=Redactor()) as writer:
-                writer.approval(row.version, digest, "rejected", who or _login(), feedback)
+        row = store.run(run_id)
+        options = RunOptions.from_json(row.options)
+        with _trace_decision(store, row, digest, "rejected", who or _login(), feedback) as writer:
+            if options.planner is not None:
+                _revise(store, run_id, row, options, writer)
         _app().stderr.print(f"run {run_id} rejected (plan hash {digest})")
         raise typer.Exit(4)
+
+
+def _trace_decision(
+    store: Store, row: Any, digest: str, decision: str, who: str, feedback: str | None
+) -> Any:
+    """Append a decision taken from the command line to the run's trace; returns the
+    (closed unless used as a context manager) writer."""
+    from plandag.store.durable import RunOptions
+    from plandag.trace.redact import Redactor
+    from plandag.trace.writer import TraceWriter
+
+    options = RunOptions.from_json(row.options)
+    writer = TraceWriter(
+        store.trace_path(row.run_id),
+        row.run_id,
+        segment=row.segment,
+        redact=Redactor(personal=options.redact),
+    )
+    writer.approval(row.version, digest, decision, who, feedback)
+    return writer
+
+
+MAX_REVISIONS = 3
+"""Rejections of one run that send its plan back to the planner (then it stays rejected)."""
+
+
+def _revise(store: Store, run_id: str, row: Any, options: RunOptions, writer: Any) -> None:
+    """``plandag reject`` on a run that has a planner: ask it for a revision with every
+    rejection's feedback (the last one, verbatim, as the instruction), store the revised
+    plan as a new version awaiting a decision, and show it."""
+    import anyio
+
+    from plandag.approval import ApprovalRequest, plan_hash
+    from plandag.cli.plan_command import _client
+    from plandag.dag.plan import Plan
+    from plandag.planner.agent import revision_context
+    from plandag.planner.planner import Planner
+
+    app_module = _app()
+    feedback = [
+        decision.feedback or ""
+        for decision in store.decisions(run_id)
+        if decision.decision == "rejected"
+    ]
+    if len(feedback) > MAX_REVISIONS:
+        app_module.stderr.print(
+            f"run {run_id}: {len(feedback)} rejections, past the {MAX_REVISIONS} revisions a "
+            "run gets; it stays rejected"
+        )
+        return
+    assert options.planner is not None
+    planner_options = dict(options.planner)
+    versions = store.plan_versions(run_id)
+    rejected = Plan.model_validate(versions[-1].plan)
+    compiled, _ = _rebuild(store, run_id, row)
+    registry = app_module._registry([Path(tool) for tool in options.tools])
+    client = _client(str(planner_options["provider"]), planner_options.get("base_url"))
+    planner = Planner(
+        client,
+        str(planner_options["model"]),
+        registry,
+        read_only=options.read_only,
+        write_boundary=compiled.write_boundary,
+    )
+    context = revision_context(str(planner_options.get("context") or ""), rejected, feedback)
+
+    async def revise() -> Any:
+        try:
+            return await planner.plan(row.goal or "", context, row.params or None)
+        finally:
+            await client.aclose()
+
+    try:
+        outcome = anyio.run(revise)
+    except Exception as error:  # the run stays rejected; say why no revision came
+        app_module.stderr.print(f"run {run_id}: the planner could not revise it: {error}")
+        return
+    plan = outcome.plan
+    version = len(versions) + 1
+    digest = plan_hash(plan, row.params, compiled.write_boundary)
+    store.add_plan_version(
+        run_id, version, plan.model_dump(mode="json", exclude_none=True), digest, "revision"
+    )
+    store.reset_steps(run_id)
+    for call in outcome.records:
+        store.record_llm_call(run_id, "revision", call)
+        writer.llm_call(call, "revision")
+    writer.plan(version, plan, digest, "revision")
+    revised, _ = _rebuild(store, run_id, store.run(run_id))
+    request = ApprovalRequest.for_plan(
+        run_id, version, revised, reason="revised after a rejection", expiry_s=options.expiry_s
+    )
+    store.record_decision(run_id, version, digest, "asked")
+    writer.approval(version, digest, "asked", None, None)
+    store.update_run(
+        run_id,
+        status="awaiting_approval",
+        awaiting_since=time.time(),
+        expires_at=request.expires_at,
+        awaiting_reason="revised after a rejection",
+    )
+    for line in request.summary_lines():
+        app_module.stderr.print(line, markup=False, highlight=False)
+    app_module.stderr.print(
+        f"run {run_id}: revised plan version {version} awaits a decision "
+        f"(`plandag approve {run_id} --hash {digest}`)"
+    )
 
 
 def _alive(pid: int) -> bool:
@@ -503,3 +619,101 @@ def _login() -> str:
         return getpass.getuser()
     except Exception:
         return "unknown"
+
+
+class SessionRecorder:
+    """The run store's observer for ``plandag run``: a
+    :class:`~plandag.store.StoreRecorder` bound to each session the agent opens (a revision
+    after a rejection opens a new one, whose steps replace the rejected plan's rows)."""
+
+    def __init__(self, store: Store, run_id: str, params: Mapping[str, Any]) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.params = params
+        self.sessions = 0
+        self.recorder: Any = None
+
+    def bind(self, session: Any) -> None:
+        """``Agent(on_session=...)``: record the steps of ``session`` from now on."""
+        from plandag.store import StoreRecorder
+
+        if self.sessions:
+            self.store.reset_steps(self.run_id)
+        self.sessions += 1
+        self.recorder = StoreRecorder(self.store, self.run_id, session.steps, self.params)
+
+    def __call__(self, event: Any) -> None:
+        if self.recorder is not None:
+            self.recorder(event)
+
+
+def record_agent_run(
+    store: Store,
+    writer: Any,
+    run_id: str,
+    result: AgentResult,
+    *,
+    write_boundary: Any,
+    params: Mapping[str, Any],
+) -> None:
+    """Store what ``plandag run`` produced beyond its steps: every plan version (with its
+    hash), every decision, every LLM call, and the run's state; the same in the trace."""
+    from plandag.approval import plan_hash
+
+    versions = list(result.plan_versions)
+    request = result.approval
+    if request is not None and (not versions or request.plan != versions[-1]):
+        versions.append(request.plan)
+    for number, plan in enumerate(versions, start=1):
+        digest = (
+            request.plan_hash
+            if request is not None and plan is request.plan
+            else plan_hash(plan, params, write_boundary)
+        )
+        source = "planner" if number == 1 else "revision"
+        store.add_plan_version(
+            run_id, number, plan.model_dump(mode="json", exclude_none=True), digest, source
+        )
+        if writer is not None:
+            writer.plan(number, plan, digest, source)
+    for decision in result.decisions:
+        state = "approved" if decision.approved else "rejected"
+        store.record_decision(
+            run_id,
+            len(versions),
+            decision.plan_hash,
+            state,
+            who=decision.who,
+            feedback=decision.feedback or None,
+        )
+        if writer is not None:
+            writer.approval(
+                len(versions), decision.plan_hash, state, decision.who, decision.feedback
+            )
+    for call in result.llm_calls:
+        store.record_llm_call(run_id, "model", call)
+        if writer is not None:
+            writer.llm_call(call, "model")
+    if result.status == "awaiting_approval" and request is not None:
+        store.record_decision(run_id, len(versions), request.plan_hash, "asked")
+        if writer is not None:
+            writer.approval(len(versions), request.plan_hash, "asked", None, None)
+        store.update_run(
+            run_id,
+            status="awaiting_approval",
+            awaiting_since=time.time(),
+            expires_at=request.expires_at,
+            awaiting_reason=request.reason,
+            spent_usd=result.run.spent_usd,
+            spent_tokens=result.run.spent_tokens,
+            pid=None,
+        )
+        return
+    store.update_run(
+        run_id,
+        status=result.status,
+        spent_usd=result.run.spent_usd,
+        spent_tokens=result.run.spent_tokens,
+        detail=result.error.message if result.error is not None else None,
+        pid=None,
+    )

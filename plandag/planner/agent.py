@@ -95,7 +95,7 @@ from plandag.scheduler.session import RunSession, SessionState, open_session
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
 
-__all__ = ["Agent", "AgentResult", "GaveUpReason"]
+__all__ = ["Agent", "AgentResult", "GaveUpReason", "revision_context"]
 
 _STORED_KEPT = 8
 """Compiled stored plans an :class:`Agent` keeps (the oldest is dropped first)."""
@@ -490,7 +490,7 @@ class Agent:
         while True:
             revision_context = context
             if revisions:
-                revision_context = _revision_context(context, rejected, revisions)
+                revision_context = revision_context(context, rejected, revisions)
             result = await self.run_once(
                 goal,
                 revision_context,
@@ -594,9 +594,18 @@ class Agent:
         return run.result(session_ref[0].result())
 
 
-def _revision_context(context: str, rejected: Plan | None, feedback: Sequence[str]) -> str:
+def revision_context(context: str, rejected: Plan | None, feedback: Sequence[str]) -> str:
     """Trusted context for a revision: the user's context, the rejected plan, and the
-    person's feedback in full (the last is the instruction for this revision)."""
+    person's feedback in full (the last is the instruction for this revision).
+
+    Args:
+        context: the user's trusted context, or "".
+        rejected: the plan the person rejected last, or None.
+        feedback: every rejection's text so far, oldest first.
+
+    Returns:
+        The context text for the planner's revision call.
+    """
     parts = [context] if context else []
     if rejected is not None:
         parts.append(

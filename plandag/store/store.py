@@ -676,6 +676,13 @@ class Store:
             durable=durable,
         )
 
+    def reset_steps(self, run_id: str) -> None:
+        """Forget the run's step rows (a revised plan replaces them; transitions stay as
+        history). Committed at once."""
+        self.flush()
+        with self.transaction() as connection:
+            connection.execute("DELETE FROM step WHERE run_id = ?", (run_id,))
+
     def supersede(self, run_id: str, step_id: int, superseded_by: Sequence[int]) -> None:
         """Record that a replan replaced step ``step_id``."""
         self.write(
