@@ -488,12 +488,12 @@ class Agent:
         decisions: list[Decision] = []
         rejected: Plan | None = None
         while True:
-            revision_context = context
+            this_context = context
             if revisions:
-                revision_context = revision_context(context, rejected, revisions)
+                this_context = revision_context(context, rejected, revisions)
             result = await self.run_once(
                 goal,
-                revision_context,
+                this_context,
                 params,
                 plan=plan if not revisions else None,
                 run_id=run_id,
