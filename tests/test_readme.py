@@ -98,3 +98,39 @@ def test_the_readme_wire_example_is_a_valid_plan() -> None:
     compiled = compile_plan(plan, Registry([add]))
     assert list(compiled.order) == [1, 2]
     assert plan.output == "<step_2_result>"
+
+
+def test_the_readme_durable_run_examples_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ``sh`` blocks of "Durable runs": the approval example first (exit 4, then the
+    approval runs it), then the store commands on the run ids it made."""
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("PLANDAG_STORE", str(tmp_path / "store" / "runs.sqlite3"))
+    commands = []
+    for block in blocks("sh"):
+        for line in block.splitlines():
+            words = shlex.split(line, comments=True)
+            if words and words[0] == "plandag":
+                commands.append(words[1:])
+    store_commands, approval_commands = commands[:-2], commands[-2:]
+    runner = CliRunner()
+    run_ids: list[str] = []
+    for words in approval_commands * 2:  # twice: two runs for `diff`
+        if words[0] == "exec":
+            words = [*words, "--write-boundary", str(REPO), "--json"]
+            result = runner.invoke(app, words)
+            assert result.exit_code == 4, (words, result.stdout, result.stderr)
+            run_ids.append(json.loads(result.stdout)["run_id"])
+            continue
+        words = [run_ids[-1] if word == "RUN_ID" else word for word in words]
+        result = runner.invoke(app, words)
+        assert result.exit_code == 0, (words, result.stdout, result.stderr)
+    placeholders = {"3f9c2a": run_ids[0][:6], "8be01d": run_ids[1][:6]}
+    for words in store_commands:
+        words = [placeholders.get(word, word) for word in words]
+        words = [str(tmp_path / word) if word.endswith(".html") else word for word in words]
+        result = runner.invoke(app, words)
+        expected = 2 if words[0] == "resume" else 0  # a run that succeeded has nothing to resume
+        assert result.exit_code == expected, (words, result.stdout, result.stderr)
+    assert (tmp_path / "run.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
