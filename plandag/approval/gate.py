@@ -136,6 +136,8 @@ class ApprovalRequest:
         reason: why a person is asked (``irreversible effects``, ``unknown outcome of
             step 3``...).
         expires_at: when the request expires, seconds since the epoch.
+        dependencies: each step's parents in the compiled DAG (declared and implied by
+            references), by step id.
     """
 
     run_id: str
@@ -147,6 +149,7 @@ class ApprovalRequest:
     estimated_cost_usd: float | None
     reason: str
     expires_at: float
+    dependencies: Mapping[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def for_plan(
@@ -215,6 +218,7 @@ class ApprovalRequest:
             estimated_cost_usd=float(sum(estimates)) if estimates else None,
             reason=reason,
             expires_at=(time.time() if now is None else now) + expiry_s,
+            dependencies={step_id: tuple(step.parents) for step_id, step in compiled_steps.items()},
         )
 
     def summary_lines(self) -> list[str]:
@@ -227,7 +231,8 @@ class ApprovalRequest:
         ]
         marked = {step_id: (effects, targets) for step_id, _, effects, targets in self.effects}
         for step in self.plan.steps:
-            after = f" after {', '.join(map(str, step.depends_on))}" if step.depends_on else ""
+            parents = self.dependencies.get(step.id, tuple(step.depends_on))
+            after = f" after {', '.join(map(str, parents))}" if parents else ""
             line = f"  {step.id}. {step.tool}{after}"
             if step.id in marked:
                 effects, targets = marked[step.id]

@@ -13,6 +13,7 @@ import functools
 import json
 import signal
 import sys
+import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -464,9 +465,11 @@ def exec_command(
     params = _parse_params(param)
     boundary = _boundary(settings["write_boundary"], Path.cwd())
     limits = _limits(settings)
+    plan_text = _read_plan(plan_file)
+    compile_started = time.time()
     try:
         compiled = compile_plan(
-            _read_plan(plan_file),
+            plan_text,
             registry,
             params=params,
             read_only=read_only,
@@ -474,6 +477,7 @@ def exec_command(
         )
     except PlanError as error:
         _report_plan_error(str(plan_file), error, as_json=as_json, tools=tools)
+    compile_span = (compile_started, time.time())
     for line in diagnostic_lines(str(plan_file), list(compiled.diagnostics)):
         stderr.print(line, markup=False)
     if planner is not None and model_name is not None:
@@ -521,6 +525,7 @@ def exec_command(
             observers=observers,
             progress=progress,
             as_json=as_json,
+            compile_span=compile_span,
         )
     result, received = _run(compiled, settings, limits)
     if as_json:

@@ -201,8 +201,11 @@ def durable_exec(
     observers: list[Any],
     progress: Any,
     as_json: bool,
+    compile_span: tuple[float, float] | None = None,
 ) -> None:
-    """``exec`` through the store and the approval gate (never returns: exits)."""
+    """``exec`` through the store and the approval gate (never returns: exits).
+    ``compile_span``: when the plan's compile started and ended (seconds since the epoch),
+    for the trace."""
     from plandag.cli.signals import Interruptible, exit_code_for_signal
     from plandag.store.durable import start_run
 
@@ -219,6 +222,7 @@ def durable_exec(
             approver=approver,
             observers=observers,
             trace=factory,
+            compile_span=compile_span,
         )
 
     try:
@@ -694,6 +698,35 @@ def record_agent_run(
         store.record_llm_call(run_id, "model", call)
         if writer is not None:
             writer.llm_call(call, "model")
+    outcome = result.plan
+    if writer is not None and outcome is not None and outcome.records:
+        first, last = outcome.records[0], outcome.records[-1]
+        writer.planning(
+            1, first.started_at, last.started_at + last.duration_s, len(outcome.records)
+        )
+    for replan in result.replans:
+        pruned = [
+            step_id
+            for step_id in replan.replaced
+            if step_id in result.run.steps and result.run.steps[step_id].status == "skipped"
+        ]
+        failed = [step_id for step_id in replan.replaced if step_id not in pruned]
+        store.record_event(
+            run_id,
+            "replan",
+            replan.to_json_dict(),
+            replan.ended_at if replan.ended_at is not None else time.time(),
+        )
+        if writer is not None and replan.started_at is not None and replan.ended_at is not None:
+            writer.replan(
+                replan.number,
+                failed=failed,
+                pruned=pruned,
+                new_steps=list(replan.new_ids),
+                version=replan.number + 1,
+                start=replan.started_at,
+                end=replan.ended_at,
+            )
     if result.status == "awaiting_approval" and request is not None:
         store.record_decision(run_id, len(versions), request.plan_hash, "asked")
         if writer is not None:

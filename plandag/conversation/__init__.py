@@ -5,6 +5,13 @@ out), persisted by :class:`ConversationStore`; :func:`plan_turn` and
 :func:`render_for_decision` in :mod:`plandag.conversation.planmode`.
 """
 
+from plandag.conversation.agent import (
+    ConversationPlanner,
+    PlannerFactory,
+    conversation_context,
+    planner_factory,
+    planner_function,
+)
 from plandag.conversation.model import (
     DEFAULT_EXPIRY_S,
     ORIGINS,
@@ -37,6 +44,7 @@ __all__ = [
     "ORIGINS",
     "Conversation",
     "ConversationError",
+    "ConversationPlanner",
     "ConversationStore",
     "ConversationSummary",
     "EndReason",
@@ -45,6 +53,7 @@ __all__ = [
     "PendingDecision",
     "PlanModeDecision",
     "PlanModeError",
+    "PlannerFactory",
     "PlannerFunction",
     "Shown",
     "StaleDecisionError",
@@ -53,7 +62,10 @@ __all__ = [
     "TurnWriter",
     "allowed_registry",
     "check_tool_allowed",
+    "conversation_context",
     "cut_notice",
     "plan_turn",
+    "planner_factory",
+    "planner_function",
     "render_for_decision",
 ]

@@ -112,6 +112,8 @@ class ReplanRecord:
         diagnostics: the errors of a patch that did not compile, or the warnings of one
             that did.
         output_changed: the patch replaced the run's output.
+        started_at, ended_at: wall-clock times of the replan (the call and the patch's
+            compile), seconds since the epoch (the run's clock); None when unknown.
     """
 
     number: int
@@ -124,6 +126,8 @@ class ReplanRecord:
     output_tokens: int
     diagnostics: tuple[Diagnostic, ...]
     output_changed: bool = False
+    started_at: float | None = None
+    ended_at: float | None = None
 
     def to_json_dict(self) -> dict[str, Any]:
         """The record as JSON-safe data (``plandag run --json``, ``"replans"``)."""
@@ -395,6 +399,7 @@ class Replanner:
             StepError: the call failed past its retries (``BudgetRefusedError`` when the
                 budget could not hold its estimate).
         """
+        started_at = self.clock.time()
         reason = (
             joiner_reason
             if trigger == "joiner" and joiner_reason is not None
@@ -427,6 +432,8 @@ class Replanner:
             output_tokens=response.usage.output_tokens,
             diagnostics=diagnostics,
             output_changed=output_changed,
+            started_at=started_at,
+            ended_at=self.clock.time(),
         )
 
     def apply(

@@ -244,6 +244,7 @@ async def start_run(
     trace: TraceFactory | None = None,
     run_id: str | None = None,
     source: str = "stored",
+    compile_span: tuple[float, float] | None = None,
 ) -> DurableOutcome:
     """Record a new run of ``compiled``, pass it through the approval gate, and run it.
 
@@ -258,6 +259,8 @@ async def start_run(
         trace: the trace writer factory, or None.
         run_id: the run's id (default: a random 16-hex id).
         source: where the plan came from (``stored``, ``planner``).
+        compile_span: when the plan's compile started and ended (seconds since the
+            epoch), for the trace's ``compile`` span; None: no span.
 
     Returns:
         The :class:`DurableOutcome`.
@@ -283,6 +286,8 @@ async def start_run(
         if writer is not None:
             writer.run_started(command, plan.goal or None, dict(compiled.params))
             writer.plan(1, plan.model_dump(mode="json", exclude_none=True), digest, source)
+            if compile_span is not None:
+                writer.compile(1, compile_span[0], compile_span[1], list(compiled.diagnostics))
         if approval_needed(compiled, options.approve):
             reason = (
                 "the plan has irreversible effects"

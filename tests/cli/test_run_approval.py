@@ -175,3 +175,64 @@ def test_never_then_reject_with_feedback_then_approve(
         "approve",
     ]
     assert any(line["type"] == "span" and line["kind"] == "llm_call" for line in trace)
+
+
+def test_the_trace_of_a_run_holds_planning_llm_calls_replans_and_steps(
+    server: MessagesServer, tmp_path: Path
+) -> None:
+    (tmp_path / "tools.py").write_text(
+        TOOLS_FILE
+        + '''
+
+@tool
+def broken(name: str) -> dict:
+    """A service that is always down."""
+    raise ValueError(f"service down for {name}")
+''',
+        encoding="utf-8",
+    )
+    server.push_json(
+        {
+            "g": "x",
+            "s": [{"i": 1, "t": "broken", "a": ["name=x"], "d": []}],
+            "o": '"<step_1_result>"',
+        }
+    )
+    server.push_json(
+        {
+            "g": "x",
+            "s": [{"i": 2, "t": "lookup", "a": ["name=x"], "d": []}],
+            "o": '"<step_2_result>"',
+        }
+    )
+    result = plandag(
+        "run",
+        "Score x",
+        "--tools",
+        "tools.py",
+        "--base-url",
+        server.url,
+        "--retries",
+        "0",
+        "--json",
+    )
+    assert result.exit_code == 0, result.output
+    run_id = json.loads(result.stdout)["run_id"]
+    trace = [
+        json.loads(line)
+        for line in (tmp_path / "store" / "traces" / f"{run_id}.jsonl").read_text().splitlines()
+    ]
+    spans = [(line["kind"], line["attrs"]) for line in trace if line["type"] == "span"]
+    kinds = [kind for kind, _ in spans]
+    assert kinds.count("llm_call") == 2
+    assert kinds.count("plan") == 1
+    [replan] = [attrs for kind, attrs in spans if kind == "replan"]
+    assert (replan["number"], replan["failed"], replan["new_steps"]) == (1, [1], [2])
+    steps = {attrs["step_id"]: attrs["status"] for kind, attrs in spans if kind == "step"}
+    assert steps == {1: "failed", 2: "succeeded"}
+    store = open_store(tmp_path / "store" / "runs.sqlite3")
+    try:
+        assert [kind for _, kind, _ in store.events(run_id) if kind == "replan"] == ["replan"]
+        assert store.run(run_id).status == "succeeded"
+    finally:
+        store.close()

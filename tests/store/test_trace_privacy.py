@@ -97,3 +97,16 @@ def test_redact_masks_personal_data_only_when_asked(tmp_path: Path) -> None:
         assert personal not in redacted
     assert "[name]" in redacted
     assert "[cpf]" in redacted
+
+
+def test_an_exec_trace_holds_its_compile_and_step_spans(tmp_path: Path) -> None:
+    plan = {"steps": [{"id": 1, "tool": "recipient", "args": {}}], "output": "<step_1_result>"}
+    trace, _ = _exec(tmp_path, plan)
+    lines = [json.loads(line) for line in trace.splitlines()]
+    assert [line["type"] for line in lines][:2] == ["run_started", "plan"]
+    spans = [(line["kind"], line["attrs"]) for line in lines if line["type"] == "span"]
+    assert [kind for kind, _ in spans] == ["compile", "step"]
+    assert spans[0][1]["ok"] is True
+    assert (spans[1][1]["step_id"], spans[1][1]["status"]) == (1, "succeeded")
+    assert lines[-1]["type"] == "run_finished"
+    assert lines[-1]["status"] == "succeeded"

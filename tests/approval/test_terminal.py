@@ -1,0 +1,77 @@
+"""The terminal approver shows the whole plan at once and takes y/n (issue 6)."""
+
+from __future__ import annotations
+
+import anyio
+
+from plandag.approval import ApprovalRequest, TerminalApprover
+from plandag.compiler import compile_plan
+from plandag.tools import tool
+from plandag.tools.registry import Registry
+
+
+@tool
+def read(name: str) -> str:
+    """Read NAME."""
+    return name
+
+
+@tool(effects="irreversible", writes="path")
+def send(path: str, text: str) -> str:
+    """Send TEXT to PATH."""
+    return text
+
+
+def _request() -> ApprovalRequest:
+    compiled = compile_plan(
+        {
+            "goal": "notify",
+            "steps": [
+                {"id": 1, "tool": "read", "args": {"name": "a"}, "description": "read it"},
+                {"id": 2, "tool": "send", "args": {"path": "out/x.txt", "text": "<step_1_result>"}},
+            ],
+        },
+        Registry([read, send]),
+    )
+    return ApprovalRequest.for_plan("run1", 1, compiled, reason="the plan has irreversible effects")
+
+
+def _ask(answers: list[str], prompts: list[str]) -> object:
+    def ask(prompt: str) -> str:
+        prompts.append(prompt)
+        return answers.pop(0)
+
+    return ask
+
+
+def test_the_whole_plan_is_shown_then_yes_approves() -> None:
+    shown: list[str] = []
+    prompts: list[str] = []
+    request = _request()
+    approver = TerminalApprover(shown.append, _ask(["maybe", "y"], prompts), who="ana")  # type: ignore[arg-type]
+    decision = anyio.run(approver, request)
+    assert (decision.approved, decision.who, decision.plan_hash) == (True, "ana", request.plan_hash)
+    assert shown[:6] == [
+        "Run run1, plan version 1: notify",
+        "Why you are asked: the plan has irreversible effects",
+        "Steps (2):",
+        "  1. read",
+        "       read it",
+        "  2. send after 1  [IRREVERSIBLE: out/x.txt]",
+    ]
+    assert shown[6:] == [
+        "Estimated cost: $0.0000",
+        f"Plan hash: {request.plan_hash}",
+        "Answer y or n.",
+    ]
+    assert prompts == ["Approve this plan? [y/n] ", "Approve this plan? [y/n] "]
+
+
+def test_no_asks_for_the_feedback_in_full() -> None:
+    prompts: list[str] = []
+    approver = TerminalApprover(
+        lambda line: None, _ask(["n", "use the archive, not the mail"], prompts), who="ana"
+    )  # type: ignore[arg-type]
+    decision = anyio.run(approver, _request())
+    assert (decision.approved, decision.feedback) == (False, "use the archive, not the mail")
+    assert prompts[-1] == "What should the planner change? "
