@@ -480,6 +480,28 @@ def exec_command(
     compile_span = (compile_started, time.time())
     for line in diagnostic_lines(str(plan_file), list(compiled.diagnostics)):
         stderr.print(line, markup=False)
+    from plandag.store.durable import RunOptions
+
+    progress, observers = _observers(compiled, settings)
+    options = RunOptions(
+        tools=tuple(str(Path(tool).resolve()) for tool in dict.fromkeys(tools or [])),
+        write_boundary=(tuple(settings["write_boundary"]) if settings["write_boundary"] else None),
+        base=str(Path.cwd()),
+        read_only=read_only,
+        limits={
+            "max_seconds": limits.max_seconds,
+            "max_cost_usd": limits.max_cost_usd,
+            "max_tokens": limits.max_tokens,
+            "heartbeat_every": limits.heartbeat_every,
+            "stall_after": limits.stall_after,
+            "stop_on_stall": limits.stop_on_stall,
+        },
+        retries=settings["retries"],
+        max_concurrency=settings["max_concurrency"],
+        approve=approve_mode(settings["approve"]),
+        expiry_s=settings["approval_expiry"],
+        redact=redact,
+    )
     if planner is not None and model_name is not None:
         _exec_with_planner(
             plan_file,
@@ -492,52 +514,19 @@ def exec_command(
             base_url=base_url,
             save_repairs=save_repairs,
             as_json=as_json,
-        )
-    if planner is None:
-        from plandag.store.durable import RunOptions
-
-        progress, observers = _observers(compiled, settings)
-        options = RunOptions(
-            tools=tuple(str(Path(tool).resolve()) for tool in dict.fromkeys(tools or [])),
-            write_boundary=(
-                tuple(settings["write_boundary"]) if settings["write_boundary"] else None
-            ),
-            base=str(Path.cwd()),
-            read_only=read_only,
-            limits={
-                "max_seconds": limits.max_seconds,
-                "max_cost_usd": limits.max_cost_usd,
-                "max_tokens": limits.max_tokens,
-                "heartbeat_every": limits.heartbeat_every,
-                "stall_after": limits.stall_after,
-                "stop_on_stall": limits.stop_on_stall,
-            },
-            retries=settings["retries"],
-            max_concurrency=settings["max_concurrency"],
-            approve=approve_mode(settings["approve"]),
-            expiry_s=settings["approval_expiry"],
-            redact=redact,
-        )
-        durable_exec(
-            compiled,
-            options,
+            options=options,
             store_path=store,
-            observers=observers,
-            progress=progress,
-            as_json=as_json,
             compile_span=compile_span,
         )
-    result, received = _run(compiled, settings, limits)
-    if as_json:
-        sys.stdout.write(json.dumps(result.to_json_dict(), ensure_ascii=False, indent=2) + "\n")
-    else:
-        stdout.print(run_table(result, console_width=stdout.width))
-        _print_progress(result)
-        if result.output is not None:
-            stdout.print_json(json.dumps(to_jsonable(result.output), ensure_ascii=False))
-    if received is not None:
-        raise typer.Exit(exit_code_for_signal(received))
-    raise typer.Exit(EXIT_CODES.get(result.status, 1))
+    durable_exec(
+        compiled,
+        options,
+        store_path=store,
+        observers=observers,
+        progress=progress,
+        as_json=as_json,
+        compile_span=compile_span,
+    )
 
 
 def _observers(compiled: CompiledPlan, settings: Settings) -> tuple[StepProgress, list[Observer]]:
@@ -563,20 +552,29 @@ def _exec_with_planner(
     base_url: str | None,
     save_repairs: Path | None,
     as_json: bool,
+    options: Any,
+    store_path: Path | None,
+    compile_span: tuple[float, float],
 ) -> NoReturn:
-    """``exec --planner``: run the stored plan in a session, repairing what fails."""
+    """``exec --planner``: run the stored plan in a session, repairing what fails; the
+    run, its steps, decisions and repairs go to the run store and the trace, and a repair
+    that adds steps with effects passes the same approval as the plan."""
+    from plandag.cli.store_command import RepairGate
     from plandag.planner.repair import PlanRepairer, RepairedRun, run_with_repairs, save_repair
 
     progress, observers = _observers(compiled, settings)
     client = _planner_client(planner, base_url)  # a missing key stops here (exit 2)
     repairer = PlanRepairer(client, model, registry)
     params = dict(compiled.params)
+    gate = RepairGate(store_path, compiled, options, compile_span=compile_span)
 
     def excerpt(session: Any, state: Any) -> Any:
         return {"params": params} if params else None
 
-    async def work() -> RepairedRun:
+    async def work() -> RepairedRun | None:
         try:
+            if not await gate.start():
+                return None  # the plan itself awaits a decision or was rejected
             return await run_with_repairs(
                 compiled,
                 registry,
@@ -584,17 +582,32 @@ def _exec_with_planner(
                 excerpt=excerpt,
                 limits=limits,
                 retry=RetryPolicy(retries=settings["retries"]),
-                observers=observers,
+                observers=[*observers, *gate.observers],
                 max_concurrency=settings["max_concurrency"],
+                run_id=gate.run_id,
+                on_session=gate.bind,
+                approve_patch=gate.approve_patch,
             )
         finally:
             await client.aclose()
 
-    with progress:
-        outcome = Interruptible(work).run()
-    repaired = outcome.result
-    if repaired is None:
-        _fail("the run was interrupted before it could report", 130)
+    try:
+        with progress:
+            outcome = Interruptible(work).run()
+        if outcome.result is None and gate.outcome is not None:
+            gate.close()
+            from plandag.cli.store_command import report
+
+            report(gate.outcome, as_json=as_json, store=gate.store)
+        repaired = outcome.result
+        if repaired is None:
+            gate.finish(None)
+            _fail("the run was interrupted before it could report", 130)
+        gate.finish(repaired)
+        if gate.outcome is not None and gate.outcome.message:
+            stderr.print(gate.outcome.message, markup=False, highlight=False)
+    finally:
+        gate.close()
     saved: Path | None = None
     if save_repairs is not None and repaired.repaired:
         try:

@@ -750,3 +750,159 @@ def record_agent_run(
         detail=result.error.message if result.error is not None else None,
         pid=None,
     )
+
+
+class RepairGate:
+    """``exec --planner`` through the run store: the run recorded like ``exec``'s, the
+    stored plan behind the approval gate, and each repair that adds steps with effects
+    behind it too (a new plan version; ARCHITECTURE.md: any revised plan passes the same
+    approval as the first).
+
+    Args:
+        store_path: ``--store`` (None: the default store).
+        compiled: the stored plan, compiled with its params.
+        options: the run's options (approval mode, expiry, redaction...).
+        compile_span: when the plan compiled (seconds since the epoch), for the trace.
+    """
+
+    def __init__(
+        self,
+        store_path: Path | None,
+        compiled: CompiledPlan,
+        options: RunOptions,
+        *,
+        compile_span: tuple[float, float],
+    ) -> None:
+        import uuid
+
+        self.store = open_cli_store(store_path)
+        self.compiled = compiled
+        self.options = options
+        self.run_id = uuid.uuid4().hex[:16]
+        self.writer = trace_factory(self.store, options.redact)(self.run_id, 0)
+        self.recorder = SessionRecorder(self.store, self.run_id, compiled.params)
+        self.observers: list[Any] = [self.recorder, self.writer]
+        self.approver = terminal_approver() if options.approve == "ask" else None
+        self.outcome: DurableOutcome | None = None
+        self.pending: Any = None
+        self.version = 1
+        self.compile_span = compile_span
+        self._closed = False
+
+    async def start(self) -> bool:
+        """Record the run and pass the stored plan through the gate; False when it may not
+        run (``outcome`` then says why: awaiting_approval or rejected)."""
+        from plandag.approval import ApprovalRequest, approval_needed, plan_hash
+        from plandag.store.durable import _await, _decide, _reject
+
+        compiled, store, writer = self.compiled, self.store, self.writer
+        plan_json = compiled.plan.model_dump(mode="json", exclude_none=True)
+        digest = plan_hash(compiled.plan, compiled.params, compiled.write_boundary)
+        store.create_run(
+            self.run_id,
+            command="exec",
+            goal=compiled.plan.goal or None,
+            params=compiled.params,
+            options=self.options.as_json(),
+        )
+        store.add_plan_version(self.run_id, 1, plan_json, digest, "stored")
+        writer.run_started("exec", compiled.plan.goal or None, dict(compiled.params))
+        writer.plan(1, plan_json, digest, "stored")
+        writer.compile(1, *self.compile_span, list(compiled.diagnostics))
+        effects = {step.tool.effects for step in compiled.steps.values()}
+        if approval_needed(compiled, self.options.approve):
+            reason = (
+                "the plan has irreversible effects"
+                if "irreversible" in effects
+                else "the plan has effects"
+            )
+            request = ApprovalRequest.for_plan(
+                self.run_id, 1, compiled, reason=reason, expiry_s=self.options.expiry_s
+            )
+            decision = await _decide(store, request, self.approver, self.options.approve, writer)
+            if decision is None:
+                self.outcome = _await(store, request, reason)
+                return False
+            if not decision.approved:
+                self.outcome = _reject(store, request, decision.feedback)
+                return False
+        elif effects - {"none"}:
+            store.record_decision(self.run_id, 1, digest, "approved", who="auto")
+            writer.approval(1, digest, "approved", "auto", None)
+        return True
+
+    def bind(self, session: Any) -> None:
+        """``run_with_repairs(on_session=...)``: record the session's steps."""
+        self.recorder.bind(session)
+
+    async def approve_patch(self, session: Any, new_ids: tuple[int, ...]) -> str:
+        """``run_with_repairs(approve_patch=...)``: ``approved``, ``rejected`` or
+        ``awaiting_approval`` for a repair that added ``new_ids``."""
+        from plandag.approval import ApprovalRequest, approval_needed
+        from plandag.planner.repair import whole_plan
+        from plandag.store.durable import _decide
+
+        steps = session.steps
+        if not approval_needed(
+            {step_id: steps[step_id] for step_id in new_ids}, self.options.approve
+        ):
+            return "approved"
+        self.version += 1
+        plan = whole_plan(self.compiled, session)
+        kept = {step.id: steps[step.id] for step in plan.steps}
+        request = ApprovalRequest.for_steps(
+            self.run_id,
+            self.version,
+            plan,
+            self.compiled.params,
+            kept,
+            self.compiled.write_boundary,
+            reason=f"a repair adds steps with effects ({', '.join(map(str, new_ids))})",
+            expiry_s=self.options.expiry_s,
+        )
+        plan_json = plan.model_dump(mode="json", exclude_none=True)
+        self.store.add_plan_version(
+            self.run_id, self.version, plan_json, request.plan_hash, "replan"
+        )
+        self.writer.plan(self.version, plan_json, request.plan_hash, "replan")
+        with session.waiting_for_person():
+            decision = await _decide(
+                self.store, request, self.approver, self.options.approve, self.writer
+            )
+        if decision is None:
+            self.pending = request
+            return "awaiting_approval"
+        return "approved" if decision.approved else "rejected"
+
+    def finish(self, repaired: Any) -> None:
+        """Record the model calls, replans and final state of ``repaired`` (None: the run
+        was interrupted before it could report)."""
+        from plandag.store.durable import _await
+
+        store = self.store
+        if repaired is None:
+            store.update_run(self.run_id, status="interrupted", pid=None)
+            return
+        for call in repaired.llm_calls:
+            store.record_llm_call(self.run_id, "repair", call)
+            self.writer.llm_call(call, "replan")
+        for replan in repaired.replans:
+            store.record_event(self.run_id, "replan", replan.to_json_dict(), time.time())
+        if repaired.status == "awaiting_approval" and self.pending is not None:
+            self.outcome = _await(store, self.pending, self.pending.reason)
+            return
+        store.update_run(
+            self.run_id,
+            status=repaired.status,
+            spent_usd=repaired.run.spent_usd,
+            spent_tokens=repaired.run.spent_tokens,
+            pid=None,
+        )
+
+    def close(self) -> None:
+        """Close the trace and the store (once)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.writer.close()
+        self.store.close()

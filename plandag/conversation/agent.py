@@ -6,8 +6,10 @@
 (through a :class:`PlannerFactory`) over the registry ``plan_turn`` gives it and asks it
 for one plan:
 
-* **In plan mode** (the message's turn was recorded with ``mode="plan"``) that registry is
-  :func:`~plandag.conversation.model.allowed_registry`: the prompt and the structured-output
+* **In plan mode** that registry is :func:`~plandag.conversation.model.allowed_registry`
+  (the adapter reads the mode from it: no tool with effects means plan mode, as
+  ``plan_turn`` decided when it handled the message; a registry with no tool with effects
+  at all compiles the same either way): the prompt and the structured-output
   schema list only the tools without effects, and the plan is compiled with
   ``read_only=True``. A plan naming a tool with effects does not compile (the tool is not in
   the registry the plan is compiled against: ``unknown_tool``; a factory that keeps it
@@ -219,11 +221,9 @@ class ConversationPlanner:
                 plan mode, for instance, a plan that insists on a tool with effects).
             TruncatedResponseError, StepError: as :meth:`Planner.plan`.
         """
-        current = _current_turn(message, history)
-        if current is not None:
-            plan_mode = current.mode == "plan"
-        else:  # a history without the message: judge by what may run
-            plan_mode = all(item.effects == "none" for item in runnable.tools.values())
+        # plan_turn decided the mode when it chose ``runnable`` (at the time it handles the
+        # message, which for a queued message is not when it was recorded).
+        plan_mode = all(item.effects == "none" for item in runnable.tools.values())
         registry = runnable
         read_only = plan_mode
         if plan_mode and self.full_registry is not None:

@@ -54,7 +54,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -459,7 +459,7 @@ class RepairedRun:
         return document
 
 
-def _whole_plan(compiled: CompiledPlan, session: RunSession) -> Plan:
+def whole_plan(compiled: CompiledPlan, session: RunSession) -> Plan:
     """The plan after the patches: steps not superseded, in id order, and the output."""
     records = session.records
     steps = [
@@ -486,6 +486,8 @@ async def run_with_repairs(
     budget: Budget | None = None,
     clock: Clock | None = None,
     run_id: str | None = None,
+    on_session: Callable[[RunSession], None] | None = None,
+    approve_patch: Callable[[RunSession, tuple[int, ...]], Awaitable[str]] | None = None,
 ) -> RepairedRun:
     """Run a compiled stored plan; repair the failures ``trigger`` accepts, within the caps.
 
@@ -501,6 +503,12 @@ async def run_with_repairs(
         limits, retry, observers, max_concurrency, tool_limits, budget, clock, run_id:
             as :func:`~plandag.scheduler.session.open_session`; the budget pays the model
             calls too.
+        on_session: called with the session as soon as it opens (a run store's recorder).
+        approve_patch: the approval gate for repairs (issue 6: a revised plan passes the
+            same approval as the first): steps with effects a patch adds are held until
+            ``await approve_patch(session, new_ids)`` returns ``"approved"``; any other
+            answer (``"rejected"``, ``"awaiting_approval"``) ends the repairs and becomes
+            the run's status. None: patches' effects run at once.
 
     Returns:
         The :class:`RepairedRun`; never raises for a failed step or model call.
@@ -533,7 +541,12 @@ async def run_with_repairs(
         hold_effects=False,
     ) as session:
         session_ref.append(session)
+        if on_session is not None:
+            on_session(session)
         session.seal()
+        if approve_patch is not None:
+            session.hold_effects()  # a patch's steps with effects wait for approve_patch
+        halted: str | None = None
         streak = 0
         mark: int | None = None
         previous: ReplanRecord | None = None
@@ -580,6 +593,10 @@ async def run_with_repairs(
                     )
                 )
                 reuses.add(len(replans))
+                if applied and approve_patch is not None:
+                    halted = await _gate_patch(session, new_ids, approve_patch)
+                    if halted is not None:
+                        break
                 continue
             if mark is not None:
                 streak = 0 if len(state.succeeded) > mark else streak + 1
@@ -620,12 +637,18 @@ async def run_with_repairs(
             replans.append(record)
             bases[record.number] = max_id
             previous = None if record.applied else record
+            if record.applied and approve_patch is not None:
+                halted = await _gate_patch(session, record.new_ids, approve_patch)
+                if halted is not None:
+                    break
         if any(record.applied for record in replans):
-            whole = _whole_plan(compiled, session)
+            whole = whole_plan(compiled, session)
     run = session_ref[0].result()
     status = run.status
     if gave_up is not None and status in ("succeeded", "failed"):
         status = "gave_up"
+    if halted in ("rejected", "awaiting_approval"):
+        status = "rejected" if halted == "rejected" else "awaiting_approval"
     applied_records = [record for record in replans if record.applied]
     reused = (
         status == "succeeded"
@@ -653,6 +676,23 @@ async def run_with_repairs(
         failed=failed,
         plan=whole if applied_records else None,
     )
+
+
+async def _gate_patch(
+    session: RunSession,
+    new_ids: tuple[int, ...],
+    approve_patch: Callable[[RunSession, tuple[int, ...]], Awaitable[str]],
+) -> str | None:
+    """Ask ``approve_patch`` about a patch whose steps may have effects; release them when
+    approved (then hold later ones again). Returns None when approved, else the verdict."""
+    if all(session.steps[step_id].tool.effects == "none" for step_id in new_ids):
+        return None
+    verdict = await approve_patch(session, new_ids)
+    if verdict != "approved":
+        return verdict
+    session.release_effects()
+    session.hold_effects()
+    return None
 
 
 def plan_file_document(plan: Plan) -> dict[str, Any]:
