@@ -28,9 +28,9 @@ from plandag.cli.store_command import (
     ApproveOption,
     RedactOption,
     StoreOption,
-    approve_mode,
     durable_exec,
     open_cli_store,
+    run_options,
 )
 from plandag.compiler import CompiledPlan, compile_plan
 from plandag.config import Settings, load_settings
@@ -480,28 +480,8 @@ def exec_command(
     compile_span = (compile_started, time.time())
     for line in diagnostic_lines(str(plan_file), list(compiled.diagnostics)):
         stderr.print(line, markup=False)
-    from plandag.store.durable import RunOptions
-
     progress, observers = _observers(compiled, settings)
-    options = RunOptions(
-        tools=tuple(str(Path(tool).resolve()) for tool in dict.fromkeys(tools or [])),
-        write_boundary=(tuple(settings["write_boundary"]) if settings["write_boundary"] else None),
-        base=str(Path.cwd()),
-        read_only=read_only,
-        limits={
-            "max_seconds": limits.max_seconds,
-            "max_cost_usd": limits.max_cost_usd,
-            "max_tokens": limits.max_tokens,
-            "heartbeat_every": limits.heartbeat_every,
-            "stall_after": limits.stall_after,
-            "stop_on_stall": limits.stop_on_stall,
-        },
-        retries=settings["retries"],
-        max_concurrency=settings["max_concurrency"],
-        approve=approve_mode(settings["approve"]),
-        expiry_s=settings["approval_expiry"],
-        redact=redact,
-    )
+    options = run_options(settings, limits, tools=tools, read_only=read_only, redact=redact)
     if planner is not None and model_name is not None:
         _exec_with_planner(
             plan_file,

@@ -72,6 +72,7 @@ from plandag.cli.store_command import (
     approve_mode,
     open_cli_store,
     record_agent_run,
+    run_options,
     terminal_approver,
     trace_factory,
 )
@@ -80,7 +81,6 @@ from plandag.planner.prompt import format_diagnostics
 from plandag.scheduler import JsonlHeartbeatWriter, RetryPolicy
 from plandag.scheduler.events import Observer
 from plandag.scheduler.result import to_jsonable
-from plandag.store.durable import RunOptions
 
 __all__ = ["exit_code", "register"]
 
@@ -229,25 +229,11 @@ def register(app: typer.Typer) -> None:
         client = _client(provider, base_url)  # a missing key stops here, before any call
         run_store = open_cli_store(store)
         run_id = uuid.uuid4().hex[:16]
-        options = RunOptions(
-            tools=tuple(str(Path(tool).resolve()) for tool in dict.fromkeys(tools or [])),
-            write_boundary=(
-                tuple(settings["write_boundary"]) if settings["write_boundary"] else None
-            ),
-            base=str(Path.cwd()),
+        options = run_options(
+            settings,
+            limits,
+            tools=tools,
             read_only=read_only,
-            limits={
-                "max_seconds": limits.max_seconds,
-                "max_cost_usd": limits.max_cost_usd,
-                "max_tokens": limits.max_tokens,
-                "heartbeat_every": limits.heartbeat_every,
-                "stall_after": limits.stall_after,
-                "stop_on_stall": limits.stop_on_stall,
-            },
-            retries=settings["retries"],
-            max_concurrency=settings["max_concurrency"],
-            approve=mode,
-            expiry_s=settings["approval_expiry"],
             redact=redact,
             planner={
                 "provider": provider,

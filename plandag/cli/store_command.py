@@ -74,6 +74,11 @@ ApproveOption = Annotated[
         "(irreversible effects still ask), or never (save awaiting_approval, exit 4).",
     ),
 ]
+RunIdArgument = Annotated[str, typer.Argument(metavar="RUN_ID", help="The run (or an id prefix).")]
+HashOption = Annotated[
+    str | None, typer.Option("--hash", help="The plan hash you reviewed; refused if stale.")
+]
+WhoOption = Annotated[str | None, typer.Option("--who", help="Your name.")]
 RedactOption = Annotated[
     bool,
     typer.Option("--redact", help="Mask personal data (CPF, e-mail, phone, names) in the trace."),
@@ -91,6 +96,41 @@ def _fail(message: str, code: int = 2) -> NoReturn:
     """Print ``error: message`` and exit with ``code`` (the CLI's convention)."""
     _app()._fail(message, code)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def run_options(
+    settings: Any,
+    limits: Any,
+    *,
+    tools: list[Path] | None,
+    read_only: bool,
+    redact: bool,
+    planner: Mapping[str, Any] | None = None,
+) -> RunOptions:
+    """The :class:`~plandag.store.durable.RunOptions` stored with a run, from the CLI's
+    effective settings (flags over config files) and its brakes."""
+    from plandag.store.durable import RunOptions
+
+    return RunOptions(
+        tools=tuple(str(Path(tool).resolve()) for tool in dict.fromkeys(tools or [])),
+        write_boundary=(tuple(settings["write_boundary"]) if settings["write_boundary"] else None),
+        base=str(Path.cwd()),
+        read_only=read_only,
+        limits={
+            "max_seconds": limits.max_seconds,
+            "max_cost_usd": limits.max_cost_usd,
+            "max_tokens": limits.max_tokens,
+            "heartbeat_every": limits.heartbeat_every,
+            "stall_after": limits.stall_after,
+            "stop_on_stall": limits.stop_on_stall,
+        },
+        retries=settings["retries"],
+        max_concurrency=settings["max_concurrency"],
+        approve=approve_mode(settings["approve"]),
+        expiry_s=settings["approval_expiry"],
+        redact=redact,
+        planner=planner,
+    )
 
 
 def open_cli_store(path: Path | None) -> Store:
@@ -387,7 +427,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("resume")
     def resume_command(
-        run: Annotated[str, typer.Argument(metavar="RUN_ID", help="The run (or an id prefix).")],
+        run: RunIdArgument,
         store_path: StoreOption = None,
         approve: ApproveOption = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
@@ -423,13 +463,10 @@ def register(app: typer.Typer) -> None:
 
     @app.command("approve")
     def approve_command(
-        run: Annotated[str, typer.Argument(metavar="RUN_ID", help="The run (or an id prefix).")],
-        plan_hash: Annotated[
-            str | None,
-            typer.Option("--hash", help="The plan hash you reviewed; refused if stale."),
-        ] = None,
+        run: RunIdArgument,
+        plan_hash: HashOption = None,
         store_path: StoreOption = None,
-        who: Annotated[str | None, typer.Option("--who", help="Your name.")] = None,
+        who: WhoOption = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
     ) -> None:
         """Approve the plan awaiting a decision and run it now, in the same run."""
@@ -457,16 +494,13 @@ def register(app: typer.Typer) -> None:
 
     @app.command("reject")
     def reject_command(
-        run: Annotated[str, typer.Argument(metavar="RUN_ID", help="The run (or an id prefix).")],
+        run: RunIdArgument,
         feedback: Annotated[
             str, typer.Option("--feedback", help="Why; it reaches the planner in full.")
         ],
-        plan_hash: Annotated[
-            str | None,
-            typer.Option("--hash", help="The plan hash you reviewed; refused if stale."),
-        ] = None,
+        plan_hash: HashOption = None,
         store_path: StoreOption = None,
-        who: Annotated[str | None, typer.Option("--who", help="Your name.")] = None,
+        who: WhoOption = None,
     ) -> None:
         """Reject the plan awaiting a decision, with feedback for the planner (exit 4).
 
