@@ -334,9 +334,17 @@ def _continue(
     as_json: bool,
 ) -> None:
     from plandag.cli.signals import Interruptible, exit_code_for_signal
-    from plandag.store.durable import continue_run
+    from plandag.store.durable import RunOptions, continue_run
 
     app_module = _app()
+    base = RunOptions.from_json(row.options).base
+    try:  # relative paths in the plan and its args mean what they meant when it was made
+        os.chdir(base)
+    except OSError as error:
+        _fail(
+            f"run {run_id}: cannot work in its folder {base} ({error}); restore the folder, "
+            "then `plandag resume` it"
+        )
     compiled, options = _rebuild(store, run_id, row)
     if approve is not None:
         import dataclasses
@@ -451,6 +459,8 @@ def register(app: typer.Typer) -> None:
                 f"run {run_id} is still running in process {row.pid}; stop it first "
                 "(Ctrl-C ends it interrupted) or wait"
             )
+        if not store.claim_run(run_id, sorted(RESUMABLE), row.pid):
+            _fail(f"run {run_id}: another process resumed it first; `plandag runs` shows it")
         _continue(
             store,
             run_id,
@@ -855,10 +865,10 @@ class RepairGate:
             )
             decision = await _decide(store, request, self.approver, self.options.approve, writer)
             if decision is None:
-                self.outcome = _await(store, request, reason)
+                self.outcome = _await(store, request, reason, writer)
                 return False
             if not decision.approved:
-                self.outcome = _reject(store, request, decision.feedback)
+                self.outcome = _reject(store, request, decision.feedback, writer)
                 return False
         elif effects - {"none"}:
             store.record_decision(self.run_id, 1, digest, "approved", who="auto")

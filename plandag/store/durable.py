@@ -201,7 +201,11 @@ async def _decide(
     return decision
 
 
-def _await(store: Store, request: ApprovalRequest, reason: str) -> DurableOutcome:
+def _await(
+    store: Store, request: ApprovalRequest, reason: str, writer: Any = None
+) -> DurableOutcome:
+    if writer is not None:
+        writer.segment_ended("awaiting_approval")
     store.update_run(
         request.run_id,
         status="awaiting_approval",
@@ -223,7 +227,11 @@ def _await(store: Store, request: ApprovalRequest, reason: str) -> DurableOutcom
     )
 
 
-def _reject(store: Store, request: ApprovalRequest, feedback: str) -> DurableOutcome:
+def _reject(
+    store: Store, request: ApprovalRequest, feedback: str, writer: Any = None
+) -> DurableOutcome:
+    if writer is not None:
+        writer.segment_ended("rejected")
     store.update_run(request.run_id, status="rejected", detail=feedback or None, pid=None)
     return DurableOutcome(
         request.run_id,
@@ -299,9 +307,9 @@ async def start_run(
             )
             decision = await _decide(store, request, approver, options.approve, writer)
             if decision is None:
-                return _await(store, request, reason)
+                return _await(store, request, reason, writer)
             if not decision.approved:
-                return _reject(store, request, decision.feedback)
+                return _reject(store, request, decision.feedback, writer)
         elif any(step.tool.effects != "none" for step in compiled.steps.values()):
             store.record_decision(run_id, 1, digest, "approved", who="auto")
             if writer is not None:
@@ -386,9 +394,9 @@ async def continue_run(
             )
             decision = await _decide(store, request, approver, options.approve, writer)
             if decision is None:
-                return _await(store, request, "the plan has effects")
+                return _await(store, request, "the plan has effects", writer)
             if not decision.approved:
-                return _reject(store, request, decision.feedback)
+                return _reject(store, request, decision.feedback, writer)
         _, ask = unknown_outcome_steps(rows, compiled)
         if ask and not approved_unknown:
             names = ", ".join(f"{step_id} ({compiled.steps[step_id].tool.name})" for step_id in ask)
@@ -401,9 +409,9 @@ async def continue_run(
             )
             decision = await _decide(store, request, approver, "ask", writer)
             if decision is None:
-                return _await(store, request, reason)
+                return _await(store, request, reason, writer)
             if not decision.approved:
-                return _reject(store, request, decision.feedback)
+                return _reject(store, request, decision.feedback, writer)
         elapsed = float(row.options.get("elapsed_s", 0.0))
         return await _run_segment(
             store,
@@ -451,6 +459,9 @@ def decide(
         InputError: the run does not await a decision, or its request expired (it is then
             recorded ``rejected``, reason expired).
         StaleDecisionError: ``expected_hash`` is not the current version's hash.
+
+    The decision takes the run atomically (:meth:`Store.claim_run`): of two people who
+    approve at once, one gets it and the other is told so; the effects never run twice.
     """
     row = store.run(run_id)
     if row.status != "awaiting_approval":
@@ -473,6 +484,10 @@ def decide(
             f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(row.expires_at))}; "
             "the run is now rejected — start it again to get a new request"
         )
+    if not store.claim_run(run_id, ["awaiting_approval"], row.pid):
+        raise InputError(
+            f"run {run_id}: another process decided on it first; `plandag runs` shows its state"
+        )
     store.record_decision(
         run_id,
         current.version,
@@ -482,7 +497,7 @@ def decide(
         feedback=feedback or None,
     )
     if not approved:
-        store.update_run(run_id, status="rejected", detail=feedback or None)
+        store.update_run(run_id, status="rejected", detail=feedback or None, pid=None)
     return current.hash
 
 
@@ -521,13 +536,14 @@ async def _run_segment(
         retry=RetryPolicy(retries=options.retries),
         completed=completed,
     )
-    stored_options = store.run(run_id).options
+    before = store.run(run_id)
+    stored_options = before.options
     stored_options["elapsed_s"] = elapsed_s + (time.monotonic() - started)
     store.update_run(
         run_id,
         status=result.status,
-        spent_usd=result.spent_usd,
-        spent_tokens=result.spent_tokens,
+        spent_usd=before.spent_usd + result.spent_usd,  # every segment's spend
+        spent_tokens=before.spent_tokens + result.spent_tokens,
         options=stored_options,
         pid=None,
     )

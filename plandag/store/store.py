@@ -464,6 +464,31 @@ class Store:
             durable=True,
         )
 
+    def claim_run(self, run_id: str, statuses: Sequence[str], pid: int | None) -> bool:
+        """Atomically take run ``run_id`` for this process: set it ``running`` with
+        ``pid`` when its state is one of ``statuses`` and its recorded process is still the
+        one read by :meth:`run` (``pid``; a compare-and-swap, so of two processes that race
+        to resume or approve the same run only one gets it).
+
+        Args:
+            run_id: the run.
+            statuses: the states it may be taken from.
+            pid: the process id :meth:`run` showed (None when none was recorded).
+
+        Returns:
+            True when this process took it; False when another did first or its state
+            changed.
+        """
+        self.flush()
+        marks = ", ".join("?" for _ in statuses)
+        with self.transaction() as connection:
+            cursor = connection.execute(
+                f"UPDATE run SET status = 'running', pid = ?, updated = ? "
+                f"WHERE run_id = ? AND status IN ({marks}) AND pid IS ?",
+                (os.getpid(), time.time(), run_id, *statuses, pid),
+            )
+            return cursor.rowcount == 1
+
     def run(self, run_id: str) -> RunRow:
         """The run ``run_id`` (exact id).
 
@@ -617,7 +642,10 @@ class Store:
     ) -> None:
         """Record that attempt ``attempt`` of a step started (``durable``: committed before
         returning, so before the tool runs)."""
-        args_json = _dumps(args) if args is not None else None
+        args_json: str | None = None
+        if args is not None:
+            inline, digest = self._value_columns(args)
+            args_json = inline if inline is not None else json.dumps({"blob": digest})
         self.write(
             "UPDATE step SET status = 'running', attempts = ?, "
             "started_at = COALESCE(started_at, ?), args = COALESCE(?, args), segment = ? "

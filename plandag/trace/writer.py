@@ -487,6 +487,20 @@ class TraceWriter:
         elif isinstance(event, events.RunFinished):
             self.run_finished(event.result, time=event.time)
 
+    def segment_ended(self, status: str) -> None:
+        """Write the ``run_finished`` line of a segment that ran no step (it stopped to
+        wait for a decision, or was rejected), so the trace does not read as a crash."""
+        self.write(
+            {
+                "type": "run_finished",
+                "segment": self.segment,
+                "status": status,
+                "spent_usd": 0.0,
+                "spent_tokens": 0,
+                "critical_path": [],
+            }
+        )
+
     def run_finished(self, result: RunResult, *, time: float | None = None) -> None:
         """Write one ``step`` span per step of ``result`` (by id) and the ``run_finished``
         line; the observer calls it at ``RunFinished``.
@@ -514,8 +528,18 @@ class TraceWriter:
                 "time": result.ended_at if time is None else time,
                 "segment": self.segment,
                 "status": result.status,
-                "spent_usd": result.spent_usd,
-                "spent_tokens": result.spent_tokens,
+                # the steps' own spend (a run whose budget also pays model calls counts
+                # those in result.spent_*; they have llm_call spans of their own)
+                "spent_usd": sum(
+                    attempt.cost_usd
+                    for record in result.steps.values()
+                    for attempt in record.attempt_log
+                ),
+                "spent_tokens": sum(
+                    attempt.tokens
+                    for record in result.steps.values()
+                    for attempt in record.attempt_log
+                ),
                 "critical_path": path,
             }
         )

@@ -236,3 +236,35 @@ def broken(name: str) -> dict:
         assert store.run(run_id).status == "succeeded"
     finally:
         store.close()
+
+
+def test_approve_from_another_folder_writes_where_the_plan_meant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "project"
+    elsewhere = tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    (project / "plan.json").write_text(
+        json.dumps(
+            {
+                "steps": [
+                    {
+                        "id": 1,
+                        "tool": "write_json",
+                        "args": {"path": "out/a.json", "data": {"x": 1}},
+                    }
+                ]
+            }
+        ),
+        encoding="utf-8",
+    )
+    monkeypatch.chdir(project)
+    first = plandag("exec", "plan.json", "--approve", "never", "--json")
+    assert first.exit_code == 4, first.output
+    run_id = json.loads(first.stdout)["run_id"]
+    monkeypatch.chdir(elsewhere)
+    approved = plandag("approve", run_id)
+    assert approved.exit_code == 0, approved.output
+    assert json.loads((project / "out" / "a.json").read_text()) == {"x": 1}
+    assert not (elsewhere / "out").exists()

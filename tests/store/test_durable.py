@@ -342,3 +342,38 @@ def test_batched_writes_survive_only_when_flushed(tmp_path: Path) -> None:
 
 
 _ = dataclasses
+
+
+def test_only_one_of_two_racing_processes_takes_a_run(store: Store) -> None:
+    compiled = compile_plan(_plan("save"), _registry())
+    outcome = anyio.run(
+        lambda: start_run(store, compiled, RunOptions(approve="never"), command="exec")
+    )
+    row = store.run(outcome.run_id)
+    # both read the same row, then both try to take it: one wins
+    assert store.claim_run(outcome.run_id, ["awaiting_approval"], row.pid) is True
+    assert store.claim_run(outcome.run_id, ["awaiting_approval"], row.pid) is False
+    assert store.run(outcome.run_id).status == "running"
+    with pytest.raises(InputError, match="is running, not awaiting_approval"):
+        decide(store, outcome.run_id, approved=True, who="bob")
+    # a crashed run (running, its process gone) is taken by a compare-and-swap on its pid
+    taken = store.run(outcome.run_id)
+    assert store.claim_run(outcome.run_id, ["running"], taken.pid) is True
+    assert store.claim_run(outcome.run_id, ["running"], taken.pid + 1) is False
+
+
+def test_every_segment_s_spend_adds_up(store: Store) -> None:
+    @tool
+    def paid(text: str) -> str:
+        """Costs a cent."""
+        return text
+
+    registry = Registry([paid])
+    compiled = compile_plan({"steps": [{"id": 1, "tool": "paid", "args": {"text": "a"}}]}, registry)
+    store.create_run("r2", command="exec", goal=None, params={}, options={})
+    store.update_run("r2", spent_usd=0.5, spent_tokens=10, status="interrupted")
+    store.add_plan_version("r2", 1, compiled.plan.model_dump(mode="json"), "h", "stored")
+    outcome = anyio.run(lambda: continue_run(store, "r2", compiled, RunOptions()))
+    assert outcome.status == "succeeded"
+    row = store.run("r2")
+    assert (row.spent_usd, row.spent_tokens) == (0.5, 10)  # nothing new was spent

@@ -68,7 +68,10 @@ def sample_records() -> dict[int, StepRecord]:
             started_at=T + 1,
             ended_at=T + 2,
             duration_s=1.0,
-            attempt_log=[AttemptRecord(number=1, started_at=T + 1, ended_at=T + 2)],
+            # the run's spend (0.25 USD, 40 tokens) is its steps' attempts' spend
+            attempt_log=[
+                AttemptRecord(number=1, started_at=T + 1, ended_at=T + 2, cost_usd=0.25, tokens=40)
+            ],
         ),
         2: StepRecord(
             id=2,

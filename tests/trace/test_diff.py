@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.console import Console
 
-from plandag.scheduler.result import RunResult, StepRecord
+from plandag.scheduler.result import AttemptRecord, RunResult, StepRecord
 from plandag.trace.diff import PlanChange, StepOutcome, diff_traces, render_diff
 from plandag.trace.model import Trace, load_trace
 from plandag.trace.writer import TraceWriter
@@ -41,6 +41,8 @@ def write(
         )
         for step_id, (step_status, offset, duration, result) in outcomes.items()
     }
+    first = records[min(records)]  # the run's spend is its steps' attempts' spend
+    first.attempt_log = [AttemptRecord(number=1, started_at=T, ended_at=T, cost_usd=spent_usd)]
     end = max(record.ended_at or T for record in records.values())
     writer.run_finished(
         RunResult(run_id, status, records, started_at=T, ended_at=end, spent_usd=spent_usd)  # type: ignore[arg-type]
