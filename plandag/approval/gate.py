@@ -18,11 +18,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any, Literal, Protocol
 
 import anyio
@@ -305,12 +307,14 @@ class CallbackApprover:
 
 class TerminalApprover:
     """Asks on the terminal: shows the whole request, then ``Approve this plan? [y/n]``;
-    a ``n`` asks for the feedback for the planner (one line).
+    a ``n`` asks why (one line, the feedback for the planner); end of input rejects.
 
     Args:
         show: prints a line (default ``print`` to stderr via rich in the CLI).
         ask: reads an answer to a prompt (default ``input``); runs in a worker thread.
         who: the name recorded as the decider (default: the login name).
+        pause: a context manager factory held while asking (the CLI hides its progress
+            bar with it).
     """
 
     def __init__(
@@ -318,24 +322,35 @@ class TerminalApprover:
         show: Callable[[str], None],
         ask: Callable[[str], str] = input,
         who: str | None = None,
+        pause: Callable[[], AbstractContextManager[object]] | None = None,
     ) -> None:
         self.show = show
         self.ask = ask
         self.who = who if who is not None else _login()
+        self.pause = pause
 
     async def __call__(self, request: ApprovalRequest) -> Decision:
+        with self.pause() if self.pause is not None else contextlib.nullcontext():
+            return await self._decide(request)
+
+    async def _decide(self, request: ApprovalRequest) -> Decision:
         for line in request.summary_lines():
             self.show(line)
-        for _ in range(5):
-            answer = (await anyio.to_thread.run_sync(self.ask, "Approve this plan? [y/n] ")).strip()
-            if answer.lower() in ("y", "yes"):
-                return Decision(True, request.plan_hash, who=self.who)
-            if answer.lower() in ("n", "no"):
-                feedback = await anyio.to_thread.run_sync(
-                    self.ask, "What should the planner change? "
-                )
-                return Decision(False, request.plan_hash, feedback=feedback, who=self.who)
-            self.show("Answer y or n.")
+        try:
+            for _ in range(5):
+                answer = await anyio.to_thread.run_sync(self.ask, "Approve this plan? [y/n] ")
+                if answer.strip().lower() in ("y", "yes"):
+                    return Decision(True, request.plan_hash, who=self.who)
+                if answer.strip().lower() in ("n", "no"):
+                    feedback = await anyio.to_thread.run_sync(
+                        self.ask, "Why not? (a planner, if the run has one, gets this in full) "
+                    )
+                    return Decision(False, request.plan_hash, feedback=feedback, who=self.who)
+                self.show("Answer y or n.")
+        except EOFError:  # Ctrl-D, or stdin closed: no approval
+            return Decision(
+                False, request.plan_hash, feedback="no answer (end of input)", who=self.who
+            )
         return Decision(False, request.plan_hash, feedback="no clear answer", who=self.who)
 
 

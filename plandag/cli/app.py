@@ -31,6 +31,7 @@ from plandag.cli.store_command import (
     durable_exec,
     open_cli_store,
     run_options,
+    trace_factory,
 )
 from plandag.compiler import CompiledPlan, compile_plan
 from plandag.config import Settings, load_settings
@@ -764,11 +765,13 @@ def extract_nfe(
     base_url: PlannerUrlOption = None,
     save_repairs: SaveRepairsOption = None,
     store: StoreOption = None,
+    redact: RedactOption = False,
 ) -> None:
     """Extract NF-e/NFC-e invoices into records: one per invoice, one error row per bad input.
 
     The batch is recorded in the run store (--store, PLANDAG_STORE) as one run with one row
-    per document (its record or its error), not per step; `plandag runs` lists it.
+    per document (its record or its error), not per step; `plandag runs` lists it and
+    `plandag trace` shows one bar per document (--redact masks personal data there).
 
     Brakes apply to the whole batch: --max-seconds is the batch's deadline, --max-cost and
     --max-tokens one budget shared by every document, --heartbeat counts documents;
@@ -861,8 +864,20 @@ def extract_nfe(
     run_store = open_cli_store(store)
     batch_id = uuid.uuid4().hex[:16]
     stored_count = [0]
+    last_record_at = [time.time()]
+    writers: list[Any] = []  # the trace, once the batch is recorded
 
     def on_record(record: Mapping[str, Any]) -> None:
+        now = time.time()
+        writers[0].document(
+            stored_count[0],
+            str(record.get("source", "")),
+            str(record.get("status", "")),
+            record,
+            last_record_at[0],
+            now,
+        )
+        last_record_at[0] = now
         run_store.record_document(
             batch_id,
             stored_count[0],
@@ -877,13 +892,17 @@ def extract_nfe(
 
     try:
         files, missing = expand_inputs(paths)
+        goal = f"extract nfe: {len(files) + len(missing)} input(s) into {output}"
+        batch_params = {"output": str(output), "inputs": len(files) + len(missing)}
         run_store.create_run(
             batch_id,
             command="extract",
-            goal=f"extract nfe: {len(files) + len(missing)} input(s) into {output}",
-            params={"output": str(output), "inputs": len(files) + len(missing)},
-            options={"jobs": settings["jobs"], "resume": resume},
+            goal=goal,
+            params=batch_params,
+            options={"jobs": settings["jobs"], "resume": resume, "redact": redact},
         )
+        writers.append(trace_factory(run_store, redact)(batch_id, 0))
+        writers[0].run_started("extract", goal, batch_params)
         work = functools.partial(
             extract_batch,
             files,
@@ -925,23 +944,28 @@ def extract_nfe(
         with progress:
             outcome = Interruptible(bounded).run()
     except InputError as error:
+        _close_batch(run_store, writers[0] if writers else None, batch_id, "failed")
         _fail(str(error))
     except OSError as error:
+        _close_batch(run_store, writers[0] if writers else None, batch_id, "failed")
         _fail(f"-o {output}: cannot write it ({error.strerror or error})")
     summary = outcome.result
+    batch_status = (
+        "interrupted"
+        if outcome.signal is not None
+        else "succeeded"
+        if summary is not None
+        else "timed_out"
+    )
     run_store.update_run(
         batch_id,
-        status=(
-            "interrupted"
-            if outcome.signal is not None
-            else "succeeded"
-            if summary is not None
-            else "timed_out"
-        ),
+        status=batch_status,
         spent_usd=budget.spent_usd,
         spent_tokens=budget.spent_tokens,
         pid=None,
     )
+    writers[0].segment_ended(batch_status)
+    writers[0].close()
     run_store.close()
     if summary is None:
         if outcome.signal is not None:
@@ -996,6 +1020,15 @@ _store_command.register(app)
 from plandag.cli import trace_command as _trace_command  # noqa: E402 (registers `trace`, `diff`)
 
 _trace_command.register(app)
+
+
+def _close_batch(store: Any, writer: Any, batch_id: str, status: str) -> None:
+    """An ``extract`` batch that stopped on an unusable argument: record it and close."""
+    store.update_run(batch_id, status=status, pid=None)  # nothing when it was never created
+    if writer is not None:
+        writer.segment_ended(status)
+        writer.close()
+    store.close()
 
 
 def version_callback(value: bool) -> None:

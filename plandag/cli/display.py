@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
@@ -71,6 +73,19 @@ class StepProgress:
 
     def __exit__(self, *exc_info: object) -> None:
         self.progress.stop()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Hide the bar while the terminal is used for something else (a person's
+        decision), then show it again."""
+        live = self.progress.live.is_started
+        if live:
+            self.progress.stop()
+        try:
+            yield
+        finally:
+            if live:
+                self.progress.start()
 
     def __call__(self, event: Event) -> None:
         """Update the bar from a scheduler event (steps, heartbeats and stalls)."""

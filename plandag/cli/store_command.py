@@ -153,12 +153,16 @@ def approve_mode(value: str | None) -> ApprovalMode:
     return value  # type: ignore[return-value]
 
 
-def terminal_approver() -> Approver | None:
-    """A terminal approver when stdin is a terminal, else None (the run then waits)."""
+def terminal_approver(progress: Any = None) -> Approver | None:
+    """A terminal approver when stdin is a terminal, else None (the run is then saved
+    ``awaiting_approval``). ``progress``: a display to hide while asking."""
     if not sys.stdin.isatty():
         return None
     err = _app().stderr
-    return TerminalApprover(show=lambda line: err.print(line, markup=False, highlight=False))
+    return TerminalApprover(
+        show=lambda line: err.print(line, markup=False, highlight=False),
+        pause=progress.paused if progress is not None else None,
+    )
 
 
 def trace_factory(store: Store, redact: bool) -> TraceFactory:
@@ -250,7 +254,7 @@ def durable_exec(
     from plandag.store.durable import start_run
 
     store = open_cli_store(store_path)
-    approver = terminal_approver() if options.approve == "ask" else None
+    approver = terminal_approver(progress) if options.approve == "ask" else None
     factory = trace_factory(store, options.redact)
 
     async def work() -> DurableOutcome:
@@ -350,8 +354,8 @@ def _continue(
         import dataclasses
 
         options = dataclasses.replace(options, approve=approve_mode(approve))
-    approver = terminal_approver() if options.approve == "ask" else None
     progress, observers = app_module._observers(compiled, app_module._settings({}))
+    approver = terminal_approver(progress) if options.approve == "ask" else None
     factory = trace_factory(store, options.redact)
 
     async def work() -> DurableOutcome:
@@ -406,8 +410,10 @@ def register(app: typer.Typer) -> None:
                 {
                     "run_id": row.run_id,
                     "status": row.status,
+                    "process_gone": row.status == "running"
+                    and (row.pid is None or not _alive(row.pid)),
                     "command": row.command,
-                    "goal": row.goal,
+                    "goal": _shown_goal(row.goal),
                     "created": row.created,
                     "updated": row.updated,
                     "version": row.version,
@@ -423,11 +429,17 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         table = Table(title=f"runs in {store.path}")
-        for column in ("run id", "status", "command", "started", "goal"):
+        table.add_column("run id", no_wrap=True, min_width=16)
+        table.add_column("status", no_wrap=True)
+        for column in ("command", "started", "goal"):
             table.add_column(column)
         for row in rows:
             table.add_row(
-                row.run_id, row.status, row.command, _when(row.created), (row.goal or "")[:60]
+                row.run_id,
+                _shown_status(row),
+                row.command,
+                _when(row.created),
+                _shown_goal(row.goal)[:60],
             )
         _app().stdout.print(table)
         if not rows:
@@ -519,6 +531,8 @@ def register(app: typer.Typer) -> None:
         """
         from plandag.store.durable import RunOptions, decide
 
+        if not feedback.strip():
+            _fail("--feedback is empty: say why, in words the planner can act on")
         store = open_cli_store(store_path)
         run_id, _ = _stored_run(store, run)
         try:
@@ -646,6 +660,22 @@ def _revise(store: Store, run_id: str, row: Any, options: RunOptions, writer: An
         f"run {run_id}: revised plan version {version} awaits a decision "
         f"(`plandag approve {run_id} --hash {digest}`)"
     )
+
+
+def _shown_status(row: Any) -> str:
+    """The state as listed: a run ``running`` whose process is gone crashed or was killed
+    (``crashed (resume it)``)."""
+    if row.status == "running" and (row.pid is None or not _alive(row.pid)):
+        return "crashed (resume it)"
+    return str(row.status)
+
+
+def _shown_goal(goal: str | None) -> str:
+    """A goal as listed: secrets masked always, personal data not (the trace masks it with
+    --redact; the store keeps what the run needs)."""
+    from plandag.trace.redact import scrub_secrets
+
+    return str(scrub_secrets(goal or ""))
 
 
 def _alive(pid: int) -> bool:

@@ -471,9 +471,9 @@ def decide(
     current = store.plan_versions(run_id)[-1]
     if expected_hash is not None and expected_hash != current.hash:
         raise StaleDecisionError(
-            f"run {run_id}: --hash {expected_hash[:12]}... is not the plan awaiting a decision "
-            f"(version {current.version}, hash {current.hash[:12]}...); review the current plan "
-            "and decide again"
+            f"run {run_id}: --hash {expected_hash} is not the plan awaiting a decision "
+            f"(version {current.version}, hash {current.hash}); give the whole hash of the "
+            "plan you reviewed, or review the current plan and decide again"
         )
     moment = time.time() if now is None else now
     if row.expires_at is not None and moment > row.expires_at:

@@ -532,7 +532,8 @@ class Store:
         matches = [
             row[0]
             for row in self.connection.execute(
-                "SELECT run_id FROM run WHERE substr(run_id, 1, ?) = ? LIMIT 6", (len(text), text)
+                "SELECT run_id FROM run WHERE substr(run_id, 1, ?) = ? ORDER BY run_id LIMIT 6",
+                (len(text), text),
             )
         ]
         if not matches:
@@ -541,9 +542,9 @@ class Store:
                 "(another store: --store PATH or PLANDAG_STORE)"
             )
         if len(matches) > 1:
+            shown = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
             raise InputError(
-                f"run id {text!r} is ambiguous in {self.path} ({', '.join(matches[:5])}...); "
-                "give more characters"
+                f"run id {text!r} is ambiguous in {self.path} ({shown}); give more characters"
             )
         return str(matches[0])
 

@@ -487,6 +487,41 @@ class TraceWriter:
         elif isinstance(event, events.RunFinished):
             self.run_finished(event.result, time=event.time)
 
+    def document(
+        self, index: int, source: str, status: str, record: Any, start: float, end: float
+    ) -> dict[str, Any]:
+        """Write one ``extract`` document as a ``step`` span (step id ``index + 1``, tool
+        ``extract``): ``succeeded`` when it got a record (``ok`` or ``check_failed``, in
+        ``reason``), ``failed`` for an error row; the record (bounded, redacted) as result.
+
+        Args:
+            index: the input's position in the batch (0-based).
+            source: the input's path.
+            status: the record's status (``ok``, ``check_failed``, ``error``).
+            record: the record.
+            start, end: seconds since the epoch (the document's span in the batch).
+        """
+        return self._span(
+            "step",
+            f"step {index + 1} extract",
+            start,
+            end,
+            {
+                "step_id": index + 1,
+                "tool": "extract",
+                "status": "failed" if status == "error" else "succeeded",
+                "reason": status,
+                "detail": source,
+                "depends_on": [],
+                "attempts": [],
+                "checks": [],
+                "args": {"path": source},
+                "result": _bounded(record),
+                "superseded_by": None,
+                "segment": self.segment,
+            },
+        )
+
     def segment_ended(self, status: str) -> None:
         """Write the ``run_finished`` line of a segment that ran no step (it stopped to
         wait for a decision, or was rejected), so the trace does not read as a crash."""

@@ -74,4 +74,12 @@ def test_no_asks_for_the_feedback_in_full() -> None:
     )  # type: ignore[arg-type]
     decision = anyio.run(approver, _request())
     assert (decision.approved, decision.feedback) == (False, "use the archive, not the mail")
-    assert prompts[-1] == "What should the planner change? "
+    assert prompts[-1] == "Why not? (a planner, if the run has one, gets this in full) "
+
+
+def test_end_of_input_rejects() -> None:
+    def closed(prompt: str) -> str:
+        raise EOFError
+
+    decision = anyio.run(TerminalApprover(lambda line: None, closed, who="ana"), _request())
+    assert (decision.approved, decision.feedback) == (False, "no answer (end of input)")

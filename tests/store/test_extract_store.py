@@ -40,3 +40,32 @@ def test_extract_records_one_row_per_document(tmp_path: Path) -> None:
         assert store.steps(run.run_id) == {}  # no per-step rows for a batch
     finally:
         store.close()
+
+
+def test_extract_writes_a_trace_with_one_bar_per_document(tmp_path: Path) -> None:
+    from plandag.trace.model import load_trace
+
+    store_path = tmp_path / "runs.sqlite3"
+    inputs = sorted(str(path) for path in EXAMPLES.glob("*.xml"))
+    result = CliRunner().invoke(
+        app,
+        ["extract", "nfe", *inputs, "-o", str(tmp_path / "o.jsonl"), "--store", str(store_path)],
+    )
+    assert result.exit_code == 0, result.stderr
+    store = open_store(store_path)
+    try:
+        (run,) = store.runs()
+        trace_path = store.trace_path(run.run_id)
+    finally:
+        store.close()
+    trace = load_trace(trace_path)
+    records = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
+    assert trace.status == "succeeded"
+    assert trace.notes == []
+    assert {step_id: step.status for step_id, step in trace.steps.items()} == {
+        index + 1: "failed" if record["status"] == "error" else "succeeded"
+        for index, record in enumerate(records)
+    }
+    shown = CliRunner().invoke(app, ["trace", run.run_id, "--store", str(store_path)])
+    assert shown.exit_code == 0, shown.output
+    assert "extract" in shown.stdout
