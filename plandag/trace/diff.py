@@ -102,6 +102,8 @@ class TraceDiff:
         plan_changes: every :class:`PlanChange`, removed and changed by A's id, then added
             by B's id.
         outcomes: a :class:`StepOutcome` for every matched step, by A's id.
+        param_changes: ``(name, A's value, B's value)`` for every run param that differs
+            (a missing one is None), by name: the same steps on other inputs.
     """
 
     run_a: str
@@ -113,6 +115,7 @@ class TraceDiff:
     tokens: tuple[int, int]
     plan_changes: tuple[PlanChange, ...]
     outcomes: tuple[StepOutcome, ...]
+    param_changes: tuple[tuple[str, Any, Any], ...] = ()
 
     @property
     def same_plan(self) -> bool:
@@ -138,6 +141,7 @@ class TraceDiff:
             "cost_usd": list(self.cost_usd),
             "tokens": list(self.tokens),
             "same_plan": self.same_plan,
+            "param_changes": [list(change) for change in self.param_changes],
             "plan_changes": [change.to_json_dict() for change in self.plan_changes],
             "outcomes": [outcome.to_json_dict() for outcome in self.outcomes],
         }
@@ -253,6 +257,18 @@ def diff_traces(a: Trace, b: Trace) -> TraceDiff:
         tokens=(a.tokens, b.tokens),
         plan_changes=tuple(changes),
         outcomes=tuple(outcomes),
+        param_changes=_param_changes(a, b),
+    )
+
+
+def _param_changes(a: Trace, b: Trace) -> tuple[tuple[str, Any, Any], ...]:
+    """The run params (as written at each run's start) that differ, by name."""
+    params_a = a.segments[0].params if a.segments else {}
+    params_b = b.segments[0].params if b.segments else {}
+    return tuple(
+        (name, params_a.get(name), params_b.get(name))
+        for name in sorted(params_a.keys() | params_b.keys())
+        if _canonical(params_a.get(name)) != _canonical(params_b.get(name))
     )
 
 
@@ -288,6 +304,8 @@ def render_diff(diff: TraceDiff, console: Console) -> None:
     summary.add_row("tokens", str(diff.tokens[0]), str(diff.tokens[1]))
     console.print(summary)
 
+    for name, value_a, value_b in diff.param_changes:
+        console.print(f"param {name}: {_short(value_a)} → {_short(value_b)}")
     if diff.same_plan:
         console.print("plans: the same steps")
     else:

@@ -158,3 +158,20 @@ def test_render(tmp_path: Path) -> None:
         ["2", "echo", "succeeded", "failed", "1.00 s", "2.00 s (×2.00)", "changed"],
         ["3→4", "echo", "succeeded", "succeeded", "2.00 s", "1.00 s (×0.50)", "same"],
     ]
+
+
+def test_the_same_steps_on_other_params_are_told_apart(tmp_path: Path) -> None:
+    def run(name: str, value: str) -> Trace:
+        writer = TraceWriter(tmp_path / f"{name}.jsonl", name, clock=lambda: T)
+        writer.run_started("exec", None, {"input": value, "same": 1})
+        writer.plan(1, {"steps": [{"id": 1, "tool": "echo", "args": {}}]}, "00" * 32, "stored")
+        writer.close()
+        return load_trace(tmp_path / f"{name}.jsonl")
+
+    diff = diff_traces(run("a", "jan.xml"), run("b", "feb.xml"))
+    assert diff.same_plan
+    assert diff.param_changes == (("input", "jan.xml", "feb.xml"),)
+    assert diff.to_json_dict()["param_changes"] == [["input", "jan.xml", "feb.xml"]]
+    console = Console(record=True, width=100)
+    render_diff(diff, console)
+    assert 'param input: "jan.xml" → "feb.xml"' in console.export_text()
