@@ -16,7 +16,7 @@ from typing import Any
 from plandag.compiler.compiled import CompiledStep
 from plandag.scheduler import events
 from plandag.store.store import Store
-from plandag.trace.redact import scrub_secrets
+from plandag.trace.redact import Redactor
 
 __all__ = ["StoreRecorder"]
 
@@ -52,6 +52,7 @@ class StoreRecorder:
         self.params = params
         self.segment = segment
         self.results: dict[int, Any] = dict(completed or {})
+        self._scrub = Redactor(personal=False)  # secrets only; the environment read once
         self.attempts: dict[int, int] = {}
         store.declare_steps(
             run_id,
@@ -84,7 +85,7 @@ class StoreRecorder:
                 event.step_id,
                 event.attempt,
                 event.time,
-                args=scrub_secrets(self._args(event.step_id)),
+                args=self._scrub(self._args(event.step_id)),
                 segment=segment,
                 durable=self._effects(event.step_id),
             )

@@ -347,16 +347,30 @@ class Store:
         if len(self._queue) == 1:
             self._queued_since = now
         if len(self._queue) >= BATCH_ROWS or now - self._queued_since >= BATCH_SECONDS:
-            self.flush()
+            self.flush(durable=False)
 
-    def flush(self) -> None:
-        """Commit every queued write in one transaction."""
+    def flush(self, *, durable: bool = True) -> None:
+        """Commit every queued write in one transaction.
+
+        Args:
+            durable: fsync the commit (``synchronous=FULL``). A batch of writes that may be
+                lost in a crash is committed with ``synchronous=NORMAL`` instead: in WAL mode
+                that commit is still atomic and survives the process being killed, only a
+                power loss can roll it back, and the next durable commit syncs it too (the
+                WAL is written in order; https://www.sqlite.org/pragma.html#pragma_synchronous).
+        """
         if not self._queue:
             return
         queue, self._queue = self._queue, []
-        with self.transaction() as connection:
-            for sql, args in queue:
-                connection.execute(sql, args)
+        if not durable:
+            self.connection.execute("PRAGMA synchronous=NORMAL")
+        try:
+            with self.transaction() as connection:
+                for sql, args in queue:
+                    connection.execute(sql, args)
+        finally:
+            if not durable:
+                self.connection.execute("PRAGMA synchronous=FULL")
 
     def trace_path(self, run_id: str) -> Path:
         """The run's trace file (``traces/RUN_ID.jsonl`` beside the database)."""
@@ -495,7 +509,7 @@ class Store:
         Raises:
             InputError: no such run.
         """
-        self.flush()
+        self.flush(durable=False)  # visible to reads; synced later
         row = self.connection.execute("SELECT * FROM run WHERE run_id = ?", (run_id,)).fetchone()
         if row is None:
             raise InputError(f"no run {run_id} in {self.path}; `plandag runs` lists the runs there")
@@ -510,7 +524,7 @@ class Store:
 
     def runs(self, limit: int | None = None) -> list[RunRow]:
         """Every run, newest first (at most ``limit``)."""
-        self.flush()
+        self.flush(durable=False)  # visible to reads; synced later
         sql = "SELECT * FROM run ORDER BY created DESC, rowid DESC"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
@@ -522,7 +536,7 @@ class Store:
         Raises:
             InputError: no run matches, or the prefix matches several.
         """
-        self.flush()
+        self.flush(durable=False)  # visible to reads; synced later
         text = text.strip()
         exact = self.connection.execute("SELECT run_id FROM run WHERE run_id = ?", (text,))
         if exact.fetchone() is not None:
@@ -568,7 +582,7 @@ class Store:
 
     def plan_versions(self, run_id: str) -> list[PlanVersionRow]:
         """Every plan version of the run, oldest first."""
-        self.flush()
+        self.flush(durable=False)  # visible to reads; synced later
         rows = self.connection.execute(
             "SELECT run_id, version, hash, plan, source, created, approved_by, approved_at "
             "FROM plan_version WHERE run_id = ? ORDER BY version",
@@ -609,7 +623,7 @@ class Store:
 
     def decisions(self, run_id: str) -> list[DecisionRow]:
         """Every decision on the run, oldest first."""
-        self.flush()
+        self.flush(durable=False)  # visible to reads; synced later
         rows = self.connection.execute(
             "SELECT run_id, version, plan_hash, decision, who, feedback, time FROM decision "
             "WHERE run_id = ? ORDER BY id",
@@ -722,7 +736,7 @@ class Store:
 
     def steps(self, run_id: str) -> dict[int, StepRow]:
         """The run's steps by id, with results loaded (blobs read)."""
-        self.flush()
+        self.flush(durable=False)  # visible to reads; synced later
         rows = self.connection.execute(
             "SELECT run_id, step_id, tool, effects, status, reason, detail, attempts, "
             "started_at, ended_at, duration_s, args, result, result_hash, error, "
@@ -744,7 +758,7 @@ class Store:
 
     def transitions(self, run_id: str) -> list[tuple[int, int, str, str | None, float, int]]:
         """Every transition ``(step_id, attempt, state, reason, time, segment)``, in order."""
-        self.flush()
+        self.flush(durable=False)  # visible to reads; synced later
         return list(
             self.connection.execute(
                 "SELECT step_id, attempt, state, reason, time, segment FROM transition "
@@ -790,7 +804,7 @@ class Store:
 
     def events(self, run_id: str) -> list[tuple[float, str, dict[str, Any]]]:
         """The run's events ``(time, kind, data)``, in order."""
-        self.flush()
+        self.flush(durable=False)  # visible to reads; synced later
         rows = self.connection.execute(
             "SELECT time, kind, data FROM event WHERE run_id = ? ORDER BY id", (run_id,)
         )
@@ -816,7 +830,7 @@ class Store:
 
     def documents(self, batch_id: str) -> list[DocumentRow]:
         """The batch's documents in input order."""
-        self.flush()
+        self.flush(durable=False)  # visible to reads; synced later
         rows = self.connection.execute(
             "SELECT batch_id, idx, input, status, record, result_hash, error, time "
             "FROM document WHERE batch_id = ? ORDER BY idx",

@@ -171,7 +171,7 @@ class TraceWriter:
     def _clean(self, value: Any) -> Any:
         data = to_jsonable(value)
         if self._redact is not None:
-            data = to_jsonable(self._redact(data))
+            data = self._redact(data)  # JSON-ready in, JSON-ready out
         return data
 
     def write(self, record: Mapping[str, Any]) -> dict[str, Any]:
