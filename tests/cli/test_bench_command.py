@@ -92,3 +92,42 @@ def test_write_results_keeps_other_sections(tmp_path: Path) -> None:
 def test_default_out_is_the_checkouts_benchmarks_folder() -> None:
     repository = Path(__file__).resolve().parents[2]
     assert default_out() == repository / "benchmarks"
+
+
+def test_real_calls_the_api_named_by_the_environment_through_the_sdk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--real`` takes the key (and, as the SDK does, the base URL) from the environment:
+    here a local server on 127.0.0.1 that speaks the Messages API plays the provider with
+    correct answers for the NF-e workload (plandag needs no call; ReAct reads each file,
+    then answers)."""
+    import json as json_module
+
+    from plandag.bench.workloads import WORKLOADS
+    from plandag.testing import MessagesServer
+
+    questions = WORKLOADS["nfe"].questions
+    with MessagesServer() as server:
+        for question in questions:
+            server.push_tool_use("read_file", {"path": question.params["input"]})
+            server.push_text(
+                "Read the XML.\nAnswer: " + json_module.dumps(question.expected, ensure_ascii=False)
+            )
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-local-test")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        out = tmp_path / "out"
+        result = CliRunner().invoke(
+            bench_app(), ["bench", "nfe", "--real", "--runs", "1", "--out", str(out)]
+        )
+        requests = server.message_requests
+    assert result.exit_code == 0, result.output
+    assert len(requests) == 2 * len(questions)  # ReAct: a tool call and an answer each
+    # the SDK sends the key from the environment (this SDK version: as a bearer token)
+    assert {request.headers["authorization"] for request in requests} == {
+        "Bearer sk-ant-local-test"
+    }
+    assert {request.json["model"] for request in requests} == {"claude-sonnet-4-6"}
+    text = (out / "RESULTS.md").read_text(encoding="utf-8")
+    assert "the real Anthropic API" in text
+    assert "| nfe | plandag | 100% |" in text
+    assert "| nfe | react | 100% |" in text
