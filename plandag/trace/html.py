@@ -3,13 +3,19 @@
 The page holds, with inline CSS and inline SVG only (no script, no external URL, so it opens
 anywhere and can be mailed):
 
-* a header: run id, status, duration, cost, segments, the reader's notes;
+* a header: run id, status, duration (active and wall clock apart when the run waited
+  between segments), cost, segments, the reader's notes;
 * the DAG (``<svg id="dag">``): one ``<g class="node">`` per step, laid out by topological
   generation (:func:`networkx.topological_generations`: a step's column is the length of
   its longest chain of parents), one ``<path class="edge">`` per dependency, colored by
   status; the critical path drawn thick;
-* a Gantt chart (``<svg id="gantt">``): one ``<rect class="bar">`` per step over the run's
-  time, model calls as ``<rect class="llm">``, the critical path outlined;
+* a Gantt chart (``<svg id="gantt">``) over the run's active time
+  (:meth:`plandag.trace.model.Trace.active_time`): one ``<rect class="bar">`` per step and
+  active period it ran in (``data-period``; a step whose attempts lie in two segments gets
+  two bars, never one across the wait), model calls as ``<rect class="llm">``, the critical
+  path outlined. Each wait between periods is cut out and drawn as a narrow shaded band
+  (``<g class="wait">``, a dashed line and its label ``waited 1m 40s``), each segment's start
+  as a dashed ``<line class="segment">``;
 * a table of steps (status, reason, times, attempts, checks), the plan versions, replans and
   approval decisions.
 
@@ -24,8 +30,8 @@ from pathlib import Path
 
 import networkx as nx
 
-from plandag.trace.model import Trace
-from plandag.trace.timeline import format_seconds
+from plandag.trace.model import ActiveTime, Trace
+from plandag.trace.timeline import attempt_hulls, format_seconds
 
 __all__ = ["STATUS_COLORS", "render_html", "write_html"]
 
@@ -42,6 +48,7 @@ STATUS_COLORS: dict[str, str] = {
 
 _NODE_W, _NODE_H, _GAP_X, _GAP_Y, _MARGIN = 170, 44, 70, 18, 20
 _GANTT_LABEL, _GANTT_WIDTH, _ROW, _AXIS = 220, 900, 24, 30
+_WAIT_WIDTH, _WAIT_BAND = 24.0, 16
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 24px; color: #222; background: #fff; }
@@ -56,6 +63,8 @@ svg { border: 1px solid #ddd; background: #fafafa; }
 .bar.critical { stroke: #000; stroke-width: 2; }
 .llm { fill: #1565c0; opacity: 0.7; }
 .axis { stroke: #ccc; } .tick { font-size: 11px; fill: #666; }
+.wait rect { fill: #e6e6e6; } .wait line { stroke: #555; stroke-dasharray: 4 3; }
+.wait text { font-size: 11px; fill: #444; }
 .label { font-size: 12px; fill: #222; } .label.critical { font-weight: 700; }
 table { border-collapse: collapse; font-size: 13px; }
 td, th { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }
@@ -81,6 +90,7 @@ def _generations(graph: nx.DiGraph) -> list[list[int]]:
 
 def _dag_svg(trace: Trace, critical: list[int]) -> str:
     graph = trace.graph()
+    active = trace.active_time()
     generations = _generations(graph)
     position: dict[int, tuple[int, int]] = {}
     for column, generation in enumerate(generations):
@@ -128,18 +138,63 @@ def _dag_svg(trace: Trace, critical: list[int]) -> str:
             f'fill="{_color(step.status)}"/>'
             f'<text x="{x + 8}" y="{y + 18}">{_e(label)}</text>'
             f'<text x="{x + 8}" y="{y + 34}">{_e(step.status)} · '
-            f"{_e(format_seconds(step.duration_s))}</text></g>"
+            f"{_e(format_seconds(trace.step_active_s(step, active)))}</text></g>"
         )
     parts.append("</svg>")
     return "".join(parts)
 
 
-def _gantt_svg(trace: Trace, critical: list[int]) -> str:
-    start, span = trace.start, max(trace.duration_s, 1e-9)
-    on_path = set(critical)
+class _GanttScale:
+    """x positions over active time: each active period gets width in proportion to its
+    seconds, each wait a band of ``_WAIT_WIDTH`` px (narrower when there are many)."""
 
-    def x_of(time: float) -> float:
-        return _GANTT_LABEL + (time - start) / span * _GANTT_WIDTH
+    def __init__(self, active: ActiveTime, width: float) -> None:
+        self.active = active
+        count = len(active.waits)
+        self.wait_width = min(_WAIT_WIDTH, width / (2 * count)) if count else 0.0
+        usable = width - count * self.wait_width
+        total = active.total_s
+        self.lefts: list[float] = []
+        self.sizes: list[float] = []
+        self.wait_lefts: list[float] = []
+        position = float(_GANTT_LABEL)
+        for index, period in enumerate(active.periods):
+            size = period.seconds / total * usable if total > 0 else usable / len(active.periods)
+            self.lefts.append(position)
+            self.sizes.append(size)
+            position += size
+            if index < count:
+                self.wait_lefts.append(position)
+                position += self.wait_width
+
+    def x(self, time: float) -> float:
+        """The x of ``time`` (seconds since the epoch); a time in a wait lies in its band."""
+        wait = self.active.wait_at(time)
+        if wait is not None:
+            share = (time - wait.start) / wait.seconds
+            return self.wait_lefts[wait.index] + share * self.wait_width
+        index = self.active.period_index(time)
+        period = self.active.periods[index]
+        share = (time - period.start) / period.seconds if period.seconds > 0 else 0.0
+        return self.lefts[index] + min(max(share, 0.0), 1.0) * self.sizes[index]
+
+    def x_of_active(self, seconds: float) -> float:
+        """The x of ``seconds`` of active time (the earlier period's end at a wait)."""
+        for index, period in enumerate(self.active.periods):
+            if seconds <= period.offset_s + period.seconds or index == len(self.sizes) - 1:
+                within = seconds - period.offset_s
+                share = within / period.seconds if period.seconds > 0 else 0.0
+                return self.lefts[index] + min(max(share, 0.0), 1.0) * self.sizes[index]
+        return float(_GANTT_LABEL)  # no period: never (ActiveTime has at least one)
+
+
+def _gantt_svg(trace: Trace, critical: list[int]) -> str:
+    active = trace.active_time()
+    scale = _GanttScale(active, _GANTT_WIDTH)
+    span = active.total_s
+    on_path = set(critical)
+    top = _WAIT_BAND if active.waits else 0
+    axis = top + _AXIS
 
     steps = sorted(
         trace.steps.values(),
@@ -147,49 +202,62 @@ def _gantt_svg(trace: Trace, critical: list[int]) -> str:
     )
     rows = len(steps) + len(trace.llm_calls)
     width = _GANTT_LABEL + _GANTT_WIDTH + _MARGIN
-    height = _AXIS + max(1, rows) * _ROW + _MARGIN
+    height = axis + max(1, rows) * _ROW + _MARGIN
     parts = [
         f'<svg id="gantt" width="{width}" '
         f'height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="Gantt chart">'
     ]
     for tick in range(6):
-        x = _GANTT_LABEL + tick * _GANTT_WIDTH / 5
+        x = scale.x_of_active(span * tick / 5)
         parts.append(
-            f'<line class="axis" x1="{x:.1f}" y1="{_AXIS - 6}" x2="{x:.1f}" y2="{height}"/>'
-            f'<text class="tick" x="{x + 2:.1f}" y="{_AXIS - 10}">'
+            f'<line class="axis" x1="{x:.1f}" y1="{axis - 6}" x2="{x:.1f}" y2="{height}"/>'
+            f'<text class="tick" x="{x + 2:.1f}" y="{axis - 10}">'
             f"{_e(format_seconds(span * tick / 5 if span > 1e-6 else 0.0))}</text>"
         )
-    for segment in trace.segments[1:]:
-        x = x_of(segment.start)
+    for wait in active.waits:
+        left = scale.wait_lefts[wait.index]
+        middle = left + scale.wait_width / 2
+        label = f"waited {format_seconds(wait.seconds)}"
         parts.append(
-            f'<line class="segment" x1="{x:.1f}" y1="{_AXIS - 6}" x2="{x:.1f}" y2="{height}" '
+            f'<g class="wait" data-waited="{wait.seconds:.3f}"><title>{_e(label)} (not drawn to '
+            f"scale)</title>"
+            f'<rect x="{left:.1f}" y="{axis - 6}" width="{scale.wait_width:.1f}" '
+            f'height="{height - axis + 6}"/>'
+            f'<line x1="{middle:.1f}" y1="{axis - 6}" x2="{middle:.1f}" y2="{height}"/>'
+            f'<text x="{middle:.1f}" y="12" text-anchor="middle">{_e(label)}</text></g>'
+        )
+    for segment in trace.segments[1:]:
+        x = scale.x(segment.start)
+        parts.append(
+            f'<line class="segment" x1="{x:.1f}" y1="{axis - 6}" x2="{x:.1f}" y2="{height}" '
             f'stroke="#000" stroke-dasharray="4 3"><title>segment {segment.number} '
             f"({_e(segment.command or '?')})</title></line>"
         )
-    y = _AXIS
+    y = axis
     for step in steps:
         mark = step.id in on_path
         label_css = "label critical" if mark else "label"
         label = ("* " if mark else "") + f"{step.id} {step.tool}"
         parts.append(f'<text class="{label_css}" x="6" y="{y + 16}">{_e(label[:30])}</text>')
-        if step.start is not None and step.end is not None:
-            left, right = x_of(step.start), x_of(step.end)
-            bar_width = max(right - left, 2.0)
-        else:
-            left, bar_width = float(_GANTT_LABEL), 0.0
         css = f"bar status-{_e(step.status)}" + (" critical" if mark else "")
-        title = f"step {step.id} {step.tool}: {step.status}, {format_seconds(step.duration_s)}"
-        parts.append(
-            f'<rect class="{css}" data-step="{step.id}" x="{left:.1f}" y="{y + 4}" '
-            f'width="{bar_width:.1f}" height="{_ROW - 8}" fill="{_color(step.status)}">'
-            f"<title>{_e(title)}</title></rect>"
+        title = (
+            f"step {step.id} {step.tool}: {step.status}, "
+            f"{format_seconds(trace.step_active_s(step, active))}"
         )
+        if len(step.attempts) > 1:
+            title += f", {len(step.attempts)} attempts"
+        for period, left, bar_width in _step_bars(trace, step.id, scale):
+            parts.append(
+                f'<rect class="{css}" data-step="{step.id}" data-period="{period}" '
+                f'x="{left:.1f}" y="{y + 4}" width="{bar_width:.1f}" height="{_ROW - 8}" '
+                f'fill="{_color(step.status)}"><title>{_e(title)}</title></rect>'
+            )
         y += _ROW
     for call in trace.llm_calls:
         parts.append(
             f'<text class="label" x="6" y="{y + 16}">{_e(("llm " + call.purpose)[:30])}</text>'
         )
-        left, right = x_of(call.start), x_of(call.end)
+        left, right = scale.x(call.start), scale.x(call.end)
         title = (
             f"{call.provider}:{call.model} {call.input_tokens}→{call.output_tokens} tokens "
             f"${call.cost_usd:.4f}"
@@ -203,6 +271,28 @@ def _gantt_svg(trace: Trace, critical: list[int]) -> str:
     return "".join(parts)
 
 
+def _step_bars(trace: Trace, step_id: int, scale: _GanttScale) -> list[tuple[int, float, float]]:
+    """A step's bars as ``(period index, x, width)``: per active period, from its first
+    attempt's start to its last attempt's end in that period
+    (:func:`plandag.trace.timeline.attempt_hulls`: retry waits within one process included,
+    waits between segments never), or from its start to its end when it has no attempt; at
+    least 2 px wide. A step never started (pending) gets one empty bar at the left edge."""
+    step = trace.steps[step_id]
+    if step.start is None or step.end is None:
+        return [(0, float(_GANTT_LABEL), 0.0)]
+    hulls = attempt_hulls(trace, step_id, scale.active)
+    if not hulls:
+        pieces = scale.active.pieces(step.start, step.end) or [
+            (scale.active.period_index(step.start), step.start, step.start)
+        ]
+        hulls = {index: (low, high) for index, low, high in pieces}
+    bars = []
+    for index, (low, high) in sorted(hulls.items()):
+        left, right = scale.x(low), scale.x(high)
+        bars.append((index, left, max(right - left, 2.0)))
+    return bars
+
+
 def _steps_table(trace: Trace, critical: list[int]) -> str:
     on_path = set(critical)
     rows = [
@@ -210,8 +300,9 @@ def _steps_table(trace: Trace, critical: list[int]) -> str:
         "<th>reason</th><th>start</th><th>duration</th><th>attempts</th><th>checks</th>"
         "<th>depends on</th><th>critical</th></tr></thead><tbody>"
     ]
+    active = trace.active_time()
     for step in trace.steps.values():
-        start = f"+{format_seconds(step.start - trace.start)}" if step.start is not None else ""
+        start = f"+{format_seconds(active.seconds(step.start))}" if step.start is not None else ""
         checks = ", ".join(
             f"{check.kind}: {check.status}" + (f" ({check.message})" if check.message else "")
             for check in step.checks
@@ -221,7 +312,8 @@ def _steps_table(trace: Trace, critical: list[int]) -> str:
             f"<tr><td>{step.id}</td><td>{_e(step.tool)}</td>"
             f'<td><span class="status" style="background:{_color(step.status)}">'
             f"{_e(step.status)}</span></td><td>{_e(reason)}</td><td>{_e(start)}</td>"
-            f"<td>{_e(format_seconds(step.duration_s))}</td><td>{len(step.attempts)}</td>"
+            f"<td>{_e(format_seconds(active.between(step.start, step.end)))}</td>"
+            f"<td>{len(step.attempts)}</td>"
             f"<td>{_e(checks)}</td><td>{_e(', '.join(map(str, step.depends_on)))}</td>"
             f"<td>{'*' if step.id in on_path else ''}</td></tr>"
         )
@@ -233,6 +325,18 @@ def render_html(trace: Trace) -> str:
     """The page's text (see the module docstring)."""
     critical = trace.critical_path()
     cost = trace.steps_cost_usd + trace.llm_cost_usd
+    active = trace.active_time()
+    duration = format_seconds(trace.duration_s)
+    if active.waits or len(trace.segments) > 1:
+        duration = (
+            f"{format_seconds(active.total_s)} active, "
+            f"{format_seconds(trace.duration_s)} wall clock"
+        )
+    waited = (
+        f"<span>waited {_e(format_seconds(active.waited_s))} between segments (not drawn)</span>"
+        if active.waits
+        else ""
+    )
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -242,7 +346,7 @@ def render_html(trace: Trace) -> str:
         '<p class="summary">',
         f'<span>status <span class="status" style="background:{_color(trace.status)}">'
         f"{_e(trace.status)}</span></span>",
-        f"<span>duration {_e(format_seconds(trace.duration_s))}</span>",
+        f"<span>duration {_e(duration)}</span>{waited}",
         f"<span>cost ${cost:.4f} (steps ${trace.steps_cost_usd:.4f}, models "
         f"${trace.llm_cost_usd:.4f})</span>",
         f"<span>{len(trace.steps)} step(s)</span>",

@@ -11,12 +11,21 @@ The reader is tolerant, because a trace is most needed after something went wron
 * a resumed run (several segments in one file) is one continued timeline: a step seen in
   several segments keeps its earlier attempts, and its latest state wins.
 
+Active time (:meth:`Trace.active_time`, :class:`ActiveTime`): a run that waited for a
+person's decision, or crashed and was resumed, spent the time between its segments doing
+nothing. The periods in which it was active are each segment's [start, end] (end its
+``run_finished`` time, else the last time seen in it) and any model call, planning, compile
+or replan span outside them (a revision asked for by ``plandag reject``); active time is
+wall-clock time with the :class:`Wait` between those periods cut out. The timeline, the
+Gantt chart, step durations and the critical path are measured in it.
+
 Format: issue 6's trace contract (``/work/notes/ISSUE6.md``), written by
 :class:`plandag.trace.writer.TraceWriter`.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 from collections.abc import Mapping
@@ -30,6 +39,8 @@ from plandag.errors import InputError
 from plandag.trace.writer import plan_dependencies
 
 __all__ = [
+    "ActivePeriod",
+    "ActiveTime",
     "ApprovalSpan",
     "Attempt",
     "CheckResult",
@@ -40,6 +51,7 @@ __all__ = [
     "Segment",
     "StepTrace",
     "Trace",
+    "Wait",
     "load_trace",
     "parse_trace",
 ]
@@ -222,6 +234,167 @@ class ApprovalSpan:
     end: float
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class ActivePeriod:
+    """A stretch of wall-clock time in which the run was active (see the module docstring).
+
+    Attributes:
+        start, end: seconds since the epoch (``end >= start``).
+        offset_s: active seconds before it (the sum of the earlier periods' lengths).
+        segments: the numbers of the segments that start in it (empty for a span outside
+            every segment, such as a revision asked for by ``plandag reject``).
+    """
+
+    start: float
+    end: float
+    offset_s: float
+    segments: tuple[int, ...] = ()
+
+    @property
+    def seconds(self) -> float:
+        """Its length in seconds."""
+        return self.end - self.start
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Wait:
+    """The time between two :class:`ActivePeriod` s, cut out of active time.
+
+    Attributes:
+        index: its place among the waits (0 the first); it follows period ``index``.
+        start, end: seconds since the epoch (the earlier period's end, the later one's start;
+            ``end > start``).
+        at_s: the active time where it sits (the earlier period's end, in active seconds).
+    """
+
+    index: int
+    start: float
+    end: float
+    at_s: float
+
+    @property
+    def seconds(self) -> float:
+        """How long the run waited, in seconds."""
+        return self.end - self.start
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ActiveTime:
+    """The mapping from wall-clock time to active time (see the module docstring).
+
+    Attributes:
+        periods: the active periods in time order (at least one), separated by ``waits``.
+        waits: ``len(periods) - 1`` waits, ``waits[i]`` between ``periods[i]`` and
+            ``periods[i + 1]``.
+    """
+
+    periods: tuple[ActivePeriod, ...]
+    waits: tuple[Wait, ...]
+
+    @classmethod
+    def from_intervals(cls, intervals: list[tuple[float, float, int | None]]) -> ActiveTime:
+        """Merge intervals into periods.
+
+        Args:
+            intervals: ``(start, end, segment)`` in seconds since the epoch; ``segment`` the
+                number of the segment it is, None for another span. Overlapping or touching
+                intervals make one period; an end before its start counts as its start.
+                An empty list gives one empty period at 0.0.
+
+        Returns:
+            The active time, its periods in time order.
+        """
+        if not intervals:
+            return cls((ActivePeriod(0.0, 0.0, 0.0),), ())
+        ordered = sorted(
+            ((start, max(start, end), segment) for start, end, segment in intervals),
+            key=lambda interval: (interval[0], interval[1]),
+        )
+        merged: list[tuple[float, float, list[int]]] = []
+        for start, end, segment in ordered:
+            if merged and start <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], end), merged[-1][2])
+            else:
+                merged.append((start, end, []))
+            if segment is not None:
+                merged[-1][2].append(segment)
+        periods: list[ActivePeriod] = []
+        waits: list[Wait] = []
+        offset = 0.0
+        for start, end, segments in merged:
+            if periods:
+                waits.append(Wait(len(waits), periods[-1].end, start, offset))
+            periods.append(ActivePeriod(start, end, offset, tuple(sorted(segments))))
+            offset += end - start
+        return cls(tuple(periods), tuple(waits))
+
+    @property
+    def total_s(self) -> float:
+        """Active seconds in all (the periods' lengths added up)."""
+        last = self.periods[-1]
+        return last.offset_s + last.seconds
+
+    @property
+    def waited_s(self) -> float:
+        """Seconds spent waiting between the periods, in all."""
+        return sum(wait.seconds for wait in self.waits)
+
+    def wait_at(self, time: float) -> Wait | None:
+        """The wait ``time`` (seconds since the epoch) falls in, strictly between two
+        periods, else None."""
+        index = self._index(time)
+        if index < len(self.waits) and self.periods[index].end < time:
+            return self.waits[index]
+        return None
+
+    def period_index(self, time: float) -> int:
+        """The index of the period holding ``time``; a time before the first period gives 0,
+        after the last the last, and in a wait the period before it."""
+        return self._index(time)
+
+    def _index(self, time: float) -> int:
+        starts = [period.start for period in self.periods]
+        return max(0, bisect.bisect_right(starts, time) - 1)
+
+    def seconds(self, time: float) -> float:
+        """Active seconds from the first period's start to ``time`` (seconds since the
+        epoch): a time in a wait gives the wait's ``at_s``; before the first period 0.0,
+        after the last :attr:`total_s`."""
+        period = self.periods[self._index(time)]
+        return period.offset_s + min(max(time - period.start, 0.0), period.seconds)
+
+    def between(self, start: float | None, end: float | None) -> float:
+        """Active seconds from ``start`` to ``end`` (seconds since the epoch; 0.0 when
+        either is None or ``end`` comes first)."""
+        if start is None or end is None:
+            return 0.0
+        return max(0.0, self.seconds(end) - self.seconds(start))
+
+    def pieces(self, start: float, end: float) -> list[tuple[int, float, float]]:
+        """The parts of ``[start, end]`` (seconds since the epoch) inside periods, as
+        ``(period index, start, end)`` in time order; ``[]`` when it lies wholly in a wait.
+        A time before the first period or after the last counts as its edge."""
+        first, last = self.periods[0], self.periods[-1]
+        start = min(max(start, first.start), last.end)
+        end = min(max(end, start), last.end)
+        parts = []
+        for index in range(self._index(start), self._index(end) + 1):
+            period = self.periods[index]
+            low, high = max(start, period.start), min(end, period.end)
+            if low <= high:
+                parts.append((index, low, high))
+        return parts
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """``{"active_s", "waited_s", "periods": [...], "waits": [...]}`` (JSON-safe)."""
+        return {
+            "active_s": self.total_s,
+            "waited_s": self.waited_s,
+            "periods": [_as_json(period) for period in self.periods],
+            "waits": [{**_as_json(wait), "seconds": wait.seconds} for wait in self.waits],
+        }
+
+
 @dataclasses.dataclass(slots=True)
 class Trace:
     """A run's whole trace.
@@ -277,8 +450,43 @@ class Trace:
 
     @property
     def duration_s(self) -> float:
-        """Seconds from :attr:`start` to :attr:`end` (gaps between segments included)."""
+        """Wall-clock seconds from :attr:`start` to :attr:`end` (the waits between segments
+        included; :attr:`active_s` leaves them out)."""
         return max(0.0, self.end - self.start)
+
+    @property
+    def active_s(self) -> float:
+        """Active seconds of the run: :attr:`duration_s` without the waits between its
+        segments (:meth:`active_time`)."""
+        return self.active_time().total_s
+
+    def active_time(self) -> ActiveTime:
+        """The run's active periods and the waits between them (see the module docstring):
+        each segment's [start, end], and the model call, planning, compile and replan spans
+        (those outside every segment make periods of their own)."""
+        intervals: list[tuple[float, float, int | None]] = [
+            (segment.start, segment.end, segment.number) for segment in self.segments
+        ]
+        intervals += [(call.start, call.end, None) for call in self.llm_calls]
+        intervals += [(span.start, span.end, None) for span in self.compiles]
+        intervals += [(span.start, span.end, None) for span in self.replans]
+        intervals += [
+            (_number(span.get("start")), _number(span.get("end"), _number(span.get("start"))), None)
+            for span in self.planning
+        ]
+        if not self.segments:
+            intervals.append((self.start, self.end, None))
+        return ActiveTime.from_intervals(intervals)
+
+    def step_active_s(self, step: StepTrace, active: ActiveTime | None = None) -> float:
+        """Active seconds from ``step``'s start to its end (0.0 when either is unknown): its
+        :attr:`StepTrace.duration_s` without the waits between segments.
+
+        Args:
+            step: one of :attr:`steps`.
+            active: :meth:`active_time`, when the caller has it already.
+        """
+        return (active or self.active_time()).between(step.start, step.end)
 
     @property
     def steps_cost_usd(self) -> float:
@@ -307,10 +515,13 @@ class Trace:
         return graph
 
     def critical_path(self) -> list[int]:
-        """The longest path of measured durations over :meth:`graph` (``[]`` when it has a
-        cycle, which a compiled plan never has); ties as
+        """The longest path of measured active durations (:meth:`step_active_s`) over
+        :meth:`graph` (``[]`` when it has a cycle, which a compiled plan never has); ties as
         :func:`plandag.dag.graph.critical_path`."""
-        durations = {step_id: step.duration_s for step_id, step in self.steps.items()}
+        active = self.active_time()
+        durations = {
+            step_id: active.between(step.start, step.end) for step_id, step in self.steps.items()
+        }
         try:
             path, _ = critical_path(self.graph(), durations)
         except nx.NetworkXUnfeasible:
@@ -329,14 +540,16 @@ class Trace:
 
     def to_json_dict(self) -> dict[str, Any]:
         """The trace as JSON-safe data (``plandag trace --json``): every field above plus
-        ``status``, ``start``, ``end``, ``duration_s``, ``steps_cost_usd``,
-        ``llm_cost_usd``, ``tokens`` and ``critical_path``; ``steps`` a list by id."""
+        ``status``, ``start``, ``end``, ``duration_s``, ``active`` (:meth:`active_time`'s
+        :meth:`ActiveTime.to_json_dict`), ``steps_cost_usd``, ``llm_cost_usd``, ``tokens``
+        and ``critical_path``; ``steps`` a list by id."""
         document: dict[str, Any] = {
             "run_id": self.run_id,
             "status": self.status,
             "start": self.start,
             "end": self.end,
             "duration_s": self.duration_s,
+            "active": self.active_time().to_json_dict(),
             "steps_cost_usd": self.steps_cost_usd,
             "llm_cost_usd": self.llm_cost_usd,
             "tokens": self.tokens,
@@ -359,7 +572,7 @@ def _as_json(value: Any) -> Any:
         return {
             field.name: _as_json(getattr(value, field.name)) for field in dataclasses.fields(value)
         }
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return [_as_json(item) for item in value]
     return value
 
@@ -452,7 +665,8 @@ class _Builder:
         if segment is None:
             segment = Segment(number=self.current, start=time, end=time)
             self.segments[self.current] = segment
-        segment.end = max(segment.end, time)
+        if not segment.finished:  # lines after run_finished (a decision) are not its run
+            segment.end = max(segment.end, time)
         return segment
 
     def step(self, step_id: int, tool: str | None = None) -> StepTrace:

@@ -4,20 +4,27 @@ One row per step (in order of start), each attempt a run of ``█`` (retry waits
 skipped step a ``·`` where it was skipped), colored by status; the steps on the critical
 path (longest chain of measured durations, :meth:`plandag.trace.model.Trace.critical_path`)
 carry a ``*`` and are bold. Model calls (``llm``), replans and approval decisions are rows
-too. A header gives the run id, status, duration and cost; an axis row marks where each
-resumed segment began (``┊``).
+too. A header gives the run id, status, duration and cost.
+
+The bars are drawn over active time (:meth:`plandag.trace.model.Trace.active_time`): the
+time a run spent waiting between its segments (for ``plandag approve``, or between a crash
+and ``plandag resume``) is cut out and drawn as one ``┊`` column through every row, and a
+``waits`` row under the axis says how long each wait was (``waited 1m 40s``). A segment
+that began with no wait before it is marked ``┊`` on the axis. The header then gives the
+active duration and the wall-clock span apart (``8.00 s active, 1m 48s wall clock``).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 
 from rich.console import Console
 from rich.text import Text
 
-from plandag.trace.model import Trace
+from plandag.trace.model import ActiveTime, Trace
 
-__all__ = ["STATUS_STYLES", "format_seconds", "render_timeline"]
+__all__ = ["STATUS_STYLES", "attempt_hulls", "format_seconds", "render_timeline"]
 
 STATUS_STYLES: dict[str, str] = {
     "succeeded": "green",
@@ -48,15 +55,49 @@ def format_seconds(seconds: float) -> str:
     return f"{hours}h {minutes:02d}m"
 
 
-class _Scale:
-    def __init__(self, start: float, end: float, width: int) -> None:
-        self.start = start
-        self.span = max(end - start, 1e-9)
-        self.width = width
+class _Columns:
+    """The bar area's columns: each active period gets columns in proportion to its
+    seconds (at least one), each wait between two periods one ``┊`` column after it."""
+
+    def __init__(self, active: ActiveTime, width: int) -> None:
+        self.active = active
+        count = len(active.periods)
+        columns = max(width - len(active.waits), count)
+        total = active.total_s
+        edges = [0]
+        for period in active.periods:
+            share = (period.offset_s + period.seconds) / total if total > 0 else 0.0
+            edges.append(round(share * columns) if total > 0 else 0)
+        if total <= 0:
+            edges = [round(index * columns / count) for index in range(count + 1)]
+        sizes = [max(0, high - low) for low, high in itertools.pairwise(edges)]
+        for index, size in enumerate(sizes):  # every period at least one column
+            if size == 0:
+                largest = max(range(count), key=lambda other: sizes[other])
+                if sizes[largest] > 1:
+                    sizes[largest] -= 1
+                sizes[index] = 1
+        self.first: list[int] = []
+        self.breaks: list[int] = []
+        position = 0
+        for index, size in enumerate(sizes):
+            self.first.append(position)
+            position += size
+            if index < len(active.waits):
+                self.breaks.append(position)
+                position += 1
+        self.sizes = sizes
+        self.width = position
 
     def column(self, time: float) -> int:
-        position = int((time - self.start) / self.span * self.width)
-        return min(max(position, 0), self.width - 1)
+        """The column of ``time`` (seconds since the epoch); a wait's is its ``┊``."""
+        wait = self.active.wait_at(time)
+        if wait is not None:
+            return self.breaks[wait.index]
+        index = self.active.period_index(time)
+        period, size = self.active.periods[index], self.sizes[index]
+        position = int((time - period.start) / max(period.seconds, 1e-9) * size)
+        return self.first[index] + min(max(position, 0), size - 1)
 
 
 def _label(text: str, mark: bool) -> Text:
@@ -79,21 +120,78 @@ def _row(label: Text, cells: list[tuple[str, str]], tail: Text) -> Text:
     return row
 
 
-def _blank(width: int) -> list[tuple[str, str]]:
-    return [(" ", "")] * width
+def _blank(columns: _Columns) -> list[tuple[str, str]]:
+    cells = [(" ", "")] * columns.width
+    for position in columns.breaks:
+        cells[position] = ("┊", "dim")
+    return cells
 
 
 def _fill(
     cells: list[tuple[str, str]],
-    scale: _Scale,
+    columns: _Columns,
     start: float,
     end: float,
     character: str,
     style: str,
 ) -> None:
-    first, last = scale.column(start), scale.column(end)
-    for position in range(first, max(first, last) + 1):
-        cells[position] = (character, style)
+    """Fill ``[start, end]``'s columns, piece by active period (never a wait's column,
+    unless the whole span lies in that wait)."""
+    pieces = columns.active.pieces(start, end)
+    if not pieces:
+        cells[columns.column(start)] = (character, style)
+    for _, low, high in pieces:
+        first, last = columns.column(low), columns.column(high)
+        for position in range(first, max(first, last) + 1):
+            cells[position] = (character, style)
+
+
+def attempt_hulls(
+    trace: Trace, step_id: int, active: ActiveTime | None = None
+) -> dict[int, tuple[float, float]]:
+    """Where a step ran, piece by active period.
+
+    Args:
+        trace: the run; step_id: one of its steps.
+        active: ``trace.active_time()``, when the caller has it already.
+
+    Returns:
+        ``{period index: (first start, last end)}`` of the step's attempts in each active
+        period they lie in (seconds since the epoch; an attempt wholly in a wait counts as a
+        point in the period before it); ``{}`` for a step without attempts.
+    """
+    step = trace.steps[step_id]
+    active = active or trace.active_time()
+    hulls: dict[int, tuple[float, float]] = {}
+    for attempt in step.attempts:
+        end = attempt.end if attempt.end is not None else (step.end or attempt.start)
+        pieces = active.pieces(attempt.start, end) or [
+            (active.period_index(attempt.start), attempt.start, attempt.start)
+        ]
+        for index, low, high in pieces:
+            known = hulls.get(index, (low, high))
+            hulls[index] = (min(known[0], low), max(known[1], high))
+    return hulls
+
+
+def _wait_labels(columns: _Columns) -> list[tuple[str, str]]:
+    """The ``waits`` row: each wait's ``┊`` with ``waited …`` beside it where it fits."""
+    cells = _blank(columns)
+    for wait, position in zip(columns.active.waits, columns.breaks, strict=True):
+        cells[position] = ("┊", "bold")
+        text = f"waited {format_seconds(wait.seconds)}"
+        after = columns.first[wait.index + 1]
+        room_after = columns.sizes[wait.index + 1]
+        room_before = columns.sizes[wait.index]
+        if len(text) <= room_after:
+            start = after
+        elif len(text) <= room_before:
+            start = position - len(text)
+        else:
+            continue
+        for offset, character in enumerate(text):
+            cells[start + offset] = (character, "bold")
+    return cells
 
 
 def render_timeline(trace: Trace, console: Console, width: int | None = None) -> None:
@@ -107,7 +205,8 @@ def render_timeline(trace: Trace, console: Console, width: int | None = None) ->
     """
     total = width if width is not None else console.width
     bar_width = max(_MIN_BAR, total - _LABEL - _TAIL - 3)
-    scale = _Scale(trace.start, trace.end, bar_width)
+    active = trace.active_time()
+    columns = _Columns(active, bar_width)
     critical = trace.critical_path()
     on_path = set(critical)
 
@@ -116,21 +215,37 @@ def render_timeline(trace: Trace, console: Console, width: int | None = None) ->
     header.append("  ")
     header.append(trace.status, style=STATUS_STYLES.get(trace.status, "bold"))
     cost = trace.steps_cost_usd + trace.llm_cost_usd
+    if active.waits or len(trace.segments) > 1:
+        duration = (
+            f"{format_seconds(active.total_s)} active, "
+            f"{format_seconds(trace.duration_s)} wall clock"
+        )
+    else:
+        duration = format_seconds(trace.duration_s)
     header.append(
-        f"  {format_seconds(trace.duration_s)}  ${cost:.4f} (steps ${trace.steps_cost_usd:.4f}, "
+        f"  {duration}  ${cost:.4f} (steps ${trace.steps_cost_usd:.4f}, "
         f"models ${trace.llm_cost_usd:.4f})  {len(trace.steps)} step(s)"
     )
     if len(trace.segments) > 1:
         header.append(f"  {len(trace.segments)} segments")
     console.print(header, soft_wrap=True)
 
-    axis = [("─", "dim")] * bar_width
+    axis = [("─", "dim")] * columns.width
+    for position in columns.breaks:
+        axis[position] = ("┊", "bold")
     for segment in trace.segments[1:]:
-        axis[scale.column(segment.start)] = ("┊", "bold")
+        index = active.period_index(segment.start)
+        if index == 0 or active.periods[index].start != segment.start:  # no wait marks it
+            axis[columns.column(segment.start)] = ("┊", "bold")
     console.print(
-        _row(Text("  time".ljust(_LABEL)), axis, Text(f"0 → {format_seconds(trace.duration_s)}")),
+        _row(Text("  time".ljust(_LABEL)), axis, Text(f"0 → {format_seconds(active.total_s)}")),
         soft_wrap=True,
     )
+    if active.waits:
+        tail = Text(f"{format_seconds(active.waited_s)} of waiting cut out")
+        console.print(
+            _row(Text("  waits".ljust(_LABEL)), _wait_labels(columns), tail), soft_wrap=True
+        )
 
     def start_key(step_id: int) -> tuple[float, int]:
         step = trace.steps[step_id]
@@ -140,20 +255,22 @@ def render_timeline(trace: Trace, console: Console, width: int | None = None) ->
         step = trace.steps[step_id]
         style = STATUS_STYLES.get(step.status, "")
         mark = step_id in on_path
-        cells = _blank(bar_width)
+        cells = _blank(columns)
         bar_style = style + (" bold" if mark else "")
         if step.start is not None and step.end is not None:
             if step.attempts:
-                _fill(cells, scale, step.start, step.end, "─", style)
+                # retry waits: between attempts in one period, never across a wait
+                for low, high in attempt_hulls(trace, step_id, active).values():
+                    _fill(cells, columns, low, high, "─", style)
                 for attempt in step.attempts:
                     end = attempt.end if attempt.end is not None else step.end
-                    _fill(cells, scale, attempt.start, end, "█", bar_style)
+                    _fill(cells, columns, attempt.start, end, "█", bar_style)
             elif step.status == "skipped":
-                cells[scale.column(step.start)] = ("·", style)
+                cells[columns.column(step.start)] = ("·", style)
             else:
-                _fill(cells, scale, step.start, step.end, "█", bar_style)
+                _fill(cells, columns, step.start, step.end, "█", bar_style)
         tail = Text(step.status, style=style)
-        details = [format_seconds(step.duration_s)] if step.attempts else []
+        details = [format_seconds(trace.step_active_s(step, active))] if step.attempts else []
         if len(step.attempts) > 1:
             details.append(f"{len(step.attempts)} attempts")
         if step.reason:
@@ -165,8 +282,8 @@ def render_timeline(trace: Trace, console: Console, width: int | None = None) ->
         console.print(_row(_label(f"{step_id} {step.tool}", mark), cells, tail), soft_wrap=True)
 
     for call in trace.llm_calls:
-        cells = _blank(bar_width)
-        _fill(cells, scale, call.start, call.end, "▒", "blue")
+        cells = _blank(columns)
+        _fill(cells, columns, call.start, call.end, "▒", "blue")
         tail = Text(
             f"{call.input_tokens}→{call.output_tokens} tok ${call.cost_usd:.4f}"
             + (f"  {call.error}" if call.error else ""),
@@ -176,17 +293,17 @@ def render_timeline(trace: Trace, console: Console, width: int | None = None) ->
         console.print(_row(label, cells, tail), soft_wrap=True)
 
     for replan in trace.replans:
-        cells = _blank(bar_width)
-        _fill(cells, scale, replan.start, replan.end, "↻", "magenta")
+        cells = _blank(columns)
+        _fill(cells, columns, replan.start, replan.end, "↻", "magenta")
         tail = Text(f"v{replan.version}  new {_ids(replan.new_steps)}", style="magenta")
         console.print(_row(_label(f"replan {replan.number}", False), cells, tail), soft_wrap=True)
 
     for approval in trace.approvals:
-        cells = _blank(bar_width)
+        cells = _blank(columns)
         style = {"approved": "green", "rejected": "red", "expired": "yellow"}.get(
             approval.decision, "cyan"
         )
-        cells[scale.column(approval.end)] = ("◆", style)
+        cells[columns.column(approval.end)] = ("◆", style)
         text = approval.decision + (f" by {approval.who}" if approval.who else "")
         console.print(
             _row(_label(f"approval v{approval.version}", False), cells, Text(text, style=style)),
@@ -194,7 +311,7 @@ def render_timeline(trace: Trace, console: Console, width: int | None = None) ->
         )
 
     if critical:
-        length = sum(trace.steps[step_id].duration_s for step_id in critical)
+        length = sum(trace.step_active_s(trace.steps[step_id], active) for step_id in critical)
         console.print(
             Text(
                 f"critical path (*): {' → '.join(map(str, critical))}  ({format_seconds(length)})"

@@ -10,7 +10,7 @@ import pytest
 from plandag.errors import InputError
 from plandag.scheduler import events
 from plandag.scheduler.result import AttemptRecord, RunResult, StepRecord
-from plandag.trace.model import Attempt, load_trace, parse_trace
+from plandag.trace.model import ActivePeriod, Attempt, Wait, load_trace, parse_trace
 from plandag.trace.writer import TraceWriter
 
 T = 1_700_000_000.0
@@ -187,3 +187,95 @@ def test_no_trace_at_all_is_an_input_error(tmp_path: Path) -> None:
     empty.write_text("\n", encoding="utf-8")
     with pytest.raises(InputError, match="holds no trace record"):
         load_trace(empty)
+
+
+def test_active_time_cuts_out_the_wait_between_a_crash_and_its_resume(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    crashed_segment(path)
+    resumed_segment(path)
+    trace = load_trace(path)
+    active = trace.active_time()
+    # segment 0 ran T..T+3 (crashed: its last time seen), segment 1 T+10..T+13
+    assert active.periods == (
+        ActivePeriod(T, T + 3, 0.0, (0,)),
+        ActivePeriod(T + 10, T + 13, 3.0, (1,)),
+    )
+    assert active.waits == (Wait(0, T + 3, T + 10, 3.0),)
+    assert (active.total_s, active.waited_s, trace.active_s, trace.duration_s) == (
+        6.0,
+        7.0,
+        6.0,
+        13.0,
+    )
+    assert [active.seconds(time) for time in (T - 1, T + 2, T + 5, T + 12, T + 20)] == [
+        0.0,
+        2.0,
+        3.0,  # in the wait: where it sits
+        5.0,
+        6.0,
+    ]
+    assert (active.wait_at(T + 5), active.wait_at(T + 3), active.wait_at(T + 10)) == (
+        active.waits[0],
+        None,
+        None,
+    )
+    assert active.pieces(T + 2, T + 12) == [(0, T + 2, T + 3), (1, T + 10, T + 12)]
+    assert active.pieces(T + 4, T + 6) == []
+    # step 2 ran T+2..T+3 (cut by the crash) and T+11..T+12: 3 s of active time from its
+    # start to its end, not the 10 s of wall clock
+    step = trace.steps[2]
+    assert (step.duration_s, trace.step_active_s(step)) == (10.0, 3.0)
+    assert trace.to_json_dict()["active"] == {
+        "active_s": 6.0,
+        "waited_s": 7.0,
+        "periods": [
+            {"start": T, "end": T + 3, "offset_s": 0.0, "segments": [0]},
+            {"start": T + 10, "end": T + 13, "offset_s": 3.0, "segments": [1]},
+        ],
+        "waits": [{"index": 0, "start": T + 3, "end": T + 10, "at_s": 3.0, "seconds": 7.0}],
+    }
+
+
+def test_a_decision_from_another_shell_lies_in_the_wait_not_in_the_segment() -> None:
+    def span(kind: str, start: float, end: float, attrs: str) -> str:
+        return (
+            f'{{"type":"span","run_id":"r","kind":"{kind}","start":{T + start},'
+            f'"end":{T + end},"attrs":{attrs}}}'
+        )
+
+    lines = [
+        f'{{"type":"run_started","run_id":"r","time":{T},"segment":0,"command":"run"}}',
+        f'{{"type":"run_finished","run_id":"r","time":{T + 1},"segment":0,'
+        '"status":"awaiting_approval","spent_usd":0.0,"spent_tokens":0,"critical_path":[]}',
+        span("approval", 1, 1, '{"version":1,"hash":"ab","decision":"asked"}'),
+        # plandag reject 49 s later: its revision is a model call outside every segment
+        span("approval", 50, 50, '{"version":1,"hash":"ab","decision":"rejected","who":"bo"}'),
+        span("llm_call", 50, 52, '{"purpose":"revision","model":"m","input_tokens":1}'),
+        span("approval", 100, 100, '{"version":2,"hash":"cd","decision":"approved"}'),
+        f'{{"type":"run_started","run_id":"r","time":{T + 100},"segment":1,"command":"approve"}}',
+        f'{{"type":"run_finished","run_id":"r","time":{T + 103},"segment":1,'
+        '"status":"succeeded","spent_usd":0.0,"spent_tokens":0,"critical_path":[]}',
+    ]
+    trace = parse_trace("\n".join(lines) + "\n")
+    # segment 0 ends at its run_finished, though the decisions were written after it
+    assert [(s.number, s.start, s.end) for s in trace.segments] == [
+        (0, T, T + 1),
+        (1, T + 100, T + 103),
+    ]
+    active = trace.active_time()
+    assert active.periods == (
+        ActivePeriod(T, T + 1, 0.0, (0,)),
+        ActivePeriod(T + 50, T + 52, 1.0, ()),
+        ActivePeriod(T + 100, T + 103, 3.0, (1,)),
+    )
+    assert active.waits == (Wait(0, T + 1, T + 50, 1.0), Wait(1, T + 52, T + 100, 3.0))
+    assert (active.total_s, active.waited_s, trace.duration_s) == (6.0, 97.0, 103.0)
+
+
+def test_a_single_segment_is_one_active_period(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    crashed_segment(path)
+    trace = load_trace(path)
+    active = trace.active_time()
+    assert (active.periods, active.waits) == ((ActivePeriod(T, T + 3, 0.0, (0,)),), ())
+    assert active.total_s == trace.duration_s == 3.0
