@@ -19,11 +19,11 @@ if not os.environ.get("PLANDAG_SHARED_NFE"):
             os.environ["PLANDAG_SHARED_NFE"] = str(candidate)
             break
 
-# Every run is recorded in a run store (issue 6); tests must never write into the user's
-# data folder: one store per test session, in a temporary folder, unless a test sets its own.
-if not os.environ.get("PLANDAG_STORE"):
-    import tempfile
+# Every run is recorded in a run store (issue 6); tests never write into the user's store
+# (neither the data folder nor a PLANDAG_STORE the user exported): one store per test
+# session, in a temporary folder; a test that needs its own sets it.
+import tempfile  # noqa: E402
 
-    os.environ["PLANDAG_STORE"] = str(
-        Path(tempfile.mkdtemp(prefix="plandag-test-store-")) / "runs.sqlite3"
-    )
+os.environ["PLANDAG_STORE"] = str(
+    Path(tempfile.mkdtemp(prefix="plandag-test-store-")) / "runs.sqlite3"
+)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from plandag.cli.display import StepProgress, diagnostic_lines, run_table
 from plandag.cli.signals import Interruptible, exit_code_for_signal
@@ -1058,11 +1059,20 @@ def main() -> None:
     API keys and authorization headers never reach a log line: a filter scrubs them from
     every record first (:func:`plandag.trace.redact.install_secret_filter`).
     """
+    import sqlite3
+
     from plandag.trace.redact import install_secret_filter
 
     install_secret_filter()
     try:
         app()
+    except sqlite3.Error as error:  # the run store: locked past its timeout, full, corrupt
+        stderr.print(
+            f"[red]error:[/] the run store failed: {escape(str(error))}; another plandag may "
+            "hold it (try again), or pick another with --store / PLANDAG_STORE",
+            highlight=False,
+        )
+        raise SystemExit(2) from None
     except KeyboardInterrupt:
         stderr.print("interrupted")
         raise SystemExit(130) from None

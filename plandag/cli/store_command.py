@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+from rich.markup import escape
+from rich.text import Text
 
 from plandag.approval import (
     ApprovalMode,
@@ -111,8 +113,12 @@ def run_options(
     effective settings (flags over config files) and its brakes."""
     from plandag.store.durable import RunOptions
 
+    tool_files = tuple(str(Path(tool).resolve()) for tool in dict.fromkeys(tools or []))
     return RunOptions(
-        tools=tuple(str(Path(tool).resolve()) for tool in dict.fromkeys(tools or [])),
+        tools=tool_files,
+        tools_sha256={
+            tool: digest for tool in tool_files if (digest := file_sha256(tool)) is not None
+        },
         write_boundary=(tuple(settings["write_boundary"]) if settings["write_boundary"] else None),
         base=str(Path.cwd()),
         read_only=read_only,
@@ -217,6 +223,8 @@ def report(outcome: DurableOutcome, *, as_json: bool, store: Store) -> None:
             }
         if outcome.message:
             document["message"] = outcome.message
+        if outcome.store_error is not None:
+            document["store_error"] = outcome.store_error
         sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
     else:
         if result is not None:
@@ -234,6 +242,9 @@ def report(outcome: DurableOutcome, *, as_json: bool, store: Store) -> None:
         if outcome.message:
             app_module.stderr.print(outcome.message, markup=False, highlight=False)
         app_module.stderr.print(f"run {outcome.run_id} ({outcome.status}); store {store.path}")
+    if outcome.store_error is not None:
+        app_module.stderr.print(f"[red]error:[/] {escape(outcome.store_error)}")
+        raise typer.Exit(1)
     raise typer.Exit(app_module.EXIT_CODES.get(outcome.status, 1))
 
 
@@ -327,10 +338,51 @@ def _rebuild(store: Store, run_id: str, row: Any) -> tuple[CompiledPlan, RunOpti
     return compiled, options
 
 
+def _prepare(store: Store, run_id: str, row: Any, command: str) -> tuple[CompiledPlan, RunOptions]:
+    """Everything a resume or an approval needs before it takes the run: the run's own
+    folder (relative paths in the plan mean what they meant when it was made), its tools
+    files unchanged since the plan was made (a person approved the plan with that code),
+    and its current plan version compiled again. Fails (exit 2) with nothing recorded."""
+    from plandag.store.durable import RunOptions
+
+    options = RunOptions.from_json(row.options)
+    try:
+        os.chdir(options.base)
+    except OSError as error:
+        _fail(
+            f"run {run_id}: cannot work in its folder {options.base} ({error}); restore the "
+            f"folder, then run `plandag {command} {run_id}` again"
+        )
+    for tool_file, expected in options.tools_sha256.items():
+        current = file_sha256(tool_file)
+        if current is None:
+            _fail(
+                f"run {run_id}: its tools file {tool_file} is missing; restore it, then run "
+                f"`plandag {command} {run_id}` again"
+            )
+        if current != expected:
+            _fail(
+                f"run {run_id}: its tools file {tool_file} changed since the plan was made "
+                f"(sha256 {expected[:12]}... -> {current[:12]}...): the plan was made and "
+                "approved for the old code; restore the file, or start a new run"
+            )
+    return _rebuild(store, run_id, row)
+
+
+def file_sha256(path: str) -> str | None:
+    """SHA-256 (hex) of a file's bytes, or None when it cannot be read."""
+    import hashlib
+
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
 def _continue(
     store: Store,
     run_id: str,
-    row: Any,
+    prepared: tuple[CompiledPlan, RunOptions],
     *,
     command: str,
     approve: str | None,
@@ -338,18 +390,10 @@ def _continue(
     as_json: bool,
 ) -> None:
     from plandag.cli.signals import Interruptible, exit_code_for_signal
-    from plandag.store.durable import RunOptions, continue_run
+    from plandag.store.durable import continue_run
 
     app_module = _app()
-    base = RunOptions.from_json(row.options).base
-    try:  # relative paths in the plan and its args mean what they meant when it was made
-        os.chdir(base)
-    except OSError as error:
-        _fail(
-            f"run {run_id}: cannot work in its folder {base} ({error}); restore the folder, "
-            "then `plandag resume` it"
-        )
-    compiled, options = _rebuild(store, run_id, row)
+    compiled, options = prepared
     if approve is not None:
         import dataclasses
 
@@ -419,6 +463,7 @@ def register(app: typer.Typer) -> None:
                     "version": row.version,
                     "segment": row.segment,
                     "spent_usd": row.spent_usd,
+                    "spent_tokens": row.spent_tokens,
                     "awaiting_reason": row.awaiting_reason,
                     "expires_at": row.expires_at,
                 }
@@ -435,11 +480,11 @@ def register(app: typer.Typer) -> None:
             table.add_column(column)
         for row in rows:
             table.add_row(
-                row.run_id,
-                _shown_status(row),
-                row.command,
-                _when(row.created),
-                _shown_goal(row.goal)[:60],
+                Text(row.run_id),
+                Text(_shown_status(row)),
+                Text(row.command),
+                Text(_when(row.created)),
+                Text(_shown_goal(row.goal)[:60]),
             )
         _app().stdout.print(table)
         if not rows:
@@ -471,12 +516,13 @@ def register(app: typer.Typer) -> None:
                 f"run {run_id} is still running in process {row.pid}; stop it first "
                 "(Ctrl-C ends it interrupted) or wait"
             )
+        prepared = _prepare(store, run_id, row, "resume")
         if not store.claim_run(run_id, sorted(RESUMABLE), row.pid):
             _fail(f"run {run_id}: another process resumed it first; `plandag runs` shows it")
         _continue(
             store,
             run_id,
-            row,
+            prepared,
             command="resume",
             approve=approve,
             approved_unknown=False,
@@ -496,18 +542,29 @@ def register(app: typer.Typer) -> None:
 
         store = open_cli_store(store_path)
         run_id, row = _stored_run(store, run)
+        if row.status == "running":
+            _fail(
+                f"run {run_id} is running in process {row.pid} (it may be asking at its "
+                "terminal); decide there, or wait"
+                if row.pid is not None and _alive(row.pid)
+                else f"run {run_id} crashed while running; `plandag resume {run_id}` goes on"
+            )
+        prepared = (
+            _prepare(store, run_id, row, "approve") if row.status == "awaiting_approval" else None
+        )
         try:
             digest = decide(
                 store, run_id, approved=True, who=who or _login(), expected_hash=plan_hash
             )
         except (StaleDecisionError, InputError) as error:
             _fail(str(error))
+        assert prepared is not None
         row = store.run(run_id)
         _trace_decision(store, row, digest, "approved", who or _login(), None).close()
         _continue(
             store,
             run_id,
-            row,
+            prepared,
             command="approve",
             approve=None,
             approved_unknown=True,
@@ -667,6 +724,9 @@ def _shown_status(row: Any) -> str:
     (``crashed (resume it)``)."""
     if row.status == "running" and (row.pid is None or not _alive(row.pid)):
         return "crashed (resume it)"
+    expired = row.expires_at is not None and time.time() > row.expires_at
+    if row.status == "awaiting_approval" and expired:
+        return "awaiting_approval (expired)"
     return str(row.status)
 
 

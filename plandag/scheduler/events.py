@@ -2,7 +2,8 @@
 
 An observer is a plain callable ``observer(event) -> None`` called on the event loop, in
 order, as things happen. It should return quickly. An observer that raises never breaks the
-run: the runner logs one warning for it and goes on.
+run: the runner logs one warning for it and goes on — except a :class:`StartVeto` raised on
+``StepStarted``, which fails that attempt before its tool is called.
 
 Order within a run: ``RunStarted``; per step ``StepStarted`` then ``CheckEvaluated`` (one
 per check), and for a failed attempt that will be tried again ``StepRetrying``, then
@@ -32,6 +33,7 @@ __all__ = [
     "RunFinished",
     "RunStarted",
     "Stall",
+    "StartVeto",
     "StepCancelled",
     "StepFailed",
     "StepRetrying",
@@ -41,6 +43,18 @@ __all__ = [
     "StepSuperseded",
     "StepsAdded",
 ]
+
+
+class StartVeto(Exception):
+    """Raised by an observer on :class:`StepStarted` to keep the attempt's tool from being
+    called: the attempt fails with ``error`` (a run store that cannot durably record that a
+    step with effects starts raises it with a :class:`~plandag.errors.NotStartedError`, which
+    the retry policy may retry since nothing ran). Raised on any other event it is logged and
+    ignored like any observer error."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -293,10 +293,23 @@ class _Run:
     # -- events --------------------------------------------------------------------------
 
     def emit(self, event: events.Event) -> None:
-        """Send ``event`` to every observer; an observer that raises is logged once."""
+        """Send ``event`` to every observer; an observer that raises is logged once.
+
+        Raises:
+            StartVeto: an observer vetoed a ``StepStarted`` (the caller fails the attempt).
+        """
         for observer in self.observers:
             try:
                 observer(event)
+            except events.StartVeto:
+                if isinstance(event, events.StepStarted):
+                    raise
+                logger.warning(
+                    "run %s: observer %r vetoed a %s; only a StepStarted can be vetoed",
+                    self.run_id,
+                    observer,
+                    type(event).__name__,
+                )
             except Exception:
                 if id(observer) not in self.broken_observers:
                     self.broken_observers.add(id(observer))
@@ -700,8 +713,6 @@ class _Run:
             if self.first_started_at is None:
                 self.first_started_at = now
         record.status = "running"
-        if self.observers:
-            self.emit(events.StepStarted(self.run_id, step_id, tool.name, record.attempts, now))
         context = (
             ToolContext(run_id=self.run_id, step_id=step_id, attempt=record.attempts)
             if tool.takes_context
@@ -709,6 +720,15 @@ class _Run:
         )
         try:
             try:
+                if self.observers:
+                    try:
+                        self.emit(
+                            events.StepStarted(
+                                self.run_id, step_id, tool.name, record.attempts, now
+                            )
+                        )
+                    except events.StartVeto as veto:
+                        raise veto.error from None
                 args: Mapping[str, Any] = compiled_step.step.args
                 if compiled_step.args_have_references:
                     args = compiled_step.args_template(self.result_of, self.params)

@@ -22,6 +22,7 @@ the cap minus the time earlier segments ran (``options["elapsed_s"]``).
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -66,6 +67,8 @@ class RunOptions:
 
     Attributes:
         tools: ``--tools`` files or modules (absolute paths for files).
+        tools_sha256: each tools file's SHA-256 when the run started: resume and approve
+            refuse to run the plan with code changed since (a person approved it with that).
         write_boundary: ``--write-boundary`` specs, or None for the default (the working
             folder); ``base``: the folder relative specs are taken against.
         read_only: only tools without effects.
@@ -80,6 +83,7 @@ class RunOptions:
     """
 
     tools: tuple[str, ...] = ()
+    tools_sha256: Mapping[str, str] = dataclasses.field(default_factory=dict)
     write_boundary: tuple[str, ...] | None = None
     base: str = "."
     read_only: bool = False
@@ -95,6 +99,7 @@ class RunOptions:
         """The options as stored (``run.options``)."""
         document = dataclasses.asdict(self)
         document["limits"] = dict(self.limits)
+        document["tools_sha256"] = dict(self.tools_sha256)
         document["planner"] = dict(self.planner) if self.planner is not None else None
         return document
 
@@ -128,6 +133,8 @@ class DurableOutcome:
         result: the segment's :class:`RunResult` when steps ran, else None.
         request: the approval request when the run waits for (or was refused) a decision.
         message: a sentence for the person (why it waits, what to do next), or None.
+        store_error: the run ran but the store could not record its end (a locked or full
+            database), with what to do; None when everything was recorded.
     """
 
     run_id: str
@@ -135,6 +142,7 @@ class DurableOutcome:
     result: RunResult | None = None
     request: ApprovalRequest | None = None
     message: str | None = None
+    store_error: str | None = None
 
 
 TraceFactory = Callable[[str, int], Any]
@@ -536,15 +544,25 @@ async def _run_segment(
         retry=RetryPolicy(retries=options.retries),
         completed=completed,
     )
-    before = store.run(run_id)
-    stored_options = before.options
-    stored_options["elapsed_s"] = elapsed_s + (time.monotonic() - started)
-    store.update_run(
-        run_id,
-        status=result.status,
-        spent_usd=before.spent_usd + result.spent_usd,  # every segment's spend
-        spent_tokens=before.spent_tokens + result.spent_tokens,
-        options=stored_options,
-        pid=None,
-    )
-    return DurableOutcome(run_id, result.status, result=result)
+    store_error: str | None = None
+    try:
+        if recorder.failure is not None:
+            raise recorder.failure
+        before = store.run(run_id)
+        stored_options = before.options
+        stored_options["elapsed_s"] = elapsed_s + (time.monotonic() - started)
+        store.update_run(
+            run_id,
+            status=result.status,
+            spent_usd=before.spent_usd + result.spent_usd,  # every segment's spend
+            spent_tokens=before.spent_tokens + result.spent_tokens,
+            options=stored_options,
+            pid=None,
+        )
+    except sqlite3.Error as error:
+        store_error = (
+            f"the run ended {result.status}, but the run store {store.path} could not record "
+            f"it ({error}); until it does, `plandag resume {run_id}` may run again the steps "
+            "it did not record (only idempotent or keyed ones without asking)"
+        )
+    return DurableOutcome(run_id, result.status, result=result, store_error=store_error)

@@ -9,12 +9,17 @@ before it calls the tool: :mod:`plandag.scheduler.events`) and as ended as soon 
 
 from __future__ import annotations
 
+import json
 import logging
+import sqlite3
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from plandag.compiler.compiled import CompiledStep
+from plandag.errors import NotStartedError
 from plandag.scheduler import events
+from plandag.scheduler.result import RunResult
 from plandag.store.store import Store
 from plandag.trace.redact import Redactor
 
@@ -52,6 +57,10 @@ class StoreRecorder:
         self.params = params
         self.segment = segment
         self.results: dict[int, Any] = dict(completed or {})
+        self.errors = 0
+        """Writes that failed during the run (retried; see :meth:`__call__`)."""
+        self.failure: Exception | None = None
+        """The error of the final :meth:`reconcile` when it could not be written."""
         self._scrub = Redactor(personal=False)  # secrets only; the environment read once
         self.attempts: dict[int, int] = {}
         store.declare_steps(
@@ -76,7 +85,88 @@ class StoreRecorder:
             return None
 
     def __call__(self, event: events.Event) -> None:
-        """Write ``event`` (step events, heartbeats and stalls; others are ignored)."""
+        """Write ``event`` (step events, heartbeats and stalls; others are ignored).
+
+        A write that fails (the database locked past its busy timeout, a full disk) never
+        loses what a resume relies on:
+
+        * the start of a step with effects that cannot be committed vetoes the attempt
+          (:class:`~plandag.scheduler.events.StartVeto` with a
+          :class:`~plandag.errors.NotStartedError`: nothing ran, so the retry policy may try
+          it again); the tool is never called unrecorded;
+        * any other failed write stays queued and is retried with the next one, and at
+          ``RunFinished`` every step's final state is written again from the complete
+          result (:meth:`reconcile`); :attr:`failure` holds the error when even that
+          failed, and the caller reports it.
+        """
+        try:
+            self._record(event)
+        except sqlite3.Error as error:
+            if isinstance(event, events.StepStarted) and self._effects(event.step_id):
+                raise events.StartVeto(
+                    NotStartedError(
+                        f"step {event.step_id}: the run store could not record that it starts "
+                        f"({error}); its tool was not called"
+                    )
+                ) from error
+            self.errors += 1
+            if self.errors == 1:
+                logger.warning(
+                    "run %s: the run store could not record %s (%s); the writes are retried "
+                    "and the final state is written again when the run ends",
+                    self.run_id,
+                    type(event).__name__,
+                    error,
+                )
+        if isinstance(event, events.RunFinished):
+            self.reconcile(event.result)
+
+    def reconcile(self, result: RunResult, *, attempts: int = 5, pause_s: float = 0.5) -> None:
+        """Write every step's final state from ``result`` in one durable transaction (the
+        steps' rows then match the run whatever writes failed during it).
+
+        Args:
+            result: the run's complete result.
+            attempts: tries, ``pause_s`` seconds apart (blocking: the run is over).
+
+        Sets :attr:`failure` to the last error when every try failed.
+        """
+        rows = []
+        for step_id, record in result.steps.items():
+            step = self.steps.get(step_id)
+            inline, digest = (None, None)
+            if record.status == "succeeded":
+                inline, digest = self.store.value_columns(record.result)
+            rows.append(
+                (
+                    step_id,
+                    record.tool,
+                    step.tool.effects if step is not None else "none",
+                    record.status,
+                    record.reason,
+                    record.detail,
+                    record.attempts,
+                    record.started_at,
+                    record.ended_at,
+                    record.duration_s,
+                    inline,
+                    digest,
+                    json.dumps(record.error.as_dict()) if record.error is not None else None,
+                    json.dumps(record.superseded_by) if record.superseded_by else None,
+                )
+            )
+        for attempt in range(1, attempts + 1):
+            try:
+                self.store.flush()
+                self.store.write_steps(self.run_id, rows, self.segment)
+                self.failure = None
+                return
+            except sqlite3.Error as error:
+                self.failure = error
+                if attempt < attempts:
+                    time.sleep(pause_s)
+
+    def _record(self, event: events.Event) -> None:
         store, run_id, segment = self.store, self.run_id, self.segment
         if isinstance(event, events.StepStarted):
             self.attempts[event.step_id] = event.attempt
@@ -154,9 +244,3 @@ class StoreRecorder:
             )
         elif isinstance(event, events.Stall):
             store.record_event(run_id, "stall", {"idle_s": event.idle_s}, event.time)
-        elif isinstance(event, events.RunFinished):
-            result = event.result
-            for step_id, record in result.steps.items():
-                if record.superseded_by:
-                    store.supersede(run_id, step_id, record.superseded_by)
-            store.flush()

@@ -289,17 +289,19 @@ class Store:
 
     Args:
         path: the database file; its folder is created when missing.
+        busy_timeout_s: how long a write waits for another process's lock before it fails
+            (SQLite's busy timeout), seconds.
 
     Raises:
         InputError: the database cannot be opened or created there.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, busy_timeout_s: float = 10.0) -> None:
         self.path = path
         self.root = path.parent
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            self.connection = sqlite3.connect(path, timeout=10.0, isolation_level=None)
+            self.connection = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None)
             self.connection.execute("PRAGMA journal_mode=WAL")
             self.connection.execute("PRAGMA synchronous=FULL")
             self.connection.executescript(_SCHEMA)
@@ -352,6 +354,9 @@ class Store:
     def flush(self, *, durable: bool = True) -> None:
         """Commit every queued write in one transaction.
 
+        A commit that fails (the database is locked past the busy timeout, the disk is full)
+        keeps the writes queued, so the next flush tries them again, and raises.
+
         Args:
             durable: fsync the commit (``synchronous=FULL``). A batch of writes that may be
                 lost in a crash is committed with ``synchronous=NORMAL`` instead: in WAL mode
@@ -361,13 +366,14 @@ class Store:
         """
         if not self._queue:
             return
-        queue, self._queue = self._queue, []
+        queue = self._queue
         if not durable:
             self.connection.execute("PRAGMA synchronous=NORMAL")
         try:
             with self.transaction() as connection:
                 for sql, args in queue:
                     connection.execute(sql, args)
+            self._queue = self._queue[len(queue) :]  # kept when the commit failed: retried
         finally:
             if not durable:
                 self.connection.execute("PRAGMA synchronous=FULL")
@@ -411,7 +417,7 @@ class Store:
                 "blobs/ folder with the database"
             ) from error
 
-    def _value_columns(self, value: Any) -> tuple[str | None, str | None]:
+    def value_columns(self, value: Any) -> tuple[str | None, str | None]:
         """(inline JSON, blob hash): large values go to a blob file."""
         text = _dumps(value)
         if len(text) > BLOB_THRESHOLD_BYTES:
@@ -659,7 +665,7 @@ class Store:
         returning, so before the tool runs)."""
         args_json: str | None = None
         if args is not None:
-            inline, digest = self._value_columns(args)
+            inline, digest = self.value_columns(args)
             args_json = inline if inline is not None else json.dumps({"blob": digest})
         self.write(
             "UPDATE step SET status = 'running', attempts = ?, "
@@ -692,7 +698,7 @@ class Store:
         durable: bool,
     ) -> None:
         """Record a step's terminal state (with its result when it succeeded)."""
-        inline, digest = self._value_columns(result) if status == "succeeded" else (None, None)
+        inline, digest = self.value_columns(result) if status == "succeeded" else (None, None)
         self.write(
             "UPDATE step SET status = ?, reason = ?, detail = ?, ended_at = ?, duration_s = ?, "
             "result = ?, result_hash = ?, error = ?, segment = ? "
@@ -718,6 +724,47 @@ class Store:
             (run_id, step_id, attempt, status, reason, at, segment),
             durable=durable,
         )
+
+    def write_steps(self, run_id: str, rows: Sequence[tuple[Any, ...]], segment: int = 0) -> None:
+        """Write steps' final states in one durable transaction (a run's reconciliation at
+        its end). Each row: ``(step_id, tool, effects, status, reason, detail, attempts,
+        started_at, ended_at, duration_s, result JSON, result blob hash, error JSON,
+        superseded_by JSON)``; a step that did not run in this segment keeps its segment."""
+        with self.transaction() as connection:
+            for row in rows:
+                step_id, tool, effects, status = row[:4]
+                connection.execute(
+                    "INSERT OR IGNORE INTO step (run_id, step_id, tool, effects, segment) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (run_id, step_id, tool, effects, segment),
+                )
+                connection.execute(
+                    "UPDATE step SET status = ?, reason = ?, detail = ?, attempts = "
+                    "CASE WHEN ? > 0 THEN ? ELSE attempts END, "
+                    "started_at = COALESCE(?, started_at), ended_at = COALESCE(?, ended_at), "
+                    "duration_s = COALESCE(?, duration_s), "
+                    "result = CASE WHEN ? = 'succeeded' THEN ? ELSE result END, "
+                    "result_hash = CASE WHEN ? = 'succeeded' THEN ? ELSE result_hash END, "
+                    "error = ?, superseded_by = ? WHERE run_id = ? AND step_id = ?",
+                    (
+                        status,
+                        row[4],
+                        row[5],
+                        row[6],
+                        row[6],
+                        row[7],
+                        row[8],
+                        row[9],
+                        status,
+                        row[10],
+                        status,
+                        row[11],
+                        row[12],
+                        row[13],
+                        run_id,
+                        step_id,
+                    ),
+                )
 
     def reset_steps(self, run_id: str) -> None:
         """Forget the run's step rows (a revised plan replaces them; transitions stay as
@@ -820,7 +867,7 @@ class Store:
         error: str | None = None,
     ) -> None:
         """Record one document of an ``extract`` batch (one row per document), batched."""
-        inline, digest = self._value_columns(record) if record is not None else (None, None)
+        inline, digest = self.value_columns(record) if record is not None else (None, None)
         self.write(
             "INSERT OR REPLACE INTO document (batch_id, idx, input, status, record, "
             "result_hash, error, time) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",

@@ -64,7 +64,8 @@ class StepOutcome:
     Attributes:
         a_id, b_id: its ids; tool: its tool (B's).
         a_status, b_status: its status in each run.
-        a_duration_s, b_duration_s: seconds from start to end in each run.
+        a_duration_s, b_duration_s: active seconds from start to end in each run (time
+            waiting between segments left out).
         duration_ratio: B / A, or None when A's duration is 0.
         result_changed: the recorded results differ (as canonical JSON).
     """
@@ -96,7 +97,8 @@ class TraceDiff:
     Attributes:
         run_a, run_b: the run ids.
         status: ``(A's, B's)`` run status.
-        duration_s: ``(A's, B's)`` seconds; duration_ratio: B / A (None when A's is 0).
+        duration_s: ``(A's, B's)`` active seconds (waits for a person between segments left
+            out); duration_ratio: B / A (None when A's is 0).
         cost_usd: ``(A's, B's)`` US dollars (steps and model calls).
         tokens: ``(A's, B's)`` tokens (steps and model calls).
         plan_changes: every :class:`PlanChange`, removed and changed by A's id, then added
@@ -227,11 +229,13 @@ def diff_traces(a: Trace, b: Trace) -> TraceDiff:
     changes.extend(PlanChange("added", None, b_id, defs_b[b_id]["tool"]) for b_id in sorted(free_b))
 
     outcomes: list[StepOutcome] = []
+    active_a, active_b = a.active_time(), b.active_time()
     for a_id in sorted(pairs):
         b_id = pairs[a_id]
         step_a, step_b = a.steps.get(a_id), b.steps.get(b_id)
-        duration_a = step_a.duration_s if step_a is not None else 0.0
-        duration_b = step_b.duration_s if step_b is not None else 0.0
+        # active seconds: a wait for a person between segments is not the step's time
+        duration_a = a.step_active_s(step_a, active_a) if step_a is not None else 0.0
+        duration_b = b.step_active_s(step_b, active_b) if step_b is not None else 0.0
         result_a = step_a.result if step_a is not None else None
         result_b = step_b.result if step_b is not None else None
         outcomes.append(
@@ -251,8 +255,8 @@ def diff_traces(a: Trace, b: Trace) -> TraceDiff:
         run_a=a.run_id,
         run_b=b.run_id,
         status=(a.status, b.status),
-        duration_s=(a.duration_s, b.duration_s),
-        duration_ratio=_ratio(a.duration_s, b.duration_s),
+        duration_s=(active_a.total_s, active_b.total_s),
+        duration_ratio=_ratio(active_a.total_s, active_b.total_s),
         cost_usd=(a.steps_cost_usd + a.llm_cost_usd, b.steps_cost_usd + b.llm_cost_usd),
         tokens=(a.tokens, b.tokens),
         plan_changes=tuple(changes),
