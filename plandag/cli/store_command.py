@@ -489,6 +489,8 @@ def register(app: typer.Typer) -> None:
         _app().stdout.print(table)
         if not rows:
             _app().stderr.print("no runs yet")
+        elif len(rows) == limit:
+            _app().stderr.print(f"the {limit} newest runs; --limit N shows more")
 
     @app.command("resume")
     def resume_command(

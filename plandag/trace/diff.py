@@ -31,6 +31,9 @@ __all__ = ["PlanChange", "StepOutcome", "TraceDiff", "diff_traces", "render_diff
 
 _COMPARED_FIELDS = ("tool", "args", "depends_on", "check")
 _RATIO_SHOWN = (0.8, 1.25)
+_SECONDS_SHOWN = 0.05
+"""A duration change is shown only past both the ratio and this many seconds (timing noise
+of fast steps is not a change)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -287,7 +290,7 @@ def _short(value: Any, limit: int = 60) -> str:
 
 def render_diff(diff: TraceDiff, console: Console) -> None:
     """Print ``diff`` for a person: the runs side by side, the plan changes, and the steps
-    whose status or result changed or whose duration moved by more than 25 %.
+    whose status or result changed or whose duration moved by more than 25 % and 50 ms.
 
     Args:
         diff: from :func:`diff_traces`.
@@ -334,7 +337,11 @@ def render_diff(diff: TraceDiff, console: Console) -> None:
         for outcome in diff.outcomes
         if outcome.status_changed
         or outcome.result_changed
-        or (outcome.duration_ratio is not None and not low <= outcome.duration_ratio <= high)
+        or (
+            outcome.duration_ratio is not None
+            and not low <= outcome.duration_ratio <= high
+            and abs(outcome.b_duration_s - outcome.a_duration_s) >= _SECONDS_SHOWN
+        )
     ]
     if not shown:
         console.print(f"outcomes: {len(diff.outcomes)} matched step(s), none changed")

@@ -343,6 +343,11 @@ def render_html(trace: Trace) -> str:
         f"<title>plandag run {_e(trace.run_id)}</title>",
         f"<style>{_CSS}</style></head><body>",
         f"<h1>plandag run {_e(trace.run_id)}</h1>",
+        *(
+            [f'<p class="goal">{_e(trace.segments[0].goal)}</p>']
+            if trace.segments and trace.segments[0].goal
+            else []
+        ),
         '<p class="summary">',
         f'<span>status <span class="status" style="background:{_color(trace.status)}">'
         f"{_e(trace.status)}</span></span>",

@@ -175,3 +175,31 @@ def test_the_same_steps_on_other_params_are_told_apart(tmp_path: Path) -> None:
     console = Console(record=True, width=100)
     render_diff(diff, console)
     assert 'param input: "jan.xml" → "feb.xml"' in console.export_text()
+
+
+def test_timing_noise_of_fast_steps_is_not_shown(tmp_path: Path) -> None:
+    steps = [{"id": 1, "tool": "echo", "args": {}}, {"id": 2, "tool": "nap", "args": {}}]
+    a = write(
+        tmp_path / "a.jsonl",
+        "run-a",
+        steps,
+        {1: ("succeeded", 0, 0.001, "x"), 2: ("succeeded", 0, 1.0, "y")},
+        "succeeded",
+        0.0,
+    )
+    b = write(
+        tmp_path / "b.jsonl",
+        "run-b",
+        steps,
+        {1: ("succeeded", 0, 0.003, "x"), 2: ("succeeded", 0, 2.0, "y")},
+        "succeeded",
+        0.0,
+    )
+    console = Console(record=True, width=120, color_system=None)
+    render_diff(diff_traces(a, b), console)
+    rows = [
+        line.split("│")[0].strip()
+        for line in console.export_text().splitlines()
+        if "│" in line and line.split("│")[0].strip().isdigit()
+    ]
+    assert rows == ["2"]  # x3 on 1 ms is noise; x2 on a second is not

@@ -181,3 +181,15 @@ def test_a_single_segment_chart_is_unchanged(sample_path: Path, tmp_path: Path) 
     ]
     assert gantt.get("height") == "170"
     assert not gantt.xpath(f".//g[{has_class('wait')}] | .//line[{has_class('segment')}]")
+
+
+def test_the_page_shows_the_goal_escaped(tmp_path: Path) -> None:
+    from plandag.trace.writer import TraceWriter
+
+    path = tmp_path / "g.jsonl"
+    with TraceWriter(path, "g1", clock=lambda: 1000.0) as writer:
+        writer.run_started("exec", "total of <NF-e> & items", {})
+    page = tmp_path / "g.html"
+    write_html(load_trace(path), page)
+    document = lxml.html.fromstring(page.read_text(encoding="utf-8"))
+    assert document.xpath("string(//p[@class='goal'])") == "total of <NF-e> & items"
