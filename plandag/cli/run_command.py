@@ -34,6 +34,7 @@ from typing import Annotated
 import anyio
 import typer
 
+from plandag.cli.agent_store import SessionRecorder, record_agent_run
 from plandag.cli.app import (
     EXIT_CODES,
     EXIT_USAGE,
@@ -67,11 +68,9 @@ from plandag.cli.signals import Interruptible, exit_code_for_signal
 from plandag.cli.store_command import (
     ApproveOption,
     RedactOption,
-    SessionRecorder,
     StoreOption,
     approve_mode,
     open_cli_store,
-    record_agent_run,
     run_options,
     terminal_approver,
     trace_factory,

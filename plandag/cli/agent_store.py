@@ -1,0 +1,397 @@
+"""Recording model-driven runs in the run store (issue 6): ``plandag run`` (the agent's
+sessions, plan versions, decisions, model calls and replans), ``exec --planner`` (the stored
+plan and each repair behind the approval gate) and the revision a rejection asks the planner
+for (``plandag reject`` on a ``plandag run``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from plandag.cli.store_command import (
+    _app,
+    _rebuild,
+    open_cli_store,
+    terminal_approver,
+    trace_factory,
+)
+
+if TYPE_CHECKING:
+    from plandag.compiler.compiled import CompiledPlan
+    from plandag.planner.agent import AgentResult
+    from plandag.store import Store
+    from plandag.store.durable import DurableOutcome, RunOptions
+
+__all__ = ["MAX_REVISIONS", "RepairGate", "SessionRecorder", "record_agent_run", "revise"]
+
+
+MAX_REVISIONS = 3
+"""Rejections of one run that send its plan back to the planner (then it stays rejected)."""
+
+
+def revise(store: Store, run_id: str, row: Any, options: RunOptions, writer: Any) -> None:
+    """``plandag reject`` on a run that has a planner: ask it for a revision with every
+    rejection's feedback (the last one, verbatim, as the instruction), store the revised
+    plan as a new version awaiting a decision, and show it."""
+    import anyio
+
+    from plandag.approval import ApprovalRequest, plan_hash
+    from plandag.cli.plan_command import _client
+    from plandag.dag.plan import Plan
+    from plandag.planner.agent import revision_context
+    from plandag.planner.planner import Planner
+
+    app_module = _app()
+    feedback = [
+        decision.feedback or ""
+        for decision in store.decisions(run_id)
+        if decision.decision == "rejected"
+    ]
+    if len(feedback) > MAX_REVISIONS:
+        app_module.stderr.print(
+            f"run {run_id}: {len(feedback)} rejections, past the {MAX_REVISIONS} revisions a "
+            "run gets; it stays rejected"
+        )
+        return
+    assert options.planner is not None
+    planner_options = dict(options.planner)
+    versions = store.plan_versions(run_id)
+    rejected = Plan.model_validate(versions[-1].plan)
+    compiled, _ = _rebuild(store, run_id, row)
+    registry = app_module._registry([Path(tool) for tool in options.tools])
+    client = _client(str(planner_options["provider"]), planner_options.get("base_url"))
+    planner = Planner(
+        client,
+        str(planner_options["model"]),
+        registry,
+        read_only=options.read_only,
+        write_boundary=compiled.write_boundary,
+    )
+    context = revision_context(str(planner_options.get("context") or ""), rejected, feedback)
+
+    async def revise() -> Any:
+        try:
+            return await planner.plan(row.goal or "", context, row.params or None)
+        finally:
+            await client.aclose()
+
+    try:
+        outcome = anyio.run(revise)
+    except Exception as error:  # the run stays rejected; say why no revision came
+        app_module.stderr.print(f"run {run_id}: the planner could not revise it: {error}")
+        return
+    plan = outcome.plan
+    version = len(versions) + 1
+    digest = plan_hash(plan, row.params, compiled.write_boundary)
+    store.add_plan_version(
+        run_id, version, plan.model_dump(mode="json", exclude_none=True), digest, "revision"
+    )
+    store.reset_steps(run_id)
+    for call in outcome.records:
+        store.record_llm_call(run_id, "revision", call)
+        writer.llm_call(call, "revision")
+    writer.plan(version, plan, digest, "revision")
+    revised, _ = _rebuild(store, run_id, store.run(run_id))
+    request = ApprovalRequest.for_plan(
+        run_id, version, revised, reason="revised after a rejection", expiry_s=options.expiry_s
+    )
+    store.record_decision(run_id, version, digest, "asked")
+    writer.approval(version, digest, "asked", None, None)
+    store.update_run(
+        run_id,
+        status="awaiting_approval",
+        awaiting_since=time.time(),
+        expires_at=request.expires_at,
+        awaiting_reason="revised after a rejection",
+    )
+    for line in request.summary_lines():
+        app_module.stderr.print(line, markup=False, highlight=False)
+    app_module.stderr.print(
+        f"run {run_id}: revised plan version {version} awaits a decision "
+        f"(`plandag approve {run_id} --hash {digest}`)"
+    )
+
+
+class SessionRecorder:
+    """The run store's observer for ``plandag run``: a
+    :class:`~plandag.store.StoreRecorder` bound to each session the agent opens (a revision
+    after a rejection opens a new one, whose steps replace the rejected plan's rows)."""
+
+    def __init__(self, store: Store, run_id: str, params: Mapping[str, Any]) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.params = params
+        self.sessions = 0
+        self.recorder: Any = None
+
+    def bind(self, session: Any) -> None:
+        """``Agent(on_session=...)``: record the steps of ``session`` from now on."""
+        from plandag.store import StoreRecorder
+
+        if self.sessions:
+            self.store.reset_steps(self.run_id)
+        self.sessions += 1
+        self.recorder = StoreRecorder(self.store, self.run_id, session.steps, self.params)
+
+    def __call__(self, event: Any) -> None:
+        if self.recorder is not None:
+            self.recorder(event)
+
+
+def record_agent_run(
+    store: Store,
+    writer: Any,
+    run_id: str,
+    result: AgentResult,
+    *,
+    write_boundary: Any,
+    params: Mapping[str, Any],
+) -> None:
+    """Store what ``plandag run`` produced beyond its steps: every plan version (with its
+    hash), every decision, every LLM call, and the run's state; the same in the trace."""
+    from plandag.approval import plan_hash
+
+    versions = list(result.plan_versions)
+    request = result.approval
+    if request is not None and (not versions or request.plan != versions[-1]):
+        versions.append(request.plan)
+    for number, plan in enumerate(versions, start=1):
+        digest = (
+            request.plan_hash
+            if request is not None and plan is request.plan
+            else plan_hash(plan, params, write_boundary)
+        )
+        source = "planner" if number == 1 else "revision"
+        store.add_plan_version(
+            run_id, number, plan.model_dump(mode="json", exclude_none=True), digest, source
+        )
+        if writer is not None:
+            writer.plan(number, plan, digest, source)
+    for decision in result.decisions:
+        state = "approved" if decision.approved else "rejected"
+        store.record_decision(
+            run_id,
+            len(versions),
+            decision.plan_hash,
+            state,
+            who=decision.who,
+            feedback=decision.feedback or None,
+        )
+        if writer is not None:
+            writer.approval(
+                len(versions), decision.plan_hash, state, decision.who, decision.feedback
+            )
+    for call in result.llm_calls:
+        store.record_llm_call(run_id, "model", call)
+        if writer is not None:
+            writer.llm_call(call, "model")
+    outcome = result.plan
+    if writer is not None and outcome is not None and outcome.records:
+        first, last = outcome.records[0], outcome.records[-1]
+        writer.planning(
+            1, first.started_at, last.started_at + last.duration_s, len(outcome.records)
+        )
+    for replan in result.replans:
+        pruned = [
+            step_id
+            for step_id in replan.replaced
+            if step_id in result.run.steps and result.run.steps[step_id].status == "skipped"
+        ]
+        failed = [step_id for step_id in replan.replaced if step_id not in pruned]
+        store.record_event(
+            run_id,
+            "replan",
+            replan.to_json_dict(),
+            replan.ended_at if replan.ended_at is not None else time.time(),
+        )
+        if writer is not None and replan.started_at is not None and replan.ended_at is not None:
+            writer.replan(
+                replan.number,
+                failed=failed,
+                pruned=pruned,
+                new_steps=list(replan.new_ids),
+                version=replan.number + 1,
+                start=replan.started_at,
+                end=replan.ended_at,
+            )
+    if result.status == "awaiting_approval" and request is not None:
+        store.record_decision(run_id, len(versions), request.plan_hash, "asked")
+        if writer is not None:
+            writer.approval(len(versions), request.plan_hash, "asked", None, None)
+        store.update_run(
+            run_id,
+            status="awaiting_approval",
+            awaiting_since=time.time(),
+            expires_at=request.expires_at,
+            awaiting_reason=request.reason,
+            spent_usd=result.run.spent_usd,
+            spent_tokens=result.run.spent_tokens,
+            pid=None,
+        )
+        return
+    store.update_run(
+        run_id,
+        status=result.status,
+        spent_usd=result.run.spent_usd,
+        spent_tokens=result.run.spent_tokens,
+        detail=result.error.message if result.error is not None else None,
+        pid=None,
+    )
+
+
+class RepairGate:
+    """``exec --planner`` through the run store: the run recorded like ``exec``'s, the
+    stored plan behind the approval gate, and each repair that adds steps with effects
+    behind it too (a new plan version; ARCHITECTURE.md: any revised plan passes the same
+    approval as the first).
+
+    Args:
+        store_path: ``--store`` (None: the default store).
+        compiled: the stored plan, compiled with its params.
+        options: the run's options (approval mode, expiry, redaction...).
+        compile_span: when the plan compiled (seconds since the epoch), for the trace.
+    """
+
+    def __init__(
+        self,
+        store_path: Path | None,
+        compiled: CompiledPlan,
+        options: RunOptions,
+        *,
+        compile_span: tuple[float, float],
+    ) -> None:
+        import uuid
+
+        self.store = open_cli_store(store_path)
+        self.compiled = compiled
+        self.options = options
+        self.run_id = uuid.uuid4().hex[:16]
+        self.writer = trace_factory(self.store, options.redact)(self.run_id, 0)
+        self.recorder = SessionRecorder(self.store, self.run_id, compiled.params)
+        self.observers: list[Any] = [self.recorder, self.writer]
+        self.approver = terminal_approver() if options.approve == "ask" else None
+        self.outcome: DurableOutcome | None = None
+        self.pending: Any = None
+        self.version = 1
+        self.compile_span = compile_span
+        self._closed = False
+
+    async def start(self) -> bool:
+        """Record the run and pass the stored plan through the gate; False when it may not
+        run (``outcome`` then says why: awaiting_approval or rejected)."""
+        from plandag.approval import ApprovalRequest, approval_needed, plan_hash
+        from plandag.store.durable import _await, _decide, _reject
+
+        compiled, store, writer = self.compiled, self.store, self.writer
+        plan_json = compiled.plan.model_dump(mode="json", exclude_none=True)
+        digest = plan_hash(compiled.plan, compiled.params, compiled.write_boundary)
+        store.create_run(
+            self.run_id,
+            command="exec",
+            goal=compiled.plan.goal or None,
+            params=compiled.params,
+            options=self.options.as_json(),
+        )
+        store.add_plan_version(self.run_id, 1, plan_json, digest, "stored")
+        writer.run_started("exec", compiled.plan.goal or None, dict(compiled.params))
+        writer.plan(1, plan_json, digest, "stored")
+        writer.compile(1, *self.compile_span, list(compiled.diagnostics))
+        effects = {step.tool.effects for step in compiled.steps.values()}
+        if approval_needed(compiled, self.options.approve):
+            reason = (
+                "the plan has irreversible effects"
+                if "irreversible" in effects
+                else "the plan has effects"
+            )
+            request = ApprovalRequest.for_plan(
+                self.run_id, 1, compiled, reason=reason, expiry_s=self.options.expiry_s
+            )
+            decision = await _decide(store, request, self.approver, self.options.approve, writer)
+            if decision is None:
+                self.outcome = _await(store, request, reason, writer)
+                return False
+            if not decision.approved:
+                self.outcome = _reject(store, request, decision.feedback, writer)
+                return False
+        elif effects - {"none"}:
+            store.record_decision(self.run_id, 1, digest, "approved", who="auto")
+            writer.approval(1, digest, "approved", "auto", None)
+        return True
+
+    def bind(self, session: Any) -> None:
+        """``run_with_repairs(on_session=...)``: record the session's steps."""
+        self.recorder.bind(session)
+
+    async def approve_patch(self, session: Any, new_ids: tuple[int, ...]) -> str:
+        """``run_with_repairs(approve_patch=...)``: ``approved``, ``rejected`` or
+        ``awaiting_approval`` for a repair that added ``new_ids``."""
+        from plandag.approval import ApprovalRequest, approval_needed
+        from plandag.planner.repair import whole_plan
+        from plandag.store.durable import _decide
+
+        steps = session.steps
+        if not approval_needed(
+            {step_id: steps[step_id] for step_id in new_ids}, self.options.approve
+        ):
+            return "approved"
+        self.version += 1
+        plan = whole_plan(self.compiled, session)
+        kept = {step.id: steps[step.id] for step in plan.steps}
+        request = ApprovalRequest.for_steps(
+            self.run_id,
+            self.version,
+            plan,
+            self.compiled.params,
+            kept,
+            self.compiled.write_boundary,
+            reason=f"a repair adds steps with effects ({', '.join(map(str, new_ids))})",
+            expiry_s=self.options.expiry_s,
+        )
+        plan_json = plan.model_dump(mode="json", exclude_none=True)
+        self.store.add_plan_version(
+            self.run_id, self.version, plan_json, request.plan_hash, "replan"
+        )
+        self.writer.plan(self.version, plan_json, request.plan_hash, "replan")
+        with session.waiting_for_person():
+            decision = await _decide(
+                self.store, request, self.approver, self.options.approve, self.writer
+            )
+        if decision is None:
+            self.pending = request
+            return "awaiting_approval"
+        return "approved" if decision.approved else "rejected"
+
+    def finish(self, repaired: Any) -> None:
+        """Record the model calls, replans and final state of ``repaired`` (None: the run
+        was interrupted before it could report)."""
+        from plandag.store.durable import _await
+
+        store = self.store
+        if repaired is None:
+            store.update_run(self.run_id, status="interrupted", pid=None)
+            return
+        for call in repaired.llm_calls:
+            store.record_llm_call(self.run_id, "repair", call)
+            self.writer.llm_call(call, "replan")
+        for replan in repaired.replans:
+            store.record_event(self.run_id, "replan", replan.to_json_dict(), time.time())
+        if repaired.status == "awaiting_approval" and self.pending is not None:
+            self.outcome = _await(store, self.pending, self.pending.reason)
+            return
+        store.update_run(
+            self.run_id,
+            status=repaired.status,
+            spent_usd=repaired.run.spent_usd,
+            spent_tokens=repaired.run.spent_tokens,
+            pid=None,
+        )
+
+    def close(self) -> None:
+        """Close the trace and the store (once)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.writer.close()
+        self.store.close()
