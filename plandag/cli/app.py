@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import functools
 import json
-import signal
 import sys
 import time
-import uuid
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -30,9 +27,7 @@ from plandag.cli.store_command import (
     RedactOption,
     StoreOption,
     durable_exec,
-    open_cli_store,
     run_options,
-    trace_factory,
 )
 from plandag.compiler import CompiledPlan, compile_plan
 from plandag.config import Settings, load_settings
@@ -727,281 +722,6 @@ def show_config(as_json: JsonOption = False) -> None:
     stdout.print(table)
 
 
-@extract_app.command("nfe")
-def extract_nfe(
-    paths: Annotated[
-        list[str], typer.Argument(metavar="PATH...", help="NF-e/NFC-e XML files, folders or globs.")
-    ],
-    output: Annotated[
-        Path,
-        typer.Option(
-            "--output", "-o", metavar="OUT", help="Output file: .jsonl (default) or .csv."
-        ),
-    ],
-    output_format: Annotated[
-        str | None,
-        typer.Option(
-            "--format", metavar="jsonl|csv", help="Output format (default: from OUT's suffix)."
-        ),
-    ] = None,
-    jobs: Annotated[
-        int | None, typer.Option("--jobs", "-j", metavar="N", min=1, help="Documents at once (4).")
-    ] = None,
-    resume: Annotated[
-        bool, typer.Option("--resume", help="Skip inputs whose sha256 already has a record.")
-    ] = False,
-    write_boundary: BoundaryOption = None,
-    max_seconds: MaxSecondsOption = None,
-    max_cost: MaxCostOption = None,
-    max_tokens: MaxTokensOption = None,
-    max_concurrency: MaxConcurrencyOption = None,
-    retries: RetriesOption = None,
-    heartbeat: HeartbeatOption = None,
-    heartbeat_every: HeartbeatEveryOption = None,
-    stall_after: StallAfterOption = None,
-    stop_on_stall: StopOnStallOption = None,
-    as_json: JsonOption = False,
-    planner: PlannerOption = None,
-    model: PlannerModelOption = None,
-    base_url: PlannerUrlOption = None,
-    save_repairs: SaveRepairsOption = None,
-    store: StoreOption = None,
-    redact: RedactOption = False,
-) -> None:
-    """Extract NF-e/NFC-e invoices into records: one per invoice, one error row per bad input.
-
-    The batch is recorded in the run store (--store, PLANDAG_STORE) as one run with one row
-    per document (its record or its error), not per step; `plandag runs` lists it and
-    `plandag trace` shows one bar per document (--redact masks personal data there).
-
-    Brakes apply to the whole batch: --max-seconds is the batch's deadline, --max-cost and
-    --max-tokens one budget shared by every document, --heartbeat counts documents;
-    --max-concurrency and --retries apply within each document's plan.
-
-    With --planner, each document still runs the stored plan with no model call; a document
-    whose run fails on a step (a tool error, or a structural check; never the NF-e checks'
-    business outcomes nor an unusable input) gets a repair for that document only, paid by
-    the batch's budget; its records carry "repair".
-    """
-    from plandag.extract.monitor import BatchMonitor
-    from plandag.extract.nfe.batch import (
-        batch_exit_code,
-        expand_inputs,
-        extract_batch,
-        render_summary,
-    )
-    from plandag.scheduler import Budget
-
-    settings = _settings(
-        {
-            "jobs": jobs,
-            "write_boundary": write_boundary,
-            "max_seconds": max_seconds,
-            "max_cost": max_cost,
-            "max_tokens": max_tokens,
-            "max_concurrency": max_concurrency,
-            "retries": retries,
-            "heartbeat": str(heartbeat) if heartbeat is not None else None,
-            "heartbeat_every": heartbeat_every,
-            "stall_after": stall_after,
-            "stop_on_stall": stop_on_stall,
-        }
-    )
-    if output_format not in (None, "jsonl", "csv"):
-        _fail(f"--format must be jsonl or csv, not {output_format!r}")
-    if output.is_dir():
-        _fail(f"-o {output} is a folder; name the output file, e.g. {output / 'invoices.jsonl'}")
-    _limits(settings)  # the same checks and messages as exec for the brake settings
-    heartbeat_file = Path(settings["heartbeat"]) if settings["heartbeat"] else None
-    if heartbeat_file is not None and not heartbeat_file.parent.is_dir():
-        _fail(f"--heartbeat {heartbeat_file}: its folder does not exist")
-    boundary = (
-        _boundary(settings["write_boundary"], output.parent) if settings["write_boundary"] else None
-    )
-    model_name = _planner_options(planner, model, base_url, save_repairs)
-    client = (
-        _planner_client(planner, base_url) if planner is not None else None
-    )  # a missing key stops here (exit 2), before anything runs
-    repairer = None
-    if client is not None and model_name is not None:
-        from plandag.planner.repair import PlanRepairer
-
-        repairer = PlanRepairer(client, model_name, _registry(None))
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        _fail(f"-o {output}: cannot create its folder ({error.strerror or error})")
-    budget = Budget(settings["max_cost"], settings["max_tokens"])
-    run_options: dict[str, Any] = {
-        "retry": RetryPolicy(retries=settings["retries"]),
-        "max_concurrency": settings["max_concurrency"],
-        "limits": RunLimits(heartbeat_every=None),
-        "budget": budget,
-    }
-    monitor = BatchMonitor(
-        heartbeat_file,
-        every=settings["heartbeat_every"],
-        stall_after=settings["stall_after"],
-        stop_on_stall=settings["stop_on_stall"],
-    )
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    progress = Progress(
-        "[bold]documents",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=stderr,
-        transient=True,
-        disable=not stderr.is_terminal,
-    )
-    task = progress.add_task("documents", total=None)
-
-    def on_progress(finished: int, total: int) -> None:
-        monitor.update(finished, total)
-        progress.update(task, completed=finished, total=total)
-
-    deadline = settings["max_seconds"]
-    run_store = open_cli_store(store)
-    batch_id = uuid.uuid4().hex[:16]
-    stored_count = [0]
-    last_record_at = [time.time()]
-    writers: list[Any] = []  # the trace, once the batch is recorded
-
-    def on_record(record: Mapping[str, Any]) -> None:
-        now = time.time()
-        writers[0].document(
-            stored_count[0],
-            str(record.get("source", "")),
-            str(record.get("status", "")),
-            record,
-            last_record_at[0],
-            now,
-        )
-        last_record_at[0] = now
-        run_store.record_document(
-            batch_id,
-            stored_count[0],
-            str(record.get("source", "")),
-            str(record.get("status", "")),
-            record,
-            error=json.dumps(record.get("errors"), ensure_ascii=False)
-            if record.get("status") == "error"
-            else None,
-        )
-        stored_count[0] += 1
-
-    try:
-        files, missing = expand_inputs(paths)
-        goal = f"extract nfe: {len(files) + len(missing)} input(s) into {output}"
-        batch_params = {"output": str(output), "inputs": len(files) + len(missing)}
-        run_store.create_run(
-            batch_id,
-            command="extract",
-            goal=goal,
-            params=batch_params,
-            options={"jobs": settings["jobs"], "resume": resume, "redact": redact},
-        )
-        writers.append(trace_factory(run_store, redact)(batch_id, 0))
-        writers[0].run_started("extract", goal, batch_params)
-        work = functools.partial(
-            extract_batch,
-            files,
-            output,
-            format=output_format,
-            jobs=settings["jobs"],
-            resume=resume,
-            missing=missing,
-            on_record=on_record,
-            on_progress=on_progress,
-            run_options=run_options,
-            write_boundary=boundary,
-            repairer=repairer,
-            save_repairs=save_repairs,
-        )
-
-        async def bounded() -> Any:
-            import anyio
-
-            failure: Exception | None = None
-            summary = None
-            with anyio.CancelScope() as scope:
-                if deadline is not None:
-                    scope.deadline = anyio.current_time() + deadline
-                async with anyio.create_task_group() as group:
-                    group.start_soon(monitor.watch, scope)
-                    try:
-                        summary = await work()
-                    except Exception as caught:  # re-raised unwrapped, outside the group
-                        failure = caught
-                    group.cancel_scope.cancel()
-            if client is not None:
-                with anyio.CancelScope(shield=True):
-                    await client.aclose()
-            if failure is not None:
-                raise failure
-            return summary
-
-        with progress:
-            outcome = Interruptible(bounded).run()
-    except InputError as error:
-        _close_batch(run_store, writers[0] if writers else None, batch_id, "failed")
-        _fail(str(error))
-    except OSError as error:
-        _close_batch(run_store, writers[0] if writers else None, batch_id, "failed")
-        _fail(f"-o {output}: cannot write it ({error.strerror or error})")
-    summary = outcome.result
-    batch_status = (
-        "interrupted"
-        if outcome.signal is not None
-        else "succeeded"
-        if summary is not None
-        else "timed_out"
-    )
-    run_store.update_run(
-        batch_id,
-        status=batch_status,
-        spent_usd=budget.spent_usd,
-        spent_tokens=budget.spent_tokens,
-        pid=None,
-    )
-    writers[0].segment_ended(batch_status)
-    writers[0].close()
-    run_store.close()
-    if summary is None:
-        if outcome.signal is not None:
-            why, code, status = (
-                signal.Signals(outcome.signal).name,
-                exit_code_for_signal(outcome.signal),
-                "interrupted",
-            )
-        elif monitor.stalled:
-            why, code, status = f"a stall (--stall-after {settings['stall_after']:g})", 3, "stalled"
-        else:
-            why, code, status = f"--max-seconds {deadline:g}", 3, "timed_out"
-        monitor.close(status)
-        stderr.print(
-            f"stopped by {why} after {monitor.done} of {monitor.total or '?'} inputs; {output} "
-            "holds the complete records of the inputs before the first unfinished one, in "
-            "order; run the same command with --resume to go on"
-        )
-        raise typer.Exit(code)
-    monitor.close("interrupted" if outcome.signal is not None else "finished")
-    if as_json:
-        document = summary.to_json_dict()
-        document["spent_usd"], document["spent_tokens"] = budget.spent_usd, budget.spent_tokens
-        sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
-    else:
-        stdout.print(render_summary(summary))
-        written = f"records written to {output}"
-        if summary.items_output is not None:
-            written += f" (items: {summary.items_output})"
-        stdout.print(written)
-    if outcome.signal is not None:
-        raise typer.Exit(exit_code_for_signal(outcome.signal))
-    raise typer.Exit(batch_exit_code(summary))
-
-
 from plandag.cli import plan_command as _plan_command  # noqa: E402 (registers `plan`)
 
 _plan_command.register(app)
@@ -1022,14 +742,7 @@ from plandag.cli import trace_command as _trace_command  # noqa: E402 (registers
 
 _trace_command.register(app)
 
-
-def _close_batch(store: Any, writer: Any, batch_id: str, status: str) -> None:
-    """An ``extract`` batch that stopped on an unusable argument: record it and close."""
-    store.update_run(batch_id, status=status, pid=None)  # nothing when it was never created
-    if writer is not None:
-        writer.segment_ended(status)
-        writer.close()
-    store.close()
+from plandag.cli import extract_command as _extract_command  # noqa: E402,F401 (extract nfe)
 
 
 def version_callback(value: bool) -> None:
