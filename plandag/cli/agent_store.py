@@ -193,6 +193,11 @@ def record_agent_run(
         writer.planning(
             1, first.started_at, last.started_at + last.duration_s, len(outcome.records)
         )
+        # each answer was compiled as soon as it arrived (repairs included)
+        answered = [call for call in outcome.records if call.error is None]
+        for attempt, call in zip(outcome.attempts, answered, strict=False):
+            at = call.started_at + call.duration_s
+            writer.compile(1, at, at, list(attempt.diagnostics), ok=attempt.compiled)
     for replan in result.replans:
         pruned = [
             step_id
@@ -207,6 +212,13 @@ def record_agent_run(
             replan.ended_at if replan.ended_at is not None else time.time(),
         )
         if writer is not None and replan.started_at is not None and replan.ended_at is not None:
+            writer.compile(
+                replan.number + 1,
+                replan.ended_at,
+                replan.ended_at,
+                list(replan.diagnostics),
+                ok=replan.applied,
+            )
             writer.replan(
                 replan.number,
                 failed=failed,

@@ -226,6 +226,8 @@ def broken(name: str) -> dict:
     kinds = [kind for kind, _ in spans]
     assert kinds.count("llm_call") == 2
     assert kinds.count("plan") == 1
+    compiles = [(attrs["version"], attrs["ok"]) for kind, attrs in spans if kind == "compile"]
+    assert compiles == [(1, True), (2, True)]  # the plan, then the replan's patch
     [replan] = [attrs for kind, attrs in spans if kind == "replan"]
     assert (replan["number"], replan["failed"], replan["new_steps"]) == (1, [1], [2])
     steps = {attrs["step_id"]: attrs["status"] for kind, attrs in spans if kind == "step"}
