@@ -751,8 +751,6 @@ class _AgentRun:
         if mode is None:
             return
         steps = session.steps
-        if not session.release_asked and not first:
-            return
         if not approval_needed(steps, mode):
             session.approve_effects()
             return
@@ -873,7 +871,6 @@ class _AgentRun:
                 if agent.approve is not None and any(
                     session.steps[key].tool.effects != "none" for key in record.new_ids
                 ):
-                    session.release_effects()  # gated: approve() releases
                     try:
                         await self.approve(session, first=False)
                     except _PlanningFailed:

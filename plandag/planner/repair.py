@@ -690,8 +690,7 @@ async def _gate_patch(
     verdict = await approve_patch(session, new_ids)
     if verdict != "approved":
         return verdict
-    session.release_effects()
-    session.hold_effects()
+    session.approve_effects()  # released; a later patch's effects are held again
     return None
 
 

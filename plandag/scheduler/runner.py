@@ -476,18 +476,6 @@ class _Run:
 
         return resume
 
-    def extend_deadline(self, seconds: float) -> None:
-        """Move the wall-clock cap and the stall detector's last progress ``seconds`` later
-        (time spent waiting for a person counts against neither: ARCHITECTURE.md, "People
-        in the loop")."""
-        if seconds <= 0:
-            return
-        self.last_progress += seconds
-        if self.deadline is not None:
-            self.deadline += seconds
-            if not self.paused:
-                self.run_scope.deadline += seconds
-
     def finish(self, started_at: float, started: float) -> RunResult:
         """Close every record still open, build the RunResult and emit RunFinished."""
         cause = self.stop_cause()

@@ -425,7 +425,6 @@ class RunSession:
         self._sealed = False
         self._result: RunResult | None = None
         self._gated = False
-        self._release_asked = False
 
     # -- what it holds -----------------------------------------------------------------------
 
@@ -672,21 +671,15 @@ class RunSession:
         """
         self._check_open()
         if self._gated:
-            self._release_asked = True  # released by approve_effects()
-            return
+            return  # released by approve_effects()
         self._run.release()
 
     def require_approval(self) -> None:
         """Gate effects behind a person's decision: from now on :meth:`release_effects`
-        releases nothing (it only records that the plan is complete) until
-        :meth:`approve_effects` is called (ARCHITECTURE.md, "People in the loop")."""
+        releases nothing until :meth:`approve_effects` is called (ARCHITECTURE.md, "People
+        in the loop")."""
         self._check_open()
         self._gated = True
-
-    @property
-    def release_asked(self) -> bool:
-        """:meth:`release_effects` was called while effects were gated."""
-        return self._release_asked
 
     def approve_effects(self, *, hold_again: bool = True) -> None:
         """A person approved the plan so far: release the held steps with effects.
@@ -700,7 +693,6 @@ class RunSession:
             RuntimeError: the session is closed.
         """
         self._check_open()
-        self._release_asked = False
         self._run.release()
         if hold_again:
             self._run.holding = True
@@ -716,13 +708,6 @@ class RunSession:
             yield
         finally:
             resume()
-
-    def extend_deadline(self, seconds: float) -> None:
-        """Move the wall-clock cap and the stall detector ``seconds`` later: time spent
-        waiting for a person counts against neither (ARCHITECTURE.md, "People in the
-        loop")."""
-        self._check_open()
-        self._run.extend_deadline(seconds)
 
     def hold_effects(self) -> None:
         """Hold again the steps with effects added from now on (a replan that must be
