@@ -293,44 +293,19 @@ class RepairGate:
     async def start(self) -> bool:
         """Record the run and pass the stored plan through the gate; False when it may not
         run (``outcome`` then says why: awaiting_approval or rejected)."""
-        from plandag.approval import ApprovalRequest, approval_needed, plan_hash
-        from plandag.store.durable import _await, _decide, _reject
+        from plandag.store.durable import open_run
 
-        compiled, store, writer = self.compiled, self.store, self.writer
-        plan_json = compiled.plan.model_dump(mode="json", exclude_none=True)
-        digest = plan_hash(compiled.plan, compiled.params, compiled.write_boundary)
-        store.create_run(
+        self.outcome = await open_run(
+            self.store,
             self.run_id,
+            self.compiled,
+            self.options,
             command="exec",
-            goal=compiled.plan.goal or None,
-            params=compiled.params,
-            options=self.options.as_json(),
+            approver=self.approver,
+            writer=self.writer,
+            compile_span=self.compile_span,
         )
-        store.add_plan_version(self.run_id, 1, plan_json, digest, "stored")
-        writer.run_started("exec", compiled.plan.goal or None, dict(compiled.params))
-        writer.plan(1, plan_json, digest, "stored")
-        writer.compile(1, *self.compile_span, list(compiled.diagnostics))
-        effects = {step.tool.effects for step in compiled.steps.values()}
-        if approval_needed(compiled, self.options.approve):
-            reason = (
-                "the plan has irreversible effects"
-                if "irreversible" in effects
-                else "the plan has effects"
-            )
-            request = ApprovalRequest.for_plan(
-                self.run_id, 1, compiled, reason=reason, expiry_s=self.options.expiry_s
-            )
-            decision = await _decide(store, request, self.approver, self.options.approve, writer)
-            if decision is None:
-                self.outcome = _await(store, request, reason, writer)
-                return False
-            if not decision.approved:
-                self.outcome = _reject(store, request, decision.feedback, writer)
-                return False
-        elif effects - {"none"}:
-            store.record_decision(self.run_id, 1, digest, "approved", who="auto")
-            writer.approval(1, digest, "approved", "auto", None)
-        return True
+        return self.outcome is None
 
     def bind(self, session: Any) -> None:
         """``run_with_repairs(on_session=...)``: record the session's steps."""

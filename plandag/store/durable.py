@@ -53,6 +53,7 @@ __all__ = [
     "RunOptions",
     "continue_run",
     "decide",
+    "open_run",
     "start_run",
     "unknown_outcome_steps",
 ]
@@ -249,6 +250,73 @@ def _reject(
     )
 
 
+async def open_run(
+    store: Store,
+    run_id: str,
+    compiled: CompiledPlan,
+    options: RunOptions,
+    *,
+    command: str,
+    approver: Approver | None,
+    writer: Any,
+    source: str = "stored",
+    compile_span: tuple[float, float] | None = None,
+) -> DurableOutcome | None:
+    """Record a new run of ``compiled`` (the run, its plan as version 1, the trace's first
+    lines) and pass the plan through the approval gate.
+
+    Args:
+        store, compiled, options, command, approver, source, compile_span: as
+            :func:`start_run`.
+        run_id: the new run's id.
+        writer: the run's trace writer, or None.
+
+    Returns:
+        None when the plan may run (read-only, approved automatically — recorded as decided
+        by ``auto`` —, or approved by the approver); otherwise the outcome of a run that
+        waits for a decision or was rejected.
+
+    Raises:
+        StaleDecisionError: the approver answered for another plan version.
+    """
+    plan = compiled.plan
+    plan_json = plan.model_dump(mode="json", exclude_none=True)
+    digest = plan_hash(plan, compiled.params, compiled.write_boundary)
+    store.create_run(
+        run_id,
+        command=command,
+        goal=plan.goal or None,
+        params=compiled.params,
+        options=options.as_json(),
+    )
+    store.add_plan_version(run_id, 1, plan_json, digest, source)
+    if writer is not None:
+        writer.run_started(command, plan.goal or None, dict(compiled.params))
+        writer.plan(1, plan_json, digest, source)
+        if compile_span is not None:
+            writer.compile(1, compile_span[0], compile_span[1], list(compiled.diagnostics))
+    effects = {step.tool.effects for step in compiled.steps.values()}
+    if approval_needed(compiled, options.approve):
+        reason = (
+            "the plan has irreversible effects"
+            if "irreversible" in effects
+            else "the plan has effects"
+        )
+        request = ApprovalRequest.for_plan(
+            run_id, 1, compiled, reason=reason, expiry_s=options.expiry_s
+        )
+        decision = await _decide(store, request, approver, options.approve, writer)
+        if decision is None:
+            return _await(store, request, reason, writer)
+        if not decision.approved:
+            return _reject(store, request, decision.feedback, writer)
+    elif effects - {"none"}:
+        store.record_decision(run_id, 1, digest, "approved", who="auto")
+        if writer is not None:
+            writer.approval(1, digest, "approved", "auto", None)
+    return None
+
+
 async def start_run(
     store: Store,
     compiled: CompiledPlan,
@@ -285,43 +353,21 @@ async def start_run(
         StaleDecisionError: the approver answered for another plan version.
     """
     run_id = run_id if run_id is not None else uuid.uuid4().hex[:16]
-    plan = compiled.plan
-    digest = plan_hash(plan, compiled.params, compiled.write_boundary)
-    store.create_run(
-        run_id,
-        command=command,
-        goal=plan.goal or None,
-        params=compiled.params,
-        options=options.as_json(),
-    )
-    store.add_plan_version(
-        run_id, 1, plan.model_dump(mode="json", exclude_none=True), digest, source
-    )
     writer = trace(run_id, 0) if trace is not None else None
     try:
-        if writer is not None:
-            writer.run_started(command, plan.goal or None, dict(compiled.params))
-            writer.plan(1, plan.model_dump(mode="json", exclude_none=True), digest, source)
-            if compile_span is not None:
-                writer.compile(1, compile_span[0], compile_span[1], list(compiled.diagnostics))
-        if approval_needed(compiled, options.approve):
-            reason = (
-                "the plan has irreversible effects"
-                if any(step.tool.effects == "irreversible" for step in compiled.steps.values())
-                else "the plan has effects"
-            )
-            request = ApprovalRequest.for_plan(
-                run_id, 1, compiled, reason=reason, expiry_s=options.expiry_s
-            )
-            decision = await _decide(store, request, approver, options.approve, writer)
-            if decision is None:
-                return _await(store, request, reason, writer)
-            if not decision.approved:
-                return _reject(store, request, decision.feedback, writer)
-        elif any(step.tool.effects != "none" for step in compiled.steps.values()):
-            store.record_decision(run_id, 1, digest, "approved", who="auto")
-            if writer is not None:
-                writer.approval(1, digest, "approved", "auto", None)
+        stopped = await open_run(
+            store,
+            run_id,
+            compiled,
+            options,
+            command=command,
+            approver=approver,
+            writer=writer,
+            source=source,
+            compile_span=compile_span,
+        )
+        if stopped is not None:
+            return stopped
         return await _run_segment(
             store,
             run_id,
