@@ -12,6 +12,7 @@ from plandag.approval.gate import (
     TerminalApprover,
     approval_needed,
     boundary_spec,
+    current_user,
     plan_hash,
 )
 
@@ -26,5 +27,6 @@ __all__ = [
     "TerminalApprover",
     "approval_needed",
     "boundary_spec",
+    "current_user",
     "plan_hash",
 ]

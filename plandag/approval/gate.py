@@ -47,6 +47,7 @@ __all__ = [
     "TerminalApprover",
     "approval_needed",
     "boundary_spec",
+    "current_user",
     "plan_hash",
 ]
 
@@ -326,7 +327,7 @@ class TerminalApprover:
     ) -> None:
         self.show = show
         self.ask = ask
-        self.who = who if who is not None else _login()
+        self.who = who if who is not None else current_user()
         self.pause = pause
 
     async def __call__(self, request: ApprovalRequest) -> Decision:
@@ -354,7 +355,8 @@ class TerminalApprover:
         return Decision(False, request.plan_hash, feedback="no clear answer", who=self.who)
 
 
-def _login() -> str:
+def current_user() -> str:
+    """The login name recorded as who decided (``unknown`` when the system has none)."""
     import getpass
 
     try:

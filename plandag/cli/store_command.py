@@ -39,6 +39,7 @@ from plandag.approval import (
     Approver,
     StaleDecisionError,
     TerminalApprover,
+    current_user,
 )
 from plandag.errors import InputError, PlanError
 from plandag.scheduler.result import to_jsonable
@@ -553,13 +554,13 @@ def register(app: typer.Typer) -> None:
         )
         try:
             digest = decide(
-                store, run_id, approved=True, who=who or _login(), expected_hash=plan_hash
+                store, run_id, approved=True, who=who or current_user(), expected_hash=plan_hash
             )
         except (StaleDecisionError, InputError) as error:
             _fail(str(error))
         assert prepared is not None
         row = store.run(run_id)
-        _trace_decision(store, row, digest, "approved", who or _login(), None).close()
+        _trace_decision(store, row, digest, "approved", who or current_user(), None).close()
         _continue(
             store,
             run_id,
@@ -596,7 +597,7 @@ def register(app: typer.Typer) -> None:
                 store,
                 run_id,
                 approved=False,
-                who=who or _login(),
+                who=who or current_user(),
                 feedback=feedback,
                 expected_hash=plan_hash,
             )
@@ -604,7 +605,9 @@ def register(app: typer.Typer) -> None:
             _fail(str(error))
         row = store.run(run_id)
         options = RunOptions.from_json(row.options)
-        with _trace_decision(store, row, digest, "rejected", who or _login(), feedback) as writer:
+        with _trace_decision(
+            store, row, digest, "rejected", who or current_user(), feedback
+        ) as writer:
             if options.planner is not None:
                 from plandag.cli.agent_store import revise
 
@@ -662,12 +665,3 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _login() -> str:
-    import getpass
-
-    try:
-        return getpass.getuser()
-    except Exception:
-        return "unknown"
