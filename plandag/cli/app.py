@@ -9,7 +9,6 @@ its ``--max-seconds`` ran out first, 130/143 when interrupted.
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 import time
@@ -39,7 +38,6 @@ from plandag.scheduler import (
     RetryPolicy,
     RunLimits,
     RunResult,
-    run_plan,
 )
 from plandag.scheduler.events import Observer
 from plandag.scheduler.result import RunStatus, to_jsonable
@@ -624,25 +622,6 @@ def _exec_with_planner(
     if outcome.signal is not None:
         raise typer.Exit(exit_code_for_signal(outcome.signal))
     raise typer.Exit(EXIT_CODES.get(repaired.status, 1))
-
-
-def _run(
-    compiled: CompiledPlan, settings: Settings, limits: RunLimits
-) -> tuple[RunResult, int | None]:
-    progress, observers = _observers(compiled, settings)
-    work = functools.partial(
-        run_plan,
-        compiled,
-        max_concurrency=settings["max_concurrency"],
-        observers=observers,
-        limits=limits,
-        retry=RetryPolicy(retries=settings["retries"]),
-    )
-    with progress:
-        outcome = Interruptible(work).run()
-    if outcome.result is None:  # cancelled before run_plan could return (not expected)
-        _fail("the run was interrupted before it could report", 130)
-    return outcome.result, outcome.signal
 
 
 def _print_progress(result: RunResult) -> None:
