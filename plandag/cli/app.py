@@ -57,6 +57,8 @@ EXIT_CODES: dict[RunStatus, int] = {
     "budget_exceeded": 3,
     "awaiting_approval": 4,
     "rejected": 4,
+    "escalated": 5,
+    "abandoned": 1,
     "interrupted": 130,
 }
 EXIT_USAGE = 2

@@ -49,6 +49,8 @@ RunStatus = Literal[
     "interrupted",
     "awaiting_approval",
     "rejected",
+    "escalated",
+    "abandoned",
 ]
 
 TERMINAL_STEP_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "skipped", "cancelled"})

@@ -37,6 +37,7 @@ import platformdirs
 
 from plandag.errors import InputError
 from plandag.scheduler.result import to_jsonable
+from plandag.store.migrations import migrate
 
 __all__ = [
     "BLOB_THRESHOLD_BYTES",
@@ -56,113 +57,6 @@ BATCH_ROWS = 64
 """Queued (non-durable) writes are flushed once this many wait..."""
 BATCH_SECONDS = 0.5
 """...or once the oldest has waited this long (checked on each write), and at close."""
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS run (
-    run_id TEXT PRIMARY KEY,
-    created REAL NOT NULL,
-    updated REAL NOT NULL,
-    command TEXT NOT NULL,
-    goal TEXT,
-    status TEXT NOT NULL,
-    params TEXT NOT NULL DEFAULT '{}',
-    options TEXT NOT NULL DEFAULT '{}',
-    version INTEGER NOT NULL DEFAULT 0,
-    segment INTEGER NOT NULL DEFAULT 0,
-    pid INTEGER,
-    spent_usd REAL NOT NULL DEFAULT 0,
-    spent_tokens INTEGER NOT NULL DEFAULT 0,
-    awaiting_since REAL,
-    expires_at REAL,
-    awaiting_reason TEXT,
-    detail TEXT
-);
-CREATE INDEX IF NOT EXISTS run_created ON run (created);
-CREATE TABLE IF NOT EXISTS plan_version (
-    run_id TEXT NOT NULL REFERENCES run (run_id),
-    version INTEGER NOT NULL,
-    hash TEXT NOT NULL,
-    plan TEXT NOT NULL,
-    source TEXT NOT NULL,
-    created REAL NOT NULL,
-    approved_by TEXT,
-    approved_at REAL,
-    PRIMARY KEY (run_id, version)
-);
-CREATE TABLE IF NOT EXISTS step (
-    run_id TEXT NOT NULL REFERENCES run (run_id),
-    step_id INTEGER NOT NULL,
-    tool TEXT NOT NULL,
-    effects TEXT NOT NULL DEFAULT 'none',
-    status TEXT NOT NULL DEFAULT 'pending',
-    reason TEXT,
-    detail TEXT,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    started_at REAL,
-    ended_at REAL,
-    duration_s REAL,
-    args TEXT,
-    result TEXT,
-    result_hash TEXT,
-    error TEXT,
-    superseded_by TEXT,
-    segment INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (run_id, step_id)
-);
-CREATE TABLE IF NOT EXISTS transition (
-    id INTEGER PRIMARY KEY,
-    run_id TEXT NOT NULL,
-    step_id INTEGER NOT NULL,
-    attempt INTEGER NOT NULL,
-    state TEXT NOT NULL,
-    reason TEXT,
-    time REAL NOT NULL,
-    segment INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS transition_run ON transition (run_id, step_id);
-CREATE TABLE IF NOT EXISTS decision (
-    id INTEGER PRIMARY KEY,
-    run_id TEXT NOT NULL,
-    version INTEGER NOT NULL,
-    plan_hash TEXT NOT NULL,
-    decision TEXT NOT NULL,
-    who TEXT,
-    feedback TEXT,
-    time REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS llm_call (
-    id INTEGER PRIMARY KEY,
-    run_id TEXT NOT NULL,
-    purpose TEXT NOT NULL,
-    provider TEXT,
-    model TEXT,
-    attempt INTEGER,
-    input_tokens INTEGER,
-    output_tokens INTEGER,
-    cost_usd REAL,
-    duration_s REAL,
-    time REAL,
-    error TEXT
-);
-CREATE TABLE IF NOT EXISTS event (
-    id INTEGER PRIMARY KEY,
-    run_id TEXT NOT NULL,
-    time REAL NOT NULL,
-    kind TEXT NOT NULL,
-    data TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS document (
-    batch_id TEXT NOT NULL,
-    idx INTEGER NOT NULL,
-    input TEXT NOT NULL,
-    status TEXT NOT NULL,
-    record TEXT,
-    result_hash TEXT,
-    error TEXT,
-    time REAL NOT NULL,
-    PRIMARY KEY (batch_id, idx)
-);
-"""
 
 
 def default_store_path() -> Path:
@@ -304,7 +198,7 @@ class Store:
             self.connection = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None)
             self.connection.execute("PRAGMA journal_mode=WAL")
             self.connection.execute("PRAGMA synchronous=FULL")
-            self.connection.executescript(_SCHEMA)
+            migrate(self.connection)
         except (OSError, sqlite3.Error) as error:
             raise InputError(
                 f"run store {path}: cannot open it ({error}); pick another file with "

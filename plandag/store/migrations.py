@@ -1,0 +1,228 @@
+"""Schema migrations of the run store: ``PRAGMA user_version`` and an ordered list.
+
+A database records the number of the last migration applied in SQLite's ``user_version``
+header field (https://www.sqlite.org/pragma.html#pragma_user_version; 0 in a new file and
+in a store written by plandag 0.1.0, whose tables the first migration creates only where
+they are missing). Opening a store applies every later migration in order, each in its own
+``BEGIN IMMEDIATE`` transaction that reads the version again once it holds the write lock,
+so two processes opening the same file at once apply each migration once, and a crash
+mid-migration leaves the previous version intact.
+
+Every change to the schema is a new entry at the end of :data:`MIGRATIONS`; an entry that
+has shipped is never edited.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+
+from plandag.errors import InputError
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Migration", "migrate", "schema_version"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Migration:
+    """One step of the schema.
+
+    Attributes:
+        version: the ``user_version`` the database has once it is applied (1, 2, ...).
+        description: what it changes, in a line.
+        statements: the SQL statements, run in order inside one transaction.
+    """
+
+    version: int
+    description: str
+    statements: tuple[str, ...]
+
+
+_BASELINE = (
+    """CREATE TABLE IF NOT EXISTS run (
+    run_id TEXT PRIMARY KEY,
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
+    command TEXT NOT NULL,
+    goal TEXT,
+    status TEXT NOT NULL,
+    params TEXT NOT NULL DEFAULT '{}',
+    options TEXT NOT NULL DEFAULT '{}',
+    version INTEGER NOT NULL DEFAULT 0,
+    segment INTEGER NOT NULL DEFAULT 0,
+    pid INTEGER,
+    spent_usd REAL NOT NULL DEFAULT 0,
+    spent_tokens INTEGER NOT NULL DEFAULT 0,
+    awaiting_since REAL,
+    expires_at REAL,
+    awaiting_reason TEXT,
+    detail TEXT
+)""",
+    "CREATE INDEX IF NOT EXISTS run_created ON run (created)",
+    """CREATE TABLE IF NOT EXISTS plan_version (
+    run_id TEXT NOT NULL REFERENCES run (run_id),
+    version INTEGER NOT NULL,
+    hash TEXT NOT NULL,
+    plan TEXT NOT NULL,
+    source TEXT NOT NULL,
+    created REAL NOT NULL,
+    approved_by TEXT,
+    approved_at REAL,
+    PRIMARY KEY (run_id, version)
+)""",
+    """CREATE TABLE IF NOT EXISTS step (
+    run_id TEXT NOT NULL REFERENCES run (run_id),
+    step_id INTEGER NOT NULL,
+    tool TEXT NOT NULL,
+    effects TEXT NOT NULL DEFAULT 'none',
+    status TEXT NOT NULL DEFAULT 'pending',
+    reason TEXT,
+    detail TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    started_at REAL,
+    ended_at REAL,
+    duration_s REAL,
+    args TEXT,
+    result TEXT,
+    result_hash TEXT,
+    error TEXT,
+    superseded_by TEXT,
+    segment INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (run_id, step_id)
+)""",
+    """CREATE TABLE IF NOT EXISTS transition (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    step_id INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    reason TEXT,
+    time REAL NOT NULL,
+    segment INTEGER NOT NULL
+)""",
+    "CREATE INDEX IF NOT EXISTS transition_run ON transition (run_id, step_id)",
+    """CREATE TABLE IF NOT EXISTS decision (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    plan_hash TEXT NOT NULL,
+    decision TEXT NOT NULL,
+    who TEXT,
+    feedback TEXT,
+    time REAL NOT NULL
+)""",
+    """CREATE TABLE IF NOT EXISTS llm_call (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    purpose TEXT NOT NULL,
+    provider TEXT,
+    model TEXT,
+    attempt INTEGER,
+    input_tokens INTEGER,
+    output_tokens INTEGER,
+    cost_usd REAL,
+    duration_s REAL,
+    time REAL,
+    error TEXT
+)""",
+    """CREATE TABLE IF NOT EXISTS event (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    time REAL NOT NULL,
+    kind TEXT NOT NULL,
+    data TEXT NOT NULL
+)""",
+    """CREATE TABLE IF NOT EXISTS document (
+    batch_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    input TEXT NOT NULL,
+    status TEXT NOT NULL,
+    record TEXT,
+    result_hash TEXT,
+    error TEXT,
+    time REAL NOT NULL,
+    PRIMARY KEY (batch_id, idx)
+)""",
+)
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "the tables of plandag 0.1.0 (created where missing)", _BASELINE),
+    Migration(
+        2,
+        "plan estimates, escalations, instructions from a person, durations per tool",
+        (
+            # {"cost_usd": float | null, "seconds": float | null, "unknown": [step ids]}
+            "ALTER TABLE plan_version ADD COLUMN estimate TEXT",
+            # when the version was shown to a person for a decision (None: never shown)
+            "ALTER TABLE plan_version ADD COLUMN shown_at REAL",
+            """CREATE TABLE escalation (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    time REAL NOT NULL,
+    reason TEXT NOT NULL,
+    context TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'open',
+    decision TEXT,
+    who TEXT,
+    decided_at REAL,
+    note TEXT
+)""",
+            "CREATE INDEX escalation_status ON escalation (status, time)",
+            """CREATE TABLE instruction (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    time REAL NOT NULL,
+    who TEXT,
+    text TEXT NOT NULL,
+    consumed_at REAL
+)""",
+            "CREATE INDEX instruction_run ON instruction (run_id, consumed_at)",
+            "CREATE INDEX step_tool ON step (tool, status)",
+        ),
+    ),
+)
+SCHEMA_VERSION = MIGRATIONS[-1].version
+"""The schema version this release writes."""
+
+
+def schema_version(connection: sqlite3.Connection) -> int:
+    """The database's ``user_version`` (0 for a new file or a plandag 0.1.0 store)."""
+    row = connection.execute("PRAGMA user_version").fetchone()
+    return int(row[0])
+
+
+def migrate(connection: sqlite3.Connection) -> int:
+    """Apply every migration the database lacks, in order; return the version reached.
+
+    Args:
+        connection: an open connection in autocommit mode (``isolation_level=None``).
+
+    Returns:
+        :data:`SCHEMA_VERSION`.
+
+    Raises:
+        InputError: the database was written by a newer plandag (its version is past
+            :data:`SCHEMA_VERSION`): upgrade plandag or use another store.
+        sqlite3.Error: a statement failed; that migration is rolled back whole.
+    """
+    current = schema_version(connection)
+    if current > SCHEMA_VERSION:
+        raise InputError(
+            f"run store has schema version {current}, newer than this plandag knows "
+            f"({SCHEMA_VERSION}); upgrade plandag, or pick another store with --store PATH"
+        )
+    for migration in MIGRATIONS:
+        if migration.version <= current:
+            continue
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            if schema_version(connection) >= migration.version:  # another process did it
+                connection.execute("ROLLBACK")
+                continue
+            for statement in migration.statements:
+                connection.execute(statement)
+            connection.execute(f"PRAGMA user_version = {migration.version:d}")
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+        connection.execute("COMMIT")
+    return SCHEMA_VERSION

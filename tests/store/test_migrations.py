@@ -1,0 +1,83 @@
+"""Store migrations: a database written by plandag 0.1.0 opens, migrates and keeps its runs."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from plandag.errors import InputError
+from plandag.store import open_store
+from plandag.store.migrations import MIGRATIONS, SCHEMA_VERSION, migrate, schema_version
+
+RELEASE_0_1_0 = Path(__file__).parent / "data" / "store_release_0_1_0.sqlite3"
+
+
+def _columns(connection: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in connection.execute(f"PRAGMA table_info({table})")}
+
+
+def test_versions_are_consecutive_from_one() -> None:
+    assert [m.version for m in MIGRATIONS] == list(range(1, len(MIGRATIONS) + 1))
+    assert len(MIGRATIONS) == SCHEMA_VERSION
+
+
+def test_a_release_0_1_0_store_is_migrated_and_keeps_its_runs(tmp_path: Path) -> None:
+    path = tmp_path / "runs.sqlite3"
+    shutil.copy(RELEASE_0_1_0, path)
+    before = sqlite3.connect(path)
+    assert schema_version(before) == 0
+    runs_before = before.execute(
+        "SELECT run_id, status, command FROM run ORDER BY run_id"
+    ).fetchall()
+    steps_before = before.execute("SELECT count(*) FROM step").fetchone()[0]
+    before.close()
+    assert len(runs_before) == 2
+    assert steps_before == 4
+
+    with open_store(path) as store:
+        assert schema_version(store.connection) == SCHEMA_VERSION
+        runs = store.connection.execute(
+            "SELECT run_id, status, command FROM run ORDER BY run_id"
+        ).fetchall()
+        assert runs == runs_before
+        assert {"estimate", "shown_at"} <= _columns(store.connection, "plan_version")
+        assert "context" in _columns(store.connection, "escalation")
+        assert "consumed_at" in _columns(store.connection, "instruction")
+        listed = {row.run_id for row in store.runs()}
+        assert listed == {run_id for run_id, _, _ in runs_before}
+
+    # Opening again applies nothing more.
+    with open_store(path) as store:
+        assert schema_version(store.connection) == SCHEMA_VERSION
+
+
+def test_a_new_store_starts_at_the_latest_version(tmp_path: Path) -> None:
+    with open_store(tmp_path / "new.sqlite3") as store:
+        assert schema_version(store.connection) == SCHEMA_VERSION
+
+
+def test_a_store_from_a_newer_release_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "future.sqlite3"
+    connection = sqlite3.connect(path)
+    connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    connection.close()
+    with pytest.raises(InputError, match="newer than this plandag knows"):
+        open_store(path)
+
+
+def test_a_failed_migration_is_rolled_back_whole(tmp_path: Path) -> None:
+    path = tmp_path / "half.sqlite3"
+    shutil.copy(RELEASE_0_1_0, path)
+    connection = sqlite3.connect(path, isolation_level=None)
+    # A column that migration 2 adds already exists: its ALTER fails, nothing of it stays.
+    connection.execute("ALTER TABLE plan_version ADD COLUMN shown_at REAL")
+    with pytest.raises(sqlite3.OperationalError):
+        migrate(connection)
+    assert schema_version(connection) == 1
+    tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
+    assert "escalation" not in tables
+    assert "estimate" not in _columns(connection, "plan_version")
+    connection.close()
