@@ -30,6 +30,7 @@ from pydantic import BaseModel
 from plandag.checks.base import CheckOutcome
 
 __all__ = [
+    "ESCALATION_REASONS",
     "AttemptRecord",
     "RunResult",
     "RunStatus",
@@ -52,6 +53,18 @@ RunStatus = Literal[
     "escalated",
     "abandoned",
 ]
+
+ESCALATION_REASONS: frozenset[str] = frozenset(
+    {
+        "replan_caps",  # the replan caps were hit (max replans, or no progress)
+        "plan_budget",  # spend or time passed its multiple of the plan's estimate
+        "blocked_intent",  # the same intent failed N times across replans
+        "no_valid_replan",  # the repairs produced no plan that compiles, in a started run
+        "unknown_outcome",  # an irreversible step's outcome is unknown on resume
+        "superseded_unknown",  # a superseded step with effects whose outcome is unknown
+    }
+)
+"""Why a run ends ``escalated`` (handed to a person, ARCHITECTURE.md "States")."""
 
 TERMINAL_STEP_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "skipped", "cancelled"})
 
@@ -215,7 +228,10 @@ class RunResult:
             ``stalled``, ``budget`` or ``interrupted``; None when it ran to the end.
         first_tool_start_s: seconds from the run's start (a session's opening) to the
             first attempt of any step (wall clock), None when no step started: the "time
-            to first tool" of issue 4, with and without streaming.
+            to first tool", with and without streaming.
+        escalation: when ``status`` is ``escalated``, why (one of
+            :data:`ESCALATION_REASONS`); else None.
+        escalation_detail: a sentence for the person who gets the case; else None.
     """
 
     run_id: str
@@ -229,6 +245,8 @@ class RunResult:
     spent_tokens: int = 0
     stop_reason: str | None = None
     first_tool_start_s: float | None = None
+    escalation: str | None = None
+    escalation_detail: str | None = None
 
     def __repr__(self) -> str:
         # Short on purpose: asyncio formats the main task's result into a repr when a loop
@@ -276,6 +294,7 @@ class RunResult:
 
             {"run_id", "status", "started_at", "ended_at", "duration_s", "output",
              "spent_usd", "spent_tokens", "stop_reason", "first_tool_start_s",
+             "escalation", "escalation_detail",
              "steps": [{"id", "tool", "status", "result", "error": {"type", "message"} | null,
                         "reason", "detail", "attempts", "started_at", "ended_at",
                         "duration_s", "checks": [{"kind", "status", "detail"}],
@@ -297,6 +316,8 @@ class RunResult:
             "spent_tokens": self.spent_tokens,
             "stop_reason": self.stop_reason,
             "first_tool_start_s": self.first_tool_start_s,
+            "escalation": self.escalation,
+            "escalation_detail": self.escalation_detail,
             "steps": [self.steps[key].to_json_dict() for key in sorted(self.steps)],
         }
 

@@ -652,6 +652,8 @@ def test_run_result_json_round_trip() -> None:
         "spent_tokens",
         "stop_reason",
         "first_tool_start_s",
+        "escalation",
+        "escalation_detail",
         "steps",
     ]
     assert [step["id"] for step in data["steps"]] == [1, 2, 3]
