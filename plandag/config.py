@@ -71,6 +71,14 @@ SETTINGS: tuple[Setting, ...] = (
         "directory for exec, the output's folder for extract)",
         repeated=True,
     ),
+    Setting(
+        "http_allow",
+        str,
+        None,
+        "hosts HTTP tools and hooks may reach: globs of host names (api.example.com, "
+        "*.example.org, 127.0.0.1:8080); hosts an approved plan lists are added to them",
+        repeated=True,
+    ),
     Setting("heartbeat", str, None, "JSON Lines file that receives heartbeat events"),
     Setting("heartbeat_every", float, 10.0, "seconds between heartbeats", minimum=0.0, strict=True),
     Setting(

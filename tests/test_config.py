@@ -17,6 +17,7 @@ DEFAULTS = {
     "max_concurrency": None,
     "retries": 2,
     "write_boundary": None,
+    "http_allow": None,
     "heartbeat": None,
     "heartbeat_every": 10.0,
     "stall_after": None,

@@ -131,6 +131,7 @@ def test_config_json_values_and_sources(runner: CliRunner, cwd: Path) -> None:
         "max_concurrency": {"value": None, "source": "default"},
         "retries": {"value": 1, "source": own},
         "write_boundary": {"value": ["out/", "https://api.example.com"], "source": own},
+        "http_allow": {"value": None, "source": "default"},
         "heartbeat": {"value": None, "source": "default"},
         "heartbeat_every": {"value": 10.0, "source": "default"},
         "stall_after": {"value": None, "source": "default"},

@@ -1,0 +1,56 @@
+"""The HTTP allow-list: which hosts plandag's HTTP clients may reach.
+
+A pattern is a host glob matched case-insensitively against a URL's host name with
+:func:`fnmatch.fnmatchcase` semantics (``*`` any run of characters, ``?`` one character,
+``[seq]`` a set), for example ``api.example.com``, ``*.example.org`` or ``127.0.0.1``. A
+pattern with a port (``127.0.0.1:8080``) matches that port only; one without matches any
+port. The patterns come from the configuration (``http_allow``) and from the hosts an
+approved plan lists (ARCHITECTURE.md, "Untrusted content").
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable
+
+import httpx
+
+__all__ = ["host_allowed"]
+
+
+def _split(pattern: str) -> tuple[str, int | None]:
+    pattern = pattern.strip().lower()
+    if "://" in pattern:
+        url = httpx.URL(pattern)
+        return url.host, url.port
+    if pattern.startswith("["):  # [::1] or [::1]:8080
+        host, _, rest = pattern[1:].partition("]")
+        return host, int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else None
+    host, sep, port = pattern.rpartition(":")
+    if sep and port.isdigit() and ":" not in host:
+        return host, int(port)
+    return pattern, None
+
+
+def host_allowed(url: str | httpx.URL, patterns: Iterable[str]) -> bool:
+    """Whether ``url``'s host (and port) matches one of ``patterns``.
+
+    Args:
+        url: an absolute ``http`` or ``https`` URL.
+        patterns: host globs (see the module docstring); an empty iterable allows nothing.
+
+    Returns:
+        True when some pattern matches; False otherwise, and for a URL without a host.
+    """
+    parsed = url if isinstance(url, httpx.URL) else httpx.URL(url)
+    host = parsed.host.lower().rstrip(".")
+    if not host:
+        return False
+    port = parsed.port
+    for pattern in patterns:
+        pattern_host, pattern_port = _split(pattern)
+        if pattern_port is not None and pattern_port != port:
+            continue
+        if fnmatch.fnmatchcase(host, pattern_host.rstrip(".")):
+            return True
+    return False

@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+import pytest
+
+from plandag.tools.allowlist import host_allowed
+
+
+@pytest.mark.parametrize(
+    ("url", "patterns", "allowed"),
+    [
+        ("https://api.example.com/v1", ["api.example.com"], True),
+        ("https://API.Example.com./v1", ["api.example.com"], True),
+        ("https://evil.com/?api.example.com", ["api.example.com"], False),
+        ("https://a.b.example.org/x", ["*.example.org"], True),
+        ("https://example.org/x", ["*.example.org"], False),
+        ("http://127.0.0.1:8080/", ["127.0.0.1:8080"], True),
+        ("http://127.0.0.1:9090/", ["127.0.0.1:8080"], False),
+        ("http://127.0.0.1:9090/", ["127.0.0.1"], True),
+        ("http://[::1]:8080/", ["[::1]:8080"], True),
+        ("http://[::1]:8081/", ["[::1]:8080"], False),
+        ("https://api.example.com/", ["https://api.example.com"], True),
+        ("https://api.example.com/", [], False),
+    ],
+)
+def test_host_allowed(url: str, patterns: list[str], allowed: bool) -> None:
+    assert host_allowed(url, patterns) is allowed
