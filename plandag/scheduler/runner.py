@@ -702,7 +702,12 @@ class _Run:
                 self.first_started_at = now
         record.status = "running"
         context = (
-            ToolContext(run_id=self.run_id, step_id=step_id, attempt=record.attempts)
+            ToolContext(
+                run_id=self.run_id,
+                step_id=step_id,
+                attempt=record.attempts,
+                write_boundary=self.boundary,
+            )
             if tool.takes_context
             else None
         )

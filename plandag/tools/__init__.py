@@ -13,6 +13,8 @@ from plandag.tools.builtins import write_json as write_json
 from plandag.tools.builtins import xml_select as xml_select
 from plandag.tools.registry import Registry as Registry
 from plandag.tools.registry import default_registry as default_registry
+from plandag.tools.writing import open_for_write as open_for_write
+from plandag.tools.writing import write_atomic as write_atomic
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -24,8 +26,10 @@ __all__ = [
     "WriteResult",
     "default_registry",
     "json_select",
+    "open_for_write",
     "read_file",
     "tool",
+    "write_atomic",
     "write_json",
     "xml_select",
 ]

@@ -40,6 +40,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
 from plandag.errors import PermanentStepError, StepTimeoutError, ToolDefinitionError
+from plandag.tools.boundary import WriteBoundary
 
 __all__ = ["Effects", "Tool", "ToolContext", "tool"]
 
@@ -49,7 +50,8 @@ WritesSpec = str | Callable[[Mapping[str, Any]], Iterable[str]] | None
 
 @dataclasses.dataclass
 class ToolContext:
-    """What a running step may know about itself. Pass it by declaring ``ctx: ToolContext``.
+    """What a running step may know about itself. Pass it by declaring ``ctx: ToolContext``
+    (or ``ctx: ToolContext | None = None``, so the function can also be called directly).
 
     Attributes:
         run_id: the run's id.
@@ -62,6 +64,10 @@ class ToolContext:
         tokens: real tokens reported so far by this attempt.
         cost_reported: :meth:`report_cost` was called during this attempt. When it was
             not, a run with a cost cap charges the attempt the tool's estimate.
+        write_boundary: the run's write boundary, or None when the run checks no writes.
+            A tool that writes files passes it to
+            :func:`plandag.tools.writing.write_atomic` or
+            :func:`~plandag.tools.writing.open_for_write`, which check and write in one.
     """
 
     run_id: str
@@ -73,6 +79,7 @@ class ToolContext:
     cost_usd: float = 0.0
     tokens: int = 0
     cost_reported: bool = False
+    write_boundary: WriteBoundary | None = None
 
     @property
     def idempotency_key(self) -> str:
@@ -338,7 +345,7 @@ def _build_tool(
                 "pass arguments by name, so remove the '/'"
             )
         annotation = hints.get(parameter.name, inspect.Parameter.empty)
-        if annotation is ToolContext:
+        if annotation is ToolContext or annotation == ToolContext | None:
             context_parameter = parameter.name
             continue
         if annotation is inspect.Parameter.empty:

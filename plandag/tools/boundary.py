@@ -1,4 +1,4 @@
-"""The write boundary: where a run may write (ARCHITECTURE.md, "Brakes"; issue 3, "Brakes").
+"""The write boundary: where a run may write (ARCHITECTURE.md, "Brakes").
 
 A boundary is a set of rules of three kinds, built from the CLI's ``--write-boundary SPEC``
 values by :meth:`WriteBoundary.from_specs`:
@@ -249,9 +249,15 @@ class WriteBoundary:
        refused under such a rule, since servers may decode them into separators;
     4. the query and fragment are ignored.
 
-    The check is made just before the write; a link created in between is not seen (the
-    runner checks right before calling the tool, which narrows but does not close that
-    window). Case-insensitive file systems are compared case-sensitively.
+    :meth:`check` answers from the disk as it is at that moment; a folder swapped for a link
+    right after is not seen. Writes made through :func:`plandag.tools.writing.open_for_write`
+    or :func:`~plandag.tools.writing.write_atomic` (every built-in tool that writes files
+    uses them) close that window: they open each folder of the path themselves, relative to
+    the one before and without following links, follow a link only by reading it and opening
+    its target the same way, and check the folder they actually reached, so the check and
+    the write are one. The runner still checks the resolved targets before calling a tool,
+    which also covers tools that write by other means. Case-insensitive file systems are
+    compared case-sensitively.
     """
 
     def __init__(
@@ -347,8 +353,39 @@ class WriteBoundary:
             real = self.resolve(target)
         except (OSError, ValueError):
             return False
+        return self.allows_real(real)
+
+    def allows_real(self, real: Path) -> bool:
+        """True when the real absolute path ``real`` (symlinks already resolved, no ``..``)
+        equals a root, lies below one, or matches a glob. Reads nothing from the disk.
+
+        :func:`plandag.tools.writing.open_for_write` calls it with the path it reached by
+        opening each folder itself, so the answer is about the folder it writes into.
+        """
         return any(real == root or root in real.parents for root in self.roots) or any(
             rule.allows(real) for rule in self.globs
+        )
+
+    def outside_error(
+        self, target: str | os.PathLike[str], real: Path | str, *, step_id: int | None = None
+    ) -> BoundaryError:
+        """The error for a path ``target`` whose real location ``real`` lies outside.
+
+        Args:
+            target: the path as the tool was given it.
+            real: where it resolves to.
+            step_id: the step writing, named in the message.
+
+        Returns:
+            A :class:`BoundaryError` (not raised) naming the target, its real path, the
+            boundary, and what to do.
+        """
+        where = f"step {step_id}: " if step_id is not None else ""
+        text = os.fspath(target)
+        return BoundaryError(
+            f"{where}write target {text!r} resolves to {real}, outside the write boundary "
+            f"({self.describe()}); write inside it or widen it with --write-boundary",
+            target=text,
         )
 
     def check(self, target: str | os.PathLike[str], *, step_id: int | None = None) -> Path | str:
@@ -385,10 +422,7 @@ class WriteBoundary:
         elif not text or "\x00" in text:
             message = f"{where}write target {text!r} is empty or holds a NUL character"
         else:
-            message = (
-                f"{where}write target {text!r} resolves to {self.resolve(target)}, outside "
-                f"the write boundary ({self.describe()}); {hint}"
-            )
+            raise self.outside_error(target, self.resolve(target), step_id=step_id)
         raise BoundaryError(message, target=text)
 
     @property

@@ -13,7 +13,6 @@ import datetime
 import functools
 import json
 import os
-import secrets
 import stat
 from decimal import Decimal
 from pathlib import Path
@@ -23,8 +22,9 @@ import jmespath
 import jmespath.exceptions
 import jmespath.parser
 
-from plandag.errors import PermanentStepError
-from plandag.tools.base import Tool, tool
+from plandag.errors import BoundaryError, PermanentStepError
+from plandag.tools.base import Tool, ToolContext, tool
+from plandag.tools.writing import write_atomic
 from plandag.tools.xml import as_element, compile_xpath, evaluate_compiled, select_elements
 
 __all__ = [
@@ -160,25 +160,32 @@ def _json_default(value: Any) -> Any:
 
 
 @tool(effects="write", writes="path", idempotent=True)
-def write_json(path: str, data: Any, indent: int | None = 2) -> WriteResult:
+def write_json(
+    path: str, data: Any, indent: int | None = 2, ctx: ToolContext | None = None
+) -> WriteResult:
     """Write ``data`` as a JSON file, atomically, creating missing parent folders.
 
     The document goes to a temporary file in the target's folder, is flushed to disk, then
-    renamed over the target (``os.replace``), so a reader sees the old file or the whole
-    new one, never half of it. Writing the same data twice gives the same file
-    (idempotent). The run's write boundary is checked on ``path`` by the runner before the
-    call, not here.
+    renamed over the target, so a reader sees the old file or the whole new one, never half
+    of it. Writing the same data twice gives the same file (idempotent). The run's write
+    boundary (``ctx.write_boundary``) is checked by the write itself
+    (:func:`~plandag.tools.writing.write_atomic`: each folder opened relative to the one
+    before, links followed only into the boundary), so a folder swapped for a link while
+    the step runs cannot send the file outside.
 
     Args:
         path: the target file, absolute or relative to the working directory.
         data: JSON-like data; ``Decimal`` values are written as strings (exact money),
             dates and times in ISO 8601, paths as strings. Non-ASCII text is kept as is.
         indent: spaces per level, or None for one line.
+        ctx: the step's context, given by the runner (its write boundary applies); None
+            when called directly (no boundary).
 
     Returns:
         ``{"path": absolute path, "bytes": size written}``.
 
     Raises:
+        BoundaryError: the file, or a folder to create for it, lies outside the boundary.
         PermanentStepError: reason ``not_serializable`` (a value JSON cannot hold, NaN
             included) or ``io_error`` (the folder cannot be created, the target is a
             folder, permission denied, disk full).
@@ -193,26 +200,18 @@ def write_json(path: str, data: Any, indent: int | None = 2) -> WriteResult:
             reason="not_serializable",
         ) from error
     payload = (text + "\n").encode("utf-8")
-    target = Path(path)
-    temporary = target.parent / f".{target.name}.{secrets.token_hex(8)}.tmp"
+    boundary = ctx.write_boundary if ctx is not None else None
+    step_id = ctx.step_id if ctx is not None else None
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        # os.open with 0o666 lets the umask decide the final mode, as for a plain open().
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        try:
-            with os.fdopen(descriptor, "wb") as handle:
-                handle.write(payload)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temporary, target)
-        except BaseException:
-            temporary.unlink(missing_ok=True)
-            raise
+        write_atomic(boundary, path, payload, step_id=step_id)
+    except BoundaryError:
+        raise
     except OSError as error:
         raise PermanentStepError(
             f"write_json {path}: cannot write: {error.strerror or error}", reason="io_error"
         ) from error
-    return {"path": os.path.abspath(target), "bytes": len(payload)}
+    base = boundary.base if boundary is not None else Path.cwd()
+    return {"path": os.path.abspath(os.path.join(base, path)), "bytes": len(payload)}
 
 
 @tool(inline=True)

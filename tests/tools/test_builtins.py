@@ -397,10 +397,10 @@ def test_write_json_failure_keeps_old_file(tmp_path: Path, monkeypatch: pytest.M
     target = tmp_path / "a.json"
     target.write_text("old", encoding="utf-8")
 
-    def failing_replace(source: Any, destination: Any) -> None:
+    def failing_rename(source: Any, destination: Any, **descriptors: Any) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(os, "replace", failing_replace)
+    monkeypatch.setattr(os, "rename", failing_rename)
     with pytest.raises(PermanentStepError) as caught:
         write_json(str(target), {"new": True})
     assert caught.value.reason == "io_error"

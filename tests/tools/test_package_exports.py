@@ -8,5 +8,5 @@ import plandag.tools
 def test_all_is_sorted_and_exported() -> None:
     assert plandag.tools.__all__ == sorted(plandag.tools.__all__)
     public = {name for name in vars(plandag.tools) if not name.startswith("_")}
-    submodules = {"base", "boundary", "builtins", "http", "registry", "xml"}
+    submodules = {"allowlist", "base", "boundary", "builtins", "http", "registry", "writing", "xml"}
     assert public - submodules == set(plandag.tools.__all__)
