@@ -106,6 +106,36 @@ SETTINGS: tuple[Setting, ...] = (
         minimum=0.0,
         strict=True,
     ),
+    Setting(
+        "escalate",
+        str,
+        "person",
+        "a run that cannot go on by itself (replan caps, no valid replan, an unknown "
+        "irreversible outcome...): person (escalated, exit 5, listed by `plandag inbox`) "
+        "or never (gave_up, exit 1)",
+    ),
+    Setting(
+        "escalation_command",
+        str,
+        None,
+        "a command run when a run escalates, with the case as JSON on its stdin (split "
+        "like a shell line; no shell runs it)",
+    ),
+    Setting(
+        "escalation_url",
+        str,
+        None,
+        "a URL that receives the case of each escalated run as a JSON POST (its host must "
+        "be allowed by http_allow)",
+    ),
+    Setting(
+        "escalation_timeout",
+        float,
+        10.0,
+        "seconds the escalation command or POST may take",
+        minimum=0.0,
+        strict=True,
+    ),
 )
 _BY_NAME = {setting.name: setting for setting in SETTINGS}
 _KIND_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}

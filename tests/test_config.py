@@ -25,6 +25,10 @@ DEFAULTS = {
     "jobs": 4,
     "approve": "ask",
     "approval_expiry": 86400.0,
+    "escalate": "person",
+    "escalation_command": None,
+    "escalation_url": None,
+    "escalation_timeout": 10.0,
 }
 
 

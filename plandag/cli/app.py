@@ -1,10 +1,10 @@
 """The ``plandag`` command line (typer).
 
-Exit codes (ARCHITECTURE.md, "States and exit codes"): ``exec`` gives 0 succeeded; 1 failed or
-gave_up; 2 unusable arguments or a plan that does not compile; 3 timed_out or
-budget_exceeded; 4 awaiting_approval or rejected; 130 SIGINT; 143 SIGTERM. ``extract`` gives 0
-when every input got a record (whatever the records say), 2 for unusable arguments, 3 when
-its ``--max-seconds`` ran out first, 130/143 when interrupted.
+Exit codes (ARCHITECTURE.md, "States and exit codes"): ``exec`` gives 0 succeeded; 1 failed,
+gave_up or abandoned; 2 unusable arguments or a plan that does not compile; 3 timed_out or
+budget_exceeded; 4 awaiting_approval or rejected; 5 escalated; 130 SIGINT; 143 SIGTERM.
+``extract`` gives 0 when every input got a record (whatever the records say), 2 for
+unusable arguments, 3 when its ``--max-seconds`` ran out first, 130/143 when interrupted.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from plandag.cli.display import StepProgress, diagnostic_lines, run_table
 from plandag.cli.signals import Interruptible, exit_code_for_signal
 from plandag.cli.store_command import (
     ApproveOption,
+    EscalateOption,
     RedactOption,
     StoreOption,
     durable_exec,
@@ -426,6 +427,7 @@ def exec_command(
     store: StoreOption = None,
     approve: ApproveOption = None,
     redact: RedactOption = False,
+    escalate: EscalateOption = None,
 ) -> None:
     """Compile and run a plan with no LLM; print each step's outcome.
 
@@ -440,7 +442,8 @@ def exec_command(
     With --planner, the plan still runs with no model call; a step that fails (after its
     retries) goes to the replanner with the completed results and the run's params (as
     quoted data), and its repair runs in the same run (at most 3 replans, 2 without
-    progress; then gave_up, exit 1).
+    progress; then the run is escalated to a person, exit 5, listed by `plandag inbox`;
+    with --escalate never it ends gave_up, exit 1).
     """
     settings = _settings(
         {
@@ -455,6 +458,7 @@ def exec_command(
             "stall_after": stall_after,
             "stop_on_stall": stop_on_stall,
             "approve": approve,
+            "escalate": escalate,
         }
     )
     model_name = _planner_options(planner, model, base_url, save_repairs)
@@ -564,6 +568,7 @@ def _exec_with_planner(
                 run_id=gate.run_id,
                 on_session=gate.bind,
                 approve_patch=gate.approve_patch,
+                escalate=options.escalate,
             )
         finally:
             await client.aclose()
@@ -611,7 +616,13 @@ def _exec_with_planner(
             )
         if repaired.error is not None:
             stderr.print(f"error: {repaired.error.type}: {repaired.error.message}", markup=False)
-        if repaired.gave_up is not None:
+        if repaired.status == "escalated":
+            stderr.print(
+                f"escalated ({result.escalation}) after {len(repaired.replans)} replan(s): "
+                f"{result.escalation_detail}; no result was made up",
+                markup=False,
+            )
+        elif repaired.gave_up is not None:
             stderr.print(
                 f"gave up ({repaired.gave_up}) after {len(repaired.replans)} replan(s); no "
                 "result was made up",

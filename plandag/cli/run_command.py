@@ -15,9 +15,11 @@ The API key comes from ``ANTHROPIC_API_KEY`` (``--provider anthropic``, the defa
 an error before anything runs (exit 2).
 
 Exit codes as ``exec`` (ARCHITECTURE.md, "States and exit codes"): 0 succeeded; 1 failed or
-gave_up (a model call that failed past its retries, a plan cut at ``max_tokens``); 2 unusable
-arguments, a missing key, or a plan that still did not compile after its repairs; 3
-timed_out or budget_exceeded; 130/143 interrupted by SIGINT/SIGTERM.
+gave_up (a model call that failed past its retries, a plan cut at ``max_tokens``, the replan
+caps with ``--escalate never``); 2 unusable arguments, a missing key, or a first plan that
+still did not compile after its repairs; 3 timed_out or budget_exceeded; 4
+awaiting_approval or rejected; 5 escalated (the replan caps, no valid replan); 130/143
+interrupted by SIGINT/SIGTERM.
 
 :func:`register` adds the command to the ``plandag`` typer app.
 """
@@ -67,6 +69,7 @@ from plandag.cli.plan_command import _KEY_VARIABLES, DEFAULT_MODELS, _client
 from plandag.cli.signals import Interruptible, exit_code_for_signal
 from plandag.cli.store_command import (
     ApproveOption,
+    EscalateOption,
     RedactOption,
     StoreOption,
     approve_mode,
@@ -104,7 +107,13 @@ def _report(result: AgentResult, as_json: bool) -> None:
         _print_progress(result.run)
     if result.error is not None:
         stderr.print(f"error: {result.error.type}: {result.error.message}", markup=False)
-    if result.gave_up is not None:
+    if result.status == "escalated":
+        stderr.print(
+            f"escalated ({result.run.escalation}) after {len(result.replans)} replan(s): "
+            f"{result.run.escalation_detail}; no answer was made up",
+            markup=False,
+        )
+    elif result.gave_up is not None:
         stderr.print(
             f"gave up ({result.gave_up}) after {len(result.replans)} replan(s); no answer "
             "was made up",
@@ -175,6 +184,7 @@ def register(app: typer.Typer) -> None:
         store: StoreOption = None,
         approve: ApproveOption = None,
         redact: RedactOption = False,
+        escalate: EscalateOption = None,
     ) -> None:
         """Plan TASK with a model, run the plan, replan what fails, print the result.
 
@@ -187,6 +197,11 @@ def register(app: typer.Typer) -> None:
         terminal and otherwise waits, exit 4; auto approves writes, irreversible effects
         still ask; never saves the plan awaiting_approval, exit 4): `plandag approve RUN_ID`
         runs it, `plandag reject RUN_ID --feedback TEXT` sends it back to the planner.
+
+        When the replan caps are hit (3 replans, 2 in a row without progress) or no replan
+        compiles, the run is escalated to a person (exit 5; `plandag inbox` lists it;
+        `plandag resume RUN_ID --instruction TEXT` or `plandag abandon RUN_ID --reason
+        TEXT` closes it); with --escalate never it ends gave_up (exit 1).
         """
         settings = _settings(
             {
@@ -201,6 +216,7 @@ def register(app: typer.Typer) -> None:
                 "stall_after": stall_after,
                 "stop_on_stall": stop_on_stall,
                 "approve": approve,
+                "escalate": escalate,
             }
         )
         mode = approve_mode(settings["approve"])
@@ -263,6 +279,7 @@ def register(app: typer.Typer) -> None:
             approver=terminal_approver() if mode == "ask" else None,
             approval_expiry_s=settings["approval_expiry"],
             on_session=recorder.bind,
+            escalate=options.escalate,
         )
 
         async def work() -> AgentResult:

@@ -42,7 +42,7 @@ from plandag.approval import (
     current_user,
 )
 from plandag.errors import InputError, PlanError
-from plandag.scheduler.result import to_jsonable
+from plandag.scheduler.result import ESCALATION_MODES, EscalationMode, to_jsonable
 
 if TYPE_CHECKING:
     from plandag.compiler.compiled import CompiledPlan
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ApproveOption",
+    "EscalateOption",
     "RedactOption",
     "StoreOption",
     "durable_exec",
@@ -72,6 +73,16 @@ ApproveOption = Annotated[
         metavar="ask|auto|never",
         help="Plans with effects: ask a person (default), auto-approve writes "
         "(irreversible effects still ask), or never (save awaiting_approval, exit 4).",
+    ),
+]
+EscalateOption = Annotated[
+    str | None,
+    typer.Option(
+        "--escalate",
+        metavar="person|never",
+        help="A run that cannot go on by itself (replan caps hit, no valid replan, an "
+        "irreversible step's outcome unknown): hand it to a person (default: escalated, "
+        "exit 5, listed by `plandag inbox`), or never (gave_up, exit 1).",
     ),
 ]
 RunIdArgument = Annotated[str, typer.Argument(metavar="RUN_ID", help="The run (or an id prefix).")]
@@ -134,6 +145,7 @@ def run_options(
         expiry_s=settings["approval_expiry"],
         redact=redact,
         planner=planner,
+        escalate=escalate_mode(settings["escalate"]),
     )
 
 
@@ -154,6 +166,15 @@ def approve_mode(value: str | None) -> ApprovalMode:
         return "ask"
     if value not in ("ask", "auto", "never"):
         _fail(f"--approve {value!r}: choose ask, auto or never")
+    return value  # type: ignore[return-value]
+
+
+def escalate_mode(value: str | None) -> EscalationMode:
+    """``--escalate`` / setting ``escalate`` checked (default ``person``)."""
+    if value is None:
+        return "person"
+    if value not in ESCALATION_MODES:
+        _fail(f"--escalate {value!r}: choose {' or '.join(ESCALATION_MODES)}")
     return value  # type: ignore[return-value]
 
 

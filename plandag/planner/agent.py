@@ -17,10 +17,13 @@ first tool all count from the request):
    no step newly completed since the previous one, the cost caps (every model call is
    reserved on the session's budget) and the wall-clock cap (every model call is bounded by
    ``anyio.fail_after(session.remaining_s)``). A patch that does not compile is a replan
-   too: its repair counts against the same caps. When a cap is hit the run ends
-   ``gave_up`` (:meth:`~plandag.scheduler.session.RunSession.give_up`) with its full state:
-   what ran, what failed and why, what never ran, the last diagnostics; never an invented
-   result (``answer`` is None);
+   too: its repair counts against the same caps. When a replan cap is hit the run ends
+   ``escalated`` (:meth:`~plandag.scheduler.session.RunSession.escalate`, reason
+   ``replan_caps``, or ``no_valid_replan`` when the last patches never compiled): handed to
+   a person with its full state (what ran, what failed and why, what never ran, the last
+   diagnostics); ``gave_up`` instead with ``escalate="never"``, or when a replanner call
+   was refused by the budget or failed past its retries; never an invented result
+   (``answer`` is None);
 3. **join**: when nothing is left to run or replan: the plan has an ``output`` and every
    step succeeded (so every check passed): the output is assembled by code, no model call;
    the plan has no output: one joiner call decides ``finish(answer)`` or
@@ -83,12 +86,19 @@ from plandag.planner.replanner import (
     Replanner,
     ReplanRecord,
     ReplanTrigger,
+    failure_summary,
 )
 from plandag.planner.streaming import StreamingPlanner
 from plandag.scheduler import events
 from plandag.scheduler.budget import Budget
 from plandag.scheduler.clock import Clock, SystemClock
-from plandag.scheduler.result import RunResult, RunStatus, StepErrorInfo, to_jsonable
+from plandag.scheduler.result import (
+    EscalationMode,
+    RunResult,
+    RunStatus,
+    StepErrorInfo,
+    to_jsonable,
+)
 from plandag.scheduler.retry import RetryPolicy
 from plandag.scheduler.runner import RunLimits
 from plandag.scheduler.session import RunSession, SessionState, open_session
@@ -129,9 +139,11 @@ class AgentResult:
     """What :meth:`Agent.run` produced.
 
     Attributes:
-        status: the run's status (:attr:`RunResult.status`); ``gave_up`` when a cap
-            stopped the replans (even if every step that ran succeeded, as when the
-            joiner asked for a replan past the caps); and when planning failed:
+        status: the run's status (:attr:`RunResult.status`); ``escalated`` when a replan
+            cap stopped the replans (even if every step that ran succeeded, as when the
+            joiner asked for a replan past the caps; ``gave_up`` with
+            ``escalate="never"``), ``gave_up`` when a replanner or joiner call was refused
+            or failed; and when planning failed:
             ``failed`` (a plan cut at ``max_tokens``, a plan that never compiled, a failed
             call), ``budget_exceeded`` (the budget refused a planning call) or
             ``timed_out`` (the wall-clock cap passed while the model wrote).
@@ -338,6 +350,11 @@ class Agent:
             revision; past them the run ends ``rejected``.
         on_session: called with the run's session as soon as it opens (a run store binds
             its recorder to the session's steps).
+        escalate: when the run cannot go on by itself (its replan caps hit, no replan
+            that compiles): ``person`` (the default) ends it ``escalated`` (reason
+            ``replan_caps`` or ``no_valid_replan`` on ``RunResult.escalation``), handed to
+            a person; ``never`` ends it ``gave_up``
+            (:data:`~plandag.scheduler.result.EscalationMode`).
 
     Raises:
         ValueError: a cap out of range.
@@ -372,6 +389,7 @@ class Agent:
         approval_expiry_s: float = DEFAULT_EXPIRY_S,
         max_revisions: int = 3,
         on_session: Callable[[RunSession], None] | None = None,
+        escalate: EscalationMode = "person",
     ) -> None:
         if max_revisions < 0:
             raise ValueError(f"max_revisions must be >= 0, not {max_revisions}")
@@ -409,6 +427,9 @@ class Agent:
         self.approval_expiry_s = approval_expiry_s
         self.max_revisions = max_revisions
         self.on_session = on_session
+        if escalate not in ("person", "never"):
+            raise ValueError(f"escalate must be 'person' or 'never', not {escalate!r}")
+        self.escalate: EscalationMode = escalate
         self._stored: dict[tuple[Registry, bool, str], CompiledPlan] = {}
 
     def _stored_header(self, goal: str, plan: Plan, given: Mapping[str, Any]) -> CompiledPlan:
@@ -572,6 +593,7 @@ class Agent:
                 budget=budget,
                 hold_effects=True,
                 run_id=run_id,
+                escalate=self.escalate,
             ) as session:
                 session_ref.append(session)
                 if self.on_session is not None:
@@ -877,9 +899,41 @@ class _AgentRun:
                         return
 
     def give_up(self, session: RunSession, reason: GaveUpReason) -> None:
-        """A cap was hit: the run ends ``gave_up``."""
+        """The replans stop. A replan cap (``max_replans``, ``no_progress``) hands the run
+        to a person (:meth:`RunSession.escalate`: ``escalated``, reason ``replan_caps``, or
+        ``no_valid_replan`` when the last replans' patches never compiled; ``gave_up``
+        with ``escalate="never"``); a refused or failed model call ends it ``gave_up``."""
         self.gave_up = reason
-        session.give_up()
+        if reason not in ("max_replans", "no_progress"):
+            session.give_up()
+            return
+        state = session.state()
+        failing = failure_summary(session, state) if state.needs_replan else "no step failed"
+        unapplied = 0
+        for record in reversed(self.replans):
+            if record.applied:
+                break
+            unapplied += 1
+        agent = self.agent
+        if unapplied:
+            session.escalate(
+                "no_valid_replan",
+                f"no valid replan: the last {unapplied} replan patch(es) did not compile "
+                f"(replan caps: {len(self.replans)} of {agent.max_replans} replans used); "
+                f"{failing}",
+            )
+        elif reason == "max_replans":
+            session.escalate(
+                "replan_caps",
+                f"the replan cap was hit ({len(self.replans)} of {agent.max_replans} "
+                f"replans used) and the run still fails: {failing}",
+            )
+        else:
+            session.escalate(
+                "replan_caps",
+                f"{agent.max_replans_without_progress} replans in a row completed no new "
+                f"step (the no-progress cap): {failing}",
+            )
 
     # -- 3. join -------------------------------------------------------------------------------
 
@@ -947,7 +1001,7 @@ class _AgentRun:
         """The :class:`AgentResult` of the closed session's ``run``."""
         status = self.status if self.status is not None else run.status
         if self.gave_up is not None and status in ("succeeded", "failed"):
-            status = "gave_up"  # e.g. the joiner asked for a replan past the caps
+            status = "gave_up"  # e.g. a model call failed past its retries
         answer = None
         if status == "succeeded" and self.join is not None and self.join.action == "finish":
             answer = run.output if not self.join.by_model else self.answer

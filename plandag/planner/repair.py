@@ -13,7 +13,8 @@ the caller's **trigger** says the failure is one a repair can fix, the
 in the same run; completed steps keep their results and never run again. Caps, as
 ``plandag run``: at most ``max_replans`` (3) model replans, at most
 ``max_replans_without_progress`` (2) in a row with no step newly completed; past a cap the
-run ends ``gave_up`` with its state (never an invented result). The cost caps pay the model
+run ends ``escalated`` (handed to a person with its state; ``gave_up`` with
+``escalate="never"``), never with an invented result. The cost caps pay the model
 calls (the session's budget, which a batch shares), and each call is bounded by the
 session's wall-clock cap.
 
@@ -82,7 +83,7 @@ from plandag.planner.replanner import (
 from plandag.scheduler import events
 from plandag.scheduler.budget import Budget
 from plandag.scheduler.clock import Clock, SystemClock
-from plandag.scheduler.result import RunResult, RunStatus, StepErrorInfo
+from plandag.scheduler.result import EscalationMode, RunResult, RunStatus, StepErrorInfo
 from plandag.scheduler.retry import RetryPolicy
 from plandag.scheduler.runner import RunLimits
 from plandag.scheduler.session import RunSession, SessionState, open_session
@@ -390,8 +391,9 @@ class RepairedRun:
     """What :func:`run_with_repairs` produced.
 
     Attributes:
-        status: the run's status (:attr:`RunResult.status`), ``gave_up`` when a cap
-            stopped the repairs.
+        status: the run's status (:attr:`RunResult.status`): ``escalated`` when a replan
+            cap stopped the repairs (``gave_up`` with ``escalate="never"``), ``gave_up``
+            when a model call was refused or failed.
         run: the run's :class:`RunResult` (superseded steps with ``superseded_by``).
         replans: every replan (model or reused), applied or not, in order.
         llm_calls: this run's model call attempts, in order (none when nothing failed, or
@@ -488,6 +490,7 @@ async def run_with_repairs(
     run_id: str | None = None,
     on_session: Callable[[RunSession], None] | None = None,
     approve_patch: Callable[[RunSession, tuple[int, ...]], Awaitable[str]] | None = None,
+    escalate: EscalationMode = "person",
 ) -> RepairedRun:
     """Run a compiled stored plan; repair the failures ``trigger`` accepts, within the caps.
 
@@ -509,6 +512,10 @@ async def run_with_repairs(
             ``await approve_patch(session, new_ids)`` returns ``"approved"``; any other
             answer (``"rejected"``, ``"awaiting_approval"``) ends the repairs and becomes
             the run's status. None: patches' effects run at once.
+        escalate: past a replan cap: ``person`` (default) ends the run ``escalated``
+            (reason ``replan_caps``, or ``no_valid_replan`` when the last patches never
+            compiled), ``never`` ends it ``gave_up``
+            (:data:`~plandag.scheduler.result.EscalationMode`).
 
     Returns:
         The :class:`RepairedRun`; never raises for a failed step or model call.
@@ -539,6 +546,7 @@ async def run_with_repairs(
         clock=clock,
         run_id=run_id,
         hold_effects=False,
+        escalate=escalate,
     ) as session:
         session_ref.append(session)
         if on_session is not None:
@@ -605,7 +613,7 @@ async def run_with_repairs(
             elif streak >= repairer.max_replans_without_progress:
                 gave_up = "no_progress"
             if gave_up is not None:
-                session.give_up()
+                _escalate_caps(session, state, replans, gave_up, repairer)
                 break
             mark = len(state.succeeded)
             try:
@@ -676,6 +684,39 @@ async def run_with_repairs(
         failed=failed,
         plan=whole if applied_records else None,
     )
+
+
+def _escalate_caps(
+    session: RunSession,
+    state: SessionState,
+    replans: Sequence[ReplanRecord],
+    cap: RepairGaveUp,
+    repairer: PlanRepairer,
+) -> None:
+    """A replan cap was hit: hand the run to a person (``gave_up`` in mode ``never``)."""
+    failing = failure_summary(session, state)
+    unapplied = 0
+    for record in reversed(replans):
+        if record.applied:
+            break
+        unapplied += 1
+    if unapplied:
+        session.escalate(
+            "no_valid_replan",
+            f"no valid repair: the last {unapplied} patch(es) did not compile; {failing}",
+        )
+    elif cap == "max_replans":
+        session.escalate(
+            "replan_caps",
+            f"the repair cap was hit ({repairer.max_replans} model replans) and the run "
+            f"still fails: {failing}",
+        )
+    else:
+        session.escalate(
+            "replan_caps",
+            f"{repairer.max_replans_without_progress} repairs in a row completed no new "
+            f"step (the no-progress cap): {failing}",
+        )
 
 
 async def _gate_patch(

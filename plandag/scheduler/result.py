@@ -30,8 +30,10 @@ from pydantic import BaseModel
 from plandag.checks.base import CheckOutcome
 
 __all__ = [
+    "ESCALATION_MODES",
     "ESCALATION_REASONS",
     "AttemptRecord",
+    "EscalationMode",
     "RunResult",
     "RunStatus",
     "StepErrorInfo",
@@ -65,6 +67,16 @@ ESCALATION_REASONS: frozenset[str] = frozenset(
     }
 )
 """Why a run ends ``escalated`` (handed to a person, ARCHITECTURE.md "States")."""
+
+EscalationMode = Literal["person", "never"]
+"""What a run does when it cannot go on by itself (its replan caps, a plan-relative budget,
+a blocked intent, no valid replan, an unknown irreversible outcome): ``person`` (the
+default) ends it ``escalated`` (exit 5), handed to a person with its full context (the
+inbox, the escalation hook); ``never`` ends it ``gave_up`` (exit 1), as a run without
+anyone to hand it to (CLI ``--escalate``, setting ``escalate``)."""
+
+ESCALATION_MODES: tuple[str, ...] = ("person", "never")
+"""The values of :data:`EscalationMode`, in the order the CLI lists them."""
 
 TERMINAL_STEP_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "skipped", "cancelled"})
 
@@ -211,7 +223,8 @@ class RunResult:
     Attributes:
         run_id: the run's id.
         status: the first that applies of: ``interrupted`` (cancelled from outside);
-            ``timed_out`` (the wall-clock cap was reached, or the run stopped on a stall);
+            ``escalated`` (handed to a person: see ``escalation``); ``timed_out`` (the
+            wall-clock cap was reached, or the run stopped on a stall);
             ``budget_exceeded`` (a step or a retry was not started for lack of budget);
             ``succeeded`` (every step succeeded, or failed and was superseded by a
             replan); ``gave_up`` (a session's planner gave up: replan caps); ``failed``.

@@ -78,7 +78,9 @@ from plandag.scheduler.budget import Budget, Reservation
 from plandag.scheduler.clock import Clock, SystemClock
 from plandag.scheduler.heartbeat import monitor
 from plandag.scheduler.result import (
+    ESCALATION_REASONS,
     AttemptRecord,
+    EscalationMode,
     RunResult,
     RunStatus,
     StepErrorInfo,
@@ -263,6 +265,9 @@ class _Run:
         self.idle_event: anyio.Event | None = None
         """Set when ``active`` drops to 0 (a session's ``settled()`` waits on it)."""
         self.gave_up = False
+        self.escalate_mode: EscalationMode = "person"
+        self.escalation: tuple[str, str] | None = None
+        """``(reason, detail)`` once the run was handed to a person (:meth:`escalate`)."""
         self.results: dict[int, Any] = {}
         self.started_monotonic: dict[int, float] = {}
         self.failed_upstream: dict[int, list[int]] = {}
@@ -366,6 +371,27 @@ class _Run:
             stopping=stopping,
             time=self.now(),
         )
+
+    def escalate(self, reason: str, detail: str) -> bool:
+        """Hand the run to a person: it ends ``escalated`` with ``reason`` (one of
+        :data:`~plandag.scheduler.result.ESCALATION_REASONS`) and ``detail`` (a sentence for
+        that person); with escalation mode ``never`` it ends ``gave_up`` instead. The first
+        escalation's reason is kept. Returns True when the run escalates.
+
+        Raises:
+            ValueError: ``reason`` is not one of ``ESCALATION_REASONS``.
+        """
+        if reason not in ESCALATION_REASONS:
+            raise ValueError(
+                f"escalation reason {reason!r} is unknown; use one of "
+                f"{', '.join(sorted(ESCALATION_REASONS))}"
+            )
+        if self.escalate_mode == "never":
+            self.gave_up = True
+            return False
+        if self.escalation is None:
+            self.escalation = (reason, detail)
+        return True
 
     def stop(self, reason: str) -> None:
         """Stop the run now: running steps end cancelled, the others skipped (``reason``)."""
@@ -486,6 +512,10 @@ class _Run:
         stop_reason: str | None = None
         if any(record.reason == "interrupted" for record in self.records.values()):
             status, stop_reason = "interrupted", "interrupted"
+        elif self.escalation is not None:
+            status = "escalated"
+            if self.run_scope.cancel_called:
+                stop_reason = cause
         elif self.run_scope.cancel_called:
             status, stop_reason = "timed_out", cause
         elif self.budget_refused:
@@ -514,6 +544,10 @@ class _Run:
                 max(0.0, self.first_started_at - started_at)
                 if self.first_started_at is not None
                 else None
+            ),
+            escalation=self.escalation[0] if status == "escalated" and self.escalation else None,
+            escalation_detail=(
+                self.escalation[1] if status == "escalated" and self.escalation else None
             ),
         )
         if self.observers:
@@ -1032,6 +1066,7 @@ async def run_plan(
     clock: Clock | None = None,
     budget: Budget | None = None,
     completed: Mapping[int, Any] | None = None,
+    escalate: EscalationMode = "person",
 ) -> RunResult:
     """Run a compiled plan: every step whose parents all succeeded starts at once.
 
@@ -1095,6 +1130,7 @@ async def run_plan(
         budget,
         completed,
     )
+    run.escalate_mode = escalate
     return await run.run()
 
 

@@ -65,7 +65,7 @@ from plandag.errors import Classifier, classify_error
 from plandag.scheduler import events
 from plandag.scheduler.budget import Budget
 from plandag.scheduler.clock import Clock
-from plandag.scheduler.result import RunResult, StepErrorInfo, StepRecord
+from plandag.scheduler.result import EscalationMode, RunResult, StepErrorInfo, StepRecord
 from plandag.scheduler.retry import RetryPolicy
 from plandag.scheduler.runner import RunLimits, _Run
 from plandag.tools.boundary import WriteBoundary
@@ -725,6 +725,35 @@ class RunSession:
         self._check_open()
         self._run.gave_up = True
 
+    def escalate(self, reason: str, detail: str) -> bool:
+        """Hand the run to a person (ARCHITECTURE.md, "States"): the result's status is
+        ``escalated``, with ``RunResult.escalation`` = ``reason`` and
+        ``escalation_detail`` = ``detail``, whatever its steps came to (only an
+        interruption from outside comes first). With the session's escalation mode
+        ``never`` (:func:`open_session` ``escalate``) it is :meth:`give_up` instead. The
+        first escalation's reason is kept. The caller stops what it was doing; steps still
+        running finish as usual when the block exits.
+
+        Args:
+            reason: one of :data:`~plandag.scheduler.result.ESCALATION_REASONS`.
+            detail: a sentence for the person who gets the case (what happened, where).
+
+        Returns:
+            True when the run escalates, False when the mode is ``never`` (gave up).
+
+        Raises:
+            ValueError: an unknown ``reason``.
+            RuntimeError: the session is closed.
+        """
+        self._check_open()
+        return self._run.escalate(reason, detail)
+
+    @property
+    def escalation(self) -> tuple[str, str] | None:
+        """``(reason, detail)`` once :meth:`escalate` handed the run to a person, else
+        None."""
+        return self._run.escalation
+
     # -- waiting and reading -----------------------------------------------------------------
 
     def state(self) -> SessionState:
@@ -787,11 +816,12 @@ class RunSession:
         """The final :class:`~plandag.scheduler.result.RunResult`, once the ``async with``
         block has exited.
 
-        ``status``: ``interrupted``, ``timed_out``, ``budget_exceeded`` as in
-        ``run_plan``; else ``succeeded`` when every step succeeded or was superseded;
-        else ``gave_up`` after :meth:`give_up`; else ``failed``. ``output``: the (possibly
-        replaced) output resolved. ``first_tool_start_s``: seconds from the session's
-        opening to the first step's start.
+        ``status``: ``interrupted``; ``escalated`` after :meth:`escalate`;
+        ``timed_out``, ``budget_exceeded`` as in ``run_plan``; else ``succeeded`` when
+        every step succeeded or was superseded; else ``gave_up`` after :meth:`give_up`;
+        else ``failed``. ``output``: the (possibly replaced) output resolved.
+        ``first_tool_start_s``: seconds from the session's opening to the first step's
+        start.
 
         Raises:
             RuntimeError: the session is still open.
@@ -821,6 +851,7 @@ async def open_session(
     hold_effects: bool = True,
     max_steps: int = DEFAULT_MAX_STEPS,
     max_arg_bytes: int = DEFAULT_MAX_ARG_BYTES,
+    escalate: EscalationMode = "person",
 ) -> AsyncIterator[RunSession]:
     """Open a :class:`RunSession`: a run that takes steps while it runs.
 
@@ -845,6 +876,9 @@ async def open_session(
             (issue 4: they must not start before the whole plan compiled).
         max_steps: the most steps the session may hold in all.
         max_arg_bytes: the most bytes a step's args may take as JSON.
+        escalate: what :meth:`RunSession.escalate` does
+            (:data:`~plandag.scheduler.result.EscalationMode`): ``person`` (default) ends
+            the run ``escalated``, ``never`` ends it ``gave_up``.
 
     Yields:
         The :class:`RunSession`; its :meth:`~RunSession.result` is final once the block
@@ -888,6 +922,7 @@ async def open_session(
         budget,
         hold_effects=hold_effects,
     )
+    run.escalate_mode = escalate
     session = RunSession(run, registry, max_steps=max_steps, max_arg_bytes=max_arg_bytes)
     send = bool(run.observers) and (
         the_limits.heartbeat_every is not None or the_limits.stall_after is not None

@@ -41,7 +41,7 @@ from plandag.approval import (
 from plandag.compiler.compiled import CompiledPlan
 from plandag.errors import InputError
 from plandag.scheduler.events import Observer
-from plandag.scheduler.result import RunResult, RunStatus
+from plandag.scheduler.result import EscalationMode, RunResult, RunStatus
 from plandag.scheduler.retry import RetryPolicy
 from plandag.scheduler.runner import RunLimits, run_plan
 from plandag.store.recorder import StoreRecorder
@@ -81,6 +81,9 @@ class RunOptions:
         redact: mask personal data in the trace (``--redact``).
         planner: ``{"planner", "model", "base_url"}`` for runs that have a planner (revisions
             after a rejection), else None.
+        escalate: what a run that cannot go on by itself comes to: ``person`` (escalated,
+            handed to a person) or ``never`` (gave_up); see
+            :data:`~plandag.scheduler.result.EscalationMode`.
     """
 
     tools: tuple[str, ...] = ()
@@ -95,6 +98,7 @@ class RunOptions:
     expiry_s: float = DEFAULT_EXPIRY_S
     redact: bool = False
     planner: Mapping[str, Any] | None = None
+    escalate: EscalationMode = "person"
 
     def as_json(self) -> dict[str, Any]:
         """The options as stored (``run.options``)."""
@@ -589,6 +593,7 @@ async def _run_segment(
         limits=options.run_limits(elapsed_s),
         retry=RetryPolicy(retries=options.retries),
         completed=completed,
+        escalate=options.escalate,
     )
     store_error: str | None = None
     try:

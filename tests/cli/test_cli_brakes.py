@@ -139,6 +139,10 @@ def test_config_json_values_and_sources(runner: CliRunner, cwd: Path) -> None:
         "jobs": {"value": 4, "source": "default"},
         "approve": {"value": "ask", "source": "default"},
         "approval_expiry": {"value": 86400.0, "source": "default"},
+        "escalate": {"value": "person", "source": "default"},
+        "escalation_command": {"value": None, "source": "default"},
+        "escalation_url": {"value": None, "source": "default"},
+        "escalation_timeout": {"value": 10.0, "source": "default"},
     }
 
 

@@ -165,7 +165,7 @@ def test_exec_planner_with_no_failure_makes_no_request(
     assert '"sum": 3.0' in result.stdout
 
 
-def test_exec_planner_gives_up_after_the_caps(
+def test_exec_planner_escalates_after_the_caps(
     server: MessagesServer, files: tuple[Path, Path], tmp_path: Path
 ) -> None:
     plan = tmp_path / "down.json"
@@ -206,9 +206,10 @@ def test_exec_planner_gives_up_after_the_caps(
             "--json",
         ]
     )
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 5, result.output
     document = json.loads(result.stdout)
-    assert document["status"] == "gave_up"
+    assert document["status"] == "escalated"
+    assert document["escalation"] == "replan_caps"
     assert document["gave_up"] == "no_progress"
     assert document["output"] is None
     assert document["saved_plan"] is None

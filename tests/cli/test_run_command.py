@@ -131,19 +131,43 @@ def test_json_output_is_the_run_result_plus_the_agent_fields(
     assert document["first_tool_start_s"] is not None
 
 
-def test_gave_up_exits_1_with_no_answer(server: MessagesServer, tools: Path) -> None:
+def push_always_broken(server: MessagesServer) -> None:
     server.push_json({"g": "x", "s": [step(1, "broken", ["name=x"], [])], "o": '"<step_1_result>"'})
     server.push_json({"g": "x", "s": [step(2, "broken", ["name=y"], [])], "o": '"<step_2_result>"'})
     server.push_json({"g": "x", "s": [step(3, "broken", ["name=z"], [])], "o": '"<step_3_result>"'})
+
+
+def test_the_replan_caps_escalate_exit_5_with_no_answer(
+    server: MessagesServer, tools: Path
+) -> None:
+    push_always_broken(server)
     result = invoke(
         ["Score x", "--tools", str(tools), "--base-url", server.url, "--json", "--retries", "0"]
     )
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 5, result.output
     document = json.loads(result.stdout)
-    assert document["status"] == "gave_up"
+    assert document["status"] == "escalated"
+    assert document["escalation"] == "replan_caps"
     assert document["gave_up"] == "no_progress"
     assert document["answer"] is None
     assert [item["superseded_by"] for item in document["steps"]] == [[2], [3], None]
+
+
+def test_escalate_never_keeps_gave_up_exit_1(server: MessagesServer, tools: Path) -> None:
+    push_always_broken(server)
+    args = ["Score x", "--tools", str(tools), "--base-url", server.url, "--retries", "0"]
+    result = invoke([*args, "--json", "--escalate", "never"])
+    assert result.exit_code == 1, result.output
+    document = json.loads(result.stdout)
+    assert (document["status"], document["escalation"]) == ("gave_up", None)
+    assert document["gave_up"] == "no_progress"
+
+
+def test_escalate_refuses_an_unknown_mode(server: MessagesServer, tools: Path) -> None:
+    result = invoke(["Score x", "--tools", str(tools), "--base-url", server.url, "--escalate", "x"])
+    assert result.exit_code == 2
+    assert "--escalate 'x': choose person or never" in result.output
+    assert server.message_requests == []
 
 
 def test_a_plan_that_never_compiles_exits_2(server: MessagesServer, tools: Path) -> None:

@@ -186,9 +186,24 @@ async def test_joiner_replans_stop_at_the_cap(server: MessagesServer) -> None:
     server.push_json({"decision": {"action": "replan", "reason": "not enough"}})
     result = await run_agent(server, max_replans=0)
     assert len(server.message_requests) == 2
-    assert result.status == "gave_up"
+    assert result.status == "escalated"
+    assert result.run.escalation == "replan_caps"
     assert result.gave_up == "max_replans"
     assert result.answer is None
+
+
+@pytest.mark.anyio
+async def test_joiner_replans_past_the_cap_give_up_with_escalate_never(
+    server: MessagesServer,
+) -> None:
+    server.push_json(PLAN_WITHOUT_OUTPUT)
+    server.push_json({"decision": {"action": "replan", "reason": "not enough"}})
+    result = await run_agent(server, max_replans=0, escalate="never")
+    assert (result.status, result.gave_up, result.run.escalation) == (
+        "gave_up",
+        "max_replans",
+        None,
+    )
 
 
 # -- the planning call fails -------------------------------------------------------------------

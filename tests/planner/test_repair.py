@@ -19,6 +19,7 @@ from plandag.planner.data import parse_data_blocks
 from plandag.planner.llm import AnthropicClient
 from plandag.planner.repair import PlanRepairer, RepairedRun, run_with_repairs, save_repair
 from plandag.scheduler import RetryPolicy, RunLimits, VirtualClock
+from plandag.scheduler.result import EscalationMode
 from plandag.scheduler.session import RunSession, SessionState
 from plandag.testing import MessagesServer
 from plandag.tools import tool
@@ -115,7 +116,10 @@ def params_excerpt(plan: CompiledPlan) -> Callable[[RunSession, SessionState], A
 
 
 async def run(
-    server: MessagesServer, plans: list[CompiledPlan], **options: Any
+    server: MessagesServer,
+    plans: list[CompiledPlan],
+    escalate: EscalationMode = "person",
+    **options: Any,
 ) -> list[RepairedRun]:
     client = AnthropicClient(api_key="test", base_url=server.url)
     repairer = PlanRepairer(
@@ -135,6 +139,7 @@ async def run(
                 excerpt=params_excerpt(plan),
                 limits=RunLimits(heartbeat_every=None),
                 retry=RetryPolicy(retries=0),
+                escalate=escalate,
             )
             for plan in plans
         ]
@@ -217,7 +222,7 @@ async def test_a_repair_is_reused_without_a_call_for_the_next_input(
 
 
 @pytest.mark.anyio
-async def test_a_tool_that_always_fails_gives_up_after_the_caps(server: MessagesServer) -> None:
+async def test_a_tool_that_always_fails_escalates_after_the_caps(server: MessagesServer) -> None:
     plan = {
         "version": 1,
         "goal": "Score x",
@@ -233,8 +238,11 @@ async def test_a_tool_that_always_fails_gives_up_after_the_caps(server: Messages
             }
         )
     [result] = await run(server, [compile_plan(plan, registry())])
-    assert result.status == "gave_up"
+    assert result.status == "escalated"
     assert result.gave_up == "no_progress"  # 2 replans in a row without a completed step
+    assert result.run.escalation == "replan_caps"
+    assert result.run.escalation_detail is not None
+    assert "no-progress cap" in result.run.escalation_detail
     assert len(server.message_requests) == 2
     assert result.run.output is None
     assert result.plan is not None  # patches were applied, but the run did not succeed
@@ -258,8 +266,47 @@ async def test_max_replans_cap(server: MessagesServer) -> None:
             }
         )
     [result] = await run(server, [compile_plan(plan, registry())], max_replans=1)
-    assert (result.status, result.gave_up) == ("gave_up", "max_replans")
+    assert (result.status, result.gave_up) == ("escalated", "max_replans")
+    assert result.run.escalation == "replan_caps"
     assert len(server.message_requests) == 1
+
+
+@pytest.mark.anyio
+async def test_max_replans_cap_with_escalate_never_gives_up(server: MessagesServer) -> None:
+    plan = {
+        "version": 1,
+        "goal": "Score x",
+        "steps": [{"id": 1, "tool": "broken", "args": {"name": "x"}}],
+        "output": "<step_1_result>",
+    }
+    server.push_json(
+        {"g": "Score x", "s": [{"i": 2, "t": "broken", "a": ["name=x2"]}], "o": '"<step_2_result>"'}
+    )
+    [result] = await run(server, [compile_plan(plan, registry())], escalate="never", max_replans=1)
+    assert (result.status, result.gave_up) == ("gave_up", "max_replans")
+    assert (result.run.status, result.run.escalation) == ("gave_up", None)
+
+
+@pytest.mark.anyio
+async def test_repairs_that_never_compile_escalate_no_valid_replan(
+    server: MessagesServer,
+) -> None:
+    plan = {
+        "version": 1,
+        "goal": "Score x",
+        "steps": [{"id": 1, "tool": "broken", "args": {"name": "x"}}],
+        "output": "<step_1_result>",
+    }
+    for _ in range(2):  # a patch naming a tool that does not exist, twice (no progress)
+        server.push_json({"g": "Score x", "s": [{"i": 2, "t": "no_such_tool", "a": []}]})
+    [result] = await run(server, [compile_plan(plan, registry())])
+    assert result.status == "escalated"
+    assert result.run.escalation == "no_valid_replan"
+    assert [record.applied for record in result.replans] == [False, False]
+    assert result.run.escalation_detail is not None
+    assert result.run.escalation_detail.startswith(
+        "no valid repair: the last 2 patch(es) did not compile"
+    )
 
 
 @pytest.mark.anyio

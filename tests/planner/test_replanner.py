@@ -246,7 +246,7 @@ def patch_with_progress(first: int, name: str) -> dict[str, Any]:
 
 
 @pytest.mark.anyio
-async def test_a_tool_that_always_fails_replans_up_to_the_cap_then_gives_up(
+async def test_a_tool_that_always_fails_replans_up_to_the_cap_then_escalates(
     server: MessagesServer,
 ) -> None:
     server.push_json(
@@ -259,8 +259,13 @@ async def test_a_tool_that_always_fails_replans_up_to_the_cap_then_gives_up(
     result = await run_agent(server, "Score x")
 
     assert len(server.message_requests) == 1 + 3
-    assert result.status == "gave_up"
+    assert result.status == "escalated"
     assert result.gave_up == "max_replans"
+    assert result.run.escalation == "replan_caps"
+    assert result.run.escalation_detail == (
+        "the replan cap was hit (3 of 3 replans used) and the run still fails: step 7 "
+        "failed (tool_error: ValueError: service down for r)"
+    )
     assert result.answer is None  # never an invented result
     assert result.run.output is None
     assert result.join is None
@@ -280,7 +285,8 @@ async def test_a_tool_that_always_fails_replans_up_to_the_cap_then_gives_up(
     assert tool_calls["broken:x"] == 1
     assert tool_calls["broken:r"] == 1
     document = result.to_json_dict()
-    assert document["status"] == "gave_up"
+    assert document["status"] == "escalated"
+    assert document["escalation"] == "replan_caps"
     assert document["gave_up"] == "max_replans"
     assert document["answer"] is None
     assert [item["new_ids"] for item in document["replans"]] == [[2, 3], [4, 5], [6, 7]]
@@ -303,8 +309,9 @@ async def test_two_replans_in_a_row_without_progress_stop_the_run(server: Messag
     result = await run_agent(server, "Score x")
 
     assert len(server.message_requests) == 1 + 2
-    assert result.status == "gave_up"
+    assert result.status == "escalated"
     assert result.gave_up == "no_progress"
+    assert result.run.escalation == "replan_caps"
     assert result.answer is None
     assert result.run.step_ids("failed") == [1, 2, 3]
     assert result.run.steps[3].superseded_by is None
@@ -414,7 +421,8 @@ async def test_injected_instructions_stay_data_and_an_effect_outside_the_boundar
     assert {d.code for record in result.replans for d in record.diagnostics} == {
         "write_outside_boundary"
     }
-    assert result.status == "gave_up"
+    assert result.status == "escalated"
+    assert result.run.escalation == "no_valid_replan"
     assert result.gave_up == "no_progress"
     assert [d.code for d in result.diagnostics] == ["write_outside_boundary"]
     assert result.answer is None

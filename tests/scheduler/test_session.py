@@ -725,3 +725,36 @@ async def test_a_session_with_every_step_matches_run_plan() -> None:
             theirs.detail,
             theirs.result,
         )
+
+
+async def test_escalate_ends_the_run_escalated_with_its_reason_and_detail() -> None:
+    async with open_session(EMPTY, REGISTRY) as session:
+        session.add({"id": 1, "tool": "fail"})
+        await session.settled()
+        assert session.escalate("replan_caps", "3 replans used; step 1 still fails") is True
+        assert session.escalate("blocked_intent", "a later reason") is True  # first one kept
+        assert session.escalation == ("replan_caps", "3 replans used; step 1 still fails")
+    result = session.result()
+    assert (result.status, result.escalation, result.escalation_detail) == (
+        "escalated",
+        "replan_caps",
+        "3 replans used; step 1 still fails",
+    )
+    assert result.to_json_dict()["escalation"] == "replan_caps"
+
+
+async def test_escalate_in_mode_never_gives_up() -> None:
+    async with open_session(EMPTY, REGISTRY, escalate="never") as session:
+        session.add({"id": 1, "tool": "fail"})
+        await session.settled()
+        assert session.escalate("replan_caps", "caps hit") is False
+        assert session.escalation is None
+    result = session.result()
+    assert (result.status, result.escalation, result.escalation_detail) == ("gave_up", None, None)
+
+
+async def test_escalate_refuses_an_unknown_reason() -> None:
+    async with open_session(EMPTY, REGISTRY) as session:
+        with pytest.raises(ValueError, match="escalation reason 'tired' is unknown"):
+            session.escalate("tired", "no")
+    assert session.result().status == "succeeded"
