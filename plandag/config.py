@@ -90,6 +90,30 @@ SETTINGS: tuple[Setting, ...] = (
         strict=True,
     ),
     Setting("stop_on_stall", bool, False, "stop the run at the first stall"),
+    Setting(
+        "breaker_after",
+        int,
+        3,
+        "steps in a row of one tool or HTTP host that fail (after their retries) before it "
+        "is down for the run and steps needing it fail at once; 0: no circuit breaker",
+        minimum=0,
+    ),
+    Setting(
+        "max_blocked",
+        int,
+        3,
+        "failures of one intent (tool and arguments, or step description) across replans "
+        "before the run stops replanning it and escalates; 0: never",
+        minimum=0,
+    ),
+    Setting(
+        "total_replan_below",
+        float,
+        None,
+        "fraction of the steps completed (0 to 1) under which a replan plans again from the "
+        "goal (total) instead of replacing the failed part (partial); off by default",
+        minimum=0.0,
+    ),
     Setting("jobs", int, 4, "documents at once for extract", minimum=1),
     Setting(
         "approve",

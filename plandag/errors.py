@@ -14,7 +14,8 @@ also subclasses the builtin it resembles, so ``except ValueError`` keeps working
         │   ├── StepTimeoutError(TimeoutError)  the step ran past its timeout
         │   └── NotStartedError        failed before it could have any effect (refused)
         └── PermanentStepError         retrying will not help: bad input, 4xx, missing data
-            └── CheckFailedError       a success check rejected the step's result
+            ├── CheckFailedError       a success check rejected the step's result
+            └── DependencyDownError    the step's tool or HTTP host is down (circuit breaker)
 
 The scheduler decides retry versus prune by the *type* of a step's error, never by its
 message (the distinction pydantic-ai draws between ``ModelRetry`` and terminal failures).
@@ -41,6 +42,7 @@ __all__ = [
     "BoundaryError",
     "CheckFailedError",
     "Classifier",
+    "DependencyDownError",
     "ErrorKind",
     "FailureInfo",
     "InputError",
@@ -205,6 +207,21 @@ class CheckFailedError(PermanentStepError):
         super().__init__(f"check {check} failed: {detail}")
         self.check = check
         self.detail = detail
+
+
+class DependencyDownError(PermanentStepError):
+    """The step was not attempted: a dependency it needs (its tool, or the host of its URL)
+    failed too many steps in a row in this run (:mod:`plandag.scheduler.breaker`).
+
+    Attributes:
+        dependency: what is down, in words (``tool lookup``, ``host api.example.com``).
+    """
+
+    reason = "dependency_down"
+
+    def __init__(self, message: str, *, dependency: str) -> None:
+        super().__init__(message)
+        self.dependency = dependency
 
 
 # -- classification --------------------------------------------------------------------------

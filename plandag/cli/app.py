@@ -152,6 +152,16 @@ StopOnStallOption = Annotated[
     bool | None,
     typer.Option("--stop-on-stall", help="Stop the run at the first stall (exit 3)."),
 ]
+BreakerAfterOption = Annotated[
+    int | None,
+    typer.Option(
+        "--breaker-after",
+        metavar="K",
+        min=0,
+        help="A tool or HTTP host whose steps fail K times in a row is down for the run: "
+        "steps needing it fail at once (3; 0: no circuit breaker).",
+    ),
+]
 RetriesOption = Annotated[
     int | None,
     typer.Option(
@@ -249,6 +259,7 @@ def _limits(settings: Settings) -> RunLimits:
             heartbeat_every=settings["heartbeat_every"],
             stall_after=settings["stall_after"],
             stop_on_stall=settings["stop_on_stall"],
+            breaker_after=settings["breaker_after"] or None,
         )
     except ValueError as error:
         message = str(error)
@@ -419,6 +430,7 @@ def exec_command(
     heartbeat_every: HeartbeatEveryOption = None,
     stall_after: StallAfterOption = None,
     stop_on_stall: StopOnStallOption = None,
+    breaker_after: BreakerAfterOption = None,
     as_json: JsonOption = False,
     planner: PlannerOption = None,
     model: PlannerModelOption = None,
@@ -457,6 +469,7 @@ def exec_command(
             "heartbeat_every": heartbeat_every,
             "stall_after": stall_after,
             "stop_on_stall": stop_on_stall,
+            "breaker_after": breaker_after,
             "approve": approve,
             "escalate": escalate,
         }

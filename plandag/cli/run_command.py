@@ -41,6 +41,7 @@ from plandag.cli.app import (
     EXIT_CODES,
     EXIT_USAGE,
     BoundaryOption,
+    BreakerAfterOption,
     HeartbeatEveryOption,
     HeartbeatOption,
     JsonOption,
@@ -180,6 +181,7 @@ def register(app: typer.Typer) -> None:
         heartbeat_every: HeartbeatEveryOption = None,
         stall_after: StallAfterOption = None,
         stop_on_stall: StopOnStallOption = None,
+        breaker_after: BreakerAfterOption = None,
         as_json: JsonOption = False,
         store: StoreOption = None,
         approve: ApproveOption = None,
@@ -215,6 +217,7 @@ def register(app: typer.Typer) -> None:
                 "heartbeat_every": heartbeat_every,
                 "stall_after": stall_after,
                 "stop_on_stall": stop_on_stall,
+                "breaker_after": breaker_after,
                 "approve": approve,
                 "escalate": escalate,
             }

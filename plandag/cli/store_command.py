@@ -138,6 +138,7 @@ def run_options(
             "heartbeat_every": limits.heartbeat_every,
             "stall_after": limits.stall_after,
             "stop_on_stall": limits.stop_on_stall,
+            "breaker_after": limits.breaker_after,
         },
         retries=settings["retries"],
         max_concurrency=settings["max_concurrency"],

@@ -256,6 +256,17 @@ def replan_prompt(
             "Steps still running or waiting (an independent branch; leave them be): "
             + ", ".join(map(str, waiting))
         )
+    if state.down:
+        parts.append(
+            "Dependencies down (the circuit breaker took them out of this run: a step that "
+            "needs one fails at once without being tried; the new steps must not use them):\n"
+            + "\n".join(
+                f"- {down.dependency} (steps {', '.join(map(str, down.failed_steps))} failed "
+                "in a row):\n"
+                + quote_data(f"{down.dependency} last failure", down.detail, max_chars)
+                for down in state.down
+            )
+        )
     output = session.output
     parts.append(
         "The current output:\n"

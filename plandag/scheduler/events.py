@@ -11,7 +11,8 @@ per check), and for a failed attempt that will be tried again ``StepRetrying``, 
 ``StepCancelled``, or a single ``StepSkipped`` for a step that never started; finally
 ``RunFinished``. In a session (:mod:`plandag.scheduler.session`) ``StepsAdded`` comes
 before the events of the steps it adds, and ``StepSuperseded`` when a replan replaces an
-ended step. ``Heartbeat`` and ``Stall`` come in between, from a monitor task, every
+ended step. ``DependencyDown`` follows the ``StepFailed`` that took a tool or host out of
+the run. ``Heartbeat`` and ``Stall`` come in between, from a monitor task, every
 ``heartbeat_every`` seconds and when no step has finished for ``stall_after`` seconds. All
 ``time`` fields are wall-clock seconds since the epoch (from the run's clock).
 """
@@ -27,6 +28,7 @@ from plandag.scheduler.result import RunResult, StepErrorInfo
 
 __all__ = [
     "CheckEvaluated",
+    "DependencyDown",
     "Event",
     "Heartbeat",
     "Observer",
@@ -169,6 +171,22 @@ class StepSuperseded:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class DependencyDown:
+    """The circuit breaker took a dependency out of the run
+    (:mod:`plandag.scheduler.breaker`): ``kind`` ``tool`` or ``host``, its ``name``, the
+    steps that failed in a row (``step_ids``) and the last failure (``detail``). Sent right
+    after the ``StepFailed`` that opened it; steps needing it fail from now on without an
+    attempt (reason ``dependency_down``)."""
+
+    run_id: str
+    kind: str
+    name: str
+    step_ids: tuple[int, ...]
+    detail: str
+    time: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class RunFinished:
     """The run ended; ``result`` is the complete :class:`RunResult`."""
 
@@ -253,6 +271,7 @@ Event = (
     | CheckEvaluated
     | StepsAdded
     | StepSuperseded
+    | DependencyDown
     | Heartbeat
     | Stall
     | RunFinished

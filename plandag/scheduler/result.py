@@ -28,6 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from plandag.checks.base import CheckOutcome
+from plandag.scheduler.breaker import DownDependency
 
 __all__ = [
     "ESCALATION_MODES",
@@ -114,8 +115,9 @@ class AttemptRecord:
             was cancelled.
         kind: ``transient`` or ``permanent`` for a failed attempt, else None.
         retry: what followed a failure: ``"retried"``, or why not (a
-            :data:`plandag.scheduler.retry.StopReason`, or ``budget`` when the cost cap
-            left no room for another attempt); None for a success or a cancellation.
+            :data:`plandag.scheduler.retry.StopReason`, ``budget`` when the cost cap
+            left no room for another attempt, ``dependency_down`` when the step's tool or
+            host went down meanwhile); None for a success or a cancellation.
         delay_before_s: seconds waited before it started (0.0 for the first attempt).
         cost_usd: US dollars charged for it (reported, else the tool's estimate when the
             run had a cost cap, else 0.0).
@@ -163,6 +165,8 @@ class StepRecord:
         reason: a stable code for ``failed``, ``skipped`` and ``cancelled`` steps:
             ``tool_error``, ``timeout``, ``check_failed``, ``invalid_args``,
             ``reference_error``, ``write_outside_boundary``, ``upstream_failed``,
+            ``dependency_down`` (failed without an attempt: its tool or host is down),
+            ``replanned`` (skipped: a replan withdrew it before it started),
             ``budget``, ``deadline``, ``stalled``, ``interrupted``, or the ``reason`` of a
             :class:`plandag.errors.StepError`.
         detail: the same in words, e.g. ``"upstream 2 failed"``.
@@ -245,6 +249,8 @@ class RunResult:
         escalation: when ``status`` is ``escalated``, why (one of
             :data:`ESCALATION_REASONS`); else None.
         escalation_detail: a sentence for the person who gets the case; else None.
+        dependencies_down: the tools and HTTP hosts the circuit breaker took out of the run
+            (:mod:`plandag.scheduler.breaker`), in the order they went down.
     """
 
     run_id: str
@@ -260,6 +266,7 @@ class RunResult:
     first_tool_start_s: float | None = None
     escalation: str | None = None
     escalation_detail: str | None = None
+    dependencies_down: tuple[DownDependency, ...] = ()
 
     def __repr__(self) -> str:
         # Short on purpose: asyncio formats the main task's result into a repr when a loop
@@ -308,6 +315,7 @@ class RunResult:
             {"run_id", "status", "started_at", "ended_at", "duration_s", "output",
              "spent_usd", "spent_tokens", "stop_reason", "first_tool_start_s",
              "escalation", "escalation_detail",
+             "dependencies_down": [{"kind", "name", "steps", "detail", "time"}],
              "steps": [{"id", "tool", "status", "result", "error": {"type", "message"} | null,
                         "reason", "detail", "attempts", "started_at", "ended_at",
                         "duration_s", "checks": [{"kind", "status", "detail"}],
@@ -331,6 +339,7 @@ class RunResult:
             "first_tool_start_s": self.first_tool_start_s,
             "escalation": self.escalation,
             "escalation_detail": self.escalation_detail,
+            "dependencies_down": [down.as_dict() for down in self.dependencies_down],
             "steps": [self.steps[key].to_json_dict() for key in sorted(self.steps)],
         }
 

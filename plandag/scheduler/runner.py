@@ -38,6 +38,10 @@ The brakes of :class:`RunLimits` (ARCHITECTURE.md, "Brakes"; issue 3):
   be reserved does not start: the step ends ``skipped``, reason ``budget``, and its
   descendants too; a retry that cannot be reserved is not made. Either way the run ends
   ``budget_exceeded``; branches that fit the budget run on.
+* ``breaker_after``: the circuit breaker (:mod:`plandag.scheduler.breaker`): after that
+  many steps in a row of one tool, or to one HTTP host, failed (their retries spent), the
+  dependency is down and the steps that need it fail at once, reason ``dependency_down``,
+  without an attempt.
 * ``heartbeat_every`` / ``stall_after`` / ``stop_on_stall``: see
   :mod:`plandag.scheduler.heartbeat`. A stop on a stall ends running steps ``cancelled`` and
   the others ``skipped``, reason ``stalled``, and the run ``timed_out`` (a time brake, like
@@ -66,6 +70,7 @@ from plandag.errors import (
     BoundaryError,
     CheckFailedError,
     Classifier,
+    DependencyDownError,
     FailureInfo,
     StepError,
     StepTimeoutError,
@@ -74,6 +79,12 @@ from plandag.errors import (
     error_message,
 )
 from plandag.scheduler import events
+from plandag.scheduler.breaker import (
+    CircuitBreaker,
+    Dependency,
+    DownDependency,
+    step_dependencies,
+)
 from plandag.scheduler.budget import Budget, Reservation
 from plandag.scheduler.clock import Clock, SystemClock
 from plandag.scheduler.heartbeat import monitor
@@ -134,6 +145,14 @@ def _detail_of(error: BaseException) -> str:
     return _one_line(f"{type(error).__name__}: {error_message(error)}")
 
 
+def _down_error(down: DownDependency) -> DependencyDownError:
+    """The error of a step not attempted because ``down`` is down."""
+    return DependencyDownError(
+        f"not attempted: {down.describe()}; the replanner is told to avoid it",
+        dependency=str(down.dependency),
+    )
+
+
 def _positive_or_none(name: str, value: float | None) -> None:
     if value is not None and (math.isnan(value) or value <= 0):
         raise ValueError(f"{name} must be > 0 or None, not {value}")
@@ -142,7 +161,7 @@ def _positive_or_none(name: str, value: float | None) -> None:
 @dataclasses.dataclass(frozen=True)
 class RunLimits:
     """The brakes of one run (ARCHITECTURE.md, "Brakes"). Every field defaults to "off",
-    except the heartbeat period.
+    except the heartbeat period and the circuit breaker.
 
     Attributes:
         max_seconds: wall-clock cap for the whole run, seconds from its start (CLI
@@ -156,10 +175,14 @@ class RunLimits:
             (``--stall-after``); None for no stall detection.
         stop_on_stall: stop the run at the first stall (``--stop-on-stall``); needs
             ``stall_after``.
+        breaker_after: steps in a row of one tool, or to one HTTP host, that must fail
+            (each after its retries) for that dependency to be down for the rest of the run
+            (``--breaker-after``, default 3; :mod:`plandag.scheduler.breaker`); None: no
+            circuit breaker.
 
     Raises:
-        ValueError: a limit <= 0 (or a negative cap), or ``stop_on_stall`` without
-            ``stall_after``.
+        ValueError: a limit <= 0 (or a negative cap), ``stop_on_stall`` without
+            ``stall_after``, or ``breaker_after`` < 1.
     """
 
     max_seconds: float | None = None
@@ -168,6 +191,7 @@ class RunLimits:
     heartbeat_every: float | None = 10.0
     stall_after: float | None = None
     stop_on_stall: bool = False
+    breaker_after: int | None = 3
 
     def __post_init__(self) -> None:
         _positive_or_none("max_seconds", self.max_seconds)
@@ -181,6 +205,10 @@ class RunLimits:
             raise ValueError(f"max_tokens must be >= 0 or None, not {self.max_tokens}")
         if self.stop_on_stall and self.stall_after is None:
             raise ValueError("stop_on_stall needs stall_after (seconds without progress)")
+        if self.breaker_after is not None and (
+            isinstance(self.breaker_after, bool) or self.breaker_after < 1
+        ):
+            raise ValueError(f"breaker_after must be >= 1 or None, not {self.breaker_after}")
 
 
 _NO_LIMITS = RunLimits()
@@ -189,7 +217,8 @@ _NO_LIMITS = RunLimits()
 @dataclasses.dataclass(slots=True)
 class _AttemptOutcome:
     """What one attempt of a step produced: a result (checks all passed), an error (with
-    its :class:`FailureInfo`), or a refusal to start it (``refused``: why, in words)."""
+    its :class:`FailureInfo`), or a refusal to start it (``refused``: why, in words; or
+    ``down``: a dependency it needs is down, and ``error`` says which)."""
 
     result: Any = None
     error: BaseException | None = None
@@ -198,6 +227,7 @@ class _AttemptOutcome:
     failure: FailureInfo | None = None
     refused: str | None = None
     explanation: str = ""
+    down: DownDependency | None = None
 
 
 class _Run:
@@ -268,6 +298,10 @@ class _Run:
         self.escalate_mode: EscalationMode = "person"
         self.escalation: tuple[str, str] | None = None
         """``(reason, detail)`` once the run was handed to a person (:meth:`escalate`)."""
+        self.breaker = (
+            CircuitBreaker(limits.breaker_after) if limits.breaker_after is not None else None
+        )
+        self.dependencies: dict[int, tuple[Dependency, ...]] = {}
         self.results: dict[int, Any] = {}
         self.started_monotonic: dict[int, float] = {}
         self.failed_upstream: dict[int, list[int]] = {}
@@ -549,6 +583,7 @@ class _Run:
             escalation_detail=(
                 self.escalation[1] if status == "escalated" and self.escalation else None
             ),
+            dependencies_down=self.breaker.snapshot() if self.breaker is not None else (),
         )
         if self.observers:
             self.emit(events.RunFinished(self.run_id, result, result.ended_at))
@@ -616,9 +651,10 @@ class _Run:
             A ready child for the caller to run next in the same task, or None.
         """
         record = self.records[step_id]
+        breaker = self.breaker
         try:
             outcome = await self.attempt_within_limits(step_id, record, 0.0)
-            if outcome.error is not None and self.retry is not None:
+            if outcome.error is not None and self.retry is not None and outcome.down is None:
                 outcome = await self.retry_step(step_id, record, outcome, self.retry)
         except anyio.get_cancelled_exc_class():
             self.interrupt(record, self.stop_cause())
@@ -627,9 +663,54 @@ class _Run:
             if outcome.refused is not None:
                 self.refuse(step_id, record, outcome.refused)
                 return None
+            if breaker is not None and breaker.streaks:
+                breaker.succeeded(self.dependencies_of(step_id))
             return self.succeed(step_id, record, outcome)
         self.fail(step_id, record, outcome)
+        if breaker is not None:
+            self.count_failure(breaker, step_id, record)
         return None
+
+    def dependencies_of(self, step_id: int) -> tuple[Dependency, ...]:
+        """The step's tool, and the host of its ``url`` argument when that is an http(s)
+        URL (resolved once its parents succeeded; see :mod:`plandag.scheduler.breaker`)."""
+        known = self.dependencies.get(step_id)
+        if known is not None:
+            return known
+        compiled_step = self.steps[step_id]
+        args = compiled_step.step.args
+        url = args.get("url")
+        if isinstance(url, str) and compiled_step.args_have_references:
+            try:
+                url = resolve_value(url, self.result_of, self.params)
+            except ReferenceResolutionError:
+                url = None
+        found = step_dependencies(compiled_step.tool.name, {"url": url})
+        self.dependencies[step_id] = found
+        return found
+
+    def count_failure(self, breaker: CircuitBreaker, step_id: int, record: StepRecord) -> None:
+        """Count a failed step against its dependencies; report those it took down."""
+        opened = breaker.failed(
+            step_id,
+            self.dependencies_of(step_id),
+            record.reason,
+            record.detail or "",
+            self.now(),
+        )
+        for down in opened:
+            logger.warning("run %s: %s", self.run_id, down.describe())
+            if self.observers:
+                self.emit(
+                    events.DependencyDown(
+                        self.run_id,
+                        down.dependency.kind,
+                        down.dependency.name,
+                        down.failed_steps,
+                        down.detail,
+                        down.time,
+                    )
+                )
 
     async def retry_step(
         self, step_id: int, record: StepRecord, outcome: _AttemptOutcome, policy: RetryPolicy
@@ -657,6 +738,13 @@ class _Run:
                 if decision.stop != "permanent" and policy.retries > 0:
                     outcome.explanation = decision.explanation
                 return outcome
+            breaker = self.breaker
+            if breaker is not None and breaker.down:
+                down = breaker.blocking(self.dependencies_of(step_id))
+                if down is not None:
+                    last.retry = "dependency_down"
+                    outcome.explanation = f"not retried: {down.dependency} is down"
+                    return outcome  # not waiting a backoff for nothing
             last.retry = "retried"
             if self.observers:
                 error = record.attempt_log[-1].error
@@ -675,6 +763,10 @@ class _Run:
             await self.clock.sleep(decision.delay_s)
             waited += decision.delay_s
             following = await self.attempt_within_limits(step_id, record, decision.delay_s)
+            if following.down is not None:
+                last.retry = "dependency_down"
+                outcome.explanation = f"not retried: {following.down.dependency} is down"
+                return outcome
             if following.refused is not None:
                 last.retry = "budget"
                 self.budget_refused = True
@@ -712,6 +804,11 @@ class _Run:
         """
         compiled_step = self.steps[step_id]
         tool = compiled_step.tool
+        breaker = self.breaker
+        if breaker is not None and breaker.down:
+            down = breaker.blocking(self.dependencies_of(step_id))
+            if down is not None:
+                return _AttemptOutcome(error=_down_error(down), down=down)
         reservation: Reservation | None = None
         if self.capped:
             if tool.cost_estimate_usd or tool.tokens_estimate or tool.takes_context:

@@ -63,6 +63,7 @@ from plandag.compiler.patch import PatchBase, check_output, compile_patch
 from plandag.dag.plan import Plan, Step
 from plandag.errors import Classifier, classify_error
 from plandag.scheduler import events
+from plandag.scheduler.breaker import DownDependency
 from plandag.scheduler.budget import Budget
 from plandag.scheduler.clock import Clock
 from plandag.scheduler.result import EscalationMode, RunResult, StepErrorInfo, StepRecord
@@ -116,6 +117,8 @@ class SessionState:
         stop_reason: ``deadline``, ``stalled`` or ``interrupted`` once the run was stopped
             (no step starts any more), else None.
         sealed: :meth:`RunSession.seal` was called.
+        down: the tools and HTTP hosts the circuit breaker took out of the run, in the
+            order they went down (:mod:`plandag.scheduler.breaker`).
     """
 
     succeeded: tuple[int, ...]
@@ -128,6 +131,7 @@ class SessionState:
     running: tuple[int, ...]
     stop_reason: str | None
     sealed: bool
+    down: tuple[DownDependency, ...] = ()
 
     @property
     def needs_replan(self) -> tuple[int, ...]:
@@ -719,6 +723,50 @@ class RunSession:
         self._check_open()
         self._run.holding = True
 
+    def withdraw(self, step_ids: Collection[int], detail: str) -> tuple[int, ...]:
+        """Drop steps that have not started: each ends ``skipped`` with reason ``replanned``
+        and ``detail``, and never starts (a replan replaces them; ARCHITECTURE.md,
+        "Replanning", total and partial strategies). Steps running or ended are left as
+        they are.
+
+        Args:
+            step_ids: the steps to drop; those not pending (or held) are ignored.
+            detail: why, in words (``"replanned with a person's instruction"``).
+
+        Returns:
+            The ids dropped, sorted.
+
+        Raises:
+            ValueError: an id the run does not have.
+            RuntimeError: the session is closed.
+        """
+        self._check_open()
+        run = self._run
+        unknown = sorted(set(step_ids) - set(run.records))
+        if unknown:
+            raise ValueError(f"steps {unknown} do not exist: nothing to withdraw")
+        dropped = []
+        now = run.now()
+        for step_id in sorted(set(step_ids)):
+            record = run.records[step_id]
+            if record.status != "pending":
+                continue
+            run.held.discard(step_id)
+            record.status = "skipped"
+            record.reason = "replanned"
+            record.detail = detail
+            record.ended_at = now
+            dropped.append(step_id)
+            if run.observers:
+                run.emit(events.StepSkipped(run.run_id, step_id, "replanned", detail, now))
+        return tuple(dropped)
+
+    @property
+    def dependencies_down(self) -> tuple[DownDependency, ...]:
+        """The tools and HTTP hosts the circuit breaker took out of the run so far."""
+        breaker = self._run.breaker
+        return breaker.snapshot() if breaker is not None else ()
+
     def give_up(self) -> None:
         """Record that the planner gave up (its replan caps were hit): the result's status
         is ``gave_up`` instead of ``failed`` (the brakes' statuses still come first)."""
@@ -796,6 +844,7 @@ class RunSession:
             running=tuple(groups["running"]),
             stop_reason=self.stop_reason,
             sealed=self._sealed,
+            down=run.breaker.snapshot() if run.breaker is not None else (),
         )
 
     async def settled(self) -> SessionState:

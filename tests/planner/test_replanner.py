@@ -111,8 +111,7 @@ async def run_agent(
         registry(),
         retry=RetryPolicy(retries=1, base_delay=0.01, jitter=False),
         clock=VirtualClock(),
-        limits=RunLimits(heartbeat_every=None),
-        **options,
+        **{"limits": RunLimits(heartbeat_every=None), **options},
     )
     try:
         return await agent.run(goal)
@@ -256,7 +255,10 @@ async def test_a_tool_that_always_fails_replans_up_to_the_cap_then_escalates(
     server.push_json(patch_with_progress(4, "q"))
     server.push_json(patch_with_progress(6, "r"))
     server.push_json(patch_with_progress(8, "s"))  # never asked for
-    result = await run_agent(server, "Score x")
+    # the cap, not the circuit breaker (the tool fails 4 times)
+    result = await run_agent(
+        server, "Score x", limits=RunLimits(heartbeat_every=None, breaker_after=None)
+    )
 
     assert len(server.message_requests) == 1 + 3
     assert result.status == "escalated"

@@ -654,6 +654,7 @@ def test_run_result_json_round_trip() -> None:
         "first_tool_start_s",
         "escalation",
         "escalation_detail",
+        "dependencies_down",
         "steps",
     ]
     assert [step["id"] for step in data["steps"]] == [1, 2, 3]
