@@ -758,3 +758,43 @@ async def test_escalate_refuses_an_unknown_reason() -> None:
         with pytest.raises(ValueError, match="escalation reason 'tired' is unknown"):
             session.escalate("tired", "no")
     assert session.result().status == "succeeded"
+
+
+# -- withdrawing steps ----------------------------------------------------------------------
+
+
+async def test_withdrawn_steps_never_start_and_a_replan_replaces_them() -> None:
+    seen: list[events.Event] = []
+    async with open_session(EMPTY, REGISTRY, observers=[seen.append]) as session:
+        session.add(
+            [
+                {"id": 1, "tool": "wait", "args": {"name": "one", "value": 1}},
+                {"id": 2, "tool": "echo", "args": {"value": "<step_1_result>"}, "depends_on": [1]},
+                {"id": 3, "tool": "send", "args": {"value": 3}},
+                {"id": 4, "tool": "echo", "args": {"value": 4}},
+            ]
+        )
+        await anyio.sleep(0.01)
+        assert session.state().held == (3,)
+        dropped = session.withdraw([1, 2, 3, 4], "replanned with a person's instruction")
+        assert dropped == (2, 3)  # 1 is running, 4 already succeeded
+        gate("one").set()
+        state = await session.settled()
+        assert (state.succeeded, state.pruned, state.held) == ((1, 4), (2, 3), ())
+        session.add(
+            {"id": 5, "tool": "echo", "args": {"value": "<step_1_result>"}, "depends_on": [1]},
+            supersedes=state.needs_replan,
+        )
+        session.release_effects()
+    result = session.result()
+    assert result.status == "succeeded"
+    assert (result.steps[2].status, result.steps[2].reason, result.steps[2].detail) == (
+        "skipped",
+        "replanned",
+        "replanned with a person's instruction",
+    )
+    assert (result.steps[2].superseded_by, result.steps[3].superseded_by) == ([5], [5])
+    assert calls == collections.Counter({"wait:one": 1, "echo:4": 1, "echo:1": 1})
+    assert ("StepSkipped", 2) in kinds(seen)
+    with pytest.raises(RuntimeError, match="the session is closed"):
+        session.withdraw([2], "late")
