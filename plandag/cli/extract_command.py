@@ -108,6 +108,7 @@ def extract_nfe(
     the batch's budget; its records carry "repair".
     """
     from plandag.extract.monitor import BatchMonitor
+    from plandag.extract.names import display_name
     from plandag.extract.nfe.batch import (
         batch_exit_code,
         expand_inputs,
@@ -217,8 +218,8 @@ def extract_nfe(
 
     try:
         files, missing = expand_inputs(paths)
-        goal = f"extract nfe: {len(files) + len(missing)} input(s) into {output}"
-        batch_params = {"output": str(output), "inputs": len(files) + len(missing)}
+        goal = f"extract nfe: {len(files) + len(missing)} input(s) into {display_name(output)}"
+        batch_params = {"output": display_name(output), "inputs": len(files) + len(missing)}
         run_store.create_run(
             batch_id,
             command="extract",
@@ -317,9 +318,9 @@ def extract_nfe(
         sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
     else:
         stdout.print(render_summary(summary))
-        written = f"records written to {output}"
+        written = f"records written to {display_name(output)}"
         if summary.items_output is not None:
-            written += f" (items: {summary.items_output})"
+            written += f" (items: {display_name(summary.items_output)})"
         stdout.print(written)
     if outcome.signal is not None:
         raise typer.Exit(exit_code_for_signal(outcome.signal))

@@ -13,6 +13,10 @@ How a batch runs (the choices, and why):
   socket, a dangling symbolic link, a link loop, a symbolic link to a folder met inside a
   folder, which is not followed) gets an error record (code ``not_a_file``; ``io_error``
   when its status cannot be read) and is never opened: reading a pipe could block forever.
+- **Every name**: a file whose name is not valid UTF-8 is read like any other; wherever its
+  name is shown or recorded (``source``, messages, CSV, the store, the trace, the summary),
+  each undecodable byte is written ``\\xNN`` (:func:`plandag.extract.names.display_name`),
+  and ``--resume`` matches it under that form.
 - **The output is never an input**: when ``-o`` (or, for CSV, its items file) is one of the
   inputs (compared by real path, so through folders and symbolic links too), the input is
   dropped if it holds a previous plandag output (re-running on a folder that holds it), and
@@ -72,6 +76,7 @@ import anyio
 from rich.table import Table
 
 from plandag.errors import InputError
+from plandag.extract.names import display_name, escape_surrogates
 from plandag.extract.nfe.document import error_record
 from plandag.extract.nfe.output import (
     OutputFormat,
@@ -158,7 +163,8 @@ def expand_inputs(patterns: Sequence[str]) -> tuple[list[Path], list[dict[str, A
     for pattern in patterns:
         if not pattern.strip():
             raise InputError(
-                f"an empty PATH ({pattern!r}); did a shell variable expand to nothing?"
+                f"an empty PATH ({display_name(pattern)!r}); did a shell variable expand to "
+                "nothing?"
             )
     inputs: list[Path] = []
     seen: set[str] = set()
@@ -190,7 +196,8 @@ def expand_inputs(patterns: Sequence[str]) -> tuple[list[Path], list[dict[str, A
                 inputs.append(candidate)
     if len(missing) == len(inputs):
         raise InputError(
-            "no input file found: " + "; ".join(r["errors"][0]["message"] for r in missing)
+            "no input file found: "
+            + "; ".join(display_name(r["errors"][0]["message"]) for r in missing)
         )
     return inputs, missing
 
@@ -270,8 +277,10 @@ class BatchSummary:
     def to_json_dict(self) -> dict[str, Any]:
         """The summary as JSON-safe data (``plandag extract nfe --json``)."""
         data = asdict(self)
-        data["output"] = str(self.output) if self.output is not None else None
-        data["items_output"] = str(self.items_output) if self.items_output is not None else None
+        data["output"] = display_name(self.output) if self.output is not None else None
+        data["items_output"] = (
+            display_name(self.items_output) if self.items_output is not None else None
+        )
         return data
 
 
@@ -419,9 +428,10 @@ def _without_output(
             continue
         if is_plandag_output(path):
             continue
-        written = f"-o {output}" if target is output else f"-o {output} writes {target}, which"
+        shown, shown_target = display_name(output), display_name(target)
+        written = f"-o {shown}" if target is output else f"-o {shown} writes {shown_target}, which"
         raise InputError(
-            f"{written} is also an input ({path}); it would be overwritten: "
+            f"{written} is also an input ({display_name(path)}); it would be overwritten: "
             "choose another output file"
         )
     return kept
@@ -563,7 +573,8 @@ async def extract_batch(
     finished = 0
 
     def write_input(records: Sequence[Mapping[str, Any]]) -> None:
-        ready = [uniqueness.add_new(record) for record in records]
+        # A name that is not valid UTF-8 is shown with its bytes escaped, everywhere.
+        ready = [uniqueness.add_new(escape_surrogates(record)) for record in records]
         writer.write_input(ready)
         for record in ready:
             tally.add(record)
@@ -590,7 +601,7 @@ async def extract_batch(
             records: list[dict[str, Any]] = []
             if problem is not None:
                 records = [error_record(str(path), "", *problem)]
-            elif sha and (sha, str(path)) in done:
+            elif sha and (sha, display_name(path)) in done:
                 summary.skipped_by_resume += 1
                 summary.inputs_with_record += 1
             else:
@@ -708,7 +719,7 @@ def render_summary(summary: BatchSummary, *, top: int = 10) -> Table:
     table.add_section()
     table.add_row("seconds", f"{summary.duration:.2f}")
     if summary.output is not None:
-        table.add_row("output", str(summary.output))
+        table.add_row("output", display_name(summary.output))
     if summary.items_output is not None:
-        table.add_row("items", str(summary.items_output))
+        table.add_row("items", display_name(summary.items_output))
     return table

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from lxml import etree
 
 from plandag.errors import PermanentStepError
+from plandag.extract.names import display_name
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.xml import NFE_NAMESPACE, parse_xml
 
@@ -655,13 +656,13 @@ def nfe_excerpt(path: Path, index: int) -> dict[str, Any]:
     try:
         data = path.read_bytes()
     except OSError as error:
-        return {"source": str(path), "error": f"cannot read it: {error}"}
+        return {"source": display_name(path), "error": display_name(f"cannot read it: {error}")}
     try:
-        document = parse_document(data, str(path))
+        document = parse_document(data, display_name(path))
         invoice = document.invoices[min(index, len(document.invoices) - 1)]
     except PermanentStepError as error:
         return {
-            "source": str(path),
+            "source": display_name(path),
             "error": str(error),
             "head": data[:4000].decode("utf-8", "replace"),
         }
@@ -671,7 +672,7 @@ def nfe_excerpt(path: Path, index: int) -> dict[str, Any]:
         if parent is not None:
             parent.remove(signature)
     return {
-        "source": str(path),
+        "source": display_name(path),
         "invoice_index": index,
         "outline": _outline(copy, 3),
         "xml": etree.tostring(copy, encoding="unicode"),
@@ -865,7 +866,13 @@ async def extract_document(
             result = repaired.run
             if repaired.triggered:
                 saved = (
-                    save_repair(save_repairs, "nfe", repaired, source=source, model=repairer.model)
+                    save_repair(
+                        save_repairs,
+                        "nfe",
+                        repaired,
+                        source=display_name(source),
+                        model=repairer.model,
+                    )
                     if save_repairs is not None
                     else None
                 )
