@@ -11,9 +11,12 @@ from plandag.approval.gate import (
     StaleDecisionError,
     TerminalApprover,
     approval_needed,
+    approval_reason,
     boundary_spec,
+    compiled_plan_hash,
     current_user,
     plan_hash,
+    tainted_egress_steps,
 )
 
 __all__ = [
@@ -26,7 +29,10 @@ __all__ = [
     "StaleDecisionError",
     "TerminalApprover",
     "approval_needed",
+    "approval_reason",
     "boundary_spec",
+    "compiled_plan_hash",
     "current_user",
     "plan_hash",
+    "tainted_egress_steps",
 ]

@@ -1,14 +1,20 @@
 """Approval of plans with effects (ARCHITECTURE.md, "People in the loop"; issue 6).
 
 * :func:`plan_hash` binds a decision to one plan version: SHA-256 of the RFC 8785 (JSON
-  Canonicalization Scheme) form of ``{"plan", "params", "write_boundary"}``; a decision
-  carrying another hash is refused (:class:`StaleDecisionError`).
+  Canonicalization Scheme) form of ``{"plan", "params", "write_boundary"}``, plus
+  ``"http_allow"`` (the run's HTTP allow-list: configured patterns and the hosts the plan
+  lists) when that list is not empty; a decision carrying another hash is refused
+  (:class:`StaleDecisionError`). A plan version that reaches no host and runs with no
+  configured allow-list keeps the hash it had before allow-lists existed; a plan version
+  stored earlier keeps the hash it was stored with (the run store's, which decisions use).
 * :func:`approval_needed` says whether a compiled plan needs a person under a mode:
   ``ask`` (the default for plans with effects): every plan with effects; ``auto``: only
   plans with ``irreversible`` effects (``write`` effects are approved automatically);
   ``never``: nothing is approved here — a plan that needs approval is saved as
-  ``awaiting_approval`` (exit code 4) for ``plandag approve``/``reject``. Read-only plans
-  never ask.
+  ``awaiting_approval`` (exit code 4) for ``plandag approve``/``reject``. A plan with a
+  tainted egress (a step that sends data which came from outside: ARCHITECTURE.md,
+  "Untrusted content") needs a person under every mode, even when it has no other effect.
+  Read-only plans (no effects, no tainted egress) never ask.
 * :class:`ApprovalRequest` is what the person sees: the whole plan at once (steps, DAG,
   effects and write targets, estimated cost); :class:`Decision` is the answer (approve, or
   reject with feedback that reaches the planner in full).
@@ -23,7 +29,7 @@ import dataclasses
 import hashlib
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Literal, Protocol
 
@@ -46,10 +52,19 @@ __all__ = [
     "StaleDecisionError",
     "TerminalApprover",
     "approval_needed",
+    "approval_reason",
     "boundary_spec",
+    "compiled_plan_hash",
     "current_user",
     "plan_hash",
+    "tainted_egress_steps",
 ]
+
+
+def tainted_egress_steps(steps: Mapping[int, CompiledStep]) -> tuple[int, ...]:
+    """Ids of the steps that send tainted data out, sorted (each needs a person)."""
+    return tuple(sorted(key for key, step in steps.items() if step.tainted_egress))
+
 
 ApprovalMode = Literal["ask", "auto", "never"]
 DEFAULT_EXPIRY_S = 24 * 3600.0
@@ -78,37 +93,49 @@ def plan_hash(
     plan: Plan | Mapping[str, Any],
     params: Mapping[str, Any] | None = None,
     write_boundary: WriteBoundary | None = None,
+    http_allow: Sequence[str] | None = None,
 ) -> str:
     """The plan version's hash: SHA-256 (hex) of the RFC 8785 canonical JSON of
-    ``{"plan": plan, "params": params, "write_boundary": boundary_spec(...)}``.
+    ``{"plan": plan, "params": params, "write_boundary": boundary_spec(...)}``, with
+    ``"http_allow": sorted(http_allow)`` added when ``http_allow`` is not empty.
 
     Args:
         plan: the plan (None fields left out) or its JSON dict.
         params: the run's param values ({} when None).
         write_boundary: the run's write boundary, or None.
+        http_allow: the run's HTTP allow-list (``CompiledPlan.allowed_hosts``: configured
+            patterns and the hosts the plan lists), or None/empty for none.
 
     Returns:
-        64 lowercase hex characters. The same plan, params and boundary give the same hash
-        whatever the key order or number formatting (RFC 8785, section 3.2).
+        64 lowercase hex characters. The same plan, params, boundary and allow-list give
+        the same hash whatever the key order or number formatting (RFC 8785, section 3.2).
     """
     document = plan.model_dump(mode="json", exclude_none=True) if isinstance(plan, Plan) else plan
-    canonical = rfc8785.dumps(
-        to_jsonable(
-            {
-                "plan": document,
-                "params": dict(params or {}),
-                "write_boundary": boundary_spec(write_boundary),
-            }
-        )
-    )
+    hashed: dict[str, Any] = {
+        "plan": document,
+        "params": dict(params or {}),
+        "write_boundary": boundary_spec(write_boundary),
+    }
+    if http_allow:
+        hashed["http_allow"] = sorted(set(http_allow))
+    canonical = rfc8785.dumps(to_jsonable(hashed))
     return hashlib.sha256(canonical).hexdigest()
+
+
+def compiled_plan_hash(compiled: CompiledPlan) -> str:
+    """:func:`plan_hash` of a compiled plan: its plan, params, write boundary and HTTP
+    allow-list (:attr:`CompiledPlan.allowed_hosts`)."""
+    return plan_hash(
+        compiled.plan, compiled.params, compiled.write_boundary, compiled.allowed_hosts
+    )
 
 
 def approval_needed(
     compiled: CompiledPlan | Mapping[int, CompiledStep], mode: ApprovalMode
 ) -> bool:
     """Whether a plan (compiled, or a session's compiled steps) needs a person's decision
-    under ``mode`` (module docstring).
+    under ``mode`` (module docstring): effects as the mode says, and a tainted egress
+    under every mode.
 
     Raises:
         ValueError: an unknown mode.
@@ -117,11 +144,28 @@ def approval_needed(
         raise ValueError(f"approve mode must be ask, auto or never, not {mode!r}")
     steps = compiled.steps if isinstance(compiled, CompiledPlan) else compiled
     effects = {step.tool.effects for step in steps.values()}
+    if any(step.tainted_egress for step in steps.values()):
+        return True
     if effects <= {"none"}:
         return False
     if mode == "auto":
         return "irreversible" in effects
     return True
+
+
+def approval_reason(steps: Mapping[int, CompiledStep]) -> str:
+    """Why a plan with these steps asks a person, in words: its tainted egress first, then
+    irreversible effects, then effects."""
+    tainted = tainted_egress_steps(steps)
+    if tainted:
+        names = ", ".join(f"{key} ({steps[key].tool.name})" for key in tainted)
+        return (
+            f"step(s) {names} send data that came from outside (tainted egress); a person "
+            "must see where it goes"
+        )
+    if any(step.tool.effects == "irreversible" for step in steps.values()):
+        return "the plan has irreversible effects"
+    return "the plan has effects"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +185,10 @@ class ApprovalRequest:
         expires_at: when the request expires, seconds since the epoch.
         dependencies: each step's parents in the compiled DAG (declared and implied by
             references), by step id.
+        http_allow: the run's HTTP allow-list under this version (configured patterns
+            and the hosts the plan lists); part of the hash.
+        tainted_egress: ids of the steps that send tainted data out (data that came from
+            outside: ARCHITECTURE.md, "Untrusted content"), sorted.
     """
 
     run_id: str
@@ -153,6 +201,8 @@ class ApprovalRequest:
     reason: str
     expires_at: float
     dependencies: Mapping[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    http_allow: tuple[str, ...] = ()
+    tainted_egress: tuple[int, ...] = ()
 
     @classmethod
     def for_plan(
@@ -177,6 +227,7 @@ class ApprovalRequest:
             reason=reason,
             expiry_s=expiry_s,
             now=now,
+            http_allow=compiled.allowed_hosts,
         )
 
     @classmethod
@@ -192,9 +243,11 @@ class ApprovalRequest:
         reason: str,
         expiry_s: float = DEFAULT_EXPIRY_S,
         now: float | None = None,
+        http_allow: Sequence[str] | None = None,
     ) -> ApprovalRequest:
         """The request for ``plan`` whose steps are compiled as ``steps`` (a run session's:
-        :attr:`~plandag.scheduler.session.RunSession.steps`)."""
+        :attr:`~plandag.scheduler.session.RunSession.steps`); ``http_allow`` is the run's
+        HTTP allow-list under this version (hashed with it)."""
         compiled_steps = steps
         effects = []
         for step_id in sorted(compiled_steps):
@@ -214,7 +267,7 @@ class ApprovalRequest:
         return cls(
             run_id=run_id,
             version=version,
-            plan_hash=plan_hash(plan, params, write_boundary),
+            plan_hash=plan_hash(plan, params, write_boundary, http_allow),
             plan=plan,
             params=dict(params),
             effects=tuple(effects),
@@ -222,6 +275,8 @@ class ApprovalRequest:
             reason=reason,
             expires_at=(time.time() if now is None else now) + expiry_s,
             dependencies={step_id: tuple(step.parents) for step_id, step in compiled_steps.items()},
+            http_allow=tuple(sorted(set(http_allow or ()))),
+            tainted_egress=tainted_egress_steps(compiled_steps),
         )
 
     def summary_lines(self) -> list[str]:
@@ -240,6 +295,8 @@ class ApprovalRequest:
             if step.id in marked:
                 effects, targets = marked[step.id]
                 line += f"  [{effects.upper()}" + (f": {', '.join(targets)}]" if targets else "]")
+            if step.id in self.tainted_egress:
+                line += "  [SENDS DATA THAT CAME FROM OUTSIDE]"
             lines.append(line)
             if step.description:
                 lines.append(f"       {step.description}")
@@ -249,6 +306,8 @@ class ApprovalRequest:
             else "no estimate"
         )
         lines.append(f"Estimated cost: {cost}")
+        if self.http_allow:
+            lines.append(f"HTTP requests may reach: {', '.join(self.http_allow)}")
         lines.append(f"Plan hash: {self.plan_hash}")
         return lines
 

@@ -115,6 +115,16 @@ BoundaryOption = Annotated[
         "output's folder (extract).",
     ),
 ]
+HttpAllowOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--http-allow",
+        metavar="HOST",
+        help="A host HTTP tools may reach: a glob of host names (api.example.com, "
+        "*.example.org, 127.0.0.1:8080); repeatable. Hosts of the plan's literal URLs are "
+        "added, except with --read-only (which reaches only these).",
+    ),
+]
 MaxSecondsOption = Annotated[
     float | None,
     typer.Option(
@@ -355,6 +365,7 @@ def check(
     param: ParamOption = None,
     read_only: ReadOnlyOption = False,
     write_boundary: BoundaryOption = None,
+    http_allow: HttpAllowOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Compile a plan without running it; print every diagnostic like a compiler.
@@ -362,7 +373,7 @@ def check(
     With --param, param values are checked too (missing, unknown, wrong type).
     """
     registry = _registry(tools)
-    settings = _settings({"write_boundary": write_boundary})
+    settings = _settings({"write_boundary": write_boundary, "http_allow": http_allow})
     text = _read_plan(plan_file)
     try:
         compiled = compile_plan(
@@ -371,6 +382,7 @@ def check(
             params=_parse_params(param) if param else None,
             read_only=read_only,
             write_boundary=_boundary(settings["write_boundary"], Path.cwd()),
+            http_allow=settings["http_allow"],
         )
     except PlanError as error:
         if as_json:
@@ -421,6 +433,7 @@ def exec_command(
     param: ParamOption = None,
     read_only: ReadOnlyOption = False,
     write_boundary: BoundaryOption = None,
+    http_allow: HttpAllowOption = None,
     max_seconds: MaxSecondsOption = None,
     max_cost: MaxCostOption = None,
     max_tokens: MaxTokensOption = None,
@@ -460,6 +473,7 @@ def exec_command(
     settings = _settings(
         {
             "write_boundary": write_boundary,
+            "http_allow": http_allow,
             "max_seconds": max_seconds,
             "max_cost": max_cost,
             "max_tokens": max_tokens,
@@ -488,6 +502,7 @@ def exec_command(
             params=params,
             read_only=read_only,
             write_boundary=boundary,
+            http_allow=settings["http_allow"],
         )
     except PlanError as error:
         _report_plan_error(str(plan_file), error, as_json=as_json, tools=tools)

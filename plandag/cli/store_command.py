@@ -147,6 +147,7 @@ def run_options(
         redact=redact,
         planner=planner,
         escalate=escalate_mode(settings["escalate"]),
+        http_allow=tuple(settings["http_allow"]) if settings["http_allow"] else None,
     )
 
 
@@ -352,6 +353,7 @@ def _rebuild(store: Store, run_id: str, row: Any) -> tuple[CompiledPlan, RunOpti
             params=row.params,
             read_only=options.read_only,
             write_boundary=boundary,
+            http_allow=options.http_allow,
         )
     except (PlanError, ValueError) as error:
         _fail(f"run {run_id}: its stored plan does not compile any more: {error}")

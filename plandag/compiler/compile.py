@@ -10,8 +10,8 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Container, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import networkx as nx
 import pydantic
@@ -29,6 +29,7 @@ from plandag.dag.references import (
     parse_reference,
 )
 from plandag.errors import PlanError
+from plandag.tools.allowlist import host_allowed, host_pattern
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
 
@@ -277,6 +278,8 @@ def compile_plan(
     write_boundary: WriteBoundary | None = None,
     max_steps: int = DEFAULT_MAX_STEPS,
     max_arg_bytes: int = DEFAULT_MAX_ARG_BYTES,
+    http_allow: Sequence[str] | None = None,
+    tainted_author: bool = False,
 ) -> CompiledPlan:
     """Check a plan against a registry and build its dependency graph.
 
@@ -291,6 +294,16 @@ def compile_plan(
             resolved ones again at run time. ``None`` skips write checks.
         max_steps: the most steps a plan may have.
         max_arg_bytes: the most bytes a step's args may take as JSON.
+        http_allow: the configured HTTP allow-list (host globs,
+            :mod:`plandag.tools.allowlist`), or None for none. The run's allow-list is
+            these and the hosts of the plan's literal URLs
+            (:attr:`CompiledPlan.allowed_hosts`); a read-only run gets only these, and a
+            literal URL on another host is a ``host_not_allowed`` error.
+        tainted_author: the plan was written by a model that had read outside content
+            (results of an earlier run, an investigation): its literal args are tainted
+            too. Taint (ARCHITECTURE.md, "Untrusted content") is traced through
+            references from ``taint_source`` tools; in a read-only run a step that sends
+            tainted data out (an ``egress`` tool) is a ``tainted_egress`` error.
 
     Returns:
         A :class:`CompiledPlan` whose ``diagnostics`` hold the warnings.
@@ -338,12 +351,26 @@ def compile_plan(
     graph.add_nodes_from(by_id)
     graph.add_edges_from(edges)
     _check_cycles(graph, diagnostics)
+    order: tuple[int, ...] = ()
+    taint: dict[int, StepTaint] = {}
+    if not any(item.code == "cycle" for item in diagnostics.items):
+        order = tuple(nx.lexicographical_topological_sort(graph))
+        taint = check_egress(
+            order,
+            by_id,
+            registry,
+            diagnostics,
+            tainted_before=(),
+            tainted_author=tainted_author,
+            params=resolved_params if params is not None else None,
+            read_only=read_only,
+            http_allow=http_allow,
+        )
 
     if diagnostics.has_errors:
         raise PlanError(diagnostics.items)
 
-    order = tuple(nx.lexicographical_topological_sort(graph))
-    compiled_steps = _compiled_steps(graph, order, by_id, registry, compiled_checks)
+    compiled_steps = _compiled_steps(graph, order, by_id, registry, compiled_checks, taint)
     return CompiledPlan(
         plan=loaded,
         graph=graph,
@@ -353,6 +380,7 @@ def compile_plan(
         diagnostics=tuple(diagnostics.items),
         read_only=read_only,
         write_boundary=write_boundary,
+        http_allow=tuple(http_allow) if http_allow is not None else None,
     )
 
 
@@ -395,9 +423,11 @@ def _compiled_steps(
     by_id: Mapping[int, Step],
     registry: Registry,
     compiled_checks: Mapping[int, tuple[CompiledCheck, ...]],
+    taint: Mapping[int, StepTaint],
 ) -> dict[int, CompiledStep]:
-    """The steps of ``order`` bound to their tools, parents and children as in ``graph``
-    (also used by :func:`plandag.compiler.patch.compile_patch`)."""
+    """The steps of ``order`` bound to their tools, parents and children as in ``graph``,
+    with their taint and listed hosts (also used by
+    :func:`plandag.compiler.patch.compile_patch`)."""
     return {
         step_id: CompiledStep(
             step=by_id[step_id],
@@ -405,9 +435,113 @@ def _compiled_steps(
             parents=tuple(sorted(graph.predecessors(step_id))),
             children=tuple(sorted(graph.successors(step_id))),
             checks=compiled_checks.get(step_id, ()),
+            tainted_input=taint[step_id].tainted_input,
+            tainted_output=taint[step_id].tainted_output,
+            hosts=taint[step_id].hosts,
+            tainted_literals=taint[step_id].tainted_literals,
         )
         for step_id in order
     }
+
+
+class StepTaint(NamedTuple):
+    """What :func:`check_egress` found for one step (see :class:`CompiledStep`)."""
+
+    tainted_input: bool
+    tainted_output: bool
+    hosts: tuple[str, ...]
+    tainted_literals: bool = False
+
+
+def check_egress(
+    order: Sequence[int],
+    by_id: Mapping[int, Step],
+    registry: Registry,
+    diagnostics: _Diagnostics,
+    *,
+    tainted_before: Container[int],
+    tainted_author: bool,
+    params: Mapping[str, Any] | None,
+    read_only: bool,
+    http_allow: Sequence[str] | None,
+) -> dict[int, StepTaint]:
+    """Trace taint through the steps of ``order`` (a topological order) and collect the
+    hosts their literal URLs list; in a read-only run, report ``tainted_egress`` and
+    ``host_not_allowed`` (ARCHITECTURE.md, "Untrusted content").
+
+    A step's input is tainted when ``tainted_author`` (its literal text was written after
+    reading outside content) or when a reference in its args names a step whose output is
+    tainted (of ``order``, or of ``tainted_before``: existing steps of a run). Its output
+    is tainted when its input is, or when its tool is a ``taint_source``.
+
+    Returns:
+        Each step's :class:`StepTaint`, by id (steps with an unknown tool: tainted output,
+        no hosts).
+    """
+    found: dict[int, StepTaint] = {}
+    configured = tuple(http_allow or ())
+    for step_id in order:
+        step = by_id[step_id]
+        tool = registry.tools.get(step.tool)
+        referenced = {
+            reference.step_id
+            for _, reference in find_references(step.args, "args")
+            if reference.step_id is not None
+        }
+        tainted_input = tainted_author or any(
+            (found[parent].tainted_output if parent in found else parent in tainted_before)
+            for parent in referenced
+        )
+        if tool is None:
+            found[step_id] = StepTaint(tainted_input, True, (), tainted_author)
+            continue
+        hosts: list[str] = []
+        if tool.reaches is not None:
+            value = step.args.get(tool.reaches)
+            if params is not None:
+                value = _resolve_params_only(value, params)
+            if isinstance(value, str) and not _holds_reference(value):
+                pattern = host_pattern(value)
+                if pattern is not None:
+                    hosts.append(pattern)
+                    if read_only and not host_allowed(value, configured):
+                        diagnostics.add(
+                            "host_not_allowed",
+                            step_id,
+                            f"args.{tool.reaches}: {value!r} is on host {pattern}, which the "
+                            "configured HTTP allow-list does not list; a read-only run "
+                            "reaches only configured hosts, never hosts the plan names",
+                            f"add the host with --http-allow {pattern} (or http_allow in "
+                            "plandag.toml), or drop --read-only",
+                        )
+        if read_only and tool.egress and tainted_input:
+            why = (
+                "the plan was written after reading outside content"
+                if tainted_author
+                else "its args use results that came from outside (steps "
+                + ", ".join(
+                    str(parent)
+                    for parent in sorted(referenced)
+                    if (
+                        found[parent].tainted_output
+                        if parent in found
+                        else parent in tainted_before
+                    )
+                )
+                + ")"
+            )
+            diagnostics.add(
+                "tainted_egress",
+                step_id,
+                f"tool {tool.name} sends data out and {why}; a read-only run never asks, so it "
+                "cannot send tainted data anywhere",
+                "drop --read-only so that a person approves the step, or do not pass outside "
+                "content to it",
+            )
+        found[step_id] = StepTaint(
+            tainted_input, tainted_input or tool.taint_source, tuple(hosts), tainted_author
+        )
+    return found
 
 
 def _check_params(

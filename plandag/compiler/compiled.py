@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import networkx as nx
@@ -15,7 +15,14 @@ from plandag.dag.references import ArgsTemplate, compile_template, is_constant
 from plandag.tools.base import Tool
 from plandag.tools.boundary import WriteBoundary
 
-__all__ = ["CompiledCheck", "CompiledPlan", "CompiledStep"]
+__all__ = ["CompiledCheck", "CompiledPlan", "CompiledStep", "allowed_hosts"]
+
+
+def allowed_hosts(configured: Sequence[str] | None, listed: Iterable[str]) -> tuple[str, ...]:
+    """An allow-list: ``configured`` patterns in their order, then each ``listed`` host not
+    already there, sorted (ARCHITECTURE.md, "Untrusted content")."""
+    head = tuple(configured or ())
+    return head + tuple(sorted(set(listed) - set(head)))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -39,6 +46,15 @@ class CompiledStep:
         args_template: ``args_template(step_result, params)`` gives the args with their
             references resolved, walking only the parts that hold references.
         args_have_references: False when the args are constant (no reference anywhere).
+        tainted_input: its args carry tainted data (ARCHITECTURE.md, "Untrusted content"):
+            a reference to a tainted result, or literal text written by a model that had
+            read outside content (a replan's). Found at compile time, conservatively.
+        tainted_output: its result is tainted: tainted input, or a ``taint_source`` tool.
+        hosts: the ``host:port`` of each literal URL the step requests (a tool's
+            ``reaches`` argument, params resolved): the hosts this step lists for the
+            run's HTTP allow-list. A URL that holds a step reference lists nothing.
+        tainted_literals: its literal args were written by a model that had read outside
+            content (a replan's step).
     """
 
     step: Step
@@ -48,6 +64,10 @@ class CompiledStep:
     checks: tuple[CompiledCheck, ...]
     args_template: ArgsTemplate = dataclasses.field(default=None, repr=False)  # type: ignore[assignment]
     args_have_references: bool = dataclasses.field(default=False, repr=False)
+    tainted_input: bool = False
+    tainted_output: bool = False
+    hosts: tuple[str, ...] = ()
+    tainted_literals: bool = False
 
     def __post_init__(self) -> None:
         if self.args_template is None:
@@ -59,6 +79,12 @@ class CompiledStep:
     def id(self) -> int:
         """The step's id."""
         return self.step.id
+
+    @property
+    def tainted_egress(self) -> bool:
+        """The step sends tainted data out (an ``egress`` tool with tainted input): it
+        needs a person's approval, and a read-only run refuses it."""
+        return self.tool.egress and self.tainted_input
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,8 +99,11 @@ class CompiledPlan:
         params: param values for this run (given values, else defaults), by name; empty
             when compiled without params (``plandag check``).
         diagnostics: the warnings found (a compiled plan has no errors).
-        read_only: the run allows only tools without effects.
+        read_only: the run allows only tools without effects (and reaches only the
+            configured hosts, sending no tainted data out).
         write_boundary: where the run may write, or None for no write checks.
+        http_allow: the configured HTTP allow-list (host globs, ``http_allow``), or None
+            when none is configured.
     """
 
     plan: Plan
@@ -85,6 +114,18 @@ class CompiledPlan:
     diagnostics: tuple[Diagnostic, ...] = ()
     read_only: bool = False
     write_boundary: WriteBoundary | None = None
+    http_allow: tuple[str, ...] | None = None
+
+    @property
+    def listed_hosts(self) -> tuple[str, ...]:
+        """The hosts the plan lists (literal URLs of its steps), sorted, once each."""
+        return tuple(sorted({host for step in self.steps.values() for host in step.hosts}))
+
+    @property
+    def allowed_hosts(self) -> tuple[str, ...]:
+        """The run's HTTP allow-list: the configured patterns, then the hosts the plan
+        lists, except in a read-only run (which reaches only configured hosts)."""
+        return allowed_hosts(self.http_allow, () if self.read_only else self.listed_hosts)
 
     @property
     def roots(self) -> tuple[int, ...]:

@@ -33,6 +33,11 @@ implied_dependency         warning   a reference implies an edge missing from
                                      ``depends_on``; the edge is added
 effects_in_read_only       error     a tool with effects in a read-only run
 write_outside_boundary     error     a literal write target lies outside the boundary
+tainted_egress             error     a read-only run (which never asks) has a step that
+                                     sends tainted data out: an ``egress`` tool (HTTP to
+                                     any host, mail) whose args carry outside content
+host_not_allowed           error     a read-only run names a host that the configured
+                                     HTTP allow-list (``http_allow``) does not list
 =========================  ========  ======================================================
 """
 
@@ -68,6 +73,8 @@ DIAGNOSTIC_CODES: dict[str, Severity] = {
     "implied_dependency": "warning",
     "effects_in_read_only": "error",
     "write_outside_boundary": "error",
+    "tainted_egress": "error",
+    "host_not_allowed": "error",
 }
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Collection, Mapping, MutableMapping, Sequence
+from collections.abc import Collection, Container, Mapping, MutableMapping, Sequence
 from typing import Any, cast
 
 import networkx as nx
@@ -46,6 +46,7 @@ from plandag.compiler.compile import (
     _Diagnostics,
     _index_steps,
     _load,
+    check_egress,
 )
 from plandag.compiler.compiled import CompiledCheck, CompiledPlan, CompiledStep
 from plandag.compiler.diagnostics import Diagnostic
@@ -77,12 +78,15 @@ class PatchBase:
             on them. Steps absent from it succeeded or have not ended yet.
         replacements: ids of ended steps already superseded, with the ids replacing them
             (named in the hint of a diagnostic).
+        tainted: ids of existing steps whose results are tainted (a new step referring to
+            one has tainted input).
     """
 
     plan: Plan
     steps: Mapping[int, Step]
     ended: Mapping[int, str] = dataclasses.field(default_factory=dict)
     replacements: Mapping[int, Sequence[int]] = dataclasses.field(default_factory=dict)
+    tainted: Container[int] = frozenset()
 
     @classmethod
     def from_compiled(
@@ -91,7 +95,10 @@ class PatchBase:
         """The base of a compiled plan's run: its header and steps, ``ended`` as given
         (default: no step ended)."""
         return cls(
-            compiled.plan, {key: item.step for key, item in compiled.steps.items()}, ended or {}
+            compiled.plan,
+            {key: item.step for key, item in compiled.steps.items()},
+            ended or {},
+            tainted=frozenset(key for key, item in compiled.steps.items() if item.tainted_output),
         )
 
 
@@ -170,6 +177,8 @@ def compile_patch(
     max_steps: int = DEFAULT_MAX_STEPS,
     max_arg_bytes: int = DEFAULT_MAX_ARG_BYTES,
     prune_on_ended_parents: bool = False,
+    http_allow: Sequence[str] | None = None,
+    tainted_author: bool = False,
 ) -> PatchResult:
     """Check steps to be added to a run against the run's existing graph.
 
@@ -192,6 +201,11 @@ def compile_patch(
             listed in :attr:`PatchResult.pruned` (streaming dispatch: ARCHITECTURE.md,
             "Streaming", a streamed step is part of the plan whatever ran before it
             arrived). False (a replan's patch): naming them is an error.
+        http_allow: the configured HTTP allow-list, as ``compile_plan`` takes it (a
+            read-only run's literal hosts are checked against it).
+        tainted_author: the steps were written by a model that had read outside content
+            (a replan that saw tainted results): their literal args are tainted, so an
+            ``egress`` step among them needs approval (``tainted_egress`` when read-only).
 
     Returns:
         A :class:`PatchResult`: the new steps compiled, the warnings, the pruned steps.
@@ -259,13 +273,29 @@ def compile_patch(
     graph.add_nodes_from(new_by_id)
     graph.add_edges_from(edges)
     _check_cycles(graph, diagnostics)
+    order: tuple[int, ...] = ()
+    taint = {}
+    if not any(item.code == "cycle" for item in diagnostics.items):
+        order = tuple(
+            step_id
+            for step_id in nx.lexicographical_topological_sort(graph)
+            if step_id in new_by_id
+        )
+        taint = check_egress(
+            order,
+            new_by_id,
+            registry,
+            diagnostics,
+            tainted_before=base.tainted,
+            tainted_author=tainted_author,
+            params=params,
+            read_only=read_only,
+            http_allow=http_allow,
+        )
     if diagnostics.has_errors:
         raise PlanError(diagnostics.items)
 
-    order = tuple(
-        step_id for step_id in nx.lexicographical_topological_sort(graph) if step_id in new_by_id
-    )
-    compiled = _compiled_steps(graph, order, by_id, registry, compiled_checks)
+    compiled = _compiled_steps(graph, order, by_id, registry, compiled_checks, taint)
     pruned: set[int] = set()
     for parent in ended_parents:
         pruned.update(nx.descendants(graph, parent))

@@ -183,6 +183,9 @@ class StepRecord:
             the steps that replace it, sorted; None otherwise. The record keeps its status
             and error; a superseded step no longer fails the run (ARCHITECTURE.md,
             "States and exit codes").
+        tainted: the result came from outside, or was computed from such a result
+            (ARCHITECTURE.md, "Untrusted content"): an HTTP body, a file this run did not
+            write, what a step made of them. Set when the step succeeds.
     """
 
     id: int
@@ -199,6 +202,7 @@ class StepRecord:
     checks: list[CheckOutcome] = dataclasses.field(default_factory=list)
     attempt_log: list[AttemptRecord] = dataclasses.field(default_factory=list)
     superseded_by: list[int] | None = None
+    tainted: bool = False
 
     def to_json_dict(self) -> dict[str, Any]:
         """The record as JSON-safe data (the result through :func:`to_jsonable`)."""
@@ -217,6 +221,7 @@ class StepRecord:
             "checks": [outcome.as_dict() for outcome in self.checks],
             "attempt_log": [attempt.to_json_dict() for attempt in self.attempt_log],
             "superseded_by": list(self.superseded_by) if self.superseded_by is not None else None,
+            "tainted": self.tainted,
         }
 
 

@@ -53,9 +53,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -64,7 +65,7 @@ from anyio.abc import TaskGroup
 from pydantic import ValidationError
 
 from plandag.checks.base import CheckOutcome
-from plandag.compiler.compiled import CompiledPlan, CompiledStep
+from plandag.compiler.compiled import CompiledPlan, CompiledStep, allowed_hosts
 from plandag.dag.references import ReferenceResolutionError, find_references, resolve_value
 from plandag.errors import (
     BoundaryError,
@@ -151,6 +152,11 @@ def _down_error(down: DownDependency) -> DependencyDownError:
         f"not attempted: {down.describe()}; the replanner is told to avoid it",
         dependency=str(down.dependency),
     )
+
+
+def _local_paths(targets: Iterable[str]) -> list[str]:
+    """The real paths of the local files among write targets (URLs left out)."""
+    return [os.path.realpath(target) for target in targets if "://" not in target]
 
 
 def _positive_or_none(name: str, value: float | None) -> None:
@@ -263,6 +269,14 @@ class _Run:
         self.first_started_at: float | None = None
         self.params = compiled.params
         self.boundary = compiled.write_boundary
+        self.listed_hosts: set[str] = set() if compiled.read_only else set(compiled.listed_hosts)
+        self.http_allow: tuple[str, ...] = compiled.allowed_hosts
+        """The run's HTTP allow-list, given to each step in ``ToolContext.http_allow``."""
+        self.taint_of: dict[int, bool] = {}
+        """Whether each started step's result is (or would be) tainted."""
+        self.clean_files: set[str] = set()
+        """Real paths of files this run wrote from untainted data."""
+        self.pending_clean: dict[int, list[str]] = {}
         self.observers = tuple(observers)
         self.broken_observers: set[int] = set()
         self.limits = limits
@@ -328,6 +342,47 @@ class _Run:
             if unknown:
                 raise ValueError(f"completed names steps the plan does not have: {unknown}")
             self.completed = completed
+
+    # -- the allow-list and taint ---------------------------------------------------------
+
+    def list_hosts(self, hosts: Iterable[str]) -> None:
+        """Add hosts an approved (or effect-free, untainted) part of the plan lists to the
+        run's HTTP allow-list; a read-only run lists none (ARCHITECTURE.md, "Untrusted
+        content")."""
+        if self.compiled.read_only:
+            return
+        new = set(hosts) - self.listed_hosts
+        if new:
+            self.listed_hosts |= new
+            self.http_allow = allowed_hosts(self.compiled.http_allow, self.listed_hosts)
+
+    def output_tainted(self, compiled_step: CompiledStep, args: Mapping[str, Any]) -> bool:
+        """Whether the step's result will be tainted, now that its args resolved.
+
+        The compile-time answer (``tainted_output``) is refined: an input counts as tainted
+        only when a parent's result really was, and a ``taint_source`` tool reading back a
+        file this run wrote from untainted data (its ``reads`` argument) gives untainted
+        data.
+        """
+        if not compiled_step.tainted_output:
+            return False
+        steps = self.steps
+        taint_of = self.taint_of
+        if compiled_step.tainted_literals or (
+            compiled_step.tainted_input
+            and any(
+                steps[parent].tainted_output and taint_of.get(parent, True)
+                for parent in compiled_step.parents
+            )
+        ):
+            return True
+        tool = compiled_step.tool
+        if not tool.taint_source:
+            return False
+        if tool.reads is None:
+            return True
+        path = args.get(tool.reads)
+        return not isinstance(path, str) or os.path.realpath(path) not in self.clean_files
 
     # -- events --------------------------------------------------------------------------
 
@@ -509,6 +564,7 @@ class _Run:
                 record = self.records[step_id]
                 record.status = "succeeded"
                 record.result = self.results[step_id] = self.completed[step_id]
+                record.tainted = self.taint_of[step_id] = self.steps[step_id].tainted_output
                 for child in self.steps[step_id].children:
                     self.remaining[child] -= 1
         return [
@@ -838,6 +894,7 @@ class _Run:
                 step_id=step_id,
                 attempt=record.attempts,
                 write_boundary=self.boundary,
+                http_allow=self.http_allow,
             )
             if tool.takes_context
             else None
@@ -859,6 +916,9 @@ class _Run:
                 if self.boundary is not None and tool.writes is not None:
                     for target in tool.write_targets(args):
                         self.boundary.check(target, step_id=step_id)
+                tainted = self.taint_of[step_id] = self.output_tainted(compiled_step, args)
+                if not tainted and tool.writes is not None and tool.effects != "none":
+                    self.pending_clean[step_id] = _local_paths(tool.write_targets(args))
                 if tool.timeout is None:
                     result = await tool.invoke(args, context)
                 else:
@@ -1009,6 +1069,10 @@ class _Run:
         record.status = "succeeded"
         record.result = outcome.result
         record.checks = outcome.checks
+        record.tainted = self.taint_of.get(step_id, False)
+        written = self.pending_clean.pop(step_id, None)
+        if written:
+            self.clean_files.update(written)
         self.close(step_id, record)
         self.results[step_id] = outcome.result
         if self.observers:

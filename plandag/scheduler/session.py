@@ -47,7 +47,14 @@ import contextlib
 import dataclasses
 import types
 import uuid
-from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Collection,
+    Container,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -57,7 +64,7 @@ import networkx as nx
 from anyio.abc import TaskStatus
 
 from plandag.compiler.compile import DEFAULT_MAX_ARG_BYTES, DEFAULT_MAX_STEPS, compile_plan
-from plandag.compiler.compiled import CompiledPlan, CompiledStep
+from plandag.compiler.compiled import CompiledPlan, CompiledStep, allowed_hosts
 from plandag.compiler.diagnostics import Diagnostic
 from plandag.compiler.patch import PatchBase, check_output, compile_patch
 from plandag.dag.plan import Plan, Step
@@ -160,6 +167,17 @@ class _EndedView(Mapping[int, str]):
         return sum(1 for _ in self)
 
 
+class _TaintedView(Container[int]):
+    """Live view: the ids of steps whose results are tainted (known at compile time)."""
+
+    def __init__(self, steps: Mapping[int, CompiledStep]) -> None:
+        self._steps = steps
+
+    def __contains__(self, step_id: object) -> bool:
+        step = self._steps.get(step_id) if isinstance(step_id, int) else None
+        return step is not None and step.tainted_output
+
+
 class _ReplacementsView(Mapping[int, Sequence[int]]):
     """Live view: the replacements of each superseded step."""
 
@@ -196,16 +214,24 @@ class _SessionRun(_Run):
         self.started_at = 0.0
         self.closing = anyio.Event()
         self.monitor_scope = anyio.CancelScope()
+        self.listed_hosts = set()
+        self.http_allow = allowed_hosts(compiled.http_allow, ())
         for step_id in compiled.order:
             self.hold_if_effects(step_id)
 
     # -- registering steps -----------------------------------------------------------------
 
     def hold_if_effects(self, step_id: int) -> None:
-        """While effects are held, give a step with effects one more thing to wait for."""
-        if self.holding and self.steps[step_id].tool.effects != "none":
+        """While effects are held, give a step with effects one more thing to wait for; a
+        step that sends tainted data out (``tainted_egress``) is held whatever the session
+        does, until a person approves (:meth:`release` with ``tainted=True``). Hosts of a
+        step not held join the run's allow-list now, those of a held step on release."""
+        compiled_step = self.steps[step_id]
+        if compiled_step.tainted_egress or (self.holding and compiled_step.tool.effects != "none"):
             self.held.add(step_id)
             self.remaining[step_id] += 1
+        elif compiled_step.hosts:
+            self.list_hosts(compiled_step.hosts)
 
     @property
     def stopped(self) -> bool:
@@ -329,12 +355,22 @@ class _SessionRun(_Run):
         self.active += 1
         task_group.start_soon(self.run_step, step_id)
 
-    def release(self) -> None:
-        """Stop holding effects; start every held step whose parents have succeeded."""
+    def release(self, *, tainted: bool = False) -> None:
+        """Stop holding effects; start every held step whose parents have succeeded.
+
+        Args:
+            tainted: release the steps that send tainted data out too (a person approved
+                them); otherwise they stay held.
+        """
         self.holding = False
-        held, self.held = sorted(self.held), set()
+        steps = self.steps
+        held = sorted(
+            step_id for step_id in self.held if tainted or not steps[step_id].tainted_egress
+        )
+        self.held.difference_update(held)
         for step_id in held:
             self.remaining[step_id] -= 1
+            self.list_hosts(steps[step_id].hosts)
         if self.stopped:
             return
         for step_id in held:
@@ -466,6 +502,25 @@ class RunSession:
         return self._run.output
 
     @property
+    def tainted(self) -> tuple[int, ...]:
+        """Ids of the succeeded steps whose results are tainted (came from outside, or
+        were computed from such results), sorted: a model shown them writes tainted text
+        (ARCHITECTURE.md, "Untrusted content")."""
+        return tuple(
+            sorted(
+                key
+                for key, record in self._run.records.items()
+                if record.status == "succeeded" and record.tainted
+            )
+        )
+
+    @property
+    def http_allow(self) -> tuple[str, ...]:
+        """The run's HTTP allow-list now: configured patterns, then the hosts listed by
+        the steps released so far (none in a read-only run)."""
+        return self._run.http_allow
+
+    @property
     def sealed(self) -> bool:
         """:meth:`seal` was called."""
         return self._sealed
@@ -517,6 +572,7 @@ class RunSession:
             run.plan_steps,
             _EndedView(run.records),
             _ReplacementsView(run.records),
+            _TaintedView(run.steps),
         )
 
     def add(
@@ -525,6 +581,7 @@ class RunSession:
         *,
         supersedes: Collection[int] = (),
         prune_on_ended_parents: bool = False,
+        tainted_author: bool = False,
     ) -> tuple[Diagnostic, ...]:
         """Compile steps against the run and add them; those whose parents have all
         succeeded start at once (steps with effects wait while effects are held).
@@ -544,6 +601,10 @@ class RunSession:
                 so they are in :attr:`SessionState.pruned` and ``needs_replan`` and a
                 replan replaces them. False (a replan's patch): naming them is a
                 ``PlanError``.
+            tainted_author: the steps were written by a model that had read outside
+                content (a replan shown tainted results): their literal args are tainted,
+                so an ``egress`` step among them is held until :meth:`approve_effects`
+                (ARCHITECTURE.md, "Untrusted content").
 
         Returns:
             The warnings (``implied_dependency``: the dependency was added).
@@ -575,6 +636,8 @@ class RunSession:
             max_steps=self._max_steps,
             max_arg_bytes=self._max_arg_bytes,
             prune_on_ended_parents=prune_on_ended_parents,
+            http_allow=run.compiled.http_allow,
+            tainted_author=tainted_author,
         )
         run.register(patch.steps, patch.pruned)
         if supersedes and patch.steps:
@@ -668,7 +731,8 @@ class RunSession:
         """Let steps with effects start: every held step whose parents have succeeded
         starts now, and steps with effects added later are not held (until
         :meth:`hold_effects`). Call it once the whole plan compiled, and was approved
-        where approval is required.
+        where approval is required. Steps that send tainted data out stay held: only
+        :meth:`approve_effects` (a person's decision) releases them.
 
         Raises:
             RuntimeError: the session is closed.
@@ -697,7 +761,7 @@ class RunSession:
             RuntimeError: the session is closed.
         """
         self._check_open()
-        self._run.release()
+        self._run.release(tainted=True)
         if hold_again:
             self._run.holding = True
 
@@ -901,6 +965,7 @@ async def open_session(
     max_steps: int = DEFAULT_MAX_STEPS,
     max_arg_bytes: int = DEFAULT_MAX_ARG_BYTES,
     escalate: EscalationMode = "person",
+    http_allow: Sequence[str] | None = None,
 ) -> AsyncIterator[RunSession]:
     """Open a :class:`RunSession`: a run that takes steps while it runs.
 
@@ -928,6 +993,9 @@ async def open_session(
         escalate: what :meth:`RunSession.escalate` does
             (:data:`~plandag.scheduler.result.EscalationMode`): ``person`` (default) ends
             the run ``escalated``, ``never`` ends it ``gave_up``.
+        http_allow: the configured HTTP allow-list (host globs), or None; hosts of the
+            steps' literal URLs join it as the steps are released (not in a read-only
+            run). Ignored for a CompiledPlan header (its own applies).
 
     Yields:
         The :class:`RunSession`; its :meth:`~RunSession.result` is final once the block
@@ -956,6 +1024,7 @@ async def open_session(
             write_boundary=write_boundary,
             max_steps=max_steps,
             max_arg_bytes=max_arg_bytes,
+            http_allow=http_allow,
         )
     the_limits = limits if limits is not None else RunLimits()
     run = _SessionRun(

@@ -36,7 +36,8 @@ from plandag.approval import (
     Decision,
     StaleDecisionError,
     approval_needed,
-    plan_hash,
+    approval_reason,
+    compiled_plan_hash,
 )
 from plandag.compiler.compiled import CompiledPlan
 from plandag.errors import InputError
@@ -79,6 +80,7 @@ class RunOptions:
         approve: the approval mode.
         expiry_s: seconds a pending approval stays valid (24 h by default).
         redact: mask personal data in the trace (``--redact``).
+        http_allow: the configured HTTP allow-list (``--http-allow`` host globs), or None.
         planner: ``{"planner", "model", "base_url"}`` for runs that have a planner (revisions
             after a rejection), else None.
         escalate: what a run that cannot go on by itself comes to: ``person`` (escalated,
@@ -99,6 +101,7 @@ class RunOptions:
     redact: bool = False
     planner: Mapping[str, Any] | None = None
     escalate: EscalationMode = "person"
+    http_allow: tuple[str, ...] | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The options as stored (``run.options``)."""
@@ -117,6 +120,8 @@ class RunOptions:
             values["tools"] = tuple(values["tools"])
         if values.get("write_boundary") is not None:
             values["write_boundary"] = tuple(values["write_boundary"])
+        if values.get("http_allow") is not None:
+            values["http_allow"] = tuple(values["http_allow"])
         return cls(**values)
 
     def run_limits(self, elapsed_s: float = 0.0) -> RunLimits:
@@ -285,7 +290,7 @@ async def open_run(
     """
     plan = compiled.plan
     plan_json = plan.model_dump(mode="json", exclude_none=True)
-    digest = plan_hash(plan, compiled.params, compiled.write_boundary)
+    digest = compiled_plan_hash(compiled)
     store.create_run(
         run_id,
         command=command,
@@ -301,11 +306,7 @@ async def open_run(
             writer.compile(1, compile_span[0], compile_span[1], list(compiled.diagnostics))
     effects = {step.tool.effects for step in compiled.steps.values()}
     if approval_needed(compiled, options.approve):
-        reason = (
-            "the plan has irreversible effects"
-            if "irreversible" in effects
-            else "the plan has effects"
-        )
+        reason = approval_reason(compiled.steps)
         request = ApprovalRequest.for_plan(
             run_id, 1, compiled, reason=reason, expiry_s=options.expiry_s
         )
@@ -443,16 +444,17 @@ async def continue_run(
         )
         approved = current.approved_by is not None
         if not approved and approval_needed(compiled, options.approve):
+            reason = approval_reason(compiled.steps)
             request = ApprovalRequest.for_plan(
                 run_id,
                 current.version,
                 compiled,
-                reason="the plan has effects",
+                reason=reason,
                 expiry_s=options.expiry_s,
             )
             decision = await _decide(store, request, approver, options.approve, writer)
             if decision is None:
-                return _await(store, request, "the plan has effects", writer)
+                return _await(store, request, reason, writer)
             if not decision.approved:
                 return _reject(store, request, decision.feedback, writer)
         _, ask = unknown_outcome_steps(rows, compiled)

@@ -15,7 +15,9 @@ from collections.abc import Iterable
 
 import httpx
 
-__all__ = ["host_allowed"]
+__all__ = ["host_allowed", "host_pattern"]
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def _split(pattern: str) -> tuple[str, int | None]:
@@ -46,7 +48,7 @@ def host_allowed(url: str | httpx.URL, patterns: Iterable[str]) -> bool:
     host = parsed.host.lower().rstrip(".")
     if not host:
         return False
-    port = parsed.port
+    port = parsed.port if parsed.port is not None else _DEFAULT_PORTS.get(parsed.scheme)
     for pattern in patterns:
         pattern_host, pattern_port = _split(pattern)
         if pattern_port is not None and pattern_port != port:
@@ -54,3 +56,23 @@ def host_allowed(url: str | httpx.URL, patterns: Iterable[str]) -> bool:
         if fnmatch.fnmatchcase(host, pattern_host.rstrip(".")):
             return True
     return False
+
+
+def host_pattern(url: str | httpx.URL) -> str | None:
+    """The exact pattern of ``url``'s host and port (``api.example.com:443``,
+    ``[::1]:8080``): what a plan that names ``url`` literally lists.
+
+    Returns:
+        ``host:port`` (the scheme's default port when the URL gives none; IPv6 hosts in
+        brackets), lowercase; None for a URL that is not http(s) or has no host.
+    """
+    try:
+        parsed = url if isinstance(url, httpx.URL) else httpx.URL(url)
+    except (httpx.InvalidURL, TypeError, ValueError):
+        return None
+    host = parsed.host.lower().rstrip(".")
+    if parsed.scheme not in _DEFAULT_PORTS or not host:
+        return None
+    port = parsed.port if parsed.port is not None else _DEFAULT_PORTS[parsed.scheme]
+    shown = f"[{host}]" if ":" in host else host
+    return f"{shown}:{port}"

@@ -68,6 +68,10 @@ class ToolContext:
             A tool that writes files passes it to
             :func:`plandag.tools.writing.write_atomic` or
             :func:`~plandag.tools.writing.open_for_write`, which check and write in one.
+        http_allow: the hosts this step's HTTP requests may reach (host globs, see
+            :mod:`plandag.tools.allowlist`): the run's configured ``http_allow`` and the
+            hosts its approved plan lists. The runner always sets it; None (a tool called
+            outside a run) checks nothing.
     """
 
     run_id: str
@@ -80,6 +84,7 @@ class ToolContext:
     tokens: int = 0
     cost_reported: bool = False
     write_boundary: WriteBoundary | None = None
+    http_allow: tuple[str, ...] | None = None
 
     @property
     def idempotency_key(self) -> str:
@@ -129,6 +134,15 @@ class Tool:
         cost_estimate_usd: estimated cost of one call, US dollars; a run with a cost cap
             reserves it before each attempt.
         tokens_estimate: estimated tokens of one call; reserved likewise under a token cap.
+        egress: the tool sends data out of the machine (an HTTP request to any host, a
+            mail): tainted data flowing into it needs a person's approval, even when it has
+            no other effect (ARCHITECTURE.md, "Untrusted content").
+        taint_source: its results come from outside (an HTTP body, a file this run did not
+            write) and are tainted, as is everything computed from them.
+        reaches: the argument holding the URL the tool requests; a literal URL there is a
+            host the plan lists (added to the run's HTTP allow-list), or None.
+        reads: the argument holding the local file the tool reads; a file written by this
+            run from untainted data is not tainted when read back. None: no file.
     """
 
     name: str
@@ -146,6 +160,10 @@ class Tool:
     context_parameter: str | None = None
     cost_estimate_usd: float = 0.0
     tokens_estimate: int = 0
+    egress: bool = False
+    taint_source: bool = False
+    reaches: str | None = None
+    reads: str | None = None
 
     @functools.cached_property
     def is_async(self) -> bool:
@@ -302,6 +320,10 @@ def _build_tool(
     inline: bool,
     cost_estimate_usd: float = 0.0,
     tokens_estimate: int = 0,
+    egress: bool = False,
+    taint_source: bool = False,
+    reaches: str | None = None,
+    reads: str | None = None,
 ) -> Tool:
     if isinstance(function, Tool):
         raise ToolDefinitionError(f"{function.name} is already a tool; apply @tool once")
@@ -368,6 +390,16 @@ def _build_tool(
         raise ToolDefinitionError(
             f"tool {tool_name}: writes={writes!r} names no argument of the tool"
         )
+    for option, value in (("reaches", reaches), ("reads", reads)):
+        if value is not None and value not in argument_names:
+            raise ToolDefinitionError(
+                f"tool {tool_name}: {option}={value!r} names no argument of the tool"
+            )
+    if reaches is not None and not egress:
+        raise ToolDefinitionError(
+            f"tool {tool_name}: reaches={reaches!r} needs egress=True (a tool that requests "
+            "a URL sends data out)"
+        )
     try:
         args_model = create_model(f"{tool_name}_args", __base__=_ArgsBase, **fields)
     except Exception as error:  # pydantic cannot build a validator for an annotation
@@ -393,6 +425,10 @@ def _build_tool(
         context_parameter=context_parameter,
         cost_estimate_usd=float(cost_estimate_usd),
         tokens_estimate=tokens_estimate,
+        egress=egress,
+        taint_source=taint_source,
+        reaches=reaches,
+        reads=reads,
     )
 
 
@@ -413,6 +449,10 @@ def tool(
     inline: bool = False,
     cost_estimate_usd: float = 0.0,
     tokens_estimate: int = 0,
+    egress: bool = False,
+    taint_source: bool = False,
+    reaches: str | None = None,
+    reads: str | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -430,6 +470,10 @@ def tool(
     inline: bool = False,
     cost_estimate_usd: float = 0.0,
     tokens_estimate: int = 0,
+    egress: bool = False,
+    taint_source: bool = False,
+    reaches: str | None = None,
+    reads: str | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a typed function as a plan tool; usable bare (``@tool``) or with options.
 
@@ -447,6 +491,14 @@ def tool(
         cost_estimate_usd: estimated US dollars per call, reserved before each attempt in a
             run with a cost cap (``run_plan(limits=RunLimits(max_cost_usd=...))``).
         tokens_estimate: estimated tokens per call, reserved likewise under a token cap.
+        egress: the tool sends data out (HTTP to any host, mail): a step whose arguments
+            carry tainted data needs approval even without other effects, and a read-only
+            run refuses it (diagnostic ``tainted_egress``).
+        taint_source: the tool's results come from outside and are tainted.
+        reaches: the argument holding the URL the tool requests (needs ``egress``); a
+            literal URL there adds its host to the hosts the plan lists.
+        reads: the argument holding the local file the tool reads (a ``taint_source``
+            reading back a file this run wrote from untainted data gives untainted data).
 
     Returns:
         A :class:`Tool` (bare use) or a decorator that returns one.
@@ -468,6 +520,10 @@ def tool(
             inline=inline,
             cost_estimate_usd=cost_estimate_usd,
             tokens_estimate=tokens_estimate,
+            egress=egress,
+            taint_source=taint_source,
+            reaches=reaches,
+            reads=reads,
         )
 
     if function is not None:

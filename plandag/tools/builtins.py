@@ -68,7 +68,7 @@ def _decode(data: bytes, encoding: str, path: str) -> str:
         ) from error
 
 
-@tool(inline=True)
+@tool(inline=True, taint_source=True, reads="path")
 def read_file(path: str, encoding: str = "utf-8", max_bytes: int = 50_000_000) -> str | bytes:
     """Read a local file, as text or as raw bytes.
 

@@ -17,6 +17,12 @@ Both send one request (plus, for GET, up to ``max_redirects`` redirects) and ret
   ``303 See Other`` after a POST means the effect happened: it is returned as the result,
   its ``Location`` in ``headers``. Any other redirect fails the step, permanently, with
   reason ``redirect_not_followed``;
+* **the allow-list** (ARCHITECTURE.md, "Untrusted content"): inside a run, every request,
+  each redirect hop included, goes only to a host of the step's ``ctx.http_allow`` (the
+  configured ``http_allow`` globs and the hosts the approved plan lists: literal URLs of
+  its steps); any other host fails the step before anything is sent, permanently, with
+  reason ``host_not_allowed``. Both tools are ``egress`` (a GET leaks what its URL, query
+  and headers carry) and ``taint_source`` (a response body comes from outside);
 * **the write boundary**: ``http_post`` declares ``writes="url"``, so its URL must be on a
   host of the run's boundary (``--write-boundary https://api.example.com``), checked at
   compile time when literal and by the runner after references resolve;
@@ -71,6 +77,7 @@ from plandag.errors import (
     TransientStepError,
     parse_retry_after,
 )
+from plandag.tools.allowlist import host_allowed
 from plandag.tools.base import ToolContext, tool
 
 if TYPE_CHECKING:
@@ -187,6 +194,20 @@ def _check_url(url: str, method: str) -> None:
             "https://api.example.com/path",
             reason="invalid_url",
         )
+
+
+def _check_host(url: httpx.URL, allow: tuple[str, ...] | None, where: str) -> None:
+    """Refuse a request to a host outside the allow-list (None: no allow-list applies)."""
+    if allow is None or host_allowed(url, allow):
+        return
+    listed = ", ".join(allow) if allow else "nothing"
+    raise PermanentStepError(
+        f"{where}: host {url.host}{f':{url.port}' if url.port else ''} is not on this run's "
+        f"HTTP allow-list (allowed: {listed}); nothing was sent. Add the host with "
+        "--http-allow HOST (or http_allow in plandag.toml), or name the URL literally in "
+        "the plan so that its approval covers it",
+        reason="host_not_allowed",
+    )
 
 
 def _transport_failure(error: Exception, method: str, url: str) -> StepError:
@@ -352,8 +373,10 @@ async def _exchange(
     max_redirects: int,
     json: Any = None,
     data: dict[str, str] | str | None = None,
+    allow: tuple[str, ...] | None = None,
 ) -> HttpResponse:
-    """Send the request, follow GET redirects, read the body under the limits."""
+    """Send the request, follow GET redirects, read the body under the limits; every hop's
+    host is checked against ``allow`` first."""
     import httpx
 
     _check_url(url, method)
@@ -372,6 +395,7 @@ async def _exchange(
                     data=form,
                     content=content,
                 )
+                _check_host(request.url, allow, where)
                 first_origin = _origin(request.url)
                 redirects = 0
                 while True:
@@ -392,6 +416,7 @@ async def _exchange(
                                     f"{where}: redirected to {next_request.url}, not http(s)",
                                     reason="invalid_url",
                                 )
+                            _check_host(next_request.url, allow, where)
                             if _origin(next_request.url) != first_origin:
                                 for name in headers or {}:
                                     next_request.headers.pop(name, None)
@@ -430,7 +455,7 @@ async def _exchange(
 # -- the tools -------------------------------------------------------------------------------
 
 
-@tool(effects="none")
+@tool(effects="none", egress=True, taint_source=True, reaches="url")
 async def http_get(
     url: str,
     headers: dict[str, str] | None = None,
@@ -438,12 +463,15 @@ async def http_get(
     timeout: Timeout = 30.0,  # noqa: ASYNC109 (the plan's argument; enforced inside)
     max_bytes: MaxBytes = 10_000_000,
     max_redirects: Annotated[int, Field(ge=0, le=20)] = 5,
+    *,
+    ctx: ToolContext,
 ) -> HttpResponse:
     """Fetch a URL with HTTP GET and return its status, headers, text and parsed JSON.
 
     Redirects are followed (at most ``max_redirects``, http and https only; the caller's
-    headers are dropped on a redirect to another origin). Rules, limits and the error
-    table: :mod:`plandag.tools.http`.
+    headers are dropped on a redirect to another origin). Every hop's host must be on the
+    run's HTTP allow-list (``ctx.http_allow``). Rules, limits and the error table:
+    :mod:`plandag.tools.http`.
 
     Args:
         url: an ``http://`` or ``https://`` URL.
@@ -461,7 +489,8 @@ async def http_get(
         TransientStepError: 429, 5xx, a timeout or a broken connection (retried by the
             runner); :class:`NotStartedError` when no connection could be made.
         PermanentStepError: other 4xx (reason ``http_404``...), ``too_large``,
-            ``too_many_redirects``, ``invalid_url``, ``invalid_json``.
+            ``too_many_redirects``, ``invalid_url``, ``invalid_json``,
+            ``host_not_allowed``.
     """
     return await _exchange(
         "GET",
@@ -471,10 +500,18 @@ async def http_get(
         timeout_s=timeout,
         max_bytes=max_bytes,
         max_redirects=max_redirects,
+        allow=ctx.http_allow,
     )
 
 
-@tool(effects="write", idempotent=False, writes="url")
+@tool(
+    effects="write",
+    idempotent=False,
+    writes="url",
+    egress=True,
+    taint_source=True,
+    reaches="url",
+)
 async def http_post(
     url: str,
     json: Any = None,
@@ -514,7 +551,8 @@ async def http_post(
             connection; :class:`NotStartedError` when no connection could be made.
         PermanentStepError: other 4xx (reason ``http_400``...), ``invalid_args`` (both
             ``json`` and ``data``), ``redirect_not_followed``, ``too_large``,
-            ``invalid_url``, ``invalid_json``.
+            ``invalid_url``, ``invalid_json``, ``host_not_allowed`` (the host is not on
+            the run's HTTP allow-list: nothing was sent).
     """
     if json is not None and data is not None:
         raise PermanentStepError(f"POST {url}: give json or data, not both", reason="invalid_args")
@@ -531,6 +569,7 @@ async def http_post(
         max_redirects=0,
         json=json,
         data=data,
+        allow=ctx.http_allow,
     )
 
 

@@ -95,7 +95,19 @@ def regex(result: Any, pattern: str, path: str | None = None) -> CheckOutcome:
     return CheckOutcome("regex", "pass")
 
 
-TOOLS = [read_text, totals, items, invoice, add, anything, save]
+@tool(egress=True, taint_source=True, reaches="url")
+def fetch(url: str, query: str = "") -> str:
+    """GET a page (an egress tool whose result is tainted)."""
+    return url
+
+
+@tool(egress=True, reaches="url")
+def send(url: str, body: Any = None) -> str:
+    """Send data to a URL (an egress tool)."""
+    return url
+
+
+TOOLS = [read_text, totals, items, invoice, add, anything, save, fetch, send]
 CHECKS = [not_empty, regex]
 
 

@@ -171,7 +171,7 @@ def test_unknown_tool_with_nearest_names(registry: Registry) -> None:
 def test_unknown_tool_without_near_name_lists_the_tools(registry: Registry) -> None:
     [diagnostic] = errors_of({"steps": [step(1, "qqqqqqqq")]}, registry)
     assert diagnostic.hint == (
-        "registered tools: add, anything, invoice, items, read_text, save, totals"
+        "registered tools: add, anything, fetch, invoice, items, read_text, save, send, totals"
     )
 
 
@@ -761,6 +761,21 @@ CASES: dict[str, tuple[Any, dict[str, Any]]] = {
     "implied_dependency": ({"steps": [step(1), step(2, args={"a": "<step_1_result>"})]}, {}),
     "effects_in_read_only": ({"steps": [step(1, "save", args={"path": "a"})]}, {"read_only": True}),
     "write_outside_boundary": ({"steps": [step(1, "save", args={"path": "a"})]}, _boundary_case()),
+    "tainted_egress": (
+        {
+            "steps": [
+                step(1, "fetch", args={"url": "https://docs.example.com/a"}),
+                step(
+                    2, "send", args={"url": "https://docs.example.com/b", "body": "<step_1_result>"}
+                ),
+            ]
+        },
+        {"read_only": True, "http_allow": ["docs.example.com"]},
+    ),
+    "host_not_allowed": (
+        {"steps": [step(1, "fetch", args={"url": "https://elsewhere.example.net/"})]},
+        {"read_only": True, "http_allow": ["docs.example.com"]},
+    ),
 }
 
 

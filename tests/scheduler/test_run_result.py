@@ -105,6 +105,7 @@ def test_run_result_helpers_and_json() -> None:
         "checks": [{"kind": "equals", "status": "fail", "detail": "no"}],
         "attempt_log": [],
         "superseded_by": None,
+        "tainted": False,
     }
 
 

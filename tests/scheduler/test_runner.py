@@ -683,6 +683,7 @@ def test_run_result_json_round_trip() -> None:
         "checks": [],
         "attempt_log": [],
         "superseded_by": None,
+        "tainted": False,
     }
 
 

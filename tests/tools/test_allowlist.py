@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from plandag.tools.allowlist import host_allowed
+from plandag.tools.allowlist import host_allowed, host_pattern
 
 
 @pytest.mark.parametrize(
@@ -24,3 +24,23 @@ from plandag.tools.allowlist import host_allowed
 )
 def test_host_allowed(url: str, patterns: list[str], allowed: bool) -> None:
     assert host_allowed(url, patterns) is allowed
+
+
+@pytest.mark.parametrize(
+    ("url", "pattern"),
+    [
+        ("https://API.example.com/v1?q=1", "api.example.com:443"),
+        ("http://127.0.0.2:8081/collect", "127.0.0.2:8081"),
+        ("http://[::1]/x", "[::1]:80"),
+        ("ftp://example.com/x", None),
+        ("not a url", None),
+    ],
+)
+def test_host_pattern(url: str, pattern: str | None) -> None:
+    assert host_pattern(url) == pattern
+
+
+def test_a_host_pattern_matches_its_default_port_only() -> None:
+    assert host_allowed("https://api.example.com/x", ["api.example.com:443"]) is True
+    assert host_allowed("http://api.example.com/x", ["api.example.com:443"]) is False
+    assert host_allowed("https://api.example.com:8443/x", ["api.example.com:443"]) is False

@@ -189,9 +189,17 @@ def run(
     retries: int = 2,
     boundary: WriteBoundary | None = None,
     clock: VirtualClock | None = None,
+    http_allow: list[str] | None = None,
+    read_only: bool = False,
 ) -> RunResult:
     registry = Registry([echo, http_get, http_post], BUILTIN_CHECKS)
-    compiled = compile_plan({"steps": steps}, registry, write_boundary=boundary)
+    compiled = compile_plan(
+        {"steps": steps},
+        registry,
+        write_boundary=boundary,
+        http_allow=http_allow,
+        read_only=read_only,
+    )
     return run_plan_sync(
         compiled, run_id="r", retry=RetryPolicy(retries=retries), clock=clock or VirtualClock()
     )
@@ -458,10 +466,95 @@ def test_post_inside_the_boundary_through_a_reference(server: str) -> None:
             "depends_on": [1],
         },
     ]
-    result = run(steps, boundary=WriteBoundary.from_specs([server]))
+    host = server.removeprefix("http://")
+    result = run(steps, boundary=WriteBoundary.from_specs([server]), http_allow=[host])
     assert result.status == "succeeded"
     assert result.steps[2].result["json"] == {"received": '{"x":1}'}
     assert Handler.posted[0]["key"] == "r:2"
+
+
+# -- the HTTP allow-list ---------------------------------------------------------------------
+
+
+def test_declarations_for_untrusted_content() -> None:
+    for item in (http_get, http_post):
+        assert (item.egress, item.taint_source, item.reaches) == (True, True, "url")
+
+
+def test_a_host_the_plan_names_literally_is_reached(server: str) -> None:
+    result = run([get_step(f"{server}/json")])
+    assert result.status == "succeeded"
+    assert Handler.hits["/json"] == 1
+
+
+def test_a_host_built_from_a_reference_is_refused_unless_configured(server: str) -> None:
+    steps = [
+        {"id": 1, "tool": "echo", "args": {"value": f"{server}/json"}},
+        {"id": 2, "tool": "http_get", "args": {"url": "<step_1_result>"}},
+    ]
+    result = run(steps)
+    assert result.status == "failed"
+    assert result.steps[2].reason == "host_not_allowed"
+    assert "--http-allow" in (result.steps[2].detail or "")
+    assert Handler.hits.get("/json", 0) == 0
+    allowed = run(steps, http_allow=["127.0.0.1"])
+    assert allowed.status == "succeeded"
+    assert Handler.hits["/json"] == 1
+
+
+def test_a_post_to_a_host_built_from_a_reference_sends_nothing(server: str) -> None:
+    steps = [
+        {"id": 1, "tool": "echo", "args": {"value": f"{server}/echo"}},
+        {"id": 2, "tool": "http_post", "args": {"url": "<step_1_result>", "json": {"x": 1}}},
+    ]
+    result = run(steps, boundary=WriteBoundary.from_specs([server]))
+    assert (result.status, result.steps[2].reason) == ("failed", "host_not_allowed")
+    assert Handler.posted == []
+
+
+def test_each_redirect_hop_is_checked() -> None:
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        if request.url.host == "docs.example.com":
+            return httpx.Response(302, headers={"Location": "http://127.0.0.2:8081/collect"})
+        return httpx.Response(200, text="collected")
+
+    with use_transport(httpx.MockTransport(handler)):
+        result = run([get_step("http://docs.example.com/page")])
+    assert result.status == "failed"
+    assert result.steps[1].reason == "host_not_allowed"
+    assert "127.0.0.2:8081" in (result.steps[1].detail or "")
+    assert seen == ["http://docs.example.com/page"]
+
+
+def test_a_redirect_to_a_configured_host_is_followed() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "docs.example.com":
+            return httpx.Response(302, headers={"Location": "https://cdn.example.org/page"})
+        return httpx.Response(200, text="moved here")
+
+    with use_transport(httpx.MockTransport(handler)):
+        result = run([get_step("http://docs.example.com/page")], http_allow=["*.example.org"])
+    assert result.status == "succeeded"
+    assert result.steps[1].result["text"] == "moved here"
+
+
+def test_outside_a_run_no_allow_list_applies_and_an_empty_one_allows_nothing() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text="ok")
+
+    async def main(allow: tuple[str, ...] | None) -> Any:
+        context = ToolContext(run_id="run", step_id=1, http_allow=allow)
+        return await http_get.invoke({"url": "https://a.example/x"}, context)
+
+    with use_transport(httpx.MockTransport(handler)):
+        assert anyio.run(main, None)["text"] == "ok"
+        with pytest.raises(PermanentStepError) as caught:
+            anyio.run(main, ())
+    assert caught.value.reason == "host_not_allowed"
+    assert "allowed: nothing" in str(caught.value)
 
 
 # -- httpx.MockTransport ---------------------------------------------------------------------
