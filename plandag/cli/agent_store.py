@@ -227,6 +227,10 @@ def record_agent_run(
                 version=replan.number + 1,
                 start=replan.started_at,
                 end=replan.ended_at,
+                trigger=replan.trigger,
+                strategy=replan.strategy,
+                strategy_reason=replan.strategy_reason,
+                withdrawn=list(replan.withdrawn),
             )
     if result.status == "awaiting_approval" and request is not None:
         store.record_decision(run_id, len(versions), request.plan_hash, "asked")

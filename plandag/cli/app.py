@@ -172,6 +172,27 @@ BreakerAfterOption = Annotated[
         "steps needing it fail at once (3; 0: no circuit breaker).",
     ),
 ]
+MaxBlockedOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-blocked",
+        metavar="N",
+        min=0,
+        help="An intent (a step's description, else its tool and arguments) that fails N "
+        "times across replans is not replanned again: the run escalates (3; 0: never).",
+    ),
+]
+TotalReplanBelowOption = Annotated[
+    float | None,
+    typer.Option(
+        "--total-replan-below",
+        metavar="FRACTION",
+        min=0.0,
+        max=1.0,
+        help="A replan asked for while fewer than FRACTION of the steps have completed plans "
+        "again from the goal (total) instead of replacing the failed part (off).",
+    ),
+]
 RetriesOption = Annotated[
     int | None,
     typer.Option(
@@ -276,6 +297,17 @@ def _limits(settings: Settings) -> RunLimits:
         for name in ("stop_on_stall", "stall_after", "max_seconds", "heartbeat_every"):
             message = message.replace(name, "--" + name.replace("_", "-"))
         _fail(message.replace("max_cost_usd", "--max-cost").replace("max_tokens", "--max-tokens"))
+
+
+def _fraction(settings: Settings, name: str) -> float | None:
+    """A setting that is a fraction from 0 to 1 (or None), checked: config files have no
+    upper bound of their own."""
+    value = settings[name]
+    if value is not None and not 0 <= value <= 1:
+        _fail(
+            f"{name} = {value:g} ({settings.sources[name]}): give a fraction from 0 to 1, e.g. 0.25"
+        )
+    return value  # type: ignore[no-any-return]
 
 
 def _planner_options(
@@ -444,6 +476,8 @@ def exec_command(
     stall_after: StallAfterOption = None,
     stop_on_stall: StopOnStallOption = None,
     breaker_after: BreakerAfterOption = None,
+    max_blocked: MaxBlockedOption = None,
+    total_replan_below: TotalReplanBelowOption = None,
     as_json: JsonOption = False,
     planner: PlannerOption = None,
     model: PlannerModelOption = None,
@@ -484,6 +518,8 @@ def exec_command(
             "stall_after": stall_after,
             "stop_on_stall": stop_on_stall,
             "breaker_after": breaker_after,
+            "max_blocked": max_blocked,
+            "total_replan_below": total_replan_below,
             "approve": approve,
             "escalate": escalate,
         }
@@ -573,7 +609,13 @@ def _exec_with_planner(
 
     progress, observers = _observers(compiled, settings)
     client = _planner_client(planner, base_url)  # a missing key stops here (exit 2)
-    repairer = PlanRepairer(client, model, registry)
+    repairer = PlanRepairer(
+        client,
+        model,
+        registry,
+        max_blocked=settings["max_blocked"] or None,
+        total_replan_below=_fraction(settings, "total_replan_below"),
+    )
     params = dict(compiled.params)
     gate = RepairGate(store_path, compiled, options, compile_span=compile_span)
 
@@ -749,6 +791,10 @@ _plan_command.register(app)
 from plandag.cli import run_command as _run_command  # noqa: E402 (registers `run`)
 
 _run_command.register(app)
+
+from plandag.cli import tell_command as _tell_command  # noqa: E402 (registers `tell`)
+
+_tell_command.register(app)
 
 from plandag.cli import bench_command as _bench_command  # noqa: E402 (registers `bench`)
 

@@ -45,6 +45,7 @@ from plandag.cli.app import (
     HeartbeatEveryOption,
     HeartbeatOption,
     JsonOption,
+    MaxBlockedOption,
     MaxConcurrencyOption,
     MaxCostOption,
     MaxSecondsOption,
@@ -55,8 +56,10 @@ from plandag.cli.app import (
     StallAfterOption,
     StopOnStallOption,
     ToolsOption,
+    TotalReplanBelowOption,
     _boundary,
     _fail,
+    _fraction,
     _limits,
     _parse_params,
     _print_progress,
@@ -81,6 +84,7 @@ from plandag.cli.store_command import (
 )
 from plandag.planner.agent import Agent, AgentResult
 from plandag.planner.prompt import format_diagnostics
+from plandag.planner.triggers import Instruction
 from plandag.scheduler import JsonlHeartbeatWriter, RetryPolicy
 from plandag.scheduler.events import Observer
 from plandag.scheduler.result import to_jsonable
@@ -182,6 +186,8 @@ def register(app: typer.Typer) -> None:
         stall_after: StallAfterOption = None,
         stop_on_stall: StopOnStallOption = None,
         breaker_after: BreakerAfterOption = None,
+        max_blocked: MaxBlockedOption = None,
+        total_replan_below: TotalReplanBelowOption = None,
         as_json: JsonOption = False,
         store: StoreOption = None,
         approve: ApproveOption = None,
@@ -218,6 +224,8 @@ def register(app: typer.Typer) -> None:
                 "stall_after": stall_after,
                 "stop_on_stall": stop_on_stall,
                 "breaker_after": breaker_after,
+                "max_blocked": max_blocked,
+                "total_replan_below": total_replan_below,
                 "approve": approve,
                 "escalate": escalate,
             }
@@ -266,6 +274,14 @@ def register(app: typer.Typer) -> None:
         writer = trace_factory(run_store, redact)(run_id, 0)
         writer.run_started("run", task, params)
         recorder = SessionRecorder(run_store, run_id, params)
+
+        def instruction_reader() -> list[Instruction]:
+            """A person's instructions from the run store (`plandag tell`)."""
+            return [
+                Instruction(row.text, row.new_goal, row.who, row.time)
+                for row in run_store.take_instructions(run_id)
+            ]
+
         observers.extend([recorder, writer])
         agent = Agent(
             client,
@@ -283,6 +299,9 @@ def register(app: typer.Typer) -> None:
             approval_expiry_s=settings["approval_expiry"],
             on_session=recorder.bind,
             escalate=options.escalate,
+            max_blocked=settings["max_blocked"] or None,
+            total_replan_below=_fraction(settings, "total_replan_below"),
+            instructions=instruction_reader,
         )
 
         async def work() -> AgentResult:

@@ -40,6 +40,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -57,6 +60,7 @@ from plandag.approval import (
 from plandag.compiler import CompiledPlan, Diagnostic, compile_plan
 from plandag.dag.plan import ParamSpec, Plan
 from plandag.errors import PlanError
+from plandag.planner.intents import IntentLedger
 from plandag.planner.joiner import (
     DEFAULT_JOIN_MAX_TOKENS,
     JOIN_SCHEMA,
@@ -89,6 +93,13 @@ from plandag.planner.replanner import (
     failure_summary,
 )
 from plandag.planner.streaming import StreamingPlanner
+from plandag.planner.triggers import (
+    INSTRUCTION_POLL_S,
+    Instruction,
+    InstructionSource,
+    StrategyChoice,
+    choose_strategy,
+)
 from plandag.scheduler import events
 from plandag.scheduler.budget import Budget
 from plandag.scheduler.clock import Clock, SystemClock
@@ -107,12 +118,15 @@ from plandag.tools.registry import Registry
 
 __all__ = ["Agent", "AgentResult", "GaveUpReason", "revision_context"]
 
+logger = logging.getLogger("plandag.planner")
+
 _STORED_KEPT = 8
 """Compiled stored plans an :class:`Agent` keeps (the oldest is dropped first)."""
 
-GaveUpReason = Literal["max_replans", "no_progress", "budget", "replanner_error"]
-"""Why the agent gave up: the replan cap, the no-progress cap, the cost cap refused a model
-call, or a model call of the replanner or joiner failed past its retries."""
+GaveUpReason = Literal["max_replans", "no_progress", "blocked_intent", "budget", "replanner_error"]
+"""Why the agent gave up: the replan cap, the no-progress cap, an intent failed
+``max_blocked`` times, the cost cap refused a model call, or a model call of the replanner or
+joiner failed past its retries."""
 
 _PARAM_TYPES: tuple[tuple[type, str], ...] = (
     (bool, "boolean"),
@@ -171,6 +185,8 @@ class AgentResult:
             replans with effects, rejections), in order.
         revisions: the feedback of every rejection that sent the plan back to the planner,
             in order (each reached the planner verbatim).
+        instructions: every instruction a person gave the run while it ran
+            (:meth:`Agent.tell`, ``plandag tell``), in the order received.
     """
 
     status: RunStatus
@@ -188,6 +204,7 @@ class AgentResult:
     approval: ApprovalRequest | None = None
     decisions: tuple[Decision, ...] = ()
     revisions: tuple[str, ...] = ()
+    instructions: tuple[Instruction, ...] = ()
 
     @property
     def first_tool_start_s(self) -> float | None:
@@ -242,6 +259,7 @@ class AgentResult:
             for d in self.decisions
         ]
         document["revisions"] = list(self.revisions)
+        document["instructions"] = [item.as_dict() for item in self.instructions]
         return document
 
 
@@ -263,7 +281,8 @@ def _call_json(record: CallRecord) -> dict[str, Any]:
 
 
 class _FailureWatch:
-    """An observer that wakes the agent when a step fails or is cancelled."""
+    """An observer that wakes the agent when a step fails or is cancelled (and
+    :meth:`wake`, when a person's instruction arrives)."""
 
     def __init__(self) -> None:
         self.event = anyio.Event()
@@ -277,12 +296,19 @@ class _FailureWatch:
         if self.event.is_set():
             self.event = anyio.Event()
 
+    def wake(self) -> None:
+        """Wake the agent now (from its event loop's thread only)."""
+        self.event.set()
 
-async def _next_state(session: RunSession, watch: _FailureWatch) -> SessionState:
-    """Return when something needs the agent: a step failed, or nothing runs any more."""
+
+async def _next_state(
+    session: RunSession, watch: _FailureWatch, news: Callable[[], bool] = lambda: False
+) -> SessionState:
+    """Return when something needs the agent: a step failed, ``news()`` (an instruction
+    waits), or nothing runs any more."""
     watch.arm()
     state = session.state()
-    if state.needs_replan or state.stop_reason is not None:
+    if state.needs_replan or state.stop_reason is not None or news():
         return state
     if not state.running and not state.pending:
         return state  # settled already: every step ended or waits on held effects
@@ -355,6 +381,18 @@ class Agent:
             ``replan_caps`` or ``no_valid_replan`` on ``RunResult.escalation``), handed to
             a person; ``never`` ends it ``gave_up``
             (:data:`~plandag.scheduler.result.EscalationMode`).
+        max_blocked: failures of one intent (a step's description, else its tool and
+            arguments as written; :mod:`plandag.planner.intents`) across replans after
+            which the run stops replanning and escalates (reason ``blocked_intent``);
+            default 3, None: never.
+        total_replan_below: a completion fraction (0 to 1): a replan asked for while fewer
+            of the run's steps than that have completed is ``total`` (planned again from
+            the goal) instead of ``partial``; None (the default): off
+            (:mod:`plandag.planner.triggers`).
+        instructions: a source of a person's instructions polled every 0.5 s while the run
+            runs (``plandag run`` reads the run store's ``instruction`` table); each one
+            replans the steps not started (:mod:`plandag.planner.triggers`). None: only
+            :meth:`tell`.
 
     Raises:
         ValueError: a cap out of range.
@@ -390,7 +428,17 @@ class Agent:
         max_revisions: int = 3,
         on_session: Callable[[RunSession], None] | None = None,
         escalate: EscalationMode = "person",
+        max_blocked: int | None = 3,
+        total_replan_below: float | None = None,
+        instructions: InstructionSource | None = None,
     ) -> None:
+        if max_blocked is not None and max_blocked < 1:
+            raise ValueError(f"max_blocked must be >= 1 or None, not {max_blocked}")
+        if total_replan_below is not None and not 0 <= total_replan_below <= 1:
+            raise ValueError(
+                f"total_replan_below must be a fraction from 0 to 1 or None, not "
+                f"{total_replan_below}"
+            )
         if max_revisions < 0:
             raise ValueError(f"max_revisions must be >= 0, not {max_revisions}")
         if max_replans < 0:
@@ -430,7 +478,65 @@ class Agent:
         if escalate not in ("person", "never"):
             raise ValueError(f"escalate must be 'person' or 'never', not {escalate!r}")
         self.escalate: EscalationMode = escalate
+        self.max_blocked = max_blocked
+        self.total_replan_below = total_replan_below
+        self.instructions = instructions
         self._stored: dict[tuple[Registry, bool, str], CompiledPlan] = {}
+        self._running: dict[str, _AgentRun] = {}
+        self._running_lock = threading.Lock()
+
+    def tell(
+        self,
+        text: str,
+        *,
+        goal_changed: bool = False,
+        who: str | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        """Give a running run new input from a person (:mod:`plandag.planner.triggers`).
+
+        The steps not started yet are dropped (``skipped``, reason ``replanned``) and
+        replanned with ``text`` (verbatim, in this and every later replan request);
+        completed steps keep their results; running steps finish. With ``goal_changed``,
+        ``text`` becomes the run's goal and the replan is ``total``. Safe to call from any
+        thread: from the run's own event loop it is seen at once, from another thread within
+        0.5 s. Replans a person asked for do not count against the replan caps.
+
+        Args:
+            text: the instruction (or the new goal), not empty.
+            goal_changed: ``text`` replaces the goal.
+            who: who gives it (recorded), or None.
+            run_id: which run, when several runs of this agent are running at once.
+
+        Raises:
+            ValueError: ``text`` is empty.
+            RuntimeError: no run of this agent is running (or several are and ``run_id``
+                does not say which).
+        """
+        if not text.strip():
+            raise ValueError("Agent.tell: the text is empty; say what the run should do")
+        with self._running_lock:
+            running = dict(self._running)
+        if run_id is not None:
+            target = running.get(run_id)
+            if target is None:
+                raise RuntimeError(
+                    f"Agent.tell: run {run_id} is not running in this agent (running: "
+                    f"{', '.join(sorted(running)) or 'none'})"
+                )
+        elif len(running) == 1:
+            target = next(iter(running.values()))
+        elif not running:
+            raise RuntimeError(
+                "Agent.tell: no run of this agent is running; an instruction reaches a run "
+                "only while Agent.run is running it"
+            )
+        else:
+            raise RuntimeError(
+                f"Agent.tell: {len(running)} runs of this agent are running; pass run_id= "
+                f"(one of {', '.join(sorted(running))})"
+            )
+        target.deliver([Instruction(text, goal_changed, who, time.time())])
 
     def _stored_header(self, goal: str, plan: Plan, given: Mapping[str, Any]) -> CompiledPlan:
         """The session header of a run of the stored ``plan``: its steps already compiled.
@@ -596,13 +702,20 @@ class Agent:
                 escalate=self.escalate,
             ) as session:
                 session_ref.append(session)
+                run.watch = watch
+                run.loop_thread = threading.get_ident()
+                with self._running_lock:
+                    self._running[session.run_id] = run
                 if self.on_session is not None:
                     self.on_session(session)
                 if self.approve is not None:
                     session.require_approval()
                 await run.plan(session)
                 await run.approve(session, first=True)
-                await run.run_and_replan(session, watch)
+                async with anyio.create_task_group() as listening:
+                    listening.start_soon(run.listen)
+                    await run.run_and_replan(session, watch)
+                    listening.cancel_scope.cancel()
         except _PlanningFailed:
             pass
         except anyio.get_cancelled_exc_class():
@@ -613,6 +726,10 @@ class Agent:
             # state instead of losing it. The cancelled scope re-raises at the caller's
             # next checkpoint, so the cancellation itself is not lost.
             return run.result(session_ref[0].result())
+        finally:
+            if session_ref:
+                with self._running_lock:
+                    self._running.pop(session_ref[0].run_id, None)
         return run.result(session_ref[0].result())
 
 
@@ -676,6 +793,17 @@ class _AgentRun:
         self.stored: Plan | None = None
         self.request: ApprovalRequest | None = None
         self.decisions: list[Decision] = []
+        self.original_goal = goal
+        self.ledger = IntentLedger(agent.max_blocked)
+        self.received: list[Instruction] = []
+        """Every instruction received, in order."""
+        self.inbox: list[Instruction] = []
+        """Instructions received and not acted on yet (guarded by ``inbox_lock``)."""
+        self.inbox_lock = threading.Lock()
+        self.watch: _FailureWatch | None = None
+        self.loop_thread: int | None = None
+        self.down_seen = 0
+        """Dependencies down at the previous replan (a new one makes the next total)."""
         agent_ = agent
         self.planner = Planner(
             agent_.client,
@@ -825,36 +953,100 @@ class _AgentRun:
 
     # -- 2. run and replan ---------------------------------------------------------------------
 
+    # -- a person's instructions ----------------------------------------------------------------
+
+    def deliver(self, items: Sequence[Instruction]) -> None:
+        """Take instructions into the inbox (any thread); wake the agent when called from
+        its own event loop (otherwise :meth:`listen` does within a poll period)."""
+        if not items:
+            return
+        with self.inbox_lock:
+            self.inbox.extend(items)
+            self.received.extend(items)
+        if self.watch is not None and threading.get_ident() == self.loop_thread:
+            self.watch.wake()
+
+    def has_news(self) -> bool:
+        """An instruction waits in the inbox."""
+        with self.inbox_lock:
+            return bool(self.inbox)
+
+    def take(self) -> list[Instruction]:
+        """Empty the inbox; return what it held, oldest first."""
+        with self.inbox_lock:
+            items, self.inbox = self.inbox, []
+        return items
+
+    async def listen(self) -> None:
+        """While the run runs: every :data:`INSTRUCTION_POLL_S` seconds, read the agent's
+        instruction source and wake the agent when an instruction waits."""
+        source = self.agent.instructions
+        while True:
+            if source is not None:
+                try:
+                    items = list(source())
+                except Exception:
+                    logger.warning("the instruction source failed; tried again", exc_info=True)
+                    items = []
+                self.deliver(items)
+            if self.watch is not None and self.has_news():
+                self.watch.wake()
+            await anyio.sleep(INSTRUCTION_POLL_S)
+
+    # -- 2. run and replan ---------------------------------------------------------------------
+
+    def counted_replans(self) -> int:
+        """Replans that count against the caps (a person's instructions do not)."""
+        return sum(1 for record in self.replans if record.trigger != "instruction")
+
     async def run_and_replan(self, session: RunSession, watch: _FailureWatch) -> None:
-        """Wait for failures and replan them, within the caps; then join."""
+        """Wait for failures and instructions and replan them, within the caps; then join."""
         agent = self.agent
         streak = 0
         mark: int | None = None  # succeeded steps when the last replan was asked for
         previous: ReplanRecord | None = None
         while True:
-            state = await _next_state(session, watch)
+            state = await _next_state(session, watch, self.has_news)
             if state.stop_reason is not None:
                 return  # deadline, stall or interruption: the run's own status says
             if any(session.records[key].reason == "budget" for key in state.needs_replan):
                 return  # the cost cap skipped steps: budget_exceeded
+            told = self.take()
             trigger: ReplanTrigger = "failure"
             joiner_reason: str | None = None
-            if not state.needs_replan:
+            if told:
+                trigger = "instruction"
+            elif not state.needs_replan:
                 if state.running:
                     continue
                 decision = await self.decide(session)
                 if decision is None or decision.action == "finish":
+                    if self.has_news():
+                        continue  # an instruction came during the joiner's call
                     return
                 trigger, joiner_reason = "joiner", decision.reason
-            if mark is not None:
-                streak = 0 if len(state.succeeded) > mark else streak + 1
-            if len(self.replans) >= agent.max_replans:
-                self.give_up(session, "max_replans")
-                return
-            if streak >= agent.max_replans_without_progress:
-                self.give_up(session, "no_progress")
-                return
-            mark = len(state.succeeded)
+            if trigger == "failure":
+                self.ledger.observe(
+                    {key: item.step for key, item in session.steps.items()}, session.records
+                )
+                blocked = self.ledger.blocked()
+                if blocked:
+                    self.gave_up = "blocked_intent"
+                    session.escalate(
+                        "blocked_intent", "; ".join(item.describe() for item in blocked)
+                    )
+                    return
+            if trigger != "instruction":
+                if mark is not None:
+                    streak = 0 if len(state.succeeded) > mark else streak + 1
+                if self.counted_replans() >= agent.max_replans:
+                    self.give_up(session, "max_replans")
+                    return
+                if streak >= agent.max_replans_without_progress:
+                    self.give_up(session, "no_progress")
+                    return
+                mark = len(state.succeeded)
+            state, choice, withdrawn = self.prepare(session, state, told)
             try:
                 record = await self.replanner.replan(
                     session,
@@ -865,6 +1057,16 @@ class _AgentRun:
                     joiner_reason=joiner_reason,
                     previous=previous,
                     records=self.calls,
+                    strategy=choice.strategy,
+                    strategy_reason=choice.reason,
+                    instructions=[item.text for item in self.received if not item.goal_changed],
+                    withdrawn=withdrawn,
+                    original_goal=self.original_goal if self.goal != self.original_goal else None,
+                    reason=(
+                        "a person's instruction: " + " / ".join(item.text for item in told)
+                        if told
+                        else None
+                    ),
                 )
             except TimeoutError:
                 await _let_deadline_pass(session)
@@ -898,6 +1100,40 @@ class _AgentRun:
                     except _PlanningFailed:
                         return
 
+    def prepare(
+        self, session: RunSession, state: SessionState, told: Sequence[Instruction]
+    ) -> tuple[SessionState, StrategyChoice, tuple[int, ...]]:
+        """Choose the replan's strategy (:func:`~plandag.planner.triggers.choose_strategy`)
+        and drop the steps it replaces that have not started: every one for a total replan
+        or an instruction, none otherwise. Returns the state after that, the choice and the
+        steps dropped."""
+        goal_changed = [item for item in told if item.goal_changed]
+        if goal_changed:
+            self.goal = goal_changed[-1].text
+        down = state.down
+        newly_down = down[self.down_seen :]
+        self.down_seen = len(down)
+        live = [key for key, record in session.records.items() if record.superseded_by is None]
+        choice = choose_strategy(
+            goal_changed=bool(goal_changed),
+            newly_down=newly_down,
+            completed=len(state.succeeded),
+            steps=len(live),
+            total_replan_below=self.agent.total_replan_below,
+            instruction=bool(told),
+        )
+        withdrawn: tuple[int, ...] = ()
+        if choice.strategy == "total" or told:
+            detail = (
+                f"dropped before it started: the run plans again from the goal ({choice.reason})"
+                if choice.strategy == "total"
+                else "dropped before it started: replanned with a person's instruction"
+            )
+            withdrawn = session.withdraw([*state.pending, *state.held], detail)
+            if withdrawn:
+                state = session.state()
+        return state, choice, withdrawn
+
     def give_up(self, session: RunSession, reason: GaveUpReason) -> None:
         """The replans stop. A replan cap (``max_replans``, ``no_progress``) hands the run
         to a person (:meth:`RunSession.escalate`: ``escalated``, reason ``replan_caps``, or
@@ -919,13 +1155,13 @@ class _AgentRun:
             session.escalate(
                 "no_valid_replan",
                 f"no valid replan: the last {unapplied} replan patch(es) did not compile "
-                f"(replan caps: {len(self.replans)} of {agent.max_replans} replans used); "
+                f"(replan caps: {self.counted_replans()} of {agent.max_replans} replans used); "
                 f"{failing}",
             )
         elif reason == "max_replans":
             session.escalate(
                 "replan_caps",
-                f"the replan cap was hit ({len(self.replans)} of {agent.max_replans} "
+                f"the replan cap was hit ({self.counted_replans()} of {agent.max_replans} "
                 f"replans used) and the run still fails: {failing}",
             )
         else:
@@ -1022,4 +1258,5 @@ class _AgentRun:
             plan_did_not_compile=self.plan_did_not_compile,
             approval=self.request,
             decisions=tuple(self.decisions),
+            instructions=tuple(self.received),
         )

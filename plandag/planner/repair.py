@@ -64,6 +64,7 @@ import anyio
 from plandag.compiler import CompiledPlan
 from plandag.dag.plan import Plan
 from plandag.planner.data import quote_data
+from plandag.planner.intents import IntentLedger
 from plandag.planner.llm import (
     DEFAULT_PRICES,
     BudgetRefusedError,
@@ -80,6 +81,7 @@ from plandag.planner.replanner import (
     failure_summary,
     replan_prompt,
 )
+from plandag.planner.triggers import ReplanStrategy, StrategyChoice, choose_strategy
 from plandag.scheduler import events
 from plandag.scheduler.budget import Budget
 from plandag.scheduler.clock import Clock, SystemClock
@@ -106,9 +108,10 @@ __all__ = [
 DEFAULT_EXCERPT_CHARS = 4000
 """Characters of the input excerpt shown to the model (first and last halves kept)."""
 
-RepairGaveUp = Literal["max_replans", "no_progress", "budget", "replanner_error"]
-"""Why a repair gave up: the replan cap, the no-progress cap, the cost cap refused a model
-call, or a model call failed past its retries (or was cut at ``max_tokens``)."""
+RepairGaveUp = Literal["max_replans", "no_progress", "blocked_intent", "budget", "replanner_error"]
+"""Why a repair gave up: the replan cap, the no-progress cap, an intent failed
+``max_blocked`` times (:mod:`plandag.planner.intents`), the cost cap refused a model call, or
+a model call failed past its retries (or was cut at ``max_tokens``)."""
 
 Trigger = Callable[[RunSession, SessionState], bool]
 """Whether a settled run's failure is one to repair: ``(session, state) -> bool``; called
@@ -178,6 +181,7 @@ def repair_prompt(
     *,
     max_chars: int = DEFAULT_REPLAN_MAX_CHARS,
     excerpt_chars: int = DEFAULT_EXCERPT_CHARS,
+    strategy: ReplanStrategy = "partial",
 ) -> str:
     """The repair request's user message: the replanner's prompt, then the input excerpt.
 
@@ -188,11 +192,13 @@ def repair_prompt(
         excerpt: the input's relevant excerpt (any JSON value or text), or None.
         max_chars: characters of each step result shown.
         excerpt_chars: characters of the excerpt shown (>= 2).
+        strategy: ``partial`` (a patch of the failed part) or ``total`` (plan again from
+            the goal; :mod:`plandag.planner.triggers`).
 
     Returns:
         The text; the results and the excerpt are inside data blocks.
     """
-    text = replan_prompt(goal, session, state, max_chars=max_chars)
+    text = replan_prompt(goal, session, state, max_chars=max_chars, strategy=strategy)
     parts = [text.rstrip("\n"), REPAIR_NOTE]
     if excerpt is not None:
         parts.append(
@@ -233,6 +239,12 @@ class PlanRepairer:
         excerpt_chars: characters of the input excerpt shown (>= 2).
         reuse: apply a repair that worked to a later run failing the same way, first,
             without a model call.
+        max_blocked: failures of one intent (:mod:`plandag.planner.intents`) in a run
+            after which its repairs stop and the run escalates (reason ``blocked_intent``);
+            default 3, None: never.
+        total_replan_below: a completion fraction (0 to 1) under which a repair plans
+            again from the goal (``total``) instead of patching the failed part; None
+            (default): off (:mod:`plandag.planner.triggers`).
 
     Attributes:
         calls: every model call attempt of every run, in order.
@@ -256,7 +268,16 @@ class PlanRepairer:
         max_chars: int = DEFAULT_REPLAN_MAX_CHARS,
         excerpt_chars: int = DEFAULT_EXCERPT_CHARS,
         reuse: bool = True,
+        max_blocked: int | None = 3,
+        total_replan_below: float | None = None,
     ) -> None:
+        if max_blocked is not None and max_blocked < 1:
+            raise ValueError(f"max_blocked must be >= 1 or None, not {max_blocked}")
+        if total_replan_below is not None and not 0 <= total_replan_below <= 1:
+            raise ValueError(
+                f"total_replan_below must be a fraction from 0 to 1 or None, not "
+                f"{total_replan_below}"
+            )
         if max_replans < 0:
             raise ValueError(f"max_replans must be >= 0, not {max_replans}")
         if max_replans_without_progress < 1:
@@ -277,6 +298,8 @@ class PlanRepairer:
         self.max_chars = max_chars
         self.excerpt_chars = excerpt_chars
         self.reuse = reuse
+        self.max_blocked = max_blocked
+        self.total_replan_below = total_replan_below
         self.calls: list[CallRecord] = []
         self._known: list[_KnownRepair] = []
 
@@ -321,6 +344,8 @@ class PlanRepairer:
         number: int,
         previous: ReplanRecord | None,
         records: list[CallRecord],
+        strategy: StrategyChoice | None = None,
+        withdrawn: tuple[int, ...] = (),
     ) -> ReplanRecord:
         """One model replan of the run's failed part; the patch is applied if it compiles.
 
@@ -334,6 +359,8 @@ class PlanRepairer:
                 and diagnostics go back to the model), else None.
             records: the run's call records (each attempt is appended here and to
                 :attr:`calls`).
+            strategy: the replan's strategy and why (default: partial).
+            withdrawn: steps not started that were dropped for it.
 
         Returns:
             The :class:`ReplanRecord`.
@@ -352,6 +379,7 @@ class PlanRepairer:
             excerpt,
             max_chars=self.max_chars,
             excerpt_chars=self.excerpt_chars,
+            strategy=strategy.strategy if strategy is not None else "partial",
         )
         request = replanner.request_for(prompt, previous)
         first = len(records)
@@ -383,6 +411,9 @@ class PlanRepairer:
             output_tokens=response.usage.output_tokens,
             diagnostics=diagnostics,
             output_changed=output_changed,
+            strategy=strategy.strategy if strategy is not None else "partial",
+            strategy_reason=strategy.reason if strategy is not None else "",
+            withdrawn=withdrawn,
         )
 
 
@@ -561,6 +592,8 @@ async def run_with_repairs(
         tried_reuse = False
         model_replans = 0
         excerpt_value: Any = None
+        ledger = IntentLedger(repairer.max_blocked if repairer is not None else None)
+        down_seen = 0
         while True:
             state = await session.settled()
             if state.stop_reason is not None or not state.needs_replan:
@@ -606,6 +639,15 @@ async def run_with_repairs(
                     if halted is not None:
                         break
                 continue
+            ledger.observe({key: item.step for key, item in session.steps.items()}, session.records)
+            blocked = ledger.blocked()
+            if blocked:
+                gave_up = "blocked_intent"
+                if not session.escalate(
+                    "blocked_intent", "; ".join(item.describe() for item in blocked)
+                ):
+                    session.give_up()
+                break
             if mark is not None:
                 streak = 0 if len(state.succeeded) > mark else streak + 1
             if model_replans >= repairer.max_replans:
@@ -616,6 +658,23 @@ async def run_with_repairs(
                 _escalate_caps(session, state, replans, gave_up, repairer)
                 break
             mark = len(state.succeeded)
+            newly_down, down_seen = state.down[down_seen:], len(state.down)
+            live = [key for key, record in session.records.items() if record.superseded_by is None]
+            choice = choose_strategy(
+                newly_down=newly_down,
+                completed=len(state.succeeded),
+                steps=len(live),
+                total_replan_below=repairer.total_replan_below,
+            )
+            withdrawn: tuple[int, ...] = ()
+            if choice.strategy == "total":
+                withdrawn = session.withdraw(
+                    [*state.pending, *state.held],
+                    f"dropped before it started: the run plans again from the goal "
+                    f"({choice.reason})",
+                )
+                if withdrawn:
+                    state = session.state()
             try:
                 record = await repairer.ask(
                     session,
@@ -625,6 +684,8 @@ async def run_with_repairs(
                     number=len(replans) + 1,
                     previous=previous,
                     records=calls,
+                    strategy=choice,
+                    withdrawn=withdrawn,
                 )
             except TimeoutError:
                 remaining = session.remaining_s

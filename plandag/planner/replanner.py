@@ -53,6 +53,7 @@ from plandag.planner.llm import (
     call_with_retries,
 )
 from plandag.planner.prompt import repair_message, system_prompt
+from plandag.planner.triggers import ReplanStrategy
 from plandag.planner.wire import WIRE_SCHEMA_NAME, to_wire, wire_json_schema, wire_to_document
 from plandag.scheduler.budget import Budget
 from plandag.scheduler.clock import Clock, SystemClock
@@ -65,6 +66,7 @@ __all__ = [
     "DEFAULT_REPLAN_MAX_CHARS",
     "DEFAULT_REPLAN_MAX_TOKENS",
     "REPLAN_RULES",
+    "TOTAL_REPLAN_RULES",
     "ReplanRecord",
     "ReplanTrigger",
     "Replanner",
@@ -77,7 +79,8 @@ DEFAULT_REPLAN_MAX_TOKENS = 4096
 DEFAULT_REPLAN_MAX_CHARS = 2000
 """Characters of each step result shown to the replanner (first and last halves kept)."""
 
-ReplanTrigger = Literal["failure", "joiner"]
+ReplanTrigger = Literal["failure", "joiner", "instruction"]
+"""What asked for a replan: failed steps, the joiner, or a person's instruction mid-run."""
 
 REPLAN_RULES = """\
 Write a patch, not a new plan: answer in the wire format with only the NEW steps that \
@@ -92,6 +95,20 @@ steps; never on a failed, pruned or cancelled step (its result will never exist)
 failed call as it was will fail the same way.
 - "o": write the new output when the current one uses a step being replaced; leave "o" out \
 to keep the current output.
+- Put "g" to the task's goal. Do not declare params ("p")."""
+
+TOTAL_REPLAN_RULES = """\
+Plan again from the goal and the current state: the steps not started were dropped. Answer \
+in the wire format with the NEW steps of all the work still needed to reach the goal (the \
+task above), and nothing else.
+- Completed steps keep their ids and results and never run again: do not repeat them; use \
+their results through references (<step_N_result>, <step_N_result.field>).
+- Every new step id must be greater than {max_id}; ids are never reused.
+- A new step may depend on completed steps, on steps still running, and on other new \
+steps; never on a failed, pruned, dropped or cancelled step (its result will never exist).
+- Never use a dependency listed as down.
+- "o": write the output of the new plan (it is required: the old one may name dropped \
+steps).
 - Put "g" to the task's goal. Do not declare params ("p")."""
 
 
@@ -114,6 +131,14 @@ class ReplanRecord:
         output_changed: the patch replaced the run's output.
         started_at, ended_at: wall-clock times of the replan (the call and the patch's
             compile), seconds since the epoch (the run's clock); None when unknown.
+        strategy: ``partial`` (the affected part replaced) or ``total`` (the steps not
+            started dropped, planned again from the goal;
+            :mod:`plandag.planner.triggers`).
+        strategy_reason: why that strategy, in words.
+        instructions: the instructions a person gave during the run that the request
+            carried, verbatim, oldest first.
+        withdrawn: the steps not started that were dropped for this replan (``skipped``,
+            reason ``replanned``).
     """
 
     number: int
@@ -128,6 +153,10 @@ class ReplanRecord:
     output_changed: bool = False
     started_at: float | None = None
     ended_at: float | None = None
+    strategy: ReplanStrategy = "partial"
+    strategy_reason: str = ""
+    instructions: tuple[str, ...] = ()
+    withdrawn: tuple[int, ...] = ()
 
     def to_json_dict(self) -> dict[str, Any]:
         """The record as JSON-safe data (``plandag run --json``, ``"replans"``)."""
@@ -141,6 +170,10 @@ class ReplanRecord:
             "output_tokens": self.output_tokens,
             "output_changed": self.output_changed,
             "diagnostics": [diagnostic.as_dict() for diagnostic in self.diagnostics],
+            "strategy": self.strategy,
+            "strategy_reason": self.strategy_reason,
+            "instructions": list(self.instructions),
+            "withdrawn": list(self.withdrawn),
         }
 
 
@@ -153,6 +186,8 @@ def _state_of(session: RunSession, state: SessionState, step_id: int) -> str:
         return f"{record.status}, superseded by {replaced_by}"
     for name in ("succeeded", "pruned", "cancelled", "held", "pending", "running"):
         if step_id in getattr(state, name):
+            if name == "pruned" and session.records[step_id].reason == "replanned":
+                return "dropped (not started; replanned)"
             return name
     return session.records[step_id].status
 
@@ -183,6 +218,9 @@ def replan_prompt(
     *,
     joiner_reason: str | None = None,
     max_chars: int = DEFAULT_REPLAN_MAX_CHARS,
+    strategy: ReplanStrategy = "partial",
+    instructions: Sequence[str] = (),
+    original_goal: str | None = None,
 ) -> str:
     """The replanner's user message (see the module docstring for what it holds).
 
@@ -192,6 +230,12 @@ def replan_prompt(
         state: the run's state (:meth:`RunSession.settled` or :meth:`RunSession.state`).
         joiner_reason: the joiner's reason when it asked for the replan, else None.
         max_chars: the most characters of each result or error shown.
+        strategy: ``partial`` (write a patch of the affected part) or ``total`` (plan
+            again from the goal; :data:`TOTAL_REPLAN_RULES`).
+        instructions: what a person told the run while it ran, verbatim, oldest first
+            (trusted: it comes from the user, as the task does), shown outside data blocks.
+        original_goal: the task as first given, when a person's instruction replaced it
+            with ``goal``; else None.
 
     Returns:
         The text. Everything a tool produced is inside a data block.
@@ -201,8 +245,19 @@ def replan_prompt(
     plan = Plan(goal=goal, steps=[steps[key].step for key in sorted(steps)])
     wire_steps = to_wire(plan)["s"]
     listing = [{"state": _state_of(session, state, item["i"]), **item} for item in wire_steps]
-    parts = [
-        f"Task:\n{goal.strip()}",
+    parts = [f"Task:\n{goal.strip()}"]
+    if original_goal is not None and original_goal.strip() != goal.strip():
+        parts.append(
+            "A person changed the task while the run was running; the task above replaces "
+            f"this one:\n{original_goal.strip()}"
+        )
+    if instructions:
+        parts.append(
+            "Instructions a person gave while the run was running (from the user, like the "
+            "task: follow them; the last one is the newest):\n"
+            + "\n".join(f"- {text}" for text in instructions)
+        )
+    parts += [
         "Every step of the run so far, with its state (wire format):\n"
         + quote_data("plan steps", listing, max_chars=max(max_chars, 64_000)),
     ]
@@ -245,7 +300,14 @@ def replan_prompt(
     pruned = [
         f"step {step_id} ({records[step_id].tool}): {records[step_id].detail or 'never ran'}"
         for step_id in state.pruned
+        if records[step_id].reason != "replanned"
     ]
+    dropped = [step_id for step_id in state.pruned if records[step_id].reason == "replanned"]
+    if dropped:
+        parts.append(
+            "Dropped steps (not started; they are replanned now, replace them): "
+            + ", ".join(map(str, dropped))
+        )
     parts.append(
         "Pruned steps (never ran, because a step they need did not succeed):\n"
         + ("\n".join(pruned) if pruned else "none")
@@ -277,7 +339,8 @@ def replan_prompt(
             "Every step succeeded, but the joiner judged that the results do not answer the "
             "task, and asked for a replan:\n" + quote_data("joiner reason", joiner_reason)
         )
-    parts.append(REPLAN_RULES.format(max_id=max_id))
+    rules = TOTAL_REPLAN_RULES if strategy == "total" else REPLAN_RULES
+    parts.append(rules.format(max_id=max_id))
     return "\n\n".join(parts) + "\n"
 
 
@@ -385,6 +448,12 @@ class Replanner:
         joiner_reason: str | None = None,
         previous: ReplanRecord | None = None,
         records: list[CallRecord] | None = None,
+        strategy: ReplanStrategy = "partial",
+        strategy_reason: str = "",
+        instructions: Sequence[str] = (),
+        withdrawn: Sequence[int] = (),
+        original_goal: str | None = None,
+        reason: str | None = None,
     ) -> ReplanRecord:
         """One replan: ask for a patch of ``state``'s failed part; apply it if it compiles.
 
@@ -399,6 +468,13 @@ class Replanner:
             previous: the last replan, when its patch did not compile: its answer and
                 diagnostics go back to the model (a repair).
             records: a list every call attempt's :class:`CallRecord` is appended to.
+            strategy, strategy_reason: ``partial`` or ``total``, and why
+                (:func:`plandag.planner.triggers.choose_strategy`); recorded, and the
+                prompt's rules follow the strategy.
+            instructions: every instruction a person gave during the run, verbatim.
+            withdrawn: the steps not started that were dropped for this replan.
+            original_goal: the task as first given, when an instruction replaced it.
+            reason: why, in words (default: the failures, or the joiner's reason).
 
         Returns:
             The :class:`ReplanRecord` (``applied`` False with the diagnostics when the
@@ -411,13 +487,21 @@ class Replanner:
                 budget could not hold its estimate).
         """
         started_at = self.clock.time()
-        reason = (
-            joiner_reason
-            if trigger == "joiner" and joiner_reason is not None
-            else failure_summary(session, state)
-        )
+        if reason is None:
+            reason = (
+                joiner_reason
+                if trigger == "joiner" and joiner_reason is not None
+                else failure_summary(session, state)
+            )
         prompt = replan_prompt(
-            goal, session, state, joiner_reason=joiner_reason, max_chars=self.max_chars
+            goal,
+            session,
+            state,
+            joiner_reason=joiner_reason,
+            max_chars=self.max_chars,
+            strategy=strategy,
+            instructions=instructions,
+            original_goal=original_goal,
         )
         request = self.request_for(prompt, previous)
         with anyio.fail_after(session.remaining_s):
@@ -445,6 +529,10 @@ class Replanner:
             output_changed=output_changed,
             started_at=started_at,
             ended_at=self.clock.time(),
+            strategy=strategy,
+            strategy_reason=strategy_reason,
+            instructions=tuple(instructions),
+            withdrawn=tuple(withdrawn),
         )
 
     def apply(

@@ -6,6 +6,7 @@ from plandag.store.recorder import StoreRecorder
 from plandag.store.store import (
     DecisionRow,
     DocumentRow,
+    InstructionRow,
     PlanVersionRow,
     RunRow,
     StepRow,
@@ -17,6 +18,7 @@ from plandag.store.store import (
 __all__ = [
     "DecisionRow",
     "DocumentRow",
+    "InstructionRow",
     "PlanVersionRow",
     "RunRow",
     "StepRow",

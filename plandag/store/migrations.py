@@ -179,6 +179,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX step_tool ON step (tool, status)",
         ),
     ),
+    Migration(
+        3,
+        "an instruction may replace the run's goal (plandag tell --new-goal)",
+        ("ALTER TABLE instruction ADD COLUMN new_goal INTEGER NOT NULL DEFAULT 0",),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 """The schema version this release writes."""

@@ -43,6 +43,7 @@ __all__ = [
     "BLOB_THRESHOLD_BYTES",
     "DecisionRow",
     "DocumentRow",
+    "InstructionRow",
     "PlanVersionRow",
     "RunRow",
     "StepRow",
@@ -175,6 +176,21 @@ class DocumentRow:
     record: Any
     error: str | None
     time: float
+
+
+@dataclasses.dataclass(frozen=True)
+class InstructionRow:
+    """A person's instruction to a running run (``plandag tell``): its text verbatim, who
+    gave it and when, whether it replaces the run's goal, and when the run took it (None:
+    not yet). Times: seconds since the epoch."""
+
+    id: int
+    run_id: str
+    time: float
+    who: str | None
+    text: str
+    new_goal: bool
+    consumed_at: float | None
 
 
 class Store:
@@ -785,3 +801,55 @@ class Store:
                 record = json.loads(row[4]) if row[4] is not None else None
             documents.append(DocumentRow(row[0], row[1], row[2], row[3], record, row[6], row[7]))
         return documents
+
+    # -- instructions from a person ----------------------------------------------------------
+
+    def add_instruction(
+        self, run_id: str, text: str, *, who: str | None = None, new_goal: bool = False
+    ) -> int:
+        """Record an instruction for run ``run_id`` (committed at once); the process running
+        the run picks it up (:meth:`take_instructions`). Returns its id."""
+        self.flush()
+        with self.transaction() as connection:
+            cursor = connection.execute(
+                "INSERT INTO instruction (run_id, time, who, text, new_goal) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (run_id, time.time(), who, text, int(new_goal)),
+            )
+            return int(cursor.lastrowid or 0)
+
+    def take_instructions(self, run_id: str) -> list[InstructionRow]:
+        """The instructions for ``run_id`` not taken yet, oldest first, now marked taken
+        (``consumed_at``), so each is taken once. A poll that finds none only reads (an
+        indexed ``SELECT``, no write lock)."""
+        self.flush(durable=False)
+        rows = self.connection.execute(
+            "SELECT id, run_id, time, who, text, new_goal FROM instruction "
+            "WHERE run_id = ? AND consumed_at IS NULL ORDER BY id",
+            (run_id,),
+        ).fetchall()
+        if not rows:
+            return []
+        now = time.time()
+        with self.transaction() as connection:
+            connection.executemany(
+                "UPDATE instruction SET consumed_at = ? WHERE id = ? AND consumed_at IS NULL",
+                [(now, row[0]) for row in rows],
+            )
+        return [
+            InstructionRow(row[0], row[1], row[2], row[3], row[4], bool(row[5]), now)
+            for row in rows
+        ]
+
+    def instructions(self, run_id: str) -> list[InstructionRow]:
+        """Every instruction given to ``run_id``, oldest first."""
+        self.flush(durable=False)  # visible to reads; synced later
+        rows = self.connection.execute(
+            "SELECT id, run_id, time, who, text, new_goal, consumed_at FROM instruction "
+            "WHERE run_id = ? ORDER BY id",
+            (run_id,),
+        )
+        return [
+            InstructionRow(row[0], row[1], row[2], row[3], row[4], bool(row[5]), row[6])
+            for row in rows
+        ]

@@ -379,7 +379,8 @@ def render_html(trace: Trace) -> str:
         parts.append("<h2>Replans</h2><ul>")
         parts.extend(
             f"<li>replan {replan.number}: failed {_e(replan.failed)}, new steps "
-            f"{_e(replan.new_steps)} → v{replan.version}</li>"
+            f"{_e(replan.new_steps)} → v{replan.version} ({_e(replan.strategy)}: "
+            f"{_e(replan.strategy_reason)})</li>"
             for replan in trace.replans
         )
         parts.append("</ul>")

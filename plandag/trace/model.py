@@ -201,7 +201,9 @@ class LLMCallSpan:
 @dataclasses.dataclass(slots=True)
 class ReplanSpan:
     """A ``replan`` span: ``number``, ``failed``, ``pruned``, ``new_steps``, ``version``,
-    ``start``, ``end``."""
+    ``start``, ``end``; what asked for it (``trigger``), its ``strategy`` (``partial`` or
+    ``total``) with ``strategy_reason``, and the steps ``withdrawn`` for it (traces written
+    before strategies existed read as partial)."""
 
     number: int
     failed: list[int]
@@ -210,6 +212,10 @@ class ReplanSpan:
     version: int
     start: float
     end: float
+    trigger: str = "failure"
+    strategy: str = "partial"
+    strategy_reason: str = ""
+    withdrawn: list[int] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(slots=True)

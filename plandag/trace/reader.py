@@ -245,6 +245,10 @@ class _Builder:
                     version=int(_number(attrs.get("version"))),
                     start=start,
                     end=end,
+                    trigger=_optional_text(attrs.get("trigger")) or "failure",
+                    strategy=_optional_text(attrs.get("strategy")) or "partial",
+                    strategy_reason=_optional_text(attrs.get("strategy_reason")) or "",
+                    withdrawn=_int_list(attrs.get("withdrawn")),
                 )
             )
         elif kind == "approval":

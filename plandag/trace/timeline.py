@@ -295,7 +295,10 @@ def render_timeline(trace: Trace, console: Console, width: int | None = None) ->
     for replan in trace.replans:
         cells = _blank(columns)
         _fill(cells, columns, replan.start, replan.end, "↻", "magenta")
-        tail = Text(f"v{replan.version}  new {_ids(replan.new_steps)}", style="magenta")
+        tail = Text(
+            f"v{replan.version}  new {_ids(replan.new_steps)}  {replan.strategy}",
+            style="magenta",
+        )
         console.print(_row(_label(f"replan {replan.number}", False), cells, tail), soft_wrap=True)
 
     for approval in trace.approvals:

@@ -376,6 +376,10 @@ class TraceWriter:
         version: int,
         start: float,
         end: float,
+        trigger: str = "failure",
+        strategy: str = "partial",
+        strategy_reason: str = "",
+        withdrawn: Sequence[int] = (),
     ) -> dict[str, Any]:
         """Write a ``replan`` span.
 
@@ -383,6 +387,10 @@ class TraceWriter:
             number: 1 for the run's first replan; failed: the failed steps it answers;
             pruned: the steps skipped because of them; new_steps: ids the patch added;
             version: the plan version it produced; start, end: seconds since the epoch.
+            trigger: ``failure``, ``joiner`` or ``instruction`` (a person's, mid-run).
+            strategy: ``partial`` or ``total`` (:mod:`plandag.planner.triggers`);
+            strategy_reason: why, in words; withdrawn: steps not started that were
+            dropped for it.
         """
         attrs = {
             "number": number,
@@ -390,6 +398,10 @@ class TraceWriter:
             "pruned": list(pruned),
             "new_steps": list(new_steps),
             "version": version,
+            "trigger": trigger,
+            "strategy": strategy,
+            "strategy_reason": strategy_reason,
+            "withdrawn": list(withdrawn),
         }
         return self._span("replan", f"replan {number}", start, end, attrs)
 

@@ -5,6 +5,7 @@ saved plan. Through the real SDK against the local Messages API server."""
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -347,3 +348,73 @@ async def test_save_repair_writes_a_plan_that_compiles(
     assert sidecar["output_changed"] is True
     assert sidecar["source"] == "in.json"
     assert json.loads(sidecar["replans"][0]["patch"]) == PATCH
+
+
+# -- replanning triggers: blocked intents, a dependency down -----------------------------------
+
+
+def broken_plan(*names: str) -> CompiledPlan:
+    plan = {
+        "version": 1,
+        "goal": "Score the names",
+        "steps": [
+            {"id": n, "tool": "broken", "args": {"name": name}}
+            for n, name in enumerate(names, start=1)
+        ],
+        "output": "<step_1_result>",
+    }
+    return compile_plan(plan, registry())
+
+
+@pytest.mark.anyio
+async def test_a_repair_that_repeats_the_failing_call_escalates_blocked_intent(
+    server: MessagesServer,
+) -> None:
+    for first in (2, 3, 4):
+        server.push_json(
+            {
+                "g": "Score the names",
+                "s": [{"i": first, "t": "broken", "a": ["name=x"], "d": []}],
+                "o": f'"<step_{first}_result>"',
+            }
+        )
+    [result] = await run(server, [broken_plan("x")])
+    assert len(server.message_requests) == 2  # the third failure stops the repairs
+    assert (result.status, result.gave_up, result.run.escalation) == (
+        "escalated",
+        "blocked_intent",
+        "blocked_intent",
+    )
+    assert result.run.escalation_detail == (
+        'the intent `broken {"name":"x"}` failed 3 times across replans (steps 1, 2, 3; last: '
+        "tool_error: ValueError: service down for x); replanning it again would repeat the "
+        "failure"
+    )
+    assert result.to_json_dict()["gave_up"] == "blocked_intent"
+
+
+@pytest.mark.anyio
+async def test_a_dependency_down_makes_the_repair_total_and_names_it(
+    server: MessagesServer,
+) -> None:
+    server.push_json(
+        {
+            "g": "Score the names",
+            "s": [{"i": 4, "t": "lookup", "a": ["name=x"], "d": []}],
+            "o": '"<step_4_result>"',
+        }
+    )
+    [result] = await run(server, [broken_plan("x", "y", "z")])
+    assert result.status == "succeeded"
+    assert result.run.output == {"name": "x", "score": 1}
+    [replan] = result.replans
+    assert (replan.strategy, replan.strategy_reason) == (
+        "total",
+        "dependency down (tool broken): the plan is written again without it",
+    )
+    prompt = server.message_requests[0].json["messages"][0]["content"]
+    found = re.search(r"tool broken \(steps (\d), (\d), (\d) failed in a row\)", prompt)
+    assert found is not None
+    assert sorted(found.groups()) == ["1", "2", "3"]  # in the order they failed
+    assert "Plan again from the goal and the current state" in prompt
+    assert result.to_json_dict()["replans"][0]["strategy"] == "total"

@@ -255,9 +255,12 @@ async def test_a_tool_that_always_fails_replans_up_to_the_cap_then_escalates(
     server.push_json(patch_with_progress(4, "q"))
     server.push_json(patch_with_progress(6, "r"))
     server.push_json(patch_with_progress(8, "s"))  # never asked for
-    # the cap, not the circuit breaker (the tool fails 4 times)
+    # the cap, not the circuit breaker (the tool fails 4 times) nor the blocked intent
     result = await run_agent(
-        server, "Score x", limits=RunLimits(heartbeat_every=None, breaker_after=None)
+        server,
+        "Score x",
+        limits=RunLimits(heartbeat_every=None, breaker_after=None),
+        max_blocked=None,
     )
 
     assert len(server.message_requests) == 1 + 3
@@ -443,4 +446,8 @@ def test_replan_records_are_json() -> None:
         "output_tokens": 12,
         "output_changed": False,
         "diagnostics": [],
+        "strategy": "partial",
+        "strategy_reason": "",
+        "instructions": [],
+        "withdrawn": [],
     }

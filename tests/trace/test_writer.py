@@ -401,3 +401,37 @@ def test_set_graph_gives_the_step_spans_their_parents(tmp_path: Path) -> None:
     # steps without an attempt here were restored: they sit at the segment's start
     assert lines(path)[2]["attrs"]["restored"] is True
     assert lines(path)[3]["critical_path"] == [1, 3]  # ties go to the smaller parent
+
+
+def test_a_replan_span_keeps_its_trigger_and_strategy(tmp_path: Path) -> None:
+    path = tmp_path / "trace.jsonl"
+    writer = TraceWriter(path, "run-r", clock=lambda: T)
+    writer.run_started("run", "goal", {})
+    writer.replan(1, failed=[2], pruned=[3], new_steps=[5, 6], version=2, start=T, end=T + 1)
+    writer.replan(
+        2,
+        failed=[],
+        pruned=[4],
+        new_steps=[7],
+        version=3,
+        start=T + 2,
+        end=T + 3,
+        trigger="instruction",
+        strategy="total",
+        strategy_reason="a person's instruction changed the goal",
+        withdrawn=[4],
+    )
+    writer.close()
+    first, second = load_trace(path).replans
+    assert (first.trigger, first.strategy, first.strategy_reason, first.withdrawn) == (
+        "failure",
+        "partial",
+        "",
+        [],
+    )
+    assert (second.trigger, second.strategy, second.strategy_reason, second.withdrawn) == (
+        "instruction",
+        "total",
+        "a person's instruction changed the goal",
+        [4],
+    )
