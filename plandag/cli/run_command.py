@@ -7,8 +7,12 @@ the same ``[tool.plandag]`` / ``plandag.toml`` defaults), replans of the failed 
 3, at most 2 in a row without progress), and the joiner. The final output is printed (the
 plan's output assembled by code, or the joiner's answer); with ``--json`` the RunResult JSON
 of ``exec --json`` (its ``status`` the agent's) plus ``answer``, ``replans``,
-``plan_versions``, ``llm_calls``, ``join``, ``error``, ``gave_up``, ``diagnostics`` and
-``output_tokens_per_step``.
+``plan_versions``, ``llm_calls``, ``join``, ``error``, ``gave_up``, ``diagnostics``,
+``output_tokens_per_step`` and ``instructions`` (what ``plandag tell`` brought in).
+
+While it runs, the process reads the run store's ``instruction`` table every 0.5 s: an
+instruction given with ``plandag tell RUN_ID "TEXT"`` replans the steps not started
+(:mod:`plandag.planner.triggers`).
 
 The API key comes from ``ANTHROPIC_API_KEY`` (``--provider anthropic``, the default) or
 ``OPENAI_API_KEY`` (``--provider openai``; not needed with ``--base-url``). A missing key is
@@ -18,7 +22,8 @@ Exit codes as ``exec`` (ARCHITECTURE.md, "States and exit codes"): 0 succeeded; 
 gave_up (a model call that failed past its retries, a plan cut at ``max_tokens``, the replan
 caps with ``--escalate never``); 2 unusable arguments, a missing key, or a first plan that
 still did not compile after its repairs; 3 timed_out or budget_exceeded; 4
-awaiting_approval or rejected; 5 escalated (the replan caps, no valid replan); 130/143
+awaiting_approval or rejected; 5 escalated (the replan caps, no valid replan, an intent
+blocked ``--max-blocked`` times); 130/143
 interrupted by SIGINT/SIGTERM.
 
 :func:`register` adds the command to the ``plandag`` typer app.

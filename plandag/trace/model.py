@@ -405,6 +405,8 @@ class Trace:
         steps: every step by id (sorted).
         compiles, planning, llm_calls, replans, approvals: the spans of those kinds, in order.
         heartbeats, stalls: the ``attrs`` of those event lines, each with its ``time``.
+        dependencies_down: the tools and HTTP hosts the circuit breaker took out of the run
+            (``{"kind", "name", "step_ids", "detail", "time"}``), in order.
         notes: what the reader skipped or guessed (a cut last line...).
     """
 
@@ -418,6 +420,7 @@ class Trace:
     llm_calls: list[LLMCallSpan] = dataclasses.field(default_factory=list)
     replans: list[ReplanSpan] = dataclasses.field(default_factory=list)
     approvals: list[ApprovalSpan] = dataclasses.field(default_factory=list)
+    dependencies_down: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     heartbeats: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     stalls: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)

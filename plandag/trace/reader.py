@@ -332,6 +332,9 @@ class _Builder:
             target = self.trace.heartbeats if kind == "heartbeat" else self.trace.stalls
             target.append({**attrs, "time": time})
             return
+        if kind == "dependency_down":
+            self.trace.dependencies_down.append({**attrs, "time": time})
+            return
         step_id = attrs.get("step_id")
         if not isinstance(step_id, int):
             return

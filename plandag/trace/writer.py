@@ -496,6 +496,14 @@ class TraceWriter:
                 if field.name not in ("run_id", "time")
             }
             self._event(kind, event.time, fields)
+        elif isinstance(event, events.DependencyDown):
+            attrs = {
+                "kind": event.kind,
+                "name": event.name,
+                "step_ids": list(event.step_ids),
+                "detail": event.detail,
+            }
+            self._event("dependency_down", event.time, attrs)
         elif isinstance(event, events.RunFinished):
             self.run_finished(event.result, time=event.time)
 

@@ -435,3 +435,20 @@ def test_a_replan_span_keeps_its_trigger_and_strategy(tmp_path: Path) -> None:
         "a person's instruction changed the goal",
         [4],
     )
+
+
+def test_a_dependency_down_is_an_event_line(tmp_path: Path) -> None:
+    path = tmp_path / "trace.jsonl"
+    writer = TraceWriter(path, "run-d", clock=lambda: T)
+    writer.run_started("exec", "goal", {})
+    writer(events.DependencyDown("run-d", "host", "127.0.0.1:8001", (1, 2, 3), "http_503: x", T))
+    writer.close()
+    assert load_trace(path).dependencies_down == [
+        {
+            "kind": "host",
+            "name": "127.0.0.1:8001",
+            "step_ids": [1, 2, 3],
+            "detail": "http_503: x",
+            "time": T,
+        }
+    ]
