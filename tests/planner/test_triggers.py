@@ -522,3 +522,41 @@ async def test_an_instruction_source_is_polled_and_replans_do_not_count_against_
     assert result.status == "succeeded"
     assert [record.trigger for record in result.replans] == ["instruction"]
     assert "- use ccc" in user_text(server, 1)
+
+
+@pytest.mark.anyio
+async def test_tell_from_another_thread_reaches_the_run(server: MessagesServer) -> None:
+    server.push_json(PLAN_WAITING)
+    server.push_json(
+        {
+            "g": "Score a and ccc",
+            "s": [
+                step(4, "lookup", ["name=ccc"], []),
+                step(5, "total", ["a=<step_1_result.score>", "b=<step_4_result.score>"], [1, 4]),
+            ],
+            "o": '"<step_5_result>"',
+        }
+    )
+    client = AnthropicClient(api_key="test", base_url=server.url)
+    sessions: list[RunSession] = []
+    agent = make_agent(server, client, on_session=sessions.append)
+    async with anyio.create_task_group() as group:
+
+        async def tell_from_a_thread() -> None:
+            await wait_for(
+                lambda: (
+                    bool(sessions)
+                    and sessions[0].records.get(2) is not None
+                    and sessions[0].records[2].status == "running"
+                )
+            )
+            await anyio.to_thread.run_sync(lambda: agent.tell("use ccc", who="bo"))
+            await wait_for(lambda: 5 in sessions[0].steps)
+            gates.setdefault("bb", anyio.Event()).set()
+
+        group.start_soon(tell_from_a_thread)
+        result = await agent.run("Score a and bb")
+    await client.aclose()
+    assert result.status == "succeeded"
+    assert [(item.text, item.who) for item in result.instructions] == [("use ccc", "bo")]
+    assert "- use ccc" in user_text(server, 1)
