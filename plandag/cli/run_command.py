@@ -236,6 +236,7 @@ def register(app: typer.Typer) -> None:
             }
         )
         mode = approve_mode(settings["approve"])
+        replan_below = _fraction(settings, "total_replan_below")
         if provider not in _KEY_VARIABLES:
             _fail(f"--provider {provider!r}: choose anthropic or openai")
         name = model or DEFAULT_MODELS.get(provider)
@@ -305,7 +306,7 @@ def register(app: typer.Typer) -> None:
             on_session=recorder.bind,
             escalate=options.escalate,
             max_blocked=settings["max_blocked"] or None,
-            total_replan_below=_fraction(settings, "total_replan_below"),
+            total_replan_below=replan_below,
             instructions=instruction_reader,
         )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from plandag.cli import app
@@ -67,3 +68,22 @@ def test_breaker_after_sets_k_and_zero_turns_it_off(tmp_path: Path) -> None:
     off = exec_plan(tmp_path, "--breaker-after", "0")
     assert [step["reason"] for step in off["steps"]] == ["tool_error"] * 4  # type: ignore[union-attr]
     assert off["dependencies_down"] == []
+
+
+def test_a_completion_threshold_past_one_is_refused_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "plandag.toml").write_text("total_replan_below = 2\n", encoding="utf-8")
+    result = CliRunner().invoke(
+        app, ["run", "a task", "--base-url", "http://127.0.0.1:9"], env={"ANTHROPIC_API_KEY": "t"}
+    )
+    assert result.exit_code == 2
+    assert "total_replan_below = 2" in result.stderr
+    assert "give a fraction from 0 to 1" in " ".join(result.stderr.split())
+    flag = CliRunner().invoke(
+        app,
+        ["run", "a task", "--total-replan-below", "1.5", "--base-url", "http://127.0.0.1:9"],
+        env={"ANTHROPIC_API_KEY": "t"},
+    )
+    assert flag.exit_code == 2
