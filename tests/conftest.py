@@ -27,3 +27,70 @@ import tempfile  # noqa: E402
 os.environ["PLANDAG_STORE"] = str(
     Path(tempfile.mkdtemp(prefix="plandag-test-store-")) / "runs.sqlite3"
 )
+
+
+# -- local web sites on 127.0.0.1 (untrusted content tests) --------------------------------
+
+import http.server  # noqa: E402
+import threading  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+class LocalSite:
+    """A web site on 127.0.0.1 (a port of its own) serving fixed pages and recording every
+    request it receives: ``(method, path with query, body)``."""
+
+    def __init__(self, pages: dict[str, tuple[str, str]]) -> None:
+        self.pages = pages
+        self.requests: list[tuple[str, str, str]] = []
+        site = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: object) -> None:
+                return
+
+            def answer(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length).decode("utf-8", "replace") if length else ""
+                site.requests.append((self.command, self.path, body))
+                content_type, text = site.pages.get(
+                    self.path.split("?")[0], ("text/plain", "collected")
+                )
+                data = text.encode("utf-8")
+                self.send_response(200)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = answer
+            do_POST = answer
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.host = f"127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+@pytest.fixture
+def local_site() -> Iterator[Callable[[dict[str, tuple[str, str]]], LocalSite]]:
+    """``local_site({path: (content type, text)})`` starts a :class:`LocalSite`; every site
+    started is stopped after the test."""
+    sites: list[LocalSite] = []
+
+    def start(pages: dict[str, tuple[str, str]]) -> LocalSite:
+        site = LocalSite(pages)
+        sites.append(site)
+        return site
+
+    yield start
+    for site in sites:
+        site.close()

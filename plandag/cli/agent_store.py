@@ -39,6 +39,7 @@ def revise(store: Store, run_id: str, row: Any, options: RunOptions, writer: Any
 
     from plandag.approval import ApprovalRequest, plan_hash
     from plandag.cli.plan_command import _client
+    from plandag.compiler.compiled import allowed_hosts
     from plandag.dag.plan import Plan
     from plandag.planner.agent import revision_context
     from plandag.planner.planner import Planner
@@ -68,6 +69,7 @@ def revise(store: Store, run_id: str, row: Any, options: RunOptions, writer: Any
         registry,
         read_only=options.read_only,
         write_boundary=compiled.write_boundary,
+        http_allow=options.http_allow,
     )
     context = revision_context(str(planner_options.get("context") or ""), rejected, feedback)
 
@@ -84,7 +86,14 @@ def revise(store: Store, run_id: str, row: Any, options: RunOptions, writer: Any
         return
     plan = outcome.plan
     version = len(versions) + 1
-    digest = plan_hash(plan, row.params, compiled.write_boundary)
+    digest = plan_hash(
+        plan,
+        row.params,
+        compiled.write_boundary,
+        allowed_hosts(
+            compiled.http_allow, () if options.read_only else outcome.compiled.listed_hosts
+        ),
+    )
     store.add_plan_version(
         run_id, version, plan.model_dump(mode="json", exclude_none=True), digest, "revision"
     )
@@ -318,7 +327,8 @@ class RepairGate:
     async def approve_patch(self, session: Any, new_ids: tuple[int, ...]) -> str:
         """``run_with_repairs(approve_patch=...)``: ``approved``, ``rejected`` or
         ``awaiting_approval`` for a repair that added ``new_ids``."""
-        from plandag.approval import ApprovalRequest, approval_needed
+        from plandag.approval import ApprovalRequest, approval_needed, approval_reason
+        from plandag.compiler.compiled import allowed_hosts
         from plandag.planner.repair import whole_plan
         from plandag.store.durable import _decide
 
@@ -337,8 +347,15 @@ class RepairGate:
             self.compiled.params,
             kept,
             self.compiled.write_boundary,
-            reason=f"a repair adds steps with effects ({', '.join(map(str, new_ids))})",
+            reason=f"a repair adds steps with effects ({', '.join(map(str, new_ids))})"
+            if not any(steps[step_id].tainted_egress for step_id in new_ids)
+            else f"a repair adds steps ({', '.join(map(str, new_ids))}): "
+            + approval_reason({step_id: steps[step_id] for step_id in new_ids}),
             expiry_s=self.options.expiry_s,
+            http_allow=allowed_hosts(
+                self.compiled.http_allow,
+                () if self.compiled.read_only else (h for s in kept.values() for h in s.hosts),
+            ),
         )
         plan_json = plan.model_dump(mode="json", exclude_none=True)
         self.store.add_plan_version(

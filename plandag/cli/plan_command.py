@@ -37,7 +37,7 @@ import typer
 from rich.console import Console
 
 from plandag.dag.graph import critical_path, mermaid
-from plandag.errors import PlanError, StepError, ToolLoadError
+from plandag.errors import InputError, PlanError, StepError, ToolLoadError
 from plandag.planner.investigate import (
     DEFAULT_INVESTIGATION_SECONDS,
     Investigation,
@@ -196,13 +196,32 @@ def register(app: typer.Typer) -> None:
                 help="Wall-clock cap of the investigation run (60).",
             ),
         ] = DEFAULT_INVESTIGATION_SECONDS,
+        http_allow: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--http-allow",
+                metavar="HOST",
+                help="A host the --investigate run's HTTP tools may reach (a glob of host "
+                "names, repeatable; http_allow in the config). The read-only investigation "
+                "reaches only these.",
+            ),
+        ] = None,
     ) -> None:
         """Ask a model for a plan for TASK and write it; nothing is executed.
 
         The plan is compiled (and repaired from its diagnostics at most --max-repairs
         times), written to -o as Plan JSON, and printed with its DAG. With --investigate,
-        tools without effects run first and their results reach the planner as quoted data.
+        tools without effects run first and their results reach the planner as quoted data;
+        it reaches only the hosts of --http-allow (or http_allow in the config), and the
+        plan written after it counts as written from outside content: its steps that send
+        data out need a person's approval when run.
         """
+        from plandag.config import load_settings
+
+        try:
+            settings = load_settings().with_flags({"http_allow": http_allow})
+        except InputError as error:
+            _fail(str(error))
         if provider not in _KEY_VARIABLES:
             _fail(f"--provider {provider!r}: choose anthropic or openai")
         name = model or DEFAULT_MODELS.get(provider)
@@ -230,7 +249,12 @@ def register(app: typer.Typer) -> None:
         async def make_plan() -> PlanOutcome:
             try:
                 planner = Planner(
-                    client, name, registry, retry=RetryPolicy(), max_repairs=max_repairs
+                    client,
+                    name,
+                    registry,
+                    retry=RetryPolicy(),
+                    max_repairs=max_repairs,
+                    http_allow=settings["http_allow"],
                 )
                 if not investigate_first:
                     return await planner.plan(task, context_text)

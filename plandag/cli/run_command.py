@@ -49,6 +49,7 @@ from plandag.cli.app import (
     BreakerAfterOption,
     HeartbeatEveryOption,
     HeartbeatOption,
+    HttpAllowOption,
     JsonOption,
     MaxBlockedOption,
     MaxConcurrencyOption,
@@ -181,6 +182,7 @@ def register(app: typer.Typer) -> None:
         param: ParamOption = None,
         read_only: ReadOnlyOption = False,
         write_boundary: BoundaryOption = None,
+        http_allow: HttpAllowOption = None,
         max_seconds: MaxSecondsOption = None,
         max_cost: MaxCostOption = None,
         max_tokens: MaxTokensOption = None,
@@ -219,6 +221,7 @@ def register(app: typer.Typer) -> None:
         settings = _settings(
             {
                 "write_boundary": write_boundary,
+                "http_allow": http_allow,
                 "max_seconds": max_seconds,
                 "max_cost": max_cost,
                 "max_tokens": max_tokens,
@@ -300,6 +303,7 @@ def register(app: typer.Typer) -> None:
             max_concurrency=settings["max_concurrency"],
             read_only=read_only,
             write_boundary=boundary,
+            http_allow=settings["http_allow"],
             approve=mode,
             approver=terminal_approver() if mode == "ask" else None,
             approval_expiry_s=settings["approval_expiry"],

@@ -56,8 +56,11 @@ from plandag.approval import (
     Decision,
     StaleDecisionError,
     approval_needed,
+    approval_reason,
+    tainted_egress_steps,
 )
 from plandag.compiler import CompiledPlan, Diagnostic, compile_plan
+from plandag.compiler.compiled import allowed_hosts
 from plandag.dag.plan import ParamSpec, Plan
 from plandag.errors import PlanError
 from plandag.planner.intents import IntentLedger
@@ -355,6 +358,13 @@ class Agent:
         tool_limits: steps at once per tool name.
         read_only: allow only tools without effects.
         write_boundary: where the run may write; None: no write checks.
+        http_allow: the configured HTTP allow-list (host globs, ``--http-allow``), or
+            None; hosts of the plan's literal URLs join it once their steps may run
+            (ARCHITECTURE.md, "Untrusted content"). A step that sends tainted data out
+            (a replan's egress step written after the model read a fetched page, a step
+            passing a page's text to an HTTP request) waits for a person under every
+            ``approve`` mode; with ``approve=None`` or no approver the run ends
+            ``awaiting_approval`` instead of sending it.
         max_replans: the most replans in a run (>= 0; issue 4: 3).
         max_replans_without_progress: the most replans in a row with no step newly
             completed since the previous replan (>= 1; issue 4: 2).
@@ -415,6 +425,7 @@ class Agent:
         tool_limits: Mapping[str, int] | None = None,
         read_only: bool = False,
         write_boundary: WriteBoundary | None = None,
+        http_allow: Sequence[str] | None = None,
         max_replans: int = 3,
         max_replans_without_progress: int = 2,
         max_repairs: int = 2,
@@ -463,6 +474,7 @@ class Agent:
         self.tool_limits = tool_limits
         self.read_only = read_only
         self.write_boundary = write_boundary
+        self.http_allow = tuple(http_allow) if http_allow is not None else None
         self.max_replans = max_replans
         self.max_replans_without_progress = max_replans_without_progress
         self.max_repairs = max_repairs
@@ -570,6 +582,7 @@ class Agent:
             params=given,
             read_only=self.read_only,
             write_boundary=self.write_boundary,
+            http_allow=self.http_allow,
         )
         tools = self.registry.tools
         if self.write_boundary is not None and any(
@@ -586,6 +599,7 @@ class Agent:
                     params=header.params,
                     read_only=self.read_only,
                     write_boundary=self.write_boundary,
+                    http_allow=self.http_allow,
                 )
             except PlanError:
                 return header  # session.add reports it, with the same diagnostics
@@ -691,6 +705,7 @@ class Agent:
                 params=given if isinstance(header, Plan) else None,
                 read_only=self.read_only,
                 write_boundary=self.write_boundary,
+                http_allow=self.http_allow if isinstance(header, Plan) else None,
                 limits=self.limits,
                 retry=self.retry,
                 observers=(*self.observers, watch),
@@ -817,6 +832,7 @@ class _AgentRun:
             max_repairs=agent_.max_repairs,
             read_only=agent_.read_only,
             write_boundary=agent_.write_boundary,
+            http_allow=agent_.http_allow,
         )
         self.replanner = Replanner(
             agent_.client,
@@ -830,6 +846,7 @@ class _AgentRun:
             max_chars=agent_.max_chars,
             read_only=agent_.read_only,
             write_boundary=agent_.write_boundary,
+            http_allow=agent_.http_allow,
         )
 
     # -- 1. plan -------------------------------------------------------------------------------
@@ -898,10 +915,11 @@ class _AgentRun:
         """
         agent = self.agent
         mode = agent.approve
-        if mode is None:
-            return
         steps = session.steps
-        if not approval_needed(steps, mode):
+        tainted = tainted_egress_steps(steps)
+        if mode is None and not tainted:
+            return
+        if mode is not None and not approval_needed(steps, mode):
             session.approve_effects()
             return
         plan = Plan(
@@ -910,10 +928,10 @@ class _AgentRun:
             steps=[steps[key].step for key in sorted(steps)],
             output=session.output,
         )
-        irreversible = any(step.tool.effects == "irreversible" for step in steps.values())
-        reason = "the plan has irreversible effects" if irreversible else "the plan has effects"
+        reason = approval_reason(steps)
         if not first:
             reason = f"replan {len(self.replans)} adds steps: {reason}"
+        listed = () if agent.read_only else (host for step in steps.values() for host in step.hosts)
         request = ApprovalRequest.for_steps(
             session.run_id,
             max(len(self.versions), 1),
@@ -923,9 +941,10 @@ class _AgentRun:
             agent.write_boundary,
             reason=reason,
             expiry_s=agent.approval_expiry_s,
+            http_allow=allowed_hosts(agent.http_allow, listed),
         )
         self.request = request
-        if agent.approver is None or mode == "never":
+        if agent.approver is None or mode in ("never", None):
             self.fail(
                 "awaiting_approval",
                 "AwaitingApproval",
@@ -1092,8 +1111,9 @@ class _AgentRun:
                         output=session.output,
                     )
                 )
-                if agent.approve is not None and any(
-                    session.steps[key].tool.effects != "none" for key in record.new_ids
+                new = [session.steps[key] for key in record.new_ids]
+                if any(step.tainted_egress for step in new) or (
+                    agent.approve is not None and any(step.tool.effects != "none" for step in new)
                 ):
                     try:
                         await self.approve(session, first=False)

@@ -180,6 +180,7 @@ def read_only_planner(planner: Planner) -> Planner:
         temperature=planner.temperature,
         read_only=True,
         write_boundary=planner.write_boundary,
+        http_allow=planner.http_allow,
     )
 
 
@@ -371,6 +372,21 @@ async def plan_with_investigation(
     if on_investigated is not None:
         on_investigated(investigation)
     outcome = await planner.plan(
-        task, _with_section(context, investigation.section), params, records=calls
+        task,
+        _with_section(context, investigation.section),
+        params,
+        records=calls,
+        tainted_author=read_outside_content(investigation.result),
     )
     return InvestigatedPlan(investigation, outcome)
+
+
+def read_outside_content(result: RunResult) -> bool:
+    """Whether a run's quoted results hold outside content: a step with a tainted result,
+    or a failed or cancelled step that had started (its error may quote what it read). A
+    plan written from them has tainted literal args (ARCHITECTURE.md, "Untrusted
+    content")."""
+    return any(
+        record.tainted or (record.attempts > 0 and record.status != "succeeded")
+        for record in result.steps.values()
+    )

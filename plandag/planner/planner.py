@@ -148,6 +148,8 @@ class Planner:
         temperature: sampling temperature sent where the provider supports it (default 0).
         read_only: compile for a read-only run (tools with effects are errors).
         write_boundary: compile against this write boundary, or None for no write checks.
+        http_allow: the configured HTTP allow-list (host globs), or None; a read-only plan
+            reaches only these hosts (``host_not_allowed`` otherwise).
 
     Raises:
         ValueError: ``max_tokens`` < 1 or ``max_repairs`` < 0.
@@ -168,6 +170,7 @@ class Planner:
         temperature: float = 0.0,
         read_only: bool = False,
         write_boundary: WriteBoundary | None = None,
+        http_allow: Sequence[str] | None = None,
     ) -> None:
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, not {max_tokens}")
@@ -185,6 +188,7 @@ class Planner:
         self.temperature = temperature
         self.read_only = read_only
         self.write_boundary = write_boundary
+        self.http_allow = tuple(http_allow) if http_allow is not None else None
 
     @property
     def system(self) -> str:
@@ -211,6 +215,7 @@ class Planner:
         params: Mapping[str, Any] | None = None,
         *,
         records: list[CallRecord] | None = None,
+        tainted_author: bool = False,
     ) -> PlanOutcome:
         """Ask the model for a plan for ``goal``; repair it from diagnostics until it compiles.
 
@@ -221,6 +226,9 @@ class Planner:
                 compiled with them (missing, unknown and mistyped params are errors).
             records: a list every call attempt's record is also appended to as it is made
                 (so a caller keeps the records of a call that raised), or None.
+            tainted_author: ``context`` quotes outside content (an investigation's
+                results): the plan's literal args are tainted, so its ``egress`` steps need
+                approval (``compile_plan(tainted_author=True)``).
 
         Returns:
             A :class:`PlanOutcome` with the plan, its compiled form, every attempt and
@@ -268,6 +276,8 @@ class Planner:
                     params=params,
                     read_only=self.read_only,
                     write_boundary=self.write_boundary,
+                    http_allow=self.http_allow,
+                    tainted_author=tainted_author,
                 )
             except PlanError as error:
                 attempts.append(

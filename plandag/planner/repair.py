@@ -317,6 +317,7 @@ class PlanRepairer:
             max_chars=self.max_chars,
             read_only=compiled.read_only,
             write_boundary=compiled.write_boundary,
+            http_allow=compiled.http_allow,
         )
 
     def known(self, plan: str, replaced: tuple[int, ...], max_id: int) -> _KnownRepair | None:
@@ -542,7 +543,9 @@ async def run_with_repairs(
             same approval as the first): steps with effects a patch adds are held until
             ``await approve_patch(session, new_ids)`` returns ``"approved"``; any other
             answer (``"rejected"``, ``"awaiting_approval"``) ends the repairs and becomes
-            the run's status. None: patches' effects run at once.
+            the run's status. None: patches' effects run at once, except steps that send
+            tainted data out (a repair written after the model read outside content):
+            those never run without an approval (they end ``skipped``, ``effects_held``).
         escalate: past a replan cap: ``person`` (default) ends the run ``escalated``
             (reason ``replan_caps``, or ``no_valid_replan`` when the last patches never
             compiled), ``never`` ends it ``gave_up``
@@ -785,9 +788,13 @@ async def _gate_patch(
     new_ids: tuple[int, ...],
     approve_patch: Callable[[RunSession, tuple[int, ...]], Awaitable[str]],
 ) -> str | None:
-    """Ask ``approve_patch`` about a patch whose steps may have effects; release them when
-    approved (then hold later ones again). Returns None when approved, else the verdict."""
-    if all(session.steps[step_id].tool.effects == "none" for step_id in new_ids):
+    """Ask ``approve_patch`` about a patch whose steps may have effects or send tainted
+    data out; release them when approved (then hold later ones again). Returns None when
+    approved, else the verdict."""
+    if all(
+        session.steps[step_id].tool.effects == "none" and not session.steps[step_id].tainted_egress
+        for step_id in new_ids
+    ):
         return None
     verdict = await approve_patch(session, new_ids)
     if verdict != "approved":

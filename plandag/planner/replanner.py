@@ -367,6 +367,12 @@ class Replanner:
         read_only: the run allows only tools without effects (for the dry-run compile
             that reports every diagnostic of a patch at once; the session checks again).
         write_boundary: the run's write boundary, likewise.
+        http_allow: the configured HTTP allow-list (host globs), likewise.
+
+    A patch written after the model was shown outside content (a result, or an error, of a
+    step whose result is tainted: :attr:`RunSession.outside_content_seen`) has tainted
+    literal args (ARCHITECTURE.md, "Untrusted content"): an ``egress`` step in it needs a
+    person's approval before it runs, and a read-only run refuses it (``tainted_egress``).
 
     Raises:
         ValueError: ``max_tokens`` < 1 or ``max_chars`` < 2.
@@ -387,6 +393,7 @@ class Replanner:
         temperature: float = 0.0,
         read_only: bool = False,
         write_boundary: WriteBoundary | None = None,
+        http_allow: Sequence[str] | None = None,
     ) -> None:
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, not {max_tokens}")
@@ -404,6 +411,7 @@ class Replanner:
         self.temperature = temperature
         self.read_only = read_only
         self.write_boundary = write_boundary
+        self.http_allow = tuple(http_allow) if http_allow is not None else None
 
     def request_for(self, prompt: str, previous: ReplanRecord | None = None) -> LLMRequest:
         """The model request for a replan ``prompt``: the plan writer's system prompt and
@@ -585,6 +593,7 @@ class Replanner:
                     )
                 )
         base = _base(session)
+        tainted_author = session.outside_content_seen
         try:  # a dry run, for every diagnostic at once; the session compiles it again
             compile_patch(
                 base,
@@ -593,6 +602,8 @@ class Replanner:
                 read_only=self.read_only,
                 write_boundary=self.write_boundary,
                 replaces=replaced,
+                http_allow=self.http_allow,
+                tainted_author=tainted_author,
             )
         except PlanError as error:
             problems.extend(error.diagnostics)
@@ -602,7 +613,11 @@ class Replanner:
         if problems:
             return False, (), tuple(problems), False
         try:
-            warnings = session.add(steps, supersedes=tuple(replaced) if steps else ())
+            warnings = session.add(
+                steps,
+                supersedes=tuple(replaced) if steps else (),
+                tainted_author=tainted_author,
+            )
         except PlanError as error:
             return False, (), tuple(error.diagnostics), False
         if output_changed:
@@ -625,6 +640,7 @@ def _base(session: RunSession) -> PatchBase:
             for key, record in session.records.items()
             if record.superseded_by is not None
         },
+        frozenset(key for key, item in session.steps.items() if item.tainted_output),
     )
 
 

@@ -369,6 +369,7 @@ class StreamingPlanner:
                     params=params,
                     read_only=planner.read_only,
                     write_boundary=planner.write_boundary,
+                    http_allow=planner.http_allow,
                 )
             except PlanError as error:
                 diagnostics.extend(error.diagnostics)

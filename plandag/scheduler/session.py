@@ -515,6 +515,19 @@ class RunSession:
         )
 
     @property
+    def outside_content_seen(self) -> bool:
+        """A step whose result is tainted has run (succeeded with a tainted result, or
+        failed or was cancelled after an attempt, its error possibly quoting outside
+        content): a model shown the run's state now reads outside content, and what it
+        writes is tainted (ARCHITECTURE.md, "Untrusted content")."""
+        steps = self._run.steps
+        return any(
+            record.attempts > 0
+            and (record.tainted or (record.status != "succeeded" and steps[key].tainted_output))
+            for key, record in self._run.records.items()
+        )
+
+    @property
     def http_allow(self) -> tuple[str, ...]:
         """The run's HTTP allow-list now: configured patterns, then the hosts listed by
         the steps released so far (none in a read-only run)."""
