@@ -366,16 +366,14 @@ class _Run:
         """
         if not compiled_step.tainted_output:
             return False
-        steps = self.steps
-        taint_of = self.taint_of
-        if compiled_step.tainted_literals or (
-            compiled_step.tainted_input
-            and any(
-                steps[parent].tainted_output and taint_of.get(parent, True)
-                for parent in compiled_step.parents
-            )
-        ):
+        if compiled_step.tainted_literals:
             return True
+        if compiled_step.tainted_input:
+            steps = self.steps
+            taint_of = self.taint_of
+            for parent in compiled_step.parents:
+                if taint_of.get(parent, True) and steps[parent].tainted_output:
+                    return True
         tool = compiled_step.tool
         if not tool.taint_source:
             return False

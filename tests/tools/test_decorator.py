@@ -219,3 +219,27 @@ def test_decorating_twice_refused() -> None:
     with pytest.raises(ToolDefinitionError) as caught:
         tool(once)
     assert str(caught.value) == "once is already a tool; apply @tool once"
+
+
+def test_untrusted_content_declarations() -> None:
+    def send(url: str, body: str = "") -> str:
+        return url
+
+    plain = tool(send)
+    assert (plain.egress, plain.taint_source, plain.reaches, plain.reads) == (
+        False,
+        False,
+        None,
+        None,
+    )
+    declared = tool(egress=True, taint_source=True, reaches="url")(send)
+    assert (declared.egress, declared.taint_source, declared.reaches) == (True, True, "url")
+    with pytest.raises(ToolDefinitionError) as caught:
+        tool(reaches="url")(send)
+    assert "reaches='url' needs egress=True" in str(caught.value)
+    with pytest.raises(ToolDefinitionError) as caught:
+        tool(egress=True, reaches="address")(send)
+    assert "reaches='address' names no argument" in str(caught.value)
+    with pytest.raises(ToolDefinitionError) as caught:
+        tool(taint_source=True, reads="path")(send)
+    assert "reads='path' names no argument" in str(caught.value)
