@@ -88,7 +88,7 @@ def revise(store: Store, run_id: str, row: Any, options: RunOptions, writer: Any
     version = len(versions) + 1
     digest = plan_hash(
         plan,
-        row.params,
+        compiled.params,  # the secrets put back from the environment, as compiled
         compiled.write_boundary,
         allowed_hosts(
             compiled.http_allow, () if options.read_only else outcome.compiled.listed_hosts

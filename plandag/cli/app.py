@@ -44,6 +44,7 @@ from plandag.scheduler.events import Observer
 from plandag.scheduler.result import RunStatus, to_jsonable
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry, default_registry
+from plandag.trace.redact import scrub_secrets
 
 if TYPE_CHECKING:
     from plandag.planner.llm import LLMClient
@@ -672,6 +673,7 @@ def _exec_with_planner(
     if as_json:
         document = repaired.to_json_dict()
         document["saved_plan"] = str(saved) if saved is not None else None
+        document = scrub_secrets(document)  # values under secret-named keys too
         sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
     else:
         stdout.print(run_table(result, console_width=stdout.width, status=repaired.status))
@@ -701,7 +703,8 @@ def _exec_with_planner(
         if saved is not None:
             stderr.print(f"repaired plan written to {saved}", markup=False)
         if repaired.status == "succeeded" and result.output is not None:
-            stdout.print_json(json.dumps(to_jsonable(result.output), ensure_ascii=False))
+            shown = scrub_secrets(to_jsonable(result.output))
+            stdout.print_json(json.dumps(shown, ensure_ascii=False))
     if outcome.signal is not None:
         raise typer.Exit(exit_code_for_signal(outcome.signal))
     raise typer.Exit(EXIT_CODES.get(repaired.status, 1))
@@ -822,6 +825,7 @@ def version_callback(value: bool) -> None:
 
 @app.callback()
 def root(
+    ctx: typer.Context,
     version: Annotated[
         bool,
         typer.Option(
@@ -830,6 +834,16 @@ def root(
     ] = False,
 ) -> None:
     """Compile an LLM's plan into a validated DAG and run it: parallel, checked, bounded."""
+    # No secret reaches the terminal: standard output and error are masked while the
+    # command runs, and put back after it (plandag.cli.secret_output).
+    from plandag.cli.secret_output import mask_standard_streams
+
+    before = mask_standard_streams()
+
+    def put_back() -> None:
+        sys.stdout, sys.stderr = before
+
+    ctx.call_on_close(put_back)
 
 
 def main() -> None:

@@ -31,6 +31,7 @@ from plandag.scheduler.events import (
     StepSucceeded,
 )
 from plandag.scheduler.result import RunResult, to_jsonable
+from plandag.trace.redact import scrub_secrets
 
 __all__ = ["StepProgress", "diagnostic_lines", "run_table"]
 
@@ -115,7 +116,8 @@ def _short(value: Any, width: int) -> str:
         text = value
     else:
         try:
-            text = json.dumps(to_jsonable(value), ensure_ascii=False, separators=(",", ":"))
+            shown = scrub_secrets(to_jsonable(value))  # values under secret-named keys too
+            text = json.dumps(shown, ensure_ascii=False, separators=(",", ":"))
         except (TypeError, ValueError):
             text = repr(value)
     text = " ".join(text.split())

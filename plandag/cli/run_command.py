@@ -94,6 +94,7 @@ from plandag.planner.triggers import Instruction
 from plandag.scheduler import JsonlHeartbeatWriter, RetryPolicy
 from plandag.scheduler.events import Observer
 from plandag.scheduler.result import to_jsonable
+from plandag.trace.redact import scrub_secrets
 
 __all__ = ["exit_code", "register"]
 
@@ -108,7 +109,8 @@ def exit_code(result: AgentResult) -> int:
 
 def _report(result: AgentResult, as_json: bool) -> None:
     if as_json:
-        sys.stdout.write(json.dumps(result.to_json_dict(), ensure_ascii=False, indent=2) + "\n")
+        document = scrub_secrets(result.to_json_dict())  # values under secret-named keys too
+        sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
         return
     if result.diagnostics and (result.plan_did_not_compile or result.gave_up):
         for line in format_diagnostics(result.diagnostics).splitlines():
@@ -141,7 +143,8 @@ def _report(result: AgentResult, as_json: bool) -> None:
         if isinstance(result.answer, str):
             stdout.print(result.answer, markup=False, highlight=False)
         else:
-            stdout.print_json(json.dumps(to_jsonable(result.answer), ensure_ascii=False))
+            shown = scrub_secrets(to_jsonable(result.answer))
+            stdout.print_json(json.dumps(shown, ensure_ascii=False))
 
 
 def register(app: typer.Typer) -> None:

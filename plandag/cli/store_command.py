@@ -43,6 +43,7 @@ from plandag.approval import (
 )
 from plandag.errors import InputError, PlanError
 from plandag.scheduler.result import ESCALATION_MODES, EscalationMode, to_jsonable
+from plandag.trace.redact import scrub_secrets
 
 if TYPE_CHECKING:
     from plandag.compiler.compiled import CompiledPlan
@@ -246,6 +247,7 @@ def report(outcome: DurableOutcome, *, as_json: bool, store: Store) -> None:
             document["message"] = outcome.message
         if outcome.store_error is not None:
             document["store_error"] = outcome.store_error
+        document = scrub_secrets(document)  # values under secret-named keys too
         sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
     else:
         if result is not None:
@@ -255,7 +257,7 @@ def report(outcome: DurableOutcome, *, as_json: bool, store: Store) -> None:
             app_module._print_progress(result)
             if result.output is not None:
                 app_module.stdout.print_json(
-                    json.dumps(to_jsonable(result.output), ensure_ascii=False)
+                    json.dumps(scrub_secrets(to_jsonable(result.output)), ensure_ascii=False)
                 )
         if outcome.request is not None and outcome.status == "awaiting_approval":
             for line in outcome.request.summary_lines():
@@ -336,6 +338,7 @@ def _rebuild(store: Store, run_id: str, row: Any) -> tuple[CompiledPlan, RunOpti
     boundary."""
     from plandag.compiler import compile_plan
     from plandag.store.durable import RunOptions
+    from plandag.store.sealing import unseal
     from plandag.tools.boundary import WriteBoundary
 
     app_module = _app()
@@ -347,14 +350,17 @@ def _rebuild(store: Store, run_id: str, row: Any) -> tuple[CompiledPlan, RunOpti
     specs = options.write_boundary if options.write_boundary is not None else [options.base]
     try:
         boundary = WriteBoundary.from_specs(specs, options.base)
+        # The store keeps secrets as references to the environment: put them back.
         compiled = compile_plan(
-            versions[-1].plan,
+            unseal(versions[-1].plan, run_id=run_id),
             registry,
-            params=row.params,
+            params=unseal(row.params, run_id=run_id),
             read_only=options.read_only,
             write_boundary=boundary,
             http_allow=options.http_allow,
         )
+    except InputError as error:
+        _fail(str(error))
     except (PlanError, ValueError) as error:
         _fail(f"run {run_id}: its stored plan does not compile any more: {error}")
     return compiled, options

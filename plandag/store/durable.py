@@ -46,6 +46,7 @@ from plandag.scheduler.result import EscalationMode, RunResult, RunStatus
 from plandag.scheduler.retry import RetryPolicy
 from plandag.scheduler.runner import RunLimits, run_plan
 from plandag.store.recorder import StoreRecorder
+from plandag.store.sealing import unseal
 from plandag.store.store import StepRow, Store
 
 __all__ = [
@@ -425,8 +426,8 @@ async def continue_run(
     row = store.run(run_id)
     segment = row.segment + 1
     rows = store.steps(run_id)
-    completed = {
-        step_id: step.result
+    completed = {  # results as they were: secrets put back from the environment
+        step_id: unseal(step.result, run_id=run_id)
         for step_id, step in rows.items()
         if step.status == "succeeded" and step_id in compiled.steps
     }

@@ -6,6 +6,11 @@ inputs, result, error, attempts, times) and every state transition, decisions, L
 and events; per ``extract`` batch, one row per document. Large results live as files beside
 the database (``blobs/ab/abcdef....json``), referenced by their SHA-256.
 
+No secret is stored: JSON values are sealed (a secret environment variable's value kept as
+its name, other credentials masked) and every text bound to a statement or written as a
+blob is masked (:mod:`plandag.store.sealing`); ``resume`` and ``approve`` unseal what they
+read back.
+
 Durability (SQLite in WAL mode with ``synchronous=FULL``: a committed transaction survives
 a crash, a torn one is rolled back — https://www.sqlite.org/wal.html): every write happens
 inside a transaction, so a crash at any moment leaves a consistent store. Writes that may be
@@ -38,6 +43,8 @@ import platformdirs
 from plandag.errors import InputError
 from plandag.scheduler.result import to_jsonable
 from plandag.store.migrations import migrate
+from plandag.store.sealing import SecretMaskingConnection, seal
+from plandag.trace.redact import scrub_secret_values
 
 __all__ = [
     "BLOB_THRESHOLD_BYTES",
@@ -81,7 +88,8 @@ def open_store(path: Path | str | None = None) -> Store:
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(to_jsonable(value), ensure_ascii=False, separators=(",", ":"))
+    """``value`` as the store's JSON: sealed (no secret; :mod:`plandag.store.sealing`)."""
+    return json.dumps(seal(to_jsonable(value)), ensure_ascii=False, separators=(",", ":"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,7 +219,14 @@ class Store:
         self.root = path.parent
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            self.connection = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None)
+            # Every text bound to a statement is masked (SecretMaskingConnection); JSON
+            # values are sealed before (_dumps): the database never holds a secret.
+            self.connection = sqlite3.connect(
+                path,
+                timeout=busy_timeout_s,
+                isolation_level=None,
+                factory=SecretMaskingConnection,
+            )
             self.connection.execute("PRAGMA journal_mode=WAL")
             self.connection.execute("PRAGMA synchronous=FULL")
             migrate(self.connection)
@@ -293,8 +308,9 @@ class Store:
         return self.root / "traces" / f"{run_id}.jsonl"
 
     def put_blob(self, text: str) -> str:
-        """Write ``text`` as a blob file (atomically, fsynced) and return its SHA-256."""
-        data = text.encode("utf-8")
+        """Write ``text`` as a blob file (atomically, fsynced) and return its SHA-256.
+        Credential values in it are masked first, as in the database."""
+        data = scrub_secret_values(text).encode("utf-8")
         digest = hashlib.sha256(data).hexdigest()
         target = self.root / "blobs" / digest[:2] / f"{digest}.json"
         if target.exists():

@@ -37,10 +37,13 @@ __all__ = [
     "SECRET_MASK",
     "Redactor",
     "SecretFilter",
+    "environment_secrets",
     "install_secret_filter",
+    "is_secret_environment_name",
     "is_secret_key",
     "is_valid_cpf",
     "redact_personal",
+    "scrub_secret_values",
     "scrub_secrets",
 ]
 
@@ -121,6 +124,57 @@ def is_secret_key(name: str) -> bool:
     """
     normalized = _local_name(name).lower().replace("-", "_")
     return normalized in _SECRET_KEYS or normalized.endswith(_SECRET_KEY_SUFFIXES)
+
+
+def environment_secrets() -> dict[str, str]:
+    """The current secret values of the environment, by value, longest value first.
+
+    Returns:
+        ``{value: NAME}`` for every variable named ``*_API_KEY``, ``*_TOKEN``, ``*_SECRET``
+        or ``*_PASSWORD`` (any case) whose value has 8 characters or more; when two names
+        hold the same value, the first name in sorted order.
+    """
+    found: dict[str, str] = {}
+    for name in sorted(os.environ):
+        if name.upper().endswith(_SECRET_ENV_SUFFIXES):
+            value = os.environ.get(name, "")
+            if len(value) >= _SECRET_ENV_MIN_LENGTH and value not in found:
+                found[value] = name
+    return dict(sorted(found.items(), key=lambda item: (-len(item[0]), item[0])))
+
+
+def is_secret_environment_name(name: str) -> bool:
+    """Whether environment variable ``name`` holds a secret (``*_API_KEY``, ``*_TOKEN``,
+    ``*_SECRET``, ``*_PASSWORD``, any case)."""
+    return name.upper().endswith(_SECRET_ENV_SUFFIXES)
+
+
+def scrub_secret_values(text: str, environment: Iterable[str] | None = None) -> str:
+    """``text`` with credential values masked as ``[secret]``, its structure left alone.
+
+    Masks what is a credential by its value alone: the environment's secret values, Anthropic
+    and OpenAI keys, JSON Web Tokens, and ``Bearer``/``Basic`` credentials. Unlike
+    :func:`scrub_secrets` it does not look for ``name: value`` pairs, so JSON, CSV or a
+    table stays well formed; use it on text already rendered (command output, text stored
+    as is).
+
+    Args:
+        text: any text.
+        environment: the secret values to mask (default: :func:`environment_secrets`).
+
+    Returns:
+        The masked text (the same object when nothing matched).
+    """
+    values = tuple(environment_secrets() if environment is None else environment)
+    for value in values:
+        if value in text:
+            text = text.replace(value, SECRET_MASK)
+    if "sk-" in text:
+        text = _ANTHROPIC_KEY.sub(SECRET_MASK, text)
+        text = _OPENAI_KEY.sub(SECRET_MASK, text)
+    if "eyJ" in text:
+        text = _JSON_WEB_TOKEN.sub(SECRET_MASK, text)
+    return _AUTH_SCHEME.sub(_mask_auth_scheme, text)
 
 
 def _environment_secrets() -> tuple[str, ...]:

@@ -1,0 +1,211 @@
+"""Secrets kept out of the run store, and put back from the environment on resume.
+
+The store keeps what a run needs to be resumed (params, plans, results) but never a secret:
+every JSON value the store writes is **sealed** first (:func:`seal`), and every text column
+and blob is masked at the connection (:class:`SecretMaskingConnection`):
+
+* a string that holds the value of a secret environment variable (``*_API_KEY``,
+  ``*_TOKEN``, ``*_SECRET``, ``*_PASSWORD``, 8 characters or more;
+  :func:`plandag.trace.redact.environment_secrets`) keeps the variable's *name* instead:
+  the whole value as ``{"$env": "NAME"}``, a longer text as ``{"$env_text": ["Bearer ",
+  {"$env": "NAME"}]}``. :func:`unseal` puts the value back from the environment when
+  ``resume`` or ``approve`` reads the run again;
+* any other credential (a value under a secret-named key such as ``Authorization`` or
+  ``x-api-key``, also inside text such as ``"x-api-key": "..."`` in a response body, a
+  ``Bearer`` token, an ``sk-...`` key, a JSON Web Token;
+  :func:`plandag.trace.redact.scrub_secrets`) cannot be put back
+  from anywhere and is stored as ``[secret]``; a resumed step sends ``[secret]``. Give such
+  credentials through a secret environment variable (``--param token=$MY_TOKEN``) to keep
+  runs resumable;
+* a mapping of the plan or a result that happens to have the shape of a sealed value (one
+  key ``$env``, ``$env_text`` or ``$literal``) is stored as ``{"$literal": {...}}``, so
+  text written by a model can never be turned into a secret by :func:`unseal`.
+
+Only variables with a secret-looking name are ever read back; the environment's other
+variables never enter a run this way.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from plandag.errors import InputError
+from plandag.trace.redact import (
+    SECRET_MASK,
+    environment_secrets,
+    is_secret_environment_name,
+    is_secret_key,
+    scrub_secret_values,
+    scrub_secrets,
+)
+
+__all__ = ["SecretMaskingConnection", "seal", "unseal"]
+
+_ENV = "$env"
+_ENV_TEXT = "$env_text"
+_LITERAL = "$literal"
+_MARKERS = frozenset({_ENV, _ENV_TEXT, _LITERAL})
+
+
+class _Sealer:
+    def __init__(self, environment: Mapping[str, str]) -> None:
+        self.environment = environment
+
+    def text(self, text: str) -> Any:
+        found = [value for value in self.environment if value in text]
+        if not found:
+            return scrub_secrets(text)
+        if text in self.environment:
+            return {_ENV: self.environment[text]}
+        parts: list[Any] = [text]
+        for value in found:  # longest first: a longer value is never split by a shorter
+            pieces: list[Any] = []
+            for part in parts:
+                if not isinstance(part, str):
+                    pieces.append(part)
+                    continue
+                chunks = part.split(value)
+                for index, chunk in enumerate(chunks):
+                    if index:
+                        pieces.append({_ENV: self.environment[value]})
+                    if chunk:
+                        pieces.append(chunk)
+            parts = pieces
+        return {_ENV_TEXT: [scrub_secrets(p) if isinstance(p, str) else p for p in parts]}
+
+    def value(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, Mapping):
+            sealed = {
+                key: self.field(key, item) if isinstance(key, str) else self.value(item)
+                for key, item in value.items()
+            }
+            if len(sealed) == 1 and next(iter(sealed)) in _MARKERS:
+                return {_LITERAL: sealed}
+            return sealed
+        if isinstance(value, list | tuple):
+            return [self.item(item) for item in value]
+        return value
+
+    def field(self, key: str, item: Any) -> Any:
+        if item is None or not is_secret_key(key):
+            return self.value(item)
+        sealed = self.value(item)
+        if isinstance(sealed, Mapping) and set(sealed) & {_ENV, _ENV_TEXT}:
+            return sealed  # from the environment: restorable, and holds no secret
+        return SECRET_MASK
+
+    def item(self, item: Any) -> Any:
+        if (
+            isinstance(item, list | tuple)
+            and len(item) == 2
+            and isinstance(item[0], str)
+            and item[1] is not None
+            and is_secret_key(item[0])
+        ):  # a header pair: ("Authorization", "Bearer ...")
+            return [item[0], self.field(item[0], item[1])]
+        return self.value(item)
+
+
+def seal(value: Any, environment: Mapping[str, str] | None = None) -> Any:
+    """A copy of ``value`` that holds no secret, from which :func:`unseal` rebuilds it.
+
+    Args:
+        value: JSON-like data (mappings, lists, tuples, strings, numbers, booleans, None).
+        environment: ``{secret value: variable name}`` (default: the process's,
+            :func:`plandag.trace.redact.environment_secrets`).
+
+    Returns:
+        The sealed copy (rules in the module docstring); tuples become lists.
+    """
+    return _Sealer(environment_secrets() if environment is None else environment).value(value)
+
+
+def unseal(value: Any, environ: Mapping[str, str] | None = None, *, run_id: str = "") -> Any:
+    """``value`` as it was before :func:`seal`, secrets read back from the environment.
+
+    Args:
+        value: data read from the store.
+        environ: the environment (default ``os.environ``).
+        run_id: the run, named in the error.
+
+    Returns:
+        A copy with each ``{"$env": NAME}`` replaced by the variable's value, each
+        ``{"$env_text": [...]}`` joined into its text and each ``{"$literal": {...}}``
+        unwrapped. Masked credentials stay ``[secret]``.
+
+    Raises:
+        InputError: a sealed value names a variable that is not set now, or a name that
+            is not a secret's (never read).
+    """
+    source = os.environ if environ is None else environ
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, Mapping):
+            if len(item) == 1:
+                ((key, inner),) = item.items()
+                if key == _ENV and isinstance(inner, str):
+                    return variable(inner)
+                if key == _ENV_TEXT and isinstance(inner, list):
+                    return "".join(str(walk(part)) for part in inner)
+                if key == _LITERAL and isinstance(inner, Mapping):
+                    return {name: walk(part) for name, part in inner.items()}
+            return {name: walk(part) for name, part in item.items()}
+        if isinstance(item, list):
+            return [walk(part) for part in item]
+        return item
+
+    def variable(name: str) -> str:
+        where = f"run {run_id}: " if run_id else ""
+        if not is_secret_environment_name(name):
+            raise InputError(
+                f"{where}the store names the environment variable {name!r}, which is not a "
+                "secret's name (*_API_KEY, *_TOKEN, *_SECRET, *_PASSWORD); it is not read"
+            )
+        if name not in source:
+            raise InputError(
+                f"{where}the run used the secret in the environment variable {name}, which "
+                f"the store does not keep; set {name} to the same value and run the "
+                "command again"
+            )
+        return source[name]
+
+    return walk(value)
+
+
+class SecretMaskingConnection(sqlite3.Connection):
+    """A SQLite connection that masks credentials in every text value bound to a statement.
+
+    The last line of defence of the run store: whatever a writer forgot to seal (a step's
+    detail, an error message, a goal typed with a key in it, text other parts of plandag
+    add later) reaches the database with secret values masked
+    (:func:`plandag.trace.redact.scrub_secret_values`: the environment's secret values,
+    ``sk-...`` keys, JSON Web Tokens, ``Bearer``/``Basic`` credentials). Statements are
+    run through :meth:`execute` and :meth:`executemany`; the environment is read once per
+    statement.
+    """
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        """``sqlite3.Connection.execute`` with text parameters masked."""
+        return super().execute(sql, _masked(parameters, tuple(environment_secrets())))
+
+    def executemany(self, sql: str, parameters: Iterable[Any], /) -> sqlite3.Cursor:
+        """``sqlite3.Connection.executemany`` with text parameters masked."""
+        environment = tuple(environment_secrets())
+        return super().executemany(sql, (_masked(row, environment) for row in parameters))
+
+
+def _masked(parameters: Any, environment: tuple[str, ...]) -> Any:
+    if isinstance(parameters, Mapping):
+        return {
+            key: scrub_secret_values(item, environment) if isinstance(item, str) else item
+            for key, item in parameters.items()
+        }
+    return tuple(
+        scrub_secret_values(item, environment) if isinstance(item, str) else item
+        for item in parameters
+    )
