@@ -27,6 +27,7 @@ variables never enter a run this way.
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 from collections.abc import Iterable, Mapping
@@ -38,8 +39,8 @@ from plandag.trace.redact import (
     environment_secrets,
     is_secret_environment_name,
     is_secret_key,
+    scrub_secret_text,
     scrub_secret_values,
-    scrub_secrets,
 )
 
 __all__ = ["SecretMaskingConnection", "seal", "unseal"]
@@ -50,14 +51,19 @@ _LITERAL = "$literal"
 _MARKERS = frozenset({_ENV, _ENV_TEXT, _LITERAL})
 
 
+_is_secret_key = functools.lru_cache(maxsize=4096)(is_secret_key)
+"""is_secret_key, remembered: records repeat the same few hundred keys."""
+
+
 class _Sealer:
     def __init__(self, environment: Mapping[str, str]) -> None:
         self.environment = environment
+        self.is_secret_key = _is_secret_key
 
     def text(self, text: str) -> Any:
         found = [value for value in self.environment if value in text]
         if not found:
-            return scrub_secrets(text)
+            return scrub_secret_text(text)
         if text in self.environment:
             return {_ENV: self.environment[text]}
         parts: list[Any] = [text]
@@ -74,7 +80,7 @@ class _Sealer:
                     if chunk:
                         pieces.append(chunk)
             parts = pieces
-        return {_ENV_TEXT: [scrub_secrets(p) if isinstance(p, str) else p for p in parts]}
+        return {_ENV_TEXT: [scrub_secret_text(p) if isinstance(p, str) else p for p in parts]}
 
     def value(self, value: Any) -> Any:
         if isinstance(value, str):
@@ -92,7 +98,7 @@ class _Sealer:
         return value
 
     def field(self, key: str, item: Any) -> Any:
-        if item is None or not is_secret_key(key):
+        if item is None or not self.is_secret_key(key):
             return self.value(item)
         sealed = self.value(item)
         if isinstance(sealed, Mapping) and set(sealed) & {_ENV, _ENV_TEXT}:
@@ -105,7 +111,7 @@ class _Sealer:
             and len(item) == 2
             and isinstance(item[0], str)
             and item[1] is not None
-            and is_secret_key(item[0])
+            and self.is_secret_key(item[0])
         ):  # a header pair: ("Authorization", "Bearer ...")
             return [item[0], self.field(item[0], item[1])]
         return self.value(item)

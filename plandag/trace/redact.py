@@ -43,6 +43,7 @@ __all__ = [
     "is_secret_key",
     "is_valid_cpf",
     "redact_personal",
+    "scrub_secret_text",
     "scrub_secret_values",
     "scrub_secrets",
 ]
@@ -177,6 +178,20 @@ def scrub_secret_values(text: str, environment: Iterable[str] | None = None) -> 
     return _AUTH_SCHEME.sub(_mask_auth_scheme, text)
 
 
+def scrub_secret_text(text: str, environment: Iterable[str] = ()) -> str:
+    """``text`` masked by :func:`scrub_secrets`'s rules for strings, the environment given.
+
+    Args:
+        text: a string value (not JSON text: ``name: value`` pairs inside are masked too).
+        environment: the secret values to mask wherever they appear (default: none; pass
+            :func:`environment_secrets` keys to mask the environment's).
+
+    Returns:
+        The masked text.
+    """
+    return _scrub_secret_text(text, tuple(environment))
+
+
 def _environment_secrets() -> tuple[str, ...]:
     """The current values of secret-named environment variables, longest first."""
     # names first: only the matching values are read (and decoded) from the environment
@@ -204,10 +219,16 @@ def _mask_auth_scheme(match: re.Match[str]) -> str:
     return f"{match.group(1)}{match.group(2)}{SECRET_MASK}"
 
 
+# Every pattern below needs one of these: a text without any is left as it is, unscanned.
+_MAYBE_CREDENTIAL = re.compile(r"(?i)sk-|eyj|bearer|basic|[:=,]")
+
+
 def _scrub_secret_text(text: str, environment: tuple[str, ...]) -> str:
     for value in environment:
         if value in text:
             text = text.replace(value, SECRET_MASK)
+    if not _MAYBE_CREDENTIAL.search(text):
+        return text
     if "sk-" in text:
         text = _ANTHROPIC_KEY.sub(SECRET_MASK, text)
         text = _OPENAI_KEY.sub(SECRET_MASK, text)
