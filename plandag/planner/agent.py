@@ -740,7 +740,7 @@ class Agent:
             # closed every step (running ones cancelled, the rest skipped); report that
             # state instead of losing it. The cancelled scope re-raises at the caller's
             # next checkpoint, so the cancellation itself is not lost.
-            return run.result(session_ref[0].result())
+            return run.result(run.interrupted(session_ref[0].result()))
         finally:
             if session_ref:
                 with self._running_lock:
@@ -969,6 +969,24 @@ class _AgentRun:
         """Record what ended the run outside its steps."""
         self.status = status
         self.error = StepErrorInfo(error_type, message)
+
+    def interrupted(self, run: RunResult) -> RunResult:
+        """The result of a run cancelled from outside: ``interrupted`` whatever its steps
+        say (a run cancelled while the planner wrote has no steps at all, and one cancelled
+        while the joiner thought has no answer), unless a brake had already stopped it
+        (``timed_out``, ``budget_exceeded``)."""
+        if run.status in ("timed_out", "budget_exceeded"):
+            return run
+        if self.status is None or self.status in ("succeeded", "failed"):
+            phase = (
+                "while the planner wrote the plan"
+                if self.outcome is None and not self.versions
+                else "before the run ended"
+            )
+            self.fail("interrupted", "Interrupted", f"the run was cancelled {phase}")
+        if run.status == "interrupted":
+            return run
+        return dataclasses.replace(run, status="interrupted", stop_reason="interrupted")
 
     # -- 2. run and replan ---------------------------------------------------------------------
 

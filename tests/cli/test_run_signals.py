@@ -74,3 +74,46 @@ def test_sigint_during_run_reports_the_state(tmp_path: Path) -> None:
         2: ("cancelled", "interrupted"),
         3: ("skipped", "interrupted"),
     }
+
+
+def test_sigint_while_the_planner_writes_ends_interrupted(tmp_path: Path) -> None:
+    tools = tmp_path / "tools.py"
+    tools.write_text(TOOLS, encoding="utf-8")
+    store = tmp_path / "store" / "runs.sqlite3"
+    plan = {
+        "g": "demo",
+        "s": [{"i": 1, "t": "quick", "a": ["x:=1"], "d": []}],
+        "o": '"<step_1_result>"',
+    }
+    with MessagesServer(ttft=30.0) as server:  # the plan never arrives before the signal
+        server.push_json(plan)
+        env = {**os.environ, "ANTHROPIC_API_KEY": "test", "PLANDAG_STORE": str(store)}
+        command = [sys.executable, "-m", "plandag", "run", "demo", "--tools", str(tools)]
+        command += ["--base-url", server.url, "--json"]
+        process = subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        try:
+            deadline = time.monotonic() + 20
+            while not server.message_requests and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert server.message_requests, "the planner was never asked"
+            process.send_signal(signal.SIGINT)
+            stdout, stderr = process.communicate(timeout=15)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    assert process.returncode == 130, stderr
+    result = json.loads(stdout)
+    assert result["status"] == "interrupted"
+    assert result["answer"] is None
+    assert result["steps"] == []
+    from plandag.store import open_store
+
+    opened = open_store(store)
+    try:
+        [row] = opened.runs()
+        assert row.status == "interrupted"
+    finally:
+        opened.close()
