@@ -35,7 +35,13 @@ failure. Only a plan that does not compile goes back to the model.
 Effects: the run is opened with ``hold_effects`` (the session's default), so only steps
 without effects start early; :meth:`StreamingPlanner.plan_into` releases them once the whole
 plan has arrived and compiled as a whole (:func:`~plandag.compiler.compile_plan`).
-Approval, where required, is a later issue.
+Approval, where required, comes before that release.
+
+A stream that breaks off mid-plan (an ``overloaded_error`` event, a dropped connection) and
+is retried is discarded whole: the steps it had added leave the run (running ones are
+cancelled, finished ones' results dropped; steps with effects never started, they wait for
+the whole plan), and the retried attempt's plan runs as if it were the first — nothing of
+the broken attempt is reused or left for the new plan to repeat or skip.
 
 A plan cut off by ``max_tokens`` is an error, never a shorter plan: the
 :class:`~plandag.planner.llm.TruncatedResponseError` propagates (the agent then ends the
@@ -214,8 +220,16 @@ class StepDispatcher:
             self._take(raw)
 
     async def restart(self) -> None:
-        """The stream is retried from its start (``call_with_retries(on_restart=...)``):
-        steps it added stay; they are met again, and must come back unchanged."""
+        """The stream broke and is retried from its start
+        (``call_with_retries(on_restart=...)``): the broken attempt is discarded whole.
+        Every step it added leaves the run with its descendants (running ones are
+        cancelled, results dropped: :meth:`RunSession.discard`), so the retried attempt's
+        plan runs as if it were the first; steps accepted by earlier, complete attempts
+        stay."""
+        added, self.added = self.added, []
+        for step_id in added:
+            self.accepted.pop(step_id, None)
+        await self.session.discard(added)
         self.scanner.reset()
         self._waiting.clear()
         self._seen.clear()

@@ -10,9 +10,10 @@ per check), and for a failed attempt that will be tried again ``StepRetrying``, 
 ``StepStarted`` of the next attempt...; then one of ``StepSucceeded`` / ``StepFailed`` /
 ``StepCancelled``, or a single ``StepSkipped`` for a step that never started; finally
 ``RunFinished``. In a session (:mod:`plandag.scheduler.session`) ``StepsAdded`` comes
-before the events of the steps it adds, and ``StepSuperseded`` when a replan replaces an
-ended step. ``DependencyDown`` follows the ``StepFailed`` that took a tool or host out of
-the run. ``Heartbeat`` and ``Stall`` come in between, from a monitor task, every
+before the events of the steps it adds, ``StepSuperseded`` when a replan replaces an
+ended step, and ``StepsDiscarded`` when the steps of a broken planner attempt leave the
+run. ``DependencyDown`` follows the ``StepFailed`` that took a tool or host out of the
+run. ``Heartbeat`` and ``Stall`` come in between, from a monitor task, every
 ``heartbeat_every`` seconds and when no step has finished for ``stall_after`` seconds. All
 ``time`` fields are wall-clock seconds since the epoch (from the run's clock).
 """
@@ -44,6 +45,7 @@ __all__ = [
     "StepSucceeded",
     "StepSuperseded",
     "StepsAdded",
+    "StepsDiscarded",
 ]
 
 
@@ -187,6 +189,17 @@ class DependencyDown:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class StepsDiscarded:
+    """Steps left a running session whole: the planner's attempt that wrote them broke off
+    mid-stream (its running steps were cancelled first, with reason ``discarded``). Their
+    records and results are gone; a later step may reuse an id."""
+
+    run_id: str
+    step_ids: tuple[int, ...]
+    time: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class RunFinished:
     """The run ended; ``result`` is the complete :class:`RunResult`."""
 
@@ -272,6 +285,7 @@ Event = (
     | StepsAdded
     | StepSuperseded
     | DependencyDown
+    | StepsDiscarded
     | Heartbeat
     | Stall
     | RunFinished

@@ -216,6 +216,11 @@ class _SessionRun(_Run):
         self.monitor_scope = anyio.CancelScope()
         self.listed_hosts = set()
         self.http_allow = allowed_hosts(compiled.http_allow, ())
+        self.claimed: set[int] = set()
+        """Steps a task has taken to run (each runs in exactly one task)."""
+        self.step_scopes: dict[int, anyio.CancelScope] = {}
+        self.step_done: dict[int, anyio.Event] = {}
+        self.discarding: set[int] = set()
         for step_id in compiled.order:
             self.hold_if_effects(step_id)
 
@@ -376,6 +381,93 @@ class _SessionRun(_Run):
         for step_id in held:
             if self.remaining[step_id] == 0 and self.records[step_id].status == "pending":
                 self.spawn(step_id)
+
+    async def run_one_step(self, step_id: int) -> int | None:
+        """Run one step (as the engine does) in a cancel scope of its own, so that
+        :meth:`discard` can cancel it alone; a step already taken by another task, or
+        discarded before its task began, is not run."""
+        if step_id in self.claimed or step_id not in self.records:
+            return None
+        self.claimed.add(step_id)
+        scope = self.step_scopes[step_id] = anyio.CancelScope()
+        done = self.step_done[step_id] = anyio.Event()
+        try:
+            with scope:
+                return await super().run_one_step(step_id)
+            return None  # discarded while running: cancelled by its own scope only
+        finally:
+            if self.step_scopes.get(step_id) is scope:
+                del self.step_scopes[step_id]
+            done.set()
+
+    def interrupt(self, record: StepRecord, reason: str = "interrupted") -> None:
+        """As the engine's; a step being discarded ends ``cancelled`` with reason
+        ``discarded``."""
+        if record.id not in self.discarding or record.status != "running":
+            super().interrupt(record, reason)
+            return
+        now = self.now()
+        record.status = "cancelled"
+        record.reason = "discarded"
+        record.detail = (
+            "the planner's attempt that wrote this step broke off mid-stream; the step was "
+            "cancelled and its attempt discarded whole"
+        )
+        self.close(record.id, record)
+        if self.observers:
+            self.emit(events.StepCancelled(self.run_id, record.id, "discarded", now))
+
+    async def discard(self, step_ids: Collection[int]) -> tuple[int, ...]:
+        """Remove steps and their descendants from the run whole: running ones are
+        cancelled (and waited for), then every record, result and edge of them is dropped;
+        emits :class:`~plandag.scheduler.events.StepsDiscarded`. Returns the ids removed,
+        sorted."""
+        graph = self.graph
+        doomed: set[int] = set()
+        for step_id in step_ids:
+            if step_id in self.records and step_id not in doomed:
+                doomed.add(step_id)
+                doomed.update(nx.descendants(graph, step_id))
+        if not doomed:
+            return ()
+        self.discarding.update(doomed)
+        try:
+            waits = []
+            for step_id in sorted(doomed):
+                scope = self.step_scopes.get(step_id)
+                if scope is not None:
+                    scope.cancel()
+                    waits.append(self.step_done[step_id])
+            for done in waits:
+                await done.wait()
+        finally:
+            self.discarding.difference_update(doomed)
+        steps = self.steps
+        for step_id in doomed:
+            for parent in steps[step_id].parents:
+                if parent in doomed or parent not in steps:
+                    continue
+                old = steps[parent]
+                steps[parent] = dataclasses.replace(
+                    old, children=tuple(child for child in old.children if child not in doomed)
+                )
+        for step_id in doomed:
+            del steps[step_id]
+            del self.plan_steps[step_id]
+            del self.records[step_id]
+            self.remaining.pop(step_id, None)
+            self.held.discard(step_id)
+            self.claimed.discard(step_id)
+            self.step_done.pop(step_id, None)
+            self.results.pop(step_id, None)
+            self.started_monotonic.pop(step_id, None)
+            self.failed_upstream.pop(step_id, None)
+            self.tool_limiter.pop(step_id, None)
+        graph.remove_nodes_from(doomed)
+        removed = tuple(sorted(doomed))
+        if self.observers:
+            self.emit(events.StepsDiscarded(self.run_id, removed, self.now()))
+        return removed
 
     # -- the session's tasks ---------------------------------------------------------------
 
@@ -708,6 +800,28 @@ class RunSession:
             run.records[step_id].superseded_by = list(replacement)
             if run.observers:
                 run.emit(events.StepSuperseded(run.run_id, step_id, tuple(replacement), now))
+
+    async def discard(self, step_ids: Collection[int]) -> tuple[int, ...]:
+        """Take steps out of the run whole, with every step downstream of them: the steps
+        of a planner attempt that broke off mid-stream, so that the retried attempt's plan
+        runs as if it were the first (ARCHITECTURE.md, "Streaming").
+
+        Running ones are cancelled (reason ``discarded``) and waited for; then their
+        records, results and edges are dropped, and their ids may be added again. Steps
+        with effects among them had not started (they wait for the whole plan). Spend
+        already charged stays charged.
+
+        Args:
+            step_ids: ids of steps in the run (unknown ids are ignored).
+
+        Returns:
+            Every id removed (``step_ids`` and their descendants), sorted.
+
+        Raises:
+            RuntimeError: the session is closed.
+        """
+        self._check_open()
+        return await self._run.discard(step_ids)
 
     def set_output(self, output: Any, *, allow_ended: bool = False) -> tuple[Diagnostic, ...]:
         """Replace the run's output (a streamed plan's, or a replan's).

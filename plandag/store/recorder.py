@@ -238,6 +238,11 @@ class StoreRecorder:
             )
         elif isinstance(event, events.StepSuperseded):
             store.supersede(run_id, event.step_id, event.superseded_by)
+        elif isinstance(event, events.StepsDiscarded):
+            for step_id in event.step_ids:
+                self.results.pop(step_id, None)
+                self.attempts.pop(step_id, None)
+            store.discard_steps(run_id, event.step_ids)
         elif isinstance(event, events.Heartbeat):
             store.record_event(
                 run_id, "heartbeat", {"done": event.done, "total": event.total}, event.time

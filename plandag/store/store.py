@@ -699,6 +699,16 @@ class Store:
         with self.transaction() as connection:
             connection.execute("DELETE FROM step WHERE run_id = ?", (run_id,))
 
+    def discard_steps(self, run_id: str, step_ids: Sequence[int]) -> None:
+        """Forget the rows of steps that left the run whole (a broken planner attempt's;
+        transitions stay as history), batched after the writes queued before."""
+        for step_id in step_ids:
+            self.write(
+                "DELETE FROM step WHERE run_id = ? AND step_id = ?",
+                (run_id, step_id),
+                durable=False,
+            )
+
     def supersede(self, run_id: str, step_id: int, superseded_by: Sequence[int]) -> None:
         """Record that a replan replaced step ``step_id``."""
         self.write(

@@ -243,21 +243,90 @@ async def test_a_streamed_plan_cut_at_max_tokens_fails_and_stops_its_started_ste
 
 
 @pytest.mark.anyio
-async def test_a_mid_stream_overloaded_event_is_retried_and_accepted_steps_do_not_rerun(
+async def test_a_mid_stream_overloaded_event_is_retried_and_the_broken_attempt_discarded(
     server: MessagesServer,
 ) -> None:
+    server.tokens_per_second = 200.0  # step 1 ends well before the stream breaks
     server.push_stream_error_after(len('{"g":"Score a and b","s":[') + 60, text=PLAN_TEXT)
     server.push_json(PLAN)
     clock = VirtualClock()
-    result = await run_agent(server, clock=clock)
+    seen: list[events.Event] = []
+    result = await run_agent(server, clock=clock, observers=[seen.append])
 
     assert result.status == "succeeded"
     assert result.answer == 3.0
     assert clock.sleeps == [0.5]
     assert [record.error_reason for record in result.llm_calls] == ["overloaded_error", None]
     assert len(server.message_requests) == 2
-    # step 1 was accepted (and ran) during the broken stream; the retry met it unchanged
-    assert tool_calls == Counter({"lookup:a": 1, "lookup:bb": 1, "total": 1})
+    # step 1 ran during the broken stream; that attempt was discarded whole, so the retried
+    # plan ran it again as if first (its result was not reused)
+    assert tool_calls == Counter({"lookup:a": 2, "lookup:bb": 1, "total": 1})
+    [discarded] = [event for event in seen if isinstance(event, events.StepsDiscarded)]
+    assert discarded.step_ids == (1,)
+    assert sorted(result.run.steps) == [1, 2, 3]
+    assert {key: record.status for key, record in result.run.steps.items()} == {
+        1: "succeeded",
+        2: "succeeded",
+        3: "succeeded",
+    }
+
+
+BROKEN = {
+    "g": "Score a and b",
+    "s": [
+        step(1, "lookup", ["name=a"], []),
+        step(2, "slow_lookup", ["name=zz"], []),
+        step(4, "save", ["path=broken.txt", "data=<step_1_result.name>"], [1]),
+        step(3, "total", ["a=<step_1_result.score>", "b=<step_2_result.score>"], [1, 2]),
+    ],
+    "o": '"<step_3_result>"',
+}
+RETRIED = {
+    "g": "Score a and b",
+    "s": [
+        step(1, "lookup", ["name=ccc"], []),
+        step(2, "lookup", ["name=bb"], []),
+        step(3, "total", ["a=<step_1_result.score>", "b=<step_2_result.score>"], [1, 2]),
+        step(4, "save", ["path=kept.txt", "data=<step_1_result.name>"], [1]),
+    ],
+    "o": '"<step_3_result>"',
+}
+
+
+@pytest.mark.anyio
+async def test_a_planner_attempt_broken_mid_stream_is_discarded_whole(
+    server: MessagesServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    broken_text = json.dumps(BROKEN, separators=(",", ":"))
+    cut = broken_text.index('{"i":3')  # steps 1, 2 and 4 have arrived; 3 has not
+    server.tokens_per_second = 200.0  # step 1 ends and step 2 is running when it breaks
+    server.push_stream_error_after(cut, text=broken_text)
+    server.push_json(RETRIED)
+    seen: list[events.Event] = []
+    result = await run_agent(server, clock=VirtualClock(), observers=[seen.append])
+
+    assert result.status == "succeeded"
+    assert result.answer == 5.0  # 3 ("ccc") + 2 ("bb"): nothing of the broken attempt
+    assert result.run.steps[1].result == {"name": "ccc", "score": 3}
+    # the retried plan's steps all ran; the broken attempt's lookup ran once, its slow
+    # step was cancelled, and its step with effects never started
+    assert tool_calls == Counter(
+        {"lookup:a": 1, "slow_lookup:zz": 1, "lookup:ccc": 1, "lookup:bb": 1, "total": 1, "save": 1}
+    )
+    assert not (tmp_path / "broken.txt").exists()
+    assert (tmp_path / "kept.txt").read_text(encoding="utf-8") == "ccc"
+    cancelled = [event for event in seen if isinstance(event, events.StepCancelled)]
+    assert [(event.step_id, event.reason) for event in cancelled] == [(2, "discarded")]
+    [discarded] = [event for event in seen if isinstance(event, events.StepsDiscarded)]
+    assert discarded.step_ids == (1, 2, 4)
+    assert {key: record.status for key, record in result.run.steps.items()} == {
+        1: "succeeded",
+        2: "succeeded",
+        3: "succeeded",
+        4: "succeeded",
+    }
+    assert result.run.steps[2].tool == "lookup"
 
 
 @pytest.mark.anyio
