@@ -11,7 +11,7 @@ import networkx as nx
 from plandag.checks.base import CheckDefinition
 from plandag.compiler.diagnostics import Diagnostic
 from plandag.dag.plan import Plan, Step
-from plandag.dag.references import ArgsTemplate, compile_template, is_constant
+from plandag.dag.references import ArgsTemplate, compile_template, find_references, is_constant
 from plandag.tools.base import Tool
 from plandag.tools.boundary import WriteBoundary
 
@@ -131,3 +131,53 @@ class CompiledPlan:
     def roots(self) -> tuple[int, ...]:
         """Steps with no dependencies, which start first."""
         return tuple(step_id for step_id in self.order if not self.steps[step_id].parents)
+
+    def without_steps(self, step_ids: Iterable[int]) -> CompiledPlan:
+        """This plan with ``step_ids`` and every step downstream of them taken out: the
+        steps a person rejected at approval, or steps a replan superseded, which must never
+        run (ARCHITECTURE.md, "People in the loop", "Replanning").
+
+        The remaining steps keep their ids, arguments and order (no recompile is needed: a
+        remaining step depends on none of the removed ones). The output is kept when it
+        references none of the removed steps, else it becomes None.
+
+        Args:
+            step_ids: ids to take out (ids not in the plan are ignored).
+
+        Returns:
+            A new :class:`CompiledPlan` (this one when nothing is taken out).
+        """
+        doomed: set[int] = set()
+        for step_id in step_ids:
+            if step_id in self.steps and step_id not in doomed:
+                doomed.add(step_id)
+                doomed.update(nx.descendants(self.graph, step_id))
+        if not doomed:
+            return self
+        steps = {
+            step_id: dataclasses.replace(
+                step, children=tuple(child for child in step.children if child not in doomed)
+            )
+            for step_id, step in self.steps.items()
+            if step_id not in doomed
+        }
+        output = self.plan.output
+        if output is not None and any(
+            reference.step_id in doomed for _, reference in find_references(output)
+        ):
+            output = None
+        plan = self.plan.model_copy(
+            update={
+                "steps": [step for step in self.plan.steps if step.id not in doomed],
+                "output": output,
+            }
+        )
+        graph = self.graph.copy()
+        graph.remove_nodes_from(doomed)
+        return dataclasses.replace(
+            self,
+            plan=plan,
+            graph=graph,
+            steps=steps,
+            order=tuple(step_id for step_id in self.order if step_id not in doomed),
+        )

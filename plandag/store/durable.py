@@ -13,7 +13,9 @@ when its tool has no effects, is idempotent, or takes the :class:`~plandag.tools
 idempotency key (``run_id:step_id``, the same across the crash, so the outside system can
 drop the duplicate). Otherwise the run is saved as ``awaiting_approval`` and a person
 decides (``plandag approve RUN_ID`` runs those steps again; ``plandag reject`` ends the run
-``rejected``).
+``rejected``). A step a replan superseded never runs again (:func:`superseded_steps`); when
+its effect is unknown the run escalates (``superseded_unknown``) instead of running its
+replacement.
 
 Time spent waiting for a decision is not counted by the wall-clock cap: each segment gets
 the cap minus the time earlier segments ran (``options["elapsed_s"]``).
@@ -57,6 +59,7 @@ __all__ = [
     "decide",
     "open_run",
     "start_run",
+    "superseded_steps",
     "unknown_outcome_steps",
 ]
 
@@ -184,6 +187,70 @@ def unknown_outcome_steps(
         else:
             ask.append(step_id)
     return safe, ask
+
+
+def superseded_steps(
+    rows: Mapping[int, StepRow], compiled: CompiledPlan
+) -> tuple[list[int], list[int]]:
+    """The steps a replan superseded, and among them those whose effect is unknown.
+
+    A superseded step never runs again (on ``resume`` or ``approve`` alike): a replan
+    replaced it, and its replacement is what a person approved. Its effect is unknown when
+    its tool has effects, it started (attempts > 0), its tool is neither idempotent nor
+    takes the idempotency key, and it did not end in a known way: it was ``running`` or
+    ``cancelled`` (stopped mid-call), or it ``failed`` with reason ``timeout`` (a late
+    result is discarded, the call may have acted). A run with such a step escalates
+    (``superseded_unknown``): a person decides whether its replacement may run.
+
+    Args:
+        rows: the run's stored steps by id.
+        compiled: the run's current plan version, compiled (tools of steps no longer in
+            it are taken as neither idempotent nor keyed).
+
+    Returns:
+        ``(superseded, unknown)``, each sorted.
+    """
+    superseded: list[int] = []
+    unknown: list[int] = []
+    for step_id, row in sorted(rows.items()):
+        if not row.superseded_by:
+            continue
+        superseded.append(step_id)
+        if row.effects == "none" or row.attempts == 0:
+            continue
+        stopped = row.status in ("running", "cancelled") or (
+            row.status == "failed" and row.reason == "timeout"
+        )
+        if not stopped:
+            continue
+        step = compiled.steps.get(step_id)
+        if step is not None and (step.tool.idempotent or step.tool.takes_context):
+            continue
+        unknown.append(step_id)
+    return superseded, unknown
+
+
+def _escalate_superseded(
+    store: Store, run_id: str, rows: Mapping[int, StepRow], unknown: Sequence[int], writer: Any
+) -> DurableOutcome:
+    names = ", ".join(f"{step_id} ({rows[step_id].tool})" for step_id in unknown)
+    detail = (
+        f"superseded step(s) {names} started and may have acted (their outcome is unknown); "
+        "their replacement would repeat the effect: a person decides whether it may run"
+    )
+    if writer is not None:
+        writer.segment_ended("escalated")
+    store.update_run(run_id, status="escalated", detail=detail, pid=None, awaiting_reason=None)
+    result = RunResult(
+        run_id,
+        "escalated",
+        {},
+        escalation="superseded_unknown",
+        escalation_detail=detail,
+    )
+    return DurableOutcome(
+        run_id, "escalated", result=result, message=f"run {run_id} escalated: {detail}"
+    )
 
 
 async def _decide(
@@ -426,6 +493,8 @@ async def continue_run(
     row = store.run(run_id)
     segment = row.segment + 1
     rows = store.steps(run_id)
+    superseded, unknown_superseded = superseded_steps(rows, compiled)
+    compiled = compiled.without_steps(superseded)  # never run again
     completed = {  # results as they were: secrets put back from the environment
         step_id: unseal(step.result, run_id=run_id)
         for step_id, step in rows.items()
@@ -440,6 +509,8 @@ async def continue_run(
             writer.set_dependencies(
                 {step_id: list(step.parents) for step_id, step in compiled.steps.items()}
             )
+        if unknown_superseded:
+            return _escalate_superseded(store, run_id, rows, unknown_superseded, writer)
         store.update_run(
             run_id, status="running", segment=segment, pid=_pid(), awaiting_reason=None
         )

@@ -270,3 +270,82 @@ def test_approve_from_another_folder_writes_where_the_plan_meant(
     assert approved.exit_code == 0, approved.output
     assert json.loads((project / "out" / "a.json").read_text()) == {"x": 1}
     assert not (elsewhere / "out").exists()
+
+
+FLAKY_TOOLS = '''
+
+from plandag.errors import PermanentStepError
+
+
+@tool(effects="write")
+def publish_flaky(channel: str) -> str:
+    """Publish on CHANNEL; the service acts, then answers with an error."""
+    with LOG.open("a", encoding="utf-8") as log:
+        log.write(f"publish_flaky {channel}\\n")
+    raise PermanentStepError(f"{channel}: the service answered 500 after posting")
+
+
+@tool(effects="irreversible")
+def announce(channel: str) -> str:
+    """Announce on CHANNEL (cannot be undone)."""
+    with LOG.open("a", encoding="utf-8") as log:
+        log.write(f"announce {channel}\\n")
+    return f"announced on {channel}"
+'''
+
+
+def test_approving_a_replanned_run_never_reruns_its_superseded_step(
+    server: MessagesServer, tmp_path: Path
+) -> None:
+    (tmp_path / "tools.py").write_text(TOOLS_FILE + FLAKY_TOOLS, encoding="utf-8")
+    server.push_json(
+        {
+            "g": "Publish the score",
+            "s": [
+                {"i": 1, "t": "lookup", "a": ["name=abc"], "d": []},
+                {"i": 2, "t": "publish_flaky", "a": ["channel=blog"], "d": [1]},
+            ],
+            "o": '"<step_2_result>"',
+        }
+    )
+    server.push_json(  # the replan: an irreversible step, which asks
+        {
+            "g": "Publish the score",
+            "s": [{"i": 3, "t": "announce", "a": ["channel=finance"], "d": []}],
+            "o": '"<step_3_result>"',
+        }
+    )
+    first = plandag(
+        "run",
+        "Publish the score",
+        "--tools",
+        "tools.py",
+        "--base-url",
+        server.url,
+        "--approve",
+        "auto",
+        "--retries",
+        "0",
+        "--json",
+    )
+    assert first.exit_code == 4, first.output
+    run_id = json.loads(first.stdout)["run_id"]
+    log = tmp_path / "effects.log"
+    assert log.read_text().splitlines() == ["lookup abc", "publish_flaky blog"]
+
+    approved = plandag("approve", run_id, "--json")
+    assert approved.exit_code == 0, approved.output
+    assert json.loads(approved.stdout)["output"] == "announced on finance"
+    # the superseded step (its effect already happened once) never ran again
+    assert log.read_text().splitlines() == [
+        "lookup abc",
+        "publish_flaky blog",
+        "announce finance",
+    ]
+    store = open_store(tmp_path / "store" / "runs.sqlite3")
+    try:
+        steps = store.steps(run_id)
+        assert (steps[2].status, steps[2].superseded_by, steps[2].attempts) == ("failed", [3], 1)
+        assert store.run(run_id).status == "succeeded"
+    finally:
+        store.close()
