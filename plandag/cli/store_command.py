@@ -88,7 +88,12 @@ EscalateOption = Annotated[
 ]
 RunIdArgument = Annotated[str, typer.Argument(metavar="RUN_ID", help="The run (or an id prefix).")]
 HashOption = Annotated[
-    str | None, typer.Option("--hash", help="The plan hash you reviewed; refused if stale.")
+    str | None,
+    typer.Option(
+        "--hash",
+        help="The plan hash you reviewed; refused if stale. Required when more than one "
+        "plan version was shown since the last decision.",
+    ),
 ]
 WhoOption = Annotated[str | None, typer.Option("--who", help="Your name.")]
 RedactOption = Annotated[

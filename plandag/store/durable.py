@@ -581,15 +581,17 @@ def decide(
         who: the decider's name.
         feedback: the rejection's text (reaches the planner in full).
         expected_hash: the plan hash the person decided on (``--hash``); None: the current
-            version's.
+            version's, refused when more than one version was shown to a person since the
+            last decision (the person must say which one they reviewed).
         now: the time (seconds since the epoch; default: now).
 
     Returns:
         The plan hash decided on.
 
     Raises:
-        InputError: the run does not await a decision, or its request expired (it is then
-            recorded ``rejected``, reason expired).
+        InputError: the run does not await a decision, its request expired (it is then
+            recorded ``rejected``, reason expired), or no hash was given while several plan
+            versions were shown since the last decision (each is listed with its hash).
         StaleDecisionError: ``expected_hash`` is not the current version's hash.
 
     The decision takes the run atomically (:meth:`Store.claim_run`): of two people who
@@ -601,6 +603,16 @@ def decide(
             f"run {run_id} is {row.status}, not awaiting_approval: there is nothing to decide"
         )
     current = store.plan_versions(run_id)[-1]
+    if expected_hash is None:
+        shown = store.shown_since_decision(run_id)
+        if len(shown) > 1:
+            listed = "; ".join(f"version {version.version}: {version.hash}" for version in shown)
+            verb = "approve" if approved else "reject"
+            raise InputError(
+                f"run {run_id}: {len(shown)} plan versions were shown since the last decision "
+                f"({listed}); say which one you reviewed: `plandag {verb} {run_id} --hash "
+                "HASH` (only the current one, the last listed, can be decided on)"
+            )
     if expected_hash is not None and expected_hash != current.hash:
         raise StaleDecisionError(
             f"run {run_id}: --hash {expected_hash} is not the plan awaiting a decision "

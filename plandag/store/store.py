@@ -123,8 +123,9 @@ class RunRow:
 @dataclasses.dataclass(frozen=True)
 class PlanVersionRow:
     """One version of a run's plan: its hash (``plandag.approval.plan_hash``), the plan's
-    JSON, where it came from (``stored``, ``planner``, ``replan``, ``revision``) and who
-    approved it (None: not approved)."""
+    JSON, where it came from (``stored``, ``planner``, ``replan``, ``revision``,
+    ``amended``), who approved it (None: not approved), and when it was first shown to a
+    person for a decision (None: never)."""
 
     run_id: str
     version: int
@@ -134,6 +135,7 @@ class PlanVersionRow:
     created: float
     approved_by: str | None
     approved_at: float | None
+    shown_at: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -516,15 +518,39 @@ class Store:
         """Every plan version of the run, oldest first."""
         self.flush(durable=False)  # visible to reads; synced later
         rows = self.connection.execute(
-            "SELECT run_id, version, hash, plan, source, created, approved_by, approved_at "
-            "FROM plan_version WHERE run_id = ? ORDER BY version",
+            "SELECT run_id, version, hash, plan, source, created, approved_by, approved_at, "
+            "shown_at FROM plan_version WHERE run_id = ? ORDER BY version",
             (run_id,),
         )
         return [
             PlanVersionRow(
-                row[0], row[1], row[2], json.loads(row[3]), row[4], row[5], row[6], row[7]
+                row[0], row[1], row[2], json.loads(row[3]), row[4], row[5], row[6], row[7], row[8]
             )
             for row in rows
+        ]
+
+    def mark_shown(self, run_id: str, version: int, at: float | None = None) -> None:
+        """Record that plan version ``version`` was shown to a person for a decision (the
+        first time counts; committed at once)."""
+        self.write(
+            "UPDATE plan_version SET shown_at = COALESCE(shown_at, ?) "
+            "WHERE run_id = ? AND version = ?",
+            (time.time() if at is None else at, run_id, version),
+            durable=True,
+        )
+
+    def shown_since_decision(self, run_id: str) -> list[PlanVersionRow]:
+        """The plan versions shown to a person after the run's last decision (approved,
+        rejected, amended or expired; ``asked`` is not a decision), oldest first: when
+        there are several, a decision must name the one it is for by its hash."""
+        decided = [
+            decision.time for decision in self.decisions(run_id) if decision.decision != "asked"
+        ]
+        last = max(decided) if decided else None
+        return [
+            version
+            for version in self.plan_versions(run_id)
+            if version.shown_at is not None and (last is None or version.shown_at > last)
         ]
 
     def record_decision(
@@ -538,14 +564,22 @@ class Store:
         feedback: str | None = None,
     ) -> None:
         """Record a decision on plan version ``version`` (committed at once); an
-        ``approved`` one also marks the version approved by ``who``."""
+        ``approved`` one also marks the version approved by ``who``. ``asked`` (a request
+        made) marks the version shown (:meth:`mark_shown`) at that moment."""
         now = time.time()
+        self.flush()
         with self.transaction() as connection:
             connection.execute(
                 "INSERT INTO decision (run_id, version, plan_hash, decision, who, feedback, "
                 "time) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (run_id, version, plan_hash, decision, who, feedback, now),
             )
+            if decision == "asked":
+                connection.execute(
+                    "UPDATE plan_version SET shown_at = COALESCE(shown_at, ?) "
+                    "WHERE run_id = ? AND version = ?",
+                    (now, run_id, version),
+                )
             if decision == "approved":
                 connection.execute(
                     "UPDATE plan_version SET approved_by = ?, approved_at = ? "
