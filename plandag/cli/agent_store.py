@@ -17,6 +17,7 @@ from plandag.cli.store_command import (
     terminal_approver,
     trace_factory,
 )
+from plandag.dag.references import find_references
 
 if TYPE_CHECKING:
     from plandag.compiler.compiled import CompiledPlan
@@ -97,7 +98,7 @@ def revise(store: Store, run_id: str, row: Any, options: RunOptions, writer: Any
     store.add_plan_version(
         run_id, version, plan.model_dump(mode="json", exclude_none=True), digest, "revision"
     )
-    store.reset_steps(run_id)
+    store.reset_steps(run_id, keep=_still_valid(store.steps(run_id), versions[-1].plan, plan))
     for call in outcome.records:
         store.record_llm_call(run_id, "revision", call)
         writer.llm_call(call, "revision")
@@ -121,6 +122,36 @@ def revise(store: Store, run_id: str, row: Any, options: RunOptions, writer: Any
         f"run {run_id}: revised plan version {version} awaits a decision "
         f"(`plandag approve {run_id} --hash {digest}`)"
     )
+
+
+def _still_valid(rows: Mapping[int, Any], rejected: Mapping[str, Any], revised: Any) -> list[int]:
+    """Steps of the rejected plan whose results the revision keeps: effect-free steps that
+    succeeded (while the approval was pending) and that the revised plan has unchanged, as
+    it has every step upstream of them. Their results are facts the rejection did not
+    touch; every other step row is forgotten."""
+    before = {step["id"]: step for step in rejected.get("steps", [])}
+    after = {step.id: step.model_dump(mode="json", exclude_none=True) for step in revised.steps}
+
+    def parents(step_id: int) -> set[int]:
+        document = after[step_id]
+        found = set(document.get("depends_on", []))
+        for field in ("args", "check"):
+            found.update(
+                reference.step_id
+                for _, reference in find_references(document.get(field))
+                if reference.step_id is not None
+            )
+        return found
+
+    def same(step_id: int, seen: frozenset[int]) -> bool:
+        if step_id in seen or before.get(step_id) != after.get(step_id):
+            return False
+        row = rows.get(step_id)
+        if row is None or row.status != "succeeded" or row.effects != "none":
+            return False
+        return all(same(parent, seen | {step_id}) for parent in parents(step_id))
+
+    return [step_id for step_id in sorted(after) if same(step_id, frozenset())]
 
 
 class SessionRecorder:
@@ -298,27 +329,49 @@ class RepairGate:
         self.observers: list[Any] = [self.recorder, self.writer]
         self.approver = terminal_approver() if options.approve == "ask" else None
         self.outcome: DurableOutcome | None = None
+        self.request: Any = None
+        self.rejection: str | None = None
         self.pending: Any = None
         self.version = 1
         self.compile_span = compile_span
         self._closed = False
 
     async def start(self) -> bool:
-        """Record the run and pass the stored plan through the gate; False when it may not
-        run (``outcome`` then says why: awaiting_approval or rejected)."""
-        from plandag.store.durable import open_run
+        """Record the run (the decision on the stored plan, when it needs one, is asked by
+        :meth:`approve_plan` once its effect-free steps run). Returns True."""
+        from plandag.store.durable import record_run
 
-        self.outcome = await open_run(
+        self.request = record_run(
             self.store,
             self.run_id,
             self.compiled,
             self.options,
             command="exec",
-            approver=self.approver,
             writer=self.writer,
+            source="stored",
             compile_span=self.compile_span,
         )
-        return self.outcome is None
+        return True
+
+    async def approve_plan(self, session: Any) -> str:
+        """``run_with_repairs(approve_plan=...)``: ``approved``, ``rejected`` or
+        ``awaiting_approval`` for the stored plan, asked while its effect-free steps run."""
+        from plandag.store.durable import _decide
+
+        request = self.request
+        if request is None:
+            return "approved"
+        with session.waiting_for_person():
+            decision = await _decide(
+                self.store, request, self.approver, self.options.approve, self.writer
+            )
+        if decision is None:
+            self.pending = request
+            return "awaiting_approval"
+        if not decision.approved:
+            self.rejection = decision.feedback or None
+            return "rejected"
+        return "approved"
 
     def bind(self, session: Any) -> None:
         """``run_with_repairs(on_session=...)``: record the session's steps."""
@@ -391,6 +444,7 @@ class RepairGate:
         store.update_run(
             self.run_id,
             status=repaired.status,
+            detail=self.rejection if repaired.status == "rejected" else None,
             spent_usd=repaired.run.spent_usd,
             spent_tokens=repaired.run.spent_tokens,
             pid=None,

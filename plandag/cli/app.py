@@ -640,6 +640,7 @@ def _exec_with_planner(
                 on_session=gate.bind,
                 approve_patch=gate.approve_patch,
                 escalate=options.escalate,
+                approve_plan=gate.approve_plan,
             )
         finally:
             await client.aclose()

@@ -945,6 +945,9 @@ class _AgentRun:
         )
         self.request = request
         if agent.approver is None or mode in ("never", None):
+            # A pending approval never holds effect-free branches: they run to their end
+            # (their results kept for the run's approval), then the run waits.
+            await session.settled()
             self.fail(
                 "awaiting_approval",
                 "AwaitingApproval",

@@ -523,6 +523,7 @@ async def run_with_repairs(
     on_session: Callable[[RunSession], None] | None = None,
     approve_patch: Callable[[RunSession, tuple[int, ...]], Awaitable[str]] | None = None,
     escalate: EscalationMode = "person",
+    approve_plan: Callable[[RunSession], Awaitable[str]] | None = None,
 ) -> RepairedRun:
     """Run a compiled stored plan; repair the failures ``trigger`` accepts, within the caps.
 
@@ -550,6 +551,11 @@ async def run_with_repairs(
             (reason ``replan_caps``, or ``no_valid_replan`` when the last patches never
             compiled), ``never`` ends it ``gave_up``
             (:data:`~plandag.scheduler.result.EscalationMode`).
+        approve_plan: the approval gate for the stored plan itself: its steps with effects
+            are held until ``await approve_plan(session)`` returns ``"approved"``, while its
+            steps without effects run (a pending approval never holds them); any other
+            answer ends the run with that status once those steps have ended. None: the
+            plan's effects run at once.
 
     Returns:
         The :class:`RepairedRun`; never raises for a failed step or model call.
@@ -579,16 +585,23 @@ async def run_with_repairs(
         budget=budget,
         clock=clock,
         run_id=run_id,
-        hold_effects=False,
+        hold_effects=approve_plan is not None,
         escalate=escalate,
     ) as session:
         session_ref.append(session)
         if on_session is not None:
             on_session(session)
         session.seal()
-        if approve_patch is not None:
-            session.hold_effects()  # a patch's steps with effects wait for approve_patch
         halted: str | None = None
+        if approve_plan is not None:
+            verdict = await approve_plan(session)
+            if verdict == "approved":
+                session.approve_effects(hold_again=approve_patch is not None)
+            else:
+                halted = verdict
+                await session.settled()  # the effect-free steps end; the effects wait
+        elif approve_patch is not None:
+            session.hold_effects()  # a patch's steps with effects wait for approve_patch
         streak = 0
         mark: int | None = None
         previous: ReplanRecord | None = None
@@ -597,7 +610,7 @@ async def run_with_repairs(
         excerpt_value: Any = None
         ledger = IntentLedger(repairer.max_blocked if repairer is not None else None)
         down_seen = 0
-        while True:
+        while halted is None:
             state = await session.settled()
             if state.stop_reason is not None or not state.needs_replan:
                 break

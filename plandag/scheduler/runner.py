@@ -302,6 +302,11 @@ class _Run:
         self.deadline: float | None = None
         self.last_progress = 0.0
         self.paused = False
+        self.waiting_for_person = 0
+        """How many approvals are being asked now (:meth:`pause`)."""
+        self.paused_at: float | None = None
+        self.saved_deadline = math.inf
+        self.paused_total = 0.0
         self.records: dict[int, StepRecord] = {}
         self.remaining: dict[int, int] = {}
         self.active = 0
@@ -572,23 +577,43 @@ class _Run:
         ]
 
     def pause(self) -> Callable[[], None]:
-        """Stop the wall-clock cap and the stall detector while a person decides; returns
-        the function that resumes them, moved on by the time waited."""
-        paused_at = self.monotonic()
-        saved = self.run_scope.deadline
-        self.run_scope.deadline = math.inf
-        self.paused = True
+        """A person is deciding: from now until the returned function is called, the
+        wall-clock cap and the stall detector stop whenever no step runs, and go on while
+        steps run (effect-free branches keep running during an approval, and their time
+        counts); each stop moves them on by the time it lasted."""
+        self.waiting_for_person += 1
+        self.update_pause()
+        done = False
 
         def resume() -> None:
-            waited = max(self.monotonic() - paused_at, 0.0)
+            nonlocal done
+            if done:
+                return
+            done = True
+            self.waiting_for_person -= 1
+            self.update_pause()
+
+        return resume
+
+    def update_pause(self) -> None:
+        """Stop the clocks when a person is deciding and no step runs; start them again,
+        moved on by the time stopped, otherwise."""
+        should = self.waiting_for_person > 0 and self.active == 0
+        if should and self.paused_at is None:
+            self.paused_at = self.monotonic()
+            self.saved_deadline = self.run_scope.deadline
+            self.run_scope.deadline = math.inf
+            self.paused = True
+        elif not should and self.paused_at is not None:
+            waited = max(self.monotonic() - self.paused_at, 0.0)
+            self.paused_at = None
+            self.paused_total += waited
             self.last_progress += waited
             if self.deadline is not None:
                 self.deadline += waited
             # one assignment: the old deadline, already past, would cancel the scope at once
-            self.run_scope.deadline = saved + waited
+            self.run_scope.deadline = self.saved_deadline + waited
             self.paused = False
-
-        return resume
 
     def finish(self, started_at: float, started: float) -> RunResult:
         """Close every record still open, build the RunResult and emit RunFinished."""
@@ -685,6 +710,8 @@ class _Run:
         """
         next_step: int | None = step_id
         last_yield = time.perf_counter()
+        if self.paused_at is not None:
+            self.update_pause()  # a step runs: the clocks go on
         try:
             while next_step is not None:
                 next_step = await self.run_one_step(next_step)
@@ -695,8 +722,11 @@ class _Run:
                     last_yield = time.perf_counter()
         finally:
             self.active -= 1
-            if not self.active and self.idle_event is not None:
-                self.idle_event.set()
+            if not self.active:
+                if self.idle_event is not None:
+                    self.idle_event.set()
+                if self.waiting_for_person:
+                    self.update_pause()  # nothing runs while a person decides
 
     async def run_one_step(self, step_id: int) -> int | None:
         """Run one step to a terminal state, then start its ready children or prune.

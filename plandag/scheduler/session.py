@@ -486,7 +486,8 @@ class _SessionRun(_Run):
             with self.run_scope:
                 async with anyio.create_task_group() as task_group:
                     self.task_group = task_group
-                    for step_id in self.compiled.roots:
+                    starts = self.seed() if self.completed else self.compiled.roots
+                    for step_id in starts:
                         if self.remaining[step_id] == 0:
                             self.spawn(step_id)
                     task_status.started()
@@ -647,6 +648,12 @@ class RunSession:
         :func:`open_session`, else the session's own from ``limits``): a planner reserves
         and settles its model calls on it, so they count against the same caps."""
         return self._run.budget
+
+    @property
+    def paused_s(self) -> float:
+        """Seconds the wall-clock cap stood still so far (a person deciding while no step
+        ran; :meth:`waiting_for_person`)."""
+        return self._run.paused_total
 
     @property
     def remaining_s(self) -> float | None:
@@ -894,9 +901,11 @@ class RunSession:
 
     @contextlib.contextmanager
     def waiting_for_person(self) -> Iterator[None]:
-        """A block during which the run waits for a person (an approval): its wall-clock
-        cap and stall detector stop, and resume afterwards moved on by the time waited
-        (ARCHITECTURE.md, "People in the loop"). Steps already running go on."""
+        """A block during which the run waits for a person (an approval). Steps without
+        effects go on running (a pending approval never holds them), and the wall-clock
+        cap and the stall detector count while any step runs; they stop only while no step
+        runs, and go on afterwards moved on by the time stopped (ARCHITECTURE.md, "People
+        in the loop")."""
         self._check_open()
         resume = self._run.pause()
         try:
@@ -1093,6 +1102,7 @@ async def open_session(
     max_arg_bytes: int = DEFAULT_MAX_ARG_BYTES,
     escalate: EscalationMode = "person",
     http_allow: Sequence[str] | None = None,
+    completed: Mapping[int, Any] | None = None,
 ) -> AsyncIterator[RunSession]:
     """Open a :class:`RunSession`: a run that takes steps while it runs.
 
@@ -1123,6 +1133,8 @@ async def open_session(
         http_allow: the configured HTTP allow-list (host globs), or None; hosts of the
             steps' literal URLs join it as the steps are released (not in a read-only
             run). Ignored for a CompiledPlan header (its own applies).
+        completed: results of header steps that already succeeded (a stored run taken up
+            again), by id: they are never run again, their results feed their children.
 
     Yields:
         The :class:`RunSession`; its :meth:`~RunSession.result` is final once the block
@@ -1165,6 +1177,7 @@ async def open_session(
         classify,
         clock,
         budget,
+        completed,
         hold_effects=hold_effects,
     )
     run.escalate_mode = escalate

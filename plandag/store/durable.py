@@ -43,13 +43,16 @@ from plandag.approval import (
 )
 from plandag.compiler.compiled import CompiledPlan
 from plandag.errors import InputError
+from plandag.scheduler import events
 from plandag.scheduler.events import Observer
 from plandag.scheduler.result import EscalationMode, RunResult, RunStatus
 from plandag.scheduler.retry import RetryPolicy
 from plandag.scheduler.runner import RunLimits, run_plan
+from plandag.scheduler.session import open_session
 from plandag.store.recorder import StoreRecorder
 from plandag.store.sealing import unseal
 from plandag.store.store import StepRow, Store
+from plandag.tools.registry import Registry
 
 __all__ = [
     "RESUMABLE",
@@ -58,6 +61,7 @@ __all__ = [
     "continue_run",
     "decide",
     "open_run",
+    "record_run",
     "start_run",
     "superseded_steps",
     "unknown_outcome_steps",
@@ -327,35 +331,29 @@ def _reject(
     )
 
 
-async def open_run(
+@dataclasses.dataclass(frozen=True)
+class _Gate:
+    """An approval to ask while the run's effect-free steps go on."""
+
+    request: ApprovalRequest
+    approver: Approver | None
+    mode: ApprovalMode
+
+
+def record_run(
     store: Store,
     run_id: str,
     compiled: CompiledPlan,
     options: RunOptions,
     *,
     command: str,
-    approver: Approver | None,
     writer: Any,
-    source: str = "stored",
-    compile_span: tuple[float, float] | None = None,
-) -> DurableOutcome | None:
+    source: str,
+    compile_span: tuple[float, float] | None,
+) -> ApprovalRequest | None:
     """Record a new run of ``compiled`` (the run, its plan as version 1, the trace's first
-    lines) and pass the plan through the approval gate.
-
-    Args:
-        store, compiled, options, command, approver, source, compile_span: as
-            :func:`start_run`.
-        run_id: the new run's id.
-        writer: the run's trace writer, or None.
-
-    Returns:
-        None when the plan may run (read-only, approved automatically — recorded as decided
-        by ``auto`` —, or approved by the approver); otherwise the outcome of a run that
-        waits for a decision or was rejected.
-
-    Raises:
-        StaleDecisionError: the approver answered for another plan version.
-    """
+    lines); return the approval request when the plan needs a person (recording an
+    automatic approval otherwise)."""
     plan = compiled.plan
     plan_json = plan.model_dump(mode="json", exclude_none=True)
     digest = compiled_plan_hash(compiled)
@@ -375,18 +373,62 @@ async def open_run(
     effects = {step.tool.effects for step in compiled.steps.values()}
     if approval_needed(compiled, options.approve):
         reason = approval_reason(compiled.steps)
-        request = ApprovalRequest.for_plan(
+        return ApprovalRequest.for_plan(
             run_id, 1, compiled, reason=reason, expiry_s=options.expiry_s
         )
-        decision = await _decide(store, request, approver, options.approve, writer)
-        if decision is None:
-            return _await(store, request, reason, writer)
-        if not decision.approved:
-            return _reject(store, request, decision.feedback, writer)
-    elif effects - {"none"}:
+    if effects - {"none"}:
         store.record_decision(run_id, 1, digest, "approved", who="auto")
         if writer is not None:
             writer.approval(1, digest, "approved", "auto", None)
+    return None
+
+
+async def open_run(
+    store: Store,
+    run_id: str,
+    compiled: CompiledPlan,
+    options: RunOptions,
+    *,
+    command: str,
+    approver: Approver | None,
+    writer: Any,
+    source: str = "stored",
+    compile_span: tuple[float, float] | None = None,
+) -> DurableOutcome | None:
+    """Record a new run of ``compiled`` (the run, its plan as version 1, the trace's first
+    lines) and pass the plan through the approval gate before anything runs.
+
+    Args:
+        store, compiled, options, command, approver, source, compile_span: as
+            :func:`start_run`.
+        run_id: the new run's id.
+        writer: the run's trace writer, or None.
+
+    Returns:
+        None when the plan may run (read-only, approved automatically — recorded as decided
+        by ``auto`` —, or approved by the approver); otherwise the outcome of a run that
+        waits for a decision or was rejected.
+
+    Raises:
+        StaleDecisionError: the approver answered for another plan version.
+    """
+    request = record_run(
+        store,
+        run_id,
+        compiled,
+        options,
+        command=command,
+        writer=writer,
+        source=source,
+        compile_span=compile_span,
+    )
+    if request is None:
+        return None
+    decision = await _decide(store, request, approver, options.approve, writer)
+    if decision is None:
+        return _await(store, request, request.reason, writer)
+    if not decision.approved:
+        return _reject(store, request, decision.feedback, writer)
     return None
 
 
@@ -428,19 +470,16 @@ async def start_run(
     run_id = run_id if run_id is not None else uuid.uuid4().hex[:16]
     writer = trace(run_id, 0) if trace is not None else None
     try:
-        stopped = await open_run(
+        request = record_run(
             store,
             run_id,
             compiled,
             options,
             command=command,
-            approver=approver,
             writer=writer,
             source=source,
             compile_span=compile_span,
         )
-        if stopped is not None:
-            return stopped
         return await _run_segment(
             store,
             run_id,
@@ -451,6 +490,7 @@ async def start_run(
             observers=observers,
             writer=writer,
             elapsed_s=0.0,
+            gate=_Gate(request, approver, options.approve) if request is not None else None,
         )
     finally:
         if writer is not None:
@@ -515,6 +555,7 @@ async def continue_run(
             run_id, status="running", segment=segment, pid=_pid(), awaiting_reason=None
         )
         approved = current.approved_by is not None
+        gate: _Gate | None = None
         if not approved and approval_needed(compiled, options.approve):
             reason = approval_reason(compiled.steps)
             request = ApprovalRequest.for_plan(
@@ -524,11 +565,7 @@ async def continue_run(
                 reason=reason,
                 expiry_s=options.expiry_s,
             )
-            decision = await _decide(store, request, approver, options.approve, writer)
-            if decision is None:
-                return _await(store, request, reason, writer)
-            if not decision.approved:
-                return _reject(store, request, decision.feedback, writer)
+            gate = _Gate(request, approver, options.approve)
         _, ask = unknown_outcome_steps(rows, compiled)
         if ask and not approved_unknown:
             names = ", ".join(f"{step_id} ({compiled.steps[step_id].tool.name})" for step_id in ask)
@@ -555,6 +592,7 @@ async def continue_run(
             observers=observers,
             writer=writer,
             elapsed_s=elapsed,
+            gate=gate,
         )
     finally:
         if writer is not None:
@@ -651,6 +689,18 @@ def _pid() -> int:
     return os.getpid()
 
 
+class _ForwardAllButEnd:
+    """An observer passing every event but ``RunFinished`` to the trace writer (a gated
+    segment writes its own end, with the status the decision gave it)."""
+
+    def __init__(self, writer: Any) -> None:
+        self.writer = writer
+
+    def __call__(self, event: events.Event) -> None:
+        if not isinstance(event, events.RunFinished):
+            self.writer(event)
+
+
 async def _run_segment(
     store: Store,
     run_id: str,
@@ -662,32 +712,68 @@ async def _run_segment(
     observers: Sequence[Observer],
     writer: Any,
     elapsed_s: float,
+    gate: _Gate | None = None,
 ) -> DurableOutcome:
+    """Run one segment; with ``gate``, ask for the approval while the steps without effects
+    run (a pending approval never holds them): steps with effects start once a person
+    approves; with nobody to decide, the segment ends ``awaiting_approval`` once the
+    effect-free steps have all ended (their results saved: ``plandag approve`` goes on
+    from them)."""
     recorder = StoreRecorder(
         store, run_id, compiled.steps, compiled.params, segment=segment, completed=completed
     )
     store.update_run(run_id, status="running", segment=segment, pid=_pid())
     all_observers: list[Observer] = [recorder, *observers]
     if writer is not None:
-        all_observers.append(writer)
+        all_observers.append(writer if gate is None else _ForwardAllButEnd(writer))
     started = time.monotonic()
-    result = await run_plan(
-        compiled,
-        run_id=run_id,
-        max_concurrency=options.max_concurrency,
-        observers=all_observers,
-        limits=options.run_limits(elapsed_s),
-        retry=RetryPolicy(retries=options.retries),
-        completed=completed,
-        escalate=options.escalate,
-    )
+    paused = 0.0
+    decision: Decision | None = None
+    if gate is None:
+        result = await run_plan(
+            compiled,
+            run_id=run_id,
+            max_concurrency=options.max_concurrency,
+            observers=all_observers,
+            limits=options.run_limits(elapsed_s),
+            retry=RetryPolicy(retries=options.retries),
+            completed=completed,
+            escalate=options.escalate,
+        )
+    else:
+        async with open_session(
+            compiled,
+            Registry(),
+            run_id=run_id,
+            limits=options.run_limits(elapsed_s),
+            retry=RetryPolicy(retries=options.retries),
+            observers=all_observers,
+            max_concurrency=options.max_concurrency,
+            hold_effects=True,
+            completed=completed,
+            escalate=options.escalate,
+        ) as session:
+            with session.waiting_for_person():
+                decision = await _decide(store, gate.request, gate.approver, gate.mode, writer)
+            if decision is not None and decision.approved:
+                session.approve_effects(hold_again=False)
+            else:
+                await session.settled()
+        result = session.result()
+        paused = session.paused_s
+        if decision is None or not decision.approved:
+            result = dataclasses.replace(
+                result, status="awaiting_approval" if decision is None else "rejected"
+            )
+        if writer is not None:
+            writer.run_finished(result)
     store_error: str | None = None
     try:
         if recorder.failure is not None:
             raise recorder.failure
         before = store.run(run_id)
         stored_options = before.options
-        stored_options["elapsed_s"] = elapsed_s + (time.monotonic() - started)
+        stored_options["elapsed_s"] = elapsed_s + (time.monotonic() - started) - paused
         store.update_run(
             run_id,
             status=result.status,
@@ -702,4 +788,10 @@ async def _run_segment(
             f"it ({error}); until it does, `plandag resume {run_id}` may run again the steps "
             "it did not record (only idempotent or keyed ones without asking)"
         )
+    if gate is not None and decision is None:
+        waiting = _await(store, gate.request, gate.request.reason)
+        return dataclasses.replace(waiting, result=result, store_error=store_error)
+    if gate is not None and decision is not None and not decision.approved:
+        refused = _reject(store, gate.request, decision.feedback)
+        return dataclasses.replace(refused, result=result, store_error=store_error)
     return DurableOutcome(run_id, result.status, result=result, store_error=store_error)

@@ -726,12 +726,16 @@ class Store:
                     ),
                 )
 
-    def reset_steps(self, run_id: str) -> None:
-        """Forget the run's step rows (a revised plan replaces them; transitions stay as
-        history). Committed at once."""
+    def reset_steps(self, run_id: str, keep: Sequence[int] = ()) -> None:
+        """Forget the run's step rows but those of ``keep`` (a revised plan replaces them;
+        transitions stay as history). Committed at once."""
         self.flush()
         with self.transaction() as connection:
-            connection.execute("DELETE FROM step WHERE run_id = ?", (run_id,))
+            marks = ", ".join("?" for _ in keep)
+            connection.execute(
+                f"DELETE FROM step WHERE run_id = ? AND step_id NOT IN ({marks})",
+                (run_id, *keep),
+            )
 
     def discard_steps(self, run_id: str, step_ids: Sequence[int]) -> None:
         """Forget the rows of steps that left the run whole (a broken planner attempt's;

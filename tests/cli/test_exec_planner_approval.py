@@ -146,3 +146,37 @@ def test_auto_approves_a_repair_that_only_writes(server: MessagesServer, tmp_pat
         assert store.steps(run_id)[2].superseded_by == [3, 4]
     finally:
         store.close()
+
+
+def test_a_stored_plan_awaiting_approval_still_runs_its_effect_free_steps(
+    server: MessagesServer, tmp_path: Path
+) -> None:
+    plan = {
+        "version": 1,
+        "goal": "Score and archive",
+        "steps": [
+            {"id": 1, "tool": "lookup", "args": {"name": "abcd"}},
+            {"id": 2, "tool": "archive", "args": {"score": "<step_1_result.score>"}},
+        ],
+        "output": "<step_2_result>",
+    }
+    (tmp_path / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
+    first = exec_planner(server, "--approve", "never", "--json")
+    assert first.exit_code == 4, first.output
+    document = json.loads(first.stdout)
+    assert document["status"] == "awaiting_approval"
+    log = tmp_path / "effects.log"
+    assert log.read_text().splitlines() == ["lookup abcd"]  # ran while the decision waits
+    run_id = document["run_id"]
+    store = open_store(tmp_path / "store" / "runs.sqlite3")
+    try:
+        assert store.run(run_id).status == "awaiting_approval"
+        assert store.steps(run_id)[1].result == {"name": "abcd", "score": 4}
+    finally:
+        store.close()
+
+    approved = CliRunner().invoke(app, ["approve", run_id, "--json"])
+    assert approved.exit_code == 0, approved.output
+    assert json.loads(approved.stdout)["output"] == "archived 4"
+    assert log.read_text().splitlines() == ["lookup abcd", "archive 4"]
+    assert server.message_requests == []  # nothing failed: no model call

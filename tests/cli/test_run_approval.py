@@ -105,7 +105,8 @@ def test_never_then_reject_with_feedback_then_approve(
     assert document["status"] == "awaiting_approval"
     first_hash = document["approval"]["plan_hash"]
     log = tmp_path / "effects.log"
-    assert not log.exists()  # nothing with effects ran (and the run ended at once)
+    # nothing with effects ran; the effect-free lookup ran while the decision was pending
+    assert log.read_text().splitlines() == ["lookup abc"]
 
     listed = json.loads(plandag("runs", "--json").stdout)
     [row] = listed
@@ -139,6 +140,7 @@ def test_never_then_reject_with_feedback_then_approve(
     approved = plandag("approve", run_id, "--hash", new_hash, "--who", "ana", "--json")
     assert approved.exit_code == 0, approved.output
     assert json.loads(approved.stdout)["output"] == "published on finance"
+    # the revision kept the lookup unchanged: its result was kept, it never ran again
     assert log.read_text().splitlines() == ["lookup abc", "publish finance score 3"]
 
     store = open_store(tmp_path / "store" / "runs.sqlite3")

@@ -161,6 +161,11 @@ async def test_never_ends_awaiting_approval_with_the_plan_hash(server: MessagesS
     result = await run_agent(server, approve="never")
     assert result.status == "awaiting_approval"
     assert calls["publish:blog"] == 0
+    # the pending approval held only the step with effects: the lookup ran to its end
+    assert calls["lookup:a"] == 1
+    assert result.run.steps[1].status == "succeeded"
+    assert result.run.steps[1].result == {"name": "a", "score": 1}
+    assert (result.run.steps[2].status, result.run.steps[2].reason) == ("skipped", "effects_held")
     assert result.approval is not None
     request = result.approval
     assert request.plan_hash == plan_hash(request.plan, {}, None)

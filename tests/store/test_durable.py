@@ -182,7 +182,7 @@ def test_write_plan_is_approved_automatically_with_auto(store: Store) -> None:
     assert [(d.decision, d.who) for d in store.decisions(outcome.run_id)] == [("approved", "auto")]
 
 
-def test_rejection_runs_nothing_and_keeps_the_feedback(store: Store) -> None:
+def test_rejection_runs_no_effect_and_keeps_the_feedback(store: Store) -> None:
     compiled = compile_plan(_plan("save"), _registry())
     outcome = anyio.run(
         lambda: start_run(
@@ -194,7 +194,7 @@ def test_rejection_runs_nothing_and_keeps_the_feedback(store: Store) -> None:
         )
     )
     assert outcome.status == "rejected"
-    assert CALLS == []
+    assert CALLS == ["shout hi"]  # the effect-free step ran while the person decided
     decisions = store.decisions(outcome.run_id)
     assert [(d.decision, d.feedback) for d in decisions] == [
         ("asked", None),
@@ -215,7 +215,7 @@ def test_a_decision_for_another_hash_is_refused(store: Store) -> None:
                 store, compiled, RunOptions(), command="exec", approver=CallbackApprover(stale)
             )
         )
-    assert CALLS == []
+    assert [call for call in CALLS if call.startswith("save")] == []  # no effect ran
 
 
 def test_never_waits_then_approve_runs_the_same_run(store: Store) -> None:
@@ -224,7 +224,18 @@ def test_never_waits_then_approve_runs_the_same_run(store: Store) -> None:
         lambda: start_run(store, compiled, RunOptions(approve="never"), command="exec")
     )
     assert outcome.status == "awaiting_approval"
-    assert CALLS == []
+    # the pending approval held only the step with effects: the other one ran, its result
+    # saved in the store
+    assert CALLS == ["shout hi"]
+    assert outcome.result is not None
+    assert outcome.result.status == "awaiting_approval"
+    assert {key: step.status for key, step in outcome.result.steps.items()} == {
+        1: "succeeded",
+        2: "skipped",
+    }
+    saved = store.steps(outcome.run_id)
+    assert (saved[1].status, saved[1].result) == ("succeeded", "HI")
+    assert (saved[2].status, saved[2].reason, saved[2].attempts) == ("skipped", "effects_held", 0)
     row = store.run(outcome.run_id)
     assert row.status == "awaiting_approval"
     assert row.expires_at is not None
@@ -249,7 +260,7 @@ def test_never_waits_then_approve_runs_the_same_run(store: Store) -> None:
     assert resumed.status == "succeeded"
     assert resumed.result is not None
     assert resumed.result.output == "saved HI"
-    assert CALLS == ["shout hi", "save HI"]
+    assert CALLS == ["shout hi", "save HI"]  # the completed step was not run again
     assert store.run(outcome.run_id).segment == 1
     assert store.plan_versions(outcome.run_id)[0].approved_by == "ana"
 
@@ -377,3 +388,60 @@ def test_every_segment_s_spend_adds_up(store: Store) -> None:
     assert outcome.status == "succeeded"
     row = store.run("r2")
     assert (row.spent_usd, row.spent_tokens) == (0.5, 10)  # nothing new was spent
+
+
+def test_the_clock_runs_while_an_effect_free_step_runs_during_the_approval(
+    store: Store,
+) -> None:
+    @tool
+    async def slow(text: str) -> str:
+        """Take 1.5 s."""
+        CALLS.append(f"slow {text}")
+        await anyio.sleep(1.5)
+        return text
+
+    registry = Registry([slow, save])
+    compiled = compile_plan(
+        {
+            "steps": [
+                {"id": 1, "tool": "slow", "args": {"text": "a"}},
+                {"id": 2, "tool": "save", "args": {"text": "b"}},
+            ]
+        },
+        registry,
+    )
+
+    async def slow_person(request: ApprovalRequest) -> Decision:
+        await anyio.sleep(2.0)  # step 1 runs for most of this: the clock is not paused
+        return Decision(True, request.plan_hash, who="ana")
+
+    options = RunOptions(approve="ask", limits={"max_seconds": 0.5})
+    outcome = anyio.run(
+        lambda: start_run(
+            store, compiled, options, command="exec", approver=CallbackApprover(slow_person)
+        )
+    )
+    assert outcome.status == "timed_out"
+    assert outcome.result is not None
+    assert outcome.result.steps[1].status == "cancelled"
+    assert outcome.result.steps[1].reason == "deadline"
+    assert CALLS == ["slow a"]  # the effect never started
+
+
+def test_the_clock_stops_once_no_step_runs_during_the_approval(store: Store) -> None:
+    compiled = compile_plan(_plan("save"), _registry())
+
+    async def slow_person(request: ApprovalRequest) -> Decision:
+        await anyio.sleep(1.0)  # step 1 ended at once: nothing runs, the clock stands
+        return Decision(True, request.plan_hash, who="ana")
+
+    options = RunOptions(approve="ask", limits={"max_seconds": 0.5})
+    outcome = anyio.run(
+        lambda: start_run(
+            store, compiled, options, command="exec", approver=CallbackApprover(slow_person)
+        )
+    )
+    assert outcome.status == "succeeded"
+    assert CALLS == ["shout hi", "save HI"]
+    elapsed = store.run(outcome.run_id).options["elapsed_s"]
+    assert elapsed < 0.5  # the time the person took is not the run's
