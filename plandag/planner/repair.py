@@ -632,8 +632,9 @@ async def run_with_repairs(
             )
             if known is not None:
                 tried_reuse = True
+                # written by a model in an earlier run, which may have read outside content
                 applied, new_ids, diagnostics, changed = repairer.replanner(compiled).apply(
-                    session, known.text, state.needs_replan
+                    session, known.text, state.needs_replan, tainted_author=True
                 )
                 replans.append(
                     ReplanRecord(

@@ -544,7 +544,12 @@ class Replanner:
         )
 
     def apply(
-        self, session: RunSession, text: str, replaced: Collection[int]
+        self,
+        session: RunSession,
+        text: str,
+        replaced: Collection[int],
+        *,
+        tainted_author: bool | None = None,
     ) -> tuple[bool, tuple[int, ...], tuple[Diagnostic, ...], bool]:
         """Compile a patch (wire JSON) against the run and add it, or report why not.
 
@@ -558,6 +563,9 @@ class Replanner:
             session: the open run.
             text: the model's answer.
             replaced: the ended steps the patch replaces (they gain ``superseded_by``).
+            tainted_author: the patch was written after reading outside content (its
+                literal args are tainted); None: as :attr:`RunSession.outside_content_seen`
+                says for this run.
 
         Returns:
             ``(applied, new_ids, diagnostics, output_changed)``: nothing was added when
@@ -593,7 +601,8 @@ class Replanner:
                     )
                 )
         base = _base(session)
-        tainted_author = session.outside_content_seen
+        if tainted_author is None:
+            tainted_author = session.outside_content_seen
         try:  # a dry run, for every diagnostic at once; the session compiles it again
             compile_patch(
                 base,
