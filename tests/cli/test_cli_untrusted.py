@@ -141,8 +141,10 @@ def test_exec_planner_a_repair_that_sends_a_fetched_page_out_asks(
         server.push_json(repair)
         result = CliRunner().invoke(
             app,
-            ["exec", "plan.json", "--retries", "0", "--approve", "auto", "--json"]
-            + ["--planner", "anthropic", "--base-url", server.url],
+            [
+                *("exec", "plan.json", "--retries", "0", "--approve", "auto", "--json"),
+                *("--planner", "anthropic", "--base-url", server.url),
+            ],
         )
     assert result.exit_code == 4, result.output
     assert json.loads(result.stdout)["status"] == "awaiting_approval"
