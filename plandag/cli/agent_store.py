@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from plandag.cli.store_command import (
     _app,
@@ -21,11 +21,21 @@ from plandag.dag.references import find_references
 
 if TYPE_CHECKING:
     from plandag.compiler.compiled import CompiledPlan
+    from plandag.escalation import EscalationHooks
     from plandag.planner.agent import AgentResult
+    from plandag.scheduler.result import RunResult
     from plandag.store import Store
     from plandag.store.durable import DurableOutcome, RunOptions
 
-__all__ = ["MAX_REVISIONS", "RepairGate", "SessionRecorder", "record_agent_run", "revise"]
+__all__ = [
+    "MAX_REVISIONS",
+    "RepairGate",
+    "SessionRecorder",
+    "escalate_stored",
+    "record_agent_run",
+    "resume_with_planner",
+    "revise",
+]
 
 
 MAX_REVISIONS = 3
@@ -159,10 +169,20 @@ class SessionRecorder:
     :class:`~plandag.store.StoreRecorder` bound to each session the agent opens (a revision
     after a rejection opens a new one, whose steps replace the rejected plan's rows)."""
 
-    def __init__(self, store: Store, run_id: str, params: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        run_id: str,
+        params: Mapping[str, Any],
+        *,
+        segment: int = 0,
+        completed: Mapping[int, Any] | None = None,
+    ) -> None:
         self.store = store
         self.run_id = run_id
         self.params = params
+        self.segment = segment
+        self.completed = completed
         self.sessions = 0
         self.recorder: Any = None
 
@@ -173,11 +193,50 @@ class SessionRecorder:
         if self.sessions:
             self.store.reset_steps(self.run_id)
         self.sessions += 1
-        self.recorder = StoreRecorder(self.store, self.run_id, session.steps, self.params)
+        self.recorder = StoreRecorder(
+            self.store,
+            self.run_id,
+            session.steps,
+            self.params,
+            segment=self.segment,
+            completed=self.completed,
+        )
 
     def __call__(self, event: Any) -> None:
         if self.recorder is not None:
             self.recorder(event)
+
+
+def escalate_stored(
+    store: Store,
+    run_id: str,
+    run: RunResult,
+    *,
+    hooks: EscalationHooks | None,
+    status: str = "escalated",
+) -> DurableOutcome:
+    """Persist the case of a run recorded outside the durable layer's own segments
+    (``plandag run``, ``exec --planner``) that ended ``escalated``, and call the hooks
+    (:func:`plandag.store.durable.escalate_run`, on a loop of its own: the run's loop has
+    ended). Returns the outcome with the message for the person."""
+    import functools
+
+    import anyio
+
+    from plandag.store.durable import DurableOutcome, escalate_run
+
+    reason = run.escalation or "replan_caps"
+    message = anyio.run(
+        functools.partial(escalate_run, store, run_id, reason, run.escalation_detail, hooks=hooks)
+    )
+    return DurableOutcome(
+        run_id,
+        "escalated",
+        result=run,
+        message=message,
+        escalation=reason,
+        escalation_detail=run.escalation_detail,
+    )
 
 
 def record_agent_run(
@@ -188,32 +247,50 @@ def record_agent_run(
     *,
     write_boundary: Any,
     params: Mapping[str, Any],
-) -> None:
+    hooks: EscalationHooks | None = None,
+    first_version: int = 1,
+    spent_before: tuple[float, int] = (0.0, 0),
+) -> DurableOutcome | None:
     """Store what ``plandag run`` produced beyond its steps: every plan version (with its
-    hash), every decision, every LLM call, and the run's state; the same in the trace."""
+    hash), every decision, every LLM call, and the run's state; the same in the trace.
+
+    Args:
+        store, writer, run_id, result: the run store, the trace writer (or None), the run
+            and what the agent produced.
+        write_boundary, params: the run's, for the plan hashes.
+        hooks: called when the run ended ``escalated`` (its case is stored in any case).
+        first_version: the number of the first plan version ``result`` holds (a resumed
+            run continues its numbering).
+        spent_before: US dollars and tokens the run's earlier segments spent (added to
+            this one's).
+
+    Returns:
+        The outcome of an escalated run (its message says what a person can do), else None.
+    """
     from plandag.approval import plan_hash
 
     versions = list(result.plan_versions)
     request = result.approval
     if request is not None and (not versions or request.plan != versions[-1]):
         versions.append(request.plan)
-    for number, plan in enumerate(versions, start=1):
+    for number, plan in enumerate(versions, start=first_version):
         digest = (
             request.plan_hash
             if request is not None and plan is request.plan
             else plan_hash(plan, params, write_boundary)
         )
-        source = "planner" if number == 1 else "revision"
+        source = "planner" if number == 1 else ("revision" if first_version == 1 else "replan")
         store.add_plan_version(
             run_id, number, plan.model_dump(mode="json", exclude_none=True), digest, source
         )
         if writer is not None:
             writer.plan(number, plan, digest, source)
+    last_version = first_version + len(versions) - 1
     for decision in result.decisions:
         state = "approved" if decision.approved else "rejected"
         store.record_decision(
             run_id,
-            len(versions),
+            last_version,
             decision.plan_hash,
             state,
             who=decision.who,
@@ -221,7 +298,7 @@ def record_agent_run(
         )
         if writer is not None:
             writer.approval(
-                len(versions), decision.plan_hash, state, decision.who, decision.feedback
+                last_version, decision.plan_hash, state, decision.who, decision.feedback
             )
     for call in result.llm_calls:
         store.record_llm_call(run_id, "model", call)
@@ -273,28 +350,34 @@ def record_agent_run(
                 withdrawn=list(replan.withdrawn),
             )
     if result.status == "awaiting_approval" and request is not None:
-        store.record_decision(run_id, len(versions), request.plan_hash, "asked")
+        store.record_decision(run_id, last_version, request.plan_hash, "asked")
         if writer is not None:
-            writer.approval(len(versions), request.plan_hash, "asked", None, None)
+            writer.approval(last_version, request.plan_hash, "asked", None, None)
         store.update_run(
             run_id,
             status="awaiting_approval",
             awaiting_since=time.time(),
             expires_at=request.expires_at,
             awaiting_reason=request.reason,
-            spent_usd=result.run.spent_usd,
-            spent_tokens=result.run.spent_tokens,
+            spent_usd=spent_before[0] + result.run.spent_usd,
+            spent_tokens=spent_before[1] + result.run.spent_tokens,
             pid=None,
         )
-        return
+        return None
+    detail = result.error.message if result.error is not None else None
+    if result.status == "escalated":
+        detail = result.run.escalation_detail
     store.update_run(
         run_id,
         status=result.status,
-        spent_usd=result.run.spent_usd,
-        spent_tokens=result.run.spent_tokens,
-        detail=result.error.message if result.error is not None else None,
+        spent_usd=spent_before[0] + result.run.spent_usd,
+        spent_tokens=spent_before[1] + result.run.spent_tokens,
+        detail=detail,
         pid=None,
     )
+    if result.status == "escalated":
+        return escalate_stored(store, run_id, result.run, hooks=hooks)
+    return None
 
 
 class RepairGate:
@@ -308,6 +391,7 @@ class RepairGate:
         compiled: the stored plan, compiled with its params.
         options: the run's options (approval mode, expiry, redaction...).
         compile_span: when the plan compiled (seconds since the epoch), for the trace.
+        hooks: called when the run escalates (its case is stored in any case).
     """
 
     def __init__(
@@ -317,6 +401,7 @@ class RepairGate:
         options: RunOptions,
         *,
         compile_span: tuple[float, float],
+        hooks: EscalationHooks | None = None,
     ) -> None:
         import uuid
 
@@ -334,6 +419,7 @@ class RepairGate:
         self.pending: Any = None
         self.version = 1
         self.compile_span = compile_span
+        self.hooks = hooks
         self._closed = False
 
     async def start(self) -> bool:
@@ -444,11 +530,17 @@ class RepairGate:
         store.update_run(
             self.run_id,
             status=repaired.status,
-            detail=self.rejection if repaired.status == "rejected" else None,
+            detail=(
+                self.rejection if repaired.status == "rejected" else repaired.run.escalation_detail
+            ),
             spent_usd=repaired.run.spent_usd,
             spent_tokens=repaired.run.spent_tokens,
             pid=None,
         )
+        if repaired.status == "escalated":
+            self.outcome = escalate_stored(
+                store, self.run_id, repaired.run, hooks=self.hooks, status=repaired.status
+            )
 
     def close(self) -> None:
         """Close the trace and the store (once)."""
@@ -457,3 +549,158 @@ class RepairGate:
         self._closed = True
         self.writer.close()
         self.store.close()
+
+
+def resume_with_planner(
+    store: Store,
+    run_id: str,
+    row: Any,
+    prepared: tuple[CompiledPlan, RunOptions],
+    *,
+    instruction: str | None,
+    who: str,
+    hooks: EscalationHooks | None,
+    as_json: bool,
+) -> NoReturn:
+    """``plandag resume RUN_ID [--instruction TEXT]`` on an escalated run that has a
+    planner (``plandag run``, ``exec --planner``): the planner is brought back.
+
+    The run's completed steps are kept with their results; what did not succeed before is
+    shown to the replanner (and superseded by its patch); the instruction reaches the
+    replanner verbatim; the replan caps start again (:meth:`Agent.resume`). The run is
+    taken for this process, its escalation closed as ``resumed`` (who, when, the
+    instruction), and the new segment is recorded like ``plandag run``'s. Never returns:
+    prints the result and exits with its code.
+    """
+    import os
+
+    import typer
+
+    from plandag.cli.plan_command import _client
+    from plandag.cli.run_command import _report, exit_code
+    from plandag.cli.signals import Interruptible, exit_code_for_signal
+    from plandag.dag.plan import Plan
+    from plandag.dag.references import find_references
+    from plandag.planner.agent import Agent
+    from plandag.scheduler import RetryPolicy
+    from plandag.store.durable import close_escalation
+
+    app_module = _app()
+    compiled, options = prepared
+    assert options.planner is not None
+    planner_options = dict(options.planner)
+    rows = store.steps(run_id)
+    current = compiled.plan
+    done = {
+        step_id: step.result
+        for step_id, step in rows.items()
+        if step.status == "succeeded" and not step.superseded_by and step_id in compiled.steps
+    }
+    output = current.output
+    if output is not None and any(
+        reference.step_id not in done for _, reference in find_references(output)
+    ):
+        output = None  # it needs a step that did not succeed: the replan writes a new one
+    header = Plan(
+        goal=current.goal,
+        params=current.params,
+        steps=[step for step in current.steps if step.id in done],
+        output=output,
+    )
+    earlier: list[dict[str, Any]] = [
+        {
+            "id": step_id,
+            "tool": step.tool,
+            "status": step.status,
+            "reason": step.reason,
+            "detail": step.detail,
+            "error": step.error,
+        }
+        for step_id, step in sorted(rows.items())
+        if step.status != "succeeded" and not step.superseded_by
+    ]
+    used_ids = max([*rows, *compiled.steps, 0])
+    versions = store.plan_versions(run_id)
+    registry = app_module._registry([Path(tool) for tool in options.tools])
+    client = _client(str(planner_options["provider"]), planner_options.get("base_url"))
+    if not store.claim_run(run_id, ["escalated"], row.pid):
+        app_module._fail(f"run {run_id}: another process took it first; `plandag runs` shows it")
+    close_escalation(store, run_id, "resumed", who=who, note=instruction)
+    segment = row.segment + 1
+    store.update_run(run_id, status="running", segment=segment, pid=os.getpid(), detail=None)
+    writer = trace_factory(store, options.redact)(run_id, segment)
+    writer.run_started("resume", row.goal, row.params)
+    recorder = SessionRecorder(store, run_id, row.params, segment=segment, completed=done)
+    progress, observers = app_module._observers(compiled, app_module._settings({}))
+    agent = Agent(
+        client,
+        str(planner_options["model"]),
+        registry,
+        limits=options.run_limits(float(row.options.get("elapsed_s", 0.0))),
+        retry=RetryPolicy(retries=options.retries),
+        observers=[*observers, recorder, writer],
+        max_concurrency=options.max_concurrency,
+        read_only=options.read_only,
+        write_boundary=compiled.write_boundary,
+        approve=options.approve,
+        approver=terminal_approver(progress) if options.approve == "ask" else None,
+        approval_expiry_s=options.expiry_s,
+        on_session=recorder.bind,
+        escalate=options.escalate,
+    )
+
+    async def work() -> AgentResult:
+        import anyio
+
+        try:
+            return await agent.resume(
+                row.goal or current.goal or "",
+                header,
+                done,
+                instruction=instruction,
+                earlier=earlier,
+                used_ids=used_ids,
+                params=row.params,
+                run_id=run_id,
+            )
+        finally:
+            with anyio.CancelScope(shield=True):
+                await client.aclose()
+
+    escalated: DurableOutcome | None = None
+    try:
+        with progress:
+            outcome = Interruptible(work).run()
+        result = outcome.result
+        if result is not None:
+            first = next((r for r in result.replans if r.trigger == "resume" and r.applied), None)
+            if first is not None:
+                for item in earlier:
+                    store.supersede(run_id, int(item["id"]), first.new_ids)
+            escalated = record_agent_run(
+                store,
+                writer,
+                run_id,
+                result,
+                write_boundary=compiled.write_boundary,
+                params=row.params,
+                hooks=hooks,
+                first_version=len(versions) + 1,
+                spent_before=(row.spent_usd, row.spent_tokens),
+            )
+        else:
+            store.update_run(run_id, status="interrupted", pid=None)
+    finally:
+        writer.close()
+        store.flush()
+    if result is None:
+        code = exit_code_for_signal(outcome.signal) if outcome.signal is not None else 130
+        app_module._fail("the run was interrupted before it could report", code)
+    assert result is not None
+    _report(result, as_json)
+    if escalated is not None and escalated.message:
+        app_module.stderr.print(escalated.message, markup=False, highlight=False)
+    app_module.stderr.print(f"run {run_id} ({result.status}); store {store.path}")
+    if outcome.signal is not None:
+        raise typer.Exit(exit_code_for_signal(outcome.signal))
+    raise typer.Exit(exit_code(result))

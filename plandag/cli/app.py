@@ -27,6 +27,7 @@ from plandag.cli.store_command import (
     RedactOption,
     StoreOption,
     durable_exec,
+    escalation_hooks,
     run_options,
 )
 from plandag.compiler import CompiledPlan, compile_plan
@@ -547,7 +548,18 @@ def exec_command(
     for line in diagnostic_lines(str(plan_file), list(compiled.diagnostics)):
         stderr.print(line, markup=False)
     progress, observers = _observers(compiled, settings)
-    options = run_options(settings, limits, tools=tools, read_only=read_only, redact=redact)
+    options = run_options(
+        settings,
+        limits,
+        tools=tools,
+        read_only=read_only,
+        redact=redact,
+        planner=(
+            {"provider": planner, "model": model_name, "base_url": base_url}
+            if planner is not None and model_name is not None
+            else None
+        ),
+    )
     if planner is not None and model_name is not None:
         _exec_with_planner(
             plan_file,
@@ -572,6 +584,7 @@ def exec_command(
         progress=progress,
         as_json=as_json,
         compile_span=compile_span,
+        hooks=escalation_hooks(settings),
     )
 
 
@@ -618,7 +631,13 @@ def _exec_with_planner(
         total_replan_below=_fraction(settings, "total_replan_below"),
     )
     params = dict(compiled.params)
-    gate = RepairGate(store_path, compiled, options, compile_span=compile_span)
+    gate = RepairGate(
+        store_path,
+        compiled,
+        options,
+        compile_span=compile_span,
+        hooks=escalation_hooks(settings),
+    )
 
     def excerpt(session: Any, state: Any) -> Any:
         return {"params": params} if params else None

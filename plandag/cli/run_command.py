@@ -83,6 +83,7 @@ from plandag.cli.store_command import (
     RedactOption,
     StoreOption,
     approve_mode,
+    escalation_hooks,
     open_cli_store,
     run_options,
     terminal_approver,
@@ -243,6 +244,7 @@ def register(app: typer.Typer) -> None:
         )
         mode = approve_mode(settings["approve"])
         replan_below = _fraction(settings, "total_replan_below")
+        hooks = escalation_hooks(settings)
         if provider not in _KEY_VARIABLES:
             _fail(f"--provider {provider!r}: choose anthropic or openai")
         name = model or DEFAULT_MODELS.get(provider)
@@ -326,14 +328,16 @@ def register(app: typer.Typer) -> None:
 
         try:
             outcome = Interruptible(functools.partial(work)).run()
+            escalated = None
             if outcome.result is not None:
-                record_agent_run(
+                escalated = record_agent_run(
                     run_store,
                     writer,
                     run_id,
                     outcome.result,
                     write_boundary=boundary,
                     params=params,
+                    hooks=hooks,
                 )
             else:
                 run_store.update_run(run_id, status="interrupted", pid=None)
@@ -344,6 +348,8 @@ def register(app: typer.Typer) -> None:
             code = exit_code_for_signal(outcome.signal) if outcome.signal is not None else 130
             _fail("the run was interrupted before it could report", code)
         _report(outcome.result, as_json)
+        if escalated is not None and escalated.message:
+            stderr.print(escalated.message, markup=False, highlight=False)
         if outcome.result.status == "awaiting_approval" and outcome.result.approval is not None:
             for line in outcome.result.approval.summary_lines():
                 stderr.print(line, markup=False, highlight=False)

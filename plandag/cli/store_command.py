@@ -47,6 +47,7 @@ from plandag.trace.redact import scrub_secrets
 
 if TYPE_CHECKING:
     from plandag.compiler.compiled import CompiledPlan
+    from plandag.escalation import EscalationHooks
     from plandag.store import Store
     from plandag.store.durable import DurableOutcome, RunOptions, TraceFactory
 
@@ -248,6 +249,9 @@ def report(outcome: DurableOutcome, *, as_json: bool, store: Store) -> None:
                 "reason": outcome.request.reason,
                 "expires_at": outcome.request.expires_at,
             }
+        if outcome.escalation is not None:
+            document["escalation"] = outcome.escalation
+            document["escalation_detail"] = outcome.escalation_detail
         if outcome.message:
             document["message"] = outcome.message
         if outcome.store_error is not None:
@@ -276,6 +280,18 @@ def report(outcome: DurableOutcome, *, as_json: bool, store: Store) -> None:
     raise typer.Exit(app_module.EXIT_CODES.get(outcome.status, 1))
 
 
+def escalation_hooks(settings: Any) -> EscalationHooks:
+    """The escalation hooks of the effective settings (``escalation_command``,
+    ``escalation_url`` with ``http_allow``, ``escalation_timeout``); exit 2 when the
+    command line cannot be split."""
+    from plandag.escalation import EscalationHooks
+
+    try:
+        return EscalationHooks.from_settings(settings)
+    except ValueError as error:
+        _fail(f"{error}; fix it in plandag.toml or [tool.plandag]")
+
+
 def durable_exec(
     compiled: CompiledPlan,
     options: RunOptions,
@@ -285,10 +301,11 @@ def durable_exec(
     progress: Any,
     as_json: bool,
     compile_span: tuple[float, float] | None = None,
+    hooks: EscalationHooks | None = None,
 ) -> None:
     """``exec`` through the store and the approval gate (never returns: exits).
     ``compile_span``: when the plan's compile started and ended (seconds since the epoch),
-    for the trace."""
+    for the trace; ``hooks``: called when the run escalates."""
     from plandag.cli.signals import Interruptible, exit_code_for_signal
     from plandag.store.durable import start_run
 
@@ -306,6 +323,7 @@ def durable_exec(
             observers=observers,
             trace=factory,
             compile_span=compile_span,
+            on_escalation=hooks,
         )
 
     try:
@@ -421,6 +439,7 @@ def _continue(
     approve: str | None,
     approved_unknown: bool,
     as_json: bool,
+    hooks: EscalationHooks | None = None,
 ) -> None:
     from plandag.cli.signals import Interruptible, exit_code_for_signal
     from plandag.store.durable import continue_run
@@ -431,7 +450,10 @@ def _continue(
         import dataclasses
 
         options = dataclasses.replace(options, approve=approve_mode(approve))
-    progress, observers = app_module._observers(compiled, app_module._settings({}))
+    settings = app_module._settings({})
+    if hooks is None:
+        hooks = escalation_hooks(settings)
+    progress, observers = app_module._observers(compiled, settings)
     approver = terminal_approver(progress) if options.approve == "ask" else None
     factory = trace_factory(store, options.redact)
 
@@ -446,6 +468,7 @@ def _continue(
             approved_unknown=approved_unknown,
             observers=observers,
             trace=factory,
+            on_escalation=hooks,
         )
 
     try:
@@ -469,7 +492,8 @@ def _when(seconds: float | None) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``runs``, ``resume``, ``approve`` and ``reject`` to the ``plandag`` app."""
+    """Add ``runs``, ``resume``, ``approve``, ``reject``, ``abandon`` and ``inbox`` to the
+    ``plandag`` app."""
 
     @app.command("runs")
     def runs_command(
@@ -531,14 +555,50 @@ def register(app: typer.Typer) -> None:
         store_path: StoreOption = None,
         approve: ApproveOption = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
+        instruction: Annotated[
+            str | None,
+            typer.Option(
+                "--instruction",
+                metavar="TEXT",
+                help="For an escalated run: what the planner should do now; it reaches the "
+                "replanner verbatim, and the replan caps start again.",
+            ),
+        ] = None,
+        escalate: EscalateOption = None,
+        who: WhoOption = None,
     ) -> None:
         """Continue a crashed or interrupted run: completed steps never run again; a step
         whose outcome is unknown runs again only if its tool is idempotent or takes the
-        idempotency key, else a person decides (exit 4)."""
+        idempotency key, else a person decides (exit 4; an irreversible one escalates,
+        exit 5).
+
+        An escalated run (see `plandag inbox`) goes on with your instruction: for a run
+        made by `plandag run` or `exec --planner`, the planner is brought back and replans
+        the remaining work with --instruction TEXT (verbatim), completed steps kept, the
+        replan caps fresh. The escalation is closed (who, when, the instruction)."""
         from plandag.store.durable import RESUMABLE
 
         store = open_cli_store(store_path)
         run_id, row = _stored_run(store, run)
+        if instruction is not None and not instruction.strip():
+            _fail("--instruction is empty: say what the planner should do now")
+        if row.status == "escalated":
+            _resume_escalated(
+                store,
+                run_id,
+                row,
+                instruction=instruction,
+                approve=approve,
+                escalate=escalate,
+                who=who or current_user(),
+                as_json=as_json,
+            )
+        if instruction is not None:
+            _fail(
+                f"run {run_id} is {row.status}, not escalated: --instruction is for a run "
+                f"handed to a person (`plandag inbox` lists them); `plandag resume {run_id}` "
+                "continues this one as it is"
+            )
         if row.status == "awaiting_approval":
             _fail(
                 f"run {run_id} awaits a decision ({row.awaiting_reason}); use "
@@ -551,7 +611,7 @@ def register(app: typer.Typer) -> None:
                 f"run {run_id} is still running in process {row.pid}; stop it first "
                 "(Ctrl-C ends it interrupted) or wait"
             )
-        prepared = _prepare(store, run_id, row, "resume")
+        prepared = _with_escalate(_prepare(store, run_id, row, "resume"), escalate)
         if not store.claim_run(run_id, sorted(RESUMABLE), row.pid):
             _fail(f"run {run_id}: another process resumed it first; `plandag runs` shows it")
         _continue(
@@ -572,11 +632,33 @@ def register(app: typer.Typer) -> None:
         who: WhoOption = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
     ) -> None:
-        """Approve the plan awaiting a decision and run it now, in the same run."""
-        from plandag.store.durable import decide
+        """Approve the plan awaiting a decision and run it now, in the same run.
+
+        On an escalated run whose step's outcome was unknown (an irreversible effect that
+        may have happened before the run stopped): once you checked what happened, run that
+        step again with --hash H (the plan hash `plandag inbox` shows)."""
+        from plandag.store.durable import approve_escalated, decide
 
         store = open_cli_store(store_path)
         run_id, row = _stored_run(store, run)
+        if row.status == "escalated":
+            for_escalated = _prepare(store, run_id, row, "approve")
+            decider = who or current_user()
+            try:
+                digest = approve_escalated(store, run_id, who=decider, expected_hash=plan_hash)
+            except (StaleDecisionError, InputError) as error:
+                _fail(str(error))
+            _trace_decision(store, store.run(run_id), digest, "approved", decider, None).close()
+            _continue(
+                store,
+                run_id,
+                for_escalated,
+                command="approve",
+                approve=None,
+                approved_unknown=True,
+                as_json=as_json,
+            )
+            return
         if row.status == "running":
             _fail(
                 f"run {run_id} is running in process {row.pid} (it may be asking at its "
@@ -643,12 +725,168 @@ def register(app: typer.Typer) -> None:
         with _trace_decision(
             store, row, digest, "rejected", who or current_user(), feedback
         ) as writer:
-            if options.planner is not None:
+            if options.planner is not None and row.command == "run":
                 from plandag.cli.agent_store import revise
 
                 revise(store, run_id, row, options, writer)
         _app().stderr.print(f"run {run_id} rejected (plan hash {digest})")
         raise typer.Exit(4)
+
+    @app.command("abandon")
+    def abandon_command(
+        run: RunIdArgument,
+        reason: Annotated[
+            str, typer.Option("--reason", metavar="TEXT", help="Why the run is given up.")
+        ],
+        store_path: StoreOption = None,
+        who: WhoOption = None,
+    ) -> None:
+        """Close an escalated run for good: its state becomes abandoned (exit 1) and it
+        leaves the inbox; the decision is recorded with who, when and the reason."""
+        from plandag.store.durable import abandon
+
+        store = open_cli_store(store_path)
+        run_id, _ = _stored_run(store, run)
+        decider = who or current_user()
+        try:
+            abandon(store, run_id, who=decider, reason=reason)
+        except InputError as error:
+            _fail(str(error))
+        _app().stderr.print(
+            f"run {run_id} abandoned by {decider}: {reason}", markup=False, highlight=False
+        )
+        raise typer.Exit(_app().EXIT_CODES["abandoned"])
+
+    @app.command("inbox")
+    def inbox_command(
+        store_path: StoreOption = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
+    ) -> None:
+        """List the escalated runs waiting for a person, oldest first: why, since when,
+        the goal, the spend, and the commands that close each one (resume with an
+        instruction, approve a step whose outcome was unknown, abandon)."""
+        store = open_cli_store(store_path)
+        cases = store.escalations()
+        items = [_inbox_item(case) for case in cases]
+        if as_json:
+            sys.stdout.write(json.dumps(items, ensure_ascii=False, indent=2) + "\n")
+            return
+        out = _app().stdout
+        if not items:
+            _app().stderr.print(f"no open escalations in {store.path}")
+            return
+        for item in items:
+            spend = item["spend"]
+            out.print(
+                f"run {item['run_id']}  escalated {_when(item['time'])}  ({item['reason']})",
+                markup=False,
+                highlight=False,
+            )
+            out.print(f"  goal: {item['goal'] or '-'}", markup=False, highlight=False)
+            if item["detail"]:
+                out.print(f"  why: {item['detail']}", markup=False, highlight=False)
+            out.print(
+                f"  spent: ${spend['usd']:.4f}, {spend['tokens']} tokens",
+                markup=False,
+                highlight=False,
+            )
+            actions = [command for command in item["actions"].values() if command]
+            out.print(f"  do: {actions[0]}", markup=False, highlight=False)
+            for command in actions[1:]:
+                out.print(f"      {command}", markup=False, highlight=False)
+
+
+def _inbox_item(case: Any) -> dict[str, Any]:
+    """One open escalation as ``plandag inbox --json`` lists it."""
+    context = case.context
+    return {
+        "run_id": case.run_id,
+        "reason": case.reason,
+        "detail": context.get("detail"),
+        "time": case.time,
+        "goal": _shown_goal(context.get("goal")),
+        "command": context.get("command"),
+        "spend": context.get("spend") or {"usd": 0.0, "tokens": 0},
+        "plan_hash": (context.get("plan_versions") or [{}])[-1].get("hash"),
+        "actions": context.get("actions")
+        or {
+            "resume": f"plandag resume {case.run_id} --instruction TEXT",
+            "approve": None,
+            "abandon": f"plandag abandon {case.run_id} --reason TEXT",
+        },
+    }
+
+
+def _with_escalate(
+    prepared: tuple[CompiledPlan, RunOptions], escalate: str | None
+) -> tuple[CompiledPlan, RunOptions]:
+    """``--escalate`` over the run's stored mode."""
+    if escalate is None:
+        return prepared
+    import dataclasses
+
+    compiled, options = prepared
+    return compiled, dataclasses.replace(options, escalate=escalate_mode(escalate))
+
+
+def _resume_escalated(
+    store: Store,
+    run_id: str,
+    row: Any,
+    *,
+    instruction: str | None,
+    approve: str | None,
+    escalate: str | None,
+    who: str,
+    as_json: bool,
+) -> NoReturn:
+    """``plandag resume`` on an escalated run: the planner is brought back when the run
+    has one; otherwise the run continues as it is (an instruction is refused: nobody
+    could follow it)."""
+    from plandag.store.durable import close_escalation
+
+    settings = _app()._settings({})
+    hooks = escalation_hooks(settings)
+    prepared = _with_escalate(_prepare(store, run_id, row, "resume"), escalate)
+    if approve is not None:
+        import dataclasses
+
+        compiled, options = prepared
+        prepared = compiled, dataclasses.replace(options, approve=approve_mode(approve))
+    options = prepared[1]
+    if options.planner is not None:
+        from plandag.cli.agent_store import resume_with_planner
+
+        resume_with_planner(
+            store,
+            run_id,
+            row,
+            prepared,
+            instruction=instruction,
+            who=who,
+            hooks=hooks,
+            as_json=as_json,
+        )
+    if instruction is not None:
+        _fail(
+            f"run {run_id} has no planner to follow an instruction (it was made by `plandag "
+            f"exec` without --planner); `plandag resume {run_id}` continues it as it is, "
+            f"`plandag abandon {run_id} --reason TEXT` closes it"
+        )
+    if not store.claim_run(run_id, ["escalated"], row.pid):
+        _fail(f"run {run_id}: another process resumed it first; `plandag runs` shows it")
+    close_escalation(store, run_id, "resumed", who=who)
+    _continue(
+        store,
+        run_id,
+        prepared,
+        command="resume",
+        approve=None,
+        approved_unknown=False,
+        as_json=as_json,
+        hooks=hooks,
+    )
+    raise AssertionError("unreachable")  # pragma: no cover: _continue exits
 
 
 def _trace_decision(

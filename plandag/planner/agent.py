@@ -403,6 +403,11 @@ class Agent:
             runs (``plandag run`` reads the run store's ``instruction`` table); each one
             replans the steps not started (:mod:`plandag.planner.triggers`). None: only
             :meth:`tell`.
+        on_escalation: called once a run ended ``escalated``, with its case as a dict
+            (:func:`plandag.escalation.run_context`: goal, plan versions, completed
+            results, failures, spend, reason); a function or a coroutine function, or a
+            :class:`plandag.escalation.EscalationHooks`. Its failure does not change the
+            result.
 
     Raises:
         ValueError: a cap out of range.
@@ -442,6 +447,7 @@ class Agent:
         max_blocked: int | None = 3,
         total_replan_below: float | None = None,
         instructions: InstructionSource | None = None,
+        on_escalation: Callable[[dict[str, Any]], Any] | None = None,
     ) -> None:
         if max_blocked is not None and max_blocked < 1:
             raise ValueError(f"max_blocked must be >= 1 or None, not {max_blocked}")
@@ -493,6 +499,7 @@ class Agent:
         self.max_blocked = max_blocked
         self.total_replan_below = total_replan_below
         self.instructions = instructions
+        self.on_escalation = on_escalation
         self._stored: dict[tuple[Registry, bool, str], CompiledPlan] = {}
         self._running: dict[str, _AgentRun] = {}
         self._running_lock = threading.Lock()
@@ -549,6 +556,24 @@ class Agent:
                 f"(one of {', '.join(sorted(running))})"
             )
         target.deliver([Instruction(text, goal_changed, who, time.time())])
+
+    async def _notify(
+        self, result: AgentResult, goal: str, params: Mapping[str, Any] | None
+    ) -> None:
+        """Call ``on_escalation`` with the case of an escalated run."""
+        from plandag.escalation import as_hooks, run_context
+
+        hooks = as_hooks(self.on_escalation)
+        assert hooks is not None
+        await hooks.notify(
+            run_context(
+                result.run,
+                goal=goal,
+                plans=result.plan_versions,
+                params=params,
+                command="Agent",
+            )
+        )
 
     def _stored_header(self, goal: str, plan: Plan, given: Mapping[str, Any]) -> CompiledPlan:
         """The session header of a run of the stored ``plan``: its steps already compiled.
@@ -650,6 +675,8 @@ class Agent:
                 or last.approved
                 or len(revisions) >= self.max_revisions
             ):
+                if result.status == "escalated" and self.on_escalation is not None:
+                    await self._notify(result, goal, params)
                 return result
             revisions.append(last.feedback)
             rejected = result.plan_versions[-1] if result.plan_versions else None
@@ -746,6 +773,110 @@ class Agent:
                 with self._running_lock:
                     self._running.pop(session_ref[0].run_id, None)
         return run.result(session_ref[0].result())
+
+    async def resume(
+        self,
+        goal: str,
+        plan: Plan,
+        completed: Mapping[int, Any],
+        *,
+        instruction: str | None = None,
+        earlier: Sequence[Mapping[str, Any]] = (),
+        used_ids: int = 0,
+        params: Mapping[str, Any] | None = None,
+        run_id: str | None = None,
+    ) -> AgentResult:
+        """Go on with a run a person resumed (an escalated run: ``plandag resume RUN_ID
+        --instruction TEXT``): its completed steps are kept, the replanner writes the
+        remaining work with the person's instruction, and the run goes on as
+        :meth:`run_once` does, with fresh replan caps.
+
+        The replanner's first call (trigger ``resume``) gets the instruction verbatim,
+        the completed steps with their results and ``earlier`` (what did not succeed
+        before); its patch is compiled against the completed steps, passes the approval
+        gate like any replan, and runs. A patch that does not compile is repaired within
+        the caps; when none compiles the run escalates again (``no_valid_replan``).
+
+        Args:
+            goal: the task, in the user's words.
+            plan: the completed steps (and the output, when it only uses them), with the
+                run's params declared.
+            completed: their results, by step id (they never run again).
+            instruction: the person's instruction, or None (the remaining work is
+                replanned from the goal).
+            earlier: the steps of earlier segments that did not succeed
+                (``{"id", "tool", "status", "reason", "detail", "error"}`` each).
+            used_ids: the largest step id the run used so far (new ids go above it).
+            params: the run's param values, or None.
+            run_id: the run's id.
+
+        Returns:
+            The :class:`AgentResult` (``plan_versions``: the run's plan after each applied
+            patch of this segment).
+
+        Raises:
+            PlanError: ``plan`` does not compile with ``params``.
+        """
+        budget = (
+            self.budget
+            if self.budget is not None
+            else Budget(self.limits.max_cost_usd, self.limits.max_tokens)
+        )
+        given = dict(params or {})
+        run = _AgentRun(self, goal, "", given, budget)
+        run.replanner.used_ids = used_ids
+        watch = _FailureWatch()
+        session_ref: list[RunSession] = []
+        try:
+            async with open_session(
+                plan,
+                self.registry,
+                params=given,
+                read_only=self.read_only,
+                write_boundary=self.write_boundary,
+                http_allow=self.http_allow,
+                limits=self.limits,
+                retry=self.retry,
+                observers=(*self.observers, watch),
+                max_concurrency=self.max_concurrency,
+                tool_limits=self.tool_limits,
+                budget=budget,
+                hold_effects=True,
+                run_id=run_id,
+                escalate=self.escalate,
+                completed=completed,
+            ) as session:
+                session_ref.append(session)
+                run.watch = watch
+                run.loop_thread = threading.get_ident()
+                with self._running_lock:
+                    self._running[session.run_id] = run
+                if self.on_session is not None:
+                    self.on_session(session)
+                session.seal()
+                if self.approve is not None:
+                    session.require_approval()
+                else:
+                    session.release_effects()
+                if await run.replan_remaining(session, instruction, earlier):
+                    async with anyio.create_task_group() as listening:
+                        listening.start_soon(run.listen)
+                        await run.run_and_replan(session, watch)
+                        listening.cancel_scope.cancel()
+        except _PlanningFailed:
+            pass
+        except anyio.get_cancelled_exc_class():
+            if not session_ref:
+                raise
+            return run.result(session_ref[0].result())
+        finally:
+            if session_ref:
+                with self._running_lock:
+                    self._running.pop(session_ref[0].run_id, None)
+        result = run.result(session_ref[0].result())
+        if result.status == "escalated" and self.on_escalation is not None:
+            await self._notify(result, goal, params)
+        return result
 
 
 def revision_context(context: str, rejected: Plan | None, feedback: Sequence[str]) -> str:
@@ -1038,6 +1169,64 @@ class _AgentRun:
     def counted_replans(self) -> int:
         """Replans that count against the caps (a person's instructions do not)."""
         return sum(1 for record in self.replans if record.trigger != "instruction")
+
+    async def replan_remaining(
+        self,
+        session: RunSession,
+        instruction: str | None,
+        earlier: Sequence[Mapping[str, Any]],
+    ) -> bool:
+        """A resumed run's first replan (trigger ``resume``), repaired within the caps
+        until its patch compiles. Returns True when a patch joined the run (and passed the
+        approval gate); False when the run ended here (no valid replan: escalated; a
+        refused or failed call: gave_up; rejected or awaiting approval)."""
+        agent = self.agent
+        previous: ReplanRecord | None = None
+        while len(self.replans) < max(agent.max_replans, 1):
+            try:
+                record = await self.replanner.replan(
+                    session,
+                    self.goal,
+                    session.state(),
+                    number=len(self.replans) + 1,
+                    trigger="resume",
+                    previous=previous,
+                    records=self.calls,
+                    instruction=instruction,
+                    earlier=earlier,
+                )
+            except TimeoutError:
+                await _let_deadline_pass(session)
+                return False
+            except BudgetRefusedError as error:
+                self.error = StepErrorInfo(type(error).__name__, str(error))
+                self.give_up(session, "budget")
+                return False
+            except Exception as error:
+                self.error = StepErrorInfo(type(error).__name__, str(error))
+                self.give_up(session, "replanner_error")
+                return False
+            self.replans.append(record)
+            self.diagnostics = record.diagnostics
+            if not record.applied:
+                previous = record
+                continue
+            self.versions.append(
+                Plan(
+                    goal=self.goal,
+                    params=session.plan.params,
+                    steps=[session.steps[key].step for key in sorted(session.steps)],
+                    output=session.output,
+                )
+            )
+            if agent.approve is not None:
+                try:
+                    await self.approve(session, first=False)
+                except _PlanningFailed:
+                    return False
+            return True
+        self.give_up(session, "max_replans")
+        return False
 
     async def run_and_replan(self, session: RunSession, watch: _FailureWatch) -> None:
         """Wait for failures and instructions and replan them, within the caps; then join."""

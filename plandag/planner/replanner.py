@@ -79,8 +79,9 @@ DEFAULT_REPLAN_MAX_TOKENS = 4096
 DEFAULT_REPLAN_MAX_CHARS = 2000
 """Characters of each step result shown to the replanner (first and last halves kept)."""
 
-ReplanTrigger = Literal["failure", "joiner", "instruction"]
-"""What asked for a replan: failed steps, the joiner, or a person's instruction mid-run."""
+ReplanTrigger = Literal["failure", "joiner", "instruction", "resume"]
+"""What asked for a replan: failed steps, the joiner, a person's instruction mid-run, or a
+person who resumed an escalated run."""
 
 REPLAN_RULES = """\
 Write a patch, not a new plan: answer in the wire format with only the NEW steps that \
@@ -119,8 +120,11 @@ class ReplanRecord:
     Attributes:
         number: 1 for the run's first replan, 2 for the next (repairs of a patch that did
             not compile are replans too).
-        trigger: ``failure`` (steps failed) or ``joiner`` (the joiner asked for it).
-        reason: why, in words: the failures, or the joiner's reason.
+        trigger: ``failure`` (steps failed), ``joiner`` (the joiner asked for it),
+            ``instruction`` (a person's instruction mid-run) or ``resume`` (a person
+            resumed an escalated run, with or without an instruction).
+        reason: why, in words: the failures, the joiner's reason, or the person's
+            instruction.
         replaced: the ended steps the patch was to replace (failed, pruned, cancelled).
         new_ids: the ids the patch added (empty when it was not applied).
         applied: the patch compiled and its steps joined the run.
@@ -221,6 +225,9 @@ def replan_prompt(
     strategy: ReplanStrategy = "partial",
     instructions: Sequence[str] = (),
     original_goal: str | None = None,
+    instruction: str | None = None,
+    earlier: Sequence[Mapping[str, Any]] = (),
+    used_ids: int = 0,
 ) -> str:
     """The replanner's user message (see the module docstring for what it holds).
 
@@ -236,12 +243,20 @@ def replan_prompt(
             (trusted: it comes from the user, as the task does), shown outside data blocks.
         original_goal: the task as first given, when a person's instruction replaced it
             with ``goal``; else None.
+        instruction: a person's instruction for this replan, given when they resumed an
+            escalated run (trusted, like the task: shown verbatim, outside any data
+            block), else None.
+        earlier: the steps of earlier segments of the run that did not succeed (a resumed
+            run: ``{"id", "tool", "status", "reason", "detail", "error"}`` each), shown
+            as data; they are no part of the run any more.
+        used_ids: the largest step id earlier segments of the run used (new ids go above
+            it as well); 0 when none.
 
     Returns:
         The text. Everything a tool produced is inside a data block.
     """
     steps = session.steps
-    max_id = max(steps, default=0)
+    max_id = max(max(steps, default=0), used_ids)
     plan = Plan(goal=goal, steps=[steps[key].step for key in sorted(steps)])
     wire_steps = to_wire(plan)["s"]
     listing = [{"state": _state_of(session, state, item["i"]), **item} for item in wire_steps]
@@ -339,6 +354,17 @@ def replan_prompt(
             "Every step succeeded, but the joiner judged that the results do not answer the "
             "task, and asked for a replan:\n" + quote_data("joiner reason", joiner_reason)
         )
+    if earlier:
+        parts.append(
+            "The run was handed to a person after these steps did not succeed; they are no "
+            "part of the run any more (write new steps for the remaining work instead):\n"
+            + quote_data("earlier failures", list(earlier), max_chars)
+        )
+    if instruction is not None:
+        parts.append(
+            "A person resumed the run with this instruction; follow it in this patch:\n"
+            + instruction
+        )
     rules = TOTAL_REPLAN_RULES if strategy == "total" else REPLAN_RULES
     parts.append(rules.format(max_id=max_id))
     return "\n\n".join(parts) + "\n"
@@ -373,6 +399,8 @@ class Replanner:
     step whose result is tainted: :attr:`RunSession.outside_content_seen`) has tainted
     literal args (ARCHITECTURE.md, "Untrusted content"): an ``egress`` step in it needs a
     person's approval before it runs, and a read-only run refuses it (``tainted_egress``).
+        used_ids: the largest step id earlier segments of the run used (a resumed run
+            whose session holds only its completed steps): new ids must be above it too.
 
     Raises:
         ValueError: ``max_tokens`` < 1 or ``max_chars`` < 2.
@@ -394,6 +422,7 @@ class Replanner:
         read_only: bool = False,
         write_boundary: WriteBoundary | None = None,
         http_allow: Sequence[str] | None = None,
+        used_ids: int = 0,
     ) -> None:
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, not {max_tokens}")
@@ -412,6 +441,7 @@ class Replanner:
         self.read_only = read_only
         self.write_boundary = write_boundary
         self.http_allow = tuple(http_allow) if http_allow is not None else None
+        self.used_ids = used_ids
 
     def request_for(self, prompt: str, previous: ReplanRecord | None = None) -> LLMRequest:
         """The model request for a replan ``prompt``: the plan writer's system prompt and
@@ -462,6 +492,8 @@ class Replanner:
         withdrawn: Sequence[int] = (),
         original_goal: str | None = None,
         reason: str | None = None,
+        instruction: str | None = None,
+        earlier: Sequence[Mapping[str, Any]] = (),
     ) -> ReplanRecord:
         """One replan: ask for a patch of ``state``'s failed part; apply it if it compiles.
 
@@ -471,7 +503,7 @@ class Replanner:
             state: the run's state the patch answers (its failed, pruned and cancelled
                 steps are the ones replaced).
             number: this replan's number in the run (1, 2...).
-            trigger: ``failure`` or ``joiner``.
+            trigger: ``failure``, ``joiner``, ``instruction`` or ``resume``.
             joiner_reason: the joiner's reason (with ``trigger="joiner"``).
             previous: the last replan, when its patch did not compile: its answer and
                 diagnostics go back to the model (a repair).
@@ -483,6 +515,9 @@ class Replanner:
             withdrawn: the steps not started that were dropped for this replan.
             original_goal: the task as first given, when an instruction replaced it.
             reason: why, in words (default: the failures, or the joiner's reason).
+            instruction, earlier: with ``trigger="resume"``: the person's instruction
+                (verbatim) and the earlier segments' failed steps (see
+                :func:`replan_prompt`).
 
         Returns:
             The :class:`ReplanRecord` (``applied`` False with the diagnostics when the
@@ -496,11 +531,16 @@ class Replanner:
         """
         started_at = self.clock.time()
         if reason is None:
-            reason = (
-                joiner_reason
-                if trigger == "joiner" and joiner_reason is not None
-                else failure_summary(session, state)
-            )
+            if trigger == "joiner" and joiner_reason is not None:
+                reason = joiner_reason
+            elif trigger == "resume":
+                reason = (
+                    f"resumed by a person: {instruction}"
+                    if instruction is not None
+                    else "resumed by a person"
+                )
+            else:
+                reason = failure_summary(session, state)
         prompt = replan_prompt(
             goal,
             session,
@@ -510,6 +550,9 @@ class Replanner:
             strategy=strategy,
             instructions=instructions,
             original_goal=original_goal,
+            instruction=instruction,
+            earlier=earlier,
+            used_ids=self.used_ids,
         )
         request = self.request_for(prompt, previous)
         with anyio.fail_after(session.remaining_s):
@@ -577,7 +620,7 @@ class Replanner:
             return False, (), tuple(error.diagnostics), False
         steps: list[dict[str, Any]] = document["steps"]
         problems: list[Diagnostic] = []
-        max_id = max(session.steps, default=0)
+        max_id = max(max(session.steps, default=0), self.used_ids)
         if not steps and replaced:
             problems.append(
                 _diagnostic(

@@ -1256,6 +1256,7 @@ async def run_plan(
     budget: Budget | None = None,
     completed: Mapping[int, Any] | None = None,
     escalate: EscalationMode = "person",
+    on_escalation: Callable[[dict[str, Any]], Any] | None = None,
 ) -> RunResult:
     """Run a compiled plan: every step whose parents all succeeded starts at once.
 
@@ -1283,6 +1284,13 @@ async def run_plan(
         completed: results of steps that already succeeded, by step id (a resumed run,
             ``plandag resume``): those steps end ``succeeded`` with these results without
             running (no events for them) and their children start when ready.
+        escalate: what a run that cannot go on by itself comes to
+            (:data:`~plandag.scheduler.result.EscalationMode`): ``person`` (default) ends
+            ``escalated``, ``never`` ends ``gave_up``.
+        on_escalation: called once the run ended ``escalated``, with its case as a dict
+            (:func:`plandag.escalation.run_context`); a function or a coroutine function,
+            or a :class:`plandag.escalation.EscalationHooks`. Its failure does not change
+            the result.
 
     Returns:
         A :class:`RunResult` covering every step, each in exactly one terminal state.
@@ -1320,7 +1328,22 @@ async def run_plan(
         completed,
     )
     run.escalate_mode = escalate
-    return await run.run()
+    result = await run.run()
+    if on_escalation is not None and result.status == "escalated":
+        from plandag.escalation import as_hooks, run_context
+
+        hooks = as_hooks(on_escalation)
+        assert hooks is not None
+        await hooks.notify(
+            run_context(
+                result,
+                goal=compiled.plan.goal or None,
+                plans=[compiled.plan],
+                params=compiled.params,
+                command="run_plan",
+            )
+        )
+    return result
 
 
 def run_plan_sync(

@@ -43,6 +43,7 @@ from plandag.approval import (
 )
 from plandag.compiler.compiled import CompiledPlan
 from plandag.errors import InputError
+from plandag.escalation.hooks import EscalationCallback, EscalationHooks, as_hooks
 from plandag.scheduler import events
 from plandag.scheduler.events import Observer
 from plandag.scheduler.result import EscalationMode, RunResult, RunStatus
@@ -58,8 +59,13 @@ __all__ = [
     "RESUMABLE",
     "DurableOutcome",
     "RunOptions",
+    "abandon",
+    "approve_escalated",
+    "close_escalation",
     "continue_run",
     "decide",
+    "escalate_run",
+    "escalation_message",
     "open_run",
     "record_run",
     "start_run",
@@ -153,6 +159,9 @@ class DurableOutcome:
         message: a sentence for the person (why it waits, what to do next), or None.
         store_error: the run ran but the store could not record its end (a locked or full
             database), with what to do; None when everything was recorded.
+        escalation: when ``status`` is ``escalated``, why (one of
+            :data:`~plandag.scheduler.result.ESCALATION_REASONS`); else None.
+        escalation_detail: the sentence for the person who gets the case; else None.
     """
 
     run_id: str
@@ -161,6 +170,8 @@ class DurableOutcome:
     request: ApprovalRequest | None = None
     message: str | None = None
     store_error: str | None = None
+    escalation: str | None = None
+    escalation_detail: str | None = None
 
 
 TraceFactory = Callable[[str, int], Any]
@@ -234,8 +245,13 @@ def superseded_steps(
     return superseded, unknown
 
 
-def _escalate_superseded(
-    store: Store, run_id: str, rows: Mapping[int, StepRow], unknown: Sequence[int], writer: Any
+async def _escalate_superseded(
+    store: Store,
+    run_id: str,
+    rows: Mapping[int, StepRow],
+    unknown: Sequence[int],
+    writer: Any,
+    hooks: EscalationHooks | None = None,
 ) -> DurableOutcome:
     names = ", ".join(f"{step_id} ({rows[step_id].tool})" for step_id in unknown)
     detail = (
@@ -252,8 +268,14 @@ def _escalate_superseded(
         escalation="superseded_unknown",
         escalation_detail=detail,
     )
+    message = await escalate_run(store, run_id, "superseded_unknown", detail, hooks=hooks)
     return DurableOutcome(
-        run_id, "escalated", result=result, message=f"run {run_id} escalated: {detail}"
+        run_id,
+        "escalated",
+        result=result,
+        message=message,
+        escalation="superseded_unknown",
+        escalation_detail=detail,
     )
 
 
@@ -329,6 +351,164 @@ def _reject(
         request=request,
         message=f"run {request.run_id} was rejected" + (f": {feedback}" if feedback else ""),
     )
+
+
+def escalation_message(run_id: str, reason: str, detail: str | None, plan_hash: str | None) -> str:
+    """What a person reads when run ``run_id`` escalates: why, and the commands that
+    close the case (``approve`` only where a step's outcome is unknown)."""
+    from plandag.escalation import APPROVABLE_REASONS
+
+    commands = [f"`plandag resume {run_id} --instruction TEXT` goes on with your instruction"]
+    if reason in APPROVABLE_REASONS and plan_hash is not None:
+        commands.append(f"`plandag approve {run_id} --hash {plan_hash}` runs the step(s) again")
+    commands.append(f"`plandag abandon {run_id} --reason TEXT` closes it")
+    return (
+        f"run {run_id} escalated to a person ({reason})"
+        + (f": {detail}" if detail else "")
+        + "; `plandag inbox` lists it: "
+        + ", ".join(commands)
+    )
+
+
+async def escalate_run(
+    store: Store,
+    run_id: str,
+    reason: str,
+    detail: str | None,
+    *,
+    hooks: EscalationHooks | None = None,
+) -> str:
+    """Persist the case of run ``run_id``, which ended ``escalated``, and call the hooks.
+
+    The case (:func:`plandag.escalation.escalation_context`: goal, plan versions,
+    completed results, failures, spend, reason) goes to the ``escalation`` table as an open
+    escalation, which ``plandag inbox`` lists until a person resumes, approves or abandons
+    the run; an ``escalated`` event and one ``escalation_hook`` event per hook called
+    (:class:`plandag.escalation.HookOutcome`: a refused URL, a failed command...) are
+    recorded. A hook's failure never changes the run's state.
+
+    Args:
+        store: the run store (the run's state is already ``escalated``).
+        run_id: the run.
+        reason: one of :data:`~plandag.scheduler.result.ESCALATION_REASONS`.
+        detail: the sentence for the person, or None.
+        hooks: the command, URL and callback to call, or None.
+
+    Returns:
+        The message for the person (:func:`escalation_message`).
+    """
+    from plandag.escalation import escalation_context
+
+    now = time.time()
+    context = escalation_context(store, run_id, reason, detail, at=now)
+    store.add_escalation(run_id, reason, context, at=now)
+    store.record_event(run_id, "escalated", {"reason": reason, "detail": detail}, now)
+    if hooks is not None and not hooks.empty:
+        for outcome in await hooks.notify(context):
+            store.record_event(run_id, "escalation_hook", outcome.as_dict(), time.time())
+    store.flush()
+    versions = store.plan_versions(run_id)
+    return escalation_message(run_id, reason, detail, versions[-1].hash if versions else None)
+
+
+def close_escalation(
+    store: Store,
+    run_id: str,
+    decision: str,
+    *,
+    who: str,
+    note: str | None = None,
+) -> None:
+    """Record a person's decision on escalated run ``run_id``: its open escalations are
+    closed (``decision``, ``who``, when, ``note``) and the decision joins the ``decision``
+    table, bound to the run's current plan version."""
+    store.close_escalations(run_id, decision, who=who, note=note)
+    versions = store.plan_versions(run_id)
+    if versions:
+        current = versions[-1]
+        store.record_decision(
+            run_id, current.version, current.hash, decision, who=who, feedback=note
+        )
+
+
+def _escalated_row(store: Store, run_id: str, command: str) -> Any:
+    row = store.run(run_id)
+    if row.status != "escalated":
+        raise InputError(
+            f"run {run_id} is {row.status}, not escalated: `plandag {command}` applies only "
+            "to an escalated run (`plandag inbox` lists them)"
+        )
+    return row
+
+
+def approve_escalated(store: Store, run_id: str, *, who: str, expected_hash: str | None) -> str:
+    """A person approves running again the steps whose outcome was unknown in escalated
+    run ``run_id`` (``plandag approve RUN_ID --hash H``); the run is taken for this process.
+
+    Args:
+        store: the run store.
+        run_id: the run (exact id).
+        who: the decider's name.
+        expected_hash: the plan hash the person reviewed (required: the inbox shows it).
+
+    Returns:
+        The plan hash approved.
+
+    Raises:
+        InputError: the run is not escalated, was escalated for another reason than an
+            unknown outcome, no hash was given, or another process took it first.
+        StaleDecisionError: ``expected_hash`` is not the current plan version's hash.
+    """
+    from plandag.escalation import APPROVABLE_REASONS
+
+    row = _escalated_row(store, run_id, "approve")
+    open_cases = store.escalations(run_id=run_id)
+    reasons = {case.reason for case in open_cases}
+    if not reasons & APPROVABLE_REASONS:
+        shown = ", ".join(sorted(reasons)) or "no open case"
+        raise InputError(
+            f"run {run_id} was escalated for {shown}: `plandag approve` applies only where a "
+            f"step's outcome was unknown; use `plandag resume {run_id} --instruction TEXT` or "
+            f"`plandag abandon {run_id} --reason TEXT`"
+        )
+    current = store.plan_versions(run_id)[-1]
+    if expected_hash is None:
+        raise InputError(
+            f"run {run_id} is escalated: give the hash of the plan you reviewed, "
+            f"`plandag approve {run_id} --hash {current.hash}` (`plandag inbox` shows it)"
+        )
+    if expected_hash != current.hash:
+        raise StaleDecisionError(
+            f"run {run_id}: --hash {expected_hash} is not its current plan (version "
+            f"{current.version}, hash {current.hash}); review the case in `plandag inbox` "
+            "and decide again"
+        )
+    if not store.claim_run(run_id, ["escalated"], row.pid):
+        raise InputError(
+            f"run {run_id}: another process decided on it first; `plandag runs` shows its state"
+        )
+    close_escalation(store, run_id, "approved", who=who)
+    return current.hash
+
+
+def abandon(store: Store, run_id: str, *, who: str, reason: str) -> None:
+    """A person closes escalated run ``run_id`` for good (``plandag abandon``): its state
+    becomes ``abandoned`` (exit 1), its case leaves the inbox, and the decision is recorded
+    with ``who``, when and ``reason``.
+
+    Raises:
+        InputError: the run is not escalated, ``reason`` is empty, or another process took
+            the run first.
+    """
+    if not reason.strip():
+        raise InputError("--reason is empty: say why the run is abandoned")
+    row = _escalated_row(store, run_id, "abandon")
+    if not store.claim_run(run_id, ["escalated"], row.pid):
+        raise InputError(
+            f"run {run_id}: another process decided on it first; `plandag runs` shows its state"
+        )
+    store.update_run(run_id, status="abandoned", detail=reason, pid=None)
+    close_escalation(store, run_id, "abandoned", who=who, note=reason)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -444,6 +624,7 @@ async def start_run(
     run_id: str | None = None,
     source: str = "stored",
     compile_span: tuple[float, float] | None = None,
+    on_escalation: EscalationHooks | EscalationCallback | None = None,
 ) -> DurableOutcome:
     """Record a new run of ``compiled``, pass it through the approval gate, and run it.
 
@@ -460,6 +641,10 @@ async def start_run(
         source: where the plan came from (``stored``, ``planner``).
         compile_span: when the plan's compile started and ended (seconds since the
             epoch), for the trace's ``compile`` span; None: no span.
+        on_escalation: when the run ends ``escalated``, its case is stored (the inbox)
+            and these hooks are called (:class:`~plandag.escalation.EscalationHooks`: a
+            command, a URL, a callback), or this callback with the case as a dict; None:
+            stored only.
 
     Returns:
         The :class:`DurableOutcome`.
@@ -491,6 +676,7 @@ async def start_run(
             writer=writer,
             elapsed_s=0.0,
             gate=_Gate(request, approver, options.approve) if request is not None else None,
+            hooks=as_hooks(on_escalation),
         )
     finally:
         if writer is not None:
@@ -508,6 +694,7 @@ async def continue_run(
     approved_unknown: bool = False,
     observers: Sequence[Observer] = (),
     trace: TraceFactory | None = None,
+    on_escalation: EscalationHooks | EscalationCallback | None = None,
 ) -> DurableOutcome:
     """Run stored run ``run_id`` again from where it got to (module docstring).
 
@@ -521,7 +708,13 @@ async def continue_run(
         approver: who decides when a decision is needed, or None.
         approved_unknown: a person already approved running again the steps whose outcome
             is unknown (``plandag approve``).
-        observers, trace: as :func:`start_run`.
+        observers, trace, on_escalation: as :func:`start_run`.
+
+    A step with ``irreversible`` effects whose outcome is unknown (and that cannot be
+    repeated safely) escalates the run (reason ``unknown_outcome``: a person checks what
+    happened, then ``plandag approve RUN_ID --hash H`` runs it again); with
+    ``options.escalate`` ``never``, and for steps with ``write`` effects, the run awaits
+    approval instead.
 
     Returns:
         The :class:`DurableOutcome`.
@@ -550,7 +743,9 @@ async def continue_run(
                 {step_id: list(step.parents) for step_id, step in compiled.steps.items()}
             )
         if unknown_superseded:
-            return _escalate_superseded(store, run_id, rows, unknown_superseded, writer)
+            return await _escalate_superseded(
+                store, run_id, rows, unknown_superseded, writer, as_hooks(on_escalation)
+            )
         store.update_run(
             run_id, status="running", segment=segment, pid=_pid(), awaiting_reason=None
         )
@@ -573,6 +768,13 @@ async def continue_run(
                 f"unknown outcome: step(s) {names} started before the run stopped and may have "
                 "acted; their tools are not idempotent and take no idempotency key"
             )
+            irreversible = [
+                step_id for step_id in ask if compiled.steps[step_id].tool.effects == "irreversible"
+            ]
+            if irreversible and options.escalate == "person":
+                return await _escalate_unknown(
+                    store, run_id, compiled, irreversible, writer, as_hooks(on_escalation)
+                )
             request = ApprovalRequest.for_plan(
                 run_id, current.version, compiled, reason=reason, expiry_s=options.expiry_s
             )
@@ -593,10 +795,40 @@ async def continue_run(
             writer=writer,
             elapsed_s=elapsed,
             gate=gate,
+            hooks=as_hooks(on_escalation),
         )
     finally:
         if writer is not None:
             writer.close()
+
+
+async def _escalate_unknown(
+    store: Store,
+    run_id: str,
+    compiled: CompiledPlan,
+    step_ids: Sequence[int],
+    writer: Any,
+    hooks: EscalationHooks | None,
+) -> DurableOutcome:
+    """Steps with irreversible effects may have acted before the run stopped: hand the
+    run to a person (reason ``unknown_outcome``)."""
+    names = ", ".join(f"{step_id} ({compiled.steps[step_id].tool.name})" for step_id in step_ids)
+    detail = (
+        f"step(s) {names} have irreversible effects and started before the run stopped: "
+        "they may have acted, and running them again could repeat the effect; check what "
+        "happened outside, then approve running them again, or abandon the run"
+    )
+    if writer is not None:
+        writer.segment_ended("escalated")
+    store.update_run(run_id, status="escalated", detail=detail, pid=None)
+    message = await escalate_run(store, run_id, "unknown_outcome", detail, hooks=hooks)
+    return DurableOutcome(
+        run_id,
+        "escalated",
+        message=message,
+        escalation="unknown_outcome",
+        escalation_detail=detail,
+    )
 
 
 def decide(
@@ -713,6 +945,7 @@ async def _run_segment(
     writer: Any,
     elapsed_s: float,
     gate: _Gate | None = None,
+    hooks: EscalationHooks | None = None,
 ) -> DurableOutcome:
     """Run one segment; with ``gate``, ask for the approval while the steps without effects
     run (a pending approval never holds them): steps with effects start once a person
@@ -781,7 +1014,21 @@ async def _run_segment(
             spent_tokens=before.spent_tokens + result.spent_tokens,
             options=stored_options,
             pid=None,
+            **({"detail": result.escalation_detail} if result.status == "escalated" else {}),
         )
+        if result.status == "escalated":
+            reason = result.escalation or "replan_caps"
+            message = await escalate_run(
+                store, run_id, reason, result.escalation_detail, hooks=hooks
+            )
+            return DurableOutcome(
+                run_id,
+                "escalated",
+                result=result,
+                message=message,
+                escalation=reason,
+                escalation_detail=result.escalation_detail,
+            )
     except sqlite3.Error as error:
         store_error = (
             f"the run ended {result.status}, but the run store {store.path} could not record "

@@ -50,6 +50,7 @@ __all__ = [
     "BLOB_THRESHOLD_BYTES",
     "DecisionRow",
     "DocumentRow",
+    "EscalationRow",
     "InstructionRow",
     "PlanVersionRow",
     "RunRow",
@@ -173,6 +174,26 @@ class DecisionRow:
     who: str | None
     feedback: str | None
     time: float
+
+
+@dataclasses.dataclass(frozen=True)
+class EscalationRow:
+    """A run handed to a person (ARCHITECTURE.md, "States"): why, the case as JSON
+    (``context``: see :func:`plandag.escalation.escalation_context`), ``open`` until a
+    person decides, then ``closed`` with the decision (``resumed``, ``approved`` or
+    ``abandoned``), who took it, when (seconds since the epoch) and their note (the
+    instruction or the reason)."""
+
+    id: int
+    run_id: str
+    time: float
+    reason: str
+    context: dict[str, Any]
+    status: str
+    decision: str | None
+    who: str | None
+    decided_at: float | None
+    note: str | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -787,6 +808,68 @@ class Store:
                 (run_id,),
             )
         )
+
+    # -- escalations -----------------------------------------------------------------------
+
+    def add_escalation(
+        self, run_id: str, reason: str, context: Mapping[str, Any], at: float | None = None
+    ) -> int:
+        """Record an open escalation of run ``run_id`` (committed at once, with everything
+        queued before it) and return its id.
+
+        Args:
+            run_id: the run.
+            reason: one of :data:`~plandag.scheduler.result.ESCALATION_REASONS`.
+            context: the case (JSON-safe; secrets already masked).
+            at: when (seconds since the epoch; default now).
+        """
+        self.flush()
+        with self.transaction() as connection:
+            cursor = connection.execute(
+                "INSERT INTO escalation (run_id, time, reason, context, status) "
+                "VALUES (?, ?, ?, ?, 'open')",
+                (run_id, time.time() if at is None else at, reason, _dumps(dict(context))),
+            )
+            return int(cursor.lastrowid or 0)
+
+    def escalations(
+        self, *, run_id: str | None = None, status: str | None = "open"
+    ) -> list[EscalationRow]:
+        """Escalations, oldest first: those in ``status`` (``open``, ``closed``; None:
+        any), of run ``run_id`` only when given."""
+        self.flush(durable=False)  # visible to reads; synced later
+        where, args = [], []
+        if status is not None:
+            where.append("status = ?")
+            args.append(status)
+        if run_id is not None:
+            where.append("run_id = ?")
+            args.append(run_id)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        rows = self.connection.execute(
+            "SELECT id, run_id, time, reason, context, status, decision, who, decided_at, note "
+            f"FROM escalation{clause} ORDER BY time, id",
+            tuple(args),
+        )
+        return [
+            EscalationRow(row[0], row[1], row[2], row[3], json.loads(row[4]), *row[5:])
+            for row in rows
+        ]
+
+    def close_escalations(
+        self, run_id: str, decision: str, *, who: str, note: str | None = None
+    ) -> int:
+        """Close the run's open escalations with a person's ``decision`` (``resumed``,
+        ``approved``, ``abandoned``), who took it, now, and their ``note``; committed at
+        once. Returns how many were closed (0: none was open)."""
+        self.flush()
+        with self.transaction() as connection:
+            cursor = connection.execute(
+                "UPDATE escalation SET status = 'closed', decision = ?, who = ?, "
+                "decided_at = ?, note = ? WHERE run_id = ? AND status = 'open'",
+                (decision, who, time.time(), note, run_id),
+            )
+            return int(cursor.rowcount)
 
     # -- calls, events, documents --------------------------------------------------------------
 

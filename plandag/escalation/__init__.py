@@ -1,0 +1,27 @@
+"""Escalation to a person (ARCHITECTURE.md, "States", "People in the loop"): the case a
+person gets when a run cannot go on by itself (:mod:`plandag.escalation.context`) and the
+hooks called with it (:mod:`plandag.escalation.hooks`). The run store keeps each case in
+its ``escalation`` table until a person resumes, approves or abandons the run
+(:mod:`plandag.store.durable`; ``plandag inbox`` lists the open ones)."""
+
+from plandag.escalation.context import APPROVABLE_REASONS as APPROVABLE_REASONS
+from plandag.escalation.context import RESULT_CHARS as RESULT_CHARS
+from plandag.escalation.context import escalation_context as escalation_context
+from plandag.escalation.context import run_context as run_context
+from plandag.escalation.hooks import DEFAULT_HOOK_TIMEOUT_S as DEFAULT_HOOK_TIMEOUT_S
+from plandag.escalation.hooks import EscalationCallback as EscalationCallback
+from plandag.escalation.hooks import EscalationHooks as EscalationHooks
+from plandag.escalation.hooks import HookOutcome as HookOutcome
+from plandag.escalation.hooks import as_hooks as as_hooks
+
+__all__ = [
+    "APPROVABLE_REASONS",
+    "DEFAULT_HOOK_TIMEOUT_S",
+    "RESULT_CHARS",
+    "EscalationCallback",
+    "EscalationHooks",
+    "HookOutcome",
+    "as_hooks",
+    "escalation_context",
+    "run_context",
+]

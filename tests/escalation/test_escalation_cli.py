@@ -1,0 +1,358 @@
+"""A run handed to a person on the command line: ``plandag run`` past its replan caps ends
+escalated (exit 5), ``plandag inbox`` lists it, and a person resumes it with an instruction
+(which reaches the replanner verbatim) or abandons it; ``--escalate never`` keeps gave_up.
+Every model call goes to the local Messages API server."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from plandag.cli.app import app
+from plandag.store import open_store
+from plandag.testing import MessagesServer
+
+TOOLS_FILE = '''
+from plandag import tool
+
+
+@tool
+def lookup(name: str) -> dict:
+    """Look a name up; returns its score."""
+    return {"name": name, "score": len(name)}
+
+
+@tool
+def broken(name: str) -> dict:
+    """A service that is always down."""
+    raise ValueError(f"service down for {name}")
+'''
+
+INSTRUCTION = 'The "broken" service is retired for good: use lookup on name "x" instead.'
+
+
+def step(i: int, tool_name: str, args: list[str], d: list[int]) -> dict[str, Any]:
+    return {"i": i, "t": tool_name, "a": args, "d": d}
+
+
+@pytest.fixture(autouse=True)
+def clean(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("all_proxy", raising=False)
+    monkeypatch.setenv("PLANDAG_STORE", str(tmp_path / "store" / "runs.sqlite3"))
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture
+def server() -> Iterator[MessagesServer]:
+    with MessagesServer() as running:
+        yield running
+
+
+@pytest.fixture
+def tools(tmp_path: Path) -> Path:
+    path = tmp_path / "scores.py"
+    path.write_text(TOOLS_FILE, encoding="utf-8")
+    return path
+
+
+def plandag(*args: str) -> Any:
+    return CliRunner().invoke(app, list(args), env={"ANTHROPIC_API_KEY": "test"})
+
+
+def escalate_by_caps(server: MessagesServer, tools: Path, *more: str) -> Any:
+    """A plan whose only step always fails, then two replans that fail the same way: the
+    no-progress cap (2 replans in a row without a completed step) is hit."""
+    server.push_json({"g": "x", "s": [step(1, "broken", ["name=x"], [])], "o": '"<step_1_result>"'})
+    server.push_json({"g": "x", "s": [step(2, "broken", ["name=y"], [])], "o": '"<step_2_result>"'})
+    server.push_json({"g": "x", "s": [step(3, "broken", ["name=z"], [])], "o": '"<step_3_result>"'})
+    return plandag(
+        "run", "Score x", "--tools", str(tools), "--base-url", server.url, "--retries", "0", *more
+    )
+
+
+def run_id_of(result: Any) -> str:
+    return str(json.loads(result.stdout)["run_id"])
+
+
+def test_replan_caps_escalate_exit_5_and_the_inbox_lists_the_run(
+    server: MessagesServer, tools: Path
+) -> None:
+    result = escalate_by_caps(server, tools, "--json")
+    assert result.exit_code == 5, result.output
+    document = json.loads(result.stdout)
+    assert (document["status"], document["escalation"]) == ("escalated", "replan_caps")
+    run_id = document["run_id"]
+    assert f"run {run_id} escalated to a person (replan_caps)" in result.stderr
+
+    inbox = plandag("inbox", "--json")
+    assert inbox.exit_code == 0, inbox.output
+    [item] = json.loads(inbox.stdout)
+    assert (item["run_id"], item["reason"], item["goal"]) == (run_id, "replan_caps", "Score x")
+    assert item["detail"] == (
+        "2 replans in a row completed no new step (the no-progress cap): step 3 failed "
+        "(tool_error: ValueError: service down for z)"
+    )
+    assert item["spend"]["tokens"] > 0
+    assert item["actions"] == {
+        "resume": f"plandag resume {run_id} --instruction TEXT",
+        "approve": None,
+        "abandon": f"plandag abandon {run_id} --reason TEXT",
+    }
+    text = plandag("inbox")
+    assert f"run {run_id}  escalated" in text.stdout
+    assert f"do: plandag resume {run_id} --instruction TEXT" in text.stdout
+    assert f"plandag abandon {run_id} --reason TEXT" in text.stdout
+
+    runs = plandag("runs", "--json")
+    [row] = json.loads(runs.stdout)
+    assert (row["run_id"], row["status"]) == (run_id, "escalated")
+
+    store = open_store()
+    try:
+        [case] = store.escalations(run_id=run_id)
+        context = case.context
+        assert (context["reason"], context["goal"], context["command"]) == (
+            "replan_caps",
+            "Score x",
+            "run",
+        )
+        assert [version["version"] for version in context["plan_versions"]] == [1, 2, 3]
+        assert [(f["id"], f["status"], f["superseded_by"]) for f in context["failures"]] == [
+            (1, "failed", [2]),
+            (2, "failed", [3]),
+            (3, "failed", None),
+        ]
+        assert context["failures"][2]["error"] == {
+            "type": "ValueError",
+            "message": "service down for z",
+        }
+        assert context["completed"] == []
+        assert context["spend"]["tokens"] == store.run(run_id).spent_tokens
+    finally:
+        store.close()
+
+
+def test_escalate_never_keeps_gave_up_exit_1_and_nothing_reaches_the_inbox(
+    server: MessagesServer, tools: Path
+) -> None:
+    result = escalate_by_caps(server, tools, "--json", "--escalate", "never")
+    assert result.exit_code == 1, result.output
+    assert json.loads(result.stdout)["status"] == "gave_up"
+    assert json.loads(plandag("inbox", "--json").stdout) == []
+
+
+def test_the_escalate_setting_never_keeps_gave_up(
+    server: MessagesServer, tools: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "plandag.toml").write_text('escalate = "never"\n', encoding="utf-8")
+    result = escalate_by_caps(server, tools, "--json")
+    assert result.exit_code == 1, result.output
+    assert json.loads(result.stdout)["status"] == "gave_up"
+
+
+def test_resume_with_an_instruction_reaches_the_replanner_verbatim_and_succeeds(
+    server: MessagesServer, tools: Path
+) -> None:
+    run_id = run_id_of(escalate_by_caps(server, tools, "--json"))
+    server.clear_requests()
+    # the replanner's patch follows the instruction: a new step above every id used (3)
+    server.push_json({"g": "x", "s": [step(4, "lookup", ["name=x"], [])], "o": '"<step_4_result>"'})
+    resumed = plandag("resume", run_id, "--instruction", INSTRUCTION, "--who", "maria", "--json")
+    assert resumed.exit_code == 0, resumed.output
+    document = json.loads(resumed.stdout)
+    assert document["status"] == "succeeded"
+    assert document["answer"] == {"name": "x", "score": 1}
+    assert [(r["trigger"], r["applied"], r["new_ids"]) for r in document["replans"]] == [
+        ("resume", True, [4])
+    ]
+
+    [request] = server.message_requests
+    prompt = request.json["messages"][0]["content"]
+    assert (
+        "A person resumed the run with this instruction; follow it in this patch:\n"
+        + INSTRUCTION
+        + "\n"
+    ) in prompt
+    assert "service down for z" in prompt  # what failed before is shown
+    assert "Every new step id must be greater than 3" in prompt
+
+    assert json.loads(plandag("inbox", "--json").stdout) == []
+    store = open_store()
+    try:
+        row = store.run(run_id)
+        assert (row.status, row.segment) == ("succeeded", 1)
+        [case] = store.escalations(run_id=run_id, status=None)
+        assert (case.status, case.decision, case.who, case.note) == (
+            "closed",
+            "resumed",
+            "maria",
+            INSTRUCTION,
+        )
+        assert case.decided_at is not None
+        assert case.decided_at >= case.time
+        resumed_decisions = [d for d in store.decisions(run_id) if d.decision == "resumed"]
+        assert [(d.who, d.feedback) for d in resumed_decisions] == [("maria", INSTRUCTION)]
+        steps = store.steps(run_id)
+        assert [(key, steps[key].status, steps[key].superseded_by) for key in sorted(steps)] == [
+            (1, "failed", [2]),
+            (2, "failed", [3]),
+            (3, "failed", [4]),
+            (4, "succeeded", None),
+        ]
+        assert [version.source for version in store.plan_versions(run_id)] == [
+            "planner",
+            "revision",
+            "revision",
+            "replan",
+        ]
+    finally:
+        store.close()
+
+
+def test_resume_whose_replans_hit_the_caps_again_escalates_again(
+    server: MessagesServer, tools: Path
+) -> None:
+    run_id = run_id_of(escalate_by_caps(server, tools, "--json"))
+    for number in (4, 5, 6):  # the instruction is not followed: it fails the same way
+        server.push_json(
+            {
+                "g": "x",
+                "s": [step(number, "broken", [f"name=w{number}"], [])],
+                "o": f'"<step_{number}_result>"',
+            }
+        )
+    again = plandag("resume", run_id, "--instruction", INSTRUCTION, "--json")
+    assert again.exit_code == 5, again.output
+    document = json.loads(again.stdout)
+    assert (document["status"], document["escalation"]) == ("escalated", "replan_caps")
+    assert [r["trigger"] for r in document["replans"]] == ["resume", "failure", "failure"]
+    store = open_store()
+    try:
+        cases = store.escalations(run_id=run_id, status=None)
+        assert [(case.status, case.decision) for case in cases] == [
+            ("closed", "resumed"),
+            ("open", None),
+        ]
+    finally:
+        store.close()
+
+
+def test_abandon_ends_the_run_abandoned_exit_1_and_empties_the_inbox(
+    server: MessagesServer, tools: Path
+) -> None:
+    run_id = run_id_of(escalate_by_caps(server, tools, "--json"))
+    result = plandag("abandon", run_id[:8], "--reason", "not worth more spend", "--who", "ana")
+    assert result.exit_code == 1, result.output
+    assert f"run {run_id} abandoned by ana: not worth more spend" in result.stderr
+    assert json.loads(plandag("inbox", "--json").stdout) == []
+    [row] = json.loads(plandag("runs", "--json").stdout)
+    assert row["status"] == "abandoned"
+    store = open_store()
+    try:
+        [case] = store.escalations(run_id=run_id, status=None)
+        assert (case.status, case.decision, case.who, case.note) == (
+            "closed",
+            "abandoned",
+            "ana",
+            "not worth more spend",
+        )
+        assert [(d.decision, d.who, d.feedback) for d in store.decisions(run_id)][-1] == (
+            "abandoned",
+            "ana",
+            "not worth more spend",
+        )
+    finally:
+        store.close()
+
+    again = plandag("abandon", run_id, "--reason", "twice")
+    assert again.exit_code == 2
+    assert f"run {run_id} is abandoned, not escalated" in again.stderr
+    resumed = plandag("resume", run_id, "--instruction", INSTRUCTION)
+    assert resumed.exit_code == 2
+    assert "not escalated: --instruction is for a run handed to a person" in resumed.stderr
+
+
+def test_decisions_are_refused_on_runs_that_are_not_escalated(
+    server: MessagesServer, tools: Path
+) -> None:
+    server.push_json({"g": "x", "s": [step(1, "lookup", ["name=a"], [])], "o": '"<step_1_result>"'})
+    done = plandag("run", "Score a", "--tools", str(tools), "--base-url", server.url, "--json")
+    assert done.exit_code == 0, done.output
+    run_id = run_id_of(done)
+    abandoned = plandag("abandon", run_id, "--reason", "no")
+    assert abandoned.exit_code == 2
+    assert (
+        f"run {run_id} is succeeded, not escalated: `plandag abandon` applies only to an "
+        "escalated run" in abandoned.stderr
+    )
+    instructed = plandag("resume", run_id, "--instruction", "go on")
+    assert instructed.exit_code == 2
+    assert f"run {run_id} is succeeded, not escalated" in instructed.stderr
+
+
+def test_approve_is_refused_on_a_run_escalated_for_its_replan_caps(
+    server: MessagesServer, tools: Path
+) -> None:
+    run_id = run_id_of(escalate_by_caps(server, tools, "--json"))
+    store = open_store()
+    try:
+        digest = store.plan_versions(run_id)[-1].hash
+    finally:
+        store.close()
+    result = plandag("approve", run_id, "--hash", digest)
+    assert result.exit_code == 2
+    assert (
+        f"run {run_id} was escalated for replan_caps: `plandag approve` applies only where a "
+        "step's outcome was unknown" in result.stderr
+    )
+    assert [item["run_id"] for item in json.loads(plandag("inbox", "--json").stdout)] == [run_id]
+
+
+def test_exec_planner_past_its_caps_escalates_and_resumes_with_the_planner(
+    server: MessagesServer, tools: Path, tmp_path: Path
+) -> None:
+    plan = tmp_path / "down.json"
+    plan.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "goal": "Score x",
+                "steps": [{"id": 1, "tool": "broken", "args": {"name": "x"}}],
+                "output": "<step_1_result>",
+            }
+        ),
+        encoding="utf-8",
+    )
+    for number in (2, 3):
+        server.push_json(
+            {
+                "g": "Score x",
+                "s": [step(number, "broken", [f"name=x{number}"], [])],
+                "o": f'"<step_{number}_result>"',
+            }
+        )
+    args = ["exec", str(plan), "--tools", str(tools), "--retries", "0"]
+    result = plandag(*args, "--planner", "anthropic", "--base-url", server.url, "--json")
+    assert result.exit_code == 5, result.output
+    document = json.loads(result.stdout)
+    assert (document["status"], document["escalation"]) == ("escalated", "replan_caps")
+    [item] = json.loads(plandag("inbox", "--json").stdout)
+    run_id = item["run_id"]
+    assert item["command"] == "exec"
+
+    server.clear_requests()
+    server.push_json(
+        {"g": "Score x", "s": [step(4, "lookup", ["name=x"], [])], "o": '"<step_4_result>"'}
+    )
+    resumed = plandag("resume", run_id, "--instruction", INSTRUCTION, "--json")
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.stdout)["answer"] == {"name": "x", "score": 1}
+    [request] = server.message_requests
+    assert INSTRUCTION in request.json["messages"][0]["content"]
