@@ -6,6 +6,7 @@ Every model call goes to the local Messages API server."""
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from typer.testing import CliRunner
 from plandag.cli.app import app
 from plandag.store import open_store
 from plandag.testing import MessagesServer
+
+from .conftest import Recorder
 
 TOOLS_FILE = '''
 from plandag import tool
@@ -356,3 +359,56 @@ def test_exec_planner_past_its_caps_escalates_and_resumes_with_the_planner(
     assert json.loads(resumed.stdout)["answer"] == {"name": "x", "score": 1}
     [request] = server.message_requests
     assert INSTRUCTION in request.json["messages"][0]["content"]
+
+
+def test_the_configured_command_and_url_get_the_case(
+    server: MessagesServer, tools: Path, tmp_path: Path, receiver: Recorder
+) -> None:
+    received = tmp_path / "case.json"
+    script = tmp_path / "page_someone.py"
+    script.write_text(
+        "import sys, pathlib\n"
+        f"pathlib.Path({str(received)!r}).write_bytes(sys.stdin.buffer.read())\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "plandag.toml").write_text(
+        f"escalation_command = {json.dumps(f'{sys.executable} {script}')}\n"
+        f"escalation_url = {json.dumps(receiver.url)}\n"
+        'http_allow = ["127.0.0.1"]\n',
+        encoding="utf-8",
+    )
+    run_id = run_id_of(escalate_by_caps(server, tools, "--json"))
+    case = json.loads(received.read_text(encoding="utf-8"))
+    assert (case["run_id"], case["reason"], case["goal"]) == (run_id, "replan_caps", "Score x")
+    [(_, _, body)] = receiver.bodies
+    assert json.loads(body) == case
+    store = open_store()
+    try:
+        hooks = [data for _, kind, data in store.events(run_id) if kind == "escalation_hook"]
+        assert [(hook["kind"], hook["ok"]) for hook in hooks] == [("command", True), ("url", True)]
+    finally:
+        store.close()
+
+
+def test_a_url_outside_the_allow_list_is_refused_and_the_refusal_recorded(
+    server: MessagesServer, tools: Path, tmp_path: Path, receiver: Recorder
+) -> None:
+    (tmp_path / "plandag.toml").write_text(
+        f'escalation_url = {json.dumps(receiver.url)}\nhttp_allow = ["hooks.example.com"]\n',
+        encoding="utf-8",
+    )
+    result = escalate_by_caps(server, tools, "--json")
+    assert result.exit_code == 5, result.output
+    run_id = run_id_of(result)
+    assert receiver.bodies == []
+    store = open_store()
+    try:
+        [hook] = [data for _, kind, data in store.events(run_id) if kind == "escalation_hook"]
+        assert (hook["kind"], hook["ok"]) == ("url", False)
+        assert hook["detail"].startswith(
+            f"escalation_url refused: host 127.0.0.1:{receiver.server_address[1]} is not in "
+            "http_allow (which allows hooks.example.com); nothing was sent."
+        )
+    finally:
+        store.close()
+    assert [item["run_id"] for item in json.loads(plandag("inbox", "--json").stdout)] == [run_id]

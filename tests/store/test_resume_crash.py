@@ -63,6 +63,14 @@ def append_plain(label: str) -> str:
     _append(f"- {label}")
     _hang_once(label)
     return label
+
+
+@tool(effects="irreversible")
+def append_irreversible(label: str) -> str:
+    """Append LABEL to the log for good (a payment, a message sent: no undoing it)."""
+    _append(f"! {label}")
+    _hang_once(label)
+    return label
 '''
 
 
@@ -251,3 +259,110 @@ def test_resume_asks_instead_of_repeating_a_step_without_key(tmp_path: Path) -> 
         "- s1+s2+s3+s4",
         "- s1+s2+s3+s4+s5",
     ]
+
+
+def _approve_and_kill(tmp_path: Path, tool: str) -> tuple[dict[str, str], str]:
+    """A plan with irreversible effects waits for a person; ``plandag approve`` runs it and
+    is killed with SIGKILL while step 3 hangs after its effect."""
+    (tmp_path / "effects_tools.py").write_text(TOOLS, encoding="utf-8")
+    (tmp_path / "plan.json").write_text(json.dumps(_chain(tool)), encoding="utf-8")
+    env = _env(tmp_path)
+    waiting = _plandag(
+        "exec",
+        "plan.json",
+        "--tools",
+        "effects_tools.py",
+        "--retries",
+        "0",
+        "--json",
+        env=env,
+        cwd=tmp_path,
+    )
+    assert waiting.returncode == 4, waiting.stderr
+    run_id = json.loads(waiting.stdout)["run_id"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "plandag", "approve", run_id],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "hanging").exists():
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            assert time.monotonic() < deadline, "step 3 never started"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+        if process.stderr is not None:
+            process.stderr.close()
+    assert process.returncode == -signal.SIGKILL
+    return env, run_id
+
+
+@pytest.mark.timeout(120)
+def test_resume_escalates_an_irreversible_step_whose_outcome_is_unknown(tmp_path: Path) -> None:
+    env, run_id = _approve_and_kill(tmp_path, "append_irreversible")
+    log = tmp_path / "effects.log"
+    assert log.read_text().splitlines() == ["! s1", "! s1+s2", "! s1+s2+s3"]
+
+    resumed = _plandag("resume", run_id, "--json", env=env, cwd=tmp_path)
+    assert resumed.returncode == 5, resumed.stderr
+    document = json.loads(resumed.stdout)
+    assert (document["status"], document["escalation"]) == ("escalated", "unknown_outcome")
+    assert document["escalation_detail"].startswith(
+        "step(s) 3 (append_irreversible) have irreversible effects and started before the "
+        "run stopped"
+    )
+    assert log.read_text().splitlines() == ["! s1", "! s1+s2", "! s1+s2+s3"]  # nothing repeated
+
+    inbox = _plandag("inbox", "--json", env=env, cwd=tmp_path)
+    [item] = json.loads(inbox.stdout)
+    assert (item["run_id"], item["reason"]) == (run_id, "unknown_outcome")
+    digest = item["plan_hash"]
+    assert item["actions"]["approve"] == f"plandag approve {run_id} --hash {digest}"
+
+    unhashed = _plandag("approve", run_id, env=env, cwd=tmp_path)
+    assert unhashed.returncode == 2
+    assert f"`plandag approve {run_id} --hash {digest}`" in unhashed.stderr
+    stale = _plandag("approve", run_id, "--hash", "0" * 64, env=env, cwd=tmp_path)
+    assert stale.returncode == 2
+    assert "is not its current plan" in stale.stderr
+
+    approved = _plandag(
+        "approve", run_id, "--hash", digest, "--who", "ana", "--json", env=env, cwd=tmp_path
+    )
+    assert approved.returncode == 0, approved.stderr
+    assert json.loads(approved.stdout)["output"] == "s1+s2+s3+s4+s5"
+    # the person checked and chose to run step 3 again: its effect repeats once, 1 and 2 never
+    assert log.read_text().splitlines() == [
+        "! s1",
+        "! s1+s2",
+        "! s1+s2+s3",
+        "! s1+s2+s3",
+        "! s1+s2+s3+s4",
+        "! s1+s2+s3+s4+s5",
+    ]
+    assert json.loads(_plandag("inbox", "--json", env=env, cwd=tmp_path).stdout) == []
+    store = open_store(env["PLANDAG_STORE"])
+    try:
+        [case] = store.escalations(run_id=run_id, status=None)
+        assert (case.status, case.decision, case.who) == ("closed", "approved", "ana")
+    finally:
+        store.close()
+
+
+@pytest.mark.timeout(120)
+def test_resume_with_escalate_never_awaits_approval_as_before(tmp_path: Path) -> None:
+    env, run_id = _approve_and_kill(tmp_path, "append_irreversible")
+    resumed = _plandag("resume", run_id, "--escalate", "never", "--json", env=env, cwd=tmp_path)
+    assert resumed.returncode == 4, resumed.stderr
+    document = json.loads(resumed.stdout)
+    assert document["status"] == "awaiting_approval"
+    assert "unknown outcome: step(s) 3 (append_irreversible)" in document["approval"]["reason"]
+    assert json.loads(_plandag("inbox", "--json", env=env, cwd=tmp_path).stdout) == []

@@ -1,0 +1,182 @@
+"""Escalation from Python: ``Agent(on_escalation=...)`` past its replan caps (the local
+Messages API server plays the model), and the durable API, which stores the case of a run
+whose irreversible step's outcome is unknown on resume and calls ``on_escalation``."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from plandag.approval import ApprovalRequest, CallbackApprover, Decision
+from plandag.checks.builtins import BUILTIN_CHECKS
+from plandag.compiler import compile_plan
+from plandag.planner.agent import Agent
+from plandag.planner.llm import AnthropicClient
+from plandag.scheduler import RetryPolicy, RunLimits, VirtualClock
+from plandag.store import open_store
+from plandag.store.durable import RunOptions, continue_run, start_run
+from plandag.testing import MessagesServer
+from plandag.tools import tool
+from plandag.tools.registry import Registry
+
+calls: collections.Counter[str] = collections.Counter()
+
+
+@tool
+def broken(name: str) -> dict[str, Any]:
+    """A service that is always down."""
+    raise ValueError(f"service down for {name}")
+
+
+@tool(effects="irreversible")
+def pay(amount: float) -> str:
+    """Pay AMOUNT; the bank answers late, after the money left (an error after the fact)."""
+    calls["pay"] += 1
+    raise ConnectionResetError("the bank hung up before it answered")
+
+
+def registry() -> Registry:
+    return Registry([broken, pay], BUILTIN_CHECKS)
+
+
+@pytest.fixture(autouse=True)
+def clean(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("all_proxy", raising=False)
+    calls.clear()
+
+
+@pytest.fixture
+def server() -> Iterator[MessagesServer]:
+    with MessagesServer() as running:
+        yield running
+
+
+def step(i: int, tool_name: str, args: list[str]) -> dict[str, Any]:
+    return {"i": i, "t": tool_name, "a": args, "d": []}
+
+
+@pytest.mark.anyio
+async def test_the_agent_calls_on_escalation_with_the_case(server: MessagesServer) -> None:
+    for number, name in ((1, "x"), (2, "y"), (3, "z")):
+        server.push_json(
+            {"g": "Score x", "s": [step(number, "broken", [f"name={name}"])], "o": None}
+        )
+    seen: list[dict[str, Any]] = []
+    client = AnthropicClient(api_key="test", base_url=server.url)
+    agent = Agent(
+        client,
+        "claude-sonnet-4-6",
+        registry(),
+        retry=RetryPolicy(retries=0),
+        clock=VirtualClock(),
+        limits=RunLimits(heartbeat_every=None),
+        on_escalation=seen.append,
+    )
+    try:
+        result = await agent.run("Score x")
+    finally:
+        await client.aclose()
+    assert (result.status, result.run.escalation) == ("escalated", "replan_caps")
+    [case] = seen
+    assert (case["run_id"], case["reason"], case["goal"], case["command"]) == (
+        result.run.run_id,
+        "replan_caps",
+        "Score x",
+        "Agent",
+    )
+    assert case["detail"] == result.run.escalation_detail
+    assert len(case["plan_versions"]) == 3
+    assert [(item["id"], item["status"]) for item in case["failures"]] == [
+        (1, "failed"),
+        (2, "failed"),
+        (3, "failed"),
+    ]
+    assert case["spend"] == {"usd": result.run.spent_usd, "tokens": result.run.spent_tokens}
+    assert case["actions"] is None  # no run store: no commands to close it
+
+
+@pytest.mark.anyio
+async def test_the_agent_with_escalate_never_calls_nothing(server: MessagesServer) -> None:
+    for number, name in ((1, "x"), (2, "y"), (3, "z")):
+        server.push_json(
+            {"g": "Score x", "s": [step(number, "broken", [f"name={name}"])], "o": None}
+        )
+    seen: list[dict[str, Any]] = []
+    client = AnthropicClient(api_key="test", base_url=server.url)
+    agent = Agent(
+        client,
+        "claude-sonnet-4-6",
+        registry(),
+        retry=RetryPolicy(retries=0),
+        clock=VirtualClock(),
+        limits=RunLimits(heartbeat_every=None),
+        escalate="never",
+        on_escalation=seen.append,
+    )
+    try:
+        result = await agent.run("Score x")
+    finally:
+        await client.aclose()
+    assert result.status == "gave_up"
+    assert seen == []
+
+
+def approve_all(request: ApprovalRequest) -> Decision:
+    return Decision(True, request.plan_hash, who="test")
+
+
+@pytest.mark.anyio
+async def test_an_unknown_irreversible_outcome_on_resume_escalates(tmp_path: Path) -> None:
+    compiled = compile_plan(
+        {
+            "version": 1,
+            "goal": "pay the invoice",
+            "steps": [{"id": 1, "tool": "pay", "args": {"amount": 12.5}}],
+        },
+        registry(),
+    )
+    options = RunOptions(retries=0)
+    store = open_store(tmp_path / "runs.sqlite3")
+    seen: list[dict[str, Any]] = []
+    try:
+        first = await start_run(
+            store, compiled, options, command="exec", approver=CallbackApprover(approve_all)
+        )
+        assert first.status == "failed"
+        assert calls["pay"] == 1
+        outcome = await continue_run(
+            store, first.run_id, compiled, options, on_escalation=seen.append
+        )
+        assert (outcome.status, outcome.escalation) == ("escalated", "unknown_outcome")
+        assert outcome.escalation_detail is not None
+        assert outcome.escalation_detail.startswith(
+            "step(s) 1 (pay) have irreversible effects and started before the run stopped"
+        )
+        assert calls["pay"] == 1  # never repeated without a person
+        digest = store.plan_versions(first.run_id)[-1].hash
+        assert outcome.message is not None
+        assert f"`plandag approve {first.run_id} --hash {digest}`" in outcome.message
+        [case] = store.escalations()
+        assert (case.run_id, case.reason, case.status) == (first.run_id, "unknown_outcome", "open")
+        assert (
+            case.context["actions"]["approve"] == f"plandag approve {first.run_id} --hash {digest}"
+        )
+        assert [(item["id"], item["effects"]) for item in case.context["failures"]] == [
+            (1, "irreversible")
+        ]
+        assert seen == [case.context]
+        assert store.run(first.run_id).status == "escalated"
+
+        never = await continue_run(
+            store, first.run_id, compiled, RunOptions(retries=0, escalate="never")
+        )
+        assert never.status == "awaiting_approval"  # as a run nobody can be handed to
+        assert len(store.escalations()) == 1
+    finally:
+        store.close()
