@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from plandag.cli import app
 from plandag.compiler import compile_plan
 from plandag.config import load_settings
+from plandag.escalation import EscalationHooks
 from plandag.tools.registry import default_registry
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,12 +64,20 @@ def test_the_readme_plan_compiles() -> None:
 
 
 def test_the_readme_toml_example_is_valid(tmp_path: Path) -> None:
-    (toml_text,) = blocks("toml")
-    (tmp_path / "pyproject.toml").write_text(toml_text, encoding="utf-8")
+    brakes, escalation = blocks("toml")
+    (tmp_path / "pyproject.toml").write_text(brakes, encoding="utf-8")
     settings = load_settings(tmp_path)
     assert settings["max_seconds"] == 600.0
     assert settings["retries"] == 3
     assert settings["write_boundary"] == ["out/", "https://api.example.com"]
+    (tmp_path / "plandag.toml").write_text(escalation, encoding="utf-8")
+    hooks = EscalationHooks.from_settings(load_settings(tmp_path))
+    assert (hooks.command, hooks.url, hooks.http_allow, hooks.timeout_s) == (
+        ["notify-oncall", "--channel", "plandag"],
+        "https://hooks.example.com/plandag",
+        ["hooks.example.com"],
+        10.0,
+    )
 
 
 def test_every_diagnostic_code_is_documented() -> None:

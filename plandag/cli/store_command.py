@@ -12,10 +12,17 @@ approval gate, and ``plandag runs``, ``resume``, ``approve``, ``reject``.
   run again; see :mod:`plandag.store.durable`).
 * ``plandag approve RUN_ID [--hash H]``: approves the plan version awaiting a decision and
   runs it in the same run; ``plandag reject RUN_ID --feedback TEXT``: refuses it (exit 4).
+* Escalated runs (handed to a person, see :mod:`plandag.escalation`): ``plandag inbox
+  [--json]`` lists the open ones; ``plandag resume RUN_ID --instruction TEXT`` goes on with
+  the person's instruction (the planner is brought back for ``run`` and ``exec --planner``
+  runs); ``plandag approve RUN_ID --hash H`` runs again a step whose outcome was unknown;
+  ``plandag abandon RUN_ID --reason TEXT`` ends the run ``abandoned``. Each decision is
+  recorded with who (``--who``, default the login name), when and its text.
 
-Exit codes as ARCHITECTURE.md: 0 succeeded; 1 failed; 2 unusable arguments (an unknown run,
-a stale ``--hash``, an expired request); 3 timed_out or budget_exceeded; 4
-awaiting_approval or rejected; 130/143 interrupted.
+Exit codes as ARCHITECTURE.md: 0 succeeded; 1 failed, gave_up or abandoned; 2 unusable
+arguments (an unknown run, a stale ``--hash``, an expired request, a decision on a run that
+is not escalated); 3 timed_out or budget_exceeded; 4 awaiting_approval or rejected; 5
+escalated; 130/143 interrupted.
 """
 
 from __future__ import annotations
@@ -234,6 +241,7 @@ def report(outcome: DurableOutcome, *, as_json: bool, store: Store) -> None:
     """Print a durable run's outcome (the run table, or the decision it waits for) and
     exit with its code."""
     app_module = _app()
+    outcome = _with_case_stored(outcome, store)
     result = outcome.result
     if as_json:
         document: dict[str, Any] = (
@@ -290,6 +298,41 @@ def escalation_hooks(settings: Any) -> EscalationHooks:
         return EscalationHooks.from_settings(settings)
     except ValueError as error:
         _fail(f"{error}; fix it in plandag.toml or [tool.plandag]")
+
+
+def _with_case_stored(outcome: DurableOutcome, store: Store) -> DurableOutcome:
+    """An escalated outcome whose case is not in the store yet (a code path that ended the
+    run escalated without :func:`plandag.store.durable.escalate_run`) gets it stored now,
+    with the configured hooks called, so that every escalated run reaches the inbox."""
+    if outcome.status != "escalated" or store.escalations(run_id=outcome.run_id):
+        return outcome
+    import dataclasses
+    import functools
+
+    import anyio
+
+    from plandag.store.durable import escalate_run
+
+    result = outcome.result
+    reason = outcome.escalation or (result.escalation if result is not None else None)
+    detail = outcome.escalation_detail or (result.escalation_detail if result is not None else None)
+    reason = reason or "replan_caps"
+    message = anyio.run(
+        functools.partial(
+            escalate_run,
+            store,
+            outcome.run_id,
+            reason,
+            detail,
+            hooks=escalation_hooks(_app()._settings({})),
+        )
+    )
+    return dataclasses.replace(
+        outcome,
+        message=outcome.message or message,
+        escalation=reason,
+        escalation_detail=detail,
+    )
 
 
 def durable_exec(
@@ -506,6 +549,7 @@ def register(app: typer.Typer) -> None:
         """List the runs in the store, newest first, with their ids and states."""
         store = open_cli_store(store_path)
         rows = store.runs(limit)
+        reasons = {case.run_id: case.reason for case in store.escalations()}
         if as_json:
             document = [
                 {
@@ -523,6 +567,8 @@ def register(app: typer.Typer) -> None:
                     "spent_tokens": row.spent_tokens,
                     "awaiting_reason": row.awaiting_reason,
                     "expires_at": row.expires_at,
+                    "escalation": reasons.get(row.run_id) if row.status == "escalated" else None,
+                    "detail": row.detail if row.status in ("escalated", "abandoned") else None,
                 }
                 for row in rows
             ]
@@ -538,7 +584,7 @@ def register(app: typer.Typer) -> None:
         for row in rows:
             table.add_row(
                 Text(row.run_id),
-                Text(_shown_status(row)),
+                Text(_shown_status(row, reasons.get(row.run_id))),
                 Text(row.command),
                 Text(_when(row.created)),
                 Text(_shown_goal(row.goal)[:60]),
@@ -909,11 +955,14 @@ def _trace_decision(
     return writer
 
 
-def _shown_status(row: Any) -> str:
+def _shown_status(row: Any, escalation: str | None = None) -> str:
     """The state as listed: a run ``running`` whose process is gone crashed or was killed
-    (``crashed (resume it)``)."""
+    (``crashed (resume it)``); an escalated run with its reason (``escalated
+    (replan_caps)``)."""
     if row.status == "running" and (row.pid is None or not _alive(row.pid)):
         return "crashed (resume it)"
+    if row.status == "escalated" and escalation is not None:
+        return f"escalated ({escalation})"
     expired = row.expires_at is not None and time.time() > row.expires_at
     if row.status == "awaiting_approval" and expired:
         return "awaiting_approval (expired)"

@@ -115,7 +115,9 @@ def test_replan_caps_escalate_exit_5_and_the_inbox_lists_the_run(
 
     runs = plandag("runs", "--json")
     [row] = json.loads(runs.stdout)
-    assert (row["run_id"], row["status"]) == (run_id, "escalated")
+    assert (row["run_id"], row["status"], row["escalation"]) == (run_id, "escalated", "replan_caps")
+    table = CliRunner().invoke(app, ["runs"], env={"COLUMNS": "200"})
+    assert "escalated (replan_caps)" in table.stdout
 
     store = open_store()
     try:
@@ -256,7 +258,7 @@ def test_abandon_ends_the_run_abandoned_exit_1_and_empties_the_inbox(
     assert f"run {run_id} abandoned by ana: not worth more spend" in result.stderr
     assert json.loads(plandag("inbox", "--json").stdout) == []
     [row] = json.loads(plandag("runs", "--json").stdout)
-    assert row["status"] == "abandoned"
+    assert (row["status"], row["detail"]) == ("abandoned", "not worth more spend")
     store = open_store()
     try:
         [case] = store.escalations(run_id=run_id, status=None)
