@@ -582,6 +582,7 @@ def resume_with_planner(
     from plandag.dag.plan import Plan
     from plandag.dag.references import find_references
     from plandag.planner.agent import Agent
+    from plandag.planner.triggers import Instruction
     from plandag.scheduler import RetryPolicy
     from plandag.store.durable import close_escalation
 
@@ -632,6 +633,14 @@ def resume_with_planner(
     writer.run_started("resume", row.goal, row.params)
     recorder = SessionRecorder(store, run_id, row.params, segment=segment, completed=done)
     progress, observers = app_module._observers(compiled, app_module._settings({}))
+
+    def instruction_reader() -> list[Instruction]:
+        """A person's instructions from the run store (`plandag tell`)."""
+        return [
+            Instruction(item.text, item.new_goal, item.who, item.time)
+            for item in store.take_instructions(run_id)
+        ]
+
     agent = Agent(
         client,
         str(planner_options["model"]),
@@ -647,6 +656,8 @@ def resume_with_planner(
         approval_expiry_s=options.expiry_s,
         on_session=recorder.bind,
         escalate=options.escalate,
+        instructions=instruction_reader if row.command == "run" else None,
+        http_allow=options.http_allow,
     )
 
     async def work() -> AgentResult:
