@@ -585,6 +585,7 @@ def resume_with_planner(
     from plandag.planner.triggers import Instruction
     from plandag.scheduler import RetryPolicy
     from plandag.store.durable import close_escalation
+    from plandag.store.sealing import unseal
 
     app_module = _app()
     compiled, options = prepared
@@ -592,8 +593,8 @@ def resume_with_planner(
     planner_options = dict(options.planner)
     rows = store.steps(run_id)
     current = compiled.plan
-    done = {
-        step_id: step.result
+    done = {  # results as they were: secrets put back from the environment
+        step_id: unseal(step.result, run_id=run_id)
         for step_id, step in rows.items()
         if step.status == "succeeded" and not step.superseded_by and step_id in compiled.steps
     }
@@ -631,7 +632,8 @@ def resume_with_planner(
     store.update_run(run_id, status="running", segment=segment, pid=os.getpid(), detail=None)
     writer = trace_factory(store, options.redact)(run_id, segment)
     writer.run_started("resume", row.goal, row.params)
-    recorder = SessionRecorder(store, run_id, row.params, segment=segment, completed=done)
+    params = dict(compiled.params)  # the secrets put back from the environment, as compiled
+    recorder = SessionRecorder(store, run_id, params, segment=segment, completed=done)
     progress, observers = app_module._observers(compiled, app_module._settings({}))
 
     def instruction_reader() -> list[Instruction]:
@@ -671,7 +673,7 @@ def resume_with_planner(
                 instruction=instruction,
                 earlier=earlier,
                 used_ids=used_ids,
-                params=row.params,
+                params=params,
                 run_id=run_id,
             )
         finally:
@@ -694,7 +696,7 @@ def resume_with_planner(
                 run_id,
                 result,
                 write_boundary=compiled.write_boundary,
-                params=row.params,
+                params=params,
                 hooks=hooks,
                 first_version=len(versions) + 1,
                 spent_before=(row.spent_usd, row.spent_tokens),
