@@ -37,6 +37,8 @@ __all__ = [
     "DEFAULT_MAX_ARG_BYTES",
     "DEFAULT_MAX_STEPS",
     "MAX_NESTING",
+    "StepTaint",
+    "check_egress",
     "compile_plan",
     "load_plan",
 ]
