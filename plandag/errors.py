@@ -77,13 +77,19 @@ class PlanError(PlandagError, ValueError):
 
     Attributes:
         diagnostics: every problem found, errors and warnings, in the order found. The
-            compiler never stops at the first error, so a replanner can fix them all at once.
+            compiler never stops at the first error, so a replanner can fix them all at once;
+            past 100 it lists the first 100 and one summary (``diagnostics_omitted``)
+            counting the rest.
+        error_count: how many errors were found, listed or not (the summary not counted).
     """
 
-    def __init__(self, diagnostics: Sequence[Diagnostic]) -> None:
+    def __init__(
+        self, diagnostics: Sequence[Diagnostic], *, error_count: int | None = None
+    ) -> None:
         self.diagnostics: list[Diagnostic] = list(diagnostics)
         errors = [d for d in self.diagnostics if d.severity == "error"]
-        head = f"plan does not compile: {len(errors)} error(s)"
+        self.error_count = len(errors) if error_count is None else error_count
+        head = f"plan does not compile: {self.error_count} error(s)"
         lines = [head, *(d.format() for d in errors)]
         super().__init__("\n".join(lines))
 

@@ -10,6 +10,7 @@ import networkx as nx
 
 from plandag.checks.base import CheckDefinition
 from plandag.compiler.diagnostics import Diagnostic
+from plandag.compiler.limits import DEFAULT_MAX_STEPS
 from plandag.dag.plan import Plan, Step
 from plandag.dag.references import ArgsTemplate, compile_template, find_references, is_constant
 from plandag.tools.base import Tool
@@ -104,6 +105,8 @@ class CompiledPlan:
         write_boundary: where the run may write, or None for no write checks.
         http_allow: the configured HTTP allow-list (host globs, ``http_allow``), or None
             when none is configured.
+        max_steps: the step limit it was compiled with; a run session opened on it keeps
+            it for the steps added later (a replan's, a streamed plan's).
     """
 
     plan: Plan
@@ -115,6 +118,7 @@ class CompiledPlan:
     read_only: bool = False
     write_boundary: WriteBoundary | None = None
     http_allow: tuple[str, ...] | None = None
+    max_steps: int = DEFAULT_MAX_STEPS
 
     @property
     def listed_hosts(self) -> tuple[str, ...]:

@@ -38,15 +38,27 @@ tainted_egress             error     a read-only run (which never asks) has a st
                                      any host, mail) whose args carry outside content
 host_not_allowed           error     a read-only run names a host that the configured
                                      HTTP allow-list (``http_allow``) does not list
+integer_out_of_range       error     an integer outside ±(2^53 - 1), which the plan's hash
+                                     (RFC 8785) cannot encode exactly (JSON path given)
+lone_surrogate             error     a string or key holds a lone UTF-16 surrogate
+                                     (``"\\ud800"``), which is not Unicode text (JSON path)
+diagnostics_omitted        error     more diagnostics than are listed (the first 100):
+                                     how many more, errors and warnings, by code
+warnings_omitted           warning   more warnings than are listed, in a plan that
+                                     compiles: how many more, by code
 =========================  ========  ======================================================
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+from collections.abc import Callable
 from typing import Literal
 
-__all__ = ["DIAGNOSTIC_CODES", "Diagnostic", "Severity"]
+from plandag.compiler.limits import MAX_DIAGNOSTICS
+
+__all__ = ["DIAGNOSTIC_CODES", "Diagnostic", "DiagnosticCollector", "Severity", "printable"]
 
 Severity = Literal["error", "warning"]
 
@@ -75,7 +87,26 @@ DIAGNOSTIC_CODES: dict[str, Severity] = {
     "write_outside_boundary": "error",
     "tainted_egress": "error",
     "host_not_allowed": "error",
+    "integer_out_of_range": "error",
+    "lone_surrogate": "error",
+    "diagnostics_omitted": "error",
+    "warnings_omitted": "warning",
 }
+
+
+def printable(text: str) -> str:
+    """``text`` with every lone UTF-16 surrogate written as its escape (``\\ud800``).
+
+    A surrogate code point is not Unicode text: no UTF-8 stream can print it. Every other
+    character is kept as it is.
+    """
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -96,6 +127,12 @@ class Diagnostic:
     message: str
     hint: str = ""
 
+    def __post_init__(self) -> None:
+        # Messages quote the plan (keys, names, tokens): a lone surrogate quoted as it is
+        # would make every printer of the diagnostic fail, so it is kept as its escape.
+        object.__setattr__(self, "message", printable(self.message))
+        object.__setattr__(self, "hint", printable(self.hint))
+
     def format(self) -> str:
         """One line like a compiler's: ``step 3: error[unknown_tool]: ... (hint: ...)``."""
         where = f"step {self.step_id}" if self.step_id is not None else "plan"
@@ -105,3 +142,91 @@ class Diagnostic:
     def as_dict(self) -> dict[str, object]:
         """``{code, severity, step_id, message, hint}`` for ``--json`` output."""
         return dataclasses.asdict(self)
+
+
+Text = str | Callable[[], str]
+"""A message or hint, or a function that makes it: called only for a diagnostic that is
+listed, so the cost of a long hint (the existing ids, the nearest names) is paid at most
+:data:`~plandag.compiler.limits.MAX_DIAGNOSTICS` times."""
+
+
+class DiagnosticCollector:
+    """The diagnostics of one compilation, in the order found, the first ``limit`` listed.
+
+    Past ``limit``, diagnostics are only counted (by code and severity) and
+    :attr:`items` ends with one summary: ``diagnostics_omitted`` (an error) when the plan
+    has any error, listed or not; else ``warnings_omitted`` (a warning, the plan still
+    compiles). A hostile plan (10,000 copies of one id, a megabyte of malformed references)
+    thus gets a report of bounded size, made in time linear in the plan.
+
+    Args:
+        limit: how many diagnostics to list (>= 1; default
+            :data:`~plandag.compiler.limits.MAX_DIAGNOSTICS`, 100).
+    """
+
+    def __init__(self, limit: int = MAX_DIAGNOSTICS) -> None:
+        self.limit = max(1, limit)
+        self._listed: list[Diagnostic] = []
+        self._errors = 0
+        self._omitted: collections.Counter[str] = collections.Counter()
+        self._omitted_errors = 0
+
+    def add(self, code: str, step_id: int | None, message: Text, hint: Text = "") -> None:
+        """Record one diagnostic of ``code`` (a key of :data:`DIAGNOSTIC_CODES`)."""
+        severity = DIAGNOSTIC_CODES[code]
+        if severity == "error":
+            self._errors += 1
+        if len(self._listed) >= self.limit:
+            self._omitted[code] += 1
+            if severity == "error":
+                self._omitted_errors += 1
+            return
+        self._listed.append(
+            Diagnostic(
+                code,
+                severity,
+                step_id,
+                message if isinstance(message, str) else message(),
+                hint if isinstance(hint, str) else hint(),
+            )
+        )
+
+    @property
+    def full(self) -> bool:
+        """True once ``limit`` diagnostics are listed: later ones are only counted."""
+        return len(self._listed) >= self.limit
+
+    @property
+    def has_errors(self) -> bool:
+        """True when any error was found, listed or not."""
+        return self._errors > 0
+
+    @property
+    def error_count(self) -> int:
+        """Every error found, listed or not (the summary diagnostic not counted)."""
+        return self._errors
+
+    @property
+    def omitted_errors(self) -> int:
+        """The errors found past the limit, counted but not listed."""
+        return self._omitted_errors
+
+    @property
+    def items(self) -> list[Diagnostic]:
+        """The listed diagnostics, then the summary of the rest when any were omitted."""
+        if not self._omitted:
+            return list(self._listed)
+        total = sum(self._omitted.values())
+        warnings = total - self._omitted_errors
+        by_code = ", ".join(f"{code} {count}" for code, count in sorted(self._omitted.items()))
+        code = "diagnostics_omitted" if self.has_errors else "warnings_omitted"
+        summary = Diagnostic(
+            code,
+            DIAGNOSTIC_CODES[code],
+            None,
+            f"{total} more diagnostic(s) found and not listed ({self._omitted_errors} "
+            f"error(s), {warnings} warning(s); by code: {by_code}); the first "
+            f"{self.limit} are listed",
+            "fix the ones listed and compile again: the rest often share their cause",
+        )
+        return [*self._listed, summary]

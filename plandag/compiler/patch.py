@@ -31,28 +31,29 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 from collections.abc import Collection, Container, Mapping, MutableMapping, Sequence
 from typing import Any, cast
 
 import networkx as nx
 
 from plandag.compiler.compile import (
-    DEFAULT_MAX_ARG_BYTES,
-    DEFAULT_MAX_STEPS,
     _check_cycles,
     _check_output,
     _check_step,
     _compiled_steps,
-    _Diagnostics,
     _index_steps,
-    _load,
-    check_egress,
+    plan_error,
+    step_limit_diagnostic,
 )
 from plandag.compiler.compiled import CompiledCheck, CompiledPlan, CompiledStep
-from plandag.compiler.diagnostics import Diagnostic
+from plandag.compiler.diagnostics import Diagnostic, DiagnosticCollector
+from plandag.compiler.egress import StepTaint, check_egress
+from plandag.compiler.limits import DEFAULT_MAX_ARG_BYTES, DEFAULT_MAX_STEPS
+from plandag.compiler.load import decode_plan, step_count, validate_plan
+from plandag.compiler.values import check_values
 from plandag.dag.plan import Plan, Step
 from plandag.dag.references import find_references
-from plandag.errors import PlanError
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
 
@@ -129,7 +130,7 @@ class PatchResult:
 
 
 def _as_items(new_steps: Sequence[Step | Mapping[str, Any]]) -> Any:
-    """The patch as plain data for :func:`~plandag.compiler.compile._load` (a Step is
+    """The patch as plain data for :func:`~plandag.compiler.load.decode_plan` (a Step is
     dumped, so its shape and nesting are checked like any plan's)."""
     if isinstance(new_steps, str | bytes | Mapping) or not isinstance(new_steps, Sequence):
         return new_steps  # not a list of steps: the schema pass says so
@@ -140,7 +141,7 @@ def _as_items(new_steps: Sequence[Step | Mapping[str, Any]]) -> Any:
 
 
 def _ended_problem(
-    diagnostics: _Diagnostics,
+    diagnostics: DiagnosticCollector,
     code: str,
     step_id: int | None,
     where: str,
@@ -217,20 +218,23 @@ def compile_patch(
     """
     if isinstance(base, CompiledPlan):
         base = PatchBase.from_compiled(base)
-    diagnostics = _Diagnostics()
-    loaded = _load({"steps": _as_items(new_steps)}, diagnostics)
-    if loaded is None:
-        raise PlanError(diagnostics.items)
-    steps = loaded.steps
-    total = len(base.steps) + len(steps)
-    if total > max_steps:
-        diagnostics.add(
-            "too_many_steps",
-            None,
-            f"the run would have {total} steps ({len(base.steps)} already, {len(steps)} new); "
-            f"this run allows at most {max_steps}",
-            "merge steps, or replan a smaller part",
+    diagnostics = DiagnosticCollector()
+    decoded = decode_plan({"steps": _as_items(new_steps)}, diagnostics)
+    if decoded is None:
+        raise plan_error(diagnostics)
+    count = step_count(decoded)
+    total = len(base.steps) + count
+    if total > max_steps:  # refused at once: nothing else of the patch is analysed
+        step_limit_diagnostic(
+            diagnostics,
+            f"the run would have {total} steps ({len(base.steps)} already, {count} new)",
+            max_steps,
         )
+        raise plan_error(diagnostics)
+    loaded = validate_plan(decoded, diagnostics)
+    if loaded is None:
+        raise plan_error(diagnostics)
+    steps = loaded.steps
     new_by_id = _index_steps(steps, diagnostics, base.steps)
     # ChainMap only reads ``base.steps`` here: no copy of the run's steps per patch.
     by_id: Mapping[int, Step] = collections.ChainMap(
@@ -253,12 +257,17 @@ def compile_patch(
             max_arg_bytes=max_arg_bytes,
         )
     ended_parents: set[int] = set()
+
+    @functools.cache
+    def declared_of(child: int) -> frozenset[int]:
+        return frozenset(new_by_id[child].depends_on)
+
     for parent, child in sorted(edges):
         if parent in base.ended and parent not in new_by_id:
             if prune_on_ended_parents:
                 ended_parents.add(parent)
                 continue
-            declared = parent in new_by_id[child].depends_on
+            declared = parent in declared_of(child)
             _ended_problem(
                 diagnostics,
                 "unknown_dependency" if declared else "reference_to_missing_step",
@@ -272,10 +281,9 @@ def compile_patch(
     graph: nx.DiGraph = nx.DiGraph()
     graph.add_nodes_from(new_by_id)
     graph.add_edges_from(edges)
-    _check_cycles(graph, diagnostics)
     order: tuple[int, ...] = ()
-    taint = {}
-    if not any(item.code == "cycle" for item in diagnostics.items):
+    taint: dict[int, StepTaint] = {}
+    if _check_cycles(graph, diagnostics):
         order = tuple(
             step_id
             for step_id in nx.lexicographical_topological_sort(graph)
@@ -293,7 +301,7 @@ def compile_patch(
             http_allow=http_allow,
         )
     if diagnostics.has_errors:
-        raise PlanError(diagnostics.items)
+        raise plan_error(diagnostics)
 
     compiled = _compiled_steps(graph, order, by_id, registry, compiled_checks, taint)
     pruned: set[int] = set()
@@ -329,8 +337,9 @@ def check_output(
         PlanError: with every problem (``malformed_reference``,
             ``reference_to_missing_step``, ``unknown_param``).
     """
-    diagnostics = _Diagnostics()
+    diagnostics = DiagnosticCollector()
     header = base.plan.model_copy(update={"output": output})
+    check_values(diagnostics, None, output, "output")
     _check_output(header, base.steps, diagnostics)
     for where, reference in find_references(output, "output"):
         target = reference.step_id
@@ -345,5 +354,5 @@ def check_output(
                 (),
             )
     if diagnostics.has_errors:
-        raise PlanError(diagnostics.items)
+        raise plan_error(diagnostics)
     return tuple(diagnostics.items)

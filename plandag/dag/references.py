@@ -37,6 +37,7 @@ __all__ = [
     "get_path",
     "is_constant",
     "is_index",
+    "malformed_tokens",
     "parse_reference",
     "resolve_value",
     "suggest_reference",
@@ -130,6 +131,18 @@ def find_malformed(value: Any, location: str = "") -> Iterator[tuple[str, str, s
     ``result``, and is not a valid reference (``<step_x_result>``, ``<step_1_reslt>``), or
     when it opens a reference that is never closed (``<step_1_result`` with no ``>``).
     """
+    for where, token, closed in malformed_tokens(value, location):
+        yield where, token, suggest_reference(closed)
+
+
+def malformed_tokens(value: Any, location: str = "") -> Iterator[tuple[str, str, str]]:
+    """Yield ``(location, token, closed_token)`` for every malformed angle reference, as
+    :func:`find_malformed` finds them, without the suggestion (``closed_token`` is what
+    :func:`suggest_reference` takes: the token, with ``>`` added when it was never closed).
+
+    Scanning takes time linear in the text: each pattern looks at most 200 characters past
+    an opening ``<`` and stops at the next ``<``.
+    """
     for where, text in _walk_strings(value, location):
         if "<" not in text:
             continue
@@ -137,10 +150,10 @@ def find_malformed(value: Any, location: str = "") -> Iterator[tuple[str, str, s
             token = match.group(0)
             if REFERENCE_PATTERN.fullmatch(token) or not _LOOKS_LIKE_REFERENCE.search(token):
                 continue
-            yield where, token, suggest_reference(token)
+            yield where, token, token
         for match in _UNCLOSED_PATTERN.finditer(text):
             token = match.group(0)
-            yield where, token, suggest_reference(token + ">")
+            yield where, token, token + ">"
 
 
 def suggest_reference(token: str) -> str:

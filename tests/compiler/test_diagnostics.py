@@ -126,14 +126,26 @@ def test_duplicate_step_id(registry: Registry) -> None:
     ]
 
 
-def test_too_many_steps(registry: Registry) -> None:
-    assert errors_of({"steps": [step(1), step(2), step(3)]}, registry, max_steps=2) == [
+def test_too_many_steps_is_refused_at_once_naming_the_limit_and_how_to_raise_it(
+    registry: Registry,
+) -> None:
+    # The unknown tool, the cycle and the malformed reference are not analysed: a plan over
+    # the limit gets this one diagnostic.
+    plan = {
+        "steps": [
+            step(1, "nope", depends_on=[2]),
+            step(2, depends_on=[1]),
+            step(3, args={"a": "<step_x_result>"}),
+        ]
+    }
+    assert errors_of(plan, registry, max_steps=2) == [
         Diagnostic(
             "too_many_steps",
             "error",
             None,
-            "the plan has 3 steps; this run allows at most 2",
-            "merge steps or split the task into several plans",
+            "the plan has 3 steps; this run allows at most 2 (max_steps)",
+            "raise the limit with --max-steps N (config key max_steps; max_steps=N in "
+            "Python), or merge steps or split the task into several plans",
         )
     ]
 
@@ -775,6 +787,18 @@ CASES: dict[str, tuple[Any, dict[str, Any]]] = {
     "host_not_allowed": (
         {"steps": [step(1, "fetch", args={"url": "https://elsewhere.example.net/"})]},
         {"read_only": True, "http_allow": ["docs.example.com"]},
+    ),
+    "integer_out_of_range": ({"steps": [step(1, args={"a": 2**53})]}, {}),
+    "lone_surrogate": ({"steps": [step(1, "anything", args={"value": "\ud800"})]}, {}),
+    "diagnostics_omitted": ({"steps": [step(1, "nope")] * 102}, {}),
+    "warnings_omitted": (
+        {
+            "steps": [
+                step(1),
+                *(step(n, "anything", args={"value": "<step_1_result>"}) for n in range(2, 104)),
+            ]
+        },
+        {},
     ),
 }
 

@@ -252,7 +252,7 @@ def test_the_step_cap_counts_existing_steps(registry: Registry) -> None:
         )
     assert codes(error) == [("too_many_steps", None)]
     assert error.value.diagnostics[0].message == (
-        "the run would have 5 steps (3 already, 2 new); this run allows at most 4"
+        "the run would have 5 steps (3 already, 2 new); this run allows at most 4 (max_steps)"
     )
 
 
