@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from plandag.compiler.limits import DEFAULT_MAX_STEPS
 from plandag.errors import InputError
 
 __all__ = ["SETTINGS", "Setting", "Settings", "load_settings"]
@@ -62,6 +63,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_cost", float, None, "cost cap per run, US dollars", minimum=0.0),
     Setting("max_tokens", int, None, "token cap per run", minimum=0),
     Setting("max_concurrency", int, None, "steps at once across a run", minimum=1),
+    Setting(
+        "max_steps",
+        int,
+        DEFAULT_MAX_STEPS,
+        "the most steps a plan may have (with a run's replans, all its steps together)",
+        minimum=1,
+    ),
     Setting("retries", int, 2, "retries of a failed step after its first attempt", minimum=0),
     Setting(
         "write_boundary",

@@ -15,6 +15,7 @@ DEFAULTS = {
     "max_cost": None,
     "max_tokens": None,
     "max_concurrency": None,
+    "max_steps": 500,
     "retries": 2,
     "write_boundary": None,
     "http_allow": None,

@@ -81,6 +81,7 @@ def revise(store: Store, run_id: str, row: Any, options: RunOptions, writer: Any
         read_only=options.read_only,
         write_boundary=compiled.write_boundary,
         http_allow=options.http_allow,
+        max_steps=options.max_steps,
     )
     context = revision_context(str(planner_options.get("context") or ""), rejected, feedback)
 

@@ -140,6 +140,16 @@ MaxCostOption = Annotated[
 MaxTokensOption = Annotated[
     int | None, typer.Option("--max-tokens", metavar="N", min=0, help="Token cap.")
 ]
+MaxStepsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-steps",
+        metavar="N",
+        min=1,
+        help="The most steps a plan may have, a run's replans included (500); a plan over "
+        "it is refused before anything runs.",
+    ),
+]
 MaxConcurrencyOption = Annotated[
     int | None,
     typer.Option("--max-concurrency", metavar="N", min=1, help="Steps at once across a run."),
@@ -365,7 +375,7 @@ def _report_plan_error(
     else:
         for line in diagnostic_lines(source, error.diagnostics):
             stderr.print(line, markup=False)
-        stderr.print(f"{source}: {len(error.codes)} error(s); the plan does not compile")
+        stderr.print(f"{source}: {error.error_count} error(s); the plan does not compile")
         _tools_hint(error, tools)
     raise typer.Exit(EXIT_USAGE)
 
@@ -400,14 +410,18 @@ def check(
     read_only: ReadOnlyOption = False,
     write_boundary: BoundaryOption = None,
     http_allow: HttpAllowOption = None,
+    max_steps: MaxStepsOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Compile a plan without running it; print every diagnostic like a compiler.
 
-    With --param, param values are checked too (missing, unknown, wrong type).
+    With --param, param values are checked too (missing, unknown, wrong type). At most
+    100 diagnostics are listed, then one that counts the rest.
     """
     registry = _registry(tools)
-    settings = _settings({"write_boundary": write_boundary, "http_allow": http_allow})
+    settings = _settings(
+        {"write_boundary": write_boundary, "http_allow": http_allow, "max_steps": max_steps}
+    )
     text = _read_plan(plan_file)
     try:
         compiled = compile_plan(
@@ -417,6 +431,7 @@ def check(
             read_only=read_only,
             write_boundary=_boundary(settings["write_boundary"], Path.cwd()),
             http_allow=settings["http_allow"],
+            max_steps=settings["max_steps"],
         )
     except PlanError as error:
         if as_json:
@@ -441,11 +456,14 @@ def _count(number: int, noun: str) -> str:
 
 
 @app.command()
-def graph(plan_file: PlanArgument, tools: ToolsOption = None) -> None:
+def graph(
+    plan_file: PlanArgument, tools: ToolsOption = None, max_steps: MaxStepsOption = None
+) -> None:
     """Print the plan's DAG as Mermaid text, its critical path (by step count) marked."""
     registry = _registry(tools)
+    settings = _settings({"max_steps": max_steps})
     try:
-        compiled = compile_plan(_read_plan(plan_file), registry)
+        compiled = compile_plan(_read_plan(plan_file), registry, max_steps=settings["max_steps"])
     except PlanError as error:
         _report_plan_error(str(plan_file), error, as_json=False, tools=tools)
     path, length = critical_path(compiled.graph)
@@ -472,6 +490,7 @@ def exec_command(
     max_cost: MaxCostOption = None,
     max_tokens: MaxTokensOption = None,
     max_concurrency: MaxConcurrencyOption = None,
+    max_steps: MaxStepsOption = None,
     retries: RetriesOption = None,
     heartbeat: HeartbeatOption = None,
     heartbeat_every: HeartbeatEveryOption = None,
@@ -514,6 +533,7 @@ def exec_command(
             "max_cost": max_cost,
             "max_tokens": max_tokens,
             "max_concurrency": max_concurrency,
+            "max_steps": max_steps,
             "retries": retries,
             "heartbeat": str(heartbeat) if heartbeat is not None else None,
             "heartbeat_every": heartbeat_every,
@@ -541,6 +561,7 @@ def exec_command(
             read_only=read_only,
             write_boundary=boundary,
             http_allow=settings["http_allow"],
+            max_steps=settings["max_steps"],
         )
     except PlanError as error:
         _report_plan_error(str(plan_file), error, as_json=as_json, tools=tools)

@@ -36,6 +36,7 @@ import anyio
 import typer
 from rich.console import Console
 
+from plandag.config import load_settings
 from plandag.dag.graph import critical_path, mermaid
 from plandag.errors import InputError, PlanError, StepError, ToolLoadError
 from plandag.planner.investigate import (
@@ -206,6 +207,15 @@ def register(app: typer.Typer) -> None:
                 "reaches only these.",
             ),
         ] = None,
+        max_steps: Annotated[
+            int | None,
+            typer.Option(
+                "--max-steps",
+                metavar="N",
+                min=1,
+                help="The most steps the plan may have (500); a longer plan does not compile.",
+            ),
+        ] = None,
     ) -> None:
         """Ask a model for a plan for TASK and write it; nothing is executed.
 
@@ -216,10 +226,10 @@ def register(app: typer.Typer) -> None:
         plan written after it counts as written from outside content: its steps that send
         data out need a person's approval when run.
         """
-        from plandag.config import load_settings
-
         try:
-            settings = load_settings().with_flags({"http_allow": http_allow})
+            settings = load_settings().with_flags(
+                {"http_allow": http_allow, "max_steps": max_steps}
+            )
         except InputError as error:
             _fail(str(error))
         if provider not in _KEY_VARIABLES:
@@ -255,6 +265,7 @@ def register(app: typer.Typer) -> None:
                     retry=RetryPolicy(),
                     max_repairs=max_repairs,
                     http_allow=settings["http_allow"],
+                    max_steps=settings["max_steps"],
                 )
                 if not investigate_first:
                     return await planner.plan(task, context_text)

@@ -156,6 +156,7 @@ def run_options(
         },
         retries=settings["retries"],
         max_concurrency=settings["max_concurrency"],
+        max_steps=settings["max_steps"],
         approve=approve_mode(settings["approve"]),
         expiry_s=settings["approval_expiry"],
         redact=redact,
@@ -424,6 +425,7 @@ def _rebuild(store: Store, run_id: str, row: Any) -> tuple[CompiledPlan, RunOpti
             read_only=options.read_only,
             write_boundary=boundary,
             http_allow=options.http_allow,
+            max_steps=options.max_steps,
         )
     except InputError as error:
         _fail(str(error))

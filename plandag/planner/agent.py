@@ -59,7 +59,7 @@ from plandag.approval import (
     approval_reason,
     tainted_egress_steps,
 )
-from plandag.compiler import CompiledPlan, Diagnostic, compile_plan
+from plandag.compiler import DEFAULT_MAX_STEPS, CompiledPlan, Diagnostic, compile_plan
 from plandag.compiler.compiled import allowed_hosts
 from plandag.dag.plan import ParamSpec, Plan
 from plandag.errors import PlanError
@@ -365,6 +365,9 @@ class Agent:
             passing a page's text to an HTTP request) waits for a person under every
             ``approve`` mode; with ``approve=None`` or no approver the run ends
             ``awaiting_approval`` instead of sending it.
+        max_steps: the most steps the run may have, its replans' steps included (>= 1;
+            default 500, the CLI's ``--max-steps``): a plan or replan past it does not
+            compile (``too_many_steps``).
         max_replans: the most replans in a run (>= 0; issue 4: 3).
         max_replans_without_progress: the most replans in a row with no step newly
             completed since the previous replan (>= 1; issue 4: 2).
@@ -431,6 +434,7 @@ class Agent:
         read_only: bool = False,
         write_boundary: WriteBoundary | None = None,
         http_allow: Sequence[str] | None = None,
+        max_steps: int = DEFAULT_MAX_STEPS,
         max_replans: int = 3,
         max_replans_without_progress: int = 2,
         max_repairs: int = 2,
@@ -458,6 +462,8 @@ class Agent:
             )
         if max_revisions < 0:
             raise ValueError(f"max_revisions must be >= 0, not {max_revisions}")
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, not {max_steps}")
         if max_replans < 0:
             raise ValueError(f"max_replans must be >= 0, not {max_replans}")
         if max_replans_without_progress < 1:
@@ -481,6 +487,7 @@ class Agent:
         self.read_only = read_only
         self.write_boundary = write_boundary
         self.http_allow = tuple(http_allow) if http_allow is not None else None
+        self.max_steps = max_steps
         self.max_replans = max_replans
         self.max_replans_without_progress = max_replans_without_progress
         self.max_repairs = max_repairs
@@ -500,7 +507,7 @@ class Agent:
         self.total_replan_below = total_replan_below
         self.instructions = instructions
         self.on_escalation = on_escalation
-        self._stored: dict[tuple[Registry, bool, str], CompiledPlan] = {}
+        self._stored: dict[tuple[Registry, bool, int, str], CompiledPlan] = {}
         self._running: dict[str, _AgentRun] = {}
         self._running_lock = threading.Lock()
 
@@ -608,13 +615,14 @@ class Agent:
             read_only=self.read_only,
             write_boundary=self.write_boundary,
             http_allow=self.http_allow,
+            max_steps=self.max_steps,
         )
         tools = self.registry.tools
         if self.write_boundary is not None and any(
             step.tool not in tools or tools[step.tool].writes is not None for step in plan.steps
         ):
             return header  # write targets are checked against the file system: each run
-        key = (self.registry, self.read_only, plan.model_dump_json())
+        key = (self.registry, self.read_only, self.max_steps, plan.model_dump_json())
         steps = self._stored.get(key)
         if steps is None:
             try:
@@ -625,6 +633,7 @@ class Agent:
                     read_only=self.read_only,
                     write_boundary=self.write_boundary,
                     http_allow=self.http_allow,
+                    max_steps=self.max_steps,
                 )
             except PlanError:
                 return header  # session.add reports it, with the same diagnostics
@@ -742,6 +751,7 @@ class Agent:
                 hold_effects=True,
                 run_id=run_id,
                 escalate=self.escalate,
+                max_steps=self.max_steps,
             ) as session:
                 session_ref.append(session)
                 run.watch = watch
@@ -964,6 +974,7 @@ class _AgentRun:
             read_only=agent_.read_only,
             write_boundary=agent_.write_boundary,
             http_allow=agent_.http_allow,
+            max_steps=agent_.max_steps,
         )
         self.replanner = Replanner(
             agent_.client,

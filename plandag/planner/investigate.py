@@ -181,6 +181,7 @@ def read_only_planner(planner: Planner) -> Planner:
         read_only=True,
         write_boundary=planner.write_boundary,
         http_allow=planner.http_allow,
+        max_steps=planner.max_steps,
     )
 
 

@@ -26,7 +26,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from plandag.compiler import CompiledPlan, Diagnostic, compile_plan
+from plandag.compiler import DEFAULT_MAX_STEPS, CompiledPlan, Diagnostic, compile_plan
 from plandag.dag.plan import Plan
 from plandag.errors import PlanError
 from plandag.planner.llm import (
@@ -150,9 +150,11 @@ class Planner:
         write_boundary: compile against this write boundary, or None for no write checks.
         http_allow: the configured HTTP allow-list (host globs), or None; a read-only plan
             reaches only these hosts (``host_not_allowed`` otherwise).
+        max_steps: the most steps a plan may have (>= 1; default 500): a longer plan does
+            not compile (``too_many_steps``, sent back to the model like any diagnostic).
 
     Raises:
-        ValueError: ``max_tokens`` < 1 or ``max_repairs`` < 0.
+        ValueError: ``max_tokens`` < 1, ``max_repairs`` < 0 or ``max_steps`` < 1.
     """
 
     def __init__(
@@ -171,7 +173,10 @@ class Planner:
         read_only: bool = False,
         write_boundary: WriteBoundary | None = None,
         http_allow: Sequence[str] | None = None,
+        max_steps: int = DEFAULT_MAX_STEPS,
     ) -> None:
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, not {max_steps}")
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, not {max_tokens}")
         if max_repairs < 0:
@@ -189,6 +194,7 @@ class Planner:
         self.read_only = read_only
         self.write_boundary = write_boundary
         self.http_allow = tuple(http_allow) if http_allow is not None else None
+        self.max_steps = max_steps
 
     @property
     def system(self) -> str:
@@ -278,6 +284,7 @@ class Planner:
                     write_boundary=self.write_boundary,
                     http_allow=self.http_allow,
                     tainted_author=tainted_author,
+                    max_steps=self.max_steps,
                 )
             except PlanError as error:
                 attempts.append(

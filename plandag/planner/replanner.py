@@ -656,6 +656,7 @@ class Replanner:
                 replaces=replaced,
                 http_allow=self.http_allow,
                 tainted_author=tainted_author,
+                max_steps=session.max_steps,
             )
         except PlanError as error:
             problems.extend(error.diagnostics)

@@ -384,6 +384,7 @@ class StreamingPlanner:
                     read_only=planner.read_only,
                     write_boundary=planner.write_boundary,
                     http_allow=planner.http_allow,
+                    max_steps=planner.max_steps,
                 )
             except PlanError as error:
                 diagnostics.extend(error.diagnostics)

@@ -562,6 +562,11 @@ class RunSession:
     # -- what it holds -----------------------------------------------------------------------
 
     @property
+    def max_steps(self) -> int:
+        """The most steps the session may hold in all (steps added past it do not compile)."""
+        return self._max_steps
+
+    @property
     def run_id(self) -> str:
         """The run's id (tools see it in ``ctx.run_id``)."""
         return self._run.run_id
@@ -1098,7 +1103,7 @@ async def open_session(
     clock: Clock | None = None,
     classify: Classifier = classify_error,
     hold_effects: bool = True,
-    max_steps: int = DEFAULT_MAX_STEPS,
+    max_steps: int | None = None,
     max_arg_bytes: int = DEFAULT_MAX_ARG_BYTES,
     escalate: EscalationMode = "person",
     http_allow: Sequence[str] | None = None,
@@ -1125,7 +1130,8 @@ async def open_session(
             :func:`~plandag.scheduler.runner.run_plan`.
         hold_effects: steps whose tool has effects wait for ``release_effects()``
             (issue 4: they must not start before the whole plan compiled).
-        max_steps: the most steps the session may hold in all.
+        max_steps: the most steps the session may hold in all; None: the limit a
+            CompiledPlan header was compiled with, else 500.
         max_arg_bytes: the most bytes a step's args may take as JSON.
         escalate: what :meth:`RunSession.escalate` does
             (:data:`~plandag.scheduler.result.EscalationMode`): ``person`` (default) ends
@@ -1154,7 +1160,11 @@ async def open_session(
         if write_boundary is not None and write_boundary != header.write_boundary:
             raise ValueError("write_boundary differs from the compiled plan's")
         compiled = header
+        if max_steps is None:
+            max_steps = header.max_steps
     else:
+        if max_steps is None:
+            max_steps = DEFAULT_MAX_STEPS
         compiled = compile_plan(
             header,
             registry,

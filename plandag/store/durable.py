@@ -42,6 +42,7 @@ from plandag.approval import (
     compiled_plan_hash,
 )
 from plandag.compiler.compiled import CompiledPlan
+from plandag.compiler.limits import DEFAULT_MAX_STEPS
 from plandag.errors import InputError
 from plandag.escalation.hooks import EscalationCallback, EscalationHooks, as_hooks
 from plandag.scheduler import events
@@ -91,6 +92,8 @@ class RunOptions:
         limits: the :class:`RunLimits` fields (``max_seconds`` is the whole run's cap).
         retries: retries per step (:class:`RetryPolicy`).
         max_concurrency: the global step limit, or None.
+        max_steps: the most steps the run's plan may have, replans included (runs stored
+            before this option existed get the default, 500).
         approve: the approval mode.
         expiry_s: seconds a pending approval stays valid (24 h by default).
         redact: mask personal data in the trace (``--redact``).
@@ -110,6 +113,7 @@ class RunOptions:
     limits: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     retries: int = 2
     max_concurrency: int | None = None
+    max_steps: int = DEFAULT_MAX_STEPS
     approve: ApprovalMode = "ask"
     expiry_s: float = DEFAULT_EXPIRY_S
     redact: bool = False
