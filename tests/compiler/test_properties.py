@@ -2,8 +2,13 @@
 
 Two families of input: arbitrary JSON-like values (and their text), and plan-shaped dicts
 whose ids, tools, args, dependencies, references, checks and params are drawn so that most
-examples get past the schema and reach the graph, reference, type and boundary passes.
-When a plan compiles, its graph is acyclic and every referenced step is an ancestor.
+examples get past the schema and reach the graph, reference, type and boundary passes. Both
+carry hostile values: integers at and past ±2^53, NaN and infinities, lone UTF-16
+surrogates in strings and keys.
+
+When a plan compiles, its graph is acyclic, every referenced step is an ancestor, and its
+hash (RFC 8785) can be taken: what ``check`` accepts, ``exec`` can run. Whatever the input,
+the diagnostics are printable UTF-8 and at most 100 plus one summary.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import networkx as nx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from plandag.approval.gate import plan_hash
 from plandag.compiler import DIAGNOSTIC_CODES, CompiledPlan, compile_plan
 from plandag.dag.references import find_references
 from plandag.errors import PlanError
@@ -30,17 +36,27 @@ BOUNDARY = WriteBoundary(["/plandag-property-root/out"], base="/plandag-property
 
 # --- arbitrary JSON-like values ------------------------------------------------------------
 
+surrogates = st.integers(min_value=0xD800, max_value=0xDFFF).map(chr)
+# Text with, now and then, a lone surrogate (hypothesis' text() never draws one).
+hostile_text = st.lists(st.characters() | surrogates, max_size=6).map("".join)
+hostile_scalars = (
+    st.sampled_from([2**53, -(2**53), 2**53 - 1, -(2**53 - 1), 10**30, -(10**400), 1e400, -1e400])
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | hostile_text
+)
 scalars = (
     st.none()
     | st.booleans()
     | st.integers(min_value=-(10**20), max_value=10**20)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=20)
+    | hostile_scalars
 )
 json_values = st.recursive(
     scalars,
     lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+        st.lists(children, max_size=4)
+        | st.dictionaries(st.text(max_size=8) | hostile_text, children, max_size=4)
     ),
     max_leaves=20,
 )
@@ -213,7 +229,10 @@ def plans(draw: st.DrawFn, quality: str | None = None) -> dict[str, Any]:
 options = st.fixed_dictionaries(
     {},
     optional={
-        "params": st.dictionaries(PARAM_NAMES, scalars | st.sampled_from(["3", "[1]", "../x"])),
+        "params": st.dictionaries(
+            PARAM_NAMES,
+            scalars | st.sampled_from(["3", "[1]", "../x", "9007199254740993", "\udcff"]),
+        ),
         "read_only": st.booleans(),
         "write_boundary": st.just(BOUNDARY),
         "max_steps": st.integers(min_value=0, max_value=8),
@@ -223,6 +242,13 @@ options = st.fixed_dictionaries(
 
 
 # --- the property ----------------------------------------------------------------------------
+
+
+def assert_printable(diagnostics: Any) -> None:
+    assert len(diagnostics) <= 101
+    for diagnostic in diagnostics:
+        json.dumps(diagnostic.as_dict(), ensure_ascii=False).encode("utf-8")
+        diagnostic.format().encode("utf-8")
 
 
 def assert_compiles_or_plan_error(source: Any, registry: Registry, **kwargs: Any) -> None:
@@ -237,8 +263,13 @@ def assert_compiles_or_plan_error(source: Any, registry: Registry, **kwargs: Any
         assert failure.codes, "a PlanError carries at least one error"
         for diagnostic in failure.diagnostics:
             assert DIAGNOSTIC_CODES[diagnostic.code] == diagnostic.severity
+        assert_printable(failure.diagnostics)
+        str(failure).encode("utf-8")
         return
     assert isinstance(compiled, CompiledPlan)
+    assert_printable(compiled.diagnostics)
+    # What compiles can be hashed (the approval binds to the hash; exec takes it first).
+    assert len(plan_hash(compiled.plan, compiled.params, compiled.write_boundary)) == 64
     graph = compiled.graph
     assert nx.is_directed_acyclic_graph(graph)
     assert set(compiled.order) == set(graph.nodes) == set(compiled.steps)
