@@ -412,7 +412,11 @@ def _check_step(
         "check": [spec.arguments for spec in step.check],
     }
     for field, container in containers.items():
-        for where, token, closed in malformed_tokens(container, field):
+        tokens = malformed_tokens(container, field)
+        for where, token, closed in tokens:
+            if diagnostics.full:  # the rest are only counted
+                diagnostics.count("malformed_reference", 1 + sum(1 for _ in tokens))
+                break
             diagnostics.add(
                 "malformed_reference",
                 sid,

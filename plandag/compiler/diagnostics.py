@@ -191,6 +191,18 @@ class DiagnosticCollector:
             )
         )
 
+    def count(self, code: str, number: int) -> None:
+        """Record ``number`` diagnostics of ``code`` past the limit: counted, not listed
+        (for a pass that finds the collector :attr:`full` and only counts the rest)."""
+        if number <= 0:
+            return
+        if not self.full:
+            raise RuntimeError("count() is for diagnostics past the limit; use add()")
+        self._omitted[code] += number
+        if DIAGNOSTIC_CODES[code] == "error":
+            self._errors += number
+            self._omitted_errors += number
+
     @property
     def full(self) -> bool:
         """True once ``limit`` diagnostics are listed: later ones are only counted."""

@@ -20,6 +20,7 @@ Three forms, and only these (ARCHITECTURE.md, "The plan artifact")::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -135,6 +136,13 @@ def find_malformed(value: Any, location: str = "") -> Iterator[tuple[str, str, s
         yield where, token, suggest_reference(closed)
 
 
+@functools.lru_cache(maxsize=4096)
+def _malformed_candidate(token: str) -> bool:
+    """True when a bracketed ``token`` is meant as a reference and is not a valid one
+    (cached: a hostile text repeats the same token many times)."""
+    return REFERENCE_PATTERN.fullmatch(token) is None and bool(_LOOKS_LIKE_REFERENCE.search(token))
+
+
 def malformed_tokens(value: Any, location: str = "") -> Iterator[tuple[str, str, str]]:
     """Yield ``(location, token, closed_token)`` for every malformed angle reference, as
     :func:`find_malformed` finds them, without the suggestion (``closed_token`` is what
@@ -146,11 +154,9 @@ def malformed_tokens(value: Any, location: str = "") -> Iterator[tuple[str, str,
     for where, text in _walk_strings(value, location):
         if "<" not in text:
             continue
-        for match in _CANDIDATE_PATTERN.finditer(text):
-            token = match.group(0)
-            if REFERENCE_PATTERN.fullmatch(token) or not _LOOKS_LIKE_REFERENCE.search(token):
-                continue
-            yield where, token, token
+        for token in _CANDIDATE_PATTERN.findall(text):
+            if _malformed_candidate(token):
+                yield where, token, token
         for match in _UNCLOSED_PATTERN.finditer(text):
             token = match.group(0)
             yield where, token, token + ">"
