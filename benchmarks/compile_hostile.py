@@ -117,6 +117,15 @@ def _size(count: int) -> str:
     raise AssertionError
 
 
+def _shown(side: dict[str, Any] | None, case: str, key: str) -> str:
+    if side is None:
+        return "-"
+    value = side[case][key]
+    if key == "report_bytes":
+        return _size(value)
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", metavar="REV", help="a git revision to compare with")
@@ -138,16 +147,7 @@ def main() -> None:
             ("report_bytes", "check --json output"),
             ("report_s", "report made, s"),
         ):
-
-            def shown(side: dict[str, Any] | None, key: str = key) -> str:
-                if side is None:
-                    return "-"
-                value = side[case][key]
-                if key == "report_bytes":
-                    return _size(value)
-                return f"{value:.3f}" if isinstance(value, float) else str(value)
-
-            rows.append((case, label, shown(before), shown(after)))
+            rows.append((case, label, _shown(before, case, key), _shown(after, case, key)))
     widths = [max(len(row[column]) for row in rows) for column in range(4)]
     for index, row in enumerate(rows):
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
