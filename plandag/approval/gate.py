@@ -17,7 +17,11 @@
   Read-only plans (no effects, no tainted egress) never ask.
 * :class:`ApprovalRequest` is what the person sees: the whole plan at once (steps, DAG,
   effects and write targets, estimated cost); :class:`Decision` is the answer (approve, or
-  reject with feedback that reaches the planner in full).
+  reject with feedback that reaches the planner in full), for the whole plan or step by
+  step: approve it while rejecting some steps (``reject_steps``: they and every step
+  downstream of them are dropped) and editing others' arguments (``edit_steps``). Such an
+  answer makes a new plan version with its own hash, decided in the same request by the
+  same person (:mod:`plandag.approval.steps`).
 * Approvers: :class:`CallbackApprover` (a Python callable, sync or async) and
   :class:`TerminalApprover` (asks on the terminal). An approver returns a Decision.
 """
@@ -49,6 +53,7 @@ __all__ = [
     "Approver",
     "CallbackApprover",
     "Decision",
+    "InvalidDecisionError",
     "StaleDecisionError",
     "TerminalApprover",
     "approval_needed",
@@ -73,6 +78,12 @@ DEFAULT_EXPIRY_S = 24 * 3600.0
 
 class StaleDecisionError(PlandagError, ValueError):
     """A decision names a plan hash other than the plan version awaiting it."""
+
+
+class InvalidDecisionError(PlandagError, ValueError):
+    """A step-by-step decision that cannot apply to the plan it answers: a step that does
+    not exist, one both rejected and edited, an edit that is not a JSON object or does not
+    compile, a step that has already started, or per-step choices on a rejection."""
 
 
 def boundary_spec(boundary: WriteBoundary | None) -> dict[str, list[str]] | None:
@@ -319,20 +330,41 @@ class Decision:
     Attributes:
         approved: True to run the plan, False to reject it.
         plan_hash: the hash of the plan version decided on (must match the request's).
-        feedback: for a rejection, the person's text; it reaches the planner in full.
+        feedback: for a rejection, the person's text; it reaches the planner in full (for
+            an approval that rejects steps: why they were rejected).
         who: who decided (a user name, ``auto``, ``callback``).
+        reject_steps: step ids rejected (with an approval): each, and every step
+            downstream of it, is dropped from the plan; a run with a planner may replan
+            them (a replan with effects asks again).
+        edit_steps: new argument values by step id (with an approval): each JSON object's
+            keys replace those arguments of the step, the others are kept (a value may be
+            a reference to a step the step already depends on).
+
+    An approval with ``reject_steps`` or ``edit_steps`` approves the plan they make: a
+    new plan version, with its own hash, decided by the same person in the same request.
     """
 
     approved: bool
     plan_hash: str
     feedback: str = ""
     who: str = "unknown"
+    reject_steps: tuple[int, ...] = ()
+    edit_steps: Mapping[int, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def amends(self) -> bool:
+        """The decision rejects or edits steps (it approves a new plan version)."""
+        return bool(self.reject_steps or self.edit_steps)
 
     def check(self, request: ApprovalRequest) -> None:
-        """Refuse a decision made for another plan version.
+        """Refuse a decision made for another plan version, or step choices that do not
+        fit the plan.
 
         Raises:
             StaleDecisionError: ``plan_hash`` differs from the request's.
+            InvalidDecisionError: a rejected or edited step the plan does not have, a step
+                both rejected and edited, an edit of a step dropped with a rejected one, an
+                edit that is not a JSON object, or step choices on a rejection.
         """
         if self.plan_hash != request.plan_hash:
             raise StaleDecisionError(
@@ -340,6 +372,56 @@ class Decision:
                 f"but version {request.version} awaiting a decision has hash "
                 f"{request.plan_hash[:12]}...; decide again on the current plan"
             )
+        if not self.amends:
+            return
+        where = f"run {request.run_id}, plan version {request.version}"
+        if not self.approved:
+            raise InvalidDecisionError(
+                f"{where}: steps are rejected or edited in an approval; to refuse the whole "
+                "plan, reject it without step choices"
+            )
+        known = {step.id for step in request.plan.steps}
+        chosen = sorted(set(self.reject_steps) | set(self.edit_steps))
+        unknown = [step_id for step_id in chosen if step_id not in known]
+        if unknown:
+            raise InvalidDecisionError(
+                f"{where}: no step {', '.join(map(str, unknown))} in the plan (its steps: "
+                f"{', '.join(map(str, sorted(known)))})"
+            )
+        both = sorted(set(self.reject_steps) & set(self.edit_steps))
+        if both:
+            raise InvalidDecisionError(
+                f"{where}: step {', '.join(map(str, both))} is both rejected and edited; choose one"
+            )
+        dropped = downstream(request.dependencies, self.reject_steps)
+        inside = sorted(set(self.edit_steps) & dropped)
+        if inside:
+            raise InvalidDecisionError(
+                f"{where}: step {', '.join(map(str, inside))} is dropped with a rejected step "
+                "upstream of it; do not edit it"
+            )
+        for step_id, edit in self.edit_steps.items():
+            if not isinstance(edit, Mapping) or not all(isinstance(key, str) for key in edit):
+                raise InvalidDecisionError(
+                    f"{where}: the edit of step {step_id} must be a JSON object of argument "
+                    f'names and values, like {{"path": "out/b.json"}}'
+                )
+
+
+def downstream(dependencies: Mapping[int, Sequence[int]], step_ids: Sequence[int]) -> set[int]:
+    """``step_ids`` and every step downstream of them, from each step's parents by id."""
+    children: dict[int, list[int]] = {}
+    for child, parents in dependencies.items():
+        for parent in parents:
+            children.setdefault(parent, []).append(child)
+    found = set(step_ids)
+    stack = list(step_ids)
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
 
 
 class Approver(Protocol):
@@ -366,8 +448,11 @@ class CallbackApprover:
 
 
 class TerminalApprover:
-    """Asks on the terminal: shows the whole request, then ``Approve this plan? [y/n]``;
-    a ``n`` asks why (one line, the feedback for the planner); end of input rejects.
+    """Asks on the terminal: shows the whole request, then ``Approve this plan? [y/n/s]``;
+    ``n`` asks why (one line, the feedback for the planner); ``s`` decides step by step:
+    for each step with effects, ``[a]pprove``, ``[e]dit`` (its new argument values as a
+    JSON object, whose keys replace the step's) or ``[r]eject`` (it and the steps after it
+    are dropped; one line says why). End of input rejects.
 
     Args:
         show: prints a line (default ``print`` to stderr via rich in the CLI).
@@ -393,25 +478,102 @@ class TerminalApprover:
         with self.pause() if self.pause is not None else contextlib.nullcontext():
             return await self._decide(request)
 
+    async def _line(self, prompt: str) -> str:
+        return await anyio.to_thread.run_sync(self.ask, prompt)
+
     async def _decide(self, request: ApprovalRequest) -> Decision:
         for line in request.summary_lines():
             self.show(line)
         try:
             for _ in range(5):
-                answer = await anyio.to_thread.run_sync(self.ask, "Approve this plan? [y/n] ")
-                if answer.strip().lower() in ("y", "yes"):
+                answer = (await self._line("Approve this plan? [y/n/s] ")).strip().lower()
+                if answer in ("y", "yes"):
                     return Decision(True, request.plan_hash, who=self.who)
-                if answer.strip().lower() in ("n", "no"):
-                    feedback = await anyio.to_thread.run_sync(
-                        self.ask, "Why not? (a planner, if the run has one, gets this in full) "
+                if answer in ("n", "no"):
+                    feedback = await self._line(
+                        "Why not? (a planner, if the run has one, gets this in full) "
                     )
                     return Decision(False, request.plan_hash, feedback=feedback, who=self.who)
-                self.show("Answer y or n.")
+                if answer in ("s", "steps"):
+                    return await self._step_by_step(request)
+                self.show("Answer y (approve), n (reject) or s (decide step by step).")
         except EOFError:  # Ctrl-D, or stdin closed: no approval
             return Decision(
                 False, request.plan_hash, feedback="no answer (end of input)", who=self.who
             )
         return Decision(False, request.plan_hash, feedback="no clear answer", who=self.who)
+
+    async def _step_by_step(self, request: ApprovalRequest) -> Decision:
+        """Approve, edit or reject each step with effects (EOFError propagates)."""
+        rejected: list[int] = []
+        edits: dict[int, dict[str, Any]] = {}
+        by_id = {step.id: step for step in request.plan.steps}
+        dropped: set[int] = set()
+        for step_id, tool, effects, _ in request.effects:
+            if step_id in dropped:
+                continue
+            for _ in range(5):
+                answer = (
+                    (
+                        await self._line(
+                            f"Step {step_id} ({tool}, {effects}): [a]pprove, [e]dit, [r]eject? "
+                        )
+                    )
+                    .strip()
+                    .lower()
+                )
+                if answer in ("a", "approve", "y", "yes"):
+                    break
+                if answer in ("r", "reject"):
+                    rejected.append(step_id)
+                    dropped = downstream(request.dependencies, rejected)
+                    break
+                if answer in ("e", "edit"):
+                    self.show(f"Step {step_id} arguments now: {_json(by_id[step_id].args)}")
+                    edit = await self._edit(step_id)
+                    if edit is not None:
+                        edits[step_id] = edit
+                        break
+                    continue
+                self.show("Answer a (approve), e (edit) or r (reject).")
+            else:
+                return Decision(False, request.plan_hash, feedback="no clear answer", who=self.who)
+        feedback = ""
+        if rejected:
+            feedback = await self._line(
+                f"Why reject step(s) {', '.join(map(str, rejected))}? (a planner, if the run "
+                "has one, gets this in full) "
+            )
+        return Decision(
+            True,
+            request.plan_hash,
+            feedback=feedback,
+            who=self.who,
+            reject_steps=tuple(rejected),
+            edit_steps=edits,
+        )
+
+    async def _edit(self, step_id: int) -> dict[str, Any] | None:
+        import json
+
+        text = await self._line(
+            f"Step {step_id}: new values as a JSON object (its keys replace those arguments) "
+        )
+        try:
+            value = json.loads(text)
+        except ValueError as error:
+            self.show(f'Not JSON ({error}); for example {{"path": "out/b.json"}}.')
+            return None
+        if not isinstance(value, dict):
+            self.show('Give a JSON object of argument names and values, like {"path": "x"}.')
+            return None
+        return value
+
+
+def _json(value: Any) -> str:
+    import json
+
+    return json.dumps(to_jsonable(value), ensure_ascii=False, sort_keys=True)
 
 
 def current_user() -> str:

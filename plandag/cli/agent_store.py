@@ -443,15 +443,20 @@ class RepairGate:
     async def approve_plan(self, session: Any) -> str:
         """``run_with_repairs(approve_plan=...)``: ``approved``, ``rejected`` or
         ``awaiting_approval`` for the stored plan, asked while its effect-free steps run."""
+        from plandag.approval import InvalidDecisionError
         from plandag.store.durable import _decide
 
         request = self.request
         if request is None:
             return "approved"
         with session.waiting_for_person():
-            decision = await _decide(
-                self.store, request, self.approver, self.options.approve, self.writer
-            )
+            try:
+                decision = await _decide(
+                    self.store, request, self.approver, self.options.approve, self.writer
+                )
+            except InvalidDecisionError as error:  # the run waits for a decision it can take
+                _app().stderr.print(f"error: {error}", markup=False, highlight=False)
+                decision = None
         if decision is None:
             self.pending = request
             return "awaiting_approval"

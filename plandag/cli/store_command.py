@@ -44,6 +44,7 @@ from rich.text import Text
 from plandag.approval import (
     ApprovalMode,
     Approver,
+    InvalidDecisionError,
     StaleDecisionError,
     TerminalApprover,
     current_user,
@@ -104,6 +105,22 @@ HashOption = Annotated[
     ),
 ]
 WhoOption = Annotated[str | None, typer.Option("--who", help="Your name.")]
+RejectStepOption = Annotated[
+    list[int] | None,
+    typer.Option(
+        "--reject-step",
+        metavar="N",
+        help="Approve without step N and the steps that need it (repeat for more).",
+    ),
+]
+EditStepOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--edit-step",
+        metavar="N=JSON",
+        help="""Approve with step N's arguments changed: '2={"path": "out/b.json"}' (repeat).""",
+    ),
+]
 RedactOption = Annotated[
     bool,
     typer.Option("--redact", help="Mask personal data (CPF, e-mail, phone, names) in the trace."),
@@ -373,7 +390,7 @@ def durable_exec(
     try:
         with progress:
             outcome = Interruptible(work).run()
-    except StaleDecisionError as error:
+    except (StaleDecisionError, InvalidDecisionError) as error:
         _fail(str(error))
     done = outcome.result
     if done is None:
@@ -519,7 +536,7 @@ def _continue(
     try:
         with progress:
             outcome = Interruptible(work).run()
-    except (StaleDecisionError, InputError) as error:
+    except (StaleDecisionError, InvalidDecisionError, InputError) as error:
         _fail(str(error))
     done = outcome.result
     if done is None:
@@ -679,8 +696,21 @@ def register(app: typer.Typer) -> None:
         store_path: StoreOption = None,
         who: WhoOption = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
+        reject_step: RejectStepOption = None,
+        edit_step: EditStepOption = None,
+        feedback: Annotated[
+            str | None,
+            typer.Option(
+                "--feedback", help="Why steps were rejected (a planner, if any, gets it)."
+            ),
+        ] = None,
     ) -> None:
         """Approve the plan awaiting a decision and run it now, in the same run.
+
+        Step by step: --reject-step N drops step N and every step after it that needs it;
+        --edit-step 'N={"path": "out/b.json"}' gives step N new argument values (the
+        object's keys replace those arguments). Both make a new plan version, with its own
+        hash, approved by you in the same decision (shown on stderr).
 
         On an escalated run whose step's outcome was unknown (an irreversible effect that
         may have happened before the run stopped): once you checked what happened, run that
@@ -690,6 +720,12 @@ def register(app: typer.Typer) -> None:
         store = open_cli_store(store_path)
         run_id, row = _stored_run(store, run)
         if row.status == "escalated":
+            if reject_step or edit_step:
+                _fail(
+                    f"run {run_id} is escalated: --reject-step and --edit-step decide on a plan "
+                    f"awaiting approval; `plandag resume {run_id} --instruction TEXT` asks "
+                    "the planner for another plan"
+                )
             for_escalated = _prepare(store, run_id, row, "approve")
             decider = who or current_user()
             try:
@@ -717,15 +753,35 @@ def register(app: typer.Typer) -> None:
         prepared = (
             _prepare(store, run_id, row, "approve") if row.status == "awaiting_approval" else None
         )
+        edits = _parse_edits(edit_step or [])
+        decider = who or current_user()
         try:
             digest = decide(
-                store, run_id, approved=True, who=who or current_user(), expected_hash=plan_hash
+                store,
+                run_id,
+                approved=True,
+                who=decider,
+                feedback=feedback or "",
+                expected_hash=plan_hash,
+                reject_steps=tuple(reject_step or ()),
+                edit_steps=edits,
+                compiled=prepared[0] if prepared is not None else None,
             )
-        except (StaleDecisionError, InputError) as error:
+        except (StaleDecisionError, InvalidDecisionError, InputError) as error:
             _fail(str(error))
         assert prepared is not None
         row = store.run(run_id)
-        _trace_decision(store, row, digest, "approved", who or current_user(), None).close()
+        if reject_step or edits:
+            _trace_amendment(store, row, decider, feedback)
+            prepared = _rebuild(store, run_id, row)  # the version the step choices made
+            _app().stderr.print(
+                f"run {run_id}: step choices made plan version {row.version} "
+                f"(hash {digest}), approved by {decider}",
+                markup=False,
+                highlight=False,
+            )
+        else:
+            _trace_decision(store, row, digest, "approved", decider, None).close()
         _continue(
             store,
             run_id,
@@ -935,6 +991,60 @@ def _resume_escalated(
         hooks=hooks,
     )
     raise AssertionError("unreachable")  # pragma: no cover: _continue exits
+
+
+def _parse_edits(values: list[str]) -> dict[int, dict[str, Any]]:
+    """``--edit-step 'N={JSON object}'`` values by step id (exit 2 with the reason for a
+    malformed one)."""
+    edits: dict[int, dict[str, Any]] = {}
+    for value in values:
+        number, separator, text = value.partition("=")
+        try:
+            step_id = int(number.strip())
+        except ValueError:
+            step_id = 0
+        if not separator or step_id < 1:
+            _fail(
+                f"--edit-step {value!r}: write STEP=JSON, like --edit-step "
+                """'2={"path": "out/b.json"}'"""
+            )
+        try:
+            edit = json.loads(text)
+        except ValueError as error:
+            _fail(f"--edit-step {value!r}: the part after = is not JSON ({error})")
+        if not isinstance(edit, dict):
+            _fail(
+                f"--edit-step {value!r}: give a JSON object of argument names and values, "
+                """like '2={"path": "out/b.json"}'"""
+            )
+        if step_id in edits:
+            _fail(f"--edit-step: step {step_id} is edited twice; merge the two into one object")
+        edits[step_id] = edit
+    return edits
+
+
+def _trace_amendment(store: Store, row: Any, who: str, feedback: str | None) -> None:
+    """Append a step-by-step decision taken from the command line to the run's trace: the
+    decision ``amended`` on the version decided on, the new version, its approval."""
+    from plandag.store.durable import RunOptions
+    from plandag.trace.redact import Redactor
+    from plandag.trace.writer import TraceWriter
+
+    versions = store.plan_versions(row.run_id)
+    old, new = versions[-2], versions[-1]
+    options = RunOptions.from_json(row.options)
+    writer = TraceWriter(
+        store.trace_path(row.run_id),
+        row.run_id,
+        segment=row.segment,
+        redact=Redactor(personal=options.redact),
+    )
+    try:
+        writer.approval(old.version, old.hash, "amended", who, feedback)
+        writer.plan(new.version, new.plan, new.hash, "amended")
+        writer.approval(new.version, new.hash, "approved", who, None)
+    finally:
+        writer.close()
 
 
 def _trace_decision(

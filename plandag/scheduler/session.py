@@ -966,6 +966,121 @@ class RunSession:
                 run.emit(events.StepSkipped(run.run_id, step_id, "replanned", detail, now))
         return tuple(dropped)
 
+    def edit_step(self, step_id: int, args: Mapping[str, Any]) -> CompiledStep:
+        """Give a step that has not started new arguments (a person edited it in the
+        approval request; ARCHITECTURE.md, "People in the loop"). The step keeps its id,
+        tool, checks and place in the graph; it is compiled again with ``args``.
+
+        Args:
+            step_id: a pending (or held) step.
+            args: its whole new arguments (references allowed, to the steps it already
+                depends on).
+
+        Returns:
+            The step compiled again.
+
+        Raises:
+            ValueError: no such step, it has started or ended, or the new arguments would
+                change which steps it depends on (edit values, not dependencies).
+            PlanError: the edited step does not compile (bad arguments for its tool, a
+                write target outside the boundary...).
+            RuntimeError: the session is closed.
+        """
+        self._check_open()
+        run = self._run
+        record = run.records.get(step_id)
+        if record is None:
+            raise ValueError(f"step {step_id} does not exist: nothing to edit")
+        if record.status != "pending" or step_id in run.claimed:
+            raise ValueError(
+                f"step {step_id} is {record.status}: only a step that has not started can be edited"
+            )
+        old = run.steps[step_id]
+        document = old.step.model_dump(mode="json", exclude_none=True)
+        document["args"] = dict(args)
+        others = {key: step for key, step in run.plan_steps.items() if key != step_id}
+        base = PatchBase(
+            run.compiled.plan,
+            others,
+            _EndedView(run.records),
+            _ReplacementsView(run.records),
+            _TaintedView(run.steps),
+        )
+        patch = compile_patch(
+            base,
+            [document],
+            self._registry,
+            params=run.params,
+            read_only=run.compiled.read_only,
+            write_boundary=run.compiled.write_boundary,
+            max_steps=self._max_steps,
+            max_arg_bytes=self._max_arg_bytes,
+            http_allow=run.compiled.http_allow,
+        )
+        [new] = patch.steps
+        if tuple(new.parents) != tuple(old.parents):
+            raise ValueError(
+                f"step {step_id}: the edit changes the steps it depends on "
+                f"({', '.join(map(str, old.parents)) or 'none'} -> "
+                f"{', '.join(map(str, new.parents)) or 'none'}); edit values, not references"
+            )
+        edited = dataclasses.replace(new, children=old.children)
+        run.steps[step_id] = edited
+        run.plan_steps[step_id] = edited.step
+        return edited
+
+    def reject_steps(self, step_ids: Collection[int], detail: str) -> tuple[int, ...]:
+        """Drop steps a person rejected in the approval request, with every step
+        downstream of them: each ends ``skipped`` with reason ``rejected`` and ``detail``
+        (its descendants: ``"upstream N was rejected"``) and never starts; a replan may
+        replace them.
+
+        Args:
+            step_ids: steps that have not started.
+            detail: why, in words (who rejected it, and their feedback).
+
+        Returns:
+            Every id dropped, sorted.
+
+        Raises:
+            ValueError: no such step, or one that has started or ended.
+            RuntimeError: the session is closed.
+        """
+        self._check_open()
+        run = self._run
+        for step_id in step_ids:
+            record = run.records.get(step_id)
+            if record is None:
+                raise ValueError(f"step {step_id} does not exist: nothing to reject")
+            if record.status != "pending" or step_id in run.claimed:
+                raise ValueError(
+                    f"step {step_id} is {record.status}: only a step that has not started "
+                    "can be rejected"
+                )
+        rejected = set(step_ids)
+        doomed = set(rejected)
+        for step_id in rejected:
+            doomed.update(nx.descendants(run.graph, step_id))
+        now = run.now()
+        dropped = []
+        for step_id in sorted(doomed):
+            record = run.records[step_id]
+            if record.status != "pending":
+                continue
+            run.held.discard(step_id)
+            record.status = "skipped"
+            record.reason = "rejected"
+            if step_id in rejected:
+                record.detail = detail
+            else:
+                upstream = sorted(rejected & nx.ancestors(run.graph, step_id))
+                record.detail = f"upstream {', '.join(map(str, upstream))} was rejected"
+            record.ended_at = now
+            dropped.append(step_id)
+            if run.observers:
+                run.emit(events.StepSkipped(run.run_id, step_id, "rejected", record.detail, now))
+        return tuple(dropped)
+
     @property
     def dependencies_down(self) -> tuple[DownDependency, ...]:
         """The tools and HTTP hosts the circuit breaker took out of the run so far."""

@@ -36,11 +36,13 @@ from plandag.approval import (
     ApprovalRequest,
     Approver,
     Decision,
+    InvalidDecisionError,
     StaleDecisionError,
     approval_needed,
     approval_reason,
     compiled_plan_hash,
 )
+from plandag.approval.steps import Amendment, amend
 from plandag.compiler.compiled import CompiledPlan
 from plandag.compiler.limits import DEFAULT_MAX_STEPS
 from plandag.errors import InputError
@@ -68,6 +70,7 @@ __all__ = [
     "escalate_run",
     "escalation_message",
     "open_run",
+    "record_amendment",
     "record_run",
     "start_run",
     "superseded_steps",
@@ -289,8 +292,20 @@ async def _decide(
     approver: Approver | None,
     mode: ApprovalMode,
     trace: Any,
+    *,
+    allow_steps: bool = False,
 ) -> Decision | None:
-    """Ask ``approver`` (None, or mode ``never``: nobody here; returns None)."""
+    """Ask ``approver`` (None, or mode ``never``: nobody here; returns None).
+
+    An approval with step choices (``reject_steps``, ``edit_steps``) is returned without
+    being recorded when ``allow_steps`` (the caller records the new version it makes with
+    :func:`record_amendment`); otherwise it is refused.
+
+    Raises:
+        StaleDecisionError: the decision is for another plan version.
+        InvalidDecisionError: step choices that do not fit the plan, or step choices where
+            ``allow_steps`` is False.
+    """
     store.record_decision(request.run_id, request.version, request.plan_hash, "asked")
     if trace is not None:
         trace.approval(request.version, request.plan_hash, "asked", None, None)
@@ -298,6 +313,14 @@ async def _decide(
         return None
     decision = await approver(request)
     decision.check(request)
+    if decision.approved and decision.amends:
+        if allow_steps:
+            return decision
+        raise InvalidDecisionError(
+            f"run {request.run_id}: this request takes the whole plan or nothing; to reject "
+            f"or edit single steps, let it wait (--approve never) and decide with `plandag "
+            f"approve {request.run_id} --reject-step N --edit-step 'N={{...}}'`"
+        )
     store.record_decision(
         request.run_id,
         request.version,
@@ -315,6 +338,42 @@ async def _decide(
             decision.feedback or None,
         )
     return decision
+
+
+def record_amendment(
+    store: Store,
+    run_id: str,
+    version: int,
+    plan_hash: str,
+    decision: Decision,
+    amendment: Amendment,
+    writer: Any = None,
+) -> int:
+    """Record a step-by-step approval of plan version ``version``: the decision
+    ``amended`` on it (who, feedback), the decision on each of its steps, the new version
+    it made (source ``amended``), and the new version ``approved`` by the same person.
+
+    Returns:
+        The new version's number.
+    """
+    new_version = max(row.version for row in store.plan_versions(run_id)) + 1
+    plan_json = amendment.compiled.plan.model_dump(mode="json", exclude_none=True)
+    store.record_decision(
+        run_id, version, plan_hash, "amended", who=decision.who, feedback=decision.feedback or None
+    )
+    store.record_step_decisions(
+        run_id,
+        version,
+        [(step.step_id, step.decision, step.args) for step in amendment.steps],
+        who=decision.who,
+    )
+    store.add_plan_version(run_id, new_version, plan_json, amendment.plan_hash, "amended")
+    store.record_decision(run_id, new_version, amendment.plan_hash, "approved", who=decision.who)
+    if writer is not None:
+        writer.approval(version, plan_hash, "amended", decision.who, decision.feedback or None)
+        writer.plan(new_version, plan_json, amendment.plan_hash, "amended")
+        writer.approval(new_version, amendment.plan_hash, "approved", decision.who, None)
+    return new_version
 
 
 def _await(
@@ -844,6 +903,9 @@ def decide(
     feedback: str = "",
     expected_hash: str | None = None,
     now: float | None = None,
+    reject_steps: Sequence[int] = (),
+    edit_steps: Mapping[int, Mapping[str, Any]] | None = None,
+    compiled: CompiledPlan | None = None,
 ) -> str:
     """Record a decision taken from another shell (``plandag approve`` / ``reject``) on a
     run that awaits one, bound to its current plan version.
@@ -858,15 +920,24 @@ def decide(
             version's, refused when more than one version was shown to a person since the
             last decision (the person must say which one they reviewed).
         now: the time (seconds since the epoch; default: now).
+        reject_steps: with an approval, steps to drop (with every step downstream of
+            them).
+        edit_steps: with an approval, new argument values by step id (each object's keys
+            replace those arguments of the step).
+        compiled: the version awaiting the decision, compiled again (needed with
+            ``reject_steps`` or ``edit_steps``).
 
     Returns:
-        The plan hash decided on.
+        The plan hash approved or rejected: with step choices, the hash of the new plan
+        version they made (recorded ``amended`` on the version decided on, with a
+        decision per step, and ``approved`` by the same person on the new one).
 
     Raises:
         InputError: the run does not await a decision, its request expired (it is then
             recorded ``rejected``, reason expired), or no hash was given while several plan
             versions were shown since the last decision (each is listed with its hash).
         StaleDecisionError: ``expected_hash`` is not the current version's hash.
+        InvalidDecisionError: step choices that do not fit the plan (nothing is recorded).
 
     The decision takes the run atomically (:meth:`Store.claim_run`): of two people who
     approve at once, one gets it and the other is told so; the effects never run twice.
@@ -902,10 +973,32 @@ def decide(
             f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(row.expires_at))}; "
             "the run is now rejected — start it again to get a new request"
         )
+    amendment: Amendment | None = None
+    choice = Decision(
+        approved,
+        current.hash,
+        feedback=feedback,
+        who=who,
+        reject_steps=tuple(reject_steps),
+        edit_steps=dict(edit_steps or {}),
+    )
+    if choice.amends:
+        if compiled is None:
+            raise ValueError("decide: step choices need the compiled plan (compiled=...)")
+        request = dataclasses.replace(
+            ApprovalRequest.for_plan(run_id, current.version, compiled, reason=""),
+            plan_hash=current.hash,  # the version as stored (its hash as it was made)
+        )
+        choice.check(request)
+        amendment = amend(compiled, choice)
     if not store.claim_run(run_id, ["awaiting_approval"], row.pid):
         raise InputError(
             f"run {run_id}: another process decided on it first; `plandag runs` shows its state"
         )
+    if amendment is not None:
+        record_amendment(store, run_id, current.version, current.hash, choice, amendment)
+        _drop_rows(store, run_id, amendment, choice)
+        return amendment.plan_hash
     store.record_decision(
         run_id,
         current.version,
@@ -917,6 +1010,36 @@ def decide(
     if not approved:
         store.update_run(run_id, status="rejected", detail=feedback or None, pid=None)
     return current.hash
+
+
+def _drop_rows(store: Store, run_id: str, amendment: Amendment, decision: Decision) -> None:
+    """Bring the stored steps in line with an amended plan: rows of edited steps (and those
+    downstream) are forgotten, so they run again with the new arguments; steps dropped with
+    a rejected one that have not succeeded end ``skipped``, reason ``rejected``."""
+    rows = store.steps(run_id)
+    store.discard_steps(run_id, [step_id for step_id in amendment.stale if step_id in rows])
+    rejected = set(decision.reject_steps)
+    now = time.time()
+    for step_id in amendment.dropped:
+        row = rows.get(step_id)
+        if row is None or row.status == "succeeded":
+            continue
+        store.step_ended(
+            run_id,
+            step_id,
+            "skipped",
+            now,
+            reason="rejected",
+            detail=(
+                f"rejected by {decision.who} in the approval request"
+                + (f": {decision.feedback}" if decision.feedback else "")
+                if step_id in rejected
+                else "dropped: a step upstream of it was rejected"
+            ),
+            segment=row.segment,
+            durable=False,
+        )
+    store.flush()
 
 
 def _pid() -> int:
@@ -966,6 +1089,8 @@ async def _run_segment(
     started = time.monotonic()
     paused = 0.0
     decision: Decision | None = None
+    amendment: Amendment | None = None
+    invalid: str | None = None
     if gate is None:
         result = await run_plan(
             compiled,
@@ -991,13 +1116,57 @@ async def _run_segment(
             escalate=options.escalate,
         ) as session:
             with session.waiting_for_person():
-                decision = await _decide(store, gate.request, gate.approver, gate.mode, writer)
-            if decision is not None and decision.approved:
+                try:
+                    decision = await _decide(
+                        store, gate.request, gate.approver, gate.mode, writer, allow_steps=True
+                    )
+                    if decision is not None and decision.approved and decision.amends:
+                        amendment = amend(compiled, decision)
+                except InvalidDecisionError as error:  # the run waits for a valid one
+                    invalid, decision, amendment = str(error), None, None
+            if amendment is not None:
+                await session.settled()  # effect-free steps end; the effects wait for the new plan
+            elif decision is not None and decision.approved:
                 session.approve_effects(hold_again=False)
             else:
                 await session.settled()
         result = session.result()
         paused = session.paused_s
+        if amendment is not None and decision is not None:
+            record_amendment(
+                store,
+                run_id,
+                gate.request.version,
+                gate.request.plan_hash,
+                decision,
+                amendment,
+                writer,
+            )
+            carried = {
+                step_id: record.result
+                for step_id, record in result.steps.items()
+                if record.status == "succeeded"
+                and step_id in amendment.compiled.steps
+                and step_id not in amendment.stale
+            }
+            _drop_rows(store, run_id, amendment, decision)
+            spent = store.run(run_id)
+            store.update_run(
+                run_id,
+                spent_usd=spent.spent_usd + result.spent_usd,
+                spent_tokens=spent.spent_tokens + result.spent_tokens,
+            )
+            return await _run_segment(
+                store,
+                run_id,
+                amendment.compiled,
+                options,
+                segment=segment,
+                completed=carried,
+                observers=observers,
+                writer=writer,
+                elapsed_s=elapsed_s + (time.monotonic() - started) - paused,
+            )
         if decision is None or not decision.approved:
             result = dataclasses.replace(
                 result, status="awaiting_approval" if decision is None else "rejected"
@@ -1041,6 +1210,10 @@ async def _run_segment(
         )
     if gate is not None and decision is None:
         waiting = _await(store, gate.request, gate.request.reason)
+        if invalid is not None:
+            waiting = dataclasses.replace(
+                waiting, message=f"{invalid}\n{waiting.message}" if waiting.message else invalid
+            )
         return dataclasses.replace(waiting, result=result, store_error=store_error)
     if gate is not None and decision is not None and not decision.approved:
         refused = _reject(store, gate.request, decision.feedback)

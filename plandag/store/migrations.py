@@ -184,6 +184,23 @@ MIGRATIONS: tuple[Migration, ...] = (
         "an instruction may replace the run's goal (plandag tell --new-goal)",
         ("ALTER TABLE instruction ADD COLUMN new_goal INTEGER NOT NULL DEFAULT 0",),
     ),
+    Migration(
+        4,
+        "per-step decisions in an approval request (approved, edited, rejected, dropped)",
+        (
+            """CREATE TABLE step_decision (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    step_id INTEGER NOT NULL,
+    decision TEXT NOT NULL,
+    args TEXT,
+    who TEXT,
+    time REAL NOT NULL
+)""",
+            "CREATE INDEX step_decision_run ON step_decision (run_id, version)",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 """The schema version this release writes."""

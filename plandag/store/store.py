@@ -54,6 +54,7 @@ __all__ = [
     "InstructionRow",
     "PlanVersionRow",
     "RunRow",
+    "StepDecisionRow",
     "StepRow",
     "Store",
     "default_store_path",
@@ -194,6 +195,21 @@ class EscalationRow:
     who: str | None
     decided_at: float | None
     note: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class StepDecisionRow:
+    """A person's decision on one step of a plan version: ``approved``, ``edited`` (with
+    the step's arguments after the edit), ``rejected``, or ``dropped`` (downstream of a
+    rejected step)."""
+
+    run_id: str
+    version: int
+    step_id: int
+    decision: str
+    args: Any
+    who: str | None
+    time: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -607,6 +623,58 @@ class Store:
                     "WHERE run_id = ? AND version = ?",
                     (who or "unknown", now, run_id, version),
                 )
+
+    def record_step_decisions(
+        self,
+        run_id: str,
+        version: int,
+        decisions: Sequence[tuple[int, str, Any]],
+        *,
+        who: str | None,
+    ) -> None:
+        """Record the per-step decisions taken on plan version ``version`` (committed at
+        once): ``(step_id, decision, args)`` with decision ``approved``, ``edited`` (args:
+        the step's arguments after the edit), ``rejected`` or ``dropped`` (downstream of a
+        rejected step)."""
+        now = time.time()
+        with self.transaction() as connection:
+            connection.executemany(
+                "INSERT INTO step_decision (run_id, version, step_id, decision, args, who, "
+                "time) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        run_id,
+                        version,
+                        step_id,
+                        decision,
+                        _dumps(args) if args is not None else None,
+                        who,
+                        now,
+                    )
+                    for step_id, decision, args in decisions
+                ],
+            )
+
+    def step_decisions(self, run_id: str) -> list[StepDecisionRow]:
+        """Every per-step decision on the run, in the order taken."""
+        self.flush(durable=False)  # visible to reads; synced later
+        rows = self.connection.execute(
+            "SELECT run_id, version, step_id, decision, args, who, time FROM step_decision "
+            "WHERE run_id = ? ORDER BY id",
+            (run_id,),
+        )
+        return [
+            StepDecisionRow(
+                row[0],
+                row[1],
+                row[2],
+                row[3],
+                json.loads(row[4]) if row[4] is not None else None,
+                row[5],
+                row[6],
+            )
+            for row in rows
+        ]
 
     def decisions(self, run_id: str) -> list[DecisionRow]:
         """Every decision on the run, oldest first."""
