@@ -61,6 +61,7 @@ __all__ = [
     "boundary_spec",
     "compiled_plan_hash",
     "current_user",
+    "downstream",
     "plan_hash",
     "tainted_egress_steps",
 ]

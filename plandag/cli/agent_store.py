@@ -274,20 +274,49 @@ def record_agent_run(
     request = result.approval
     if request is not None and (not versions or request.plan != versions[-1]):
         versions.append(request.plan)
+    shift = first_version - 1  # the agent numbers its versions from 1
+    decided = {a.version + shift: a.plan_hash for a in result.amendments}
+    made = {a.new_version + shift: a.new_plan_hash for a in result.amendments}
     for number, plan in enumerate(versions, start=first_version):
         digest = (
             request.plan_hash
             if request is not None and plan is request.plan
-            else plan_hash(plan, params, write_boundary)
+            else decided.get(number) or made.get(number) or plan_hash(plan, params, write_boundary)
         )
-        source = "planner" if number == 1 else ("revision" if first_version == 1 else "replan")
+        source = (
+            "amended"
+            if number in made
+            else "planner"
+            if number == 1
+            else ("revision" if first_version == 1 else "replan")
+        )
         store.add_plan_version(
             run_id, number, plan.model_dump(mode="json", exclude_none=True), digest, source
         )
         if writer is not None:
             writer.plan(number, plan, digest, source)
     last_version = first_version + len(versions) - 1
+    for amendment in result.amendments:
+        feedback = amendment.feedback or None
+        decided_on, made_version = amendment.version + shift, amendment.new_version + shift
+        store.record_decision(
+            run_id, decided_on, amendment.plan_hash, "amended", who=amendment.who, feedback=feedback
+        )
+        store.record_step_decisions(
+            run_id,
+            decided_on,
+            [(step.step_id, step.decision, step.args) for step in amendment.steps],
+            who=amendment.who,
+        )
+        store.record_decision(
+            run_id, made_version, amendment.new_plan_hash, "approved", who=amendment.who
+        )
+        if writer is not None:
+            writer.approval(decided_on, amendment.plan_hash, "amended", amendment.who, feedback)
+            writer.approval(made_version, amendment.new_plan_hash, "approved", amendment.who, None)
     for decision in result.decisions:
+        if decision.approved and decision.amends:
+            continue  # recorded with its amendment above
         state = "approved" if decision.approved else "rejected"
         store.record_decision(
             run_id,

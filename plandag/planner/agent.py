@@ -54,14 +54,18 @@ from plandag.approval import (
     ApprovalRequest,
     Approver,
     Decision,
+    InvalidDecisionError,
     StaleDecisionError,
     approval_needed,
     approval_reason,
     tainted_egress_steps,
 )
+from plandag.approval.gate import downstream
+from plandag.approval.steps import StepDecision, edited_args, step_decisions
 from plandag.compiler import DEFAULT_MAX_STEPS, CompiledPlan, Diagnostic, compile_plan
 from plandag.compiler.compiled import allowed_hosts
 from plandag.dag.plan import ParamSpec, Plan
+from plandag.dag.references import find_references
 from plandag.errors import PlanError
 from plandag.planner.intents import IntentLedger
 from plandag.planner.joiner import (
@@ -119,7 +123,7 @@ from plandag.scheduler.session import RunSession, SessionState, open_session
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
 
-__all__ = ["Agent", "AgentResult", "GaveUpReason", "revision_context"]
+__all__ = ["Agent", "AgentResult", "GaveUpReason", "PlanAmendment", "revision_context"]
 
 logger = logging.getLogger("plandag.planner")
 
@@ -149,6 +153,22 @@ def _header(goal: str, params: Mapping[str, Any]) -> Plan:
         kind = next((label for cls, label in _PARAM_TYPES if isinstance(value, cls)), "any")
         specs[name] = ParamSpec.model_validate({"type": kind})
     return Plan(goal=goal, params=specs, steps=[])
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanAmendment:
+    """A step-by-step approval in a run: the plan version decided on (``version``,
+    ``plan_hash``; recorded ``amended``), the version it made (``new_version``,
+    ``new_plan_hash``; approved by the same person, ``who``), the person's ``feedback``
+    and the decision on each step of the version decided on (``steps``)."""
+
+    version: int
+    plan_hash: str
+    new_version: int
+    new_plan_hash: str
+    who: str
+    feedback: str
+    steps: tuple[StepDecision, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,6 +208,8 @@ class AgentResult:
             replans with effects, rejections), in order.
         revisions: the feedback of every rejection that sent the plan back to the planner,
             in order (each reached the planner verbatim).
+        amendments: every step-by-step approval (steps edited or rejected), in order: the
+            version decided on, the new version it made, and the decision on each step.
         instructions: every instruction a person gave the run while it ran
             (:meth:`Agent.tell`, ``plandag tell``), in the order received.
     """
@@ -207,6 +229,7 @@ class AgentResult:
     approval: ApprovalRequest | None = None
     decisions: tuple[Decision, ...] = ()
     revisions: tuple[str, ...] = ()
+    amendments: tuple[PlanAmendment, ...] = ()
     instructions: tuple[Instruction, ...] = ()
 
     @property
@@ -949,6 +972,7 @@ class _AgentRun:
         self.stored: Plan | None = None
         self.request: ApprovalRequest | None = None
         self.decisions: list[Decision] = []
+        self.amendments: list[PlanAmendment] = []
         self.original_goal = goal
         self.ledger = IntentLedger(agent.max_blocked)
         self.received: list[Instruction] = []
@@ -1100,7 +1124,9 @@ class _AgentRun:
             decision = await agent.approver(request)
         try:
             decision.check(request)
-        except StaleDecisionError as error:
+            if decision.approved and decision.amends:
+                self.amend(session, request, decision)
+        except (StaleDecisionError, InvalidDecisionError) as error:
             self.fail("awaiting_approval", type(error).__name__, str(error))
             raise _PlanningFailed from None
         self.decisions.append(decision)
@@ -1109,6 +1135,79 @@ class _AgentRun:
             return
         self.fail("rejected", "Rejected", decision.feedback or "rejected without feedback")
         raise _PlanningFailed
+
+    def amend(self, session: RunSession, request: ApprovalRequest, decision: Decision) -> None:
+        """Apply a step-by-step approval to the session: edited steps take their new
+        arguments, rejected steps and those downstream of them end ``skipped`` (reason
+        ``rejected``; the replanner may replace them, and a replacement with effects asks
+        again). The plan this makes is a new version, approved by the same person.
+
+        Raises:
+            InvalidDecisionError: a chosen step has already started, or an edit does not
+                compile (nothing was changed when a step had started).
+        """
+        records = session.records
+        steps = session.steps
+        chosen = sorted(set(decision.reject_steps) | set(decision.edit_steps))
+        started = [step_id for step_id in chosen if records[step_id].status != "pending"]
+        if started:
+            raise InvalidDecisionError(
+                f"run {session.run_id}: step {', '.join(map(str, started))} has already "
+                "started while you decided; only steps that have not started can be edited or "
+                "rejected here"
+            )
+        for step_id, edit in sorted(decision.edit_steps.items()):
+            try:
+                session.edit_step(step_id, edited_args(steps[step_id].step.args, edit))
+            except (ValueError, PlanError) as error:
+                raise InvalidDecisionError(
+                    f"run {session.run_id}: the edit of step {step_id} does not apply: {error}"
+                ) from None
+        dropped = downstream(request.dependencies, decision.reject_steps)
+        if decision.reject_steps:
+            session.reject_steps(
+                decision.reject_steps,
+                f"rejected by {decision.who} in the approval request"
+                + (f": {decision.feedback}" if decision.feedback else ""),
+            )
+        kept = {key: steps[key] for key in sorted(steps) if key not in dropped}
+        output = session.output
+        if output is not None and any(
+            reference.step_id in dropped for _, reference in find_references(output)
+        ):
+            output = None
+        plan = Plan(
+            goal=self.goal,
+            params=session.plan.params,
+            steps=[step.step for step in kept.values()],
+            output=output,
+        )
+        agent = self.agent
+        listed = () if agent.read_only else (host for step in kept.values() for host in step.hosts)
+        amended = ApprovalRequest.for_steps(
+            session.run_id,
+            request.version + 1,
+            plan,
+            self.params,
+            kept,
+            agent.write_boundary,
+            reason=request.reason,
+            expiry_s=agent.approval_expiry_s,
+            http_allow=allowed_hosts(agent.http_allow, listed),
+        )
+        self.versions.append(plan)
+        self.request = amended
+        self.amendments.append(
+            PlanAmendment(
+                version=request.version,
+                plan_hash=request.plan_hash,
+                new_version=amended.version,
+                new_plan_hash=amended.plan_hash,
+                who=decision.who,
+                feedback=decision.feedback,
+                steps=step_decisions(request.plan, decision, dropped),
+            )
+        )
 
     def fail(self, status: RunStatus, error_type: str, message: str) -> None:
         """Record what ended the run outside its steps."""
@@ -1499,5 +1598,6 @@ class _AgentRun:
             plan_did_not_compile=self.plan_did_not_compile,
             approval=self.request,
             decisions=tuple(self.decisions),
+            amendments=tuple(self.amendments),
             instructions=tuple(self.received),
         )

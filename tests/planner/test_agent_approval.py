@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -269,3 +270,110 @@ async def test_time_waiting_for_a_person_is_not_a_stall(server: MessagesServer) 
     )
     assert result.status == "succeeded"
     assert [event for event in seen if isinstance(event, Stall)] == []
+
+
+@pytest.mark.anyio
+async def test_an_edit_in_the_request_makes_a_new_version_approved_at_once(
+    server: MessagesServer, tmp_path: Path
+) -> None:
+    server.push_json(plan_publishing("blog"))
+    seen: list[ApprovalRequest] = []
+
+    def edit(request: ApprovalRequest) -> Decision:
+        seen.append(request)
+        return Decision(True, request.plan_hash, who="ana", edit_steps={2: {"channel": "finance"}})
+
+    result = await run_agent(server, approve="ask", approver=CallbackApprover(edit))
+    assert result.status == "succeeded"
+    assert result.answer == "published on finance"
+    assert (calls["publish:blog"], calls["publish:finance"]) == (0, 1)
+    assert len(seen) == 1  # decided in the same request
+    [amendment] = result.amendments
+    assert (amendment.version, amendment.new_version, amendment.who) == (1, 2, "ana")
+    assert amendment.plan_hash == seen[0].plan_hash
+    assert amendment.new_plan_hash != amendment.plan_hash
+    assert [(step.step_id, step.decision) for step in amendment.steps] == [
+        (1, "approved"),
+        (2, "edited"),
+    ]
+    assert amendment.steps[1].args == {"channel": "finance", "text": "score <step_1_result.score>"}
+    assert [plan.steps[1].args["channel"] for plan in result.plan_versions] == ["blog", "finance"]
+    assert result.approval is not None
+    assert result.approval.plan_hash == amendment.new_plan_hash
+
+    # what plandag run stores of it: both versions, the decisions, one per step
+    from plandag.cli.agent_store import record_agent_run
+    from plandag.store import open_store
+
+    store = open_store(tmp_path / "runs.sqlite3")
+    try:
+        store.create_run("r1", command="run", goal="g", params={}, options={})
+        record_agent_run(store, None, "r1", result, write_boundary=None, params={})
+        versions = store.plan_versions("r1")
+        assert [(v.version, v.hash, v.source, v.approved_by) for v in versions] == [
+            (1, amendment.plan_hash, "planner", None),
+            (2, amendment.new_plan_hash, "amended", "ana"),
+        ]
+        assert [(d.version, d.decision, d.who) for d in store.decisions("r1")] == [
+            (1, "amended", "ana"),
+            (2, "approved", "ana"),
+        ]
+        assert [(d.version, d.step_id, d.decision) for d in store.step_decisions("r1")] == [
+            (1, 1, "approved"),
+            (1, 2, "edited"),
+        ]
+    finally:
+        store.close()
+
+
+@pytest.mark.anyio
+async def test_a_rejected_step_is_dropped_and_replanned(server: MessagesServer) -> None:
+    server.push_json(
+        {
+            "g": "Pay",
+            "s": [
+                {"i": 1, "t": "lookup", "a": ["name=abc"], "d": []},
+                {"i": 2, "t": "wire_money", "a": ["amount=<step_1_result.score>"], "d": [1]},
+                {"i": 3, "t": "publish", "a": ["channel=blog", "text=<step_2_result>"], "d": [2]},
+            ],
+            "o": '"<step_3_result>"',
+        }
+    )
+    server.push_json(  # the replan of the rejected part: no money moves
+        {
+            "g": "Pay",
+            "s": [{"i": 4, "t": "publish", "a": ["channel=finance", "text=to pay"], "d": []}],
+            "o": '"<step_4_result>"',
+        }
+    )
+    answers_given: list[ApprovalRequest] = []
+
+    def decide(request: ApprovalRequest) -> Decision:
+        answers_given.append(request)
+        if len(answers_given) == 1:
+            return Decision(
+                True, request.plan_hash, who="ana", reject_steps=(2,), feedback="no wires"
+            )
+        return Decision(True, request.plan_hash, who="ana")
+
+    result = await run_agent(server, approve="ask", approver=CallbackApprover(decide))
+    assert result.status == "succeeded"
+    assert result.answer == "published on finance"
+    assert calls["wire_money"] == 0
+    assert calls["publish:blog"] == 0
+    assert calls["lookup:abc"] == 1
+    steps = result.run.steps
+    assert (steps[2].status, steps[2].reason) == ("skipped", "rejected")
+    assert steps[2].detail == "rejected by ana in the approval request: no wires"
+    assert (steps[3].status, steps[3].reason) == ("skipped", "rejected")
+    assert steps[3].detail == "upstream 2 was rejected"
+    assert steps[2].superseded_by == [4]
+    [amendment] = result.amendments
+    assert [(step.step_id, step.decision) for step in amendment.steps] == [
+        (1, "approved"),
+        (2, "rejected"),
+        (3, "dropped"),
+    ]
+    assert len(answers_given) == 2  # the replan with an effect asked again
+    replan_prompt = json.dumps(server.message_requests[1].body, ensure_ascii=False)
+    assert "no wires" in replan_prompt  # the replanner knows why the step was dropped
