@@ -395,7 +395,8 @@ def _await(
         request=request,
         message=(
             f"run {request.run_id} awaits a decision ({reason}); "
-            f"`plandag approve {request.run_id}` runs it, "
+            f"`plandag approve {request.run_id}` runs it (--reject-step N and "
+            "--edit-step 'N={...}' decide step by step), "
             f"`plandag reject {request.run_id} --feedback TEXT` refuses it "
             f"(plan hash {request.plan_hash})"
         ),
