@@ -132,14 +132,17 @@ def test_exec_and_approve_print_and_store_no_secret_and_the_approval_resends_it(
     assert code == 4, stderr
     run_id = json.loads(stdout)["run_id"]
     assert_nowhere(environment, *outputs)
+    # the effect-free request ran while the approval was pending, with the plan as given
+    assert seen == [{"authorization": f"Bearer {SECRET}", "x-api-key": LITERAL}]
 
-    # the approval compiles the stored plan again: the secret comes back from the environment
+    # the approval compiles the stored plan again (the secret comes back from the
+    # environment) and goes on from the stored result: the request is not sent again
     code, stdout, stderr = plandag("approve", run_id, "--json")
     outputs += [stdout, stderr]
     assert code == 0, stderr
     document = json.loads(stdout)
     assert document["status"] == "succeeded"
-    assert seen[-1] == {"authorization": f"Bearer {SECRET}", "x-api-key": "[secret]"}
+    assert len(seen) == 1
     written = json.loads((tmp_path / "out" / "seen.json").read_text(encoding="utf-8"))
     assert written["you_sent"]["authorization"] == f"Bearer {SECRET}"  # the real file: kept
     assert "[secret]" in json.dumps(document["steps"][0]["result"])  # shown masked
