@@ -10,6 +10,7 @@ unusable arguments, 3 when its ``--max-seconds`` ran out first, 130/143 when int
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -247,7 +248,25 @@ def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     raise typer.Exit(code)
 
 
+def _is_text(value: str) -> bool:
+    """False for a str holding a lone surrogate: bytes that were not UTF-8 on the command
+    line (Python keeps them as surrogate escapes), which no hash, store or terminal takes."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _settings(flags: dict[str, Any]) -> Settings:
+    for name, value in flags.items():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and not _is_text(item):
+                shown = item.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+                _fail(
+                    f"--{name.replace('_', '-')} '{shown}' is not valid UTF-8 text; give it as "
+                    "UTF-8 (rename the file or folder if its name is not)"
+                )
     try:
         return load_settings().with_flags(flags)
     except InputError as error:
@@ -286,7 +305,20 @@ def _parse_params(pairs: list[str] | None) -> dict[str, Any]:
     return params
 
 
+def _text_folder(folder: Path, what: str) -> None:
+    """Exit 2 when ``folder``'s path is not valid UTF-8: a run records it (the store, the
+    plan's hash), and neither takes bytes that are not text."""
+    if not _is_text(str(folder)):
+        shown = os.fsencode(folder).decode("utf-8", "backslashreplace")
+        _fail(
+            f"{what} '{shown}' has a name that is not valid UTF-8; run from a folder whose "
+            "path is UTF-8, or rename it"
+        )
+
+
 def _boundary(specs: list[str] | None, default: Path) -> WriteBoundary:
+    if not specs:
+        _text_folder(default, "the folder of the default write boundary,")
     try:
         return WriteBoundary.from_specs(specs or [default])
     except ValueError as error:
@@ -547,6 +579,7 @@ def exec_command(
         }
     )
     model_name = _planner_options(planner, model, base_url, save_repairs)
+    _text_folder(Path.cwd(), "the working folder")
     registry = _registry(tools)
     params = _parse_params(param)
     boundary = _boundary(settings["write_boundary"], Path.cwd())

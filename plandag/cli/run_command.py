@@ -72,6 +72,7 @@ from plandag.cli.app import (
     _print_progress,
     _registry,
     _settings,
+    _text_folder,
     stderr,
     stdout,
 )
@@ -261,6 +262,7 @@ def register(app: typer.Typer) -> None:
                 _fail(f"cannot read --context {context}: {error}")
         registry = _registry(tools)
         params = _parse_params(param)
+        _text_folder(Path.cwd(), "the working folder")
         boundary = _boundary(settings["write_boundary"], Path.cwd())
         limits = _limits(settings)
         observers: list[Observer] = []

@@ -11,6 +11,7 @@ nesting, text that is not JSON or not UTF-8), ``check``, ``check --json``, ``gra
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -184,3 +185,47 @@ def test_plans_that_used_to_crash_exec_or_check_json_are_refused_with_exit_2(
     assert "Traceback" not in result.stdout + result.stderr
     shown = result.stdout + result.stderr
     assert "integer_out_of_range" in shown or "lone_surrogate" in shown
+
+
+OK_PLAN = '{"steps": [{"id": 1, "tool": "json_select", "args": {"data": 1, "expr": "@"}}]}'
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            ["--write-boundary", "out\udcff"],
+            "error: --write-boundary 'out\\xff' is not valid UTF-8",
+        ),
+        (["--http-allow", "\udcffexample.com"], "error: --http-allow '\\xffexample.com' is not"),
+        (["--param", "p=\udcff"], "error[lone_surrogate]: params.p: a string with a lone"),
+    ],
+    ids=["write-boundary", "http-allow", "param"],
+)
+def test_command_line_bytes_that_are_not_utf8_are_refused_with_exit_2(
+    folder: Path, options: list[str], message: str
+) -> None:
+    plan = json.loads(OK_PLAN) | {"params": {"p": {"type": "string", "default": "x"}}}
+    (folder / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
+    result = CliRunner().invoke(app, ["exec", "plan.json", "--approve", "never", *options])
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+
+
+def test_a_working_folder_whose_name_is_not_utf8_is_refused_with_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    odd = tmp_path / os.fsdecode(b"d\xff")
+    odd.mkdir()
+    monkeypatch.chdir(odd)
+    monkeypatch.setenv("PLANDAG_STORE", str(tmp_path / "store" / "runs.sqlite3"))
+    (odd / "plan.json").write_text(OK_PLAN, encoding="utf-8")
+    result = CliRunner().invoke(app, ["exec", "plan.json", "--approve", "never"])
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.exit_code == 2, result.output
+    assert "error: the working folder '" in result.stderr
+    assert "d\\xff' has a name that is not valid UTF-8" in result.stderr
+    checked = CliRunner().invoke(app, ["check", "plan.json"])
+    assert checked.exit_code == 2, checked.output
+    assert "the folder of the default write boundary, '" in checked.stderr
