@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from plandag.approval.gate import Decision, InvalidDecisionError, compiled_plan_hash, downstream
-from plandag.compiler import DEFAULT_MAX_STEPS, CompiledPlan, compile_plan
+from plandag.compiler import CompiledPlan, compile_plan
 from plandag.dag.plan import Plan
 from plandag.errors import PlanError
 from plandag.tools.registry import Registry
@@ -131,7 +131,7 @@ def amend(compiled: CompiledPlan, decision: Decision) -> Amendment:
             read_only=compiled.read_only,
             write_boundary=compiled.write_boundary,
             http_allow=compiled.http_allow,
-            max_steps=max(DEFAULT_MAX_STEPS, len(compiled.steps)),  # it compiled already
+            max_steps=max(compiled.max_steps, len(compiled.steps)),  # it compiled already
         )
     except PlanError as error:
         ids = ", ".join(map(str, sorted(decision.edit_steps)))
