@@ -947,8 +947,14 @@ def _resume_escalated(
     """``plandag resume`` on an escalated run: the planner is brought back when the run
     has one; otherwise the run continues as it is (an instruction is refused: nobody
     could follow it)."""
-    from plandag.store.durable import close_escalation
+    from plandag.store.durable import RunOptions, close_escalation
 
+    if instruction is not None and RunOptions.from_json(row.options).planner is None:
+        _fail(
+            f"run {run_id} has no planner to follow an instruction (it was made by `plandag "
+            f"exec` without --planner); `plandag resume {run_id}` continues it as it is, "
+            f"`plandag abandon {run_id} --reason TEXT` closes it"
+        )
     settings = _app()._settings({})
     hooks = escalation_hooks(settings)
     prepared = _with_escalate(_prepare(store, run_id, row, "resume"), escalate)
@@ -970,12 +976,6 @@ def _resume_escalated(
             who=who,
             hooks=hooks,
             as_json=as_json,
-        )
-    if instruction is not None:
-        _fail(
-            f"run {run_id} has no planner to follow an instruction (it was made by `plandag "
-            f"exec` without --planner); `plandag resume {run_id}` continues it as it is, "
-            f"`plandag abandon {run_id} --reason TEXT` closes it"
         )
     if not store.claim_run(run_id, ["escalated"], row.pid):
         _fail(f"run {run_id}: another process resumed it first; `plandag runs` shows it")

@@ -180,3 +180,47 @@ async def test_an_unknown_irreversible_outcome_on_resume_escalates(tmp_path: Pat
         assert len(store.escalations()) == 1
     finally:
         store.close()
+
+
+@pytest.mark.anyio
+async def test_an_instruction_is_refused_for_a_run_without_a_planner(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from plandag.cli.app import app
+
+    compiled = compile_plan(
+        {
+            "version": 1,
+            "goal": "pay the invoice",
+            "steps": [{"id": 1, "tool": "pay", "args": {"amount": 12.5}}],
+        },
+        registry(),
+    )
+    store_path = tmp_path / "runs.sqlite3"
+    store = open_store(store_path)
+    try:
+        first = await start_run(
+            store,
+            compiled,
+            RunOptions(retries=0),
+            command="exec",
+            approver=CallbackApprover(approve_all),
+        )
+        escalated = await continue_run(store, first.run_id, compiled, RunOptions(retries=0))
+        assert escalated.status == "escalated"
+    finally:
+        store.close()
+    result = CliRunner().invoke(
+        app, ["resume", first.run_id, "--instruction", "pay by card", "--store", str(store_path)]
+    )
+    assert result.exit_code == 2
+    assert (
+        f"run {first.run_id} has no planner to follow an instruction (it was made by "
+        "`plandag exec` without --planner)" in result.stderr
+    )
+    store = open_store(store_path)
+    try:
+        assert [case.status for case in store.escalations(status=None)] == ["open"]
+        assert store.run(first.run_id).status == "escalated"
+    finally:
+        store.close()
