@@ -414,3 +414,15 @@ def test_a_url_outside_the_allow_list_is_refused_and_the_refusal_recorded(
     finally:
         store.close()
     assert [item["run_id"] for item in json.loads(plandag("inbox", "--json").stdout)] == [run_id]
+
+
+def test_a_first_plan_that_never_compiles_still_exits_2_and_is_not_escalated(
+    server: MessagesServer, tools: Path
+) -> None:
+    for _ in range(3):  # the plan and its two repairs name a tool that does not exist
+        server.push_json({"g": "x", "s": [step(1, "lookup_fast", ["name=a"], [])]})
+    result = plandag("run", "Score a", "--tools", str(tools), "--base-url", server.url)
+    assert result.exit_code == 2, result.output
+    assert json.loads(plandag("inbox", "--json").stdout) == []
+    [row] = json.loads(plandag("runs", "--json").stdout)
+    assert row["status"] == "failed"
