@@ -827,13 +827,18 @@ class Store:
             )
 
     def discard_steps(self, run_id: str, step_ids: Sequence[int]) -> None:
-        """Forget the rows of steps that left the run whole (a broken planner attempt's;
-        transitions stay as history), batched after the writes queued before."""
-        for step_id in step_ids:
-            self.write(
-                "DELETE FROM step WHERE run_id = ? AND step_id = ?",
-                (run_id, step_id),
-                durable=False,
+        """Forget the rows of steps that left the run whole (a broken planner attempt's, or
+        edited steps that run again; transitions stay as history): the writes queued before
+        are committed first, then the rows are deleted at once (a step added again with
+        the same id gets a fresh row)."""
+        if not step_ids:
+            return
+        self.flush()
+        marks = ", ".join("?" for _ in step_ids)
+        with self.transaction() as connection:
+            connection.execute(
+                f"DELETE FROM step WHERE run_id = ? AND step_id IN ({marks})",
+                (run_id, *step_ids),
             )
 
     def supersede(self, run_id: str, step_id: int, superseded_by: Sequence[int]) -> None:

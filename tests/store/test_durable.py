@@ -445,3 +445,15 @@ def test_the_clock_stops_once_no_step_runs_during_the_approval(store: Store) -> 
     assert CALLS == ["shout hi", "save HI"]
     elapsed = store.run(outcome.run_id).options["elapsed_s"]
     assert elapsed < 0.5  # the time the person took is not the run's
+
+
+def test_discarded_steps_leave_the_store_before_their_ids_come_back(store: Store) -> None:
+    store.create_run("r3", command="run", goal=None, params={}, options={})
+    store.declare_steps("r3", [(1, "shout", "none"), (2, "shout", "none")])
+    store.step_started("r3", 1, 1, 1.0, durable=False)
+    store.step_ended("r3", 1, "succeeded", 2.0, attempt=1, result="OLD", durable=False)
+    store.discard_steps("r3", [1, 2])
+    assert store.steps("r3") == {}
+    store.declare_steps("r3", [(1, "save", "write")])  # the retried attempt's step 1
+    [row] = store.steps("r3").values()
+    assert (row.step_id, row.tool, row.status, row.result) == (1, "save", "pending", None)
