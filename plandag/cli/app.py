@@ -885,6 +885,10 @@ from plandag.cli import trace_command as _trace_command  # noqa: E402 (registers
 
 _trace_command.register(app)
 
+from plandag.cli import gc_command as _gc_command  # noqa: E402 (registers `gc`)
+
+_gc_command.register(app)
+
 from plandag.cli import extract_command as _extract_command  # noqa: E402,F401 (extract nfe)
 
 

@@ -49,6 +49,7 @@ from plandag.approval import (
     TerminalApprover,
     current_user,
 )
+from plandag.cli.options import StoreOption as StoreOption
 from plandag.errors import InputError, PlanError
 from plandag.scheduler.result import ESCALATION_MODES, EscalationMode, to_jsonable
 from plandag.trace.redact import scrub_secrets
@@ -68,14 +69,6 @@ __all__ = [
     "register",
 ]
 
-StoreOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--store",
-        metavar="PATH",
-        help="The run store (SQLite); default $PLANDAG_STORE, else the user's data folder.",
-    ),
-]
 ApproveOption = Annotated[
     str | None,
     typer.Option(

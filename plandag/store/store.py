@@ -26,6 +26,7 @@ Linux).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -353,6 +354,10 @@ class Store:
         digest = hashlib.sha256(data).hexdigest()
         target = self.root / "blobs" / digest[:2] / f"{digest}.json"
         if target.exists():
+            # Reused: refresh its time, so store upkeep (plandag.store.gc) sees it as recent
+            # while the row that references it may still be queued.
+            with contextlib.suppress(OSError):
+                os.utime(target)
             return digest
         target.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
