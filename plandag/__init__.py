@@ -17,16 +17,19 @@ from plandag.errors import BoundaryError as BoundaryError
 from plandag.errors import CheckFailedError as CheckFailedError
 from plandag.errors import NotStartedError as NotStartedError
 from plandag.errors import PermanentStepError as PermanentStepError
+from plandag.errors import PlanBudgetError as PlanBudgetError
 from plandag.errors import PlandagError as PlandagError
 from plandag.errors import PlanError as PlanError
 from plandag.errors import StepError as StepError
 from plandag.errors import StepTimeoutError as StepTimeoutError
 from plandag.errors import TransientStepError as TransientStepError
 from plandag.errors import classify_error as classify_error
+from plandag.scheduler import PlanEstimate as PlanEstimate
 from plandag.scheduler import RetryPolicy as RetryPolicy
 from plandag.scheduler import RunLimits as RunLimits
 from plandag.scheduler import RunResult as RunResult
 from plandag.scheduler import StepRecord as StepRecord
+from plandag.scheduler import estimate_plan as estimate_plan
 from plandag.scheduler import run_plan as run_plan
 from plandag.scheduler import run_plan_sync as run_plan_sync
 from plandag.tools.base import Tool as Tool
@@ -48,7 +51,9 @@ __all__ = [
     "NotStartedError",
     "PermanentStepError",
     "Plan",
+    "PlanBudgetError",
     "PlanError",
+    "PlanEstimate",
     "PlandagError",
     "Registry",
     "RetryPolicy",
@@ -67,6 +72,7 @@ __all__ = [
     "classify_error",
     "compile_plan",
     "default_registry",
+    "estimate_plan",
     "load_plan",
     "run_plan",
     "run_plan_sync",

@@ -40,6 +40,8 @@ class Setting:
         repeated: a list of values (a single string in a file is a list of one).
         minimum: the smallest value accepted for a number (the flag's own ``min``).
         strict: the value must be greater than ``minimum``, not equal to it.
+        nullable: the text ``none`` (any case), in a file or as the flag's value, lifts
+            the setting (its value is then None).
     """
 
     name: str
@@ -49,6 +51,7 @@ class Setting:
     repeated: bool = False
     minimum: float | None = None
     strict: bool = False
+    nullable: bool = False
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -122,6 +125,26 @@ SETTINGS: tuple[Setting, ...] = (
         "goal (total) instead of replacing the failed part (partial); off by default",
         minimum=0.0,
     ),
+    Setting(
+        "plan_cost_factor",
+        float,
+        2.0,
+        "a run that spends more than this many times its plan's estimated cost stops and "
+        "escalates (none: no plan-relative cost limit)",
+        minimum=0.0,
+        strict=True,
+        nullable=True,
+    ),
+    Setting(
+        "plan_time_factor",
+        float,
+        3.0,
+        "a run that takes more than this many times its plan's estimated time (never below "
+        "1 s; time waiting for a person left out) stops and escalates (none: no limit)",
+        minimum=0.0,
+        strict=True,
+        nullable=True,
+    ),
     Setting("jobs", int, 4, "documents at once for extract", minimum=1),
     Setting(
         "approve",
@@ -192,7 +215,7 @@ class Settings:
                 raise KeyError(name)
             if value is None or (_BY_NAME[name].repeated and not value):
                 continue
-            values[name] = value
+            values[name] = _lifted(_BY_NAME[name], value)
             sources[name] = "--" + name.replace("_", "-")
         return Settings(values, sources)
 
@@ -211,7 +234,17 @@ def _in_range(setting: Setting, number: float, where: str) -> None:
     raise InputError(f"{where}: {setting.name} must be a finite number{bound}, got {number!r}")
 
 
+def _lifted(setting: Setting, value: Any) -> Any:
+    """None for the text ``none`` of a nullable setting, else ``value``."""
+    if setting.nullable and isinstance(value, str) and value.strip().lower() == "none":
+        return None
+    return value
+
+
 def _coerce(setting: Setting, value: Any, where: str) -> Any:
+    if _lifted(setting, value) is None:
+        return None
+
     def one(item: Any) -> Any:
         kind = setting.kind
         if kind is bool:

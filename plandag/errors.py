@@ -9,6 +9,7 @@ also subclasses the builtin it resembles, so ``except ValueError`` keeps working
     ├── ToolLoadError(ImportError)     a --tools FILE.py could not be loaded
     ├── BoundaryError(PermissionError) a write target lies outside the run's write boundary
     ├── InputError(ValueError)         an input file or argument is unusable (CLI, extract)
+    ├── PlanBudgetError(RuntimeError)  a replan patch would pass the plan-relative budget
     └── StepError                      a step attempt failed (raised by tools and checks)
         ├── TransientStepError         retrying may help: timeouts, 429, 5xx, resets
         │   ├── StepTimeoutError(TimeoutError)  the step ran past its timeout
@@ -48,6 +49,7 @@ __all__ = [
     "InputError",
     "NotStartedError",
     "PermanentStepError",
+    "PlanBudgetError",
     "PlanError",
     "PlandagError",
     "StepError",
@@ -121,6 +123,12 @@ class BoundaryError(PlandagError, PermissionError):
 
 class InputError(PlandagError, ValueError):
     """An input the user gave (a file, a path, a ``--param``) cannot be used."""
+
+
+class PlanBudgetError(PlandagError, RuntimeError):
+    """A replan patch was not added: its projected spend or time would pass the limits
+    relative to the plan's estimate (ARCHITECTURE.md, "Brakes"). The run was stopped and
+    ends ``escalated`` (reason ``plan_budget``); the message says by how much."""
 
 
 class StepError(PlandagError):

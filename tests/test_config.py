@@ -26,6 +26,8 @@ DEFAULTS = {
     "breaker_after": 3,
     "max_blocked": 3,
     "total_replan_below": None,
+    "plan_cost_factor": 2.0,
+    "plan_time_factor": 3.0,
     "jobs": 4,
     "approve": "ask",
     "approval_expiry": 86400.0,
@@ -329,3 +331,22 @@ def test_repeated_write_boundary_string_or_list(project: Path) -> None:
     assert load_settings()["write_boundary"] == ["out/", "data/*.json", "https://api.example.com"]
     write(own, "write_boundary = []\n")
     assert load_settings()["write_boundary"] == []
+
+
+def test_plan_factors_from_a_file_and_none_lifts_them(project: Path) -> None:
+    own = write(project / "plandag.toml", 'plan_cost_factor = "none"\nplan-time-factor = 5\n')
+    settings = load_settings()
+    assert (settings["plan_cost_factor"], settings["plan_time_factor"]) == (None, 5.0)
+    assert settings.sources["plan_cost_factor"] == str(own)
+    flagged = settings.with_flags({"plan_cost_factor": 1.5, "plan_time_factor": "None"})
+    assert (flagged["plan_cost_factor"], flagged["plan_time_factor"]) == (1.5, None)
+    assert flagged.sources["plan_time_factor"] == "--plan-time-factor"
+
+
+def test_a_plan_factor_must_be_positive(project: Path) -> None:
+    write(project / "plandag.toml", "plan_time_factor = 0\n")
+    with pytest.raises(InputError, match="plan_time_factor must be a finite number > 0"):
+        load_settings()
+    write(project / "plandag.toml", 'plan_time_factor = "never"\n')
+    with pytest.raises(InputError, match="plan_time_factor must be a number"):
+        load_settings()

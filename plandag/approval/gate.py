@@ -16,7 +16,8 @@
   "Untrusted content") needs a person under every mode, even when it has no other effect.
   Read-only plans (no effects, no tainted egress) never ask.
 * :class:`ApprovalRequest` is what the person sees: the whole plan at once (steps, DAG,
-  effects and write targets, estimated cost); :class:`Decision` is the answer (approve, or
+  effects and write targets, the plan's estimate of cost and time,
+  :mod:`plandag.scheduler.estimate`); :class:`Decision` is the answer (approve, or
   reject with feedback that reaches the planner in full), for the whole plan or step by
   step: approve it while rejecting some steps (``reject_steps``: they and every step
   downstream of them are dropped) and editing others' arguments (``edit_steps``). Such an
@@ -38,11 +39,13 @@ from contextlib import AbstractContextManager
 from typing import Any, Literal, Protocol
 
 import anyio
+import networkx as nx
 import rfc8785
 
 from plandag.compiler.compiled import CompiledPlan, CompiledStep
 from plandag.dag.plan import Plan
 from plandag.errors import PlandagError
+from plandag.scheduler.estimate import PlanEstimate, estimate_steps
 from plandag.scheduler.result import to_jsonable
 from plandag.tools.boundary import WriteBoundary
 
@@ -191,7 +194,8 @@ class ApprovalRequest:
         plan: the plan.
         params: the run's param values.
         effects: ``(step_id, tool, effects, write targets)`` for every step with effects.
-        estimated_cost_usd: the plan's estimated cost (tool estimates; None when unknown).
+        estimated_cost_usd: the plan's estimated cost, US dollars (``estimate.cost_usd``;
+            None when unknown).
         reason: why a person is asked (``irreversible effects``, ``unknown outcome of
             step 3``...).
         expires_at: when the request expires, seconds since the epoch.
@@ -201,6 +205,8 @@ class ApprovalRequest:
             and the hosts the plan lists); part of the hash.
         tainted_egress: ids of the steps that send tainted data out (data that came from
             outside: ARCHITECTURE.md, "Untrusted content"), sorted.
+        estimate: the plan's estimate of cost and time
+            (:class:`~plandag.scheduler.estimate.PlanEstimate`), shown with the request.
     """
 
     run_id: str
@@ -215,6 +221,7 @@ class ApprovalRequest:
     dependencies: Mapping[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     http_allow: tuple[str, ...] = ()
     tainted_egress: tuple[int, ...] = ()
+    estimate: PlanEstimate | None = None
 
     @classmethod
     def for_plan(
@@ -226,9 +233,11 @@ class ApprovalRequest:
         reason: str,
         expiry_s: float = DEFAULT_EXPIRY_S,
         now: float | None = None,
+        estimate: PlanEstimate | None = None,
     ) -> ApprovalRequest:
         """The request for a compiled plan version (targets of arguments that hold
-        references are shown as written in the plan)."""
+        references are shown as written in the plan); ``estimate``: the plan's estimate
+        (default: from the tools' declared figures)."""
         return cls.for_steps(
             run_id,
             version,
@@ -240,6 +249,7 @@ class ApprovalRequest:
             expiry_s=expiry_s,
             now=now,
             http_allow=compiled.allowed_hosts,
+            estimate=estimate,
         )
 
     @classmethod
@@ -256,10 +266,13 @@ class ApprovalRequest:
         expiry_s: float = DEFAULT_EXPIRY_S,
         now: float | None = None,
         http_allow: Sequence[str] | None = None,
+        estimate: PlanEstimate | None = None,
     ) -> ApprovalRequest:
         """The request for ``plan`` whose steps are compiled as ``steps`` (a run session's:
         :attr:`~plandag.scheduler.session.RunSession.steps`); ``http_allow`` is the run's
-        HTTP allow-list under this version (hashed with it)."""
+        HTTP allow-list under this version (hashed with it); ``estimate``: the plan's
+        estimate (default: :func:`~plandag.scheduler.estimate.estimate_steps` of ``steps``
+        from the tools' declared figures)."""
         compiled_steps = steps
         effects = []
         for step_id in sorted(compiled_steps):
@@ -271,11 +284,16 @@ class ApprovalRequest:
             except Exception:  # a writes function that needs resolved args
                 targets = ()
             effects.append((step_id, step.tool.name, step.tool.effects, targets))
-        estimates = [
-            step.tool.cost_estimate_usd
-            for step in compiled_steps.values()
-            if step.tool.cost_estimate_usd is not None
-        ]
+        if estimate is None:
+            graph = nx.DiGraph()
+            graph.add_nodes_from(compiled_steps)
+            graph.add_edges_from(
+                (parent, step_id)
+                for step_id, step in compiled_steps.items()
+                for parent in step.parents
+                if parent in compiled_steps
+            )
+            estimate = estimate_steps(compiled_steps, graph)
         return cls(
             run_id=run_id,
             version=version,
@@ -283,17 +301,19 @@ class ApprovalRequest:
             plan=plan,
             params=dict(params),
             effects=tuple(effects),
-            estimated_cost_usd=float(sum(estimates)) if estimates else None,
+            estimated_cost_usd=estimate.cost_usd,
             reason=reason,
             expires_at=(time.time() if now is None else now) + expiry_s,
             dependencies={step_id: tuple(step.parents) for step_id, step in compiled_steps.items()},
             http_allow=tuple(sorted(set(http_allow or ()))),
             tainted_egress=tainted_egress_steps(compiled_steps),
+            estimate=estimate,
         )
 
     def summary_lines(self) -> list[str]:
         """The request as plain text lines: header, every step with its dependencies and
-        effects, write targets, estimated cost, and the hash the decision binds to."""
+        effects, write targets, the estimate (``Estimate: estimated cost $0.0123, time 4.2
+        s (critical path 1 -> 3 -> 4)``), and the hash the decision binds to."""
         lines = [
             f"Run {self.run_id}, plan version {self.version}: {self.plan.goal or '(no goal)'}",
             f"Why you are asked: {self.reason}",
@@ -312,12 +332,15 @@ class ApprovalRequest:
             lines.append(line)
             if step.description:
                 lines.append(f"       {step.description}")
-        cost = (
-            f"${self.estimated_cost_usd:.4f}"
-            if self.estimated_cost_usd is not None
-            else "no estimate"
-        )
-        lines.append(f"Estimated cost: {cost}")
+        if self.estimate is not None:
+            lines.append(f"Estimate: {self.estimate.describe()}")
+        else:
+            cost = (
+                f"${self.estimated_cost_usd:.4f}"
+                if self.estimated_cost_usd is not None
+                else "no estimate"
+            )
+            lines.append(f"Estimated cost: {cost}")
         if self.http_allow:
             lines.append(f"HTTP requests may reach: {', '.join(self.http_allow)}")
         lines.append(f"Plan hash: {self.plan_hash}")

@@ -247,6 +247,7 @@ class BenchSettings:
             latency=lambda query: self.lookup_latency(run, query),
             observation_chars=self.observation_chars,
             broken=broken,
+            typical_seconds=self.search_mean_s * self.time_scale,
         )
 
     def rows(self) -> list[tuple[str, str]]:

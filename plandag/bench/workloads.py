@@ -73,11 +73,14 @@ class World:
             both agents in a run).
         observation_chars: characters of abstract padded into each lookup's result.
         broken: break a tool on purpose (lookups raise; NF-e: a path no longer matches).
+        typical_seconds: what the lookup tool declares as its typical duration (the
+            latency's mean), seconds; a plan's time estimate adds it along its critical path.
     """
 
     latency: Callable[[str], float] = lambda query: 0.0
     observation_chars: int = 0
     broken: bool = False
+    typical_seconds: float = 0.001
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,16 +158,16 @@ def search_tool(table: Mapping[str, Mapping[str, Any]], world: World, what: str)
     search.__doc__ = (
         f"Look up one of the {what} by its exact name; returns its record (name, facts, abstract)."
     )
-    return tool(search)
+    return tool(typical_seconds=world.typical_seconds)(search)
 
 
-@tool(inline=True)
+@tool(inline=True, typical_seconds=0.001)  # a sum of a few numbers: microseconds
 def sum_numbers(values: list[float]) -> float:
     """Add a list of numbers; returns the sum."""
     return float(sum(values))
 
 
-@tool(inline=True)
+@tool(inline=True, typical_seconds=0.001)  # one division: microseconds
 def divide(a: float, b: float, digits: int = 2) -> float:
     """Divide a by b; returns the quotient rounded to ``digits`` decimals."""
     if b == 0:

@@ -54,6 +54,7 @@ def revise(store: Store, run_id: str, row: Any, options: RunOptions, writer: Any
     from plandag.dag.plan import Plan
     from plandag.planner.agent import revision_context
     from plandag.planner.planner import Planner
+    from plandag.store.durable import plan_estimate
 
     app_module = _app()
     feedback = [
@@ -110,13 +111,20 @@ def revise(store: Store, run_id: str, row: Any, options: RunOptions, writer: Any
         run_id, version, plan.model_dump(mode="json", exclude_none=True), digest, "revision"
     )
     store.reset_steps(run_id, keep=_still_valid(store.steps(run_id), versions[-1].plan, plan))
+    revised, _ = _rebuild(store, run_id, store.run(run_id))
+    estimate = plan_estimate(store, revised)
+    store.set_plan_estimate(run_id, version, estimate.as_json())
     for call in outcome.records:
         store.record_llm_call(run_id, "revision", call)
         writer.llm_call(call, "revision")
     writer.plan(version, plan, digest, "revision")
-    revised, _ = _rebuild(store, run_id, store.run(run_id))
     request = ApprovalRequest.for_plan(
-        run_id, version, revised, reason="revised after a rejection", expiry_s=options.expiry_s
+        run_id,
+        version,
+        revised,
+        reason="revised after a rejection",
+        expiry_s=options.expiry_s,
+        estimate=estimate,
     )
     store.record_decision(run_id, version, digest, "asked")
     writer.approval(version, digest, "asked", None, None)
@@ -271,9 +279,11 @@ def record_agent_run(
     from plandag.approval import plan_hash
 
     versions = list(result.plan_versions)
+    estimates = list(result.plan_estimates) + [None] * (len(versions) - len(result.plan_estimates))
     request = result.approval
     if request is not None and (not versions or request.plan != versions[-1]):
         versions.append(request.plan)
+        estimates.append(request.estimate)
     shift = first_version - 1  # the agent numbers its versions from 1
     decided = {a.version + shift: a.plan_hash for a in result.amendments}
     made = {a.new_version + shift: a.new_plan_hash for a in result.amendments}
@@ -290,8 +300,14 @@ def record_agent_run(
             if number == 1
             else ("revision" if first_version == 1 else "replan")
         )
+        estimate = estimates[number - first_version]
         store.add_plan_version(
-            run_id, number, plan.model_dump(mode="json", exclude_none=True), digest, source
+            run_id,
+            number,
+            plan.model_dump(mode="json", exclude_none=True),
+            digest,
+            source,
+            estimate=estimate.as_json() if estimate is not None else None,
         )
         if writer is not None:
             writer.plan(number, plan, digest, source)
@@ -533,7 +549,12 @@ class RepairGate:
         )
         plan_json = plan.model_dump(mode="json", exclude_none=True)
         self.store.add_plan_version(
-            self.run_id, self.version, plan_json, request.plan_hash, "replan"
+            self.run_id,
+            self.version,
+            plan_json,
+            request.plan_hash,
+            "replan",
+            estimate=request.estimate.as_json() if request.estimate is not None else None,
         )
         self.writer.plan(self.version, plan_json, request.plan_hash, "replan")
         with session.waiting_for_person():

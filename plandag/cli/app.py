@@ -10,6 +10,7 @@ unusable arguments, 3 when its ``--max-seconds`` ran out first, 130/143 when int
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -42,6 +43,7 @@ from plandag.scheduler import (
     RunLimits,
     RunResult,
 )
+from plandag.scheduler.estimate import estimate_plan
 from plandag.scheduler.events import Observer
 from plandag.scheduler.result import RunStatus, to_jsonable
 from plandag.tools.boundary import WriteBoundary
@@ -206,6 +208,24 @@ TotalReplanBelowOption = Annotated[
         "again from the goal (total) instead of replacing the failed part (off).",
     ),
 ]
+PlanCostFactorOption = Annotated[
+    str | None,
+    typer.Option(
+        "--plan-cost-factor",
+        metavar="X|none",
+        help="Stop and escalate when spend passes X times the plan's estimated cost (2); "
+        "none lifts it.",
+    ),
+]
+PlanTimeFactorOption = Annotated[
+    str | None,
+    typer.Option(
+        "--plan-time-factor",
+        metavar="X|none",
+        help="Stop and escalate when the run takes X times the plan's estimated time (3; "
+        "never below 1 s); none lifts it.",
+    ),
+]
 RetriesOption = Annotated[
     int | None,
     typer.Option(
@@ -325,6 +345,20 @@ def _boundary(specs: list[str] | None, default: Path) -> WriteBoundary:
         _fail(f"--write-boundary: {error}")
 
 
+def plan_factor(value: str | None, flag: str) -> float | str | None:
+    """The value of ``--plan-cost-factor`` / ``--plan-time-factor``: a number > 0, the
+    text ``none`` (lifts the limit), or None when the flag was not given."""
+    if value is None or value.strip().lower() == "none":
+        return value
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not (math.isfinite(number) and number > 0):
+        _fail(f"{flag} {value!r}: give a number > 0 (times the plan's estimate), or none")
+    return number
+
+
 def _limits(settings: Settings) -> RunLimits:
     try:
         return RunLimits(
@@ -335,6 +369,8 @@ def _limits(settings: Settings) -> RunLimits:
             stall_after=settings["stall_after"],
             stop_on_stall=settings["stop_on_stall"],
             breaker_after=settings["breaker_after"] or None,
+            plan_cost_factor=settings["plan_cost_factor"],
+            plan_time_factor=settings["plan_time_factor"],
         )
     except ValueError as error:
         message = str(error)
@@ -448,7 +484,9 @@ def check(
     """Compile a plan without running it; print every diagnostic like a compiler.
 
     With --param, param values are checked too (missing, unknown, wrong type). At most
-    100 diagnostics are listed, then one that counts the rest.
+    100 diagnostics are listed, then one that counts the rest. The plan's estimate of cost
+    and time is printed from the tools' declared figures (exec and run also use the
+    durations measured in the run store).
     """
     registry = _registry(tools)
     settings = _settings(
@@ -477,6 +515,7 @@ def check(
         return
     for line in diagnostic_lines(str(plan_file), list(compiled.diagnostics)):
         stderr.print(line, markup=False)
+    stderr.print(f"{plan_file}: {estimate_plan(compiled).describe()}", markup=False)
     stderr.print(
         f"{plan_file}: ok, {_count(len(compiled.steps), 'step')}, "
         f"{_count(len(compiled.diagnostics), 'warning')}"
@@ -491,7 +530,8 @@ def _count(number: int, noun: str) -> str:
 def graph(
     plan_file: PlanArgument, tools: ToolsOption = None, max_steps: MaxStepsOption = None
 ) -> None:
-    """Print the plan's DAG as Mermaid text, its critical path (by step count) marked."""
+    """Print the plan's DAG as Mermaid text, its critical path (by step count) marked, and
+    the plan's estimate of cost and time (from the tools' declared figures)."""
     registry = _registry(tools)
     settings = _settings({"max_steps": max_steps})
     try:
@@ -508,6 +548,7 @@ def graph(
     sys.stdout.write(mermaid(compiled.graph, labels, highlight=path))
     route = " -> ".join(map(str, path)) or "none (empty plan)"
     sys.stdout.write(f"%% critical path: {route} ({_count(int(length), 'step')})\n")
+    sys.stdout.write(f"%% {estimate_plan(compiled).describe()}\n")
 
 
 @app.command("exec")
@@ -531,6 +572,8 @@ def exec_command(
     breaker_after: BreakerAfterOption = None,
     max_blocked: MaxBlockedOption = None,
     total_replan_below: TotalReplanBelowOption = None,
+    plan_cost_factor: PlanCostFactorOption = None,
+    plan_time_factor: PlanTimeFactorOption = None,
     as_json: JsonOption = False,
     planner: PlannerOption = None,
     model: PlannerModelOption = None,
@@ -574,6 +617,8 @@ def exec_command(
             "breaker_after": breaker_after,
             "max_blocked": max_blocked,
             "total_replan_below": total_replan_below,
+            "plan_cost_factor": plan_factor(plan_cost_factor, "--plan-cost-factor"),
+            "plan_time_factor": plan_factor(plan_time_factor, "--plan-time-factor"),
             "approve": approve,
             "escalate": escalate,
         }
@@ -798,6 +843,10 @@ def _print_progress(result: RunResult) -> None:
             stderr.print(f"{label}: steps {', '.join(map(str, ids))}")
     if result.stop_reason:
         stderr.print(f"stopped: {result.stop_reason}")
+    if result.escalation_detail:
+        stderr.print(
+            f"escalated ({result.escalation}): {escape(result.escalation_detail)}", highlight=False
+        )
 
 
 @app.command("tools")

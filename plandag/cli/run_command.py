@@ -58,6 +58,8 @@ from plandag.cli.app import (
     MaxStepsOption,
     MaxTokensOption,
     ParamOption,
+    PlanCostFactorOption,
+    PlanTimeFactorOption,
     ReadOnlyOption,
     RetriesOption,
     StallAfterOption,
@@ -73,6 +75,7 @@ from plandag.cli.app import (
     _registry,
     _settings,
     _text_folder,
+    plan_factor,
     stderr,
     stdout,
 )
@@ -202,6 +205,8 @@ def register(app: typer.Typer) -> None:
         breaker_after: BreakerAfterOption = None,
         max_blocked: MaxBlockedOption = None,
         total_replan_below: TotalReplanBelowOption = None,
+        plan_cost_factor: PlanCostFactorOption = None,
+        plan_time_factor: PlanTimeFactorOption = None,
         as_json: JsonOption = False,
         store: StoreOption = None,
         approve: ApproveOption = None,
@@ -242,6 +247,8 @@ def register(app: typer.Typer) -> None:
                 "breaker_after": breaker_after,
                 "max_blocked": max_blocked,
                 "total_replan_below": total_replan_below,
+                "plan_cost_factor": plan_factor(plan_cost_factor, "--plan-cost-factor"),
+                "plan_time_factor": plan_factor(plan_time_factor, "--plan-time-factor"),
                 "approve": approve,
                 "escalate": escalate,
             }
@@ -323,6 +330,7 @@ def register(app: typer.Typer) -> None:
             max_blocked=settings["max_blocked"] or None,
             total_replan_below=replan_below,
             instructions=instruction_reader,
+            tool_durations=run_store.tool_durations(registry.tools),
         )
 
         async def work() -> AgentResult:

@@ -163,6 +163,8 @@ def run_options(
             "stall_after": limits.stall_after,
             "stop_on_stall": limits.stop_on_stall,
             "breaker_after": limits.breaker_after,
+            "plan_cost_factor": limits.plan_cost_factor,
+            "plan_time_factor": limits.plan_time_factor,
         },
         retries=settings["retries"],
         max_concurrency=settings["max_concurrency"],

@@ -24,6 +24,10 @@ first tool all count from the request):
    diagnostics); ``gave_up`` instead with ``escalate="never"``, or when a replanner call
    was refused by the budget or failed past its retries; never an invented result
    (``answer`` is None);
+   Once the plan is accepted (and approved), the run is held to its limits relative to the
+   plan's estimate (2x its steps' cost, 3x its time, the planning calls' time included;
+   :meth:`~plandag.scheduler.session.RunSession.arm_plan_budget`): a run past them, or a
+   replan patch projected past them, ends ``escalated`` (reason ``plan_budget``);
 3. **join**: when nothing is left to run or replan: the plan has an ``output`` and every
    step succeeded (so every check passed): the output is assembled by code, no model call;
    the plan has no output: one joiner call decides ``finish(answer)`` or
@@ -66,7 +70,7 @@ from plandag.compiler import DEFAULT_MAX_STEPS, CompiledPlan, Diagnostic, compil
 from plandag.compiler.compiled import allowed_hosts
 from plandag.dag.plan import ParamSpec, Plan
 from plandag.dag.references import find_references
-from plandag.errors import PlanError
+from plandag.errors import PlanBudgetError, PlanError
 from plandag.planner.intents import IntentLedger
 from plandag.planner.joiner import (
     DEFAULT_JOIN_MAX_TOKENS,
@@ -83,6 +87,7 @@ from plandag.planner.llm import (
     LLMClient,
     LLMRequest,
     PriceTable,
+    Usage,
     call_with_retries,
 )
 from plandag.planner.planner import (
@@ -110,6 +115,7 @@ from plandag.planner.triggers import (
 from plandag.scheduler import events
 from plandag.scheduler.budget import Budget
 from plandag.scheduler.clock import Clock, SystemClock
+from plandag.scheduler.estimate import ModelCallEstimate, PlanEstimate, estimate_steps
 from plandag.scheduler.result import (
     EscalationMode,
     RunResult,
@@ -212,6 +218,8 @@ class AgentResult:
             version decided on, the new version it made, and the decision on each step.
         instructions: every instruction a person gave the run while it ran
             (:meth:`Agent.tell`, ``plandag tell``), in the order received.
+        plan_estimates: the estimate of each plan version, in the order of
+            ``plan_versions`` (None for a version that was not estimated).
     """
 
     status: RunStatus
@@ -231,6 +239,7 @@ class AgentResult:
     revisions: tuple[str, ...] = ()
     amendments: tuple[PlanAmendment, ...] = ()
     instructions: tuple[Instruction, ...] = ()
+    plan_estimates: tuple[PlanEstimate | None, ...] = ()
 
     @property
     def first_tool_start_s(self) -> float | None:
@@ -434,6 +443,9 @@ class Agent:
             results, failures, spend, reason); a function or a coroutine function, or a
             :class:`plandag.escalation.EscalationHooks`. Its failure does not change the
             result.
+        tool_durations: seconds per tool name measured in a run store
+            (:meth:`plandag.store.Store.tool_durations`), replacing the tools' declared
+            ``typical_seconds`` in the plan's estimate; None: declared figures only.
 
     Raises:
         ValueError: a cap out of range.
@@ -475,6 +487,7 @@ class Agent:
         total_replan_below: float | None = None,
         instructions: InstructionSource | None = None,
         on_escalation: Callable[[dict[str, Any]], Any] | None = None,
+        tool_durations: Mapping[str, float] | None = None,
     ) -> None:
         if max_blocked is not None and max_blocked < 1:
             raise ValueError(f"max_blocked must be >= 1 or None, not {max_blocked}")
@@ -530,6 +543,7 @@ class Agent:
         self.total_replan_below = total_replan_below
         self.instructions = instructions
         self.on_escalation = on_escalation
+        self.tool_durations: Mapping[str, float] = dict(tool_durations or {})
         self._stored: dict[tuple[Registry, bool, int, str], CompiledPlan] = {}
         self._running: dict[str, _AgentRun] = {}
         self._running_lock = threading.Lock()
@@ -786,7 +800,9 @@ class Agent:
                 if self.approve is not None:
                     session.require_approval()
                 await run.plan(session)
+                run.estimate_version(session)
                 await run.approve(session, first=True)
+                run.arm(session)
                 async with anyio.create_task_group() as listening:
                     listening.start_soon(run.listen)
                     await run.run_and_replan(session, watch)
@@ -984,6 +1000,7 @@ class _AgentRun:
         self.loop_thread: int | None = None
         self.down_seen = 0
         """Dependencies down at the previous replan (a new one makes the next total)."""
+        self.estimates: list[PlanEstimate | None] = []
         agent_ = agent
         self.planner = Planner(
             agent_.client,
@@ -1070,6 +1087,63 @@ class _AgentRun:
         self.outcome = outcome
         self.versions.append(outcome.plan)
 
+    def tokens_cost(self, tokens: int) -> float | None:
+        """US dollars of ``tokens`` output tokens on the agent's model (None: unpriced), for
+        model-backed tools that declare ``tokens_estimate``."""
+        return self.agent.prices.cost(self.agent.model, Usage(output_tokens=tokens))
+
+    def model_calls(self, session: RunSession) -> list[ModelCallEstimate]:
+        """The model calls whose time the plan's estimate counts beside its steps (elapsed
+        time counts from the session's opening, before the planning call): the planning
+        calls made so far (their real time), and the joiner's call when the plan has no
+        output (as long as the accepted planning call). Their cost is not counted: model
+        calls of the planner, replanner and joiner are not steps, and the absolute caps
+        and the replan caps hold them."""
+        calls: list[ModelCallEstimate] = []
+        planning = list(self.calls)
+        if planning:
+            calls.append(
+                ModelCallEstimate("planner", sum(record.duration_s for record in planning))
+            )
+        if session.output is None:
+            calls.append(ModelCallEstimate("joiner", planning[-1].duration_s if planning else 0.0))
+        return calls
+
+    def estimate_version(self, session: RunSession, *, calls: bool = True) -> PlanEstimate:
+        """Estimate the run's plan as it stands (steps not superseded; those that already
+        succeeded count nothing) and record it for the latest plan version."""
+        steps = {
+            key: item
+            for key, item in session.steps.items()
+            if session.records[key].superseded_by is None
+        }
+        done = [key for key in steps if session.records[key].status == "succeeded"]
+        estimate = estimate_steps(
+            steps,
+            session.graph,
+            measured=self.agent.tool_durations,
+            tokens_cost=self.tokens_cost,
+            done=done,
+            calls=self.model_calls(session) if calls else (),
+        )
+        while len(self.estimates) < len(self.versions) - 1:
+            self.estimates.append(None)
+        if len(self.estimates) < len(self.versions):
+            self.estimates.append(estimate)
+        else:
+            self.estimates[-1] = estimate
+        return estimate
+
+    def arm(self, session: RunSession) -> None:
+        """Hold the run to the plan-relative limits from now on (time counted from the
+        session's opening, the planning calls' time included in the estimate)."""
+        estimate = self.estimates[-1] if self.estimates else None
+        if estimate is None:
+            return
+        session.arm_plan_budget(
+            estimate, measured=self.agent.tool_durations, tokens_cost=self.tokens_cost
+        )
+
     async def approve(self, session: RunSession, *, first: bool) -> None:
         """The approval gate (issue 6): release the held steps with effects when the plan
         needs no decision or a person approves it; otherwise end the run
@@ -1108,6 +1182,7 @@ class _AgentRun:
             reason=reason,
             expiry_s=agent.approval_expiry_s,
             http_allow=allowed_hosts(agent.http_allow, listed),
+            estimate=self.estimates[-1] if first and self.estimates else None,
         )
         self.request = request
         if agent.approver is None or mode in ("never", None):
@@ -1414,6 +1489,8 @@ class _AgentRun:
                 self.error = StepErrorInfo(type(error).__name__, str(error))
                 self.give_up(session, "budget")
                 return
+            except PlanBudgetError:
+                return  # the session stopped the run: escalated, plan_budget
             except Exception as error:
                 self.error = StepErrorInfo(type(error).__name__, str(error))
                 self.give_up(session, "replanner_error")
@@ -1431,6 +1508,7 @@ class _AgentRun:
                         output=session.output,
                     )
                 )
+                self.estimate_version(session, calls=False)
                 new = [session.steps[key] for key in record.new_ids]
                 if any(step.tainted_egress for step in new) or (
                     agent.approve is not None and any(step.tool.effects != "none" for step in new)
@@ -1551,6 +1629,7 @@ class _AgentRun:
                     prices=self.agent.prices,
                     records=self.calls,
                 )
+            session.check_plan_budget()  # the call's time counts
             action, text = parse_decision(response)
         except TimeoutError:
             await _let_deadline_pass(session)
@@ -1600,4 +1679,8 @@ class _AgentRun:
             decisions=tuple(self.decisions),
             amendments=tuple(self.amendments),
             instructions=tuple(self.received),
+            plan_estimates=tuple(
+                self.estimates[index] if index < len(self.estimates) else None
+                for index in range(len(self.versions))
+            ),
         )

@@ -5,9 +5,15 @@ codes"), retrying transient failures (:class:`RetryPolicy`) within the run's bra
 
 from plandag.scheduler import events as events
 from plandag.scheduler.budget import Budget as Budget
+from plandag.scheduler.budget import PlanBudget as PlanBudget
 from plandag.scheduler.clock import Clock as Clock
 from plandag.scheduler.clock import SystemClock as SystemClock
 from plandag.scheduler.clock import VirtualClock as VirtualClock
+from plandag.scheduler.estimate import ModelCallEstimate as ModelCallEstimate
+from plandag.scheduler.estimate import PlanEstimate as PlanEstimate
+from plandag.scheduler.estimate import StepEstimate as StepEstimate
+from plandag.scheduler.estimate import estimate_plan as estimate_plan
+from plandag.scheduler.estimate import estimate_steps as estimate_steps
 from plandag.scheduler.heartbeat import JsonlHeartbeatWriter as JsonlHeartbeatWriter
 from plandag.scheduler.result import AttemptRecord as AttemptRecord
 from plandag.scheduler.result import RunResult as RunResult
@@ -30,6 +36,9 @@ __all__ = [
     "Budget",
     "Clock",
     "JsonlHeartbeatWriter",
+    "ModelCallEstimate",
+    "PlanBudget",
+    "PlanEstimate",
     "RetryDecision",
     "RetryPolicy",
     "RunLimits",
@@ -38,10 +47,13 @@ __all__ = [
     "RunStatus",
     "SessionState",
     "StepErrorInfo",
+    "StepEstimate",
     "StepRecord",
     "StepStatus",
     "SystemClock",
     "VirtualClock",
+    "estimate_plan",
+    "estimate_steps",
     "events",
     "open_session",
     "run_plan",

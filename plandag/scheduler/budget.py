@@ -18,8 +18,27 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import TYPE_CHECKING
 
-__all__ = ["Budget", "Reservation"]
+if TYPE_CHECKING:
+    from plandag.scheduler.estimate import PlanEstimate
+
+__all__ = [
+    "DEFAULT_PLAN_COST_FACTOR",
+    "DEFAULT_PLAN_TIME_FACTOR",
+    "MIN_PLAN_TIME_LIMIT_S",
+    "Budget",
+    "PlanBudget",
+    "Reservation",
+]
+
+DEFAULT_PLAN_COST_FACTOR = 2.0
+"""A run may spend this many times its plan's estimated cost (``plan_cost_factor``)."""
+DEFAULT_PLAN_TIME_FACTOR = 3.0
+"""A run may take this many times its plan's estimated time (``plan_time_factor``)."""
+MIN_PLAN_TIME_LIMIT_S = 1.0
+"""The plan-relative time limit is never below this many seconds: a plan estimated at a few
+milliseconds (local reads and selections) is not stopped by scheduling jitter."""
 
 _NANO = 1_000_000_000
 
@@ -151,3 +170,104 @@ class Budget:
             f"{self.max_tokens} tokens (spent {self.spent_tokens}, held by running steps "
             f"{self.reserved_tokens})"
         )
+
+
+class PlanBudget:
+    """The limits relative to a plan's estimate (ARCHITECTURE.md, "Brakes": "spend may not
+    pass 2x the estimate nor time 3x (both configurable)").
+
+    Args:
+        estimate: the plan's :class:`~plandag.scheduler.estimate.PlanEstimate`.
+        cost_factor: the run may spend up to this many times the estimated cost (US
+            dollars); None lifts the limit.
+        time_factor: the run may take up to this many times the estimated time (seconds,
+            never below :data:`MIN_PLAN_TIME_LIMIT_S`); None lifts the limit.
+
+    A limit whose estimate is unknown is off (only the absolute caps apply).
+
+    Raises:
+        ValueError: a factor that is not a finite number > 0.
+    """
+
+    def __init__(
+        self, estimate: PlanEstimate, cost_factor: float | None, time_factor: float | None
+    ) -> None:
+        for name, factor in (("plan_cost_factor", cost_factor), ("plan_time_factor", time_factor)):
+            if factor is not None and not (math.isfinite(factor) and factor > 0):
+                raise ValueError(f"{name} must be a finite number > 0 or None, not {factor}")
+        self.estimate = estimate
+        self.cost_factor = cost_factor
+        self.time_factor = time_factor
+        self.cost_limit_usd: float | None = (
+            cost_factor * estimate.cost_usd
+            if cost_factor is not None and estimate.cost_usd is not None
+            else None
+        )
+        self.time_limit_s: float | None = (
+            max(time_factor * estimate.seconds, MIN_PLAN_TIME_LIMIT_S)
+            if time_factor is not None and estimate.seconds is not None
+            else None
+        )
+
+    @property
+    def enforced(self) -> bool:
+        """True when at least one limit applies."""
+        return self.cost_limit_usd is not None or self.time_limit_s is not None
+
+    def _cost_words(self, spent_usd: float, what: str) -> str:
+        assert self.cost_factor is not None
+        assert self.estimate.cost_usd is not None
+        return (
+            f"{what} ${spent_usd:.4f} passed {self.cost_factor:g}x the plan's estimated cost "
+            f"${self.estimate.cost_usd:.4f} (limit ${self.cost_limit_usd:.4f})"
+        )
+
+    def _time_words(self, elapsed_s: float, what: str) -> str:
+        assert self.time_factor is not None
+        assert self.estimate.seconds is not None
+        return (
+            f"{what} {elapsed_s:.3g} s passed {self.time_factor:g}x the plan's estimated time "
+            f"{self.estimate.seconds:.3g} s (limit {self.time_limit_s:.3g} s)"
+        )
+
+    def time_words(self, elapsed_s: float) -> str:
+        """``elapsed time X s passed 3x the plan's estimated time Y s (limit Z s)``."""
+        return self._time_words(elapsed_s, "elapsed time")
+
+    def passed(self, spent_usd: float, elapsed_s: float) -> str | None:
+        """Why the run must stop, in words, when ``spent_usd`` (US dollars) is past the cost
+        limit or ``elapsed_s`` (seconds, time waiting for a person left out) past the time
+        limit; None while both are within them."""
+        cost_limit = self.cost_limit_usd
+        if cost_limit is not None and spent_usd > cost_limit + 1e-12:
+            return self._cost_words(spent_usd, "spend")
+        time_limit = self.time_limit_s
+        if time_limit is not None and elapsed_s > time_limit:
+            return self.time_words(elapsed_s)
+        return None
+
+    def patch_refusal(
+        self, spent_usd: float, elapsed_s: float, patch: PlanEstimate, ids: tuple[int, ...]
+    ) -> str | None:
+        """Why a replan patch must not run, in words, or None when it fits.
+
+        The patch is projected from where the run stands: spend = ``spent_usd`` + the
+        patch's estimated cost; time = ``elapsed_s`` + the patch's critical path. A patch
+        whose own estimate is unknown is not projected (only the absolute caps apply).
+        """
+        steps = ", ".join(map(str, ids))
+        cost_limit = self.cost_limit_usd
+        if cost_limit is not None and patch.cost_usd is not None:
+            projected = spent_usd + patch.cost_usd
+            if projected > cost_limit + 1e-12:
+                return f"replan patch (steps {steps}) not run: " + self._cost_words(
+                    projected, "projected spend"
+                )
+        time_limit = self.time_limit_s
+        if time_limit is not None and patch.seconds is not None:
+            projected = elapsed_s + patch.seconds
+            if projected > time_limit:
+                return f"replan patch (steps {steps}) not run: " + self._time_words(
+                    projected, "projected time"
+                )
+        return None

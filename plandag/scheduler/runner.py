@@ -46,6 +46,14 @@ The brakes of :class:`RunLimits` (ARCHITECTURE.md, "Brakes"; issue 3):
   :mod:`plandag.scheduler.heartbeat`. A stop on a stall ends running steps ``cancelled`` and
   the others ``skipped``, reason ``stalled``, and the run ``timed_out`` (a time brake, like
   the deadline; ``interrupted`` stays for a person's Ctrl-C or SIGTERM).
+* ``plan_cost_factor`` / ``plan_time_factor``: limits relative to the plan's estimate
+  (:mod:`plandag.scheduler.estimate`, :class:`~plandag.scheduler.budget.PlanBudget`). When
+  the run's spend passes ``plan_cost_factor`` times the estimated cost (checked as each
+  attempt is settled), or its elapsed time ``plan_time_factor`` times the estimated time
+  (checked as each step ends, and by a deadline on the event loop for a step that hangs;
+  time waiting for a person is left out), the run stops: running steps end ``cancelled``
+  and the others ``skipped``, reason ``plan_budget``, and the run ends ``escalated`` with
+  ``escalation="plan_budget"`` and a detail saying which limit and by how much.
 """
 
 from __future__ import annotations
@@ -86,8 +94,15 @@ from plandag.scheduler.breaker import (
     DownDependency,
     step_dependencies,
 )
-from plandag.scheduler.budget import Budget, Reservation
+from plandag.scheduler.budget import (
+    DEFAULT_PLAN_COST_FACTOR,
+    DEFAULT_PLAN_TIME_FACTOR,
+    Budget,
+    PlanBudget,
+    Reservation,
+)
 from plandag.scheduler.clock import Clock, SystemClock
+from plandag.scheduler.estimate import PlanEstimate, estimate_plan
 from plandag.scheduler.heartbeat import monitor
 from plandag.scheduler.result import (
     ESCALATION_REASONS,
@@ -185,6 +200,14 @@ class RunLimits:
             (each after its retries) for that dependency to be down for the rest of the run
             (``--breaker-after``, default 3; :mod:`plandag.scheduler.breaker`); None: no
             circuit breaker.
+        plan_cost_factor: the run stops and escalates (reason ``plan_budget``) when its
+            spend passes this many times its plan's estimated cost
+            (``--plan-cost-factor``, default 2.0); None lifts it.
+        plan_time_factor: likewise when its elapsed time (waiting for a person left out)
+            passes this many times the plan's estimated time (``--plan-time-factor``,
+            default 3.0; never below 1 s); None lifts it. See
+            :mod:`plandag.scheduler.estimate`: a plan whose estimate is unknown is not held
+            to either.
 
     Raises:
         ValueError: a limit <= 0 (or a negative cap), ``stop_on_stall`` without
@@ -198,9 +221,15 @@ class RunLimits:
     stall_after: float | None = None
     stop_on_stall: bool = False
     breaker_after: int | None = 3
+    plan_cost_factor: float | None = DEFAULT_PLAN_COST_FACTOR
+    plan_time_factor: float | None = DEFAULT_PLAN_TIME_FACTOR
 
     def __post_init__(self) -> None:
         _positive_or_none("max_seconds", self.max_seconds)
+        for name in ("plan_cost_factor", "plan_time_factor"):
+            factor = getattr(self, name)
+            if factor is not None and not (math.isfinite(factor) and factor > 0):
+                raise ValueError(f"{name} must be a finite number > 0 or None, not {factor}")
         _positive_or_none("heartbeat_every", self.heartbeat_every)
         _positive_or_none("stall_after", self.stall_after)
         if self.max_cost_usd is not None and not (
@@ -305,8 +334,19 @@ class _Run:
         self.waiting_for_person = 0
         """How many approvals are being asked now (:meth:`pause`)."""
         self.paused_at: float | None = None
-        self.saved_deadline = math.inf
         self.paused_total = 0.0
+        self.loop_paused_at = 0.0
+        """When the clocks stopped for a person, on the event loop's clock."""
+        self.cap_loop_deadline: float | None = None
+        """The wall-clock cap's deadline on the event loop's clock, or None."""
+        self.plan_budget: PlanBudget | None = None
+        self.plan_loop_deadline: float | None = None
+        """The plan-relative time limit's deadline on the event loop's clock, or None."""
+        self.plan_measured: Mapping[str, float] = {}
+        self.plan_tokens_cost: Callable[[int], float | None] | None = None
+        self.step_spent_nanodollars = 0
+        """This run's own step spend (a shared batch budget also holds other runs')."""
+        self.plan_budget_detail: str | None = None
         self.records: dict[int, StepRecord] = {}
         self.remaining: dict[int, int] = {}
         self.active = 0
@@ -341,6 +381,8 @@ class _Run:
                 limiters_by_tool[tool.name] = anyio.CapacityLimiter(limit)
             self.tool_limiter[step_id] = limiters_by_tool.get(tool.name)
         self.task_group: TaskGroup | None = None
+        self.pending_estimate: tuple[PlanEstimate, Mapping[str, float]] | None = None
+        """Armed when :meth:`run` starts (``run_plan``'s plan estimate)."""
         self.completed: Mapping[int, Any] = {}
         if completed:
             unknown = sorted(set(completed) - set(self.records))
@@ -497,7 +539,22 @@ class _Run:
         if self.stop_reason is not None:
             return self.stop_reason
         if self.run_scope.cancel_called:
-            return "deadline"  # only stop() and the deadline cancel run_scope
+            # only stop() and the deadlines cancel run_scope: the earlier deadline fired
+            plan_deadline = self.plan_loop_deadline
+            cap_deadline = self.cap_loop_deadline
+            budget = self.plan_budget
+            if (
+                budget is not None
+                and plan_deadline is not None
+                and (cap_deadline is None or plan_deadline < cap_deadline)
+            ):
+                limit = budget.time_limit_s or 0.0
+                detail = budget.time_words(max(self.plan_elapsed(), limit))
+                self.plan_budget_detail = detail
+                self.stop_reason = "plan_budget"
+                self.escalate("plan_budget", detail)
+                return "plan_budget"
+            return "deadline"
         return "interrupted"
 
     def remaining_s(self) -> float | None:
@@ -505,6 +562,79 @@ class _Run:
         if self.deadline is None:
             return None
         return self.deadline - self.monotonic()
+
+    # -- the plan-relative budget ------------------------------------------------------------
+
+    def arm_plan_budget(
+        self,
+        estimate: PlanEstimate,
+        measured: Mapping[str, float] | None = None,
+        tokens_cost: Callable[[int], float | None] | None = None,
+    ) -> PlanBudget | None:
+        """Hold the run to ``limits.plan_cost_factor`` / ``plan_time_factor`` times
+        ``estimate``, counted from the run's start; call it inside the run, once its
+        deadline is set. ``measured`` and ``tokens_cost`` estimate later replan patches as
+        the plan was. Returns the budget, or None when no limit applies (factors lifted,
+        estimate unknown)."""
+        limits = self.limits
+        budget = PlanBudget(estimate, limits.plan_cost_factor, limits.plan_time_factor)
+        self.plan_measured = dict(measured or {})
+        self.plan_tokens_cost = tokens_cost
+        if not budget.enforced:
+            self.plan_budget = None
+            self.plan_loop_deadline = None
+            self.apply_deadlines()
+            return None
+        self.plan_budget = budget
+        if budget.time_limit_s is not None:
+            self.plan_loop_deadline = (
+                anyio.current_time() + budget.time_limit_s - self.plan_elapsed()
+            )
+        else:
+            self.plan_loop_deadline = None
+        self.apply_deadlines()
+        self.check_plan_budget()
+        return budget
+
+    def apply_deadlines(self) -> None:
+        """Set the run scope's deadline to the earlier of the wall-clock cap's and the
+        plan-relative limit's (none while paused for a person)."""
+        if self.paused:
+            return
+        deadlines = [
+            deadline
+            for deadline in (self.cap_loop_deadline, self.plan_loop_deadline)
+            if deadline is not None
+        ]
+        self.run_scope.deadline = min(deadlines) if deadlines else math.inf
+
+    def plan_elapsed(self) -> float:
+        """Seconds since the run started (run's clock), time waiting for a person left out."""
+        now = self.paused_at if self.paused_at is not None else self.monotonic()
+        return max(now - self.started - self.paused_total, 0.0)
+
+    def plan_spent(self) -> float:
+        """US dollars this run's steps spent (every attempt; a planner's own model calls
+        are not steps: the absolute caps and the replan caps hold them)."""
+        return self.step_spent_nanodollars / 1_000_000_000
+
+    def check_plan_budget(self) -> None:
+        """Stop the run (escalated, ``plan_budget``) when it is past a plan-relative limit."""
+        budget = self.plan_budget
+        if budget is None or self.stop_reason is not None or self.run_scope.cancel_called:
+            return
+        if self.budget.exceeded:
+            return  # past an absolute cap: that brake acts (budget_exceeded) and comes first
+        detail = budget.passed(self.plan_spent(), self.plan_elapsed())
+        if detail is not None:
+            self.stop_plan_budget(detail)
+
+    def stop_plan_budget(self, detail: str) -> None:
+        """Stop the run now because of the plan-relative budget; ``detail`` says why."""
+        if self.stop_reason is None and not self.run_scope.cancel_called:
+            self.plan_budget_detail = detail
+            self.escalate("plan_budget", detail)
+        self.stop("plan_budget")
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -515,9 +645,13 @@ class _Run:
         self.started = self.last_progress = self.monotonic()
         if limits.max_seconds is not None:
             self.deadline = self.started + limits.max_seconds
-            self.run_scope = anyio.CancelScope(deadline=anyio.current_time() + limits.max_seconds)
+            self.cap_loop_deadline = anyio.current_time() + limits.max_seconds
+            self.run_scope = anyio.CancelScope(deadline=self.cap_loop_deadline)
         if self.observers:
             self.emit(events.RunStarted(self.run_id, len(self.records), started_at))
+        if self.pending_estimate is not None:
+            estimate, measured = self.pending_estimate
+            self.arm_plan_budget(estimate, measured)
         send = bool(self.observers) and (
             limits.heartbeat_every is not None or limits.stall_after is not None
         )
@@ -597,23 +731,29 @@ class _Run:
 
     def update_pause(self) -> None:
         """Stop the clocks when a person is deciding and no step runs; start them again,
-        moved on by the time stopped, otherwise."""
+        moved on by the time stopped, otherwise (the wall-clock cap's deadline and the
+        plan-relative limit's alike)."""
         should = self.waiting_for_person > 0 and self.active == 0
         if should and self.paused_at is None:
             self.paused_at = self.monotonic()
-            self.saved_deadline = self.run_scope.deadline
+            self.loop_paused_at = anyio.current_time()
             self.run_scope.deadline = math.inf
             self.paused = True
         elif not should and self.paused_at is not None:
             waited = max(self.monotonic() - self.paused_at, 0.0)
+            loop_waited = max(anyio.current_time() - self.loop_paused_at, 0.0)
             self.paused_at = None
             self.paused_total += waited
             self.last_progress += waited
             if self.deadline is not None:
                 self.deadline += waited
-            # one assignment: the old deadline, already past, would cancel the scope at once
-            self.run_scope.deadline = self.saved_deadline + waited
+            if self.cap_loop_deadline is not None:
+                self.cap_loop_deadline += loop_waited
+            if self.plan_loop_deadline is not None:
+                self.plan_loop_deadline += loop_waited
             self.paused = False
+            # one assignment: the old deadline, already past, would cancel the scope at once
+            self.apply_deadlines()
 
     def finish(self, started_at: float, started: float) -> RunResult:
         """Close every record still open, build the RunResult and emit RunFinished."""
@@ -629,6 +769,8 @@ class _Run:
             status = "escalated"
             if self.run_scope.cancel_called:
                 stop_reason = cause
+        elif self.run_scope.cancel_called and cause == "plan_budget":
+            status, stop_reason = "gave_up", "plan_budget"  # escalation mode never
         elif self.run_scope.cancel_called:
             status, stop_reason = "timed_out", cause
         elif self.budget_refused:
@@ -989,6 +1131,9 @@ class _Run:
         attempt_record.cost_usd = usd
         attempt_record.tokens = tokens
         self.budget.settle(reservation or Reservation(0, 0), usd, tokens)
+        self.step_spent_nanodollars += round(usd * 1_000_000_000)
+        if self.plan_budget is not None:
+            self.check_plan_budget()
 
     def failed_attempt(
         self, error: BaseException, attempt_record: AttemptRecord
@@ -1086,6 +1231,8 @@ class _Run:
         started = self.started_monotonic.get(step_id)
         if started is not None:
             record.duration_s = now - started
+        if self.plan_budget is not None:
+            self.check_plan_budget()
 
     def succeed(self, step_id: int, record: StepRecord, outcome: _AttemptOutcome) -> int | None:
         """Record success, then start every child whose parents have all succeeded.
@@ -1118,9 +1265,10 @@ class _Run:
         remaining = self.remaining
         records = self.records
         continue_with: int | None = None
+        stopped = self.run_scope.cancel_called  # children left pending end skipped
         for child in self.steps[step_id].children:
             remaining[child] -= 1
-            if remaining[child] == 0 and records[child].status == "pending":
+            if remaining[child] == 0 and records[child].status == "pending" and not stopped:
                 if continue_with is None:
                     continue_with = child
                 else:
@@ -1239,6 +1387,8 @@ class _Run:
             return (
                 f"the run stopped on a stall (no step finished for {self.limits.stall_after:g} s)"
             )
+        if reason == "plan_budget":
+            return f"the run passed its plan-relative budget ({self.plan_budget_detail})"
         return "the run was interrupted"
 
 
@@ -1257,6 +1407,8 @@ async def run_plan(
     completed: Mapping[int, Any] | None = None,
     escalate: EscalationMode = "person",
     on_escalation: Callable[[dict[str, Any]], Any] | None = None,
+    plan_estimate: PlanEstimate | None = None,
+    tool_durations: Mapping[str, float] | None = None,
 ) -> RunResult:
     """Run a compiled plan: every step whose parents all succeeded starts at once.
 
@@ -1291,12 +1443,20 @@ async def run_plan(
             (:func:`plandag.escalation.run_context`); a function or a coroutine function,
             or a :class:`plandag.escalation.EscalationHooks`. Its failure does not change
             the result.
+        plan_estimate: the plan's estimate the plan-relative limits
+            (``limits.plan_cost_factor``, ``limits.plan_time_factor``) are measured against;
+            default: :func:`~plandag.scheduler.estimate.estimate_plan` of ``compiled`` with
+            ``tool_durations`` (the steps of ``completed`` count nothing).
+        tool_durations: seconds per tool name measured in the run store
+            (:meth:`plandag.store.Store.tool_durations`), replacing declared figures.
 
     Returns:
         A :class:`RunResult` covering every step, each in exactly one terminal state.
         ``status``: ``succeeded`` when every step succeeded; ``failed`` when some failed;
         ``timed_out`` at the wall-clock cap or a stop on a stall; ``budget_exceeded`` when
-        the cost cap kept a step or a retry from starting; ``interrupted`` (below).
+        the cost cap kept a step or a retry from starting; ``escalated`` (with
+        ``escalation="plan_budget"``) when spend or time passed the plan-relative limits;
+        ``interrupted`` (below).
         ``RunResult.progress()`` says what finished, what was running, what never started.
 
         If the surrounding cancel scope is cancelled (Ctrl-C, a caller's deadline),
@@ -1328,6 +1488,13 @@ async def run_plan(
         completed,
     )
     run.escalate_mode = escalate
+    the_limits = run.limits
+    if the_limits.plan_cost_factor is not None or the_limits.plan_time_factor is not None:
+        if plan_estimate is None:
+            plan_estimate = estimate_plan(
+                compiled, measured=tool_durations, done=tuple(completed or ())
+            )
+        run.pending_estimate = (plan_estimate, dict(tool_durations or {}))
     result = await run.run()
     if on_escalation is not None and result.status == "escalated":
         from plandag.escalation import as_hooks, run_context

@@ -49,6 +49,7 @@ import types
 import uuid
 from collections.abc import (
     AsyncIterator,
+    Callable,
     Collection,
     Container,
     Iterator,
@@ -68,11 +69,12 @@ from plandag.compiler.compiled import CompiledPlan, CompiledStep, allowed_hosts
 from plandag.compiler.diagnostics import Diagnostic
 from plandag.compiler.patch import PatchBase, check_output, compile_patch
 from plandag.dag.plan import Plan, Step
-from plandag.errors import Classifier, classify_error
+from plandag.errors import Classifier, PlanBudgetError, classify_error
 from plandag.scheduler import events
 from plandag.scheduler.breaker import DownDependency
-from plandag.scheduler.budget import Budget
+from plandag.scheduler.budget import Budget, PlanBudget
 from plandag.scheduler.clock import Clock
+from plandag.scheduler.estimate import PlanEstimate, estimate_steps
 from plandag.scheduler.result import EscalationMode, RunResult, StepErrorInfo, StepRecord
 from plandag.scheduler.retry import RetryPolicy
 from plandag.scheduler.runner import RunLimits, _Run
@@ -121,8 +123,8 @@ class SessionState:
         held: steps with effects waiting for :meth:`RunSession.release_effects`.
         pending: other steps not started (waiting for parents, or for a limit).
         running: steps running (between their first attempt and their end).
-        stop_reason: ``deadline``, ``stalled`` or ``interrupted`` once the run was stopped
-            (no step starts any more), else None.
+        stop_reason: ``deadline``, ``stalled``, ``plan_budget`` or ``interrupted`` once the
+            run was stopped (no step starts any more), else None.
         sealed: :meth:`RunSession.seal` was called.
         down: the tools and HTTP hosts the circuit breaker took out of the run, in the
             order they went down (:mod:`plandag.scheduler.breaker`).
@@ -479,9 +481,13 @@ class _SessionRun(_Run):
         self.started = self.last_progress = self.monotonic()
         if limits.max_seconds is not None:
             self.deadline = self.started + limits.max_seconds
-            self.run_scope = anyio.CancelScope(deadline=anyio.current_time() + limits.max_seconds)
+            self.cap_loop_deadline = anyio.current_time() + limits.max_seconds
+            self.run_scope = anyio.CancelScope(deadline=self.cap_loop_deadline)
         if self.observers:
             self.emit(events.RunStarted(self.run_id, len(self.records), self.started_at))
+        if self.pending_estimate is not None:
+            estimate, measured = self.pending_estimate
+            self.arm_plan_budget(estimate, measured)
         try:
             with self.run_scope:
                 async with anyio.create_task_group() as task_group:
@@ -642,8 +648,15 @@ class RunSession:
         return self._run.holding
 
     @property
+    def plan_budget(self) -> PlanBudget | None:
+        """The limits relative to the plan's estimate (:meth:`arm_plan_budget`), or None
+        while none applies."""
+        return self._run.plan_budget
+
+    @property
     def stop_reason(self) -> str | None:
-        """``deadline``, ``stalled`` or ``interrupted`` once the run was stopped, else None."""
+        """``deadline``, ``stalled``, ``plan_budget`` or ``interrupted`` once the run was
+        stopped, else None."""
         run = self._run
         return run.stop_cause() if run.run_scope.cancel_called else None
 
@@ -756,10 +769,78 @@ class RunSession:
             http_allow=run.compiled.http_allow,
             tainted_author=tainted_author,
         )
+        if run.plan_budget is not None and patch.steps:
+            self._check_patch_budget(patch.steps)
         run.register(patch.steps, patch.pruned)
         if supersedes and patch.steps:
             self.supersede(supersedes, patch.ids)
         return patch.diagnostics
+
+    def _check_patch_budget(self, new_steps: Sequence[CompiledStep]) -> None:
+        """Refuse a patch whose projection passes the plan-relative limits: stop the run
+        (escalated, ``plan_budget``) and raise :class:`PlanBudgetError`."""
+        run = self._run
+        budget = run.plan_budget
+        assert budget is not None
+        steps = {item.id: item for item in new_steps}
+        graph = nx.DiGraph()
+        graph.add_nodes_from(steps)
+        graph.add_edges_from(
+            (parent, item.id) for item in new_steps for parent in item.parents if parent in steps
+        )
+        estimate = estimate_steps(
+            steps, graph, measured=run.plan_measured, tokens_cost=run.plan_tokens_cost
+        )
+        refusal = budget.patch_refusal(
+            run.plan_spent(), run.plan_elapsed(), estimate, tuple(sorted(steps))
+        )
+        if refusal is not None:
+            run.stop_plan_budget(refusal)
+            raise PlanBudgetError(refusal)
+
+    def arm_plan_budget(
+        self,
+        estimate: PlanEstimate,
+        *,
+        measured: Mapping[str, float] | None = None,
+        tokens_cost: Callable[[int], float | None] | None = None,
+    ) -> PlanBudget | None:
+        """Hold the run to its limits relative to the plan's estimate (``limits``'
+        ``plan_cost_factor`` and ``plan_time_factor``), spend and time counted from the
+        session's opening (time waiting for a person left out): call it once the plan is
+        known (after planning, and approval where needed). From then on every step added
+        is a replan patch, checked when it has compiled: projected spend (spent so far +
+        the patch's estimated cost) and time (elapsed + the patch's critical path) past a
+        limit stop the run instead, and :meth:`add` raises :class:`PlanBudgetError`.
+
+        Args:
+            estimate: the plan's estimate (:mod:`plandag.scheduler.estimate`); a planner
+                adds the time of its own model calls (:class:`ModelCallEstimate`), since
+                elapsed time counts from the session's opening.
+            measured: seconds per tool measured in the run store, for patches' estimates.
+            tokens_cost: US dollars of a number of tokens on the run's model, likewise.
+
+        Returns:
+            The :class:`~plandag.scheduler.budget.PlanBudget`, or None when no limit
+            applies (both factors lifted, or the estimate unknown). A run already past a
+            limit is stopped at once.
+
+        Raises:
+            RuntimeError: the session is closed.
+        """
+        self._check_open()
+        return self._run.arm_plan_budget(estimate, measured, tokens_cost)
+
+    def check_plan_budget(self) -> None:
+        """Check the plan-relative limits now (the runner checks them as steps end and
+        attempts are settled; a planner checks them after its own model calls, whose time
+        counts): a run past one stops, escalated (``plan_budget``).
+
+        Raises:
+            RuntimeError: the session is closed.
+        """
+        self._check_open()
+        self._run.check_plan_budget()
 
     def _check_superseded(self, old_ids: Collection[int]) -> None:
         records = self._run.records
@@ -1223,6 +1304,8 @@ async def open_session(
     escalate: EscalationMode = "person",
     http_allow: Sequence[str] | None = None,
     completed: Mapping[int, Any] | None = None,
+    plan_estimate: PlanEstimate | None = None,
+    tool_durations: Mapping[str, float] | None = None,
 ) -> AsyncIterator[RunSession]:
     """Open a :class:`RunSession`: a run that takes steps while it runs.
 
@@ -1256,6 +1339,10 @@ async def open_session(
             run). Ignored for a CompiledPlan header (its own applies).
         completed: results of header steps that already succeeded (a stored run taken up
             again), by id: they are never run again, their results feed their children.
+        plan_estimate: hold the run to ``limits``' plan-relative limits from its opening,
+            as :meth:`RunSession.arm_plan_budget` does (None: not until that is called).
+        tool_durations: seconds per tool measured in the run store, for the estimates of
+            patches added later.
 
     Yields:
         The :class:`RunSession`; its :meth:`~RunSession.result` is final once the block
@@ -1306,6 +1393,8 @@ async def open_session(
         hold_effects=hold_effects,
     )
     run.escalate_mode = escalate
+    if plan_estimate is not None:
+        run.pending_estimate = (plan_estimate, dict(tool_durations or {}))
     session = RunSession(run, registry, max_steps=max_steps, max_arg_bytes=max_arg_bytes)
     send = bool(run.observers) and (
         the_limits.heartbeat_every is not None or the_limits.stall_after is not None

@@ -19,6 +19,11 @@ replacement.
 
 Time spent waiting for a decision is not counted by the wall-clock cap: each segment gets
 the cap minus the time earlier segments ran (``options["elapsed_s"]``).
+
+Each plan version is recorded with its estimate (:func:`plan_estimate`: the tools' durations
+measured in this store where there are enough runs, declared figures otherwise), shown in the
+approval request; each segment is held to the plan-relative limits over the steps it still
+has to run (ARCHITECTURE.md, "Brakes").
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from plandag.compiler.limits import DEFAULT_MAX_STEPS
 from plandag.errors import InputError
 from plandag.escalation.hooks import EscalationCallback, EscalationHooks, as_hooks
 from plandag.scheduler import events
+from plandag.scheduler.estimate import PlanEstimate, estimate_plan
 from plandag.scheduler.events import Observer
 from plandag.scheduler.result import EscalationMode, RunResult, RunStatus
 from plandag.scheduler.retry import RetryPolicy
@@ -70,6 +76,7 @@ __all__ = [
     "escalate_run",
     "escalation_message",
     "open_run",
+    "plan_estimate",
     "record_amendment",
     "record_run",
     "start_run",
@@ -184,6 +191,15 @@ class DurableOutcome:
 TraceFactory = Callable[[str, int], Any]
 """``factory(run_id, segment)`` returning a trace writer (an observer with ``run_started``,
 ``plan``, ``approval`` and ``close`` methods), or None for no trace."""
+
+
+def plan_estimate(store: Store, compiled: CompiledPlan, done: Sequence[int] = ()) -> PlanEstimate:
+    """The estimate of ``compiled`` with the durations measured in ``store``
+    (:meth:`Store.tool_durations`: a tool's median once it succeeded in 5 runs) replacing
+    the declared ``typical_seconds``; the steps of ``done`` (already succeeded) count
+    nothing."""
+    tools = {step.tool.name for step in compiled.steps.values()}
+    return estimate_plan(compiled, measured=store.tool_durations(tools), done=done)
 
 
 def unknown_outcome_steps(
@@ -608,7 +624,8 @@ def record_run(
         params=compiled.params,
         options=options.as_json(),
     )
-    store.add_plan_version(run_id, 1, plan_json, digest, source)
+    estimate = plan_estimate(store, compiled)
+    store.add_plan_version(run_id, 1, plan_json, digest, source, estimate=estimate.as_json())
     if writer is not None:
         writer.run_started(command, plan.goal or None, dict(compiled.params))
         writer.plan(1, plan_json, digest, source)
@@ -618,7 +635,7 @@ def record_run(
     if approval_needed(compiled, options.approve):
         reason = approval_reason(compiled.steps)
         return ApprovalRequest.for_plan(
-            run_id, 1, compiled, reason=reason, expiry_s=options.expiry_s
+            run_id, 1, compiled, reason=reason, expiry_s=options.expiry_s, estimate=estimate
         )
     if effects - {"none"}:
         store.record_decision(run_id, 1, digest, "approved", who="auto")
@@ -815,6 +832,7 @@ async def continue_run(
         )
         approved = current.approved_by is not None
         gate: _Gate | None = None
+        estimate = plan_estimate(store, compiled)
         if not approved and approval_needed(compiled, options.approve):
             reason = approval_reason(compiled.steps)
             request = ApprovalRequest.for_plan(
@@ -823,6 +841,7 @@ async def continue_run(
                 compiled,
                 reason=reason,
                 expiry_s=options.expiry_s,
+                estimate=estimate,
             )
             gate = _Gate(request, approver, options.approve)
         _, ask = unknown_outcome_steps(rows, compiled)
@@ -840,7 +859,12 @@ async def continue_run(
                     store, run_id, compiled, irreversible, writer, as_hooks(on_escalation)
                 )
             request = ApprovalRequest.for_plan(
-                run_id, current.version, compiled, reason=reason, expiry_s=options.expiry_s
+                run_id,
+                current.version,
+                compiled,
+                reason=reason,
+                expiry_s=options.expiry_s,
+                estimate=estimate,
             )
             decision = await _decide(store, request, approver, "ask", writer)
             if decision is None:
@@ -1092,6 +1116,9 @@ async def _run_segment(
     decision: Decision | None = None
     amendment: Amendment | None = None
     invalid: str | None = None
+    tools = {step.tool.name for step in compiled.steps.values()}
+    measured = store.tool_durations(tools)
+    estimate = estimate_plan(compiled, measured=measured, done=tuple(completed))
     if gate is None:
         result = await run_plan(
             compiled,
@@ -1102,6 +1129,8 @@ async def _run_segment(
             retry=RetryPolicy(retries=options.retries),
             completed=completed,
             escalate=options.escalate,
+            plan_estimate=estimate,
+            tool_durations=measured,
         )
     else:
         async with open_session(
@@ -1115,6 +1144,8 @@ async def _run_segment(
             hold_effects=True,
             completed=completed,
             escalate=options.escalate,
+            plan_estimate=estimate,
+            tool_durations=measured,
         ) as session:
             with session.waiting_for_person():
                 try:

@@ -32,9 +32,10 @@ import hashlib
 import json
 import os
 import sqlite3
+import statistics
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ from typing import Any
 import platformdirs
 
 from plandag.errors import InputError
+from plandag.scheduler.estimate import MEASURED_MIN_RUNS
 from plandag.scheduler.result import to_jsonable
 from plandag.store.migrations import migrate
 from plandag.store.sealing import SecretMaskingConnection, seal
@@ -127,8 +129,10 @@ class RunRow:
 class PlanVersionRow:
     """One version of a run's plan: its hash (``plandag.approval.plan_hash``), the plan's
     JSON, where it came from (``stored``, ``planner``, ``replan``, ``revision``,
-    ``amended``), who approved it (None: not approved), and when it was first shown to a
-    person for a decision (None: never)."""
+    ``amended``), who approved it (None: not approved), when it was first shown to a
+    person for a decision (None: never), and its estimate
+    (:meth:`plandag.scheduler.estimate.PlanEstimate.as_json`: ``cost_usd``, ``seconds``,
+    ``critical_path``, ``unknown``...; None when none was recorded)."""
 
     run_id: str
     version: int
@@ -139,6 +143,7 @@ class PlanVersionRow:
     approved_by: str | None
     approved_at: float | None
     shown_at: float | None = None
+    estimate: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -541,19 +546,43 @@ class Store:
     # -- plan versions and decisions ---------------------------------------------------------
 
     def add_plan_version(
-        self, run_id: str, version: int, plan: Mapping[str, Any], plan_hash: str, source: str
+        self,
+        run_id: str,
+        version: int,
+        plan: Mapping[str, Any],
+        plan_hash: str,
+        source: str,
+        estimate: Mapping[str, Any] | None = None,
     ) -> None:
         """Record version ``version`` of the run's plan (committed at once) and make it the
-        run's current version."""
+        run's current version; ``estimate``: the plan's estimate as JSON
+        (:meth:`plandag.scheduler.estimate.PlanEstimate.as_json`), or None."""
         now = time.time()
         with self.transaction() as connection:
             connection.execute(
-                "INSERT INTO plan_version (run_id, version, hash, plan, source, created) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (run_id, version, plan_hash, _dumps(dict(plan)), source, now),
+                "INSERT INTO plan_version (run_id, version, hash, plan, source, created, "
+                "estimate) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    version,
+                    plan_hash,
+                    _dumps(dict(plan)),
+                    source,
+                    now,
+                    _dumps(dict(estimate)) if estimate is not None else None,
+                ),
             )
             connection.execute(
                 "UPDATE run SET version = ?, updated = ? WHERE run_id = ?", (version, now, run_id)
+            )
+
+    def set_plan_estimate(self, run_id: str, version: int, estimate: Mapping[str, Any]) -> None:
+        """Record the estimate of plan version ``version`` (committed at once), as JSON
+        (:meth:`plandag.scheduler.estimate.PlanEstimate.as_json`)."""
+        with self.transaction() as connection:
+            connection.execute(
+                "UPDATE plan_version SET estimate = ? WHERE run_id = ? AND version = ?",
+                (_dumps(dict(estimate)), run_id, version),
             )
 
     def plan_versions(self, run_id: str) -> list[PlanVersionRow]:
@@ -561,12 +590,21 @@ class Store:
         self.flush(durable=False)  # visible to reads; synced later
         rows = self.connection.execute(
             "SELECT run_id, version, hash, plan, source, created, approved_by, approved_at, "
-            "shown_at FROM plan_version WHERE run_id = ? ORDER BY version",
+            "shown_at, estimate FROM plan_version WHERE run_id = ? ORDER BY version",
             (run_id,),
         )
         return [
             PlanVersionRow(
-                row[0], row[1], row[2], json.loads(row[3]), row[4], row[5], row[6], row[7], row[8]
+                row[0],
+                row[1],
+                row[2],
+                json.loads(row[3]),
+                row[4],
+                row[5],
+                row[6],
+                row[7],
+                row[8],
+                json.loads(row[9]) if row[9] is not None else None,
             )
             for row in rows
         ]
@@ -594,6 +632,44 @@ class Store:
             for version in self.plan_versions(run_id)
             if version.shown_at is not None and (last is None or version.shown_at > last)
         ]
+
+    def tool_durations(
+        self, tools: Iterable[str] | None = None, *, min_runs: int = MEASURED_MIN_RUNS
+    ) -> dict[str, float]:
+        """Measured durations: per tool, the median ``duration_s`` of its succeeded steps,
+        for tools that succeeded in at least ``min_runs`` distinct runs (ARCHITECTURE.md,
+        "Brakes": the measured figure replaces the declared ``typical_seconds`` once there
+        are 5 runs).
+
+        Args:
+            tools: the tool names wanted (None: every tool in the store).
+            min_runs: distinct runs a tool must have succeeded in (default 5).
+
+        Returns:
+            Seconds per tool name; tools with fewer runs are left out.
+        """
+        self.flush(durable=False)  # visible to reads; synced later
+        wanted = sorted(set(tools)) if tools is not None else None
+        if wanted is not None and not wanted:
+            return {}
+        query = (
+            "SELECT tool, run_id, duration_s FROM step "
+            "WHERE status = 'succeeded' AND duration_s IS NOT NULL"
+        )
+        parameters: list[Any] = []
+        if wanted is not None:
+            query += f" AND tool IN ({', '.join('?' for _ in wanted)})"
+            parameters.extend(wanted)
+        durations: dict[str, list[float]] = {}
+        runs: dict[str, set[str]] = {}
+        for tool_name, run_id, duration in self.connection.execute(query, parameters):
+            durations.setdefault(tool_name, []).append(float(duration))
+            runs.setdefault(tool_name, set()).add(run_id)
+        return {
+            name: statistics.median(values)
+            for name, values in sorted(durations.items())
+            if len(runs[name]) >= min_runs
+        }
 
     def record_decision(
         self,

@@ -143,6 +143,9 @@ class Tool:
             host the plan lists (added to the run's HTTP allow-list), or None.
         reads: the argument holding the local file the tool reads; a file written by this
             run from untainted data is not tainted when read back. None: no file.
+        typical_seconds: how long one call typically takes, seconds, or None when the tool
+            does not say; a plan's time estimate adds these along its critical path (a
+            figure measured in the run store replaces it once the tool has run in 5 runs).
     """
 
     name: str
@@ -164,6 +167,7 @@ class Tool:
     taint_source: bool = False
     reaches: str | None = None
     reads: str | None = None
+    typical_seconds: float | None = None
 
     @functools.cached_property
     def is_async(self) -> bool:
@@ -324,6 +328,7 @@ def _build_tool(
     taint_source: bool = False,
     reaches: str | None = None,
     reads: str | None = None,
+    typical_seconds: float | None = None,
 ) -> Tool:
     if isinstance(function, Tool):
         raise ToolDefinitionError(f"{function.name} is already a tool; apply @tool once")
@@ -346,6 +351,16 @@ def _build_tool(
         )
     if tokens_estimate < 0:
         raise ToolDefinitionError(f"tool {tool_name}: tokens_estimate must be >= 0")
+    if typical_seconds is not None and (
+        isinstance(typical_seconds, bool)
+        or not isinstance(typical_seconds, int | float)
+        or not math.isfinite(typical_seconds)
+        or typical_seconds < 0
+    ):
+        raise ToolDefinitionError(
+            f"tool {tool_name}: typical_seconds must be a finite number of seconds >= 0 or "
+            f"None, not {typical_seconds!r}"
+        )
     try:
         hints = typing.get_type_hints(function, include_extras=True)
     except Exception as error:  # unresolvable forward references and the like
@@ -429,6 +444,7 @@ def _build_tool(
         taint_source=taint_source,
         reaches=reaches,
         reads=reads,
+        typical_seconds=float(typical_seconds) if typical_seconds is not None else None,
     )
 
 
@@ -453,6 +469,7 @@ def tool(
     taint_source: bool = False,
     reaches: str | None = None,
     reads: str | None = None,
+    typical_seconds: float | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -474,6 +491,7 @@ def tool(
     taint_source: bool = False,
     reaches: str | None = None,
     reads: str | None = None,
+    typical_seconds: float | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a typed function as a plan tool; usable bare (``@tool``) or with options.
 
@@ -499,6 +517,12 @@ def tool(
             literal URL there adds its host to the hosts the plan lists.
         reads: the argument holding the local file the tool reads (a ``taint_source``
             reading back a file this run wrote from untainted data gives untainted data).
+        typical_seconds: seconds one call typically takes (None: not declared). A plan's
+            time estimate is the critical path of these figures, and a run may take 3x its
+            estimate before it stops and escalates (``plan_time_factor``); the median
+            duration measured in the run store replaces the figure once the tool has
+            succeeded in 5 runs. A plan with a step whose tool has neither has an unknown
+            time estimate, and only the absolute caps apply to it.
 
     Returns:
         A :class:`Tool` (bare use) or a decorator that returns one.
@@ -524,6 +548,7 @@ def tool(
             taint_source=taint_source,
             reaches=reaches,
             reads=reads,
+            typical_seconds=typical_seconds,
         )
 
     if function is not None:

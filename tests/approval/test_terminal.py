@@ -10,13 +10,13 @@ from plandag.tools import tool
 from plandag.tools.registry import Registry
 
 
-@tool
+@tool(typical_seconds=0.5)
 def read(name: str) -> str:
     """Read NAME."""
     return name
 
 
-@tool(effects="irreversible", writes="path")
+@tool(effects="irreversible", writes="path", typical_seconds=1.2, cost_estimate_usd=0.0123)
 def send(path: str, text: str) -> str:
     """Send TEXT to PATH."""
     return text
@@ -34,6 +34,29 @@ def _request() -> ApprovalRequest:
         Registry([read, send]),
     )
     return ApprovalRequest.for_plan("run1", 1, compiled, reason="the plan has irreversible effects")
+
+
+def test_an_unknown_estimate_is_shown_as_such() -> None:
+    @tool(effects="irreversible", writes="path")
+    def post(path: str) -> str:
+        """A user's tool that declares no estimate."""
+        return path
+
+    compiled = compile_plan(
+        {
+            "steps": [
+                {"id": 1, "tool": "read", "args": {"name": "a"}},
+                {"id": 3, "tool": "post", "args": {"path": "out/a"}, "depends_on": [1]},
+                {"id": 5, "tool": "post", "args": {"path": "out/b"}},
+            ]
+        },
+        Registry([read, post]),
+    )
+    request = ApprovalRequest.for_plan("run1", 1, compiled, reason="the plan has effects")
+    assert request.estimated_cost_usd is None
+    assert "Estimate: estimated cost and time unknown: steps 3, 5 have no estimate" in (
+        request.summary_lines()
+    )
 
 
 def _ask(answers: list[str], prompts: list[str]) -> object:
@@ -60,7 +83,7 @@ def test_the_whole_plan_is_shown_then_yes_approves() -> None:
         "  2. send after 1  [IRREVERSIBLE: out/x.txt]",
     ]
     assert shown[6:] == [
-        "Estimated cost: $0.0000",
+        "Estimate: estimated cost $0.0123, time 1.7 s (critical path 1 -> 2)",
         f"Plan hash: {request.plan_hash}",
         "Answer y (approve), n (reject) or s (decide step by step).",
     ]

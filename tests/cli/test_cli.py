@@ -88,6 +88,10 @@ def test_check_ok_plan_exits_0_and_reports_warnings(runner: CliRunner, tmp_path:
     assert result.exit_code == 0, result.stderr
     assert "warning[implied_dependency]" in result.stderr
     assert result.stderr.endswith("plan.json: ok, 2 steps, 1 warning\n")
+    # json_select declares 0.002 s: the estimate of the chain 1 -> 2
+    assert "plan.json: estimated cost $0.0000, time 0.004 s (critical path 1 -> 2)\n" in (
+        result.stderr
+    )
 
 
 def test_check_prints_every_diagnostic_and_exits_2(runner: CliRunner, tmp_path: Path) -> None:
@@ -152,6 +156,9 @@ def test_graph_prints_mermaid_with_critical_path(runner: CliRunner, tmp_path: Pa
     assert result.stdout.startswith("flowchart TD\n")
     assert "    s1 ==> s2\n" in result.stdout
     assert "%% critical path: 1 -> 2 (2 steps)" in result.stdout
+    assert result.stdout.endswith(
+        "%% estimated cost $0.0000, time 0.004 s (critical path 1 -> 2)\n"
+    )
 
 
 def test_exec_json_success(runner: CliRunner, tmp_path: Path, tools_file: Path) -> None:

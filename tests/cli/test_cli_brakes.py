@@ -140,6 +140,8 @@ def test_config_json_values_and_sources(runner: CliRunner, cwd: Path) -> None:
         "breaker_after": {"value": 3, "source": "default"},
         "max_blocked": {"value": 3, "source": "default"},
         "total_replan_below": {"value": None, "source": "default"},
+        "plan_cost_factor": {"value": 2.0, "source": "default"},
+        "plan_time_factor": {"value": 3.0, "source": "default"},
         "jobs": {"value": 4, "source": "default"},
         "approve": {"value": "ask", "source": "default"},
         "approval_expiry": {"value": 86400.0, "source": "default"},
@@ -627,7 +629,9 @@ def test_version(runner: CliRunner) -> None:
 def test_graph_of_an_empty_plan(runner: CliRunner, cwd: Path) -> None:
     result = runner.invoke(app, ["graph", str(write_plan(cwd, {"steps": []}))])
     assert result.exit_code == 0, result.stderr
-    assert result.stdout.endswith("%% critical path: none (empty plan) (0 steps)\n")
+    assert result.stdout.endswith(
+        "%% critical path: none (empty plan) (0 steps)\n%% estimated cost $0.0000, time 0 s\n"
+    )
 
 
 # -- extract ---------------------------------------------------------------------------

@@ -190,3 +190,25 @@ def test_an_unknown_provider_exits_2(server: MessagesServer) -> None:
     result = invoke(["Score a", "--provider", "mistral", "--base-url", server.url])
     assert result.exit_code == 2
     assert "--provider 'mistral': choose anthropic or openai" in result.output
+
+
+def test_the_plan_version_is_stored_with_its_estimate(
+    server: MessagesServer, tools: Path, tmp_path: Path
+) -> None:
+    from plandag.store import open_store
+
+    server.push_json(PLAN)
+    store_path = tmp_path / "runs.sqlite3"
+    args = ["Score a and bb", "--tools", str(tools), "--base-url", server.url, "--json"]
+    result = invoke([*args, "--store", str(store_path)])
+    assert result.exit_code == 0, result.output
+    run_id = json.loads(result.stdout)["run_id"]
+    store = open_store(store_path)
+    try:
+        [version] = store.plan_versions(run_id)
+    finally:
+        store.close()
+    assert version.estimate is not None
+    # the user's tools declare no typical_seconds: the time is unknown, shown as such
+    assert (version.estimate["cost_usd"], version.estimate["seconds"]) == (0.0, None)
+    assert version.estimate["unknown"] == [1, 2, 3]

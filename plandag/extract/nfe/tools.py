@@ -10,6 +10,9 @@
   when a required field is missing or does not parse.
 
 All three are cheap, non-blocking and declared ``inline``: they run on the event loop.
+Their ``typical_seconds`` (5 ms, 1 ms, 2 ms) round up what the stored plan measured over the
+example invoices (median 0.3 ms, 0.03 ms, 0.3 ms per call; a batch of large ``enviNFe`` files
+parses slower).
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ class NfeInvoice(TypedDict):
     events: list[dict[str, str | None]]
 
 
-@tool(inline=True)
+@tool(inline=True, typical_seconds=0.005)
 def nfe_parse(data: bytes, source: str = "") -> NfeDocument:
     """Parse one NF-e/NFC-e file and locate its invoices, protocols and events.
 
@@ -77,7 +80,7 @@ def nfe_parse(data: bytes, source: str = "") -> NfeDocument:
     return parse_document(data, source)
 
 
-@tool(inline=True)
+@tool(inline=True, typical_seconds=0.001)
 def nfe_invoice(document: NfeDocument, index: int = 0) -> NfeInvoice:
     """One invoice of a parsed document, ready for ``xml_select``, with its protocol and events.
 
@@ -214,7 +217,7 @@ def _validate(record: dict[str, Any], *, from_dhemi: bool = True) -> list[dict[s
     return errors
 
 
-@tool(inline=True)
+@tool(inline=True, typical_seconds=0.002)
 def nfe_record(
     source: str,
     sha256: str,

@@ -1,0 +1,300 @@
+"""A plan's estimate of cost and time, before it runs (ARCHITECTURE.md, "Brakes": "each plan
+carries its own estimate of cost and time").
+
+Per step:
+
+* **time**: the tool's duration measured in the run store (the median over its earlier
+  succeeded steps, once it has succeeded in :data:`MEASURED_MIN_RUNS` distinct runs; see
+  :meth:`plandag.store.Store.tool_durations`), else the ``typical_seconds`` the tool declares,
+  else unknown;
+* **cost**: the tool's ``cost_estimate_usd`` when it declares one; else a model-backed tool's
+  ``tokens_estimate`` priced by the run's model (``tokens_cost``); else $0 for a tool without
+  effects; a tool with effects, no cost estimate and no time estimate at all (a user's tool
+  that declares nothing) has an unknown cost (it may charge for what it does).
+
+The plan's cost is the sum of its steps' costs; its time is the critical path of the steps'
+durations (:func:`plandag.dag.graph.critical_path`). Model calls the run makes around its
+steps (:class:`ModelCallEstimate`: the planner's own calls, the joiner's) add their time, and
+their cost when one is given. A model-backed step is priced with the run's model
+(``tokens_cost``: the planner's own price table). One step without an estimate makes the
+plan's time unknown (and its cost, when that step's cost is unknown): the estimate says
+which steps, and only the absolute caps apply to the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, Literal
+
+import networkx as nx
+
+from plandag.compiler.compiled import CompiledPlan, CompiledStep
+from plandag.dag.graph import critical_path
+
+__all__ = [
+    "MEASURED_MIN_RUNS",
+    "ModelCallEstimate",
+    "PlanEstimate",
+    "StepEstimate",
+    "estimate_plan",
+    "estimate_steps",
+]
+
+MEASURED_MIN_RUNS = 5
+"""A tool's measured median replaces its declared ``typical_seconds`` once it has succeeded
+in this many distinct runs of the store."""
+
+TimeSource = Literal["measured", "declared"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepEstimate:
+    """One step's estimate.
+
+    Attributes:
+        step_id: the step.
+        tool: its tool's name.
+        cost_usd: US dollars, or None when unknown.
+        seconds: seconds, or None when unknown.
+        source: where ``seconds`` came from: ``measured`` (the run store's median),
+            ``declared`` (the tool's ``typical_seconds``), or None when unknown.
+    """
+
+    step_id: int
+    tool: str
+    cost_usd: float | None
+    seconds: float | None
+    source: TimeSource | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ModelCallEstimate:
+    """A model call the run makes beside its steps (the planner's own call, the joiner's).
+
+    Attributes:
+        label: what the call is (``planner``, ``joiner``), shown after the critical path.
+        seconds: seconds it takes; added to the plan's time.
+        cost_usd: US dollars (tokens x price) added to the plan's cost, or None for a call
+            whose cost the plan's cost does not count.
+    """
+
+    label: str
+    seconds: float
+    cost_usd: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanEstimate:
+    """What a plan is expected to cost and take.
+
+    Attributes:
+        cost_usd: US dollars: the sum of the steps' costs (and of the model calls' given
+            ones); None when a step's cost is unknown.
+        seconds: the critical path of the steps' durations plus the model calls', seconds;
+            None when a step has no time estimate.
+        critical_path: the step ids on the critical path, in order (empty when ``seconds``
+            is None or the plan has no steps).
+        unknown: steps with no time estimate (their tool declares no ``typical_seconds``
+            and was never measured), sorted.
+        unknown_cost: steps whose cost is unknown, sorted.
+        calls: the model calls counted beside the steps, in order.
+        steps: each step's estimate by id.
+    """
+
+    cost_usd: float | None
+    seconds: float | None
+    critical_path: tuple[int, ...] = ()
+    unknown: tuple[int, ...] = ()
+    unknown_cost: tuple[int, ...] = ()
+    calls: tuple[ModelCallEstimate, ...] = ()
+    steps: Mapping[int, StepEstimate] = dataclasses.field(default_factory=dict)
+
+    @property
+    def known(self) -> bool:
+        """Both the cost and the time are known."""
+        return self.cost_usd is not None and self.seconds is not None
+
+    def path_text(self) -> str:
+        """The critical path as ``1 -> 3 -> 4`` (model calls after it by label)."""
+        parts = [str(step_id) for step_id in self.critical_path]
+        parts.extend(call.label for call in self.calls)
+        return " -> ".join(parts)
+
+    def describe(self) -> str:
+        """One line for a person: ``estimated cost $0.0123, time 4.2 s (critical path 1 ->
+        3 -> 4)``; with unknowns, ``estimated cost $0.0000, time unknown: steps 3, 5 have no
+        estimate``."""
+        missing = ", ".join(map(str, self.unknown))
+        noun = "step" if len(self.unknown) == 1 else "steps"
+        verb = "has" if len(self.unknown) == 1 else "have"
+        if self.cost_usd is None and self.seconds is None:
+            return f"estimated cost and time unknown: {noun} {missing} {verb} no estimate"
+        cost = (
+            f"estimated cost ${self.cost_usd:.4f}"
+            if self.cost_usd is not None
+            else (
+                "estimated cost unknown ("
+                + ", ".join(map(str, self.unknown_cost))
+                + " may charge and declare no cost)"
+            )
+        )
+        if self.seconds is None:
+            return f"{cost}, time unknown: {noun} {missing} {verb} no estimate"
+        path = self.path_text()
+        return f"{cost}, time {_seconds(self.seconds)} s" + (
+            f" (critical path {path})" if path else ""
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        """The estimate as stored with the plan version (``plan_version.estimate``):
+        ``{"cost_usd", "seconds", "critical_path", "unknown", "unknown_cost", "calls",
+        "steps"}``, numbers in US dollars and seconds, None where unknown."""
+        return {
+            "cost_usd": self.cost_usd,
+            "seconds": self.seconds,
+            "critical_path": list(self.critical_path),
+            "unknown": list(self.unknown),
+            "unknown_cost": list(self.unknown_cost),
+            "calls": [
+                {"label": call.label, "cost_usd": call.cost_usd, "seconds": call.seconds}
+                for call in self.calls
+            ],
+            "steps": {
+                str(step_id): {
+                    "tool": item.tool,
+                    "cost_usd": item.cost_usd,
+                    "seconds": item.seconds,
+                    "source": item.source,
+                }
+                for step_id, item in sorted(self.steps.items())
+            },
+        }
+
+    def with_calls(self, calls: Sequence[ModelCallEstimate]) -> PlanEstimate:
+        """This estimate with ``calls`` added (their costs and seconds too)."""
+        if not calls:
+            return self
+        cost = self.cost_usd
+        for call in calls:
+            if cost is not None and call.cost_usd is not None:
+                cost += call.cost_usd
+        seconds = self.seconds
+        if seconds is not None:
+            seconds += sum(call.seconds for call in calls)
+        return dataclasses.replace(
+            self, cost_usd=cost, seconds=seconds, calls=(*self.calls, *calls)
+        )
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.3g}" if value < 1000 else f"{value:.0f}"
+
+
+def _step_estimate(
+    compiled_step: CompiledStep,
+    measured: Mapping[str, float],
+    tokens_cost: Callable[[int], float | None] | None,
+) -> StepEstimate:
+    tool = compiled_step.tool
+    seconds: float | None
+    source: TimeSource | None
+    if tool.name in measured:
+        seconds, source = float(measured[tool.name]), "measured"
+    elif tool.typical_seconds is not None:
+        seconds, source = tool.typical_seconds, "declared"
+    else:
+        seconds, source = None, None
+    cost: float | None
+    if tool.cost_estimate_usd:
+        cost = tool.cost_estimate_usd
+    elif tool.tokens_estimate:
+        cost = tokens_cost(tool.tokens_estimate) if tokens_cost is not None else None
+    elif tool.effects == "none" or seconds is not None:
+        cost = 0.0
+    else:
+        cost = None
+    return StepEstimate(compiled_step.id, tool.name, cost, seconds, source)
+
+
+def estimate_steps(
+    steps: Mapping[int, CompiledStep],
+    graph: nx.DiGraph,
+    *,
+    measured: Mapping[str, float] | None = None,
+    tokens_cost: Callable[[int], float | None] | None = None,
+    done: Collection[int] = (),
+    calls: Sequence[ModelCallEstimate] = (),
+) -> PlanEstimate:
+    """Estimate the steps ``steps`` (a plan's, or a replan patch's) of dependency graph
+    ``graph``.
+
+    Args:
+        steps: the compiled steps by id.
+        graph: their dependencies (edges parent -> child); nodes outside ``steps`` are
+            left out (a patch's parents that already ran).
+        measured: seconds per tool name measured in the run store
+            (:meth:`plandag.store.Store.tool_durations`); replaces declared figures.
+        tokens_cost: US dollars of a number of tokens on the run's model (None: unpriced),
+            for model-backed tools that declare ``tokens_estimate`` and no cost estimate.
+        done: steps that already succeeded (a resumed run): they count $0 and 0 s.
+        calls: model calls the run makes beside the steps (module docstring).
+
+    Returns:
+        The :class:`PlanEstimate`.
+    """
+    known_measured = measured or {}
+    finished = set(done)
+    per_step: dict[int, StepEstimate] = {}
+    for step_id, compiled_step in steps.items():
+        if step_id in finished:
+            per_step[step_id] = StepEstimate(step_id, compiled_step.tool.name, 0.0, 0.0, None)
+        else:
+            per_step[step_id] = _step_estimate(compiled_step, known_measured, tokens_cost)
+    unknown = tuple(sorted(key for key, item in per_step.items() if item.seconds is None))
+    unknown_cost = tuple(sorted(key for key, item in per_step.items() if item.cost_usd is None))
+    cost: float | None = None
+    if not unknown_cost:
+        cost = math.fsum(item.cost_usd or 0.0 for item in per_step.values())
+    seconds: float | None = None
+    path: tuple[int, ...] = ()
+    if not unknown:
+        subgraph = graph
+        if len(graph) != len(per_step) or any(node not in per_step for node in graph):
+            subgraph = nx.DiGraph()
+            subgraph.add_nodes_from(per_step)
+            subgraph.add_edges_from(
+                (parent, child) for parent, child in graph.edges(per_step) if child in per_step
+            )
+        nodes, seconds = critical_path(subgraph, lambda node: per_step[node].seconds or 0.0)
+        path = tuple(nodes)
+    estimate = PlanEstimate(
+        cost_usd=cost,
+        seconds=seconds,
+        critical_path=path,
+        unknown=unknown,
+        unknown_cost=unknown_cost,
+        steps=per_step,
+    )
+    return estimate.with_calls(calls)
+
+
+def estimate_plan(
+    compiled: CompiledPlan,
+    *,
+    measured: Mapping[str, float] | None = None,
+    tokens_cost: Callable[[int], float | None] | None = None,
+    done: Collection[int] = (),
+    calls: Sequence[ModelCallEstimate] = (),
+) -> PlanEstimate:
+    """Estimate a compiled plan: :func:`estimate_steps` over its steps and graph (arguments
+    as there)."""
+    return estimate_steps(
+        compiled.steps,
+        compiled.graph,
+        measured=measured,
+        tokens_cost=tokens_cost,
+        done=done,
+        calls=calls,
+    )
