@@ -13,7 +13,9 @@ Per step:
   that declares nothing) has an unknown cost (it may charge for what it does).
 
 The plan's cost is the sum of its steps' costs; its time is the critical path of the steps'
-durations (:func:`plandag.dag.graph.critical_path`). Model calls the run makes around its
+durations (:func:`plandag.dag.graph.critical_path`), or, when longer, the sum of its inline
+steps' durations (``inline=True`` tools run on the event loop one at a time, so a wide plan
+of them takes at least that long). Model calls the run makes around its
 steps (:class:`ModelCallEstimate`: the planner's own calls, the joiner's) add their time, and
 their cost when one is given. A model-backed step is priced with the run's model
 (``tokens_cost``: the planner's own price table). One step without an estimate makes the
@@ -96,6 +98,10 @@ class PlanEstimate:
             None when a step has no time estimate.
         critical_path: the step ids on the critical path, in order (empty when ``seconds``
             is None or the plan has no steps).
+        critical_path_seconds: the critical path's length, seconds.
+        inline_seconds: the sum of the inline steps' durations, seconds (the time they
+            hold the event loop, one at a time); ``seconds`` is at least this.
+        inline_steps: how many inline steps that sum counts.
         unknown: steps with no time estimate (their tool declares no ``typical_seconds``
             and was never measured), sorted.
         unknown_cost: steps whose cost is unknown, sorted.
@@ -106,6 +112,9 @@ class PlanEstimate:
     cost_usd: float | None
     seconds: float | None
     critical_path: tuple[int, ...] = ()
+    critical_path_seconds: float = 0.0
+    inline_seconds: float = 0.0
+    inline_steps: int = 0
     unknown: tuple[int, ...] = ()
     unknown_cost: tuple[int, ...] = ()
     calls: tuple[ModelCallEstimate, ...] = ()
@@ -143,18 +152,25 @@ class PlanEstimate:
         if self.seconds is None:
             return f"{cost}, time unknown: {noun} {missing} {verb} no estimate"
         path = self.path_text()
+        notes = []
+        if self.inline_steps and self.inline_seconds > self.critical_path_seconds:
+            notes.append(f"{self.inline_steps} inline steps, one at a time")
+        if path:
+            notes.append(f"critical path {path}")
         return f"{cost}, time {_seconds(self.seconds)} s" + (
-            f" (critical path {path})" if path else ""
+            f" ({'; '.join(notes)})" if notes else ""
         )
 
     def as_json(self) -> dict[str, Any]:
         """The estimate as stored with the plan version (``plan_version.estimate``):
-        ``{"cost_usd", "seconds", "critical_path", "unknown", "unknown_cost", "calls",
-        "steps"}``, numbers in US dollars and seconds, None where unknown."""
+        ``{"cost_usd", "seconds", "critical_path", "inline_seconds", "unknown",
+        "unknown_cost", "calls", "steps"}``, numbers in US dollars and seconds, None where
+        unknown."""
         return {
             "cost_usd": self.cost_usd,
             "seconds": self.seconds,
             "critical_path": list(self.critical_path),
+            "inline_seconds": self.inline_seconds,
             "unknown": list(self.unknown),
             "unknown_cost": list(self.unknown_cost),
             "calls": [
@@ -259,6 +275,8 @@ def estimate_steps(
         cost = math.fsum(item.cost_usd or 0.0 for item in per_step.values())
     seconds: float | None = None
     path: tuple[int, ...] = ()
+    inline_seconds = path_seconds = 0.0
+    inline_count = 0
     if not unknown:
         subgraph = graph
         if len(graph) != len(per_step) or any(node not in per_step for node in graph):
@@ -269,10 +287,24 @@ def estimate_steps(
             )
         nodes, seconds = critical_path(subgraph, lambda node: per_step[node].seconds or 0.0)
         path = tuple(nodes)
+        inline = [
+            per_step[step_id].seconds or 0.0
+            for step_id, compiled_step in steps.items()
+            if step_id not in finished
+            and compiled_step.tool.inline
+            and not compiled_step.tool.is_async
+        ]
+        inline_seconds = math.fsum(inline)
+        inline_count = len(inline)
+        path_seconds = seconds
+        seconds = max(seconds, inline_seconds)
     estimate = PlanEstimate(
         cost_usd=cost,
         seconds=seconds,
         critical_path=path,
+        critical_path_seconds=path_seconds,
+        inline_seconds=inline_seconds,
+        inline_steps=inline_count,
         unknown=unknown,
         unknown_cost=unknown_cost,
         steps=per_step,

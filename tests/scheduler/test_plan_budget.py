@@ -137,6 +137,24 @@ def test_measured_durations_replace_declared_ones() -> None:
     assert estimate.steps[2].source == "declared"
 
 
+def test_inline_steps_take_the_event_loop_one_at_a_time() -> None:
+    @tool(inline=True, typical_seconds=0.5)
+    def parse(n: int) -> int:
+        return n
+
+    plan = compiled(
+        [{"id": n, "tool": "parse", "args": {"n": n}} for n in range(1, 5)]
+        + [{"id": 5, "tool": "parse", "args": {"n": 5}, "depends_on": [1]}],
+        parse,
+    )
+    estimate = estimate_plan(plan)
+    assert (estimate.critical_path, estimate.critical_path_seconds) == ((1, 5), 1.0)
+    assert estimate.seconds == 2.5  # five inline steps of 0.5 s, one after another
+    assert estimate.describe() == (
+        "estimated cost $0.0000, time 2.5 s (5 inline steps, one at a time; critical path 1 -> 5)"
+    )
+
+
 def test_model_calls_add_to_cost_and_time() -> None:
     plan = compiled([{"id": 1, "tool": "slow", "args": {}}])
     estimate = estimate_plan(
