@@ -798,3 +798,19 @@ async def test_withdrawn_steps_never_start_and_a_replan_replaces_them() -> None:
     assert ("StepSkipped", 2) in kinds(seen)
     with pytest.raises(RuntimeError, match="the session is closed"):
         session.withdraw([2], "late")
+
+
+async def test_a_session_on_a_compiled_plan_keeps_the_step_limit_it_was_compiled_with() -> None:
+    compiled = compile_plan(
+        {"steps": [{"id": 1, "tool": "echo", "args": {"value": 1}}]}, REGISTRY, max_steps=2
+    )
+    async with open_session(compiled, REGISTRY, hold_effects=False) as session:
+        assert session.max_steps == 2
+        session.add([{"id": 2, "tool": "echo", "args": {"value": 2}}])
+        with pytest.raises(PlanError) as raised:
+            session.add([{"id": 3, "tool": "echo", "args": {"value": 3}}])
+        assert raised.value.codes == ["too_many_steps"]
+        assert raised.value.diagnostics[0].message == (
+            "the run would have 3 steps (2 already, 1 new); this run allows at most 2 (max_steps)"
+        )
+        session.seal()
