@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import anyio
+import anyio.abc
 import httpx
 
 from plandag.tools.allowlist import host_allowed
@@ -152,7 +153,7 @@ class EscalationHooks:
         argv = list(self.command)
         try:
             with anyio.fail_after(self.timeout_s):
-                process = await anyio.run_process(argv, input=payload, check=False)
+                returncode, errors = await _exchange(argv, payload)
         except TimeoutError:
             return HookOutcome(
                 "command",
@@ -167,12 +168,12 @@ class EscalationHooks:
                 f"escalation_command {argv[0]} could not start ({error.strerror or error}); "
                 "check the program's path in escalation_command",
             )
-        if process.returncode != 0:
-            errors = process.stderr.decode("utf-8", "replace").strip()[:_OUTPUT_CHARS]
+        if returncode != 0:
+            errors = errors.strip()[:_OUTPUT_CHARS]
             return HookOutcome(
                 "command",
                 False,
-                f"escalation_command {argv[0]} exited with status {process.returncode}"
+                f"escalation_command {argv[0]} exited with status {returncode}"
                 + (f": {errors}" if errors else ""),
             )
         return HookOutcome("command", True, f"escalation_command {argv[0]} exited with status 0")
@@ -241,3 +242,39 @@ def as_hooks(value: EscalationHooks | EscalationCallback | None) -> EscalationHo
     if value is None or isinstance(value, EscalationHooks):
         return value
     return EscalationHooks(callback=value)
+
+
+async def _exchange(argv: list[str], payload: bytes) -> tuple[int, str]:
+    """Run ``argv`` with ``payload`` on its standard input; return its exit status and its
+    standard error (decoded, errors replaced). A program that exits or closes its input
+    before reading all of ``payload`` is not an error here: its exit status says how it
+    went. The process is killed if the caller's cancel scope ends first."""
+    errors = bytearray()
+    async with await anyio.open_process(argv) as process:
+        assert process.stdin is not None
+        assert process.stderr is not None
+        assert process.stdout is not None
+        stdout, stderr = process.stdout, process.stderr
+
+        async def drain(stream: anyio.abc.ByteReceiveStream, keep: bool) -> None:
+            async for chunk in stream:
+                if keep and len(errors) < 4 * _OUTPUT_CHARS:
+                    errors.extend(chunk)
+
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(drain, stdout, False)
+                group.start_soon(drain, stderr, True)
+                try:
+                    await process.stdin.send(payload)
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    pass  # it stopped reading: its exit status tells the rest
+                finally:
+                    await process.stdin.aclose()
+                returncode = await process.wait()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                process.kill()
+                await process.wait()
+            raise
+    return returncode, errors.decode("utf-8", "replace")

@@ -63,6 +63,22 @@ async def test_a_command_that_fails_is_reported_not_raised(tmp_path: Path) -> No
 
 
 @pytest.mark.anyio
+async def test_a_command_that_exits_without_reading_its_input_is_reported(
+    tmp_path: Path,
+) -> None:
+    # A case larger than a pipe's buffer: writing it fails once the program has exited.
+    large = {**CASE, "padding": "x" * 1_000_000}
+    argv = write_script(tmp_path, "import sys\nsys.stderr.write('ignored the case')\nsys.exit(4)\n")
+    [outcome] = await EscalationHooks(command=argv).notify(large)
+    assert outcome == HookOutcome(
+        "command", False, f"escalation_command {argv[0]} exited with status 4: ignored the case"
+    )
+    quiet = write_script(tmp_path, "pass\n")
+    [outcome] = await EscalationHooks(command=quiet).notify(large)
+    assert outcome.ok is True
+
+
+@pytest.mark.anyio
 async def test_a_command_past_its_timeout_is_stopped(tmp_path: Path) -> None:
     argv = write_script(tmp_path, "import time\ntime.sleep(30)\n")
     [outcome] = await EscalationHooks(command=argv, timeout_s=0.3).notify(CASE)
