@@ -223,7 +223,7 @@ PlanTimeFactorOption = Annotated[
         "--plan-time-factor",
         metavar="X|none",
         help="Stop and escalate when the run takes X times the plan's estimated time (3; "
-        "never below 1 s); none lifts it.",
+        "never below 5 s); none lifts it.",
     ),
 ]
 RetriesOption = Annotated[

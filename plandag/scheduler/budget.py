@@ -36,9 +36,11 @@ DEFAULT_PLAN_COST_FACTOR = 2.0
 """A run may spend this many times its plan's estimated cost (``plan_cost_factor``)."""
 DEFAULT_PLAN_TIME_FACTOR = 3.0
 """A run may take this many times its plan's estimated time (``plan_time_factor``)."""
-MIN_PLAN_TIME_LIMIT_S = 1.0
+MIN_PLAN_TIME_LIMIT_S = 5.0
 """The plan-relative time limit is never below this many seconds: a plan estimated at a few
-milliseconds (local reads and selections) is not stopped by scheduling jitter."""
+milliseconds (local reads and selections) is not stopped by what its estimate leaves out
+(recording each step in the run store, a loaded machine, scheduling jitter); the absolute
+caps hold such runs."""
 
 _NANO = 1_000_000_000
 

@@ -205,7 +205,7 @@ class RunLimits:
             (``--plan-cost-factor``, default 2.0); None lifts it.
         plan_time_factor: likewise when its elapsed time (waiting for a person left out)
             passes this many times the plan's estimated time (``--plan-time-factor``,
-            default 3.0; never below 1 s); None lifts it. See
+            default 3.0; never below 5 s); None lifts it. See
             :mod:`plandag.scheduler.estimate`: a plan whose estimate is unknown is not held
             to either.
 
