@@ -843,10 +843,6 @@ def _print_progress(result: RunResult) -> None:
             stderr.print(f"{label}: steps {', '.join(map(str, ids))}")
     if result.stop_reason:
         stderr.print(f"stopped: {result.stop_reason}")
-    if result.escalation_detail:
-        stderr.print(
-            f"escalated ({result.escalation}): {escape(result.escalation_detail)}", highlight=False
-        )
 
 
 @app.command("tools")
