@@ -116,6 +116,7 @@ def extract_nfe(
         render_summary,
     )
     from plandag.scheduler import Budget
+    from plandag.store.store import store_json
 
     settings = _settings(
         {
@@ -210,9 +211,7 @@ def extract_nfe(
             str(record.get("source", "")),
             str(record.get("status", "")),
             record,
-            error=json.dumps(record.get("errors"), ensure_ascii=False)
-            if record.get("status") == "error"
-            else None,
+            error=store_json(record.get("errors")) if record.get("status") == "error" else None,
         )
         stored_count[0] += 1
 

@@ -20,7 +20,7 @@ from plandag.compiler.compiled import CompiledStep
 from plandag.errors import NotStartedError
 from plandag.scheduler import events
 from plandag.scheduler.result import RunResult
-from plandag.store.store import Store
+from plandag.store.store import Store, store_json
 from plandag.trace.redact import Redactor
 
 __all__ = ["StoreRecorder"]
@@ -151,7 +151,7 @@ class StoreRecorder:
                     record.duration_s,
                     inline,
                     digest,
-                    json.dumps(record.error.as_dict()) if record.error is not None else None,
+                    store_json(record.error.as_dict()) if record.error is not None else None,
                     json.dumps(record.superseded_by) if record.superseded_by else None,
                 )
             )

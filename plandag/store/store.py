@@ -62,6 +62,7 @@ __all__ = [
     "Store",
     "default_store_path",
     "open_store",
+    "store_json",
 ]
 
 BLOB_THRESHOLD_BYTES = 64 * 1024
@@ -92,9 +93,13 @@ def open_store(path: Path | str | None = None) -> Store:
     return Store(Path(path) if path is not None else default_store_path())
 
 
-def _dumps(value: Any) -> str:
-    """``value`` as the store's JSON: sealed (no secret; :mod:`plandag.store.sealing`)."""
+def store_json(value: Any) -> str:
+    """``value`` as the store's JSON text: sealed first (no secret; the rules are
+    :mod:`plandag.store.sealing`'s), compact, UTF-8 kept. Every JSON column is written so."""
     return json.dumps(seal(to_jsonable(value)), ensure_ascii=False, separators=(",", ":"))
+
+
+_dumps = store_json
 
 
 @dataclasses.dataclass(frozen=True)

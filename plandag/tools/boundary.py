@@ -422,7 +422,16 @@ class WriteBoundary:
         elif not text or "\x00" in text:
             message = f"{where}write target {text!r} is empty or holds a NUL character"
         else:
-            raise self.outside_error(target, self.resolve(target), step_id=step_id)
+            try:
+                real = self.resolve(target)
+            except OSError as error:  # a folder on the path changed while it was resolved
+                message = (
+                    f"{where}write target {text!r} could not be resolved while it was "
+                    f"checked ({error.strerror or error}): a folder on its path changed; "
+                    "refused, as outside the write boundary"
+                )
+            else:
+                raise self.outside_error(target, real, step_id=step_id)
         raise BoundaryError(message, target=text)
 
     @property

@@ -3,6 +3,9 @@ they resolve, before the tool runs; escapes fail the step and write nothing."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +14,7 @@ import pytest
 from plandag.checks import BUILTIN_CHECKS
 from plandag.compiler import compile_plan
 from plandag.errors import PlanError
-from plandag.scheduler import run_plan_sync
+from plandag.scheduler import RetryPolicy, run_plan_sync
 from plandag.tools.base import tool
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.builtins import write_json
@@ -143,3 +146,57 @@ def test_literal_escapes_are_refused_at_compile_time(layout: tuple[Path, Path], 
     assert diagnostic.step_id == 1
     assert diagnostic.message.startswith(f"write target {target!r} lies outside")
     assert not would_write.exists()
+
+
+def test_a_run_of_200_writes_holds_the_boundary_while_a_folder_is_swapped_for_a_link(
+    tmp_path: Path,
+) -> None:
+    """200 write_json steps aim at ``out/swap/...`` while threads keep swapping ``swap`` for
+    a link to ``outside``: each step succeeds inside or fails ``write_outside_boundary``,
+    and nothing (no temporary file either) ever lands outside."""
+    out = tmp_path.resolve() / "work" / "out"
+    swap = out / "swap"
+    swap.mkdir(parents=True)
+    outside = tmp_path.resolve() / "outside"
+    outside.mkdir()
+    stop = threading.Event()
+
+    def swapper(number: int) -> None:
+        parked, link = out / f"parked{number}", out / f".link{number}"
+        for _ in range(1_000_000):  # bounded; the event stops it long before
+            if stop.is_set():
+                return
+            try:
+                os.rename(swap, parked)
+            except OSError:
+                continue
+            with contextlib.suppress(OSError):
+                link.symlink_to(outside, target_is_directory=True)
+                os.rename(link, swap)
+                os.unlink(swap)
+            with contextlib.suppress(OSError):
+                os.rename(parked, swap)
+
+    steps = [
+        {"id": i, "tool": "write_json", "args": {"path": f"{swap}/f{i}.json", "data": i}}
+        for i in range(1, 201)
+    ]
+    compiled = compile_plan(
+        {"steps": steps}, REGISTRY, write_boundary=WriteBoundary.from_specs([str(out)])
+    )
+    threads = [threading.Thread(target=swapper, args=(n,)) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    try:
+        result = run_plan_sync(compiled, retry=RetryPolicy(retries=0))
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=10)
+    assert list(outside.rglob("*")) == []
+    outcomes = {(step.status, step.reason) for step in result.steps.values()}
+    odd = [(s.id, s.reason, s.detail) for s in result.steps.values() if s.reason == "tool_error"]
+    assert outcomes <= {("succeeded", None), ("failed", "write_outside_boundary")}, odd
+    for step in result.steps.values():
+        if step.status == "succeeded":
+            assert Path(step.result["path"]).name == f"f{step.id}.json"

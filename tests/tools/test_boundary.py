@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -311,3 +312,23 @@ def test_ipv6_hosts_and_default_ports(tree: Path) -> None:
     assert boundary.contains("http://[::1]/x") is False
     assert boundary.contains("http://example.org:80/x") is True
     assert boundary.contains("http://example.org:8080/x") is False
+
+
+def test_a_path_that_changes_while_it_is_resolved_is_refused(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``os.path.realpath`` itself can fail when a link vanishes between its ``lstat`` and
+    its ``readlink``: the target is refused with a boundary error, never a crash."""
+    boundary = WriteBoundary.from_specs(["out/"], base=tree)
+
+    def vanished(path: Any, *args: Any, **kwargs: Any) -> str:
+        raise FileNotFoundError(2, "No such file or directory")
+
+    monkeypatch.setattr(os.path, "realpath", vanished)
+    with pytest.raises(BoundaryError) as caught:
+        boundary.check("out/x.json", step_id=3)
+    assert str(caught.value) == (
+        "step 3: write target 'out/x.json' could not be resolved while it was checked (No "
+        "such file or directory): a folder on its path changed; refused, as outside the write "
+        "boundary"
+    )
