@@ -10,10 +10,11 @@ and blob is masked at the connection (:class:`SecretMaskingConnection`):
   the whole value as ``{"$env": "NAME"}``, a longer text as ``{"$env_text": ["Bearer ",
   {"$env": "NAME"}]}``. :func:`unseal` puts the value back from the environment when
   ``resume`` or ``approve`` reads the run again;
-* any other credential (a value under a secret-named key such as ``Authorization`` or
-  ``x-api-key``, also inside text such as ``"x-api-key": "..."`` in a response body, a
-  ``Bearer`` token, an ``sk-...`` key, a JSON Web Token;
-  :func:`plandag.trace.redact.scrub_secrets`) cannot be put back
+* any other credential (a string or number under a secret-named key such as
+  ``Authorization`` or ``x-api-key``, unless it holds a plan reference such as
+  ``"Bearer <param.token>"``, whose literal text only the text rules mask; such a
+  ``name: value`` pair inside text, as in a response body; a ``Bearer`` token, an
+  ``sk-...`` key, a JSON Web Token; :func:`plandag.trace.redact.scrub_secrets`) cannot be put back
   from anywhere and is stored as ``[secret]``; a resumed step sends ``[secret]``. Give such
   credentials through a secret environment variable (``--param token=$MY_TOKEN``) to keep
   runs resumable;
@@ -33,6 +34,7 @@ import sqlite3
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from plandag.dag.references import REFERENCE_PATTERN
 from plandag.errors import InputError
 from plandag.trace.redact import (
     SECRET_MASK,
@@ -98,11 +100,15 @@ class _Sealer:
         return value
 
     def field(self, key: str, item: Any) -> Any:
-        if item is None or not self.is_secret_key(key):
+        # Only a scalar under a secret-named key is a credential: a mapping or a list there
+        # (a plan's ``params: {"token": {"type": "string"}}``) is walked like any other.
+        if item is None or isinstance(item, Mapping | list | tuple) or not self.is_secret_key(key):
             return self.value(item)
         sealed = self.value(item)
         if isinstance(sealed, Mapping) and set(sealed) & {_ENV, _ENV_TEXT}:
             return sealed  # from the environment: restorable, and holds no secret
+        if isinstance(sealed, str) and REFERENCE_PATTERN.search(sealed):
+            return sealed  # a plan's template ("Bearer <param.token>"), text rules applied
         return SECRET_MASK
 
     def item(self, item: Any) -> Any:

@@ -3,6 +3,7 @@ trace; and a run that used one is still resumed, the secret put back from the en
 
 from __future__ import annotations
 
+import gc
 import http.server
 import json
 import threading
@@ -84,6 +85,7 @@ def plandag(*args: str) -> tuple[int, str, str]:
 def assert_nowhere(store: Path, *texts: str) -> None:
     """No needle in the texts given (outputs) nor in any file of the store's folder: the
     database with its WAL, the blobs, the traces."""
+    gc.collect()  # a connection an interrupted command left open checkpoints its WAL now
     for text in texts:
         for needle in NEEDLES:
             assert needle not in text
@@ -314,3 +316,52 @@ def test_resume_puts_the_secret_back_into_stored_results(
         store.close()
     assert step_2.result == {"$env_text": ["got ", {"$env": "SERVICE_API_TOKEN"}]}
     assert_nowhere(environment, stdout, resumed, stderr)
+
+
+def test_a_secret_param_is_stored_by_name_and_the_approval_sends_it(
+    tmp_path: Path, environment: Path, echo: tuple[str, list[dict[str, str | None]]]
+) -> None:
+    url, seen = echo
+    plan = {
+        "params": {"token": {"type": "string"}},
+        "steps": [
+            {
+                "id": 1,
+                "tool": "http_get",
+                "args": {"url": url, "headers": {"Authorization": "Bearer <param.token>"}},
+            },
+            {
+                "id": 2,
+                "tool": "write_json",
+                "args": {"path": "out/a.json", "data": 1},
+                "depends_on": [1],
+            },
+        ],
+    }
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan), encoding="utf-8")
+    code, stdout, stderr = plandag(
+        "exec", str(path), "--param", f"token={SECRET}", "--approve", "never", "--json"
+    )
+    assert code == 4, stderr
+    run_id = json.loads(stdout)["run_id"]
+    store = open_store(environment)
+    try:
+        assert store.run(run_id).params == {"token": {"$env": "SERVICE_API_TOKEN"}}
+    finally:
+        store.close()
+    code, approved, stderr = plandag("approve", run_id, "--json")
+    assert code == 0, stderr
+    assert seen[-1]["authorization"] == f"Bearer {SECRET}"
+    assert_nowhere(environment, stdout, approved, stderr)
+
+
+def test_seal_keeps_what_a_plan_needs_under_secret_named_keys() -> None:
+    plan = {
+        "params": {"token": {"type": "string"}},  # a declaration, not a credential
+        "args": {"Authorization": "Bearer <param.token>", "password": 12345678},
+    }
+    assert seal(plan, {}) == {
+        "params": {"token": {"type": "string"}},
+        "args": {"Authorization": "Bearer <param.token>", "password": "[secret]"},
+    }
