@@ -26,10 +26,14 @@ NEEDLES = (SECRET, LITERAL, MODEL_KEY)
 
 
 class Echo(http.server.BaseHTTPRequestHandler):
-    """Answers every GET with the credentials it was sent, as JSON (so they come back in
-    the step's result too)."""
+    """Answers every GET and POST with the credentials it was sent, as JSON (so they come
+    back in the step's result too)."""
 
     seen: list[dict[str, str | None]]
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.do_GET()
 
     def do_GET(self) -> None:
         headers = {
@@ -82,6 +86,12 @@ def plandag(*args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
+def boundary(url: str) -> list[str]:
+    """``--write-boundary`` for the working directory and the echo server's host."""
+    host = url.rsplit("/", 1)[0]
+    return ["--write-boundary", ".", "--write-boundary", host]
+
+
 def assert_nowhere(store: Path, *texts: str) -> None:
     """No needle in the texts given (outputs) nor in any file of the store's folder: the
     database with its WAL, the blobs, the traces."""
@@ -99,13 +109,16 @@ def assert_nowhere(store: Path, *texts: str) -> None:
 
 
 def exec_plan(url: str) -> dict[str, Any]:
+    """Step 1 POSTs with the credentials (an effect: it waits for the approval), step 2
+    writes what came back."""
     return {
         "goal": "who am I",
         "steps": [
             {
                 "id": 1,
-                "tool": "http_get",
+                "tool": "http_post",
                 "args": {
+                    "json": {"hello": 1},
                     "url": url,
                     "headers": {"Authorization": f"Bearer {SECRET}", "X-Api-Key": LITERAL},
                 },
@@ -129,22 +142,23 @@ def test_exec_and_approve_print_and_store_no_secret_and_the_approval_resends_it(
     plan.write_text(json.dumps(exec_plan(url)), encoding="utf-8")
     outputs: list[str] = []
 
-    code, stdout, stderr = plandag("exec", str(plan), "--approve", "never", "--json")
+    code, stdout, stderr = plandag(
+        "exec", str(plan), *boundary(url), "--approve", "never", "--json"
+    )
     outputs += [stdout, stderr]
     assert code == 4, stderr
+    assert seen == []  # nothing sent before the approval
     run_id = json.loads(stdout)["run_id"]
     assert_nowhere(environment, *outputs)
-    # the effect-free request ran while the approval was pending, with the plan as given
-    assert seen == [{"authorization": f"Bearer {SECRET}", "x-api-key": LITERAL}]
 
-    # the approval compiles the stored plan again (the secret comes back from the
-    # environment) and goes on from the stored result: the request is not sent again
+    # the approval compiles the stored plan again: the secret comes back from the environment
     code, stdout, stderr = plandag("approve", run_id, "--json")
     outputs += [stdout, stderr]
     assert code == 0, stderr
     document = json.loads(stdout)
     assert document["status"] == "succeeded"
-    assert len(seen) == 1
+    # the secret from the environment is sent again; the literal key could not be kept
+    assert seen == [{"authorization": f"Bearer {SECRET}", "x-api-key": "[secret]"}]
     written = json.loads((tmp_path / "out" / "seen.json").read_text(encoding="utf-8"))
     assert written["you_sent"]["authorization"] == f"Bearer {SECRET}"  # the real file: kept
     assert "[secret]" in json.dumps(document["steps"][0]["result"])  # shown masked
@@ -173,7 +187,7 @@ def test_exec_plain_output_masks_the_secret(
     url, seen = echo
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(exec_plan(url)), encoding="utf-8")
-    code, stdout, stderr = plandag("exec", str(plan), "--approve", "auto")
+    code, stdout, stderr = plandag("exec", str(plan), *boundary(url), "--approve", "auto")
     assert code == 0, stderr
     assert seen == [{"authorization": f"Bearer {SECRET}", "x-api-key": LITERAL}]
     assert "[secret]" in stdout
@@ -189,7 +203,7 @@ def test_approve_without_the_variable_says_which_one_to_set(
     url, _ = echo
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(exec_plan(url)), encoding="utf-8")
-    code, stdout, _ = plandag("exec", str(plan), "--approve", "never", "--json")
+    code, stdout, _ = plandag("exec", str(plan), *boundary(url), "--approve", "never", "--json")
     assert code == 4
     run_id = json.loads(stdout)["run_id"]
     monkeypatch.delenv("SERVICE_API_TOKEN")
@@ -327,7 +341,7 @@ def test_a_secret_param_is_stored_by_name_and_the_approval_sends_it(
         "steps": [
             {
                 "id": 1,
-                "tool": "http_get",
+                "tool": "http_post",
                 "args": {"url": url, "headers": {"Authorization": "Bearer <param.token>"}},
             },
             {
@@ -341,18 +355,20 @@ def test_a_secret_param_is_stored_by_name_and_the_approval_sends_it(
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan), encoding="utf-8")
     code, stdout, stderr = plandag(
-        "exec", str(path), "--param", f"token={SECRET}", "--approve", "never", "--json"
+        "exec", str(path), *boundary(url), "--param", f"token={SECRET}", "--approve", "never"
     )
     assert code == 4, stderr
-    run_id = json.loads(stdout)["run_id"]
+    assert seen == []
     store = open_store(environment)
     try:
+        (run,) = store.runs()
+        run_id = run.run_id
         assert store.run(run_id).params == {"token": {"$env": "SERVICE_API_TOKEN"}}
     finally:
         store.close()
     code, approved, stderr = plandag("approve", run_id, "--json")
     assert code == 0, stderr
-    assert seen[-1]["authorization"] == f"Bearer {SECRET}"
+    assert seen == [{"authorization": f"Bearer {SECRET}", "x-api-key": None}]
     assert_nowhere(environment, stdout, approved, stderr)
 
 
