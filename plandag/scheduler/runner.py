@@ -171,7 +171,16 @@ def _down_error(down: DownDependency) -> DependencyDownError:
 
 def _local_paths(targets: Iterable[str]) -> list[str]:
     """The real paths of the local files among write targets (URLs left out)."""
-    return [os.path.realpath(target) for target in targets if "://" not in target]
+    return [_real_path(target) for target in targets if "://" not in target]
+
+
+def _real_path(path: str) -> str:
+    """``os.path.realpath(path)``, or the absolute path when a link on it changes while it
+    is resolved (``realpath`` then raises; the write itself checks the boundary again)."""
+    try:
+        return os.path.realpath(path)
+    except OSError:
+        return os.path.abspath(path)
 
 
 def _positive_or_none(name: str, value: float | None) -> None:
@@ -427,7 +436,7 @@ class _Run:
         if tool.reads is None:
             return True
         path = args.get(tool.reads)
-        return not isinstance(path, str) or os.path.realpath(path) not in self.clean_files
+        return not isinstance(path, str) or _real_path(path) not in self.clean_files
 
     # -- events --------------------------------------------------------------------------
 

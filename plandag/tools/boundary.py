@@ -402,16 +402,30 @@ class WriteBoundary:
             BoundaryError: the target escapes (by ``..``, an absolute path, a symlink, another
                 host, port or scheme) or cannot be parsed.
         """
+        is_path = not (isinstance(target, str) and is_url(target))
+        text = os.fspath(target)
+        if is_path and text and "\x00" not in text:
+            # Resolved once: the answer and the path returned (or named) are the same one.
+            try:
+                real = self.resolve(target)
+            except (OSError, ValueError) as error:  # a folder on it changed meanwhile
+                where = f"step {step_id}: " if step_id is not None else ""
+                raise BoundaryError(
+                    f"{where}write target {text!r} could not be resolved while it was "
+                    f"checked ({getattr(error, 'strerror', None) or error}): a folder on its "
+                    "path changed; refused, as outside the write boundary",
+                    target=text,
+                ) from None
+            if self.allows_real(real):
+                return real
+            raise self.outside_error(target, real, step_id=step_id)
         if self.contains(target):
-            if isinstance(target, str) and is_url(target):
-                return target
-            return self.resolve(target)
+            return text  # a URL (a path inside returned above)
         where = f"step {step_id}: " if step_id is not None else ""
         hint = "write inside it or widen it with --write-boundary"
-        text = os.fspath(target)
-        if isinstance(target, str) and is_url(target):
+        if not is_path:
             try:
-                _parse_url(target)
+                _parse_url(text)
             except ValueError as error:
                 message = f"{where}write target {text!r} is refused: {error}"
             else:
@@ -419,19 +433,8 @@ class WriteBoundary:
                     f"{where}write target {text!r} is not on an allowed host of the write "
                     f"boundary ({self.describe()}); {hint}"
                 )
-        elif not text or "\x00" in text:
-            message = f"{where}write target {text!r} is empty or holds a NUL character"
         else:
-            try:
-                real = self.resolve(target)
-            except OSError as error:  # a folder on the path changed while it was resolved
-                message = (
-                    f"{where}write target {text!r} could not be resolved while it was "
-                    f"checked ({error.strerror or error}): a folder on its path changed; "
-                    "refused, as outside the write boundary"
-                )
-            else:
-                raise self.outside_error(target, real, step_id=step_id)
+            message = f"{where}write target {text!r} is empty or holds a NUL character"
         raise BoundaryError(message, target=text)
 
     @property

@@ -35,6 +35,7 @@ import dataclasses
 import errno
 import os
 import secrets
+import stat
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -92,6 +93,14 @@ def _refuse_outside(
 def _close(stack: list[_Folder]) -> None:
     for folder in stack:
         os.close(folder.descriptor)
+
+
+def _is_folder(name: str, folder: _Folder) -> bool:
+    """Whether ``name`` in ``folder`` is a folder itself (not a link to one) right now."""
+    try:
+        return stat.S_ISDIR(os.stat(name, dir_fd=folder.descriptor, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
 
 
 def _reach(
@@ -167,13 +176,14 @@ def _reach(
                     try:
                         link = os.readlink(name, dir_fd=folder.descriptor)
                     except OSError as error:
-                        if error.errno == errno.EINVAL:  # neither a folder nor a link
-                            raise NotADirectoryError(
+                        if error.errno == errno.EINVAL and not _is_folder(name, folder):
+                            raise NotADirectoryError(  # neither a folder nor a link
                                 errno.ENOTDIR, f"{_child(folder.real, name)} is not a folder"
                             ) from None
-                        if error.errno != errno.ENOENT:
+                        if error.errno not in (errno.EINVAL, errno.ENOENT):
                             raise
-                        retries += 1  # it vanished between the two calls: look again
+                        # it vanished, or became a folder, between the two calls: look again
+                        retries += 1
                         if retries > _MAX_RETRIES:
                             raise
                         pending.appendleft(name)
