@@ -4,6 +4,11 @@ The data flows one way: plan JSON → :class:`Plan` → :func:`compile_plan` →
 :class:`CompiledPlan` → :func:`run_plan` → :class:`RunResult`.
 """
 
+from plandag.approval.gate import ApprovalRequest as ApprovalRequest
+from plandag.approval.gate import ApprovalRequiredError as ApprovalRequiredError
+from plandag.approval.gate import Decision as Decision
+from plandag.brakes import JOB_BRAKES as JOB_BRAKES
+from plandag.brakes import UNLIMITED as UNLIMITED
 from plandag.checks.base import CheckDefinition as CheckDefinition
 from plandag.checks.base import CheckOutcome as CheckOutcome
 from plandag.checks.base import check as check
@@ -41,13 +46,17 @@ from plandag.tools.registry import default_registry as default_registry
 
 __version__ = "0.1.0"
 
-__all__ = [
+__all__ = [  # noqa: RUF022 (sorted by code point, as tests/test_exported_members.py checks)
+    "ApprovalRequest",
+    "ApprovalRequiredError",
     "BoundaryError",
     "CheckDefinition",
     "CheckFailedError",
     "CheckOutcome",
     "CompiledPlan",
+    "Decision",
     "Diagnostic",
+    "JOB_BRAKES",
     "NotStartedError",
     "PermanentStepError",
     "Plan",
@@ -66,6 +75,7 @@ __all__ = [
     "Tool",
     "ToolContext",
     "TransientStepError",
+    "UNLIMITED",
     "WriteBoundary",
     "__version__",
     "check",

@@ -10,6 +10,13 @@ Precedence, lowest first (issue 3, "Configuration"):
 ``plandag config`` prints the effective values and the source of each. Keys use the flags'
 names with ``_`` or ``-`` (``max_seconds`` or ``max-seconds``). An unknown key or a value of
 the wrong type is an error naming the file, the key and what is expected.
+
+The brakes (``max_cost``, ``max_tokens``, ``max_seconds``, ``stall_after``,
+``stop_on_stall``) default to the job's row of :data:`plandag.brakes.JOB_BRAKES`
+(:func:`load_settings`'s ``job``); a file's value replaces the default of every job. A brake
+is lifted with the string ``"none"`` (``max_cost = "none"``), as ``--max-cost none`` does on
+the command line; it is then :data:`~plandag.brakes.UNLIMITED` in :class:`Settings`.
+``false`` or ``0`` do not lift anything (``false`` is refused, ``0`` is a cap of zero).
 """
 
 from __future__ import annotations
@@ -22,10 +29,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from plandag.brakes import DEFAULT_PLANNER_MAX_TOKENS, JOB_BRAKES, LIFT, UNLIMITED, Unlimited
 from plandag.compiler.limits import DEFAULT_MAX_STEPS
 from plandag.errors import InputError
 
-__all__ = ["SETTINGS", "Setting", "Settings", "load_settings"]
+__all__ = ["BRAKE_SETTINGS", "SETTINGS", "Setting", "Settings", "load_settings", "shown"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -42,6 +50,7 @@ class Setting:
         strict: the value must be greater than ``minimum``, not equal to it.
         nullable: the text ``none`` (any case), in a file or as the flag's value, lifts
             the setting (its value is then None).
+        liftable: the string ``"none"`` lifts it (:data:`~plandag.brakes.UNLIMITED`).
     """
 
     name: str
@@ -52,19 +61,36 @@ class Setting:
     minimum: float | None = None
     strict: bool = False
     nullable: bool = False
+    liftable: bool = False
 
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(
         "max_seconds",
         float,
-        None,
-        "wall-clock cap for a run, seconds from its start",
+        JOB_BRAKES["exec"].max_seconds,
+        'wall-clock cap for a run, seconds from its start ("none" lifts it)',
         minimum=0.0,
         strict=True,
+        liftable=True,
     ),
-    Setting("max_cost", float, None, "cost cap per run, US dollars", minimum=0.0),
-    Setting("max_tokens", int, None, "token cap per run", minimum=0),
+    Setting(
+        "max_cost",
+        float,
+        JOB_BRAKES["exec"].max_cost_usd,
+        'cost cap per run (per batch for extract), US dollars, priced models only ("none" '
+        "lifts it)",
+        minimum=0.0,
+        liftable=True,
+    ),
+    Setting(
+        "max_tokens",
+        int,
+        JOB_BRAKES["exec"].max_tokens,
+        'token cap per run (per batch for extract), every model ("none" lifts it)',
+        minimum=0,
+        liftable=True,
+    ),
     Setting("max_concurrency", int, None, "steps at once across a run", minimum=1),
     Setting(
         "max_steps",
@@ -95,12 +121,26 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "stall_after",
         float,
-        None,
-        "seconds without a finished step that make a stall",
+        JOB_BRAKES["exec"].stall_after,
+        'seconds without a finished step that make a stall ("none": no stall detection)',
         minimum=0.0,
         strict=True,
+        liftable=True,
     ),
-    Setting("stop_on_stall", bool, False, "stop the run at the first stall"),
+    Setting(
+        "stop_on_stall",
+        bool,
+        JOB_BRAKES["exec"].stop_on_stall,
+        "stop the run at the first stall (false: report stalls only)",
+    ),
+    Setting(
+        "planner_max_tokens",
+        int,
+        DEFAULT_PLANNER_MAX_TOKENS,
+        "output tokens a planning call may take (reserved against the caps before it is "
+        "sent; 4096 is three times the largest plan measured, see plandag.brakes)",
+        minimum=1,
+    ),
     Setting(
         "breaker_after",
         int,
@@ -193,16 +233,26 @@ SETTINGS: tuple[Setting, ...] = (
     ),
 )
 _BY_NAME = {setting.name: setting for setting in SETTINGS}
+BRAKE_SETTINGS: dict[str, str] = {
+    "max_cost": "max_cost_usd",
+    "max_tokens": "max_tokens",
+    "max_seconds": "max_seconds",
+    "stall_after": "stall_after",
+    "stop_on_stall": "stop_on_stall",
+}
+"""Settings that are brakes: setting name → field of :class:`plandag.brakes.JobBrakes`."""
 _KIND_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 
 
 @dataclasses.dataclass
 class Settings:
     """Effective settings: ``values[name]`` and ``sources[name]`` (``default``, a file, or
-    ``--flag``)."""
+    ``--flag``); ``job``: whose brakes the defaults are. A lifted brake's value is
+    :data:`~plandag.brakes.UNLIMITED`."""
 
     values: dict[str, Any]
     sources: dict[str, str]
+    job: str = "exec"
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
@@ -217,7 +267,7 @@ class Settings:
                 continue
             values[name] = _lifted(_BY_NAME[name], value)
             sources[name] = "--" + name.replace("_", "-")
-        return Settings(values, sources)
+        return Settings(values, sources, self.job)
 
     def as_rows(self) -> list[tuple[str, Any, str]]:
         """``(name, value, source)`` for every setting, in declaration order."""
@@ -247,6 +297,8 @@ def _coerce(setting: Setting, value: Any, where: str) -> Any:
 
     def one(item: Any) -> Any:
         kind = setting.kind
+        if setting.liftable and isinstance(item, str) and item.strip().lower() == LIFT:
+            return UNLIMITED
         if kind is bool:
             if isinstance(item, bool):
                 return item
@@ -260,8 +312,9 @@ def _coerce(setting: Setting, value: Any, where: str) -> Any:
                 return float(item)
         elif isinstance(item, str):
             return item
+        lift = ' or "none" to lift it' if setting.liftable else ""
         raise InputError(
-            f"{where}: {setting.name} must be {_KIND_NAMES[kind]}, got {item!r}; "
+            f"{where}: {setting.name} must be {_KIND_NAMES[kind]}{lift}, got {item!r}; "
             f"see `plandag config` for every setting"
         )
 
@@ -310,11 +363,13 @@ def _nearest(start: Path, name: str) -> Path | None:
     return None
 
 
-def load_settings(start: Path | None = None) -> Settings:
+def load_settings(start: Path | None = None, *, job: str = "exec") -> Settings:
     """The defaults overlaid by the project's files found from ``start`` upwards.
 
     Args:
         start: the folder to search from (default: the working directory).
+        job: whose default brakes apply (a key of :data:`plandag.brakes.JOB_BRAKES`:
+            ``exec``, ``run``, ``extract nfe``...).
 
     Returns:
         The effective settings before command-line flags (add them with
@@ -326,6 +381,9 @@ def load_settings(start: Path | None = None) -> Settings:
     """
     folder = (start or Path.cwd()).resolve()
     values = {setting.name: setting.default for setting in SETTINGS}
+    row = JOB_BRAKES[job]
+    for name, field in BRAKE_SETTINGS.items():
+        values[name] = getattr(row, field)
     sources = {setting.name: "default" for setting in SETTINGS}
     pyproject = _nearest(folder, "pyproject.toml")
     if pyproject is not None:
@@ -352,4 +410,9 @@ def load_settings(start: Path | None = None) -> Settings:
                 )
         for key, value in _read_table(own, table, "").items():
             values[key], sources[key] = value, str(own)
-    return Settings(values, sources)
+    return Settings(values, sources, job)
+
+
+def shown(value: Any) -> Any:
+    """A setting's value for display and JSON: a lifted brake is ``"none"``."""
+    return LIFT if isinstance(value, Unlimited) else value

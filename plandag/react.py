@@ -325,13 +325,9 @@ class ReactAgent:
             The :class:`ReactResult`; never raises for a failed call or tool (the result
             says what happened).
         """
-        budget = (
-            self.budget
-            if self.budget is not None
-            else Budget(self.limits.max_cost_usd, self.limits.max_tokens)
-        )
+        budget = self.budget if self.budget is not None else self.limits.budget()
         started = time.monotonic()
-        max_seconds = self.limits.max_seconds
+        max_seconds = self.limits.seconds_cap
         deadline = None if max_seconds is None else started + max_seconds
         messages: list[ChatMessage] = [
             {"role": "user", "content": react_user_prompt(goal, context, params)}

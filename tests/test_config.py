@@ -7,13 +7,16 @@ from pathlib import Path
 
 import pytest
 
+from plandag.brakes import JOB_BRAKES, UNLIMITED
 from plandag.config import SETTINGS, Settings, load_settings
 from plandag.errors import InputError
+from plandag.scheduler import RunLimits
 
 DEFAULTS = {
-    "max_seconds": None,
-    "max_cost": None,
-    "max_tokens": None,
+    # brakes are on by default (plandag.brakes.JOB_BRAKES, the exec row)
+    "max_seconds": 900.0,
+    "max_cost": 1.0,
+    "max_tokens": 200_000,
     "max_concurrency": None,
     "max_steps": 500,
     "retries": 2,
@@ -21,8 +24,9 @@ DEFAULTS = {
     "http_allow": None,
     "heartbeat": None,
     "heartbeat_every": 10.0,
-    "stall_after": None,
-    "stop_on_stall": False,
+    "stall_after": 120.0,
+    "stop_on_stall": True,
+    "planner_max_tokens": 4096,
     "breaker_after": 3,
     "max_blocked": 3,
     "total_replan_below": None,
@@ -75,7 +79,7 @@ def test_tool_plandag_in_pyproject(project: Path) -> None:
     pyproject = write(
         project / "pyproject.toml",
         '[project]\nname = "x"\n\n[tool.plandag]\nmax_seconds = 60\nretries = 5\n'
-        'write_boundary = "out/"\nstop_on_stall = true\nstall_after = 2.5\n',
+        'write_boundary = "out/"\nstop_on_stall = false\nstall_after = 2.5\n',
     )
     settings = load_settings()
     source = f"{pyproject} [tool.plandag]"
@@ -84,7 +88,7 @@ def test_tool_plandag_in_pyproject(project: Path) -> None:
         "max_seconds": 60.0,
         "retries": 5,
         "write_boundary": ["out/"],
-        "stop_on_stall": True,
+        "stop_on_stall": False,
         "stall_after": 2.5,
     }
     assert isinstance(settings["max_seconds"], float)
@@ -196,10 +200,11 @@ def test_unknown_key_in_plandag_toml_with_hyphen_and_without_a_near_name(project
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ('max_seconds = "10"', "max_seconds must be a number, got '10'"),
+        ('max_seconds = "10"', "max_seconds must be a number or \"none\" to lift it, got '10'"),
         ("retries = true", "retries must be an integer, got True"),
         ("jobs = 2.5", "jobs must be an integer, got 2.5"),
-        ("max_cost = false", "max_cost must be a number, got False"),
+        # false does not lift a brake: "none" does
+        ("max_cost = false", 'max_cost must be a number or "none" to lift it, got False'),
         ("stop_on_stall = 1", "stop_on_stall must be true or false, got 1"),
         ("heartbeat = 3", "heartbeat must be a string, got 3"),
         ('write_boundary = ["out/", 3]', "write_boundary must be a string, got 3"),
@@ -350,3 +355,79 @@ def test_a_plan_factor_must_be_positive(project: Path) -> None:
     write(project / "plandag.toml", 'plan_time_factor = "never"\n')
     with pytest.raises(InputError, match="plan_time_factor must be a number"):
         load_settings()
+
+
+def test_none_lifts_a_brake_in_a_file(project: Path) -> None:
+    own = write(
+        project / "plandag.toml",
+        'max_cost = "none"\nmax_tokens = "NONE"\nmax_seconds = "none"\nstall_after = "none"\n',
+    )
+    settings = load_settings()
+    assert (
+        settings["max_cost"],
+        settings["max_tokens"],
+        settings["max_seconds"],
+        settings["stall_after"],
+    ) == (UNLIMITED, UNLIMITED, UNLIMITED, UNLIMITED)
+    assert settings.sources["max_cost"] == str(own)
+    # a lifted brake reaches the runner as UNLIMITED
+    limits = RunLimits(
+        max_seconds=settings["max_seconds"],
+        max_cost_usd=settings["max_cost"],
+        max_tokens=settings["max_tokens"],
+        stall_after=settings["stall_after"],
+    )
+    assert (limits.seconds_cap, limits.cost_cap, limits.token_cap, limits.stall_cap) == (
+        None,
+        None,
+        None,
+        None,
+    )
+
+
+def test_none_does_not_lift_settings_that_are_not_brakes(project: Path) -> None:
+    own = write(project / "plandag.toml", 'retries = "none"\n')
+    with pytest.raises(InputError) as caught:
+        load_settings()
+    assert str(caught.value) == (
+        f"{own}: retries must be an integer, got 'none'; see `plandag config` for every setting"
+    )
+
+
+def test_each_job_has_its_own_default_brakes(project: Path) -> None:
+    batch = load_settings(job="extract nfe")
+    assert (
+        batch["max_cost"],
+        batch["max_tokens"],
+        batch["max_seconds"],
+        batch["stall_after"],
+        batch["stop_on_stall"],
+    ) == (5.0, 1_000_000, UNLIMITED, 300.0, True)
+    run = load_settings(job="run")
+    assert (run["max_cost"], run["max_tokens"], run["max_seconds"], run["stall_after"]) == (
+        1.0,
+        200_000,
+        900.0,
+        120.0,
+    )
+    # a file changes the default of every job
+    write(project / "plandag.toml", "max_cost = 3\n")
+    assert load_settings(job="extract nfe")["max_cost"] == 3.0
+    assert load_settings(job="exec")["max_cost"] == 3.0
+
+
+def test_the_table_holds_every_job_of_the_brakes_table() -> None:
+    rows = {
+        job: (row.max_cost_usd, row.max_tokens, row.max_seconds, row.stall_after, row.boundary)
+        for job, row in JOB_BRAKES.items()
+    }
+    assert rows == {
+        "exec": (1.0, 200_000, 900.0, 120.0, "working directory"),
+        "run": (1.0, 200_000, 900.0, 120.0, "working directory"),
+        "python": (1.0, 200_000, 900.0, 120.0, "working directory"),
+        "research": (2.0, 500_000, 1800.0, 120.0, "report's folder"),
+        "extract nfe": (5.0, 1_000_000, UNLIMITED, 300.0, "output's folder"),
+        "extract contracts": (20.0, 5_000_000, UNLIMITED, 300.0, "output's folder"),
+    }
+    assert all(row.stop_on_stall for row in JOB_BRAKES.values())
+    assert RunLimits() == RunLimits.for_job("python")

@@ -5,6 +5,9 @@ from plandag.approval.gate import (
     DEFAULT_EXPIRY_S,
     ApprovalMode,
     ApprovalRequest,
+    ApprovalRequiredError,
+    ApproveArgument,
+    ApprovedElsewhere,
     Approver,
     CallbackApprover,
     Decision,
@@ -16,7 +19,9 @@ from plandag.approval.gate import (
     boundary_spec,
     compiled_plan_hash,
     current_user,
+    effect_summary,
     plan_hash,
+    resolve_approve,
     tainted_egress_steps,
 )
 
@@ -24,6 +29,9 @@ __all__ = [
     "DEFAULT_EXPIRY_S",
     "ApprovalMode",
     "ApprovalRequest",
+    "ApprovalRequiredError",
+    "ApproveArgument",
+    "ApprovedElsewhere",
     "Approver",
     "CallbackApprover",
     "Decision",
@@ -35,6 +43,8 @@ __all__ = [
     "boundary_spec",
     "compiled_plan_hash",
     "current_user",
+    "effect_summary",
     "plan_hash",
+    "resolve_approve",
     "tainted_egress_steps",
 ]

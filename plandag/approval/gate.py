@@ -53,6 +53,9 @@ __all__ = [
     "DEFAULT_EXPIRY_S",
     "ApprovalMode",
     "ApprovalRequest",
+    "ApprovalRequiredError",
+    "ApproveArgument",
+    "ApprovedElsewhere",
     "Approver",
     "CallbackApprover",
     "Decision",
@@ -65,7 +68,9 @@ __all__ = [
     "compiled_plan_hash",
     "current_user",
     "downstream",
+    "effect_summary",
     "plan_hash",
+    "resolve_approve",
     "tainted_egress_steps",
 ]
 
@@ -88,6 +93,12 @@ class InvalidDecisionError(PlandagError, ValueError):
     """A step-by-step decision that cannot apply to the plan it answers: a step that does
     not exist, one both rejected and edited, an edit that is not a JSON object or does not
     compile, a step that has already started, or per-step choices on a rejection."""
+
+
+class ApprovalRequiredError(PlandagError, ValueError):
+    """A plan with effects was given to :func:`plandag.run_plan` or an
+    :class:`~plandag.planner.agent.Agent` without ``approve=``; raised before anything
+    runs. Pass an approver, ``"auto"`` or ``"never"`` (read-only plans need none)."""
 
 
 def boundary_spec(boundary: WriteBoundary | None) -> dict[str, list[str]] | None:
@@ -469,6 +480,80 @@ class CallbackApprover:
             answer = await answer
         assert isinstance(answer, Decision)
         return answer
+
+
+class ApprovedElsewhere:
+    """An approver for a plan already decided on outside the run (the run store's gate in
+    ``plandag exec``, ``approve``, ``resume``): it approves the request it is given,
+    recording ``who``. Use it only where a decision bound to this plan was taken already.
+
+    Args:
+        who: the name recorded as the decider.
+    """
+
+    def __init__(self, who: str = "approved beforehand") -> None:
+        self.who = who
+
+    async def __call__(self, request: ApprovalRequest) -> Decision:
+        return Decision(True, request.plan_hash, who=self.who)
+
+
+ApproveArgument = (
+    Approver | Callable[[ApprovalRequest], "Decision | Awaitable[Decision]"] | ApprovalMode
+)
+"""What ``approve=`` takes in Python (:func:`plandag.run_plan`,
+:class:`~plandag.planner.agent.Agent`): an approver (anything called with an
+:class:`ApprovalRequest` that returns a :class:`Decision`, sync or async), ``"auto"``
+(``write`` effects approved, ``irreversible`` ones need an approver: without one the run
+ends ``awaiting_approval``), or ``"never"`` (nothing with effects is approved: such a plan
+ends ``awaiting_approval``). ``"ask"`` is kept for ``Agent(approve="ask", approver=...)``."""
+
+
+def resolve_approve(
+    approve: ApproveArgument, approver: Approver | None = None
+) -> tuple[ApprovalMode, Approver | None]:
+    """``approve=`` (and an ``approver=``, for the older ``Agent`` spelling) as a mode and
+    an approver.
+
+    Returns:
+        ``("ask", approver)`` for an approver; ``(mode, approver)`` for a mode.
+
+    Raises:
+        ValueError: an unknown mode, or an approver given twice.
+    """
+    if isinstance(approve, str):
+        if approve not in ("ask", "auto", "never"):
+            raise ValueError(
+                f"approve={approve!r}: pass an approver (a callable taking an ApprovalRequest "
+                'and returning a Decision), "auto" or "never"'
+            )
+        return approve, approver
+    if approver is not None:
+        raise ValueError("approve= is already an approver: leave approver= out")
+    if not callable(approve):
+        raise ValueError(f"approve={approve!r} is neither an approver nor a mode")
+    if inspect.iscoroutinefunction(approve) or inspect.iscoroutinefunction(
+        getattr(approve, "__call__", None)  # noqa: B004 (an object with an async __call__)
+    ):
+        return "ask", approve  # type: ignore[return-value]
+    return "ask", CallbackApprover(approve)
+
+
+def effect_summary(steps: Mapping[int, CompiledStep]) -> str:
+    """The steps with effects or a tainted egress, in words: ``2: write_json [write], 5:
+    http_post [irreversible]``, ``3: http_get [tainted egress]`` (the first five, then a
+    count)."""
+    marked = [
+        f"{step_id}: {steps[step_id].tool.name} ["
+        + (steps[step_id].tool.effects if steps[step_id].tool.effects != "none" else "")
+        + (", " if steps[step_id].tool.effects != "none" and steps[step_id].tainted_egress else "")
+        + ("tainted egress" if steps[step_id].tainted_egress else "")
+        + "]"
+        for step_id in sorted(steps)
+        if steps[step_id].tool.effects != "none" or steps[step_id].tainted_egress
+    ]
+    shown = ", ".join(marked[:5])
+    return shown + (f" and {len(marked) - 5} more" if len(marked) > 5 else "")
 
 
 class TerminalApprover:

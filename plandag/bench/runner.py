@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from plandag.bench.simulator import PAPER, BenchSettings, SimulatedModel
 from plandag.bench.workloads import WORKLOADS, Question, Workload, World
+from plandag.brakes import UNLIMITED
 from plandag.planner.agent import Agent, AgentResult
 from plandag.planner.llm import AnthropicClient, CallRecord, LLMClient
 from plandag.react import ReactAgent, ReactResult
@@ -141,7 +142,9 @@ def serial_seconds(result: AgentResult) -> float:
 
 
 def _limits(max_seconds: float | None) -> RunLimits:
-    return RunLimits(max_seconds=max_seconds, heartbeat_every=None)
+    return RunLimits(
+        max_seconds=UNLIMITED if max_seconds is None else max_seconds, heartbeat_every=None
+    )
 
 
 async def run_plandag(

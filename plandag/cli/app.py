@@ -21,6 +21,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from plandag.brakes import JOB_BRAKES, LIFT, UNLIMITED, brakes_line
 from plandag.cli.display import StepProgress, diagnostic_lines, run_table
 from plandag.cli.signals import Interruptible, exit_code_for_signal
 from plandag.cli.store_command import (
@@ -33,7 +34,7 @@ from plandag.cli.store_command import (
     run_options,
 )
 from plandag.compiler import CompiledPlan, compile_plan
-from plandag.config import Settings, load_settings
+from plandag.config import Settings, load_settings, shown
 from plandag.dag.graph import critical_path, mermaid
 from plandag.dag.plan import Plan
 from plandag.errors import InputError, PlanError, ToolLoadError
@@ -130,18 +131,57 @@ HttpAllowOption = Annotated[
         "added, except with --read-only (which reaches only these).",
     ),
 ]
+
+
+def _brake_parser(flag: str, unit: str, *, integer: bool, strict: bool) -> Any:
+    """A typer parser for a brake flag: a number (> 0 when ``strict``, else >= 0), or
+    ``none`` to lift the brake (:data:`plandag.brakes.UNLIMITED`)."""
+
+    def parse(text: str) -> Any:
+        if text.strip().lower() == LIFT:
+            return UNLIMITED
+        bound = "> 0" if strict else ">= 0"
+        expected = f"{'a whole number' if integer else 'a number'} of {unit} {bound}, or none"
+        try:
+            number: float = int(text) if integer else float(text)
+        except ValueError:
+            raise typer.BadParameter(f"{text!r}: expected {expected}") from None
+        if not math.isfinite(number) or number < 0 or (strict and number == 0):
+            raise typer.BadParameter(f"{text!r}: expected {expected}")
+        return number
+
+    return parse
+
+
 MaxSecondsOption = Annotated[
-    float | None,
+    Any,
     typer.Option(
-        "--max-seconds", metavar="S", min=0.001, help="Wall-clock cap, seconds from the start."
+        "--max-seconds",
+        metavar="S|none",
+        parser=_brake_parser("--max-seconds", "seconds", integer=False, strict=True),
+        help="Wall-clock cap, seconds from the start (default 900 for exec and run; none "
+        "lifts it).",
     ),
 ]
 MaxCostOption = Annotated[
-    float | None,
-    typer.Option("--max-cost", metavar="USD", min=0.0, help="Cost cap in US dollars."),
+    Any,
+    typer.Option(
+        "--max-cost",
+        metavar="USD|none",
+        parser=_brake_parser("--max-cost", "US dollars", integer=False, strict=False),
+        help="Cost cap in US dollars, priced models only (default 1.00 per run, 5.00 per "
+        "extract batch; none lifts it).",
+    ),
 ]
 MaxTokensOption = Annotated[
-    int | None, typer.Option("--max-tokens", metavar="N", min=0, help="Token cap.")
+    Any,
+    typer.Option(
+        "--max-tokens",
+        metavar="N|none",
+        parser=_brake_parser("--max-tokens", "tokens", integer=True, strict=False),
+        help="Token cap, every model (default 200,000 per run, 1,000,000 per extract batch; "
+        "none lifts it).",
+    ),
 ]
 MaxStepsOption = Annotated[
     int | None,
@@ -168,14 +208,22 @@ HeartbeatEveryOption = Annotated[
     ),
 ]
 StallAfterOption = Annotated[
-    float | None,
+    Any,
     typer.Option(
-        "--stall-after", metavar="S", min=0.001, help="Seconds without a finished step: stall."
+        "--stall-after",
+        metavar="S|none",
+        parser=_brake_parser("--stall-after", "seconds", integer=False, strict=True),
+        help="Seconds without a finished step that make a stall (default 120; 300 for "
+        "extract; none: no stall detection).",
     ),
 ]
 StopOnStallOption = Annotated[
     bool | None,
-    typer.Option("--stop-on-stall", help="Stop the run at the first stall (exit 3)."),
+    typer.Option(
+        "--stop-on-stall/--no-stop-on-stall",
+        help="Stop the run at the first stall, exit 3 (default); --no-stop-on-stall keeps "
+        "the stall reports without stopping.",
+    ),
 ]
 BreakerAfterOption = Annotated[
     int | None,
@@ -224,6 +272,16 @@ PlanTimeFactorOption = Annotated[
         metavar="X|none",
         help="Stop and escalate when the run takes X times the plan's estimated time (3; "
         "never below 5 s); none lifts it.",
+    ),
+]
+PlannerMaxTokensOption = Annotated[
+    int | None,
+    typer.Option(
+        "--planner-max-tokens",
+        metavar="N",
+        min=1,
+        help="Output tokens a planning call may take, reserved against the caps before it is "
+        "sent (4096, sized to plans; planner_max_tokens in the config).",
     ),
 ]
 RetriesOption = Annotated[
@@ -278,7 +336,7 @@ def _is_text(value: str) -> bool:
     return True
 
 
-def _settings(flags: dict[str, Any]) -> Settings:
+def _settings(flags: dict[str, Any], job: str = "exec") -> Settings:
     for name, value in flags.items():
         for item in value if isinstance(value, list) else [value]:
             if isinstance(item, str) and not _is_text(item):
@@ -288,9 +346,40 @@ def _settings(flags: dict[str, Any]) -> Settings:
                     "UTF-8 (rename the file or folder if its name is not)"
                 )
     try:
-        return load_settings().with_flags(flags)
+        return load_settings(job=job).with_flags(flags)
     except InputError as error:
         _fail(str(error))
+
+
+def print_brakes(settings: Settings, boundary: str) -> None:
+    """Print the run's brakes on stderr, one line, with how to lift each (at the start of
+    every run: ``exec``, ``run``, ``extract``)."""
+    stderr.print(
+        brakes_line(
+            max_cost_usd=settings["max_cost"],
+            max_tokens=settings["max_tokens"],
+            max_seconds=settings["max_seconds"],
+            stall_after=settings["stall_after"],
+            stop_on_stall=settings["stop_on_stall"],
+            boundary=boundary,
+            per=JOB_BRAKES[settings.job].per,
+        ),
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def boundary_words(specs: list[str] | None, default: Path) -> str:
+    """The write boundary as printed in the brakes line: each spec, or the default folder
+    (``./`` for the working directory)."""
+    if specs:
+        return ", ".join(specs)
+    try:
+        relative = default.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return f"{default}/"
+    return "./" if str(relative) == "." else f"{relative}/"
 
 
 def _registry(tools: list[Path] | None) -> Registry:
@@ -374,7 +463,7 @@ def _limits(settings: Settings) -> RunLimits:
         )
     except ValueError as error:
         message = str(error)
-        for name in ("stop_on_stall", "stall_after", "max_seconds", "heartbeat_every"):
+        for name in ("stall_after", "max_seconds", "heartbeat_every"):
             message = message.replace(name, "--" + name.replace("_", "-"))
         _fail(message.replace("max_cost_usd", "--max-cost").replace("max_tokens", "--max-tokens"))
 
@@ -630,6 +719,7 @@ def exec_command(
     boundary = _boundary(settings["write_boundary"], Path.cwd())
     limits = _limits(settings)
     plan_text = _read_plan(plan_file)
+    print_brakes(settings, boundary_words(settings["write_boundary"], Path.cwd()))
     compile_started = time.time()
     try:
         compiled = compile_plan(
@@ -883,27 +973,68 @@ def list_tools(tools: ToolsOption = None, as_json: JsonOption = False) -> None:
 
 @app.command("config")
 def show_config(as_json: JsonOption = False) -> None:
-    """Print the effective defaults of every brake and limit, and where each came from.
+    """Print the effective defaults of every brake and limit, and where each came from,
+    then the default brakes of every job.
 
-    Sources, lowest first: plandag's defaults, [tool.plandag] in pyproject.toml, plandag.toml,
-    then the command's own flags.
+    Sources, lowest first: plandag's defaults (the brakes from the job's row below),
+    [tool.plandag] in pyproject.toml, plandag.toml, then the command's own flags. A brake
+    is lifted with "none" (--max-cost none; max_cost = "none" in a file).
     """
     settings = _settings({})
+    jobs = {job: _settings({}, job) for job in JOB_BRAKES}
     if as_json:
-        document = {
-            name: {"value": value, "source": source} for name, value, source in settings.as_rows()
+        document: dict[str, Any] = {
+            name: {"value": shown(value), "source": source}
+            for name, value, source in settings.as_rows()
+        }
+        document["brakes"] = {
+            job: {
+                "per": JOB_BRAKES[job].per,
+                "max_cost": shown(values["max_cost"]),
+                "max_tokens": shown(values["max_tokens"]),
+                "max_seconds": shown(values["max_seconds"]),
+                "stall_after": shown(values["stall_after"]),
+                "stop_on_stall": values["stop_on_stall"],
+                "write_boundary": JOB_BRAKES[job].boundary,
+            }
+            for job, values in jobs.items()
         }
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
         return
     from rich.table import Table
+
+    from plandag.brakes import describe_cost, describe_seconds, describe_tokens
 
     table = Table(title="plandag configuration", title_justify="left")
     table.add_column("setting", no_wrap=True)
     table.add_column("value", overflow="fold")
     table.add_column("source", overflow="fold")
     for name, value, source in settings.as_rows():
-        table.add_row(name, "-" if value is None else str(value), source)
+        table.add_row(name, "-" if value is None else str(shown(value)), source)
     stdout.print(table)
+    brakes = Table(title="brakes by job (on by default; lift with none)", title_justify="left")
+    for column in ("job", "cost", "tokens", "wall clock", "stall", "write boundary"):
+        brakes.add_column(column, no_wrap=column in ("job", "cost", "tokens"))
+    for job, values in jobs.items():
+        row = JOB_BRAKES[job]
+        stall = describe_seconds(values["stall_after"])
+        if not isinstance(values["stall_after"], type(UNLIMITED)):
+            stall += " → stop" if values["stop_on_stall"] else " → report"
+        brakes.add_row(
+            job,
+            describe_cost(values["max_cost"]) + f" per {row.per}",
+            describe_tokens(values["max_tokens"]),
+            describe_seconds(values["max_seconds"]),
+            stall,
+            row.boundary,
+        )
+    stdout.print(brakes)
+    stdout.print(
+        "python: run_plan(...) and Agent(...) without brake arguments get the python row; "
+        "lift with UNLIMITED (from plandag import UNLIMITED).",
+        markup=False,
+        highlight=False,
+    )
 
 
 from plandag.cli import plan_command as _plan_command  # noqa: E402 (registers `plan`)

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
+from plandag.brakes import cap_or_none
 from plandag.cli.app import (
     BoundaryOption,
     HeartbeatEveryOption,
@@ -39,7 +40,9 @@ from plandag.cli.app import (
     _planner_options,
     _registry,
     _settings,
+    boundary_words,
     extract_app,
+    print_brakes,
     stderr,
     stdout,
 )
@@ -131,7 +134,8 @@ def extract_nfe(
             "heartbeat_every": heartbeat_every,
             "stall_after": stall_after,
             "stop_on_stall": stop_on_stall,
-        }
+        },
+        "extract nfe",
     )
     if output_format not in (None, "jsonl", "csv"):
         _fail(f"--format must be jsonl or csv, not {output_format!r}")
@@ -157,17 +161,18 @@ def extract_nfe(
         output.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         _fail(f"-o {output}: cannot create its folder ({error.strerror or error})")
-    budget = Budget(settings["max_cost"], settings["max_tokens"])
+    budget = Budget(cap_or_none(settings["max_cost"]), cap_or_none(settings["max_tokens"]))
+    print_brakes(settings, boundary_words(settings["write_boundary"], output.parent))
     run_options: dict[str, Any] = {
         "retry": RetryPolicy(retries=settings["retries"]),
         "max_concurrency": settings["max_concurrency"],
-        "limits": RunLimits(heartbeat_every=None),
+        "limits": RunLimits.lifted(),  # the batch's own brakes govern every document
         "budget": budget,
     }
     monitor = BatchMonitor(
         heartbeat_file,
         every=settings["heartbeat_every"],
-        stall_after=settings["stall_after"],
+        stall_after=cap_or_none(settings["stall_after"]),
         stop_on_stall=settings["stop_on_stall"],
     )
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
@@ -187,7 +192,7 @@ def extract_nfe(
         monitor.update(finished, total)
         progress.update(task, completed=finished, total=total)
 
-    deadline = settings["max_seconds"]
+    deadline = cap_or_none(settings["max_seconds"])
     run_store = open_cli_store(store)
     batch_id = uuid.uuid4().hex[:16]
     stored_count = [0]

@@ -216,6 +216,16 @@ def register(app: typer.Typer) -> None:
                 help="The most steps the plan may have (500); a longer plan does not compile.",
             ),
         ] = None,
+        planner_max_tokens: Annotated[
+            int | None,
+            typer.Option(
+                "--planner-max-tokens",
+                metavar="N",
+                min=1,
+                help="Output tokens the planning call may take (4096, sized to plans; "
+                "planner_max_tokens in the config).",
+            ),
+        ] = None,
     ) -> None:
         """Ask a model for a plan for TASK and write it; nothing is executed.
 
@@ -228,7 +238,11 @@ def register(app: typer.Typer) -> None:
         """
         try:
             settings = load_settings().with_flags(
-                {"http_allow": http_allow, "max_steps": max_steps}
+                {
+                    "http_allow": http_allow,
+                    "max_steps": max_steps,
+                    "planner_max_tokens": planner_max_tokens,
+                }
             )
         except InputError as error:
             _fail(str(error))
@@ -266,6 +280,7 @@ def register(app: typer.Typer) -> None:
                     max_repairs=max_repairs,
                     http_allow=settings["http_allow"],
                     max_steps=settings["max_steps"],
+                    max_tokens=settings["planner_max_tokens"],
                 )
                 if not investigate_first:
                     return await planner.plan(task, context_text)

@@ -59,6 +59,7 @@ from plandag.cli.app import (
     MaxTokensOption,
     ParamOption,
     PlanCostFactorOption,
+    PlannerMaxTokensOption,
     PlanTimeFactorOption,
     ReadOnlyOption,
     RetriesOption,
@@ -75,7 +76,9 @@ from plandag.cli.app import (
     _registry,
     _settings,
     _text_folder,
+    boundary_words,
     plan_factor,
+    print_brakes,
     stderr,
     stdout,
 )
@@ -207,6 +210,7 @@ def register(app: typer.Typer) -> None:
         total_replan_below: TotalReplanBelowOption = None,
         plan_cost_factor: PlanCostFactorOption = None,
         plan_time_factor: PlanTimeFactorOption = None,
+        planner_max_tokens: PlannerMaxTokensOption = None,
         as_json: JsonOption = False,
         store: StoreOption = None,
         approve: ApproveOption = None,
@@ -251,7 +255,9 @@ def register(app: typer.Typer) -> None:
                 "plan_time_factor": plan_factor(plan_time_factor, "--plan-time-factor"),
                 "approve": approve,
                 "escalate": escalate,
-            }
+                "planner_max_tokens": planner_max_tokens,
+            },
+            "run",
         )
         mode = approve_mode(settings["approve"])
         replan_below = _fraction(settings, "total_replan_below")
@@ -272,6 +278,7 @@ def register(app: typer.Typer) -> None:
         _text_folder(Path.cwd(), "the working folder")
         boundary = _boundary(settings["write_boundary"], Path.cwd())
         limits = _limits(settings)
+        print_brakes(settings, boundary_words(settings["write_boundary"], Path.cwd()))
         observers: list[Observer] = []
         if settings["heartbeat"]:
             heartbeat_file = Path(settings["heartbeat"])
@@ -325,6 +332,7 @@ def register(app: typer.Typer) -> None:
             approve=mode,
             approver=terminal_approver() if mode == "ask" else None,
             approval_expiry_s=settings["approval_expiry"],
+            plan_max_tokens=settings["planner_max_tokens"],
             on_session=recorder.bind,
             escalate=options.escalate,
             max_blocked=settings["max_blocked"] or None,

@@ -26,7 +26,8 @@ class BatchMonitor:
         path: the JSON Lines file (appended to), or None to write nothing.
         every: seconds between heartbeats.
         stall_after: seconds without a finished input that make a stall, or None.
-        stop_on_stall: cancel the batch (``scope``) at the first stall.
+        stop_on_stall: cancel the batch (``scope``) at the first stall (ignored without
+            ``stall_after``).
 
     Attributes:
         stalled: True once a stall stopped the batch.
@@ -42,8 +43,6 @@ class BatchMonitor:
     ) -> None:
         if every <= 0:
             raise ValueError(f"heartbeat_every must be > 0, not {every}")
-        if stop_on_stall and stall_after is None:
-            raise ValueError("stop_on_stall needs stall_after (seconds without progress)")
         self.path = path
         self.every = every
         self.stall_after = stall_after

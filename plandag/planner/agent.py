@@ -48,6 +48,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import anyio
@@ -56,16 +57,20 @@ from plandag.approval import (
     DEFAULT_EXPIRY_S,
     ApprovalMode,
     ApprovalRequest,
+    ApprovalRequiredError,
+    ApproveArgument,
     Approver,
     Decision,
     InvalidDecisionError,
     StaleDecisionError,
     approval_needed,
     approval_reason,
+    resolve_approve,
     tainted_egress_steps,
 )
 from plandag.approval.gate import downstream
 from plandag.approval.steps import StepDecision, edited_args, step_decisions
+from plandag.brakes import Unlimited
 from plandag.compiler import DEFAULT_MAX_STEPS, CompiledPlan, Diagnostic, compile_plan
 from plandag.compiler.compiled import allowed_hosts
 from plandag.dag.plan import ParamSpec, Plan
@@ -90,6 +95,7 @@ from plandag.planner.llm import (
     Usage,
     call_with_retries,
 )
+from plandag.planner.llm.calls import deadline_from
 from plandag.planner.planner import (
     DEFAULT_PLAN_MAX_TOKENS,
     Planner,
@@ -129,7 +135,14 @@ from plandag.scheduler.session import RunSession, SessionState, open_session
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
 
-__all__ = ["Agent", "AgentResult", "GaveUpReason", "PlanAmendment", "revision_context"]
+__all__ = [
+    "Agent",
+    "AgentResult",
+    "GaveUpReason",
+    "PlanAmendment",
+    "deadline_reached",
+    "revision_context",
+]
 
 logger = logging.getLogger("plandag.planner")
 
@@ -362,12 +375,16 @@ async def _next_state(
     return session.state()
 
 
-async def _let_deadline_pass(session: RunSession) -> None:
-    """A model call ran into the wall-clock cap: wait the instant left until the session's
-    own deadline stops its steps, so the run ends ``timed_out`` with reason ``deadline``."""
-    remaining = session.remaining_s
-    if remaining is not None and remaining > 0:
-        await anyio.sleep(remaining + 0.001)
+async def deadline_reached(session: RunSession, *, wait_for_steps: bool = True) -> None:
+    """A model call the run needs cannot finish before its wall-clock cap (the cap passed
+    during the call, or :class:`~plandag.planner.llm.DeadlineReachedError`: its next
+    attempt would start past it): the run ends ``timed_out``, reason ``deadline``, without
+    sleeping out the time left. With ``wait_for_steps``, steps still running go on until
+    they end (their results are kept) or the deadline stops them; then the run stops."""
+    if wait_for_steps:
+        await session.settled()
+    if session.stop_reason is None:
+        session.stop_at_deadline()
 
 
 class Agent:
@@ -389,7 +406,8 @@ class Agent:
         max_concurrency: steps at once across the run, or None.
         tool_limits: steps at once per tool name.
         read_only: allow only tools without effects.
-        write_boundary: where the run may write; None: no write checks.
+        write_boundary: where the run may write; default the working directory (as
+            ``plandag run``); :data:`~plandag.brakes.UNLIMITED`: no write checks.
         http_allow: the configured HTTP allow-list (host globs, ``--http-allow``), or
             None; hosts of the plan's literal URLs join it once their steps may run
             (ARCHITECTURE.md, "Untrusted content"). A step that sends tainted data out
@@ -408,13 +426,20 @@ class Agent:
         replan_max_tokens: output tokens of a replanning call.
         join_max_tokens: output tokens of the joiner's call.
         max_chars: characters of each step result shown to the replanner and the joiner.
-        approve: the approval gate (issue 6): None (no gate: effects start once the plan
-            compiled), ``ask`` (a plan with effects waits for ``approver``), ``auto``
-            (``write`` effects approved, ``irreversible`` ones ask) or ``never`` (a plan
-            that needs approval ends the run ``awaiting_approval``). Read-only plans never
-            ask; a replan that adds steps with effects asks again. Time waiting for the
-            approver counts against neither the wall-clock cap nor the stall detector.
-        approver: who decides (:class:`~plandag.approval.CallbackApprover`,
+        approve: who approves plans with effects (ARCHITECTURE.md, "People in the loop"):
+            an approver (a callable taking an :class:`~plandag.approval.ApprovalRequest`
+            and returning a :class:`~plandag.approval.Decision`, sync or async: it is
+            asked for every plan with effects), ``"auto"`` (``write`` effects approved,
+            ``irreversible`` ones ask ``approver``), ``"never"`` (a plan that needs
+            approval ends the run ``awaiting_approval``), or ``"ask"`` with ``approver``.
+            Required when plans can have effects: without it, :meth:`run` raises
+            :class:`~plandag.approval.ApprovalRequiredError` before anything runs when
+            the registry has a tool with effects (or a stored plan uses one) and the
+            agent is not ``read_only``. Read-only plans never ask; a replan that adds
+            steps with effects asks again. Time waiting for the approver counts against
+            neither the wall-clock cap nor the stall detector.
+        approver: who decides with ``approve="ask"`` or ``"auto"``
+            (:class:`~plandag.approval.CallbackApprover`,
             :class:`~plandag.approval.TerminalApprover`); None: nobody here (as ``never``).
         approval_expiry_s: seconds a request stays valid (``ApprovalRequest.expires_at``).
         max_revisions: rejections whose feedback sends the plan back to the planner for a
@@ -448,7 +473,8 @@ class Agent:
             ``typical_seconds`` in the plan's estimate; None: declared figures only.
 
     Raises:
-        ValueError: a cap out of range.
+        ValueError: a cap out of range, or an ``approve`` that is neither an approver nor
+            a mode.
     """
 
     def __init__(
@@ -467,7 +493,7 @@ class Agent:
         max_concurrency: int | None = None,
         tool_limits: Mapping[str, int] | None = None,
         read_only: bool = False,
-        write_boundary: WriteBoundary | None = None,
+        write_boundary: WriteBoundary | Unlimited | None = None,
         http_allow: Sequence[str] | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
         max_replans: int = 3,
@@ -477,7 +503,7 @@ class Agent:
         replan_max_tokens: int = DEFAULT_REPLAN_MAX_TOKENS,
         join_max_tokens: int = DEFAULT_JOIN_MAX_TOKENS,
         max_chars: int = DEFAULT_REPLAN_MAX_CHARS,
-        approve: ApprovalMode | None = None,
+        approve: ApproveArgument | None = None,
         approver: Approver | None = None,
         approval_expiry_s: float = DEFAULT_EXPIRY_S,
         max_revisions: int = 3,
@@ -521,7 +547,13 @@ class Agent:
         self.max_concurrency = max_concurrency
         self.tool_limits = tool_limits
         self.read_only = read_only
-        self.write_boundary = write_boundary
+        self.write_boundary: WriteBoundary | None = (
+            WriteBoundary.from_specs([Path.cwd()])
+            if write_boundary is None
+            else None
+            if isinstance(write_boundary, Unlimited)
+            else write_boundary
+        )
         self.http_allow = tuple(http_allow) if http_allow is not None else None
         self.max_steps = max_steps
         self.max_replans = max_replans
@@ -531,8 +563,10 @@ class Agent:
         self.replan_max_tokens = replan_max_tokens
         self.join_max_tokens = join_max_tokens
         self.max_chars = max_chars
-        self.approve: ApprovalMode | None = approve
-        self.approver = approver
+        self.approve: ApprovalMode | None = None
+        self.approver: Approver | None = approver
+        if approve is not None:
+            self.approve, self.approver = resolve_approve(approve, approver)
         self.approval_expiry_s = approval_expiry_s
         self.max_revisions = max_revisions
         self.on_session = on_session
@@ -617,6 +651,43 @@ class Agent:
                 params=params,
                 command="Agent",
             )
+        )
+
+    def _check_approver(self, plan: Plan | None) -> None:
+        """Refuse to start without an approver when a plan could have effects.
+
+        Raises:
+            ApprovalRequiredError: no ``approve`` and, unless ``read_only``, a stored plan
+                with a step whose tool has effects, or (a model plans) a registry with such
+                a tool.
+        """
+        if self.approve is not None or self.read_only:
+            return
+        tools = self.registry.tools
+        if plan is not None:
+            names = [step.tool for step in plan.steps]
+            where = "the plan has steps with effects"
+        else:
+            names = list(tools)
+            where = "the model may plan steps with effects (the registry has tools with effects"
+        effects = sorted(
+            {
+                f"{name} [{tools[name].effects}]"
+                for name in names
+                if name in tools and tools[name].effects != "none"
+            }
+        )
+        if not effects:
+            return
+        shown = ", ".join(effects[:5]) + (
+            f" and {len(effects) - 5} more" if len(effects) > 5 else ""
+        )
+        closing = ")" if plan is None else ""
+        raise ApprovalRequiredError(
+            f"Agent: {where}: {shown}{closing} and no approver; pass approve= an approver (a "
+            'callable taking an ApprovalRequest and returning a Decision), "auto" (write '
+            'effects approved, irreversible ones need an approver) or "never" (a plan with '
+            "effects ends awaiting_approval), or read_only=True. Nothing ran."
         )
 
     def _stored_header(self, goal: str, plan: Plan, given: Mapping[str, Any]) -> CompiledPlan:
@@ -757,12 +828,11 @@ class Agent:
             ValueError: bad limits (as ``open_session``).
             PlanError: ``params`` do not fit the declared params (a missing, unknown or
                 invalid param), as ``open_session`` raises it.
+            ApprovalRequiredError: no ``approve`` while plans can have effects (see
+                :class:`Agent`); nothing ran.
         """
-        budget = (
-            self.budget
-            if self.budget is not None
-            else Budget(self.limits.max_cost_usd, self.limits.max_tokens)
-        )
+        self._check_approver(plan)
+        budget = self.budget if self.budget is not None else self.limits.budget()
         given = dict(params or {})
         run = _AgentRun(self, goal, context, given, budget)
         run.stored = plan
@@ -866,11 +936,7 @@ class Agent:
         Raises:
             PlanError: ``plan`` does not compile with ``params``.
         """
-        budget = (
-            self.budget
-            if self.budget is not None
-            else Budget(self.limits.max_cost_usd, self.limits.max_tokens)
-        )
+        budget = self.budget if self.budget is not None else self.limits.budget()
         given = dict(params or {})
         run = _AgentRun(self, goal, "", given, budget)
         run.replanner.used_ids = used_ids
@@ -1058,15 +1124,23 @@ class _AgentRun:
             else:
                 with anyio.fail_after(session.remaining_s):
                     outcome = await self.planner.plan(
-                        self.goal, self.context, self.params, records=self.calls
+                        self.goal,
+                        self.context,
+                        self.params,
+                        records=self.calls,
+                        remaining_s=session.remaining_s,
                     )
                 session.add(outcome.plan.steps)
                 session.set_output(outcome.plan.output)
                 session.seal()
                 session.release_effects()
-        except TimeoutError:
-            await _let_deadline_pass(session)
-            self.fail("timed_out", "TimeoutError", "the wall-clock cap passed during planning")
+        except TimeoutError as error:
+            await deadline_reached(session, wait_for_steps=False)
+            self.fail(
+                "timed_out",
+                type(error).__name__,
+                str(error) or "the wall-clock cap passed during planning",
+            )
             raise _PlanningFailed from None
         except PlannerGaveUp as error:
             self.diagnostics = tuple(error.diagnostics)
@@ -1381,7 +1455,7 @@ class _AgentRun:
                     earlier=earlier,
                 )
             except TimeoutError:
-                await _let_deadline_pass(session)
+                await deadline_reached(session)
                 return False
             except BudgetRefusedError as error:
                 self.error = StepErrorInfo(type(error).__name__, str(error))
@@ -1483,7 +1557,7 @@ class _AgentRun:
                     ),
                 )
             except TimeoutError:
-                await _let_deadline_pass(session)
+                await deadline_reached(session)
                 return
             except BudgetRefusedError as error:
                 self.error = StepErrorInfo(type(error).__name__, str(error))
@@ -1628,11 +1702,12 @@ class _AgentRun:
                     self.budget,
                     prices=self.agent.prices,
                     records=self.calls,
+                    deadline=deadline_from(self.agent.clock, session.remaining_s),
                 )
             session.check_plan_budget()  # the call's time counts
             action, text = parse_decision(response)
         except TimeoutError:
-            await _let_deadline_pass(session)
+            await deadline_reached(session)
             return None
         except BudgetRefusedError as error:
             self.error = StepErrorInfo(type(error).__name__, str(error))

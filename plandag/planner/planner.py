@@ -26,6 +26,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from plandag.brakes import DEFAULT_PLANNER_MAX_TOKENS
 from plandag.compiler import DEFAULT_MAX_STEPS, CompiledPlan, Diagnostic, compile_plan
 from plandag.dag.plan import Plan
 from plandag.errors import PlanError
@@ -38,6 +39,7 @@ from plandag.planner.llm import (
     PriceTable,
     call_with_retries,
 )
+from plandag.planner.llm.calls import deadline_from
 from plandag.planner.prompt import repair_message, system_prompt, user_prompt
 from plandag.planner.wire import WIRE_SCHEMA_NAME, wire_json_schema, wire_to_document
 from plandag.scheduler.budget import Budget
@@ -48,8 +50,9 @@ from plandag.tools.registry import Registry
 
 __all__ = ["DEFAULT_PLAN_MAX_TOKENS", "PlanAttempt", "PlanOutcome", "Planner", "PlannerGaveUp"]
 
-DEFAULT_PLAN_MAX_TOKENS = 8192
-"""Output tokens a plan may take (``max_tokens`` of each planning call)."""
+DEFAULT_PLAN_MAX_TOKENS = DEFAULT_PLANNER_MAX_TOKENS
+"""Output tokens a plan may take (``max_tokens`` of each planning call): 4,096, sized to
+plans (:data:`plandag.brakes.DEFAULT_PLANNER_MAX_TOKENS` says how)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -222,6 +225,7 @@ class Planner:
         *,
         records: list[CallRecord] | None = None,
         tainted_author: bool = False,
+        remaining_s: float | None = None,
     ) -> PlanOutcome:
         """Ask the model for a plan for ``goal``; repair it from diagnostics until it compiles.
 
@@ -235,6 +239,9 @@ class Planner:
             tainted_author: ``context`` quotes outside content (an investigation's
                 results): the plan's literal args are tainted, so its ``egress`` steps need
                 approval (``compile_plan(tainted_author=True)``).
+            remaining_s: seconds left before the run's deadline, or None: no call (nor
+                repair) starts past it, and a retry delay that would end past it is not
+                waited (:class:`~plandag.planner.llm.DeadlineReachedError`).
 
         Returns:
             A :class:`PlanOutcome` with the plan, its compiled form, every attempt and
@@ -256,6 +263,7 @@ class Planner:
         calls: list[CallRecord] = records if records is not None else []
         first_call = len(calls)
         attempts: list[PlanAttempt] = []
+        deadline = deadline_from(self.clock, remaining_s)
         for number in range(1, self.max_repairs + 2):
             request = LLMRequest(
                 model=self.model,
@@ -274,6 +282,7 @@ class Planner:
                 self.budget,
                 prices=self.prices,
                 records=calls,
+                deadline=deadline,
             )
             try:
                 compiled = compile_plan(

@@ -73,6 +73,7 @@ from plandag.planner.llm import (
     PriceTable,
     call_with_retries,
 )
+from plandag.planner.llm.calls import deadline_from
 from plandag.planner.replanner import (
     DEFAULT_REPLAN_MAX_CHARS,
     DEFAULT_REPLAN_MAX_TOKENS,
@@ -394,6 +395,7 @@ class PlanRepairer:
                     session.budget,
                     prices=self.prices,
                     records=records,
+                    deadline=deadline_from(self.clock, session.remaining_s),
                 )
         finally:
             self.calls.extend(records[first:])
@@ -704,10 +706,10 @@ async def run_with_repairs(
                     strategy=choice,
                     withdrawn=withdrawn,
                 )
-            except TimeoutError:
-                remaining = session.remaining_s
-                if remaining is not None and remaining > 0:
-                    await anyio.sleep(remaining + 0.001)
+            except TimeoutError:  # the cap passed, or the next attempt would start past it
+                await session.settled()
+                if session.stop_reason is None:
+                    session.stop_at_deadline()
                 break
             except BudgetRefusedError as refused:
                 error = StepErrorInfo(type(refused).__name__, str(refused))

@@ -52,6 +52,7 @@ from plandag.planner.llm import (
     PriceTable,
     call_with_retries,
 )
+from plandag.planner.llm.calls import deadline_from
 from plandag.planner.prompt import repair_message, system_prompt
 from plandag.planner.triggers import ReplanStrategy
 from plandag.planner.wire import WIRE_SCHEMA_NAME, to_wire, wire_json_schema, wire_to_document
@@ -564,6 +565,7 @@ class Replanner:
                 self.budget if self.budget is not None else session.budget,
                 prices=self.prices,
                 records=records,
+                deadline=deadline_from(self.clock, session.remaining_s),
             )
         replaced = state.needs_replan
         applied, new_ids, diagnostics, output_changed = self.apply(session, response.text, replaced)

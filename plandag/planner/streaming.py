@@ -64,6 +64,7 @@ from plandag.compiler.diagnostics import DIAGNOSTIC_CODES
 from plandag.dag.references import find_references
 from plandag.errors import PlanError
 from plandag.planner.llm import CallRecord, ChatMessage, LLMRequest, call_with_retries
+from plandag.planner.llm.calls import deadline_from
 from plandag.planner.planner import PlanAttempt, Planner, PlannerGaveUp, PlanOutcome
 from plandag.planner.prompt import repair_message, user_prompt
 from plandag.planner.wire import WIRE_SCHEMA_NAME, wire_to_document
@@ -370,6 +371,7 @@ class StreamingPlanner:
                     planner.budget if planner.budget is not None else session.budget,
                     prices=planner.prices,
                     records=calls,
+                    deadline=deadline_from(planner.clock, session.remaining_s),
                     on_text=dispatcher.feed,
                     on_restart=dispatcher.restart,
                 )

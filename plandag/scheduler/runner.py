@@ -65,13 +65,15 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup
 from pydantic import ValidationError
 
+from plandag.brakes import JOB_BRAKES, LIFT, UNLIMITED, Unlimited, cap_or_none
 from plandag.checks.base import CheckOutcome
 from plandag.compiler.compiled import CompiledPlan, CompiledStep, allowed_hosts
 from plandag.dag.references import ReferenceResolutionError, find_references, resolve_value
@@ -115,6 +117,10 @@ from plandag.scheduler.result import (
 )
 from plandag.scheduler.retry import RetryPolicy
 from plandag.tools.base import Tool, ToolContext
+from plandag.tools.boundary import WriteBoundary
+
+if TYPE_CHECKING:
+    from plandag.approval.gate import ApproveArgument
 
 __all__ = ["RunLimits", "run_plan", "run_plan_sync"]
 
@@ -188,23 +194,52 @@ def _positive_or_none(name: str, value: float | None) -> None:
         raise ValueError(f"{name} must be > 0 or None, not {value}")
 
 
+_PYTHON_BRAKES = JOB_BRAKES["python"]
+
+
+def _check_brake(name: str, value: object, default: object, *, strict: bool) -> None:
+    """A brake is a number or :data:`~plandag.brakes.UNLIMITED`; None is ambiguous."""
+    if isinstance(value, Unlimited):
+        return
+    if value is None:
+        raise ValueError(
+            f"{name}=None is ambiguous: leave {name} out for the default ({default!r}) or "
+            f"pass {name}=UNLIMITED (from plandag import UNLIMITED) to lift this brake"
+        )
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number or UNLIMITED, not {value!r}")
+    number = float(value)
+    if not math.isfinite(number) or number < 0 or (strict and number == 0):
+        bound = "> 0" if strict else ">= 0"
+        raise ValueError(f"{name} must be {bound} (a finite number) or UNLIMITED, not {value!r}")
+
+
 @dataclasses.dataclass(frozen=True)
 class RunLimits:
-    """The brakes of one run (ARCHITECTURE.md, "Brakes"). Every field defaults to "off",
-    except the heartbeat period and the circuit breaker.
+    """The brakes of one run (ARCHITECTURE.md, "Brakes"; :mod:`plandag.brakes`).
+
+    Every brake is on by default, with the values of :data:`plandag.brakes.JOB_BRAKES`
+    for ``exec``, ``run`` and Python (the same as the command line): $1.00, 200,000
+    tokens, 15 minutes, and a stop after 120 s without a finished step. A brake is lifted
+    explicitly with :data:`~plandag.brakes.UNLIMITED`; ``None`` is refused as ambiguous
+    (leave the argument out to keep the default).
 
     Attributes:
         max_seconds: wall-clock cap for the whole run, seconds from its start (CLI
-            ``--max-seconds``); None for none.
-        max_cost_usd: cap on the run's spend, US dollars (``--max-cost``); None for none.
-        max_tokens: cap on the run's tokens (``--max-tokens``); None for none.
+            ``--max-seconds``); default 900.
+        max_cost_usd: cap on the run's spend, US dollars (``--max-cost``); default 1.00.
+            Models without a price cost $0 and are capped by ``max_tokens`` alone.
+        max_tokens: cap on the run's tokens, every model priced or not (``--max-tokens``);
+            default 200,000.
         heartbeat_every: seconds between :class:`~plandag.scheduler.events.Heartbeat`
-            events (``--heartbeat-every``, default 10); None for no heartbeat. Heartbeats
-            are only computed when the run has observers.
+            events (``--heartbeat-every``, default 10); None for no heartbeat (not a
+            brake). Heartbeats are only computed when the run has observers.
         stall_after: seconds without any step finishing that make a stall
-            (``--stall-after``); None for no stall detection.
-        stop_on_stall: stop the run at the first stall (``--stop-on-stall``); needs
-            ``stall_after``.
+            (``--stall-after``); default 120.
+        stop_on_stall: stop the run at the first stall (``--stop-on-stall``, default;
+            ``--no-stop-on-stall`` keeps the stall events without stopping). Ignored when
+            ``stall_after`` is lifted.
+
         breaker_after: steps in a row of one tool, or to one HTTP host, that must fail
             (each after its retries) for that dependency to be down for the rest of the run
             (``--breaker-after``, default 3; :mod:`plandag.scheduler.breaker`); None: no
@@ -219,43 +254,118 @@ class RunLimits:
             to either.
 
     Raises:
-        ValueError: a limit <= 0 (or a negative cap), ``stop_on_stall`` without
-            ``stall_after``, or ``breaker_after`` < 1.
+        ValueError: a limit <= 0 (a cap < 0), not a number, or None; ``breaker_after``
+            < 1.
     """
 
-    max_seconds: float | None = None
-    max_cost_usd: float | None = None
-    max_tokens: int | None = None
+    max_seconds: float | Unlimited = _PYTHON_BRAKES.max_seconds
+    max_cost_usd: float | Unlimited = _PYTHON_BRAKES.max_cost_usd
+    max_tokens: int | Unlimited = _PYTHON_BRAKES.max_tokens
     heartbeat_every: float | None = 10.0
-    stall_after: float | None = None
-    stop_on_stall: bool = False
+    stall_after: float | Unlimited = _PYTHON_BRAKES.stall_after
+    stop_on_stall: bool = _PYTHON_BRAKES.stop_on_stall
     breaker_after: int | None = 3
     plan_cost_factor: float | None = DEFAULT_PLAN_COST_FACTOR
     plan_time_factor: float | None = DEFAULT_PLAN_TIME_FACTOR
 
     def __post_init__(self) -> None:
-        _positive_or_none("max_seconds", self.max_seconds)
+        defaults = JOB_BRAKES["python"]
+        _check_brake("max_seconds", self.max_seconds, defaults.max_seconds, strict=True)
+        _check_brake("max_cost_usd", self.max_cost_usd, defaults.max_cost_usd, strict=False)
+        _check_brake("max_tokens", self.max_tokens, defaults.max_tokens, strict=False)
+        _check_brake("stall_after", self.stall_after, defaults.stall_after, strict=True)
         for name in ("plan_cost_factor", "plan_time_factor"):
             factor = getattr(self, name)
             if factor is not None and not (math.isfinite(factor) and factor > 0):
                 raise ValueError(f"{name} must be a finite number > 0 or None, not {factor}")
         _positive_or_none("heartbeat_every", self.heartbeat_every)
-        _positive_or_none("stall_after", self.stall_after)
-        if self.max_cost_usd is not None and not (
-            math.isfinite(self.max_cost_usd) and self.max_cost_usd >= 0
-        ):
-            raise ValueError(f"max_cost_usd must be >= 0 or None, not {self.max_cost_usd}")
-        if self.max_tokens is not None and self.max_tokens < 0:
-            raise ValueError(f"max_tokens must be >= 0 or None, not {self.max_tokens}")
-        if self.stop_on_stall and self.stall_after is None:
-            raise ValueError("stop_on_stall needs stall_after (seconds without progress)")
         if self.breaker_after is not None and (
             isinstance(self.breaker_after, bool) or self.breaker_after < 1
         ):
             raise ValueError(f"breaker_after must be >= 1 or None, not {self.breaker_after}")
 
+    @classmethod
+    def for_job(cls, job: str, **changes: Any) -> RunLimits:
+        """The default brakes of ``job`` (a key of :data:`plandag.brakes.JOB_BRAKES`),
+        with ``changes`` (field name → value) applied.
 
-_NO_LIMITS = RunLimits()
+        Raises:
+            KeyError: an unknown job.
+            ValueError: a change out of range (as the constructor).
+        """
+        row = JOB_BRAKES[job]
+        values: dict[str, Any] = {
+            "max_seconds": row.max_seconds,
+            "max_cost_usd": row.max_cost_usd,
+            "max_tokens": row.max_tokens,
+            "stall_after": row.stall_after,
+            "stop_on_stall": row.stop_on_stall,
+        }
+        values.update(changes)
+        return cls(**values)
+
+    @classmethod
+    def lifted(cls, *, heartbeat_every: float | None = None) -> RunLimits:
+        """Every brake lifted: for a run governed by an outer run's brakes (one document
+        of a batch, whose deadline, stall detector and budget are the batch's)."""
+        return cls(
+            max_seconds=UNLIMITED,
+            max_cost_usd=UNLIMITED,
+            max_tokens=UNLIMITED,
+            heartbeat_every=heartbeat_every,
+            stall_after=UNLIMITED,
+            stop_on_stall=False,
+        )
+
+    @property
+    def seconds_cap(self) -> float | None:
+        """``max_seconds``, or None when lifted."""
+        return cap_or_none(self.max_seconds)
+
+    @property
+    def cost_cap(self) -> float | None:
+        """``max_cost_usd``, or None when lifted."""
+        return cap_or_none(self.max_cost_usd)
+
+    @property
+    def token_cap(self) -> int | None:
+        """``max_tokens``, or None when lifted."""
+        return cap_or_none(self.max_tokens)
+
+    @property
+    def stall_cap(self) -> float | None:
+        """``stall_after``, or None when lifted."""
+        return cap_or_none(self.stall_after)
+
+    def budget(self) -> Budget:
+        """A new :class:`~plandag.scheduler.budget.Budget` with this run's cost and token
+        caps."""
+        return Budget(self.cost_cap, self.token_cap)
+
+    def as_json(self) -> dict[str, Any]:
+        """The fields as JSON (a lifted brake is ``"none"``), as a run store keeps them."""
+        return {
+            field.name: LIFT if isinstance(value, Unlimited) else value
+            for field in dataclasses.fields(self)
+            for value in [getattr(self, field.name)]
+        }
+
+    @classmethod
+    def from_json(cls, document: Mapping[str, Any]) -> RunLimits:
+        """The limits :meth:`as_json` wrote. ``"none"`` lifts a brake; a missing key keeps
+        the default; ``null`` (written before every brake had a default, when it meant
+        "off") lifts it too."""
+        brakes = ("max_seconds", "max_cost_usd", "max_tokens", "stall_after")
+        values: dict[str, Any] = {}
+        for key, value in document.items():
+            if key in brakes and (value is None or value == LIFT):
+                values[key] = UNLIMITED
+            else:
+                values[key] = value
+        return cls(**values)
+
+
+_DEFAULT_LIMITS = RunLimits()
 
 
 @dataclasses.dataclass(slots=True)
@@ -290,6 +400,7 @@ class _Run:
         clock: Clock | None,
         budget: Budget | None = None,
         completed: Mapping[int, Any] | None = None,
+        boundary: WriteBoundary | None = None,
     ) -> None:
         if max_concurrency is not None and max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1 or None, not {max_concurrency}")
@@ -306,7 +417,7 @@ class _Run:
         self.output: Any = compiled.plan.output
         self.first_started_at: float | None = None
         self.params = compiled.params
-        self.boundary = compiled.write_boundary
+        self.boundary = compiled.write_boundary if boundary is None else boundary
         self.listed_hosts: set[str] = set() if compiled.read_only else set(compiled.listed_hosts)
         self.http_allow: tuple[str, ...] = compiled.allowed_hosts
         """The run's HTTP allow-list, given to each step in ``ToolContext.http_allow``."""
@@ -329,9 +440,7 @@ class _Run:
             self.now, self.monotonic = time.time, time.perf_counter
         else:
             self.now, self.monotonic = self.clock.time, self.clock.monotonic
-        self.budget = (
-            budget if budget is not None else Budget(limits.max_cost_usd, limits.max_tokens)
-        )
+        self.budget = budget if budget is not None else limits.budget()
         self.capped = self.budget.capped
         self.budget_refused = False
         self.stop_reason: str | None = None
@@ -652,9 +761,10 @@ class _Run:
         limits = self.limits
         started_at = self.now()
         self.started = self.last_progress = self.monotonic()
-        if limits.max_seconds is not None:
-            self.deadline = self.started + limits.max_seconds
-            self.cap_loop_deadline = anyio.current_time() + limits.max_seconds
+        max_seconds = limits.seconds_cap
+        if max_seconds is not None:
+            self.deadline = self.started + max_seconds
+            self.cap_loop_deadline = anyio.current_time() + max_seconds
             self.run_scope = anyio.CancelScope(deadline=self.cap_loop_deadline)
         if self.observers:
             self.emit(events.RunStarted(self.run_id, len(self.records), started_at))
@@ -662,9 +772,9 @@ class _Run:
             estimate, measured = self.pending_estimate
             self.arm_plan_budget(estimate, measured)
         send = bool(self.observers) and (
-            limits.heartbeat_every is not None or limits.stall_after is not None
+            limits.heartbeat_every is not None or limits.stall_cap is not None
         )
-        watch = send or (limits.stop_on_stall and limits.stall_after is not None)
+        watch = send or (limits.stop_on_stall and limits.stall_cap is not None)
         cancelled = anyio.get_cancelled_exc_class()
         try:
             if watch and self.records:
@@ -687,7 +797,7 @@ class _Run:
             self,
             clock=self.clock,
             every=limits.heartbeat_every,
-            stall_after=limits.stall_after,
+            stall_after=limits.stall_cap,
             stop_on_stall=limits.stop_on_stall,
             send=send,
         )
@@ -1391,11 +1501,10 @@ class _Run:
     def stop_words(self, reason: str) -> str:
         """What stopped the run, in words: the start of a cancelled or skipped detail."""
         if reason == "deadline":
-            return f"the run reached its wall-clock cap of {self.limits.max_seconds:g} s"
+            return f"the run reached its wall-clock cap of {self.limits.seconds_cap or 0:g} s"
         if reason == "stalled":
-            return (
-                f"the run stopped on a stall (no step finished for {self.limits.stall_after:g} s)"
-            )
+            stall = self.limits.stall_cap or 0.0
+            return f"the run stopped on a stall (no step finished for {stall:g} s)"
         if reason == "plan_budget":
             return f"the run passed its plan-relative budget ({self.plan_budget_detail})"
         return "the run was interrupted"
@@ -1404,6 +1513,8 @@ class _Run:
 async def run_plan(
     compiled: CompiledPlan,
     *,
+    approve: ApproveArgument | None = None,
+    write_boundary: WriteBoundary | Unlimited | None = None,
     run_id: str | None = None,
     max_concurrency: int | None = None,
     tool_limits: Mapping[str, int] | None = None,
@@ -1423,6 +1534,21 @@ async def run_plan(
 
     Args:
         compiled: the plan, from :func:`plandag.compiler.compile_plan`.
+        approve: who approves a plan with effects (ARCHITECTURE.md, "People in the loop"):
+            an approver (a callable taking an
+            :class:`~plandag.approval.ApprovalRequest` and returning a
+            :class:`~plandag.approval.Decision`, sync or async), ``"auto"`` (``write``
+            effects approved; ``irreversible`` ones need an approver, so the run ends
+            ``awaiting_approval``) or ``"never"`` (a plan with effects ends
+            ``awaiting_approval``, nothing run). Required for a plan with effects (else
+            :class:`~plandag.approval.ApprovalRequiredError`, before anything runs);
+            read-only plans need none. A rejection ends the run ``rejected``, nothing run.
+            The approver is asked before the run starts: its time counts against no brake.
+        write_boundary: where steps may write when the plan was compiled without a
+            boundary: default the working directory (as ``plandag exec``);
+            :data:`~plandag.brakes.UNLIMITED` lifts it. A plan compiled with a boundary
+            keeps its own (this must then be None). Checked at run time on resolved
+            arguments.
         run_id: the run's id (default: a random hex id); tools see it in ``ctx.run_id``.
         max_concurrency: at most this many steps running at once (None: no limit).
         tool_limits: per-tool limits by tool name, overriding ``tool.max_concurrency``.
@@ -1430,7 +1556,9 @@ async def run_plan(
             order; one that raises is logged once and ignored. Heartbeats and stalls go
             to them too (:class:`~plandag.scheduler.heartbeat.JsonlHeartbeatWriter` is one).
         limits: the run's brakes (:class:`RunLimits`: wall-clock cap, cost and token caps,
-            heartbeat, stall); default: none, heartbeat every 10 s.
+            heartbeat, stall); default ``RunLimits()``: every brake on with the values of
+            :data:`plandag.brakes.JOB_BRAKES` (``$1.00``, 200,000 tokens, 15 min, stop after
+            120 s without a finished step), as on the command line.
         retry: how failed steps are retried (:class:`~plandag.scheduler.retry.RetryPolicy`;
             the CLI passes ``RetryPolicy(retries=N)``, N default 2); None: one attempt per
             step, never retried.
@@ -1465,7 +1593,8 @@ async def run_plan(
         ``timed_out`` at the wall-clock cap or a stop on a stall; ``budget_exceeded`` when
         the cost cap kept a step or a retry from starting; ``escalated`` (with
         ``escalation="plan_budget"``) when spend or time passed the plan-relative limits;
-        ``interrupted`` (below).
+        ``awaiting_approval`` or ``rejected`` (every step ``skipped`` with that reason) when
+        the plan was not approved; ``interrupted`` (below).
         ``RunResult.progress()`` says what finished, what was running, what never started.
 
         If the surrounding cancel scope is cancelled (Ctrl-C, a caller's deadline),
@@ -1479,22 +1608,41 @@ async def run_plan(
         ``RunLimits(max_seconds=...)``.)
 
     Raises:
-        ValueError: ``max_concurrency`` or a ``tool_limits`` value below 1.
+        ApprovalRequiredError: the plan has steps with effects and ``approve`` is None.
+        StaleDecisionError: the approver's decision names another plan hash.
+        ValueError: ``max_concurrency`` or a ``tool_limits`` value below 1, a bad
+            ``approve``, or a ``write_boundary`` for a plan compiled with its own.
 
     Step failures never raise: they are recorded on the step (see :class:`StepRecord`).
     """
+    the_run_id = run_id if run_id is not None else uuid.uuid4().hex[:16]
+    boundary: WriteBoundary | None = None
+    if compiled.write_boundary is not None:
+        if write_boundary is not None:
+            raise ValueError(
+                "write_boundary: the plan was compiled with a write boundary of its own; "
+                "leave write_boundary out"
+            )
+    elif write_boundary is None:
+        boundary = WriteBoundary.from_specs([Path.cwd()])
+    elif not isinstance(write_boundary, Unlimited):
+        boundary = write_boundary
+    refusal = await _approval_gate(compiled, approve, the_run_id, boundary)
+    if refusal is not None:
+        return _not_run(compiled, the_run_id, *refusal)
     run = _Run(
         compiled,
-        run_id if run_id is not None else uuid.uuid4().hex[:16],
+        the_run_id,
         max_concurrency,
         tool_limits,
         observers,
-        limits if limits is not None else _NO_LIMITS,
+        limits if limits is not None else _DEFAULT_LIMITS,
         retry,
         classify,
         clock,
         budget,
         completed,
+        boundary,
     )
     run.escalate_mode = escalate
     the_limits = run.limits
@@ -1522,9 +1670,82 @@ async def run_plan(
     return result
 
 
+async def _approval_gate(
+    compiled: CompiledPlan,
+    approve: ApproveArgument | None,
+    run_id: str,
+    boundary: WriteBoundary | None,
+) -> tuple[RunStatus, str] | None:
+    """Decide on a plan before :func:`run_plan` runs it; None when it may run, else the
+    status and the reason it ends with (nothing run).
+
+    Raises:
+        ApprovalRequiredError: effects and no ``approve``.
+    """
+    steps = compiled.steps
+    if all(step.tool.effects == "none" and not step.tainted_egress for step in steps.values()):
+        return None
+    from plandag.approval.gate import (
+        ApprovalRequest,
+        ApprovalRequiredError,
+        approval_needed,
+        approval_reason,
+        effect_summary,
+        resolve_approve,
+    )
+
+    if approve is None:
+        raise ApprovalRequiredError(
+            f"run_plan: the plan has steps with effects ({effect_summary(steps)}) and no "
+            "approver; pass approve= an approver (a callable taking an ApprovalRequest and "
+            'returning a Decision), "auto" (write effects approved, irreversible ones need '
+            'an approver) or "never" (nothing with effects runs: the run ends '
+            "awaiting_approval). Nothing ran."
+        )
+    mode, approver = resolve_approve(approve)
+    if not approval_needed(steps, mode):
+        return None
+    reason = approval_reason(steps)
+    if approver is None or mode == "never":
+        return "awaiting_approval", f"{reason}; nobody here can approve it (approve={mode!r})"
+    plan = compiled if boundary is None else dataclasses.replace(compiled, write_boundary=boundary)
+    request = ApprovalRequest.for_plan(run_id, 1, plan, reason=reason)
+    decision = await approver(request)
+    decision.check(request)
+    if decision.approved:
+        return None
+    return "rejected", decision.feedback or "rejected without feedback"
+
+
+def _not_run(compiled: CompiledPlan, run_id: str, status: RunStatus, reason: str) -> RunResult:
+    """The result of a plan that was not approved: every step skipped, nothing run."""
+    now = time.time()
+    steps = {
+        step_id: StepRecord(
+            id=step_id,
+            tool=compiled.steps[step_id].tool.name,
+            status="skipped",
+            reason=status,
+            detail=_one_line(f"not started: {reason}"),
+            ended_at=now,
+        )
+        for step_id in compiled.order
+    }
+    return RunResult(
+        run_id=run_id,
+        status=status,
+        steps=steps,
+        started_at=now,
+        ended_at=now,
+        stop_reason=status,
+    )
+
+
 def run_plan_sync(
     compiled: CompiledPlan,
     *,
+    approve: ApproveArgument | None = None,
+    write_boundary: WriteBoundary | Unlimited | None = None,
     run_id: str | None = None,
     max_concurrency: int | None = None,
     tool_limits: Mapping[str, int] | None = None,
@@ -1546,6 +1767,8 @@ def run_plan_sync(
     async def main() -> RunResult:
         return await run_plan(
             compiled,
+            approve=approve,
+            write_boundary=write_boundary,
             run_id=run_id,
             max_concurrency=max_concurrency,
             tool_limits=tool_limits,

@@ -479,9 +479,10 @@ class _SessionRun(_Run):
         limits = self.limits
         self.started_at = self.now()
         self.started = self.last_progress = self.monotonic()
-        if limits.max_seconds is not None:
-            self.deadline = self.started + limits.max_seconds
-            self.cap_loop_deadline = anyio.current_time() + limits.max_seconds
+        max_seconds = limits.seconds_cap
+        if max_seconds is not None:
+            self.deadline = self.started + max_seconds
+            self.cap_loop_deadline = anyio.current_time() + max_seconds
             self.run_scope = anyio.CancelScope(deadline=self.cap_loop_deadline)
         if self.observers:
             self.emit(events.RunStarted(self.run_id, len(self.records), self.started_at))
@@ -646,6 +647,19 @@ class RunSession:
     def holding_effects(self) -> bool:
         """Steps with effects added now wait for :meth:`release_effects`."""
         return self._run.holding
+
+    def stop_at_deadline(self) -> None:
+        """End the run now, as its wall-clock cap would: for a caller whose model call
+        cannot finish before the deadline (a Retry-After longer than the time left,
+        :class:`~plandag.planner.llm.DeadlineReachedError`). Running steps end
+        ``cancelled`` and the others ``skipped``, reason ``deadline``; the result is
+        ``timed_out`` with ``stop_reason`` ``deadline``.
+
+        Raises:
+            RuntimeError: the session is closed.
+        """
+        self._check_open()
+        self._run.stop("deadline")
 
     @property
     def plan_budget(self) -> PlanBudget | None:
@@ -1397,9 +1411,9 @@ async def open_session(
         run.pending_estimate = (plan_estimate, dict(tool_durations or {}))
     session = RunSession(run, registry, max_steps=max_steps, max_arg_bytes=max_arg_bytes)
     send = bool(run.observers) and (
-        the_limits.heartbeat_every is not None or the_limits.stall_after is not None
+        the_limits.heartbeat_every is not None or the_limits.stall_cap is not None
     )
-    watch = send or (the_limits.stop_on_stall and the_limits.stall_after is not None)
+    watch = send or (the_limits.stop_on_stall and the_limits.stall_cap is not None)
     error: BaseException | None = None
     try:
         async with anyio.create_task_group() as session_group:

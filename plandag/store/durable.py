@@ -39,6 +39,7 @@ from plandag.approval import (
     DEFAULT_EXPIRY_S,
     ApprovalMode,
     ApprovalRequest,
+    ApprovedElsewhere,
     Approver,
     Decision,
     InvalidDecisionError,
@@ -155,10 +156,12 @@ class RunOptions:
     def run_limits(self, elapsed_s: float = 0.0) -> RunLimits:
         """The :class:`RunLimits` of a segment that starts after ``elapsed_s`` seconds of
         earlier segments (the wall-clock cap is the run's, not each segment's)."""
-        limits = dict(self.limits)
-        if limits.get("max_seconds") is not None:
-            limits["max_seconds"] = max(float(limits["max_seconds"]) - elapsed_s, 0.001)
-        return RunLimits(**limits)
+        limits = RunLimits.from_json(self.limits)
+        if limits.seconds_cap is not None:
+            limits = dataclasses.replace(
+                limits, max_seconds=max(limits.seconds_cap - elapsed_s, 0.001)
+            )
+        return limits
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1122,6 +1125,7 @@ async def _run_segment(
     if gate is None:
         result = await run_plan(
             compiled,
+            approve=ApprovedElsewhere("the run store's approval gate"),
             run_id=run_id,
             max_concurrency=options.max_concurrency,
             observers=all_observers,

@@ -25,7 +25,10 @@ under "Messages", "Streaming Messages" and "Errors"):
 * errors: ``{"type": "error", "error": {"type", "message"}, "request_id"}`` with the status
   of the error type (400, 401, 404, 429, 500, 529...), ``retry-after`` when scripted, and
   ``x-should-retry: true`` for 429 and 5xx;
-* ``POST /v1/messages/count_tokens`` → ``{"input_tokens": n}`` (takes no scripted reply);
+* ``POST /v1/messages/count_tokens`` → ``{"input_tokens": n}``: the same count as the
+  ``usage.input_tokens`` a message with this body reports (system prompt, messages,
+  tools); it takes no scripted reply, is not in :attr:`MessagesServer.message_requests`,
+  and does not move the numbering of message and tool-use ids;
 * a request missing ``model``, ``max_tokens`` or ``messages`` → 400
   ``invalid_request_error``, as the API does; any other path → 404 ``not_found_error``.
 
@@ -184,6 +187,7 @@ class MessagesServer:
         self._lock = threading.Lock()
         self._requests: list[RecordedRequest] = []
         self._counter = itertools.count(1)
+        self._count_counter = itertools.count(1)
         self._stopping = threading.Event()
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -349,9 +353,12 @@ class MessagesServer:
             self._connections.pop(connection, None)
 
     def _record(self, request: RecordedRequest) -> int:
+        """Keep ``request``; its number among message requests (token counts have their own
+        numbering, so they never move a message's or a tool call's id)."""
+        counting = request.path.split("?")[0].endswith("/count_tokens")
         with self._lock:
             self._requests.append(request)
-            return next(self._counter)
+            return next(self._count_counter if counting else self._counter)
 
     def _wait(self, seconds: float) -> None:
         if seconds > 0 and self._stopping.wait(seconds):
@@ -379,8 +386,12 @@ class MessagesServer:
         number = self._record(
             RecordedRequest(handler.command, handler.path, headers, body, raw, received_at)
         )
-        request_id = f"req_local_{number:06d}"
         path = handler.path.split("?")[0]
+        request_id = (
+            f"req_local_count_{number:06d}"
+            if path.endswith("/count_tokens")
+            else f"req_local_{number:06d}"
+        )
         if handler.command != "POST" or path not in ("/v1/messages", "/v1/messages/count_tokens"):
             message = f"{handler.command} {path} is not served here"
             _send_error(handler, 404, "not_found_error", message, request_id)
@@ -724,7 +735,9 @@ def _content_text(content: Any) -> str:
 
 
 def _input_text(body: Mapping[str, Any]) -> str:
-    """What input tokens are counted from: system prompt, messages' content, tools."""
+    """What input tokens are counted from: system prompt, messages' content, tools.
+    ``POST /v1/messages/count_tokens`` and a message's ``usage.input_tokens`` count the
+    same text, so a count matches the bill, as the API's does."""
     parts = [_content_text(body.get("system", ""))]
     for message in body.get("messages", []):
         parts.append(

@@ -11,6 +11,7 @@ from typing import Any, cast
 import pytest
 
 from plandag.bench.workloads import WORKLOADS, World
+from plandag.brakes import UNLIMITED
 from plandag.compiler import CompiledPlan, compile_plan
 from plandag.dag.plan import Plan
 from plandag.errors import PlanError
@@ -52,7 +53,9 @@ def make_agent(**options: Any) -> Agent:
         default_registry(),
         limits=RunLimits(heartbeat_every=None),
         retry=RetryPolicy(),
-        **options,
+        # no write boundary: a plan is then compiled once per agent, and not per run as
+        # one with a boundary (checked against the file system) would be
+        **{"write_boundary": UNLIMITED, **options},
     )
 
 
@@ -134,7 +137,7 @@ async def test_a_bad_param_raises_as_before() -> None:
 async def test_a_writing_plan_under_a_write_boundary_compiles_in_each_run(
     tmp_path: Path, compiles: list[int]
 ) -> None:
-    agent = make_agent(write_boundary=WriteBoundary([tmp_path]))
+    agent = make_agent(write_boundary=WriteBoundary([tmp_path]), approve="auto")
     plan = Plan.model_validate(
         {
             "goal": "write",

@@ -118,16 +118,19 @@ def by_id(run: dict[str, Any]) -> dict[int, dict[str, Any]]:
 
 def test_config_json_values_and_sources(runner: CliRunner, cwd: Path) -> None:
     (cwd / "plandag.toml").write_text(
-        'max-seconds = 30\nretries = 1\nwrite_boundary = ["out/", "https://api.example.com"]\n',
+        'max-seconds = 30\nretries = 1\nwrite_boundary = ["out/", "https://api.example.com"]\n'
+        'max_tokens = "none"\n',
         encoding="utf-8",
     )
     result = runner.invoke(app, ["config", "--json"])
     assert result.exit_code == 0, result.stderr
     own = str(cwd / "plandag.toml")
-    assert json.loads(result.stdout) == {
+    document = json.loads(result.stdout)
+    brakes = document.pop("brakes")
+    assert document == {
         "max_seconds": {"value": 30.0, "source": own},
-        "max_cost": {"value": None, "source": "default"},
-        "max_tokens": {"value": None, "source": "default"},
+        "max_cost": {"value": 1.0, "source": "default"},
+        "max_tokens": {"value": "none", "source": own},
         "max_concurrency": {"value": None, "source": "default"},
         "max_steps": {"value": 500, "source": "default"},
         "retries": {"value": 1, "source": own},
@@ -135,8 +138,9 @@ def test_config_json_values_and_sources(runner: CliRunner, cwd: Path) -> None:
         "http_allow": {"value": None, "source": "default"},
         "heartbeat": {"value": None, "source": "default"},
         "heartbeat_every": {"value": 10.0, "source": "default"},
-        "stall_after": {"value": None, "source": "default"},
-        "stop_on_stall": {"value": False, "source": "default"},
+        "stall_after": {"value": 120.0, "source": "default"},
+        "stop_on_stall": {"value": True, "source": "default"},
+        "planner_max_tokens": {"value": 4096, "source": "default"},
         "breaker_after": {"value": 3, "source": "default"},
         "max_blocked": {"value": 3, "source": "default"},
         "total_replan_below": {"value": None, "source": "default"},
@@ -150,6 +154,33 @@ def test_config_json_values_and_sources(runner: CliRunner, cwd: Path) -> None:
         "escalation_url": {"value": None, "source": "default"},
         "escalation_timeout": {"value": 10.0, "source": "default"},
     }
+    # every job's brakes, the file's values applied to each
+    assert list(brakes) == [
+        "exec",
+        "run",
+        "python",
+        "research",
+        "extract nfe",
+        "extract contracts",
+    ]
+    assert brakes["exec"] == {
+        "per": "run",
+        "max_cost": 1.0,
+        "max_tokens": "none",
+        "max_seconds": 30.0,
+        "stall_after": 120.0,
+        "stop_on_stall": True,
+        "write_boundary": "working directory",
+    }
+    assert brakes["extract contracts"] == {
+        "per": "batch",
+        "max_cost": 20.0,
+        "max_tokens": "none",
+        "max_seconds": 30.0,
+        "stall_after": 300.0,
+        "stop_on_stall": True,
+        "write_boundary": "output's folder",
+    }
 
 
 def test_config_table(runner: CliRunner, cwd: Path) -> None:
@@ -162,9 +193,21 @@ def test_config_table(runner: CliRunner, cwd: Path) -> None:
     rows = {cells[1]: cells[2:] for cells in lines if len(cells) >= 4 and cells[0] == "│"}
     assert rows["jobs"] == ["│", "8", "│", str(cwd / "plandag.toml"), "│"]
     assert rows["retries"] == ["│", "2", "│", "default", "│"]
-    assert rows["max_seconds"] == ["│", "-", "│", "default", "│"]
-    assert rows["stop_on_stall"] == ["│", "False", "│", "default", "│"]
+    assert rows["max_seconds"] == ["│", "900.0", "│", "default", "│"]
+    assert rows["stop_on_stall"] == ["│", "True", "│", "default", "│"]
     assert result.stdout.startswith("plandag configuration\n")
+    assert "brakes by job (on by default; lift with none)" in result.stdout
+    jobs = {
+        cells[1]: " ".join(cells[2:])
+        for cells in lines
+        if len(cells) >= 4 and cells[0] == "│" and cells[1] in ("exec", "research", "extract")
+    }
+    assert jobs["exec"] == (
+        "│ $1.00 per run │ 200,000 │ 15 min │ 120 s → stop │ working directory │"
+    )
+    assert (
+        jobs["research"] == "│ $2.00 per run │ 500,000 │ 30 min │ 120 s → stop │ report's folder │"
+    )
 
 
 def test_config_bad_file_exits_2(runner: CliRunner, cwd: Path) -> None:
@@ -256,8 +299,10 @@ def test_max_cost_starts_only_what_fits(runner: CliRunner, cwd: Path, tools_file
     assert run["spent_usd"] == 0.6
     refused = next(s for s in run["steps"] if s["status"] == "skipped")
     assert "cost cap" in refused["detail"]
-    # without the cap both run
+    # the default cap ($1.00 per run) stops it the same way; lifted, both run
     code, run, _ = exec_json(runner, plan, tools_file)
+    assert (code, run["status"], run["spent_usd"]) == (3, "budget_exceeded", 0.6)
+    code, run, _ = exec_json(runner, plan, tools_file, "--max-cost", "none")
     assert (code, run["status"], run["spent_usd"]) == (0, "succeeded", 1.2)
 
 
@@ -466,14 +511,115 @@ def test_stop_on_stall(runner: CliRunner, cwd: Path, tools_file: Path) -> None:
     assert stall["idle_s"] >= 0.1
 
 
-def test_stop_on_stall_without_stall_after_exits_2(
+def test_stall_stops_by_default_and_no_stop_on_stall_only_reports(
+    runner: CliRunner, cwd: Path, tools_file: Path
+) -> None:
+    # Stopping on a stall is the default now: --stop-on-stall no longer needs
+    # --stall-after (it was opt-in, and refused without it); --no-stop-on-stall reports.
+    plan = write_plan(cwd, {"steps": [{"id": 1, "tool": "nap", "args": {"seconds": 0.4}}]})
+    code, run, _ = exec_json(runner, plan, tools_file, "--stall-after", "0.1")
+    assert (code, run["status"], run["stop_reason"]) == (3, "timed_out", "stalled")
+    beats = cwd / "hb.jsonl"
+    code, run, _ = exec_json(
+        runner,
+        plan,
+        tools_file,
+        "--stall-after",
+        "0.1",
+        "--no-stop-on-stall",
+        "--heartbeat",
+        str(beats),
+    )
+    assert (code, run["status"]) == (0, "succeeded")
+    events = [json.loads(line) for line in beats.read_text(encoding="utf-8").splitlines()]
+    assert [(event["event"], event.get("stopping")) for event in events] == [
+        ("run_started", None),
+        ("stall", False),
+        ("run_finished", None),
+    ]
+    # --stop-on-stall alone is accepted: the default threshold (120 s) applies
+    code, run, _ = exec_json(runner, plan, tools_file, "--stop-on-stall")
+    assert (code, run["status"]) == (0, "succeeded")
+
+
+def test_every_brake_is_lifted_with_none(runner: CliRunner, cwd: Path, tools_file: Path) -> None:
+    plan = write_plan(cwd, {"steps": [{"id": 1, "tool": "nap", "args": {"seconds": 0.01}}]})
+    result = runner.invoke(
+        app,
+        [
+            "exec",
+            str(plan),
+            "--tools",
+            str(tools_file),
+            "--max-cost",
+            "none",
+            "--max-tokens",
+            "none",
+            "--max-seconds",
+            "none",
+            "--stall-after",
+            "none",
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.splitlines()[0] == (
+        "brakes: cost none, tokens none, wall clock none, stall none, boundary ./ — lift with "
+        "--max-cost none, --max-tokens none, --max-seconds none, --stall-after none; "
+        "--no-stop-on-stall reports stalls without stopping"
+    )
+
+
+def test_the_brakes_are_printed_at_the_start_of_every_run(
     runner: CliRunner, cwd: Path, tools_file: Path
 ) -> None:
     plan = write_plan(cwd, {"steps": [{"id": 1, "tool": "nap", "args": {"seconds": 0.01}}]})
-    result = runner.invoke(app, ["exec", str(plan), "--tools", str(tools_file), "--stop-on-stall"])
+    result = runner.invoke(app, ["exec", str(plan), "--tools", str(tools_file), "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.splitlines()[0] == (
+        "brakes: cost $1.00, tokens 200,000, wall clock 15 min, stall 120 s (stop), boundary "
+        "./ — lift with --max-cost none, --max-tokens none, --max-seconds none, --stall-after "
+        "none; --no-stop-on-stall reports stalls without stopping"
+    )
+    out = cwd / "out"
+    out.mkdir()
+    result = runner.invoke(
+        app,
+        [
+            "extract",
+            "nfe",
+            str(EXAMPLES / "nfe" / "brnfe_without_proc.xml"),
+            "-o",
+            str(out / "a.jsonl"),
+            "--no-stop-on-stall",
+            "--max-cost",
+            "2.5",
+        ],
+    )
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.splitlines()[0] == (
+        "brakes per batch: cost $2.50, tokens 1,000,000, wall clock none, stall 300 s (report "
+        "only), boundary out/ — lift with --max-cost none, --max-tokens none, --max-seconds "
+        "none, --stall-after none; --no-stop-on-stall reports stalls without stopping"
+    )
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--max-cost", "lots", "'lots': expected a number of US dollars >= 0, or none"),
+        ("--max-tokens", "1.5", "'1.5': expected a whole number of tokens >= 0, or none"),
+        ("--max-seconds", "-1", "'-1': expected a number of seconds > 0, or none"),
+        ("--stall-after", "0", "'0': expected a number of seconds > 0, or none"),
+    ],
+)
+def test_a_bad_brake_value_exits_2(
+    runner: CliRunner, cwd: Path, tools_file: Path, flag: str, value: str, message: str
+) -> None:
+    plan = write_plan(cwd, {"steps": [{"id": 1, "tool": "nap", "args": {"seconds": 0.01}}]})
+    result = runner.invoke(app, ["exec", str(plan), "--tools", str(tools_file), flag, value])
     assert result.exit_code == 2
-    assert "--stop-on-stall needs --stall-after (seconds without progress)" in result.stderr
-    assert result.stdout == ""
+    assert f"Invalid value for '{flag}': {message}" in " ".join(result.stderr.split())
 
 
 # -- --write-boundary ------------------------------------------------------------------
@@ -683,10 +829,10 @@ def test_extract_resume_on_a_foreign_output_exits_2(runner: CliRunner, cwd: Path
         app, ["extract", "nfe", str(EXAMPLES / "nfe"), "-o", str(output), "--resume"]
     )
     assert result.exit_code == 2
-    assert result.stderr.startswith(
-        f"error: cannot resume: line 1 of {output} is not a JSON record ("
-    )
-    assert result.stderr.endswith("); remove --resume to start the output afresh\n")
+    brakes, error = result.stderr.splitlines()
+    assert brakes.startswith("brakes per batch: cost $5.00, tokens 1,000,000, wall clock none")
+    assert error.startswith(f"error: cannot resume: line 1 of {output} is not a JSON record (")
+    assert error.endswith("); remove --resume to start the output afresh")
     assert output.read_text(encoding="utf-8") == "garbage\n"
 
 

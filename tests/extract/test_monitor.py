@@ -64,7 +64,8 @@ def test_a_stall_is_reported_once_and_stops_the_batch(tmp_path: Path) -> None:
 
 
 def test_bad_settings_are_refused() -> None:
-    with pytest.raises(ValueError, match="stop_on_stall needs stall_after"):
-        BatchMonitor(None, stop_on_stall=True)
+    # stopping on a stall is the default, so it no longer needs stall_after: without a
+    # threshold there is nothing to stop on
+    assert BatchMonitor(None, stop_on_stall=True).stall_after is None
     with pytest.raises(ValueError, match="heartbeat_every must be > 0"):
         BatchMonitor(None, every=0)

@@ -51,8 +51,11 @@ def batch(tmp_path: Path) -> Path:
 
 
 def extract(*args: str) -> tuple[int, str, str]:
+    """Exit code, stdout, and stderr after the brakes line every run starts with."""
     result = CliRunner().invoke(app, ["extract", "nfe", *args])
-    return result.exit_code, result.stdout, result.stderr
+    brakes, _, rest = result.stderr.partition("\n")
+    assert brakes.startswith("brakes per batch: cost $5.00, tokens 1,000,000"), result.stderr
+    return result.exit_code, result.stdout, rest
 
 
 def test_every_input_gets_its_row_in_jsonl_the_store_and_the_trace(

@@ -22,6 +22,7 @@ from plandag.planner.llm import AnthropicClient
 from plandag.scheduler import RetryPolicy, RunLimits, VirtualClock
 from plandag.testing import MessagesServer
 from plandag.tools import tool
+from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
 
 MODEL = "claude-sonnet-4-6"
@@ -169,7 +170,8 @@ async def test_never_ends_awaiting_approval_with_the_plan_hash(server: MessagesS
     assert (result.run.steps[2].status, result.run.steps[2].reason) == ("skipped", "effects_held")
     assert result.approval is not None
     request = result.approval
-    assert request.plan_hash == plan_hash(request.plan, {}, None)
+    # the agent's default write boundary (the working directory) is part of the hash
+    assert request.plan_hash == plan_hash(request.plan, {}, WriteBoundary.from_specs([Path.cwd()]))
     assert [step.tool for step in request.plan.steps] == ["lookup", "publish"]
     assert result.to_json_dict()["approval"]["plan_hash"] == request.plan_hash
 

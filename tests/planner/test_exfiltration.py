@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from plandag.approval import ApprovalRequest, CallbackApprover, Decision
+from plandag.approval import ApprovalRequest, ApprovalRequiredError, CallbackApprover, Decision
+from plandag.brakes import UNLIMITED
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.planner.agent import Agent, AgentResult
 from plandag.planner.llm import AnthropicClient
@@ -102,7 +103,9 @@ async def run_agent(server: MessagesServer, **options: Any) -> AgentResult:
         clock=VirtualClock(),
         limits=RunLimits(heartbeat_every=None),
         max_revisions=0,
-        **options,
+        # no write boundary (the default is the working directory, which no HTTP host is
+        # inside): what stops the exfiltration here is the approval of tainted egress
+        **{"write_boundary": UNLIMITED, **options},
     )
     try:
         return await agent.run("Summarise the notes")
@@ -121,7 +124,17 @@ def recording(approve: bool) -> tuple[CallbackApprover, list[ApprovalRequest]]:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("mode", ["never", "auto", None])
+async def test_without_approve_an_agent_that_may_post_does_not_start(
+    server: MessagesServer, sites: Sites
+) -> None:
+    script(server, sites, exfiltrate_by_get(sites), "/notes")
+    with pytest.raises(ApprovalRequiredError):
+        await run_agent(server)
+    assert (sites.attacker.requests, sites.page.requests, server.requests) == ([], [], [])
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["never", "auto"])
 async def test_with_nobody_to_ask_the_replanned_exfiltration_is_not_sent(
     server: MessagesServer, sites: Sites, mode: Any
 ) -> None:

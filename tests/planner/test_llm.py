@@ -15,11 +15,11 @@ from plandag.planner.llm import (
     AnthropicClient,
     BudgetRefusedError,
     CallRecord,
+    DeadlineReachedError,
     LLMRequest,
     MissingAPIKeyError,
     PriceTable,
     TruncatedResponseError,
-    UnpricedModelError,
     Usage,
     call_with_retries,
 )
@@ -434,12 +434,13 @@ async def test_retry_after_past_the_deadline_is_not_waited(server: MessagesServe
     server.push_error(429, retry_after=30)
     clock = VirtualClock()
     async with AnthropicClient(api_key="test", base_url=server.url) as client:
-        with pytest.raises(TransientStepError) as caught:
+        with pytest.raises(DeadlineReachedError) as caught:
             await call_with_retries(
                 client, request(), policy(), clock, deadline=clock.monotonic() + 10
             )
     assert clock.sleeps == []
-    assert "past the run's deadline" in caught.value.__notes__[0]
+    assert "past the run's deadline" in str(caught.value)
+    assert isinstance(caught.value.__cause__, TransientStepError)
 
 
 # -- budget ----------------------------------------------------------------------------------
@@ -458,10 +459,13 @@ async def test_budget_refuses_a_call_that_does_not_fit_and_sends_nothing(
                 client, request(max_tokens=1000), policy(), VirtualClock(), budget, records=records
             )
     assert caught.value.reason == "budget"
-    # system 16 + message 9 + compact schema 78 = 103 characters -> 26 tokens, + 1000 output
-    assert caught.value.estimated_tokens == 1026
-    assert caught.value.estimated_usd == pytest.approx(26 * 5e-6 + 1000 * 25e-6)
-    assert server.requests == []
+    # the input tokens come from the counting endpoint (the local server counts system 16
+    # + message 9 = 25 characters at four a token: 7), + 1000 output
+    assert caught.value.estimated_tokens == 1007
+    assert caught.value.estimated_usd == pytest.approx(7 * 5e-6 + 1000 * 25e-6)
+    # one counting request, which is not an attempt: no message sent, nothing recorded
+    assert [item.path for item in server.requests] == ["/v1/messages/count_tokens"]
+    assert server.message_requests == []
     assert records == []
     assert (budget.spent_nanodollars, budget.reserved_nanodollars) == (0, 0)
     assert "cost cap of $0.01" in str(caught.value)
@@ -523,20 +527,26 @@ async def test_parallel_calls_cannot_overshoot_the_cap(server: MessagesServer) -
 
 
 @pytest.mark.anyio
-async def test_unpriced_model_under_a_dollar_cap_is_refused_before_sending(
+async def test_unpriced_model_under_a_dollar_cap_is_capped_by_tokens_alone(
     server: MessagesServer,
 ) -> None:
+    # Brakes are on by default: a model without a price is sent, costs $0 against the
+    # dollar cap, and the token cap stops it; it is never refused for having no price.
+    server.push_text("ok", usage={"input_tokens": 10, "output_tokens": 2})
     call = LLMRequest(
         model="claude-unknown-9", messages=[{"role": "user", "content": "hi"}], max_tokens=10
     )
+    budget = Budget(max_cost_usd=1.0, max_tokens=20)
+    records: list[CallRecord] = []
     async with AnthropicClient(api_key="test", base_url=server.url) as client:
-        with pytest.raises(UnpricedModelError) as caught:
-            await call_with_retries(
-                client, call, policy(), VirtualClock(), Budget(max_cost_usd=1.0, max_tokens=None)
-            )
-    assert caught.value.model == "claude-unknown-9"
-    assert '[prices."claude-unknown-9"]' in str(caught.value)
-    assert server.requests == []
+        await call_with_retries(client, call, policy(), VirtualClock(), budget, records=records)
+        with pytest.raises(BudgetRefusedError) as caught:
+            await call_with_retries(client, call, policy(), VirtualClock(), budget)
+    [record] = records
+    assert (record.cost_usd, record.priced) == (0.0, False)
+    assert (budget.spent_usd, budget.spent_tokens) == (0.0, 12)
+    assert "past its cap of 20 tokens (spent 12" in str(caught.value)
+    assert len(server.message_requests) == 1
 
 
 @pytest.mark.anyio

@@ -107,24 +107,29 @@ def test_model_price_rejects_negative_prices() -> None:
         ModelPrice(-1.0, 1.0, 1.0, 1.0)
 
 
-def test_estimate_counts_system_messages_and_schema_at_four_characters_a_token() -> None:
+def test_estimate_counts_system_messages_and_schema_at_three_bytes_a_token() -> None:
     request = LLMRequest(
         model="claude-opus-4-6",
         system="a" * 10,
         messages=[{"role": "user", "content": "b" * 20}, {"role": "assistant", "content": "c"}],
         max_tokens=100,
-        json_schema={"type": "object"},  # {"type":"object"}: 17 characters
+        json_schema={"type": "object"},  # {"type":"object"}: 17 bytes
     )
-    assert estimate_input_tokens(request) == 12  # 48 characters / 4
+    assert estimate_input_tokens(request) == 16  # 48 bytes / 3
     usd, tokens = estimate_cost(request, DEFAULT_PRICES["claude-opus-4-6"])
-    assert tokens == 112
-    assert usd == pytest.approx(12 * 5e-6 + 100 * 25e-6)
-    assert estimate_cost(request, None) == (0.0, 112)
+    assert tokens == 116
+    assert usd == pytest.approx(16 * 5e-6 + 100 * 25e-6)
+    assert estimate_cost(request, None) == (0.0, 116)
+    # a count from the provider replaces the estimate
+    assert estimate_cost(request, None, input_tokens=9) == (0.0, 109)
 
 
-def test_estimate_rounds_up() -> None:
-    request = LLMRequest(model="m", messages=[{"role": "user", "content": "abcde"}], max_tokens=1)
+def test_estimate_rounds_up_and_counts_bytes_not_characters() -> None:
+    request = LLMRequest(model="m", messages=[{"role": "user", "content": "abcd"}], max_tokens=1)
     assert estimate_input_tokens(request) == 2
+    # "ação" is 4 characters and 6 UTF-8 bytes: 2 tokens, where characters / 4 said 1
+    accented = LLMRequest(model="m", messages=[{"role": "user", "content": "ação"}], max_tokens=1)
+    assert estimate_input_tokens(accented) == 2
 
 
 @pytest.mark.parametrize(

@@ -111,7 +111,7 @@ async def run_agent(
         registry(),
         retry=RetryPolicy(retries=1, base_delay=0.01, jitter=False),
         clock=VirtualClock(),
-        **{"limits": RunLimits(heartbeat_every=None), **options},
+        **{"limits": RunLimits(heartbeat_every=None), "approve": "auto", **options},
     )
     try:
         return await agent.run(goal)

@@ -100,7 +100,7 @@ async def run_agent(
         retry=RetryPolicy(retries=2, base_delay=0.5, jitter=False),
         clock=clock,
         limits=RunLimits(heartbeat_every=None),
-        **options,
+        **{"approve": "auto", **options},  # the registry has a tool that writes
     )
     try:
         return await agent.run("Score a and b")

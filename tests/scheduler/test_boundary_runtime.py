@@ -79,7 +79,7 @@ def test_escape_through_a_reference_is_refused_at_run_time(
     compiled = compile_plan(
         plan_writing_to(target), REGISTRY, write_boundary=WriteBoundary.from_specs(["."])
     )
-    result = run_plan_sync(compiled)
+    result = run_plan_sync(compiled, approve="auto")
 
     assert result.status == "failed"
     assert result.steps[1].status == "succeeded"
@@ -107,7 +107,7 @@ def test_a_reference_inside_the_boundary_writes(layout: tuple[Path, Path]) -> No
         REGISTRY,
         write_boundary=WriteBoundary.from_specs(["reports/"]),
     )
-    result = run_plan_sync(compiled)
+    result = run_plan_sync(compiled, approve="auto")
     assert result.status == "succeeded"
     assert result.steps[2].result == {"path": str(out / "reports" / "a.json"), "bytes": 13}
     assert (out / "reports" / "a.json").read_text() == '{\n  "n": 1\n}\n'
@@ -120,7 +120,7 @@ def test_glob_boundary_refuses_a_reference_outside_the_pattern(
     out, _ = layout
     boundary = WriteBoundary.from_specs(["data/*.json"])
     compiled = compile_plan(plan_writing_to("data/deep/x.json"), REGISTRY, write_boundary=boundary)
-    result = run_plan_sync(compiled)
+    result = run_plan_sync(compiled, approve="auto")
     assert (result.steps[2].status, result.steps[2].reason) == (
         "failed",
         "write_outside_boundary",
@@ -128,7 +128,7 @@ def test_glob_boundary_refuses_a_reference_outside_the_pattern(
     assert not (out / "data").exists()
 
     compiled = compile_plan(plan_writing_to("data/x.json"), REGISTRY, write_boundary=boundary)
-    result = run_plan_sync(compiled)
+    result = run_plan_sync(compiled, approve="auto")
     assert result.status == "succeeded"
     assert (out / "data" / "x.json").read_text() == '{\n  "n": 1\n}\n'
 

@@ -8,6 +8,7 @@ from typing import Any
 import anyio
 import pytest
 
+from plandag.brakes import UNLIMITED
 from plandag.compiler import CompiledPlan, compile_plan
 from plandag.scheduler import RetryPolicy, RunLimits, VirtualClock, events, run_plan_sync
 from plandag.tools.base import Tool, tool
@@ -109,9 +110,19 @@ def test_the_deadline_is_not_reset_by_retries() -> None:
         ({"stall_after": float("nan")}, "stall_after must be > 0"),
         ({"max_cost_usd": -0.01}, "max_cost_usd must be >= 0"),
         ({"max_tokens": -1}, "max_tokens must be >= 0"),
-        ({"stop_on_stall": True}, "stop_on_stall needs stall_after"),
+        ({"max_cost_usd": None}, r"max_cost_usd=None is ambiguous: leave max_cost_usd out"),
+        ({"max_seconds": None}, r"or pass max_seconds=UNLIMITED \(from plandag import"),
+        ({"max_tokens": "none"}, "max_tokens must be a number or UNLIMITED, not 'none'"),
     ],
 )
 def test_limits_are_validated(options: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         RunLimits(**options)
+
+
+def test_stop_on_stall_is_on_by_default_and_allowed_without_a_stall_threshold() -> None:
+    # Brakes are on by default: a stop on a stall no longer needs --stall-after; with the
+    # stall detector lifted it has nothing to act on.
+    assert RunLimits().stop_on_stall is True
+    limits = RunLimits(stall_after=UNLIMITED, stop_on_stall=True)
+    assert (limits.stall_cap, limits.stop_on_stall) == (None, True)

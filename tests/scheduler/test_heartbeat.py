@@ -85,7 +85,10 @@ def test_a_stall_is_reported_once_and_the_run_goes_on() -> None:
     )
     seen: list[events.Event] = []
     result = run_plan_sync(
-        plan, limits=RunLimits(heartbeat_every=None, stall_after=0.1), observers=[seen.append]
+        plan,
+        # stopping on a stall is the default: reporting only is the explicit choice
+        limits=RunLimits(heartbeat_every=None, stall_after=0.1, stop_on_stall=False),
+        observers=[seen.append],
     )
     assert result.succeeded
     stalls: list[events.Stall] = of_type(seen, events.Stall)
@@ -144,7 +147,7 @@ def test_jsonl_writer(tmp_path: Path) -> None:
     result = run_plan_sync(
         plan,
         run_id="file",
-        limits=RunLimits(heartbeat_every=0.1, stall_after=0.15),
+        limits=RunLimits(heartbeat_every=0.1, stall_after=0.15, stop_on_stall=False),
         observers=[writer],
     )
     lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]

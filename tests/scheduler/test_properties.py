@@ -10,6 +10,7 @@ import anyio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from plandag.brakes import UNLIMITED
 from plandag.compiler import compile_plan
 from plandag.errors import PermanentStepError, TransientStepError
 from plandag.scheduler import RetryPolicy, RunLimits, RunResult, VirtualClock, run_plan_sync
@@ -91,10 +92,10 @@ def check_invariants(result: RunResult, limits: RunLimits, retries: int) -> None
             assert record.error is not None
         if record.status in ("succeeded", "failed", "cancelled"):
             assert record.attempts >= 1
-    if limits.max_cost_usd is not None:
-        assert result.spent_usd <= limits.max_cost_usd
-    if limits.max_tokens is not None:
-        assert result.spent_tokens <= limits.max_tokens
+    if limits.cost_cap is not None:
+        assert result.spent_usd <= limits.cost_cap
+    if limits.token_cap is not None:
+        assert result.spent_tokens <= limits.token_cap
     charged = sum(a.cost_usd for r in result.steps.values() for a in r.attempt_log)
     assert abs(charged - result.spent_usd) < 1e-9
     reasons = {record.reason for record in result.steps.values()}
@@ -134,7 +135,13 @@ def test_every_step_ends_in_one_terminal_state(
     seed: int,
 ) -> None:
     calls.clear()
-    limits = RunLimits(max_seconds=max_seconds, max_cost_usd=max_cost, max_tokens=max_tokens)
+
+    def cap(value: Any) -> Any:
+        return UNLIMITED if value is None else value
+
+    limits = RunLimits(
+        max_seconds=cap(max_seconds), max_cost_usd=cap(max_cost), max_tokens=cap(max_tokens)
+    )
     result = run_plan_sync(
         compile_plan(plan, REGISTRY),
         max_concurrency=concurrency,

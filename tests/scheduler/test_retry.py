@@ -253,6 +253,7 @@ def test_non_idempotent_tool_is_not_retried_after_an_ambiguous_failure() -> None
     clock = VirtualClock()
     result = run_plan_sync(
         compiled([{"id": 1, "tool": "send_payment", "args": {"invoice": "A-1"}}], send_payment),
+        approve="auto",
         retry=NO_JITTER,
         clock=clock,
     )
@@ -281,6 +282,7 @@ def test_failure_known_to_precede_any_effect_is_retried_for_any_tool() -> None:
     clock = VirtualClock()
     result = run_plan_sync(
         compiled([{"id": 1, "tool": "send_payment", "args": {"invoice": "A-1"}}], send_payment),
+        approve="auto",
         retry=NO_JITTER,
         clock=clock,
     )

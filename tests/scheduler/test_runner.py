@@ -553,7 +553,7 @@ def test_write_boundary_checked_after_resolution(
         save,
         write_boundary=WriteBoundary([out], base=out),
     )
-    result = run_plan_sync(plan)
+    result = run_plan_sync(plan, approve="auto")
     record = result.steps[2]
     assert record.status == "failed"
     assert record.reason == "write_outside_boundary"

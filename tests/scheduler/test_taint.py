@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 
+from plandag.brakes import UNLIMITED
 from plandag.compiler import compile_plan
 from plandag.scheduler import run_plan_sync
 from plandag.tools import default_registry
@@ -31,7 +32,9 @@ def test_an_outside_file_is_tainted_and_a_file_this_run_wrote_is_not(tmp_path: P
             {"id": 5, "tool": "json_select", "args": {"data": {"b": 2}, "expr": "b"}},
         ]
     }
-    result = run_plan_sync(compile_plan(plan, default_registry()))
+    result = run_plan_sync(
+        compile_plan(plan, default_registry()), approve="auto", write_boundary=UNLIMITED
+    )
     assert result.status == "succeeded"
     assert {key: record.tainted for key, record in result.steps.items()} == {
         1: True,
@@ -54,7 +57,9 @@ def test_a_file_written_from_tainted_data_stays_tainted(tmp_path: Path) -> None:
             {"id": 3, "tool": "read_file", "args": {"path": str(copy)}, "depends_on": [2]},
         ]
     }
-    result = run_plan_sync(compile_plan(plan, default_registry()))
+    result = run_plan_sync(
+        compile_plan(plan, default_registry()), approve="auto", write_boundary=UNLIMITED
+    )
     assert [result.steps[key].tainted for key in (1, 2, 3)] == [True, True, True]
 
 

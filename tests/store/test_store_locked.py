@@ -68,6 +68,7 @@ def _run(recorder: StoreRecorder, compiled: object, retries: int) -> object:
     return anyio.run(
         lambda: run_plan(
             compiled,  # type: ignore[arg-type]
+            approve="auto",
             run_id="r",
             observers=[recorder],
             retry=RetryPolicy(retries=retries, base_delay=0.3, jitter=False),

@@ -17,6 +17,7 @@ import anyio
 import httpx
 import pytest
 
+from plandag.brakes import UNLIMITED
 from plandag.checks import BUILTIN_CHECKS
 from plandag.compiler import compile_plan
 from plandag.errors import (
@@ -202,6 +203,8 @@ def run(
     )
     return run_plan_sync(
         compiled,
+        approve="auto",
+        write_boundary=UNLIMITED if boundary is None else None,
         run_id="r",
         retry=RetryPolicy(retries=retries),
         clock=clock or VirtualClock(),

@@ -16,6 +16,7 @@ The provider SDKs are imported when a client is built, so importing this package
 from plandag.planner.llm.anthropic import AnthropicClient as AnthropicClient
 from plandag.planner.llm.base import BudgetRefusedError as BudgetRefusedError
 from plandag.planner.llm.base import ChatMessage as ChatMessage
+from plandag.planner.llm.base import DeadlineReachedError as DeadlineReachedError
 from plandag.planner.llm.base import LLMClient as LLMClient
 from plandag.planner.llm.base import LLMRequest as LLMRequest
 from plandag.planner.llm.base import LLMResponse as LLMResponse
@@ -42,6 +43,7 @@ __all__ = [
     "BudgetRefusedError",
     "CallRecord",
     "ChatMessage",
+    "DeadlineReachedError",
     "LLMClient",
     "LLMRequest",
     "LLMResponse",

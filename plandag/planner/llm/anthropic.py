@@ -138,6 +138,33 @@ class AnthropicClient:
         response = _response(message, getattr(message, "_request_id", None))
         return check_stop_reason(response, request, where)
 
+    async def count_tokens(self, request: LLMRequest) -> int:
+        """The input tokens ``request`` would be billed for, from the API's free counting
+        endpoint (``messages.count_tokens``, ``POST /v1/messages/count_tokens``,
+        https://docs.anthropic.com/en/docs/build-with-claude/token-counting): the system
+        prompt, messages, tools and output schema as they would be sent. Not an attempt
+        of the call: it costs nothing and is not recorded.
+
+        Raises:
+            StepError: the count failed, mapped as in :mod:`plandag.planner.llm.base`.
+        """
+        import anthropic
+
+        where = f"anthropic {request.model} POST /v1/messages/count_tokens"
+        params = _params(request)
+        params.pop("max_tokens")
+        params.pop("stop_sequences", None)
+        try:
+            counted = await self.sdk.messages.count_tokens(**params)
+        except anthropic.APIError as error:
+            raise _failure(error, where) from error
+        except Exception as error:
+            mapped = _transport_cause(error, where)
+            if mapped is None:
+                raise
+            raise mapped from error
+        return int(counted.input_tokens)
+
     @contextlib.asynccontextmanager
     async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStream]:
         """Send ``request`` with ``messages.stream`` and hand on its text deltas.

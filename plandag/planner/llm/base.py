@@ -46,17 +46,19 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal, Protocol, TypedDict
 
-from plandag.errors import InputError, PermanentStepError
+from plandag.errors import InputError, PermanentStepError, StepTimeoutError
 
 __all__ = [
     "BudgetRefusedError",
     "ChatMessage",
+    "DeadlineReachedError",
     "LLMClient",
     "LLMRequest",
     "LLMResponse",
     "LLMStream",
     "MissingAPIKeyError",
     "ModelRefusalError",
+    "TokenCounter",
     "TruncatedResponseError",
     "UnpricedModelError",
     "UnusableResponseError",
@@ -65,8 +67,9 @@ __all__ = [
     "estimate_input_tokens",
 ]
 
-CHARS_PER_TOKEN = 4
-"""Characters per token assumed when estimating a prompt's size before sending it."""
+BYTES_PER_TOKEN = 3
+"""UTF-8 bytes per token assumed when estimating a prompt's size without a provider's
+token-counting endpoint (a conservative figure: see :func:`estimate_input_tokens`)."""
 
 TRANSIENT_STREAM_ERRORS = frozenset(
     {"overloaded_error", "api_error", "rate_limit_error", "timeout_error", "server_error"}
@@ -256,6 +259,21 @@ class LLMClient(Protocol):
         ...
 
 
+class TokenCounter(Protocol):
+    """A client whose provider counts a request's input tokens for free (Anthropic's
+    ``POST /v1/messages/count_tokens``); :func:`~plandag.planner.llm.calls.call_with_retries`
+    reserves that count instead of an estimate. A counting request is not an attempt: it
+    is not recorded and costs nothing."""
+
+    async def count_tokens(self, request: LLMRequest) -> int:
+        """The input tokens ``request`` would be billed for.
+
+        Raises:
+            StepError: the count failed (the caller falls back to the estimate).
+        """
+        ...
+
+
 # -- errors ---------------------------------------------------------------------------------
 
 
@@ -316,6 +334,19 @@ class BudgetRefusedError(PermanentStepError):
         self.estimated_tokens = estimated_tokens
 
 
+class DeadlineReachedError(StepTimeoutError):
+    """A model call cannot finish before the run's deadline, so it is not tried (again).
+
+    Raised by :func:`~plandag.planner.llm.calls.call_with_retries` instead of waiting when
+    the run has no time left, or when the next attempt would start past the deadline (a
+    429's ``Retry-After`` longer than the time left, say): the call fails at once rather
+    than sleeping into the deadline. A :class:`TimeoutError`; ``reason`` ``deadline``.
+    The failure that was not retried is its ``__cause__``.
+    """
+
+    reason = "deadline"
+
+
 class UnpricedModelError(PermanentStepError, LookupError):
     """The price table has no price for a model, and the run has a dollar cap to enforce.
 
@@ -351,12 +382,17 @@ class MissingAPIKeyError(InputError):
 
 
 def estimate_input_tokens(request: LLMRequest) -> int:
-    """A rough count of the prompt's tokens, before sending it: characters / 4, rounded up.
+    """A conservative count of the prompt's tokens, before sending it, for a provider with
+    no token-counting endpoint: the UTF-8 bytes of the serialized request / 3, rounded up.
 
     Counts the system prompt, every message's content (content blocks as compact JSON),
-    the JSON schema and the tool definitions (providers put both in the prompt). Four
-    characters per token is the usual rule of thumb for English with BPE tokenizers; it is
-    an estimate to reserve budget against, not a bill.
+    the JSON schema and the tool definitions (providers put both in the prompt). BPE
+    tokenizers average about four characters a token on English prose and fewer on JSON,
+    code and other languages; three *bytes* a token overestimates all of these (a
+    Portuguese accent or any non-ASCII character counts two bytes or more), so a call
+    reserved with it cannot take spend past a cap by more than its output. Providers with a
+    counting endpoint (Anthropic's ``POST /v1/messages/count_tokens``) are asked instead
+    (:func:`~plandag.planner.llm.calls.call_with_retries`).
 
     Args:
         request: the call to estimate.
@@ -364,15 +400,15 @@ def estimate_input_tokens(request: LLMRequest) -> int:
     Returns:
         Estimated input tokens, >= 0.
     """
-    chars = len(request.system)
+    size = len(request.system.encode("utf-8"))
     for message in request.messages:
         content = message["content"]
-        chars += len(content if isinstance(content, str) else _compact(content))
+        size += len((content if isinstance(content, str) else _compact(content)).encode("utf-8"))
     if request.json_schema is not None:
-        chars += len(_compact(request.json_schema))
+        size += len(_compact(request.json_schema).encode("utf-8"))
     if request.tools:
-        chars += len(_compact(list(request.tools)))
-    return -(-chars // CHARS_PER_TOKEN)
+        size += len(_compact(list(request.tools)).encode("utf-8"))
+    return -(-size // BYTES_PER_TOKEN)
 
 
 def _compact(value: Any) -> str:

@@ -4,37 +4,47 @@
 :func:`call_with_retries` makes the attempts of one :class:`LLMRequest`:
 
 1. **budget**: before each attempt, the estimated cost is *reserved* on the run's
-   :class:`~plandag.scheduler.budget.Budget`: input tokens estimated from the prompt's
-   length (:func:`~plandag.planner.llm.base.estimate_input_tokens`, characters / 4) plus
-   ``max_tokens`` output tokens, priced from the :class:`PriceTable`. A reservation that
+   :class:`~plandag.scheduler.budget.Budget`: the input tokens the provider's counting
+   endpoint gives when the client has one (:class:`~plandag.planner.llm.base.TokenCounter`:
+   Anthropic's ``POST /v1/messages/count_tokens``, asked once per call; a counting
+   request is not an attempt, costs nothing and is not recorded), else the conservative
+   estimate of :func:`~plandag.planner.llm.base.estimate_input_tokens` (the serialized
+   request's UTF-8 bytes / 3), plus ``max_tokens`` output tokens, priced from the
+   :class:`PriceTable`. A reservation that
    does not fit raises :class:`BudgetRefusedError` and no request is sent. After the
    attempt, success or failure, the reservation is *settled* with the real usage, so
    parallel calls never push spend past the cap by more than their estimates were wrong;
 2. **the call**: :meth:`LLMClient.complete`, or :meth:`LLMClient.stream` when ``on_text``
    is given (each delta is handed to it as it arrives, and the time to first token is
    measured);
-3. **retries**: a failure goes through :func:`plandag.errors.describe_failure` and
+3. **the deadline**: with ``deadline`` (the run's wall-clock cap on ``clock``), no attempt
+   starts past it and no delay is waited that would end past it: the call fails at once
+   with :class:`DeadlineReachedError` (a 429 whose Retry-After is longer than the time
+   left is not slept);
+4. **retries**: a failure goes through :func:`plandag.errors.describe_failure` and
    :meth:`RetryPolicy.decide` exactly as a tool's would (a model call has no effect
    besides its cost, so it counts as idempotent): transient errors are retried after the
    policy's delay, raised to the server's Retry-After, slept on the injected
    :class:`~plandag.scheduler.clock.Clock`; permanent ones (4xx, truncation, refusal) are
    raised at once;
-4. **records**: every attempt, failed ones included, appends a :class:`CallRecord` with the
+5. **records**: every attempt, failed ones included, appends a :class:`CallRecord` with the
    usage the provider reported (0 when it reported none), its cost and timings.
 
-An unknown model costs 0.0 (``priced=False``) unless the budget has a dollar cap; then the
-call is refused before sending with :class:`UnpricedModelError` (see
-:mod:`plandag.planner.llm.pricing`).
+An unknown model costs 0.0 (``priced=False``): the dollar cap does not see it, and it is
+capped by the token cap alone (brakes are on by default, tokens included: 200,000 per run,
+:mod:`plandag.brakes`). It is never refused for having no price.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Awaitable, Callable
 
 from plandag.errors import describe_failure
 from plandag.planner.llm.base import (
     BudgetRefusedError,
+    DeadlineReachedError,
     LLMClient,
     LLMRequest,
     LLMResponse,
@@ -47,7 +57,15 @@ from plandag.scheduler.budget import Budget, Reservation
 from plandag.scheduler.clock import Clock
 from plandag.scheduler.retry import RetryPolicy
 
-__all__ = ["CallRecord", "call_with_retries", "estimate_cost"]
+__all__ = ["CallRecord", "call_with_retries", "deadline_from", "estimate_cost"]
+
+logger = logging.getLogger("plandag.planner")
+
+
+def deadline_from(clock: Clock, remaining_s: float | None) -> float | None:
+    """The ``deadline`` of :func:`call_with_retries` for a run with ``remaining_s`` seconds
+    left (a session's ``remaining_s``), on ``clock``; None without a deadline."""
+    return None if remaining_s is None else clock.monotonic() + remaining_s
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -103,19 +121,23 @@ class CallRecord:
         return self.usage.output_tokens
 
 
-def estimate_cost(request: LLMRequest, price: ModelPrice | None) -> tuple[float, int]:
+def estimate_cost(
+    request: LLMRequest, price: ModelPrice | None, input_tokens: int | None = None
+) -> tuple[float, int]:
     """The amount reserved before an attempt of ``request``.
 
     Args:
         request: the call.
         price: the model's price, or None when unpriced (costs 0.0).
+        input_tokens: the input tokens as the provider counted them, or None to estimate
+            them (:func:`~plandag.planner.llm.base.estimate_input_tokens`).
 
     Returns:
-        ``(usd, tokens)``: the estimated input tokens
-        (:func:`~plandag.planner.llm.base.estimate_input_tokens`) plus ``max_tokens`` output
-        tokens, and their cost in US dollars at ``price``.
+        ``(usd, tokens)``: the input tokens plus ``max_tokens`` output tokens, and their
+        cost in US dollars at ``price``.
     """
-    usage = Usage(input_tokens=estimate_input_tokens(request), output_tokens=request.max_tokens)
+    counted = input_tokens if input_tokens is not None else estimate_input_tokens(request)
+    usage = Usage(input_tokens=counted, output_tokens=request.max_tokens)
     return (price.cost(usage) if price is not None else 0.0), usage.total_tokens
 
 
@@ -146,8 +168,9 @@ async def call_with_retries(
             for no cap and no accounting.
         prices: the price table (default :data:`~plandag.planner.llm.pricing.DEFAULT_PRICES`).
         records: a list every attempt's :class:`CallRecord` is appended to, or None.
-        deadline: ``clock.monotonic()`` value after which no retry may start (the run's
-            wall-clock cap), or None.
+        deadline: ``clock.monotonic()`` value after which no attempt may start (the
+            run's wall-clock cap; :func:`deadline_from` makes it from the seconds left), or
+            None.
         on_text: when given, the call is streamed and every text delta is awaited through
             it as it arrives.
         on_restart: awaited before a retry of a streamed call, so a consumer can drop the
@@ -159,20 +182,24 @@ async def call_with_retries(
     Raises:
         BudgetRefusedError: an attempt's estimated cost did not fit the budget (nothing was
             sent for it); reason ``budget``.
-        UnpricedModelError: the model has no price and the budget has a dollar cap.
+        DeadlineReachedError: the deadline has passed, or the next attempt would start
+            past it (its delay is not waited); the last failure is its ``__cause__``.
         TruncatedResponseError: the output was cut at ``max_tokens`` (never retried).
         StepError: the last failure when the policy stops retrying (a note on it says why
             when retries ran out or the deadline or total delay was reached).
     """
     price = prices.lookup(request.model)
-    if price is None and budget is not None and budget.max_nanodollars is not None:
-        prices.price(request.model)  # raises UnpricedModelError, with what to add
-    estimate_usd, estimate_tokens = estimate_cost(request, price)
+    counted = await _count_input_tokens(client, request) if budget is not None else None
+    estimate_usd, estimate_tokens = estimate_cost(request, price, counted)
     streamed = on_text is not None
     attempts = 0
     waited_s = 0.0
     while True:
         attempts += 1
+        if deadline is not None and clock.monotonic() >= deadline:
+            raise DeadlineReachedError(
+                f"{client.provider} {request.model}: call not sent: the run's deadline has passed"
+            )
         reservation = _reserve(budget, request, client.provider, estimate_usd, estimate_tokens)
         started_at = clock.time()
         started = clock.monotonic()
@@ -232,6 +259,11 @@ async def call_with_retries(
                     )
                 )
             if decision is None or not decision.retry:
+                if decision is not None and decision.stop == "deadline":
+                    raise DeadlineReachedError(
+                        f"{client.provider} {request.model}: {type(error).__name__}: {error} "
+                        f"({decision.explanation}); the call failed at once"
+                    ) from error
                 if decision is not None and decision.stop not in (None, "permanent"):
                     error.add_note(f"{client.provider} {request.model}: {decision.explanation}")
                 raise
@@ -262,6 +294,22 @@ async def call_with_retries(
         return response
 
 
+async def _count_input_tokens(client: LLMClient, request: LLMRequest) -> int | None:
+    """The provider's count of the request's input tokens, or None when the client has no
+    counting endpoint or the count failed (the estimate is used then)."""
+    counter = getattr(client, "count_tokens", None)
+    if counter is None:
+        return None
+    try:
+        counted = await counter(request)
+    except Exception as error:  # the count is an optimisation: never fail the call for it
+        logger.debug(
+            "%s %s: token count failed (%s); estimating", client.provider, request.model, error
+        )
+        return None
+    return counted if isinstance(counted, int) and counted >= 0 else None
+
+
 def _reserve(
     budget: Budget | None, request: LLMRequest, provider: str, usd: float, tokens: int
 ) -> Reservation | None:
@@ -273,7 +321,8 @@ def _reserve(
         refusal = budget.refusal(usd, tokens).removeprefix("not started: its ")
         raise BudgetRefusedError(
             f"{provider} {request.model}: call not sent: its {refusal}; the estimate is "
-            f"the prompt's characters / 4 plus max_tokens={request.max_tokens} output tokens",
+            f"the prompt's input tokens (counted by the provider, else its bytes / 3) plus "
+            f"max_tokens={request.max_tokens} output tokens",
             estimated_usd=usd,
             estimated_tokens=tokens,
         )

@@ -7,11 +7,10 @@ read 0.1 times). Prices change: override or extend them from a mapping
 (:meth:`PriceTable.from_mapping`) or a TOML file (:meth:`PriceTable.from_toml`).
 
 An unknown model is *not* an error here: :meth:`PriceTable.cost` returns None for it, and the
-call layer records it at 0.0 with ``priced=False``, unless the run has a dollar cap, where
-an unpriced call would make the cap meaningless, so it is refused with
-:class:`~plandag.planner.llm.base.UnpricedModelError` before sending. Local models
-(vLLM, Ollama, llama.cpp) run free without a cap, and a capped run says exactly which price
-is missing.
+call layer records it at 0.0 with ``priced=False``. The dollar cap counts priced models
+only; an unpriced one (a local vLLM, Ollama or llama.cpp model, a model newer than this
+table) is capped by the token cap alone, which every run has by default
+(:mod:`plandag.brakes`), and is never refused for having no price.
 """
 
 from __future__ import annotations
