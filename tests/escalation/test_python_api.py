@@ -76,6 +76,7 @@ async def test_the_agent_calls_on_escalation_with_the_case(server: MessagesServe
         retry=RetryPolicy(retries=0),
         clock=VirtualClock(),
         limits=RunLimits(heartbeat_every=None),
+        approve="never",  # the registry has an irreversible tool; these plans do not use it
         on_escalation=seen.append,
     )
     try:
@@ -116,6 +117,7 @@ async def test_the_agent_with_escalate_never_calls_nothing(server: MessagesServe
         retry=RetryPolicy(retries=0),
         clock=VirtualClock(),
         limits=RunLimits(heartbeat_every=None),
+        approve="never",  # the registry has an irreversible tool; these plans do not use it
         escalate="never",
         on_escalation=seen.append,
     )
