@@ -463,4 +463,24 @@ def test_the_plan_command_exits_1_when_the_answer_is_cut(
         env={"ANTHROPIC_API_KEY": "test"},
     )
     assert result.exit_code == 1
-    assert "the output was cut off at max_tokens=8192" in result.stderr
+    # the default, sized to plans (plandag.brakes.DEFAULT_PLANNER_MAX_TOKENS)
+    assert "the output was cut off at max_tokens=4096" in result.stderr
+    assert server.message_requests[-1].json["max_tokens"] == 4096
+    server.push_max_tokens('{"g":"x","s":[', usage={})
+    result = CliRunner().invoke(
+        plan_app(),
+        [
+            "plan",
+            "Sum",
+            "-o",
+            str(tmp_path / "plan.json"),
+            "--base-url",
+            server.url,
+            "--planner-max-tokens",
+            "9000",
+        ],
+        env={"ANTHROPIC_API_KEY": "test"},
+    )
+    assert result.exit_code == 1
+    assert "the output was cut off at max_tokens=9000" in result.stderr
+    assert server.message_requests[-1].json["max_tokens"] == 9000
