@@ -190,7 +190,10 @@ def test_a_run_of_200_writes_holds_the_boundary_while_a_folder_is_swapped_for_a_
     try:
         # the race slows the writes down: the plan-relative time limit is not what is tested
         result = run_plan_sync(
-            compiled, retry=RetryPolicy(retries=0), limits=RunLimits(plan_time_factor=None)
+            compiled,
+            approve="auto",
+            retry=RetryPolicy(retries=0),
+            limits=RunLimits(plan_time_factor=None),
         )
     finally:
         stop.set()
