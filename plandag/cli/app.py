@@ -849,6 +849,7 @@ def _exec_with_planner(
                 approve_patch=gate.approve_patch,
                 escalate=options.escalate,
                 approve_plan=gate.approve_plan,
+                tool_durations=gate.tool_durations(),
             )
         finally:
             await client.aclose()

@@ -86,6 +86,7 @@ from plandag.planner.triggers import ReplanStrategy, StrategyChoice, choose_stra
 from plandag.scheduler import events
 from plandag.scheduler.budget import Budget
 from plandag.scheduler.clock import Clock, SystemClock
+from plandag.scheduler.estimate import PlanEstimate, estimate_plan
 from plandag.scheduler.result import EscalationMode, RunResult, RunStatus, StepErrorInfo
 from plandag.scheduler.retry import RetryPolicy
 from plandag.scheduler.runner import RunLimits
@@ -526,6 +527,8 @@ async def run_with_repairs(
     approve_patch: Callable[[RunSession, tuple[int, ...]], Awaitable[str]] | None = None,
     escalate: EscalationMode = "person",
     approve_plan: Callable[[RunSession], Awaitable[str]] | None = None,
+    plan_estimate: PlanEstimate | None = None,
+    tool_durations: Mapping[str, float] | None = None,
 ) -> RepairedRun:
     """Run a compiled stored plan; repair the failures ``trigger`` accepts, within the caps.
 
@@ -558,6 +561,15 @@ async def run_with_repairs(
             steps without effects run (a pending approval never holds them); any other
             answer ends the run with that status once those steps have ended. None: the
             plan's effects run at once.
+        plan_estimate: the plan's estimate that ``limits``' plan-relative limits
+            (``plan_cost_factor``, ``plan_time_factor``) are measured against from the
+            run's opening, as for :func:`~plandag.scheduler.run_plan`; default:
+            :func:`~plandag.scheduler.estimate.estimate_plan` of ``compiled`` with
+            ``tool_durations``. A run past them ends ``escalated`` (reason
+            ``plan_budget``); a repair patch projected past them is not run.
+        tool_durations: seconds per tool name measured in the run store
+            (:meth:`plandag.store.Store.tool_durations`), replacing declared figures in
+            the plan's and the patches' estimates.
 
     Returns:
         The :class:`RepairedRun`; never raises for a failed step or model call.
@@ -576,6 +588,11 @@ async def run_with_repairs(
     session_ref: list[RunSession] = []
     fingerprint: str | None = None
     bases: dict[int, int] = {}  # replan number -> the run's largest id when it was asked
+    the_limits = limits if limits is not None else RunLimits()
+    if plan_estimate is None and (
+        the_limits.plan_cost_factor is not None or the_limits.plan_time_factor is not None
+    ):
+        plan_estimate = estimate_plan(compiled, measured=tool_durations)
     async with open_session(
         compiled,
         registry,
@@ -589,6 +606,8 @@ async def run_with_repairs(
         run_id=run_id,
         hold_effects=approve_plan is not None,
         escalate=escalate,
+        plan_estimate=plan_estimate,
+        tool_durations=tool_durations,
     ) as session:
         session_ref.append(session)
         if on_session is not None:
