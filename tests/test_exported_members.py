@@ -1,5 +1,10 @@
 """The public API is what ``plandag.__all__`` says, and nothing is missing from it."""
 
+import subprocess
+import sys
+
+import pytest
+
 import plandag
 
 
@@ -13,6 +18,8 @@ def test_all_is_sorted_and_unique() -> None:
 
 
 def test_every_public_import_is_listed() -> None:
+    for name in plandag.__all__:  # public names are imported on first use
+        getattr(plandag, name)
     public = {
         name
         for name, value in vars(plandag).items()
@@ -30,3 +37,20 @@ def test_user_facing_imports() -> None:
 
     assert double.name == "double"
     assert ToolContext(run_id="r", step_id=3).idempotency_key == "r:3"
+
+
+def test_dir_lists_every_public_name() -> None:
+    assert set(plandag.__all__) <= set(dir(plandag))
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'compile'"):
+        plandag.compile  # noqa: B018
+
+
+def test_importing_the_package_imports_none_of_its_parts() -> None:
+    code = "import sys, plandag; print(sorted(m for m in sys.modules if m.startswith('plandag.')))"
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.strip()
+    assert loaded == "['plandag.lazy']"

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from plandag.brakes import JOB_BRAKES, LIFT, UNLIMITED, brakes_line
+from plandag.cli.commands import LazyGroup, root_callback
 from plandag.cli.display import StepProgress, diagnostic_lines, run_table
 from plandag.cli.signals import Interruptible, exit_code_for_signal
 from plandag.cli.store_command import (
@@ -77,13 +77,14 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    cls=LazyGroup,  # the commands of other modules are imported when invoked
 )
+app.callback()(root_callback)
 extract_app = typer.Typer(
     help="Batch extraction jobs built on stored plans.",
     no_args_is_help=True,
     rich_markup_mode=None,
 )
-app.add_typer(extract_app, name="extract")
 
 stdout = Console(soft_wrap=True, highlight=False)
 stderr = Console(stderr=True, soft_wrap=True, highlight=False)
@@ -1038,89 +1039,8 @@ def show_config(as_json: JsonOption = False) -> None:
     )
 
 
-from plandag.cli import plan_command as _plan_command  # noqa: E402 (registers `plan`)
-
-_plan_command.register(app)
-
-from plandag.cli import run_command as _run_command  # noqa: E402 (registers `run`)
-
-_run_command.register(app)
-
-from plandag.cli import tell_command as _tell_command  # noqa: E402 (registers `tell`)
-
-_tell_command.register(app)
-
-from plandag.cli import bench_command as _bench_command  # noqa: E402 (registers `bench`)
-
-_bench_command.register(app)
-
-from plandag.cli import store_command as _store_command  # noqa: E402 (runs, resume...)
-
-_store_command.register(app)
-
-from plandag.cli import trace_command as _trace_command  # noqa: E402 (registers `trace`, `diff`)
-
-_trace_command.register(app)
-
-from plandag.cli import gc_command as _gc_command  # noqa: E402 (registers `gc`)
-
-_gc_command.register(app)
-
-from plandag.cli import extract_command as _extract_command  # noqa: E402,F401 (extract nfe)
-
-
-def version_callback(value: bool) -> None:
-    """Print the version and exit (``plandag --version``)."""
-    if value:
-        from plandag import __version__
-
-        sys.stdout.write(f"plandag {__version__}\n")
-        raise typer.Exit()
-
-
-@app.callback()
-def root(
-    ctx: typer.Context,
-    version: Annotated[
-        bool,
-        typer.Option(
-            "--version", callback=version_callback, is_eager=True, help="Print the version."
-        ),
-    ] = False,
-) -> None:
-    """Compile an LLM's plan into a validated DAG and run it: parallel, checked, bounded."""
-    # No secret reaches the terminal: standard output and error are masked while the
-    # command runs, and put back after it (plandag.cli.secret_output).
-    from plandag.cli.secret_output import mask_standard_streams
-
-    before = mask_standard_streams()
-
-    def put_back() -> None:
-        sys.stdout, sys.stderr = before
-
-    ctx.call_on_close(put_back)
-
-
 def main() -> None:
-    """Entry point of the ``plandag`` console script.
+    """Entry point of the ``plandag`` console script (:func:`plandag.cli.commands.main`)."""
+    from plandag.cli.commands import main as run
 
-    API keys and authorization headers never reach a log line: a filter scrubs them from
-    every record first (:func:`plandag.trace.redact.install_secret_filter`).
-    """
-    import sqlite3
-
-    from plandag.trace.redact import install_secret_filter
-
-    install_secret_filter()
-    try:
-        app()
-    except sqlite3.Error as error:  # the run store: locked past its timeout, full, corrupt
-        stderr.print(
-            f"[red]error:[/] the run store failed: {escape(str(error))}; another plandag may "
-            "hold it (try again), or pick another with --store / PLANDAG_STORE",
-            highlight=False,
-        )
-        raise SystemExit(2) from None
-    except KeyboardInterrupt:
-        stderr.print("interrupted")
-        raise SystemExit(130) from None
+    run()

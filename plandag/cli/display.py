@@ -9,14 +9,6 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
 from rich.table import Table
 
 from plandag.compiler.diagnostics import Diagnostic
@@ -53,6 +45,15 @@ class StepProgress:
     """
 
     def __init__(self, console: Console, total: int, *, enabled: bool = True) -> None:
+        from rich.progress import (  # here: commands that draw no progress start faster
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
         self.progress = Progress(
             SpinnerColumn(),
             TextColumn("[bold]{task.description}"),

@@ -51,7 +51,7 @@ from plandag.cli.store_command import RedactOption, StoreOption, open_cli_store,
 from plandag.errors import InputError
 from plandag.scheduler import RetryPolicy, RunLimits
 
-__all__ = ["extract_nfe"]
+__all__ = ["extract_nfe", "register"]
 
 
 @extract_app.command("nfe")
@@ -338,3 +338,8 @@ def _close_batch(store: Any, writer: Any, batch_id: str, status: str) -> None:
         writer.segment_ended(status)
         writer.close()
     store.close()
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``extract`` (its subcommand ``nfe``) to the ``plandag`` app."""
+    app.add_typer(extract_app, name="extract")

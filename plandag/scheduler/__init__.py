@@ -3,33 +3,38 @@ returns a :class:`RunResult` (ARCHITECTURE.md, "Execution", "Brakes" and "States
 codes"), retrying transient failures (:class:`RetryPolicy`) within the run's brakes
 (:class:`RunLimits`)."""
 
-from plandag.scheduler import events as events
-from plandag.scheduler.budget import Budget as Budget
-from plandag.scheduler.budget import PlanBudget as PlanBudget
-from plandag.scheduler.clock import Clock as Clock
-from plandag.scheduler.clock import SystemClock as SystemClock
-from plandag.scheduler.clock import VirtualClock as VirtualClock
-from plandag.scheduler.estimate import ModelCallEstimate as ModelCallEstimate
-from plandag.scheduler.estimate import PlanEstimate as PlanEstimate
-from plandag.scheduler.estimate import StepEstimate as StepEstimate
-from plandag.scheduler.estimate import estimate_plan as estimate_plan
-from plandag.scheduler.estimate import estimate_steps as estimate_steps
-from plandag.scheduler.heartbeat import JsonlHeartbeatWriter as JsonlHeartbeatWriter
-from plandag.scheduler.result import AttemptRecord as AttemptRecord
-from plandag.scheduler.result import RunResult as RunResult
-from plandag.scheduler.result import RunStatus as RunStatus
-from plandag.scheduler.result import StepErrorInfo as StepErrorInfo
-from plandag.scheduler.result import StepRecord as StepRecord
-from plandag.scheduler.result import StepStatus as StepStatus
-from plandag.scheduler.result import to_jsonable as to_jsonable
-from plandag.scheduler.retry import RetryDecision as RetryDecision
-from plandag.scheduler.retry import RetryPolicy as RetryPolicy
-from plandag.scheduler.runner import RunLimits as RunLimits
-from plandag.scheduler.runner import run_plan as run_plan
-from plandag.scheduler.runner import run_plan_sync as run_plan_sync
-from plandag.scheduler.session import RunSession as RunSession
-from plandag.scheduler.session import SessionState as SessionState
-from plandag.scheduler.session import open_session as open_session
+import typing as _typing
+
+from plandag.lazy import lazy_exports as _lazy_exports
+
+if _typing.TYPE_CHECKING:
+    from plandag.scheduler import events as events
+    from plandag.scheduler.budget import Budget as Budget
+    from plandag.scheduler.budget import PlanBudget as PlanBudget
+    from plandag.scheduler.clock import Clock as Clock
+    from plandag.scheduler.clock import SystemClock as SystemClock
+    from plandag.scheduler.clock import VirtualClock as VirtualClock
+    from plandag.scheduler.estimate import ModelCallEstimate as ModelCallEstimate
+    from plandag.scheduler.estimate import PlanEstimate as PlanEstimate
+    from plandag.scheduler.estimate import StepEstimate as StepEstimate
+    from plandag.scheduler.estimate import estimate_plan as estimate_plan
+    from plandag.scheduler.estimate import estimate_steps as estimate_steps
+    from plandag.scheduler.heartbeat import JsonlHeartbeatWriter as JsonlHeartbeatWriter
+    from plandag.scheduler.result import AttemptRecord as AttemptRecord
+    from plandag.scheduler.result import RunResult as RunResult
+    from plandag.scheduler.result import RunStatus as RunStatus
+    from plandag.scheduler.result import StepErrorInfo as StepErrorInfo
+    from plandag.scheduler.result import StepRecord as StepRecord
+    from plandag.scheduler.result import StepStatus as StepStatus
+    from plandag.scheduler.result import to_jsonable as to_jsonable
+    from plandag.scheduler.retry import RetryDecision as RetryDecision
+    from plandag.scheduler.retry import RetryPolicy as RetryPolicy
+    from plandag.scheduler.runner import RunLimits as RunLimits
+    from plandag.scheduler.runner import run_plan as run_plan
+    from plandag.scheduler.runner import run_plan_sync as run_plan_sync
+    from plandag.scheduler.session import RunSession as RunSession
+    from plandag.scheduler.session import SessionState as SessionState
+    from plandag.scheduler.session import open_session as open_session
 
 __all__ = [
     "AttemptRecord",
@@ -60,3 +65,37 @@ __all__ = [
     "run_plan_sync",
     "to_jsonable",
 ]
+
+if not _typing.TYPE_CHECKING:
+    __getattr__, __dir__ = _lazy_exports(
+        __name__,
+        {
+            "events": ("plandag.scheduler.events", None),
+            "Budget": ("plandag.scheduler.budget", "Budget"),
+            "PlanBudget": ("plandag.scheduler.budget", "PlanBudget"),
+            "Clock": ("plandag.scheduler.clock", "Clock"),
+            "SystemClock": ("plandag.scheduler.clock", "SystemClock"),
+            "VirtualClock": ("plandag.scheduler.clock", "VirtualClock"),
+            "ModelCallEstimate": ("plandag.scheduler.estimate", "ModelCallEstimate"),
+            "PlanEstimate": ("plandag.scheduler.estimate", "PlanEstimate"),
+            "StepEstimate": ("plandag.scheduler.estimate", "StepEstimate"),
+            "estimate_plan": ("plandag.scheduler.estimate", "estimate_plan"),
+            "estimate_steps": ("plandag.scheduler.estimate", "estimate_steps"),
+            "JsonlHeartbeatWriter": ("plandag.scheduler.heartbeat", "JsonlHeartbeatWriter"),
+            "AttemptRecord": ("plandag.scheduler.result", "AttemptRecord"),
+            "RunResult": ("plandag.scheduler.result", "RunResult"),
+            "RunStatus": ("plandag.scheduler.result", "RunStatus"),
+            "StepErrorInfo": ("plandag.scheduler.result", "StepErrorInfo"),
+            "StepRecord": ("plandag.scheduler.result", "StepRecord"),
+            "StepStatus": ("plandag.scheduler.result", "StepStatus"),
+            "to_jsonable": ("plandag.scheduler.result", "to_jsonable"),
+            "RetryDecision": ("plandag.scheduler.retry", "RetryDecision"),
+            "RetryPolicy": ("plandag.scheduler.retry", "RetryPolicy"),
+            "RunLimits": ("plandag.scheduler.runner", "RunLimits"),
+            "run_plan": ("plandag.scheduler.runner", "run_plan"),
+            "run_plan_sync": ("plandag.scheduler.runner", "run_plan_sync"),
+            "RunSession": ("plandag.scheduler.session", "RunSession"),
+            "SessionState": ("plandag.scheduler.session", "SessionState"),
+            "open_session": ("plandag.scheduler.session", "open_session"),
+        },
+    )

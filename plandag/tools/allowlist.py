@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-import httpx
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["host_allowed", "host_pattern"]
 
@@ -23,6 +25,8 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 def _split(pattern: str) -> tuple[str, int | None]:
     pattern = pattern.strip().lower()
     if "://" in pattern:
+        import httpx  # here, not at the top: the command line starts without it
+
         url = httpx.URL(pattern)
         return url.host, url.port
     if pattern.startswith("["):  # [::1] or [::1]:8080
@@ -44,6 +48,8 @@ def host_allowed(url: str | httpx.URL, patterns: Iterable[str]) -> bool:
     Returns:
         True when some pattern matches; False otherwise, and for a URL without a host.
     """
+    import httpx
+
     parsed = url if isinstance(url, httpx.URL) else httpx.URL(url)
     host = parsed.host.lower().rstrip(".")
     if not host:
@@ -66,6 +72,8 @@ def host_pattern(url: str | httpx.URL) -> str | None:
         ``host:port`` (the scheme's default port when the URL gives none; IPv6 hosts in
         brackets), lowercase; None for a URL that is not http(s) or has no host.
     """
+    import httpx
+
     try:
         parsed = url if isinstance(url, httpx.URL) else httpx.URL(url)
     except (httpx.InvalidURL, TypeError, ValueError):
