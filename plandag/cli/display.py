@@ -114,7 +114,7 @@ class StepProgress:
 def _short(value: Any, width: int) -> str:
     """``value`` as one line of compact JSON (strings as they are), cut to ``width``."""
     if isinstance(value, str):
-        text = value
+        text = scrub_secrets(value)
     else:
         try:
             shown = scrub_secrets(to_jsonable(value))  # values under secret-named keys too

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import io
 
+import pytest
 from rich.console import Console
 
-from plandag.cli.display import StepProgress
+from plandag.cli.display import StepProgress, run_table
+from plandag.compiler import compile_plan
+from plandag.scheduler import run_plan_sync
 from plandag.scheduler.events import Heartbeat, Stall, StepStarted, StepSucceeded
+from plandag.tools import default_registry
 
 
 def fields(progress: StepProgress) -> dict[str, object]:
@@ -27,3 +31,20 @@ def test_progress_follows_steps_heartbeats_and_stalls() -> None:
     assert fields(progress)["status"] == "1 failed spent $0.2500 / 120 tokens"
     progress(Stall("r", 70.0, 60.0, (2,), ("parse",), False, 70.0))
     assert fields(progress)["status"] == "stalled 60 s"
+
+
+def test_the_run_table_masks_a_secret_before_it_can_be_wrapped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A value is masked before the table lays it out: no piece of the secret survives a
+    narrow column's line breaks."""
+    secret = "wrapped-SECRET-0123456789abcdefghij"
+    monkeypatch.setenv("DISPLAY_TEST_TOKEN", secret)
+    step = {"id": 1, "tool": "json_select", "args": {"data": {"k": secret}, "expr": "k"}}
+    result = run_plan_sync(compile_plan({"steps": [step]}, default_registry()))
+    assert result.steps[1].result == secret
+    out = io.StringIO()
+    Console(file=out, width=80).print(run_table(result, console_width=80))
+    text = out.getvalue()
+    assert "[secret]" in text
+    assert not any(secret[i : i + 8] in text for i in range(len(secret) - 7))
