@@ -31,9 +31,17 @@ __all__ = ["DEFAULT_DATA_DIR", "ExtractFigures", "measure_extract", "valid_invoi
 #: Where the shared NF-e samples are, from the repository root.
 DEFAULT_DATA_DIR = Path(
     os.environ.get("PLANDAG_SHARED_NFE")
-    or Path(__file__).resolve().parents[2] / "shared" / "data" / "nfe"
+    or next(
+        (
+            folder / "shared" / "data" / "nfe"
+            for folder in Path(__file__).resolve().parents[2:]
+            if (folder / "shared" / "data" / "nfe").is_dir()
+        ),
+        Path(__file__).resolve().parents[2] / "shared" / "data" / "nfe",
+    )
 )
-"""The shared corpus: ``PLANDAG_SHARED_NFE``, else ``<repo>/../shared/data/nfe``."""
+"""The shared corpus: ``PLANDAG_SHARED_NFE``, else the first ``shared/data/nfe`` found in the
+repository's parent folder or above (a worktree sits one level deeper than the repository)."""
 
 
 def valid_invoice_files(data_dir: Path = DEFAULT_DATA_DIR) -> list[Path]:
