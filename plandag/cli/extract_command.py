@@ -4,6 +4,7 @@ and a trace with one bar per document (issue 6)."""
 
 from __future__ import annotations
 
+import array
 import functools
 import json
 import signal
@@ -94,12 +95,22 @@ def extract_nfe(
     save_repairs: SaveRepairsOption = None,
     store: StoreOption = None,
     redact: RedactOption = False,
+    trace_detail: Annotated[
+        str,
+        typer.Option(
+            "--trace-detail",
+            metavar="summary|full",
+            help="Per document in the trace: a bounded summary line (status, failing checks, "
+            "error codes; at most 1 KB) or the full record.",
+        ),
+    ] = "summary",
 ) -> None:
     """Extract NF-e/NFC-e invoices into records: one per invoice, one error row per bad input.
 
     The batch is recorded in the run store (--store, PLANDAG_STORE) as one run with one row
     per document (its record or its error), not per step; `plandag runs` lists it and
-    `plandag trace` shows one bar per document (--redact masks personal data there).
+    `plandag trace` shows one bar per document (--redact masks personal data there); each
+    bar holds a summary of the record (--trace-detail full: the whole record).
 
     Brakes apply to the whole batch: --max-seconds is the batch's deadline, --max-cost and
     --max-tokens one budget shared by every document, --heartbeat counts documents;
@@ -137,6 +148,8 @@ def extract_nfe(
         },
         "extract nfe",
     )
+    if trace_detail not in ("summary", "full"):
+        _fail(f"--trace-detail must be summary or full, not {trace_detail!r}")
     if output_format not in (None, "jsonl", "csv"):
         _fail(f"--format must be jsonl or csv, not {output_format!r}")
     if output.is_dir():
@@ -198,27 +211,42 @@ def extract_nfe(
     stored_count = [0]
     last_record_at = [time.time()]
     writers: list[Any] = []  # the trace, once the batch is recorded
+    spans = array.array("d")  # each record's (start, end) in the trace, for corrections
+
+    def record_document(index: int, record: Mapping[str, Any], start: float, end: float) -> None:
+        status = str(record.get("status", ""))
+        source = str(record.get("source", ""))
+        writers[0].document(index, source, status, record, start, end, detail=trace_detail)
+        run_store.record_document(
+            batch_id,
+            index,
+            source,
+            status,
+            record,
+            error=store_json(record.get("errors")) if status == "error" else None,
+        )
 
     def on_record(record: Mapping[str, Any]) -> None:
         now = time.time()
-        writers[0].document(
-            stored_count[0],
-            str(record.get("source", "")),
-            str(record.get("status", "")),
-            record,
-            last_record_at[0],
-            now,
-        )
+        record_document(stored_count[0], record, last_record_at[0], now)
+        spans.extend((last_record_at[0], now))
         last_record_at[0] = now
-        run_store.record_document(
-            batch_id,
-            stored_count[0],
-            str(record.get("source", "")),
-            str(record.get("status", "")),
-            record,
-            error=store_json(record.get("errors")) if record.get("status") == "error" else None,
-        )
         stored_count[0] += 1
+
+    stored: dict[int, Any] = {}
+
+    def on_correction(index: int, change: Mapping[str, Any]) -> None:
+        # unique_in_batch decided after the record was stored and traced: the store's row
+        # and the trace's bar take the file's final outcome.
+        from plandag.extract.nfe.batch import with_unique_in_batch
+
+        if not stored:
+            stored.update((row.idx, row.record) for row in run_store.documents(batch_id))
+        record = stored.get(index)
+        if isinstance(record, Mapping):
+            record_document(
+                index, with_unique_in_batch(record, change), spans[2 * index], spans[2 * index + 1]
+            )
 
     try:
         files, missing = expand_inputs(paths)
@@ -243,6 +271,7 @@ def extract_nfe(
             missing=missing,
             on_record=on_record,
             on_progress=on_progress,
+            on_correction=on_correction,
             run_options=run_options,
             write_boundary=boundary,
             repairer=repairer,

@@ -33,7 +33,15 @@ from plandag.scheduler.result import AttemptRecord, RunResult, StepRecord, to_js
 if TYPE_CHECKING:
     from plandag.planner.llm.calls import CallRecord
 
-__all__ = ["RESULT_CHARACTERS", "TraceWriter", "attempt_status", "plan_dependencies"]
+__all__ = [
+    "RESULT_CHARACTERS",
+    "SUMMARY_LINE_BYTES",
+    "SUMMARY_SOURCE_BYTES",
+    "TraceWriter",
+    "attempt_status",
+    "document_summary",
+    "plan_dependencies",
+]
 
 logger = logging.getLogger("plandag.trace")
 
@@ -105,6 +113,66 @@ def _bounded(value: Any) -> Any:
         "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
         "preview": text[: RESULT_CHARACTERS // 4],
     }
+
+
+#: The most bytes (UTF-8) of an input's path a ``summary`` document line shows (then ``…``).
+SUMMARY_SOURCE_BYTES = 120
+
+#: A ``summary`` document line (:meth:`TraceWriter.document`) is at most this many bytes of
+#: UTF-8 (before redaction, which only shortens or keeps values the same size).
+SUMMARY_LINE_BYTES = 1024
+
+_SUMMARY_NAMES = 5
+_SUMMARY_NAME_CHARACTERS = 32
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def _cut_bytes(text: str, limit: int) -> str:
+    data = text.encode("utf-8", "backslashreplace")
+    if len(data) <= limit:
+        return text
+    return data[: limit - 3].decode("utf-8", "ignore") + "\u2026"
+
+
+def document_summary(record: Any) -> dict[str, Any]:
+    """A record's bounded summary for a trace line: ``{"status", "failed_checks",
+    "errors"}`` (the names of the checks that failed and the error codes, at most 5 of each,
+    each cut to 32 characters; ``"more"``: how many were left out, when any were).
+
+    Args:
+        record: an ``extract`` record (a mapping); anything else gives ``{"status": None}``.
+    """
+    if not isinstance(record, Mapping):
+        return {"status": None, "failed_checks": [], "errors": []}
+    checks = record.get("checks")
+    failed = (
+        [
+            str(name)
+            for name, outcome in checks.items()
+            if isinstance(outcome, Mapping) and outcome.get("status") == "fail"
+        ]
+        if isinstance(checks, Mapping)
+        else []
+    )
+    errors = record.get("errors")
+    codes = (
+        [str(error.get("code")) for error in errors if isinstance(error, Mapping)]
+        if isinstance(errors, list)
+        else []
+    )
+    status = record.get("status")
+    summary: dict[str, Any] = {
+        "status": _cut(str(status), _SUMMARY_NAME_CHARACTERS) if status is not None else None,
+        "failed_checks": [_cut(name, _SUMMARY_NAME_CHARACTERS) for name in failed[:_SUMMARY_NAMES]],
+        "errors": [_cut(code, _SUMMARY_NAME_CHARACTERS) for code in codes[:_SUMMARY_NAMES]],
+    }
+    more = max(len(failed) - _SUMMARY_NAMES, 0) + max(len(codes) - _SUMMARY_NAMES, 0)
+    if more:
+        summary["more"] = more
+    return summary
 
 
 class TraceWriter:
@@ -508,11 +576,19 @@ class TraceWriter:
             self.run_finished(event.result, time=event.time)
 
     def document(
-        self, index: int, source: str, status: str, record: Any, start: float, end: float
+        self,
+        index: int,
+        source: str,
+        status: str,
+        record: Any,
+        start: float,
+        end: float,
+        *,
+        detail: str = "summary",
     ) -> dict[str, Any]:
         """Write one ``extract`` document as a ``step`` span (step id ``index + 1``, tool
         ``extract``): ``succeeded`` when it got a record (``ok`` or ``check_failed``, in
-        ``reason``), ``failed`` for an error row; the record (bounded, redacted) as result.
+        ``reason``), ``failed`` for an error row.
 
         Args:
             index: the input's position in the batch (0-based).
@@ -520,7 +596,21 @@ class TraceWriter:
             status: the record's status (``ok``, ``check_failed``, ``error``).
             record: the record.
             start, end: seconds since the epoch (the document's span in the batch).
+            detail: ``summary`` (the default): the result is :func:`document_summary` of
+                the record (status, failing checks, error codes) and the path is cut to
+                :data:`SUMMARY_SOURCE_BYTES` bytes, so the line stays under
+                :data:`SUMMARY_LINE_BYTES` whatever the record holds; ``full``: the whole
+                record (bounded to ``RESULT_CHARACTERS``, redacted) as result.
+
+        Raises:
+            ValueError: ``detail`` is neither ``summary`` nor ``full``; the writer is closed.
         """
+        if detail == "full":
+            result, shown = _bounded(record), source
+        elif detail == "summary":
+            result, shown = document_summary(record), _cut_bytes(source, SUMMARY_SOURCE_BYTES)
+        else:
+            raise ValueError(f"trace detail must be 'summary' or 'full', not {detail!r}")
         return self._span(
             "step",
             f"step {index + 1} extract",
@@ -531,12 +621,12 @@ class TraceWriter:
                 "tool": "extract",
                 "status": "failed" if status == "error" else "succeeded",
                 "reason": status,
-                "detail": source,
+                "detail": shown,
                 "depends_on": [],
                 "attempts": [],
                 "checks": [],
-                "args": {"path": source},
-                "result": _bounded(record),
+                "args": {"path": shown},
+                "result": result,
                 "superseded_by": None,
                 "segment": self.segment,
             },

@@ -555,3 +555,24 @@ def test_resume_gives_a_record_to_a_copy_under_another_name(tmp_path: Path) -> N
     assert [Path(r["source"]).name for r in records] == ["a.xml", "b.xml"]
     assert summary.skipped_by_resume == 1
     assert [r["checks"]["unique_in_batch"]["status"] for r in records] == ["fail", "fail"]
+
+
+def test_records_of_the_shipped_examples_are_byte_identical_to_the_reference(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reference file holds the records ``plandag extract nfe examples/nfe`` wrote
+    before the per-document path was made faster; they must not change by a byte."""
+    from typer.testing import CliRunner
+
+    from plandag.cli import app
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)
+    output = tmp_path / "out.jsonl"
+    result = CliRunner().invoke(
+        app,
+        ["extract", "nfe", "examples/nfe", "-o", str(output), "--store", str(tmp_path / "s.db")],
+    )
+    assert result.exit_code == 0, result.output
+    reference = Path(__file__).parent / "data" / "examples_nfe_records.jsonl"
+    assert output.read_bytes() == reference.read_bytes()

@@ -63,6 +63,7 @@ import errno
 import functools
 import glob
 import hashlib
+import json
 import os
 import stat
 import time
@@ -104,6 +105,7 @@ __all__ = [
     "extract_batch",
     "not_a_regular_file",
     "render_summary",
+    "with_unique_in_batch",
 ]
 
 #: An async function from one input path to its records (one per invoice, or one error record).
@@ -384,6 +386,24 @@ class _Uniqueness:
         return changes
 
 
+def _escaped(record: Mapping[str, Any]) -> Any:
+    """:func:`~plandag.extract.names.escape_surrogates` of ``record``, with a fast path: a
+    record that encodes as strict UTF-8 JSON (the usual case) holds no lone surrogate."""
+    try:
+        json.dumps(record, ensure_ascii=False, check_circular=False).encode("utf-8")
+    except (UnicodeEncodeError, TypeError, ValueError, RecursionError):
+        return escape_surrogates(record)
+    return record
+
+
+def with_unique_in_batch(record: Mapping[str, Any], change: Mapping[str, Any]) -> dict[str, Any]:
+    """``record`` with the ``unique_in_batch`` outcome of an ``on_correction`` ``change`` of
+    :func:`extract_batch` and its status restated (NFE.md "Status"): what the output file
+    holds for that record once the batch ended."""
+    outcome = change["unique_in_batch"]
+    return _with_unique(dict(record), (str(outcome["status"]), str(outcome["detail"])))
+
+
 def _with_unique(record: dict[str, Any], outcome: tuple[str, str]) -> dict[str, Any]:
     checks = record.get("checks")
     checks = dict(checks) if isinstance(checks, Mapping) else {}
@@ -471,6 +491,7 @@ async def extract_batch(
     missing: Sequence[Mapping[str, Any]] = (),
     on_record: Callable[[Mapping[str, Any]], None] | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    on_correction: Callable[[int, Mapping[str, Any]], None] | None = None,
     extractor: Extractor | None = None,
     window: int | None = None,
     run_options: Mapping[str, Any] | None = None,
@@ -500,6 +521,14 @@ async def extract_batch(
         on_record: called with each record as it is written (in output order).
         on_progress: called with ``(inputs done, inputs to extract)`` at the start and after
             each input is written (for a progress bar).
+        on_correction: called once the batch ends (also when it is cut short) for each
+            record of this run whose ``unique_in_batch`` outcome changed after it was
+            passed to ``on_record`` (the first record of a key that a later input
+            duplicates, or one whose detail now names later duplicates), with ``(n, change)``:
+            ``n`` counts this run's records from 0 in ``on_record`` order, ``change`` is
+            ``{"unique_in_batch": {"status", "detail"}, "status": the record's final
+            status}``; so a store or trace fed by ``on_record`` ends with the file's outcome
+            (see :func:`with_unique_in_batch`).
         extractor: ``async (path) -> list[record]``; defaults to
             :func:`plandag.extract.nfe.document.extract_document`.
         window: inputs in flight or waiting to be written at most (default ``max(8 * jobs,
@@ -574,7 +603,7 @@ async def extract_batch(
 
     def write_input(records: Sequence[Mapping[str, Any]]) -> None:
         # A name that is not valid UTF-8 is shown with its bytes escaped, everywhere.
-        ready = [uniqueness.add_new(escape_surrogates(record)) for record in records]
+        ready = [uniqueness.add_new(_escaped(record)) for record in records]
         writer.write_input(ready)
         for record in ready:
             tally.add(record)
@@ -628,6 +657,14 @@ async def extract_batch(
                 if status_after != status_before:
                     tally.by_status[status_before] -= 1
                     tally.by_status[status_after] += 1
+                if on_correction is not None:
+                    on_correction(
+                        position - first_new,
+                        {
+                            "unique_in_batch": {"status": outcome[0], "detail": outcome[1]},
+                            "status": status_after,
+                        },
+                    )
 
     limiter = anyio.CapacityLimiter(jobs)
     slots = anyio.Semaphore(window if window is not None else max(8 * jobs, 64))
