@@ -397,6 +397,20 @@ class Store:
                 "blobs/ folder with the database"
             ) from error
 
+    def _record_columns(self, record: Any) -> tuple[str | None, str | None]:
+        """:meth:`value_columns` of an ``extract`` record, without the :func:`to_jsonable`
+        pass when the record is JSON data already (what ``json.dumps`` accepts with
+        ``allow_nan=False``, as the record file's writer does); sealed either way."""
+        try:
+            text = json.dumps(
+                seal(record), ensure_ascii=False, separators=(",", ":"), allow_nan=False
+            )
+        except (TypeError, ValueError):
+            return self.value_columns(record)
+        if len(text) > BLOB_THRESHOLD_BYTES:
+            return None, self.put_blob(text)
+        return text, None
+
     def value_columns(self, value: Any) -> tuple[str | None, str | None]:
         """(inline JSON, blob hash): large values go to a blob file."""
         text = _dumps(value)
@@ -1083,7 +1097,7 @@ class Store:
         error: str | None = None,
     ) -> None:
         """Record one document of an ``extract`` batch (one row per document), batched."""
-        inline, digest = self.value_columns(record) if record is not None else (None, None)
+        inline, digest = self._record_columns(record) if record is not None else (None, None)
         self.write(
             "INSERT OR REPLACE INTO document (batch_id, idx, input, status, record, "
             "result_hash, error, time) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
