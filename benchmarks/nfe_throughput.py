@@ -3,7 +3,7 @@
 Usage (from the repository root)::
 
     .venv/bin/python benchmarks/nfe_throughput.py [--n 5000] [--repetitions 3]
-        [--corpus DIR] [--seed 0] [--plandag PATH]
+        [--corpus DIR] [--seed 0] [--plandag PATH] [--compare PATH]
 
 Rows, measured in interleaved repetitions (each repetition runs every row once, in turn, so
 that the shared machine's noise hits all of them), medians reported:
@@ -16,7 +16,9 @@ that the shared machine's noise hits all of them), medians reported:
   fresh store each repetition), in a child process; its rate is documents over the batch's
   own ``seconds`` (``--json``), so the command's start-up is left out and reported apart;
 * ``--workers 2`` and ``--cluster local`` (2 workers): measured when the command has those
-  options, otherwise shown ``n/a``.
+  options, otherwise shown ``n/a``;
+* with ``--compare PATH``: another ``plandag`` (an older checkout's) with its defaults, timed
+  like the ``--workers 1`` row in the same turns: a before/after in one run.
 
 Ratios are to the lxml loop. Start-up: the median wall time of ``plandag --version`` and of
 ``python -c pass`` (5 each). The store's bytes per document: (database + WAL + blobs) /
@@ -140,9 +142,11 @@ def measure(
     command: list[str],
     repetitions: int,
     scratch: Path,
+    compare: list[str] | None = None,
 ) -> tuple[list[Row], Path | None]:
     """Run every row ``repetitions`` times, interleaved. Returns the rows and the last
-    ``--workers 1`` store (None when it did not run)."""
+    ``--workers 1`` store (None when it did not run). ``compare``: another ``plandag``
+    command (an older version) timed like the ``--workers 1`` row, in the same turns."""
     from plandag.extract.nfe import extract_document
 
     async def per_document() -> None:
@@ -160,6 +164,7 @@ def measure(
     one = Row(CLI_WORKERS.format(workers=1))
     two = Row(CLI_WORKERS.format(workers=2))
     cluster = Row(CLI_CLUSTER)
+    other = Row(f"plandag extract nfe, defaults ({compare[0]})" if compare else "")
     if not has_workers:
         one.note = "today's command (no --workers option: one process)"
         two.note = "n/a: the command has no --workers option"
@@ -183,6 +188,8 @@ def measure(
             command, corpus, scratch / f"w1-{repetition}", ["--workers", "1"] if has_workers else []
         )
         one.seconds.append(seconds)
+        if compare:
+            other.seconds.append(_cli_pass(compare, corpus, scratch / f"cmp-{repetition}", [])[0])
         if has_workers:
             two.seconds.append(
                 _cli_pass(command, corpus, scratch / f"w2-{repetition}", ["--workers", "2"])[0]
@@ -196,7 +203,7 @@ def measure(
                     ["--cluster", "local", *(["--workers", "2"] if has_workers else [])],
                 )[0]
             )
-    return [lxml, loop, one, two, cluster], store
+    return [lxml, loop, one, *([other] if compare else []), two, cluster], store
 
 
 def _startup(command: list[str], times: int = 5) -> tuple[float, float]:
@@ -231,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", type=Path, help="folder of invoices (generated if short)")
     parser.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
     parser.add_argument("--plandag", help="the plandag command to time (default: this venv's)")
+    parser.add_argument(
+        "--compare", help="another plandag command (e.g. an older version) timed alongside"
+    )
     options = parser.parse_args(argv)
     if options.n < 1 or options.repetitions < 1:
         parser.error("--n and --repetitions must be at least 1")
@@ -248,7 +258,14 @@ def main(argv: list[str] | None = None) -> int:
         if len(files) != len(list(corpus.glob("*.xml"))):
             raise SystemExit(f"--corpus {corpus} holds more files than --n {options.n}")
         started = time.perf_counter()
-        rows, store = measure(files, corpus, command, options.repetitions, scratch)
+        rows, store = measure(
+            files,
+            corpus,
+            command,
+            options.repetitions,
+            scratch,
+            [options.compare] if options.compare else None,
+        )
         elapsed = time.perf_counter() - started
         version, bare = _startup(command)
         size_line = ""

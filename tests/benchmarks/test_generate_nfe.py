@@ -114,3 +114,18 @@ def test_default_sources_are_single_invoices_extracted_ok() -> None:
     assert NFELIB in sources
     assert EXAMPLES / "brnfe_event_cancel.xml" not in sources  # an error record
     assert EXAMPLES / "nfelib_nfe_reforma_tributaria.xml" not in sources  # check_failed
+
+
+def test_throughput_table_gives_medians_ratios_and_n_a_rows() -> None:
+    from benchmarks.nfe_throughput import Row, render
+
+    rows = [
+        Row("lxml", [1.0, 2.0, 4.0]),
+        Row("plandag", [4.0, 8.0, 16.0]),
+        Row("--workers 2", [], "n/a: the command has no --workers option"),
+    ]
+    assert render(rows, 100).splitlines()[2:] == [
+        "| lxml | 50 | 1.00 | 25-100 |  |",
+        "| plandag | 12 | 0.25 | 6-25 |  |",
+        "| --workers 2 | n/a | n/a | | n/a: the command has no --workers option |",
+    ]
