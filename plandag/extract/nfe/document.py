@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from plandag.checks.base import CheckOutcome
     from plandag.compiler.compiled import CompiledPlan
     from plandag.planner.repair import PlanRepairer, RepairedRun
+    from plandag.scheduler.estimate import PlanEstimate
     from plandag.scheduler.result import RunResult, StepRecord
     from plandag.scheduler.session import RunSession, SessionState
     from plandag.tools.registry import Registry
@@ -561,6 +562,23 @@ def _compiled_plan(
     return compiled
 
 
+_estimates: dict[int, tuple[CompiledPlan, PlanEstimate]] = {}
+
+
+def _plan_estimate(compiled: CompiledPlan) -> PlanEstimate:
+    """:func:`plandag.scheduler.estimate.estimate_plan` of ``compiled``, once per plan."""
+    cached = _estimates.get(id(compiled))
+    if cached is not None and cached[0] is compiled:
+        return cached[1]
+    from plandag.scheduler.estimate import estimate_plan
+
+    estimate = estimate_plan(compiled)
+    if len(_estimates) >= _COMPILED_KEPT:
+        _estimates.pop(next(iter(_estimates)))
+    _estimates[id(compiled)] = (compiled, estimate)
+    return estimate
+
+
 # --- Repairs (plandag extract nfe --planner) ----------------------------------------------
 
 #: The record step's checks: facts about the invoice's data. Their failure is the record's
@@ -851,7 +869,12 @@ async def extract_document(
         run = dataclasses.replace(compiled, params={"input": source, "index": index})
         note: dict[str, Any] | None = None
         if repairer is None:
-            result = await run_plan(run, **(run_options or {}))
+            options = dict(run_options or {})
+            # The stored plan's estimate (for the plan-relative limits) is the same for every
+            # document: computed once per compiled plan rather than once per run.
+            if "tool_durations" not in options:
+                options.setdefault("plan_estimate", _plan_estimate(compiled))
+            result = await run_plan(run, **options)
         else:
             from plandag.planner.repair import run_with_repairs, save_repair
 
