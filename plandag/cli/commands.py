@@ -32,7 +32,9 @@ class CommandEntry:
     Attributes:
         name: the command's name on the command line.
         module: the module that defines it (with ``register(app)``, or :mod:`plandag.cli.app`).
-        summary: the start of the first paragraph of its docstring, shown by ``--help``.
+        summary: the first words (up to 76 characters) of the first paragraph of its
+            docstring: ``--help`` shortens them as click shortens the docstring, to at most
+            65 characters on its 80-column page, so the page is the same.
     """
 
     name: str
@@ -46,25 +48,97 @@ _TRACE = "plandag.cli.trace_command"
 
 COMMANDS: tuple[CommandEntry, ...] = (
     CommandEntry("schema", _APP, "Print a JSON Schema: the plan format or the NF-e record."),
-    CommandEntry("check", _APP, "Compile a plan without running it; print every diagnostic"),
-    CommandEntry("graph", _APP, "Print the plan's DAG as Mermaid text, its critical path"),
+    CommandEntry(
+        "check",
+        _APP,
+        "Compile a plan without running it; print every diagnostic like a compiler.",
+    ),
+    CommandEntry(
+        "graph",
+        _APP,
+        "Print the plan's DAG as Mermaid text, its critical path (by step count)",
+    ),
     CommandEntry("exec", _APP, "Compile and run a plan with no LLM; print each step's outcome."),
-    CommandEntry("tools", _APP, "List the registered tools and check kinds"),
-    CommandEntry("config", _APP, "Print the effective defaults of every brake and limit"),
-    CommandEntry("plan", "plandag.cli.plan_command", "Ask a model for a plan for TASK"),
-    CommandEntry("run", "plandag.cli.run_command", "Plan TASK with a model, run the plan"),
-    CommandEntry("tell", "plandag.cli.tell_command", "Give a running `plandag run` new input"),
-    CommandEntry("bench", "plandag.cli.bench_command", "Run plandag and a sequential ReAct agent"),
-    CommandEntry("runs", _STORE, "List the runs in the store, newest first"),
-    CommandEntry("resume", _STORE, "Continue a crashed or interrupted run"),
-    CommandEntry("approve", _STORE, "Approve the plan awaiting a decision and run it now"),
-    CommandEntry("reject", _STORE, "Reject the plan awaiting a decision"),
-    CommandEntry("abandon", _STORE, "Close an escalated run for good"),
-    CommandEntry("inbox", _STORE, "List the escalated runs waiting for a person, oldest first"),
-    CommandEntry("trace", _TRACE, "Show a run's timeline: steps as bars over time"),
-    CommandEntry("diff", _TRACE, "Compare two runs: steps added, removed or changed"),
-    CommandEntry("gc", "plandag.cli.gc_command", "Delete old runs, their traces and blobs"),
-    CommandEntry("extract", "plandag.cli.extract_command", "Batch extraction jobs"),
+    CommandEntry(
+        "tools",
+        _APP,
+        "List the registered tools and check kinds (built-in, NF-e, and --tools",
+    ),
+    CommandEntry(
+        "config",
+        _APP,
+        "Print the effective defaults of every brake and limit, and where each came",
+    ),
+    CommandEntry(
+        "plan",
+        "plandag.cli.plan_command",
+        "Ask a model for a plan for TASK and write it; nothing is executed.",
+    ),
+    CommandEntry(
+        "run",
+        "plandag.cli.run_command",
+        "Plan TASK with a model, run the plan, replan what fails, print the result.",
+    ),
+    CommandEntry(
+        "tell",
+        "plandag.cli.tell_command",
+        "Give a running `plandag run` new input: the steps it has not started are",
+    ),
+    CommandEntry(
+        "bench",
+        "plandag.cli.bench_command",
+        "Run plandag and a sequential ReAct agent on the same workloads; compare.",
+    ),
+    CommandEntry(
+        "runs",
+        _STORE,
+        "List the runs in the store, newest first, with their ids and states.",
+    ),
+    CommandEntry(
+        "resume",
+        _STORE,
+        "Continue a crashed or interrupted run: completed steps never run again; a",
+    ),
+    CommandEntry(
+        "approve",
+        _STORE,
+        "Approve the plan awaiting a decision and run it now, in the same run.",
+    ),
+    CommandEntry(
+        "reject",
+        _STORE,
+        "Reject the plan awaiting a decision, with feedback for the planner (exit 4).",
+    ),
+    CommandEntry(
+        "abandon",
+        _STORE,
+        "Close an escalated run for good: its state becomes abandoned (exit 1) and it",
+    ),
+    CommandEntry(
+        "inbox",
+        _STORE,
+        "List the escalated runs waiting for a person, oldest first: why, since when,",
+    ),
+    CommandEntry(
+        "trace",
+        _TRACE,
+        "Show a run's timeline: steps as bars over time, the critical path marked",
+    ),
+    CommandEntry(
+        "diff",
+        _TRACE,
+        "Compare two runs: steps added, removed or changed, and their outcomes.",
+    ),
+    CommandEntry(
+        "gc",
+        "plandag.cli.gc_command",
+        "Delete old runs, their traces and blobs nothing references (never running,",
+    ),
+    CommandEntry(
+        "extract",
+        "plandag.cli.extract_command",
+        "Batch extraction jobs built on stored plans.",
+    ),
 )
 """Every command, in the order ``--help`` lists them."""
 
@@ -78,7 +152,7 @@ def _module_commands(module_name: str) -> dict[str, Any]:
     module = importlib.import_module(module_name)
     register = getattr(module, "register", None)
     if register is not None:
-        holder = typer.Typer()
+        holder = typer.Typer(rich_markup_mode=None)  # as the app: plain help, no panels
         register(holder)
         group = get_group(holder)
     else:

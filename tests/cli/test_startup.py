@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import typer.main
+from typer._click.utils import make_default_short_help
 from typer.testing import CliRunner
 
 from plandag.cli.app import app
@@ -104,7 +105,14 @@ def test_the_table_lists_every_command_with_the_start_of_its_help() -> None:
     for entry in COMMANDS:
         command = group.get_command(None, entry.name)  # type: ignore[arg-type]
         assert command is not None, entry.name
-        assert _first_paragraph(command.help).startswith(entry.summary), entry.name
+        paragraph = _first_paragraph(command.help)
+        hint = f"update the summary of {entry.name!r} in plandag/cli/commands.py COMMANDS"
+        assert paragraph.startswith(entry.summary), hint
+        assert entry.summary == paragraph or len(entry.summary) >= 66, hint
+        for limit in (45, 65):  # the page is the same as click's from the docstring
+            assert make_default_short_help(entry.summary, limit) == command.get_short_help_str(
+                limit
+            ), hint
         callback = command.callback
         if callback is not None and entry.name != "extract":
             assert callback.__module__ == entry.module, entry.name
