@@ -276,8 +276,15 @@ class RunLimits:
         _check_brake("stall_after", self.stall_after, defaults.stall_after, strict=True)
         for name in ("plan_cost_factor", "plan_time_factor"):
             factor = getattr(self, name)
-            if factor is not None and not (math.isfinite(factor) and factor > 0):
-                raise ValueError(f"{name} must be a finite number > 0 or None, not {factor}")
+            if factor is not None and (
+                isinstance(factor, bool)
+                or not isinstance(factor, (int, float))
+                or not (math.isfinite(factor) and factor > 0)
+            ):
+                raise ValueError(
+                    f"RunLimits({name}={factor!r}): give a finite number > 0 (times the "
+                    f"plan's estimate), or None to lift the limit"
+                )
         _positive_or_none("heartbeat_every", self.heartbeat_every)
         if self.breaker_after is not None and (
             isinstance(self.breaker_after, bool) or self.breaker_after < 1

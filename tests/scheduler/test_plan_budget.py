@@ -266,7 +266,9 @@ def test_factors_are_configurable_and_none_lifts_them() -> None:
     assert run(paid_plan, RunLimits(heartbeat_every=None, plan_cost_factor=None)).status == (
         "succeeded"
     )
-    with pytest.raises(ValueError, match="plan_cost_factor must be a finite number > 0"):
+    with pytest.raises(
+        ValueError, match=r"RunLimits\(plan_cost_factor=0.0\): give a finite number > 0"
+    ):
         RunLimits(plan_cost_factor=0.0)
 
 
@@ -399,3 +401,14 @@ def test_plan_budget_limits_alone() -> None:
     assert tiny.time_limit_s == 5.0  # never below 5 s
     unknown = PlanBudget(PlanEstimate(cost_usd=None, seconds=None), 2.0, 3.0)
     assert not unknown.enforced
+
+
+@pytest.mark.parametrize("value", [-1, 0, float("nan"), float("inf"), "abc", "2", True])
+def test_a_bad_factor_is_refused_with_what_to_give(value: Any) -> None:
+    for name in ("plan_cost_factor", "plan_time_factor"):
+        with pytest.raises(ValueError, match="give a finite number > 0") as raised:
+            RunLimits(**{name: value})
+        assert str(raised.value) == (
+            f"RunLimits({name}={value!r}): give a finite number > 0 (times the plan's "
+            f"estimate), or None to lift the limit"
+        )
