@@ -129,7 +129,13 @@ def decode_plan(source: Any, diagnostics: DiagnosticCollector) -> Plan | Mapping
             )
             return None
         except RecursionError:
-            diagnostics.add("invalid_json", None, "the plan nests too deeply to read")
+            diagnostics.add(
+                "invalid_json",
+                None,
+                f"the plan nests dicts and lists too deeply to read (over {MAX_NESTING} "
+                "levels are refused)",
+                "flatten the arguments, or pass large data by reference or as a file",
+            )
             return None
     if not isinstance(data, Mapping):
         diagnostics.add(
@@ -182,5 +188,5 @@ def validate_plan(
             )
         return None
     except RecursionError:
-        diagnostics.add("invalid_schema", None, "the plan nests too deeply to validate")
+        _too_deep(diagnostics)
         return None

@@ -914,3 +914,17 @@ def test_a_self_containing_mapping_is_too_deep(registry: Registry) -> None:
 def test_nesting_of_a_hundred_levels_compiles(registry: Registry) -> None:
     plan = {"steps": [step(1, "anything", args={"value": _nested(100)})]}
     assert compile_plan(plan, registry).order == (1,)
+
+
+def test_text_nested_too_deeply_for_the_json_reader_says_what_to_do(registry: Registry) -> None:
+    text = '{"steps": [{"id": 1, "tool": "anything", "args": {"value": ' + "[" * 100_000
+    text += "]" * 100_000 + "}}]}"
+    assert errors_of(text, registry) == [
+        Diagnostic(
+            "invalid_json",
+            "error",
+            None,
+            "the plan nests dicts and lists too deeply to read (over 200 levels are refused)",
+            "flatten the arguments, or pass large data by reference or as a file",
+        )
+    ]
