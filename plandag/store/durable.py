@@ -478,7 +478,8 @@ async def escalate_run(
         hooks: the command, URL and callback to call, or None.
 
     Returns:
-        The message for the person (:func:`escalation_message`).
+        The message for the person (:func:`escalation_message`), followed by what went
+        wrong with each hook that failed (so that a misconfigured hook is seen at once).
     """
     from plandag.escalation import escalation_context
 
@@ -486,12 +487,18 @@ async def escalate_run(
     context = escalation_context(store, run_id, reason, detail, at=now)
     store.add_escalation(run_id, reason, context, at=now)
     store.record_event(run_id, "escalated", {"reason": reason, "detail": detail}, now)
+    failed: list[str] = []
     if hooks is not None and not hooks.empty:
         for outcome in await hooks.notify(context):
             store.record_event(run_id, "escalation_hook", outcome.as_dict(), time.time())
+            if not outcome.ok:
+                failed.append(outcome.detail)
     store.flush()
     versions = store.plan_versions(run_id)
-    return escalation_message(run_id, reason, detail, versions[-1].hash if versions else None)
+    message = escalation_message(run_id, reason, detail, versions[-1].hash if versions else None)
+    if failed:
+        message += "".join(f". An escalation hook failed: {text}" for text in failed)
+    return message
 
 
 def close_escalation(

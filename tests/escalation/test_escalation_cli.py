@@ -416,6 +416,28 @@ def test_a_url_outside_the_allow_list_is_refused_and_the_refusal_recorded(
     assert [item["run_id"] for item in json.loads(plandag("inbox", "--json").stdout)] == [run_id]
 
 
+def test_a_hook_that_fails_is_told_to_the_person_running_the_command(
+    server: MessagesServer, tools: Path, tmp_path: Path, receiver: Recorder
+) -> None:
+    port = receiver.server_address[1]
+    (tmp_path / "plandag.toml").write_text(
+        f"escalation_command = {json.dumps('no-such-program-for-hooks --page')}\n"
+        f"escalation_url = {json.dumps(receiver.url)}\n",
+        encoding="utf-8",
+    )
+    result = escalate_by_caps(server, tools)
+    assert result.exit_code == 5, result.output
+    assert receiver.bodies == []
+    assert (
+        "escalation_command no-such-program-for-hooks could not start (No such file or "
+        "directory); check the program's path in escalation_command"
+    ) in result.stderr
+    assert (
+        f"escalation_url refused: host 127.0.0.1:{port} is not in http_allow (which allows "
+        "nothing); nothing was sent."
+    ) in result.stderr
+
+
 def test_a_first_plan_that_never_compiles_still_exits_2_and_is_not_escalated(
     server: MessagesServer, tools: Path
 ) -> None:
