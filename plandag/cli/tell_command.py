@@ -114,15 +114,27 @@ def register(app: typer.Typer) -> None:
             except InputError as error:
                 _fail(str(error))
             if row.status != "running":
-                instead = _INSTEAD.get(row.status)
+                instead = _INSTEAD.get(
+                    row.status, "it has ended: start a new `plandag run` with your text in the task"
+                )
                 _fail(
                     f"run {run_id} is {row.status}, not running: an instruction reaches only "
                     "a running run" + (f"; {instead.format(run=run_id)}" if instead else "")
                 )
             if row.command != "run":
+                elsewhere = (
+                    "`tell` reaches runs started by `plandag run` (to change this one, stop "
+                    "it with Ctrl-C and run the changed plan)"
+                )
+                if row.command == "exec" and row.options.get("planner"):
+                    _fail(
+                        f"run {run_id} is a `plandag exec --planner` run: it runs a stored "
+                        "plan, and its planner only repairs steps that fail, taking no "
+                        f"instructions; {elsewhere}"
+                    )
                 _fail(
                     f"run {run_id} is a `plandag {row.command}` run: it has no planner to "
-                    "take an instruction; `tell` reaches runs started by `plandag run`"
+                    f"take an instruction; {elsewhere}"
                 )
             if row.pid is not None and not _alive(row.pid):
                 _fail(

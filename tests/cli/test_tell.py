@@ -161,6 +161,15 @@ def test_tell_refuses_runs_that_cannot_take_it(folder: Path) -> None:
         store.create_run("escalated1", command="run", goal="g", params={}, options={})
         store.update_run("escalated1", status="escalated")
         store.create_run("exec1", command="exec", goal="g", params={}, options={})
+        store.create_run(
+            "repairs1",
+            command="exec",
+            goal="g",
+            params={},
+            options={"planner": {"planner": "anthropic", "model": "m", "base_url": None}},
+        )
+        store.create_run("done1", command="run", goal="g", params={}, options={})
+        store.update_run("done1", status="succeeded")
         store.create_run("crashed1", command="run", goal="g", params={}, options={})
         store.update_run("crashed1", pid=2**22 + 12345)  # no such process
     runner = CliRunner()
@@ -168,7 +177,15 @@ def test_tell_refuses_runs_that_cannot_take_it(folder: Path) -> None:
         "escalated1": "run escalated1 is escalated, not running: an instruction reaches only "
         "a running run; `plandag resume escalated1 --instruction TEXT` goes on with your "
         "instruction",
-        "exec1": "run exec1 is a `plandag exec` run: it has no planner to take an instruction",
+        "exec1": "run exec1 is a `plandag exec` run: it has no planner to take an instruction;"
+        " `tell` reaches runs started by `plandag run` (to change this one, stop it with "
+        "Ctrl-C and run the changed plan)",
+        "repairs1": "run repairs1 is a `plandag exec --planner` run: it runs a stored plan, "
+        "and its planner only repairs steps that fail, taking no instructions; `tell` reaches "
+        "runs started by `plandag run` (to change this one, stop it with Ctrl-C and run the "
+        "changed plan)",
+        "done1": "run done1 is succeeded, not running: an instruction reaches only a running "
+        "run; it has ended: start a new `plandag run` with your text in the task",
         "crashed1": f"run crashed1 is recorded running, but its process {2**22 + 12345} is "
         "gone (it crashed); `plandag resume crashed1` continues it",
         "nosuchrun": "no run 'nosuchrun' in",
