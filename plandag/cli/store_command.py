@@ -935,10 +935,24 @@ def _resume_escalated(
     from plandag.store.durable import RunOptions, close_escalation
 
     if instruction is not None and RunOptions.from_json(row.options).planner is None:
+        from plandag.escalation import escalation_actions
+
+        cases = store.escalations(run_id=run_id)
+        versions = store.plan_versions(run_id)
+        actions = escalation_actions(
+            run_id,
+            cases[-1].reason if cases else "",
+            versions[-1].hash if versions else None,
+            has_planner=False,
+        )
+        instead = (
+            f"check what happened outside, then `{actions['approve']}` runs the step(s) again"
+            if actions["approve"]
+            else f"`{actions['resume']}` continues it as it is"
+        )
         _fail(
             f"run {run_id} has no planner to follow an instruction (it was made by `plandag "
-            f"exec` without --planner); `plandag resume {run_id}` continues it as it is, "
-            f"`plandag abandon {run_id} --reason TEXT` closes it"
+            f"exec` without --planner); {instead}, `{actions['abandon']}` closes it"
         )
     settings = _app()._settings({})
     hooks = escalation_hooks(settings)

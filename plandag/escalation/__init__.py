@@ -11,6 +11,7 @@ from plandag.lazy import lazy_exports as _lazy_exports
 if _typing.TYPE_CHECKING:
     from plandag.escalation.context import APPROVABLE_REASONS as APPROVABLE_REASONS
     from plandag.escalation.context import RESULT_CHARS as RESULT_CHARS
+    from plandag.escalation.context import escalation_actions as escalation_actions
     from plandag.escalation.context import escalation_context as escalation_context
     from plandag.escalation.context import run_context as run_context
     from plandag.escalation.hooks import DEFAULT_HOOK_TIMEOUT_S as DEFAULT_HOOK_TIMEOUT_S
@@ -27,6 +28,7 @@ __all__ = [
     "EscalationHooks",
     "HookOutcome",
     "as_hooks",
+    "escalation_actions",
     "escalation_context",
     "run_context",
 ]
@@ -37,6 +39,7 @@ if not _typing.TYPE_CHECKING:
         {
             "APPROVABLE_REASONS": ("plandag.escalation.context", "APPROVABLE_REASONS"),
             "RESULT_CHARS": ("plandag.escalation.context", "RESULT_CHARS"),
+            "escalation_actions": ("plandag.escalation.context", "escalation_actions"),
             "escalation_context": ("plandag.escalation.context", "escalation_context"),
             "run_context": ("plandag.escalation.context", "run_context"),
             "DEFAULT_HOOK_TIMEOUT_S": ("plandag.escalation.hooks", "DEFAULT_HOOK_TIMEOUT_S"),

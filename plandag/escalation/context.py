@@ -37,7 +37,13 @@ if TYPE_CHECKING:
     from plandag.dag.plan import Plan
     from plandag.store.store import Store
 
-__all__ = ["APPROVABLE_REASONS", "RESULT_CHARS", "escalation_context", "run_context"]
+__all__ = [
+    "APPROVABLE_REASONS",
+    "RESULT_CHARS",
+    "escalation_actions",
+    "escalation_context",
+    "run_context",
+]
 
 RESULT_CHARS = 16_384
 """Characters of a step result's JSON kept whole in the context."""
@@ -61,15 +67,32 @@ def _bounded(value: Any) -> Any:
     }
 
 
-def _actions(run_id: str, reason: str, plan_hash: str | None) -> dict[str, str | None]:
-    approve = (
-        f"plandag approve {run_id} --hash {plan_hash}"
-        if reason in APPROVABLE_REASONS and plan_hash is not None
-        else None
-    )
+def escalation_actions(
+    run_id: str, reason: str, plan_hash: str | None, *, has_planner: bool = True
+) -> dict[str, str | None]:
+    """The commands that close an escalated run's case.
+
+    Args:
+        run_id: the run.
+        reason: why it escalated (one of
+            :data:`~plandag.scheduler.result.ESCALATION_REASONS`).
+        plan_hash: the hash of its current plan version, or None.
+        has_planner: the run has a planner (``plandag run``, ``exec --planner``), which can
+            follow ``resume --instruction``; without one, ``resume`` continues the run as it
+            is, except where a step's outcome is unknown (that would only escalate again).
+
+    Returns:
+        ``{"resume", "approve", "abandon"}``, each a command line or None where it does not
+        apply (``approve`` only for :data:`APPROVABLE_REASONS`).
+    """
+    approvable = reason in APPROVABLE_REASONS and plan_hash is not None
+    if has_planner:
+        resume: str | None = f"plandag resume {run_id} --instruction TEXT"
+    else:
+        resume = None if approvable else f"plandag resume {run_id}"
     return {
-        "resume": f"plandag resume {run_id} --instruction TEXT",
-        "approve": approve,
+        "resume": resume,
+        "approve": f"plandag approve {run_id} --hash {plan_hash}" if approvable else None,
         "abandon": f"plandag abandon {run_id} --reason TEXT",
     }
 
@@ -197,7 +220,12 @@ def escalation_context(
         ],
         steps=steps,
         spend=(row.spent_usd, row.spent_tokens),
-        actions=_actions(run_id, reason, versions[-1].hash if versions else None),
+        actions=escalation_actions(
+            run_id,
+            reason,
+            versions[-1].hash if versions else None,
+            has_planner=row.command == "run" or bool(row.options.get("planner")),
+        ),
     )
 
 

@@ -436,15 +436,24 @@ def _reject(
     )
 
 
-def escalation_message(run_id: str, reason: str, detail: str | None, plan_hash: str | None) -> str:
+def escalation_message(
+    run_id: str, reason: str, detail: str | None, actions: Mapping[str, str | None]
+) -> str:
     """What a person reads when run ``run_id`` escalates: why, and the commands that
-    close the case (``approve`` only where a step's outcome is unknown)."""
-    from plandag.escalation import APPROVABLE_REASONS
-
-    commands = [f"`plandag resume {run_id} --instruction TEXT` goes on with your instruction"]
-    if reason in APPROVABLE_REASONS and plan_hash is not None:
-        commands.append(f"`plandag approve {run_id} --hash {plan_hash}` runs the step(s) again")
-    commands.append(f"`plandag abandon {run_id} --reason TEXT` closes it")
+    close the case (``actions``: :func:`plandag.escalation.escalation_actions`, the
+    context's ``actions``)."""
+    what = {
+        "resume": "goes on with your instruction"
+        if "--instruction" in (actions.get("resume") or "")
+        else "continues it as it is",
+        "approve": "runs the step(s) again",
+        "abandon": "closes it",
+    }
+    commands = [
+        f"`{command}` {what[key]}"
+        for key in ("resume", "approve", "abandon")
+        if (command := actions.get(key))
+    ]
     return (
         f"run {run_id} escalated to a person ({reason})"
         + (f": {detail}" if detail else "")
@@ -494,8 +503,7 @@ async def escalate_run(
             if not outcome.ok:
                 failed.append(outcome.detail)
     store.flush()
-    versions = store.plan_versions(run_id)
-    message = escalation_message(run_id, reason, detail, versions[-1].hash if versions else None)
+    message = escalation_message(run_id, reason, detail, context["actions"])
     if failed:
         message += "".join(f". An escalation hook failed: {text}" for text in failed)
     return message

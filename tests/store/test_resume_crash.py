@@ -325,7 +325,23 @@ def test_resume_escalates_an_irreversible_step_whose_outcome_is_unknown(tmp_path
     [item] = json.loads(inbox.stdout)
     assert (item["run_id"], item["reason"]) == (run_id, "unknown_outcome")
     digest = item["plan_hash"]
-    assert item["actions"]["approve"] == f"plandag approve {run_id} --hash {digest}"
+    # a stored plan run without a planner: nobody could follow an instruction, and resuming
+    # it as it is escalates again; what closes the case is approve or abandon
+    assert item["actions"] == {
+        "resume": None,
+        "approve": f"plandag approve {run_id} --hash {digest}",
+        "abandon": f"plandag abandon {run_id} --reason TEXT",
+    }
+    assert "--instruction" not in resumed.stdout
+    assert f"`plandag approve {run_id} --hash {digest}` runs the step(s) again" in resumed.stdout
+    told = _plandag("resume", run_id, "--instruction", "check", env=env, cwd=tmp_path)
+    assert told.returncode == 2
+    assert " ".join(told.stderr.split()) == (
+        f"error: run {run_id} has no planner to follow an instruction (it was made by "
+        f"`plandag exec` without --planner); check what happened outside, then `plandag "
+        f"approve {run_id} --hash {digest}` runs the step(s) again, `plandag abandon "
+        f"{run_id} --reason TEXT` closes it"
+    )
 
     unhashed = _plandag("approve", run_id, env=env, cwd=tmp_path)
     assert unhashed.returncode == 2
