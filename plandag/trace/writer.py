@@ -605,32 +605,33 @@ class TraceWriter:
         Raises:
             ValueError: ``detail`` is neither ``summary`` nor ``full``; the writer is closed.
         """
-        if detail == "full":
-            result, shown = _bounded(record), source
-        elif detail == "summary":
-            result, shown = document_summary(record), _cut_bytes(source, SUMMARY_SOURCE_BYTES)
-        else:
+        if detail not in ("summary", "full"):
             raise ValueError(f"trace detail must be 'summary' or 'full', not {detail!r}")
-        return self._span(
-            "step",
-            f"step {index + 1} extract",
-            start,
-            end,
-            {
-                "step_id": index + 1,
-                "tool": "extract",
-                "status": "failed" if status == "error" else "succeeded",
-                "reason": status,
-                "detail": shown,
-                "depends_on": [],
-                "attempts": [],
-                "checks": [],
-                "args": {"path": shown},
-                "result": result,
-                "superseded_by": None,
-                "segment": self.segment,
-            },
-        )
+        attrs = {
+            "step_id": index + 1,
+            "tool": "extract",
+            "status": "failed" if status == "error" else "succeeded",
+            "reason": status,
+            "detail": source,
+            "depends_on": [],
+            "attempts": [],
+            "checks": [],
+            "args": {"path": source},
+            "result": None,
+            "superseded_by": None,
+            "segment": self.segment,
+        }
+        name = f"step {index + 1} extract"
+        if detail == "full":
+            attrs["result"] = _bounded(record)
+            return self._span("step", name, start, end, attrs)
+        # The summary holds plandag's own names (status, check names, error codes): only
+        # the path goes through the redactor, which keeps the line cheap.
+        shown = self._clean({"detail": _cut_bytes(source, SUMMARY_SOURCE_BYTES)})["detail"]
+        attrs["detail"], attrs["args"] = shown, {"path": shown}
+        attrs["result"] = document_summary(record)
+        line = {"type": "span", "time": end, "kind": "step", "name": name}
+        return self.write({**line, "start": start, "end": end, "attrs": attrs})
 
     def segment_ended(self, status: str) -> None:
         """Write the ``run_finished`` line of a segment that ran no step (it stopped to

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from plandag.cli import app
@@ -163,3 +164,15 @@ def test_trace_detail_other_values_are_refused(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "--trace-detail must be summary or full" in result.output
+
+
+def test_a_secret_in_a_file_name_stays_out_of_the_summary_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EXAMPLE_API_KEY", "s3cr3t-value-0123456789")
+    named = tmp_path / "s3cr3t-value-0123456789.xml"
+    named.write_bytes((EXAMPLES / "brnfe_without_proc.xml").read_bytes())
+    _, _, (trace, trace_path) = _extract(tmp_path, [str(named)])
+    text = trace_path.read_text("utf-8")
+    assert "s3cr3t-value-0123456789" not in text
+    assert trace.steps[1].reason == "ok"
