@@ -259,6 +259,16 @@ def report(outcome: DurableOutcome, *, as_json: bool, store: Store) -> None:
                 "plan_hash": outcome.request.plan_hash,
                 "reason": outcome.request.reason,
                 "expires_at": outcome.request.expires_at,
+                "estimate": (
+                    outcome.request.estimate.as_json()
+                    if outcome.request.estimate is not None
+                    else None
+                ),
+                "estimate_text": (
+                    outcome.request.estimate.describe()
+                    if outcome.request.estimate is not None
+                    else None
+                ),
             }
         if outcome.escalation is not None:
             document["escalation"] = outcome.escalation

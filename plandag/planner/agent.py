@@ -298,6 +298,14 @@ class AgentResult:
                 "plan_hash": self.approval.plan_hash,
                 "reason": self.approval.reason,
                 "expires_at": self.approval.expires_at,
+                "estimate": (
+                    self.approval.estimate.as_json() if self.approval.estimate is not None else None
+                ),
+                "estimate_text": (
+                    self.approval.estimate.describe()
+                    if self.approval.estimate is not None
+                    else None
+                ),
             }
             if self.approval is not None
             else None

@@ -107,3 +107,12 @@ def test_one_version_shown_needs_no_hash(tmp_path: Path) -> None:
     approved = plandag("approve", run_id)
     assert approved.exit_code == 0, approved.output
     assert json.loads((tmp_path / "out" / "a.json").read_text()) == {"x": 1}
+
+
+def test_the_json_approval_request_carries_the_plan_estimate(tmp_path: Path) -> None:
+    first = plandag("exec", "plan.json", "--approve", "never", "--json")
+    assert first.exit_code == 4, first.output
+    approval = json.loads(first.stdout)["approval"]
+    assert approval["estimate_text"] == "estimated cost $0.0000, time 0.02 s (critical path 1)"
+    assert approval["estimate"]["unknown"] == []
+    assert (approval["estimate"]["cost_usd"], approval["estimate"]["seconds"]) == (0.0, 0.02)

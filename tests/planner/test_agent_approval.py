@@ -174,6 +174,10 @@ async def test_never_ends_awaiting_approval_with_the_plan_hash(server: MessagesS
     assert request.plan_hash == plan_hash(request.plan, {}, WriteBoundary.from_specs([Path.cwd()]))
     assert [step.tool for step in request.plan.steps] == ["lookup", "publish"]
     assert result.to_json_dict()["approval"]["plan_hash"] == request.plan_hash
+    # the tools declare no typical duration: the estimate is unknown, and said so
+    assert result.to_json_dict()["approval"]["estimate_text"] == (
+        "estimated cost and time unknown: steps 1, 2 have no estimate"
+    )
 
 
 @pytest.mark.anyio
