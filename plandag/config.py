@@ -25,7 +25,7 @@ import dataclasses
 import difflib
 import math
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -258,7 +258,12 @@ class Settings:
         return self.values[name]
 
     def with_flags(self, flags: Mapping[str, Any]) -> Settings:
-        """A copy where every flag given on the command line (not None) wins."""
+        """A copy where every flag given on the command line (not None) wins.
+
+        Raises:
+            InputError: an ``--http-allow`` pattern can never match a host
+                (:func:`plandag.tools.allowlist.pattern_problem`).
+        """
         values, sources = dict(self.values), dict(self.sources)
         for name, value in flags.items():
             if name not in _BY_NAME:
@@ -267,6 +272,8 @@ class Settings:
                 continue
             values[name] = _lifted(_BY_NAME[name], value)
             sources[name] = "--" + name.replace("_", "-")
+            if name == "http_allow" and isinstance(values[name], list):
+                _check_hosts(values[name], sources[name])
         return Settings(values, sources, self.job)
 
     def as_rows(self) -> list[tuple[str, Any, str]]:
@@ -320,8 +327,21 @@ def _coerce(setting: Setting, value: Any, where: str) -> Any:
 
     if setting.repeated:
         items = value if isinstance(value, list) else [value]
-        return [one(item) for item in items]
+        coerced = [one(item) for item in items]
+        if setting.name == "http_allow":
+            _check_hosts(coerced, where)
+        return coerced
     return one(value)
+
+
+def _check_hosts(patterns: Sequence[Any], where: str) -> None:
+    """Refuse an ``http_allow`` pattern that can never match a host (InputError)."""
+    from plandag.tools.allowlist import pattern_refusal
+
+    for pattern in patterns:
+        refusal = pattern_refusal(pattern, where) if isinstance(pattern, str) else None
+        if refusal is not None:
+            raise InputError(refusal)
 
 
 def _read_table(path: Path, table: Mapping[str, Any], label: str) -> dict[str, Any]:
@@ -377,7 +397,8 @@ def load_settings(start: Path | None = None, *, job: str = "exec") -> Settings:
 
     Raises:
         InputError: a file is not valid TOML, holds an unknown key (the nearest valid
-            name is suggested) or a value of the wrong type.
+            name is suggested), a value of the wrong type, or an ``http_allow`` pattern
+            that can never match a host.
     """
     folder = (start or Path.cwd()).resolve()
     values = {setting.name: setting.default for setting in SETTINGS}

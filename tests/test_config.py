@@ -431,3 +431,24 @@ def test_the_table_holds_every_job_of_the_brakes_table() -> None:
     }
     assert all(row.stop_on_stall for row in JOB_BRAKES.values())
     assert RunLimits() == RunLimits.for_job("python")
+
+
+def test_an_http_allow_pattern_that_can_never_match_is_refused_from_a_file_and_a_flag(
+    project: Path,
+) -> None:
+    write(project / "plandag.toml", 'http_allow = ["docs.example.com", "example.com/api"]\n')
+    with pytest.raises(InputError) as caught:
+        load_settings(project)
+    assert str(caught.value) == (
+        f"{project / 'plandag.toml'}: http_allow 'example.com/api' can never match a host: "
+        "it has a path, query or user part ('/', '?', '#' or '@'); give a host glob such as "
+        "api.example.com, *.example.org or 127.0.0.1:8080"
+    )
+    (project / "plandag.toml").unlink()
+    with pytest.raises(InputError) as caught:
+        load_settings(project).with_flags({"http_allow": ["127.0.0.1:*"]})
+    assert str(caught.value) == (
+        "--http-allow: http_allow '127.0.0.1:*' can never match a host: its port '*' is not "
+        "a number from 1 to 65535; give a host glob such as api.example.com, *.example.org or "
+        "127.0.0.1:8080 (a pattern without a port matches any port)"
+    )

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["host_allowed", "host_pattern"]
+__all__ = ["host_allowed", "host_pattern", "pattern_problem", "pattern_refusal"]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -36,6 +36,57 @@ def _split(pattern: str) -> tuple[str, int | None]:
     if sep and port.isdigit() and ":" not in host:
         return host, int(port)
     return pattern, None
+
+
+def pattern_problem(pattern: str) -> str | None:
+    """Why ``pattern`` can never match a host, or None when it is a usable host glob.
+
+    A pattern that holds a space, a path, query or user part, or a port that is not a
+    number from 1 to 65535 (``127.0.0.1:*``; a pattern without a port matches any port)
+    matches nothing, silently; configuration and command-line values are refused with
+    this reason instead (:func:`pattern_refusal`).
+
+    Args:
+        pattern: a pattern of the module docstring's form (an ``http(s)://`` prefix and a
+            trailing ``/`` are allowed, as in a URL of the host).
+
+    Returns:
+        The problem as a short phrase, or None.
+    """
+    text = pattern.strip()
+    if not text:
+        return "it is empty"
+    if any(character.isspace() for character in text):
+        return "it holds a space"
+    _, sep, rest = text.partition("://")
+    if not sep:
+        rest = text
+    rest = rest[:-1] if sep and rest.endswith("/") else rest
+    if any(mark in rest for mark in "/?#@"):
+        return "it has a path, query or user part ('/', '?', '#' or '@')"
+    if rest.startswith("["):
+        _, _, after = rest[1:].partition("]")
+        port = after[1:] if after.startswith(":") else None
+    else:
+        host, colon, port_text = rest.rpartition(":")
+        port = port_text if colon and ":" not in host else None
+    if port is not None and not (port.isdigit() and 1 <= int(port) <= 65535):
+        return f"its port {port!r} is not a number from 1 to 65535"
+    return None
+
+
+def pattern_refusal(pattern: str, where: str) -> str | None:
+    """The error message for a pattern that can never match (:func:`pattern_problem`),
+    naming where it was given (a file or ``--http-allow``) and what to give instead; None
+    for a usable pattern."""
+    problem = pattern_problem(pattern)
+    if problem is None:
+        return None
+    hint = " (a pattern without a port matches any port)" if "port" in problem else ""
+    return (
+        f"{where}: http_allow {pattern!r} can never match a host: {problem}; give a host "
+        f"glob such as api.example.com, *.example.org or 127.0.0.1:8080{hint}"
+    )
 
 
 def host_allowed(url: str | httpx.URL, patterns: Iterable[str]) -> bool:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from plandag.tools.allowlist import host_allowed, host_pattern
+from plandag.tools.allowlist import host_allowed, host_pattern, pattern_problem
 
 
 @pytest.mark.parametrize(
@@ -44,3 +44,43 @@ def test_a_host_pattern_matches_its_default_port_only() -> None:
     assert host_allowed("https://api.example.com/x", ["api.example.com:443"]) is True
     assert host_allowed("http://api.example.com/x", ["api.example.com:443"]) is False
     assert host_allowed("https://api.example.com:8443/x", ["api.example.com:443"]) is False
+
+
+@pytest.mark.parametrize(
+    ("pattern", "problem"),
+    [
+        ("", "it is empty"),
+        ("   ", "it is empty"),
+        ("example.com/path", "it has a path, query or user part ('/', '?', '#' or '@')"),
+        ("https://example.com/api", "it has a path, query or user part ('/', '?', '#' or '@')"),
+        ("user@example.com", "it has a path, query or user part ('/', '?', '#' or '@')"),
+        ("exa mple.com", "it holds a space"),
+        ("127.0.0.1:*", "its port '*' is not a number from 1 to 65535"),
+        ("example.com:abc", "its port 'abc' is not a number from 1 to 65535"),
+        ("127.0.0.1:99999", "its port '99999' is not a number from 1 to 65535"),
+        ("[::1]:0", "its port '0' is not a number from 1 to 65535"),
+    ],
+)
+def test_a_pattern_that_can_never_match_is_named_with_its_problem(
+    pattern: str, problem: str
+) -> None:
+    assert pattern_problem(pattern) == problem
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "api.example.com",
+        "*.example.org",
+        "*",
+        "127.0.0.1:8080",
+        "[::1]:8080",
+        "[::1]",
+        "::1",
+        "https://api.example.com",
+        "https://api.example.com:8443/",
+        "EXAMPLE.com",
+    ],
+)
+def test_a_usable_pattern_has_no_problem(pattern: str) -> None:
+    assert pattern_problem(pattern) is None
