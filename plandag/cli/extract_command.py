@@ -78,6 +78,23 @@ def extract_nfe(
     resume: Annotated[
         bool, typer.Option("--resume", help="Skip inputs whose sha256 already has a record.")
     ] = False,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            metavar="N",
+            min=1,
+            help="Worker processes (default: the machine's cores; 1: this process).",
+        ),
+    ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster",
+            metavar="local|tcp://HOST:PORT",
+            help="Extract on a Dask cluster: local, or a running scheduler's address.",
+        ),
+    ] = None,
     write_boundary: BoundaryOption = None,
     max_seconds: MaxSecondsOption = None,
     max_cost: MaxCostOption = None,
@@ -115,6 +132,11 @@ def extract_nfe(
     Brakes apply to the whole batch: --max-seconds is the batch's deadline, --max-cost and
     --max-tokens one budget shared by every document, --heartbeat counts documents;
     --max-concurrency and --retries apply within each document's plan.
+
+    --workers N extracts in N worker processes (default: the machine's cores), --jobs
+    documents at a time in each; --cluster local or --cluster tcp://HOST:8786 on a Dask
+    cluster (the dask extra). Either way the output is the same as with --workers 1, and
+    only this process writes the output, the store and the trace, and pays model calls.
 
     With --planner, each document still runs the stored plan with no model call; a document
     whose run fails on a step (a tool error, or a structural check; never the NF-e checks'
@@ -276,6 +298,8 @@ def extract_nfe(
             write_boundary=boundary,
             repairer=repairer,
             save_repairs=save_repairs,
+            workers=workers,
+            cluster=cluster,
         )
 
         async def bounded() -> Any:

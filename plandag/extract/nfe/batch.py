@@ -498,6 +498,8 @@ async def extract_batch(
     write_boundary: WriteBoundary | None = None,
     repairer: PlanRepairer | None = None,
     save_repairs: Path | None = None,
+    workers: int | None = None,
+    cluster: str | None = None,
 ) -> BatchSummary:
     """Extract every input and write the records to ``output``, in input order.
 
@@ -542,19 +544,30 @@ async def extract_batch(
             plan), or None (no model call, ever); only used by the default extractor.
         save_repairs: a folder for the repaired plans that succeeded, or None; only used
             by the default extractor.
+        workers: processes extracting documents (None: the machine's cores,
+            :func:`plandag.extract.parallel.default_workers`; 1: in this process); each
+            has ``jobs`` documents in flight. The records, their order and every write
+            (output, store, trace) stay in this process, so the output is the same as with
+            1 (see :mod:`plandag.extract.parallel`). Only used by the default extractor.
+        cluster: ``"local"`` (a Dask LocalCluster of ``workers`` processes on 127.0.0.1)
+            or ``"tcp://HOST:PORT"`` (an existing Dask scheduler) to extract there instead
+            (:mod:`plandag.extract.cluster`; the ``dask`` extra); None: this machine.
 
     Returns:
         A :class:`BatchSummary` of this run.
 
     Raises:
-        InputError: ``jobs`` < 1, an unknown ``format``, the output (or its items file) is an
-            input that is not a previous plandag output (nothing is written then), or (with
-            ``resume``) an existing output that plandag did not write (see
+        InputError: ``jobs`` < 1, ``workers`` < 1, an unknown ``cluster``, an unknown
+            ``format``, the output (or its items file) is an input that is not a previous
+            plandag output (nothing is written then), or (with ``resume``) an existing
+            output that plandag did not write (see
             :func:`~plandag.extract.nfe.output.load_existing`).
         OSError: the output file cannot be written.
     """
     if jobs < 1:
         raise InputError(f"--jobs must be at least 1, not {jobs}")
+    if workers is not None and workers < 1:
+        raise InputError(f"--workers must be at least 1, not {workers}")
     output_format = output_format_for(output, format)
     extract = (
         extractor
@@ -594,7 +607,29 @@ async def extract_batch(
         format=output_format,
     )
     tally = _Tally()
-    writer = open_writer(output, output_format, append=resume)
+    mapper = None
+    if extractor is None:  # the map: documents to worker processes or a cluster
+        from plandag.extract.parallel import open_mapper
+
+        mapper = open_mapper(
+            workers=workers,
+            cluster=cluster,
+            documents=len(paths),
+            jobs=jobs,
+            run_options=run_options,
+            write_boundary=write_boundary,
+            output=output,
+            repairs=repairer is not None,
+            local=extract,
+        )
+        if mapper is not None:
+            extract = mapper
+    try:
+        writer = open_writer(output, output_format, append=resume)
+    except BaseException:
+        if mapper is not None:
+            mapper.backend.close()
+        raise
     first_new = len(previous)
     total = len(paths)
     results: dict[int, list[dict[str, Any]]] = {}
@@ -666,8 +701,9 @@ async def extract_batch(
                         },
                     )
 
-    limiter = anyio.CapacityLimiter(jobs)
-    slots = anyio.Semaphore(window if window is not None else max(8 * jobs, 64))
+    in_flight = mapper.capacity if mapper is not None else jobs
+    limiter = anyio.CapacityLimiter(in_flight)
+    slots = anyio.Semaphore(window if window is not None else max(8 * in_flight, 64))
     try:
         if unplaced:
             write_input(unplaced)
@@ -684,6 +720,8 @@ async def extract_batch(
                 else:
                     group.start_soon(run_one, index, path)
     finally:
+        if mapper is not None:
+            mapper.backend.close()
         writer.close()
         apply_corrections()
 

@@ -1,0 +1,507 @@
+"""Documents of a batch extracted in worker processes (``plandag extract nfe --workers N``).
+
+How it works (the choices, and why):
+
+- **Map, then reduce.** :class:`ChunkMapper` is an extractor for
+  :func:`plandag.extract.nfe.batch.extract_batch`: the batch still decides the order, the
+  reorder buffer, ``--resume``, the batch-wide checks (``unique_in_batch`` is a reduce over the
+  records as they are written) and every write (output, store, trace) in the parent; the
+  mapper only sends documents out and brings their records back. The output is therefore the
+  same, byte for byte, as with ``--workers 1``.
+- **Chunks.** Documents waiting for a worker are grouped into chunks of up to ``jobs``
+  documents (one task each); a worker extracts a chunk's documents ``jobs`` at a time
+  (``--jobs`` stays the number of documents in flight per worker). About two chunks per
+  worker are in flight, so a worker never waits for the parent.
+- **Backends.** :class:`ProcessBackend` runs chunks in a
+  :class:`concurrent.futures.ProcessPoolExecutor` (``forkserver`` context where the platform
+  has it, else ``spawn``; workers read the files themselves). The Dask backend
+  (:mod:`plandag.extract.cluster`) sends each document's bytes, so cluster workers need no
+  shared filesystem.
+- **One ledger, repairs in the parent.** Workers never call a model. With ``--planner``, a
+  worker that meets a failure a repair would handle stops that document and says so; the
+  parent then extracts that document itself, with the batch's repairer and budget (the
+  repairs that worked are reused from there), so every model call is paid from the one
+  budget the parent holds and the records are those ``--workers 1`` writes.
+- **Nothing lost.** A worker process that dies (killed, out of memory) breaks the pool: the
+  documents of every chunk in flight are sent again to a new pool, one document at a time
+  (so a document that kills its worker takes no other with it again), each at most
+  :data:`MAX_ATTEMPTS` times in all; a document still lost after that gets an error record (code
+  ``internal_error``, which ``--resume`` extracts again), so every input ends as exactly one
+  record or error row.
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing
+import os
+import pickle
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import anyio
+import anyio.to_thread
+
+if TYPE_CHECKING:
+    from plandag.extract.nfe.batch import Extractor
+    from plandag.tools.boundary import WriteBoundary
+
+__all__ = [
+    "MAX_ATTEMPTS",
+    "Backend",
+    "ChunkMapper",
+    "ProcessBackend",
+    "WorkerConfig",
+    "default_workers",
+    "extract_chunk",
+]
+
+#: Times a document is sent to a worker before it gets an ``internal_error`` record.
+MAX_ATTEMPTS = 3
+
+#: One document sent to a worker: its source (the path as the parent names it) and, for
+#: workers without the parent's filesystem, its bytes (None: the worker reads the path).
+Item = tuple[str, bytes | None]
+
+#: What a worker returns for one document: ``("records", [record, ...])``, ``("raise",
+#: exception)`` (the parent turns it into an ``internal_error`` record as it would in
+#: process), or ``("parent", None)`` (a repair is needed: the parent extracts it).
+Outcome = tuple[str, Any]
+
+
+def default_workers() -> int:
+    """The number of cores this process may use (``os.process_cpu_count()`` where Python
+    has it, else the scheduler affinity, else ``os.cpu_count()``), at least 1."""
+    counter = getattr(os, "process_cpu_count", None)
+    if counter is not None:
+        count = counter()
+    elif hasattr(os, "sched_getaffinity"):
+        count = len(os.sched_getaffinity(0))
+    else:
+        count = os.cpu_count()
+    return max(1, count or 1)
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """What a worker needs to extract documents as the parent would (picklable).
+
+    Attributes:
+        jobs: documents of a chunk extracted at once in the worker (``--jobs``).
+        run_options: keyword arguments for each document's run (``retry``,
+            ``max_concurrency``, ``limits``), without the budget (the parent's).
+        write_boundary: where the documents' plans may write, or None (the output folder,
+            given by the parent).
+        probe_repairs: True when the parent has a repairer: a document whose run would ask
+            for a repair is handed back to the parent instead.
+    """
+
+    jobs: int = 1
+    run_options: Mapping[str, Any] = field(default_factory=dict)
+    write_boundary: WriteBoundary | None = None
+    probe_repairs: bool = False
+
+
+class _NeedsParent(Exception):
+    """Raised in a worker where a repair would start: the parent extracts the document."""
+
+
+class _RepairProbe:
+    """Stands for the repairer in a worker: the first time a repair is looked up, it stops the
+    document (:class:`_NeedsParent`), before any model call could happen."""
+
+    model = ""
+    max_blocked: int | None = None
+
+    def __init__(self, registry: Any) -> None:
+        self.registry = registry
+
+    def known(self, *args: Any) -> None:
+        raise _NeedsParent
+
+
+def _holds(error: BaseException, kind: type[BaseException]) -> bool:
+    if isinstance(error, kind):
+        return True
+    if isinstance(error, BaseExceptionGroup):
+        return any(_holds(inner, kind) for inner in error.exceptions)
+    return False
+
+
+def _portable(error: Exception) -> Exception:
+    """The exception itself when it pickles, else a RuntimeError with its type and text."""
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:
+        return RuntimeError(f"{type(error).__name__}: {error}")
+    return error
+
+
+def _replace_text(value: Any, old: str, new: str) -> Any:
+    if isinstance(value, str):
+        return value.replace(old, new)
+    if isinstance(value, list):
+        return [_replace_text(item, old, new) for item in value]
+    if isinstance(value, dict):
+        return {key: _replace_text(item, old, new) for key, item in value.items()}
+    return value
+
+
+_registry: list[Any] = []
+
+
+async def _extract_one(source: str, data: bytes | None, config: WorkerConfig) -> Outcome:
+    from plandag.extract.nfe.document import extract_document
+
+    if not _registry:
+        from plandag.tools.registry import default_registry
+
+        _registry.append(default_registry())
+    registry = _registry[0]
+    probe: Any = _RepairProbe(registry) if config.probe_repairs else None
+    try:
+        if data is None:
+            records = await extract_document(
+                Path(source),
+                registry=registry,
+                write_boundary=config.write_boundary,
+                run_options=config.run_options,
+                repairer=probe,
+            )
+            return "records", records
+        # Bytes from a parent without a shared filesystem: the same name in a private folder,
+        # and that folder's path written back as the parent's path in the records.
+        with tempfile.TemporaryDirectory(prefix="plandag-doc-") as folder:
+            local = Path(folder, Path(source).name or "input")
+            _write(local, data)
+            records = await extract_document(
+                local,
+                registry=registry,
+                write_boundary=config.write_boundary,
+                run_options=config.run_options,
+                repairer=probe,
+            )
+            return "records", _replace_text(records, str(local), source)
+    except Exception as error:
+        if _holds(error, _NeedsParent):
+            return "parent", None
+        return "raise", _portable(error)
+
+
+def extract_chunk(items: Sequence[Item], config: WorkerConfig) -> list[Outcome]:
+    """Extract a chunk of documents in a worker, ``config.jobs`` at a time.
+
+    Args:
+        items: ``(source, bytes or None)`` per document (None: read the file at ``source``).
+        config: how to extract (see :class:`WorkerConfig`).
+
+    Returns:
+        One outcome per item, in order: ``("records", list)``, ``("raise", exception)`` or
+        ``("parent", None)`` (a repair is needed; the parent extracts the document).
+    """
+
+    async def run_all() -> list[Outcome]:
+        outcomes: list[Outcome] = [("parent", None)] * len(items)
+        limiter = anyio.CapacityLimiter(max(1, config.jobs))
+
+        async def one(position: int, source: str, data: bytes | None) -> None:
+            async with limiter:
+                outcomes[position] = await _extract_one(source, data, config)
+
+        async with anyio.create_task_group() as group:
+            for position, (source, data) in enumerate(items):
+                group.start_soon(one, position, source, data)
+        return outcomes
+
+    return anyio.run(run_all)
+
+
+#: The function a worker runs on a chunk (tests replace it to kill a worker mid-batch).
+CHUNK_WORK: Callable[[Sequence[Item], WorkerConfig], list[Outcome]] = extract_chunk
+
+
+class Backend(Protocol):
+    """Where chunks run: a process pool here, a Dask cluster in :mod:`plandag.extract.cluster`."""
+
+    #: workers (processes) that run chunks at once.
+    workers: int
+    #: True when workers need each document's bytes (no shared filesystem).
+    sends_bytes: bool
+
+    def submit(self, items: Sequence[Item], config: WorkerConfig) -> Any:
+        """Start a chunk; return a handle for :meth:`result`."""
+
+    def result(self, handle: Any) -> list[Outcome]:
+        """Block until the chunk is done; raise :meth:`lost` errors when its worker died."""
+
+    def lost(self, error: BaseException) -> bool:
+        """Whether ``error`` means the chunk's worker was lost (then the chunk is sent again)."""
+
+    def renew(self, handle: Any) -> None:
+        """Make the backend usable again after ``handle``'s chunk was lost."""
+
+    def close(self) -> None:
+        """Stop the workers; chunks still queued are dropped."""
+
+
+def _context() -> Any:
+    methods = multiprocessing.get_all_start_methods()
+    if "forkserver" in methods:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["plandag.extract.parallel"])
+        return context
+    return multiprocessing.get_context("spawn")
+
+
+class ProcessBackend:
+    """Chunks in a :class:`~concurrent.futures.ProcessPoolExecutor` of ``workers`` processes
+    (``forkserver`` start where available, else ``spawn``); a broken pool is replaced.
+
+    Args:
+        workers: processes (>= 1).
+    """
+
+    sends_bytes = False
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self._context = _context()
+        self._pool = self._new_pool()
+
+    def _new_pool(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(max_workers=self.workers, mp_context=self._context)
+
+    def submit(self, items: Sequence[Item], config: WorkerConfig) -> Any:
+        try:
+            return self._pool, self._pool.submit(CHUNK_WORK, list(items), config)
+        except BrokenProcessPool:
+            self.renew((self._pool, None))
+            return self._pool, self._pool.submit(CHUNK_WORK, list(items), config)
+
+    def result(self, handle: Any) -> list[Outcome]:
+        future: Future[list[Outcome]] = handle[1]
+        return future.result()
+
+    def lost(self, error: BaseException) -> bool:
+        return isinstance(error, BrokenProcessPool)
+
+    def renew(self, handle: Any) -> None:
+        if handle[0] is self._pool:  # the first chunk to see the break replaces the pool
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = self._new_pool()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+@dataclass
+class _Slot:
+    path: Path
+    data: bytes | None = None
+    attempts: int = 0
+    outcome: Outcome | None = None
+    done: anyio.Event = field(default_factory=anyio.Event)
+    sent: bool = False
+
+
+class ChunkMapper:
+    """An extractor (``async (path) -> records``) that runs documents on a backend.
+
+    Args:
+        backend: where chunks run (:class:`ProcessBackend`, or the Dask one).
+        config: what workers need (:class:`WorkerConfig`); ``config.jobs`` is the chunk size.
+        local: the parent's own extractor: used for documents that need a repair (with the
+            batch's repairer and budget) and for inputs the parent cannot read to send.
+        lost_record: ``(path) -> records`` for a document lost :data:`MAX_ATTEMPTS` times.
+        linger: seconds a partial chunk waits for more documents before it is sent.
+
+    Attributes:
+        capacity: documents in flight at most (two chunks per worker).
+        resent: documents sent again after their worker was lost.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        config: WorkerConfig,
+        local: Extractor,
+        lost_record: Callable[[Path], list[dict[str, Any]]],
+        *,
+        linger: float = 0.002,
+    ) -> None:
+        self.backend = backend
+        self.config = config
+        self.chunk = max(1, config.jobs)
+        self.capacity = 2 * self.chunk * max(1, backend.workers)
+        self.local = local
+        self.lost_record = lost_record
+        self.linger = linger
+        self.resent = 0
+        self._pending: list[_Slot] = []
+        self._quarantine = anyio.Lock()
+
+    async def __call__(self, path: Path) -> list[dict[str, Any]]:
+        slot = _Slot(path)
+        if self.backend.sends_bytes:
+            try:
+                slot.data = _read(path)
+            except OSError:
+                return await self.local(path)  # the parent writes the error record it sees
+        self._pending.append(slot)
+        if len(self._pending) >= self.chunk:
+            await self._send()
+        elif len(self._pending) == 1:
+            await anyio.sleep(self.linger)
+            if not slot.sent:
+                await self._send()
+        await slot.done.wait()
+        outcome: Outcome = slot.outcome if slot.outcome is not None else ("parent", None)
+        kind, value = outcome
+        if kind == "records":
+            return list(value)
+        if kind == "raise" and isinstance(value, BaseException):
+            raise value
+        if kind == "lost":
+            return self.lost_record(path)
+        return await self.local(path)
+
+    async def _send(self) -> None:
+        slots, self._pending = self._pending[: self.chunk], self._pending[self.chunk :]
+        for slot in slots:
+            slot.sent = True
+        await self._run(slots)
+
+    async def _run(self, slots: list[_Slot]) -> None:
+        """Run one chunk. When its worker is lost, its documents are sent again one at a
+        time, alone in quarantine (one document in quarantine at once): a document that
+        kills its worker then takes no other with it, and only its own losses count."""
+        outcomes = await self._attempt(slots)
+        if outcomes is None:
+            for slot in slots:
+                alone: list[Outcome] | None = None
+                async with self._quarantine:
+                    while alone is None and slot.attempts < MAX_ATTEMPTS:
+                        self.resent += 1
+                        alone = await self._attempt([slot])
+                slot.outcome = alone[0] if alone is not None else ("lost", None)
+                slot.done.set()
+            return
+        for slot, outcome in zip(slots, outcomes, strict=True):
+            slot.outcome = outcome
+            slot.done.set()
+
+    async def _attempt(self, slots: list[_Slot]) -> list[Outcome] | None:
+        """One try of a chunk: its outcomes, or None when its worker was lost."""
+        items = [(str(slot.path), slot.data) for slot in slots]
+        for slot in slots:
+            slot.attempts += 1
+        handle = self.backend.submit(items, self.config)
+        try:
+            outcomes: list[Outcome] = await anyio.to_thread.run_sync(
+                functools.partial(self.backend.result, handle), abandon_on_cancel=True
+            )
+        except Exception as error:
+            if not self.backend.lost(error):
+                # each becomes an internal_error record, as in one process
+                return [("raise", error)] * len(slots)
+            self.backend.renew(handle)
+            return None
+        return outcomes
+
+
+def _output_boundary(output: Path) -> WriteBoundary:
+    from plandag.tools.boundary import WriteBoundary
+
+    return WriteBoundary([output.resolve().parent])
+
+
+def _read(path: Path) -> bytes:
+    return path.read_bytes()
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.write_bytes(data)
+
+
+def lost_record(path: Path) -> list[dict[str, Any]]:
+    """The error record of a document whose worker was lost :data:`MAX_ATTEMPTS` times."""
+    from plandag.extract.nfe.document import error_record
+
+    try:
+        import hashlib
+
+        sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        sha = ""
+    return [
+        error_record(
+            str(path),
+            sha,
+            "internal_error",
+            f"{path}: the worker process extracting it was lost {MAX_ATTEMPTS} times (killed, "
+            "or out of memory); run the same command with --resume to extract it again",
+        )
+    ]
+
+
+def open_mapper(
+    *,
+    workers: int | None,
+    cluster: str | None,
+    documents: int,
+    jobs: int,
+    run_options: Mapping[str, Any] | None,
+    write_boundary: WriteBoundary | None,
+    output: Path,
+    repairs: bool,
+    local: Extractor,
+) -> ChunkMapper | None:
+    """The mapper for a batch, or None to extract in the parent process.
+
+    Args:
+        workers: worker processes (None: :func:`default_workers`); with ``cluster``, the
+            LocalCluster's workers.
+        cluster: ``"local"`` (a Dask LocalCluster on 127.0.0.1), ``"tcp://HOST:PORT"`` (an
+            existing Dask scheduler), or None (worker processes on this machine).
+        documents: documents the batch will extract; no more processes than that start.
+        jobs: documents in flight per worker (the chunk size).
+        run_options: the batch's run options; the budget stays in the parent.
+        write_boundary: where the documents' plans may write (None: ``output``'s folder, as
+            in the parent).
+        output: the batch's output file.
+        repairs: whether the parent has a repairer (documents needing one come back to it).
+        local: the parent's own extractor.
+
+    Returns:
+        A :class:`ChunkMapper` (close its backend when the batch ends), or None when one
+        process is enough (``workers`` 1, or at most one document) and no cluster is named.
+
+    Raises:
+        InputError: ``workers`` < 1, or a ``cluster`` that is neither ``local`` nor a
+            ``tcp://`` address, or the ``dask`` extra missing, or the scheduler unreachable.
+    """
+    from plandag.errors import InputError
+
+    if workers is not None and workers < 1:
+        raise InputError(f"--workers must be at least 1, not {workers}")
+    config = WorkerConfig(
+        jobs=jobs,
+        run_options={k: v for k, v in (run_options or {}).items() if k != "budget"},
+        write_boundary=write_boundary or _output_boundary(output),
+        probe_repairs=repairs,
+    )
+    if cluster is not None:
+        from plandag.extract.cluster import DaskBackend
+
+        backend: Backend = DaskBackend(cluster, workers or default_workers())
+    else:
+        count = min(workers or default_workers(), documents)
+        if count <= 1:
+            return None
+        backend = ProcessBackend(count)
+    return ChunkMapper(backend, config, local, lost_record)
