@@ -99,12 +99,15 @@ class WorkerConfig:
             given by the parent).
         probe_repairs: True when the parent has a repairer: a document whose run would ask
             for a repair is handed back to the parent instead.
+        plan_text: a plan to run instead of the stored one (as
+            :func:`~plandag.extract.nfe.document.extract_document` takes it), or None.
     """
 
     jobs: int = 1
     run_options: Mapping[str, Any] = field(default_factory=dict)
     write_boundary: WriteBoundary | None = None
     probe_repairs: bool = False
+    plan_text: str | None = None
 
 
 class _NeedsParent(Exception):
@@ -172,6 +175,7 @@ async def _extract_one(source: str, data: bytes | None, config: WorkerConfig) ->
                 write_boundary=config.write_boundary,
                 run_options=config.run_options,
                 repairer=probe,
+                plan_text=config.plan_text,
             )
             return "records", records
         # Bytes from a parent without a shared filesystem: the same name in a private folder,
@@ -185,6 +189,7 @@ async def _extract_one(source: str, data: bytes | None, config: WorkerConfig) ->
                 write_boundary=config.write_boundary,
                 run_options=config.run_options,
                 repairer=probe,
+                plan_text=config.plan_text,
             )
             return "records", _replace_text(records, str(local), source)
     except Exception as error:

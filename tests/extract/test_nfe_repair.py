@@ -300,3 +300,53 @@ def test_the_repair_note_is_in_the_schema_and_the_csv() -> None:
     assert NfeRecord.model_validate(record).repair == note
     assert INVOICE_COLUMNS[-1] == "repair"
     assert json.loads(flatten_record(record)["repair"]) == note
+
+
+def test_with_workers_only_the_parent_repairs_and_the_records_are_the_same(
+    server: MessagesServer, inputs: list[Path], tmp_path: Path
+) -> None:
+    import functools
+
+    from plandag.extract.parallel import ChunkMapper, ProcessBackend, WorkerConfig, lost_record
+
+    server.push_json(PATCH, usage={"input_tokens": 6000, "output_tokens": 300})
+    _, alone, _ = anyio.run(batch, server, inputs, tmp_path / "alone.jsonl", None)
+    server.push_json(PATCH, usage={"input_tokens": 6000, "output_tokens": 300})
+
+    async def with_workers() -> tuple[Any, Budget]:
+        client = AnthropicClient(api_key="test", base_url=server.url)
+        registry = default_registry()
+        repairer = PlanRepairer(
+            client, MODEL, registry, retry=RetryPolicy(retries=0), clock=VirtualClock()
+        )
+        budget = Budget(1.0, None)
+        options = {"retry": RetryPolicy(retries=0), "limits": RunLimits(heartbeat_every=None)}
+        local = functools.partial(
+            extract_document,
+            registry=registry,
+            run_options={**options, "budget": budget},
+            repairer=repairer,
+            plan_text=broken_plan(),
+        )
+        config = WorkerConfig(
+            jobs=1, run_options=options, probe_repairs=True, plan_text=broken_plan()
+        )
+        backend = ProcessBackend(2)
+        mapper = ChunkMapper(backend, config, local, lost_record)
+        try:
+            summary = await extract_batch(
+                inputs, tmp_path / "workers.jsonl", jobs=3, extractor=mapper
+            )
+        finally:
+            backend.close()
+            await client.aclose()
+        return summary, budget
+
+    summary, budget = anyio.run(with_workers)
+    text = (tmp_path / "workers.jsonl").read_text("utf-8")
+    records = [json.loads(line) for line in text.splitlines()]
+    assert records == alone  # the worker handed input 2 back; the parent repaired it
+    assert ["repair" in record for record in records] == [False, True, False]
+    assert len(server.message_requests) == 2  # one per batch: the parent's, for input 2
+    assert summary.repairs == {"repaired": 1, "model_calls": 1}
+    assert budget.spent_usd == pytest.approx(6000 * 3e-6 + 300 * 15e-6)

@@ -1,0 +1,89 @@
+"""Documents extracted on a Dask cluster on loopback: the same output as in one process,
+also when a worker is killed mid-batch."""
+
+from __future__ import annotations
+
+import functools
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from plandag.extract import parallel
+from plandag.extract.nfe.batch import expand_inputs, extract_batch
+from plandag.testing.workers import kill_once
+
+distributed = pytest.importorskip("distributed")
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "nfe"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(120),
+]
+
+
+@pytest.fixture(scope="module")
+def scheduler() -> Iterator[str]:
+    """A LocalCluster on 127.0.0.1: 2 worker processes, one thread each, no dashboard."""
+    cluster = distributed.LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+    )
+    try:
+        yield cluster.scheduler_address
+    finally:
+        cluster.close()
+
+
+def _corpus(tmp_path: Path) -> Path:
+    folder = tmp_path / "in"
+    shutil.copytree(EXAMPLES, folder)
+    shutil.copy(sorted(EXAMPLES.glob("nfelib_*.xml"))[0], folder / "zz-copy.xml")
+    (folder / "notes.txt").write_text("not an invoice\n", encoding="utf-8")
+    return folder
+
+
+def _run(folder: Path, output: Path, **options: Any) -> Any:
+    files, missing = expand_inputs([str(folder)])
+    return anyio.run(functools.partial(extract_batch, files, output, missing=missing, **options))
+
+
+def test_a_dask_cluster_writes_the_same_bytes_as_one_process(
+    scheduler: str, tmp_path: Path
+) -> None:
+    folder = _corpus(tmp_path)
+    one = _run(folder, tmp_path / "one.jsonl", workers=1)
+    dask = _run(folder, tmp_path / "dask.jsonl", cluster=scheduler, jobs=2)
+    assert (tmp_path / "dask.jsonl").read_bytes() == (tmp_path / "one.jsonl").read_bytes()
+    assert dask.by_status == one.by_status
+    assert dask.inputs_with_record == dask.inputs == 9
+
+
+def test_a_dask_worker_killed_mid_batch_loses_no_input(
+    scheduler: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = _corpus(tmp_path)
+    _run(folder, tmp_path / "one.jsonl", workers=1)
+    victim = sorted(EXAMPLES.glob("uninfe_*.xml"))[0].name
+    marker = tmp_path / "killed"
+    monkeypatch.setattr(
+        parallel, "CHUNK_WORK", functools.partial(kill_once, name=victim, marker=str(marker))
+    )
+    summary = _run(folder, tmp_path / "dask.jsonl", cluster=scheduler, jobs=1)
+    assert marker.exists()  # a Dask worker was SIGKILLed while holding a chunk
+    assert (tmp_path / "dask.jsonl").read_bytes() == (tmp_path / "one.jsonl").read_bytes()
+    assert summary.inputs_with_record == summary.inputs == 9
+
+
+def test_cluster_local_starts_and_closes_its_own_cluster(tmp_path: Path) -> None:
+    folder = _corpus(tmp_path)
+    _run(folder, tmp_path / "one.jsonl", workers=1)
+    _run(folder, tmp_path / "local.jsonl", cluster="local", workers=2)
+    assert (tmp_path / "local.jsonl").read_bytes() == (tmp_path / "one.jsonl").read_bytes()
