@@ -70,7 +70,10 @@ class DaskBackend:
                 threads_per_worker=1,
                 processes=True,
                 host="127.0.0.1",
-                dashboard_address=None,
+                # no dashboard; the scheduler's HTTP server (metrics) on a free loopback
+                # port: with None it takes :8787, shared by every LocalCluster
+                dashboard_address="127.0.0.1:0",
+                scheduler_kwargs={"dashboard": False},
             )
             self.client: Any = client_class(self._local)
         else:

@@ -34,7 +34,8 @@ def scheduler() -> Iterator[str]:
         threads_per_worker=1,
         processes=True,
         host="127.0.0.1",
-        dashboard_address=None,
+        dashboard_address="127.0.0.1:0",  # no dashboard (below); HTTP server on a free port
+        scheduler_kwargs={"dashboard": False},
     )
     try:
         yield cluster.scheduler_address
