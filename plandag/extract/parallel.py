@@ -8,10 +8,11 @@ How it works (the choices, and why):
   records as they are written) and every write (output, store, trace) in the parent; the
   mapper only sends documents out and brings their records back. The output is therefore the
   same, byte for byte, as with ``--workers 1``.
-- **Chunks.** Documents waiting for a worker are grouped into chunks of up to ``jobs``
-  documents (one task each); a worker extracts a chunk's documents ``jobs`` at a time
-  (``--jobs`` stays the number of documents in flight per worker). About two chunks per
-  worker are in flight, so a worker never waits for the parent.
+- **Chunks.** Documents waiting for a worker are grouped into chunks of up to
+  :data:`CHUNK_JOBS` x ``jobs`` documents (one task each, so a task's overhead is shared by
+  several documents); a worker extracts a chunk's documents ``jobs`` at a time (``--jobs``
+  stays the number of documents in flight per worker). Two chunks per worker are in flight,
+  so a worker never waits for the parent.
 - **Backends.** :class:`ProcessBackend` runs chunks in a
   :class:`concurrent.futures.ProcessPoolExecutor` (``forkserver`` context where the platform
   has it, else ``spawn``; workers read the files themselves). The Dask backend
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from plandag.tools.boundary import WriteBoundary
 
 __all__ = [
+    "CHUNK_JOBS",
     "MAX_ATTEMPTS",
     "Backend",
     "ChunkMapper",
@@ -60,6 +62,9 @@ __all__ = [
     "default_workers",
     "extract_chunk",
 ]
+
+#: A chunk holds up to this many times ``jobs`` documents.
+CHUNK_JOBS = 4
 
 #: Times a document is sent to a worker before it gets an ``internal_error`` record.
 MAX_ATTEMPTS = 3
@@ -319,7 +324,8 @@ class ChunkMapper:
 
     Args:
         backend: where chunks run (:class:`ProcessBackend`, or the Dask one).
-        config: what workers need (:class:`WorkerConfig`); ``config.jobs`` is the chunk size.
+        config: what workers need (:class:`WorkerConfig`); a chunk holds up to
+            :data:`CHUNK_JOBS` x ``config.jobs`` documents.
         local: the parent's own extractor: used for documents that need a repair (with the
             batch's repairer and budget) and for inputs the parent cannot read to send.
         lost_record: ``(path) -> records`` for a document lost :data:`MAX_ATTEMPTS` times.
@@ -341,7 +347,7 @@ class ChunkMapper:
     ) -> None:
         self.backend = backend
         self.config = config
-        self.chunk = max(1, config.jobs)
+        self.chunk = CHUNK_JOBS * max(1, config.jobs)
         self.capacity = 2 * self.chunk * max(1, backend.workers)
         self.local = local
         self.lost_record = lost_record
