@@ -10,9 +10,15 @@ Without ``--corpus``, ``--count`` distinct invoices are generated into a tempora
 Each configuration runs ``--repeat`` times as a separate ``plandag extract nfe ... --json``
 command; the rate is inputs / the batch's own ``duration`` (from the first input to the
 last write: the pool's or the cluster's start is inside it, the command's start-up is not),
-and the median is reported. Targets: ``--workers 2`` >= 1.7x ``--workers 1`` on 2 free
-cores; ``--cluster local`` within 15 % of ``--workers 2``. On a loaded machine the ratios
-say how much of the cores the batch got, not what it would get alone: report the load.
+and the median is reported. Beside it, documents per CPU-second of the processes the
+command reaps (``getrusage(RUSAGE_CHILDREN)``; start-up included), which a loaded machine
+changes much less: with ``--workers 1`` that is everything, the per-core rate for sizing;
+with ``--workers 2`` the workers are children of the forkserver, not counted, so it is the
+command's own (serial) share: the most one command can write; with ``--cluster local`` the
+LocalCluster's processes are counted. Targets: ``--workers 2``
+>= 1.7x ``--workers 1`` on 2 free cores; ``--cluster local`` within 15 % of ``--workers 2``.
+On a loaded machine the ratios say how much of the cores the batch got, not what it would
+get alone: report the load.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -45,12 +52,19 @@ def generate(count: int, folder: Path) -> None:
     )
 
 
-def rate(corpus: Path, options: list[str], work: Path) -> float:
-    """Documents/s of one ``plandag extract nfe`` run over ``corpus``."""
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def rate(corpus: Path, options: list[str], work: Path) -> tuple[float, float]:
+    """Documents/s of one ``plandag extract nfe`` run over ``corpus``, and documents per
+    CPU-second of its process tree."""
     output = work / "out.jsonl"
     store = work / "store.db"
     for leftover in (output, store):
         leftover.unlink(missing_ok=True)
+    cpu = _children_cpu()
     done = subprocess.run(
         [
             str(PLANDAG),
@@ -69,7 +83,8 @@ def rate(corpus: Path, options: list[str], work: Path) -> float:
         text=True,
     )
     summary = json.loads(done.stdout)
-    return float(summary["inputs"]) / float(summary["duration"])
+    cpu = _children_cpu() - cpu
+    return float(summary["inputs"]) / float(summary["duration"]), float(summary["inputs"]) / cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,9 +101,12 @@ def main(argv: list[str] | None = None) -> int:
             generate(args.count, corpus)
         documents = sum(1 for _ in corpus.rglob("*.xml"))
         rates: dict[str, list[float]] = {}
+        per_cpu: dict[str, list[float]] = {}
         for _ in range(args.repeat):  # interleaved, so load changes hit every row alike
             for name, options in CONFIGURATIONS:
-                rates.setdefault(name, []).append(rate(corpus, options, work))
+                wall, cpu = rate(corpus, options, work)
+                rates.setdefault(name, []).append(wall)
+                per_cpu.setdefault(name, []).append(cpu)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     medians = {name: statistics.median(values) for name, values in rates.items()}
     base = medians["--workers 1"]
@@ -97,9 +115,19 @@ def main(argv: list[str] | None = None) -> int:
         f"{documents} invoices, median of {args.repeat}, {os.cpu_count()} cores, "
         f"load average {load:.1f}"
     )
-    print(f"{'configuration':<30} {'docs/s':>8} {'vs --workers 1':>15} {'vs --workers 2':>15}")
+    print(
+        f"{'configuration':<30} {'docs/s':>8} {'vs --workers 1':>15} {'vs --workers 2':>15}"
+        f" {'docs/CPU-s':>11}"
+    )
     for name, value in medians.items():
-        print(f"{name:<30} {value:>8.1f} {value / base:>14.2f}x {value / two:>14.2f}x")
+        print(
+            f"{name:<30} {value:>8.1f} {value / base:>14.2f}x {value / two:>14.2f}x"
+            f" {statistics.median(per_cpu[name]):>11.1f}"
+        )
+    print(
+        "docs/CPU-s: --workers 1 counts everything; --workers 2 only the command's own "
+        "process (the serial share); --cluster local its processes and the cluster's"
+    )
     print(f"runs (docs/s): {json.dumps({k: [round(v, 1) for v in vs] for k, vs in rates.items()})}")
     return 0
 

@@ -73,7 +73,10 @@ def extract_nfe(
         ),
     ] = None,
     jobs: Annotated[
-        int | None, typer.Option("--jobs", "-j", metavar="N", min=1, help="Documents at once (4).")
+        int | None,
+        typer.Option(
+            "--jobs", "-j", metavar="N", min=1, help="Documents at once in each worker (4)."
+        ),
     ] = None,
     resume: Annotated[
         bool, typer.Option("--resume", help="Skip inputs whose sha256 already has a record.")
