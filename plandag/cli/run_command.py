@@ -97,6 +97,7 @@ from plandag.cli.store_command import (
     terminal_approver,
     trace_factory,
 )
+from plandag.cli.watchdog import deadline_guard
 from plandag.planner.agent import Agent, AgentResult
 from plandag.planner.prompt import format_diagnostics
 from plandag.planner.triggers import Instruction
@@ -349,7 +350,8 @@ def register(app: typer.Typer) -> None:
                     await client.aclose()
 
         try:
-            outcome = Interruptible(functools.partial(work)).run()
+            with deadline_guard(run_store.path):
+                outcome = Interruptible(functools.partial(work)).run()
             escalated = None
             if outcome.result is not None:
                 escalated = record_agent_run(

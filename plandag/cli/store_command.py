@@ -382,8 +382,10 @@ def durable_exec(
             on_escalation=hooks,
         )
 
+    from plandag.cli.watchdog import deadline_guard
+
     try:
-        with progress:
+        with progress, deadline_guard(store.path):
             outcome = Interruptible(work).run()
     except (StaleDecisionError, InvalidDecisionError) as error:
         _fail(str(error))

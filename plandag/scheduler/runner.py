@@ -106,6 +106,7 @@ from plandag.scheduler.budget import (
 from plandag.scheduler.clock import Clock, SystemClock
 from plandag.scheduler.estimate import PlanEstimate, estimate_plan
 from plandag.scheduler.heartbeat import monitor
+from plandag.scheduler.overrun import LIVE_RUNS, await_abandonable
 from plandag.scheduler.result import (
     ESCALATION_REASONS,
     AttemptRecord,
@@ -453,6 +454,8 @@ class _Run:
         self.stop_reason: str | None = None
         self.run_scope = anyio.CancelScope()
         self.started = 0.0
+        self.finished = False
+        """The run returned its result (a :class:`~.overrun.DeadlineGuard` reads it)."""
         self.deadline: float | None = None
         self.last_progress = 0.0
         self.paused = False
@@ -585,6 +588,21 @@ class _Run:
                         type(event).__name__,
                         exc_info=True,
                     )
+
+    def guard(self) -> None:
+        """Let a command line's :class:`~plandag.scheduler.overrun.DeadlineGuard` watch
+        this run (a run on the system clock with a wall-clock cap)."""
+        if type(self.clock) is SystemClock:
+            LIVE_RUNS.add(self)
+
+    def running_step_ids(self) -> tuple[int, ...]:
+        """Ids of the running steps, sorted."""
+        return self.running_steps()[0]
+
+    def past_deadline(self) -> bool:
+        """The wall-clock cap has passed (and the run is not waiting for a person): what a
+        step that ignored cancellation, or blocked the event loop, finds when it returns."""
+        return self.deadline is not None and not self.paused and self.monotonic() >= self.deadline
 
     def running_steps(self) -> tuple[tuple[int, ...], tuple[str, ...]]:
         """Ids of the running steps (sorted) and their tools' names."""
@@ -773,6 +791,7 @@ class _Run:
             self.deadline = self.started + max_seconds
             self.cap_loop_deadline = anyio.current_time() + max_seconds
             self.run_scope = anyio.CancelScope(deadline=self.cap_loop_deadline)
+            self.guard()
         if self.observers:
             self.emit(events.RunStarted(self.run_id, len(self.records), started_at))
         if self.pending_estimate is not None:
@@ -883,6 +902,7 @@ class _Run:
 
     def finish(self, started_at: float, started: float) -> RunResult:
         """Close every record still open, build the RunResult and emit RunFinished."""
+        self.finished = True
         cause = self.stop_cause()
         for record in self.records.values():
             if record.status in ("pending", "running"):
@@ -1011,6 +1031,13 @@ class _Run:
         except anyio.get_cancelled_exc_class():
             self.interrupt(record, self.stop_cause())
             raise
+        if record.status == "running" and self.past_deadline():
+            # The step outlived the wall-clock cap without being stopped (an inline tool
+            # that blocked the event loop, a tool that ignored its cancellation): its late
+            # outcome is discarded, the step ends cancelled and the run stops.
+            self.stop("deadline")
+            self.interrupt(record, "deadline")
+            return None
         if outcome.error is None:
             if outcome.refused is not None:
                 self.refuse(step_id, record, outcome.refused)
@@ -1215,11 +1242,17 @@ class _Run:
                 tainted = self.taint_of[step_id] = self.output_tainted(compiled_step, args)
                 if not tainted and tool.writes is not None and tool.effects != "none":
                     self.pending_clean[step_id] = _local_paths(tool.write_targets(args))
+                if tool.is_async and self.deadline is not None:
+                    # an async tool that swallows its cancellation cannot hold the run
+                    # past its deadline: it is abandoned after a grace period
+                    call: Any = await_abandonable(tool.invoke(args, context))
+                else:
+                    call = tool.invoke(args, context)
                 if tool.timeout is None:
-                    result = await tool.invoke(args, context)
+                    result = await call
                 else:
                     with anyio.move_on_after(tool.timeout) as scope:
-                        result = await tool.invoke(args, context)
+                        result = await call
                     if scope.cancelled_caught:
                         raise StepTimeoutError(
                             f"step {step_id}: tool {tool.name} did not finish within its "

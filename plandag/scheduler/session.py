@@ -484,6 +484,7 @@ class _SessionRun(_Run):
             self.deadline = self.started + max_seconds
             self.cap_loop_deadline = anyio.current_time() + max_seconds
             self.run_scope = anyio.CancelScope(deadline=self.cap_loop_deadline)
+            self.guard()
         if self.observers:
             self.emit(events.RunStarted(self.run_id, len(self.records), self.started_at))
         if self.pending_estimate is not None:

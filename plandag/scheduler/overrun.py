@@ -1,0 +1,214 @@
+"""The deadline ends the run, even when a step ignores cancellation (ARCHITECTURE.md,
+"Brakes": "the run stops at its deadline wherever it is").
+
+At the wall-clock cap the runner cancels every running step. Three kinds of step can keep
+a run past it, each handled here or in the runner:
+
+* **a sync tool in a worker thread**: the wait for the thread is cancelled at once and the
+  daemon thread abandoned (:func:`plandag.tools.base.run_in_daemon_thread`); it never keeps
+  the process alive;
+* **an async tool that swallows the cancellation** and goes on: the runner awaits async
+  tools through :func:`await_abandonable`, which asks the tool to stop, waits
+  :data:`GRACE_S`, then abandons its task (kept in :data:`ABANDONED`) so the run ends
+  ``timed_out`` at the deadline with the step ``cancelled``;
+* **an inline tool that blocks the event loop** (``time.sleep`` in a tool declared
+  ``inline=True``): nothing on the loop can run until it returns. When it does, its late
+  result is discarded and the step recorded ``cancelled`` (never ``succeeded``,
+  :meth:`plandag.scheduler.runner._Run.run_one_step`).
+
+A library cannot end the process for its caller, so in Python :func:`plandag.run_plan`
+returns once the blocking call returns. A command line can: it installs a
+:class:`DeadlineGuard`, a daemon thread that watches every live run (:data:`LIVE_RUNS`);
+when a run is still going :data:`GRACE_S` seconds after its deadline (time waiting for a
+person left out, as for the cap itself), or an abandoned task still holds the process
+(asyncio's shutdown would wait for it), the guard calls its ``on_overrun`` handler — the
+CLI's records the run ``timed_out`` and its running steps ``cancelled`` (reason
+``deadline``) in the run store through a connection of its own, prints one line and ends
+the process with ``os._exit(3)``: no cleanup can run on a blocked loop, so the store is
+written and flushed first, and the exit code is the one of a deadline stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Protocol
+
+import anyio
+
+__all__ = [
+    "ABANDONED",
+    "GRACE_S",
+    "LIVE_RUNS",
+    "DeadlineGuard",
+    "GuardedRun",
+    "await_abandonable",
+]
+
+logger = logging.getLogger("plandag.scheduler")
+
+GRACE_S = 1.0
+"""Seconds a step has to stop once cancelled at the deadline before it is abandoned (its
+task) or the process is ended (by a command line's :class:`DeadlineGuard`)."""
+
+ABANDONED: set[asyncio.Task[Any]] = set()
+"""Tasks of async tools that ignored cancellation at a deadline and were left running."""
+
+
+class GuardedRun(Protocol):
+    """What a :class:`DeadlineGuard` reads from a run (the runner's ``_Run``): plain
+    attributes, read from the guard's thread."""
+
+    run_id: str
+    deadline: float | None
+    """The run's deadline on ``monotonic`` (moved on by time waiting for a person)."""
+    paused: bool
+    """The run waits for a person."""
+    finished: bool
+    """The run returned its result."""
+
+    def monotonic(self) -> float:
+        """Seconds on the run's monotonic clock."""
+        ...
+
+    def running_step_ids(self) -> Sequence[int]:
+        """Ids of the steps running now."""
+        ...
+
+
+LIVE_RUNS: weakref.WeakSet[Any] = weakref.WeakSet()
+"""Runs with a wall-clock cap on the system clock, while they run (the runner adds and
+removes them; a :class:`DeadlineGuard` watches them)."""
+
+
+async def await_abandonable(coroutine: Coroutine[Any, Any, Any], grace_s: float = GRACE_S) -> Any:
+    """Await an async tool's call so that a tool swallowing cancellation cannot hold the run.
+
+    On asyncio, the call runs in a task of its own; when the caller is cancelled (the
+    run's deadline, a stall, the tool's timeout, Ctrl-C), the task is cancelled and given
+    ``grace_s`` seconds to end; a task still running then is abandoned (added to
+    :data:`ABANDONED`, its late result or error dropped) and the cancellation goes on.
+    On other event loops the call is awaited as it is.
+
+    Args:
+        coroutine: the tool's call (``tool.invoke(...)``).
+        grace_s: seconds the cancelled call has to end.
+
+    Returns:
+        What the call returned.
+
+    Raises:
+        Whatever the call raises; the caller's cancellation.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # another event loop (trio)
+        return await coroutine
+    scopes: list[anyio.CancelScope] = []
+
+    async def call() -> Any:
+        with anyio.CancelScope() as scope:
+            scopes.append(scope)
+            return await coroutine
+        raise anyio.get_cancelled_exc_class()  # cancelled before it returned
+
+    task = asyncio.ensure_future(call())
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        # Cancelled the anyio way, so that a shield the tool holds is respected (a native
+        # task.cancel() would pierce it); a tool that swallows it is waited for a while.
+        for scope in scopes:
+            scope.cancel()
+        if not scopes:
+            task.cancel()
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait({task}, timeout=grace_s)
+        if not task.done():
+            ABANDONED.add(task)
+            task.add_done_callback(_forget)
+            logger.warning(
+                "a tool ignored its cancellation for %.3g s and was abandoned; its late result "
+                "is dropped",
+                grace_s,
+            )
+        elif not task.cancelled():
+            task.exception()  # retrieved: its outcome no longer matters
+        raise
+
+
+def _forget(task: asyncio.Task[Any]) -> None:
+    ABANDONED.discard(task)
+    if not task.cancelled():
+        task.exception()
+
+
+class DeadlineGuard:
+    """A daemon thread that ends the process when a run overruns its deadline (module
+    docstring). Install it in a command line, not in a library.
+
+    Args:
+        on_overrun: called once, on the guard's thread, with the runs past their deadline
+            (or every live run, when an abandoned task holds the process); it is expected
+            to record them and end the process (``os._exit``).
+        grace_s: seconds past a deadline before it acts.
+        poll_s: seconds between two looks.
+    """
+
+    def __init__(
+        self,
+        on_overrun: Callable[[list[GuardedRun]], None],
+        *,
+        grace_s: float = GRACE_S,
+        poll_s: float = 0.1,
+    ) -> None:
+        self.on_overrun = on_overrun
+        self.grace_s = grace_s
+        self.poll_s = poll_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="plandag-deadline", daemon=True)
+        self._seen: dict[str, GuardedRun] = {}
+        self._abandoned_since: float | None = None
+
+    def __enter__(self) -> DeadlineGuard:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+
+    def overrun(self) -> list[GuardedRun]:
+        """The runs to act on now (empty when all is well)."""
+        late: list[GuardedRun] = []
+        for run in list(LIVE_RUNS):
+            self._seen[run.run_id] = run
+            deadline = run.deadline
+            if (
+                deadline is not None
+                and not run.finished
+                and not run.paused
+                and run.monotonic() > deadline + self.grace_s
+            ):
+                late.append(run)
+        if late:
+            return late
+        if ABANDONED:
+            now = time.monotonic()
+            if self._abandoned_since is None:
+                self._abandoned_since = now
+            elif now - self._abandoned_since > self.grace_s:
+                return list(self._seen.values())
+        else:
+            self._abandoned_since = None
+        return []
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            late = self.overrun()
+            if late:
+                self.on_overrun(late)
+                return

@@ -1,0 +1,85 @@
+"""``plandag exec --max-seconds 1`` on a step that ignores cancellation exits at its
+deadline with code 3, the run recorded ``timed_out`` and the step ``cancelled`` (a real
+process: an inline tool blocking the event loop cannot be stopped from inside it)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+TOOLS = '''
+import contextlib
+import time
+
+import anyio
+
+from plandag import tool
+
+
+@tool(inline=True)
+def block(seconds: float) -> float:
+    """Blocks the event loop."""
+    time.sleep(seconds)
+    return seconds
+
+
+@tool
+async def stubborn(seconds: float) -> float:
+    """Swallows every cancellation."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        with contextlib.suppress(BaseException):
+            await anyio.sleep(0.05)
+    return seconds
+
+
+@tool
+def threaded(seconds: float) -> float:
+    """Blocks its worker thread."""
+    time.sleep(seconds)
+    return seconds
+'''
+
+
+@pytest.mark.parametrize("tool_name", ["block", "stubborn", "threaded"])
+def test_exec_exits_3_at_its_deadline_when_a_step_ignores_cancellation(
+    tmp_path: Path, tool_name: str
+) -> None:
+    (tmp_path / "tools.py").write_text(TOOLS, encoding="utf-8")
+    plan = {"steps": [{"id": 1, "tool": tool_name, "args": {"seconds": 60}}]}
+    (tmp_path / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
+    store = tmp_path / "runs.sqlite3"
+    started = time.monotonic()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "plandag",
+            "exec",
+            "plan.json",
+            "--tools",
+            "tools.py",
+            "--max-seconds",
+            "1",
+            "--store",
+            str(store),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=45,  # the step would hold it 60 s
+        check=False,
+    )
+    assert done.returncode == 3, done.stderr
+    assert time.monotonic() - started < 40
+    with sqlite3.connect(store) as connection:
+        runs = connection.execute("SELECT status FROM run").fetchall()
+        steps = connection.execute("SELECT step_id, status, reason FROM step").fetchall()
+    assert runs == [("timed_out",)]
+    assert steps == [(1, "cancelled", "deadline")]
