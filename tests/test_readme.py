@@ -87,10 +87,51 @@ def test_every_diagnostic_code_is_documented() -> None:
         assert f"| `{code}` | {severity} |" in README
 
 
+def python_section() -> str:
+    """The text of the README's "Use it from Python" section."""
+    start = README.index("## Use it from Python\n")
+    return README[start : README.index("\n## ", start + 1)]
+
+
 def test_the_readme_python_examples_run() -> None:
     for block in blocks("python"):
-        if "MessagesServer" in block:
+        if "MessagesServer" in block and block not in python_section():
             exec(compile(block, "README.md", "exec"), {})
+
+
+def test_the_use_it_from_python_examples_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run a plan, extract invoices, plan with a model: each example runs as written, in a
+    fresh working directory holding the examples (outputs land there), against the local
+    Messages API server (the key is unset, so no request leaves 127.0.0.1)."""
+    examples = re.findall(r"```python\n(.*?)```", python_section(), flags=re.DOTALL)
+    assert len(examples) == 3
+    (tmp_path / "examples").symlink_to(REPO / "examples")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    for example in examples:
+        exec(compile(example, "README.md", "exec"), {"__name__": "__readme__"})
+    assert json.loads((tmp_path / "out" / "total.json").read_text(encoding="utf-8"))["total"] == (
+        "203.51"
+    )
+    records = (tmp_path / "out" / "invoices.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(records) >= 7
+
+
+def test_the_readme_prints_the_brakes_line_the_cli_prints() -> None:
+    from plandag.brakes import JOB_BRAKES, brakes_line
+
+    row = JOB_BRAKES["exec"]
+    line = brakes_line(
+        max_cost_usd=row.max_cost_usd,
+        max_tokens=row.max_tokens,
+        max_seconds=row.max_seconds,
+        stall_after=row.stall_after,
+        stop_on_stall=row.stop_on_stall,
+        boundary="./",
+    )
+    assert f"```text\n{line}\n```" in README
 
 
 def test_the_readme_wire_example_is_a_valid_plan() -> None:
