@@ -63,6 +63,7 @@ import anyio
 
 from plandag.compiler import CompiledPlan
 from plandag.dag.plan import Plan
+from plandag.errors import PlanBudgetError
 from plandag.planner.data import quote_data
 from plandag.planner.intents import IntentLedger
 from plandag.planner.llm import (
@@ -654,9 +655,12 @@ async def run_with_repairs(
             if known is not None:
                 tried_reuse = True
                 # written by a model in an earlier run, which may have read outside content
-                applied, new_ids, diagnostics, changed = repairer.replanner(compiled).apply(
-                    session, known.text, state.needs_replan, tainted_author=True
-                )
+                try:
+                    applied, new_ids, diagnostics, changed = repairer.replanner(compiled).apply(
+                        session, known.text, state.needs_replan, tainted_author=True
+                    )
+                except PlanBudgetError:
+                    break  # the known repair would pass the plan-relative budget: escalated
                 replans.append(
                     ReplanRecord(
                         number=len(replans) + 1,
@@ -730,6 +734,8 @@ async def run_with_repairs(
                 if session.stop_reason is None:
                     session.stop_at_deadline()
                 break
+            except PlanBudgetError:
+                break  # the patch would pass the plan-relative budget: the run escalated
             except BudgetRefusedError as refused:
                 error = StepErrorInfo(type(refused).__name__, str(refused))
                 gave_up = "budget"

@@ -3,15 +3,19 @@ its estimate, as any run: 2x the estimated cost, 3x the estimated time (virtual 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
 import pytest
 
 from plandag.compiler import CompiledPlan, compile_plan
-from plandag.planner.repair import run_with_repairs
-from plandag.scheduler import RunLimits, VirtualClock
+from plandag.errors import PermanentStepError
+from plandag.planner.llm import AnthropicClient
+from plandag.planner.repair import PlanRepairer, run_with_repairs
+from plandag.scheduler import RetryPolicy, RunLimits, VirtualClock
 from plandag.scheduler.estimate import estimate_plan
+from plandag.testing import MessagesServer
 from plandag.tools import ToolContext, tool
 from plandag.tools.registry import Registry
 
@@ -38,7 +42,13 @@ def paid(usd: float, ctx: ToolContext) -> str:
     return "paid"
 
 
-REGISTRY = Registry([slow, paid])
+@tool(typical_seconds=1.0)
+def legacy(name: str) -> str:
+    """A service that knows no name; declares 1 s."""
+    raise PermanentStepError(f"legacy service: unknown name {name}", reason="tool_error")
+
+
+REGISTRY = Registry([slow, paid, legacy])
 
 
 def compiled(steps: list[dict[str, Any]]) -> CompiledPlan:
@@ -114,3 +124,60 @@ def test_factors_lifted_or_measured_durations_given() -> None:
     assert repaired.run.escalation_detail == (
         "elapsed time 7 s passed 3x the plan's estimated time 1 s (limit 5 s)"
     )
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[MessagesServer]:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("all_proxy", raising=False)
+    with MessagesServer() as running:
+        yield running
+
+
+def test_a_repair_projected_past_3x_the_time_is_not_run(server: MessagesServer) -> None:
+    plan = compiled(
+        [
+            {"id": 1, "tool": "slow", "args": {"seconds": 8.0}},
+            {"id": 2, "tool": "legacy", "args": {"name": "x"}, "depends_on": [1]},
+        ]
+    )
+    # estimated 3 s: the limit is 9 s; 8 s are spent when step 2 fails, and the repair's
+    # two slow steps (2 s each, one after the other) would take it to 12 s
+    server.push_json(
+        {
+            "g": "repair",
+            "s": [
+                {"i": 3, "t": "slow", "a": [], "d": []},
+                {"i": 4, "t": "slow", "a": [], "d": [3]},
+            ],
+            "o": '"<step_4_result>"',
+        }
+    )
+
+    async def main() -> Any:
+        client = AnthropicClient(api_key="test", base_url=server.url)
+        repairer = PlanRepairer(
+            client, "claude-sonnet-4-6", REGISTRY, retry=RetryPolicy(retries=0), clock=CLOCK
+        )
+        try:
+            return await run_with_repairs(
+                plan,
+                REGISTRY,
+                repairer=repairer,
+                limits=RunLimits(heartbeat_every=None),
+                retry=RetryPolicy(retries=0),
+                clock=CLOCK,
+            )
+        finally:
+            await client.aclose()
+
+    repaired = anyio.run(main)
+    assert len(server.message_requests) == 1
+    assert repaired.status == "escalated"
+    assert repaired.run.escalation == "plan_budget"
+    assert sorted(repaired.run.steps) == [1, 2]  # the patch's steps were never added
+    assert repaired.gave_up is None
+    assert repaired.error is None
+    assert repaired.run.escalation_detail is not None
+    assert "projected" in repaired.run.escalation_detail
