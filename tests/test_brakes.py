@@ -258,3 +258,23 @@ async def test_an_agent_that_may_plan_effects_needs_an_approver() -> None:
             result = await read_only.run("Look at a")
             assert result.status == "succeeded"
             assert (result.run.spent_tokens > 0, done) == (True, ["look a"])
+
+
+@pytest.mark.anyio
+async def test_a_model_without_a_price_runs_under_the_default_caps_capped_by_tokens() -> None:
+    # RunLimits() has a $1.00 cap: an unpriced model is never refused for having no price;
+    # it costs $0 and its tokens count against the 200,000-token cap.
+    with MessagesServer() as server:
+        server.push_json(
+            {"g": "look", "s": [{"i": 1, "t": "look", "a": ["name=a"]}], "o": '"<step_1_result>"'}
+        )
+        async with AnthropicClient(api_key="test", base_url=server.url) as client:
+            agent = Agent(
+                client, "local-llama-unpriced", REGISTRY, read_only=True, clock=VirtualClock()
+            )
+            result = await agent.run("Look at a")
+    assert (result.status, result.answer) == ("succeeded", "a")
+    [call] = result.llm_calls
+    assert (call.priced, call.cost_usd) == (False, 0.0)
+    assert result.run.spent_usd == 0.0
+    assert result.run.spent_tokens == call.usage.total_tokens > 0

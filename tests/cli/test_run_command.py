@@ -216,3 +216,15 @@ def test_the_plan_version_is_stored_with_its_estimate(
     # the user's tools declare no typical_seconds: the time is unknown, shown as such
     assert (version.estimate["cost_usd"], version.estimate["seconds"]) == (0.0, None)
     assert version.estimate["unknown"] == [1, 2, 3]
+
+
+def test_the_planning_call_takes_planner_max_tokens(server: MessagesServer, tools: Path) -> None:
+    server.push_max_tokens('{"g":"x","s":[', usage={})
+    result = invoke(
+        ["Score a", "--tools", str(tools), "--base-url", server.url, "--planner-max-tokens", "1234"]
+    )
+    assert result.exit_code == 1
+    assert server.message_requests[0].json["max_tokens"] == 1234
+    assert "the output was cut off at max_tokens=1234" in " ".join(result.output.split())
+    # and the brakes line came first
+    assert result.output.startswith("brakes: cost $1.00, tokens 200,000, wall clock 15 min")
