@@ -530,10 +530,10 @@ class _SessionRun(_Run):
                 record.status = "skipped"
                 record.reason = "effects_held"
                 record.detail = (
-                    "never started: its tool has effects and the session ended before "
-                    "release_effects()"
+                    "never started: its tool has effects, which wait for approval, and the "
+                    "run ended before they were approved"
                     if step_id in self.held
-                    else "never started: it waits on a step whose effects were never released"
+                    else "never started: it waits on a step with effects that was never approved"
                 )
                 record.ended_at = now
                 if self.observers:

@@ -228,10 +228,11 @@ async def test_held_effects_never_released_end_skipped() -> None:
         (3, "succeeded", None),
     ]
     assert result.steps[1].detail == (
-        "never started: its tool has effects and the session ended before release_effects()"
+        "never started: its tool has effects, which wait for approval, and the run ended "
+        "before they were approved"
     )
     assert result.steps[2].detail == (
-        "never started: it waits on a step whose effects were never released"
+        "never started: it waits on a step with effects that was never approved"
     )
 
 
