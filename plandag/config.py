@@ -241,6 +241,11 @@ BRAKE_SETTINGS: dict[str, str] = {
     "stop_on_stall": "stop_on_stall",
 }
 """Settings that are brakes: setting name → field of :class:`plandag.brakes.JobBrakes`."""
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "approve": ("ask", "auto", "never"),
+    "escalate": ("person", "never"),
+}
+"""Settings whose text is one of a few words (the flag's own choices)."""
 _KIND_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 
 
@@ -318,7 +323,14 @@ def _coerce(setting: Setting, value: Any, where: str) -> Any:
                 _in_range(setting, item, where)
                 return float(item)
         elif isinstance(item, str):
-            return item
+            choices = _CHOICES.get(setting.name)
+            if choices is None or item in choices:
+                return item
+            shown = ", ".join(choices[:-1]) + " or " + choices[-1]
+            raise InputError(
+                f"{where}: {setting.name} must be {shown}, got {item!r}; "
+                "see `plandag config` for every setting"
+            )
         lift = ' or "none" to lift it' if setting.liftable else ""
         raise InputError(
             f"{where}: {setting.name} must be {_KIND_NAMES[kind]}{lift}, got {item!r}; "

@@ -452,3 +452,18 @@ def test_an_http_allow_pattern_that_can_never_match_is_refused_from_a_file_and_a
         "a number from 1 to 65535; give a host glob such as api.example.com, *.example.org or "
         "127.0.0.1:8080 (a pattern without a port matches any port)"
     )
+
+
+@pytest.mark.parametrize(
+    ("key", "choices"), [("escalate", "person or never"), ("approve", "ask, auto or never")]
+)
+def test_a_choice_setting_outside_its_choices_names_the_file(
+    project: Path, key: str, choices: str
+) -> None:
+    write(project / "plandag.toml", f'{key} = "maybe"\n')
+    with pytest.raises(InputError) as caught:
+        load_settings(project)
+    assert str(caught.value) == (
+        f"{project / 'plandag.toml'}: {key} must be {choices}, got 'maybe'; "
+        "see `plandag config` for every setting"
+    )
