@@ -314,8 +314,10 @@ class RunLimits:
 
     @classmethod
     def lifted(cls, *, heartbeat_every: float | None = None) -> RunLimits:
-        """Every brake lifted: for a run governed by an outer run's brakes (one document
-        of a batch, whose deadline, stall detector and budget are the batch's)."""
+        """Every brake lifted, the plan-relative limits included: for a run governed by an
+        outer run's brakes (one document of a batch, whose deadline, stall detector and
+        budget are the batch's; a document is never escalated on its own because a busy
+        machine made it slower than its plan's estimate)."""
         return cls(
             max_seconds=UNLIMITED,
             max_cost_usd=UNLIMITED,
@@ -323,6 +325,8 @@ class RunLimits:
             heartbeat_every=heartbeat_every,
             stall_after=UNLIMITED,
             stop_on_stall=False,
+            plan_cost_factor=None,
+            plan_time_factor=None,
         )
 
     @property

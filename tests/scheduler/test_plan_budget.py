@@ -412,3 +412,12 @@ def test_a_bad_factor_is_refused_with_what_to_give(value: Any) -> None:
             f"RunLimits({name}={value!r}): give a finite number > 0 (times the plan's "
             f"estimate), or None to lift the limit"
         )
+
+
+def test_a_run_under_an_outer_runs_brakes_has_no_plan_relative_limits() -> None:
+    # One document of a batch: the batch's brakes govern it, so a document slowed down by a
+    # busy machine past 3x its plan's estimate is not escalated on its own.
+    lifted = RunLimits.lifted()
+    assert (lifted.plan_cost_factor, lifted.plan_time_factor) == (None, None)
+    two_seconds = compiled([{"id": 1, "tool": "slow", "args": {"seconds": 7.0}}])
+    assert run(two_seconds, RunLimits.lifted()).status == "succeeded"
