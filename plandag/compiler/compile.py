@@ -136,6 +136,7 @@ def compile_plan(
         A :class:`CompiledPlan` whose ``diagnostics`` hold the warnings.
 
     Raises:
+        ValueError: ``max_steps`` is not an integer >= 1.
         PlanError: carrying every Diagnostic found (codes in
             :mod:`plandag.compiler.diagnostics`), when any has severity ``error``; past
             100 the first 100 and a ``diagnostics_omitted`` summary counting the rest
@@ -144,6 +145,11 @@ def compile_plan(
             (``integer_out_of_range``, ``lone_surrogate``): the plan's hash (RFC 8785)
             cannot encode them.
     """
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        raise ValueError(
+            f"compile_plan: max_steps must be an integer >= 1, got {max_steps!r}; give the "
+            f"most steps a plan may have (default {DEFAULT_MAX_STEPS})"
+        )
     diagnostics = DiagnosticCollector()
     decoded = decode_plan(plan, diagnostics)
     if decoded is None:

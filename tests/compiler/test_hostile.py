@@ -325,3 +325,15 @@ def test_an_error_past_100_warnings_still_fails_the_plan_with_an_error_summary(
     assert [d.severity for d in error.diagnostics].count("error") == 1
     assert error.diagnostics[-1].code == "diagnostics_omitted"
     assert error.error_count == 1
+
+
+@pytest.mark.parametrize("value", [0, -1, "500", None, True, 1.5])
+def test_a_step_limit_that_is_not_a_positive_integer_is_refused_before_compiling(
+    registry: Registry, value: Any
+) -> None:
+    with pytest.raises(ValueError, match="max_steps must be") as caught:
+        compile_plan({"goal": "g", "steps": [step(1)]}, registry, max_steps=value)
+    assert str(caught.value) == (
+        f"compile_plan: max_steps must be an integer >= 1, got {value!r}; give the most steps "
+        f"a plan may have (default {DEFAULT_MAX_STEPS})"
+    )

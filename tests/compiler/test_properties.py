@@ -235,7 +235,7 @@ options = st.fixed_dictionaries(
         ),
         "read_only": st.booleans(),
         "write_boundary": st.just(BOUNDARY),
-        "max_steps": st.integers(min_value=0, max_value=8),
+        "max_steps": st.integers(min_value=1, max_value=8),
         "max_arg_bytes": st.integers(min_value=0, max_value=200),
     },
 )
