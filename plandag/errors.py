@@ -338,7 +338,7 @@ def _single_kind(error: BaseException) -> ErrorKind:
 def classify_error(error: BaseException) -> ErrorKind:
     """Say whether a later attempt may succeed where ``error`` failed (the default rule).
 
-    The rule (issue 3, "Error taxonomy"):
+    The rule (ARCHITECTURE.md, "Execution", "Retry vs replan"):
 
     * :class:`TransientStepError` and subclasses → ``transient``; any other
       :class:`StepError` (:class:`PermanentStepError`, :class:`CheckFailedError`) →

@@ -1,4 +1,4 @@
-"""A sequential ReAct baseline over plandag's tools and model client (issue 5).
+"""A sequential ReAct baseline over plandag's tools and model client.
 
 :class:`ReactAgent` is the loop of Yao et al., *ReAct: Synergizing Reasoning and Acting in
 Language Models* (ICLR 2023), as LLMCompiler (Kim et al., ICML 2024) measures it: the model

@@ -19,7 +19,7 @@ if not os.environ.get("PLANDAG_SHARED_NFE"):
             os.environ["PLANDAG_SHARED_NFE"] = str(candidate)
             break
 
-# Every run is recorded in a run store (issue 6); tests never write into the user's store
+# Every run is recorded in a run store; tests never write into the user's store
 # (neither the data folder nor a PLANDAG_STORE the user exported): one store per test
 # session, in a temporary folder; a test that needs its own sets it.
 import tempfile  # noqa: E402

@@ -1,5 +1,5 @@
-"""Run settings: defaults, [tool.plandag] in pyproject.toml, plandag.toml, flags (issue 3,
-"Configuration")."""
+"""Run settings: defaults, [tool.plandag] in pyproject.toml, plandag.toml, flags (README,
+"The command line", "Brakes")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The error tree and the transient/permanent rule (issue 3, "Error taxonomy")."""
+"""The error tree and the transient/permanent rule (ARCHITECTURE.md, "Retry vs replan")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Approval of plans with effects, bound to the plan's hash (issue 6; see
-:mod:`plandag.approval.gate`)."""
+"""Approval of plans with effects, bound to the plan's hash (ARCHITECTURE.md,
+"People in the loop"; see :mod:`plandag.approval.gate`)."""
 
 from plandag.approval.gate import (
     DEFAULT_EXPIRY_S,

@@ -1,4 +1,4 @@
-"""Approval of plans with effects (ARCHITECTURE.md, "People in the loop"; issue 6).
+"""Approval of plans with effects (ARCHITECTURE.md, "People in the loop").
 
 * :func:`plan_hash` binds a decision to one plan version: SHA-256 of the RFC 8785 (JSON
   Canonicalization Scheme) form of ``{"plan", "params", "write_boundary"}``, plus

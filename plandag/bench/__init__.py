@@ -1,4 +1,5 @@
-"""plandag against a sequential ReAct agent, on simulated and real models (issue 5).
+"""plandag against a sequential ReAct agent, on simulated and real models
+(the comparison of LLMCompiler, Kim et al., ICML 2024).
 
 * :mod:`plandag.bench.workloads`: the workloads, each with a checkable right answer;
 * :mod:`plandag.bench.simulator`: the local Messages API server playing a correct model

@@ -1,4 +1,4 @@
-"""Run plandag and the ReAct baseline side by side and report (issue 5, ``plandag bench``).
+"""Run plandag and the ReAct baseline side by side and report (``plandag bench``).
 
 :func:`run_bench` runs both agents on each workload, ``runs`` times, interleaved (run ``k``
 of every workload before run ``k + 1``; plandag first in even runs, ReAct first in odd

@@ -1,4 +1,4 @@
-"""The benchmark's workloads, each with a checkable right answer (issue 5, "Workloads").
+"""The benchmark's workloads, each with a checkable right answer.
 
 Four shapes from the LLMCompiler paper (Kim et al., *An LLM Compiler for Parallel Function
 Calling*, ICML 2024) and from plandag's own use:

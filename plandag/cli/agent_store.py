@@ -1,4 +1,4 @@
-"""Recording model-driven runs in the run store (issue 6): ``plandag run`` (the agent's
+"""Recording model-driven runs in the run store: ``plandag run`` (the agent's
 sessions, plan versions, decisions, model calls and replans), ``exec --planner`` (the stored
 plan and each repair behind the approval gate) and the revision a rejection asks the planner
 for (``plandag reject`` on a ``plandag run``)."""

@@ -1,4 +1,5 @@
-"""``plandag bench``: plandag against a sequential ReAct agent, side by side (issue 5).
+"""``plandag bench``: plandag against a sequential ReAct agent, side by side
+(LLMCompiler, Kim et al., ICML 2024, measures the same comparison).
 
 ``plandag bench [WORKLOAD...] [--runs N] [--model NAME] [--real] [--out DIR] [--quick]
 [--settings FILE.toml] [--ttft S] [--tokens-per-second R] ...`` runs both agents on each

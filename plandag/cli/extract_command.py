@@ -1,6 +1,6 @@
 """``plandag extract nfe``: batch extraction of NF-e/NFC-e invoices through the stored plan
-(issue 2, "The main job"), recorded in the run store as one run with one row per document
-and a trace with one bar per document (issue 6)."""
+(README, "The main job: NF-e extraction"; docs/NFE.md), recorded in the run store as one run
+with one row per document and a trace with one bar per document."""
 
 from __future__ import annotations
 

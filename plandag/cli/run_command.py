@@ -1,5 +1,5 @@
-"""``plandag run "TASK"``: a model plans, plandag runs, replans what fails, joins (issue 4,
-"CLI").
+"""``plandag run "TASK"``: a model plans, plandag runs, replans what fails, joins
+(README, "Planning with a model").
 
 The :class:`~plandag.planner.agent.Agent` does the work: one planning call (``--stream``:
 steps start while the plan arrives), the run with every brake of ``exec`` (the same options,

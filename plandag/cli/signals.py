@@ -1,4 +1,5 @@
-"""Run async work so that SIGINT and SIGTERM stop it cleanly (issue 3, "Cancellation").
+"""Run async work so that SIGINT and SIGTERM stop it cleanly (ARCHITECTURE.md, "States
+and exit codes").
 
 The first signal cancels the work: a plan run then ends ``interrupted`` with every step in
 a terminal state (completed results kept), and the caller prints what was and was not

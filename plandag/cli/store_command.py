@@ -1,4 +1,5 @@
-"""Durable runs on the command line (issue 6): ``exec`` through the run store and the
+"""Durable runs on the command line (README, "Durable runs: store, resume, traces,
+approval"): ``exec`` through the run store and the
 approval gate, and ``plandag runs``, ``resume``, ``approve``, ``reject``.
 
 * ``exec`` records every run in the store (``--store PATH`` or ``PLANDAG_STORE``; default in

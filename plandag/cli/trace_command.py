@@ -1,4 +1,5 @@
-"""``plandag trace RUN_ID`` and ``plandag diff RUN_A RUN_B`` (issue 6, "Trace").
+"""``plandag trace RUN_ID`` and ``plandag diff RUN_A RUN_B`` (README, "Durable runs:
+store, resume, traces, approval").
 
 ``trace`` prints a run's timeline in the terminal (steps as bars over time, the critical
 path marked with ``*``); ``--html FILE`` writes a self-contained page (inline SVG: the DAG

@@ -3,7 +3,7 @@
 ARCHITECTURE.md, "Replanning": *the patch is compiled against the existing graph before it
 runs; completed steps keep their ids and results and are never run again; new step ids
 never reuse old ones*; and "Streaming": *each step is compiled as soon as it is complete in
-the stream*. Issue 4, "Replanning" and "Streaming dispatch".
+the stream*.
 
 :func:`compile_patch` runs every check :func:`~plandag.compiler.compile_plan` runs on a
 step (the same passes of :mod:`plandag.compiler.compile`, the same diagnostic codes), with

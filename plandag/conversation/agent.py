@@ -1,4 +1,5 @@
-"""The real planner behind a conversation's turns (issue 6, "Plan mode for conversations").
+"""The real planner behind a conversation's turns (README, "Plan mode for
+conversations").
 
 :func:`planner_function` turns :class:`plandag.planner.planner.Planner` into the
 :data:`~plandag.conversation.planmode.PlannerFunction` that
@@ -35,9 +36,9 @@ with :func:`plandag.planner.agent.revision_context`: the rejected plan, every re
 feedback of this plan mode, the last one verbatim as "the instruction for this revision,
 in full".
 
-**Questions.** The planner's wire format holds a plan and nothing else (issue 4,
-"Planner"): :class:`Planner` cannot ask the person a question, so this adapter always
-returns a :class:`~plandag.dag.plan.Plan`, never a ``str``.
+**Questions.** The planner's wire format holds a plan and nothing else
+(:mod:`plandag.planner.wire`): :class:`Planner` cannot ask the person a question, so this
+adapter always returns a :class:`~plandag.dag.plan.Plan`, never a ``str``.
 """
 
 from __future__ import annotations

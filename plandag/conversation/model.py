@@ -1,4 +1,4 @@
-"""A conversation and its plan mode (issue 6, "Plan mode for conversations").
+"""A conversation and its plan mode (README, "Plan mode for conversations").
 
 A :class:`Conversation` is a sequence of :class:`Turn` s (user messages, planner questions,
 answers to them, plans shown for decision, decisions, and the mode changes) with an
@@ -11,7 +11,7 @@ reload from the database (:class:`plandag.conversation.store.ConversationStore`)
 reloaded conversation behaves exactly as the one that was saved. Each change records its
 turns before it changes the object, all the turns of one change in one transaction.
 
-Plan mode, the rules (issue 6) and how they are read here:
+Plan mode, the rules (README, "Plan mode for conversations") and how they are read here:
 
 * **Who can arm it.** Only a conversation whose own ``origin`` is ``person`` can be armed
   (:meth:`Conversation.arm`); arming any other raises :class:`PlanModeError`. "A
@@ -96,10 +96,10 @@ Mode = Literal["plan", "normal"]
 """How a turn is handled: in plan mode (read-only tools, ends with a plan for decision) or not."""
 
 EndReason = Literal["approved", "disarmed", "cannot_show_decision", "expired"]
-"""Why plan mode ended (issue 6: approval, disarming, no decision can be shown, 24 hours)."""
+"""Why plan mode ended: approval, disarming, no decision can be shown, 24 hours."""
 
 DEFAULT_EXPIRY_S = approval.DEFAULT_EXPIRY_S
-"""Seconds an armed conversation waits for a decision before plan mode ends (issue 6: 24 h,
+"""Seconds an armed conversation waits for a decision before plan mode ends (24 h,
 the same as a pending approval)."""
 
 
@@ -158,7 +158,7 @@ def allowed_registry(registry: Registry) -> Registry:
 
 
 def check_tool_allowed(tool: Tool) -> None:
-    """Refuse a tool plan mode may not run (issue 6: "only tools without effects may run").
+    """Refuse a tool plan mode may not run: only tools without effects may run.
 
     Args:
         tool: the tool about to run.

@@ -1,4 +1,4 @@
-"""Plan-mode turns: showing a plan for decision, and running one planning turn (issue 6).
+"""Plan-mode turns: showing a plan for decision, and running one planning turn.
 
 * :func:`render_for_decision` shows a plan to a person within a size limit. A plan too long
   to show is shown cut, at a step boundary, with an explicit notice ("… plan cut: showing

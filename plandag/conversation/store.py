@@ -1,4 +1,4 @@
-"""Conversations in SQLite: two tables beside the run store's own (ISSUE6 contracts).
+"""Conversations in SQLite: two tables beside the run store's own.
 
 ``conversation`` holds one row per conversation (id, origin, created, expiry_s) and
 ``conversation_turn`` one row per turn, keyed by ``(conversation_id, seq)``. A change that

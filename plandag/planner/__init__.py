@@ -1,2 +1,2 @@
-"""The LLM side of plandag (issue 4): the model client layer (:mod:`plandag.planner.llm`),
+"""The LLM side of plandag: the model client layer (:mod:`plandag.planner.llm`),
 the planner, streaming dispatch, the replanner and the joiner."""

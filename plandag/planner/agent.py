@@ -1,4 +1,4 @@
-"""The agent: plan, run, replan the failed part, join (issue 4; ARCHITECTURE.md, "Execution",
+"""The agent: plan, run, replan the failed part, join (ARCHITECTURE.md, "Execution",
 "Retry vs replan", "Replanning", "Streaming", "Brakes").
 
 :meth:`Agent.run` does, in one run session (:func:`~plandag.scheduler.session.open_session`,
@@ -426,10 +426,10 @@ class Agent:
         max_steps: the most steps the run may have, its replans' steps included (>= 1;
             default 500, the CLI's ``--max-steps``): a plan or replan past it does not
             compile (``too_many_steps``).
-        max_replans: the most replans in a run (>= 0; issue 4: 3).
+        max_replans: the most replans in a run (>= 0; ARCHITECTURE.md, "Replanning": 3).
         max_replans_without_progress: the most replans in a row with no step newly
-            completed since the previous replan (>= 1; issue 4: 2).
-        max_repairs: repairs of a first plan that does not compile (issue 4: 2).
+            completed since the previous replan (>= 1; ARCHITECTURE.md, "Replanning": 2).
+        max_repairs: repairs of a first plan that does not compile (default 2).
         plan_max_tokens: output tokens of a planning call.
         replan_max_tokens: output tokens of a replanning call.
         join_max_tokens: output tokens of the joiner's call.
@@ -821,8 +821,8 @@ class Agent:
             goal: the task, in the user's words.
             context: trusted context from the user, or "".
             params: values given to the run by name (``<param.NAME>``), or None.
-            plan: a stored plan to run instead of asking the planner (issue 4, "Stored
-                plans with a planner attached"): no planning call; its params and steps
+            plan: a stored plan to run instead of asking the planner (README, "Planning
+                with a model"): no planning call; its params and steps
                 join the run at once, and only a failure brings in the replanner. Its
                 steps are compiled once per agent and reused by later runs of an equal
                 plan (see :meth:`_stored_header`); the session then opens with them
@@ -1227,10 +1227,11 @@ class _AgentRun:
         )
 
     async def approve(self, session: RunSession, *, first: bool) -> None:
-        """The approval gate (issue 6): release the held steps with effects when the plan
-        needs no decision or a person approves it; otherwise end the run
-        ``awaiting_approval`` or ``rejected`` (raising :class:`_PlanningFailed` for the
-        first plan; a replan's rejection ends the run where it is).
+        """The approval gate (ARCHITECTURE.md, "People in the loop"): release the held
+        steps with effects when the plan needs no decision or a person approves it;
+        otherwise end the run ``awaiting_approval`` or ``rejected`` (raising
+        :class:`_PlanningFailed` for the first plan; a replan's rejection ends the run where
+        it is).
 
         Raises:
             _PlanningFailed: the first plan was not approved.

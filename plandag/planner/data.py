@@ -1,5 +1,5 @@
-"""Tool outputs are data: how results and input excerpts are quoted to a model (issue 4,
-"Tool outputs are data"; ARCHITECTURE.md, "Untrusted content").
+"""Tool outputs are data: how results and input excerpts are quoted to a model
+(ARCHITECTURE.md, "Untrusted content").
 
 Anything a model reads that did not come from the user's task or trusted context (a tool's
 result, an excerpt of an input document, the compiler's diagnostics quoting a plan's own

@@ -1,5 +1,5 @@
 """Investigate before planning: run tools without effects first, then plan with their results
-as quoted data (issue 4, CLI: ``plandag plan --investigate``).
+as quoted data (``plandag plan --investigate``; README, "Planning with a model").
 
 :func:`plan_with_investigation` makes two plans with the same model:
 

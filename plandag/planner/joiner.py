@@ -1,4 +1,5 @@
-"""The joiner: turn a finished run into the task's result (issue 4, "Joiner").
+"""The joiner: turn a finished run into the task's result (LLMCompiler, Kim et al.,
+ICML 2024: the joiner).
 
 * The plan has an ``output`` and the run succeeded (every step succeeded, so every check
   passed): the result is assembled by code, :func:`plandag.dag.references.resolve_value`

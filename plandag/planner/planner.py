@@ -1,11 +1,12 @@
-"""The planner: a model writes the whole plan, the compiler checks it (issue 4, "Planner").
+"""The planner: a model writes the whole plan, the compiler checks it (README, "Planning
+with a model").
 
 :meth:`Planner.plan` asks the model once for the plan, with structured output (the wire
 format's JSON schema, :func:`plandag.planner.wire.wire_json_schema`, tool names and check
 kinds as enums) at temperature 0, then compiles the answer. A plan that does not compile
 goes back to the model with the full diagnostics list (formatted like ``plandag check``,
 quoted as data: :func:`plandag.planner.prompt.repair_message`), at most ``max_repairs``
-times (default 2, issue 4); then :class:`PlannerGaveUp` (a :class:`PlanError`: the CLI
+times (default 2); then :class:`PlannerGaveUp` (a :class:`PlanError`: the CLI
 exits 2) carries the last diagnostics. Every call goes through
 :func:`plandag.planner.llm.call_with_retries`: transient failures (429, 5xx, 529) are
 retried on the injected clock, within the budget, and every attempt is recorded.
@@ -147,7 +148,7 @@ class Planner:
             system clock.
         max_tokens: output tokens each planning call may take (>= 1).
         max_repairs: how many times a plan that does not compile goes back to the model
-            (>= 0; issue 4: 2).
+            (>= 0; default 2).
         temperature: sampling temperature sent where the provider supports it (default 0).
         read_only: compile for a read-only run (tools with effects are errors).
         write_boundary: compile against this write boundary, or None for no write checks.

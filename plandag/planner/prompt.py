@@ -1,4 +1,4 @@
-"""The planner's prompt (issue 4, "Planner").
+"""The planner's prompt (README, "Planning with a model").
 
 The system prompt holds everything that does not depend on the task, so it is the same for
 every task planned with the same registry (and can be cached by the provider): the rules,

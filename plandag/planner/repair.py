@@ -1,6 +1,6 @@
 """Stored plans with a planner attached: the plan runs with no model call, and only a step
-that fails on an input is shown to the replanner, with that input's excerpt (issue 4,
-"Stored plans with a planner attached"; ARCHITECTURE.md, "Retry vs replan", "Replanning",
+that fails on an input is shown to the replanner, with that input's excerpt
+(README, "Planning with a model"; ARCHITECTURE.md, "Retry vs replan", "Replanning",
 "Untrusted content").
 
 :func:`run_with_repairs` runs a compiled stored plan in a run session
@@ -234,9 +234,9 @@ class PlanRepairer:
         prices: the price table for call records and the budget.
         retry: retries of transient model call failures (default ``RetryPolicy()``).
         clock: where retry delays are slept (default the system clock).
-        max_replans: model replans per run (>= 0; issue 4: 3).
+        max_replans: model replans per run (>= 0; ARCHITECTURE.md, "Replanning": 3).
         max_replans_without_progress: replans in a row with no newly completed step (>= 1;
-            issue 4: 2).
+            ARCHITECTURE.md, "Replanning": 2).
         max_tokens: output tokens of a patch.
         max_chars: characters of each step result shown.
         excerpt_chars: characters of the input excerpt shown (>= 2).
@@ -546,11 +546,11 @@ async def run_with_repairs(
             as :func:`~plandag.scheduler.session.open_session`; the budget pays the model
             calls too.
         on_session: called with the session as soon as it opens (a run store's recorder).
-        approve_patch: the approval gate for repairs (issue 6: a revised plan passes the
-            same approval as the first): steps with effects a patch adds are held until
-            ``await approve_patch(session, new_ids)`` returns ``"approved"``; any other
-            answer (``"rejected"``, ``"awaiting_approval"``) ends the repairs and becomes
-            the run's status. None: patches' effects run at once, except steps that send
+        approve_patch: the approval gate for repairs (ARCHITECTURE.md, "Untrusted content": a
+            revised plan passes the same approval as the first): steps with effects a patch adds
+            are held until ``await approve_patch(session, new_ids)`` returns ``"approved"``;
+            any other answer (``"rejected"``, ``"awaiting_approval"``) ends the repairs and
+            becomes the run's status. None: patches' effects run at once, except steps that send
             tainted data out (a repair written after the model read outside content):
             those never run without an approval (they end ``skipped``, ``effects_held``).
         escalate: past a replan cap: ``person`` (default) ends the run ``escalated``

@@ -1,5 +1,5 @@
-"""The replanner: only the failed part of a run goes back to the model (issue 4,
-"Replanning"; ARCHITECTURE.md, "Retry vs replan", "Replanning", "Untrusted content").
+"""The replanner: only the failed part of a run goes back to the model
+(ARCHITECTURE.md, "Retry vs replan", "Replanning", "Untrusted content").
 
 When steps fail after their retries, :meth:`Replanner.replan` sends the model one request
 holding:

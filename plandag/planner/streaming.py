@@ -1,5 +1,5 @@
-"""Streaming dispatch: steps start while the model is still writing the plan (issue 4,
-"Streaming dispatch"; ARCHITECTURE.md, "Streaming").
+"""Streaming dispatch: steps start while the model is still writing the plan
+(ARCHITECTURE.md, "Execution", "Streaming").
 
 :class:`StreamingPlanner` asks the model for the plan exactly as
 :class:`~plandag.planner.planner.Planner` does (same prompt, same wire schema, same repairs),

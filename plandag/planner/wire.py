@@ -1,4 +1,5 @@
-"""The wire format: the compact encoding of a plan a model writes (issue 4, "Planner").
+"""The wire format: the compact encoding of a plan a model writes (README, "Planning with a
+model").
 
 Output tokens are the slow part of planning, so the model does not write the verbose Plan
 JSON (ARCHITECTURE.md, "The plan artifact"): it writes the same plan with one-letter keys,

@@ -1,5 +1,5 @@
 """The cost brake: reserve a step's estimated cost before it starts, settle the real cost
-after (ARCHITECTURE.md, "Brakes"; issue 3, "cost cap").
+after (ARCHITECTURE.md, "Brakes", "Cost cap").
 
 A reservation is granted only when the money spent, plus every reservation still open, plus
 the new estimate stays within the cap, for dollars and for tokens alike. The runner is one

@@ -1,5 +1,5 @@
 """The heartbeat brake: a periodic structured event, stall detection, and a JSON Lines
-writer for both (ARCHITECTURE.md, "Brakes"; issue 3, "heartbeat").
+writer for both (ARCHITECTURE.md, "Brakes", "Heartbeat").
 
 :func:`monitor` runs beside a run's steps in its own task. Every ``every`` seconds it sends
 a :class:`~plandag.scheduler.events.Heartbeat` to the observers; when no step has finished

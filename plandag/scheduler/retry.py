@@ -1,5 +1,5 @@
 """When a failed attempt is tried again, and after how long (ARCHITECTURE.md, "Retry vs
-replan"; issue 3, "Retries").
+replan").
 
 :class:`RetryPolicy` holds the numbers; :meth:`RetryPolicy.decide` applies the rules to one
 failure of one step. The runner keeps the counters on the step itself, so parallel steps of
@@ -115,9 +115,9 @@ class RetryPolicy:
     ) -> RetryDecision:
         """Decide whether a step tries again after ``failure``, and when.
 
-        The rules, in order (issue 3, "Retries"): a permanent failure is not retried; nor
-        one past ``retries``; after a failure whose outcome is unknown only an idempotent
-        tool is retried (a failure known to precede any effect is retried for any tool);
+        The rules, in order (ARCHITECTURE.md, "Retry vs replan"): a permanent failure is not
+        retried; nor one past ``retries``; after a failure whose outcome is unknown only an
+        idempotent tool is retried (a failure known to precede any effect is retried for any tool);
         the delay is the jittered backoff, raised to the server's Retry-After; a delay that
         would take the step's total waiting past ``max_total_delay``, or end after the run's
         deadline, is not waited: the step fails now.

@@ -1,4 +1,4 @@
-"""The event-driven runner (ARCHITECTURE.md, "Execution"; issue 2, "Scheduler").
+"""The event-driven runner (ARCHITECTURE.md, "Execution").
 
 No polling loop: every step keeps a count of parents that have not succeeded yet. When a
 step succeeds, each child's count drops by one, and every child at zero is started at once
@@ -25,7 +25,7 @@ Per step:
 A step's exception is caught and recorded on the step; it never reaches the task group, so
 siblings are never cancelled and the caller never sees an ``ExceptionGroup``.
 
-The brakes of :class:`RunLimits` (ARCHITECTURE.md, "Brakes"; issue 3):
+The brakes of :class:`RunLimits` (ARCHITECTURE.md, "Brakes"):
 
 * ``max_seconds``: a cancel scope around every step, with its deadline fixed at the run's
   start. At the deadline running steps end ``cancelled`` and steps not started ``skipped``,

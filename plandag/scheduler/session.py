@@ -1,5 +1,5 @@
-"""A dynamic run: steps join it while it runs (issue 4, "Streaming dispatch" and
-"Replanning"; ARCHITECTURE.md, "Execution", "Retry vs replan", "Replanning", "Streaming").
+"""A dynamic run: steps join it while it runs
+(ARCHITECTURE.md, "Execution", "Retry vs replan", "Replanning", "Streaming").
 
 A :class:`RunSession` runs on the engine of :func:`~plandag.scheduler.run_plan` (the same
 event-driven dispatch, limits, retries, checks, pruning and brakes), and lets its caller:
@@ -698,7 +698,7 @@ class RunSession:
     @property
     def first_tool_start_s(self) -> float | None:
         """Seconds from the session's opening to the first attempt of any step (wall
-        clock), or None while no step has started: issue 4's "time to first tool"."""
+        clock), or None while no step has started: the "time to first tool"."""
         run = self._run
         if run.first_started_at is None:
             return None
@@ -1342,7 +1342,8 @@ async def open_session(
         retry, observers, max_concurrency, tool_limits, budget, clock, classify: as
             :func:`~plandag.scheduler.runner.run_plan`.
         hold_effects: steps whose tool has effects wait for ``release_effects()``
-            (issue 4: they must not start before the whole plan compiled).
+            (ARCHITECTURE.md, "Streaming": they must not start before the whole plan
+            compiled).
         max_steps: the most steps the session may hold in all; None: the limit a
             CompiledPlan header was compiled with, else 500.
         max_arg_bytes: the most bytes a step's args may take as JSON.

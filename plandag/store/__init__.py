@@ -1,4 +1,4 @@
-"""The run store (issue 6): every run, plan version, step transition, decision and LLM call
+"""The run store: every run, plan version, step transition, decision and LLM call
 in an embedded SQLite database (:mod:`plandag.store.store`), written by
 :class:`~plandag.store.recorder.StoreRecorder` while a run goes on."""
 

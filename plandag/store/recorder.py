@@ -1,4 +1,4 @@
-"""An observer that writes a run's step transitions into the run store (issue 6).
+"""An observer that writes a run's step transitions into the run store.
 
 Recorded inputs have their secrets masked (API keys, authorization headers:
 :func:`plandag.trace.redact.scrub_secrets`); they are for reading, resume never needs them.

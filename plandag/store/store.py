@@ -1,4 +1,5 @@
-"""The run store: an embedded SQLite database of every run (issue 6, "Run store").
+"""The run store: an embedded SQLite database of every run (README, "Durable runs:
+store, resume, traces, approval").
 
 What it holds, per run: the run (command, goal, params, the options needed to run it again,
 status, spend), every plan version (hash, text, who approved it), every step (tool, state,

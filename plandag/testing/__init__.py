@@ -1,4 +1,4 @@
-"""A local Anthropic Messages API server for tests and offline use (issue 4).
+"""A local Anthropic Messages API server for tests and offline use.
 
 :class:`MessagesServer` speaks the Messages API over real HTTP on 127.0.0.1 (JSON replies,
 server-sent events, error bodies, 429/529 with their headers), plays the replies a test

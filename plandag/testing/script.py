@@ -1,4 +1,5 @@
-"""Scripted replies for the local Messages API server (issue 4, "Local Messages API server").
+"""Scripted replies for the local Messages API server (README, "Testing
+against a model without a key").
 
 A :class:`Script` is a first-in, first-out queue of replies. Each request to
 ``POST /v1/messages`` takes the next one: a :class:`ScriptedResponse` (a message, an error,

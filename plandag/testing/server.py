@@ -1,4 +1,4 @@
-"""A local server that speaks the Anthropic Messages API over real HTTP (issue 4).
+"""A local server that speaks the Anthropic Messages API over real HTTP.
 
 :class:`MessagesServer` listens on 127.0.0.1 only, in a background thread, so sync and async
 tests alike can point the official SDK at it::

@@ -1,4 +1,4 @@
-"""HTTP tools: ``http_get`` and ``http_post`` on httpx (issue 3, "HTTP tools").
+"""HTTP tools: ``http_get`` and ``http_post`` on httpx (README, "Tools").
 
 Both send one request (plus, for GET, up to ``max_redirects`` redirects) and return an
 :class:`HttpResponse`. What they guarantee:
@@ -26,8 +26,8 @@ Both send one request (plus, for GET, up to ``max_redirects`` redirects) and ret
 * **the write boundary**: ``http_post`` declares ``writes="url"``, so its URL must be on a
   host of the run's boundary (``--write-boundary https://api.example.com``), checked at
   compile time when literal and by the runner after references resolve;
-* **status classification** (issue 3, "Error taxonomy"), by exception type, never by a
-  response's truthiness:
+* **status classification** (ARCHITECTURE.md, "Retry vs replan"; RFC 9110), by exception
+  type, never by a response's truthiness:
 
   - a status below 400 (after GET redirects) is returned, never raised;
   - 429 → :class:`TransientStepError` with Retry-After and ``before_effect=True`` (RFC 6585:

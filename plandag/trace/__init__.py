@@ -1,4 +1,5 @@
-"""Run traces (issue 6): a JSON Lines file per run, read back, drawn and compared.
+"""Run traces: a JSON Lines file per run, read back, drawn and compared (ARCHITECTURE.md,
+"People in the loop").
 
 * :class:`~plandag.trace.writer.TraceWriter` writes the file (and observes the scheduler);
 * :func:`~plandag.trace.model.load_trace` reads it into a :class:`~plandag.trace.model.Trace`;

@@ -14,8 +14,8 @@ or replan span outside them (a revision asked for by ``plandag reject``); active
 wall-clock time with the :class:`Wait` between those periods cut out. The timeline, the
 Gantt chart, step durations and the critical path are measured in it.
 
-Format: issue 6's trace contract (``/work/notes/ISSUE6.md``), written by
-:class:`plandag.trace.writer.TraceWriter`.
+Format: the trace file written by :class:`plandag.trace.writer.TraceWriter`, whose module
+docstring describes every record (README, "Durable runs: store, resume, traces, approval").
 """
 
 from __future__ import annotations

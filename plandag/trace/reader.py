@@ -14,8 +14,8 @@ The reader is tolerant, because a trace is most needed after something went wron
 The types it builds are in :mod:`plandag.trace.model` (which re-exports :func:`load_trace`
 and :func:`parse_trace`).
 
-Format: issue 6's trace contract (``/work/notes/ISSUE6.md``), written by
-:class:`plandag.trace.writer.TraceWriter`.
+Format: the trace file written by :class:`plandag.trace.writer.TraceWriter`, whose module
+docstring describes every record (README, "Durable runs: store, resume, traces, approval").
 """
 
 from __future__ import annotations

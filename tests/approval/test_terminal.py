@@ -1,4 +1,4 @@
-"""The terminal approver shows the whole plan at once and takes y/n (issue 6)."""
+"""The terminal approver shows the whole plan at once and takes y/n."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The benchmarks still work: each measurement at a tiny size, and the DAG generator's rules.
 
 The real figures come from ``benchmarks/run.py``; these tests only prove the code runs and
-measures what it claims (issue 2, "How it is checked": parents among the previous 12 steps,
+measures what it claims (the random DAGs: parents among the previous 12 steps,
 0 to 3 of them; log-normal durations with median 50 ms, capped at 0.4 s; seeded).
 """
 

@@ -1,4 +1,4 @@
-"""The plandag-vs-LangGraph benchmark still works (issue 5, "LangGraph side by side").
+"""The plandag-vs-LangGraph benchmark still works.
 
 A 30-step random DAG through both systems: every step ran exactly once, each step started
 after all its parents ended (from the recorded times), and makespan / critical path ≥ 1 for

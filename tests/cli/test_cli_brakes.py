@@ -1,5 +1,5 @@
 """The brakes from the command line: --max-seconds, --max-cost, --retries, --heartbeat,
---stall-after, --write-boundary, --max-concurrency, and `plandag config` (issue 3)."""
+--stall-after, --write-boundary, --max-concurrency, and `plandag config`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""``plandag exec PLAN --planner`` and ``plandag extract nfe --planner`` (issue 4, "Stored
-plans with a planner attached") against the local Messages API server."""
+"""``plandag exec PLAN --planner`` and ``plandag extract nfe --planner`` (README,
+"Planning with a model") against the local Messages API server."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``plandag exec PLAN --planner`` with people in the loop (issue 6): a repair that adds a
+"""``plandag exec PLAN --planner`` with people in the loop: a repair that adds a
 step with effects is a new plan version that passes the same approval as the plan; with
 ``--approve never`` the run waits (exit 4) and ``plandag approve`` continues it, the steps
 that completed before never running again."""

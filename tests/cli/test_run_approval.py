@@ -1,4 +1,4 @@
-"""``plandag run`` with effects and people in the loop, from the command line (issue 6):
+"""``plandag run`` with effects and people in the loop, from the command line:
 ``--approve never`` saves the plan and exits 4; ``plandag reject --feedback`` from another
 shell sends it back to the planner, the feedback verbatim in the revision request the local
 Messages API server received; ``plandag approve`` runs the revised plan in the same run,

@@ -1,4 +1,4 @@
-"""SIGINT and SIGTERM during `plandag exec` and `plandag extract` (issue 3, "Cancellation").
+"""SIGINT and SIGTERM during `plandag exec` and `plandag extract` (exit codes 130, 143).
 
 Each test runs ``python -m plandag`` in a local subprocess, waits (bounded) until the work
 is under way, sends the signal and checks the exit code, the output and what was kept.

@@ -1,5 +1,5 @@
-"""Patches compiled against a running plan's graph (issue 4, "Streaming dispatch" and
-"Replanning")."""
+"""Patches compiled against a running plan's graph (ARCHITECTURE.md, "Execution",
+"Replanning" and "Streaming")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The real planner behind conversation turns, through the official SDK against the local
-Messages API server, and conversations stored in the run store's SQLite file (issue 6,
+Messages API server, and conversations stored in the run store's SQLite file (README,
 "Plan mode for conversations")."""
 
 from __future__ import annotations

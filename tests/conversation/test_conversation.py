@@ -1,5 +1,5 @@
-"""Plan-mode rules of a conversation, and its persistence (issue 6, "Plan mode for
-conversations")."""
+"""Plan-mode rules of a conversation, and its persistence (README, "Plan mode
+for conversations")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Showing a plan for decision, and planning turns in and out of plan mode (issue 6)."""
+"""Showing a plan for decision, and planning turns in and out of plan mode."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``extract nfe --planner`` (issue 4, "Stored plans with a planner attached"): a stored NF-e
+"""``extract nfe --planner`` (README, "Planning with a model"): a stored NF-e
 plan whose emitter selection misses a layout variant (an emitter identified by CPF) is
 repaired by a scripted replanner for that input only; the other inputs make no request."""
 

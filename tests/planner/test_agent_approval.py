@@ -1,8 +1,8 @@
-"""The approval gate in the agent (issue 6, "Approval"): a plan with effects waits for a
-person; a rejection's feedback reaches the planner verbatim as the instruction for the
-revision (asserted on the request the local Messages API server received); an
-irreversible step asks even with ``auto``; ``never`` ends the run ``awaiting_approval``;
-a stale decision is refused; time waiting for a person is not counted by the deadline."""
+"""The approval gate in the agent (ARCHITECTURE.md, "People in the loop"): a plan with effects waits
+for a person; a rejection's feedback reaches the planner verbatim as the instruction for the
+revision (asserted on the request the local Messages API server received); an irreversible step
+asks even with ``auto``; ``never`` ends the run ``awaiting_approval``; a stale decision is
+refused; time waiting for a person is not counted by the deadline."""
 
 from __future__ import annotations
 

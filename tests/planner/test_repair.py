@@ -1,4 +1,4 @@
-"""Stored plans with a planner attached (issue 4): the plan runs with no model call; only a
+"""Stored plans with a planner attached: the plan runs with no model call; only a
 failing step goes to the replanner, with the input's excerpt as data; the caps; reuse; the
 saved plan. Through the real SDK against the local Messages API server."""
 

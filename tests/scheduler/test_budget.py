@@ -1,4 +1,4 @@
-"""The cost brake: reservations before each attempt, settlement after (issue 3)."""
+"""The cost brake: reservations before each attempt, settlement after."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The wall-clock cap: absolute from the run's start; where the run got to (issue 3)."""
+"""The wall-clock cap: absolute from the run's start; where the run got to
+(ARCHITECTURE.md, "Brakes")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Heartbeats, stalls and the JSON Lines writer (issue 3, "heartbeat")."""
+"""Heartbeats, stalls and the JSON Lines writer (ARCHITECTURE.md, "Brakes")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Property: whatever the plan and its tools do, every step ends in exactly one terminal
-state with a reason when it did not succeed, and spend never passes the cap (issue 3)."""
+state with a reason when it did not succeed, and spend never passes the cap."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Retries: backoff delays, what is retried and what not, per-step counters (issue 3)."""
+"""Retries: backoff delays, what is retried and what not, per-step counters."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A dynamic run: streamed steps, held effects, replanning a failed subgraph (issue 4)."""
+"""A dynamic run: streamed steps, held effects, replanning a failed subgraph."""
 
 from __future__ import annotations
 

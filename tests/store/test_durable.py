@@ -1,5 +1,5 @@
 """Durable runs through the Python API: the store's records, the approval gate bound to the
-plan hash, expiry, and resume of a stored run (issue 6)."""
+plan hash, expiry, and resume of a stored run."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``plandag extract nfe`` stores one row per document, not per step (issue 6)."""
+"""``plandag extract nfe`` stores one row per document, not per step."""
 
 from __future__ import annotations
 

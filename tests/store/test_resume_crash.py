@@ -1,4 +1,4 @@
-"""Crash and resume with exactly-once effects (issue 6, "Resume").
+"""Crash and resume with exactly-once effects (README, "Durable runs", **Resume**).
 
 A real ``plandag exec`` process runs a chain of five steps whose tool appends to a
 side-effect log; step 3 records its effect and then hangs, and the test kills the process

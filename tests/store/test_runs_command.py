@@ -1,4 +1,4 @@
-"""``plandag runs``, ``reject`` arguments, and how stored runs are listed (issue 6)."""
+"""``plandag runs``, ``reject`` arguments, and how stored runs are listed."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A run store that another process holds locked never loses what resume relies on
-(issue 6: "A crash at any moment leaves a consistent store"; "a step with effects is durably
-recorded as started before it runs")."""
+(README, "Durable runs": a crash at any moment leaves the store consistent; a step whose tool
+has effects is committed as started before its tool runs)."""
 
 from __future__ import annotations
 

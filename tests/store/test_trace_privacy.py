@@ -1,5 +1,5 @@
-"""Secrets never reach a run's trace or store; ``--redact`` masks personal data (issue 6,
-"Trace"; LGPD, Lei 13.709/2018)."""
+"""Secrets never reach a run's trace or store; ``--redact`` masks personal data (README,
+"Durable runs", **Secrets nowhere**; LGPD, Lei 13.709/2018)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The HTML report opened in headless Chromium (issue 6): the DOM holds the DAG and the
+"""The HTML report opened in headless Chromium: the DOM holds the DAG and the
 Gantt chart, and the screenshot is not blank.
 
 Chromium is Debian's ``chromium`` package (``.ci/run`` installs it); the test skips only

@@ -29,7 +29,7 @@ def invoke(*args: str) -> Any:
 
 
 class FakeStore:
-    """The store contract of issue 6: resolve_run_id and trace_path."""
+    """What the trace commands need of the run store: resolve_run_id and trace_path."""
 
     def __init__(self, root: Path) -> None:
         self.root = root

@@ -1,4 +1,5 @@
-"""TraceWriter: the file format of issue 6, read back by load_trace with the same values."""
+"""TraceWriter: the file format of :mod:`plandag.trace.writer`, read back by load_trace with
+the same values."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Model clients for the planner (issue 4, "LLM client layer").
+"""Model clients for the planner.
 
 * the provider interface: :class:`LLMRequest`, :class:`LLMResponse`, :class:`Usage`,
   :class:`LLMClient`, :class:`LLMStream` (:mod:`plandag.planner.llm.base`, which also holds

@@ -1,4 +1,4 @@
-"""The provider interface every LLM client implements (issue 4, "LLM client layer").
+"""The provider interface every LLM client implements.
 
 A call is an :class:`LLMRequest` (system prompt, messages, ``max_tokens``, an optional JSON
 schema for structured output) answered by an :class:`LLMResponse` (text, stop reason,

@@ -1,5 +1,5 @@
 """One model call with plandag's brakes: retries, the cost budget, and a record per attempt
-(issue 4, "LLM client layer"; ARCHITECTURE.md, "Brakes").
+(ARCHITECTURE.md, "Execution", "Brakes").
 
 :func:`call_with_retries` makes the attempts of one :class:`LLMRequest`:
 
