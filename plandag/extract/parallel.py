@@ -263,9 +263,20 @@ def _context() -> Any:
     methods = multiprocessing.get_all_start_methods()
     if "forkserver" in methods:
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["plandag.extract.parallel"])
+        # imported once by the fork server, so that each worker starts warm
+        context.set_forkserver_preload(
+            ["plandag.extract.parallel", "plandag.extract.nfe.document", "plandag.scheduler"]
+        )
         return context
     return multiprocessing.get_context("spawn")
+
+
+def _ignore_interrupts() -> None:
+    """In a worker: Ctrl-C (SIGINT, sent to the whole terminal group) is the parent's to
+    handle; the worker goes on with its chunk until the parent stops the pool."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class ProcessBackend:
@@ -284,7 +295,9 @@ class ProcessBackend:
         self._pool = self._new_pool()
 
     def _new_pool(self) -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(max_workers=self.workers, mp_context=self._context)
+        return ProcessPoolExecutor(
+            max_workers=self.workers, mp_context=self._context, initializer=_ignore_interrupts
+        )
 
     def submit(self, items: Sequence[Item], config: WorkerConfig) -> Any:
         try:
