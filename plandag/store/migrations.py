@@ -228,8 +228,10 @@ def migrate(connection: sqlite3.Connection) -> int:
     """
     current = schema_version(connection)
     if current > SCHEMA_VERSION:
+        listed = connection.execute("PRAGMA database_list").fetchone()
+        where = f" {listed[2]}" if listed is not None and listed[2] else ""
         raise InputError(
-            f"run store has schema version {current}, newer than this plandag knows "
+            f"run store{where} has schema version {current}, newer than this plandag knows "
             f"({SCHEMA_VERSION}); upgrade plandag, or pick another store with --store PATH"
         )
     for migration in MIGRATIONS:

@@ -64,8 +64,12 @@ def test_a_store_from_a_newer_release_is_refused(tmp_path: Path) -> None:
     connection = sqlite3.connect(path)
     connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     connection.close()
-    with pytest.raises(InputError, match="newer than this plandag knows"):
+    with pytest.raises(InputError, match="newer than this plandag knows") as caught:
         open_store(path)
+    assert str(caught.value) == (
+        f"run store {path} has schema version {SCHEMA_VERSION + 1}, newer than this plandag "
+        f"knows ({SCHEMA_VERSION}); upgrade plandag, or pick another store with --store PATH"
+    )
 
 
 def test_a_failed_migration_is_rolled_back_whole(tmp_path: Path) -> None:
