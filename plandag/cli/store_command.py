@@ -531,8 +531,11 @@ def _continue(
             on_escalation=hooks,
         )
 
+    from plandag.cli.watchdog import deadline_guard
+
+    print_stored_brakes(options)
     try:
-        with progress:
+        with progress, deadline_guard(store.path):
             outcome = Interruptible(work).run()
     except (StaleDecisionError, InvalidDecisionError, InputError) as error:
         _fail(str(error))
@@ -543,6 +546,29 @@ def _continue(
         _quiet_report(done, as_json=as_json, store=store)
         raise typer.Exit(exit_code_for_signal(outcome.signal))
     report(done, as_json=as_json, store=store)
+
+
+def print_stored_brakes(options: RunOptions) -> None:
+    """Print the brakes a stored run continues under (``resume``, ``approve``) on stderr,
+    one line, as ``exec`` and ``run`` print theirs at the start."""
+    from plandag.brakes import brakes_line
+
+    app_module = _app()
+    limits = options.run_limits()
+    specs = list(options.write_boundary) if options.write_boundary else None
+    app_module.stderr.print(
+        brakes_line(
+            max_cost_usd=limits.max_cost_usd,
+            max_tokens=limits.max_tokens,
+            max_seconds=limits.max_seconds,
+            stall_after=limits.stall_after,
+            stop_on_stall=limits.stop_on_stall,
+            boundary=app_module.boundary_words(specs, Path.cwd()),
+        ),
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _when(seconds: float | None) -> str:

@@ -83,3 +83,55 @@ def test_exec_exits_3_at_its_deadline_when_a_step_ignores_cancellation(
         steps = connection.execute("SELECT step_id, status, reason FROM step").fetchall()
     assert runs == [("timed_out",)]
     assert steps == [(1, "cancelled", "deadline")]
+
+
+APPROVE_TOOLS = '''
+import time
+
+from plandag import tool
+
+
+@tool(inline=True, effects="write", writes="path")
+def slow_write(path: str, seconds: float) -> str:
+    """Blocks the event loop before it would write."""
+    time.sleep(seconds)
+    return path
+'''
+
+
+def test_approve_continues_under_the_stored_deadline_and_exits_3_when_a_step_ignores_it(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "tools.py").write_text(APPROVE_TOOLS, encoding="utf-8")
+    plan = {"steps": [{"id": 1, "tool": "slow_write", "args": {"path": "a.txt", "seconds": 60}}]}
+    (tmp_path / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
+    store = tmp_path / "runs.sqlite3"
+    common = ["--store", str(store)]
+
+    def plandag(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "plandag", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=45,  # the step would hold it 60 s
+            check=False,
+        )
+
+    held = plandag(
+        "exec", "plan.json", "--tools", "tools.py", "--max-seconds", "2", "--approve", "never",
+        "--json", *common,
+    )  # fmt: skip
+    assert held.returncode == 4, held.stderr
+    run_id = json.loads(held.stdout)["run_id"]
+    started = time.monotonic()
+    approved = plandag("approve", run_id, "--who", "ana", *common)
+    assert approved.returncode == 3, approved.stderr
+    assert time.monotonic() - started < 40
+    assert "brakes: " in approved.stderr
+    assert "wall clock 2 s" in approved.stderr
+    with sqlite3.connect(store) as connection:
+        runs = connection.execute("SELECT status FROM run").fetchall()
+        steps = connection.execute("SELECT step_id, status, reason FROM step").fetchall()
+    assert runs == [("timed_out",)]
+    assert steps == [(1, "cancelled", "deadline")]
