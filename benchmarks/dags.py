@@ -6,11 +6,10 @@ benchmark, how long each step sleeps. The same object feeds both runners compare
 ``benchmarks/run.py``: the plandag scheduler (through :func:`plan_document`) and the bare
 anyio loop (``benchmarks/bare_anyio.py``).
 
-The random DAGs follow issue 2, "How it is checked": each step's parents are drawn from the
-previous 12 steps, 0 to 3 of them; each step's duration from a log-normal with median 50 ms,
-capped at 0.4 s. The log-normal's sigma is not fixed by the issue: 0.5 is used (so about 95 %
-of the durations fall between 19 ms and 133 ms, before the cap), a spread like that of a
-batch of similar calls to the same service.
+The random DAGs: each step's parents are drawn from the previous 12 steps, 0 to 3 of them;
+each step's duration from a log-normal with median 50 ms, capped at 0.4 s. The log-normal's
+sigma is our choice, 0.5 (so about 95 % of the durations fall between 19 ms and 133 ms,
+before the cap), a spread like that of a batch of similar calls to the same service.
 """
 
 from __future__ import annotations
@@ -34,15 +33,15 @@ __all__ = [
     "wide",
 ]
 
-#: Median step duration of the random DAGs, in seconds (issue 2: 50 ms).
+#: Median step duration of the random DAGs, in seconds (50 ms).
 MEDIAN_DURATION_S = 0.05
-#: Longest step duration, in seconds (issue 2: 0.4 s); longer draws are cut to it.
+#: Longest step duration, in seconds (0.4 s); longer draws are cut to it.
 DURATION_CAP_S = 0.4
 #: Sigma of the log-normal (of the natural log of the duration); our choice, see above.
 DEFAULT_SIGMA = 0.5
-#: Parents are drawn from this many previous steps (issue 2: 12).
+#: Parents are drawn from this many previous steps (12).
 PARENT_WINDOW = 12
-#: At most this many parents per step (issue 2: 0 to 3).
+#: At most this many parents per step (0 to 3).
 MAX_PARENTS = 3
 
 
@@ -115,7 +114,7 @@ def random_dag(
     window: int = PARENT_WINDOW,
     max_parents: int = MAX_PARENTS,
 ) -> BenchmarkDag:
-    """A seeded random DAG of sleeping steps (issue 2's makespan benchmark).
+    """A seeded random DAG of sleeping steps, for the makespan benchmark.
 
     Step ``i`` draws a parent count uniformly from ``0..max_parents`` (fewer when fewer
     steps precede it), then that many distinct parents uniformly among steps

@@ -5,7 +5,7 @@ Both read every file from disk in the same order, one document at a time, in one
 one event loop (``--jobs 1``): plandag through
 :func:`plandag.extract.nfe.extract_document` (read → parse → invoice → five field groups in
 parallel → record with the six checks, each a scheduled step), the baseline through
-:func:`benchmarks.plain_lxml_nfe.extract_file`. Issue 2's target: plandag at least half the
+:func:`benchmarks.plain_lxml_nfe.extract_file`. The target: plandag at least half the
 plain rate.
 
 The inputs are the shared sample files listed with status ``ok`` in

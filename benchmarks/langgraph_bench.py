@@ -1,5 +1,5 @@
-"""plandag against a LangGraph ``StateGraph`` on the same random DAGs (issue 5, "LangGraph
-side by side").
+"""plandag against a LangGraph ``StateGraph`` on the same random DAGs, side by
+side.
 
 The DAG is :func:`benchmarks.dags.random_dag` (1000 steps, log-normal durations of median
 50 ms capped at 0.4 s, 0–3 parents among the previous 12), the same generator and seed as
@@ -357,7 +357,7 @@ def measure_side_by_side(
     once, outside the timing.
 
     Args:
-        size: steps in the DAG (issue 5: 1000).
+        size: steps in the DAG (``benchmarks/run.py``: 1000).
         seed: its seed (``benchmarks/run.py``: 2024).
         repetitions: runs of each system.
 

@@ -1,4 +1,4 @@
-"""Run every plandag benchmark side by side and print one table (issue 2, "How it is checked").
+"""Run every plandag benchmark side by side and print one table (``benchmarks/README.md``).
 
 Usage (from the repository root)::
 
@@ -139,7 +139,7 @@ def run(settings: Settings, progress: bool = True) -> tuple[list[Row], dict[str,
                     )
                 )
 
-    # 1b. The same with every brake on (issue 3): retries, caps, heartbeat, an observer.
+    # 1b. The same with every brake on: retries, caps, heartbeat, an observer.
     raw["brakes"] = []
     for shape in shapes:
         say(f"brakes: {shape} of {settings.dispatch_size} async no-op steps, core vs brakes...")
@@ -182,7 +182,7 @@ def run(settings: Settings, progress: bool = True) -> tuple[list[Row], dict[str,
         )
     )
 
-    # 2b. The same DAG through plandag and a LangGraph StateGraph, alternating (issue 5).
+    # 2b. The same DAG through plandag and a LangGraph StateGraph, alternating.
     rows.extend(_langgraph_rows(settings, raw, say))
 
     # 3. NF-e documents per second, one core.

@@ -291,7 +291,7 @@ class BrakesFigures:
 
 def measure_brakes(shape: Shape, size: int = 1000, repetitions: int = 5) -> BrakesFigures:
     """The scheduler's per-step cost with retries, budgets and heartbeat on, against the
-    core scheduler without them, on the same async no-op graph (issue 3's benchmark).
+    core scheduler without them, on the same async no-op graph.
 
     Runs alternate (core, brakes) after one warm-up pair so noise hits both.
     """

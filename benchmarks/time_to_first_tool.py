@@ -1,4 +1,4 @@
-"""Time to first tool with and without ``--stream`` (issue 4), side by side in one run.
+"""Time to first tool with and without ``--stream``, side by side in one run.
 
 An 8-way fan-out plan (eight 0.5 s searches feeding one comparison) is played by the local
 Messages API server at the LLMCompiler paper's planner speed (time to first token 0.5 s,

@@ -1,4 +1,5 @@
-"""Output tokens per step: the verbose Plan JSON against the wire format (issue 4, "Planner").
+"""Output tokens per step: the verbose Plan JSON against the wire format
+(:mod:`plandag.planner.wire`).
 
 Run: ``python benchmarks/wire_tokens.py``. For each plan it prints the tokens a model would
 write for it as:
