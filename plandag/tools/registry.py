@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib.util
 import sys
 from collections.abc import Iterable
@@ -126,11 +127,48 @@ class Registry:
         return [item.name for item in tools] + [definition.name for definition in checks]
 
 
+ENTRY_POINT_GROUP = "plandag.tools"
+"""The entry-point group through which applications (NF-e extraction, and any third-party
+package) add tools and checks: each entry point names a callable that takes no argument
+and returns ``(tools, checks)``, two iterables of :class:`Tool` and
+:class:`~plandag.checks.base.CheckDefinition`."""
+
+
+@functools.cache
+def _application_entries() -> tuple[tuple[tuple[Tool, ...], tuple[CheckDefinition, ...]], ...]:
+    """The tools and checks of every installed application, loaded once per process, in
+    the order of the entry points' names."""
+    from importlib.metadata import entry_points
+
+    found = []
+    for entry in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda entry: entry.name):
+        try:
+            tools, checks = entry.load()()
+        except Exception as error:
+            raise ToolLoadError(
+                f"the {ENTRY_POINT_GROUP} entry point {entry.name!r} ({entry.value}) failed to "
+                f"load: {type(error).__name__}: {error}; fix or uninstall the package that "
+                "provides it"
+            ) from error
+        found.append((tuple(tools), tuple(checks)))
+    return tuple(found)
+
+
 def default_registry() -> Registry:
-    """A new registry with the built-in tools and checks, the HTTP and NF-e ones included."""
+    """A new registry with the built-in tools and checks (files, JSON/XML, HTTP) and those
+    of every application installed under the ``plandag.tools`` entry-point group (the NF-e
+    tools among them); resolved lazily, on the first call.
+
+    Raises:
+        ToolLoadError: an entry point cannot be loaded (what it is and what to do).
+    """
     from plandag.checks.builtins import BUILTIN_CHECKS
-    from plandag.extract.nfe.tools import NFE_CHECKS, NFE_TOOLS
     from plandag.tools.builtins import BUILTIN_TOOLS
     from plandag.tools.http import HTTP_TOOLS
 
-    return Registry([*BUILTIN_TOOLS, *HTTP_TOOLS, *NFE_TOOLS], [*BUILTIN_CHECKS, *NFE_CHECKS])
+    tools: list[Tool] = [*BUILTIN_TOOLS, *HTTP_TOOLS]
+    checks: list[CheckDefinition] = list(BUILTIN_CHECKS)
+    for more_tools, more_checks in _application_entries():
+        tools.extend(more_tools)
+        checks.extend(more_checks)
+    return Registry(tools, checks)

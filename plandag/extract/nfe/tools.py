@@ -26,6 +26,7 @@ from typing import Any, TypedDict
 from lxml import etree
 from pydantic import BaseModel
 
+from plandag.checks.base import CheckDefinition
 from plandag.extract.nfe.checks import NFE_CHECKS
 from plandag.extract.nfe.document import NfeDocument, invoice_context, parse_document
 from plandag.extract.nfe.record import Dest, Emit, Event, Ide, Item, Protocol, Total
@@ -37,7 +38,15 @@ from plandag.extract.nfe.validators import (
 )
 from plandag.tools.base import Tool, tool
 
-__all__ = ["NFE_CHECKS", "NFE_TOOLS", "NfeInvoice", "nfe_invoice", "nfe_parse", "nfe_record"]
+__all__ = [
+    "NFE_CHECKS",
+    "NFE_TOOLS",
+    "NfeInvoice",
+    "nfe_invoice",
+    "nfe_parse",
+    "nfe_record",
+    "plandag_tools",
+]
 
 
 class NfeInvoice(TypedDict):
@@ -286,3 +295,9 @@ def nfe_record(
 
 
 NFE_TOOLS: tuple[Tool, ...] = (nfe_parse, nfe_invoice, nfe_record)
+
+
+def plandag_tools() -> tuple[tuple[Tool, ...], tuple[CheckDefinition, ...]]:
+    """The NF-e application's tools and checks, for the ``plandag.tools`` entry-point group
+    (``plandag.tools.registry.default_registry`` discovers them there)."""
+    return NFE_TOOLS, NFE_CHECKS
