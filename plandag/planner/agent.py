@@ -1463,16 +1463,8 @@ class _AgentRun:
                     instruction=instruction,
                     earlier=earlier,
                 )
-            except TimeoutError:
-                await deadline_reached(session)
-                return False
-            except BudgetRefusedError as error:
-                self.error = StepErrorInfo(type(error).__name__, str(error))
-                self.give_up(session, "budget")
-                return False
             except Exception as error:
-                self.error = StepErrorInfo(type(error).__name__, str(error))
-                self.give_up(session, "replanner_error")
+                await self.model_call_failed(session, error)
                 return False
             self.replans.append(record)
             self.diagnostics = record.diagnostics
@@ -1565,18 +1557,10 @@ class _AgentRun:
                         else None
                     ),
                 )
-            except TimeoutError:
-                await deadline_reached(session)
-                return
-            except BudgetRefusedError as error:
-                self.error = StepErrorInfo(type(error).__name__, str(error))
-                self.give_up(session, "budget")
-                return
             except PlanBudgetError:
                 return  # the session stopped the run: escalated, plan_budget
             except Exception as error:
-                self.error = StepErrorInfo(type(error).__name__, str(error))
-                self.give_up(session, "replanner_error")
+                await self.model_call_failed(session, error)
                 return
             self.replans.append(record)
             self.diagnostics = record.diagnostics
@@ -1634,6 +1618,19 @@ class _AgentRun:
             if withdrawn:
                 state = session.state()
         return state, choice, withdrawn
+
+    async def model_call_failed(self, session: RunSession, error: Exception) -> None:
+        """End the run after a replanner or joiner call failed: the run's deadline came
+        (``TimeoutError``: stopped where it got to), the budget refused the call
+        (``gave_up``, reason ``budget``), or the call failed past its retries (``gave_up``,
+        reason ``replanner_error``); the error is kept in :attr:`error`."""
+        if isinstance(error, TimeoutError):
+            await deadline_reached(session)
+            return
+        self.error = StepErrorInfo(type(error).__name__, str(error))
+        self.give_up(
+            session, "budget" if isinstance(error, BudgetRefusedError) else "replanner_error"
+        )
 
     def give_up(self, session: RunSession, reason: GaveUpReason) -> None:
         """The replans stop. A replan cap (``max_replans``, ``no_progress``) hands the run
@@ -1715,16 +1712,8 @@ class _AgentRun:
                 )
             session.check_plan_budget()  # the call's time counts
             action, text = parse_decision(response)
-        except TimeoutError:
-            await deadline_reached(session)
-            return None
-        except BudgetRefusedError as error:
-            self.error = StepErrorInfo(type(error).__name__, str(error))
-            self.give_up(session, "budget")
-            return None
         except Exception as error:
-            self.error = StepErrorInfo(type(error).__name__, str(error))
-            self.give_up(session, "replanner_error")
+            await self.model_call_failed(session, error)
             return None
         calls = tuple(self.calls[first:])
         if action == "finish":
