@@ -139,6 +139,7 @@ COMMANDS: tuple[CommandEntry, ...] = (
         "plandag.cli.extract_command",
         "Batch extraction jobs built on stored plans.",
     ),
+    CommandEntry("eval", "plandag.cli.eval_command", "Score a job's records against labels."),
 )
 """Every command, in the order ``--help`` lists them."""
 
