@@ -142,6 +142,13 @@ SETTINGS: tuple[Setting, ...] = (
         minimum=1,
     ),
     Setting(
+        "executor_model",
+        str,
+        None,
+        "model of llm and agent steps that name none (default: claude-haiku-4-5 with the "
+        "anthropic provider, the run's --model with an OpenAI-compatible server)",
+    ),
+    Setting(
         "breaker_after",
         int,
         3,

@@ -16,7 +16,9 @@ also subclasses the builtin it resembles, so ``except ValueError`` keeps working
         │   └── NotStartedError        failed before it could have any effect (refused)
         └── PermanentStepError         retrying will not help: bad input, 4xx, missing data
             ├── CheckFailedError       a success check rejected the step's result
-            └── DependencyDownError    the step's tool or HTTP host is down (circuit breaker)
+            ├── DependencyDownError    the step's tool or HTTP host is down (circuit breaker)
+            ├── InvalidOutputError     a model's reply does not fit its schema (one re-ask)
+            └── BudgetRefusedError     a call was not sent: it would pass a cost or token cap
 
 The scheduler decides retry versus prune by the *type* of a step's error, never by its
 message (the distinction pydantic-ai draws between ``ModelRetry`` and terminal failures).
@@ -41,12 +43,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BoundaryError",
+    "BudgetRefusedError",
     "CheckFailedError",
     "Classifier",
     "DependencyDownError",
     "ErrorKind",
     "FailureInfo",
     "InputError",
+    "InvalidOutputError",
     "NotStartedError",
     "PermanentStepError",
     "PlanBudgetError",
@@ -236,6 +240,48 @@ class DependencyDownError(PermanentStepError):
     def __init__(self, message: str, *, dependency: str) -> None:
         super().__init__(message)
         self.dependency = dependency
+
+
+class InvalidOutputError(PermanentStepError):
+    """A model's reply did not validate against the JSON Schema the step asked for.
+
+    With ``reask=True`` the runner makes one more attempt of the step at once, outside the
+    retry policy and without a backoff (recorded as its own attempt, with ``retry`` =
+    ``"reask"`` on the failed one); the tool then sends the validation errors back to the
+    model (as the planner's repair does). A step re-asks at most once: a second
+    ``InvalidOutputError`` ends it ``failed``, reason ``invalid_output``.
+
+    Attributes:
+        errors: the validation errors, one line each (``$.total: 'x' is not of type
+            'number'``).
+        reask: the runner should make the one re-ask attempt.
+    """
+
+    reason = "invalid_output"
+
+    def __init__(self, message: str, *, errors: Sequence[str] = (), reask: bool = False) -> None:
+        super().__init__(message)
+        self.errors = tuple(errors)
+        self.reask = reask
+
+
+class BudgetRefusedError(PermanentStepError):
+    """A call was not sent: its estimated cost would take the run past a cost or token cap.
+
+    Raised by a model call's reservation (:func:`plandag.planner.llm.call_with_retries`,
+    ``ToolContext.reserve``) before any request; reason ``budget``.
+
+    Attributes:
+        estimated_usd: the estimate that did not fit, US dollars.
+        estimated_tokens: the estimated tokens that did not fit.
+    """
+
+    reason = "budget"
+
+    def __init__(self, message: str, *, estimated_usd: float, estimated_tokens: int) -> None:
+        super().__init__(message)
+        self.estimated_usd = estimated_usd
+        self.estimated_tokens = estimated_tokens
 
 
 # -- classification --------------------------------------------------------------------------

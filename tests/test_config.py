@@ -27,6 +27,7 @@ DEFAULTS = {
     "stall_after": 120.0,
     "stop_on_stall": True,
     "planner_max_tokens": 4096,
+    "executor_model": None,
     "breaker_after": 3,
     "max_blocked": 3,
     "total_replan_below": None,

@@ -7,8 +7,10 @@ Per step:
   succeeded steps, once it has succeeded in :data:`MEASURED_MIN_RUNS` distinct runs; see
   :meth:`plandag.store.Store.tool_durations`), else the ``typical_seconds`` the tool declares,
   else unknown;
-* **cost**: the tool's ``cost_estimate_usd`` when it declares one; else a model-backed tool's
-  ``tokens_estimate`` priced by the run's model (``tokens_cost``); else $0 for a tool without
+* **cost**: the tool's ``estimate`` of the step's arguments when it declares one (a model
+  call: its prompt and ``max_tokens`` at its model's price; the tokens priced by the run's
+  model when that model has no price); else its ``cost_estimate_usd``; else a model-backed
+  tool's ``tokens_estimate`` priced by the run's model (``tokens_cost``); else $0 for a tool without
   effects; a tool with effects, no cost estimate and no time estimate at all (a user's tool
   that declares nothing) has an unknown cost (it may charge for what it does).
 
@@ -223,7 +225,12 @@ def _step_estimate(
     else:
         seconds, source = None, None
     cost: float | None
-    if tool.cost_estimate_usd:
+    if tool.estimate is not None:
+        usd, tokens = tool.estimate(compiled_step.step.args)
+        if usd is None:  # the step names no priced model: priced with the run's model
+            usd = tokens_cost(tokens) if tokens_cost is not None else None
+        cost = usd
+    elif tool.cost_estimate_usd:
         cost = tool.cost_estimate_usd
     elif tool.tokens_estimate:
         cost = tokens_cost(tool.tokens_estimate) if tokens_cost is not None else None

@@ -34,10 +34,13 @@ The brakes of :class:`RunLimits` (ARCHITECTURE.md, "Brakes"):
 * ``max_cost_usd`` / ``max_tokens``: before each attempt the tool's estimate
   (``cost_estimate_usd``, ``tokens_estimate``) is reserved (:mod:`plandag.scheduler.budget`);
   after it, the reservation is settled with the cost the tool reported through
-  ``ctx.report_cost`` (the estimate when it reported nothing). A first attempt that cannot
-  be reserved does not start: the step ends ``skipped``, reason ``budget``, and its
-  descendants too; a retry that cannot be reserved is not made. Either way the run ends
-  ``budget_exceeded``; branches that fit the budget run on.
+  ``ctx.report_cost`` (the estimate when it reported nothing). A tool whose cost depends on
+  its arguments (a model call) reserves per call from inside the attempt with
+  ``ctx.reserve(usd, tokens)``; what it held is settled with the rest. A reservation refused
+  there fails the step, reason ``budget``, and ends the run ``budget_exceeded`` too. A first
+  attempt that cannot be reserved does not start: the step ends ``skipped``, reason
+  ``budget``, and its descendants too; a retry that cannot be reserved is not made. Either
+  way the run ends ``budget_exceeded``; branches that fit the budget run on.
 * ``breaker_after``: the circuit breaker (:mod:`plandag.scheduler.breaker`): after that
   many steps in a row of one tool, or to one HTTP host, failed (their retries spent), the
   dependency is down and the steps that need it fail at once, reason ``dependency_down``,
@@ -59,6 +62,7 @@ The brakes of :class:`RunLimits` (ARCHITECTURE.md, "Brakes"):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -79,10 +83,12 @@ from plandag.compiler.compiled import CompiledPlan, CompiledStep, allowed_hosts
 from plandag.dag.references import ReferenceResolutionError, find_references, resolve_value
 from plandag.errors import (
     BoundaryError,
+    BudgetRefusedError,
     CheckFailedError,
     Classifier,
     DependencyDownError,
     FailureInfo,
+    InvalidOutputError,
     StepError,
     StepTimeoutError,
     classify_error,
@@ -122,6 +128,7 @@ from plandag.tools.boundary import WriteBoundary
 
 if TYPE_CHECKING:
     from plandag.approval.gate import ApproveArgument
+    from plandag.executors.access import ModelAccess
 
 __all__ = ["RunLimits", "run_plan", "run_plan_sync"]
 
@@ -413,6 +420,7 @@ class _Run:
         budget: Budget | None = None,
         completed: Mapping[int, Any] | None = None,
         boundary: WriteBoundary | None = None,
+        models: ModelAccess | None = None,
     ) -> None:
         if max_concurrency is not None and max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1 or None, not {max_concurrency}")
@@ -480,6 +488,10 @@ class _Run:
         """This run's own step spend (a shared batch budget also holds other runs')."""
         self.plan_budget_detail: str | None = None
         self.records: dict[int, StepRecord] = {}
+        self.models = models
+        """What model-backed steps use (``ToolContext.models``), or None."""
+        self.step_states: dict[int, dict[str, Any]] = {}
+        """``ToolContext.step_state`` of each step that took a context, kept across attempts."""
         self.remaining: dict[int, int] = {}
         self.active = 0
         """Step tasks started and not yet ended (each may run a chain of steps)."""
@@ -1029,7 +1041,7 @@ class _Run:
         record = self.records[step_id]
         breaker = self.breaker
         try:
-            outcome = await self.attempt_within_limits(step_id, record, 0.0)
+            outcome = await self.attempt_or_reask(step_id, record, 0.0)
             if outcome.error is not None and self.retry is not None and outcome.down is None:
                 outcome = await self.retry_step(step_id, record, outcome, self.retry)
         except anyio.get_cancelled_exc_class():
@@ -1145,7 +1157,7 @@ class _Run:
                 )
             await self.clock.sleep(decision.delay_s)
             waited += decision.delay_s
-            following = await self.attempt_within_limits(step_id, record, decision.delay_s)
+            following = await self.attempt_or_reask(step_id, record, decision.delay_s)
             if following.down is not None:
                 last.retry = "dependency_down"
                 outcome.explanation = f"not retried: {following.down.dependency} is down"
@@ -1158,6 +1170,37 @@ class _Run:
             if following.error is None:
                 return following
             outcome = following
+
+    async def attempt_or_reask(
+        self, step_id: int, record: StepRecord, delay_before: float
+    ) -> _AttemptOutcome:
+        """One attempt; when it failed with an :class:`~plandag.errors.InvalidOutputError`
+        asking for a re-ask (a model's reply that did not fit its schema), one more attempt
+        at once, outside the retry policy: the re-ask is an attempt of its own, and a step
+        gets at most one."""
+        outcome = await self.attempt_within_limits(step_id, record, delay_before)
+        error = outcome.error
+        if (
+            isinstance(error, InvalidOutputError)
+            and error.reask
+            and not any(attempt.retry == "reask" for attempt in record.attempt_log)
+        ):
+            last = record.attempt_log[-1]
+            last.retry = "reask"
+            if self.observers:
+                self.emit(
+                    events.StepRetrying(
+                        self.run_id,
+                        step_id,
+                        record.attempts,
+                        last.reason or "invalid_output",
+                        last.error or StepErrorInfo(type(error).__name__, str(error)),
+                        0.0,
+                        self.now(),
+                    )
+                )
+            outcome = await self.attempt_within_limits(step_id, record, 0.0)
+        return outcome
 
     async def attempt_within_limits(
         self, step_id: int, record: StepRecord, delay_before: float
@@ -1215,17 +1258,23 @@ class _Run:
             if self.first_started_at is None:
                 self.first_started_at = now
         record.status = "running"
-        context = (
-            ToolContext(
+        context: ToolContext | None = None
+        held: list[Reservation] = []
+        if tool.takes_context:
+            context = ToolContext(
                 run_id=self.run_id,
                 step_id=step_id,
                 attempt=record.attempts,
                 write_boundary=self.boundary,
                 http_allow=self.http_allow,
+                models=self.models,
+                step_state=self.step_states.setdefault(step_id, {}),
+                reserver=self.reserver(step_id, held),
+                step_args=compiled_step.step.args,
+                resolve=functools.partial(
+                    resolve_value, step_result=self.result_of, params=self.params
+                ),
             )
-            if tool.takes_context
-            else None
-        )
         try:
             try:
                 if self.observers:
@@ -1270,6 +1319,8 @@ class _Run:
                 outcome = self.check_attempt(step_id, compiled_step, result, attempt_record)
         finally:
             attempt_record.ended_at = self.now()
+            for item in held:
+                self.budget.settle(item, 0.0, 0)  # the real cost is settled just below
             if (
                 reservation is not None
                 or context is not None
@@ -1278,6 +1329,25 @@ class _Run:
             ):
                 self.settle(tool, reservation, context, attempt_record)
         return outcome
+
+    def reserver(self, step_id: int, held: list[Reservation]) -> Callable[[float, int], None]:
+        """``ToolContext.reserve`` of one attempt: hold the amount on the run's budget and
+        keep the reservation in ``held`` (settled when the attempt ends), or raise
+        :class:`~plandag.errors.BudgetRefusedError` and mark the run ``budget_exceeded``."""
+
+        def reserve(usd: float, tokens: int) -> None:
+            reservation = self.budget.reserve(usd, tokens)
+            if reservation is None:
+                self.budget_refused = True
+                refusal = self.budget.refusal(usd, tokens).removeprefix("not started: its ")
+                raise BudgetRefusedError(
+                    f"step {step_id}: call not sent: its {refusal}",
+                    estimated_usd=usd,
+                    estimated_tokens=tokens,
+                )
+            held.append(reservation)
+
+        return reserve
 
     def settle(
         self,
@@ -1573,6 +1643,7 @@ async def run_plan(
     on_escalation: Callable[[dict[str, Any]], Any] | None = None,
     plan_estimate: PlanEstimate | None = None,
     tool_durations: Mapping[str, float] | None = None,
+    models: ModelAccess | None = None,
 ) -> RunResult:
     """Run a compiled plan: every step whose parents all succeeded starts at once.
 
@@ -1630,6 +1701,10 @@ async def run_plan(
             ``tool_durations`` (the steps of ``completed`` count nothing).
         tool_durations: seconds per tool name measured in the run store
             (:meth:`plandag.store.Store.tool_durations`), replacing declared figures.
+        models: what model-backed steps (``llm``, ``agent``) call:
+            :class:`plandag.executors.ModelAccess` (the client of a provider, the default
+            executor model, prices), given to tools as ``ctx.models``; None (default): a
+            plan with such steps fails them with a message saying to pass it.
 
     Returns:
         A :class:`RunResult` covering every step, each in exactly one terminal state.
@@ -1687,13 +1762,17 @@ async def run_plan(
         budget,
         completed,
         boundary,
+        models,
     )
     run.escalate_mode = escalate
     the_limits = run.limits
     if the_limits.plan_cost_factor is not None or the_limits.plan_time_factor is not None:
         if plan_estimate is None:
             plan_estimate = estimate_plan(
-                compiled, measured=tool_durations, done=tuple(completed or ())
+                compiled,
+                measured=tool_durations,
+                done=tuple(completed or ()),
+                tokens_cost=models.tokens_cost if models is not None else None,
             )
         run.pending_estimate = (plan_estimate, dict(tool_durations or {}))
     result = await run.run()
@@ -1799,6 +1878,7 @@ def run_plan_sync(
     classify: Classifier = classify_error,
     clock: Clock | None = None,
     budget: Budget | None = None,
+    models: ModelAccess | None = None,
 ) -> RunResult:
     """:func:`run_plan` from synchronous code, on a new event loop (``anyio.run``, asyncio).
 
@@ -1822,6 +1902,7 @@ def run_plan_sync(
             classify=classify,
             clock=clock,
             budget=budget,
+            models=models,
         )
 
     return anyio.run(main)

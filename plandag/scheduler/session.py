@@ -57,7 +57,7 @@ from collections.abc import (
     Sequence,
 )
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
@@ -80,6 +80,9 @@ from plandag.scheduler.retry import RetryPolicy
 from plandag.scheduler.runner import RunLimits, _Run
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
+
+if TYPE_CHECKING:
+    from plandag.executors.access import ModelAccess
 
 __all__ = ["RunSession", "SessionState", "StepFailure", "open_session"]
 
@@ -1321,6 +1324,7 @@ async def open_session(
     completed: Mapping[int, Any] | None = None,
     plan_estimate: PlanEstimate | None = None,
     tool_durations: Mapping[str, float] | None = None,
+    models: ModelAccess | None = None,
 ) -> AsyncIterator[RunSession]:
     """Open a :class:`RunSession`: a run that takes steps while it runs.
 
@@ -1339,8 +1343,8 @@ async def open_session(
         run_id: the run's id (default: a random hex id).
         limits: the brakes (:class:`~plandag.scheduler.runner.RunLimits`), over the whole
             session from its opening.
-        retry, observers, max_concurrency, tool_limits, budget, clock, classify: as
-            :func:`~plandag.scheduler.runner.run_plan`.
+        retry, observers, max_concurrency, tool_limits, budget, clock, classify, models:
+            as :func:`~plandag.scheduler.runner.run_plan`.
         hold_effects: steps whose tool has effects wait for ``release_effects()``
             (ARCHITECTURE.md, "Streaming": they must not start before the whole plan
             compiled).
@@ -1407,6 +1411,7 @@ async def open_session(
         budget,
         completed,
         hold_effects=hold_effects,
+        models=models,
     )
     run.escalate_mode = escalate
     if plan_estimate is not None:

@@ -12,9 +12,13 @@ can simulate latency. The official SDK works against it unchanged::
         client = anthropic.Anthropic(api_key="test", base_url=server.url, max_retries=0)
         client.messages.create(model="any", max_tokens=64, messages=[...])
 
+:class:`ChatCompletionsServer` plays the same scripts as OpenAI-compatible chat completions
+(JSON and server-sent events with usage), for :class:`~plandag.planner.llm.OpenAICompatibleClient`.
+
 From a shell: ``python -m plandag.testing --port 8765 --script replies.jsonl``.
 """
 
+from plandag.testing.openai_server import ChatCompletionsServer as ChatCompletionsServer
 from plandag.testing.script import Reply as Reply
 from plandag.testing.script import Responder as Responder
 from plandag.testing.script import Script as Script
@@ -24,6 +28,7 @@ from plandag.testing.server import MessagesServer as MessagesServer
 from plandag.testing.server import RecordedRequest as RecordedRequest
 
 __all__ = [
+    "ChatCompletionsServer",
     "MessagesServer",
     "RecordedRequest",
     "Reply",

@@ -30,7 +30,7 @@ import threading
 import time
 import typing
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import anyio.from_thread
 import anyio.lowlevel
@@ -42,10 +42,20 @@ from pydantic_core import core_schema
 from plandag.errors import PermanentStepError, StepTimeoutError, ToolDefinitionError
 from plandag.tools.boundary import WriteBoundary
 
-__all__ = ["Effects", "Tool", "ToolContext", "tool"]
+if TYPE_CHECKING:
+    from plandag.executors.access import ModelAccess
+
+__all__ = ["CostEstimator", "Effects", "Reserver", "Tool", "ToolContext", "tool"]
 
 Effects = Literal["none", "write", "irreversible"]
 WritesSpec = str | Callable[[Mapping[str, Any]], Iterable[str]] | None
+CostEstimator = Callable[[Mapping[str, Any]], tuple[float | None, int]]
+"""``estimate(args) -> (usd, tokens)``: what one call with these arguments may cost, US
+dollars (None: the model has no price) and tokens. ``args`` are the step's arguments as the
+plan writes them (a reference is still its ``<step_N_result>`` text)."""
+Reserver = Callable[[float, int], None]
+"""``reserve(usd, tokens)``: hold an amount on the run's budget, or raise
+:class:`~plandag.errors.BudgetRefusedError`."""
 
 
 @dataclasses.dataclass
@@ -72,6 +82,20 @@ class ToolContext:
             :mod:`plandag.tools.allowlist`): the run's configured ``http_allow`` and the
             hosts its approved plan lists. The runner always sets it; None (a tool called
             outside a run) checks nothing.
+        models: what the run gives its model-backed steps
+            (:class:`plandag.executors.ModelAccess`: the client of the run's provider, the
+            default executor model, prices), from ``run_plan(models=...)``; None when the
+            run has none (the ``llm`` and ``agent`` tools then fail and say so).
+        step_state: a dict kept across the attempts of this step (empty on the first):
+            what an attempt leaves for the next one (the reply a re-ask quotes).
+        reserved_usd: US dollars held on the run's budget by :meth:`reserve` during this
+            attempt.
+        reserved_tokens: tokens held likewise.
+        step_args: the step's arguments as the plan wrote them (references not resolved),
+            or None outside a run: a tool that quotes referenced results as data (``llm``)
+            tells them apart from the plan's own text.
+        resolve: resolves a value written like ``step_args`` (references inside it)
+            against the run's results and params, or None outside a run.
     """
 
     run_id: str
@@ -85,6 +109,13 @@ class ToolContext:
     cost_reported: bool = False
     write_boundary: WriteBoundary | None = None
     http_allow: tuple[str, ...] | None = None
+    models: ModelAccess | None = None
+    step_state: dict[str, Any] = dataclasses.field(default_factory=dict)
+    reserved_usd: float = 0.0
+    reserved_tokens: int = 0
+    reserver: Reserver | None = dataclasses.field(default=None, repr=False)
+    step_args: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
+    resolve: Callable[[Any], Any] | None = dataclasses.field(default=None, repr=False)
 
     @property
     def idempotency_key(self) -> str:
@@ -98,6 +129,33 @@ class ToolContext:
         self.cost_usd += usd
         self.tokens += tokens
         self.cost_reported = True
+
+    def reserve(self, usd: float, tokens: int) -> None:
+        """Hold what the call about to be made may cost on the run's budget, before making
+        it: a per-call reservation (ARCHITECTURE.md, "Brakes": "each LLM call reserves its
+        estimated cost before it starts, so parallel calls cannot overshoot").
+
+        The runner settles everything held by the attempt when it ends, with what
+        :meth:`report_cost` reported (report the provider's usage, even for a failed call).
+        Outside a run (no budget) nothing is held.
+
+        Args:
+            usd: the most the call may cost, US dollars (>= 0; 0.0 for an unpriced
+                model, which the token cap alone limits).
+            tokens: its tokens (>= 0): the prompt's and ``max_tokens``.
+
+        Raises:
+            ValueError: a negative or non-finite amount.
+            BudgetRefusedError: the amount does not fit the run's cost or token cap; nothing
+                is held and the call must not be made (the step fails, reason ``budget``,
+                and the run ends ``budget_exceeded``).
+        """
+        if not math.isfinite(usd) or usd < 0 or tokens < 0:
+            raise ValueError("a reservation must be a finite cost and tokens >= 0")
+        if self.reserver is not None:
+            self.reserver(usd, tokens)
+        self.reserved_usd += usd
+        self.reserved_tokens += tokens
 
 
 class _LenientJsonSchema(GenerateJsonSchema):
@@ -146,6 +204,10 @@ class Tool:
         typical_seconds: how long one call typically takes, seconds, or None when the tool
             does not say; a plan's time estimate adds these along its critical path (a
             figure measured in the run store replaces it once the tool has run in 5 runs).
+        estimate: a function of the step's arguments returning ``(usd, tokens)`` for one
+            call (:data:`CostEstimator`), used by a plan's estimate instead of the fixed
+            ``cost_estimate_usd`` / ``tokens_estimate`` (a model call's cost depends on its
+            prompt and ``max_tokens``); None for the fixed figures.
     """
 
     name: str
@@ -168,6 +230,7 @@ class Tool:
     reaches: str | None = None
     reads: str | None = None
     typical_seconds: float | None = None
+    estimate: CostEstimator | None = None
 
     @functools.cached_property
     def is_async(self) -> bool:
@@ -329,6 +392,7 @@ def _build_tool(
     reaches: str | None = None,
     reads: str | None = None,
     typical_seconds: float | None = None,
+    estimate: CostEstimator | None = None,
 ) -> Tool:
     if isinstance(function, Tool):
         raise ToolDefinitionError(f"{function.name} is already a tool; apply @tool once")
@@ -445,6 +509,7 @@ def _build_tool(
         reaches=reaches,
         reads=reads,
         typical_seconds=float(typical_seconds) if typical_seconds is not None else None,
+        estimate=estimate,
     )
 
 
@@ -470,6 +535,7 @@ def tool(
     reaches: str | None = None,
     reads: str | None = None,
     typical_seconds: float | None = None,
+    estimate: CostEstimator | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -492,6 +558,7 @@ def tool(
     reaches: str | None = None,
     reads: str | None = None,
     typical_seconds: float | None = None,
+    estimate: CostEstimator | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a typed function as a plan tool; usable bare (``@tool``) or with options.
 
@@ -523,6 +590,10 @@ def tool(
             duration measured in the run store replaces the figure once the tool has
             succeeded in 5 runs. A plan with a step whose tool has neither has an unknown
             time estimate, and only the absolute caps apply to it.
+        estimate: ``estimate(args) -> (usd, tokens)``, what one call with the step's
+            arguments may cost (usd None for an unpriced model); a plan's estimate uses it
+            instead of the fixed figures. A tool whose cost depends on its arguments also
+            reserves it per call at run time with :meth:`ToolContext.reserve`.
 
     Returns:
         A :class:`Tool` (bare use) or a decorator that returns one.
@@ -549,6 +620,7 @@ def tool(
             reaches=reaches,
             reads=reads,
             typical_seconds=typical_seconds,
+            estimate=estimate,
         )
 
     if function is not None:

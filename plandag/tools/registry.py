@@ -155,7 +155,8 @@ def _application_entries() -> tuple[tuple[tuple[Tool, ...], tuple[CheckDefinitio
 
 
 def default_registry() -> Registry:
-    """A new registry with the built-in tools and checks (files, JSON/XML, HTTP) and those
+    """A new registry with the built-in tools and checks (files, JSON/XML, HTTP, the
+    model-backed ``llm`` and ``agent`` of :mod:`plandag.executors`) and those
     of every application installed under the ``plandag.tools`` entry-point group (the NF-e
     tools among them); resolved lazily, on the first call.
 
@@ -163,10 +164,11 @@ def default_registry() -> Registry:
         ToolLoadError: an entry point cannot be loaded (what it is and what to do).
     """
     from plandag.checks.builtins import BUILTIN_CHECKS
+    from plandag.executors import EXECUTOR_TOOLS
     from plandag.tools.builtins import BUILTIN_TOOLS
     from plandag.tools.http import HTTP_TOOLS
 
-    tools: list[Tool] = [*BUILTIN_TOOLS, *HTTP_TOOLS]
+    tools: list[Tool] = [*BUILTIN_TOOLS, *HTTP_TOOLS, *EXECUTOR_TOOLS]
     checks: list[CheckDefinition] = list(BUILTIN_CHECKS)
     for more_tools, more_checks in _application_entries():
         tools.extend(more_tools)

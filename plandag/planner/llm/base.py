@@ -46,7 +46,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal, Protocol, TypedDict
 
-from plandag.errors import InputError, PermanentStepError, StepTimeoutError
+from plandag.errors import BudgetRefusedError, InputError, PermanentStepError, StepTimeoutError
 
 __all__ = [
     "BudgetRefusedError",
@@ -316,22 +316,6 @@ class ModelRefusalError(UnusableResponseError):
     ``content_filter`` finish reason); ``reason`` is ``refusal``."""
 
     reason = "refusal"
-
-
-class BudgetRefusedError(PermanentStepError):
-    """A call was not sent: its estimated cost would take the run past a cost or token cap.
-
-    Attributes:
-        estimated_usd: the estimate that did not fit, US dollars.
-        estimated_tokens: the estimated tokens that did not fit.
-    """
-
-    reason = "budget"
-
-    def __init__(self, message: str, *, estimated_usd: float, estimated_tokens: int) -> None:
-        super().__init__(message)
-        self.estimated_usd = estimated_usd
-        self.estimated_tokens = estimated_tokens
 
 
 class DeadlineReachedError(StepTimeoutError):

@@ -1,0 +1,28 @@
+"""Model-backed step executors: tools a plan names like any other (ARCHITECTURE.md,
+"Layout": executors).
+
+* ``llm`` (:mod:`plandag.executors.llm`): one model call; the prompt is the instruction,
+  step results and documents reach the model as quoted data; an optional JSON Schema for
+  the reply (asked again once, then ``invalid_output``); one request per attempt; cost
+  reserved per call and settled from the provider's usage.
+* :class:`ModelAccess`: what a run gives these steps (``run_plan(models=...)``,
+  ``ctx.models``).
+
+Both are built-ins of :func:`plandag.tools.registry.default_registry`.
+"""
+
+from plandag.executors.access import DEFAULT_EXECUTOR_MODEL as DEFAULT_EXECUTOR_MODEL
+from plandag.executors.access import ModelAccess as ModelAccess
+from plandag.executors.access import NoModelAccessError as NoModelAccessError
+from plandag.executors.llm import llm as llm
+
+EXECUTOR_TOOLS = (llm,)
+"""The model-backed tools, in the order ``plandag tools`` lists them."""
+
+__all__ = [
+    "DEFAULT_EXECUTOR_MODEL",
+    "EXECUTOR_TOOLS",
+    "ModelAccess",
+    "NoModelAccessError",
+    "llm",
+]
