@@ -14,6 +14,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -23,6 +24,7 @@ from rich.console import Console
 from plandag.brakes import JOB_BRAKES, LIFT, UNLIMITED, brakes_line
 from plandag.cli.commands import LazyGroup, root_callback
 from plandag.cli.display import StepProgress, diagnostic_lines, run_table
+from plandag.cli.options import build_registry
 from plandag.cli.signals import Interruptible, exit_code_for_signal
 from plandag.cli.store_command import (
     ApproveOption,
@@ -48,7 +50,7 @@ from plandag.scheduler.estimate import estimate_plan
 from plandag.scheduler.events import Observer
 from plandag.scheduler.result import RunStatus, to_jsonable
 from plandag.tools.boundary import WriteBoundary
-from plandag.tools.registry import Registry, default_registry
+from plandag.tools.registry import Registry, installed_applications
 from plandag.trace.redact import scrub_secrets
 
 if TYPE_CHECKING:
@@ -98,8 +100,9 @@ ToolsOption = Annotated[
     list[Path] | None,
     typer.Option(
         "--tools",
-        metavar="FILE.py",
-        help="A Python file whose @tool and @check functions are registered (repeatable).",
+        metavar="FILE.py|APP",
+        help="A Python file whose @tool and @check functions are registered, or an installed "
+        "application whose tools and checks are (nfe; see `plandag tools`) (repeatable).",
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
@@ -383,14 +386,18 @@ def boundary_words(specs: list[str] | None, default: Path) -> str:
     return "./" if str(relative) == "." else f"{relative}/"
 
 
-def _registry(tools: list[Path] | None) -> Registry:
-    registry = default_registry()
-    for file in dict.fromkeys(tools or []):
-        try:
-            registry.load_file(file)
-        except ToolLoadError as error:
-            _fail(str(error))
-    return registry
+def _registry(
+    tools: list[Path] | None,
+    *,
+    applications: Iterable[str] = (),
+    resolve_installed: bool = True,
+) -> Registry:
+    """:func:`plandag.cli.options.build_registry`, exiting 2 with the reason when an entry
+    of ``--tools`` cannot be loaded."""
+    try:
+        return build_registry(tools, applications=applications, resolve_installed=resolve_installed)
+    except ToolLoadError as error:
+        _fail(str(error))
 
 
 def _read_plan(path: Path) -> str:
@@ -939,8 +946,12 @@ def _print_progress(result: RunResult) -> None:
 
 @app.command("tools")
 def list_tools(tools: ToolsOption = None, as_json: JsonOption = False) -> None:
-    """List the registered tools and check kinds (built-in, NF-e, and --tools files)."""
-    registry = _registry(tools)
+    """List the registered tools and check kinds (built-in, NF-e, and --tools files).
+
+    Every installed application's are listed (a planner is given only the built-ins, its
+    job's and --tools').
+    """
+    registry = _registry(tools, applications=installed_applications())
     if as_json:
         data = {
             "tools": [

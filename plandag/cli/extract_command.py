@@ -194,7 +194,7 @@ def extract_nfe(
     if client is not None and model_name is not None:
         from plandag.planner.repair import PlanRepairer
 
-        repairer = PlanRepairer(client, model_name, _registry(None))
+        repairer = PlanRepairer(client, model_name, _registry(None, applications=("nfe",)))
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:

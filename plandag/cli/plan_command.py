@@ -36,6 +36,7 @@ import anyio
 import typer
 from rich.console import Console
 
+from plandag.cli.options import build_registry
 from plandag.config import load_settings
 from plandag.dag.graph import critical_path, mermaid
 from plandag.errors import InputError, PlanError, StepError, ToolLoadError
@@ -48,7 +49,7 @@ from plandag.planner.llm import AnthropicClient, LLMClient, OpenAICompatibleClie
 from plandag.planner.planner import Planner, PlanOutcome
 from plandag.planner.prompt import format_diagnostics
 from plandag.scheduler import RetryPolicy, RunLimits
-from plandag.tools.registry import Registry, default_registry
+from plandag.tools.registry import Registry
 
 __all__ = ["DEFAULT_MODELS", "plan_document", "register"]
 
@@ -71,13 +72,12 @@ def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
 
 
 def _registry(tools: list[Path] | None) -> Registry:
-    registry = default_registry()
-    for file in dict.fromkeys(tools or []):
-        try:
-            registry.load_file(file)
-        except ToolLoadError as error:
-            _fail(str(error))
-    return registry
+    """The built-ins and ``--tools`` only: what the planner is shown is what the plan may
+    use (ARCHITECTURE.md, "Layout")."""
+    try:
+        return build_registry(tools, resolve_installed=False)
+    except ToolLoadError as error:
+        _fail(str(error))
 
 
 def _client(provider: str, base_url: str | None) -> LLMClient:

@@ -274,7 +274,9 @@ def register(app: typer.Typer) -> None:
                 context_text = context.read_text(encoding="utf-8-sig")
             except (OSError, UnicodeDecodeError) as error:
                 _fail(f"cannot read --context {context}: {error}")
-        registry = _registry(tools)
+        # The planner is shown the built-ins and --tools (files or installed applications),
+        # and the run compiles exactly those (ARCHITECTURE.md, "Layout").
+        registry = _registry(tools, resolve_installed=False)
         params = _parse_params(param)
         _text_folder(Path.cwd(), "the working folder")
         boundary = _boundary(settings["write_boundary"], Path.cwd())

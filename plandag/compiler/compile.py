@@ -301,14 +301,15 @@ def _check_step(
     max_arg_bytes: int,
 ) -> None:
     sid = step.id
-    tool = registry.tools.get(step.tool)
+    tool = registry.find_tool(step.tool)
     if tool is None:
         diagnostics.add(
             "unknown_tool",
             sid,
             f"tool {step.tool!r} is not registered",
             functools.partial(
-                _nearest_hint,
+                _unknown_hint,
+                registry,
                 registry.nearest_tools,
                 step.tool,
                 registry.tools,
@@ -358,14 +359,15 @@ def _check_step(
 
     checks: list[CompiledCheck] = []
     for index, spec in enumerate(step.check):
-        definition = registry.checks.get(spec.kind)
+        definition = registry.find_check(spec.kind)
         if definition is None:
             diagnostics.add(
                 "unknown_check",
                 sid,
                 f"check[{index}]: kind {spec.kind!r} is not registered",
                 functools.partial(
-                    _nearest_hint,
+                    _unknown_hint,
+                    registry,
                     registry.nearest_checks,
                     spec.kind,
                     registry.checks,
@@ -445,10 +447,23 @@ def _name_list(names: Mapping[str, Any]) -> str:
     return text or "none"
 
 
-def _nearest_hint(
-    nearest_of: Callable[[str], list[str]], name: str, names: Mapping[str, Any], label: str
+def _unknown_hint(
+    registry: Registry,
+    nearest_of: Callable[[str], list[str]],
+    name: str,
+    names: Mapping[str, Any],
+    label: str,
 ) -> str:
-    """The hint of an unknown tool or check kind: the nearest names, else all of them."""
+    """The hint of an unknown tool or check kind: the installed application that provides
+    it (a registry that does not resolve installed applications: a planner's), else the
+    nearest names, else all of them."""
+    provider = registry.provider_of(name)
+    if provider is not None:
+        return (
+            f"{name!r} is a tool or check of the installed application {provider!r}, not given "
+            f"to this run: pass --tools {provider} (Python: registry.add_application"
+            f"({provider!r}))"
+        )
     nearest = nearest_of(name)
     return f"did you mean {', '.join(nearest)}?" if nearest else f"{label}: {_name_list(names)}"
 

@@ -8,12 +8,16 @@ import importlib.util
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from plandag.checks.base import CheckDefinition
 from plandag.errors import ToolLoadError
 from plandag.tools.base import Tool
 
-__all__ = ["Registry", "default_registry"]
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
+__all__ = ["ENTRY_POINT_GROUP", "Registry", "default_registry", "installed_applications"]
 
 
 class Registry:
@@ -21,11 +25,28 @@ class Registry:
 
     A name can be registered once; registering a different object under a taken name raises
     ``ValueError`` (a user's tools file cannot silently replace ``write_json``).
+
+    ``tools`` and ``checks`` hold what is registered: what a planner is shown. A registry
+    made with ``resolve_installed=True`` also finds, when asked by name
+    (:meth:`find_tool`, :meth:`find_check`: the compiler asks for every name a plan uses),
+    the tools and checks of the installed applications (the ``plandag.tools`` entry-point
+    group), and registers the application that provides the name then. So a stored plan
+    that names an application's tool compiles, while a planner is given only the
+    applications of the job at hand (:func:`default_registry`).
     """
 
-    def __init__(self, tools: Iterable[Tool] = (), checks: Iterable[CheckDefinition] = ()) -> None:
+    def __init__(
+        self,
+        tools: Iterable[Tool] = (),
+        checks: Iterable[CheckDefinition] = (),
+        *,
+        resolve_installed: bool = False,
+    ) -> None:
         self.tools: dict[str, Tool] = {}
         self.checks: dict[str, CheckDefinition] = {}
+        self.resolve_installed = resolve_installed
+        self.applications: list[str] = []
+        """Names of the installed applications registered (:meth:`add_application`)."""
         for item in tools:
             self.add_tool(item)
         for definition in checks:
@@ -46,8 +67,80 @@ class Registry:
         self.checks[definition.name] = definition
 
     def copy(self) -> Registry:
-        """A new registry with the same tools and checks (to add a user's tools to)."""
-        return Registry(self.tools.values(), self.checks.values())
+        """A new registry with the same tools, checks and ``resolve_installed`` (to add a
+        user's tools to)."""
+        copied = Registry(
+            self.tools.values(), self.checks.values(), resolve_installed=self.resolve_installed
+        )
+        copied.applications = list(self.applications)
+        return copied
+
+    def add_application(self, name: str) -> None:
+        """Register the tools and checks of the installed application ``name`` (an entry
+        point of the ``plandag.tools`` group, such as ``nfe``); nothing when it already is.
+
+        Raises:
+            ToolLoadError: no application of that name is installed (the message lists
+                those that are), or it fails to load.
+            ValueError: one of its names is already registered to another object.
+        """
+        if name in self.applications:
+            return
+        tools, checks = _application(name)
+        for item in tools:
+            self.add_tool(item)
+        for definition in checks:
+            self.add_check(definition)
+        self.applications.append(name)
+
+    def find_tool(self, name: str) -> Tool | None:
+        """The tool ``name``: registered, else (with ``resolve_installed``) provided by an
+        installed application, which is then registered; None when there is none (an
+        installed application that fails to load is passed over)."""
+        found = self.tools.get(name)
+        if found is None and self.resolve_installed:
+            self._resolve(name, "tools")
+            found = self.tools.get(name)
+        return found
+
+    def find_check(self, name: str) -> CheckDefinition | None:
+        """The check kind ``name``, found as :meth:`find_tool` finds a tool."""
+        found = self.checks.get(name)
+        if found is None and self.resolve_installed:
+            self._resolve(name, "checks")
+            found = self.checks.get(name)
+        return found
+
+    def provider_of(self, name: str) -> str | None:
+        """The installed application, not registered here, that provides a tool or check
+        kind ``name`` (for "pass --tools APPLICATION" hints), or None. Applications that
+        fail to load are passed over."""
+        for application in installed_applications():
+            if application in self.applications:
+                continue
+            try:
+                tools, checks = _application(application)
+            except ToolLoadError:
+                continue
+            if name in {item.name for item in tools} | {item.name for item in checks}:
+                return application
+        return None
+
+    def _resolve(self, name: str, kind: str) -> None:
+        """Register the installed application that provides tool (``kind="tools"``) or
+        check kind ``name``; applications that fail to load are passed over (the name then
+        stays unknown, and the compiler says so)."""
+        for application in installed_applications():
+            if application in self.applications:
+                continue
+            try:
+                tools, checks = _application(application)
+            except ToolLoadError:
+                continue
+            provided: tuple[Tool | CheckDefinition, ...] = tools if kind == "tools" else checks
+            if any(item.name == name for item in provided):
+                self.add_application(application)
+                return
 
     def nearest_tools(self, name: str, count: int = 3) -> list[str]:
         """Registered tool names closest to ``name`` (for "unknown tool" hints)."""
@@ -134,43 +227,74 @@ and returns ``(tools, checks)``, two iterables of :class:`Tool` and
 :class:`~plandag.checks.base.CheckDefinition`."""
 
 
+def installed_applications() -> tuple[str, ...]:
+    """The names of the installed applications (entry points of the ``plandag.tools``
+    group), sorted; read from the packages' metadata, nothing is imported."""
+    return tuple(sorted({entry.name for entry in _entry_points()}))
+
+
 @functools.cache
-def _application_entries() -> tuple[tuple[tuple[Tool, ...], tuple[CheckDefinition, ...]], ...]:
-    """The tools and checks of every installed application, loaded once per process, in
-    the order of the entry points' names."""
+def _entry_points() -> tuple[EntryPoint, ...]:
     from importlib.metadata import entry_points
 
-    found = []
-    for entry in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda entry: entry.name):
-        try:
-            tools, checks = entry.load()()
-        except Exception as error:
-            raise ToolLoadError(
-                f"the {ENTRY_POINT_GROUP} entry point {entry.name!r} ({entry.value}) failed to "
-                f"load: {type(error).__name__}: {error}; fix or uninstall the package that "
-                "provides it"
-            ) from error
-        found.append((tuple(tools), tuple(checks)))
-    return tuple(found)
+    return tuple(entry_points(group=ENTRY_POINT_GROUP))
 
 
-def default_registry() -> Registry:
+@functools.cache
+def _application(name: str) -> tuple[tuple[Tool, ...], tuple[CheckDefinition, ...]]:
+    """The tools and checks of the installed application ``name``, loaded once per
+    process."""
+    entries = [entry for entry in _entry_points() if entry.name == name]
+    if not entries:
+        installed = ", ".join(installed_applications()) or "none"
+        raise ToolLoadError(
+            f"no application named {name!r} is installed under the {ENTRY_POINT_GROUP} "
+            f"entry points (installed: {installed}); for a tools file, give its .py path"
+        )
+    entry = entries[0]
+    try:
+        tools, checks = entry.load()()
+    except Exception as error:
+        raise ToolLoadError(
+            f"the {ENTRY_POINT_GROUP} entry point {entry.name!r} ({entry.value}) failed to "
+            f"load: {type(error).__name__}: {error}; fix or uninstall the package that "
+            "provides it"
+        ) from error
+    return tuple(tools), tuple(checks)
+
+
+def default_registry(
+    applications: Iterable[str] | None = None, *, resolve_installed: bool = True
+) -> Registry:
     """A new registry with the built-in tools and checks (files, JSON/XML, HTTP, the
-    model-backed ``llm`` and ``agent`` of :mod:`plandag.executors`) and those
-    of every application installed under the ``plandag.tools`` entry-point group (the NF-e
-    tools among them); resolved lazily, on the first call.
+    model-backed ``llm`` and ``agent`` of :mod:`plandag.executors`), the tools and checks of
+    the installed ``applications`` named, and, with ``resolve_installed``,
+    those of every other installed application found when a plan names them
+    (:meth:`Registry.find_tool`).
+
+    What a planner is shown is what is registered: the built-ins and the applications of
+    the job at hand (ARCHITECTURE.md, "Layout": applications register through the
+    ``plandag.tools`` entry-point group, resolved lazily).
+
+    Args:
+        applications: entry-point names to register now (``("nfe",)``); None for none.
+        resolve_installed: find other installed applications' tools and checks by name
+            (stored plans); False for a registry that holds exactly what it lists (a run
+            whose plans are written by a model that was shown that list).
 
     Raises:
-        ToolLoadError: an entry point cannot be loaded (what it is and what to do).
+        ToolLoadError: a named application is not installed or cannot be loaded.
     """
     from plandag.checks.builtins import BUILTIN_CHECKS
     from plandag.executors import EXECUTOR_TOOLS
     from plandag.tools.builtins import BUILTIN_TOOLS
     from plandag.tools.http import HTTP_TOOLS
 
-    tools: list[Tool] = [*BUILTIN_TOOLS, *HTTP_TOOLS, *EXECUTOR_TOOLS]
-    checks: list[CheckDefinition] = list(BUILTIN_CHECKS)
-    for more_tools, more_checks in _application_entries():
-        tools.extend(more_tools)
-        checks.extend(more_checks)
-    return Registry(tools, checks)
+    registry = Registry(
+        [*BUILTIN_TOOLS, *HTTP_TOOLS, *EXECUTOR_TOOLS],
+        BUILTIN_CHECKS,
+        resolve_installed=resolve_installed,
+    )
+    for name in applications or ():
+        registry.add_application(name)
+    return registry

@@ -94,6 +94,33 @@ def test_check_imports_neither_the_planner_nor_the_store_nor_http() -> None:
     assert "plandag.cli.store_command" in modules  # options of `exec`; it imports no store
 
 
+APPLICATION_LOADING = (
+    "importlib.metadata",
+    "plandag.tools.registry",
+    "plandag.extract",
+    "plandag.jobs",
+)
+
+
+def test_help_and_version_resolve_no_application_entry_point() -> None:
+    for args in (("--help",), ("--version",)):
+        modules = _modules_after(*args)
+        assert _loaded(modules, APPLICATION_LOADING) == [], args
+    modules = _modules_after("eval", "--help")  # typer reads package metadata for its own help
+    assert _loaded(modules, APPLICATION_LOADING[1:]) == []
+
+
+def test_check_of_a_plan_without_application_tools_loads_no_application() -> None:
+    modules = _modules_after(
+        "check",
+        str(EXAMPLES / "plans" / "words.json"),
+        "--tools",
+        str(EXAMPLES / "tools" / "text_tools.py"),
+    )
+    assert "plandag.tools.registry" in modules
+    assert [name for name in modules if name.startswith(("plandag.extract", "plandag.jobs"))] == []
+
+
 def _first_paragraph(text: str | None) -> str:
     return " ".join(inspect.cleandoc(text or "").split("\n\n")[0].split())
 
