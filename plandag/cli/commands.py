@@ -80,6 +80,11 @@ COMMANDS: tuple[CommandEntry, ...] = (
         "Plan TASK with a model, run the plan, replan what fails, print the result.",
     ),
     CommandEntry(
+        "research",
+        "plandag.cli.research_command",
+        "Research QUESTION over a folder of documents; write a report with checked",
+    ),
+    CommandEntry(
         "tell",
         "plandag.cli.tell_command",
         "Give a running `plandag run` new input: the steps it has not started are",

@@ -1,0 +1,490 @@
+"""``plandag research QUESTION --corpus DIR``: subquestions as parallel branches over a
+corpus, every citation checked in code, a Markdown report and a JSON record (README,
+"Research over a corpus").
+
+1. The corpus folder is indexed, or its index reused
+   (:class:`~plandag.jobs.research.corpus.Corpus`);
+2. the :class:`~plandag.planner.agent.Agent` plans the question (``--provider``, ``--model``,
+   ``--base-url`` as ``plandag run``) with the research context
+   (:data:`~plandag.jobs.research.planning.RESEARCH_CONTEXT`) and the tools of this job
+   only, runs the branches at once, replans a branch whose citations fail their check
+   (within the caps), and runs the synthesis;
+3. the report (``--output``, default ``research.md``) and its JSON record (the same name,
+   ``.json``) are built from the run store: ``plandag research --from-run RUN_ID`` builds
+   them again at any later time.
+
+Brakes: the ``research`` row of :data:`plandag.brakes.JOB_BRAKES` ($2.00, 500,000 tokens,
+30 min, stall 120 s), printed at the start; the write boundary is the report's folder, and
+the plan may use no tool with effects (the report is written by plandag, not by a step).
+
+Exit codes as ``plandag run``: 0 succeeded (the report holds the answer); 1 failed or
+gave_up; 2 unusable arguments or a missing key; 3 timed_out or budget_exceeded; 5
+escalated (the replan caps); 130/143 interrupted. A report is written whatever the outcome
+(without an answer when the run has none: nothing is made up).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from plandag.cli.app import (
+    EXIT_CODES,
+    EXIT_USAGE,
+    HeartbeatEveryOption,
+    HeartbeatOption,
+    HttpAllowOption,
+    JsonOption,
+    MaxConcurrencyOption,
+    MaxCostOption,
+    MaxSecondsOption,
+    MaxStepsOption,
+    MaxTokensOption,
+    PlanCostFactorOption,
+    PlannerMaxTokensOption,
+    PlanTimeFactorOption,
+    RetriesOption,
+    StallAfterOption,
+    StopOnStallOption,
+    ToolsOption,
+    _fail,
+    _limits,
+    _settings,
+    boundary_words,
+    plan_factor,
+    print_brakes,
+    stderr,
+    stdout,
+)
+
+if TYPE_CHECKING:
+    from plandag.jobs.research.report import Report
+    from plandag.store import Store
+
+__all__ = ["register", "write_report"]
+
+
+def write_report(report: Report, output: Path) -> Path:
+    """Write the Markdown report to ``output`` and its JSON record beside it (``.json``),
+    each atomically (a temporary file renamed). Returns the record's path.
+
+    Raises:
+        OSError: the folder cannot be written.
+    """
+    from plandag.tools.boundary import WriteBoundary
+    from plandag.tools.writing import write_atomic
+
+    record = output.with_suffix(".json")
+    boundary = WriteBoundary.from_specs([output.resolve().parent])
+    write_atomic(boundary, output.resolve(), report.markdown.encode("utf-8"))
+    text = json.dumps(report.record, ensure_ascii=False, indent=2) + "\n"
+    write_atomic(boundary, record.resolve(), text.encode("utf-8"))
+    return record
+
+
+def _rebuild(store: Store, run_text: str, output: Path | None, as_json: bool) -> None:
+    """``--from-run``: the report of a stored run, built again."""
+    from plandag.errors import InputError
+    from plandag.jobs.research.corpus import Corpus
+    from plandag.jobs.research.report import build_report, load_run
+
+    try:
+        run_id = store.resolve_run_id(run_text)
+        row = store.run(run_id)
+    except (InputError, KeyError) as error:
+        _fail(f"--from-run {run_text}: {error}")
+    if row.command != "research":
+        _fail(
+            f"--from-run {run_id}: a `plandag {row.command}` run, not a research run; give the "
+            "id of a `plandag research` run (`plandag runs` lists them)"
+        )
+    stored = load_run(store, run_id)
+    research = row.options.get("research") or {}
+    lookup = None
+    folder = research.get("corpus")
+    if folder and Path(folder).is_dir():
+        try:
+            corpus = Corpus.open(folder, index=research.get("index"))
+            lookup = corpus.chunk
+        except InputError:
+            lookup = None
+    report = build_report(stored, lookup)
+    target = output or Path(research.get("output") or "research.md")
+    _write(report, target)
+    if as_json:
+        stdout.print_json(json.dumps(report.record, ensure_ascii=False))
+
+
+def _write(report: Report, output: Path) -> None:
+    try:
+        record = write_report(report, output)
+    except OSError as error:
+        _fail(f"cannot write the report {output}: {error.strerror or error}", 1)
+    stderr.print(f"report: {output} (record: {record})", markup=False, highlight=False)
+
+
+def _executor_model(provider: str, model: str, given: str | None) -> str:
+    """The model of the plan's ``llm`` steps: ``--executor-model``, else the configured
+    ``executor_model`` (anthropic), else the planner's model (an OpenAI-compatible server
+    serves the models it names)."""
+    if given:
+        return given
+    if provider == "anthropic":
+        from plandag.executors.access import DEFAULT_EXECUTOR_MODEL
+
+        return os.environ.get("PLANDAG_EXECUTOR_MODEL") or DEFAULT_EXECUTOR_MODEL
+    return model
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``research`` command to ``app`` (the ``plandag`` typer app).
+
+    Args:
+        app: the typer application to add the command to.
+    """
+
+    @app.command("research")
+    def research_command(
+        question: Annotated[
+            str | None, typer.Argument(metavar="QUESTION", help="The research question.")
+        ] = None,
+        corpus: Annotated[
+            Path | None,
+            typer.Option(
+                "--corpus",
+                metavar="DIR",
+                help="Folder of .md, .txt, .html and .pdf documents to research.",
+            ),
+        ] = None,
+        output: Annotated[
+            Path | None,
+            typer.Option(
+                "--output",
+                metavar="FILE",
+                help="The Markdown report (default research.md); the JSON record is written "
+                "beside it with the suffix .json.",
+            ),
+        ] = None,
+        index: Annotated[
+            Path | None,
+            typer.Option(
+                "--index",
+                metavar="FILE",
+                help="The corpus index (SQLite; default in the user's cache folder).",
+            ),
+        ] = None,
+        from_run: Annotated[
+            str | None,
+            typer.Option(
+                "--from-run",
+                metavar="RUN_ID",
+                help="Build the report of a stored research run again; nothing runs.",
+            ),
+        ] = None,
+        provider: Annotated[
+            str,
+            typer.Option("--provider", metavar="anthropic|openai", help="The model provider."),
+        ] = "anthropic",
+        model: Annotated[
+            str | None,
+            typer.Option(
+                "--model",
+                metavar="NAME",
+                help="The planner's model (anthropic: claude-sonnet-4-6).",
+            ),
+        ] = None,
+        base_url: Annotated[
+            str | None,
+            typer.Option("--base-url", metavar="URL", help="The provider API's base URL."),
+        ] = None,
+        executor_model: Annotated[
+            str | None,
+            typer.Option(
+                "--executor-model",
+                metavar="NAME",
+                help="The model of the llm steps (anthropic: claude-haiku-4-5; openai: --model).",
+            ),
+        ] = None,
+        tools: ToolsOption = None,
+        http_allow: HttpAllowOption = None,
+        max_seconds: MaxSecondsOption = None,
+        max_cost: MaxCostOption = None,
+        max_tokens: MaxTokensOption = None,
+        max_concurrency: MaxConcurrencyOption = None,
+        max_steps: MaxStepsOption = None,
+        retries: RetriesOption = None,
+        heartbeat: HeartbeatOption = None,
+        heartbeat_every: HeartbeatEveryOption = None,
+        stall_after: StallAfterOption = None,
+        stop_on_stall: StopOnStallOption = None,
+        plan_cost_factor: PlanCostFactorOption = None,
+        plan_time_factor: PlanTimeFactorOption = None,
+        planner_max_tokens: PlannerMaxTokensOption = None,
+        as_json: JsonOption = False,
+        store: Annotated[
+            Path | None,
+            typer.Option(
+                "--store",
+                metavar="FILE",
+                help="The run store (default: $PLANDAG_STORE or the user's data folder).",
+            ),
+        ] = None,
+    ) -> None:
+        """Research QUESTION over a folder of documents; write a report with checked citations.
+
+        The planner splits the question into subquestions, each an independent branch
+        (search, read, answer) run in parallel, then a synthesis. Every quote of every
+        answer is checked in code against the chunk it cites (exact, or after whitespace
+        and case normalisation, reported as such) with offsets computed by plandag; an
+        answer with an unsupported claim fails its check and its branch is replanned (at
+        most 3 replans). The report (--output, default research.md) holds the answer, a
+        methodology generated from the plan and the run store, and the references; the
+        JSON record is written beside it. `plandag research --from-run RUN_ID` builds the
+        report of a stored run again.
+        """
+        from plandag.cli.store_command import open_cli_store
+
+        if from_run is not None:
+            if question is not None or corpus is not None:
+                _fail("--from-run rebuilds a stored run's report: give no QUESTION or --corpus")
+            run_store = open_cli_store(store)
+            try:
+                _rebuild(run_store, from_run, output, as_json)
+            finally:
+                run_store.close()
+            return
+        if not question or not question.strip():
+            _fail("give the research QUESTION (or --from-run RUN_ID to rebuild a report)")
+        if corpus is None:
+            _fail("--corpus DIR is required: the folder of documents to research")
+        if provider not in ("anthropic", "openai"):
+            _fail(f"--provider {provider!r}: choose anthropic or openai")
+        from plandag.cli.plan_command import DEFAULT_MODELS
+
+        name = model or DEFAULT_MODELS.get(provider)
+        if name is None:
+            _fail(f"--model is required with --provider {provider}")
+        target = output if output is not None else Path("research.md")
+        if target.is_dir():
+            _fail(f"--output {target} is a folder; give the report's file name")
+        folder = target.resolve().parent
+        if not folder.is_dir():
+            _fail(f"--output {target}: its folder {folder} does not exist; create it first")
+        settings = _settings(
+            {
+                "write_boundary": [str(folder)],
+                "http_allow": http_allow,
+                "max_seconds": max_seconds,
+                "max_cost": max_cost,
+                "max_tokens": max_tokens,
+                "max_concurrency": max_concurrency,
+                "max_steps": max_steps,
+                "retries": retries,
+                "heartbeat": str(heartbeat) if heartbeat is not None else None,
+                "heartbeat_every": heartbeat_every,
+                "stall_after": stall_after,
+                "stop_on_stall": stop_on_stall,
+                "plan_cost_factor": plan_factor(plan_cost_factor, "--plan-cost-factor"),
+                "plan_time_factor": plan_factor(plan_time_factor, "--plan-time-factor"),
+                "planner_max_tokens": planner_max_tokens,
+            },
+            "research",
+        )
+        _run(
+            question=question.strip(),
+            corpus_folder=corpus,
+            index=index,
+            target=target,
+            folder=folder,
+            provider=provider,
+            name=name,
+            base_url=base_url,
+            executor=_executor_model(provider, name, executor_model),
+            tools=tools,
+            settings=settings,
+            store=store,
+            as_json=as_json,
+        )
+
+
+def _run(
+    *,
+    question: str,
+    corpus_folder: Path,
+    index: Path | None,
+    target: Path,
+    folder: Path,
+    provider: str,
+    name: str,
+    base_url: str | None,
+    executor: str,
+    tools: list[Path] | None,
+    settings: Any,
+    store: Path | None,
+    as_json: bool,
+) -> None:
+    import anyio
+
+    from plandag.cli.agent_store import SessionRecorder, record_agent_run
+    from plandag.cli.app import _boundary
+    from plandag.cli.plan_command import _client
+    from plandag.cli.signals import Interruptible, exit_code_for_signal
+    from plandag.cli.store_command import open_cli_store, run_options, trace_factory
+    from plandag.cli.watchdog import deadline_guard
+    from plandag.errors import InputError, ToolLoadError
+    from plandag.executors import ModelAccess
+    from plandag.jobs.research.corpus import Corpus
+    from plandag.jobs.research.planning import (
+        RESEARCH_CONTEXT,
+        research_params,
+        research_registry,
+    )
+    from plandag.jobs.research.report import build_report, load_run
+    from plandag.jobs.research.tools import use_corpus
+    from plandag.planner.agent import Agent, AgentResult
+    from plandag.scheduler import JsonlHeartbeatWriter, RetryPolicy
+    from plandag.scheduler.events import Observer
+
+    try:
+        opened = Corpus.open(corpus_folder, index=index)
+    except InputError as error:
+        _fail(str(error))
+    update = opened.update
+    documents = opened.documents()
+    skipped = [document for document in documents if document.status == "skipped"]
+    state = (
+        "reused"
+        if update.reused
+        else f"updated: {len(update.added)} added, {len(update.modified)} modified, "
+        f"{len(update.removed)} removed"
+    )
+    stderr.print(
+        f"corpus {opened.folder}: {len(documents) - len(skipped)} document(s), "
+        f"{opened.chunk_count()} chunk(s); index {opened.index_path} {state}",
+        markup=False,
+        highlight=False,
+    )
+    for document in skipped:
+        stderr.print(f"skipped {document.path}: {document.error}", markup=False, highlight=False)
+    registry = research_registry()
+    for file in dict.fromkeys(tools or []):
+        try:
+            registry.load_file(file)
+        except ToolLoadError as error:
+            _fail(str(error))
+    boundary = _boundary(settings["write_boundary"], Path.cwd())
+    limits = _limits(settings)
+    print_brakes(settings, boundary_words([f"{folder}/"], folder))
+    observers: list[Observer] = []
+    if settings["heartbeat"]:
+        heartbeat_file = Path(settings["heartbeat"])
+        if not heartbeat_file.parent.is_dir():
+            _fail(f"--heartbeat {heartbeat_file}: its folder does not exist")
+        observers.append(JsonlHeartbeatWriter(heartbeat_file))
+    client = _client(provider, base_url)  # a missing key stops here, before any call
+    run_store = open_cli_store(store)
+    run_id = uuid.uuid4().hex[:16]
+    params = research_params()
+    options = run_options(
+        settings,
+        limits,
+        tools=tools,
+        read_only=True,
+        redact=False,
+        planner={
+            "provider": provider,
+            "model": name,
+            "base_url": base_url,
+            "context": RESEARCH_CONTEXT,
+            "executor_model": executor,
+        },
+    )
+    stored_options = {
+        **options.as_json(),
+        "research": {
+            "corpus": str(opened.folder),
+            "index": str(opened.index_path),
+            "output": str(target.resolve()),
+        },
+    }
+    run_store.create_run(
+        run_id, command="research", goal=question, params=params, options=stored_options
+    )
+    writer = trace_factory(run_store, False)(run_id, 0)
+    writer.run_started("research", question, params)
+    recorder = SessionRecorder(run_store, run_id, params)
+    observers.extend([recorder, writer])
+    agent = Agent(
+        client,
+        name,
+        registry,
+        limits=limits,
+        retry=RetryPolicy(retries=settings["retries"]),
+        observers=observers,
+        max_concurrency=settings["max_concurrency"],
+        read_only=True,
+        write_boundary=boundary,
+        http_allow=settings["http_allow"],
+        max_steps=settings["max_steps"],
+        plan_max_tokens=settings["planner_max_tokens"],
+        on_session=recorder.bind,
+        escalate="person",
+        tool_durations=run_store.tool_durations(registry.tools),
+        models=ModelAccess(client, executor),
+    )
+
+    async def work() -> AgentResult:
+        try:
+            with use_corpus(opened):
+                return await agent.run(question, RESEARCH_CONTEXT, params, run_id=run_id)
+        finally:
+            with anyio.CancelScope(shield=True):  # close even when interrupted
+                await client.aclose()
+
+    try:
+        with deadline_guard(run_store.path):
+            outcome = Interruptible(functools.partial(work)).run()
+        if outcome.result is not None:
+            record_agent_run(
+                run_store,
+                writer,
+                run_id,
+                outcome.result,
+                write_boundary=boundary,
+                params=params,
+                hooks=None,
+            )
+        else:
+            run_store.update_run(run_id, status="interrupted", pid=None)
+        report = build_report(load_run(run_store, run_id), opened.chunk)
+    finally:
+        writer.close()
+        run_store.close()
+        opened.close()
+    _write(report, target)
+    result = outcome.result
+    status = result.status if result is not None else "interrupted"
+    stderr.print(
+        f"{status}: run {run_id}, {len(report.record['subquestions'])} subquestion(s), "
+        f"{len(report.record['replans'])} replan(s), {report.record['spend']['total_tokens']:,} "
+        f"tokens, ${report.record['spend']['total_usd']:.4f}",
+        markup=False,
+        highlight=False,
+    )
+    if as_json:
+        stdout.print_json(json.dumps(report.record, ensure_ascii=False))
+    elif report.record["answer"] is not None:
+        stdout.print(report.record["answer"], markup=False, highlight=False)
+    if outcome.signal is not None:
+        raise typer.Exit(exit_code_for_signal(outcome.signal))
+    if result is None:
+        raise typer.Exit(130)
+    if result.plan_did_not_compile:
+        raise typer.Exit(EXIT_USAGE)
+    raise typer.Exit(EXIT_CODES.get(result.status, 1))

@@ -1,0 +1,96 @@
+"""What the planner is told for a research question, and the tools it is given (README,
+"Research over a corpus").
+
+The planner (the same :class:`~plandag.planner.agent.Agent` as ``plandag run``) gets the
+question as its task and :data:`RESEARCH_CONTEXT` as trusted context: write 2 to 5
+subquestions, each an independent branch ``search`` → ``read`` → answer (an ``llm`` step
+with the citation schema and the ``citations_supported`` check, its subquestion as the
+step's note), then one synthesis ``llm`` step over the answers with the
+``synthesis_citations`` check, whose result is the plan's output. The branches do not
+depend on each other, so the scheduler runs them at once; a branch whose answer cites a
+quote that is not in its chunk fails its check and only that branch (and the synthesis)
+is replanned.
+
+The schemas reach the plan as params (``<param.answer_schema>``,
+``<param.synthesis_schema>``), so the planner does not copy them into every step.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from plandag.jobs.research.citations import ANSWER_SCHEMA, SYNTHESIS_SCHEMA
+from plandag.tools.registry import Registry, default_registry
+
+__all__ = [
+    "CORE_MODULES",
+    "RESEARCH_CONTEXT",
+    "SUBQUESTION_PREFIX",
+    "research_params",
+    "research_registry",
+]
+
+SUBQUESTION_PREFIX: Final = "subquestion: "
+"""How an answer step's note starts; the rest is the subquestion (the methodology shows it)."""
+
+RESEARCH_CONTEXT: Final = """\
+You plan research over a corpus of documents. The tools search(query, k) and read(chunk_id) \
+reach the corpus; the tool llm asks a small model, giving it step results as data.
+
+Write 2 to 5 subquestions that together answer the question. Each subquestion is one \
+independent branch of three steps; branches never depend on each other, so they run at the \
+same time:
+1. search: "query=<words likely to occur in the passages that answer it>", "k:=4"
+2. read: "chunk_id=<step_A_result.chunk_ids>" (A: the search step)
+3. llm: "prompt=Answer this subquestion from the chunks in the data only: <subquestion> \
+Give each claim with citations; each quote must be words copied exactly from the chunk \
+whose chunk_id you give.", "data=<step_B_result>" (B: the read step), \
+"schema=<param.answer_schema>", check {"k":"citations_supported"}, note \
+"n":"subquestion: <subquestion>".
+Then one synthesis step, depending on every answer step: llm with "prompt=Answer the \
+question from the subquestion answers in the data only: <question> Cite only quotes that \
+appear in those answers, with their chunk_id.", \
+"data:={\\"answers\\":[\\"<step_3_result>\\",\\"<step_6_result>\\"]}", \
+"schema=<param.synthesis_schema>", check {"k":"synthesis_citations","a":["answers:=[\\"\
+<step_3_result>\\",\\"<step_6_result>\\"]"]}, note "n":"synthesis". The plan's output "o" \
+is the synthesis step's result: "\\"<step_7_result>\\"".
+
+When you replan after a failure, rewrite only the failed branch (a new search with other \
+words or a larger k, a new read, a new answer step with the same note) and a new synthesis \
+step over the answers that stand; keep the completed branches."""
+"""The trusted context given to the planner for every research question."""
+
+CORE_MODULES: Final = ("plandag.tools", "plandag.executors", "plandag.checks")
+"""Modules whose tools and checks every job's planner sees (the built-ins)."""
+
+
+def research_params() -> dict[str, Any]:
+    """The params of a research run: the answer and synthesis schemas (JSON Schema)."""
+    return {"answer_schema": ANSWER_SCHEMA, "synthesis_schema": SYNTHESIS_SCHEMA}
+
+
+def _core_or_research(module: str) -> bool:
+    return module.startswith((*CORE_MODULES, "plandag.jobs.research"))
+
+
+def research_registry(base: Registry | None = None) -> Registry:
+    """The tools and checks a research planner is given: the built-ins (files, HTTP, the
+    model-backed ``llm``) and the research job's, not the other installed jobs' (a user's
+    ``--tools`` files are loaded into it afterwards).
+
+    Args:
+        base: the registry to choose from (default :func:`default_registry`, whose entry
+            points provide the research tools).
+
+    Returns:
+        A new registry.
+    """
+    source = base if base is not None else default_registry()
+    return Registry(
+        [item for item in source.tools.values() if _core_or_research(item.function.__module__)],
+        [
+            definition
+            for definition in source.checks.values()
+            if _core_or_research(definition.function.__module__)
+        ],
+    )
