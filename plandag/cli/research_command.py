@@ -129,6 +129,20 @@ def _write(report: Report, output: Path) -> None:
     stderr.print(f"report: {output} (record: {record})", markup=False, highlight=False)
 
 
+def _require_key(provider: str, base_url: str | None) -> None:
+    """Exit 2 when the provider's key is missing (as ``plandag run``), before any work."""
+    if provider == "anthropic" and not os.environ.get("ANTHROPIC_API_KEY"):
+        _fail(
+            "no Anthropic API key: set ANTHROPIC_API_KEY (for an offline server from "
+            "plandag.testing, any value with --base-url)"
+        )
+    if provider == "openai" and not os.environ.get("OPENAI_API_KEY") and base_url is None:
+        _fail(
+            "no OpenAI API key: set OPENAI_API_KEY, or give --base-url for a local "
+            "OpenAI-compatible server (vLLM, Ollama, llama.cpp), which needs none"
+        )
+
+
 def _executor_model(provider: str, model: str, given: str | None) -> str:
     """The model of the plan's ``llm`` steps: ``--executor-model``, else the configured
     ``executor_model`` (anthropic), else the planner's model (an OpenAI-compatible server
@@ -351,6 +365,7 @@ def _run(
     from plandag.scheduler import JsonlHeartbeatWriter, RetryPolicy
     from plandag.scheduler.events import Observer
 
+    _require_key(provider, base_url)  # before the corpus is indexed
     try:
         opened = Corpus.open(corpus_folder, index=index)
     except InputError as error:
@@ -380,7 +395,7 @@ def _run(
             _fail(str(error))
     boundary = _boundary(settings["write_boundary"], Path.cwd())
     limits = _limits(settings)
-    print_brakes(settings, boundary_words([f"{folder}/"], folder))
+    print_brakes(settings, boundary_words(None, folder))
     observers: list[Observer] = []
     if settings["heartbeat"]:
         heartbeat_file = Path(settings["heartbeat"])

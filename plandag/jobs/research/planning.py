@@ -37,6 +37,9 @@ RESEARCH_CONTEXT: Final = """\
 You plan research over a corpus of documents. The tools search(query, k) and read(chunk_id) \
 reach the corpus; the tool llm asks a small model, giving it step results as data.
 
+Declare the two params given at run time: "p":[{"n":"answer_schema","t":"object"},\
+{"n":"synthesis_schema","t":"object"}] (JSON Schemas of an answer and of the synthesis).
+
 Write 2 to 5 subquestions that together answer the question. Each subquestion is one \
 independent branch of three steps; branches never depend on each other, so they run at the \
 same time:

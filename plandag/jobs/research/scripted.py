@@ -1,0 +1,278 @@
+"""Scripted model replies for a research run over the shipped corpus
+(``examples/research/corpus``), for the tests, ``benchmarks/research_makespan.py`` and the
+README's token figures, served by :class:`plandag.testing.MessagesServer`.
+
+:class:`ScriptedResearch` is a responder (``MessagesServer(default=scripted)``) that plays
+every model of a research run, whatever order the requests arrive in (branches run at once):
+
+* the planner's first request gets :func:`research_plan` (the wire format), one branch
+  ``search`` → ``read`` → ``llm`` per subquestion and a synthesis step;
+* each replanner request gets :func:`replan_patch` for the subquestion whose answer failed;
+* an ``llm`` step answering a subquestion quotes, word for word, the first sentence of
+  each of the first two chunks it was given (read from the request's data block) — unless
+  that subquestion is in ``fabricate``: its first answer then cites a sentence that is in no
+  chunk, which the ``citations_supported`` check catches;
+* the synthesis step reuses the first claim (and its citation) of each answer it is given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from plandag.planner.data import parse_data_blocks
+from plandag.testing.script import ScriptedResponse
+
+__all__ = [
+    "FABRICATED_QUOTE",
+    "QUESTION",
+    "SUBQUESTIONS",
+    "ScriptedResearch",
+    "Subquestion",
+    "replan_patch",
+    "research_plan",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Subquestion:
+    """A subquestion of the scripted plan and the search query its branch uses."""
+
+    text: str
+    query: str
+    retry_query: str
+
+
+QUESTION: Final = (
+    "How did the authors of The Federalist propose to control the effects of faction, and "
+    "why did they expect a large union to help?"
+)
+
+SUBQUESTIONS: Final = (
+    Subquestion(
+        "What is a faction, and why can its causes not be removed?",
+        "faction causes liberty removing nature of man",
+        "definition faction citizens united common impulse passion",
+    ),
+    Subquestion(
+        "How does a republic differ from a pure democracy?",
+        "republic pure democracy representation delegation",
+        "pure democracy small number citizens assemble",
+    ),
+    Subquestion(
+        "Why is a large republic safer against faction than a small one?",
+        "extend sphere variety parties interests large republic",
+        "greater number citizens extent territory",
+    ),
+    Subquestion(
+        "What did Hamilton say a firm Union would guard against?",
+        "firm Union barrier domestic faction insurrection",
+        "petty republics Greece Italy distractions",
+    ),
+)
+
+FABRICATED_QUOTE: Final = "a large republic is always more dangerous than a small one"
+"""The quote a fabricating answer cites: in no chunk of the corpus."""
+
+_SYNTHESIS_MARK = "Answer the question from the subquestion answers"
+
+
+def _step(i: int, tool: str, args: list[str], depends: list[int], **more: Any) -> dict[str, Any]:
+    return {"i": i, "t": tool, "a": args, "d": depends, **more}
+
+
+def _branch(first_id: int, subquestion: Subquestion, query: str) -> list[dict[str, Any]]:
+    search, read, answer = first_id, first_id + 1, first_id + 2
+    return [
+        _step(search, "search", [f"query={query}", "k:=4"], []),
+        _step(read, "read", [f"chunk_id=<step_{search}_result.chunk_ids>"], [search]),
+        _step(
+            answer,
+            "llm",
+            [
+                "prompt=Answer this subquestion from the chunks in the data only: "
+                f"{subquestion.text} Give each claim with citations; each quote must be words "
+                "copied exactly from the chunk whose chunk_id you give.",
+                f"data=<step_{read}_result>",
+                "schema=<param.answer_schema>",
+                "max_tokens:=800",
+            ],
+            [read],
+            c=[{"k": "citations_supported"}],
+            n=f"subquestion: {subquestion.text}",
+        ),
+    ]
+
+
+def _synthesis(step_id: int, answers: Sequence[int], question: str) -> dict[str, Any]:
+    references = [f"<step_{i}_result>" for i in answers]
+    return _step(
+        step_id,
+        "llm",
+        [
+            f"prompt={_SYNTHESIS_MARK} in the data only: {question} Cite only quotes that "
+            "appear in those answers, with their chunk_id.",
+            "data:=" + json.dumps({"answers": references}),
+            "schema=<param.synthesis_schema>",
+            "max_tokens:=1000",
+        ],
+        list(answers),
+        c=[{"k": "synthesis_citations", "a": ["answers:=" + json.dumps(references)]}],
+        n="synthesis",
+    )
+
+
+def research_plan(
+    question: str = QUESTION, subquestions: Sequence[Subquestion] = SUBQUESTIONS
+) -> dict[str, Any]:
+    """The scripted planner's plan (wire format): one branch per subquestion (steps
+    ``3i+1``, ``3i+2``, ``3i+3``) and the synthesis (step ``3n+1``) as the output."""
+    steps: list[dict[str, Any]] = []
+    for index, subquestion in enumerate(subquestions):
+        steps += _branch(3 * index + 1, subquestion, subquestion.query)
+    synthesis_id = 3 * len(subquestions) + 1
+    steps.append(_synthesis(synthesis_id, [3 * i + 3 for i in range(len(subquestions))], question))
+    return {
+        "g": question,
+        "p": [{"n": "answer_schema", "t": "object"}, {"n": "synthesis_schema", "t": "object"}],
+        "s": steps,
+        "o": json.dumps(f"<step_{synthesis_id}_result>"),
+    }
+
+
+def replan_patch(
+    failed: int,
+    replan_number: int = 1,
+    question: str = QUESTION,
+    subquestions: Sequence[Subquestion] = SUBQUESTIONS,
+) -> dict[str, Any]:
+    """The scripted replanner's patch after the answer of subquestion ``failed`` (0-based)
+    failed: a new branch for it (another query) and a new synthesis, ids after every
+    earlier step (each replan adds 4 steps)."""
+    first = 3 * len(subquestions) + 2 + 4 * (replan_number - 1)
+    subquestion = subquestions[failed]
+    answers = [3 * i + 3 for i in range(len(subquestions)) if i != failed] + [first + 2]
+    steps = _branch(first, subquestion, subquestion.retry_query)
+    steps.append(_synthesis(first + 3, sorted(answers), question))
+    return {"g": question, "s": steps, "o": json.dumps(f"<step_{first + 3}_result>")}
+
+
+def _first_sentence(text: str) -> str:
+    """The first sentence of ``text`` with at least six words (or its first 12 words)."""
+    for sentence in re.split(r"(?<=[.;:?!])\s+", text):
+        if len(sentence.split()) >= 6:
+            return sentence.strip()
+    return " ".join(text.split()[:12])
+
+
+class ScriptedResearch:
+    """A responder playing the planner, the replanner and the executor model of a research
+    run (see the module docstring).
+
+    Args:
+        question, subquestions: the plan's question and subquestions.
+        fabricate: 0-based subquestions whose first answer cites a fabricated quote.
+
+    Attributes:
+        planner_requests: planner and replanner requests answered.
+        answers: answers given per subquestion (0-based index → count).
+        syntheses: synthesis replies given.
+    """
+
+    def __init__(
+        self,
+        question: str = QUESTION,
+        subquestions: Sequence[Subquestion] = SUBQUESTIONS,
+        *,
+        fabricate: Sequence[int] = (),
+    ) -> None:
+        self.question = question
+        self.subquestions = tuple(subquestions)
+        self.fabricate = frozenset(fabricate)
+        self.planner_requests = 0
+        self.answers: dict[int, int] = {}
+        self.syntheses = 0
+        self._failed: list[int] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, body: dict[str, Any]) -> ScriptedResponse:
+        """The reply to one request (``body``: its JSON)."""
+        system = body.get("system")
+        system_text = (
+            system
+            if isinstance(system, str)
+            else " ".join(str(block.get("text", "")) for block in system or [])
+        )
+        user = _user_text(body)
+        if "You are the planner of plandag" in system_text:
+            with self._lock:
+                self.planner_requests += 1
+                number = self.planner_requests
+                failed = list(self._failed)
+            if number == 1:
+                return ScriptedResponse.json(research_plan(self.question, self.subquestions))
+            target = failed[number - 2] if len(failed) >= number - 1 else 0
+            patch = replan_patch(target, number - 1, self.question, self.subquestions)
+            return ScriptedResponse.json(patch)
+        if _SYNTHESIS_MARK in user:
+            with self._lock:
+                self.syntheses += 1
+            return ScriptedResponse.json(self._synthesis(user))
+        for index, subquestion in enumerate(self.subquestions):
+            if subquestion.text in user:
+                with self._lock:
+                    count = self.answers.get(index, 0) + 1
+                    self.answers[index] = count
+                    fabricated = index in self.fabricate and count == 1
+                    if fabricated:
+                        self._failed.append(index)
+                return ScriptedResponse.json(self._answer(user, fabricated))
+        return ScriptedResponse.text("I was not asked anything I know.")
+
+    def _answer(self, user: str, fabricated: bool) -> dict[str, Any]:
+        chunks: list[Mapping[str, Any]] = []
+        for block in parse_data_blocks(user):
+            value = block.value
+            if isinstance(value, Mapping) and isinstance(value.get("chunks"), list):
+                chunks.extend(item for item in value["chunks"] if isinstance(item, Mapping))
+        claims = []
+        for chunk in chunks[:2]:
+            sentence = _first_sentence(str(chunk.get("text", "")))
+            quote = FABRICATED_QUOTE if fabricated else sentence
+            claims.append(
+                {
+                    "claim": f"The text says: {sentence[:100]}",
+                    "citations": [{"chunk_id": str(chunk.get("chunk_id")), "quote": quote}],
+                }
+            )
+        return {"claims": claims}
+
+    def _synthesis(self, user: str) -> dict[str, Any]:
+        claims = []
+        for block in parse_data_blocks(user):
+            value = block.value
+            answers = value.get("answers") if isinstance(value, Mapping) else None
+            for answer in answers if isinstance(answers, list) else []:
+                found = answer.get("claims") if isinstance(answer, Mapping) else None
+                if isinstance(found, list) and found:
+                    claims.append(found[0])
+        text = " ".join(str(claim.get("claim", "")) for claim in claims)
+        return {"answer": f"In short: {text}", "claims": claims}
+
+
+def _user_text(body: Mapping[str, Any]) -> str:
+    """The text of the request's user messages, joined."""
+    parts: list[str] = []
+    for message in body.get("messages") or []:
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts.extend(str(block.get("text", "")) for block in content if isinstance(block, dict))
+    return "\n".join(parts)
