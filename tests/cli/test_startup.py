@@ -150,7 +150,7 @@ def test_help_lists_every_command_from_the_table() -> None:
     assert result.exit_code == 0, result.output
     lines = result.output.split("Commands:\n", 1)[1].splitlines()
     assert [line.split()[0] for line in lines if line.strip()] == [entry.name for entry in COMMANDS]
-    assert "  gc       Delete old runs, their traces and blobs" in result.output
+    assert "  gc        Delete old runs, their traces and blobs" in result.output
 
 
 def test_a_command_of_the_launcher_runs_and_an_unknown_one_is_refused() -> None:

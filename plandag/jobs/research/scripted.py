@@ -276,3 +276,39 @@ def _user_text(body: Mapping[str, Any]) -> str:
         elif isinstance(content, list):
             parts.extend(str(block.get("text", "")) for block in content if isinstance(block, dict))
     return "\n".join(parts)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m plandag.jobs.research.scripted [--port N] [--delay S] [--fabricate I]``:
+    serve the scripted research replies on 127.0.0.1 until interrupted (the README's
+    offline example)."""
+    import argparse
+
+    from plandag.testing import MessagesServer
+
+    parser = argparse.ArgumentParser(
+        prog="python -m plandag.jobs.research.scripted",
+        description="Serve scripted research replies (Anthropic Messages API) on 127.0.0.1.",
+    )
+    parser.add_argument("--port", type=int, default=8765, help="port (default 8765)")
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds before each reply")
+    parser.add_argument(
+        "--fabricate",
+        type=int,
+        action="append",
+        default=[],
+        metavar="I",
+        help="0-based subquestion whose first answer cites a fabricated quote (repeatable)",
+    )
+    options = parser.parse_args(argv)
+    scripted = ScriptedResearch(fabricate=options.fabricate)
+    with MessagesServer(default=scripted, port=options.port, ttft=options.delay) as server:
+        print(f"serving scripted research replies on {server.url}; Ctrl-C stops", flush=True)
+        try:
+            threading.Event().wait()  # until Ctrl-C
+        except KeyboardInterrupt:
+            return
+
+
+if __name__ == "__main__":
+    main()
