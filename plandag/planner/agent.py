@@ -76,6 +76,7 @@ from plandag.compiler.compiled import allowed_hosts
 from plandag.dag.plan import ParamSpec, Plan
 from plandag.dag.references import find_references
 from plandag.errors import PlanBudgetError, PlanError
+from plandag.executors import ModelAccess
 from plandag.planner.intents import IntentLedger
 from plandag.planner.joiner import (
     DEFAULT_JOIN_MAX_TOKENS,
@@ -479,6 +480,9 @@ class Agent:
         tool_durations: seconds per tool name measured in a run store
             (:meth:`plandag.store.Store.tool_durations`), replacing the tools' declared
             ``typical_seconds`` in the plan's estimate; None: declared figures only.
+        models: the model client the plan's ``llm`` and ``agent`` steps call
+            (:class:`~plandag.executors.ModelAccess`); None: such a step fails saying to
+            give one.
 
     Raises:
         ValueError: a cap out of range, or an ``approve`` that is neither an approver nor
@@ -522,6 +526,7 @@ class Agent:
         instructions: InstructionSource | None = None,
         on_escalation: Callable[[dict[str, Any]], Any] | None = None,
         tool_durations: Mapping[str, float] | None = None,
+        models: ModelAccess | None = None,
     ) -> None:
         if max_blocked is not None and max_blocked < 1:
             raise ValueError(f"max_blocked must be >= 1 or None, not {max_blocked}")
@@ -586,6 +591,7 @@ class Agent:
         self.instructions = instructions
         self.on_escalation = on_escalation
         self.tool_durations: Mapping[str, float] = dict(tool_durations or {})
+        self.models = models
         self._stored: dict[tuple[Registry, bool, int, str], CompiledPlan] = {}
         self._running: dict[str, _AgentRun] = {}
         self._running_lock = threading.Lock()
@@ -867,6 +873,7 @@ class Agent:
                 run_id=run_id,
                 escalate=self.escalate,
                 max_steps=self.max_steps,
+                models=self.models,
             ) as session:
                 session_ref.append(session)
                 run.watch = watch
@@ -968,6 +975,7 @@ class Agent:
                 run_id=run_id,
                 escalate=self.escalate,
                 completed=completed,
+                models=self.models,
             ) as session:
                 session_ref.append(session)
                 run.watch = watch

@@ -7,6 +7,8 @@ same report."""
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +21,15 @@ from plandag.jobs.research.scripted import FABRICATED_QUOTE, QUESTION, ScriptedR
 from plandag.store import open_store
 from plandag.testing import MessagesServer
 
-CORPUS = Path(__file__).resolve().parents[3] / "examples" / "research" / "corpus"
+REPO = Path(__file__).resolve().parents[3]
+CORPUS = REPO / "examples" / "research" / "corpus"
 ANSWER_STEPS = (3, 6, 9, 12)
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One corpus index for the module's runs (built by the first, reused by the others)."""
+    return tmp_path_factory.mktemp("index") / "index.sqlite3"
 
 
 @pytest.fixture(autouse=True)
@@ -49,14 +58,14 @@ def invoke(args: list[str], key: str | None = "test") -> Any:
     return CliRunner().invoke(app(), ["research", *args], env=env)
 
 
-def research(server: MessagesServer, tmp_path: Path, *more: str) -> Any:
+def research(server: MessagesServer, tmp_path: Path, index: Path, *more: str) -> Any:
     return invoke(
         [
             QUESTION,
             "--corpus",
             str(CORPUS),
             "--index",
-            str(tmp_path / "index.sqlite3"),
+            str(index),
             "--output",
             "out/report.md",
             "--base-url",
@@ -68,18 +77,18 @@ def research(server: MessagesServer, tmp_path: Path, *more: str) -> Any:
     )
 
 
-def test_subquestion_branches_run_at_the_same_time(tmp_path: Path) -> None:
+def test_subquestion_branches_run_at_the_same_time(tmp_path: Path, index: Path) -> None:
     scripted = ScriptedResearch()
     with MessagesServer(default=scripted, ttft=0.25) as server:
-        result = research(server, tmp_path)
+        result = research(server, tmp_path, index)
     assert result.exit_code == 0, result.output
     assert result.output.startswith(
         "corpus " + str(CORPUS) + ": 10 document(s), 135 chunk(s); index "
     )
+    assert "boundary out/ " in result.output
     assert "brakes: cost $2.00, tokens 500,000, wall clock 30 min, stall 120 s (stop), " in (
         result.output
     )
-    assert "boundary out/ " in result.output
     assert scripted.answers == {0: 1, 1: 1, 2: 1, 3: 1}
     with open_store(tmp_path / "runs.sqlite3") as store:
         [run] = store.runs()
@@ -101,10 +110,12 @@ def test_subquestion_branches_run_at_the_same_time(tmp_path: Path) -> None:
     assert "Nothing failed; no replan." in markdown
 
 
-def test_a_fabricated_citation_fails_its_branch_which_alone_is_replanned(tmp_path: Path) -> None:
+def test_a_fabricated_citation_fails_its_branch_which_alone_is_replanned(
+    tmp_path: Path, index: Path
+) -> None:
     scripted = ScriptedResearch(fabricate=[1])
     with MessagesServer(default=scripted) as server:
-        result = research(server, tmp_path)
+        result = research(server, tmp_path, index)
     assert result.exit_code == 0, result.output
     assert scripted.planner_requests == 2  # the plan and one replan
     assert scripted.answers == {0: 1, 1: 2, 2: 1, 3: 1}  # only subquestion 2 was asked again
@@ -141,10 +152,10 @@ def test_a_fabricated_citation_fails_its_branch_which_alone_is_replanned(tmp_pat
     )
 
 
-def test_the_methodology_matches_the_plan_and_the_store(tmp_path: Path) -> None:
+def test_the_methodology_matches_the_plan_and_the_store(tmp_path: Path, index: Path) -> None:
     scripted = ScriptedResearch(fabricate=[2])
     with MessagesServer(default=scripted) as server:
-        result = research(server, tmp_path)
+        result = research(server, tmp_path, index)
     assert result.exit_code == 0, result.output
     record = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
     with open_store(tmp_path / "runs.sqlite3") as store:
@@ -200,3 +211,25 @@ def test_a_missing_key_or_corpus_stops_before_any_request(tmp_path: Path) -> Non
     assert "--corpus DIR is required" in no_corpus.output
     assert empty.exit_code == 2
     assert "holds no .md, .txt, .html or .pdf file" in empty.output
+
+
+def test_the_readme_offline_example_runs(tmp_path: Path, index: Path) -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    [line] = [
+        line
+        for line in readme.splitlines()
+        if line.startswith("ANTHROPIC_API_KEY=local plandag research ")
+    ]
+    words = shlex.split(line)[3:]  # after the variable, the program and the command
+    with MessagesServer(default=ScriptedResearch()) as server:
+        words[words.index("--base-url") + 1] = server.url
+        words[words.index("--corpus") + 1] = str(CORPUS)
+        store = str(tmp_path / "runs.sqlite3")
+        result = invoke([*words, "--index", str(index), "--store", store], key="local")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / "research.md").is_file()
+    record = json.loads((tmp_path / "out" / "research.json").read_text(encoding="utf-8"))
+    assert record["question"] == words[0]
+    # the README's tokens per question, within 15 % (the planner's prompt grows with tools)
+    [figure] = re.findall(r"\*\*([0-9,]+) in all\*\*", readme)
+    assert record["spend"]["total_tokens"] == pytest.approx(int(figure.replace(",", "")), rel=0.15)
