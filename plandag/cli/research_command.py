@@ -143,16 +143,16 @@ def _require_key(provider: str, base_url: str | None) -> None:
         )
 
 
-def _executor_model(provider: str, model: str, given: str | None) -> str:
-    """The model of the plan's ``llm`` steps: ``--executor-model``, else the configured
-    ``executor_model`` (anthropic), else the planner's model (an OpenAI-compatible server
-    serves the models it names)."""
-    if given:
-        return given
+def _executor_model(provider: str, model: str, configured: str | None) -> str:
+    """The model of the plan's ``llm`` steps: ``--executor-model`` or the ``executor_model``
+    setting, else ``claude-haiku-4-5`` (anthropic), else the planner's model (an
+    OpenAI-compatible server serves the models it names)."""
+    if configured:
+        return configured
     if provider == "anthropic":
         from plandag.executors.access import DEFAULT_EXECUTOR_MODEL
 
-        return os.environ.get("PLANDAG_EXECUTOR_MODEL") or DEFAULT_EXECUTOR_MODEL
+        return DEFAULT_EXECUTOR_MODEL
     return model
 
 
@@ -307,6 +307,7 @@ def register(app: typer.Typer) -> None:
                 "plan_cost_factor": plan_factor(plan_cost_factor, "--plan-cost-factor"),
                 "plan_time_factor": plan_factor(plan_time_factor, "--plan-time-factor"),
                 "planner_max_tokens": planner_max_tokens,
+                "executor_model": executor_model,
             },
             "research",
         )
@@ -319,7 +320,7 @@ def register(app: typer.Typer) -> None:
             provider=provider,
             name=name,
             base_url=base_url,
-            executor=_executor_model(provider, name, executor_model),
+            executor=_executor_model(provider, name, settings["executor_model"]),
             tools=tools,
             settings=settings,
             store=store,

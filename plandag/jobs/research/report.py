@@ -147,6 +147,24 @@ def _check_kinds(step: Mapping[str, Any]) -> list[str]:
     return [str(item.get("kind")) for item in step.get("check") or [] if isinstance(item, Mapping)]
 
 
+def _note(step: Mapping[str, Any]) -> str:
+    return str(step.get("description") or "").strip().lower()
+
+
+def _is_answer(step: Mapping[str, Any]) -> bool:
+    """An answer step: it has the citation check, or it is an ``llm`` step whose note names
+    a subquestion (a plan that forgot the check: its citations are checked here only)."""
+    if ANSWER_CHECK in _check_kinds(step):
+        return True
+    return step.get("tool") == "llm" and _note(step).startswith(SUBQUESTION_PREFIX.strip())
+
+
+def _is_synthesis(step: Mapping[str, Any]) -> bool:
+    if SYNTHESIS_CHECK in _check_kinds(step):
+        return True
+    return step.get("tool") == "llm" and _note(step).startswith("synthesis")
+
+
 def _dependencies(step: Mapping[str, Any]) -> set[int]:
     found = {int(item) for item in step.get("depends_on") or []}
     for _, reference in find_references(step.get("args") or {}):
@@ -253,7 +271,7 @@ def build_report(run: StoredRun, lookup: Callable[[str], Chunk | None] | None = 
         "reason"}]}``), ``references`` (each ``{"n", "chunk_id", "document", "start",
         "end", "quote", "match"}``), ``subquestions`` (each ``{"text", "answer_step",
         "steps", "searches": [{"step", "query", "k", "chunk_ids", "status"}], "read",
-        "status", "reason", "detail", "superseded_by", "claims", "started_s",
+        "checked_in_run", "status", "reason", "detail", "superseded_by", "claims", "started_s",
         "ended_s"}``; times in seconds from the run's start), ``synthesis_step``,
         ``replans``, ``plan_versions`` and ``spend`` (``{"model_calls",
         "model_input_tokens", "model_output_tokens", "model_cost_usd", "total_usd",
@@ -276,10 +294,8 @@ def build_report(run: StoredRun, lookup: Callable[[str], Chunk | None] | None = 
         if record.get("started_at") is not None
     ]
     origin = min(starts) if starts else None
-    answer_ids = [i for i, step in sorted(plan_steps.items()) if ANSWER_CHECK in _check_kinds(step)]
-    synthesis_ids = [
-        i for i, step in sorted(plan_steps.items()) if SYNTHESIS_CHECK in _check_kinds(step)
-    ]
+    answer_ids = [i for i, step in sorted(plan_steps.items()) if _is_answer(step)]
+    synthesis_ids = [i for i, step in sorted(plan_steps.items()) if _is_synthesis(step)]
 
     subquestions: list[dict[str, Any]] = []
     for answer_id in answer_ids:
@@ -318,6 +334,7 @@ def build_report(run: StoredRun, lookup: Callable[[str], Chunk | None] | None = 
                 "steps": branch,
                 "searches": searches,
                 "read": read_ids,
+                "checked_in_run": ANSWER_CHECK in _check_kinds(step),
                 "status": record.get("status", "pending"),
                 "reason": record.get("reason"),
                 "detail": record.get("detail"),
@@ -491,6 +508,11 @@ def _methodology(record: Mapping[str, Any]) -> list[str]:
         if item["read"]:
             lines.append(f"   - read {len(item['read'])} chunk(s)")
         lines.append(f"   - answer (step {item['answer_step']}): {_outcome(item)}")
+        if not item["checked_in_run"]:
+            lines.append(
+                "   - the plan gave this answer no citations_supported check: its citations "
+                "were checked for this report only, and unsupported ones are not referenced"
+            )
     if not subquestions:
         lines.append("No subquestion was planned.")
     lines.append("")
@@ -549,11 +571,15 @@ def _outcome(item: Mapping[str, Any]) -> str:
     status = item["status"]
     if status == "succeeded":
         citations = [c for claim in item["claims"] for c in claim["citations"]]
-        normalized = sum(1 for c in citations if c["match"] == "normalized")
-        return (
-            f"{len(item['claims'])} claim(s), {len(citations)} citation(s) found in their "
-            f"chunks ({len(citations) - normalized} exact, {normalized} after normalisation)"
+        found = [c for c in citations if c["supported"]]
+        normalized = sum(1 for c in found if c["match"] == "normalized")
+        text = (
+            f"{len(item['claims'])} claim(s), {len(found)} citation(s) found in their "
+            f"chunks ({len(found) - normalized} exact, {normalized} after normalisation)"
         )
+        if len(found) < len(citations):
+            text += f", {len(citations) - len(found)} not found (not referenced)"
+        return text
     text = f"{status} ({item['reason']})" if item["reason"] else status
     if item["detail"]:
         text += f": {item['detail']}"

@@ -336,3 +336,22 @@ def test_a_run_without_a_synthesis_makes_no_answer_up() -> None:
     assert (
         "No answer: the run ended escalated (replan caps). Nothing was made up" in report.markdown
     )
+
+
+def test_an_answer_the_plan_left_unchecked_is_checked_for_the_report() -> None:
+    run = stored_run()
+    steps = [dict(step) for step in PLAN["steps"]]
+    steps[2] = {key: value for key, value in steps[2].items() if key != "check"}
+    unchecked = dict(run.steps)
+    unchecked[3] = {**unchecked[3], "result": answer("f10.md#4", "air is to water")}
+    report = build_report(
+        StoredRun(**{**run.__dict__, "plan": {**PLAN, "steps": steps}, "steps": unchecked})
+    )
+    first = report.record["subquestions"][0]
+    assert (first["answer_step"], first["checked_in_run"]) == (3, False)
+    assert first["claims"][0]["citations"][0]["reason"] == "quote_not_found"
+    assert (
+        "   - answer (step 3): 1 claim(s), 0 citation(s) found in their chunks (0 exact, 0 "
+        "after normalisation), 1 not found (not referenced)"
+    ) in report.markdown
+    assert "the plan gave this answer no citations_supported check" in report.markdown

@@ -81,6 +81,7 @@ def test_subquestion_branches_run_at_the_same_time(tmp_path: Path, index: Path) 
     scripted = ScriptedResearch()
     with MessagesServer(default=scripted, ttft=0.25) as server:
         result = research(server, tmp_path, index)
+        models = sorted({request.json["model"] for request in server.message_requests})
     assert result.exit_code == 0, result.output
     assert result.output.startswith(
         "corpus " + str(CORPUS) + ": 10 document(s), 135 chunk(s); index "
@@ -90,6 +91,8 @@ def test_subquestion_branches_run_at_the_same_time(tmp_path: Path, index: Path) 
         result.output
     )
     assert scripted.answers == {0: 1, 1: 1, 2: 1, 3: 1}
+    # the planner's model plans; the llm steps use the smaller executor model
+    assert models == ["claude-haiku-4-5", "claude-sonnet-4-6"]
     with open_store(tmp_path / "runs.sqlite3") as store:
         [run] = store.runs()
         steps = store.steps(run.run_id)
