@@ -347,18 +347,17 @@ def _run(
     import anyio
 
     from plandag.cli.agent_store import SessionRecorder, record_agent_run
-    from plandag.cli.app import _boundary
+    from plandag.cli.app import _boundary, _registry
     from plandag.cli.plan_command import _client
     from plandag.cli.signals import Interruptible, exit_code_for_signal
     from plandag.cli.store_command import open_cli_store, run_options, trace_factory
     from plandag.cli.watchdog import deadline_guard
-    from plandag.errors import InputError, ToolLoadError
+    from plandag.errors import InputError
     from plandag.executors import ModelAccess
     from plandag.jobs.research.corpus import Corpus
     from plandag.jobs.research.planning import (
         RESEARCH_CONTEXT,
         research_params,
-        research_registry,
     )
     from plandag.jobs.research.report import build_report, load_run
     from plandag.jobs.research.tools import use_corpus
@@ -388,12 +387,7 @@ def _run(
     )
     for document in skipped:
         stderr.print(f"skipped {document.path}: {document.error}", markup=False, highlight=False)
-    registry = research_registry()
-    for file in dict.fromkeys(tools or []):
-        try:
-            registry.load_file(file)
-        except ToolLoadError as error:
-            _fail(str(error))
+    registry = _registry(tools, applications=("research",), resolve_installed=False)
     boundary = _boundary(settings["write_boundary"], Path.cwd())
     limits = _limits(settings)
     print_brakes(settings, boundary_words(None, folder))

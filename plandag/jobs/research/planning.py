@@ -23,7 +23,6 @@ from plandag.jobs.research.citations import ANSWER_SCHEMA, SYNTHESIS_SCHEMA
 from plandag.tools.registry import Registry, default_registry
 
 __all__ = [
-    "CORE_MODULES",
     "RESEARCH_CONTEXT",
     "SUBQUESTION_PREFIX",
     "research_params",
@@ -63,37 +62,19 @@ words or a larger k, a new read, a new answer step with the same note) and a new
 step over the answers that stand; keep the completed branches."""
 """The trusted context given to the planner for every research question."""
 
-CORE_MODULES: Final = ("plandag.tools", "plandag.executors", "plandag.checks")
-"""Modules whose tools and checks every job's planner sees (the built-ins)."""
-
 
 def research_params() -> dict[str, Any]:
     """The params of a research run: the answer and synthesis schemas (JSON Schema)."""
     return {"answer_schema": ANSWER_SCHEMA, "synthesis_schema": SYNTHESIS_SCHEMA}
 
 
-def _core_or_research(module: str) -> bool:
-    return module.startswith((*CORE_MODULES, "plandag.jobs.research"))
-
-
-def research_registry(base: Registry | None = None) -> Registry:
+def research_registry() -> Registry:
     """The tools and checks a research planner is given: the built-ins (files, HTTP, the
-    model-backed ``llm``) and the research job's, not the other installed jobs' (a user's
-    ``--tools`` files are loaded into it afterwards).
+    model-backed ``llm``) and this job's (the ``research`` entry point), not the other
+    installed applications' (``default_registry(("research",), resolve_installed=False)``;
+    a user's ``--tools`` files are loaded into it afterwards).
 
-    Args:
-        base: the registry to choose from (default :func:`default_registry`, whose entry
-            points provide the research tools).
-
-    Returns:
-        A new registry.
+    Raises:
+        ToolLoadError: the research entry point is not installed (reinstall plandag).
     """
-    source = base if base is not None else default_registry()
-    return Registry(
-        [item for item in source.tools.values() if _core_or_research(item.function.__module__)],
-        [
-            definition
-            for definition in source.checks.values()
-            if _core_or_research(definition.function.__module__)
-        ],
-    )
+    return default_registry(("research",), resolve_installed=False)
