@@ -171,7 +171,8 @@ def _first_sentence(text: str) -> str:
 
 class ScriptedResearch:
     """A responder playing the planner, the replanner and the executor model of a research
-    run (see the module docstring).
+    run (see the module docstring), for :class:`~plandag.testing.MessagesServer` and
+    :class:`~plandag.testing.ChatCompletionsServer` alike.
 
     Args:
         question, subquestions: the plan's question and subquestions.
@@ -201,13 +202,8 @@ class ScriptedResearch:
 
     def __call__(self, body: dict[str, Any]) -> ScriptedResponse:
         """The reply to one request (``body``: its JSON)."""
-        system = body.get("system")
-        system_text = (
-            system
-            if isinstance(system, str)
-            else " ".join(str(block.get("text", "")) for block in system or [])
-        )
-        user = _user_text(body)
+        system_text = _text_of(body, "system")
+        user = _text_of(body, "user")
         if "You are the planner of plandag" in system_text:
             with self._lock:
                 self.planner_requests += 1
@@ -264,11 +260,17 @@ class ScriptedResearch:
         return {"answer": f"In short: {text}", "claims": claims}
 
 
-def _user_text(body: Mapping[str, Any]) -> str:
-    """The text of the request's user messages, joined."""
+def _text_of(body: Mapping[str, Any], role: str) -> str:
+    """The text of the request's ``role`` messages, joined: ``system`` is the Messages API's
+    ``system`` field or an OpenAI-compatible ``system`` message; ``user`` the user messages."""
     parts: list[str] = []
+    system = body.get("system") if role == "system" else None
+    if isinstance(system, str):
+        parts.append(system)
+    elif isinstance(system, list):
+        parts.extend(str(block.get("text", "")) for block in system if isinstance(block, dict))
     for message in body.get("messages") or []:
-        if message.get("role") != "user":
+        if message.get("role") != role:
             continue
         content = message.get("content")
         if isinstance(content, str):

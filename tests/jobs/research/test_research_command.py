@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from plandag.cli.research_command import register
 from plandag.jobs.research.scripted import FABRICATED_QUOTE, QUESTION, ScriptedResearch
 from plandag.store import open_store
-from plandag.testing import MessagesServer
+from plandag.testing import ChatCompletionsServer, MessagesServer
 
 REPO = Path(__file__).resolve().parents[3]
 CORPUS = REPO / "examples" / "research" / "corpus"
@@ -38,6 +38,7 @@ def clean(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv("all_proxy", raising=False)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "out").mkdir()
 
@@ -236,3 +237,36 @@ def test_the_readme_offline_example_runs(tmp_path: Path, index: Path) -> None:
     # the README's tokens per question, within 15 % (the planner's prompt grows with tools)
     [figure] = re.findall(r"\*\*([0-9,]+) in all\*\*", readme)
     assert record["spend"]["total_tokens"] == pytest.approx(int(figure.replace(",", "")), rel=0.15)
+
+
+def test_a_local_openai_compatible_server_plans_and_answers(tmp_path: Path, index: Path) -> None:
+    scripted = ScriptedResearch(fabricate=[0])
+    with ChatCompletionsServer(default=scripted) as server:
+        result = invoke(
+            [
+                QUESTION,
+                "--corpus",
+                str(CORPUS),
+                "--index",
+                str(index),
+                "--output",
+                "out/report.md",
+                "--provider",
+                "openai",
+                "--base-url",
+                server.url + "/v1",
+                "--model",
+                "local-model",
+                "--store",
+                str(tmp_path / "runs.sqlite3"),
+            ],
+            key=None,  # a local server needs no key
+        )
+        models = {request.json["model"] for request in server.message_requests}
+    assert result.exit_code == 0, result.output
+    assert models == {"local-model"}  # the planner's model does the llm steps too
+    assert scripted.answers == {0: 2, 1: 1, 2: 1, 3: 1}  # the fabricated answer was replanned
+    record = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
+    assert record["status"] == "succeeded"
+    assert record["subquestions"][0]["status"] == "failed"
+    assert len(record["references"]) == 4
