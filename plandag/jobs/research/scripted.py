@@ -35,6 +35,7 @@ __all__ = [
     "Subquestion",
     "replan_patch",
     "research_plan",
+    "synthesis_patch",
 ]
 
 
@@ -161,6 +162,22 @@ def replan_patch(
     return {"g": question, "s": steps, "o": json.dumps(f"<step_{first + 3}_result>")}
 
 
+def synthesis_patch(
+    replan_number: int = 1,
+    question: str = QUESTION,
+    subquestions: Sequence[Subquestion] = SUBQUESTIONS,
+) -> dict[str, Any]:
+    """The scripted replanner's patch after the synthesis failed its check: one new
+    synthesis over the same answers (the id after every earlier step)."""
+    step_id = 3 * len(subquestions) + 2 + 4 * (replan_number - 1)
+    answers = [3 * i + 3 for i in range(len(subquestions))]
+    return {
+        "g": question,
+        "s": [_synthesis(step_id, answers, question)],
+        "o": json.dumps(f"<step_{step_id}_result>"),
+    }
+
+
 def _first_sentence(text: str) -> str:
     """The first sentence of ``text`` with at least six words (or its first 12 words)."""
     for sentence in re.split(r"(?<=[.;:?!])\s+", text):
@@ -177,6 +194,10 @@ class ScriptedResearch:
     Args:
         question, subquestions: the plan's question and subquestions.
         fabricate: 0-based subquestions whose first answer cites a fabricated quote.
+        fabricate_always: their every answer does (the branch never gets through).
+        stray_synthesis: the first synthesis cites words of a chunk that no answer cited
+            (the first five words of each answer's first quote), which
+            ``synthesis_citations`` refuses.
 
     Attributes:
         planner_requests: planner and replanner requests answered.
@@ -190,14 +211,18 @@ class ScriptedResearch:
         subquestions: Sequence[Subquestion] = SUBQUESTIONS,
         *,
         fabricate: Sequence[int] = (),
+        fabricate_always: bool = False,
+        stray_synthesis: bool = False,
     ) -> None:
         self.question = question
         self.subquestions = tuple(subquestions)
         self.fabricate = frozenset(fabricate)
+        self.fabricate_always = fabricate_always
+        self.stray_synthesis = stray_synthesis
         self.planner_requests = 0
         self.answers: dict[int, int] = {}
         self.syntheses = 0
-        self._failed: list[int] = []
+        self._failed: list[int | None] = []  # what each replan is for (None: the synthesis)
         self._lock = threading.Lock()
 
     def __call__(self, body: dict[str, Any]) -> ScriptedResponse:
@@ -212,18 +237,24 @@ class ScriptedResearch:
             if number == 1:
                 return ScriptedResponse.json(research_plan(self.question, self.subquestions))
             target = failed[number - 2] if len(failed) >= number - 1 else 0
-            patch = replan_patch(target, number - 1, self.question, self.subquestions)
+            if target is None:
+                patch = synthesis_patch(number - 1, self.question, self.subquestions)
+            else:
+                patch = replan_patch(target, number - 1, self.question, self.subquestions)
             return ScriptedResponse.json(patch)
         if _SYNTHESIS_MARK in user:
             with self._lock:
                 self.syntheses += 1
-            return ScriptedResponse.json(self._synthesis(user))
+                stray = self.stray_synthesis and self.syntheses == 1
+                if stray:
+                    self._failed.append(None)
+            return ScriptedResponse.json(self._synthesis(user, stray))
         for index, subquestion in enumerate(self.subquestions):
             if subquestion.text in user:
                 with self._lock:
                     count = self.answers.get(index, 0) + 1
                     self.answers[index] = count
-                    fabricated = index in self.fabricate and count == 1
+                    fabricated = index in self.fabricate and (count == 1 or self.fabricate_always)
                     if fabricated:
                         self._failed.append(index)
                 return ScriptedResponse.json(self._answer(user, fabricated))
@@ -247,17 +278,26 @@ class ScriptedResearch:
             )
         return {"claims": claims}
 
-    def _synthesis(self, user: str) -> dict[str, Any]:
-        claims = []
+    def _synthesis(self, user: str, stray: bool) -> dict[str, Any]:
+        claims: list[Any] = []
         for block in parse_data_blocks(user):
             value = block.value
             answers = value.get("answers") if isinstance(value, Mapping) else None
             for answer in answers if isinstance(answers, list) else []:
                 found = answer.get("claims") if isinstance(answer, Mapping) else None
                 if isinstance(found, list) and found:
-                    claims.append(found[0])
+                    claims.append(_stray(found[0]) if stray else found[0])
         text = " ".join(str(claim.get("claim", "")) for claim in claims)
         return {"answer": f"In short: {text}", "claims": claims}
+
+
+def _stray(claim: Any) -> Any:
+    """``claim`` citing the first five words of its quote instead of the whole quote."""
+    if not isinstance(claim, Mapping) or not claim.get("citations"):
+        return claim
+    citation = claim["citations"][0]
+    words = " ".join(str(citation.get("quote", "")).split()[:5])
+    return {**claim, "citations": [{"chunk_id": citation.get("chunk_id"), "quote": words}]}
 
 
 def _text_of(body: Mapping[str, Any], role: str) -> str:

@@ -270,3 +270,46 @@ def test_a_local_openai_compatible_server_plans_and_answers(tmp_path: Path, inde
     assert record["status"] == "succeeded"
     assert record["subquestions"][0]["status"] == "failed"
     assert len(record["references"]) == 4
+
+
+def test_a_synthesis_citing_a_quote_no_answer_passed_is_replanned_alone(
+    tmp_path: Path, index: Path
+) -> None:
+    scripted = ScriptedResearch(stray_synthesis=True)
+    with MessagesServer(default=scripted) as server:
+        result = research(server, tmp_path, index)
+    assert result.exit_code == 0, result.output
+    assert scripted.answers == {0: 1, 1: 1, 2: 1, 3: 1}  # no answer asked again
+    assert scripted.syntheses == 2
+    with open_store(tmp_path / "runs.sqlite3") as store:
+        [run] = store.runs()
+        steps = store.steps(run.run_id)
+    first = steps[13]
+    assert (first.status, first.reason, first.superseded_by) == ("failed", "check_failed", [14])
+    assert "check synthesis_citations failed" in str(first.detail)
+    assert "not_cited_in_answers" in str(first.detail)
+    assert steps[14].status == "succeeded"
+    record = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
+    assert record["synthesis_step"] == 14
+    assert record["replans"][0]["replaced"] == [13]
+    assert len(record["references"]) == 4
+
+
+def test_a_branch_that_never_gets_through_escalates_with_no_answer_made_up(
+    tmp_path: Path, index: Path
+) -> None:
+    scripted = ScriptedResearch(fabricate=[3], fabricate_always=True)
+    with MessagesServer(default=scripted) as server:
+        result = research(server, tmp_path, index)
+    assert result.exit_code == 5, result.output  # escalated to a person
+    assert scripted.answers[3] == 3  # the same subquestion failed three times
+    record = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
+    assert (record["status"], record["answer"], record["references"]) == ("escalated", None, [])
+    assert [s["status"] for s in record["subquestions"] if s["text"].startswith("What did")] == [
+        "failed",
+        "failed",
+        "failed",
+    ]
+    markdown = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+    assert "No answer: the run ended escalated" in markdown
+    assert "Nothing was made up" in markdown
