@@ -273,6 +273,7 @@ def build_report(run: StoredRun, lookup: Callable[[str], Chunk | None] | None = 
         "steps", "searches": [{"step", "query", "k", "chunk_ids", "status"}], "read",
         "checked_in_run", "status", "reason", "detail", "superseded_by", "claims", "started_s",
         "ended_s"}``; times in seconds from the run's start), ``synthesis_step``,
+        ``answers_at_once`` (the most answer steps running at one instant),
         ``replans``, ``plan_versions`` and ``spend`` (``{"model_calls",
         "model_input_tokens", "model_output_tokens", "model_cost_usd", "total_usd",
         "total_tokens", "executor_usd", "executor_tokens", "seconds"}``).
@@ -409,6 +410,12 @@ def build_report(run: StoredRun, lookup: Callable[[str], Chunk | None] | None = 
         "executor_tokens": max(run.spent_tokens - model_in - model_out, 0),
         "steps_seconds": round(max(ends) - origin, 3) if ends and origin is not None else None,
     }
+    intervals = [
+        (float(run.steps[i]["started_at"]), float(run.steps[i]["ended_at"]))
+        for i in answer_ids
+        if run.steps.get(i, {}).get("started_at") is not None
+        and run.steps.get(i, {}).get("ended_at") is not None
+    ]
     record = {
         "run_id": run.run_id,
         "question": run.question,
@@ -419,6 +426,7 @@ def build_report(run: StoredRun, lookup: Callable[[str], Chunk | None] | None = 
         "references": references,
         "subquestions": subquestions,
         "synthesis_step": synthesis_id,
+        "answers_at_once": _most_at_once(intervals),
         "replans": [
             {
                 "number": replan.get("number"),
@@ -516,6 +524,12 @@ def _methodology(record: Mapping[str, Any]) -> list[str]:
     if not subquestions:
         lines.append("No subquestion was planned.")
     lines.append("")
+    if record["answers_at_once"]:
+        lines += [
+            f"At most {record['answers_at_once']} answer step(s) ran at the same time "
+            "(from the steps' recorded start and end times).",
+            "",
+        ]
     synthesis = record["synthesis_step"]
     if synthesis is not None:
         lines += [
@@ -558,6 +572,16 @@ def _methodology(record: Mapping[str, Any]) -> list[str]:
         "",
     ]
     return lines
+
+
+def _most_at_once(intervals: Sequence[tuple[float, float]]) -> int:
+    """The most ``[start, end)`` intervals that hold one instant in common."""
+    events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    most = current = 0
+    for _, change in events:  # an end sorts before a start at the same instant
+        current += change
+        most = max(most, current)
+    return most
 
 
 def _added_by_replan(item: Mapping[str, Any], replans: Sequence[Mapping[str, Any]]) -> int | None:

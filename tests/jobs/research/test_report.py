@@ -255,6 +255,7 @@ def test_the_record_follows_the_plan_and_the_store() -> None:
         }
     ]
     assert record["synthesis_step"] == 11
+    assert record["answers_at_once"] == 2  # steps 3 and 6 overlapped; 10 ran after them
     # offsets computed from the chunk the run read: chunk start + position in the chunk
     assert record["references"] == [
         {

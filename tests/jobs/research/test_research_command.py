@@ -111,6 +111,8 @@ def test_subquestion_branches_run_at_the_same_time(tmp_path: Path, index: Path) 
     assert len(record["references"]) == 4
     markdown = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
     assert "The question was planned as 4 subquestion(s)" in markdown
+    assert record["answers_at_once"] == 4
+    assert "At most 4 answer step(s) ran at the same time" in markdown
     assert "Nothing failed; no replan." in markdown
 
 
