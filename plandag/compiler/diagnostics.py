@@ -58,7 +58,14 @@ from typing import Literal
 
 from plandag.compiler.limits import MAX_DIAGNOSTICS
 
-__all__ = ["DIAGNOSTIC_CODES", "Diagnostic", "DiagnosticCollector", "Severity", "printable"]
+__all__ = [
+    "DIAGNOSTIC_CODES",
+    "OUT_OF_REGISTRY_CODES",
+    "Diagnostic",
+    "DiagnosticCollector",
+    "Severity",
+    "printable",
+]
 
 Severity = Literal["error", "warning"]
 
@@ -92,6 +99,10 @@ DIAGNOSTIC_CODES: dict[str, Severity] = {
     "diagnostics_omitted": "error",
     "warnings_omitted": "warning",
 }
+
+OUT_OF_REGISTRY_CODES = frozenset({"unknown_tool", "unknown_check"})
+"""The codes of a plan that names a tool or a check kind the registry does not have: on a
+model's plan, an out-of-registry alert (README, "Figures for operations")."""
 
 
 def printable(text: str) -> str:

@@ -49,7 +49,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
@@ -73,6 +73,7 @@ from plandag.approval.steps import StepDecision, edited_args, step_decisions
 from plandag.brakes import Unlimited
 from plandag.compiler import DEFAULT_MAX_STEPS, CompiledPlan, Diagnostic, compile_plan
 from plandag.compiler.compiled import allowed_hosts
+from plandag.compiler.diagnostics import OUT_OF_REGISTRY_CODES
 from plandag.dag.plan import ParamSpec, Plan
 from plandag.dag.references import find_references
 from plandag.errors import PlanBudgetError, PlanError
@@ -135,6 +136,10 @@ from plandag.scheduler.runner import RunLimits
 from plandag.scheduler.session import RunSession, SessionState, open_session
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
+
+if TYPE_CHECKING:
+    from plandag.library.catalog import PlanLibrary
+    from plandag.library.runner import LibraryOutcome
 
 __all__ = [
     "Agent",
@@ -234,6 +239,16 @@ class AgentResult:
             (:meth:`Agent.tell`, ``plandag tell``), in the order received.
         plan_estimates: the estimate of each plan version, in the order of
             ``plan_versions`` (None for a version that was not estimated).
+        tainted_steps: ids of the run's steps whose literal args a model wrote after
+            reading outside content (a replan shown tainted results or failures;
+            ARCHITECTURE.md, "Untrusted content"), sorted.
+        alerts: the out-of-registry diagnostics of every plan, repair and replan the model
+            wrote in the run (``unknown_tool``, ``unknown_check``: the model named a tool or
+            a check that is not registered), those a repair fixed included, in order.
+        routing_calls: every attempt of the routing call (the executor model picking a
+            plan library entry; not in ``llm_calls``), in order.
+        library: what the plan library did in the run (the task type, how the plan was
+            found, the version saved), or None when the agent has no library.
     """
 
     status: RunStatus
@@ -254,6 +269,10 @@ class AgentResult:
     amendments: tuple[PlanAmendment, ...] = ()
     instructions: tuple[Instruction, ...] = ()
     plan_estimates: tuple[PlanEstimate | None, ...] = ()
+    tainted_steps: tuple[int, ...] = ()
+    alerts: tuple[Diagnostic, ...] = ()
+    routing_calls: tuple[CallRecord, ...] = ()
+    library: LibraryOutcome | None = None
 
     @property
     def first_tool_start_s(self) -> float | None:
@@ -270,7 +289,8 @@ class AgentResult:
         """The RunResult's JSON (:meth:`RunResult.to_json_dict`, ``status`` replaced by
         :attr:`status`) plus ``answer``, ``replans``, ``plan_versions`` (verbose Plan
         JSON), ``llm_calls``, ``join``, ``error``, ``gave_up``, ``diagnostics``,
-        ``output_tokens_per_step``."""
+        ``output_tokens_per_step``, ``alerts``, ``routing_calls`` (apart from
+        ``llm_calls``), ``routing_cost_usd``, ``planner_cost_usd`` and ``library``."""
         document = self.run.to_json_dict()
         document["status"] = self.status
         document["answer"] = to_jsonable(self.answer)
@@ -317,6 +337,11 @@ class AgentResult:
         ]
         document["revisions"] = list(self.revisions)
         document["instructions"] = [item.as_dict() for item in self.instructions]
+        document["alerts"] = [diagnostic.as_dict() for diagnostic in self.alerts]
+        document["planner_cost_usd"] = sum(record.cost_usd for record in self.llm_calls)
+        document["routing_calls"] = [_call_json(record) for record in self.routing_calls]
+        document["routing_cost_usd"] = sum(record.cost_usd for record in self.routing_calls)
+        document["library"] = self.library.as_dict() if self.library is not None else None
         return document
 
 
@@ -483,6 +508,21 @@ class Agent:
         models: the model client the plan's ``llm`` and ``agent`` steps call
             (:class:`~plandag.executors.ModelAccess`); None: such a step fails saying to
             give one.
+        library: the plan library (:class:`plandag.library.PlanLibrary`): a run reuses
+            the latest plan of its task type with no model call (``run(task_type=...)``),
+            or, without a task type, one routing call to ``executor_model`` picks a
+            library entry and fills its params; the planner is called only for a new task
+            type or when a reused plan fails, and a plan that succeeded is saved there
+            under its task type (README, "The plan library"). None (the default): every
+            run is planned, nothing is saved.
+        executor_model: the small model of the routing call; None: ``claude-haiku-4-5``
+            with the Anthropic provider, else ``model`` (setting ``executor_model``).
+        on_alert: called with each out-of-registry alert as a dict (the planner named a
+            tool or check that is not registered; :mod:`plandag.library.alerts`), like
+            ``on_escalation``; None: ``on_escalation``'s hooks, when given. Every alert
+            is also a warning in the ``plandag.planner`` log, an OpenTelemetry metric
+            (with the ``otel`` extra), and with a library an ``out_of_registry`` event in
+            its store.
 
     Raises:
         ValueError: a cap out of range, or an ``approve`` that is neither an approver nor
@@ -527,6 +567,9 @@ class Agent:
         on_escalation: Callable[[dict[str, Any]], Any] | None = None,
         tool_durations: Mapping[str, float] | None = None,
         models: ModelAccess | None = None,
+        library: PlanLibrary | None = None,
+        executor_model: str | None = None,
+        on_alert: Callable[[dict[str, Any]], Any] | None = None,
     ) -> None:
         if max_blocked is not None and max_blocked < 1:
             raise ValueError(f"max_blocked must be >= 1 or None, not {max_blocked}")
@@ -592,6 +635,9 @@ class Agent:
         self.on_escalation = on_escalation
         self.tool_durations: Mapping[str, float] = dict(tool_durations or {})
         self.models = models
+        self.library = library
+        self.executor_model = executor_model
+        self.on_alert = on_alert
         self._stored: dict[tuple[Registry, bool, int, str], CompiledPlan] = {}
         self._running: dict[str, _AgentRun] = {}
         self._running_lock = threading.Lock()
@@ -772,9 +818,58 @@ class Agent:
         *,
         plan: Plan | None = None,
         run_id: str | None = None,
+        task_type: str | None = None,
     ) -> AgentResult:
         """Plan ``goal``, have the plan approved when it needs it, run it, replan what
         fails within the caps, join (arguments and result as :meth:`run_once`).
+
+        With a plan library (``library=``) and no ``plan``, the plan comes from it when it
+        can (README, "The plan library"): ``task_type`` given, its latest admitted plan
+        runs with no model call (a new task type is planned, and saved under it once it
+        succeeded); no ``task_type``, one routing call to ``executor_model`` picks an
+        entry and fills its params (:func:`plandag.library.run_task`). The result's
+        ``library`` says what happened, ``routing_calls`` holds the routing call.
+
+        Raises:
+            ValueError: ``task_type`` without a library, or with ``plan``.
+            InputError: a ``task_type`` that is not a valid name.
+        """
+        if task_type is not None and self.library is None:
+            raise ValueError(
+                "Agent.run: task_type needs a plan library; pass library=PlanLibrary(store) "
+                "to Agent"
+            )
+        if self.library is not None and plan is None:
+            from plandag.library.runner import run_task
+
+            return await run_task(self, goal, context, params, task_type=task_type, run_id=run_id)
+        if task_type is not None:
+            raise ValueError("Agent.run: give either plan= or task_type=, not both")
+        result = await self.run_revised(goal, context, params, plan=plan, run_id=run_id)
+        if result.alerts:
+            from plandag.library.alerts import report_alerts
+
+            await report_alerts(result.alerts, run_id=result.run.run_id, hooks=self.alert_hooks())
+        return result
+
+    def alert_hooks(self) -> Any:
+        """The hooks an out-of-registry alert calls (``on_alert``, else ``on_escalation``),
+        as :class:`plandag.escalation.EscalationHooks`, or None."""
+        from plandag.escalation import as_hooks
+
+        return as_hooks(self.on_alert if self.on_alert is not None else self.on_escalation)
+
+    async def run_revised(
+        self,
+        goal: str,
+        context: str = "",
+        params: Mapping[str, Any] | None = None,
+        *,
+        plan: Plan | None = None,
+        run_id: str | None = None,
+    ) -> AgentResult:
+        """:meth:`run` without the plan library: plan ``goal`` (or run ``plan``), have the
+        plan approved, run it, replan, join; a rejection sends it back to the planner.
 
         A rejected plan goes back to the planner with the person's feedback, verbatim, as
         the instruction for the revision (and the rejected plan), at most
@@ -876,6 +971,7 @@ class Agent:
                 models=self.models,
             ) as session:
                 session_ref.append(session)
+                run.session = session
                 run.watch = watch
                 run.loop_thread = threading.get_ident()
                 with self._running_lock:
@@ -978,6 +1074,7 @@ class Agent:
                 models=self.models,
             ) as session:
                 session_ref.append(session)
+                run.session = session
                 run.watch = watch
                 run.loop_thread = threading.get_ident()
                 with self._running_lock:
@@ -1083,6 +1180,9 @@ class _AgentRun:
         self.down_seen = 0
         """Dependencies down at the previous replan (a new one makes the next total)."""
         self.estimates: list[PlanEstimate | None] = []
+        self.session: RunSession | None = None
+        self.failed_attempts: tuple[Any, ...] = ()
+        """The attempts of a first plan that never compiled (their diagnostics are alerts)."""
         agent_ = agent
         self.planner = Planner(
             agent_.client,
@@ -1160,6 +1260,7 @@ class _AgentRun:
             raise _PlanningFailed from None
         except PlannerGaveUp as error:
             self.diagnostics = tuple(error.diagnostics)
+            self.failed_attempts = tuple(error.attempts)
             self.plan_did_not_compile = True
             self.fail("failed", type(error).__name__, str(error))
             raise _PlanningFailed from None
@@ -1733,8 +1834,21 @@ class _AgentRun:
 
     # -- the result ----------------------------------------------------------------------------
 
+    def alerts(self) -> tuple[Diagnostic, ...]:
+        """The out-of-registry diagnostics of every plan, repair and replan the model wrote
+        in the run, in order (those a repair fixed included)."""
+        attempts = self.outcome.attempts if self.outcome is not None else self.failed_attempts
+        found = [item for attempt in attempts for item in attempt.diagnostics]
+        found.extend(item for record in self.replans for item in record.diagnostics)
+        return tuple(item for item in found if item.code in OUT_OF_REGISTRY_CODES)
+
     def result(self, run: RunResult) -> AgentResult:
         """The :class:`AgentResult` of the closed session's ``run``."""
+        tainted: tuple[int, ...] = ()
+        if self.session is not None:
+            tainted = tuple(
+                sorted(key for key, step in self.session.steps.items() if step.tainted_literals)
+            )
         status = self.status if self.status is not None else run.status
         if self.gave_up is not None and status in ("succeeded", "failed"):
             status = "gave_up"  # e.g. a model call failed past its retries
@@ -1764,4 +1878,6 @@ class _AgentRun:
                 self.estimates[index] if index < len(self.estimates) else None
                 for index in range(len(self.versions))
             ),
+            tainted_steps=tainted,
+            alerts=self.alerts(),
         )

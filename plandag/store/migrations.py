@@ -201,6 +201,48 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX step_decision_run ON step_decision (run_id, version)",
         ),
     ),
+    Migration(
+        5,
+        "the plan library (versions of plans by task type) and the runs of each task type",
+        (
+            # status: admitted (reused by runs) | pending (waits for `plandag library approve`)
+            """CREATE TABLE library_plan (
+    task_type TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    plan TEXT NOT NULL,
+    plan_hash TEXT NOT NULL,
+    params TEXT NOT NULL,
+    tools TEXT NOT NULL,
+    goal TEXT,
+    status TEXT NOT NULL,
+    reason TEXT,
+    source_run TEXT,
+    approved_by TEXT,
+    approved_at REAL,
+    created REAL NOT NULL,
+    PRIMARY KEY (task_type, version)
+)""",
+            # one row per run that went through the library (task_type '' when it had none)
+            """CREATE TABLE task_run (
+    run_id TEXT PRIMARY KEY,
+    task_type TEXT NOT NULL,
+    version INTEGER,
+    how TEXT NOT NULL,
+    status TEXT NOT NULL,
+    replans INTEGER NOT NULL,
+    escalated INTEGER NOT NULL,
+    spent_usd REAL NOT NULL,
+    planner_calls INTEGER NOT NULL,
+    planner_usd REAL NOT NULL,
+    routing_calls INTEGER NOT NULL,
+    routing_usd REAL NOT NULL,
+    alerts INTEGER NOT NULL,
+    duration_s REAL,
+    time REAL NOT NULL
+)""",
+            "CREATE INDEX task_run_type ON task_run (task_type, time)",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 """The schema version this release writes."""

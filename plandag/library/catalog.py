@@ -1,0 +1,527 @@
+"""The plan library's tables in the run store: versions of plans by task type, and the runs
+of each task type (README, "The plan library").
+
+A *task type* is a name for a kind of task (``invoice_total``). Each of its *versions* is a
+whole plan (the plan format, with its ``params``) saved once a run of it succeeded; a version
+is ``admitted`` (runs reuse the latest admitted one) or ``pending`` (it waits for a person:
+``plandag library approve``). Versions are numbered from 1 and never renumbered; removing
+one leaves a gap.
+
+Every run that went through the library (a plan reused, routed, or planned for a task type)
+leaves one ``task_run`` row: how the plan was found, the run's status, its replans, spend and
+model calls (planner calls and routing calls apart). :mod:`plandag.library.stats` reads them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from plandag.dag.plan import Plan
+from plandag.errors import InputError
+from plandag.store.store import Store, store_json
+
+__all__ = [
+    "HOW",
+    "LibraryPlan",
+    "PlanLibrary",
+    "TaskRun",
+    "TaskTypeSummary",
+    "check_task_type",
+]
+
+VersionStatus = Literal["admitted", "pending"]
+
+HOW: tuple[str, ...] = ("library", "routed", "planned")
+"""How a run found its plan: ``library`` (``--task-type``: the latest version, no model
+call), ``routed`` (the routing call picked the task type), ``planned`` (the planner wrote
+it: a new task type, or a run without one)."""
+
+_NAME_LIMIT = 64
+
+
+def check_task_type(name: str) -> str:
+    """``name`` checked as a task type: 1 to 64 characters of letters, digits, ``_``, ``-``
+    and ``.``, starting with a letter or digit.
+
+    Raises:
+        InputError: it is not (what was given and an example).
+    """
+    ok = (
+        0 < len(name) <= _NAME_LIMIT
+        and name[0].isascii()
+        and name[0].isalnum()
+        and all(char.isascii() and (char.isalnum() or char in "_-.") for char in name)
+    )
+    if not ok:
+        raise InputError(
+            f"task type {name!r}: give 1 to {_NAME_LIMIT} letters, digits, '_', '-' or '.', "
+            "starting with a letter or digit (e.g. invoice_total)"
+        )
+    return name
+
+
+@dataclasses.dataclass(frozen=True)
+class LibraryPlan:
+    """One version of a task type's plan.
+
+    Attributes:
+        task_type: the task type.
+        version: its number (1, 2, ...).
+        plan: the plan (the plan format, with its params and output).
+        plan_hash: SHA-256 (hex) of the plan's canonical JSON
+            (:func:`plandag.approval.plan_hash` of the plan alone).
+        params: the plan's params (name → their spec as JSON).
+        tools: the tools its steps use, sorted.
+        goal: the goal of the run that produced it.
+        status: ``admitted`` or ``pending``.
+        reason: why it is pending (None when admitted).
+        source_run: the run that produced it (gc keeps it).
+        approved_by: who approved it: a person's name, ``auto`` (the run's ``--approve
+            auto``), ``read-only`` (no step has effects); None while pending.
+        approved_at: when, seconds since the epoch; None while pending.
+        created: when it was saved, seconds since the epoch.
+        uses: runs that reused this version.
+        successes: of those, the runs that succeeded.
+    """
+
+    task_type: str
+    version: int
+    plan: Plan
+    plan_hash: str
+    params: dict[str, Any]
+    tools: tuple[str, ...]
+    goal: str | None
+    status: VersionStatus
+    reason: str | None
+    source_run: str | None
+    approved_by: str | None
+    approved_at: float | None
+    created: float
+    uses: int = 0
+    successes: int = 0
+
+    @property
+    def success_rate(self) -> float | None:
+        """``successes / uses``, or None before any use."""
+        return self.successes / self.uses if self.uses else None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The version as JSON-ready data (the plan in the plan format)."""
+        return {
+            "task_type": self.task_type,
+            "version": self.version,
+            "status": self.status,
+            "reason": self.reason,
+            "plan_hash": self.plan_hash,
+            "params": self.params,
+            "tools": list(self.tools),
+            "goal": self.goal,
+            "source_run": self.source_run,
+            "approved_by": self.approved_by,
+            "approved_at": self.approved_at,
+            "created": self.created,
+            "uses": self.uses,
+            "successes": self.successes,
+            "success_rate": self.success_rate,
+            "plan": self.plan.model_dump(mode="json", exclude_none=True),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskTypeSummary:
+    """A task type as ``plandag library list`` shows it.
+
+    Attributes:
+        task_type: the name.
+        latest: the latest admitted version (what runs reuse), or None when none is.
+        versions: versions kept.
+        pending: versions waiting for a person.
+        params: the latest version's params (name → spec), or {} without one.
+        tools: the tools of the latest version.
+        uses: runs that reused a version of this type.
+        successes: of those, the runs that succeeded.
+    """
+
+    task_type: str
+    latest: int | None
+    versions: int
+    pending: int
+    params: dict[str, Any]
+    tools: tuple[str, ...]
+    uses: int
+    successes: int
+
+    @property
+    def success_rate(self) -> float | None:
+        """``successes / uses``, or None before any use."""
+        return self.successes / self.uses if self.uses else None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready data."""
+        return {
+            "task_type": self.task_type,
+            "latest": self.latest,
+            "versions": self.versions,
+            "pending": self.pending,
+            "params": self.params,
+            "tools": list(self.tools),
+            "uses": self.uses,
+            "successes": self.successes,
+            "success_rate": self.success_rate,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskRun:
+    """One run of a task type (a ``task_run`` row).
+
+    Attributes:
+        run_id: the run.
+        task_type: the task type ("" for a run that had none).
+        version: the library version it reused, or None (planned).
+        how: ``library``, ``routed`` or ``planned`` (:data:`HOW`).
+        status: the run's final status.
+        replans: replans during the run.
+        escalated: the run ended ``escalated``.
+        spent_usd: US dollars: its steps, its planner calls and its routing call.
+        planner_calls: model call attempts of the planner, replanner and joiner.
+        planner_usd: their US dollars.
+        routing_calls: routing call attempts (the executor model picking a task type).
+        routing_usd: their US dollars.
+        alerts: out-of-registry alerts (a tool or check the planner named that is not
+            registered).
+        duration_s: seconds from the run's start to its end (the routing call included).
+        time: when it was recorded, seconds since the epoch.
+    """
+
+    run_id: str
+    task_type: str
+    version: int | None
+    how: str
+    status: str
+    replans: int
+    escalated: bool
+    spent_usd: float
+    planner_calls: int
+    planner_usd: float
+    routing_calls: int
+    routing_usd: float
+    alerts: int
+    duration_s: float | None
+    time: float
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready data."""
+        return dataclasses.asdict(self)
+
+
+_PLAN_COLUMNS = (
+    "task_type, version, plan, plan_hash, params, tools, goal, status, reason, source_run, "
+    "approved_by, approved_at, created"
+)
+
+
+class PlanLibrary:
+    """The plan library in a run store (module docstring).
+
+    Args:
+        store: the open run store (:func:`plandag.store.open_store`); the library uses its
+            connection, from the same thread.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _uses(self, task_type: str) -> dict[int, tuple[int, int]]:
+        self.store.flush()
+        rows = self.store.connection.execute(
+            "SELECT version, count(*), sum(status = 'succeeded') FROM task_run "
+            "WHERE task_type = ? AND version IS NOT NULL GROUP BY version",
+            (task_type,),
+        )
+        return {int(row[0]): (int(row[1]), int(row[2] or 0)) for row in rows}
+
+    def _row(self, row: Sequence[Any], uses: Mapping[int, tuple[int, int]]) -> LibraryPlan:
+        used, succeeded = uses.get(int(row[1]), (0, 0))
+        return LibraryPlan(
+            task_type=row[0],
+            version=int(row[1]),
+            plan=Plan.model_validate(json.loads(row[2])),
+            plan_hash=row[3],
+            params=json.loads(row[4]),
+            tools=tuple(json.loads(row[5])),
+            goal=row[6],
+            status=row[7],
+            reason=row[8],
+            source_run=row[9],
+            approved_by=row[10],
+            approved_at=row[11],
+            created=row[12],
+            uses=used,
+            successes=succeeded,
+        )
+
+    def versions(self, task_type: str) -> list[LibraryPlan]:
+        """Every version of ``task_type``, oldest first ([] for an unknown type)."""
+        uses = self._uses(task_type)
+        rows = self.store.connection.execute(
+            f"SELECT {_PLAN_COLUMNS} FROM library_plan WHERE task_type = ? ORDER BY version",
+            (task_type,),
+        ).fetchall()
+        return [self._row(row, uses) for row in rows]
+
+    def version(self, task_type: str, version: int | None = None) -> LibraryPlan:
+        """Version ``version`` of ``task_type`` (None: the latest, admitted or pending).
+
+        Raises:
+            InputError: no such task type or version (what exists, and ``plandag library
+                list``).
+        """
+        found = self.versions(task_type)
+        if not found:
+            raise InputError(
+                f"task type {task_type!r} is not in the plan library; `plandag library list` "
+                "shows the task types"
+            )
+        if version is None:
+            return found[-1]
+        for item in found:
+            if item.version == version:
+                return item
+        raise InputError(
+            f"task type {task_type!r} has no version {version} (versions: "
+            f"{', '.join(str(item.version) for item in found)})"
+        )
+
+    def latest(self, task_type: str) -> LibraryPlan | None:
+        """The latest admitted version of ``task_type`` (what a run reuses), or None."""
+        admitted = [item for item in self.versions(task_type) if item.status == "admitted"]
+        return admitted[-1] if admitted else None
+
+    def task_types(self) -> list[TaskTypeSummary]:
+        """Every task type in the library, by name."""
+        names = [
+            row[0]
+            for row in self.store.connection.execute(
+                "SELECT DISTINCT task_type FROM library_plan ORDER BY task_type"
+            )
+        ]
+        summaries = []
+        for name in names:
+            versions = self.versions(name)
+            admitted = [item for item in versions if item.status == "admitted"]
+            shown = admitted[-1] if admitted else versions[-1]
+            summaries.append(
+                TaskTypeSummary(
+                    task_type=name,
+                    latest=admitted[-1].version if admitted else None,
+                    versions=len(versions),
+                    pending=sum(1 for item in versions if item.status == "pending"),
+                    params=shown.params,
+                    tools=shown.tools,
+                    uses=sum(item.uses for item in versions),
+                    successes=sum(item.successes for item in versions),
+                )
+            )
+        return summaries
+
+    def admitted(self) -> list[LibraryPlan]:
+        """The latest admitted version of every task type that has one (what routing picks
+        from), by name."""
+        found = [self.latest(summary.task_type) for summary in self.task_types()]
+        return [item for item in found if item is not None]
+
+    def source_runs(self) -> frozenset[str]:
+        """The runs that produced a kept version (``plandag gc`` keeps them)."""
+        rows = self.store.connection.execute(
+            "SELECT DISTINCT source_run FROM library_plan WHERE source_run IS NOT NULL"
+        )
+        return frozenset(row[0] for row in rows)
+
+    def task_runs(self, task_type: str | None = None) -> list[TaskRun]:
+        """The recorded runs (of ``task_type``, or all), oldest first."""
+        self.store.flush()
+        sql = (
+            "SELECT run_id, task_type, version, how, status, replans, escalated, spent_usd, "
+            "planner_calls, planner_usd, routing_calls, routing_usd, alerts, duration_s, time "
+            "FROM task_run"
+        )
+        args: tuple[Any, ...] = ()
+        if task_type is not None:
+            sql += " WHERE task_type = ?"
+            args = (task_type,)
+        rows = self.store.connection.execute(sql + " ORDER BY time, run_id", args)
+        return [
+            TaskRun(
+                run_id=row[0],
+                task_type=row[1],
+                version=row[2],
+                how=row[3],
+                status=row[4],
+                replans=int(row[5]),
+                escalated=bool(row[6]),
+                spent_usd=float(row[7]),
+                planner_calls=int(row[8]),
+                planner_usd=float(row[9]),
+                routing_calls=int(row[10]),
+                routing_usd=float(row[11]),
+                alerts=int(row[12]),
+                duration_s=row[13],
+                time=float(row[14]),
+            )
+            for row in rows
+        ]
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def save(
+        self,
+        task_type: str,
+        plan: Plan,
+        *,
+        status: VersionStatus,
+        reason: str | None = None,
+        source_run: str | None = None,
+        approved_by: str | None = None,
+        now: float | None = None,
+    ) -> LibraryPlan:
+        """Save ``plan`` as the next version of ``task_type``.
+
+        Args:
+            task_type: the task type (:func:`check_task_type`).
+            plan: the whole plan (its params, steps and output).
+            status: ``admitted`` or ``pending``.
+            reason: why it is pending.
+            source_run: the run that produced it.
+            approved_by: who approved it (``auto``, ``read-only`` or a person), for an
+                admitted version.
+            now: the time, seconds since the epoch (default ``time.time()``).
+
+        Returns:
+            The saved version.
+
+        Raises:
+            InputError: a bad task type name.
+        """
+        from plandag.approval import plan_hash
+
+        check_task_type(task_type)
+        at = time.time() if now is None else now
+        document = plan.model_dump(mode="json", exclude_none=True)
+        params = {
+            name: spec.model_dump(mode="json", exclude_none=True)
+            for name, spec in plan.params.items()
+        }
+        tools = sorted({step.tool for step in plan.steps})
+        with self.store.transaction() as connection:
+            row = connection.execute(
+                "SELECT max(version) FROM library_plan WHERE task_type = ?", (task_type,)
+            ).fetchone()
+            version = int(row[0] or 0) + 1
+            connection.execute(
+                f"INSERT INTO library_plan ({_PLAN_COLUMNS}) VALUES "
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    task_type,
+                    version,
+                    store_json(document),
+                    plan_hash(document),
+                    store_json(params),
+                    json.dumps(tools),
+                    plan.goal or None,
+                    status,
+                    reason,
+                    source_run,
+                    approved_by if status == "admitted" else None,
+                    at if status == "admitted" else None,
+                    at,
+                ),
+            )
+        return self.version(task_type, version)
+
+    def approve(
+        self, task_type: str, version: int | None = None, *, who: str, now: float | None = None
+    ) -> LibraryPlan:
+        """Admit a pending version (None: the latest pending one): a person read it and
+        lets runs reuse it.
+
+        Raises:
+            InputError: no such type or version, no pending version, or the version is not
+                pending (what it is).
+        """
+        if version is None:
+            pending = [item for item in self.versions(task_type) if item.status == "pending"]
+            if not pending:
+                self.version(task_type)  # an unknown type says so
+                raise InputError(
+                    f"task type {task_type!r} has no version waiting for approval; "
+                    "`plandag library show` shows its versions"
+                )
+            version = pending[-1].version
+        item = self.version(task_type, version)
+        if item.status != "pending":
+            raise InputError(
+                f"task type {task_type!r} version {version} is {item.status}, not waiting for "
+                "approval"
+            )
+        at = time.time() if now is None else now
+        with self.store.transaction() as connection:
+            connection.execute(
+                "UPDATE library_plan SET status = 'admitted', approved_by = ?, approved_at = ? "
+                "WHERE task_type = ? AND version = ?",
+                (who, at, task_type, version),
+            )
+        return self.version(task_type, version)
+
+    def remove(self, task_type: str, version: int | None = None) -> int:
+        """Remove ``task_type`` (every version) or one of its versions; its run records
+        stay (``plandag stats``). Returns the number of versions removed.
+
+        Raises:
+            InputError: no such task type or version.
+        """
+        self.version(task_type, version)  # raises for an unknown one
+        with self.store.transaction() as connection:
+            if version is None:
+                cursor = connection.execute(
+                    "DELETE FROM library_plan WHERE task_type = ?", (task_type,)
+                )
+            else:
+                cursor = connection.execute(
+                    "DELETE FROM library_plan WHERE task_type = ? AND version = ?",
+                    (task_type, version),
+                )
+        return int(cursor.rowcount)
+
+    def record_run(self, run: TaskRun) -> None:
+        """Record one run of a task type (committed at once)."""
+        with self.store.transaction() as connection:
+            connection.execute(
+                "INSERT OR REPLACE INTO task_run (run_id, task_type, version, how, status, "
+                "replans, escalated, spent_usd, planner_calls, planner_usd, routing_calls, "
+                "routing_usd, alerts, duration_s, time) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run.run_id,
+                    run.task_type,
+                    run.version,
+                    run.how,
+                    run.status,
+                    run.replans,
+                    int(run.escalated),
+                    run.spent_usd,
+                    run.planner_calls,
+                    run.planner_usd,
+                    run.routing_calls,
+                    run.routing_usd,
+                    run.alerts,
+                    run.duration_s,
+                    run.time,
+                ),
+            )

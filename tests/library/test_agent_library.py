@@ -1,0 +1,365 @@
+"""The plan library through the agent, against the local Messages API server (real SDK),
+counting the requests it receives: a task type's later runs make none, a routed run makes
+exactly one (the routing call) and no planner call, a reused plan that fails its check
+brings the planner in and its repair becomes the next version, a repair written after
+reading outside content waits for a person."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from plandag.checks.builtins import BUILTIN_CHECKS
+from plandag.errors import PlanError
+from plandag.library import PlanLibrary, task_type_stats
+from plandag.planner.agent import Agent, AgentResult
+from plandag.planner.llm import AnthropicClient
+from plandag.scheduler import RetryPolicy, RunLimits, VirtualClock
+from plandag.store import Store, open_store
+from plandag.testing import MessagesServer
+from plandag.tools import tool
+from plandag.tools.registry import Registry
+
+MODEL = "claude-sonnet-4-6"
+
+
+@tool
+def lookup(name: str) -> dict[str, Any]:
+    """Look a name up; returns its score."""
+    return {"name": name, "score": len(name)}
+
+
+@tool(taint_source=True)
+def fetch_score(name: str) -> dict[str, Any]:
+    """Fetch a name's score from outside (its result is outside content)."""
+    return {"name": name, "score": len(name)}
+
+
+@tool
+def total(a: float, b: float) -> float:
+    """Add two scores."""
+    return a + b
+
+
+def registry() -> Registry:
+    return Registry([lookup, fetch_score, total], BUILTIN_CHECKS)
+
+
+def step(
+    i: int,
+    tool_name: str,
+    args: list[str],
+    d: list[int],
+    checks: list[str] = (),  # type: ignore[assignment]
+) -> dict[str, Any]:
+    found: dict[str, Any] = {"i": i, "t": tool_name, "a": args, "d": d}
+    if checks:
+        found["c"] = [{"k": "jmespath", "a": [f"expr={expr}"]} for expr in checks]
+    return found
+
+
+def score_plan(tool_name: str = "lookup") -> dict[str, Any]:
+    """A plan for 'score a name', its name a param, its score checked below 5."""
+    return {
+        "g": "Score a name",
+        "p": [{"n": "name", "t": "string", "h": "the name to score"}],
+        "s": [step(1, tool_name, ["name=<param.name>"], [], ["score < `5`"])],
+        "o": '{"score":"<step_1_result.score>"}',
+    }
+
+
+REPAIR = {
+    "g": "Score a name",
+    "s": [step(2, "lookup", ["name=<param.name>"], [], ["score < `10`"])],
+    "o": '{"score":"<step_2_result.score>"}',
+}
+
+
+@pytest.fixture(autouse=True)
+def clean(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("all_proxy", raising=False)
+
+
+@pytest.fixture
+def server() -> Iterator[MessagesServer]:
+    with MessagesServer() as running:
+        yield running
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    with open_store(tmp_path / "runs.sqlite3") as opened:
+        yield opened
+
+
+async def run(
+    server: MessagesServer,
+    store: Store,
+    task: str,
+    params: dict[str, Any] | None = None,
+    **options: Any,
+) -> AgentResult:
+    task_type = options.pop("task_type", None)
+    client = AnthropicClient(api_key="test", base_url=server.url)
+    agent = Agent(
+        client,
+        MODEL,
+        registry(),
+        limits=RunLimits(heartbeat_every=None),
+        retry=RetryPolicy(retries=0),
+        clock=VirtualClock(),
+        library=PlanLibrary(store),
+        **options,
+    )
+    try:
+        return await agent.run(task, params=params, task_type=task_type)
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_task_types_later_runs_make_no_request(
+    server: MessagesServer, store: Store
+) -> None:
+    server.push_json(score_plan(), usage={"input_tokens": 1000, "output_tokens": 100})
+    first = await run(server, store, "Score ab", {"name": "ab"}, task_type="score_name")
+    assert first.status == "succeeded"
+    assert len(server.message_requests) == 1
+    assert first.library is not None
+    assert (first.library.how, first.library.version) == ("planned", None)
+    assert first.library.saved is not None
+    assert (first.library.saved.version, first.library.saved.status) == (1, "admitted")
+    assert first.library.saved.approved_by == "read-only"
+
+    for name, score in (("xyz", 3), ("abcd", 4)):
+        server.clear_requests()
+        later = await run(server, store, f"Score {name}", {"name": name}, task_type="score_name")
+        assert server.requests == []  # no message, no token count: no model call at all
+        assert later.status == "succeeded"
+        assert later.answer == {"score": score}
+        assert later.llm_calls == ()
+        assert later.routing_calls == ()
+        assert later.library is not None
+        assert (later.library.how, later.library.version, later.library.saved) == (
+            "library",
+            1,
+            None,
+        )
+        assert later.run.spent_usd == 0.0
+
+    [version] = PlanLibrary(store).versions("score_name")
+    assert (version.uses, version.successes, version.success_rate) == (2, 2, 1.0)
+    assert version.tools == ("lookup",)
+    assert version.params == {"name": {"type": "string", "description": "the name to score"}}
+    [figures] = task_type_stats(PlanLibrary(store))
+    assert (figures.task_type, figures.runs, figures.no_replan, figures.reused) == (
+        "score_name",
+        3,
+        3,
+        2,
+    )
+    assert figures.planner_calls == 1
+    assert figures.spend_usd == pytest.approx(1000 * 3e-6 + 100 * 15e-6)
+
+
+@pytest.mark.anyio
+async def test_params_that_do_not_fit_the_task_type_are_refused_before_anything_runs(
+    server: MessagesServer, store: Store
+) -> None:
+    server.push_json(score_plan())
+    await run(server, store, "Score ab", {"name": "ab"}, task_type="score_name")
+    server.clear_requests()
+    with pytest.raises(PlanError, match="name"):
+        await run(server, store, "Score", {"nom": "ab"}, task_type="score_name")
+    assert server.requests == []
+
+
+@pytest.mark.anyio
+async def test_without_a_task_type_one_routing_call_picks_the_entry_and_fills_its_params(
+    server: MessagesServer, store: Store
+) -> None:
+    server.push_json(score_plan())
+    await run(server, store, "Score ab", {"name": "ab"}, task_type="score_name")
+    server.clear_requests()
+    server.push_json(
+        {"task_type": "score_name", "new": False, "params": ["name=abcd"]},
+        usage={"input_tokens": 400, "output_tokens": 20},
+    )
+    routed = await run(server, store, "What is the score of abcd?")
+    [request] = server.message_requests  # the routing call, and no planner call
+    assert request.json["model"] == "claude-haiku-4-5"
+    assert "score_name" in request.json["messages"][0]["content"]
+    assert routed.status == "succeeded"
+    assert routed.answer == {"score": 4}
+    assert routed.llm_calls == ()
+    [call] = routed.routing_calls
+    assert call.cost_usd == pytest.approx(400 * 1e-6 + 20 * 5e-6)  # Haiku 4.5: $1/M, $5/M
+    assert routed.library is not None
+    assert (routed.library.how, routed.library.task_type, routed.library.version) == (
+        "routed",
+        "score_name",
+        1,
+    )
+    document = routed.to_json_dict()
+    assert document["llm_calls"] == []
+    assert len(document["routing_calls"]) == 1
+    assert document["routing_cost_usd"] == pytest.approx(call.cost_usd)
+    assert document["planner_cost_usd"] == 0.0
+    [run_row] = [row for row in PlanLibrary(store).task_runs() if row.how == "routed"]
+    assert (run_row.routing_calls, run_row.planner_calls) == (1, 0)
+    assert run_row.routing_usd == pytest.approx(call.cost_usd)
+    assert run_row.spent_usd == pytest.approx(call.cost_usd)
+
+
+@pytest.mark.anyio
+async def test_a_routed_new_task_type_is_planned_and_saved_under_its_name(
+    server: MessagesServer, store: Store
+) -> None:
+    server.push_json(score_plan())
+    await run(server, store, "Score ab", {"name": "ab"}, task_type="score_name")
+    server.clear_requests()
+    server.push_json({"task_type": "sum_scores", "new": True, "params": ["a=2", "b=3"]})
+    server.push_json(
+        {
+            "g": "Add two numbers",
+            "p": [{"n": "a", "t": "number"}, {"n": "b", "t": "number"}],
+            "s": [step(1, "total", ["a=<param.a>", "b=<param.b>"], [])],
+            "o": '"<step_1_result>"',
+        }
+    )
+    result = await run(server, store, "Add 2 and 3")
+    assert [r.json["model"] for r in server.message_requests] == ["claude-haiku-4-5", MODEL]
+    assert result.answer == 5.0
+    assert result.library is not None
+    assert (result.library.how, result.library.task_type) == ("planned", "sum_scores")
+    assert result.library.saved is not None
+    assert result.library.saved.status == "admitted"
+    assert [item.task_type for item in PlanLibrary(store).task_types()] == [
+        "score_name",
+        "sum_scores",
+    ]
+
+
+@pytest.mark.anyio
+async def test_an_unusable_routing_answer_falls_back_to_the_planner_and_saves_nothing(
+    server: MessagesServer, store: Store
+) -> None:
+    server.push_json(score_plan())
+    await run(server, store, "Score ab", {"name": "ab"}, task_type="score_name")
+    server.clear_requests()
+    server.push_json({"task_type": "no_such_type", "new": False, "params": []})
+    server.push_json(score_plan())
+    result = await run(server, store, "Score abc", {"name": "abc"})
+    assert len(server.message_requests) == 2
+    assert result.status == "succeeded"
+    assert result.library is not None
+    assert result.library.how == "planned"
+    assert result.library.task_type is None
+    assert result.library.routing_error is not None
+    assert "'no_such_type' is not in the library" in result.library.routing_error
+    assert result.library.not_saved is not None
+    assert len(PlanLibrary(store).versions("score_name")) == 1
+
+
+@pytest.mark.anyio
+async def test_a_reused_plan_that_fails_its_check_is_repaired_into_the_next_version(
+    server: MessagesServer, store: Store
+) -> None:
+    server.push_json(score_plan())
+    await run(server, store, "Score ab", {"name": "ab"}, task_type="score_name")
+    server.clear_requests()
+    server.push_json(REPAIR)
+    repaired = await run(
+        server, store, "Score abcdefg", {"name": "abcdefg"}, task_type="score_name"
+    )
+    assert len(server.message_requests) == 1  # the replanner, once
+    assert repaired.status == "succeeded"
+    assert repaired.answer == {"score": 7}
+    assert len(repaired.replans) == 1
+    assert repaired.library is not None
+    assert repaired.library.saved is not None
+    assert (repaired.library.saved.version, repaired.library.saved.status) == (2, "admitted")
+    library = PlanLibrary(store)
+    latest = library.latest("score_name")
+    assert latest is not None
+    assert latest.version == 2
+    assert [item.id for item in latest.plan.steps] == [2]
+    assert latest.plan.output == {"score": "<step_2_result.score>"}
+    server.clear_requests()
+    again = await run(server, store, "Score abcdefgh", {"name": "abcdefgh"}, task_type="score_name")
+    assert server.requests == []
+    assert again.answer == {"score": 8}
+    [figures] = task_type_stats(library)
+    assert (figures.runs, figures.no_replan, figures.replans) == (3, 2, 1)
+    assert figures.replans_per_run == pytest.approx(1 / 3)
+
+
+@pytest.mark.anyio
+async def test_a_repair_written_after_reading_outside_content_waits_for_a_person(
+    server: MessagesServer, store: Store
+) -> None:
+    server.push_json(score_plan("fetch_score"))
+    await run(server, store, "Score ab", {"name": "ab"}, task_type="score_name")
+    server.clear_requests()
+    server.push_json(REPAIR)  # shown the failing step's outside content
+    repaired = await run(
+        server, store, "Score abcdefg", {"name": "abcdefg"}, task_type="score_name"
+    )
+    assert repaired.status == "succeeded"
+    assert repaired.tainted_steps == (2,)
+    assert repaired.library is not None
+    assert repaired.library.saved is not None
+    assert (repaired.library.saved.version, repaired.library.saved.status) == (2, "pending")
+    assert "step 2 was written by a model that had read outside content" in (
+        repaired.library.saved.reason or ""
+    )
+    library = PlanLibrary(store)
+    latest = library.latest("score_name")
+    assert latest is not None
+    assert latest.version == 1
+    approved = library.approve("score_name", who="ana")
+    assert (approved.version, approved.status, approved.approved_by) == (2, "admitted", "ana")
+    latest = library.latest("score_name")
+    assert latest is not None
+    assert latest.version == 2
+
+
+@pytest.mark.anyio
+async def test_the_first_plan_of_a_new_task_type_is_not_saved_when_the_run_fails(
+    server: MessagesServer, store: Store
+) -> None:
+    server.push_json(score_plan())
+    result = await run(
+        server,
+        store,
+        "Score abcdefg",
+        {"name": "abcdefg"},
+        task_type="score_name",
+        max_replans=0,
+        escalate="never",
+    )
+    assert result.status == "gave_up"
+    assert result.library is not None
+    assert result.library.saved is None
+    assert result.library.not_saved == "the run ended gave_up"
+    assert PlanLibrary(store).versions("score_name") == []
+    [row] = PlanLibrary(store).task_runs()
+    assert (row.task_type, row.status, row.escalated) == ("score_name", "gave_up", False)
+
+
+@pytest.mark.anyio
+async def test_an_empty_library_makes_no_routing_call_and_saves_nothing_without_a_task_type(
+    server: MessagesServer, store: Store
+) -> None:
+    server.push_json(score_plan())
+    result = await run(server, store, "Score ab", {"name": "ab"})
+    assert len(server.message_requests) == 1
+    assert result.routing_calls == ()
+    assert result.library is not None
+    assert result.library.task_type is None
+    assert PlanLibrary(store).task_types() == []
