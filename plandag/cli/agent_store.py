@@ -278,6 +278,8 @@ def record_agent_run(
     """
     from plandag.approval import plan_hash
 
+    routing_usd = sum(call.cost_usd for call in result.routing_calls)
+    reused = result.library is not None and result.library.how in ("library", "routed")
     versions = list(result.plan_versions)
     estimates = list(result.plan_estimates) + [None] * (len(versions) - len(result.plan_estimates))
     request = result.approval
@@ -296,7 +298,7 @@ def record_agent_run(
         source = (
             "amended"
             if number in made
-            else "planner"
+            else ("library" if reused else "planner")
             if number == 1
             else ("revision" if first_version == 1 else "replan")
         )
@@ -350,6 +352,10 @@ def record_agent_run(
         store.record_llm_call(run_id, "model", call)
         if writer is not None:
             writer.llm_call(call, "model")
+    for call in result.routing_calls:  # counted and priced apart from the planner's calls
+        store.record_llm_call(run_id, "routing", call)
+        if writer is not None:
+            writer.llm_call(call, "routing")
     outcome = result.plan
     if writer is not None and outcome is not None and outcome.records:
         first, last = outcome.records[0], outcome.records[-1]
@@ -405,7 +411,7 @@ def record_agent_run(
             awaiting_since=time.time(),
             expires_at=request.expires_at,
             awaiting_reason=request.reason,
-            spent_usd=spent_before[0] + result.run.spent_usd,
+            spent_usd=spent_before[0] + result.run.spent_usd + routing_usd,
             spent_tokens=spent_before[1] + result.run.spent_tokens,
             pid=None,
         )
@@ -416,7 +422,7 @@ def record_agent_run(
     store.update_run(
         run_id,
         status=result.status,
-        spent_usd=spent_before[0] + result.run.spent_usd,
+        spent_usd=spent_before[0] + result.run.spent_usd + routing_usd,
         spent_tokens=spent_before[1] + result.run.spent_tokens,
         detail=detail,
         pid=None,

@@ -90,6 +90,16 @@ COMMANDS: tuple[CommandEntry, ...] = (
         "Give a running `plandag run` new input: the steps it has not started are",
     ),
     CommandEntry(
+        "library",
+        "plandag.cli.library_command",
+        "Plans that worked, kept by task type and reused with no model call.",
+    ),
+    CommandEntry(
+        "stats",
+        "plandag.cli.library_command",
+        "Figures per task type: runs, plans run with no replan, replans per run,",
+    ),
+    CommandEntry(
         "bench",
         "plandag.cli.bench_command",
         "Run plandag and a sequential ReAct agent on the same workloads; compare.",

@@ -46,8 +46,10 @@ def gc_command(
     store_path: StoreOption = None,
 ) -> None:
     """Delete old runs, their traces and blobs nothing references (never running,
-    awaiting_approval or escalated runs, nor conversations)."""
+    awaiting_approval or escalated runs, nor conversations, nor the runs that produced a
+    plan kept in the plan library)."""
     from plandag.errors import InputError
+    from plandag.library import keep_library_runs  # noqa: F401  (registers the keeper)
     from plandag.store import open_store
     from plandag.store.gc import collect_garbage, parse_duration
 

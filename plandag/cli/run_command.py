@@ -10,6 +10,12 @@ of ``exec --json`` (its ``status`` the agent's) plus ``answer``, ``replans``,
 ``plan_versions``, ``llm_calls``, ``join``, ``error``, ``gave_up``, ``diagnostics``,
 ``output_tokens_per_step`` and ``instructions`` (what ``plandag tell`` brought in).
 
+The plan library (README, "The plan library"): with ``--task-type NAME`` the latest plan
+of that task type runs with no model call at all (a new task type is planned, and saved
+under NAME once it succeeded); without it, when the library has plans, one routing call to
+the executor model (``--executor-model``, setting ``executor_model``) picks one and fills
+its params. ``--json`` adds ``library``, ``routing_calls`` and ``routing_cost_usd``.
+
 While it runs, the process reads the run store's ``instruction`` table every 0.5 s: an
 instruction given with ``plandag tell RUN_ID "TEXT"`` replans the steps not started
 (:mod:`plandag.planner.triggers`).
@@ -98,6 +104,9 @@ from plandag.cli.store_command import (
     trace_factory,
 )
 from plandag.cli.watchdog import deadline_guard
+from plandag.errors import InputError, PlanError
+from plandag.library import LibraryOutcome, PlanLibrary
+from plandag.library.catalog import check_task_type
 from plandag.planner.agent import Agent, AgentResult
 from plandag.planner.prompt import format_diagnostics
 from plandag.planner.triggers import Instruction
@@ -144,17 +153,52 @@ def _report(result: AgentResult, as_json: bool) -> None:
         )
     calls = len(result.llm_calls)
     cost = sum(record.cost_usd for record in result.llm_calls)
+    routing = ""
+    if result.routing_calls:
+        routing_cost = sum(record.cost_usd for record in result.routing_calls)
+        routing = f" (planner), {len(result.routing_calls)} routing call(s) ${routing_cost:.4f}"
     stderr.print(
         f"{result.status}: {calls} model call(s), {len(result.replans)} replan(s), "
-        f"${cost:.4f} on models",
+        f"${cost:.4f} on models{routing}",
         markup=False,
     )
+    if result.library is not None:
+        for line in library_lines(result.library):
+            stderr.print(line, markup=False, highlight=False)
     if result.answer is not None:
         if isinstance(result.answer, str):
             stdout.print(result.answer, markup=False, highlight=False)
         else:
             shown = scrub_secrets(to_jsonable(result.answer))
             stdout.print_json(json.dumps(shown, ensure_ascii=False))
+
+
+def library_lines(outcome: LibraryOutcome) -> list[str]:
+    """What the plan library did, in words (on standard error after the run)."""
+    lines = []
+    if outcome.routing_error is not None:
+        lines.append(f"library: the routing answer was not used ({outcome.routing_error})")
+    if outcome.how == "library":
+        lines.append(
+            f"library: reused {outcome.task_type} version {outcome.version} (no model call)"
+        )
+    elif outcome.how == "routed":
+        lines.append(
+            f"library: routed to {outcome.task_type} version {outcome.version} (one routing call)"
+        )
+    saved = outcome.saved
+    if saved is not None:
+        if saved.status == "admitted":
+            lines.append(f"library: saved {saved.task_type} version {saved.version}")
+        else:
+            lines.append(
+                f"library: saved {saved.task_type} version {saved.version}, pending: "
+                f"{saved.reason}; `plandag library approve {saved.task_type} --version "
+                f"{saved.version}` lets runs reuse it"
+            )
+    elif outcome.not_saved is not None and outcome.task_type is not None:
+        lines.append(f"library: nothing saved for {outcome.task_type}: {outcome.not_saved}")
+    return lines
 
 
 def register(app: typer.Typer) -> None:
@@ -193,6 +237,24 @@ def register(app: typer.Typer) -> None:
             typer.Option("--base-url", metavar="URL", help="The provider API's base URL."),
         ] = None,
         param: ParamOption = None,
+        task_type: Annotated[
+            str | None,
+            typer.Option(
+                "--task-type",
+                metavar="NAME",
+                help="Run the latest library plan of this task type with no model call (a "
+                "new task type is planned and saved under NAME once it succeeds).",
+            ),
+        ] = None,
+        executor_model: Annotated[
+            str | None,
+            typer.Option(
+                "--executor-model",
+                metavar="NAME",
+                help="The small model of the library's routing call (claude-haiku-4-5 with "
+                "anthropic; executor_model in the config).",
+            ),
+        ] = None,
         read_only: ReadOnlyOption = False,
         write_boundary: BoundaryOption = None,
         http_allow: HttpAllowOption = None,
@@ -257,9 +319,16 @@ def register(app: typer.Typer) -> None:
                 "approve": approve,
                 "escalate": escalate,
                 "planner_max_tokens": planner_max_tokens,
+                "executor_model": executor_model,
             },
             "run",
         )
+        if task_type is not None:
+            try:
+                check_task_type(task_type)
+            except InputError as error:
+                _fail(f"--task-type: {error}")
+        routing_model: str | None = settings["executor_model"]  # None: by provider
         mode = approve_mode(settings["approve"])
         replan_below = _fraction(settings, "total_replan_below")
         hooks = escalation_hooks(settings)
@@ -342,18 +411,29 @@ def register(app: typer.Typer) -> None:
             total_replan_below=replan_below,
             instructions=instruction_reader,
             tool_durations=run_store.tool_durations(registry.tools),
+            library=PlanLibrary(run_store),
+            executor_model=routing_model,
+            on_alert=hooks,
         )
 
         async def work() -> AgentResult:
             try:
-                return await agent.run(task, context_text, params or None, run_id=run_id)
+                return await agent.run(
+                    task, context_text, params or None, run_id=run_id, task_type=task_type
+                )
             finally:
                 with anyio.CancelScope(shield=True):  # close even when interrupted
                     await client.aclose()
 
         try:
-            with deadline_guard(run_store.path):
-                outcome = Interruptible(functools.partial(work)).run()
+            try:
+                with deadline_guard(run_store.path):
+                    outcome = Interruptible(functools.partial(work)).run()
+            except PlanError as error:  # the params do not fit the task type's plan
+                run_store.update_run(run_id, status="failed", pid=None, detail=str(error))
+                for line in format_diagnostics(error.diagnostics).splitlines():
+                    stderr.print(line, markup=False)
+                _fail(f"--task-type {task_type}: {error}; nothing ran")
             escalated = None
             if outcome.result is not None:
                 escalated = record_agent_run(

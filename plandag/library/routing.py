@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from plandag.errors import InputError
+from plandag.executors.access import DEFAULT_EXECUTOR_MODEL
 from plandag.library.catalog import LibraryPlan, check_task_type
 from plandag.planner.llm import LLMResponse, UnusableResponseError
 
@@ -35,8 +36,9 @@ __all__ = [
     "routing_prompt",
 ]
 
-DEFAULT_EXECUTOR_MODELS: dict[str, str] = {"anthropic": "claude-haiku-4-5"}
-"""The executor model by provider when none is set (setting ``executor_model``)."""
+DEFAULT_EXECUTOR_MODELS: dict[str, str] = {"anthropic": DEFAULT_EXECUTOR_MODEL}
+"""The executor model by provider when none is set (setting ``executor_model``); with
+another provider, the planner's model."""
 
 ROUTING_MAX_TOKENS = 512
 """Output tokens of the routing call."""

@@ -138,6 +138,7 @@ from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
 
 if TYPE_CHECKING:
+    from plandag.escalation import EscalationHooks
     from plandag.library.catalog import PlanLibrary
     from plandag.library.runner import LibraryOutcome
 
@@ -569,7 +570,7 @@ class Agent:
         models: ModelAccess | None = None,
         library: PlanLibrary | None = None,
         executor_model: str | None = None,
-        on_alert: Callable[[dict[str, Any]], Any] | None = None,
+        on_alert: EscalationHooks | Callable[[dict[str, Any]], Any] | None = None,
     ) -> None:
         if max_blocked is not None and max_blocked < 1:
             raise ValueError(f"max_blocked must be >= 1 or None, not {max_blocked}")
@@ -852,7 +853,7 @@ class Agent:
             await report_alerts(result.alerts, run_id=result.run.run_id, hooks=self.alert_hooks())
         return result
 
-    def alert_hooks(self) -> Any:
+    def alert_hooks(self) -> EscalationHooks | None:
         """The hooks an out-of-registry alert calls (``on_alert``, else ``on_escalation``),
         as :class:`plandag.escalation.EscalationHooks`, or None."""
         from plandag.escalation import as_hooks

@@ -134,7 +134,7 @@ class RunRow:
 @dataclasses.dataclass(frozen=True)
 class PlanVersionRow:
     """One version of a run's plan: its hash (``plandag.approval.plan_hash``), the plan's
-    JSON, where it came from (``stored``, ``planner``, ``replan``, ``revision``,
+    JSON, where it came from (``stored``, ``library``, ``planner``, ``replan``, ``revision``,
     ``amended``), who approved it (None: not approved), when it was first shown to a
     person for a decision (None: never), and its estimate
     (:meth:`plandag.scheduler.estimate.PlanEstimate.as_json`: ``cost_usd``, ``seconds``,

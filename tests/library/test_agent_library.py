@@ -363,3 +363,32 @@ async def test_an_empty_library_makes_no_routing_call_and_saves_nothing_without_
     assert result.library is not None
     assert result.library.task_type is None
     assert PlanLibrary(store).task_types() == []
+
+
+@pytest.mark.anyio
+async def test_an_agent_without_a_library_calls_on_alert_for_a_repaired_unknown_tool(
+    server: MessagesServer,
+) -> None:
+    wrong = score_plan()
+    wrong["s"] = [step(1, "lookup_fast", ["name=<param.name>"], [])]
+    server.push_json(wrong)
+    server.push_json(score_plan())
+    received: list[dict[str, Any]] = []
+    client = AnthropicClient(api_key="test", base_url=server.url)
+    agent = Agent(
+        client,
+        MODEL,
+        registry(),
+        limits=RunLimits(heartbeat_every=None),
+        clock=VirtualClock(),
+        on_alert=received.append,
+    )
+    try:
+        result = await agent.run("Score ab", params={"name": "ab"})
+    finally:
+        await client.aclose()
+    assert result.status == "succeeded"
+    assert [item.code for item in result.alerts] == ["unknown_tool"]
+    assert [(item["code"], item["name"]) for item in received] == [("unknown_tool", "lookup_fast")]
+    assert result.to_json_dict()["alerts"][0]["code"] == "unknown_tool"
+    assert result.library is None
