@@ -308,7 +308,8 @@ async def run_task(
         result = await agent.run_revised(goal, context, given or None, run_id=run_id)
     saved: LibraryPlan | None = None
     not_saved: str | None = None
-    replanned = len(result.plan_versions) > 1 or bool(result.amendments)
+    # a replan, a step-by-step edit or a revision after a rejection made a new plan
+    replanned = len(result.plan_versions) > 1 or bool(result.amendments or result.revisions)
     if task_type is None:
         not_saved = "the run has no task type (give one to keep its plan in the library)"
     elif entry is None or replanned:
