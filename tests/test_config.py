@@ -27,10 +27,7 @@ DEFAULTS = {
     "stall_after": 120.0,
     "stop_on_stall": True,
     "planner_max_tokens": 4096,
-<<<<<<< HEAD
     "executor_model": None,
-=======
->>>>>>> 3481e50 (plandag run --task-type/--executor-model, plandag library list|show|rm|export|approve, plandag stats [--json]; routing calls stored apart (purpose routing); gc keeps the runs of library plans)
     "breaker_after": 3,
     "max_blocked": 3,
     "total_replan_below": None,
