@@ -141,6 +141,7 @@ def test_config_json_values_and_sources(runner: CliRunner, cwd: Path) -> None:
         "stall_after": {"value": 120.0, "source": "default"},
         "stop_on_stall": {"value": True, "source": "default"},
         "planner_max_tokens": {"value": 4096, "source": "default"},
+        "executor_model": {"value": None, "source": "default"},
         "breaker_after": {"value": 3, "source": "default"},
         "max_blocked": {"value": 3, "source": "default"},
         "total_replan_below": {"value": None, "source": "default"},
