@@ -195,8 +195,13 @@ def admission(result: AgentResult, agent: Agent, params: Mapping[str, Any]) -> A
 
 
 def _executor_model(agent: Agent) -> str:
+    """The routing call's model: ``executor_model``, else the model of the agent's
+    ``models`` (what its ``llm`` steps use), else the provider's default executor model,
+    else the planner's model."""
     if agent.executor_model is not None:
         return agent.executor_model
+    if agent.models is not None:
+        return agent.models.model
     return DEFAULT_EXECUTOR_MODELS.get(agent.client.provider, agent.model)
 
 

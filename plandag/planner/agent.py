@@ -516,8 +516,9 @@ class Agent:
             type or when a reused plan fails, and a plan that succeeded is saved there
             under its task type (README, "The plan library"). None (the default): every
             run is planned, nothing is saved.
-        executor_model: the small model of the routing call; None: ``claude-haiku-4-5``
-            with the Anthropic provider, else ``model`` (setting ``executor_model``).
+        executor_model: the small model of the routing call; None: the model of
+            ``models`` when given, else ``claude-haiku-4-5`` with the Anthropic provider,
+            else ``model`` (setting ``executor_model``).
         on_alert: called with each out-of-registry alert as a dict (the planner named a
             tool or check that is not registered; :mod:`plandag.library.alerts`), like
             ``on_escalation``; None: ``on_escalation``'s hooks, when given. Every alert
