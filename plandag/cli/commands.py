@@ -155,6 +155,11 @@ COMMANDS: tuple[CommandEntry, ...] = (
         "Batch extraction jobs built on stored plans.",
     ),
     CommandEntry("eval", "plandag.cli.eval_command", "Score a job's records against labels."),
+    CommandEntry(
+        "serve",
+        "plandag.cli.serve_command",
+        "Serve the web console: conversations with plan mode, decision cards, runs,",
+    ),
 )
 """Every command, in the order ``--help`` lists them."""
 

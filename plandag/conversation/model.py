@@ -52,7 +52,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol, get_args
 
 from plandag import approval
@@ -193,7 +193,8 @@ class Turn:
         data: JSON details by kind: ``plan``: ``{"plan": Plan JSON, "hash": str,
             "pending": bool, "in_reply_to": int | None}``; ``decision``: ``{"approved":
             bool, "hash": str, "feedback": str | None, "who": str | None, "plan_turn":
-            int}``; ``mode``: ``{"armed": bool, "reason": EndReason | None}`` (plus
+            int}`` (plus ``"reject_steps"`` and ``"edit_steps"`` for an approval with
+            per-step choices); ``mode``: ``{"armed": bool, "reason": EndReason | None}`` (plus
             ``"detected_at"`` for an expiry); ``question``: ``{"in_reply_to": int | None}``;
             ``answer``: ``{"question": int}``; ``message``: ``{"queued": bool,
             "history_only": bool}``.
@@ -625,6 +626,8 @@ class Conversation:
         feedback: str | None = None,
         who: str | None = None,
         origin: Origin = "person",
+        reject_steps: Sequence[int] = (),
+        edit_steps: Mapping[int, Mapping[str, Any]] | None = None,
     ) -> PlanModeDecision:
         """Approve or reject the plan waiting for a decision.
 
@@ -637,6 +640,11 @@ class Conversation:
             feedback: the person's text, kept in full.
             who: who decided (a name or user id), recorded.
             origin: where the decision came from; only ``person`` may decide in plan mode.
+            reject_steps: with an approval, the steps the person rejected (they and the
+                steps downstream of them do not run: :func:`plandag.approval.amend`),
+                recorded as ``data["reject_steps"]`` (sorted) when not empty.
+            edit_steps: with an approval, new argument values by step id, recorded as
+                ``data["edit_steps"]`` (keys as text, JSON objects) when not empty.
 
         Returns:
             The :class:`PlanModeDecision`, with the plan.
@@ -646,8 +654,16 @@ class Conversation:
                 recorded first), or no plan waits for a decision.
             StaleDecisionError: ``plan_hash`` is not the pending plan's.
             PlanModeError: ``origin`` is not ``person``.
+            ConversationError: step choices with a rejection, or for a step the plan
+                does not have.
         """
         now = _check_time(now)
+        edits = {int(key): dict(value) for key, value in (edit_steps or {}).items()}
+        if (reject_steps or edits) and not approved:
+            raise ConversationError(
+                "per-step choices (rejected or edited steps) come with an approval; a "
+                "rejection sends the whole plan back with the feedback"
+            )
         if self.expire_if_due(now) is not None:
             raise ConversationError(
                 f"plan mode of conversation {self.id} expired after {self.expiry_s:g} s without "
@@ -667,6 +683,11 @@ class Conversation:
         if plan_hash != pending.plan_hash:
             raise StaleDecisionError(expected=pending.plan_hash, given=plan_hash)
         plan = self._turns[pending.turn].plan
+        unknown = sorted({*reject_steps, *edits} - {step.id for step in plan.steps})
+        if unknown:
+            raise ConversationError(
+                f"the plan has no step {', '.join(map(str, unknown))}; choose among its steps"
+            )
         verb = "approved" if approved else "rejected"
         data: dict[str, Any] = {
             "approved": approved,
@@ -675,6 +696,10 @@ class Conversation:
             "who": who,
             "plan_turn": pending.turn,
         }
+        if reject_steps:
+            data["reject_steps"] = sorted(set(reject_steps))
+        if edits:
+            data["edit_steps"] = {str(key): edits[key] for key in sorted(edits)}
         decision = _Draft("decision", now, f"plan {plan_hash[:12]} {verb}", origin, "plan", data)
         if approved:
             end = _Draft(

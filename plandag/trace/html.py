@@ -33,7 +33,15 @@ import networkx as nx
 from plandag.trace.model import ActiveTime, Trace
 from plandag.trace.timeline import attempt_hulls, format_seconds
 
-__all__ = ["STATUS_COLORS", "render_html", "write_html"]
+__all__ = [
+    "PAGE_CSS",
+    "STATUS_COLORS",
+    "dag_svg",
+    "gantt_svg",
+    "render_html",
+    "steps_table",
+    "write_html",
+]
 
 STATUS_COLORS: dict[str, str] = {
     "succeeded": "#2e7d32",
@@ -50,7 +58,7 @@ _NODE_W, _NODE_H, _GAP_X, _GAP_Y, _MARGIN = 170, 44, 70, 18, 20
 _GANTT_LABEL, _GANTT_WIDTH, _ROW, _AXIS = 220, 900, 24, 30
 _WAIT_WIDTH, _WAIT_BAND = 24.0, 16
 
-_CSS = """
+PAGE_CSS = """
 body { font-family: system-ui, sans-serif; margin: 24px; color: #222; background: #fff; }
 h1 { font-size: 20px; margin: 0 0 8px; } h2 { font-size: 16px; margin: 24px 0 8px; }
 .summary span { margin-right: 18px; } .note { color: #777; font-size: 13px; }
@@ -88,7 +96,9 @@ def _generations(graph: nx.DiGraph) -> list[list[int]]:
         return [sorted(graph.nodes)]
 
 
-def _dag_svg(trace: Trace, critical: list[int]) -> str:
+def dag_svg(trace: Trace, critical: list[int]) -> str:
+    """The DAG as inline SVG (``<svg id="dag">``, see the module docstring); ``critical``:
+    the critical path's step ids (:meth:`Trace.critical_path`), drawn thick."""
     graph = trace.graph()
     active = trace.active_time()
     generations = _generations(graph)
@@ -188,7 +198,9 @@ class _GanttScale:
         return float(_GANTT_LABEL)  # no period: never (ActiveTime has at least one)
 
 
-def _gantt_svg(trace: Trace, critical: list[int]) -> str:
+def gantt_svg(trace: Trace, critical: list[int]) -> str:
+    """The Gantt chart as inline SVG (``<svg id="gantt">``, see the module docstring) over
+    the run's active time; ``critical``: the critical path's step ids, outlined."""
     active = trace.active_time()
     scale = _GanttScale(active, _GANTT_WIDTH)
     span = active.total_s
@@ -293,7 +305,10 @@ def _step_bars(trace: Trace, step_id: int, scale: _GanttScale) -> list[tuple[int
     return bars
 
 
-def _steps_table(trace: Trace, critical: list[int]) -> str:
+def steps_table(trace: Trace, critical: list[int]) -> str:
+    """The steps as an HTML ``<table id="steps">``: status, reason, start, duration,
+    attempts, checks (kind, status, message), dependencies, and a ``*`` on the critical
+    path; every text escaped."""
     on_path = set(critical)
     rows = [
         '<table id="steps"><thead><tr><th>step</th><th>tool</th><th>status</th>'
@@ -341,7 +356,7 @@ def render_html(trace: Trace) -> str:
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>plandag run {_e(trace.run_id)}</title>",
-        f"<style>{_CSS}</style></head><body>",
+        f"<style>{PAGE_CSS}</style></head><body>",
         f"<h1>plandag run {_e(trace.run_id)}</h1>",
         *(
             [f'<p class="goal">{_e(trace.segments[0].goal)}</p>']
@@ -362,11 +377,11 @@ def render_html(trace: Trace) -> str:
     parts.extend(f'<p class="note">note: {_e(note)}</p>' for note in trace.notes)
     parts += [
         "<h2>DAG</h2>",
-        _dag_svg(trace, critical),
+        dag_svg(trace, critical),
         "<h2>Timeline</h2>",
-        _gantt_svg(trace, critical),
+        gantt_svg(trace, critical),
         "<h2>Steps</h2>",
-        _steps_table(trace, critical),
+        steps_table(trace, critical),
     ]
     if trace.plans:
         parts.append("<h2>Plan versions</h2><ul>")

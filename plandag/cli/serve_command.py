@@ -1,0 +1,154 @@
+"""``plandag serve``: the web console (README, "plandag serve: a web console").
+
+Starts the console (:mod:`plandag.serve`) with uvicorn on 127.0.0.1 (``--host`` to listen
+elsewhere), prints its address with a new random access token, and serves until Ctrl-C.
+The planner of conversations is the model of ``plandag run`` (``--provider``, ``--model``,
+``--base-url``; the key from ``ANTHROPIC_API_KEY`` or ``OPENAI_API_KEY``); without a key
+the console still shows runs and the inbox, and records messages without planning them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from plandag.cli.options import StoreOption, fail
+
+__all__ = ["is_loopback", "register"]
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable only from this machine (``localhost`` or a loopback
+    address such as 127.0.0.1 or ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``serve`` to the ``plandag`` app."""
+    from plandag.serve import DEFAULT_HOST, DEFAULT_PORT
+
+    @app.command("serve")
+    def serve_command(
+        host: Annotated[
+            str,
+            typer.Option(
+                "--host",
+                help="The address to listen on. Default 127.0.0.1: this machine only; give "
+                "0.0.0.0 (or another interface) to be reachable from other machines.",
+            ),
+        ] = DEFAULT_HOST,
+        port: Annotated[int, typer.Option("--port", min=0, max=65535, help="TCP port.")] = (
+            DEFAULT_PORT
+        ),
+        store: StoreOption = None,
+        tools: Annotated[
+            list[Path] | None,
+            typer.Option(
+                "--tools",
+                metavar="FILE.py",
+                help="A Python file whose @tool and @check functions are registered (repeatable).",
+            ),
+        ] = None,
+        provider: Annotated[
+            str,
+            typer.Option("--provider", metavar="anthropic|openai", help="The model provider."),
+        ] = "anthropic",
+        model: Annotated[
+            str | None,
+            typer.Option(
+                "--model", metavar="NAME", help="The model (anthropic: claude-sonnet-4-6)."
+            ),
+        ] = None,
+        base_url: Annotated[
+            str | None,
+            typer.Option("--base-url", metavar="URL", help="The provider API's base URL."),
+        ] = None,
+        write_boundary: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--write-boundary",
+                metavar="SPEC",
+                help="Where approved plans may write (repeatable). Default: the working directory.",
+            ),
+        ] = None,
+        card_chars: Annotated[
+            int,
+            typer.Option(
+                "--card-chars",
+                min=0,
+                help="The most characters a decision card shows of a plan; a longer plan is "
+                "cut with a notice (the decision never is).",
+            ),
+        ] = 20_000,
+    ) -> None:
+        """Serve the web console: conversations with plan mode, decision cards, runs, inbox.
+
+        Listens on 127.0.0.1 unless --host says otherwise. Prints the address with a new
+        access token; every request needs it (the first visit sets a cookie). The
+        console asks your name once per browser session and records it with every
+        decision.
+        """
+        import uvicorn
+
+        from plandag.cli.app import _registry
+        from plandag.cli.plan_command import _KEY_VARIABLES, DEFAULT_MODELS, _client
+        from plandag.conversation import planner_factory, planner_function
+        from plandag.conversation.planmode import PlannerFunction
+        from plandag.serve import ConsoleConfig, create_app, new_token
+        from plandag.store import default_store_path
+        from plandag.tools.boundary import WriteBoundary
+
+        if provider not in _KEY_VARIABLES:
+            fail(f"--provider {provider!r}: choose anthropic or openai")
+        name = model or DEFAULT_MODELS.get(provider)
+        if name is None:
+            fail(f"--model is required with --provider {provider}")
+        registry = _registry(tools)
+        base = Path.cwd()
+        try:
+            boundary = WriteBoundary.from_specs(write_boundary or [base])
+        except ValueError as error:
+            fail(f"--write-boundary: {error}")
+        planner: PlannerFunction | None = None
+        has_key = bool(os.environ.get(_KEY_VARIABLES[provider]))
+        if has_key or (provider == "openai" and base_url is not None):
+            planner = planner_function(
+                planner_factory(_client(provider, base_url), name), full_registry=registry
+            )
+        else:
+            sys.stderr.write(
+                f"warning: no {_KEY_VARIABLES[provider]}: conversations are recorded but "
+                "not planned; set it (any value with --base-url for a local server) to plan\n"
+            )
+        config = ConsoleConfig(
+            store_path=store if store is not None else default_store_path(),
+            registry=registry,
+            planner=planner,
+            write_boundary=boundary,
+            base=base,
+            tools=tuple(str(Path(tool).resolve()) for tool in dict.fromkeys(tools or [])),
+            boundary_specs=tuple(write_boundary) if write_boundary else None,
+            card_chars=card_chars,
+        )
+        token = new_token()
+        app = create_app(config, token)
+        shown_host = f"[{host}]" if ":" in host else host
+        if not is_loopback(host):
+            sys.stderr.write(
+                f"warning: listening on {host}, beyond this machine: anyone who can reach "
+                "it and has the token can approve plans; prefer 127.0.0.1 behind an SSH "
+                "tunnel or a TLS proxy\n"
+            )
+        sys.stdout.write(f"plandag console: http://{shown_host}:{port}/?token={token}\n")
+        sys.stdout.flush()
+        uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
