@@ -104,6 +104,7 @@ def register(app: typer.Typer) -> None:
         from plandag.cli.plan_command import _KEY_VARIABLES, DEFAULT_MODELS, _client
         from plandag.conversation import planner_factory, planner_function
         from plandag.conversation.planmode import PlannerFunction
+        from plandag.planner.llm import LLMClient
         from plandag.serve import ConsoleConfig, create_app, new_token
         from plandag.store import default_store_path
         from plandag.tools.boundary import WriteBoundary
@@ -120,11 +121,11 @@ def register(app: typer.Typer) -> None:
         except ValueError as error:
             fail(f"--write-boundary: {error}")
         planner: PlannerFunction | None = None
+        client: LLMClient | None = None
         has_key = bool(os.environ.get(_KEY_VARIABLES[provider]))
         if has_key or (provider == "openai" and base_url is not None):
-            planner = planner_function(
-                planner_factory(_client(provider, base_url), name), full_registry=registry
-            )
+            client = _client(provider, base_url)
+            planner = planner_function(planner_factory(client, name), full_registry=registry)
         else:
             sys.stderr.write(
                 f"warning: no {_KEY_VARIABLES[provider]}: conversations are recorded but "
@@ -139,6 +140,7 @@ def register(app: typer.Typer) -> None:
             tools=tuple(str(Path(tool).resolve()) for tool in dict.fromkeys(tools or [])),
             boundary_specs=tuple(write_boundary) if write_boundary else None,
             card_chars=card_chars,
+            on_close=client.aclose if client is not None else None,
         )
         token = new_token()
         app = create_app(config, token)

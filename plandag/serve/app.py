@@ -85,6 +85,13 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _text(form: FormData, name: str) -> str:
+    """A text field as the person typed it: browsers send a textarea's line breaks as CRLF
+    (HTML, "textarea" element, form submission), turned back into the LF it has on screen."""
+    value = form.get(name, "")
+    return value.replace("\r\n", "\n") if isinstance(value, str) else ""
+
+
 def _safe_next(target: str | None) -> str:
     """A local path to go back to after the name page (never another site)."""
     if not target:
@@ -175,8 +182,8 @@ class _Pages:
             self.signer.set(response, session)
             return response
         form = await self.form(request, session)
-        name = valid_name(str(form.get("name", "")))
-        target = _safe_next(str(form.get("next", "")))
+        name = valid_name(_text(form, "name"))
+        target = _safe_next(_text(form, "next"))
         if name is None:
             return self.page(
                 "name.html",
@@ -204,7 +211,7 @@ class _Pages:
             form = await self.form(request, session)
             try:
                 conversation_id = self.console.send(
-                    None, str(form.get("text", "")), plan=self._plan_box(form)
+                    None, _text(form, "text"), plan=self._plan_box(form)
                 )
             except (ConsoleError, PlanModeError) as error:
                 return self.problem(request, session, str(error), 400)
@@ -294,7 +301,7 @@ class _Pages:
         conversation_id = request.path_params["id"]
         self._load(conversation_id)
         try:
-            self.console.send(conversation_id, str(form.get("text", "")), plan=self._plan_box(form))
+            self.console.send(conversation_id, _text(form, "text"), plan=self._plan_box(form))
         except (ConsoleError, PlanModeError) as error:
             return self.problem(request, session, str(error), 400)
         return RedirectResponse(f"/conversations/{conversation_id}", status_code=303)
@@ -336,9 +343,9 @@ class _Pages:
             self.console.decide(
                 conversation_id,
                 approved=action == "approve",
-                plan_hash=str(form.get("hash", "")),
+                plan_hash=_text(form, "hash"),
                 who=session.name,
-                feedback=str(form.get("feedback", "")) if action == "reject" else "",
+                feedback=_text(form, "feedback") if action == "reject" else "",
                 reject_steps=reject_steps,
                 edit_steps=edit_steps,
             )
@@ -472,20 +479,20 @@ class _Pages:
         action = request.path_params["action"]
         try:
             if action == "abandon":
-                self.console.abandon(run_id, who=session.name, reason=str(form.get("reason", "")))
+                self.console.abandon(run_id, who=session.name, reason=_text(form, "reason"))
             elif action == "resume":
                 self.console.resume(
-                    run_id, who=session.name, instruction=str(form.get("instruction", ""))
+                    run_id, who=session.name, instruction=_text(form, "instruction")
                 )
             elif action == "approve":
                 self.console.approve_escalated(
-                    run_id, who=session.name, plan_hash=str(form.get("hash", ""))
+                    run_id, who=session.name, plan_hash=_text(form, "hash")
                 )
             else:
                 raise HTTPException(404, f"no inbox action {action!r}")
         except ConsoleError as error:
             return self.problem(request, session, str(error), 400)
-        target = _safe_next(str(form.get("next", "")) or "/inbox")
+        target = _safe_next(_text(form, "next") or "/inbox")
         return RedirectResponse(target, status_code=303)
 
 

@@ -126,6 +126,8 @@ class ConsoleConfig:
         spawn: runs ``plandag`` commands for the inbox (:data:`Spawn`).
         plandag_command: the command line that starts ``plandag`` (default: this Python
             with ``-m plandag``).
+        on_close: awaited when the console stops, on its event loop (say, the model
+            client's ``aclose``), or None.
     """
 
     store_path: Path
@@ -141,6 +143,7 @@ class ConsoleConfig:
     clock: Callable[[], float] = time.time
     spawn: Spawn = spawn_process
     plandag_command: tuple[str, ...] = (sys.executable, "-m", "plandag")
+    on_close: Callable[[], Awaitable[None]] | None = None
 
     def __post_init__(self) -> None:
         if self.card_chars < 0:
@@ -204,6 +207,9 @@ class Console:
             await self._group.__aexit__(*exc_info)
         finally:
             self._group = None
+            if self.config.on_close is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.config.on_close()
             if self._store is not None:
                 self._store.close()
                 self._store = None
@@ -552,6 +558,13 @@ class Console:
         output = ""
         if outcome.result is not None and outcome.status == "succeeded":
             output = json.dumps(outcome.result.output, ensure_ascii=False, default=str)[:2000]
+        elif outcome.result is not None:
+            failed = [
+                f"step {step.id} ({step.tool}) {step.status}: {step.detail or step.reason}"
+                for step in outcome.result.steps.values()
+                if step.status == "failed"
+            ]
+            output = "; ".join(failed)[:2000]
         text = f"run {run_id} {outcome.status}"
         text += f": {output}" if output else (f": {outcome.message}" if outcome.message else "")
         self.load(conversation.id).add_message(text, "pipeline", self.now())

@@ -29,7 +29,7 @@ def lookup(name: str) -> dict[str, Any]:
 
 
 @tool(effects="write", writes=lambda args: [args["channel"]])
-def publish(channel: str, text: str) -> str:
+def publish(channel: str, text: str | int) -> str:
     """Publish TEXT on CHANNEL."""
     return f"published on {channel}"
 
