@@ -187,6 +187,7 @@ class Console:
     def __init__(self, config: ConsoleConfig) -> None:
         self.config = config
         self.busy: set[str] = set()
+        self._live: dict[str, Conversation] = {}
         self.errors: dict[str, str] = {}
         self.notices: dict[str, str] = {}
         self._store: Store | None = None
@@ -240,15 +241,19 @@ class Console:
     # -- conversations ----------------------------------------------------------------------
 
     def load(self, conversation_id: str) -> Conversation:
-        """The stored conversation, its plan-mode expiry recorded when due.
+        """The conversation, its plan-mode expiry recorded when due: while a turn of it
+        runs, the very object that turn records in (so a message queued meanwhile and the
+        turn's plan are recorded one after the other); otherwise as stored.
 
         Raises:
             ConsoleError: no conversation has this id.
         """
-        try:
-            conversation = self.conversations.load(conversation_id)
-        except ConversationError as error:
-            raise ConsoleError(str(error)) from error
+        conversation = self._live.get(conversation_id)
+        if conversation is None:
+            try:
+                conversation = self.conversations.load(conversation_id)
+            except ConversationError as error:
+                raise ConsoleError(str(error)) from error
         conversation.expire_if_due(self.now())
         return conversation
 
@@ -303,13 +308,31 @@ class Console:
         else:
             conversation.disarm(now)
 
-    def _handle(self, conversation_id: str, first: Turn | None) -> None:
-        """Mark the conversation busy and handle ``first``, then its queued messages."""
-        self.busy.add(conversation_id)
+    def _hold(self, conversation: Conversation) -> None:
+        """Mark the conversation busy: every change goes through this object until
+        :meth:`_release`."""
+        self.busy.add(conversation.id)
+        self._live[conversation.id] = conversation
+
+    def _release(self, conversation_id: str) -> None:
+        self.busy.discard(conversation_id)
+        self._live.pop(conversation_id, None)
+
+    def _handle(
+        self,
+        conversation_id: str,
+        first: Turn | None,
+        before: Callable[[], Coroutine[Any, Any, None]] | None = None,
+    ) -> None:
+        """Mark the conversation busy, run ``before`` (an approved plan's run), handle
+        ``first``, then the messages queued meanwhile, in order."""
+        self._hold(self.load(conversation_id))
 
         async def work() -> None:
             tried: set[int] = set()
             try:
+                if before is not None:
+                    await before()
                 if first is not None:
                     tried.add(first.index)
                     await self._plan(conversation_id, first)
@@ -321,7 +344,7 @@ class Console:
                     tried.add(waiting[0].index)
                     await self._plan(conversation_id, waiting[0])
             finally:
-                self.busy.discard(conversation_id)
+                self._release(conversation_id)
 
         self._start(work)
 
@@ -490,15 +513,11 @@ class Console:
             raise ConsoleError(str(error)) from error
         self.errors.pop(conversation.id, None)
         if approved:
-            self.busy.add(conversation.id)
 
             async def run() -> None:
-                try:
-                    await self._run(self.load(conversation_id), decision.plan, who, choices)
-                finally:
-                    self.busy.discard(conversation_id)
+                await self._run(self.load(conversation_id), decision.plan, who, choices)
 
-            self._start(run)
+            self._handle(conversation.id, None, run)
             return
         # The feedback is the person's next message: recorded, and planned in plan mode.
         turn = conversation.add_message(feedback, "person", self.now())

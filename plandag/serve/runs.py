@@ -19,19 +19,25 @@ from typing import Any
 
 import networkx as nx
 
-from plandag.store import Store
+from plandag.store import RunRow, Store
 
-__all__ = ["BatchCounts", "batch_summary", "run_rows", "run_view"]
+__all__ = ["BatchCounts", "batch_summary", "progress", "run_rows", "run_view"]
 
 DONE_STATES = frozenset({"succeeded", "failed", "skipped", "cancelled"})
 """Step states that count as done in a run's progress."""
 
 
-def _progress(store: Store, run_id: str) -> tuple[int, int]:
-    steps = store.steps(run_id)
+def progress(store: Store, row: RunRow) -> tuple[int, int]:
+    """``(done, total)`` of a run: its steps in a terminal state of the steps declared (the
+    current plan's steps before any is declared); for an ``extract`` batch, its documents
+    recorded of its inputs."""
+    if row.command == "extract":
+        done = len(store.documents(row.run_id))
+        return done, max(int(row.params.get("inputs") or 0), done)
+    steps = store.steps(row.run_id)
     if steps:
         return sum(step.status in DONE_STATES for step in steps.values()), len(steps)
-    versions = store.plan_versions(run_id)
+    versions = store.plan_versions(row.run_id)
     total = len(versions[-1].plan.get("steps", [])) if versions else 0
     return 0, total
 
@@ -43,11 +49,7 @@ def run_rows(store: Store, limit: int = 100) -> list[dict[str, Any]]:
     ``spent_tokens``."""
     rows = []
     for row in store.runs(limit):
-        if row.command == "extract":
-            done = len(store.documents(row.run_id))
-            total = int(row.params.get("inputs") or done)
-        else:
-            done, total = _progress(store, row.run_id)
+        done, total = progress(store, row)
         rows.append(
             {
                 "run_id": row.run_id,
@@ -137,7 +139,7 @@ def run_view(store: Store, run_id: str) -> dict[str, Any]:
 
     row = store.run(run_id)
     versions = store.plan_versions(run_id)
-    done, total = _progress(store, run_id)
+    done, total = progress(store, row)
     llm = store.connection.execute(
         "SELECT COUNT(*), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
         "COALESCE(SUM(cost_usd), 0) FROM llm_call WHERE run_id = ?",

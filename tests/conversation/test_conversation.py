@@ -151,6 +151,35 @@ def test_a_rejection_with_feedback_keeps_it_armed_and_restarts_the_clock(plan: P
     assert conversation.end_reasons() == []
 
 
+def test_an_approval_records_its_per_step_choices(plan: Plan) -> None:
+    conversation = Conversation.new("person", T0)
+    conversation.arm(T0)
+    conversation.end_turn_with_plan(plan, H1, T0 + 10)
+    with pytest.raises(ConversationError, match="the plan has no step 7"):
+        conversation.decide(approved=True, plan_hash=H1, now=T0 + 20, reject_steps=[7])
+    with pytest.raises(ConversationError, match="per-step choices .* come with an approval"):
+        conversation.decide(
+            approved=False, plan_hash=H1, now=T0 + 20, feedback="no", reject_steps=[2]
+        )
+    decision = conversation.decide(
+        approved=True,
+        plan_hash=H1,
+        now=T0 + 20,
+        who="ana",
+        reject_steps=[2],
+        edit_steps={1: {"path": "data/b.csv"}},
+    )
+    assert decision.turn.data == {
+        "approved": True,
+        "hash": H1,
+        "feedback": None,
+        "who": "ana",
+        "plan_turn": 1,
+        "reject_steps": [2],
+        "edit_steps": {"1": {"path": "data/b.csv"}},
+    }
+
+
 def test_a_queued_message_keeps_it_armed(plan: Plan) -> None:
     conversation = Conversation.new("person", T0)
     conversation.arm(T0)

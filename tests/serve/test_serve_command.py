@@ -1,0 +1,106 @@
+"""``plandag serve`` on the command line: loopback by default, beyond it only when asked,
+the address with its token printed at start (uvicorn's ``run`` replaced by a recorder)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+import uvicorn
+from typer.testing import CliRunner
+
+from plandag.cli.serve_command import is_loopback, register
+from plandag.serve import DEFAULT_HOST, DEFAULT_PORT, ConsoleConfig
+
+
+def serve_app() -> typer.Typer:
+    app = typer.Typer(add_completion=False, rich_markup_mode=None)
+    register(app)
+
+    @app.callback()
+    def root() -> None:
+        """plandag, for this test."""
+
+    return app
+
+
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[dict[str, Any]]:
+    calls: list[dict[str, Any]] = []
+
+    def run(app: Any, **options: Any) -> None:
+        calls.append({"app": app, **options})
+
+    monkeypatch.setattr(uvicorn, "run", run)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    return calls
+
+
+def invoke(*args: str, key: str | None = None) -> Any:
+    env = {"ANTHROPIC_API_KEY": key} if key is not None else {}
+    return CliRunner().invoke(serve_app(), ["serve", "--store", "runs.sqlite3", *args], env=env)
+
+
+def test_it_listens_on_loopback_by_default_and_prints_the_address_with_a_token(
+    started: list[dict[str, Any]],
+) -> None:
+    result = invoke(key="test")
+    assert result.exit_code == 0, result.output
+    [call] = started
+    assert (call["host"], call["port"]) == ("127.0.0.1", 8765)
+    assert (DEFAULT_HOST, DEFAULT_PORT) == ("127.0.0.1", 8765)
+    found = re.search(
+        r"^plandag console: http://127\.0\.0\.1:8765/\?token=([A-Za-z0-9_-]{43})$",
+        result.stdout,
+        flags=re.M,
+    )
+    assert found is not None, result.stdout
+    assert "warning" not in result.stderr
+
+
+def test_each_start_makes_a_new_token(started: list[dict[str, Any]]) -> None:
+    tokens = {re.findall(r"token=(\S+)", invoke(key="test").stdout)[0] for _ in range(3)}
+    assert len(tokens) == 3
+
+
+def test_beyond_loopback_only_when_asked_and_with_a_warning(
+    started: list[dict[str, Any]],
+) -> None:
+    result = invoke("--host", "0.0.0.0", "--port", "9000", key="test")
+    assert result.exit_code == 0, result.output
+    assert (started[0]["host"], started[0]["port"]) == ("0.0.0.0", 9000)
+    assert "http://0.0.0.0:9000/?token=" in result.stdout
+    assert "warning: listening on 0.0.0.0, beyond this machine" in result.stderr
+
+
+def test_without_a_key_it_serves_without_a_planner(started: list[dict[str, Any]]) -> None:
+    result = invoke()
+    assert result.exit_code == 0, result.output
+    assert "warning: no ANTHROPIC_API_KEY: conversations are recorded but not planned" in (
+        result.stderr
+    )
+    console = started[0]["app"].state.console
+    assert isinstance(console.config, ConsoleConfig)
+    assert console.config.planner is None
+
+
+@pytest.mark.parametrize(
+    ("host", "expected"),
+    [
+        ("127.0.0.1", True),
+        ("127.0.0.2", True),
+        ("localhost", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("0.0.0.0", False),
+        ("192.168.1.10", False),
+        ("::", False),
+        ("example.org", False),
+    ],
+)
+def test_is_loopback(host: str, expected: bool) -> None:
+    assert is_loopback(host) is expected
