@@ -157,7 +157,7 @@ def test_an_approval_records_its_per_step_choices(plan: Plan) -> None:
     conversation.end_turn_with_plan(plan, H1, T0 + 10)
     with pytest.raises(ConversationError, match="the plan has no step 7"):
         conversation.decide(approved=True, plan_hash=H1, now=T0 + 20, reject_steps=[7])
-    with pytest.raises(ConversationError, match="per-step choices .* come with an approval"):
+    with pytest.raises(ConversationError, match=r"per-step choices .* come with an approval"):
         conversation.decide(
             approved=False, plan_hash=H1, now=T0 + 20, feedback="no", reject_steps=[2]
         )
