@@ -125,7 +125,9 @@ def register(app: typer.Typer) -> None:
         has_key = bool(os.environ.get(_KEY_VARIABLES[provider]))
         if has_key or (provider == "openai" and base_url is not None):
             client = _client(provider, base_url)
-            planner = planner_function(planner_factory(client, name), full_registry=registry)
+            planner = planner_function(
+                planner_factory(client, name), full_registry=registry, investigate=True
+            )
         else:
             sys.stderr.write(
                 f"warning: no {_KEY_VARIABLES[provider]}: conversations are recorded but "

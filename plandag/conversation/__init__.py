@@ -11,6 +11,7 @@ from plandag.conversation.agent import (
     conversation_context,
     planner_factory,
     planner_function,
+    recording_investigations,
 )
 from plandag.conversation.model import (
     DEFAULT_EXPIRY_S,
@@ -67,5 +68,6 @@ __all__ = [
     "plan_turn",
     "planner_factory",
     "planner_function",
+    "recording_investigations",
     "render_for_decision",
 ]

@@ -36,6 +36,13 @@ with :func:`plandag.planner.agent.revision_context`: the rejected plan, every re
 feedback of this plan mode, the last one verbatim as "the instruction for this revision,
 in full".
 
+**Investigation** (``investigate=True``): in plan mode the turn first *investigates*: the
+planner writes a plan of tools without effects for gathering what the task needs, it runs,
+and the real plan is written with what it found as quoted data
+(:func:`plandag.planner.investigate.plan_with_investigation`). Whoever records the
+conversation gets each :class:`~plandag.planner.investigate.Investigation` as it ends
+(:func:`recording_investigations`), so what was found stays in the conversation.
+
 **Questions.** The planner's wire format holds a plan and nothing else
 (:mod:`plandag.planner.wire`): :class:`Planner` cannot ask the person a question, so this
 adapter always returns a :class:`~plandag.dag.plan.Plan`, never a ``str``.
@@ -43,13 +50,16 @@ adapter always returns a :class:`~plandag.dag.plan.Plan`, never a ``str``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from plandag.conversation.model import Turn
 from plandag.dag.plan import Plan
 from plandag.planner.agent import revision_context
 from plandag.planner.data import quote_data
+from plandag.planner.investigate import Investigation, plan_with_investigation
 from plandag.planner.llm import CallRecord, LLMClient
 from plandag.planner.planner import Planner, PlanOutcome
 from plandag.tools.registry import Registry
@@ -60,7 +70,28 @@ __all__ = [
     "conversation_context",
     "planner_factory",
     "planner_function",
+    "recording_investigations",
 ]
+
+_ON_INVESTIGATED: contextvars.ContextVar[Callable[[Investigation], None] | None] = (
+    contextvars.ContextVar("on_investigated", default=None)
+)
+
+
+@contextlib.contextmanager
+def recording_investigations(callback: Callable[[Investigation], None]) -> Iterator[None]:
+    """Within the block (the current task and those it starts), every investigation a
+    :class:`ConversationPlanner` runs is given to ``callback`` once it ran, before the real
+    plan is asked for: the caller records it in the conversation the turn belongs to.
+
+    Args:
+        callback: ``callback(investigation)``; what it raises ends the turn.
+    """
+    token = _ON_INVESTIGATED.set(callback)
+    try:
+        yield
+    finally:
+        _ON_INVESTIGATED.reset(token)
 
 
 class PlannerFactory(Protocol):
@@ -182,12 +213,15 @@ class ConversationPlanner:
             not read-only (the plan may name tools with effects; they run only after
             approval); None (default) plans it against the read-only registry
             ``plan_turn`` gives, with ``read_only=True``.
+        investigate: a plan-mode turn investigates first (module docstring); default
+            False.
 
     Attributes:
         outcomes: every accepted :class:`PlanOutcome`, in order.
         records: every model call attempt of every turn, in order (also those of a
             turn whose planner gave up).
         built: ``(tool names, read_only)`` of the planner of every turn, in order.
+        investigations: every investigation run, in order.
     """
 
     def __init__(
@@ -197,8 +231,11 @@ class ConversationPlanner:
         params: Mapping[str, Any] | None = None,
         context: str = "",
         full_registry: Registry | None = None,
+        investigate: bool = False,
     ) -> None:
         self.factory = factory
+        self.investigate = investigate
+        self.investigations: list[Investigation] = []
         self.params = dict(params) if params is not None else None
         self.context = context
         self.full_registry = full_registry
@@ -232,7 +269,19 @@ class ConversationPlanner:
         planner = self.factory(registry, read_only=read_only)
         self.built.append((tuple(sorted(registry.tools)), read_only))
         context = conversation_context(message, history, context=self.context)
-        outcome = await planner.plan(message, context, self.params, records=self.records)
+        if plan_mode and self.investigate:
+            investigated = await plan_with_investigation(
+                planner,
+                message,
+                context,
+                self.params,
+                records=self.records,
+                on_investigated=_ON_INVESTIGATED.get(),
+            )
+            self.investigations.append(investigated.investigation)
+            outcome = investigated.plan
+        else:
+            outcome = await planner.plan(message, context, self.params, records=self.records)
         self.outcomes.append(outcome)
         return outcome.plan
 
@@ -243,6 +292,7 @@ def planner_function(
     params: Mapping[str, Any] | None = None,
     context: str = "",
     full_registry: Registry | None = None,
+    investigate: bool = False,
 ) -> ConversationPlanner:
     """The :class:`ConversationPlanner` for ``factory`` (arguments as its constructor's).
 
@@ -251,4 +301,10 @@ def planner_function(
         planner_fn = planner_function(planner_factory(AnthropicClient(), "claude-sonnet-4-6"))
         turn = await plan_turn(conversation, "make the report", planner_fn, registry, now)
     """
-    return ConversationPlanner(factory, params=params, context=context, full_registry=full_registry)
+    return ConversationPlanner(
+        factory,
+        params=params,
+        context=context,
+        full_registry=full_registry,
+        investigate=investigate,
+    )

@@ -8,9 +8,12 @@ what a page asks, following the rules of :mod:`plandag.conversation.model`:
 * **A message** (:meth:`Console.send`) is recorded in the person's conversation; the
   ``Plan`` box ticked arms plan mode first, unticked disarms it (reason ``disarmed``). The
   turn is then handled in the background (:func:`plandag.conversation.plan_turn`): in plan
-  mode the planner may run only tools without effects and the turn ends with a plan waiting
-  for a decision. While a turn runs the conversation is *busy*: a message sent meanwhile is
-  recorded ``queued`` (the mode left as it is) and handled, in order, once the turn ends.
+  mode the planner may run only tools without effects (with a planner made with
+  ``investigate=True`` it investigates with them first; what the investigation found is
+  recorded in the conversation, :func:`plandag.conversation.recording_investigations`) and
+  the turn ends with a plan waiting for a decision. While a turn runs the conversation is
+  *busy*: a message sent meanwhile is recorded ``queued`` (the mode left as it is) and
+  handled, in order, once the turn ends.
 * **The decision card** (:meth:`Console.card`): the plan compiled against the console's
   registry, so that its steps, dependencies (declared and implied by references), effects
   and write targets, estimate of cost and time and hash are those an approval binds
@@ -67,10 +70,12 @@ from plandag.conversation import (
     Shown,
     Turn,
     plan_turn,
+    recording_investigations,
     render_for_decision,
 )
 from plandag.dag.plan import Plan
 from plandag.errors import PlandagError, PlanError
+from plandag.planner.investigate import Investigation
 from plandag.store import Store, open_store
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
@@ -359,15 +364,24 @@ class Console:
             return
         conversation = self.load(conversation_id)
         now = self.now()
-        try:
-            ended = await plan_turn(
-                conversation,
-                turn,
-                planner,
-                self.config.registry,
-                now,
-                write_boundary=self.config.write_boundary,
+
+        def found(investigation: Investigation) -> None:
+            # What plan mode's investigation found stays in the conversation (context for
+            # the revisions, and the record beside the run an approval starts).
+            conversation.add_message(
+                f"{investigation.summary()}\n\n{investigation.section}", "pipeline", self.now()
             )
+
+        try:
+            with recording_investigations(found):
+                ended = await plan_turn(
+                    conversation,
+                    turn,
+                    planner,
+                    self.config.registry,
+                    now,
+                    write_boundary=self.config.write_boundary,
+                )
         except Exception as error:  # the planner's failure is shown; the console goes on
             logger.warning("conversation %s: the planner failed: %s", conversation_id, error)
             self.errors[conversation_id] = f"the planner could not write a plan: {error}"

@@ -46,6 +46,11 @@ FEEDBACK = (
     "Não publique no blog público; use o canal interno #finance.\n"
     "E nada de valores acima de R$ 1.000,00 — FEEDBACK-7f3a"
 )
+LOOK_WIRE: dict[str, Any] = {
+    "g": "Find a's score",
+    "s": [{"i": 1, "t": "lookup", "a": ["name=a"], "d": []}],
+    "o": '"<step_1_result>"',
+}
 BLOG_WIRE: dict[str, Any] = {
     "g": "Score a and publish it",
     "s": [
@@ -118,7 +123,7 @@ def console_url(tmp_path: Path, model: MessagesServer) -> Iterator[str]:
     conversation planner against the local Messages API server."""
     client = AnthropicClient(api_key="test", base_url=model.url)
     factory = planner_factory(client, MODEL, retry=RetryPolicy(retries=0), max_repairs=0)
-    planner = planner_function(factory, full_registry=REGISTRY)
+    planner = planner_function(factory, full_registry=REGISTRY, investigate=True)
     config = make_config(tmp_path, planner, poll_s=0.1, stream_s=30.0, on_close=client.aclose)
     app = create_app(config, TOKEN)
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -181,8 +186,8 @@ def card_hash(driver: WebDriver) -> str | None:
 def test_tick_send_reject_with_feedback_approve_and_see_the_run_finish(
     console_url: str, browser: WebDriver, model: MessagesServer, tmp_path: Path
 ) -> None:
-    model.push_json(BLOG_WIRE)
-    model.push_json(FINANCE_WIRE)
+    for reply in (LOOK_WIRE, BLOG_WIRE, LOOK_WIRE, FINANCE_WIRE):  # investigate, then plan
+        model.push_json(reply)
 
     # The token once, then the name once.
     browser.get(f"{console_url}/?token={TOKEN}")
@@ -208,6 +213,10 @@ def test_tick_send_reject_with_feedback_approve_and_see_the_run_finish(
     assert text(browser, "plan-hash") == first
     assert [line.split("\t")[0] for line in texts(browser, "tr.step")] == ["1", "2"]
     assert browser.find_element(By.ID, "plan").is_selected() is True  # armed, persisted
+    # Plan mode investigated with a tool without effects; what it found is in the conversation.
+    [found] = texts(browser, ".turn.investigation summary")
+    assert found.startswith("investigation: 1 plan(s) asked, 1 call(s)")
+    assert "ran 1 of 1 step(s) without effects (lookup)" in found
 
     # Reject with feedback: it is the person's message, and the planner writes a revision.
     browser.find_element(By.ID, "feedback").send_keys(FEEDBACK)
@@ -221,14 +230,15 @@ def test_tick_send_reject_with_feedback_approve_and_see_the_run_finish(
     assert browser.find_element(By.ID, "plan").is_selected() is True  # still armed
 
     # The feedback reached the planner verbatim, as the task and as the revision's instruction.
-    _, revision = model.message_requests
+    first_look, _, second_look, revision = model.message_requests
     content = revision.json["messages"][0]["content"]
     assert content.startswith(f"Task:\n{FEEDBACK}\n\n")
     assert (
         "The person's feedback on plan 1 (the instruction for this revision, in full):\n"
         f"{FEEDBACK}\n\n"
     ) in content
-    assert "FEEDBACK-7f3a" not in json.dumps(model.message_requests[0].json, ensure_ascii=False)
+    assert "FEEDBACK-7f3a" not in json.dumps(first_look.json, ensure_ascii=False)
+    assert FEEDBACK in second_look.json["messages"][0]["content"]
 
     # Approve: the plan runs in the same conversation, and the page shows it finish.
     browser.find_element(By.ID, "approve").click()
