@@ -27,9 +27,11 @@ from plandag.conversation import (
     plan_turn,
     planner_factory,
     planner_function,
+    recording_investigations,
 )
 from plandag.dag.plan import Plan
 from plandag.errors import PlanError
+from plandag.planner.investigate import INVESTIGATION_HEADING, Investigation
 from plandag.planner.llm import AnthropicClient
 from plandag.planner.planner import Planner, PlannerGaveUp
 from plandag.planner.wire import wire_to_document
@@ -515,3 +517,42 @@ def test_a_conversation_write_inside_a_run_store_transaction_rolls_back_with_it(
         assert raw.execute("SELECT COUNT(*) FROM conversation_turn").fetchone() == (0,)
     finally:
         raw.close()
+
+
+# -- investigation in plan mode -------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_an_armed_turn_investigates_first_and_hands_over_what_it_found(
+    server: MessagesServer, client: AnthropicClient
+) -> None:
+    server.push_json(LOOKUP_B_WIRE)  # the investigation: tools without effects only
+    server.push_json(PUBLISH_WIRE)  # the plan, with what was found
+    conversation = armed()
+    planner_fn = planner_function(factory(client), full_registry=REGISTRY, investigate=True)
+    found: list[Investigation] = []
+    with recording_investigations(found.append):
+        shown = await plan_turn(conversation, "Score a, publish it", planner_fn, REGISTRY, T0 + 1)
+    assert shown.data["pending"] is True
+    assert shown.plan == as_plan(PUBLISH_WIRE)
+    [investigation] = found
+    assert investigation.ran == {1: "lookup"}
+    assert investigation.result.steps[1].result == {"name": "b", "score": 1}
+    assert planner_fn.investigations == found
+    look, plan = server.message_requests
+    assert INVESTIGATION_HEADING not in look.json["messages"][0]["content"]
+    content = plan.json["messages"][0]["content"]
+    assert INVESTIGATION_HEADING in content
+    assert '{"name":"b","score":1}' in content
+
+
+@pytest.mark.anyio
+async def test_an_unarmed_turn_does_not_investigate(
+    server: MessagesServer, client: AnthropicClient
+) -> None:
+    server.push_json(PUBLISH_WIRE)
+    conversation = Conversation.new("person", T0)
+    planner_fn = planner_function(factory(client), full_registry=REGISTRY, investigate=True)
+    await plan_turn(conversation, "Score a, publish it", planner_fn, REGISTRY, T0 + 1)
+    assert len(server.message_requests) == 1
+    assert planner_fn.investigations == []
