@@ -269,3 +269,32 @@ def test_tick_send_reject_with_feedback_approve_and_see_the_run_finish(
             ("asked", None),
             ("approved", "Ana Souza"),
         ]
+
+
+@pytest.mark.slow
+def test_unticking_the_box_ends_plan_mode_and_takes_the_card_away(
+    console_url: str, browser: WebDriver, model: MessagesServer, tmp_path: Path
+) -> None:
+    for reply in (LOOK_WIRE, BLOG_WIRE):
+        model.push_json(reply)
+    browser.get(f"{console_url}/?token={TOKEN}")
+    wait_for(browser, lambda d: d.find_elements(By.ID, "name"), "the name page")
+    browser.find_element(By.ID, "name").send_keys("Bruno")
+    browser.find_element(By.ID, "save-name").click()
+    wait_for(browser, lambda d: d.find_elements(By.ID, "plan"), "the composer")
+    browser.find_element(By.ID, "plan").click()
+    browser.find_element(By.ID, "message").send_keys("Score a and publish it")
+    browser.find_element(By.ID, "send").click()
+    wait_for(browser, card_hash, "the decision card")
+
+    browser.find_element(By.ID, "plan").click()  # untick: the page submits the change
+    wait_for(
+        browser,
+        lambda d: "plan mode ended: disarmed" in text(d, "turns"),
+        "the end of plan mode",
+    )
+    assert card_hash(browser) is None
+    assert browser.find_element(By.ID, "plan").is_selected() is False
+    assert len(model.message_requests) == 2  # nothing planned or run after unticking
+    with open_store(tmp_path / "runs.sqlite3") as store:
+        assert store.runs() == []
