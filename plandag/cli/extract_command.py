@@ -397,5 +397,7 @@ def _close_batch(store: Any, writer: Any, batch_id: str, status: str) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``extract`` (its subcommand ``nfe``) to the ``plandag`` app."""
+    """Add ``extract`` (its subcommands ``nfe`` and ``contracts``) to the ``plandag`` app."""
+    import plandag.cli.contracts_command  # noqa: F401  (defines ``extract contracts``)
+
     app.add_typer(extract_app, name="extract")

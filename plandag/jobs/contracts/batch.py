@@ -20,7 +20,8 @@ reuses):
 - **--resume**: the previous records with status ``ok`` or ``check_failed`` are kept (first
   in the file); an input whose path and extracted text's SHA-256 match one of them is
   skipped with no model call (its text is read again to compare: a changed file is
-  extracted again). Error rows are dropped and their inputs tried again.
+  extracted again, and its new record replaces the previous one at the end). Error rows
+  are dropped and their inputs tried again.
 - **Brakes**: the budget in ``run_options`` is shared by every contract; when a brake stops
   a contract's run (:class:`~plandag.jobs.contracts.document.BatchStopped`), the batch
   stops: the records before it stay, and :attr:`ContractsSummary.stopped` says why.
@@ -306,8 +307,13 @@ async def extract_contracts(
     finished = 0
     total = len(paths)
 
+    kept_files = {record.file for record in kept}
+    stale: set[str] = set()
+
     def write(record: Mapping[str, Any]) -> None:
         ready = escape_surrogates(dict(record))
+        if ready.get("file") in kept_files:  # extracted again: its text changed, or failed
+            stale.add(str(ready.get("file")))
         writer.write(ready)
         tally.add(ready)
         if on_record is not None:
@@ -372,6 +378,15 @@ async def extract_contracts(
                     group.start_soon(run_one, index, path, group)
     finally:
         writer.close()
+        if stale:  # the previous records of inputs extracted again give way to the new ones
+            written = load_previous(output, output_format, fields)
+            rewrite_previous(
+                output,
+                output_format,
+                fields,
+                [r for i, r in enumerate(written) if i >= len(kept) or r.file not in stale],
+            )
+            summary.kept_from_previous -= sum(1 for r in kept if r.file in stale)
     summary.records = tally.records
     summary.by_status = {k: v for k, v in tally.by_status.most_common() if v > 0}
     summary.error_codes = dict(tally.error_codes.most_common())

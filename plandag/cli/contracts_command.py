@@ -1,0 +1,428 @@
+"""``plandag extract contracts``: fields of contracts in batches, each value with its evidence
+(README, "Contracts"), recorded in the run store as one run with one row per contract and a
+trace with one bar per contract."""
+
+from __future__ import annotations
+
+import array
+import json
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from plandag.brakes import cap_or_none
+from plandag.cli.app import (
+    BoundaryOption,
+    HeartbeatEveryOption,
+    HeartbeatOption,
+    JsonOption,
+    MaxConcurrencyOption,
+    MaxCostOption,
+    MaxSecondsOption,
+    MaxTokensOption,
+    RetriesOption,
+    StallAfterOption,
+    StopOnStallOption,
+    _boundary,
+    _fail,
+    _limits,
+    _settings,
+    boundary_words,
+    extract_app,
+    print_brakes,
+    stderr,
+    stdout,
+)
+from plandag.cli.signals import Interruptible, exit_code_for_signal
+from plandag.cli.store_command import RedactOption, StoreOption, open_cli_store, trace_factory
+from plandag.errors import InputError
+
+__all__ = ["DEFAULT_EXECUTOR_MODELS", "extract_contracts_command"]
+
+DEFAULT_EXECUTOR_MODELS: dict[str, str] = {"anthropic": "claude-haiku-4-5"}
+"""The extraction steps' model when neither ``--executor-model`` nor ``--model`` is given
+(the ``executor_model`` setting's default for the anthropic provider; openai has none)."""
+
+_STOPS = {
+    "budget": "the cost or token cap (--max-cost, --max-tokens)",
+    "deadline": "--max-seconds",
+    "stalled": "a stall (--stall-after)",
+    "interrupted": "an interruption",
+}
+
+
+@extract_app.command("contracts")
+def extract_contracts_command(
+    paths: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="FILES...", help="Contracts (.txt, .md, .pdf, .docx), folders or globs."
+        ),
+    ],
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output", "-o", metavar="OUT", help="Output file: .jsonl (default) or .csv."
+        ),
+    ],
+    fields_spec: Annotated[
+        str,
+        typer.Option(
+            "--fields",
+            metavar="cuad|FIELDS.toml",
+            help="The fields: cuad (the 41 CUAD v1 categories) or a TOML file of [[field]] "
+            "tables with name, description, type.",
+        ),
+    ] = "cuad",
+    output_format: Annotated[
+        str | None,
+        typer.Option(
+            "--format", metavar="jsonl|csv", help="Output format (default: from OUT's suffix)."
+        ),
+    ] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option("--jobs", "-j", metavar="N", min=1, help="Contracts at once (4)."),
+    ] = None,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Keep OUT's records that succeeded; skip inputs whose path and text SHA-256 "
+            "they hold.",
+        ),
+    ] = False,
+    provider: Annotated[
+        str,
+        typer.Option("--provider", metavar="anthropic|openai", help="The model provider."),
+    ] = "anthropic",
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model", metavar="NAME", help="The extraction steps' model (as --executor-model)."
+        ),
+    ] = None,
+    base_url: Annotated[
+        str | None,
+        typer.Option("--base-url", metavar="URL", help="The provider API's base URL."),
+    ] = None,
+    executor_model: Annotated[
+        str | None,
+        typer.Option(
+            "--executor-model",
+            metavar="NAME",
+            help="The model of the llm steps (anthropic: claude-haiku-4-5).",
+        ),
+    ] = None,
+    chunk_chars: Annotated[
+        int,
+        typer.Option(
+            "--chunk-chars", metavar="N", min=200, help="Characters per chunk at most (16000)."
+        ),
+    ] = 16_000,
+    write_boundary: BoundaryOption = None,
+    max_seconds: MaxSecondsOption = None,
+    max_cost: MaxCostOption = None,
+    max_tokens: MaxTokensOption = None,
+    max_concurrency: MaxConcurrencyOption = None,
+    retries: RetriesOption = None,
+    heartbeat: HeartbeatOption = None,
+    heartbeat_every: HeartbeatEveryOption = None,
+    stall_after: StallAfterOption = None,
+    stop_on_stall: StopOnStallOption = None,
+    as_json: JsonOption = False,
+    store: StoreOption = None,
+    redact: RedactOption = False,
+    trace_detail: Annotated[
+        str,
+        typer.Option(
+            "--trace-detail",
+            metavar="summary|full",
+            help="Per contract in the trace: a bounded summary line or the full record.",
+        ),
+    ] = "summary",
+) -> None:
+    """Extract fields from contracts: one record per contract, one error row per bad file.
+
+    Each contract is chunked on section and clause boundaries; chunks x field groups run
+    as parallel llm steps of one plan, merged per field. Every value carries its evidence:
+    the quote and its [start, end) offsets in the extracted text, computed by plandag; the
+    quote_exists check rejects a quote that is not in the document.
+
+    The key comes from ANTHROPIC_API_KEY (--provider anthropic) or OPENAI_API_KEY
+    (--provider openai; not needed with --base-url), checked before anything runs.
+
+    Brakes apply to the whole batch (the "extract contracts" row: $20.00 and 5,000,000
+    tokens per batch, stop after 300 s without a finished contract); --max-concurrency and
+    --retries apply within each contract's plan. The batch is recorded in the run store as
+    one run with one row per contract; `plandag trace` shows one bar per contract.
+    """
+    from plandag.cli.plan_command import _KEY_VARIABLES, _client
+    from plandag.extract.monitor import BatchMonitor
+    from plandag.extract.names import display_name
+    from plandag.jobs.contracts.batch import (
+        batch_exit_code,
+        expand_contract_inputs,
+        extract_contracts,
+        render_summary,
+    )
+    from plandag.jobs.contracts.fields import FieldsError, load_fields
+    from plandag.scheduler import Budget, RetryPolicy, RunLimits
+    from plandag.store.store import store_json
+
+    settings = _settings(
+        {
+            "jobs": jobs,
+            "write_boundary": write_boundary,
+            "max_seconds": max_seconds,
+            "max_cost": max_cost,
+            "max_tokens": max_tokens,
+            "max_concurrency": max_concurrency,
+            "retries": retries,
+            "heartbeat": str(heartbeat) if heartbeat is not None else None,
+            "heartbeat_every": heartbeat_every,
+            "stall_after": stall_after,
+            "stop_on_stall": stop_on_stall,
+        },
+        "extract contracts",
+    )
+    if trace_detail not in ("summary", "full"):
+        _fail(f"--trace-detail must be summary or full, not {trace_detail!r}")
+    if output_format not in (None, "jsonl", "csv"):
+        _fail(f"--format must be jsonl or csv, not {output_format!r}")
+    if output.is_dir():
+        _fail(f"-o {output} is a folder; name the output file, e.g. {output / 'contracts.jsonl'}")
+    if provider not in _KEY_VARIABLES:
+        _fail(f"--provider {provider!r}: choose anthropic or openai")
+    if model is not None and executor_model is not None and model != executor_model:
+        _fail(
+            f"--model {model} and --executor-model {executor_model} both name the extraction "
+            "steps' model; give one"
+        )
+    model_name = executor_model or model or _default_executor_model(provider)
+    if model_name is None:
+        _fail(f"--executor-model (or --model) is required with --provider {provider}")
+    try:
+        fields = load_fields(fields_spec)
+    except FieldsError as error:
+        _fail(str(error))
+    _limits(settings)  # the same checks and messages as exec for the brake settings
+    heartbeat_file = Path(settings["heartbeat"]) if settings["heartbeat"] else None
+    if heartbeat_file is not None and not heartbeat_file.parent.is_dir():
+        _fail(f"--heartbeat {heartbeat_file}: its folder does not exist")
+    boundary = (
+        _boundary(settings["write_boundary"], output.parent) if settings["write_boundary"] else None
+    )
+    client = _client(provider, base_url)  # a missing key stops here (exit 2), before anything runs
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        _fail(f"-o {output}: cannot create its folder ({error.strerror or error})")
+    budget = Budget(cap_or_none(settings["max_cost"]), cap_or_none(settings["max_tokens"]))
+    print_brakes(settings, boundary_words(settings["write_boundary"], output.parent))
+    run_options: dict[str, Any] = {
+        "retry": RetryPolicy(retries=settings["retries"]),
+        "max_concurrency": settings["max_concurrency"],
+        "limits": RunLimits.lifted(),  # the batch's own brakes govern every contract
+        "budget": budget,
+        **model_options(client, provider, model_name),
+    }
+    monitor = BatchMonitor(
+        heartbeat_file,
+        every=settings["heartbeat_every"],
+        stall_after=cap_or_none(settings["stall_after"]),
+        stop_on_stall=settings["stop_on_stall"],
+    )
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    progress = Progress(
+        "[bold]contracts",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=stderr,
+        transient=True,
+        disable=not stderr.is_terminal,
+    )
+    task = progress.add_task("contracts", total=None)
+
+    def on_progress(finished: int, total: int) -> None:
+        monitor.update(finished, total)
+        progress.update(task, completed=finished, total=total)
+
+    deadline = cap_or_none(settings["max_seconds"])
+    run_store = open_cli_store(store)
+    batch_id = uuid.uuid4().hex[:16]
+    stored_count = [0]
+    last_record_at = [time.time()]
+    writers: list[Any] = []
+    spans = array.array("d")
+
+    def on_record(record: Mapping[str, Any]) -> None:
+        now = time.time()
+        index = stored_count[0]
+        status = str(record.get("status", ""))
+        file = str(record.get("file", ""))
+        writers[0].document(
+            index, file, status, record, last_record_at[0], now, detail=trace_detail
+        )
+        run_store.record_document(
+            batch_id,
+            index,
+            file,
+            status,
+            record,
+            error=store_json(record.get("errors")) if status == "error" else None,
+        )
+        spans.extend((last_record_at[0], now))
+        last_record_at[0] = now
+        stored_count[0] += 1
+
+    try:
+        files, missing = expand_contract_inputs(paths)
+        goal = (
+            f"extract contracts: {len(files) + len(missing)} input(s) into {display_name(output)}"
+        )
+        batch_params = {
+            "output": display_name(output),
+            "inputs": len(files) + len(missing),
+            "fields": fields_spec,
+            "provider": provider,
+            "executor_model": model_name,
+        }
+        run_store.create_run(
+            batch_id,
+            command="extract",
+            goal=goal,
+            params=batch_params,
+            options={"jobs": settings["jobs"], "resume": resume, "redact": redact},
+        )
+        writers.append(trace_factory(run_store, redact)(batch_id, 0))
+        writers[0].run_started("extract", goal, batch_params)
+
+        async def bounded() -> Any:
+            import anyio
+
+            failure: Exception | None = None
+            summary = None
+            with anyio.CancelScope() as scope:
+                if deadline is not None:
+                    scope.deadline = anyio.current_time() + deadline
+                async with anyio.create_task_group() as group:
+                    group.start_soon(monitor.watch, scope)
+                    try:
+                        summary = await extract_contracts(
+                            files,
+                            output,
+                            fields=fields,
+                            format=output_format,
+                            jobs=settings["jobs"],
+                            resume=resume,
+                            missing=missing,
+                            on_record=on_record,
+                            on_progress=on_progress,
+                            run_options=run_options,
+                            write_boundary=boundary,
+                            chunk_chars=chunk_chars,
+                        )
+                    except Exception as caught:  # re-raised unwrapped, outside the group
+                        failure = caught
+                    group.cancel_scope.cancel()
+            with anyio.CancelScope(shield=True):
+                await client.aclose()
+            if failure is not None:
+                raise failure
+            return summary
+
+        with progress:
+            outcome = Interruptible(bounded).run()
+    except InputError as error:
+        _close_batch(run_store, writers[0] if writers else None, batch_id, "failed")
+        _fail(str(error))
+    except OSError as error:
+        _close_batch(run_store, writers[0] if writers else None, batch_id, "failed")
+        _fail(f"-o {output}: cannot write it ({error.strerror or error})")
+    summary = outcome.result
+    stopped = summary.stopped if summary is not None else None
+    batch_status = (
+        "interrupted"
+        if outcome.signal is not None
+        else "budget_exceeded"
+        if stopped == "budget"
+        else "succeeded"
+        if summary is not None and stopped is None
+        else "timed_out"
+    )
+    run_store.update_run(
+        batch_id,
+        status=batch_status,
+        spent_usd=budget.spent_usd,
+        spent_tokens=budget.spent_tokens,
+        pid=None,
+    )
+    writers[0].segment_ended(batch_status)
+    writers[0].close()
+    run_store.close()
+    if summary is None or stopped is not None:
+        if outcome.signal is not None:
+            why, code, status = (
+                signal.Signals(outcome.signal).name,
+                exit_code_for_signal(outcome.signal),
+                "interrupted",
+            )
+        elif stopped is not None:
+            why, code, status = _STOPS.get(stopped, stopped), 3, "stopped"
+        elif monitor.stalled:
+            why, code, status = f"a stall (--stall-after {settings['stall_after']:g})", 3, "stalled"
+        else:
+            why, code, status = f"--max-seconds {deadline:g}", 3, "timed_out"
+        monitor.close(status)
+        if summary is not None and not as_json:
+            stdout.print(render_summary(summary))
+        stderr.print(
+            f"stopped by {why} after {monitor.done} of {monitor.total or '?'} inputs; {output} "
+            "holds the complete records of the inputs before the first unfinished one, in "
+            "order; run the same command with --resume to go on",
+            markup=False,
+        )
+        raise typer.Exit(code)
+    monitor.close("interrupted" if outcome.signal is not None else "finished")
+    if as_json:
+        document = summary.to_json_dict()
+        document["spent_usd"], document["spent_tokens"] = budget.spent_usd, budget.spent_tokens
+        sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
+    else:
+        table = render_summary(summary)
+        table.add_row("tokens (input + output)", f"{budget.spent_tokens:,}")
+        table.add_row("cost (priced models)", f"${budget.spent_usd:.4f}")
+        stdout.print(table)
+        stdout.print(f"records written to {display_name(output)}")
+    if outcome.signal is not None:
+        raise typer.Exit(exit_code_for_signal(outcome.signal))
+    raise typer.Exit(batch_exit_code(summary))
+
+
+def _default_executor_model(provider: str) -> str | None:
+    return DEFAULT_EXECUTOR_MODELS.get(provider)
+
+
+def model_options(client: Any, provider: str, model: str) -> dict[str, Any]:
+    """The ``run_plan`` keyword arguments that give the ``llm`` steps their model access."""
+    from plandag.executors import ModelAccess
+
+    return {"models": ModelAccess(client=client, executor_model=model)}
+
+
+def _close_batch(store: Any, writer: Any, batch_id: str, status: str) -> None:
+    """A batch that stopped on an unusable argument: record it and close."""
+    store.update_run(batch_id, status=status, pid=None)
+    if writer is not None:
+        writer.segment_ended(status)
+        writer.close()
+    store.close()
