@@ -43,11 +43,7 @@ from plandag.cli.signals import Interruptible, exit_code_for_signal
 from plandag.cli.store_command import RedactOption, StoreOption, open_cli_store, trace_factory
 from plandag.errors import InputError
 
-__all__ = ["DEFAULT_EXECUTOR_MODELS", "extract_contracts_command"]
-
-DEFAULT_EXECUTOR_MODELS: dict[str, str] = {"anthropic": "claude-haiku-4-5"}
-"""The extraction steps' model when neither ``--executor-model`` nor ``--model`` is given
-(the ``executor_model`` setting's default for the anthropic provider; openai has none)."""
+__all__ = ["extract_contracts_command", "model_options"]
 
 _STOPS = {
     "budget": "the cost or token cap (--max-cost, --max-tokens)",
@@ -105,7 +101,10 @@ def extract_contracts_command(
     model: Annotated[
         str | None,
         typer.Option(
-            "--model", metavar="NAME", help="The extraction steps' model (as --executor-model)."
+            "--model",
+            metavar="NAME",
+            help="The run's model: the llm steps use it unless --executor-model (or the "
+            "executor_model setting) names another.",
         ),
     ] = None,
     base_url: Annotated[
@@ -117,7 +116,8 @@ def extract_contracts_command(
         typer.Option(
             "--executor-model",
             metavar="NAME",
-            help="The model of the llm steps (anthropic: claude-haiku-4-5).",
+            help="The model of the llm steps (default: setting executor_model, else --model, "
+            "else claude-haiku-4-5 with anthropic).",
         ),
     ] = None,
     chunk_chars: Annotated[
@@ -189,6 +189,7 @@ def extract_contracts_command(
             "heartbeat_every": heartbeat_every,
             "stall_after": stall_after,
             "stop_on_stall": stop_on_stall,
+            "executor_model": executor_model,
         },
         "extract contracts",
     )
@@ -200,14 +201,16 @@ def extract_contracts_command(
         _fail(f"-o {output} is a folder; name the output file, e.g. {output / 'contracts.jsonl'}")
     if provider not in _KEY_VARIABLES:
         _fail(f"--provider {provider!r}: choose anthropic or openai")
-    if model is not None and executor_model is not None and model != executor_model:
-        _fail(
-            f"--model {model} and --executor-model {executor_model} both name the extraction "
-            "steps' model; give one"
-        )
-    model_name = executor_model or model or _default_executor_model(provider)
+    model_name = settings["executor_model"] or model
+    if model_name is None and provider == "anthropic":
+        from plandag.executors import DEFAULT_EXECUTOR_MODEL
+
+        model_name = DEFAULT_EXECUTOR_MODEL
     if model_name is None:
-        _fail(f"--executor-model (or --model) is required with --provider {provider}")
+        _fail(
+            f"--model (or --executor-model) is required with --provider {provider}: name the "
+            "model your server runs"
+        )
     try:
         fields = load_fields(fields_spec)
     except FieldsError as error:
@@ -231,7 +234,7 @@ def extract_contracts_command(
         "max_concurrency": settings["max_concurrency"],
         "limits": RunLimits.lifted(),  # the batch's own brakes govern every contract
         "budget": budget,
-        **model_options(client, provider, model_name),
+        **model_options(client, model_name),
     }
     monitor = BatchMonitor(
         heartbeat_file,
@@ -408,15 +411,11 @@ def extract_contracts_command(
     raise typer.Exit(batch_exit_code(summary))
 
 
-def _default_executor_model(provider: str) -> str | None:
-    return DEFAULT_EXECUTOR_MODELS.get(provider)
-
-
-def model_options(client: Any, provider: str, model: str) -> dict[str, Any]:
+def model_options(client: Any, model: str) -> dict[str, Any]:
     """The ``run_plan`` keyword arguments that give the ``llm`` steps their model access."""
     from plandag.executors import ModelAccess
 
-    return {"models": ModelAccess(client=client, executor_model=model)}
+    return {"models": ModelAccess(client, model)}
 
 
 def _close_batch(store: Any, writer: Any, batch_id: str, status: str) -> None:

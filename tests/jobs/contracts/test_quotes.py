@@ -89,10 +89,12 @@ def _label_values(field: str, labelled: Mapping[str, Any]) -> dict[str, Any] | N
     return None
 
 
-def scripted_contract(folder: Path, label: Mapping[str, Any]) -> Scripted:
+def scripted_contract(
+    folder: Path, label: Mapping[str, Any], chunk_chars: int = CHUNK_CHARS
+) -> Scripted:
     """Build one contract's replies from its CUAD labels (see the module docstring)."""
     text = (folder / label["file"]).read_text(encoding="utf-8")
-    chunks = chunk_text(text, CHUNK_CHARS)
+    chunks = chunk_text(text, chunk_chars)
     script = Scripted(text, chunks, {}, [], [], {})
     kinds = {spec.name: spec.type for spec in CUAD_FIELDS}
     for field, labelled in label["labels"].items():
@@ -117,7 +119,11 @@ def scripted_contract(folder: Path, label: Mapping[str, Any]) -> Scripted:
             found = _normalised_pattern(clause).search(text, chunk.start, chunk.end)
             assert found is not None
             loose = "  " + "\n".join(clause.upper().split(" ")) + "\n"
-            if len(script.correct) % 2 and found.start() == inside and loose.strip() != clause:
+            if (
+                len(script.correct) % 2
+                and found.start() == inside
+                and text.find(loose.strip(), chunk.start, chunk.end) < 0
+            ):
                 # every other passage with its spacing and case changed: a normalised match
                 script.add(chunk.index, field, loose, value)
                 script.correct.append(
@@ -266,3 +272,84 @@ def test_malformed_replies_give_no_value(reply: Any) -> None:
     assert fields == {
         "Audit Rights": {"type": "clause", "values": [], "answer": "No", "rejected": []}
     }
+
+
+# -- the same through the llm steps of each contract's plan, on the local Messages API -------
+
+
+def responder_for(scripts: list[Scripted]) -> Any:
+    """A scripted model: finds the contract and chunk from the request's data block and the
+    field group from its schema, and replies with that contract's scripted quotes."""
+    from plandag.planner.data import parse_data_blocks
+    from plandag.testing import ScriptedResponse
+
+    def reply(body: dict[str, Any]) -> ScriptedResponse:
+        text = body["messages"][0]["content"]
+        text = text if isinstance(text, str) else "".join(b["text"] for b in text)
+        (block,) = [b for b in parse_data_blocks(text) if b.attributes["label"] == "data"]
+        start, _, end = block.value["characters"].partition(" to ")
+        excerpt = block.value["excerpt"]
+        script = next(s for s in scripts if s.text[int(start) : int(end)] == excerpt)
+        chunk = next(c for c in script.chunks if c.start == int(start))
+        schema = json.loads(text.rsplit("JSON Schema:\n", 1)[1])
+        group = schema["properties"]["fields"]["required"]
+        found = script.replies.get(chunk.index, {})
+        return ScriptedResponse.json({"fields": {name: found.get(name, []) for name in group}})
+
+    return reply
+
+
+@pytest.mark.anyio
+async def test_through_the_plans_llm_steps_the_guard_holds_on_every_contract(
+    contracts_dir: Path, tmp_path: Path
+) -> None:
+    from plandag.executors import ModelAccess
+    from plandag.jobs.contracts.batch import expand_contract_inputs, extract_contracts
+    from plandag.planner.llm import AnthropicClient
+    from plandag.scheduler import Budget, RunLimits
+    from plandag.testing import MessagesServer
+
+    labels = _labels(contracts_dir)
+    chunk_chars = 6000  # fewer model calls than the direct test, still several chunks
+    scripts = [scripted_contract(contracts_dir, label, chunk_chars) for label in labels]
+    calls = sum(len(script.chunks) for script in scripts) * 5  # five CUAD field groups
+    assert calls == 65
+    out = tmp_path / "cuad.jsonl"
+    with MessagesServer() as server:
+        for _ in range(calls):
+            server.push_responder(responder_for(scripts))
+        client = AnthropicClient(api_key="test", base_url=server.url)
+        budget = Budget(20.0, 5_000_000)
+        try:
+            files, missing = expand_contract_inputs(
+                [str(contracts_dir / label["file"]) for label in labels]
+            )
+            summary = await extract_contracts(
+                files,
+                out,
+                missing=missing,
+                chunk_chars=chunk_chars,
+                run_options={
+                    "models": ModelAccess(client, "claude-haiku-4-5"),
+                    "budget": budget,
+                    "limits": RunLimits.lifted(),
+                },
+            )
+        finally:
+            await client.aclose()
+        assert len(server.message_requests) == calls
+    records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [Path(r["file"]).name for r in records] == [label["file"] for label in labels]
+    for script, record in zip(scripts, records, strict=True):
+        assert record["status"] == "check_failed"
+        assert record["chunks"] == len(script.chunks)
+        assert record["chars"] == len(script.text)
+        assert list(record["fields"]) == [spec.name for spec in CUAD_FIELDS]
+        assert_guarded(script, record["fields"])
+        assert record["checks"]["quote_exists"]["status"] == "fail"
+        assert record["errors"] == []
+    assert summary.by_status == {"check_failed": 7}
+    assert summary.values == sum(len(script.correct) for script in scripts) == 49
+    bad = sum(len(script.bad) for script in scripts)
+    assert summary.rejected == {"quote_not_found": bad}
+    assert budget.spent_tokens > 0
