@@ -387,7 +387,11 @@ def extract_contracts_command(
             why, code, status = f"--max-seconds {deadline:g}", 3, "timed_out"
         monitor.close(status)
         if summary is not None and not as_json:
-            stdout.print(render_summary(summary))
+            stdout.print(
+                render_summary(
+                    summary, spent_tokens=budget.spent_tokens, spent_usd=budget.spent_usd
+                )
+            )
         stderr.print(
             f"stopped by {why} after {monitor.done} of {monitor.total or '?'} inputs; {output} "
             "holds the complete records of the inputs before the first unfinished one, in "
@@ -401,10 +405,9 @@ def extract_contracts_command(
         document["spent_usd"], document["spent_tokens"] = budget.spent_usd, budget.spent_tokens
         sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
     else:
-        table = render_summary(summary)
-        table.add_row("tokens (input + output)", f"{budget.spent_tokens:,}")
-        table.add_row("cost (priced models)", f"${budget.spent_usd:.4f}")
-        stdout.print(table)
+        stdout.print(
+            render_summary(summary, spent_tokens=budget.spent_tokens, spent_usd=budget.spent_usd)
+        )
         stdout.print(f"records written to {display_name(output)}")
     if outcome.signal is not None:
         raise typer.Exit(exit_code_for_signal(outcome.signal))

@@ -406,9 +406,16 @@ def batch_exit_code(summary: ContractsSummary) -> int:
     return 3 if summary.stopped is not None else 1
 
 
-def render_summary(summary: ContractsSummary, *, top: int = 10) -> Table:
-    """A rich table of a batch: inputs, records by status, error codes, values and rejected
-    quotes, skips by ``--resume``, seconds, output."""
+def render_summary(
+    summary: ContractsSummary,
+    *,
+    top: int = 10,
+    spent_tokens: int | None = None,
+    spent_usd: float | None = None,
+) -> Table:
+    """A rich table of a batch: inputs, records by status, error codes (``top`` most
+    frequent), values and rejected quotes, skips by ``--resume``, the tokens and dollars
+    spent (when given: the batch's budget), seconds, output."""
     table = Table(title="Contract extraction", show_header=True, header_style="bold")
     table.add_column("", no_wrap=True)
     table.add_column("count", justify="right")
@@ -430,6 +437,10 @@ def render_summary(summary: ContractsSummary, *, top: int = 10) -> Table:
     for reason, count in summary.rejected.items():
         table.add_row(f"rejected: {reason}", str(count))
     table.add_section()
+    if spent_tokens is not None:
+        table.add_row("tokens (input + output)", f"{spent_tokens:,}")
+    if spent_usd is not None:
+        table.add_row("cost (priced models)", f"${spent_usd:.4f}")
     table.add_row("seconds", f"{summary.duration:.2f}")
     if summary.output is not None:
         table.add_row("output", display_name(summary.output))
