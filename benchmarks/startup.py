@@ -9,12 +9,15 @@ interpreter is used (the one ``pip install`` made); run from the repository root
     python benchmarks/startup.py [--runs 5]
 
 Medians are only comparable within one run of this script: a loaded machine slows every
-row, the baseline too.
+row, the baseline too. The load average before and after is printed with the table: on a
+machine with more runnable processes than cores, wall-clock time grows with the load while
+the CPU column (user + system) barely moves, so that column says what plandag itself costs.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import statistics
 import subprocess
@@ -81,9 +84,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="runs per command (default 5)")
     runs = parser.parse_args().runs
+    load_before = os.getloadavg()[0]
     medians = {label: median_seconds(command, runs) for label, command in commands().items()}
+    load_after = os.getloadavg()[0]
     wall_base, cpu_base = medians["python -c pass"]
     print(f"start-up, median of {runs} runs (seconds; CPU = user + system)")
+    print(
+        f"machine: {os.cpu_count()} cores, load average (1 min) {load_before:.1f} before, "
+        f"{load_after:.1f} after"
+    )
     print(
         f"{'command':<20} {'wall':>7} {'- python':>9} {'CPU':>7} {'- python':>9} "
         f"{'target':>7}  wall ok"

@@ -39,7 +39,6 @@ from contextlib import AbstractContextManager
 from typing import Any, Literal, Protocol
 
 import anyio
-import networkx as nx
 import rfc8785
 
 from plandag.compiler.compiled import CompiledPlan, CompiledStep
@@ -295,16 +294,8 @@ class ApprovalRequest:
             except Exception:  # a writes function that needs resolved args
                 targets = ()
             effects.append((step_id, step.tool.name, step.tool.effects, targets))
-        if estimate is None:
-            graph = nx.DiGraph()
-            graph.add_nodes_from(compiled_steps)
-            graph.add_edges_from(
-                (parent, step_id)
-                for step_id, step in compiled_steps.items()
-                for parent in step.parents
-                if parent in compiled_steps
-            )
-            estimate = estimate_steps(compiled_steps, graph)
+        if estimate is None:  # over each step's parents among ``steps``
+            estimate = estimate_steps(compiled_steps)
         return cls(
             run_id=run_id,
             version=version,

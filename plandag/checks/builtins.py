@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import jmespath as jmespath_library
-import regex as _regex
 from jmespath.exceptions import JMESPathError
 from pydantic import BaseModel
 
@@ -192,9 +191,11 @@ def regex(result: Any, pattern: str, path: str | None = None) -> CheckOutcome:
             for ever fails the check instead of hanging the run).
         path: a JMESPath expression over the result, or None for the result itself.
     """
+    import regex as regex_library  # imported by the first regex check, not at start-up
+
     try:
-        compiled = _regex.compile(pattern)
-    except _regex.error as error:
+        compiled = regex_library.compile(pattern)
+    except regex_library.error as error:
         return CheckOutcome("regex", "fail", f"invalid regular expression {pattern!r}: {error}")
     try:
         found = _select(result, path)

@@ -40,12 +40,6 @@ from plandag.config import Settings, load_settings, shown
 from plandag.dag.graph import critical_path, mermaid
 from plandag.dag.plan import Plan
 from plandag.errors import InputError, PlanError, ToolLoadError
-from plandag.scheduler import (
-    JsonlHeartbeatWriter,
-    RetryPolicy,
-    RunLimits,
-    RunResult,
-)
 from plandag.scheduler.estimate import estimate_plan
 from plandag.scheduler.events import Observer
 from plandag.scheduler.result import RunStatus, to_jsonable
@@ -55,6 +49,7 @@ from plandag.trace.redact import scrub_secrets
 
 if TYPE_CHECKING:
     from plandag.planner.llm import LLMClient
+    from plandag.scheduler import RunLimits, RunResult
 
 __all__ = ["EXIT_CODES", "app", "main"]
 
@@ -457,6 +452,8 @@ def plan_factor(value: str | None, flag: str) -> float | str | None:
 
 
 def _limits(settings: Settings) -> RunLimits:
+    from plandag.scheduler import RunLimits  # the runner: not for check, graph, tools
+
     try:
         return RunLimits(
             max_seconds=settings["max_seconds"],
@@ -792,6 +789,8 @@ def _observers(compiled: CompiledPlan, settings: Settings) -> tuple[StepProgress
         heartbeat_file = Path(settings["heartbeat"])
         if not heartbeat_file.parent.is_dir():
             _fail(f"--heartbeat {heartbeat_file}: its folder does not exist")
+        from plandag.scheduler import JsonlHeartbeatWriter
+
         observers.append(JsonlHeartbeatWriter(heartbeat_file))
     return progress, observers
 
@@ -817,6 +816,7 @@ def _exec_with_planner(
     that adds steps with effects passes the same approval as the plan."""
     from plandag.cli.agent_store import RepairGate
     from plandag.planner.repair import PlanRepairer, RepairedRun, run_with_repairs, save_repair
+    from plandag.scheduler import RetryPolicy
 
     progress, observers = _observers(compiled, settings)
     client = _planner_client(planner, base_url)  # a missing key stops here (exit 2)

@@ -10,10 +10,9 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import pydantic
 
 from plandag.compiler.compiled import CompiledCheck, CompiledPlan, CompiledStep
@@ -25,6 +24,7 @@ from plandag.compiler.params import check_params
 from plandag.compiler.targets import check_literal_targets, holds_reference
 from plandag.compiler.types import path_problem
 from plandag.compiler.values import check_header, check_values
+from plandag.dag.graph import dependency_order
 from plandag.dag.plan import Plan, Step
 from plandag.dag.references import (
     find_references,
@@ -34,6 +34,9 @@ from plandag.dag.references import (
 from plandag.errors import PlanError
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = [
     "DEFAULT_MAX_ARG_BYTES",
@@ -184,13 +187,14 @@ def compile_plan(
         )
     _check_output(loaded, by_id, diagnostics)
 
-    graph: nx.DiGraph = nx.DiGraph()
-    graph.add_nodes_from(by_id)
-    graph.add_edges_from(edges)
+    parents_of = _dependencies(by_id, edges)
     order: tuple[int, ...] = ()
     taint: dict[int, StepTaint] = {}
-    if _check_cycles(graph, diagnostics):
-        order = tuple(nx.lexicographical_topological_sort(graph))
+    found = dependency_order(parents_of)
+    if found is None:
+        _check_cycles(_graph_of(by_id, edges), diagnostics)  # networkx names the cycles
+    else:
+        order = tuple(found)
         taint = check_egress(
             order,
             by_id,
@@ -206,10 +210,9 @@ def compile_plan(
     if diagnostics.has_errors:
         raise plan_error(diagnostics)
 
-    compiled_steps = _compiled_steps(graph, order, by_id, registry, compiled_checks, taint)
+    compiled_steps = _compiled_steps(parents_of, order, by_id, registry, compiled_checks, taint)
     return CompiledPlan(
         plan=loaded,
-        graph=graph,
         steps=compiled_steps,
         order=order,
         params=resolved_params,
@@ -259,23 +262,46 @@ def _index_steps(
     return by_id
 
 
+def _dependencies(nodes: Iterable[int], edges: Iterable[tuple[int, int]]) -> dict[int, set[int]]:
+    """Each step's parents: ``nodes`` (in their order), then any other step an edge
+    ``(parent, child)`` names."""
+    parents_of: dict[int, set[int]] = {node: set() for node in nodes}
+    for parent, child in edges:
+        parents_of.setdefault(parent, set())
+        parents_of.setdefault(child, set()).add(parent)
+    return parents_of
+
+
+def _graph_of(nodes: Iterable[int], edges: Iterable[tuple[int, int]]) -> nx.DiGraph:
+    import networkx as nx
+
+    graph = nx.DiGraph()
+    graph.add_nodes_from(nodes)
+    graph.add_edges_from(edges)
+    return graph
+
+
 def _compiled_steps(
-    graph: nx.DiGraph,
+    parents_of: Mapping[int, Collection[int]],
     order: tuple[int, ...],
     by_id: Mapping[int, Step],
     registry: Registry,
     compiled_checks: Mapping[int, tuple[CompiledCheck, ...]],
     taint: Mapping[int, StepTaint],
 ) -> dict[int, CompiledStep]:
-    """The steps of ``order`` bound to their tools, parents and children as in ``graph``,
-    with their taint and listed hosts (also used by
+    """The steps of ``order`` bound to their tools, parents and children as in
+    ``parents_of`` (each step's parents), with their taint and listed hosts (also used by
     :func:`plandag.compiler.patch.compile_patch`)."""
+    children_of: dict[int, list[int]] = {}
+    for child, parents in parents_of.items():
+        for parent in parents:
+            children_of.setdefault(parent, []).append(child)
     return {
         step_id: CompiledStep(
             step=by_id[step_id],
             tool=registry.tools[by_id[step_id].tool],
-            parents=tuple(sorted(graph.predecessors(step_id))),
-            children=tuple(sorted(graph.successors(step_id))),
+            parents=tuple(sorted(parents_of.get(step_id, ()))),
+            children=tuple(sorted(children_of.get(step_id, ()))),
             checks=compiled_checks.get(step_id, ()),
             tainted_input=taint[step_id].tainted_input,
             tainted_output=taint[step_id].tainted_output,
@@ -583,6 +609,8 @@ def _check_output(plan: Plan, by_id: Mapping[int, Step], diagnostics: Diagnostic
 def _check_cycles(graph: nx.DiGraph, diagnostics: DiagnosticCollector) -> bool:
     """True when ``graph`` is acyclic; else record a ``cycle`` error for each of the
     first ten cycles found (each named once) and return False."""
+    import networkx as nx
+
     if nx.is_directed_acyclic_graph(graph):
         return True
     reported: set[frozenset[int]] = set()

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from plandag.checks.base import CheckDefinition
 from plandag.compiler.diagnostics import Diagnostic
@@ -15,6 +14,9 @@ from plandag.dag.plan import Plan, Step
 from plandag.dag.references import ArgsTemplate, compile_template, find_references, is_constant
 from plandag.tools.base import Tool
 from plandag.tools.boundary import WriteBoundary
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["CompiledCheck", "CompiledPlan", "CompiledStep", "allowed_hosts"]
 
@@ -94,7 +96,6 @@ class CompiledPlan:
 
     Attributes:
         plan: the plan as validated.
-        graph: networkx DiGraph over step ids, edges parent → child (declared and implied).
         steps: compiled steps by id.
         order: step ids in a topological order (smaller ids first among ready steps).
         params: param values for this run (given values, else defaults), by name; empty
@@ -110,7 +111,6 @@ class CompiledPlan:
     """
 
     plan: Plan
-    graph: nx.DiGraph
     steps: Mapping[int, CompiledStep]
     order: tuple[int, ...]
     params: Mapping[str, Any]
@@ -119,6 +119,22 @@ class CompiledPlan:
     write_boundary: WriteBoundary | None = None
     http_allow: tuple[str, ...] | None = None
     max_steps: int = DEFAULT_MAX_STEPS
+
+    @functools.cached_property
+    def graph(self) -> nx.DiGraph:
+        """The dependency graph: a networkx DiGraph over the step ids (in the plan's
+        order, then any step the plan does not hold: a header's), edges parent → child
+        (declared and implied: each step's ``parents``). Built on first use, so that
+        compiling a plan does not import networkx."""
+        import networkx as nx
+
+        graph = nx.DiGraph()
+        graph.add_nodes_from(step.id for step in self.plan.steps if step.id in self.steps)
+        graph.add_nodes_from(self.steps)
+        graph.add_edges_from(
+            (parent, step_id) for step_id in graph.nodes for parent in self.steps[step_id].parents
+        )
+        return graph
 
     @property
     def listed_hosts(self) -> tuple[str, ...]:
@@ -152,10 +168,12 @@ class CompiledPlan:
             A new :class:`CompiledPlan` (this one when nothing is taken out).
         """
         doomed: set[int] = set()
-        for step_id in step_ids:
-            if step_id in self.steps and step_id not in doomed:
+        pending = [step_id for step_id in step_ids if step_id in self.steps]
+        while pending:  # each step once: at most len(self.steps) rounds
+            step_id = pending.pop()
+            if step_id not in doomed:
                 doomed.add(step_id)
-                doomed.update(nx.descendants(self.graph, step_id))
+                pending.extend(self.steps[step_id].children)
         if not doomed:
             return self
         steps = {
@@ -176,12 +194,9 @@ class CompiledPlan:
                 "output": output,
             }
         )
-        graph = self.graph.copy()
-        graph.remove_nodes_from(doomed)
         return dataclasses.replace(
             self,
             plan=plan,
-            graph=graph,
             steps=steps,
             order=tuple(step_id for step_id in self.order if step_id not in doomed),
         )

@@ -303,7 +303,14 @@ def compile_patch(
     if diagnostics.has_errors:
         raise plan_error(diagnostics)
 
-    compiled = _compiled_steps(graph, order, by_id, registry, compiled_checks, taint)
+    compiled = _compiled_steps(
+        {node: set(graph.predecessors(node)) for node in graph},
+        order,
+        by_id,
+        registry,
+        compiled_checks,
+        taint,
+    )
     pruned: set[int] = set()
     for parent in ended_parents:
         pruned.update(nx.descendants(graph, parent))

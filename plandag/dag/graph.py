@@ -1,32 +1,83 @@
 """Graph helpers over a plan's dependency graph (a networkx DiGraph, edges parent → child).
 
 Nodes are step ids (ints). The compiler builds the graph (``CompiledPlan.graph``); these
-functions only read it.
+functions only read it. :func:`dependency_order` and :func:`longest_path` work on the
+parents of each step instead, without networkx, so that compiling and estimating a plan
+(``plandag check``) does not import it.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
-import networkx as nx
+if TYPE_CHECKING:
+    import networkx as nx
 
-__all__ = ["ancestors", "critical_path", "descendants", "mermaid", "topological_order"]
+__all__ = [
+    "ancestors",
+    "critical_path",
+    "dependency_order",
+    "descendants",
+    "longest_path",
+    "mermaid",
+    "topological_order",
+]
 
 
 def topological_order(graph: nx.DiGraph) -> list[int]:
     """Step ids in a topological order, ties broken by the smaller id first."""
+    import networkx as nx
+
     return list(nx.lexicographical_topological_sort(graph))
 
 
 def ancestors(graph: nx.DiGraph, step_id: int) -> set[int]:
     """Every step that ``step_id`` depends on, directly or not."""
+    import networkx as nx
+
     return set(nx.ancestors(graph, step_id))
 
 
 def descendants(graph: nx.DiGraph, step_id: int) -> set[int]:
     """Every step that depends on ``step_id``, directly or not (what a failure prunes)."""
+    import networkx as nx
+
     return set(nx.descendants(graph, step_id))
+
+
+def dependency_order(parents: Mapping[int, Iterable[int]]) -> list[int] | None:
+    """The steps in the order :func:`topological_order` gives (Kahn's algorithm, the
+    smallest ready id first, as ``networkx.lexicographical_topological_sort``).
+
+    Args:
+        parents: each step's parents; a parent that is not a key is a step of its own
+            (with no parents).
+
+    Returns:
+        Every step (keys and parents), or None when the dependencies form a cycle.
+    """
+    waiting: dict[int, int] = {}
+    children: dict[int, list[int]] = {}
+    for child, of in parents.items():
+        waiting.setdefault(child, 0)
+        for parent in set(of):
+            waiting.setdefault(parent, 0)
+            waiting[child] += 1
+            children.setdefault(parent, []).append(child)
+    ready = [node for node, count in waiting.items() if count == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        node = heapq.heappop(ready)
+        order.append(node)
+        for child in children.get(node, ()):
+            waiting[child] -= 1
+            if waiting[child] == 0:
+                heapq.heappush(ready, child)
+    return order if len(order) == len(waiting) else None
 
 
 def _unit_weight(node: int) -> float:
@@ -53,6 +104,25 @@ def critical_path(
     Raises:
         networkx.NetworkXUnfeasible: the graph has a cycle.
     """
+    return longest_path(topological_order(graph), graph.predecessors, durations)
+
+
+def longest_path(
+    order: Iterable[int],
+    parents: Callable[[int], Iterable[int]],
+    durations: Mapping[int, float] | Callable[[int], float] | None = None,
+) -> tuple[list[int], float]:
+    """:func:`critical_path` over steps given in a topological ``order`` (say
+    :func:`dependency_order`'s) with their ``parents``, without a graph.
+
+    Args:
+        order: every step, each after its parents.
+        parents: a step's parents (each in ``order``).
+        durations: as for :func:`critical_path`.
+
+    Returns:
+        ``(path, length)`` as :func:`critical_path` returns them.
+    """
     weight: Callable[[int], float]
     if durations is None:
         weight = _unit_weight
@@ -66,12 +136,12 @@ def critical_path(
 
     finish: dict[int, float] = {}
     previous: dict[int, int | None] = {}
-    for node in topological_order(graph):
+    for node in order:
         best_parent: int | None = None
         best = 0.0
         # Sorted, so that among parents finishing at the same time the smallest id wins
         # and the path does not depend on the order edges were added in.
-        for parent in sorted(graph.predecessors(node)):
+        for parent in sorted(parents(node)):
             if finish[parent] > best or best_parent is None:
                 best, best_parent = finish[parent], parent
         finish[node] = best + weight(node)
@@ -80,8 +150,8 @@ def critical_path(
         return [], 0.0
     end = max(finish, key=lambda node: (finish[node], -node))
     path = [end]
-    while (parent := previous[path[-1]]) is not None:
-        path.append(parent)
+    while (before := previous[path[-1]]) is not None:
+        path.append(before)
     path.reverse()
     return path, finish[end]
 

@@ -810,7 +810,7 @@ class Agent:
             if len(self._stored) >= _STORED_KEPT:
                 self._stored.pop(next(iter(self._stored)))
             self._stored[key] = steps
-        return dataclasses.replace(header, graph=steps.graph, steps=steps.steps, order=steps.order)
+        return dataclasses.replace(header, steps=steps.steps, order=steps.order)
 
     async def run(
         self,

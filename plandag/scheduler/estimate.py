@@ -30,12 +30,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, Literal
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any, Literal
 
 from plandag.compiler.compiled import CompiledPlan, CompiledStep
-from plandag.dag.graph import critical_path
+from plandag.dag.graph import dependency_order, longest_path
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = [
     "MEASURED_MIN_RUNS",
@@ -243,7 +244,7 @@ def _step_estimate(
 
 def estimate_steps(
     steps: Mapping[int, CompiledStep],
-    graph: nx.DiGraph,
+    graph: nx.DiGraph | None = None,
     *,
     measured: Mapping[str, float] | None = None,
     tokens_cost: Callable[[int], float | None] | None = None,
@@ -256,7 +257,7 @@ def estimate_steps(
     Args:
         steps: the compiled steps by id.
         graph: their dependencies (edges parent -> child); nodes outside ``steps`` are
-            left out (a patch's parents that already ran).
+            left out (a patch's parents that already ran). None: each step's ``parents``.
         measured: seconds per tool name measured in the run store
             (:meth:`plandag.store.Store.tool_durations`); replaces declared figures.
         tokens_cost: US dollars of a number of tokens on the run's model (None: unpriced),
@@ -285,14 +286,24 @@ def estimate_steps(
     inline_seconds = path_seconds = 0.0
     inline_count = 0
     if not unknown:
-        subgraph = graph
-        if len(graph) != len(per_step) or any(node not in per_step for node in graph):
-            subgraph = nx.DiGraph()
-            subgraph.add_nodes_from(per_step)
-            subgraph.add_edges_from(
-                (parent, child) for parent, child in graph.edges(per_step) if child in per_step
-            )
-        nodes, seconds = critical_path(subgraph, lambda node: per_step[node].seconds or 0.0)
+        parents: dict[int, list[int]] = {
+            node: [
+                parent
+                for parent in (
+                    steps[node].parents
+                    if graph is None
+                    else (graph.predecessors(node) if node in graph else ())
+                )
+                if parent in per_step
+            ]
+            for node in per_step
+        }
+        order = dependency_order(parents)
+        if order is None:
+            raise ValueError("the steps' dependencies form a cycle; a compiled plan has none")
+        nodes, seconds = longest_path(
+            order, parents.__getitem__, lambda node: per_step[node].seconds or 0.0
+        )
         path = tuple(nodes)
         inline = [
             per_step[step_id].seconds or 0.0
@@ -327,11 +338,11 @@ def estimate_plan(
     done: Collection[int] = (),
     calls: Sequence[ModelCallEstimate] = (),
 ) -> PlanEstimate:
-    """Estimate a compiled plan: :func:`estimate_steps` over its steps and graph (arguments
-    as there)."""
+    """Estimate a compiled plan: :func:`estimate_steps` over its steps and their parents
+    (arguments as there)."""
     return estimate_steps(
         compiled.steps,
-        compiled.graph,
+        None,
         measured=measured,
         tokens_cost=tokens_cost,
         done=done,

@@ -32,7 +32,6 @@ import jmespath.parser
 from plandag.errors import BoundaryError, PermanentStepError
 from plandag.tools.base import Tool, ToolContext, tool
 from plandag.tools.writing import write_atomic
-from plandag.tools.xml import as_element, compile_xpath, evaluate_compiled, select_elements
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -269,6 +268,9 @@ def xml_select(
             f"{given} given",
             reason="invalid_args",
         )
+    # lxml is imported by the first XML step, not by every command that lists the tools.
+    from plandag.tools.xml import as_element, compile_xpath, evaluate_compiled, select_elements
+
     # Compile every expression first: a bad one is reported before any parsing.
     single = compile_xpath(path, namespaces) if path is not None else None
     table = [(name, compile_xpath(expr, namespaces)) for name, expr in (paths or {}).items()]
