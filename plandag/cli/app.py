@@ -41,7 +41,6 @@ from plandag.dag.graph import critical_path, mermaid
 from plandag.dag.plan import Plan
 from plandag.errors import InputError, PlanError, ToolLoadError
 from plandag.scheduler.estimate import estimate_plan
-from plandag.scheduler.events import Observer
 from plandag.scheduler.result import RunStatus, to_jsonable
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry, installed_applications
@@ -50,6 +49,7 @@ from plandag.trace.redact import scrub_secrets
 if TYPE_CHECKING:
     from plandag.planner.llm import LLMClient
     from plandag.scheduler import RunLimits, RunResult
+    from plandag.scheduler.events import Observer
 
 __all__ = ["EXIT_CODES", "app", "main"]
 

@@ -5,25 +5,18 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from plandag.compiler.diagnostics import Diagnostic
-from plandag.scheduler.events import (
-    Event,
-    Heartbeat,
-    Stall,
-    StepCancelled,
-    StepFailed,
-    StepSkipped,
-    StepStarted,
-    StepSucceeded,
-)
 from plandag.scheduler.result import RunResult, to_jsonable
 from plandag.trace.redact import scrub_secrets
+
+if TYPE_CHECKING:
+    from plandag.scheduler.events import Event
 
 __all__ = ["StepProgress", "diagnostic_lines", "run_table"]
 
@@ -91,6 +84,17 @@ class StepProgress:
 
     def __call__(self, event: Event) -> None:
         """Update the bar from a scheduler event (steps, heartbeats and stalls)."""
+        # Imported here: `plandag check` prints diagnostics from this module and runs nothing.
+        from plandag.scheduler.events import (
+            Heartbeat,
+            Stall,
+            StepCancelled,
+            StepFailed,
+            StepSkipped,
+            StepStarted,
+            StepSucceeded,
+        )
+
         if isinstance(event, Heartbeat):
             status = f"{event.failed} failed" if event.failed else ""
             if event.spent_usd or event.spent_tokens:
