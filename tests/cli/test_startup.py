@@ -110,6 +110,31 @@ def test_help_and_version_resolve_no_application_entry_point() -> None:
     assert _loaded(modules, APPLICATION_LOADING[1:]) == []
 
 
+def test_check_imports_nothing_that_only_running_needs() -> None:
+    modules = _modules_after(
+        "check",
+        str(EXAMPLES / "plans" / "words.json"),
+        "--tools",
+        str(EXAMPLES / "tools" / "text_tools.py"),
+    )
+    assert "plandag.scheduler.estimate" in modules  # the estimate is printed
+    assert (
+        _loaded(
+            modules,
+            (
+                "networkx",
+                "lxml",
+                "regex",
+                "asyncio",
+                "plandag.scheduler.runner",
+                "plandag.scheduler.session",
+                "plandag.scheduler.events",
+            ),
+        )
+        == []
+    )
+
+
 def test_check_of_a_plan_without_application_tools_loads_no_application() -> None:
     modules = _modules_after(
         "check",
