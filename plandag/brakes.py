@@ -16,8 +16,8 @@ write boundary             working directory   report's    output's folder   out
                                                folder
 =========================  ==================  ==========  ================  ===================
 
-(:data:`JOB_BRAKES` holds it; ``research`` and ``extract contracts`` are jobs still to come,
-whose rows are fixed here so that they pick them up.) The cost cap counts only models with
+(:data:`JOB_BRAKES` holds it; ``plandag research`` and ``plandag extract contracts`` run
+under their rows.) The cost cap counts only models with
 a price (:mod:`plandag.planner.llm.pricing`); a model without one is capped by the token
 cap alone and never refused for having no price. Batches have no wall-clock cap (they are
 long by nature) and rely on the stall detector and the cost and token caps.
