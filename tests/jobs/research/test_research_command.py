@@ -80,7 +80,7 @@ def research(server: MessagesServer, tmp_path: Path, index: Path, *more: str) ->
 
 def test_subquestion_branches_run_at_the_same_time(tmp_path: Path, index: Path) -> None:
     scripted = ScriptedResearch()
-    with MessagesServer(default=scripted, ttft=0.25) as server:
+    with MessagesServer(default=scripted, ttft=0.5) as server:
         result = research(server, tmp_path, index)
         models = sorted({request.json["model"] for request in server.message_requests})
     assert result.exit_code == 0, result.output
