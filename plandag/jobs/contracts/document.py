@@ -36,6 +36,7 @@ from plandag.jobs.contracts.chunks import DEFAULT_CHUNK_CHARS, chunk_text
 from plandag.jobs.contracts.fields import CUAD_FIELDS, FieldSpec, field_groups
 from plandag.jobs.contracts.plan import contract_plan
 from plandag.jobs.contracts.text import ContractInputError, ContractText, read_contract
+from plandag.jobs.contracts.tools import quote_exists
 
 if TYPE_CHECKING:
     from plandag.scheduler.result import RunResult, StepRecord
@@ -165,10 +166,11 @@ def contract_record(
         record_fields[spec.name] = found
     status = "error" if errors else "check_failed" if check_failed else "ok"
     checks: dict[str, Any] = {}
-    if check_detail:
+    if check_detail:  # the groups' outcomes as one: the same check over every field
+        whole = quote_exists.evaluate({"fields": merged}, {"text": contract.text})
         checks["quote_exists"] = {
             "status": "fail" if check_failed else "pass",
-            "detail": "; ".join(detail for detail in check_detail if detail),
+            "detail": whole.detail,
         }
     return {
         "file": file,

@@ -84,7 +84,9 @@ def _value_schema(kind: str) -> dict[str, Any]:
 
 def group_schema(group: Sequence[FieldSpec]) -> dict[str, Any]:
     """The JSON Schema of one group's reply: ``{"fields": {name: [{"quote", "value"}]}}``,
-    every field of the group required (an empty list when the excerpt does not answer it)."""
+    every field of the group required (an empty list when the excerpt does not answer it).
+    The fields' descriptions are in the prompt only (:func:`group_prompt`), not repeated
+    here: the schema is sent with every request too."""
     properties: dict[str, Any] = {}
     for spec in group:
         item: dict[str, Any] = {
@@ -92,11 +94,7 @@ def group_schema(group: Sequence[FieldSpec]) -> dict[str, Any]:
             "properties": {"quote": {"type": "string"}, "value": _value_schema(spec.type)},
             "required": ["quote"] if spec.type == "clause" else ["quote", "value"],
         }
-        properties[spec.name] = {
-            "type": "array",
-            "description": f"{spec.type}: {spec.description}",
-            "items": item,
-        }
+        properties[spec.name] = {"type": "array", "items": item}
     return {
         "type": "object",
         "properties": {
