@@ -53,7 +53,9 @@ __all__ = [
 ]
 
 BRAKE_REASONS: frozenset[str] = frozenset({"budget", "deadline", "stalled", "interrupted"})
-"""Reasons of skipped or cancelled steps that mean a brake stopped the run, not the step."""
+"""Reasons of failed, skipped or cancelled steps that mean a brake stopped the run (an
+``llm`` call whose reservation the cost or token cap refused fails with ``budget``), not
+that the step itself went wrong."""
 
 
 class BatchStopped(PlandagError):
@@ -131,7 +133,7 @@ def contract_record(
     check_failed = False
     steps = [result.steps[key] for key in sorted(result.steps)]
     for step in steps:
-        if step.status in ("skipped", "cancelled") and step.reason in BRAKE_REASONS:
+        if step.status in ("failed", "skipped", "cancelled") and step.reason in BRAKE_REASONS:
             raise BatchStopped(
                 str(step.reason), f"{file}: step {step.id} {step.status} ({step.detail})"
             )

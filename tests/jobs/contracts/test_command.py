@@ -201,3 +201,36 @@ def test_a_bad_fields_file_stops_before_anything_runs(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.exit_code == 2
     assert f"{fields}: field 1 ('Term'): type 'years' is not one of text, date" in result.output
+
+
+def test_the_token_cap_stops_the_batch_with_exit_3_and_resume_goes_on(
+    server: MessagesServer, contracts_dir: Path, tmp_path: Path
+) -> None:
+    names = [
+        "cuad_GRIDIRONBIONUTRIENTS_INC_02_05_2020-EX-10.3-SUPPLY_AGREEMENT.txt",
+        "cuad_TRANSMONTAIGNEPARTNERSLLC_03_13_2020-EX-10.9-SERVICES_AGREEMENT.txt",
+    ]
+    for name in names:
+        shutil.copy(contracts_dir / name, tmp_path / name)
+    server.default = lambda body: ScriptedResponse.json(
+        {"fields": {name: [] for name in json.loads(
+            body["messages"][0]["content"].rsplit("JSON Schema:\n", 1)[1]
+        )["properties"]["fields"]["required"]}}
+    )  # fmt: skip
+    out = tmp_path / "out.jsonl"
+    command = [
+        "extract", "contracts", *(str(tmp_path / name) for name in names), "-o", str(out),
+        "--base-url", server.url, "--store", str(tmp_path / "runs.sqlite3"), "--jobs", "1",
+    ]  # fmt: skip
+    # one call reserves its prompt (about 2,800 tokens) and its max_tokens (3,584 or more)
+    stopped = CliRunner().invoke(
+        app, [*command, "--max-tokens", "5000"], env={"ANTHROPIC_API_KEY": "test"}
+    )
+    assert stopped.exit_code == 3, stopped.output
+    assert "stopped by the cost or token cap (--max-cost, --max-tokens)" in stopped.output
+    assert "--resume" in stopped.output
+    assert out.read_text(encoding="utf-8") == ""
+    resumed = CliRunner().invoke(app, [*command, "--resume"], env={"ANTHROPIC_API_KEY": "test"})
+    assert resumed.exit_code == 0, resumed.output
+    records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [(Path(r["file"]).name, r["status"]) for r in records] == [(n, "ok") for n in names]
