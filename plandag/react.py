@@ -23,8 +23,9 @@ with :class:`~plandag.planner.agent.Agent` everything but the orchestration:
 
 A tool that fails is an observation (its error, quoted as data), as in ReAct; the model
 decides what to do next. The answer is the text of the first turn without a tool call.
-The Messages API's content blocks are read from the Anthropic client's ``raw`` message, so
-the baseline needs a client whose responses carry them (:class:`AnthropicClient`).
+The Messages API's content blocks are read from the Anthropic client's ``raw`` message, or
+translated from an OpenAI-compatible chat completion's ``tool_calls``
+(:func:`content_blocks`), so the loop works with both clients.
 """
 
 from __future__ import annotations
@@ -63,10 +64,12 @@ __all__ = [
     "ReactResult",
     "ReactStatus",
     "ReactStep",
+    "content_blocks",
     "react_system_prompt",
     "react_user_prompt",
     "tool_definitions",
     "tool_description",
+    "tool_result_block",
 ]
 
 DEFAULT_REACT_MAX_TOKENS = 2048
@@ -372,7 +375,7 @@ class ReactAgent:
                 return end("budget_exceeded", None, f"{type(error).__name__}: {error}")
             except Exception as error:
                 return end("failed", None, f"{type(error).__name__}: {error}")
-            blocks = _content_blocks(response.raw)
+            blocks = content_blocks(response.raw)
             uses = [block for block in blocks if block.get("type") == "tool_use"]
             if not uses:
                 return end("succeeded", response.text, None)
@@ -381,17 +384,17 @@ class ReactAgent:
             for index, use in enumerate(uses):
                 if index > 0:  # one tool per turn: a second call is not run
                     results.append(
-                        _tool_result(use, "error: one tool call per turn; not run", True)
+                        tool_result_block(use, "error: one tool call per turn; not run", True)
                     )
                     continue
                 step = await self._call(len(steps) + 1, response.text, use, deadline)
                 steps.append(step)
                 if step.error is not None:
                     shown = quote_data(f"{step.tool} error", step.error, self.max_chars)
-                    results.append(_tool_result(use, shown, True))
+                    results.append(tool_result_block(use, shown, True))
                 else:
                     shown = quote_data(f"{step.tool} result", step.result, self.max_chars)
-                    results.append(_tool_result(use, shown, False))
+                    results.append(tool_result_block(use, shown, False))
             messages.append({"role": "user", "content": results})
         return end("gave_up", None, f"no answer after {self.max_turns} turns")
 
@@ -435,17 +438,26 @@ class ReactAgent:
         )
 
 
-def _content_blocks(raw: Any) -> list[dict[str, Any]]:
-    """The response's content blocks as Messages API JSON (text and tool_use).
+def content_blocks(raw: Any) -> list[dict[str, Any]]:
+    """The response's content blocks as Messages API JSON (text and tool_use): those of the
+    Anthropic SDK's message, or those of an OpenAI-compatible chat completion (a dict;
+    :func:`plandag.planner.llm.openai.content_blocks`).
+
+    Args:
+        raw: an :class:`~plandag.planner.llm.LLMResponse`'s ``raw``.
 
     Raises:
-        TypeError: the response carries no content blocks (not a Messages API client).
+        TypeError: the response carries no content blocks (neither client's answer).
     """
+    if isinstance(raw, Mapping):
+        from plandag.planner.llm.openai import content_blocks as chat_blocks
+
+        return chat_blocks(raw)
     content = getattr(raw, "content", None)
     if content is None:
         raise TypeError(
-            "the ReAct baseline needs Messages API content blocks in the response "
-            "(use AnthropicClient)"
+            "the ReAct loop needs Messages API content blocks or a chat completion in the "
+            "response (use AnthropicClient or OpenAICompatibleClient)"
         )
     blocks: list[dict[str, Any]] = []
     for block in content:
@@ -459,7 +471,9 @@ def _content_blocks(raw: Any) -> list[dict[str, Any]]:
     return blocks
 
 
-def _tool_result(use: Mapping[str, Any], content: str, is_error: bool) -> dict[str, Any]:
+def tool_result_block(use: Mapping[str, Any], content: str, is_error: bool) -> dict[str, Any]:
+    """The ``tool_result`` block answering tool call ``use`` with ``content`` (text; a data
+    block for a result), ``is_error`` set for a failed or refused call."""
     result: dict[str, Any] = {"type": "tool_result", "tool_use_id": use["id"], "content": content}
     if is_error:
         result["is_error"] = True

@@ -5,6 +5,9 @@
   step results and documents reach the model as quoted data; an optional JSON Schema for
   the reply (asked again once, then ``invalid_output``); one request per attempt; cost
   reserved per call and settled from the provider's usage.
+* ``agent`` (:mod:`plandag.executors.agent`): a short scoped ReAct agent for one step:
+  an explicit list of effect-free tools, its own caps on turns, tokens, cost and seconds,
+  its tool and model calls children of the step in the trace.
 * :class:`ModelAccess`: what a run gives these steps (``run_plan(models=...)``,
   ``ctx.models``).
 
@@ -14,9 +17,11 @@ Both are built-ins of :func:`plandag.tools.registry.default_registry`.
 from plandag.executors.access import DEFAULT_EXECUTOR_MODEL as DEFAULT_EXECUTOR_MODEL
 from plandag.executors.access import ModelAccess as ModelAccess
 from plandag.executors.access import NoModelAccessError as NoModelAccessError
+from plandag.executors.access import call_model as call_model
+from plandag.executors.agent import agent as agent
 from plandag.executors.llm import llm as llm
 
-EXECUTOR_TOOLS = (llm,)
+EXECUTOR_TOOLS = (llm, agent)
 """The model-backed tools, in the order ``plandag tools`` lists them."""
 
 __all__ = [
@@ -24,5 +29,7 @@ __all__ = [
     "EXECUTOR_TOOLS",
     "ModelAccess",
     "NoModelAccessError",
+    "agent",
+    "call_model",
     "llm",
 ]

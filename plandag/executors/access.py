@@ -17,10 +17,19 @@ from typing import TYPE_CHECKING
 from plandag.errors import PermanentStepError
 
 if TYPE_CHECKING:  # the planner's client layer is imported when a step calls a model
-    from plandag.planner.llm.base import LLMClient
+    from plandag.planner.llm.base import LLMClient, LLMRequest, LLMResponse
     from plandag.planner.llm.pricing import PriceTable
+    from plandag.scheduler.budget import Budget
+    from plandag.tools.base import ToolContext
+    from plandag.tools.registry import Registry
 
-__all__ = ["DEFAULT_EXECUTOR_MODEL", "ModelAccess", "NoModelAccessError", "require_models"]
+__all__ = [
+    "DEFAULT_EXECUTOR_MODEL",
+    "ModelAccess",
+    "NoModelAccessError",
+    "call_model",
+    "require_models",
+]
 
 DEFAULT_EXECUTOR_MODEL = "claude-haiku-4-5"
 """The model ``llm`` and ``agent`` steps use with the ``anthropic`` provider when neither the
@@ -39,6 +48,8 @@ class ModelAccess:
         prices: US dollars per million tokens by model (default
             :data:`~plandag.planner.llm.DEFAULT_PRICES`); a model without a price costs
             0.0 and is limited by the token cap alone.
+        registry: the tools an ``agent`` step may list (the run's: the CLI passes the one
+            its plan compiled against, ``--tools`` included); None: the default registry.
 
     Raises:
         ValueError: an empty ``model``.
@@ -47,6 +58,7 @@ class ModelAccess:
     client: LLMClient
     model: str
     prices: PriceTable = dataclasses.field(default_factory=lambda: _default_prices())
+    registry: Registry | None = None
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -96,3 +108,114 @@ def require_models(models: ModelAccess | None, tool: str, step_id: int) -> Model
             "command line, or models=ModelAccess(client, model) to run_plan in Python"
         )
     return models
+
+
+async def call_model(
+    context: ToolContext,
+    models: ModelAccess,
+    request: LLMRequest,
+    purpose: str,
+    *,
+    budget: Budget | None = None,
+) -> LLMResponse:
+    """Make one model call of a step's attempt: reserve, send once, settle, record.
+
+    1. the reservation: the prompt's input tokens (the provider's count when its client
+       has a counting endpoint, such as Anthropic's ``count_tokens``: not an attempt, not
+       billed; else :func:`~plandag.planner.llm.base.estimate_input_tokens`) plus
+       ``request.max_tokens``, at the model's price (0.0 for an unpriced model: tokens
+       only), held on the run's budget with :meth:`ToolContext.reserve`;
+    2. exactly one request (:meth:`LLMClient.complete`; the clients never retry): a failure
+       is raised as the step error the run's retry policy reads;
+    3. the hold settled with the usage the provider reported (the usage of an unusable
+       answer too; nothing for a call that got no answer);
+    4. an ``llm_call`` child of the attempt for the trace (model, tokens, cost, error).
+
+    Args:
+        context: the attempt's context.
+        models: the run's :class:`ModelAccess`.
+        request: the call.
+        purpose: what the call is for, shown on the child (``llm``, ``agent turn 2``).
+        budget: a budget of the step's own (an agent's caps), reserved and settled as the
+            run's is, before it.
+
+    Returns:
+        The :class:`~plandag.planner.llm.LLMResponse`.
+
+    Raises:
+        BudgetRefusedError: the reservation does not fit the run's caps (nothing sent);
+            reason ``agent_budget`` when it is ``budget`` that it does not fit.
+        StepError: the call failed (mapped by the client: transient or permanent).
+    """
+    from plandag.errors import BudgetRefusedError
+    from plandag.planner.llm.base import UnusableResponseError, Usage
+    from plandag.planner.llm.calls import estimate_cost
+
+    price = models.prices.lookup(request.model)
+    counted = await _count_tokens(models, request)
+    usd, tokens = estimate_cost(request, price, counted)
+    own = budget.reserve(usd, tokens) if budget is not None else None
+    if budget is not None and own is None:
+        refusal = budget.refusal(usd, tokens).removeprefix("not started: its ")
+        refused = BudgetRefusedError(
+            f"{purpose}: call not sent: its {refusal.replace('the run', 'the step')}",
+            estimated_usd=usd,
+            estimated_tokens=tokens,
+        )
+        refused.reason = "agent_budget"
+        raise refused
+    try:
+        hold = context.reserve(usd, tokens)
+    except BaseException:
+        if budget is not None and own is not None:
+            budget.settle(own, 0.0, 0)
+        raise
+    start = context.clock()
+    usage = Usage()
+    error_text: str | None = None
+    stop: str | None = None
+    try:
+        response = await models.client.complete(request)
+    except BaseException as error:
+        if isinstance(error, UnusableResponseError):
+            usage = error.response.usage
+            stop = error.response.stop_reason
+        error_text = f"{type(error).__name__}: {error}"
+        raise
+    else:
+        usage = response.usage
+        stop = response.stop_reason
+        return response
+    finally:
+        cost = price.cost(usage) if price is not None else 0.0
+        hold.settle(cost, usage.total_tokens)
+        if budget is not None and own is not None:
+            budget.settle(own, cost, usage.total_tokens)
+        context.add_child(
+            "llm_call",
+            f"{models.provider}:{request.model}",
+            start,
+            context.clock(),
+            purpose=purpose,
+            attempt=context.attempt,
+            input_tokens=usage.input_tokens + usage.cache_read_input_tokens,
+            output_tokens=usage.output_tokens,
+            cost_usd=cost,
+            priced=price is not None,
+            reserved_usd=usd,
+            reserved_tokens=tokens,
+            stop_reason=stop,
+            error=error_text,
+        )
+
+
+async def _count_tokens(models: ModelAccess, request: LLMRequest) -> int | None:
+    """The provider's count of the prompt's tokens, or None (no endpoint, or it failed)."""
+    counter = getattr(models.client, "count_tokens", None)
+    if counter is None:
+        return None
+    try:
+        counted = await counter(request)
+    except Exception:  # only an optimisation: the estimate is used instead
+        return None
+    return counted if isinstance(counted, int) and counted >= 0 else None

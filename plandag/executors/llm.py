@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from plandag.dag.references import REFERENCE_PATTERN
 from plandag.errors import InvalidOutputError, PermanentStepError
-from plandag.executors.access import ModelAccess, require_models
+from plandag.executors.access import call_model, require_models
 from plandag.tools.base import ToolContext, tool
 
 if TYPE_CHECKING:  # imported when a step runs: `plandag check` never loads the planner
@@ -203,18 +203,6 @@ def _check_schema(schema: Mapping[str, Any], step_id: int) -> None:
         ) from None
 
 
-async def _count(models: ModelAccess, request: LLMRequest) -> int | None:
-    """The provider's count of the prompt's tokens, or None (no endpoint, or it failed)."""
-    counter = getattr(models.client, "count_tokens", None)
-    if counter is None:
-        return None
-    try:
-        counted = await counter(request)
-    except Exception:  # only an optimisation: the estimate is used instead
-        return None
-    return counted if isinstance(counted, int) and counted >= 0 else None
-
-
 def estimate_llm(args: Mapping[str, Any]) -> tuple[float | None, int]:
     """What one ``llm`` step may cost, from its arguments as the plan writes them: the
     prompt, data and schema's UTF-8 bytes / 3 plus ``max_tokens``, at the price of the
@@ -259,8 +247,6 @@ async def llm(
     (a JSON Schema) the reply is validated JSON (asked again once with the errors, then the
     step fails invalid_output); without, the reply's text. ``model``: default the run's
     executor model; ``max_tokens``: output tokens."""
-    from plandag.planner.llm.base import UnusableResponseError
-    from plandag.planner.llm.calls import estimate_cost
 
     context = ctx or ToolContext(run_id="adhoc", step_id=0)
     step_id = context.step_id
@@ -279,25 +265,8 @@ async def llm(
     request = build_request(
         instruction, data, schema, name, max_tokens, quoted=quoted, reask=state.get("reask")
     )
-    price = models.prices.lookup(name)
-    usd, tokens = estimate_cost(request, price, await _count(models, request))
-    context.reserve(usd, tokens)
+    response = await call_model(context, models, request, "llm")
     where = f"step {step_id}: llm {models.provider} {name}"
-    try:
-        response = await models.client.complete(request)
-    except UnusableResponseError as error:
-        context.report_cost(
-            usd=price.cost(error.response.usage) if price is not None else 0.0,
-            tokens=error.response.usage.total_tokens,
-        )
-        raise
-    except BaseException:
-        context.report_cost()  # nothing reported: no usage to charge
-        raise
-    usage = response.usage
-    context.report_cost(
-        usd=price.cost(usage) if price is not None else 0.0, tokens=usage.total_tokens
-    )
     if schema is None:
         return response.text
     value, errors = parse_reply(response.text, schema)

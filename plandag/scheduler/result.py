@@ -122,6 +122,10 @@ class AttemptRecord:
         cost_usd: US dollars charged for it (reported, else the tool's estimate when the
             run had a cost cap, else 0.0).
         tokens: tokens charged for it, likewise.
+        children: what the attempt did inside, in order (``ToolContext.add_child``: the
+            model calls of an ``llm`` step, an ``agent``'s model and tool calls), each
+            ``{"kind", "name", "start", "end", "attrs"}``; the trace shows them as child
+            spans of the step.
     """
 
     number: int
@@ -134,10 +138,11 @@ class AttemptRecord:
     delay_before_s: float = 0.0
     cost_usd: float = 0.0
     tokens: int = 0
+    children: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The attempt as JSON-safe data."""
-        return {
+        """The attempt as JSON-safe data (``children`` only when it has some)."""
+        data = {
             "number": self.number,
             "started_at": self.started_at,
             "ended_at": self.ended_at,
@@ -149,6 +154,9 @@ class AttemptRecord:
             "cost_usd": self.cost_usd,
             "tokens": self.tokens,
         }
+        if self.children:
+            data["children"] = to_jsonable(self.children)
+        return data
 
 
 @dataclasses.dataclass(slots=True)

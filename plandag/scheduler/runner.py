@@ -1270,6 +1270,8 @@ class _Run:
                 models=self.models,
                 step_state=self.step_states.setdefault(step_id, {}),
                 reserver=self.reserver(step_id, held),
+                children=attempt_record.children,
+                clock=self.now,
                 step_args=compiled_step.step.args,
                 resolve=functools.partial(
                     resolve_value, step_result=self.result_of, params=self.params
@@ -1320,7 +1322,7 @@ class _Run:
         finally:
             attempt_record.ended_at = self.now()
             for item in held:
-                self.budget.settle(item, 0.0, 0)  # the real cost is settled just below
+                self.budget.settle(item, 0.0, 0)  # a hold the tool left: nothing was spent
             if (
                 reservation is not None
                 or context is not None
@@ -1330,12 +1332,15 @@ class _Run:
                 self.settle(tool, reservation, context, attempt_record)
         return outcome
 
-    def reserver(self, step_id: int, held: list[Reservation]) -> Callable[[float, int], None]:
+    def reserver(
+        self, step_id: int, held: list[Reservation]
+    ) -> Callable[[float, int], Callable[[float, int], None]]:
         """``ToolContext.reserve`` of one attempt: hold the amount on the run's budget and
-        keep the reservation in ``held`` (settled when the attempt ends), or raise
+        return the function that settles it with the real cost (a hold left unsettled is
+        released when the attempt ends), or raise
         :class:`~plandag.errors.BudgetRefusedError` and mark the run ``budget_exceeded``."""
 
-        def reserve(usd: float, tokens: int) -> None:
+        def reserve(usd: float, tokens: int) -> Callable[[float, int], None]:
             reservation = self.budget.reserve(usd, tokens)
             if reservation is None:
                 self.budget_refused = True
@@ -1346,6 +1351,11 @@ class _Run:
                     estimated_tokens=tokens,
                 )
             held.append(reservation)
+
+            def settle(real_usd: float, real_tokens: int) -> None:
+                self.budget.settle(reservation, real_usd, real_tokens)
+
+            return settle
 
         return reserve
 
@@ -1363,7 +1373,13 @@ class _Run:
             usd, tokens = tool.cost_estimate_usd, tool.tokens_estimate
         attempt_record.cost_usd = usd
         attempt_record.tokens = tokens
-        self.budget.settle(reservation or Reservation(0, 0), usd, tokens)
+        charged_usd = context.charged_usd if context is not None else 0.0
+        charged_tokens = context.charged_tokens if context is not None else 0
+        self.budget.settle(
+            reservation or Reservation(0, 0),
+            max(usd - charged_usd, 0.0),  # what ToolContext.reserve holds settled already
+            max(tokens - charged_tokens, 0),
+        )
         self.step_spent_nanodollars += round(usd * 1_000_000_000)
         if self.plan_budget is not None:
             self.check_plan_budget()

@@ -45,7 +45,7 @@ from plandag.tools.boundary import WriteBoundary
 if TYPE_CHECKING:
     from plandag.executors.access import ModelAccess
 
-__all__ = ["CostEstimator", "Effects", "Reserver", "Tool", "ToolContext", "tool"]
+__all__ = ["CostEstimator", "Effects", "Hold", "Reserver", "Tool", "ToolContext", "tool"]
 
 Effects = Literal["none", "write", "irreversible"]
 WritesSpec = str | Callable[[Mapping[str, Any]], Iterable[str]] | None
@@ -53,8 +53,10 @@ CostEstimator = Callable[[Mapping[str, Any]], tuple[float | None, int]]
 """``estimate(args) -> (usd, tokens)``: what one call with these arguments may cost, US
 dollars (None: the model has no price) and tokens. ``args`` are the step's arguments as the
 plan writes them (a reference is still its ``<step_N_result>`` text)."""
-Reserver = Callable[[float, int], None]
-"""``reserve(usd, tokens)``: hold an amount on the run's budget, or raise
+Settler = Callable[[float, int], None]
+Reserver = Callable[[float, int], Settler]
+"""``reserve(usd, tokens) -> settle``: hold an amount on the run's budget and return the
+function that settles it with the real ``(usd, tokens)``, or raise
 :class:`~plandag.errors.BudgetRefusedError`."""
 
 
@@ -88,9 +90,13 @@ class ToolContext:
             run has none (the ``llm`` and ``agent`` tools then fail and say so).
         step_state: a dict kept across the attempts of this step (empty on the first):
             what an attempt leaves for the next one (the reply a re-ask quotes).
-        reserved_usd: US dollars held on the run's budget by :meth:`reserve` during this
-            attempt.
-        reserved_tokens: tokens held likewise.
+        charged_usd: US dollars of this attempt already settled on the run's budget
+            through :meth:`Hold.settle` (part of ``cost_usd``; the runner charges the rest).
+        charged_tokens: tokens likewise.
+        children: what the attempt did inside, in order, for the trace (each a dict
+            ``{"kind", "name", "start", "end", "attrs"}``: a model call, a tool call of an
+            agent); :meth:`add_child` appends one.
+        clock: wall-clock seconds since the epoch, from the run's clock.
         step_args: the step's arguments as the plan wrote them (references not resolved),
             or None outside a run: a tool that quotes referenced results as data (``llm``)
             tells them apart from the plan's own text.
@@ -111,8 +117,10 @@ class ToolContext:
     http_allow: tuple[str, ...] | None = None
     models: ModelAccess | None = None
     step_state: dict[str, Any] = dataclasses.field(default_factory=dict)
-    reserved_usd: float = 0.0
-    reserved_tokens: int = 0
+    charged_usd: float = 0.0
+    charged_tokens: int = 0
+    children: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    clock: Callable[[], float] = dataclasses.field(default=time.time, repr=False)
     reserver: Reserver | None = dataclasses.field(default=None, repr=False)
     step_args: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
     resolve: Callable[[Any], Any] | None = dataclasses.field(default=None, repr=False)
@@ -130,14 +138,15 @@ class ToolContext:
         self.tokens += tokens
         self.cost_reported = True
 
-    def reserve(self, usd: float, tokens: int) -> None:
+    def reserve(self, usd: float, tokens: int) -> Hold:
         """Hold what the call about to be made may cost on the run's budget, before making
         it: a per-call reservation (ARCHITECTURE.md, "Brakes": "each LLM call reserves its
         estimated cost before it starts, so parallel calls cannot overshoot").
 
-        The runner settles everything held by the attempt when it ends, with what
-        :meth:`report_cost` reported (report the provider's usage, even for a failed call).
-        Outside a run (no budget) nothing is held.
+        Settle the :class:`Hold` returned with the usage the provider reported, failed
+        calls included (:meth:`Hold.settle`, which also reports it as this attempt's cost);
+        whatever is still held when the attempt ends is released by the runner. Outside a
+        run (no budget) nothing is held.
 
         Args:
             usd: the most the call may cost, US dollars (>= 0; 0.0 for an unpriced
@@ -152,10 +161,64 @@ class ToolContext:
         """
         if not math.isfinite(usd) or usd < 0 or tokens < 0:
             raise ValueError("a reservation must be a finite cost and tokens >= 0")
-        if self.reserver is not None:
-            self.reserver(usd, tokens)
-        self.reserved_usd += usd
-        self.reserved_tokens += tokens
+        settle = self.reserver(usd, tokens) if self.reserver is not None else None
+        return Hold(self, settle, usd, tokens)
+
+    def add_child(
+        self, kind: str, name: str, start: float, end: float, **attrs: Any
+    ) -> dict[str, Any]:
+        """Record something the attempt did inside (a model call, an agent's tool call): the
+        trace shows it as a child span of the step.
+
+        Args:
+            kind: ``llm_call`` or ``tool_call``.
+            name: a short name (``anthropic:claude-haiku-4-5``, ``read_file``).
+            start: wall-clock start, seconds since the epoch (:attr:`clock`).
+            end: wall-clock end, likewise.
+            attrs: JSON-like details (tokens, cost, the tool's args, an error).
+
+        Returns:
+            The child recorded.
+        """
+        child = {"kind": kind, "name": name, "start": start, "end": end, "attrs": attrs}
+        self.children.append(child)
+        return child
+
+
+@dataclasses.dataclass
+class Hold:
+    """An amount held on the run's budget for one call (:meth:`ToolContext.reserve`).
+
+    Attributes:
+        usd: US dollars held.
+        tokens: tokens held.
+        settled: :meth:`settle` was called.
+    """
+
+    context: ToolContext = dataclasses.field(repr=False)
+    settler: Settler | None = dataclasses.field(repr=False)
+    usd: float
+    tokens: int
+    settled: bool = False
+
+    def settle(self, usd: float, tokens: int) -> None:
+        """Release the hold and charge the call's real cost (US dollars, tokens), which
+        also counts as cost reported by the attempt; a second call does nothing.
+
+        Raises:
+            ValueError: a negative amount.
+        """
+        if self.settled:
+            return
+        if usd < 0 or tokens < 0:
+            raise ValueError("cost and tokens settled must be >= 0")
+        self.settled = True
+        context = self.context
+        context.report_cost(usd=usd, tokens=tokens)
+        if self.settler is not None:
+            self.settler(usd, tokens)
+            context.charged_usd += usd
+            context.charged_tokens += tokens
 
 
 class _LenientJsonSchema(GenerateJsonSchema):

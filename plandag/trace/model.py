@@ -36,6 +36,7 @@ __all__ = [
     "ApprovalSpan",
     "Attempt",
     "CheckResult",
+    "ChildSpan",
     "CompileSpan",
     "LLMCallSpan",
     "PlanVersion",
@@ -100,7 +101,8 @@ class Attempt:
     """One attempt of a step: ``number`` (1 first), ``start`` / ``end`` (seconds since the
     epoch; ``end`` None only while unknown), ``status`` (``succeeded``, ``failed``,
     ``cancelled``, ``running``, ``unknown``), ``reason``, ``error`` (``{"type", "message"}``
-    or None) and the ``segment`` it ran in."""
+    or None), the ``segment`` it ran in, and ``retry``: what followed it (``retried``,
+    ``reask`` for a model's reply asked again, or why not), None when unknown."""
 
     number: int
     start: float
@@ -109,6 +111,23 @@ class Attempt:
     reason: str | None = None
     error: dict[str, Any] | None = None
     segment: int = 0
+    retry: str | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class ChildSpan:
+    """Something a step's attempt did inside, a child of the step (a ``step_child`` span):
+    ``kind`` (``llm_call``: a model call of an ``llm`` or ``agent`` step; ``tool_call``: a
+    tool call of an ``agent``), ``name`` (``anthropic:claude-haiku-4-5``, ``read_file``),
+    the ``attempt`` of the step it belongs to, ``start`` / ``end`` (seconds since the
+    epoch) and its ``attrs`` (tokens, US dollars, a tool's args, an error)."""
+
+    kind: str
+    name: str
+    attempt: int
+    start: float
+    end: float
+    attrs: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(slots=True)
@@ -140,6 +159,7 @@ class StepTrace:
         args: its resolved args when recorded, else None.
         result: its result (bounded by the writer), else None.
         superseded_by: the replan's steps that replace it, else None.
+        children: what its attempts did inside (:class:`ChildSpan`), in order.
         segment: the last segment it was seen in.
         from_events: True when known only from live event lines (no span).
     """
@@ -158,6 +178,7 @@ class StepTrace:
     args: Any = None
     result: Any = None
     superseded_by: list[int] | None = None
+    children: list[ChildSpan] = dataclasses.field(default_factory=list)
     segment: int = 0
     from_events: bool = False
 

@@ -29,6 +29,7 @@ from plandag.trace.model import (
     ApprovalSpan,
     Attempt,
     CheckResult,
+    ChildSpan,
     CompileSpan,
     LLMCallSpan,
     PlanVersion,
@@ -219,6 +220,23 @@ class _Builder:
             )
         elif kind == "plan":
             self.trace.planning.append({**attrs, "start": start, "end": end})
+        elif kind == "step_child":
+            parent = attrs.get("parent_step")
+            if isinstance(parent, int):
+                self.step(parent, None).children.append(
+                    ChildSpan(
+                        kind=str(attrs.get("child_kind", "")),
+                        name=str(record.get("name", "")),
+                        attempt=int(_number(attrs.get("attempt"), 1)),
+                        start=start,
+                        end=end,
+                        attrs={
+                            key: value
+                            for key, value in attrs.items()
+                            if key not in ("child_kind", "parent_step", "attempt")
+                        },
+                    )
+                )
         elif kind == "llm_call":
             self.trace.llm_calls.append(
                 LLMCallSpan(
@@ -285,6 +303,7 @@ class _Builder:
                     reason=_optional_text(item.get("reason")),
                     error=item.get("error") if isinstance(item.get("error"), dict) else None,
                     segment=self.current,
+                    retry=_optional_text(item.get("retry")),
                 )
             )
         # A step restored into this segment's run (a resumed run's completed step) has no

@@ -699,8 +699,9 @@ class TraceWriter:
         else:
             end = result.started_at if restored else result.ended_at
         start = record.started_at if record.started_at is not None else end
-        attempts = [
-            {
+        attempts = []
+        for attempt in record.attempt_log:
+            item: dict[str, Any] = {
                 "attempt": attempt.number,
                 "start": attempt.started_at,
                 "end": attempt.ended_at,
@@ -708,8 +709,11 @@ class TraceWriter:
                 "reason": attempt.reason,
                 "error": attempt.error.as_dict() if attempt.error is not None else None,
             }
-            for attempt in record.attempt_log
-        ]
+            if attempt.retry is not None:  # what followed: retried, reask, or why not
+                item["retry"] = attempt.retry
+            if attempt.children:  # its step_child spans follow the step span
+                item["children"] = len(attempt.children)
+            attempts.append(item)
         checks = [
             {
                 "kind": outcome.kind,
@@ -736,6 +740,23 @@ class TraceWriter:
             "restored": restored,
         }
         self._span("step", f"step {record.id} {record.tool}", start, end, attrs)
+        for attempt in record.attempt_log:
+            for child in attempt.children:
+                # what the attempt did inside (a model call, an agent's tool call): a span
+                # of its own whose parent is the step
+                self._span(
+                    "step_child",
+                    str(child.get("name", "")),
+                    float(child.get("start", start)),
+                    float(child.get("end", end)),
+                    {
+                        **dict(child.get("attrs", {})),
+                        "child_kind": str(child.get("kind", "")),
+                        "parent_step": record.id,
+                        "attempt": attempt.number,
+                        "segment": self.segment,
+                    },
+                )
 
 
 def _diagnostic_dict(diagnostic: Any) -> dict[str, Any]:

@@ -183,7 +183,15 @@ def test_round_trip(sample_path: Path) -> None:
     step_3 = trace.steps[3]
     assert (step_3.tool, step_3.start, step_3.end, step_3.duration_s) == ("nap", T + 2, T + 6, 4.0)
     assert step_3.attempts == [
-        Attempt(1, T + 2, T + 4, "failed", "timeout", {"type": "TimeoutError", "message": "slow"}),
+        Attempt(
+            1,
+            T + 2,
+            T + 4,
+            "failed",
+            "timeout",
+            {"type": "TimeoutError", "message": "slow"},
+            retry="retried",
+        ),
         Attempt(2, T + 4.5, T + 6, "succeeded"),
     ]
     assert trace.steps[4].checks == [CheckResult("equals", False, "fail", "['x', 'r'] != 'y'")]

@@ -139,8 +139,8 @@ class LLMRequest:
             OpenAI-compatible servers; the Anthropic SDK in use (2.14) has no such
             parameter on ``messages.create``, so the Anthropic client does not send it.
         tools: tool definitions for native tool use, in the Messages API's form
-            (``{"name", "description", "input_schema"}``); () for none. Sent by the
-            Anthropic client only.
+            (``{"name", "description", "input_schema"}``); () for none. The
+            OpenAI-compatible client sends them as functions.
         tool_choice: the Messages API's ``tool_choice`` (``{"type": "auto",
             "disable_parallel_tool_use": True}``...), or None for the provider's default.
 

@@ -12,7 +12,16 @@ piece of text, a last chunk with ``usage``, then ``data: [DONE]``.
 Usage: ``prompt_tokens`` minus ``prompt_tokens_details.cached_tokens`` is billed input,
 the cached ones are cache reads, ``completion_tokens`` is output. ``finish_reason``
 ``length`` raises :class:`~plandag.planner.llm.base.TruncatedResponseError`,
-``content_filter`` :class:`~plandag.planner.llm.base.ModelRefusalError`. Other errors are
+``content_filter`` :class:`~plandag.planner.llm.base.ModelRefusalError`.
+
+Native tool use (the ReAct loop, the ``agent`` step): the request's ``tools`` (Messages API
+definitions) are sent as ``{"type": "function", "function": {"name", "description",
+"parameters"}}``, ``tool_choice`` ``auto`` / ``any`` / ``tool`` / ``none`` as ``"auto"`` /
+``"required"`` / ``{"type": "function", ...}`` / ``"none"`` (``disable_parallel_tool_use``
+as ``parallel_tool_calls: false``); a conversation's content blocks are translated: an
+assistant's ``tool_use`` blocks become its ``tool_calls``, a user's ``tool_result`` blocks
+become ``role: "tool"`` messages. The answer's ``message.tool_calls`` stay in ``raw``
+(:func:`content_blocks` reads them back as ``tool_use`` blocks). Other errors are
 mapped as in :mod:`plandag.planner.llm.base`; a chunk ``{"error": {...}}`` in the middle of
 a stream is transient when its ``type`` is one of
 :data:`~plandag.planner.llm.base.TRANSIENT_STREAM_ERRORS` or its ``code`` is 429 or >= 500.
@@ -40,7 +49,7 @@ from plandag.planner.llm.base import (
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["API_KEY_VARIABLE", "OpenAICompatibleClient"]
+__all__ = ["API_KEY_VARIABLE", "OpenAICompatibleClient", "content_blocks"]
 
 API_KEY_VARIABLE = "OPENAI_API_KEY"
 """The environment variable the API key is read from when none is given."""
@@ -303,14 +312,33 @@ def body_of(request: LLMRequest, stream: bool) -> dict[str, Any]:
     messages: list[dict[str, Any]] = []
     if request.system:
         messages.append({"role": "system", "content": request.system})
-    messages.extend(
-        {"role": message["role"], "content": message["content"]} for message in request.messages
-    )
+    for message in request.messages:
+        messages.extend(_chat_messages(message["role"], message["content"]))
     body: dict[str, Any] = {
         "model": request.model,
         "messages": messages,
         "max_tokens": request.max_tokens,
     }
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": definition["name"],
+                    "description": definition.get("description", ""),
+                    "parameters": definition.get("input_schema", {"type": "object"}),
+                },
+            }
+            for definition in request.tools
+        ]
+        choice = request.tool_choice or {"type": "auto"}
+        kind = choice.get("type")
+        if kind == "tool":
+            body["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
+        else:
+            body["tool_choice"] = {"any": "required", "none": "none"}.get(str(kind), "auto")
+        if choice.get("disable_parallel_tool_use"):
+            body["parallel_tool_calls"] = False
     if request.stop_sequences:
         body["stop"] = list(request.stop_sequences)
     if request.temperature is not None:
@@ -328,6 +356,90 @@ def body_of(request: LLMRequest, stream: bool) -> dict[str, Any]:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
     return body
+
+
+def _chat_messages(role: str, content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One conversation turn as chat messages: text as it is; content blocks translated
+    (``tool_use`` → the assistant's ``tool_calls``, ``tool_result`` → ``role: "tool"``)."""
+    if isinstance(content, str):
+        return [{"role": role, "content": content}]
+    text = "".join(str(block.get("text", "")) for block in content if block.get("type") == "text")
+    if role == "assistant":
+        calls = [
+            {
+                "id": str(block["id"]),
+                "type": "function",
+                "function": {
+                    "name": str(block["name"]),
+                    "arguments": json.dumps(block.get("input", {}), separators=(",", ":")),
+                },
+            }
+            for block in content
+            if block.get("type") == "tool_use"
+        ]
+        message: dict[str, Any] = {"role": "assistant", "content": text or None}
+        if calls:
+            message["tool_calls"] = calls
+        return [message]
+    out: list[dict[str, Any]] = []
+    for block in content:
+        if block.get("type") == "tool_result":
+            result = block.get("content", "")
+            if not isinstance(result, str):
+                result = "".join(
+                    str(part.get("text", "")) if isinstance(part, Mapping) else str(part)
+                    for part in result
+                )
+            out.append(
+                {"role": "tool", "tool_call_id": str(block["tool_use_id"]), "content": result}
+            )
+    if text:
+        out.append({"role": role, "content": text})
+    return out
+
+
+def content_blocks(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A chat completion's answer as Messages API content blocks: its text as a ``text``
+    block, each of its ``tool_calls`` as a ``tool_use`` block (``arguments`` decoded; an
+    argument text that is not a JSON object gives ``{"_invalid_arguments": text}``, which no
+    tool's schema accepts, so the call becomes an error the model reads).
+
+    Args:
+        body: the decoded chat completion (an :class:`~plandag.planner.llm.LLMResponse`'s
+            ``raw``).
+
+    Returns:
+        The blocks, text first.
+    """
+    choices = body.get("choices") or []
+    message = choices[0].get("message") if choices and isinstance(choices[0], Mapping) else None
+    if not isinstance(message, Mapping):
+        return []
+    blocks: list[dict[str, Any]] = []
+    if isinstance(message.get("content"), str) and message["content"]:
+        blocks.append({"type": "text", "text": message["content"]})
+    for call in message.get("tool_calls") or []:
+        if not isinstance(call, Mapping):
+            continue
+        function = call.get("function")
+        if not isinstance(function, Mapping):
+            function = {}
+        arguments = function.get("arguments", "{}")
+        try:
+            given = json.loads(arguments) if isinstance(arguments, str) else arguments
+        except ValueError:
+            given = None
+        if not isinstance(given, dict):
+            given = {"_invalid_arguments": arguments}
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": str(call.get("id", "")),
+                "name": str(function.get("name", "")),
+                "input": given,
+            }
+        )
+    return blocks
 
 
 def usage_of(usage: object) -> Usage:
