@@ -309,6 +309,42 @@ PlannerUrlOption = Annotated[
     str | None,
     typer.Option("--base-url", metavar="URL", help="The planner provider API's base URL."),
 ]
+ProviderOption = Annotated[
+    str | None,
+    typer.Option(
+        "--provider",
+        metavar="anthropic|openai",
+        help="The model provider of the plan's llm and agent steps (default: --planner's, "
+        "else anthropic); its key (ANTHROPIC_API_KEY, OPENAI_API_KEY) is checked before "
+        "anything runs.",
+    ),
+]
+ExecModelOption = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        metavar="NAME",
+        help="The model: the planner's with --planner (anthropic: claude-sonnet-4-6); with "
+        "--provider openai, also the default of the plan's llm and agent steps.",
+    ),
+]
+ExecUrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--base-url",
+        metavar="URL",
+        help="The provider API's base URL (the planner's, and the llm and agent steps').",
+    ),
+]
+ExecutorModelOption = Annotated[
+    str | None,
+    typer.Option(
+        "--executor-model",
+        metavar="NAME",
+        help="The model of llm and agent steps that name none (default: claude-haiku-4-5 "
+        "with anthropic, --model with openai).",
+    ),
+]
 SaveRepairsOption = Annotated[
     Path | None,
     typer.Option(
@@ -670,15 +706,17 @@ def exec_command(
     plan_time_factor: PlanTimeFactorOption = None,
     as_json: JsonOption = False,
     planner: PlannerOption = None,
-    model: PlannerModelOption = None,
-    base_url: PlannerUrlOption = None,
+    provider: ProviderOption = None,
+    model: ExecModelOption = None,
+    base_url: ExecUrlOption = None,
+    executor_model: ExecutorModelOption = None,
     save_repairs: SaveRepairsOption = None,
     store: StoreOption = None,
     approve: ApproveOption = None,
     redact: RedactOption = False,
     escalate: EscalateOption = None,
 ) -> None:
-    """Compile and run a plan with no LLM; print each step's outcome.
+    """Compile and run a plan; print each step's outcome.
 
     Every run is recorded in the run store (--store, PLANDAG_STORE) with its trace; see
     `plandag runs`, `resume`, `trace`. A plan with effects needs approval (--approve ask,
@@ -693,6 +731,10 @@ def exec_command(
     quoted data), and its repair runs in the same run (at most 3 replans, 2 without
     progress; then the run is escalated to a person, exit 5, listed by `plandag inbox`;
     with --escalate never it ends gave_up, exit 1).
+
+    A plan with llm or agent steps calls a model for those steps only: --provider (default
+    anthropic), --model and --base-url choose it as for `run`, --executor-model the model of
+    steps that name none; the key is checked before anything runs (exit 2 without it).
     """
     settings = _settings(
         {
@@ -715,9 +757,16 @@ def exec_command(
             "plan_time_factor": plan_factor(plan_time_factor, "--plan-time-factor"),
             "approve": approve,
             "escalate": escalate,
+            "executor_model": executor_model,
         }
     )
-    model_name = _planner_options(planner, model, base_url, save_repairs)
+    if planner is None and provider is not None:
+        model_name = _planner_options(None, None, None, save_repairs)  # --model is the run's
+    elif planner is None and (model is not None or base_url is not None):
+        flags = [flag for flag, value in (("--model", model), ("--base-url", base_url)) if value]
+        _fail(f"{', '.join(flags)} needs --planner or --provider anthropic|openai")
+    else:
+        model_name = _planner_options(planner, model, base_url, save_repairs)
     _text_folder(Path.cwd(), "the working folder")
     registry = _registry(tools)
     params = _parse_params(param)
@@ -741,6 +790,9 @@ def exec_command(
     compile_span = (compile_started, time.time())
     for line in diagnostic_lines(str(plan_file), list(compiled.diagnostics)):
         stderr.print(line, markup=False)
+    executor = _executor_options(
+        str(plan_file), compiled, planner, provider, model, base_url, settings["executor_model"]
+    )
     progress, observers = _observers(compiled, settings)
     options = run_options(
         settings,
@@ -753,6 +805,7 @@ def exec_command(
             if planner is not None and model_name is not None
             else None
         ),
+        executor=executor,
     )
     if planner is not None and model_name is not None:
         _exec_with_planner(
@@ -780,6 +833,42 @@ def exec_command(
         compile_span=compile_span,
         hooks=escalation_hooks(settings),
     )
+
+
+def _executor_options(
+    source: str,
+    compiled: CompiledPlan,
+    planner: str | None,
+    provider: str | None,
+    model: str | None,
+    base_url: str | None,
+    executor_model: str | None,
+) -> dict[str, Any] | None:
+    """The model of the plan's llm and agent steps, as stored with the run, or None when
+    the plan has none; exit 2 (before anything runs) on a missing key or model."""
+    from plandag.executors.access import executor_model_for, model_steps, require_key
+
+    if planner is not None and provider is not None and planner != provider:
+        _fail(
+            f"--planner {planner} and --provider {provider}: the planner and the plan's model "
+            "steps share one provider (and --model, --base-url); give one of them"
+        )
+    steps = model_steps(compiled.steps)
+    if not steps:
+        return None
+    chosen = provider or planner or "anthropic"
+    where = ", ".join(f"{step} ({compiled.steps[step].tool.name})" for step in steps)
+    try:
+        require_key(chosen, base_url)
+        executor_model_for(chosen, model, executor_model)
+    except InputError as error:
+        _fail(f"{source}: steps {where} call a model: {error}")
+    return {
+        "provider": chosen,
+        "model": model,
+        "base_url": base_url,
+        "executor_model": executor_model,
+    }
 
 
 def _observers(compiled: CompiledPlan, settings: Settings) -> tuple[StepProgress, list[Observer]]:
@@ -840,6 +929,7 @@ def _exec_with_planner(
         return {"params": params} if params else None
 
     async def work() -> RepairedRun | None:
+        models = options.models() if options.executor is not None else None
         try:
             if not await gate.start():
                 return None  # the plan itself awaits a decision or was rejected
@@ -858,9 +948,12 @@ def _exec_with_planner(
                 escalate=options.escalate,
                 approve_plan=gate.approve_plan,
                 tool_durations=gate.tool_durations(),
+                models=models,
             )
         finally:
             await client.aclose()
+            if models is not None:
+                await models.client.aclose()
 
     try:
         with progress:

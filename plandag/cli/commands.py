@@ -58,7 +58,7 @@ COMMANDS: tuple[CommandEntry, ...] = (
         _APP,
         "Print the plan's DAG as Mermaid text, its critical path (by step count)",
     ),
-    CommandEntry("exec", _APP, "Compile and run a plan with no LLM; print each step's outcome."),
+    CommandEntry("exec", _APP, "Compile and run a plan; print each step's outcome."),
     CommandEntry(
         "tools",
         _APP,

@@ -105,6 +105,7 @@ from plandag.cli.store_command import (
 )
 from plandag.cli.watchdog import deadline_guard
 from plandag.errors import InputError, PlanError
+from plandag.executors.access import ModelAccess, executor_model_for
 from plandag.library import LibraryOutcome, PlanLibrary
 from plandag.library.catalog import check_task_type
 from plandag.planner.agent import Agent, AgentResult
@@ -251,8 +252,9 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--executor-model",
                 metavar="NAME",
-                help="The small model of the library's routing call (claude-haiku-4-5 with "
-                "anthropic; executor_model in the config).",
+                help="The small model of the plan's llm and agent steps that name none and "
+                "of the library's routing call (claude-haiku-4-5 with anthropic, --model with "
+                "openai; executor_model in the config).",
             ),
         ] = None,
         read_only: ReadOnlyOption = False,
@@ -291,6 +293,9 @@ def register(app: typer.Typer) -> None:
         terminal and otherwise waits, exit 4; auto approves writes, irreversible effects
         still ask; never saves the plan awaiting_approval, exit 4): `plandag approve RUN_ID`
         runs it, `plandag reject RUN_ID --feedback TEXT` sends it back to the planner.
+
+        The plan's llm and agent steps call the same provider, with --executor-model
+        (default claude-haiku-4-5 with anthropic, --model with openai).
 
         When the replan caps are hit (3 replans, 2 in a row without progress) or no replan
         compiles, the run is escalated to a person (exit 5; `plandag inbox` lists it;
@@ -357,6 +362,10 @@ def register(app: typer.Typer) -> None:
             if not heartbeat_file.parent.is_dir():
                 _fail(f"--heartbeat {heartbeat_file}: its folder does not exist")
             observers.append(JsonlHeartbeatWriter(heartbeat_file))
+        try:
+            executor = executor_model_for(provider, name, settings["executor_model"])
+        except InputError as error:
+            _fail(str(error))
         client = _client(provider, base_url)  # a missing key stops here, before any call
         run_store = open_cli_store(store)
         run_id = uuid.uuid4().hex[:16]
@@ -414,6 +423,7 @@ def register(app: typer.Typer) -> None:
             library=PlanLibrary(run_store),
             executor_model=routing_model,
             on_alert=hooks,
+            models=ModelAccess(client, executor, registry=registry),
         )
 
         async def work() -> AgentResult:

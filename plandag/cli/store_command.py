@@ -29,6 +29,7 @@ escalated; 130/143 interrupted.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import json
 import os
@@ -142,6 +143,7 @@ def run_options(
     read_only: bool,
     redact: bool,
     planner: Mapping[str, Any] | None = None,
+    executor: Mapping[str, Any] | None = None,
 ) -> RunOptions:
     """The :class:`~plandag.store.durable.RunOptions` stored with a run, from the CLI's
     effective settings (flags over config files) and its brakes."""
@@ -166,6 +168,7 @@ def run_options(
         planner=planner,
         escalate=escalate_mode(settings["escalate"]),
         http_allow=tuple(settings["http_allow"]) if settings["http_allow"] else None,
+        executor=executor,
     )
 
 
@@ -446,6 +449,16 @@ def _rebuild(store: Store, run_id: str, row: Any) -> tuple[CompiledPlan, RunOpti
         _fail(str(error))
     except (PlanError, ValueError) as error:
         _fail(f"run {run_id}: its stored plan does not compile any more: {error}")
+    from plandag.executors.access import model_steps, require_key
+
+    if model_steps(compiled.steps):
+        executor = dict(options.executor or {"provider": "anthropic"})
+        try:  # the model steps' key, before anything runs
+            require_key(str(executor.get("provider")), executor.get("base_url"))
+        except InputError as error:
+            _fail(f"run {run_id}: its plan has llm or agent steps: {error}")
+        if options.executor is None:
+            options = dataclasses.replace(options, executor=executor)
     return compiled, options
 
 

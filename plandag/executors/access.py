@@ -12,9 +12,10 @@ passes it; tools read it as ``ctx.models``.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from plandag.errors import PermanentStepError
+from plandag.errors import InputError, PermanentStepError
 
 if TYPE_CHECKING:  # the planner's client layer is imported when a step calls a model
     from plandag.planner.llm.base import LLMClient, LLMRequest, LLMResponse
@@ -25,9 +26,16 @@ if TYPE_CHECKING:  # the planner's client layer is imported when a step calls a 
 
 __all__ = [
     "DEFAULT_EXECUTOR_MODEL",
+    "KEY_VARIABLES",
+    "MODEL_TOOLS",
+    "OPENAI_URL",
     "ModelAccess",
     "NoModelAccessError",
     "call_model",
+    "connect",
+    "executor_model_for",
+    "model_steps",
+    "require_key",
     "require_models",
 ]
 
@@ -219,3 +227,124 @@ async def _count_tokens(models: ModelAccess, request: LLMRequest) -> int | None:
     except Exception:  # only an optimisation: the estimate is used instead
         return None
     return counted if isinstance(counted, int) and counted >= 0 else None
+
+
+KEY_VARIABLES = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
+"""The environment variable each provider's API key is read from."""
+OPENAI_URL = "https://api.openai.com/v1"
+"""The OpenAI API's base URL, used with ``--provider openai`` and no ``--base-url``."""
+MODEL_TOOLS = frozenset({"llm", "agent"})
+"""The tools that call the run's model (``ctx.models``)."""
+
+
+def model_steps(steps: Mapping[int, Any]) -> list[int]:
+    """The ids of the steps whose tool calls a model (:data:`MODEL_TOOLS`), sorted.
+
+    Args:
+        steps: a compiled plan's steps by id (``CompiledPlan.steps``).
+    """
+    return sorted(step_id for step_id, step in steps.items() if step.tool.name in MODEL_TOOLS)
+
+
+def executor_model_for(provider: str, model: str | None, executor_model: str | None) -> str:
+    """The model a run's model steps use when they name none: ``executor_model`` when given,
+    else :data:`DEFAULT_EXECUTOR_MODEL` for ``anthropic``, else ``model`` (an
+    OpenAI-compatible server names its own models).
+
+    Raises:
+        InputError: ``openai`` with neither name.
+    """
+    if executor_model:
+        return executor_model
+    if provider == "anthropic":
+        return DEFAULT_EXECUTOR_MODEL
+    if model:
+        return model
+    raise InputError(
+        f"--provider {provider}: give --model NAME (or --executor-model NAME), the model of "
+        "the plan's llm and agent steps"
+    )
+
+
+def connect(
+    provider: str,
+    *,
+    model: str | None = None,
+    base_url: str | None = None,
+    executor_model: str | None = None,
+    registry: Registry | None = None,
+) -> ModelAccess:
+    """Build the :class:`ModelAccess` of a run from the command line's choices: the
+    provider's client (``max_retries=0``), the executor model, the default prices.
+
+    The key is read from :data:`KEY_VARIABLES` (``ANTHROPIC_API_KEY``, ``OPENAI_API_KEY``),
+    before anything runs: a missing key is an error here. An OpenAI-compatible server at
+    ``base_url`` needs none.
+
+    Args:
+        provider: ``anthropic`` or ``openai``.
+        model: the run's ``--model`` (the executor model's default with ``openai``).
+        base_url: the API's base URL, or None for the provider's own.
+        executor_model: ``--executor-model`` / setting ``executor_model``, or None.
+        registry: the tools ``agent`` steps may list.
+
+    Returns:
+        The :class:`ModelAccess`; close its client (``await access.client.aclose()``).
+
+    Raises:
+        InputError: an unknown provider, or no executor model for ``openai``.
+        MissingAPIKeyError: the key's variable is not set (and, for ``openai``, no
+            ``base_url``).
+    """
+    name = executor_model_for(provider, model, executor_model)
+    key = require_key(provider, base_url)
+    client: LLMClient
+    if provider == "anthropic":
+        from plandag.planner.llm.anthropic import AnthropicClient
+
+        client = AnthropicClient(api_key=key, base_url=base_url)
+    else:
+        from plandag.planner.llm.openai import OpenAICompatibleClient
+
+        client = OpenAICompatibleClient(base_url or OPENAI_URL, api_key=key or None)
+    return ModelAccess(client, name, registry=registry)
+
+
+def require_key(provider: str, base_url: str | None) -> str | None:
+    """The API key of ``provider`` from its environment variable (:data:`KEY_VARIABLES`),
+    checked before anything runs.
+
+    Args:
+        provider: ``anthropic`` or ``openai``.
+        base_url: the API's base URL, or None; an OpenAI-compatible server given here
+            needs no key.
+
+    Returns:
+        The key, or None (``openai`` with a ``base_url`` and no key).
+
+    Raises:
+        InputError: an unknown provider.
+        MissingAPIKeyError: the variable is not set (an :class:`InputError`).
+    """
+    import os
+
+    from plandag.planner.llm.base import MissingAPIKeyError
+
+    if provider not in KEY_VARIABLES:
+        raise InputError(f"--provider {provider!r}: choose anthropic or openai")
+    variable = KEY_VARIABLES[provider]
+    key = os.environ.get(variable) or None
+    if provider == "anthropic" and key is None:
+        raise MissingAPIKeyError(
+            f"no Anthropic API key: set {variable} (for an offline server from "
+            "plandag.testing, any value with --base-url), or choose --provider openai "
+            "--base-url URL for a local OpenAI-compatible server",
+            variable=variable,
+        )
+    if provider == "openai" and key is None and base_url is None:
+        raise MissingAPIKeyError(
+            f"no OpenAI API key: set {variable}, or give --base-url for a local "
+            "OpenAI-compatible server (vLLM, Ollama, llama.cpp), which needs none",
+            variable=variable,
+        )
+    return key

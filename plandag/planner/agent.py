@@ -77,7 +77,7 @@ from plandag.compiler.diagnostics import OUT_OF_REGISTRY_CODES
 from plandag.dag.plan import ParamSpec, Plan
 from plandag.dag.references import find_references
 from plandag.errors import PlanBudgetError, PlanError
-from plandag.executors import ModelAccess
+from plandag.executors.access import DEFAULT_EXECUTOR_MODEL, ModelAccess
 from plandag.planner.intents import IntentLedger
 from plandag.planner.joiner import (
     DEFAULT_JOIN_MAX_TOKENS,
@@ -507,8 +507,10 @@ class Agent:
             (:meth:`plandag.store.Store.tool_durations`), replacing the tools' declared
             ``typical_seconds`` in the plan's estimate; None: declared figures only.
         models: the model client the plan's ``llm`` and ``agent`` steps call
-            (:class:`~plandag.executors.ModelAccess`); None: such a step fails saying to
-            give one.
+            (:class:`~plandag.executors.ModelAccess`); default: this agent's client, with
+            the executor model (``executor_model``, else
+            :data:`plandag.executors.DEFAULT_EXECUTOR_MODEL` for the ``anthropic``
+            provider, else ``model``), ``prices`` and ``registry``.
         library: the plan library (:class:`plandag.library.PlanLibrary`): a run reuses
             the latest plan of its task type with no model call (``run(task_type=...)``),
             or, without a task type, one routing call to ``executor_model`` picks a
@@ -595,6 +597,12 @@ class Agent:
         self.client = client
         self.model = model
         self.registry = registry
+        if models is None:
+            executor = executor_model or (
+                DEFAULT_EXECUTOR_MODEL if client.provider == "anthropic" else model
+            )
+            models = ModelAccess(client, executor, prices, registry=registry)
+        self.models = models
         self.stream = stream
         self.limits = limits if limits is not None else RunLimits()
         self.retry = retry if retry is not None else RetryPolicy()
@@ -636,7 +644,6 @@ class Agent:
         self.instructions = instructions
         self.on_escalation = on_escalation
         self.tool_durations: Mapping[str, float] = dict(tool_durations or {})
-        self.models = models
         self.library = library
         self.executor_model = executor_model
         self.on_alert = on_alert
@@ -1318,6 +1325,7 @@ class _AgentRun:
             tokens_cost=self.tokens_cost,
             done=done,
             calls=self.model_calls(session) if calls else (),
+            executor_model=self.agent.models.model,
         )
         while len(self.estimates) < len(self.versions) - 1:
             self.estimates.append(None)

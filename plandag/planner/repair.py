@@ -64,6 +64,7 @@ import anyio
 from plandag.compiler import CompiledPlan
 from plandag.dag.plan import Plan
 from plandag.errors import PlanBudgetError
+from plandag.executors.access import ModelAccess
 from plandag.planner.data import quote_data
 from plandag.planner.intents import IntentLedger
 from plandag.planner.llm import (
@@ -530,6 +531,7 @@ async def run_with_repairs(
     approve_plan: Callable[[RunSession], Awaitable[str]] | None = None,
     plan_estimate: PlanEstimate | None = None,
     tool_durations: Mapping[str, float] | None = None,
+    models: ModelAccess | None = None,
 ) -> RepairedRun:
     """Run a compiled stored plan; repair the failures ``trigger`` accepts, within the caps.
 
@@ -542,9 +544,9 @@ async def run_with_repairs(
         repairer: the model side, or None (no repair: failures end the run as usual).
         trigger: which failures to repair (default :func:`any_failure`).
         excerpt: the input's relevant excerpt for the model, or None.
-        limits, retry, observers, max_concurrency, tool_limits, budget, clock, run_id:
-            as :func:`~plandag.scheduler.session.open_session`; the budget pays the model
-            calls too.
+        limits, retry, observers, max_concurrency, tool_limits, budget, clock, run_id,
+            models: as :func:`~plandag.scheduler.session.open_session`; the budget pays the
+            model calls too.
         on_session: called with the session as soon as it opens (a run store's recorder).
         approve_patch: the approval gate for repairs (ARCHITECTURE.md, "Untrusted content": a
             revised plan passes the same approval as the first): steps with effects a patch adds
@@ -593,7 +595,11 @@ async def run_with_repairs(
     if plan_estimate is None and (
         the_limits.plan_cost_factor is not None or the_limits.plan_time_factor is not None
     ):
-        plan_estimate = estimate_plan(compiled, measured=tool_durations)
+        plan_estimate = estimate_plan(
+            compiled,
+            measured=tool_durations,
+            executor_model=models.model if models is not None else None,
+        )
     async with open_session(
         compiled,
         registry,
@@ -609,6 +615,7 @@ async def run_with_repairs(
         escalate=escalate,
         plan_estimate=plan_estimate,
         tool_durations=tool_durations,
+        models=models,
     ) as session:
         session_ref.append(session)
         if on_session is not None:

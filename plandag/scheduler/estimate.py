@@ -215,6 +215,7 @@ def _step_estimate(
     compiled_step: CompiledStep,
     measured: Mapping[str, float],
     tokens_cost: Callable[[int], float | None] | None,
+    executor_model: str | None = None,
 ) -> StepEstimate:
     tool = compiled_step.tool
     seconds: float | None
@@ -227,7 +228,10 @@ def _step_estimate(
         seconds, source = None, None
     cost: float | None
     if tool.estimate is not None:
-        usd, tokens = tool.estimate(compiled_step.step.args)
+        args = compiled_step.step.args
+        if executor_model and not args.get("model") and "model" in tool.args_model.model_fields:
+            args = {**args, "model": executor_model}  # the run's default for model steps
+        usd, tokens = tool.estimate(args)
         if usd is None:  # the step names no priced model: priced with the run's model
             usd = tokens_cost(tokens) if tokens_cost is not None else None
         cost = usd
@@ -250,6 +254,7 @@ def estimate_steps(
     tokens_cost: Callable[[int], float | None] | None = None,
     done: Collection[int] = (),
     calls: Sequence[ModelCallEstimate] = (),
+    executor_model: str | None = None,
 ) -> PlanEstimate:
     """Estimate the steps ``steps`` (a plan's, or a replan patch's) of dependency graph
     ``graph``.
@@ -264,6 +269,8 @@ def estimate_steps(
             for model-backed tools that declare ``tokens_estimate`` and no cost estimate.
         done: steps that already succeeded (a resumed run): they count $0 and 0 s.
         calls: model calls the run makes beside the steps (module docstring).
+        executor_model: the model the run's ``llm`` and ``agent`` steps use when they name
+            none (``ModelAccess.model``), given to their ``estimate`` as ``model``.
 
     Returns:
         The :class:`PlanEstimate`.
@@ -275,7 +282,9 @@ def estimate_steps(
         if step_id in finished:
             per_step[step_id] = StepEstimate(step_id, compiled_step.tool.name, 0.0, 0.0, None)
         else:
-            per_step[step_id] = _step_estimate(compiled_step, known_measured, tokens_cost)
+            per_step[step_id] = _step_estimate(
+                compiled_step, known_measured, tokens_cost, executor_model
+            )
     unknown = tuple(sorted(key for key, item in per_step.items() if item.seconds is None))
     unknown_cost = tuple(sorted(key for key, item in per_step.items() if item.cost_usd is None))
     cost: float | None = None
@@ -337,6 +346,7 @@ def estimate_plan(
     tokens_cost: Callable[[int], float | None] | None = None,
     done: Collection[int] = (),
     calls: Sequence[ModelCallEstimate] = (),
+    executor_model: str | None = None,
 ) -> PlanEstimate:
     """Estimate a compiled plan: :func:`estimate_steps` over its steps and their parents
     (arguments as there)."""
@@ -347,4 +357,5 @@ def estimate_plan(
         tokens_cost=tokens_cost,
         done=done,
         calls=calls,
+        executor_model=executor_model,
     )

@@ -1789,6 +1789,7 @@ async def run_plan(
                 measured=tool_durations,
                 done=tuple(completed or ()),
                 tokens_cost=models.tokens_cost if models is not None else None,
+                executor_model=models.model if models is not None else None,
             )
         run.pending_estimate = (plan_estimate, dict(tool_durations or {}))
     result = await run.run()

@@ -34,7 +34,9 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import anyio
 
 from plandag.approval import (
     DEFAULT_EXPIRY_S,
@@ -65,6 +67,9 @@ from plandag.store.recorder import StoreRecorder
 from plandag.store.sealing import unseal
 from plandag.store.store import StepRow, Store
 from plandag.tools.registry import Registry
+
+if TYPE_CHECKING:
+    from plandag.executors.access import ModelAccess
 
 __all__ = [
     "RESUMABLE",
@@ -115,6 +120,10 @@ class RunOptions:
         escalate: what a run that cannot go on by itself comes to: ``person`` (escalated,
             handed to a person) or ``never`` (gave_up); see
             :data:`~plandag.scheduler.result.EscalationMode`.
+        executor: ``{"provider", "model", "base_url", "executor_model"}`` of the model the
+            plan's ``llm`` and ``agent`` steps call (``exec --provider``), or None; each
+            segment (a resume, an approval) builds its client again from it, the key read
+            from the environment (:func:`plandag.executors.connect`).
     """
 
     tools: tuple[str, ...] = ()
@@ -132,6 +141,7 @@ class RunOptions:
     planner: Mapping[str, Any] | None = None
     escalate: EscalationMode = "person"
     http_allow: tuple[str, ...] | None = None
+    executor: Mapping[str, Any] | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The options as stored (``run.options``)."""
@@ -139,6 +149,7 @@ class RunOptions:
         document["limits"] = dict(self.limits)
         document["tools_sha256"] = dict(self.tools_sha256)
         document["planner"] = dict(self.planner) if self.planner is not None else None
+        document["executor"] = dict(self.executor) if self.executor is not None else None
         return document
 
     @classmethod
@@ -153,6 +164,47 @@ class RunOptions:
         if values.get("http_allow") is not None:
             values["http_allow"] = tuple(values["http_allow"])
         return cls(**values)
+
+    @property
+    def executor_model(self) -> str | None:
+        """The model of the plan's model steps that name none, or None without
+        ``executor``."""
+        if self.executor is None:
+            return None
+        from plandag.executors.access import executor_model_for
+
+        try:
+            return executor_model_for(
+                str(self.executor.get("provider")),
+                self.executor.get("model"),
+                self.executor.get("executor_model"),
+            )
+        except InputError:
+            return None
+
+    def models(self) -> ModelAccess | None:
+        """The :class:`~plandag.executors.ModelAccess` of ``executor`` (a new client, with
+        the registry of ``tools``), or None without it.
+
+        Raises:
+            InputError: the key is missing (:class:`~plandag.planner.llm.MissingAPIKeyError`)
+                or the options name no usable model.
+        """
+        if self.executor is None:
+            return None
+        from plandag.executors.access import connect
+        from plandag.tools.registry import default_registry
+
+        registry = default_registry()
+        for file in self.tools:
+            registry.load_file(file)
+        return connect(
+            str(self.executor.get("provider")),
+            model=self.executor.get("model"),
+            base_url=self.executor.get("base_url"),
+            executor_model=self.executor.get("executor_model"),
+            registry=registry,
+        )
 
     def run_limits(self, elapsed_s: float = 0.0) -> RunLimits:
         """The :class:`RunLimits` of a segment that starts after ``elapsed_s`` seconds of
@@ -197,13 +249,20 @@ TraceFactory = Callable[[str, int], Any]
 ``plan``, ``approval`` and ``close`` methods), or None for no trace."""
 
 
-def plan_estimate(store: Store, compiled: CompiledPlan, done: Sequence[int] = ()) -> PlanEstimate:
+def plan_estimate(
+    store: Store,
+    compiled: CompiledPlan,
+    done: Sequence[int] = (),
+    executor_model: str | None = None,
+) -> PlanEstimate:
     """The estimate of ``compiled`` with the durations measured in ``store``
     (:meth:`Store.tool_durations`: a tool's median once it succeeded in 5 runs) replacing
     the declared ``typical_seconds``; the steps of ``done`` (already succeeded) count
     nothing."""
     tools = {step.tool.name for step in compiled.steps.values()}
-    return estimate_plan(compiled, measured=store.tool_durations(tools), done=done)
+    return estimate_plan(
+        compiled, measured=store.tool_durations(tools), done=done, executor_model=executor_model
+    )
 
 
 def unknown_outcome_steps(
@@ -643,7 +702,7 @@ def record_run(
         params=compiled.params,
         options=options.as_json(),
     )
-    estimate = plan_estimate(store, compiled)
+    estimate = plan_estimate(store, compiled, executor_model=options.executor_model)
     store.add_plan_version(run_id, 1, plan_json, digest, source, estimate=estimate.as_json())
     if writer is not None:
         writer.run_started(command, plan.goal or None, dict(compiled.params))
@@ -851,7 +910,7 @@ async def continue_run(
         )
         approved = current.approved_by is not None
         gate: _Gate | None = None
-        estimate = plan_estimate(store, compiled)
+        estimate = plan_estimate(store, compiled, executor_model=options.executor_model)
         if not approved and approval_needed(compiled, options.approve):
             reason = approval_reason(compiled.steps)
             request = ApprovalRequest.for_plan(
@@ -1118,6 +1177,47 @@ async def _run_segment(
     gate: _Gate | None = None,
     hooks: EscalationHooks | None = None,
 ) -> DurableOutcome:
+    """Run one segment (:func:`_run_segment_with`) with the model client of
+    ``options.executor`` when the plan has model steps, closed after it."""
+    from plandag.executors.access import model_steps
+
+    models = options.models() if model_steps(compiled.steps) else None
+    try:
+        return await _run_segment_with(
+            store,
+            run_id,
+            compiled,
+            options,
+            segment=segment,
+            completed=completed,
+            observers=observers,
+            writer=writer,
+            elapsed_s=elapsed_s,
+            gate=gate,
+            hooks=hooks,
+            models=models,
+        )
+    finally:
+        if models is not None:
+            with anyio.CancelScope(shield=True):
+                await models.client.aclose()
+
+
+async def _run_segment_with(
+    store: Store,
+    run_id: str,
+    compiled: CompiledPlan,
+    options: RunOptions,
+    *,
+    segment: int,
+    completed: Mapping[int, Any],
+    observers: Sequence[Observer],
+    writer: Any,
+    elapsed_s: float,
+    gate: _Gate | None = None,
+    hooks: EscalationHooks | None = None,
+    models: ModelAccess | None = None,
+) -> DurableOutcome:
     """Run one segment; with ``gate``, ask for the approval while the steps without effects
     run (a pending approval never holds them): steps with effects start once a person
     approves; with nobody to decide, the segment ends ``awaiting_approval`` once the
@@ -1137,7 +1237,12 @@ async def _run_segment(
     invalid: str | None = None
     tools = {step.tool.name for step in compiled.steps.values()}
     measured = store.tool_durations(tools)
-    estimate = estimate_plan(compiled, measured=measured, done=tuple(completed))
+    estimate = estimate_plan(
+        compiled,
+        measured=measured,
+        done=tuple(completed),
+        executor_model=models.model if models is not None else None,
+    )
     if gate is None:
         result = await run_plan(
             compiled,
@@ -1151,6 +1256,7 @@ async def _run_segment(
             escalate=options.escalate,
             plan_estimate=estimate,
             tool_durations=measured,
+            models=models,
         )
     else:
         async with open_session(
@@ -1166,6 +1272,7 @@ async def _run_segment(
             escalate=options.escalate,
             plan_estimate=estimate,
             tool_durations=measured,
+            models=models,
         ) as session:
             with session.waiting_for_person():
                 try:
