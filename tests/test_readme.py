@@ -58,9 +58,25 @@ def test_every_plandag_command_in_the_readme_runs(
 
 
 def test_the_readme_plan_compiles() -> None:
-    (plan_text,) = [block for block in blocks("json") if '"steps"' in block]
+    (plan_text,) = [
+        block for block in blocks("json") if '"steps"' in block and '"llm"' not in block
+    ]
     compiled = compile_plan(json.loads(plan_text), default_registry(), params={"input": "a.xml"})
     assert list(compiled.order) == [1, 2, 3]
+
+
+def test_the_readme_model_steps_plan_is_the_example_file_and_compiles() -> None:
+    (plan_text,) = [block for block in blocks("json") if '"llm"' in block]
+    example = REPO / "examples" / "plans" / "model_steps.json"
+    assert plan_text == example.read_text(encoding="utf-8")
+    compiled = compile_plan(json.loads(plan_text), default_registry(), params={"page": "x.md"})
+    assert [compiled.steps[i].tool.name for i in sorted(compiled.steps)] == [
+        "read_file",
+        "llm",
+        "llm",
+        "agent",
+    ]
+    assert sorted(compiled.graph.edges) == [(1, 2), (1, 3)]
 
 
 def test_the_readme_toml_example_is_valid(tmp_path: Path) -> None:

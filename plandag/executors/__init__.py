@@ -18,6 +18,7 @@ from plandag.executors.access import DEFAULT_EXECUTOR_MODEL as DEFAULT_EXECUTOR_
 from plandag.executors.access import ModelAccess as ModelAccess
 from plandag.executors.access import NoModelAccessError as NoModelAccessError
 from plandag.executors.access import call_model as call_model
+from plandag.executors.access import connect as connect
 from plandag.executors.agent import agent as agent
 from plandag.executors.llm import llm as llm
 
@@ -31,5 +32,6 @@ __all__ = [
     "NoModelAccessError",
     "agent",
     "call_model",
+    "connect",
     "llm",
 ]

@@ -221,19 +221,31 @@ class _OpenAIStream:
     async def _read(self) -> AsyncGenerator[str, None]:
         import httpx
 
+        done = False
+        failure: StepError | None = None
         try:
+            # read to the end of the body, past "[DONE]" or an error chunk (the server ends
+            # the body there): the response's own async generators are then exhausted,
+            # never left to the garbage collector (which trio reports as a ResourceWarning)
             async for line in self._response.aiter_lines():
-                if not line.startswith("data:"):
+                if done or failure is not None or not line.startswith("data:"):
                     continue  # blank lines, "event:" and ": comment" lines
                 payload = line[len("data:") :].strip()
                 if payload == "[DONE]":
-                    break
-                text = self._take(payload)
+                    done = True
+                    continue
+                try:
+                    text = self._take(payload)
+                except StepError as error:
+                    failure = error
+                    continue
                 if text:
                     self._parts.append(text)
                     yield text
         except httpx.TransportError as error:
             raise _http.transport_failure(error, httpx, self._where) from error
+        if failure is not None:
+            raise failure
 
     def _take(self, payload: str) -> str:
         """Read one chunk: remember usage, finish reason, model; return its text."""
