@@ -117,3 +117,9 @@ def make_docx(tmp_path: Path) -> Callable[..., Path]:
         return path
 
     return make
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """The contract runs' backend: asyncio, as ``plandag extract contracts`` runs them."""
+    return "asyncio"
