@@ -120,6 +120,15 @@ def extract_contracts_command(
             "else claude-haiku-4-5 with anthropic).",
         ),
     ] = None,
+    max_model_calls: Annotated[
+        int,
+        typer.Option(
+            "--max-model-calls",
+            metavar="N",
+            min=1,
+            help="Model calls of the whole batch at once at most (16).",
+        ),
+    ] = 16,
     chunk_chars: Annotated[
         int,
         typer.Option(
@@ -234,7 +243,7 @@ def extract_contracts_command(
         "max_concurrency": settings["max_concurrency"],
         "limits": RunLimits.lifted(),  # the batch's own brakes govern every contract
         "budget": budget,
-        **model_options(client, model_name),
+        **model_options(client, model_name, max_model_calls),
     }
     monitor = BatchMonitor(
         heartbeat_file,
@@ -414,11 +423,13 @@ def extract_contracts_command(
     raise typer.Exit(batch_exit_code(summary))
 
 
-def model_options(client: Any, model: str) -> dict[str, Any]:
-    """The ``run_plan`` keyword arguments that give the ``llm`` steps their model access."""
+def model_options(client: Any, model: str, calls: int) -> dict[str, Any]:
+    """The ``run_plan`` keyword arguments that give the ``llm`` steps their model access:
+    ``client`` with at most ``calls`` model calls of the batch at once."""
     from plandag.executors import ModelAccess
+    from plandag.jobs.contracts.calls import LimitedClient
 
-    return {"models": ModelAccess(client, model)}
+    return {"models": ModelAccess(LimitedClient(client, calls), model)}
 
 
 def _close_batch(store: Any, writer: Any, batch_id: str, status: str) -> None:
