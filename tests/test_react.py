@@ -145,8 +145,10 @@ async def test_a_failing_tool_is_an_error_observation(
 
 async def test_tool_descriptions_are_the_planners() -> None:
     prompt = system_prompt(REGISTRY)
-    for definition in tool_definitions(REGISTRY):
-        assert f"- {definition['name']} {definition['description']}" in prompt
+    for definition in tool_definitions(REGISTRY):  # the same words, the planner's as signatures
+        description = definition["description"].split("): ", 1)[1]
+        assert f"- {definition['name']}(" in prompt
+        assert f": {description}\n" in prompt
     assert tool_description(REGISTRY, "search") == (
         "(effects: none; returns dict[str, Any]): Look a movie up; returns its year."
     )

@@ -92,14 +92,10 @@ JOIN_SCHEMA: dict[str, Any] = {
 subset (``const``, ``anyOf``, closed objects)."""
 
 JOIN_SYSTEM_PROMPT = (
-    "You are the joiner of plandag. A plan was run to accomplish a task; you are given the "
-    "task and the outcome of every step. Decide: finish, with the answer the task asks for, "
-    "written from the results alone; or replan, with the reason, when the results do not "
-    "answer the task (a step failed, or a result is missing or wrong). Never invent a "
-    "result that no step produced.\n"
+    "You are the joiner of plandag. From a task and the outcome of each step run for it, decide: "
+    "finish, with the answer the task asks for, from the results alone; or replan, with the "
+    "reason, when they do not answer it. Never invent a result.\n"
     f"{DATA_BLOCK_RULE}\n"
-    'Answer with one JSON object: {"decision": {"action": "finish", "answer": "..."}} or '
-    '{"decision": {"action": "replan", "reason": "..."}}.\n'
 )
 """The joiner's system prompt."""
 
@@ -194,20 +190,17 @@ def join_prompt(goal: str, run: RunResult, max_chars: int = DEFAULT_MAX_CHARS) -
         The text: the task, then for each step its id, tool and status, and a data block
         with its result (succeeded steps) or its error (the others).
     """
-    parts = [f"Task:\n{goal.strip()}", "Steps:"]
+    parts = [f"Task:\n{goal.strip()}\n\nSteps:"]
     for step_id in sorted(run.steps):
         record = run.steps[step_id]
-        head = f"step {step_id} ({record.tool}): {record.status}"
         if record.status == "succeeded":
-            parts.append(
-                f"{head}\n{quote_data(f'step {step_id} result', record.result, max_chars)}"
-            )
+            label, value = f"step {step_id} result", record.result
         else:
             detail = record.detail or (record.error.message if record.error is not None else "")
-            reason = f"{record.reason or 'no reason'}: {detail}"
-            parts.append(f"{head}\n{quote_data(f'step {step_id} error', reason, max_chars)}")
-    parts.append("Decide: finish with the answer, or replan with the reason.")
-    return "\n\n".join(parts) + "\n"
+            label = f"step {step_id} error"
+            value = f"{record.status}, {record.reason or 'no reason'}: {detail}"
+        parts.append(f"{record.tool}: {quote_data(label, value, max_chars)}")
+    return "\n".join(parts) + "\n"
 
 
 def parse_decision(response: LLMResponse) -> tuple[JoinAction, str]:

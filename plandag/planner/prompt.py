@@ -1,21 +1,23 @@
 """The planner's prompt (README, "Planning with a model").
 
 The system prompt holds everything that does not depend on the task, so it is the same for
-every task planned with the same registry (and can be cached by the provider): the rules,
-the wire format (:mod:`plandag.planner.wire`), the reference grammar
-(:mod:`plandag.dag.references`), every tool's name, effects, result type, description and
-JSON schema (compact: no ``title`` annotations, no spaces), every check kind's, one good
-example plan and one bad one with the diagnostics ``plandag check`` gives for it. The user
-message holds the task, the trusted context and the params given at run time. A plan that
-does not compile goes back with :func:`repair_message`: the full diagnostics list, formatted
-like ``plandag check``, as quoted data (:func:`plandag.planner.data.quote_data`).
+every task planned with the same registry and is the fixed prefix the provider caches
+(``cache_control``, :class:`~plandag.planner.llm.base.LLMRequest`): the role, the wire
+format (:mod:`plandag.planner.wire`), the reference grammar (:mod:`plandag.dag.references`),
+the rules with the data-block rule, every tool as a signature with its result type, effects
+and description (:func:`signature`: a third of its JSON schema's length), every check kind,
+and one example plan. The user message holds the task, the trusted context and the params
+given at run time. A plan that does not compile goes back with :func:`repair_message`: the
+full diagnostics list, formatted like ``plandag check``, as quoted data
+(:func:`plandag.planner.data.quote_data`).
+
+Every input token of the system prompt is paid on every planning call (LLMCompiler, Kim et
+al., ICML 2024, counts the planner's prompt as the cost to beat against ReAct), so each line
+is one the planner needs: mistakes the compiler catches are not taught in advance, they come
+back as diagnostics for a repair.
 
 Every text here is deterministic: the same registry, task and context give the same bytes
 (tools and checks are listed by name).
-
-The bad example's reasons are the compiler's own words: ``tests/planner/test_prompt.py``
-compiles :data:`BAD_EXAMPLE` against the default registry and checks that the diagnostics
-are exactly :data:`BAD_EXAMPLE_REASONS`, so the prompt cannot drift from the compiler.
 """
 
 from __future__ import annotations
@@ -35,11 +37,7 @@ from plandag.planner.data import DATA_BLOCK_RULE, quote_data
 from plandag.tools.registry import Registry
 
 __all__ = [
-    "BAD_EXAMPLE",
-    "BAD_EXAMPLE_REASONS",
-    "BAD_EXAMPLE_TASK",
     "GOOD_EXAMPLE",
-    "GOOD_EXAMPLE_TASK",
     "REFERENCE_GRAMMAR",
     "WIRE_FORMAT_GUIDE",
     "compact_schema",
@@ -51,99 +49,41 @@ __all__ = [
 ]
 
 ROLE = (
-    "You are the planner of plandag. For a task, you write the whole plan before anything "
-    "runs: a DAG of tool calls that plandag compiles like code (unknown tools, bad "
-    "arguments, bad references, missing dependencies and cycles are rejected) and then runs, "
-    "every step whose inputs are ready at once. You do not run tools; you answer with one "
-    "plan."
+    "You are the planner of plandag: write the whole plan for the task, before anything runs, "
+    "as one JSON object: a DAG of tool calls."
 )
+
+WIRE_FORMAT_GUIDE = """\
+Plan: {"g": goal, "p": [params], "s": [steps], "o": output}
+Step: {"i": unique id > 0, "t": tool, "a": [args], "d": [ids it uses], "c": [checks]}
+Arg: "NAME=TEXT" for a string as written, "NAME:=JSON" for any JSON ("n:=3"); [] for none.
+Check: {"k": kind, "a": [args]}
+Param (declare each one used): {"n": name, "t": JSON type or any, "h": help, "v": default \
+JSON, "r": required}
+"o": the result as JSON text with references, built by code (no model call); omit it only \
+when the answer needs judgement."""
+
+REFERENCE_GRAMMAR = """\
+References: <step_N_result>, <step_N_result.key.0.field>, <param.NAME>. A string that is \
+one reference gets the value with its type; in longer text, its text."""
 
 RULES = """\
 Rules:
-- Use only the tools listed below, with arguments that fit their schemas.
-- Steps that do not need each other's results must not depend on each other: they run at \
-the same time. Use as few steps as the task needs.
-- A step may use another step's result only through a reference, and lists that step in "d".
-- Add checks (the check kinds below) wherever a result can be verified in code: a check is \
-a fact evaluated on the result, and a failed check fails the step.
-- When the task's result can be assembled from step results, write it in "o": it is built \
-by code, with no further model call. Leave "o" out only when the task asks for a written \
-answer that needs judgement over the results.
-- Use tools with effects (write, irreversible) only when the task asks for that effect.
-- Keep "n" (a step's note) to a few words, or leave it out: output is slow."""
-
-WIRE_FORMAT_GUIDE = """\
-Answer format (the wire format: one JSON object, short keys):
-{"g": goal, "p": [params], "s": [steps], "o": output}
-- "g": the goal in one sentence.
-- "p" (optional): params given at run time: {"n": name, "t": type, "h": description, \
-"v": default as JSON text, "r": required}; "n" and "t" required; t is one of string, \
-integer, number, boolean, object, array, any.
-- "s": the steps: {"i": id, "t": tool, "a": [assignments], "d": [ids it depends on], \
-"c": [checks], "n": note}; "c" and "n" optional. Ids are positive integers, unique.
-- An assignment sets one argument: "NAME=TEXT" sets NAME to the string TEXT, the rest of \
-the string as is (no JSON inside); "NAME:=JSON" sets NAME to a JSON value ("max_bytes:=1000", \
-"all:=true", "paths:={\\"total\\":\\"//nfe:vNF\\"}"). Write [] for no arguments.
-- A check is {"k": kind, "a": [assignments of its fields]}; "a" optional.
-- "o" (optional): the output, as JSON text ("\\"<step_2_result>\\"" or \
-"{\\"total\\":\\"<step_2_result.total>\\"}")."""
-
-REFERENCE_GRAMMAR = """\
-References (in any argument, check field or the output, at any depth):
-- <step_N_result> is the whole result of step N; <step_N_result.key.0.field> is a field \
-of it (dotted keys, list indices as numbers).
-- <param.NAME> is the param NAME, declared in "p".
-- A string that is exactly one reference receives the referenced value with its type (a \
-list stays a list, a number a number); a reference inside a longer string is replaced by \
-its text (JSON for values that are not strings).
-- Nothing else is a reference: "$1", "${1}" or "{step_1}" stay literal text. A misspelled \
-reference (<step_1_output>, <step_x_result>) is an error."""
-
-GOOD_EXAMPLE_TASK = "Total the paid and the refunded orders of a JSON file into out/summary.json."
+- Independent steps must not depend on each other: they run at once. Use as few steps as \
+the task needs.
+- Add checks where code can verify a result.
+- Use tools with effects only when the task asks for them."""
 
 GOOD_EXAMPLE = (
-    '{"g":"Total paid and refunded orders into out/summary.json",'
-    '"p":[{"n":"input","t":"string","h":"path of the orders JSON file"}],'
-    '"s":[{"i":1,"t":"read_file","a":["path=<param.input>"],"d":[]},'
-    '{"i":2,"t":"json_select","a":["data=<step_1_result>",'
-    '"expr=sum(orders[?status==\'paid\'].amount)"],"d":[1],'
+    '{"g":"Total paid and refunded orders",'
+    '"s":[{"i":1,"t":"read_file","a":["path=orders.json"],"d":[]},'
+    '{"i":2,"t":"json_select","a":["data=<step_1_result>","expr=sum(paid)"],"d":[1],'
     '"c":[{"k":"jmespath","a":["expr=@ >= `0`"]}]},'
-    '{"i":3,"t":"json_select","a":["data=<step_1_result>",'
-    '"expr=sum(orders[?status==\'refunded\'].amount)"],"d":[1]},'
-    '{"i":4,"t":"write_json","a":["path=out/summary.json",'
-    '"data:={\\"paid\\":\\"<step_2_result>\\",\\"refunded\\":\\"<step_3_result>\\"}"],'
-    '"d":[2,3],"c":[{"k":"file_exists","a":["path=out/summary.json"]}]}],'
+    '{"i":3,"t":"json_select","a":["data=<step_1_result>","expr=sum(refunded)"],"d":[1]}],'
     '"o":"{\\"paid\\":\\"<step_2_result>\\",\\"refunded\\":\\"<step_3_result>\\"}"}'
 )
-"""A plan that compiles against the default registry (tested): steps 2 and 3 run at once."""
-
-BAD_EXAMPLE_TASK = "Total the paid orders of orders.json into out/sum.json."
-
-BAD_EXAMPLE = (
-    '{"g":"Total the paid orders",'
-    '"s":[{"i":1,"t":"read_files","a":["path=orders.json"],"d":[]},'
-    '{"i":2,"t":"json_select","a":["data=<step_1_output>"],"d":[1]},'
-    '{"i":3,"t":"write_json","a":["path=out/sum.json","data=<step_2_result>"],"d":[2,5]}],'
-    '"o":"\\"<param.total>\\""}'
-)
-"""A plan with five mistakes; :data:`BAD_EXAMPLE_REASONS` are the compiler's diagnostics."""
-
-BAD_EXAMPLE_REASONS = (
-    "plan.json: step 1: error[unknown_tool]: tool 'read_files' is not registered "
-    "(hint: did you mean read_file, write_json?)",
-    "plan.json: step 2: error[invalid_args]: args.expr: Field required (tool json_select) "
-    "(hint: arguments of json_select: data, expr)",
-    "plan.json: step 2: error[malformed_reference]: args.data: '<step_1_output>' is not a "
-    "valid reference (hint: write <step_1_result>; references are <step_N_result>, "
-    "<step_N_result.field.0> or <param.NAME>)",
-    "plan.json: step 3: error[unknown_dependency]: depends_on names step 5, which does not "
-    "exist (hint: existing steps: 1, 2, 3)",
-    "plan.json: plan: error[unknown_param]: output: <param.total> names an undeclared param "
-    '(hint: declare it under "params")',
-    "plan.json: 5 error(s); the plan does not compile",
-)
-"""``plandag check`` on :data:`BAD_EXAMPLE` (default registry), line by line; kept equal to
-the compiler's output by ``tests/planner/test_prompt.py``."""
+"""A plan that compiles against the default registry (tested): steps 2 and 3 run at once,
+a check, and an output assembled by code."""
 
 
 # -- tools and checks ------------------------------------------------------------------------
@@ -226,15 +166,113 @@ def describe_result_type(annotation: Any) -> str:
     return f"{annotation.__name__} {{{inner}}}"
 
 
+def _schema_type(schema: Any, definitions: Mapping[str, Any], depth: int = 0) -> str:
+    """A JSON schema as a short type: ``string``, ``integer[]``, ``{string: string}``,
+    ``{a: number, b?: string}``, ``"x"|"y"``, ``string|integer``; ``any`` when open."""
+    if not isinstance(schema, Mapping) or depth > 4:
+        return "any"
+    reference = schema.get("$ref")
+    if isinstance(reference, str):
+        target = definitions.get(reference.rsplit("/", 1)[-1])
+        return _schema_type(target, definitions, depth + 1)
+    if "const" in schema:
+        return _compact_json(schema["const"])
+    if isinstance(schema.get("enum"), list):
+        return "|".join(_compact_json(value) for value in schema["enum"])
+    choices = schema.get("anyOf") or schema.get("oneOf")
+    if isinstance(choices, list):
+        kinds = [_schema_type(choice, definitions, depth + 1) for choice in choices]
+        return "|".join(dict.fromkeys(kind for kind in kinds if kind != "null")) or "null"
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        return "|".join(str(item) for item in kind if item != "null") or "null"
+    if kind == "array":
+        item = _schema_type(schema.get("items"), definitions, depth + 1)
+        return f"({item})[]" if "|" in item else f"{item}[]"
+    if kind == "object" or "properties" in schema:
+        properties = schema.get("properties")
+        if isinstance(properties, Mapping) and properties:
+            return "{" + _fields_text(schema, definitions, depth + 1) + "}"
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, Mapping):
+            return "{string: " + _schema_type(extra, definitions, depth + 1) + "}"
+        return "object"
+    return str(kind) if isinstance(kind, str) else "any"
+
+
+def _fields_text(
+    schema: Mapping[str, Any], definitions: Mapping[str, Any], depth: int, typed: bool = True
+) -> str:
+    """An object schema's fields: ``name: type`` (required), ``name?: type`` (optional, no
+    default), ``name: type = DEFAULT`` (optional with a default), in the schema's order;
+    without ``: type`` when not ``typed``."""
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping):
+        return ""
+    required = set(schema.get("required") or ())
+    parts = []
+    for name, field in properties.items():
+        kind = _schema_type(field, definitions, depth)
+        if not typed:
+            if name in required:
+                parts.append(name)
+            elif isinstance(field, Mapping) and field.get("default") is not None:
+                parts.append(f"{name}={_compact_json(field['default'])}")
+            else:
+                parts.append(f"{name}?")
+            continue
+        if name in required:
+            parts.append(f"{name}: {kind}")
+        elif isinstance(field, Mapping) and field.get("default") is not None:
+            parts.append(f"{name}: {kind} = {_compact_json(field['default'])}")
+        else:
+            parts.append(f"{name}?: {kind}")
+    return ", ".join(parts)
+
+
+def signature(name: str, schema: Mapping[str, Any], *, typed: bool = True) -> str:
+    """A tool's or a check kind's arguments schema as one signature line.
+
+    Args:
+        name: the tool or check kind.
+        schema: its arguments' JSON schema (pydantic's, ``$defs`` resolved by name).
+        typed: with each field's type; without, ``name(arg, optional?, with_default=DEFAULT)``.
+
+    Returns:
+        ``name(arg: type, optional?: type, with_default: type = DEFAULT)``, then
+        `` # field: description`` notes for the fields that carry a description. A JSON
+        schema is about three times longer for the same facts.
+    """
+    definitions = schema.get("$defs") or schema.get("definitions") or {}
+    text = f"{name}({_fields_text(schema, definitions, 0, typed)})"
+    properties = schema.get("properties")
+    if isinstance(properties, Mapping):
+        notes = [
+            f"{field}: {value['description']}"
+            for field, value in properties.items()
+            if isinstance(value, Mapping) and isinstance(value.get("description"), str)
+        ]
+        if notes:
+            text += " # " + "; ".join(notes)
+    return text
+
+
+def _plain(text: str) -> str:
+    """A docstring's text for a prompt: reStructuredText literals without their backquotes."""
+    return text.replace("``", "")
+
+
 def _tool_lines(registry: Registry) -> list[str]:
     lines = []
     for name in sorted(registry.tools):
         item = registry.tools[name]
+        effects = "" if item.effects == "none" else f" [effects: {item.effects}]"
+        call, _, notes = signature(name, item.json_schema()).partition(" # ")
+        notes = f" ({notes})" if notes else ""
         lines.append(
-            f"- {name} (effects: {item.effects}; returns {describe_result_type(item.result_type)})"
-            f": {item.description}"
+            f"- {call} -> {describe_result_type(item.result_type)}{effects}: "
+            f"{item.description}{notes}"
         )
-        lines.append(f"  args schema: {_compact_json(compact_schema(item.json_schema()))}")
     return lines
 
 
@@ -242,10 +280,8 @@ def _check_lines(registry: Registry) -> list[str]:
     lines = []
     for name in sorted(registry.checks):
         definition = registry.checks[name]
-        lines.append(f"- {name}: {definition.description}")
-        schema = compact_schema(definition.args_model.model_json_schema())
-        if schema.get("properties"):
-            lines.append(f"  fields schema: {_compact_json(schema)}")
+        schema = definition.args_model.model_json_schema()
+        lines.append(f"- {signature(name, schema, typed=False)}: {_plain(definition.description)}")
     return lines
 
 
@@ -255,24 +291,25 @@ def _check_lines(registry: Registry) -> list[str]:
 def system_prompt(registry: Registry) -> str:
     """The planner's system prompt for the tools and checks of ``registry``.
 
+    The prompt caching of the provider (``cache_control``) covers it whole: nothing in it
+    depends on the task.
+
     Args:
         registry: the tools and check kinds the plan may use (every one is listed, by name).
 
     Returns:
-        The text: role, rules, the data-block rule, the wire format, the reference grammar,
-        the tools, the check kinds, the good example, the bad example with its reasons.
+        The text: role, the wire format, the reference grammar, the rules with the
+        data-block rule and the common mistakes, the tools and the check kinds as signatures
+        (sorted by name), one example plan.
     """
     sections = [
         ROLE,
-        RULES + "\n- " + DATA_BLOCK_RULE,
         WIRE_FORMAT_GUIDE,
         REFERENCE_GRAMMAR,
+        f"{RULES}\n- {DATA_BLOCK_RULE}",
         "Tools:\n" + "\n".join(_tool_lines(registry)),
-        'Check kinds (in a step\'s "c"):\n' + "\n".join(_check_lines(registry)),
-        "A good plan (the examples use built-in tools; use only the tools listed above).\n"
-        f"Task: {GOOD_EXAMPLE_TASK}\n{GOOD_EXAMPLE}",
-        f"A bad plan, which does not compile.\nTask: {BAD_EXAMPLE_TASK}\n{BAD_EXAMPLE}\n"
-        "plandag check reports:\n" + "\n".join(BAD_EXAMPLE_REASONS),
+        "Checks:\n" + "\n".join(_check_lines(registry)),
+        f"Example, with other tools:\n{GOOD_EXAMPLE}",
     ]
     return "\n\n".join(sections) + "\n"
 
@@ -302,7 +339,6 @@ def user_prompt(goal: str, context: str = "", params: Mapping[str, Any] | None =
             'Params given at run time (declare each in "p", use it as <param.NAME>):\n'
             + "\n".join(lines)
         )
-    parts.append("Answer with the plan in the wire format: one JSON object.")
     return "\n\n".join(parts) + "\n"
 
 

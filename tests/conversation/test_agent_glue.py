@@ -124,7 +124,11 @@ def tool_names_in(request: dict[str, Any]) -> tuple[list[str], list[str]]:
     system = request["system"]
     text = system if isinstance(system, str) else "".join(block["text"] for block in system)
     tools_section = text.split("\n\nTools:\n", 1)[1].split("\n\n", 1)[0]
-    listed = [line[2:].split(" ", 1)[0] for line in tools_section.splitlines() if line[:2] == "- "]
+    listed = [
+        line[2:].split("(", 1)[0].split(" ", 1)[0]
+        for line in tools_section.splitlines()
+        if line[:2] == "- "
+    ]
     schema = request["output_config"]["format"]["schema"]
     return listed, schema["properties"]["s"]["items"]["properties"]["t"]["enum"]
 
@@ -147,9 +151,7 @@ async def test_an_armed_turn_lists_only_tools_without_effects_and_waits_for_a_de
     assert request.json["messages"] == [
         {
             "role": "user",
-            "content": (
-                "Task:\nScore a\n\nAnswer with the plan in the wire format: one JSON object.\n"
-            ),
+            "content": ("Task:\nScore a\n"),
         }
     ]
     assert planner_fn.built == [(("lookup",), True)]
@@ -259,8 +261,7 @@ async def test_a_rejection_keeps_plan_mode_and_its_feedback_reaches_the_planner_
         f"A person rejected the previous plan:\n{rejected}\n\n"
         "The person's feedback on plan 1 (the instruction for this revision, in full):\n"
         f"{FEEDBACK}\n\n"
-        "Write a revised plan that follows the feedback.\n\n"
-        "Answer with the plan in the wire format: one JSON object.\n"
+        "Write a revised plan that follows the feedback.\n"
     )
 
 

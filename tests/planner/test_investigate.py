@@ -160,8 +160,7 @@ async def test_the_investigation_runs_and_its_result_reaches_the_planner_as_data
     assert content(server, 1) == [
         "Task:\nConvert 10 EUR to USD at today's rate.\n\n"
         "Trusted context (from the user):\nRates come from the ECB.\n\n"
-        f"{INVESTIGATION_HEADING}\nstep 1 (lookup) succeeded:\n{block}\n\n"
-        "Answer with the plan in the wire format: one JSON object.\n"
+        f"{INVESTIGATION_HEADING}\nstep 1 (lookup) succeeded:\n{block}\n"
     ]
     [data] = parse_data_blocks(content(server, 1)[0])
     assert data.label == "investigation step 1 result"
@@ -191,8 +190,7 @@ async def test_without_trusted_context_the_trusted_section_says_none(
     assert content(server, 1) == [
         "Task:\nConvert 10 EUR to USD at today's rate.\n\n"
         "Trusted context (from the user):\nnone\n\n"
-        f"{INVESTIGATION_HEADING}\nnone: the investigation plan had no steps\n\n"
-        "Answer with the plan in the wire format: one JSON object.\n"
+        f"{INVESTIGATION_HEADING}\nnone: the investigation plan had no steps\n"
     ]
 
 

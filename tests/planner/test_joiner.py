@@ -147,8 +147,8 @@ async def test_without_output_one_call_decides_finish(server: MessagesServer) ->
     assert body["output_config"] == {"format": {"type": "json_schema", "schema": JOIN_SCHEMA}}
     [message] = body["messages"]
     content = message["content"]
-    assert content.startswith("Task:\n(2 + 3) * 4\n\nSteps:\n\nstep 1 (add): succeeded\n<data ")
-    assert content.endswith("Decide: finish with the answer, or replan with the reason.\n")
+    assert content.startswith('Task:\n(2 + 3) * 4\n\nSteps:\nadd: <data label="step 1 result" ')
+    assert content.endswith("\n</data>\n")
     blocks = parse_data_blocks(content)
     assert [(block.label, block.value) for block in blocks] == [
         ("step 1 result", 5.0),
@@ -172,9 +172,9 @@ async def test_without_output_one_call_decides_replan_and_sees_the_failure(
     assert decision.reason == "step 2 failed"
     assert decision.answer is None
     content = server.message_requests[0].json["messages"][0]["content"]
-    assert "step 2 (broken): failed\n" in content
+    assert '\nbroken: <data label="step 2 error" ' in content
     labels = [(block.label, block.value) for block in parse_data_blocks(content)]
-    assert ("step 2 error", "refused: PermanentStepError: the service said no") in labels
+    assert ("step 2 error", "failed, refused: PermanentStepError: the service said no") in labels
 
 
 @pytest.mark.anyio

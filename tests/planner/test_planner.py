@@ -20,7 +20,7 @@ from plandag.errors import PlanError
 from plandag.planner.data import parse_data_blocks
 from plandag.planner.llm import AnthropicClient, TruncatedResponseError
 from plandag.planner.planner import Planner, PlannerGaveUp
-from plandag.planner.prompt import compact_schema, format_diagnostics, user_prompt
+from plandag.planner.prompt import format_diagnostics, user_prompt
 from plandag.planner.wire import wire_json_schema, wire_to_document
 from plandag.scheduler import RetryPolicy, VirtualClock
 from plandag.testing import MessagesServer
@@ -159,19 +159,12 @@ async def test_happy_path_calls_the_model_once_with_tools_and_the_wire_schema(
         {
             "role": "user",
             "content": "Task:\nWhat is (2 + 3) * 4?\n\n"
-            "Trusted context (from the user):\nUse the arithmetic tools.\n\n"
-            "Answer with the plan in the wire format: one JSON object.\n",
+            "Trusted context (from the user):\nUse the arithmetic tools.\n",
         }
     ]
     system = body["system"]
     for item in (add, multiply):
-        schema = json.dumps(compact_schema(item.json_schema()), separators=(",", ":"))
-        assert f"- {item.name} (effects: none; returns float): {item.description}" in system
-        assert f"  args schema: {schema}" in system
-    assert (
-        '  args schema: {"additionalProperties":false,"properties":{"a":{"type":"number"},'
-        '"b":{"type":"number"}},"required":["a","b"],"type":"object"}'
-    ) in system
+        assert f"- {item.name}(a: number, b: number) -> float: {item.description}\n" in system
     assert "never an instruction" in system
     expected_schema = wire_json_schema(
         tools=["add", "multiply"],
@@ -184,8 +177,7 @@ def test_the_user_prompt_lists_params_as_json() -> None:
     assert user_prompt("Count the words", params={"path": "a.txt", "limit": 3}) == (
         "Task:\nCount the words\n\n"
         'Params given at run time (declare each in "p", use it as <param.NAME>):\n'
-        '- path = "a.txt"\n- limit = 3\n\n'
-        "Answer with the plan in the wire format: one JSON object.\n"
+        '- path = "a.txt"\n- limit = 3\n'
     )
 
 
@@ -412,7 +404,7 @@ def test_the_plan_command_writes_the_plan_and_prints_its_dag(
     assert (
         "Trusted context (from the user):\nNumbers are exact.\n" in first["messages"][0]["content"]
     )
-    assert "- add (effects: none; returns float): Add two numbers." in first["system"]
+    assert "- add(a: number, b: number) -> float: Add two numbers." in first["system"]
 
 
 def test_the_plan_command_exits_2_with_the_diagnostics_when_it_gives_up(

@@ -3,17 +3,11 @@ compiler's own words."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, TypedDict
 
-import pytest
-
 from plandag.compiler import Diagnostic, compile_plan
-from plandag.errors import PlanError
 from plandag.planner.data import DATA_BLOCK_RULE, parse_data_blocks
 from plandag.planner.prompt import (
-    BAD_EXAMPLE,
-    BAD_EXAMPLE_REASONS,
     GOOD_EXAMPLE,
     REFERENCE_GRAMMAR,
     ROLE,
@@ -22,17 +16,11 @@ from plandag.planner.prompt import (
     describe_result_type,
     format_diagnostics,
     repair_message,
+    signature,
     system_prompt,
 )
 from plandag.planner.wire import wire_to_document
 from plandag.tools.registry import Registry, default_registry
-
-
-def test_the_bad_examples_reasons_are_what_the_compiler_says() -> None:
-    with pytest.raises(PlanError) as caught:
-        compile_plan(wire_to_document(BAD_EXAMPLE), default_registry())
-    lines = tuple(format_diagnostics(caught.value.diagnostics).splitlines())
-    assert lines == BAD_EXAMPLE_REASONS
 
 
 def test_the_good_example_compiles_cleanly_with_two_parallel_steps() -> None:
@@ -40,34 +28,68 @@ def test_the_good_example_compiles_cleanly_with_two_parallel_steps() -> None:
     assert compiled.diagnostics == ()
     assert compiled.roots == (1,)
     assert compiled.steps[2].parents == compiled.steps[3].parents == (1,)
-    assert compiled.steps[4].parents == (2, 3)
+    assert compiled.plan.output == {"paid": "<step_2_result>", "refunded": "<step_3_result>"}
 
 
-def test_the_system_prompt_holds_every_tool_and_check_and_both_examples() -> None:
+def test_the_system_prompt_holds_every_tool_and_check_as_a_signature() -> None:
     registry = default_registry()
     text = system_prompt(registry)
-    assert text.startswith(ROLE + "\n\nRules:\n")
+    assert text.startswith(ROLE + "\n\n" + WIRE_FORMAT_GUIDE + "\n\n" + REFERENCE_GRAMMAR)
     assert f"- {DATA_BLOCK_RULE}\n" in text
-    assert WIRE_FORMAT_GUIDE in text
-    assert REFERENCE_GRAMMAR in text
     for name, item in registry.tools.items():
-        schema = json.dumps(compact_schema(item.json_schema()), separators=(",", ":"))
-        assert f"- {name} (effects: {item.effects}; " in text
-        assert f"  args schema: {schema}\n" in text
+        assert f"- {name}(" in text
+        assert item.description in text
     for name, definition in registry.checks.items():
-        assert f"- {name}: {definition.description}\n" in text
+        assert f"- {name}(" in text
+        assert definition.description.replace("``", "") in text
     assert (
-        "- read_file (effects: none; returns str | bytes): Read a local file, as text or as "
-        "raw bytes.\n"
-        '  args schema: {"additionalProperties":false,"properties":{"path":{"type":"string"},'
-        '"encoding":{"default":"utf-8","type":"string"},"max_bytes":{"default":50000000,'
-        '"type":"integer"}},"required":["path"],"type":"object"}\n'
+        '- read_file(path: string, encoding: string = "utf-8", max_bytes: integer = 50000000)'
+        " -> str | bytes: Read a local file, as text or as raw bytes.\n"
     ) in text
-    assert ("- write_json (effects: write; returns WriteResult {path: str, bytes: int}): ") in text
-    assert f"\n{GOOD_EXAMPLE}\n" in text
-    assert f"\n{BAD_EXAMPLE}\nplandag check reports:\n" + "\n".join(BAD_EXAMPLE_REASONS) in text
-    assert text.endswith(BAD_EXAMPLE_REASONS[-1] + "\n")
+    assert (
+        "- write_json(path: string, data: any, indent: integer = 2) -> "
+        "WriteResult {path: str, bytes: int} [effects: write]: "
+    ) in text
+    assert "- jmespath(expr): The JMESPath expression expr over the result is truthy.\n" in text
+    assert "- file_exists(path, non_empty=false): " in text
+    assert text.endswith(f"\n{GOOD_EXAMPLE}\n")
     assert '"title"' not in text
+    assert "args schema" not in text  # signatures, not JSON schemas
+
+
+def test_signatures_show_types_defaults_and_optional_fields() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "url": {"type": "string", "description": "where to send it"},
+            "mode": {"enum": ["fast", "safe"], "default": "safe"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "headers": {
+                "anyOf": [
+                    {"type": "object", "additionalProperties": {"type": "string"}},
+                    {"type": "null"},
+                ],
+                "default": None,
+            },
+            "point": {"$ref": "#/$defs/Point"},
+        },
+        "required": ["url", "point"],
+        "$defs": {
+            "Point": {
+                "type": "object",
+                "properties": {"x": {"type": "integer"}, "y": {"type": "number", "default": 0}},
+                "required": ["x"],
+            }
+        },
+    }
+    assert signature("send", schema) == (
+        'send(url: string, mode: "fast"|"safe" = "safe", tags?: string[], '
+        "headers?: {string: string}, point: {x: integer, y: number = 0}) "
+        "# url: where to send it"
+    )
+    assert signature("send", schema, typed=False) == (
+        'send(url, mode="safe", tags?, headers?, point) # url: where to send it'
+    )
 
 
 def test_the_system_prompt_is_deterministic_whatever_the_registration_order() -> None:
@@ -77,9 +99,9 @@ def test_the_system_prompt_is_deterministic_whatever_the_registration_order() ->
     )
     assert system_prompt(registry) == system_prompt(reversed_registry)
     tools = [
-        line.split(" ")[1]
-        for line in system_prompt(registry).splitlines()
-        if line.startswith("- ") and "(effects:" in line
+        line[2:].split("(")[0]
+        for line in system_prompt(registry).split("\n\nChecks:")[0].splitlines()
+        if line.startswith("- ") and " -> " in line
     ]
     assert tools == sorted(registry.tools)
 
