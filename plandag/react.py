@@ -7,8 +7,8 @@ with :class:`~plandag.planner.agent.Agent` everything but the orchestration:
 
 * the tools: the same :class:`~plandag.tools.registry.Registry`; each tool is offered through
   the Messages API's native tool use (``tools``, ``tool_use`` / ``tool_result`` blocks),
-  with the same name, the same description line the planner's system prompt shows
-  (effects, result type, docstring) and the same compact JSON schema
+  with the same name, the same docstring the planner's system prompt shows (its
+  effects and result type in the description line) and the same compact JSON schema
   (:func:`plandag.planner.prompt.compact_schema`); ``tool_choice`` has
   ``disable_parallel_tool_use`` so a turn calls at most one tool;
 * the system text: the planner's rules that are not about writing a plan, and the
@@ -19,7 +19,12 @@ with :class:`~plandag.planner.agent.Agent` everything but the orchestration:
   :func:`~plandag.planner.llm.call_with_retries` (the same :class:`RetryPolicy`, the same
   :class:`Budget` reservation and settlement, a :class:`CallRecord` per attempt), the
   wall-clock cap of :class:`~plandag.scheduler.runner.RunLimits` ``max_seconds`` counts
-  from the first request, and ``max_turns`` bounds the loop.
+  from the first request, and ``max_turns`` bounds the loop;
+* prompt caching: each request lets the provider cache the conversation so far
+  (``LLMRequest.cache="conversation"``: a ``cache_control`` breakpoint after the system
+  prompt and after the last message), as Anthropic advises for an agent loop that resends a
+  growing conversation; the prompt's text is the same with or without it, and a client
+  built with ``prompt_cache=False`` sends none.
 
 A tool that fails is an observation (its error, quoted as data), as in ReAct; the model
 decides what to do next. The answer is the text of the first turn without a tool call.
@@ -355,6 +360,8 @@ class ReactAgent:
                 temperature=0.0,
                 tools=self.tools,
                 tool_choice={"type": "auto", "disable_parallel_tool_use": True},
+                # the prompt as it is; the provider may cache the conversation so far
+                cache="conversation",
             )
             retry_deadline = None if remaining is None else self.clock.monotonic() + remaining
             try:

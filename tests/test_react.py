@@ -23,7 +23,7 @@ from plandag.react import (
 from plandag.scheduler import VirtualClock
 from plandag.scheduler.retry import RetryPolicy
 from plandag.scheduler.runner import RunLimits
-from plandag.testing import MessagesServer
+from plandag.testing import MessagesServer, system_text
 from plandag.tools import tool
 from plandag.tools.registry import Registry
 
@@ -90,7 +90,7 @@ async def test_think_one_tool_observe_answer(
     assert result.cost_usd == pytest.approx(2 * (100 * 3e-6 + 10 * 15e-6))
 
     first, second = (request.json for request in server.message_requests)
-    assert first["system"] == react_system_prompt()
+    assert system_text(first) == react_system_prompt()
     assert first["tools"] == tool_definitions(REGISTRY)
     assert first["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
     assert first["messages"] == [

@@ -21,6 +21,7 @@ joiner"), summed over the workload's questions.
 from __future__ import annotations
 
 import dataclasses
+import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +33,7 @@ from plandag.bench.workloads import WORKLOADS, Question, Workload, World
 from plandag.brakes import UNLIMITED
 from plandag.planner.agent import Agent, AgentResult
 from plandag.planner.llm import AnthropicClient, CallRecord, LLMClient
+from plandag.planner.llm.anthropic import API_KEY_VARIABLE
 from plandag.react import ReactAgent, ReactResult
 from plandag.scheduler.retry import RetryPolicy
 from plandag.scheduler.runner import RunLimits
@@ -78,6 +80,12 @@ class RunRecord:
             questions (plandag only), else None: what the steps take one after the other.
             Steps whose tools compute on the event loop (the NF-e tools) run one at a
             time whatever the graph's width, so the wall time cannot go below it.
+        prompt_cache: the run's requests let the provider cache their prefix (the
+            planner's system prompt; ReAct's conversation so far).
+        cache_read_tokens: input tokens read from the provider's prompt cache (billed
+            0.1x the input price by Anthropic).
+        cache_write_tokens: input tokens written to it (billed 1.25x).
+        checks: per question, what its check of the right answer found.
     """
 
     workload: str
@@ -94,6 +102,17 @@ class RunRecord:
     ideal_s: float | None = None
     answers: tuple[Any, ...] = ()
     steps_s: float | None = None
+    prompt_cache: bool = False
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    checks: tuple[str, ...] = ()
+
+
+def _cached(calls: Sequence[CallRecord]) -> dict[str, int]:
+    return {
+        "cache_read_tokens": sum(call.usage.cache_read_input_tokens for call in calls),
+        "cache_write_tokens": sum(call.usage.cache_creation_input_tokens for call in calls),
+    }
 
 
 def _tokens(calls: Sequence[CallRecord]) -> tuple[int, int, float]:
@@ -157,6 +176,7 @@ async def run_plandag(
     max_seconds: float | None = None,
     on_question: Callable[[Question], None] | None = None,
     stream: bool = True,
+    prompt_cache: bool = False,
 ) -> tuple[RunRecord, list[AgentResult]]:
     """Run plandag's agent on every question of ``workload``.
 
@@ -169,6 +189,7 @@ async def run_plandag(
         max_seconds: the wall-clock cap of each question, or None.
         on_question: called before each question (the simulator learns which it is).
         stream: streaming dispatch (the benchmark's default).
+        prompt_cache: whether ``client`` sends ``cache_control`` (recorded as is).
 
     Returns:
         The :class:`RunRecord` and every question's :class:`AgentResult`.
@@ -196,9 +217,13 @@ async def run_plandag(
     calls = [call for result in results for call in result.llm_calls]
     input_tokens, output_tokens, cost = _tokens(calls)
     answers = tuple(result.answer for result in results)
-    success = all(
-        result.status == "succeeded" and workload.check(question, result.answer)
+    verdicts = [
+        workload.verdict(question, result.answer)
         for question, result in zip(workload.questions, results, strict=True)
+    ]
+    success = all(
+        result.status == "succeeded" and right
+        for (right, _), result in zip(verdicts, results, strict=True)
     )
     record = RunRecord(
         workload=workload.name,
@@ -215,6 +240,9 @@ async def run_plandag(
         ideal_s=sum(ideal_seconds(result) for result in results),
         answers=answers,
         steps_s=sum(serial_seconds(result) for result in results),
+        prompt_cache=prompt_cache,
+        checks=tuple(detail for _, detail in verdicts),
+        **_cached(calls),
     )
     return record, results
 
@@ -228,6 +256,7 @@ async def run_react(
     *,
     max_seconds: float | None = None,
     on_question: Callable[[Question], None] | None = None,
+    prompt_cache: bool = False,
 ) -> tuple[RunRecord, list[ReactResult]]:
     """Run the ReAct baseline on every question of ``workload`` (arguments as
     :func:`run_plandag`).
@@ -253,9 +282,13 @@ async def run_react(
     wall = time.monotonic() - started
     calls = [call for result in results for call in result.llm_calls]
     input_tokens, output_tokens, cost = _tokens(calls)
-    success = all(
-        result.status == "succeeded" and workload.check(question, result.answer)
+    verdicts = [
+        workload.verdict(question, result.answer)
         for question, result in zip(workload.questions, results, strict=True)
+    ]
+    success = all(
+        result.status == "succeeded" and right
+        for (right, _), result in zip(verdicts, results, strict=True)
     )
     record = RunRecord(
         workload=workload.name,
@@ -269,6 +302,9 @@ async def run_react(
         output_tokens=output_tokens,
         cost_usd=cost,
         answers=tuple(result.answer for result in results),
+        prompt_cache=prompt_cache,
+        checks=tuple(detail for _, detail in verdicts),
+        **_cached(calls),
     )
     return record, results
 
@@ -300,6 +336,8 @@ class AgentSummary:
     replans: float
     ideal_s: float | None
     steps_s: float | None = None
+    cache_read_tokens: float = 0.0
+    cache_write_tokens: float = 0.0
 
 
 def _summary(records: Sequence[RunRecord]) -> AgentSummary:
@@ -316,6 +354,8 @@ def _summary(records: Sequence[RunRecord]) -> AgentSummary:
         replans=statistics.median(record.replans for record in records),
         ideal_s=statistics.median(ideals) if ideals else None,
         steps_s=statistics.median(serial) if serial else None,
+        cache_read_tokens=statistics.median(record.cache_read_tokens for record in records),
+        cache_write_tokens=statistics.median(record.cache_write_tokens for record in records),
     )
 
 
@@ -329,6 +369,11 @@ class BenchReport:
         records: every run.
         real: the real API was called (else the simulated model).
         wall_s: seconds the whole benchmark took.
+        questions: questions per workload, by name (default: the built-in workloads').
+        source: where the model answered, for the text (default: the real API or the
+            simulated model, by ``real``).
+        title: the benchmark's name in ``RESULTS.md``.
+        notes: lines added to ``RESULTS.md`` under "Notes" (unusable task lines...).
     """
 
     settings: BenchSettings
@@ -336,17 +381,79 @@ class BenchReport:
     records: list[RunRecord] = dataclasses.field(default_factory=list)
     real: bool = False
     wall_s: float = 0.0
+    questions: dict[str, int] = dataclasses.field(default_factory=dict)
+    source: str = ""
+    title: str = "plandag vs sequential ReAct"
+    notes: list[str] = dataclasses.field(default_factory=list)
 
-    def summary(self, workload: str, agent: AgentName) -> AgentSummary:
-        """The summary of ``agent`` on ``workload``.
+    def summary(
+        self, workload: str, agent: AgentName, *, prompt_cache: bool = False
+    ) -> AgentSummary:
+        """The summary of ``agent`` on ``workload``, runs without prompt caching (or with
+        it, ``prompt_cache=True``).
 
         Raises:
-            KeyError: no run of that pair.
+            KeyError: no run of that kind.
         """
-        records = [r for r in self.records if r.workload == workload and r.agent == agent]
+        records = [
+            r
+            for r in self.records
+            if r.workload == workload and r.agent == agent and r.prompt_cache == prompt_cache
+        ]
         if not records:
-            raise KeyError(f"no run of {agent} on {workload}")
+            cached = " with prompt caching" if prompt_cache else ""
+            raise KeyError(f"no run of {agent} on {workload}{cached}")
         return _summary(records)
+
+    @property
+    def cached(self) -> bool:
+        """Whether runs with prompt caching on were made."""
+        return any(record.prompt_cache for record in self.records)
+
+    def cost_ratio(self, workload: str, *, prompt_cache: bool = False) -> float | None:
+        """ReAct's median billed cost over plandag's (with or without prompt caching), or
+        None when plandag's is 0."""
+        plandag = self.summary(workload, "plandag", prompt_cache=prompt_cache).cost_usd
+        react = self.summary(workload, "react", prompt_cache=prompt_cache).cost_usd
+        return react / plandag if plandag else None
+
+    def cache_rows(self) -> list[list[str]]:
+        """The billed cost side by side, prompt caching off and on for both agents (header
+        first; empty when no run had caching on)."""
+        if not self.cached:
+            return []
+        rows = [
+            [
+                "workload",
+                "agent",
+                "cost $ (no cache)",
+                "cost $ (cache on)",
+                "cache read tok",
+                "cache write tok",
+                "ReAct/plandag cost (no cache)",
+                "ReAct/plandag cost (cache on)",
+            ]
+        ]
+        for name in self.workloads:
+            off_ratio = self.cost_ratio(name)
+            on_ratio = self.cost_ratio(name, prompt_cache=True)
+            for agent in AGENTS:
+                off = self.summary(name, agent)
+                on = self.summary(name, agent, prompt_cache=True)
+                first = agent == "plandag"
+                rows.append(
+                    [
+                        name,
+                        agent,
+                        f"{off.cost_usd:.4f}",
+                        f"{on.cost_usd:.4f}",
+                        f"{on.cache_read_tokens:.0f}",
+                        f"{on.cache_write_tokens:.0f}",
+                        f"{off_ratio:.2f}x" if first and off_ratio is not None else "",
+                        f"{on_ratio:.2f}x" if first and on_ratio is not None else "",
+                    ]
+                )
+        return rows
 
     def speedup(self, workload: str) -> float:
         """ReAct's median wall time over plandag's on ``workload``."""
@@ -413,19 +520,35 @@ class BenchReport:
         """
         settings = self.settings
         runs = max((record.run for record in self.records), default=-1) + 1
-        mode = "the real Anthropic API" if self.real else "the simulated model"
+        mode = self.source or ("the real Anthropic API" if self.real else "the simulated model")
         lines = [
-            "# plandag vs sequential ReAct",
+            f"# {self.title}",
             "",
             f"`plandag bench` against {mode}, model `{settings.model}`, {runs} run(s) per "
             f"workload, interleaved; the whole benchmark took {self.wall_s:.1f} s. Both "
             "agents use the same tools, client layer, brakes and tool descriptions; plandag "
-            "runs with streaming dispatch and the compact wire format.",
+            "runs with streaming dispatch and the compact wire format. The table's runs send "
+            "no cache_control; input tokens count every prompt token.",
             "",
             "| " + " | ".join(self.table_rows()[0]) + " |",
             "|" + "---|" * len(self.table_rows()[0]),
         ]
         lines += ["| " + " | ".join(row) + " |" for row in self.table_rows()[1:]]
+        cache_rows = self.cache_rows()
+        if cache_rows:
+            lines += [
+                "",
+                "## Billed cost with prompt caching",
+                "",
+                "The same workloads run again with prompt caching on for both agents "
+                "(plandag: the planner's fixed prefix; ReAct: its conversation so far), "
+                "priced as Anthropic bills it: cache writes 1.25x, cache reads 0.1x the "
+                "input price.",
+                "",
+                "| " + " | ".join(cache_rows[0]) + " |",
+                "|" + "---|" * len(cache_rows[0]),
+            ]
+            lines += ["| " + " | ".join(row) + " |" for row in cache_rows[1:]]
         lines += ["", "## Targets", ""]
         lines += [f"- {line}" for line in self.target_lines()]
         lines += ["", "## Settings", "", "| setting | value |", "|---|---|"]
@@ -438,6 +561,8 @@ class BenchReport:
         ]
         if chart is not None:
             lines += ["", f"![wall time and tokens per workload]({chart})"]
+        if self.notes:
+            lines += ["", "## Notes", ""] + [f"- {line}" for line in self.notes]
         if note:
             lines += ["", note]
         return "\n".join(lines) + "\n"
@@ -454,9 +579,17 @@ class BenchReport:
             ratio = self.input_token_ratio("movie8")
             if ratio is not None:
                 lines.append(
-                    f"movie8 input tokens ReAct / plandag {ratio:.2f}x "
-                    f"(the paper's mark: {PAPER['input_token_ratio']}x)"
+                    f"movie8 input tokens ReAct / plandag {ratio:.2f}x without prompt caching "
+                    f"(target >= {PAPER['input_token_ratio']}x, the paper's mark): "
+                    + ("met" if ratio >= PAPER["input_token_ratio"] else "NOT met")
                 )
+            if self.cached:
+                off, on = self.cost_ratio("movie8"), self.cost_ratio("movie8", prompt_cache=True)
+                if off is not None and on is not None:
+                    lines.append(
+                        f"movie8 billed cost ReAct / plandag {off:.2f}x without prompt caching, "
+                        f"{on:.2f}x with prompt caching on for both agents"
+                    )
         for name in self.workloads:
             ratio = self.ideal_ratio(name)
             if ratio is None:
@@ -466,7 +599,7 @@ class BenchReport:
             )
             if ratio > 1.10:
                 summary = self.summary(name, "plandag")
-                questions = len(WORKLOADS[name].questions)
+                questions = self.questions.get(name) or len(WORKLOADS[name].questions)
                 overhead_ms = (summary.wall_s - (summary.ideal_s or 0.0)) / questions * 1000
                 line += (
                     f" (ideal {(summary.ideal_s or 0.0) * 1000 / questions:.1f} ms per question; "
@@ -485,27 +618,35 @@ class BenchReport:
 
 
 async def run_bench(
-    names: Sequence[str],
+    names: Sequence[str | Workload],
     runs: int,
     settings: BenchSettings,
     *,
     real: bool = False,
     client: LLMClient | None = None,
+    base_url: str | None = None,
     max_seconds: float | None = 600.0,
     progress: Callable[[RunRecord], None] | None = None,
+    prompt_cache: bool = False,
 ) -> BenchReport:
     """Run both agents on the workloads ``names``, ``runs`` times, interleaved.
 
     Args:
-        names: workload names (keys of :data:`~plandag.bench.workloads.WORKLOADS`).
+        names: workload names (keys of :data:`~plandag.bench.workloads.WORKLOADS`) or
+            workloads (the user's tasks, :func:`plandag.bench.tasks.task_workloads`).
         runs: runs per workload (>= 1).
         settings: the benchmark's settings.
         real: call the real Anthropic API (key from ``ANTHROPIC_API_KEY``) instead of the
             simulated model.
         client: a client to use instead (tests); with the simulated model, it must point
-            at the simulator, so leave it None there.
+            at the simulator, so leave it None there. Its own prompt-caching setting holds.
+        base_url: a Messages API server to call instead of the simulated model (any key:
+            ``ANTHROPIC_API_KEY`` when set, else ``local``).
         max_seconds: the wall-clock cap of each question, for both agents.
         progress: called with each run's record as it ends.
+        prompt_cache: after each run without prompt caching, run it again with prompt
+            caching on for both agents (the planner's fixed prefix, ReAct's conversation):
+            the billed cost side by side, :meth:`BenchReport.cache_rows`.
 
     Returns:
         The :class:`BenchReport`.
@@ -517,20 +658,36 @@ async def run_bench(
     """
     if runs < 1:
         raise ValueError(f"runs must be >= 1, not {runs}")
-    workloads = [WORKLOADS[name] for name in names]
-    report = BenchReport(settings, [workload.name for workload in workloads], real=real)
+    workloads = [WORKLOADS[name] if isinstance(name, str) else name for name in names]
+    report = BenchReport(
+        settings,
+        [workload.name for workload in workloads],
+        real=real,
+        questions={workload.name: len(workload.questions) for workload in workloads},
+        source=f"the Messages API at {base_url}" if base_url is not None else "",
+    )
     started = time.monotonic()
-    simulator = None if real else SimulatedModel(settings)
+    simulated = not real and base_url is None and client is None
+    simulator = SimulatedModel(settings) if simulated else None
     if simulator is not None:
         simulator.__enter__()
-    own_client = client is None
+    clients: dict[bool, LLMClient] = {}
     try:
-        if client is None:
-            client = (
-                AnthropicClient()
-                if simulator is None
-                else AnthropicClient(api_key="simulated", base_url=simulator.url)
-            )
+        for cache in (False, True) if prompt_cache else (False,):
+            if client is not None:
+                clients[cache] = client
+            elif simulator is not None:
+                clients[cache] = AnthropicClient(
+                    api_key="simulated", base_url=simulator.url, prompt_cache=cache
+                )
+            elif base_url is not None:
+                clients[cache] = AnthropicClient(
+                    api_key=os.environ.get(API_KEY_VARIABLE) or "local",
+                    base_url=base_url,
+                    prompt_cache=cache,
+                )
+            else:
+                clients[cache] = AnthropicClient(prompt_cache=cache)
         for run in range(runs):
             for workload in workloads:
                 world = settings.world(run)
@@ -541,34 +698,37 @@ async def run_bench(
                         simulator.workload = workload
                         simulator.question = question
 
-                for agent in order:
+                for cache, agent in [(cache, agent) for cache in clients for agent in order]:
                     record: RunRecord
                     if agent == "plandag":
                         record, _ = await run_plandag(
                             workload,
-                            client,
+                            clients[cache],
                             settings,
                             world,
                             run,
                             max_seconds=max_seconds,
                             on_question=ask,
+                            prompt_cache=cache,
                         )
                     else:
                         record, _ = await run_react(
                             workload,
-                            client,
+                            clients[cache],
                             settings,
                             world,
                             run,
                             max_seconds=max_seconds,
                             on_question=ask,
+                            prompt_cache=cache,
                         )
                     report.records.append(record)
                     if progress is not None:
                         progress(record)
     finally:
-        if own_client and client is not None:
-            await client.aclose()
+        for made in clients.values():
+            if made is not client:
+                await made.aclose()
         if simulator is not None:
             simulator.__exit__(None, None, None)
     report.wall_s = time.monotonic() - started

@@ -57,7 +57,7 @@ from plandag.bench.workloads import (
 )
 from plandag.planner.data import parse_data_blocks
 from plandag.planner.joiner import JOIN_SYSTEM_PROMPT
-from plandag.testing import MessagesServer, ScriptedResponse, estimate_tokens
+from plandag.testing import MessagesServer, ScriptedResponse, estimate_tokens, system_text
 
 __all__ = [
     "PAPER",
@@ -334,7 +334,7 @@ class SimulatedModel:
             raise RuntimeError("set SimulatedModel.workload and .question before a run")
         if body.get("tools"):
             return self._react(workload, question, body)
-        if str(body.get("system", "")).startswith(JOIN_SYSTEM_PROMPT[:30]):
+        if system_text(body).startswith(JOIN_SYSTEM_PROMPT[:30]):
             return self._join(workload, body)
         first = _text(body["messages"][0].get("content", ""))
         if "Every step of the run so far" in first:

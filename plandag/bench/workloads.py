@@ -202,6 +202,8 @@ class Workload:
         react_moves: ReAct's next move for a question from the observations so far
             (``(tool, input, result)``); None derives it from ``plan_wire``.
         check_answer: whether an answer is right for a question.
+        explain: whether an answer is right and what its check found, in one line (the
+            user's tasks, ``plandag bench --tasks``); None: :attr:`check_answer` alone.
     """
 
     name: str
@@ -215,6 +217,7 @@ class Workload:
     react_moves: Callable[[Question, Sequence[tuple[str, Mapping[str, Any], Any]]], Move] | None = (
         None
     )
+    explain: Callable[[Question, Any], tuple[bool, str]] | None = None
 
     @property
     def plan(self) -> Plan | None:
@@ -223,10 +226,19 @@ class Workload:
 
     def check(self, question: Question, answer: Any) -> bool:
         """Whether ``answer`` is the right answer to ``question`` (never raises)."""
+        return self.verdict(question, answer)[0]
+
+    def verdict(self, question: Question, answer: Any) -> tuple[bool, str]:
+        """Whether ``answer`` is right, and what the check found (``right``, ``wrong``, or
+        :attr:`explain`'s line); never raises."""
         try:
-            return bool(self.check_answer(question, answer))
-        except Exception:
-            return False
+            if self.explain is not None:
+                right, detail = self.explain(question, answer)
+                return bool(right), detail
+            right = bool(self.check_answer(question, answer))
+        except Exception as error:
+            return False, f"the check raised {type(error).__name__}: {error}"
+        return right, "right" if right else "wrong"
 
     def next_move(
         self, question: Question, observations: Sequence[tuple[str, Mapping[str, Any], Any]]

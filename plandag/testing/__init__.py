@@ -26,6 +26,7 @@ from plandag.testing.script import ScriptedResponse as ScriptedResponse
 from plandag.testing.script import estimate_tokens as estimate_tokens
 from plandag.testing.server import MessagesServer as MessagesServer
 from plandag.testing.server import RecordedRequest as RecordedRequest
+from plandag.testing.server import system_text as system_text
 
 __all__ = [
     "ChatCompletionsServer",
@@ -36,4 +37,5 @@ __all__ = [
     "Script",
     "ScriptedResponse",
     "estimate_tokens",
+    "system_text",
 ]

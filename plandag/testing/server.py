@@ -38,6 +38,16 @@ and tool inputs sent. A reply's own ``usage`` replaces the estimate. With
 ``enforce_max_tokens`` (default) an output longer than the request's ``max_tokens`` is cut
 to it and ends with stop reason ``max_tokens``, as the API does.
 
+Prompt caching (Anthropic, "Prompt caching"): a ``cache_control`` breakpoint on a tool, a
+system block or a message block caches the prompt up to it, in the API's order (tools,
+then system, then messages). A request whose prompt starts with a cached prefix of the same
+model reports those tokens as ``cache_read_input_tokens``; the tokens from there to its last
+breakpoint are written (``cache_creation_input_tokens``) when that prefix is at least
+``cache_min_tokens`` long (the API's minimum: 1024 tokens for Sonnet and Opus 4.1, more for
+some models); ``input_tokens`` is the rest. An entry lives ``cache_ttl_s`` seconds (five
+minutes), renewed by each read. :attr:`MessagesServer.cache_reads` and
+:attr:`~MessagesServer.cache_writes` count the tokens read and written.
+
 Latency: ``ttft`` seconds pass before the first content delta (a non-streamed reply waits
 ``ttft`` + output tokens / ``tokens_per_second``); streamed deltas of ``chunk_chars``
 characters are paced so token *k* leaves ``ttft + k / tokens_per_second`` seconds after the
@@ -48,6 +58,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import http.server
 import itertools
 import json
@@ -55,7 +66,7 @@ import math
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -69,7 +80,7 @@ from plandag.testing.script import (
     resolve_reply,
 )
 
-__all__ = ["MessagesServer", "RecordedRequest"]
+__all__ = ["MessagesServer", "RecordedRequest", "system_text"]
 
 _HOST = "127.0.0.1"
 _JOIN_SECONDS = 5.0
@@ -105,6 +116,12 @@ class RecordedRequest:
         return _api_key_of(self.headers)
 
     @property
+    def system_text(self) -> str:
+        """The system prompt's text, sent as a string or as text blocks (with
+        ``cache_control``), joined; "" when there is none."""
+        return system_text(self.body if isinstance(self.body, dict) else {})
+
+    @property
     def json(self) -> dict[str, Any]:
         """The body as a dict (for the SDK's requests, always one).
 
@@ -114,6 +131,23 @@ class RecordedRequest:
         if not isinstance(self.body, dict):
             raise TypeError(f"the body of {self.method} {self.path} is not a JSON object")
         return self.body
+
+
+def system_text(body: Mapping[str, Any]) -> str:
+    """The text of a Messages API body's ``system``: a string as is, text blocks joined.
+
+    Args:
+        body: a request body (a mapping; ``system`` may be absent).
+
+    Returns:
+        The text, "" for none.
+    """
+    system = body.get("system", "")
+    if isinstance(system, str):
+        return system
+    if isinstance(system, list):
+        return "".join(str(block.get("text", "")) for block in system if isinstance(block, dict))
+    return ""
 
 
 def _api_key_of(headers: Mapping[str, str]) -> str | None:
@@ -144,6 +178,11 @@ class MessagesServer:
         api_key: when set, a request whose key differs gets 401 ``authentication_error``
             (the key is read from ``x-api-key`` or ``authorization: Bearer KEY``, which is
             how the SDK 2.x sends ``api_key``); None accepts any key, or none.
+        cache_min_tokens: the shortest prefix, in tokens, that a breakpoint caches (the
+            module docstring); default 1024, the API's for Sonnet.
+        cache_ttl_s: seconds a cached prefix lives after its last write or read (300).
+        clock: monotonic seconds for the cache's lifetimes (default ``time.monotonic``;
+            a test passes its own to expire entries).
 
     Raises:
         ValueError: a negative or non-finite ``ttft``, a ``tokens_per_second`` that is not
@@ -165,6 +204,9 @@ class MessagesServer:
         enforce_max_tokens: bool = True,
         default: Responder | None = None,
         api_key: str | None = None,
+        cache_min_tokens: int = 1024,
+        cache_ttl_s: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not math.isfinite(ttft) or ttft < 0:
             raise ValueError(f"ttft must be a finite number of seconds >= 0, not {ttft}")
@@ -183,6 +225,12 @@ class MessagesServer:
         self.enforce_max_tokens = enforce_max_tokens
         self.default = default
         self.api_key = api_key
+        self.cache_min_tokens = cache_min_tokens
+        self.cache_ttl_s = cache_ttl_s
+        self.clock = clock
+        self.cache_reads = 0
+        self.cache_writes = 0
+        self._cache: dict[str, float] = {}
         self._port = port
         self._lock = threading.Lock()
         self._requests: list[RecordedRequest] = []
@@ -428,7 +476,8 @@ class MessagesServer:
         if reply.is_error or (reply.stream_error_after is not None and not streamed):
             self._send_scripted_error(handler, reply, request_id)
             return
-        message_body = self._message(reply, body, number, input_tokens)
+        read, written = self._prompt_cache(body)
+        message_body = self._message(reply, body, number, input_tokens, read, written)
         if streamed:
             self._stream(handler, reply, message_body, request_id, received_at)
         else:
@@ -458,8 +507,51 @@ class MessagesServer:
         message = reply.error_message or error_type
         _send_error(handler, status, error_type, message, request_id, headers)
 
+    def _prompt_cache(self, body: Mapping[str, Any]) -> tuple[int, int]:
+        """Tokens of ``body``'s prompt read from and written to the cache (module docstring).
+
+        Returns:
+            ``(read, written)``; ``(0, 0)`` for a prompt without a breakpoint.
+        """
+        blocks = _cache_blocks(body)
+        if not any(marked for _, marked in blocks):
+            return 0, 0
+        digest = hashlib.sha256(str(body.get("model", "")).encode())
+        prefixes: list[tuple[int, str, bool]] = []  # (characters, key, breakpoint)
+        characters = 0
+        for text, marked in blocks:
+            digest.update(len(text).to_bytes(8, "big") + text.encode("utf-8", "surrogatepass"))
+            characters += len(text)
+            prefixes.append((characters, digest.hexdigest(), marked))
+        last = max(index for index, (_, _, marked) in enumerate(prefixes) if marked)
+        with self._lock:
+            now = self.clock()
+            read_characters = 0
+            for index in range(last, -1, -1):
+                chars, key, _ = prefixes[index]
+                if self._cache.get(key, -math.inf) > now:
+                    read_characters = chars
+                    self._cache[key] = now + self.cache_ttl_s
+                    break
+            read = math.ceil(read_characters / CHARS_PER_TOKEN)
+            written = 0
+            for chars, key, marked in prefixes[: last + 1]:
+                tokens = math.ceil(chars / CHARS_PER_TOKEN)
+                if marked and chars > read_characters and tokens >= self.cache_min_tokens:
+                    self._cache[key] = now + self.cache_ttl_s
+                    written = tokens - read
+            self.cache_reads += read
+            self.cache_writes += written
+        return read, written
+
     def _message(
-        self, reply: ScriptedResponse, body: dict[str, Any], number: int, input_tokens: int
+        self,
+        reply: ScriptedResponse,
+        body: dict[str, Any],
+        number: int,
+        input_tokens: int,
+        cache_read: int = 0,
+        cache_written: int = 0,
     ) -> dict[str, Any]:
         """The complete message for ``reply``: blocks with ids, cut to max_tokens, usage."""
         content: list[dict[str, Any]] = []
@@ -478,9 +570,9 @@ class MessagesServer:
             stop_reason = "max_tokens"
             output_tokens = max_tokens
         usage: dict[str, Any] = {
-            "input_tokens": input_tokens,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
+            "input_tokens": max(0, input_tokens - cache_read - cache_written),
+            "cache_creation_input_tokens": cache_written,
+            "cache_read_input_tokens": cache_read,
             "output_tokens": output_tokens,
             "service_tier": "standard",
         }
@@ -734,6 +826,31 @@ def _content_text(content: Any) -> str:
     return json.dumps(content)
 
 
+def _without_cache_control(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: item for key, item in value.items() if key != "cache_control"}
+    return value
+
+
+def _cache_blocks(body: Mapping[str, Any]) -> list[tuple[str, bool]]:
+    """The prompt's blocks in the cache's order (tools, system, messages): each one's
+    counted text and whether it carries a ``cache_control`` breakpoint."""
+    blocks: list[tuple[str, bool]] = []
+    for definition in body.get("tools") or []:
+        marked = isinstance(definition, dict) and "cache_control" in definition
+        blocks.append((json.dumps(_without_cache_control(definition)), marked))
+    system = body.get("system", "")
+    for block in system if isinstance(system, list) else [system]:
+        marked = isinstance(block, dict) and "cache_control" in block
+        blocks.append((_content_text(block), marked))
+    for message in body.get("messages", []):
+        content = message.get("content", "") if isinstance(message, dict) else message
+        for block in content if isinstance(content, list) else [content]:
+            marked = isinstance(block, dict) and "cache_control" in block
+            blocks.append((_content_text(block), marked))
+    return blocks
+
+
 def _input_text(body: Mapping[str, Any]) -> str:
     """What input tokens are counted from: system prompt, messages' content, tools.
     ``POST /v1/messages/count_tokens`` and a message's ``usage.input_tokens`` count the
@@ -744,7 +861,7 @@ def _input_text(body: Mapping[str, Any]) -> str:
             _content_text(message.get("content", "") if isinstance(message, dict) else message)
         )
     if body.get("tools"):
-        parts.append(json.dumps(body["tools"]))
+        parts.append(json.dumps([_without_cache_control(tool) for tool in body["tools"]]))
     return "".join(parts)
 
 

@@ -166,8 +166,8 @@ async def test_the_investigation_runs_and_its_result_reaches_the_planner_as_data
     assert data.label == "investigation step 1 result"
     assert data.value == {"key": "EURUSD", "value": 1.08}
     # the same system prompt (tools, rules, the data-block rule) for both calls
-    first_system = server.message_requests[0].json["system"]
-    assert first_system == server.message_requests[1].json["system"]
+    first_system = server.message_requests[0].system_text
+    assert first_system == server.message_requests[1].system_text
     assert "never an instruction" in first_system
 
 

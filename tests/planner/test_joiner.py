@@ -21,7 +21,7 @@ from plandag.planner.joiner import (
 )
 from plandag.planner.llm import AnthropicClient, UnusableResponseError
 from plandag.scheduler import RunResult, VirtualClock, run_plan
-from plandag.testing import MessagesServer
+from plandag.testing import MessagesServer, system_text
 from plandag.tools import tool
 from plandag.tools.registry import Registry
 
@@ -143,7 +143,7 @@ async def test_without_output_one_call_decides_finish(server: MessagesServer) ->
 
     [sent] = server.message_requests
     body = sent.json
-    assert body["system"] == JOIN_SYSTEM_PROMPT
+    assert system_text(body) == JOIN_SYSTEM_PROMPT
     assert body["output_config"] == {"format": {"type": "json_schema", "schema": JOIN_SCHEMA}}
     [message] = body["messages"]
     content = message["content"]

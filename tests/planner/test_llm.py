@@ -90,7 +90,9 @@ async def test_json_completion_sends_the_schema_as_output_config(server: Message
     assert sent.json == {
         "model": MODEL,
         "max_tokens": 1000,
-        "system": "You write plans.",
+        "system": [
+            {"type": "text", "text": "You write plans.", "cache_control": {"type": "ephemeral"}}
+        ],
         "messages": [{"role": "user", "content": "Plan: 2+3"}],
         "output_config": {"format": {"type": "json_schema", "schema": SCHEMA}},
     }

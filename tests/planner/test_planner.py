@@ -23,7 +23,7 @@ from plandag.planner.planner import Planner, PlannerGaveUp
 from plandag.planner.prompt import format_diagnostics, user_prompt
 from plandag.planner.wire import wire_json_schema, wire_to_document
 from plandag.scheduler import RetryPolicy, VirtualClock
-from plandag.testing import MessagesServer
+from plandag.testing import MessagesServer, system_text
 from plandag.tools import tool
 from plandag.tools.registry import Registry
 
@@ -162,7 +162,7 @@ async def test_happy_path_calls_the_model_once_with_tools_and_the_wire_schema(
             "Trusted context (from the user):\nUse the arithmetic tools.\n",
         }
     ]
-    system = body["system"]
+    system = sent.system_text
     for item in (add, multiply):
         assert f"- {item.name}(a: number, b: number) -> float: {item.description}\n" in system
     assert "never an instruction" in system
@@ -217,7 +217,7 @@ async def test_an_invalid_plan_is_repaired_from_its_diagnostics(server: Messages
     assert block.label == "plandag check output, attempt 1"
     assert block.value == expected  # the full list, verbatim
     assert "truncated" not in block.attributes
-    assert second.json["system"] == first.json["system"]
+    assert second.system_text == first.system_text
 
 
 @pytest.mark.anyio
@@ -404,7 +404,7 @@ def test_the_plan_command_writes_the_plan_and_prints_its_dag(
     assert (
         "Trusted context (from the user):\nNumbers are exact.\n" in first["messages"][0]["content"]
     )
-    assert "- add(a: number, b: number) -> float: Add two numbers." in first["system"]
+    assert "- add(a: number, b: number) -> float: Add two numbers." in system_text(first)
 
 
 def test_the_plan_command_exits_2_with_the_diagnostics_when_it_gives_up(

@@ -225,7 +225,7 @@ async def test_only_the_failed_subgraph_is_replanned_and_completed_steps_never_r
         (3, "pruned"),
         (4, "running"),
     ]
-    assert server.message_requests[1].json["system"] == server.message_requests[0].json["system"]
+    assert server.message_requests[1].system_text == server.message_requests[0].system_text
 
 
 # -- the caps ----------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from plandag.planner.llm.base import LLMResponse as LLMResponse
 from plandag.planner.llm.base import LLMStream as LLMStream
 from plandag.planner.llm.base import MissingAPIKeyError as MissingAPIKeyError
 from plandag.planner.llm.base import ModelRefusalError as ModelRefusalError
+from plandag.planner.llm.base import PromptCache as PromptCache
 from plandag.planner.llm.base import TruncatedResponseError as TruncatedResponseError
 from plandag.planner.llm.base import UnpricedModelError as UnpricedModelError
 from plandag.planner.llm.base import UnusableResponseError as UnusableResponseError
@@ -53,6 +54,7 @@ __all__ = [
     "ModelRefusalError",
     "OpenAICompatibleClient",
     "PriceTable",
+    "PromptCache",
     "TruncatedResponseError",
     "UnpricedModelError",
     "UnusableResponseError",

@@ -58,6 +58,9 @@ class AnthropicClient:
             non-streaming requests.
         http_client: an ``httpx2.AsyncClient`` for the SDK to use (tests: one on an
             ``httpx2.MockTransport``); default: the SDK's own.
+        prompt_cache: send each request's ``cache_control`` breakpoints
+            (:attr:`LLMRequest.cache`); False sends none, whatever the requests ask (to
+            measure without caching, or for a gateway that refuses the field).
 
     Raises:
         MissingAPIKeyError: no key given and ``ANTHROPIC_API_KEY`` unset or empty; raised
@@ -77,7 +80,9 @@ class AnthropicClient:
         base_url: str | None = None,
         timeout_s: float = 600.0,
         http_client: httpx2.AsyncClient | None = None,
+        prompt_cache: bool = True,
     ) -> None:
+        self.prompt_cache = prompt_cache
         key = api_key if api_key is not None else os.environ.get(API_KEY_VARIABLE)
         if not key:
             raise MissingAPIKeyError(
@@ -127,7 +132,7 @@ class AnthropicClient:
 
         where = self._where(request)
         try:
-            message = await self.sdk.messages.create(**_params(request))
+            message = await self.sdk.messages.create(**_params(request, self.prompt_cache))
         except anthropic.APIError as error:
             raise _failure(error, where) from error
         except Exception as error:
@@ -151,7 +156,7 @@ class AnthropicClient:
         import anthropic
 
         where = f"anthropic {request.model} POST /v1/messages/count_tokens"
-        params = _params(request)
+        params = _params(request, self.prompt_cache)
         params.pop("max_tokens")
         params.pop("stop_sequences", None)
         try:
@@ -181,7 +186,7 @@ class AnthropicClient:
         import anthropic
 
         where = self._where(request)
-        manager = self.sdk.messages.stream(**_params(request))
+        manager = self.sdk.messages.stream(**_params(request, self.prompt_cache))
         try:
             sdk_stream = await manager.__aenter__()
         except anthropic.APIError as error:
@@ -255,14 +260,26 @@ class _AnthropicStream:
         await self._sdk.close()
 
 
-def _params(request: LLMRequest) -> dict[str, Any]:
-    """The keyword arguments of ``messages.create`` / ``messages.stream`` for ``request``."""
+CACHE_CONTROL: dict[str, str] = {"type": "ephemeral"}
+"""The breakpoint marker of Anthropic's prompt caching (a 5-minute cache)."""
+
+
+def _params(request: LLMRequest, prompt_cache: bool = True) -> dict[str, Any]:
+    """The keyword arguments of ``messages.create`` / ``messages.stream`` for ``request``.
+
+    With ``prompt_cache`` and ``request.cache`` other than ``"none"``, the fixed prefix
+    ends with a ``cache_control`` breakpoint: the system prompt (sent as one text block)
+    or, without one, the last tool; with ``"conversation"``, the last block of the last
+    message too (the API caches tools, then system, then messages, up to each breakpoint).
+    """
+    cache = request.cache if prompt_cache else "none"
+    messages: list[dict[str, Any]] = [
+        {"role": message["role"], "content": message["content"]} for message in request.messages
+    ]
     params: dict[str, Any] = {
         "model": request.model,
         "max_tokens": request.max_tokens,
-        "messages": [
-            {"role": message["role"], "content": message["content"]} for message in request.messages
-        ],
+        "messages": messages,
     }
     if request.system:
         params["system"] = request.system
@@ -276,6 +293,25 @@ def _params(request: LLMRequest) -> dict[str, Any]:
         params["output_config"] = {
             "format": {"type": "json_schema", "schema": dict(request.json_schema)}
         }
+    if cache == "none":
+        return params
+    if request.system:
+        params["system"] = [
+            {"type": "text", "text": request.system, "cache_control": dict(CACHE_CONTROL)}
+        ]
+    elif request.tools:
+        params["tools"][-1] = {**params["tools"][-1], "cache_control": dict(CACHE_CONTROL)}
+    if cache == "conversation":
+        last = messages[-1]
+        content = last["content"]
+        blocks = (
+            [{"type": "text", "text": content}]
+            if isinstance(content, str)
+            else [dict(block) for block in content]
+        )
+        if blocks and blocks[-1].get("text", None) != "":
+            blocks[-1] = {**blocks[-1], "cache_control": dict(CACHE_CONTROL)}
+            messages[-1] = {"role": last["role"], "content": blocks}
     return params
 
 

@@ -58,6 +58,7 @@ __all__ = [
     "LLMStream",
     "MissingAPIKeyError",
     "ModelRefusalError",
+    "PromptCache",
     "TokenCounter",
     "TruncatedResponseError",
     "UnpricedModelError",
@@ -120,6 +121,10 @@ class Usage:
         )
 
 
+PromptCache = Literal["none", "prefix", "conversation"]
+"""What a request lets the provider cache (:attr:`LLMRequest.cache`)."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class LLMRequest:
     """One call to a model.
@@ -143,6 +148,13 @@ class LLMRequest:
             OpenAI-compatible client sends them as functions.
         tool_choice: the Messages API's ``tool_choice`` (``{"type": "auto",
             "disable_parallel_tool_use": True}``...), or None for the provider's default.
+        cache: what the provider may keep in its prompt cache (Anthropic, "Prompt
+            caching": ``cache_control`` breakpoints, writes billed 1.25x and reads 0.1x the
+            input price): ``"prefix"`` (default) the fixed prefix, tools and system prompt
+            (the planner's rules, tool signatures and example); ``"conversation"`` also the
+            conversation up to its last message (an agent loop that resends a growing
+            conversation, ReAct); ``"none"`` nothing. Providers that cache on their own
+            (OpenAI-compatible servers) ignore it.
 
     Raises:
         ValueError: ``max_tokens`` < 1, no messages, or a temperature that is not finite
@@ -159,6 +171,7 @@ class LLMRequest:
     temperature: float | None = None
     tools: Sequence[Mapping[str, Any]] = ()
     tool_choice: Mapping[str, Any] | None = None
+    cache: PromptCache = "prefix"
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
