@@ -304,7 +304,7 @@ def _params(request: LLMRequest, prompt_cache: bool = True) -> dict[str, Any]:
     if cache == "conversation":
         last = messages[-1]
         content = last["content"]
-        blocks = (
+        blocks: list[dict[str, Any]] = (
             [{"type": "text", "text": content}]
             if isinstance(content, str)
             else [dict(block) for block in content]
