@@ -21,6 +21,7 @@ joiner"), summed over the workload's questions.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import statistics
 import time
@@ -212,6 +213,8 @@ async def run_plandag(
     for question in workload.questions:
         if on_question is not None:
             on_question(question)
+        if workload.prepare is not None:
+            workload.prepare(question)
         results.append(await agent.run(question.goal, params=question.params or None, plan=stored))
     wall = time.monotonic() - started
     calls = [call for result in results for call in result.llm_calls]
@@ -278,6 +281,8 @@ async def run_react(
     for question in workload.questions:
         if on_question is not None:
             on_question(question)
+        if workload.prepare is not None:
+            workload.prepare(question)
         results.append(await agent.run(question.goal, params=question.params or None))
     wall = time.monotonic() - started
     calls = [call for result in results for call in result.llm_calls]
@@ -374,6 +379,8 @@ class BenchReport:
             simulated model, by ``real``).
         title: the benchmark's name in ``RESULTS.md``.
         notes: lines added to ``RESULTS.md`` under "Notes" (unusable task lines...).
+        per_task: ``RESULTS.md`` has the per-task table of checks and answers
+            (:meth:`check_rows`; the user's tasks).
     """
 
     settings: BenchSettings
@@ -385,6 +392,7 @@ class BenchReport:
     source: str = ""
     title: str = "plandag vs sequential ReAct"
     notes: list[str] = dataclasses.field(default_factory=list)
+    per_task: bool = False
 
     def summary(
         self, workload: str, agent: AgentName, *, prompt_cache: bool = False
@@ -404,6 +412,68 @@ class BenchReport:
             cached = " with prompt caching" if prompt_cache else ""
             raise KeyError(f"no run of {agent} on {workload}{cached}")
         return _summary(records)
+
+    def add_total(self, name: str) -> None:
+        """Add a workload ``name``, first, whose runs add up every workload's runs of the
+        same number, agent and caching (time, calls, tokens, cost; right only when every
+        one was): the line above the per-task rows of ``plandag bench --tasks``.
+
+        Raises:
+            ValueError: ``name`` is already a workload's.
+        """
+        if name in self.workloads:
+            raise ValueError(f"{name!r} is already a workload of this report")
+        groups: dict[tuple[int, AgentName, bool], list[RunRecord]] = {}
+        for record in self.records:
+            groups.setdefault((record.run, record.agent, record.prompt_cache), []).append(record)
+        for (run, agent, cache), records in groups.items():
+            ideals = [record.ideal_s for record in records if record.ideal_s is not None]
+            steps = [record.steps_s for record in records if record.steps_s is not None]
+            self.records.append(
+                RunRecord(
+                    workload=name,
+                    agent=agent,
+                    run=run,
+                    success=all(record.success for record in records),
+                    statuses=tuple(status for record in records for status in record.statuses),
+                    wall_s=sum(record.wall_s for record in records),
+                    llm_calls=sum(record.llm_calls for record in records),
+                    input_tokens=sum(record.input_tokens for record in records),
+                    output_tokens=sum(record.output_tokens for record in records),
+                    cost_usd=sum(record.cost_usd for record in records),
+                    replans=sum(record.replans for record in records),
+                    ideal_s=sum(ideals) if ideals else None,
+                    steps_s=sum(steps) if steps else None,
+                    prompt_cache=cache,
+                    cache_read_tokens=sum(record.cache_read_tokens for record in records),
+                    cache_write_tokens=sum(record.cache_write_tokens for record in records),
+                )
+            )
+        self.questions[name] = sum(self.questions.get(item, 1) for item in self.workloads)
+        self.workloads.insert(0, name)
+
+    def check_rows(self) -> list[list[str]]:
+        """Per workload and agent, each run's check of the answer and the answer itself
+        (cut to 80 characters): header first; workloads without check details are left out."""
+        rows = [["workload", "agent", "run", "cache", "right", "check", "answer"]]
+        for record in self.records:
+            if not record.checks:
+                continue
+            for detail, answer in zip(record.checks, record.answers, strict=False):
+                text = answer if isinstance(answer, str) else json.dumps(answer, default=str)
+                text = " ".join(str(text).split())
+                rows.append(
+                    [
+                        record.workload,
+                        record.agent,
+                        str(record.run + 1),
+                        "on" if record.prompt_cache else "off",
+                        "yes" if record.success else "no",
+                        detail,
+                        text if len(text) <= 80 else text[:79] + "…",
+                    ]
+                )
+        return rows
 
     @property
     def cached(self) -> bool:
@@ -549,6 +619,21 @@ class BenchReport:
                 "|" + "---|" * len(cache_rows[0]),
             ]
             lines += ["| " + " | ".join(row) + " |" for row in cache_rows[1:]]
+        if self.per_task:
+            checks = self.check_rows()
+            lines += [
+                "",
+                "## Per task",
+                "",
+                "Each run's check of the right answer, and the answer.",
+                "",
+                "| " + " | ".join(checks[0]) + " |",
+                "|" + "---|" * len(checks[0]),
+            ]
+            lines += [
+                "| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |"
+                for row in checks[1:]
+            ]
         lines += ["", "## Targets", ""]
         lines += [f"- {line}" for line in self.target_lines()]
         lines += ["", "## Settings", "", "| setting | value |", "|---|---|"]

@@ -204,6 +204,8 @@ class Workload:
         check_answer: whether an answer is right for a question.
         explain: whether an answer is right and what its check found, in one line (the
             user's tasks, ``plandag bench --tasks``); None: :attr:`check_answer` alone.
+        prepare: called before each agent's run of a question (the user's tasks note the
+            state of a file their check looks for), or None.
     """
 
     name: str
@@ -218,6 +220,7 @@ class Workload:
         None
     )
     explain: Callable[[Question, Any], tuple[bool, str]] | None = None
+    prepare: Callable[[Question], None] | None = None
 
     @property
     def plan(self) -> Plan | None:

@@ -12,12 +12,24 @@ repository when plandag runs from a checkout, else the current folder.
 
 The model is simulated (:mod:`plandag.bench.simulator`, calibrated to the LLMCompiler
 paper) unless ``--real``: then the Anthropic API is called with ``ANTHROPIC_API_KEY`` (a
-missing key is an error before anything runs, exit 2). Settings come from the calibration,
+missing key is an error before anything runs, exit 2), or ``--base-url URL``: a Messages
+API server (any key). Each run is made twice, prompt caching off then on for both agents
+(``--no-prompt-cache``: off only); the table counts input tokens without caching, and a
+second table puts the billed cost with and without caching side by side.
+
+``plandag bench --tasks TASKS.jsonl --tools FILE.py [--real | --base-url URL]`` runs both
+agents on the user's own tasks instead (:mod:`plandag.bench.tasks`: one task a line, its
+goal and a check of the right answer), with the tools of ``FILE.py``, the same client and
+brakes: the same table, ``RESULTS.md`` (default: the current folder) and chart, with an
+``all tasks`` line, a line per task and a per-task table of checks and answers. A line
+that is not a usable task is reported (``TASKS.jsonl:LINE: what is wrong, what to write``)
+and the other tasks still run. Settings come from the calibration,
 then ``--settings`` (a TOML file of setting names, top level or under ``[bench]``), then
 the flags. ``--quick`` scales every latency by 0.05 (seconds instead of minutes).
 
-Exit codes: 0 when every run of plandag answered right, 1 otherwise, 2 for unusable
-arguments.
+Exit codes: 0 when every run of plandag answered right (and, with ``--tasks``, every line
+was a usable task), 1 otherwise, 2 for unusable arguments (no usable task at all, a tools
+file that does not load, ``--tasks`` without ``--tools`` or without a model to call).
 
 :func:`register` adds the command to the ``plandag`` typer app.
 """
@@ -35,8 +47,10 @@ from rich.table import Table
 
 from plandag.bench.runner import BenchReport, RunRecord, run_bench, write_chart
 from plandag.bench.simulator import BenchSettings
-from plandag.bench.workloads import WORKLOADS
+from plandag.bench.tasks import read_tasks, task_registry, task_workloads
+from plandag.bench.workloads import WORKLOADS, Workload
 from plandag.cli.app import stderr, stdout
+from plandag.errors import ToolLoadError
 from plandag.planner.llm.anthropic import API_KEY_VARIABLE
 
 __all__ = ["BEGIN_MARK", "END_MARK", "QUICK_TIME_SCALE", "default_out", "register", "write_results"]
@@ -162,19 +176,78 @@ def register(app: typer.Typer) -> None:
         max_seconds: Annotated[
             float, typer.Option("--max-seconds", help="Wall-clock cap per question, seconds.")
         ] = 600.0,
+        tasks_file: Annotated[
+            Path | None,
+            typer.Option(
+                "--tasks",
+                metavar="TASKS.jsonl",
+                help="Your own tasks, one JSON object a line: goal and a check of the answer.",
+            ),
+        ] = None,
+        tools_file: Annotated[
+            Path | None,
+            typer.Option(
+                "--tools", metavar="FILE.py", help="The tools both agents use (with --tasks)."
+            ),
+        ] = None,
+        base_url: Annotated[
+            str | None,
+            typer.Option("--base-url", metavar="URL", help="A Messages API server to call."),
+        ] = None,
+        prompt_cache: Annotated[
+            bool,
+            typer.Option(
+                "--prompt-cache/--no-prompt-cache",
+                help="Also run with prompt caching on for both agents; compare billed cost.",
+            ),
+        ] = True,
     ) -> None:
         """Run plandag and a sequential ReAct agent on the same workloads; compare."""
 
         def fail(message: str) -> typer.Exit:
-            stderr.print(f"[red]error:[/] {message}", markup=True, highlight=False)
+            stderr.print(f"error: {message}", markup=False, highlight=False)
             return typer.Exit(EXIT_USAGE)
 
-        names = list(workloads or WORKLOADS)
-        unknown = [name for name in names if name not in WORKLOADS]
-        if unknown:
-            raise fail(f"unknown workload(s) {', '.join(unknown)}; known: {', '.join(WORKLOADS)}")
+        if real and base_url is not None:
+            raise fail("give --real or --base-url URL, not both")
         if real and not os.environ.get(API_KEY_VARIABLE):
             raise fail(f"--real calls the Anthropic API: set {API_KEY_VARIABLE}")
+        chosen: list[str | Workload]
+        line_errors: list[str] = []
+        if tasks_file is not None:
+            if workloads:
+                raise fail("give workload names or --tasks TASKS.jsonl, not both")
+            if tools_file is None:
+                raise fail("--tasks needs --tools FILE.py: the tools both agents use")
+            if not real and base_url is None:
+                raise fail(
+                    "--tasks needs a model: --real (the Anthropic API) or --base-url URL "
+                    "(the simulated model knows only the built-in workloads)"
+                )
+            try:
+                tasks, errors = read_tasks(tasks_file)
+            except (OSError, UnicodeDecodeError) as error:
+                raise fail(f"cannot read tasks file {tasks_file}: {error}") from None
+            line_errors = [error.format(str(tasks_file)) for error in errors]
+            for line in line_errors:
+                stderr.print(f"error: {line}", markup=False, highlight=False)
+            if not tasks:
+                raise fail(f"{tasks_file}: no usable task; one JSON object a line, with a goal")
+            try:
+                registry = task_registry(tools_file)
+            except ToolLoadError as error:
+                raise fail(str(error)) from None
+            chosen = list(task_workloads(tasks, registry))
+        else:
+            if tools_file is not None:
+                raise fail("--tools goes with --tasks: the built-in workloads bring their own")
+            names = list(workloads or WORKLOADS)
+            unknown = [name for name in names if name not in WORKLOADS]
+            if unknown:
+                raise fail(
+                    f"unknown workload(s) {', '.join(unknown)}; known: {', '.join(WORKLOADS)}"
+                )
+            chosen = list(names)
         overrides: dict[str, Any] = {}
         try:
             if settings_file is not None:
@@ -206,13 +279,29 @@ def register(app: typer.Typer) -> None:
 
         report: BenchReport = anyio.run(
             lambda: run_bench(
-                names, runs, settings, real=real, max_seconds=max_seconds, progress=progress
+                chosen,
+                runs,
+                settings,
+                real=real,
+                base_url=base_url,
+                max_seconds=max_seconds,
+                progress=progress,
+                prompt_cache=prompt_cache,
             )
         )
+        if tasks_file is not None:
+            report.add_total("all tasks")
+            report.title = f"plandag vs sequential ReAct on {tasks_file.name}"
+            report.per_task = True
+            report.notes.extend(f"unusable task line: {line}" for line in line_errors)
         _print_table(stdout, "plandag vs ReAct", report.table_rows())
+        if report.cached:
+            _print_table(stdout, "billed cost, prompt caching off and on", report.cache_rows())
+        if report.per_task:
+            _print_table(stdout, "per task", report.check_rows())
         for line in report.target_lines():
             stdout.print(f"- {line}", highlight=False)
-        folder = out if out is not None else default_out()
+        folder = out if out is not None else (Path.cwd() if tasks_file else default_out())
         folder.mkdir(parents=True, exist_ok=True)
         note = write_chart(report, folder / "bench.png")
         write_results(
@@ -221,8 +310,8 @@ def register(app: typer.Typer) -> None:
         )
         stdout.print(f"wrote {folder / 'RESULTS.md'}", highlight=False)
         if note:
-            stderr.print(note, highlight=False)
+            stderr.print(note, markup=False, highlight=False)
         else:
             stdout.print(f"wrote {folder / 'bench.png'}", highlight=False)
         plandag_right = all(r.success for r in report.records if r.agent == "plandag")
-        raise typer.Exit(0 if plandag_right else 1)
+        raise typer.Exit(0 if plandag_right and not line_errors else 1)

@@ -117,7 +117,8 @@ def test_real_calls_the_api_named_by_the_environment_through_the_sdk(
         monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
         out = tmp_path / "out"
         result = CliRunner().invoke(
-            bench_app(), ["bench", "nfe", "--real", "--runs", "1", "--out", str(out)]
+            bench_app(),
+            ["bench", "nfe", "--real", "--runs", "1", "--out", str(out), "--no-prompt-cache"],
         )
         requests = server.message_requests
     assert result.exit_code == 0, result.output
