@@ -93,12 +93,15 @@ async def test_think_one_tool_observe_answer(
     assert system_text(first) == react_system_prompt()
     assert first["tools"] == tool_definitions(REGISTRY)
     assert first["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
+    task = "Task:\nWhen?\n\nThink, then call one tool; answer in text when you can.\n"
+    # the prompt as ever; the conversation so far may be cached (its last block marked)
     assert first["messages"] == [
         {
             "role": "user",
-            "content": "Task:\nWhen?\n\nThink, then call one tool; answer in text when you can.\n",
+            "content": [{"type": "text", "text": task, "cache_control": {"type": "ephemeral"}}],
         }
     ]
+    assert second["messages"][0] == {"role": "user", "content": task}
     assistant, observation = second["messages"][1:]
     assert assistant == {
         "role": "assistant",

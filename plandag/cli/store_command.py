@@ -215,28 +215,24 @@ def terminal_approver(progress: Any = None) -> Approver | None:
 
 def trace_factory(store: Store, redact: bool) -> TraceFactory:
     """Trace writers in ``store``'s ``traces/`` folder (secrets always masked; personal data
-    too with ``redact``); OpenTelemetry export when configured in the environment."""
-    from plandag.trace.otel import exporter_from_env
+    too with ``redact``); live OpenTelemetry spans exported when the environment configures
+    it, with no message content in them under ``redact``."""
+    from plandag.trace.otel import exporter_from_env, set_redact
     from plandag.trace.redact import Redactor
     from plandag.trace.writer import TraceWriter
 
     redactor = Redactor(personal=redact)
+    set_redact(redact)
     exporter = exporter_from_env()
 
     def factory(run_id: str, segment: int) -> Any:
-        writer = TraceWriter(
-            store.trace_path(run_id),
-            run_id,
-            segment=segment,
-            redact=redactor,
-            exporters=[exporter] if exporter is not None else [],
-        )
-        if exporter is not None:  # spans batched by the SDK are sent when the writer closes
+        writer = TraceWriter(store.trace_path(run_id), run_id, segment=segment, redact=redactor)
+        if exporter is not None:  # spans batched so far are sent when the writer closes
             inner_close = writer.close
 
             def close() -> None:
                 inner_close()
-                exporter.close()
+                exporter.flush()
 
             writer.close = close  # type: ignore[method-assign]
         return writer

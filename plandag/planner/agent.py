@@ -136,6 +136,7 @@ from plandag.scheduler.runner import RunLimits
 from plandag.scheduler.session import RunSession, SessionState, open_session
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
+from plandag.trace import otel
 
 if TYPE_CHECKING:
     from plandag.escalation import EscalationHooks
@@ -884,7 +885,28 @@ class Agent:
         the instruction for the revision (and the rejected plan), at most
         ``max_revisions`` times; each revision is a fresh run of the new plan under the
         same ``run_id``. The result's ``revisions`` lists the feedback texts.
+
+        With tracing on, all of it runs inside one live ``invoke_agent plandag`` span
+        (:mod:`plandag.trace.otel`): the planner's calls, the run, replans, the joiner.
         """
+        span = otel.start_agent(self.model, goal)
+        result: AgentResult | None = None
+        try:
+            result = await self.run_with_revisions(goal, context, params, plan=plan, run_id=run_id)
+            return result
+        finally:
+            otel.end_run(span, result.status if result is not None else "interrupted")
+
+    async def run_with_revisions(
+        self,
+        goal: str,
+        context: str = "",
+        params: Mapping[str, Any] | None = None,
+        *,
+        plan: Plan | None = None,
+        run_id: str | None = None,
+    ) -> AgentResult:
+        """:meth:`run` without its span."""
         revisions: list[str] = []
         decisions: list[Decision] = []
         rejected: Plan | None = None

@@ -125,6 +125,7 @@ from plandag.scheduler.result import (
 from plandag.scheduler.retry import RetryPolicy
 from plandag.tools.base import Tool, ToolContext
 from plandag.tools.boundary import WriteBoundary
+from plandag.trace import otel
 
 if TYPE_CHECKING:
     from plandag.approval.gate import ApproveArgument
@@ -403,8 +404,27 @@ class _AttemptOutcome:
     down: DownDependency | None = None
 
 
+def _end_step_span(
+    span: otel.LiveSpan, args: Mapping[str, Any] | None, outcome: _AttemptOutcome | None
+) -> None:
+    """End a step attempt's span with what the attempt came to (``cancelled`` when it
+    never returned an outcome)."""
+    if outcome is None:
+        otel.end_step(span, args=args, reason="cancelled", detail="the attempt was cancelled")
+    elif outcome.refused is not None:
+        otel.end_step(span, args=args, reason="budget", detail=outcome.refused)
+    elif outcome.error is not None:
+        error = outcome.failure.error if outcome.failure is not None else outcome.error
+        otel.end_step(span, args=args, error=error, reason=_reason_of(error))
+    else:
+        otel.end_step(span, args=args, result=outcome.result)
+
+
 class _Run:
     """The state of one run; :func:`run_plan` is its public face."""
+
+    run_span: otel.LiveSpan | None = None
+    """The run's live trace span, parent of its steps' spans (None without tracing)."""
 
     def __init__(
         self,
@@ -798,7 +818,18 @@ class _Run:
     # -- the run ---------------------------------------------------------------------------
 
     async def run(self) -> RunResult:
-        """Run every step; return the complete result (see :func:`run_plan`)."""
+        """Run every step; return the complete result (see :func:`run_plan`), inside a
+        live ``plandag run`` span (:mod:`plandag.trace.otel`) when tracing is on."""
+        span = self.run_span = otel.start_run(self.run_id, len(self.records))
+        result: RunResult | None = None
+        try:
+            result = await self.run_inside_span()
+            return result
+        finally:
+            otel.end_run(span, result.status if result is not None else "interrupted")
+
+    async def run_inside_span(self) -> RunResult:
+        """:meth:`run` without its span."""
         limits = self.limits
         started_at = self.now()
         self.started = self.last_progress = self.monotonic()
@@ -1277,6 +1308,11 @@ class _Run:
                     resolve_value, step_result=self.result_of, params=self.params
                 ),
             )
+        span = otel.start_step(
+            self.run_id, step_id, tool.name, record.attempts, parent=self.run_span
+        )
+        outcome: _AttemptOutcome | None = None
+        args: Mapping[str, Any] | None = None
         try:
             try:
                 if self.observers:
@@ -1288,7 +1324,7 @@ class _Run:
                         )
                     except events.StartVeto as veto:
                         raise veto.error from None
-                args: Mapping[str, Any] = compiled_step.step.args
+                args = compiled_step.step.args
                 if compiled_step.args_have_references:
                     args = compiled_step.args_template(self.result_of, self.params)
                 if self.boundary is not None and tool.writes is not None:
@@ -1330,6 +1366,8 @@ class _Run:
                 or tool.tokens_estimate
             ):
                 self.settle(tool, reservation, context, attempt_record)
+            if span is not None:
+                _end_step_span(span, args, outcome)
         return outcome
 
     def reserver(

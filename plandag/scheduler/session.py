@@ -80,6 +80,7 @@ from plandag.scheduler.retry import RetryPolicy
 from plandag.scheduler.runner import RunLimits, _Run
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
+from plandag.trace import otel
 
 if TYPE_CHECKING:
     from plandag.executors.access import ModelAccess
@@ -493,6 +494,7 @@ class _SessionRun(_Run):
         if self.pending_estimate is not None:
             estimate, measured = self.pending_estimate
             self.arm_plan_budget(estimate, measured)
+        self.run_span = otel.start_run(self.run_id, len(self.records))
         try:
             with self.run_scope:
                 async with anyio.create_task_group() as task_group:
@@ -505,6 +507,8 @@ class _SessionRun(_Run):
                     await self.closing.wait()
             self.ended_normally = not self.run_scope.cancel_called
         finally:
+            # the run's outcome is the agent's to tell (its replans and joiner follow)
+            otel.end_run(self.run_span, "ended" if self.ended_normally else "stopped")
             self.host_done = True
             self.task_group = None
             self.monitor_scope.cancel()

@@ -21,6 +21,7 @@ declared ``inline=True`` (cheap, non-blocking work that can run on the event loo
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 import inspect
@@ -395,8 +396,10 @@ def _shadows_model_attribute(name: str) -> bool:
 async def run_in_daemon_thread(function: Callable[[], Any]) -> Any:
     """Call ``function()`` in a new daemon thread and wait for it without blocking the loop.
 
-    The wait is cancellable: a cancelled caller (a step's timeout, the run's deadline,
-    Ctrl-C) stops waiting at once and the thread is abandoned, its late result discarded.
+    The thread runs in a copy of the caller's context variables (the current trace span
+    among them), as ``anyio.to_thread.run_sync`` does. The wait is cancellable: a
+    cancelled caller (a step's timeout, the run's deadline, Ctrl-C) stops waiting at once
+    and the thread is abandoned, its late result discarded.
     Daemon threads matter here: a blocking tool that never returns must not keep the
     process alive after the run has ended (a non-daemon worker thread would be joined at
     interpreter exit). The number of such threads waited on at once is bounded by anyio's
@@ -422,8 +425,13 @@ async def run_in_daemon_thread(function: Callable[[], Any]) -> Any:
         except Exception:  # the loop has closed: nobody waits for this result any more
             return
 
+    # the thread runs in a copy of the caller's context: the step's trace span stays the
+    # current span there, so a tool's own spans (and its SDK calls') nest under the step
+    context = contextvars.copy_context()
     async with anyio.to_thread.current_default_thread_limiter():
-        threading.Thread(target=target, name="plandag tool", daemon=True).start()
+        threading.Thread(
+            target=context.run, args=(target,), name="plandag tool", daemon=True
+        ).start()
         await done.wait()
     succeeded, value = outcome[0]
     if succeeded:

@@ -1,61 +1,174 @@
-"""OpenTelemetry export of a run's trace (the optional extra ``otel``).
+"""OpenTelemetry spans, live while the run goes (export: the optional extra ``otel``).
 
-The JSON Lines trace is always written; when an exporter is configured, the same records
-also become OpenTelemetry spans. :class:`OtelExporter` is one of the trace writer's
-exporters: it receives every record written (``run_started``, ``plan``, ``span``, ``event``,
-``run_finished``; see the trace format in ``plandag.trace.writer``), already redacted.
+Spans start when the work starts and end when it ends, so a tracing backend sees a step
+that is still running (and a crashed process leaves the spans it had already sent). Names
+and attributes follow the OpenTelemetry semantic conventions for generative AI ("Semantic
+conventions for generative AI systems": spans of model calls, of tools, of agents):
 
-* Each run segment becomes a root span, ``plandag <command>`` (from ``run_started`` to
-  ``run_finished``; opened lazily, ``plandag run``, when a span arrives first).
-* Each ``span`` record becomes a child of it with the record's own name, start and end
-  (wall-clock seconds → nanoseconds since the epoch), kind ``CLIENT`` for ``llm_call`` and
-  ``INTERNAL`` otherwise, attributes ``plandag.<key>`` for each ``attrs`` key, and status
-  ``ERROR`` for a failed step, a failed compile or an LLM call that ended in an error. A
-  step's attempts become span events named ``attempt`` at their start times.
-* ``plan`` and ``event`` records (heartbeats, stalls, step starts and ends) become events on
-  the run span.
+=====================================  ==================================================
+``invoke_agent plandag`` (INTERNAL)    :meth:`plandag.planner.agent.Agent.run`: planning,
+                                       the run, replans and the joiner, in one trace;
+                                       ``gen_ai.operation.name`` ``invoke_agent``,
+                                       ``gen_ai.agent.name`` ``plandag``.
+``plandag run`` (INTERNAL)             :func:`plandag.scheduler.runner.run_plan`: the run of
+                                       one plan; ``plandag.run_id``, ``plandag.steps``,
+                                       ``plandag.status`` at the end.
+``execute_tool TOOL`` (INTERNAL)       one attempt of one step: ``gen_ai.operation.name``
+                                       ``execute_tool``, ``gen_ai.tool.name``,
+                                       ``gen_ai.tool.type`` ``function``,
+                                       ``gen_ai.tool.call.id`` (``RUN:STEP``, the step's
+                                       idempotency key), ``plandag.step.id``,
+                                       ``plandag.attempt``.
+``chat MODEL`` (CLIENT)                one attempt of one model call
+                                       (:func:`plandag.planner.llm.calls.call_with_retries`):
+                                       ``gen_ai.operation.name`` ``chat``,
+                                       ``gen_ai.provider.name``, ``gen_ai.request.model``,
+                                       ``gen_ai.request.max_tokens``, then
+                                       ``gen_ai.response.model``, ``gen_ai.response.id``,
+                                       ``gen_ai.response.finish_reasons``,
+                                       ``gen_ai.usage.input_tokens`` (every prompt token),
+                                       ``gen_ai.usage.output_tokens``,
+                                       ``gen_ai.usage.cache_read.input_tokens``,
+                                       ``gen_ai.usage.cache_creation.input_tokens``.
+=====================================  ==================================================
 
-:func:`exporter_from_env` builds one from the standard ``OTEL_*`` environment variables
-(OpenTelemetry specification, "Environment Variable Specification" and "OTLP Exporter
-Configuration"); it imports nothing of the SDK unless an exporter is configured, so plandag
-runs without the extra.
+A failure sets ``error.type`` (the failure's reason code, else the exception's class name)
+and the span's status ``ERROR`` with the message.
+
+**Nesting.** Each span is the current span (a context variable) while its work runs, so
+what runs inside it is its child: the steps of a run, the model calls of a step or of the
+planner, and the spans the ``anthropic`` SDK (1.14 and later) makes of its own requests
+(``anthropic.messages.create``, with the trace context sent in the request's headers).
+Sync tools run in worker threads with a copy of the step's context
+(:func:`plandag.tools.base.run_in_daemon_thread`), so a sync tool's own spans, and those
+of the SDK it calls, nest under its step too.
+
+**Content.** Spans carry no message content unless the standard switch
+``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`` asks for it: then
+``gen_ai.input.messages`` / ``gen_ai.system_instructions`` / ``gen_ai.output.messages`` on
+model calls and ``gen_ai.tool.call.arguments`` / ``gen_ai.tool.call.result`` on steps.
+With ``--redact`` (:func:`set_redact`) no content reaches any span, whatever the
+environment says, the SDK's spans included (their content mode is held at
+``metadata_only``).
+
+**Where spans go.** plandag's tracer comes from the provider given to
+:func:`use_tracer_provider`, else from the global one when an application or
+:func:`exporter_from_env` has set it; with neither, no span is made at all (no cost per
+step). :func:`exporter_from_env` builds a provider from the standard ``OTEL_*``
+environment variables (OpenTelemetry specification, "Environment Variable Specification"
+and "OTLP Exporter Configuration") and registers it as the global provider, so the SDK's
+spans go to the same place; it imports nothing of the OpenTelemetry SDK unless an exporter
+is configured.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import os
-import threading
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from opentelemetry.context import Context
     from opentelemetry.sdk.trace.export import SpanExporter
     from opentelemetry.trace import Span, Tracer, TracerProvider
     from opentelemetry.util.types import AttributeValue
 
-__all__ = ["OtelExporter", "exporter_from_env", "otel_attributes"]
+    from plandag.planner.llm.base import LLMRequest, LLMResponse
+
+__all__ = [
+    "CAPTURE_CONTENT_VARIABLE",
+    "LiveSpan",
+    "OtelExporter",
+    "capture_content",
+    "exporter_from_env",
+    "otel_attributes",
+    "redacting",
+    "set_redact",
+    "start_span",
+    "tracer",
+    "use_tracer_provider",
+]
 
 logger = logging.getLogger(__name__)
 
 ATTRIBUTE_PREFIX = "plandag."
+CAPTURE_CONTENT_VARIABLE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+"""The environment switch (``true``) for message content in spans (OpenTelemetry GenAI
+instrumentations read the same one)."""
 
-# Run statuses (ARCHITECTURE.md "States and exit codes") that are errors for a tracing backend.
-_FAILED_RUN_STATUSES = frozenset({"failed", "gave_up", "timed_out", "budget_exceeded"})
 _INT64 = range(-(2**63), 2**63)
+_CONTENT_CHARACTERS = 16_000  # an attribute of content is cut past this many characters
+
+_provider_override: TracerProvider | None = None
+_redact = False
+_cached: tuple[object, Tracer] | None = None
 
 
-def _nanoseconds(seconds: Any) -> int | None:
-    """Wall-clock seconds since the epoch (float) → integer nanoseconds; None if not a time."""
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+def use_tracer_provider(provider: TracerProvider | None) -> None:
+    """Send plandag's spans to ``provider`` instead of the global one (None: the global).
+
+    Anthropic clients built afterwards send the SDK's spans there too. Tests and
+    applications that keep the global provider for something else use it.
+    """
+    global _provider_override, _cached
+    _provider_override = provider
+    _cached = None
+
+
+def set_redact(redact: bool) -> None:
+    """Keep message content out of every span (``--redact``), or allow it again.
+
+    Args:
+        redact: True to keep content out whatever ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_
+            MESSAGE_CONTENT`` says.
+    """
+    global _redact
+    _redact = redact
+
+
+def redacting() -> bool:
+    """Whether :func:`set_redact` keeps content out of spans."""
+    return _redact
+
+
+def capture_content() -> bool:
+    """Whether spans may carry message content: the environment asks for it
+    (:data:`CAPTURE_CONTENT_VARIABLE` is ``true``) and nothing is redacted."""
+    if _redact:
+        return False
+    return os.environ.get(CAPTURE_CONTENT_VARIABLE, "").strip().lower() in ("true", "1")
+
+
+def tracer_provider() -> TracerProvider | None:
+    """The provider plandag's spans go to, or None when none is configured."""
+    if _provider_override is not None:
+        return _provider_override
+    if "opentelemetry.trace" not in sys.modules:  # nobody has set a provider in this process
         return None
-    if not math.isfinite(seconds):
+    from opentelemetry import trace
+
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
         return None
-    whole = int(seconds)  # split first: seconds * 1e9 would lose ~256 ns at today's epoch
-    return whole * 1_000_000_000 + round((seconds - whole) * 1_000_000_000)
+    return provider
+
+
+def tracer() -> Tracer | None:
+    """plandag's tracer (scope ``plandag``), or None when no provider is configured."""
+    global _cached
+    provider = tracer_provider()
+    if provider is None:
+        return None
+    if _cached is not None and _cached[0] is provider:
+        return _cached[1]
+    from plandag import __version__
+
+    made = provider.get_tracer("plandag", __version__)
+    _cached = (provider, made)
+    return made
 
 
 def _json(value: Any) -> str:
@@ -91,10 +204,10 @@ def _attribute_value(value: Any) -> AttributeValue | None:
 def otel_attributes(
     attrs: Mapping[str, Any], prefix: str = ATTRIBUTE_PREFIX
 ) -> dict[str, AttributeValue]:
-    """Flatten a trace record's ``attrs`` into OpenTelemetry attributes.
+    """Flatten JSON-like ``attrs`` into OpenTelemetry attributes.
 
     Args:
-        attrs: the record's attributes (JSON-like).
+        attrs: the attributes (JSON-like).
         prefix: put before every key (default ``"plandag."``).
 
     Returns:
@@ -112,242 +225,292 @@ def otel_attributes(
     return result
 
 
-def _text(value: Any) -> str | None:
-    if value is None or value == "":
+def _content(value: Any) -> str:
+    text = value if isinstance(value, str) else _json(value)
+    return text if len(text) <= _CONTENT_CHARACTERS else text[: _CONTENT_CHARACTERS - 1] + "…"
+
+
+class LiveSpan:
+    """A span that has started and is the current span until :meth:`end` (made by
+    :func:`start_span`; every method is safe to call and never raises)."""
+
+    def __init__(self, span: Span, token: object) -> None:
+        self.span = span
+        self._token = token
+        self._ended = False
+
+    @property
+    def context(self) -> Context:
+        """A context with this span current: the parent to give spans started elsewhere
+        (another task) that belong under it."""
+        from opentelemetry import trace
+
+        return trace.set_span_in_context(self.span)
+
+    def set(self, attributes: Mapping[str, Any]) -> None:
+        """Add attributes (values made legal as :func:`otel_attributes` does; None left
+        out)."""
+        for key, value in attributes.items():
+            converted = _attribute_value(value)
+            if converted is not None:
+                self.span.set_attribute(key, converted)
+
+    def content(self, key: str, value: Any) -> None:
+        """Add a content attribute (messages, tool arguments or results) only when
+        :func:`capture_content` allows it."""
+        if capture_content():
+            self.span.set_attribute(key, _content(value))
+
+    def fail(self, error_type: str, message: str) -> None:
+        """Mark the span failed: ``error.type`` and status ``ERROR`` with ``message``."""
+        from opentelemetry.trace import Status, StatusCode
+
+        self.span.set_attribute("error.type", error_type or "_OTHER")
+        self.span.set_status(Status(StatusCode.ERROR, message))
+
+    def end(self) -> None:
+        """End the span and make the previous span current again (once)."""
+        if self._ended:
+            return
+        self._ended = True
+        from opentelemetry import context
+
+        try:
+            context.detach(self._token)  # type: ignore[arg-type]
+        except Exception:  # a detach from another context: the span still ends
+            logger.debug("span %s ended outside its context", self.span)
+        self.span.end()
+
+
+def start_span(
+    name: str,
+    attributes: Mapping[str, Any],
+    *,
+    client: bool = False,
+    parent: Context | None = None,
+) -> LiveSpan | None:
+    """Start a span, current from now on in this task or thread, or None when no tracer
+    provider is configured.
+
+    Args:
+        name: the span's name (``execute_tool search``, ``chat claude-sonnet-4-6``...).
+        attributes: its first attributes (made legal; None values left out).
+        client: kind ``CLIENT`` (a call to another service), else ``INTERNAL``.
+        parent: the parent context, default the current one.
+
+    Returns:
+        A :class:`LiveSpan`; call :meth:`LiveSpan.end` in the same task or thread.
+    """
+    made = tracer()
+    if made is None:
         return None
-    return value if isinstance(value, str) else _json(value)
+    from opentelemetry import context, trace
+
+    kind = trace.SpanKind.CLIENT if client else trace.SpanKind.INTERNAL
+    clean = {key: value for key, value in attributes.items() if value is not None}
+    span = made.start_span(
+        name, context=parent, kind=kind, attributes=otel_attributes(clean, prefix="")
+    )
+    token = context.attach(trace.set_span_in_context(span, parent))
+    return LiveSpan(span, token)
 
 
-def _error_description(kind: str, attrs: Mapping[str, Any]) -> str | None:
-    """The error description when a span record is a failure, else None."""
-    if kind == "step" and attrs.get("status") == "failed":
-        reason = _text(attrs.get("reason")) or "failed"
-        detail = _text(attrs.get("detail"))
-        return f"{reason}: {detail}" if detail else reason
-    if kind == "compile" and attrs.get("ok") is False:
-        return "the plan does not compile"
-    if kind == "llm_call" and attrs.get("error") not in (None, ""):
-        return _text(attrs.get("error"))
-    return None
+def error_type(error: BaseException) -> str:
+    """``error.type`` for a failure: its reason code when it carries one (``timeout``,
+    ``rate_limited``...), else its class name."""
+    reason = getattr(error, "reason", None)
+    return reason if isinstance(reason, str) and reason else type(error).__name__
 
 
-def _gen_ai_attributes(attrs: Mapping[str, Any]) -> dict[str, AttributeValue]:
-    """OpenTelemetry semantic conventions for generative AI client spans (``gen_ai.*``)."""
-    names = {
-        "model": "gen_ai.request.model",
-        "provider": "gen_ai.provider.name",
-        "input_tokens": "gen_ai.usage.input_tokens",
-        "output_tokens": "gen_ai.usage.output_tokens",
+# -- the spans plandag makes ---------------------------------------------------------------
+
+
+def start_model_call(provider: str, request: LLMRequest, attempt: int) -> LiveSpan | None:
+    """The ``chat MODEL`` span of one attempt of a model call (module docstring)."""
+    span = start_span(
+        f"chat {request.model}",
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": provider,
+            "gen_ai.request.model": request.model,
+            "gen_ai.request.max_tokens": request.max_tokens,
+            "gen_ai.request.temperature": request.temperature,
+            "plandag.attempt": attempt,
+        },
+        client=True,
+    )
+    if span is not None and capture_content():
+        if request.system:
+            span.content("gen_ai.system_instructions", request.system)
+        span.content("gen_ai.input.messages", list(request.messages))
+    return span
+
+
+def end_model_call(
+    span: LiveSpan | None, response: LLMResponse | None, error: BaseException | None
+) -> None:
+    """End a ``chat`` span with the response's usage, or with the failure."""
+    if span is None:
+        return
+    if response is not None:
+        usage = response.usage
+        raw_id = getattr(response.raw, "id", None)
+        span.set(
+            {
+                "gen_ai.response.model": response.model,
+                "gen_ai.response.id": raw_id if isinstance(raw_id, str) else None,
+                "gen_ai.response.finish_reasons": (
+                    [response.stop_reason] if response.stop_reason else None
+                ),
+                "gen_ai.usage.input_tokens": usage.input_tokens
+                + usage.cache_creation_input_tokens
+                + usage.cache_read_input_tokens,
+                "gen_ai.usage.output_tokens": usage.output_tokens,
+                "gen_ai.usage.cache_read.input_tokens": usage.cache_read_input_tokens,
+                "gen_ai.usage.cache_creation.input_tokens": usage.cache_creation_input_tokens,
+            }
+        )
+        span.content("gen_ai.output.messages", response.text)
+    if error is not None:
+        span.fail(error_type(error), f"{type(error).__name__}: {error}")
+    span.end()
+
+
+def start_step(
+    run_id: str, step_id: int, tool: str, attempt: int, parent: LiveSpan | None = None
+) -> LiveSpan | None:
+    """The ``execute_tool TOOL`` span of one attempt of one step (module docstring), under
+    ``parent`` (the run's span) whichever task started the step."""
+    return start_span(
+        parent=parent.context if parent is not None else None,
+        name=f"execute_tool {tool}",
+        attributes={
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": tool,
+            "gen_ai.tool.type": "function",
+            "gen_ai.tool.call.id": f"{run_id}:{step_id}",
+            "plandag.run_id": run_id,
+            "plandag.step.id": step_id,
+            "plandag.attempt": attempt,
+        },
+    )
+
+
+def end_step(
+    span: LiveSpan | None,
+    *,
+    args: Any = None,
+    result: Any = None,
+    error: BaseException | None = None,
+    reason: str | None = None,
+    detail: str = "",
+) -> None:
+    """End an ``execute_tool`` span: its arguments and result as content (when allowed),
+    or its failure (``reason``: the step's reason code; ``error``: the exception)."""
+    if span is None:
+        return
+    if args is not None:
+        span.content("gen_ai.tool.call.arguments", args)
+    if error is None and reason is None:
+        span.content("gen_ai.tool.call.result", result)
+    else:
+        kind = reason or (error_type(error) if error is not None else "_OTHER")
+        message = detail or (f"{type(error).__name__}: {error}" if error is not None else kind)
+        span.fail(kind, message)
+    span.end()
+
+
+def start_run(run_id: str, steps: int) -> LiveSpan | None:
+    """The ``plandag run`` span of one run of one plan."""
+    return start_span("plandag run", {"plandag.run_id": run_id, "plandag.steps": steps})
+
+
+_FAILED_RUN_STATUSES = frozenset({"failed", "gave_up", "timed_out", "budget_exceeded"})
+
+
+def end_run(span: LiveSpan | None, status: str, detail: str = "") -> None:
+    """End a ``plandag run`` (or ``invoke_agent``) span with the run's status (``failed``,
+    ``gave_up``, ``timed_out`` and ``budget_exceeded`` are errors, ``error.type`` the
+    status)."""
+    if span is None:
+        return
+    span.set({"plandag.status": status})
+    if status in _FAILED_RUN_STATUSES:
+        span.fail(status, detail or status)
+    span.end()
+
+
+def start_agent(model: str, goal: str) -> LiveSpan | None:
+    """The ``invoke_agent plandag`` span of one :meth:`Agent.run
+    <plandag.planner.agent.Agent.run>` (the goal is content)."""
+    span = start_span(
+        "invoke_agent plandag",
+        {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": "plandag",
+            "gen_ai.request.model": model,
+        },
+    )
+    if span is not None:
+        span.content("gen_ai.input.messages", [{"role": "user", "content": goal}])
+    return span
+
+
+def sdk_options() -> dict[str, Any] | None:
+    """The ``open_telemetry`` option for an ``anthropic`` SDK client: None (the SDK reads
+    its own ``ANTHROPIC_OPEN_TELEMETRY*`` variables) unless plandag has its own provider
+    (:func:`use_tracer_provider`) or redacts (content mode held at ``metadata_only``)."""
+    if _provider_override is None and not _redact:
+        return None
+    enabled = os.environ.get("ANTHROPIC_OPEN_TELEMETRY", "").strip().lower() != "false"
+    content = not _redact and (
+        capture_content()
+        or os.environ.get("ANTHROPIC_OPEN_TELEMETRY_TRACES_CONTENT_MODE", "").lower() == "content"
+    )
+    options: dict[str, Any] = {
+        "traces": {
+            "enabled": enabled,
+            "content_mode": "content" if content else "metadata_only",
+        }
     }
-    result: dict[str, AttributeValue] = {}
-    for key, name in names.items():
-        converted = _attribute_value(attrs.get(key))
-        if converted is not None:
-            result[name] = converted
-    if isinstance(attrs.get("stop_reason"), str):
-        result["gen_ai.response.finish_reasons"] = [attrs["stop_reason"]]
-    return result
+    if _provider_override is not None:
+        options["tracer_provider"] = _provider_override
+    return options
 
 
-@dataclass
-class _RunSpan:
-    span: Span
-    last_time: int
+# -- export ------------------------------------------------------------------------------
 
 
 class OtelExporter:
-    """Turns trace records into OpenTelemetry spans (an exporter of the trace writer).
+    """The provider :func:`exporter_from_env` built, and the way to flush it.
 
     Args:
-        tracer_provider: where spans go; None uses the global provider
-            (``opentelemetry.trace.get_tracer_provider()``), which a host application may
-            have configured. :func:`exporter_from_env` passes one it built from ``OTEL_*``.
-        owns_provider: whether :meth:`close` also shuts the provider down (flushing its
-            batch processors); True for a provider built for this exporter only.
+        tracer_provider: the provider plandag's spans (and the SDK's) go to.
+        owns_provider: whether :meth:`close` shuts the provider down (flushing its batch
+            processors); True for a provider built for this process's export.
 
-    Call it with each record dict the trace writer writes (see the module docstring for
-    the mapping). Records of one ``run_id`` share a root span; records of unknown types are
-    ignored. Safe to call from several threads. Call :meth:`close` when the run ends: it
-    ends root spans left open (a crashed or stopped segment) at the last time seen.
-
-    Raises:
-        ImportError: the OpenTelemetry API is not installed (``pip install plandag[otel]``).
+    Attributes:
+        provider: the provider.
     """
 
-    def __init__(
-        self, tracer_provider: TracerProvider | None = None, *, owns_provider: bool = False
-    ) -> None:
-        from opentelemetry import trace
-
-        from plandag import __version__
-
-        self._provider = (
-            tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
-        )
+    def __init__(self, tracer_provider: TracerProvider, *, owns_provider: bool = False) -> None:
+        self.provider = tracer_provider
         self._owns_provider = owns_provider
-        self._tracer: Tracer = self._provider.get_tracer("plandag", __version__)
-        self._runs: dict[str, _RunSpan] = {}
-        self._lock = threading.Lock()
 
-    def __call__(self, record: Mapping[str, Any]) -> None:
-        """Export one trace record (a dict of the trace format); others are ignored."""
-        record_type = record.get("type")
-        run_id = str(record.get("run_id") or "")
-        with self._lock:
-            if record_type == "run_started":
-                self._start_run(run_id, record)
-            elif record_type == "span":
-                self._span(run_id, record)
-            elif record_type == "event":
-                self._event(run_id, record)
-            elif record_type == "plan":
-                self._plan(run_id, record)
-            elif record_type == "run_finished":
-                self._finish_run(run_id, record)
-
-    # -- run spans ---------------------------------------------------------------------------
-
-    def _start_run(self, run_id: str, record: Mapping[str, Any]) -> None:
-        previous = self._runs.pop(run_id, None)
-        if previous is not None:
-            previous.span.end(end_time=previous.last_time)
-        start = _nanoseconds(record.get("time"))
-        command = record.get("command")
-        attributes: dict[str, AttributeValue] = {"plandag.run_id": run_id}
-        attributes.update(
-            otel_attributes(
-                {key: record.get(key) for key in ("segment", "command", "goal", "params")}
-            )
-        )
-        name = f"plandag {command}" if isinstance(command, str) and command else "plandag run"
-        self._open_run(run_id, name, start, attributes)
-
-    def _open_run(
-        self,
-        run_id: str,
-        name: str,
-        start: int | None,
-        attributes: dict[str, AttributeValue],
-    ) -> _RunSpan:
-        from opentelemetry import trace
-
-        span = self._tracer.start_span(
-            name, kind=trace.SpanKind.INTERNAL, attributes=attributes, start_time=start
-        )
-        run = _RunSpan(span, start if start is not None else 0)
-        self._runs[run_id] = run
-        return run
-
-    def _run(self, run_id: str, start: int | None) -> _RunSpan:
-        run = self._runs.get(run_id)
-        if run is None:  # no run_started seen (exporter attached late): open one now
-            run = self._open_run(run_id, "plandag run", start, {"plandag.run_id": run_id})
-        return run
-
-    def _finish_run(self, run_id: str, record: Mapping[str, Any]) -> None:
-        from opentelemetry.trace import Status, StatusCode
-
-        end = _nanoseconds(record.get("time"))
-        run = self._run(run_id, end)
-        status = record.get("status")
-        run.span.set_attributes(
-            otel_attributes(
-                {
-                    key: record.get(key)
-                    for key in ("status", "spent_usd", "spent_tokens", "critical_path")
-                }
-            )
-        )
-        if status in _FAILED_RUN_STATUSES:
-            run.span.set_status(Status(StatusCode.ERROR, str(status)))
-        run.span.end(end_time=end if end is not None else run.last_time)
-        del self._runs[run_id]
-
-    # -- child spans and events --------------------------------------------------------------
-
-    def _span(self, run_id: str, record: Mapping[str, Any]) -> None:
-        from opentelemetry import trace
-        from opentelemetry.trace import Status, StatusCode
-
-        kind = str(record.get("kind") or "span")
-        name = str(record.get("name") or kind)
-        start = _nanoseconds(record.get("start"))
-        end = _nanoseconds(record.get("end"))
-        if start is None:
-            start = _nanoseconds(record.get("time"))
-        if end is None or (start is not None and end < start):
-            end = start
-        raw_attrs = record.get("attrs")
-        attrs: Mapping[str, Any] = raw_attrs if isinstance(raw_attrs, Mapping) else {}
-        run = self._run(run_id, start)
-        attributes: dict[str, AttributeValue] = {
-            "plandag.run_id": run_id,
-            "plandag.kind": kind,
-        }
-        attributes.update(otel_attributes(attrs))
-        span_kind = trace.SpanKind.INTERNAL
-        if kind == "llm_call":
-            span_kind = trace.SpanKind.CLIENT
-            attributes.update(_gen_ai_attributes(attrs))
-        span = self._tracer.start_span(
-            name,
-            context=trace.set_span_in_context(run.span),
-            kind=span_kind,
-            attributes=attributes,
-            start_time=start,
-        )
-        attempts = attrs.get("attempts")
-        if kind == "step" and isinstance(attempts, Sequence) and not isinstance(attempts, str):
-            for attempt in attempts:
-                if isinstance(attempt, Mapping):
-                    span.add_event(
-                        "attempt",
-                        attributes=otel_attributes(attempt, prefix=""),
-                        timestamp=_nanoseconds(attempt.get("start")),
-                    )
-        error = _error_description(kind, attrs)
-        if error is not None:
-            span.set_status(Status(StatusCode.ERROR, error))
-        span.end(end_time=end)
-        if end is not None:
-            run.last_time = max(run.last_time, end)
-
-    def _event(self, run_id: str, record: Mapping[str, Any]) -> None:
-        time = _nanoseconds(record.get("time"))
-        run = self._run(run_id, time)
-        raw_attrs = record.get("attrs")
-        attrs: Mapping[str, Any] = raw_attrs if isinstance(raw_attrs, Mapping) else {}
-        run.span.add_event(
-            str(record.get("kind") or "event"),
-            attributes=otel_attributes(attrs, prefix=""),
-            timestamp=time,
-        )
-        if time is not None:
-            run.last_time = max(run.last_time, time)
-
-    def _plan(self, run_id: str, record: Mapping[str, Any]) -> None:
-        time = _nanoseconds(record.get("time"))
-        run = self._run(run_id, time)
-        plan = record.get("plan")
-        steps = plan.get("steps") if isinstance(plan, Mapping) else None
-        attrs = {key: record.get(key) for key in ("version", "hash", "source")}
-        if isinstance(steps, Sequence):
-            attrs["steps"] = len(steps)
-        run.span.add_event("plan", attributes=otel_attributes(attrs, prefix=""), timestamp=time)
-        if time is not None:
-            run.last_time = max(run.last_time, time)
-
-    # -- lifecycle ---------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Send the spans batched so far (never raises)."""
+        flush = getattr(self.provider, "force_flush", None)
+        if callable(flush):
+            try:
+                flush()
+            except Exception as error:
+                logger.warning("OpenTelemetry flush failed: %s", error)
 
     def close(self) -> None:
-        """End the run spans still open (at the last time seen) and, when the provider is
-        this exporter's own, shut it down so batched spans are sent."""
-        with self._lock:
-            runs, self._runs = self._runs, {}
-        for run in runs.values():
-            run.span.end(end_time=run.last_time or None)
+        """Flush; and, when the provider is this exporter's own, shut it down."""
+        self.flush()
         if self._owns_provider:
-            shutdown = getattr(self._provider, "shutdown", None)
+            shutdown = getattr(self.provider, "shutdown", None)
             if callable(shutdown):
                 shutdown()
 
@@ -392,16 +555,18 @@ def _otlp_exporter(environ: Mapping[str, str]) -> SpanExporter | None:
 
 
 def exporter_from_env(environ: Mapping[str, str] | None = None) -> OtelExporter | None:
-    """An :class:`OtelExporter` configured from the ``OTEL_*`` environment, or None.
+    """Configure span export from the ``OTEL_*`` environment; None when nothing is.
 
     Configured when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``..._TRACES_ENDPOINT``) is set or
     ``OTEL_TRACES_EXPORTER`` names exporters other than ``none``, unless
     ``OTEL_SDK_DISABLED=true``. ``OTEL_TRACES_EXPORTER`` is a comma-separated list of
     ``otlp`` (the default) and ``console``; other names are warned about and skipped. The
-    spans go through a provider of its own (not the global one) with a batch processor; its
-    resource comes from ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES``, with
-    ``service.name`` ``plandag`` when neither names one. Call :meth:`OtelExporter.close` at
-    the end of the run to flush.
+    spans go through a provider with a batch processor per exporter; its resource comes
+    from ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES``, with ``service.name``
+    ``plandag`` when neither names one. The provider becomes the global one when no
+    application has set one (so the ``anthropic`` SDK's spans go there too); when one is
+    set already, that one is used and nothing is built. Call :meth:`OtelExporter.close`
+    when the command ends, to flush.
 
     Args:
         environ: the variables that decide whether and which exporters are built; None
@@ -426,6 +591,9 @@ def exporter_from_env(environ: Mapping[str, str] | None = None) -> OtelExporter 
     )
     if "none" in names or (not names and not endpoint):
         return None
+    existing = tracer_provider()
+    if existing is not None:  # the application's own provider: spans already go there
+        return OtelExporter(existing)
     try:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
@@ -453,4 +621,7 @@ def exporter_from_env(environ: Mapping[str, str] | None = None) -> OtelExporter 
     provider = SdkTracerProvider(resource=resource)
     for span_exporter in span_exporters:
         provider.add_span_processor(BatchSpanProcessor(span_exporter))
+    from opentelemetry import trace
+
+    trace.set_tracer_provider(provider)
     return OtelExporter(provider, owns_provider=True)

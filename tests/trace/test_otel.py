@@ -1,37 +1,62 @@
-"""plandag.trace.otel: trace records become OpenTelemetry spans (optional extra ``otel``)."""
+"""plandag.trace.otel: live OpenTelemetry spans of runs, steps and model calls, named by the
+GenAI semantic conventions, the anthropic SDK's own spans nested under them, no content
+under --redact, and export through the standard OTEL_* variables (optional extra otel)."""
 
 from __future__ import annotations
 
 import http.server
-import logging
 import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, ClassVar
 
 import pytest
 
 pytest.importorskip("opentelemetry.sdk")
 
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
-    InMemorySpanExporter,
-)
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from plandag.trace.otel import OtelExporter, exporter_from_env, otel_attributes
+from plandag.compiler import compile_plan
+from plandag.dag.plan import Plan
+from plandag.errors import PermanentStepError
+from plandag.planner.agent import Agent
+from plandag.planner.llm import AnthropicClient
+from plandag.scheduler.runner import RunLimits, run_plan
+from plandag.testing import MessagesServer
+from plandag.tools import tool
+from plandag.tools.registry import Registry
+from plandag.trace import otel
+from plandag.trace.otel import (
+    CAPTURE_CONTENT_VARIABLE,
+    OtelExporter,
+    exporter_from_env,
+    otel_attributes,
+    use_tracer_provider,
+)
 
-T = 1_700_000_000.0
-T_NS = 1_700_000_000_000_000_000
+MODEL = "claude-sonnet-4-6"
 RUN = "run-0123"
 
 
-def ns(offset_seconds: float) -> int:
-    """T + offset in integer nanoseconds (the offsets used are exact binary fractions)."""
-    return T_NS + round(offset_seconds * 1_000_000_000)
+class Watch(SpanProcessor):
+    """Sees each span start and end, as a span processor of the SDK does."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.ended: list[str] = []
+
+    def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
+        self.started.append(span.name)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.ended.append(span.name)
 
 
 @pytest.fixture
@@ -40,414 +65,308 @@ def memory() -> InMemorySpanExporter:
 
 
 @pytest.fixture
-def exporter(memory: InMemorySpanExporter) -> Iterator[OtelExporter]:
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    otel = OtelExporter(provider)
-    yield otel
-    otel.close()
-    provider.shutdown()
+def watch() -> Watch:
+    return Watch()
 
 
-def run_records() -> list[dict[str, Any]]:
-    """A run as the trace writer writes it: compile, two steps (one failed), a model call."""
-    return [
-        {
-            "type": "run_started",
-            "run_id": RUN,
-            "time": T,
-            "segment": 0,
-            "command": "exec",
-            "goal": "sum invoices",
-            "params": {"folder": "in/"},
-        },
-        {
-            "type": "plan",
-            "run_id": RUN,
-            "time": T + 0.25,
-            "version": 1,
-            "hash": "ab" * 32,
-            "plan": {"steps": [{"id": 1}, {"id": 2}]},
-            "source": "planner",
-        },
-        {
-            "type": "span",
-            "run_id": RUN,
-            "time": T + 1,
-            "kind": "llm_call",
-            "name": "plan call",
-            "start": T + 0.5,
-            "end": T + 1,
-            "attrs": {
-                "purpose": "plan",
-                "model": "claude-x",
-                "provider": "anthropic",
-                "attempt": 1,
-                "input_tokens": 100,
-                "output_tokens": 20,
-                "cost_usd": 0.0015,
-                "stop_reason": "end_turn",
-                "error": None,
-            },
-        },
-        {
-            "type": "span",
-            "run_id": RUN,
-            "time": T + 1.25,
-            "kind": "compile",
-            "name": "compile v1",
-            "start": T + 1,
-            "end": T + 1.25,
-            "attrs": {"version": 1, "ok": True, "diagnostics": []},
-        },
-        {
-            "type": "span",
-            "run_id": RUN,
-            "time": T + 3,
-            "kind": "step",
-            "name": "step 1 read_file",
-            "start": T + 1.5,
-            "end": T + 3,
-            "attrs": {
-                "step_id": 1,
-                "tool": "read_file",
-                "status": "succeeded",
-                "reason": None,
-                "detail": None,
-                "depends_on": [],
-                "attempts": [
-                    {
-                        "attempt": 1,
-                        "start": T + 1.5,
-                        "end": T + 2,
-                        "status": "failed",
-                        "reason": "timeout",
-                        "error": "timed out",
-                    },
-                    {
-                        "attempt": 2,
-                        "start": T + 2.5,
-                        "end": T + 3,
-                        "status": "succeeded",
-                        "reason": None,
-                        "error": None,
-                    },
-                ],
-                "checks": [{"kind": "regex", "passed": True, "message": ""}],
-                "args": {"path": "in/a.xml"},
-                "result": "<xml/>",
-                "superseded_by": None,
-                "segment": 0,
-            },
-        },
-        {
-            "type": "event",
-            "run_id": RUN,
-            "time": T + 3.5,
-            "kind": "heartbeat",
-            "attrs": {"running": [2], "elapsed_s": 3.5},
-        },
-        {
-            "type": "span",
-            "run_id": RUN,
-            "time": T + 4,
-            "kind": "step",
-            "name": "step 2 sum",
-            "start": T + 3,
-            "end": T + 4,
-            "attrs": {
-                "step_id": 2,
-                "tool": "sum",
-                "status": "failed",
-                "reason": "check_failed",
-                "detail": "total 10 != 12",
-                "depends_on": [1],
-                "attempts": [],
-                "checks": [],
-                "args": None,
-                "result": None,
-                "superseded_by": None,
-                "segment": 0,
-            },
-        },
-        {
-            "type": "run_finished",
-            "run_id": RUN,
-            "time": T + 4.5,
-            "segment": 0,
-            "status": "failed",
-            "spent_usd": 0.25,
-            "spent_tokens": 120,
-            "critical_path": [1, 2],
-        },
-    ]
+@pytest.fixture(autouse=True)
+def provider(memory: InMemorySpanExporter, watch: Watch) -> Iterator[TracerProvider]:
+    made = TracerProvider()
+    made.add_span_processor(watch)
+    made.add_span_processor(SimpleSpanProcessor(memory))
+    use_tracer_provider(made)
+    yield made
+    use_tracer_provider(None)
+    otel.set_redact(False)
+    made.shutdown()
 
 
-def spans_by_name(memory: InMemorySpanExporter) -> dict[str, ReadableSpan]:
+@pytest.fixture(autouse=True)
+def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("all_proxy", raising=False)
+    monkeypatch.delenv(CAPTURE_CONTENT_VARIABLE, raising=False)
+    monkeypatch.delenv("ANTHROPIC_OPEN_TELEMETRY_TRACES_CONTENT_MODE", raising=False)
+
+
+def by_name(memory: InMemorySpanExporter) -> dict[str, ReadableSpan]:
     return {span.name: span for span in memory.get_finished_spans()}
 
 
-def test_a_run_becomes_a_root_span_with_children(
-    exporter: OtelExporter, memory: InMemorySpanExporter
+def parent_of(span: ReadableSpan) -> int | None:
+    return span.parent.span_id if span.parent is not None else None
+
+
+def span_id(span: ReadableSpan) -> int:
+    assert span.context is not None
+    return span.context.span_id
+
+
+# -- steps ---------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_step_span_is_live_while_its_tool_runs_even_in_a_worker_thread(
+    watch: Watch,
 ) -> None:
-    for record in run_records():
-        exporter(record)
-    spans = spans_by_name(memory)
-    assert [span.name for span in memory.get_finished_spans()] == [
-        "plan call",
-        "compile v1",
-        "step 1 read_file",
-        "step 2 sum",
-        "plandag exec",
-    ]
-    run = spans["plandag exec"]
-    assert run.parent is None
-    assert run.context is not None
-    for name in ("plan call", "compile v1", "step 1 read_file", "step 2 sum"):
-        child = spans[name]
-        assert child.parent is not None
-        assert child.parent.span_id == run.context.span_id
-        assert child.context is not None
-        assert child.context.trace_id == run.context.trace_id
-    assert (run.start_time, run.end_time) == (ns(0), ns(4.5))
-    assert (spans["step 1 read_file"].start_time, spans["step 1 read_file"].end_time) == (
-        ns(1.5),
-        ns(3),
+    seen: dict[str, Any] = {}
+
+    @tool
+    def slow(text: str) -> str:
+        """A sync tool: runs in a worker thread."""
+        seen["thread"] = threading.current_thread().name
+        seen["started"] = list(watch.started)
+        seen["ended"] = list(watch.ended)
+        current = trace.get_current_span()
+        seen["current"] = getattr(current, "name", None)
+        return text.upper()
+
+    plan = Plan.model_validate(
+        {"goal": "shout", "steps": [{"id": 1, "tool": "slow", "args": {"text": "hi"}}]}
     )
-    assert (spans["plan call"].start_time, spans["plan call"].end_time) == (ns(0.5), ns(1))
+    result = await run_plan(compile_plan(plan, Registry([slow])), run_id=RUN)
+    assert result.status == "succeeded"
+    assert seen["thread"] == "plandag tool"
+    assert seen["started"] == ["plandag run", "execute_tool slow"]
+    assert seen["ended"] == []  # on_start seen, on_end not yet: the span is live
+    assert seen["current"] == "execute_tool slow"  # the thread kept the step's context
+    assert watch.ended == ["execute_tool slow", "plandag run"]
 
 
-def test_run_span_attributes_events_and_status(
-    exporter: OtelExporter, memory: InMemorySpanExporter
+@tool
+def lookup(name: str) -> dict[str, str]:
+    """Look a record up by its exact name."""
+    if name == "missing":
+        raise PermanentStepError(f"no entry named {name!r}", reason="not_found")
+    return {"name": name}
+
+
+@pytest.mark.anyio
+async def test_step_spans_are_named_and_attributed_by_the_genai_conventions(
+    memory: InMemorySpanExporter,
 ) -> None:
-    for record in run_records():
-        exporter(record)
-    run = spans_by_name(memory)["plandag exec"]
+    plan = Plan.model_validate(
+        {
+            "goal": "two lookups",
+            "steps": [
+                {"id": 1, "tool": "lookup", "args": {"name": "a"}},
+                {"id": 2, "tool": "lookup", "args": {"name": "missing"}},
+            ],
+        }
+    )
+    result = await run_plan(compile_plan(plan, Registry([lookup])), run_id=RUN)
+    assert result.status == "failed"
+    spans = memory.get_finished_spans()
+    run = next(span for span in spans if span.name == "plandag run")
+    steps = sorted(
+        (span for span in spans if span.name == "execute_tool lookup"),
+        key=lambda span: (span.attributes or {})["plandag.step.id"],
+    )
+    assert [parent_of(step) for step in steps] == [span_id(run), span_id(run)]
+    assert run.parent is None
     assert dict(run.attributes or {}) == {
         "plandag.run_id": RUN,
-        "plandag.segment": 0,
-        "plandag.command": "exec",
-        "plandag.goal": "sum invoices",
-        "plandag.params": '{"folder":"in/"}',
+        "plandag.steps": 2,
         "plandag.status": "failed",
-        "plandag.spent_usd": 0.25,
-        "plandag.spent_tokens": 120,
-        "plandag.critical_path": (1, 2),
+        "error.type": "failed",
     }
-    assert run.status.status_code is StatusCode.ERROR
-    assert run.status.description == "failed"
-    assert [
-        (event.name, event.timestamp, dict(event.attributes or {})) for event in run.events
-    ] == [
-        ("plan", ns(0.25), {"version": 1, "hash": "ab" * 32, "source": "planner", "steps": 2}),
-        ("heartbeat", ns(3.5), {"running": (2,), "elapsed_s": 3.5}),
-    ]
-
-
-def test_step_span_attributes_and_attempt_events(
-    exporter: OtelExporter, memory: InMemorySpanExporter
-) -> None:
-    for record in run_records():
-        exporter(record)
-    step = spans_by_name(memory)["step 1 read_file"]
-    assert step.kind is SpanKind.INTERNAL
-    assert dict(step.attributes or {}) == {
+    assert run.status.status_code == StatusCode.ERROR
+    good, bad = steps
+    assert good.kind == SpanKind.INTERNAL
+    assert dict(good.attributes or {}) == {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "lookup",
+        "gen_ai.tool.type": "function",
+        "gen_ai.tool.call.id": f"{RUN}:1",
         "plandag.run_id": RUN,
-        "plandag.kind": "step",
-        "plandag.step_id": 1,
-        "plandag.tool": "read_file",
-        "plandag.status": "succeeded",
-        "plandag.depends_on": (),
-        "plandag.attempts": (
-            '[{"attempt":1,"start":1700000001.5,"end":1700000002.0,"status":"failed",'
-            '"reason":"timeout","error":"timed out"},{"attempt":2,"start":1700000002.5,'
-            '"end":1700000003.0,"status":"succeeded","reason":null,"error":null}]'
-        ),
-        "plandag.checks": '[{"kind":"regex","passed":true,"message":""}]',
-        "plandag.args": '{"path":"in/a.xml"}',
-        "plandag.result": "<xml/>",
-        "plandag.segment": 0,
+        "plandag.step.id": 1,
+        "plandag.attempt": 1,
     }
-    assert step.status.status_code is StatusCode.UNSET
-    assert [
-        (event.name, event.timestamp, dict(event.attributes or {})) for event in step.events
-    ] == [
-        (
-            "attempt",
-            ns(1.5),
-            {
-                "attempt": 1,
-                "start": T + 1.5,
-                "end": T + 2,
-                "status": "failed",
-                "reason": "timeout",
-                "error": "timed out",
-            },
-        ),
-        ("attempt", ns(2.5), {"attempt": 2, "start": T + 2.5, "end": T + 3, "status": "succeeded"}),
-    ]
+    assert good.status.status_code == StatusCode.UNSET
+    assert (bad.attributes or {})["gen_ai.tool.call.id"] == f"{RUN}:2"
+    assert (bad.attributes or {})["error.type"] == "not_found"
+    assert bad.status.status_code == StatusCode.ERROR
+    assert bad.status.description == "PermanentStepError: no entry named 'missing'"
 
 
-def test_failed_step_has_error_status(exporter: OtelExporter, memory: InMemorySpanExporter) -> None:
-    for record in run_records():
-        exporter(record)
-    failed = spans_by_name(memory)["step 2 sum"]
-    assert failed.status.status_code is StatusCode.ERROR
-    assert failed.status.description == "check_failed: total 10 != 12"
-    assert dict(failed.attributes or {})["plandag.depends_on"] == (1,)
-
-
-def test_llm_call_is_a_client_span_with_gen_ai_attributes(
-    exporter: OtelExporter, memory: InMemorySpanExporter
-) -> None:
-    for record in run_records():
-        exporter(record)
-    call = spans_by_name(memory)["plan call"]
-    assert call.kind is SpanKind.CLIENT
-    assert call.status.status_code is StatusCode.UNSET
-    attributes = dict(call.attributes or {})
-    assert {key: value for key, value in attributes.items() if key.startswith("gen_ai.")} == {
-        "gen_ai.request.model": "claude-x",
-        "gen_ai.provider.name": "anthropic",
-        "gen_ai.usage.input_tokens": 100,
-        "gen_ai.usage.output_tokens": 20,
-        "gen_ai.response.finish_reasons": ("end_turn",),
-    }
-    assert attributes["plandag.cost_usd"] == 0.0015
-    assert "plandag.error" not in attributes
-
-
-def test_failed_llm_call_and_compile_have_error_status(
-    exporter: OtelExporter, memory: InMemorySpanExporter
-) -> None:
-    exporter(
-        {
-            "type": "span",
-            "run_id": RUN,
-            "kind": "llm_call",
-            "name": "replan call",
-            "start": T,
-            "end": T + 1,
-            "attrs": {"error": "overloaded_error: 529"},
-        }
+@pytest.mark.anyio
+async def test_without_a_provider_no_span_is_made(memory: InMemorySpanExporter) -> None:
+    use_tracer_provider(None)  # and no global provider is set in the test process
+    assert otel.tracer() is None
+    plan = Plan.model_validate(
+        {"goal": "one", "steps": [{"id": 1, "tool": "lookup", "args": {"name": "a"}}]}
     )
-    exporter(
-        {
-            "type": "span",
-            "run_id": RUN,
-            "kind": "compile",
-            "name": "compile v2",
-            "start": T + 1,
-            "end": T + 2,
-            "attrs": {"version": 2, "ok": False, "diagnostics": [{"code": "E1"}]},
-        }
-    )
-    exporter.close()
-    spans = spans_by_name(memory)
-    assert spans["replan call"].status.status_code is StatusCode.ERROR
-    assert spans["replan call"].status.description == "overloaded_error: 529"
-    assert spans["compile v2"].status.status_code is StatusCode.ERROR
-    assert spans["compile v2"].status.description == "the plan does not compile"
-
-
-def test_root_span_opened_lazily_and_ended_by_close(
-    exporter: OtelExporter, memory: InMemorySpanExporter
-) -> None:
-    record = {
-        "type": "span",
-        "run_id": "late",
-        "kind": "replan",
-        "name": "replan 1",
-        "start": T + 2,
-        "end": T + 3,
-        "attrs": {"number": 1, "failed": [2], "pruned": [], "new_steps": [5, 6], "version": 2},
-    }
-    exporter(record)
-    assert [span.name for span in memory.get_finished_spans()] == ["replan 1"]
-    exporter.close()
-    spans = spans_by_name(memory)
-    root = spans["plandag run"]
-    assert (root.start_time, root.end_time) == (ns(2), ns(3))
-    assert dict(root.attributes or {}) == {"plandag.run_id": "late"}
-    assert spans["replan 1"].parent is not None
-    assert root.context is not None
-    assert spans["replan 1"].parent.span_id == root.context.span_id
-    assert dict(spans["replan 1"].attributes or {})["plandag.new_steps"] == (5, 6)
-
-
-def test_each_run_id_has_its_own_root(exporter: OtelExporter, memory: InMemorySpanExporter) -> None:
-    for run_id in ("a", "b"):
-        exporter({"type": "run_started", "run_id": run_id, "time": T, "command": "run"})
-        exporter(
-            {
-                "type": "span",
-                "run_id": run_id,
-                "kind": "step",
-                "name": f"step of {run_id}",
-                "start": T,
-                "end": T + 1,
-                "attrs": {"status": "succeeded"},
-            }
-        )
-    for run_id in ("a", "b"):
-        exporter({"type": "run_finished", "run_id": run_id, "time": T + 2, "status": "succeeded"})
-    finished = memory.get_finished_spans()
-    roots = {
-        str(span.attributes["plandag.run_id"]): span
-        for span in finished
-        if span.parent is None and span.attributes
-    }
-    assert sorted(roots) == ["a", "b"]
-    for run_id, root in roots.items():
-        child = next(span for span in finished if span.name == f"step of {run_id}")
-        assert child.parent is not None
-        assert root.context is not None
-        assert child.parent.span_id == root.context.span_id
-        assert root.status.status_code is StatusCode.UNSET
-
-
-def test_unknown_records_are_ignored(exporter: OtelExporter, memory: InMemorySpanExporter) -> None:
-    exporter({"type": "something_new", "run_id": RUN, "time": T})
-    exporter.close()
+    result = await run_plan(compile_plan(plan, Registry([lookup])), run_id=RUN)
+    assert result.status == "succeeded"
     assert memory.get_finished_spans() == ()
 
 
-def test_attribute_flattening() -> None:
+# -- model calls ---------------------------------------------------------------------------
+
+PLAN = {"g": "look a up", "s": [{"i": 1, "t": "lookup", "a": ["name=a"], "d": []}]}
+SECRET_GOAL = "Look up the record named a for account 4111-1111-1111-1111."
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[MessagesServer]:
+    with MessagesServer() as running:
+        yield running
+
+
+async def run_agent(server: MessagesServer) -> str:
+    server.push_json(PLAN)
+    server.push_json({"decision": {"action": "finish", "answer": "a is a"}})
+    async with AnthropicClient(api_key="k", base_url=server.url) as client:
+        agent = Agent(client, MODEL, Registry([lookup]), limits=RunLimits(heartbeat_every=None))
+        result = await agent.run(SECRET_GOAL)
+    return result.status
+
+
+@pytest.mark.anyio
+async def test_the_sdks_own_spans_nest_under_plandags_model_call_spans(
+    server: MessagesServer, memory: InMemorySpanExporter
+) -> None:
+    assert await run_agent(server) == "succeeded"
+    spans = memory.get_finished_spans()
+    names = sorted(span.name for span in spans)
+    assert names == [
+        "anthropic.messages.count_tokens",  # the budget's count before each call
+        "anthropic.messages.count_tokens",
+        "anthropic.messages.create",
+        "anthropic.messages.create",
+        "chat claude-sonnet-4-6",
+        "chat claude-sonnet-4-6",
+        "execute_tool lookup",
+        "invoke_agent plandag",
+        "plandag run",
+    ]
+    [agent] = [span for span in spans if span.name == "invoke_agent plandag"]
+    chats = sorted(
+        (span for span in spans if span.name.startswith("chat ")), key=lambda s: s.start_time
+    )
+    sdk = [span for span in spans if span.name == "anthropic.messages.create"]
+    [run] = [span for span in spans if span.name == "plandag run"]
+    [step] = [span for span in spans if span.name == "execute_tool lookup"]
+    assert agent.parent is None
+    assert {span.context.trace_id for span in spans if span.context} == {
+        agent.context.trace_id if agent.context else 0
+    }
+    assert [parent_of(chat) for chat in chats] == [span_id(agent), span_id(agent)]
+    assert sorted(parent_of(span) or 0 for span in sdk) == sorted(span_id(c) for c in chats)
+    assert all(span.instrumentation_scope.name == "com.anthropic.sdk.python" for span in sdk)
+    counts = [span for span in spans if span.name == "anthropic.messages.count_tokens"]
+    assert [parent_of(span) for span in counts] == [span_id(agent), span_id(agent)]
+    assert parent_of(run) == span_id(agent)
+    assert parent_of(step) == span_id(run)
+    planner = chats[0]
+    assert planner.kind == SpanKind.CLIENT
+    attributes = dict(planner.attributes or {})
+    assert sorted(attributes) == [
+        "gen_ai.operation.name",
+        "gen_ai.provider.name",
+        "gen_ai.request.max_tokens",
+        "gen_ai.request.model",
+        "gen_ai.request.temperature",
+        "gen_ai.response.finish_reasons",
+        "gen_ai.response.id",
+        "gen_ai.response.model",
+        "gen_ai.usage.cache_creation.input_tokens",
+        "gen_ai.usage.cache_read.input_tokens",
+        "gen_ai.usage.input_tokens",
+        "gen_ai.usage.output_tokens",
+        "plandag.attempt",
+    ]
+    assert attributes["gen_ai.operation.name"] == "chat"
+    assert attributes["gen_ai.provider.name"] == "anthropic"
+    assert attributes["gen_ai.request.model"] == MODEL
+    assert attributes["gen_ai.response.model"] == MODEL
+    assert attributes["gen_ai.response.finish_reasons"] == ("end_turn",)
+    assert attributes["plandag.attempt"] == 1
+    assert attributes["gen_ai.usage.cache_read.input_tokens"] == 0
+    assert attributes["gen_ai.response.id"] == "msg_local_000001"
+    assert attributes["gen_ai.usage.input_tokens"] > 100
+    assert dict(agent.attributes or {})["plandag.status"] == "succeeded"
+
+
+@pytest.mark.anyio
+async def test_a_failed_model_call_has_error_type(
+    server: MessagesServer, memory: InMemorySpanExporter
+) -> None:
+    server.push_error(400, "invalid_request_error", message="bad request")
+    async with AnthropicClient(api_key="k", base_url=server.url) as client:
+        agent = Agent(client, MODEL, Registry([lookup]), limits=RunLimits(heartbeat_every=None))
+        result = await agent.run("Look a up.")
+    assert result.status != "succeeded"
+    [chat] = [span for span in memory.get_finished_spans() if span.name.startswith("chat ")]
+    assert chat.status.status_code == StatusCode.ERROR
+    error_type = (chat.attributes or {})["error.type"]
+    assert isinstance(error_type, str)
+    assert error_type
+    assert "bad request" in (chat.status.description or "")
+
+
+def every_value(memory: InMemorySpanExporter) -> str:
+    return "\n".join(
+        str(value)
+        for span in memory.get_finished_spans()
+        for value in (span.attributes or {}).values()
+    )
+
+
+@pytest.mark.anyio
+async def test_content_is_in_spans_only_when_asked_and_never_under_redact(
+    server: MessagesServer, memory: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert await run_agent(server) == "succeeded"
+    assert "4111-1111" not in every_value(memory)  # not asked for: no content
+    memory.clear()
+    monkeypatch.setenv(CAPTURE_CONTENT_VARIABLE, "true")
+    assert await run_agent(server) == "succeeded"
+    spans = by_name(memory)
+    assert "4111-1111" in str(
+        (spans["chat claude-sonnet-4-6"].attributes or {}).get("gen_ai.input.messages")
+    )
+    assert (spans["execute_tool lookup"].attributes or {})["gen_ai.tool.call.result"] == (
+        '{"name":"a"}'
+    )
+    memory.clear()
+    otel.set_redact(True)
+    assert await run_agent(server) == "succeeded"
+    assert len(memory.get_finished_spans()) == 9
+    values = every_value(memory)
+    assert "4111-1111" not in values
+    assert "gen_ai.tool.call.result" not in str(
+        [dict(span.attributes or {}) for span in memory.get_finished_spans()]
+    )
+
+
+# -- attributes and export -----------------------------------------------------------------
+
+
+def test_attribute_values_are_made_legal() -> None:
     assert otel_attributes(
         {
-            "s": "x",
-            "i": 3,
-            "f": 0.5,
-            "b": False,
+            "text": "x",
+            "flag": True,
+            "count": 3,
+            "big": 2**70,
+            "ratio": 0.5,
+            "names": ["a", "b"],
+            "mixed": [1, 2.5],
+            "nested": {"a": [1]},
             "none": None,
-            "ints": [1, 2],
-            "mixed_numbers": [1, 2.5],
-            "strings": ("a", "b"),
-            "bools": [True, False],
-            "empty": [],
-            "dict": {"k": [1, {"z": None}]},
-            "mixed": [1, "a"],
-            "huge": 2**70,
-            "text": "çã",
         }
     ) == {
-        "plandag.s": "x",
-        "plandag.i": 3,
-        "plandag.f": 0.5,
-        "plandag.b": False,
-        "plandag.ints": [1, 2],
-        "plandag.mixed_numbers": [1.0, 2.5],
-        "plandag.strings": ["a", "b"],
-        "plandag.bools": [True, False],
-        "plandag.empty": [],
-        "plandag.dict": '{"k":[1,{"z":null}]}',
-        "plandag.mixed": '[1,"a"]',
-        "plandag.huge": "1180591620717411303424",
-        "plandag.text": "çã",
+        "plandag.text": "x",
+        "plandag.flag": True,
+        "plandag.count": 3,
+        "plandag.big": str(2**70),
+        "plandag.ratio": 0.5,
+        "plandag.names": ["a", "b"],
+        "plandag.mixed": [1.0, 2.5],
+        "plandag.nested": '{"a":[1]}',
     }
-
-
-# -- configuration from the environment ------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -464,23 +383,12 @@ def test_exporter_from_env_unconfigured(environ: dict[str, str]) -> None:
     assert exporter_from_env(environ) is None
 
 
-def test_exporter_from_env_without_an_otlp_package(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    for module in (
-        "opentelemetry.exporter.otlp.proto.http.trace_exporter",
-        "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
-    ):
-        monkeypatch.setitem(sys.modules, module, None)  # import raises ImportError
-    with caplog.at_level(logging.WARNING, logger="plandag.trace.otel"):
-        assert exporter_from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}) is None
-    assert "no OTLP exporter is installed" in caplog.text
-
-
-def test_exporter_from_env_console() -> None:
+def test_exporter_from_env_keeps_a_provider_already_set(provider: TracerProvider) -> None:
     exporter = exporter_from_env({"OTEL_TRACES_EXPORTER": "console"})
     assert isinstance(exporter, OtelExporter)
-    exporter.close()
+    assert exporter.provider is provider
+    exporter.close()  # not its own: flushed, not shut down
+    assert otel.tracer() is not None
 
 
 def test_sdk_not_imported_when_unconfigured() -> None:
@@ -518,23 +426,49 @@ class _Collector(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_otlp_http_export_to_a_local_collector(monkeypatch: pytest.MonkeyPatch) -> None:
+RUN_ONE_STEP = """
+from plandag.compiler import compile_plan
+from plandag.dag.plan import Plan
+from plandag.scheduler.runner import run_plan_sync
+from plandag.tools import tool
+from plandag.tools.registry import Registry
+from plandag.trace.otel import exporter_from_env
+
+@tool
+def echo(text: str) -> str:
+    '''Echo.'''
+    return text
+
+exporter = exporter_from_env()
+assert exporter is not None
+step = {"id": 1, "tool": "echo", "args": {"text": "x"}}
+plan = Plan.model_validate({"goal": "echo", "steps": [step]})
+assert run_plan_sync(compile_plan(plan, Registry([echo])), run_id="run-otlp").status == "succeeded"
+exporter.close()
+"""
+
+
+def test_otlp_http_export_to_a_local_collector() -> None:
     pytest.importorskip("opentelemetry.exporter.otlp.proto.http.trace_exporter")
     trace_service = pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
     _Collector.received = []
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
+    environment["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{server.server_port}"
+    environment["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/protobuf"
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        environment.pop(name, None)
     try:
-        for name in [key for key in os.environ if key.startswith("OTEL_")]:
-            monkeypatch.delenv(name)
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{server.server_port}")
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-        exporter = exporter_from_env()
-        assert exporter is not None
-        for record in run_records():
-            exporter(record)
-        exporter.close()  # shuts the provider down: the batch is sent now
+        subprocess.run(
+            [sys.executable, "-c", RUN_ONE_STEP],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
     finally:
         server.shutdown()
         server.server_close()
@@ -551,4 +485,4 @@ def test_otlp_http_export_to_a_local_collector(monkeypatch: pytest.MonkeyPatch) 
     }
     assert service["service.name"] == "plandag"
     names = sorted(span.name for scope in resource_spans.scope_spans for span in scope.spans)
-    assert names == ["compile v1", "plan call", "plandag exec", "step 1 read_file", "step 2 sum"]
+    assert names == ["execute_tool echo", "plandag run"]

@@ -93,13 +93,33 @@ class AnthropicClient:
             )
         import anthropic
 
+        from plandag.trace import otel
+
+        # the SDK's spans: to plandag's provider when it has its own; content held back
+        # when plandag redacts (plandag.trace.otel.sdk_options)
+        telemetry = otel.sdk_options()
+        self._telemetry = telemetry
+        extra: dict[str, Any] = {"open_telemetry": telemetry} if telemetry is not None else {}
         self.sdk: anthropic.AsyncAnthropic = anthropic.AsyncAnthropic(
             api_key=key,
             base_url=base_url,
             max_retries=0,
             timeout=timeout_s,
             http_client=http_client,
+            **extra,
         )
+
+    def _current_sdk(self) -> anthropic.AsyncAnthropic:
+        """The SDK client, rebuilt (same connections) when plandag's tracing options changed
+        since it was built: ``--redact`` set after the client was made still keeps content
+        out of the SDK's spans."""
+        from plandag.trace import otel
+
+        telemetry = otel.sdk_options()
+        if telemetry is not None and telemetry != self._telemetry:
+            self.sdk = self.sdk.with_options(open_telemetry=telemetry)  # type: ignore[arg-type]
+            self._telemetry = telemetry
+        return self.sdk
 
     async def __aenter__(self) -> AnthropicClient:
         return self
@@ -132,7 +152,8 @@ class AnthropicClient:
 
         where = self._where(request)
         try:
-            message = await self.sdk.messages.create(**_params(request, self.prompt_cache))
+            sdk = self._current_sdk()
+            message = await sdk.messages.create(**_params(request, self.prompt_cache))
         except anthropic.APIError as error:
             raise _failure(error, where) from error
         except Exception as error:
@@ -160,7 +181,7 @@ class AnthropicClient:
         params.pop("max_tokens")
         params.pop("stop_sequences", None)
         try:
-            counted = await self.sdk.messages.count_tokens(**params)
+            counted = await self._current_sdk().messages.count_tokens(**params)
         except anthropic.APIError as error:
             raise _failure(error, where) from error
         except Exception as error:
@@ -186,7 +207,7 @@ class AnthropicClient:
         import anthropic
 
         where = self._where(request)
-        manager = self.sdk.messages.stream(**_params(request, self.prompt_cache))
+        manager = self._current_sdk().messages.stream(**_params(request, self.prompt_cache))
         try:
             sdk_stream = await manager.__aenter__()
         except anthropic.APIError as error:

@@ -56,6 +56,7 @@ from plandag.planner.llm.pricing import DEFAULT_PRICES, ModelPrice, PriceTable
 from plandag.scheduler.budget import Budget, Reservation
 from plandag.scheduler.clock import Clock
 from plandag.scheduler.retry import RetryPolicy
+from plandag.trace import otel
 
 __all__ = ["CallRecord", "call_with_retries", "deadline_from", "estimate_cost"]
 
@@ -205,6 +206,9 @@ async def call_with_retries(
         started = clock.monotonic()
         ttft_s: float | None = None
         partial = Usage()
+        # the attempt's live span is current while the client calls: the SDK's own span
+        # of the request nests under it (plandag.trace.otel)
+        span = otel.start_model_call(client.provider, request, attempts)
         try:
             if on_text is None:
                 response = await client.complete(request)
@@ -219,6 +223,7 @@ async def call_with_retries(
                     finally:
                         partial = stream.usage
         except BaseException as error:
+            otel.end_model_call(span, None, error)
             duration_s = clock.monotonic() - started
             usage = error.response.usage if isinstance(error, UnusableResponseError) else partial
             cost_usd = _settle(budget, reservation, price, usage)
@@ -272,6 +277,7 @@ async def call_with_retries(
             if on_restart is not None:
                 await on_restart()
             continue
+        otel.end_model_call(span, response, None)
         duration_s = clock.monotonic() - started
         cost_usd = _settle(budget, reservation, price, response.usage)
         if records is not None:
