@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
                 "0.0.0.0 (or another interface) to be reachable from other machines.",
             ),
         ] = DEFAULT_HOST,
-        port: Annotated[int, typer.Option("--port", min=0, max=65535, help="TCP port.")] = (
+        port: Annotated[int, typer.Option("--port", min=1, max=65535, help="TCP port.")] = (
             DEFAULT_PORT
         ),
         store: StoreOption = None,

@@ -13,7 +13,8 @@ value and every POST is refused without it):
   and ``state`` (``{"busy", "armed", "can_arm"}`` JSON: the box follows it).
 * ``/runs``: the runs with their progress, live (``/runs/events`` sends ``runs``, the
   table's rows). ``/runs/ID``: its DAG, Gantt chart, steps and checks, spend, decisions,
-  open escalation with resume / approve / abandon, and an ``extract`` batch's summary;
+  open escalation with resume / approve / abandon, approve / reject for a run awaiting
+  approval, and an ``extract`` batch's summary;
   live (``/runs/ID/events`` sends ``run``).
 * ``/inbox``: the open escalations, each with resume (an instruction), approve (when a
   step's outcome was unknown) and abandon (a reason).
@@ -449,6 +450,28 @@ class _Pages:
             {"run": request.query_params.get("v", "")},
         )
 
+    async def run_decide(self, request: Request) -> Response:
+        session = self.person(request)
+        if isinstance(session, Response):
+            return session
+        assert session.name is not None
+        form = await self.form(request, session)
+        run_id = self._run_id(request.path_params["id"])
+        action = form.get("action")
+        if action not in ("approve", "reject"):
+            return self.problem(request, session, "choose approve or reject", 400)
+        try:
+            self.console.decide_run(
+                run_id,
+                approved=action == "approve",
+                who=session.name,
+                plan_hash=_text(form, "hash"),
+                feedback=_text(form, "feedback"),
+            )
+        except ConsoleError as error:
+            return self.problem(request, session, str(error), 400)
+        return RedirectResponse(f"/runs/{run_id}", status_code=303)
+
     async def inbox(self, request: Request) -> Response:
         session = self.person(request)
         if isinstance(session, Response):
@@ -529,6 +552,7 @@ def create_app(config: ConsoleConfig, token: str, *, secret: str | None = None) 
         Route("/runs/events", pages.runs_events),
         Route("/runs/{id}", pages.run),
         Route("/runs/{id}/events", pages.run_events),
+        Route("/runs/{id}/decide", pages.run_decide, methods=["POST"]),
         Route("/inbox", pages.inbox),
         Route("/inbox/{id}/{action}", pages.inbox_action, methods=["POST"]),
     ]

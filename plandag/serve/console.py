@@ -643,6 +643,24 @@ class Console:
         approve RUN_ID --hash H --who NAME`` in the background. Returns the command line."""
         return self._command(run_id, ["approve", run_id, "--hash", plan_hash], who)
 
+    def decide_run(
+        self, run_id: str, *, approved: bool, who: str, plan_hash: str, feedback: str = ""
+    ) -> list[str]:
+        """Decide on a run awaiting approval (a plan with effects started without a person
+        at hand): ``plandag approve RUN_ID --hash H --who NAME`` (it runs, in the same run)
+        or ``plandag reject RUN_ID --hash H --feedback TEXT --who NAME``, in the background.
+        Returns the command line.
+
+        Raises:
+            ConsoleError: a rejection without feedback.
+        """
+        if approved:
+            return self._command(run_id, ["approve", run_id, "--hash", plan_hash], who)
+        if not feedback.strip():
+            raise ConsoleError("a rejection needs feedback: say why, in words a planner can act on")
+        arguments = ["reject", run_id, "--hash", plan_hash, "--feedback", feedback]
+        return self._command(run_id, arguments, who)
+
     def _command(self, run_id: str, arguments: list[str], who: str) -> list[str]:
         argv = [
             *self.config.plandag_command,

@@ -164,6 +164,7 @@ def run_view(store: Store, run_id: str) -> dict[str, Any]:
         "critical": [],
         "mermaid": _mermaid(versions[-1].plan) if versions else "",
         "escalation": None,
+        "awaiting": None,
         "batch": batch_summary(store, run_id) if row.command == "extract" else None,
     }
     path = store.trace_path(run_id)
@@ -176,6 +177,12 @@ def run_view(store: Store, run_id: str) -> dict[str, Any]:
             table=steps_table(trace, critical),
             critical=critical,
         )
+    if row.status == "awaiting_approval" and versions:
+        view["awaiting"] = {
+            "reason": row.awaiting_reason,
+            "expires_at": row.expires_at,
+            "plan_hash": versions[-1].hash,
+        }
     cases = store.escalations(run_id=run_id)
     if cases and row.status == "escalated":
         case = cases[-1]

@@ -664,3 +664,106 @@ def test_the_runs_stream_sends_the_rows_as_a_server_sent_event(
     assert body.startswith("event: runs\r\ndata: ")
     assert f'data: <tr data-run="{escalated}">' in body
     assert body.count("event: runs") == 1  # then only when the rows change
+
+
+def test_unarmed_a_plan_with_effects_waits_and_the_run_page_decides_on_it(
+    tmp_path: Path,
+) -> None:
+    spawned: list[list[str]] = []
+
+    async def spawn(argv: Sequence[str]) -> tuple[int, str]:
+        spawned.append(list(argv))
+        return 4, "run rejected\n"
+
+    planner = ScriptedPlanner(PUBLISH_PLAN)
+    config = make_config(tmp_path, planner, spawn=spawn, plandag_command=("plandag",))
+    with TestClient(create_app(config, TOKEN), base_url=BASE) as client:
+        csrf = signed_in(client)
+        path = start(client, csrf, plan=False)
+        page = eventually(client, path, lambda text: "awaiting_approval" in text)
+        assert 'id="card"' not in page  # not armed: no decision card in the conversation
+        run_id = re.findall(r'href="/runs/([0-9a-f]{16})"', page)[0]
+        run = client.get(f"/runs/{run_id}").text
+        assert '<section class="card" id="awaiting">' in run
+        digest = re.findall(r'name="hash" value="([0-9a-f]{64})"', run)[0]
+        blank = client.post(
+            f"/runs/{run_id}/decide",
+            data={"csrf": csrf, "hash": digest, "action": "reject", "feedback": ""},
+        )
+        assert blank.status_code == 400
+        client.post(
+            f"/runs/{run_id}/decide",
+            data={"csrf": csrf, "hash": digest, "action": "reject", "feedback": "not the blog"},
+        )
+        eventually(client, f"/runs/{run_id}", lambda text: "exit code 4: run rejected" in text)
+    assert spawned == [
+        [
+            "plandag",
+            "reject",
+            run_id,
+            "--hash",
+            digest,
+            "--feedback",
+            "not the blog",
+            "--who",
+            "Ana Souza",
+            "--store",
+            str(tmp_path / "runs.sqlite3"),
+        ]
+    ]
+    with open_store(tmp_path / "runs.sqlite3") as store:
+        assert store.run(run_id).status == "awaiting_approval"  # the command decides
+        assert store.plan_versions(run_id)[-1].hash == digest
+
+
+TOOLS_FILE = '''
+from plandag import tool
+
+
+@tool(effects="write", writes=lambda args: [args["path"]])
+def save(path: str, text: str) -> str:
+    """Write TEXT to PATH."""
+    with open(path, "w", encoding="utf-8") as file:
+        file.write(text)
+    return path
+'''
+
+
+@pytest.mark.slow
+def test_the_run_pages_approve_runs_plandag_approve_on_the_same_store(tmp_path: Path) -> None:
+    from plandag.tools.registry import default_registry
+
+    tools = tmp_path / "save_tools.py"
+    tools.write_text(TOOLS_FILE, encoding="utf-8")
+    registry = default_registry()
+    registry.load_file(tools)
+    plan = Plan.model_validate(
+        {
+            "goal": "save a note",
+            "steps": [{"id": 1, "tool": "save", "args": {"path": "note.txt", "text": "hi"}}],
+            "output": "<step_1_result>",
+        }
+    )
+    config = make_config(tmp_path, ScriptedPlanner(plan), registry=registry, tools=(str(tools),))
+    with TestClient(create_app(config, TOKEN), base_url=BASE) as client:
+        csrf = signed_in(client)
+        path = start(client, csrf, plan=False)
+        page = eventually(client, path, lambda text: "awaiting_approval" in text)
+        run_id = re.findall(r'href="/runs/([0-9a-f]{16})"', page)[0]
+        run = client.get(f"/runs/{run_id}").text
+        digest = re.findall(r'name="hash" value="([0-9a-f]{64})"', run)[0]
+        client.post(
+            f"/runs/{run_id}/decide", data={"csrf": csrf, "hash": digest, "action": "approve"}
+        )
+        deadline = time.monotonic() + 60
+        while "plandag approve ended" not in (run := client.get(f"/runs/{run_id}").text):
+            assert time.monotonic() < deadline, run
+            time.sleep(0.1)
+        assert "plandag approve ended with exit code 0" in run
+        assert '<span id="run-status" class="status">succeeded</span>' in run
+    assert (tmp_path / "note.txt").read_text(encoding="utf-8") == "hi"
+    with open_store(tmp_path / "runs.sqlite3") as store:
+        assert [(row.decision, row.who) for row in store.decisions(run_id)] == [
+            ("asked", None),
+            ("approved", "Ana Souza"),
+        ]
