@@ -13,7 +13,7 @@ import json
 import os
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,20 +69,34 @@ FINANCE_WIRE: dict[str, Any] = {
 }
 
 
-def _browser_missing() -> str | None:
-    for path in (CHROMIUM, CHROMEDRIVER):
+def without_browser(paths: Sequence[str], ci: bool) -> tuple[str, str] | None:
+    """What to do when a path of ``paths`` is not an executable: ``("fail", why)`` under
+    CI, ``("skip", why)`` elsewhere; None when every one is there."""
+    for path in paths:
         if not os.access(path, os.X_OK):
-            return f"{path} is missing"
+            return ("fail" if ci else "skip"), f"{path} is missing; {INSTALL}"
     return None
+
+
+def test_a_missing_browser_fails_under_ci_and_is_skipped_elsewhere(tmp_path: Path) -> None:
+    absent = str(tmp_path / "chromedriver")
+    assert without_browser([absent], ci=True) == ("fail", f"{absent} is missing; {INSTALL}")
+    assert without_browser([absent], ci=False) == ("skip", f"{absent} is missing; {INSTALL}")
+    assert "apt-get install -y chromium chromium-driver" in INSTALL
+    present = tmp_path / "present"
+    present.write_text("#!/bin/sh\n", encoding="utf-8")
+    present.chmod(0o755)
+    assert without_browser([str(present)], ci=True) is None
 
 
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[WebDriver]:
-    missing = _browser_missing()
-    if missing is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{missing}; {INSTALL}")
-        pytest.skip(f"{missing}; {INSTALL}")
+    action = without_browser([CHROMIUM, CHROMEDRIVER], os.environ.get("CI") == "true")
+    if action is not None:
+        what, why = action
+        if what == "fail":
+            pytest.fail(why)
+        pytest.skip(why)
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in (
