@@ -94,3 +94,11 @@ def local_site() -> Iterator[Callable[[dict[str, tuple[str, str]]], LocalSite]]:
     yield start
     for site in sites:
         site.close()
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    """Async tests run on asyncio, the backend plandag runs on. anyio's pytest plugin would
+    run them on every backend installed, and trio is installed too: Selenium (a test
+    dependency, for the web console's browser tests) needs it."""
+    return "asyncio"
