@@ -34,9 +34,15 @@ def progress(store: Store, row: RunRow) -> tuple[int, int]:
     if row.command == "extract":
         done = len(store.documents(row.run_id))
         return done, max(int(row.params.get("inputs") or 0), done)
-    steps = store.steps(row.run_id)
-    if steps:
-        return sum(step.status in DONE_STATES for step in steps.values()), len(steps)
+    store.flush(durable=False)  # what the run queued is visible to this read
+    counts = dict(
+        store.connection.execute(
+            "SELECT status, COUNT(*) FROM step WHERE run_id = ? GROUP BY status", (row.run_id,)
+        ).fetchall()
+    )
+    if counts:
+        done = sum(count for status, count in counts.items() if status in DONE_STATES)
+        return done, sum(counts.values())
     versions = store.plan_versions(row.run_id)
     total = len(versions[-1].plan.get("steps", [])) if versions else 0
     return 0, total
