@@ -8,6 +8,7 @@ import json
 import statistics
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import cast
 
 import pytest
@@ -287,7 +288,10 @@ def test_a_missed_ideal_target_says_what_the_steps_take_one_at_a_time() -> None:
 
 async def test_run_plandag_records_the_steps_durations(settings: BenchSettings) -> None:
     record, results = await run_plandag(
-        WORKLOADS["nfe"], cast(LLMClient, object()), settings, settings.world(0)
+        WORKLOADS["nfe"],
+        cast(LLMClient, SimpleNamespace(provider="anthropic")),  # never called
+        settings,
+        settings.world(0),
     )
     assert record.success
     assert record.steps_s == sum(serial_seconds(result) for result in results)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -25,7 +26,8 @@ from plandag.tools.registry import default_registry
 pytestmark = pytest.mark.anyio
 
 NFE = WORKLOADS["nfe"]
-NO_MODEL = cast(LLMClient, object())  # a stored plan that compiles and succeeds asks nothing
+NO_MODEL = cast(LLMClient, SimpleNamespace(provider="anthropic"))  # never called: a stored
+# plan that compiles and succeeds asks nothing (the Agent reads only the provider's name)
 
 
 @pytest.fixture
