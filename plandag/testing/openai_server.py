@@ -48,16 +48,16 @@ from plandag.testing.script import (
     resolve_reply,
 )
 from plandag.testing.server import (
-    _MAX_BODY_BYTES,
+    MAX_BODY_BYTES,
+    EventWriter,
     MessagesServer,
     RecordedRequest,
-    _api_key_of,
-    _block_output,
-    _chunks,
-    _content_text,
-    _EventWriter,
-    _Handler,
-    _number_text,
+    RequestHandler,
+    api_key_of,
+    block_output,
+    content_text,
+    number_text,
+    text_chunks,
 )
 
 __all__ = ["COMPLETIONS_PATH", "ChatCompletionsServer"]
@@ -88,13 +88,13 @@ class ChatCompletionsServer(MessagesServer):
         """The requests to ``POST /v1/chat/completions``, in order."""
         return [r for r in self.requests if r.path.split("?")[0] == COMPLETIONS_PATH]
 
-    def _handle(self, handler: _Handler) -> None:
+    def _handle(self, handler: RequestHandler) -> None:
         length_text = handler.headers.get("content-length")
         try:
             length = int(length_text) if length_text is not None else 0
         except ValueError:
             length = -1
-        if not 0 <= length <= _MAX_BODY_BYTES:
+        if not 0 <= length <= MAX_BODY_BYTES:
             handler.close_connection = True
             _send_error(handler, 400, "invalid_request_error", "bad content-length", "req_0")
             return
@@ -114,7 +114,7 @@ class ChatCompletionsServer(MessagesServer):
             message = f"{handler.command} {path} is not served here"
             _send_error(handler, 404, "not_found_error", message, request_id)
             return
-        if self.api_key is not None and _api_key_of(headers) != self.api_key:
+        if self.api_key is not None and api_key_of(headers) != self.api_key:
             _send_error(handler, 401, "authentication_error", "invalid API key", request_id)
             return
         problem = _problem(body)
@@ -158,7 +158,7 @@ class ChatCompletionsServer(MessagesServer):
             _send_json(handler, 200, completion, request_id)
 
     def _send_error_reply(
-        self, handler: _Handler, reply: ScriptedResponse, request_id: str
+        self, handler: RequestHandler, reply: ScriptedResponse, request_id: str
     ) -> None:
         if reply.is_error:
             status = reply.status
@@ -168,14 +168,14 @@ class ChatCompletionsServer(MessagesServer):
             status = ERROR_STATUS.get(error_type, 500)
         headers = dict(reply.headers)
         if reply.retry_after is not None:
-            headers["retry-after"] = _number_text(reply.retry_after)
+            headers["retry-after"] = number_text(reply.retry_after)
         _send_error(
             handler, status, error_type, reply.error_message or error_type, request_id, headers
         )
 
     def _stream_chunks(
         self,
-        handler: _Handler,
+        handler: RequestHandler,
         reply: ScriptedResponse,
         completion: dict[str, Any],
         request_id: str,
@@ -188,7 +188,7 @@ class ChatCompletionsServer(MessagesServer):
         handler.send_header("x-request-id", request_id)
         handler.send_header("transfer-encoding", "chunked")
         handler.end_headers()
-        writer = _EventWriter(handler)
+        writer = EventWriter(handler)
         choice = completion["choices"][0]
         text = choice["message"].get("content") or ""
         head = {
@@ -200,12 +200,12 @@ class ChatCompletionsServer(MessagesServer):
 
         def send(data: Mapping[str, Any] | str) -> None:
             payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
-            writer._chunk(f"data: {payload}\n\n".encode())
+            writer.write_chunk(f"data: {payload}\n\n".encode())
 
         send({**head, "choices": [{"index": 0, "delta": {"role": "assistant"}}]})
         budget = reply.stream_error_after
         sent = 0
-        for piece in _chunks(text, self.chunk_chars):
+        for piece in text_chunks(text, self.chunk_chars):
             if budget is not None and sent + len(piece) > budget:
                 piece = piece[: budget - sent]
                 if piece:
@@ -256,7 +256,7 @@ def _input_text(body: Mapping[str, Any]) -> str:
     parts = []
     for message in body.get("messages", []):
         if isinstance(message, dict):
-            parts.append(_content_text(message.get("content") or ""))
+            parts.append(content_text(message.get("content") or ""))
             if message.get("tool_calls"):
                 parts.append(json.dumps(message["tool_calls"]))
     if body.get("tools"):
@@ -266,7 +266,7 @@ def _input_text(body: Mapping[str, Any]) -> str:
 
 def _completion(message: Mapping[str, Any], request_id: str) -> dict[str, Any]:
     """The chat completion for a message the Messages server built."""
-    text = "".join(_block_output(block) for block in message["content"] if block["type"] == "text")
+    text = "".join(block_output(block) for block in message["content"] if block["type"] == "text")
     calls = [
         {
             "id": str(block["id"]).replace("toolu_", "call_"),
@@ -306,7 +306,7 @@ def _completion(message: Mapping[str, Any], request_id: str) -> dict[str, Any]:
 
 
 def _send_json(
-    handler: _Handler,
+    handler: RequestHandler,
     status: int,
     data: Mapping[str, Any],
     request_id: str,
@@ -325,7 +325,7 @@ def _send_json(
 
 
 def _send_error(
-    handler: _Handler,
+    handler: RequestHandler,
     status: int,
     error_type: str,
     message: str,

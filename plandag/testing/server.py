@@ -84,7 +84,8 @@ __all__ = ["MessagesServer", "RecordedRequest", "system_text"]
 
 _HOST = "127.0.0.1"
 _JOIN_SECONDS = 5.0
-_MAX_BODY_BYTES = 32 * 1024 * 1024
+MAX_BODY_BYTES = 32 * 1024 * 1024
+"""The largest request body read; a larger ``content-length`` gets 400."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -113,7 +114,7 @@ class RecordedRequest:
     def api_key(self) -> str | None:
         """The key the client sent: ``x-api-key``, else the token of ``authorization:
         Bearer ...`` (how the ``anthropic`` SDK 2.x sends ``api_key``), else None."""
-        return _api_key_of(self.headers)
+        return api_key_of(self.headers)
 
     @property
     def system_text(self) -> str:
@@ -150,7 +151,9 @@ def system_text(body: Mapping[str, Any]) -> str:
     return ""
 
 
-def _api_key_of(headers: Mapping[str, str]) -> str | None:
+def api_key_of(headers: Mapping[str, str]) -> str | None:
+    """The key a client sent: ``x-api-key``, else the token of ``authorization: Bearer``,
+    else None (``headers`` with lower-case names)."""
     key = headers.get("x-api-key")
     if key is not None:
         return key
@@ -414,13 +417,13 @@ class MessagesServer:
         if self._stopping.is_set():
             raise _Abort
 
-    def _handle(self, handler: _Handler) -> None:
+    def _handle(self, handler: RequestHandler) -> None:
         length_text = handler.headers.get("content-length")
         try:
             length = int(length_text) if length_text is not None else 0
         except ValueError:
             length = -1
-        if not 0 <= length <= _MAX_BODY_BYTES:
+        if not 0 <= length <= MAX_BODY_BYTES:
             handler.close_connection = True
             _send_error(handler, 400, "invalid_request_error", "bad content-length", "req_local_0")
             return
@@ -444,7 +447,7 @@ class MessagesServer:
             message = f"{handler.command} {path} is not served here"
             _send_error(handler, 404, "not_found_error", message, request_id)
             return
-        if self.api_key is not None and _api_key_of(headers) != self.api_key:
+        if self.api_key is not None and api_key_of(headers) != self.api_key:
             message = "invalid x-api-key or authorization header"
             _send_error(handler, 401, "authentication_error", message, request_id)
             return
@@ -453,7 +456,7 @@ class MessagesServer:
             _send_error(handler, 400, "invalid_request_error", problem, request_id)
             return
         assert isinstance(body, dict)
-        input_tokens = estimate_tokens(_input_text(body))
+        input_tokens = estimate_tokens(input_text(body))
         if path.endswith("count_tokens"):
             _send_json(handler, 200, {"input_tokens": input_tokens}, request_id)
             return
@@ -493,7 +496,7 @@ class MessagesServer:
         self._wait(start + delay - time.monotonic())
 
     def _send_scripted_error(
-        self, handler: _Handler, reply: ScriptedResponse, request_id: str
+        self, handler: RequestHandler, reply: ScriptedResponse, request_id: str
     ) -> None:
         if reply.is_error:
             status = reply.status
@@ -503,7 +506,7 @@ class MessagesServer:
             status = ERROR_STATUS.get(error_type, 500)
         headers = dict(reply.headers)
         if reply.retry_after is not None:
-            headers["retry-after"] = _number_text(reply.retry_after)
+            headers["retry-after"] = number_text(reply.retry_after)
         message = reply.error_message or error_type
         _send_error(handler, status, error_type, message, request_id, headers)
 
@@ -562,7 +565,7 @@ class MessagesServer:
             content.append(item)
         stop_reason = reply.stop_reason
         max_tokens = int(body["max_tokens"])
-        output_tokens = estimate_tokens("".join(_block_output(block) for block in content))
+        output_tokens = estimate_tokens("".join(block_output(block) for block in content))
         if reply.stop_reason == "max_tokens":
             output_tokens = max_tokens
         elif self.enforce_max_tokens and output_tokens > max_tokens:
@@ -590,7 +593,7 @@ class MessagesServer:
 
     def _stream(
         self,
-        handler: _Handler,
+        handler: RequestHandler,
         reply: ScriptedResponse,
         message: dict[str, Any],
         request_id: str,
@@ -602,7 +605,7 @@ class MessagesServer:
         handler.send_header("request-id", request_id)
         handler.send_header("transfer-encoding", "chunked")
         handler.end_headers()
-        writer = _EventWriter(handler)
+        writer = EventWriter(handler)
         usage = message["usage"]
         start = dict(message, content=[], stop_reason=None, stop_sequence=None)
         start["usage"] = dict(usage, output_tokens=1)
@@ -627,7 +630,7 @@ class MessagesServer:
                     "content_block_delta",
                     {"type": "content_block_delta", "index": index, "delta": delta},
                 )
-            for piece in _chunks(_block_output(block), self.chunk_chars):
+            for piece in text_chunks(block_output(block), self.chunk_chars):
                 if budget is not None and sent_chars + len(piece) > budget:
                     piece = piece[: budget - sent_chars]
                     if piece:
@@ -675,10 +678,12 @@ class _HTTPServer(http.server.ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], app: MessagesServer) -> None:
         self.app = app
-        super().__init__(address, _Handler)
+        super().__init__(address, RequestHandler)
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
+class RequestHandler(http.server.BaseHTTPRequestHandler):
+    """One connection's handler: hands every request to the server's ``_handle``."""
+
     protocol_version = "HTTP/1.1"
     server_version = "plandag-messages-server"
     timeout = 30  # seconds an idle keep-alive connection is held
@@ -712,13 +717,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         """Quiet: tests read :attr:`MessagesServer.requests` instead of a log."""
 
 
-class _EventWriter:
+class EventWriter:
     """Writes server-sent events as HTTP/1.1 chunks, one chunk an event."""
 
-    def __init__(self, handler: _Handler) -> None:
+    def __init__(self, handler: RequestHandler) -> None:
         self._handler = handler
 
-    def _chunk(self, data: bytes) -> None:
+    def write_chunk(self, data: bytes) -> None:
         try:
             self._handler.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self._handler.wfile.flush()
@@ -727,7 +732,7 @@ class _EventWriter:
 
     def event(self, name: str, data: Mapping[str, Any]) -> None:
         payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-        self._chunk(f"event: {name}\ndata: {payload}\n\n".encode())
+        self.write_chunk(f"event: {name}\ndata: {payload}\n\n".encode())
 
     def error(self, reply: ScriptedResponse, request_id: str) -> None:
         error_type = reply.stream_error_type
@@ -736,7 +741,7 @@ class _EventWriter:
         self.close()
 
     def close(self) -> None:
-        self._chunk(b"")  # the zero-length chunk ends the body
+        self.write_chunk(b"")  # the zero-length chunk ends the body
 
 
 def _stock_message(error_type: str) -> str:
@@ -752,7 +757,7 @@ def _error_body(error_type: str, message: str, request_id: str) -> dict[str, Any
 
 
 def _send_json(
-    handler: _Handler,
+    handler: RequestHandler,
     status: int,
     data: Mapping[str, Any],
     request_id: str,
@@ -771,7 +776,7 @@ def _send_json(
 
 
 def _send_error(
-    handler: _Handler,
+    handler: RequestHandler,
     status: int,
     error_type: str,
     message: str,
@@ -784,7 +789,8 @@ def _send_error(
     _send_json(handler, status, _error_body(error_type, message, request_id), request_id, extra)
 
 
-def _number_text(seconds: float) -> str:
+def number_text(seconds: float) -> str:
+    """Seconds as a header value: ``2`` for a whole number, ``0.5`` otherwise."""
     return str(int(seconds)) if float(seconds).is_integer() else repr(float(seconds))
 
 
@@ -810,17 +816,17 @@ def _validate(body: Any, *, count_only: bool) -> str | None:
     return None
 
 
-def _content_text(content: Any) -> str:
+def content_text(content: Any) -> str:
     """The characters a content value counts for: text as is, anything else as JSON."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(_content_text(block) for block in content)
+        return "".join(content_text(block) for block in content)
     if isinstance(content, dict):
         if content.get("type") == "text" and isinstance(content.get("text"), str):
             return str(content["text"])
         if content.get("type") == "tool_result":
-            return _content_text(content.get("content", ""))
+            return content_text(content.get("content", ""))
         if content.get("type") == "tool_use":
             return json.dumps(content.get("input", {}))
     return json.dumps(content)
@@ -842,30 +848,30 @@ def _cache_blocks(body: Mapping[str, Any]) -> list[tuple[str, bool]]:
     system = body.get("system", "")
     for block in system if isinstance(system, list) else [system]:
         marked = isinstance(block, dict) and "cache_control" in block
-        blocks.append((_content_text(block), marked))
+        blocks.append((content_text(block), marked))
     for message in body.get("messages", []):
         content = message.get("content", "") if isinstance(message, dict) else message
         for block in content if isinstance(content, list) else [content]:
             marked = isinstance(block, dict) and "cache_control" in block
-            blocks.append((_content_text(block), marked))
+            blocks.append((content_text(block), marked))
     return blocks
 
 
-def _input_text(body: Mapping[str, Any]) -> str:
+def input_text(body: Mapping[str, Any]) -> str:
     """What input tokens are counted from: system prompt, messages' content, tools.
     ``POST /v1/messages/count_tokens`` and a message's ``usage.input_tokens`` count the
     same text, so a count matches the bill, as the API's does."""
-    parts = [_content_text(body.get("system", ""))]
+    parts = [content_text(body.get("system", ""))]
     for message in body.get("messages", []):
         parts.append(
-            _content_text(message.get("content", "") if isinstance(message, dict) else message)
+            content_text(message.get("content", "") if isinstance(message, dict) else message)
         )
     if body.get("tools"):
         parts.append(json.dumps([_without_cache_control(tool) for tool in body["tools"]]))
     return "".join(parts)
 
 
-def _block_output(block: Mapping[str, Any]) -> str:
+def block_output(block: Mapping[str, Any]) -> str:
     """The characters a content block streams: its text, or its input as JSON."""
     if block["type"] == "text":
         return str(block["text"])
@@ -877,7 +883,7 @@ def _cut(content: list[dict[str, Any]], chars: int) -> list[dict[str, Any]]:
     kept: list[dict[str, Any]] = []
     left = chars
     for block in content:
-        size = len(_block_output(block))
+        size = len(block_output(block))
         if size <= left:
             kept.append(block)
             left -= size
@@ -888,7 +894,8 @@ def _cut(content: list[dict[str, Any]], chars: int) -> list[dict[str, Any]]:
     return kept
 
 
-def _chunks(text: str, size: int) -> Iterator[str]:
+def text_chunks(text: str, size: int) -> Iterator[str]:
+    """``text`` in pieces of ``size`` characters (the last one shorter), as streamed."""
     for offset in range(0, len(text), size):
         yield text[offset : offset + size]
 

@@ -153,14 +153,14 @@ async def test_the_reservation_is_the_counted_prompt_plus_max_tokens_at_the_mode
 ) -> None:
     from plandag.scheduler import Budget
     from plandag.testing import estimate_tokens
-    from plandag.testing.server import _input_text
+    from plandag.testing.server import input_text
 
     budget = Budget(1.0, 200_000)
     seen: list[tuple[int, int, float]] = []
 
     def reply(body: dict[str, Any]) -> ScriptedResponse:
         seen.append(
-            (budget.reserved_tokens, estimate_tokens(_input_text(body)), budget.reserved_usd)
+            (budget.reserved_tokens, estimate_tokens(input_text(body)), budget.reserved_usd)
         )
         return ScriptedResponse.text("fine", usage={"input_tokens": 10, "output_tokens": 2})
 
@@ -377,3 +377,15 @@ async def test_openai_compatible_server_streams_with_usage(
     assert (response.usage.input_tokens, response.usage.output_tokens) == (9, 4)
     assert response.stop_reason == "stop"
     assert json.loads(openai_server.requests[0].raw_body)["stream"] is True
+
+
+def test_the_planner_sees_llm_and_agent_with_their_schemas() -> None:
+    from plandag.planner.prompt import system_prompt
+
+    prompt = system_prompt(default_registry())
+    (llm_line,) = [line for line in prompt.splitlines() if line.startswith("- llm")]
+    (agent_line,) = [line for line in prompt.splitlines() if line.startswith("- agent")]
+    for name in ("prompt", "data", "schema", "max_tokens"):
+        assert name in llm_line
+    for name in ("task", "tools", "max_turns", "max_cost_usd", "max_seconds"):
+        assert name in agent_line
