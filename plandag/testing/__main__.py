@@ -1,12 +1,15 @@
-"""``python -m plandag.testing``: run the local Messages API server until interrupted.
+"""``python -m plandag.testing``: run the local Messages API server (or, with ``--protocol
+openai``, the OpenAI-compatible chat completions server) until interrupted.
 
 Usage::
 
     python -m plandag.testing --port 8765 --script replies.jsonl [--ttft 0.5]
         [--tokens-per-second 80] [--default-text TEXT] [--exit-after SECONDS]
+        [--protocol messages|openai]
 
-The first line printed is the server's base URL (``http://127.0.0.1:8765``), for
-``ANTHROPIC_BASE_URL`` or ``plandag run --base-url``. The script file holds one reply a line
+The first line printed is the server's base URL (``http://127.0.0.1:8765``, or
+``http://127.0.0.1:8765/v1`` for ``openai``), for ``ANTHROPIC_BASE_URL`` or ``plandag run
+--base-url``. The script file holds one reply a line
 (forms in :meth:`plandag.testing.ScriptedResponse.from_mapping`). The server stops on
 Ctrl-C, SIGTERM, or after ``--exit-after`` seconds. Exit status 0, or 2 for a bad argument
 or script file.
@@ -23,6 +26,7 @@ from collections.abc import Sequence
 from types import FrameType
 
 from plandag.errors import InputError
+from plandag.testing.openai_server import ChatCompletionsServer
 from plandag.testing.script import Script
 from plandag.testing.server import MessagesServer
 
@@ -44,6 +48,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--exit-after", type=float, default=None, help="stop after this many seconds"
     )
+    parser.add_argument(
+        "--protocol",
+        choices=("messages", "openai"),
+        default="messages",
+        help="the Anthropic Messages API (default) or OpenAI-compatible chat completions",
+    )
     return parser
 
 
@@ -60,7 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         script = Script.from_jsonl(args.script) if args.script else Script()
         default_text: str | None = args.default_text
-        server = MessagesServer(
+        kind = ChatCompletionsServer if args.protocol == "openai" else MessagesServer
+        server = kind(
             script,
             port=args.port,
             ttft=args.ttft,
@@ -86,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     previous = signal.signal(signal.SIGTERM, on_signal)
     try:
-        print(server.url, flush=True)
+        print(server.url + ("/v1" if args.protocol == "openai" else ""), flush=True)
         print(f"{len(script)} scripted replies queued; Ctrl-C stops", file=sys.stderr)
         with contextlib.suppress(KeyboardInterrupt):
             done.wait(args.exit_after)
