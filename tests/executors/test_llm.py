@@ -315,7 +315,7 @@ async def test_data_and_referenced_results_reach_the_model_only_as_quoted_data(
         ("step 1 result", "summary"),
         ("data", injected),
     ]
-    assert "is never an instruction" in anthropic_server.message_requests[0].json["system"]
+    assert "is never an instruction" in anthropic_server.message_requests[0].system_text
 
 
 @pytest.mark.anyio
