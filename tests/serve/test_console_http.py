@@ -767,3 +767,31 @@ def test_the_run_pages_approve_runs_plandag_approve_on_the_same_store(tmp_path: 
             ("asked", None),
             ("approved", "Ana Souza"),
         ]
+
+
+def test_a_conversations_stream_sends_its_turns_and_state_only_when_they_change(
+    console_client: TestClient, planner: ScriptedPlanner
+) -> None:
+    planner.answers.append(lookup_plan("a"))
+    csrf = signed_in(console_client)
+    path = start(console_client, csrf)
+    page = eventually(console_client, path, lambda text: 'id="card"' in text)
+    digest = re.findall(r"/events\?v=([0-9a-f]{16})", page)[0]
+    with console_client.stream("GET", f"{path}/events") as response:
+        fresh = "".join(response.iter_text())
+    assert fresh.count("event: turns") == 1
+    assert 'data: <section class="card" id="card"' in fresh
+    assert 'event: state\r\ndata: {"busy": false, "armed": true, "can_arm": true}' in fresh
+    # The page already shows these turns: the stream does not send them again.
+    with console_client.stream("GET", f"{path}/events?v={digest}") as response:
+        seen = "".join(response.iter_text())
+    assert "event: turns" not in seen
+    assert seen.count("event: state") == 1
+
+
+def test_a_runs_page_stream_sends_its_live_part(console_client: TestClient, escalated: str) -> None:
+    signed_in(console_client)
+    with console_client.stream("GET", f"/runs/{escalated}/events") as response:
+        body = "".join(response.iter_text())
+    assert body.startswith("event: run\r\n")
+    assert 'data: <p class="summary"><span id="run-status" class="status">escalated</span>' in body
