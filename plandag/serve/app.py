@@ -50,7 +50,7 @@ from starlette.routing import Route
 from plandag.conversation import Conversation, PlanModeError
 from plandag.errors import InputError
 from plandag.serve.console import Console, ConsoleConfig, ConsoleError
-from plandag.serve.runs import run_rows, run_view
+from plandag.serve.runs import TRACE_SVG_CSS, run_rows, run_view
 from plandag.serve.security import (
     Session,
     SessionSigner,
@@ -437,6 +437,7 @@ class _Pages:
             live=live,
             live_digest=_digest(live),
             notice=self.console.notices.get(run_id),
+            trace_css=TRACE_SVG_CSS,
         )
 
     async def run_events(self, request: Request) -> Response:

@@ -169,8 +169,8 @@ class Card:
         shown: the plan as :func:`render_for_decision` fits it in ``card_chars``.
         request: the plan as an approval shows it (dependencies, effects, estimate).
         steps: the steps shown (the first ``shown.shown_steps``), each as a dict: ``id``,
-            ``tool``, ``args`` (JSON text), ``depends_on``, ``effects``, ``targets``,
-            ``description``.
+            ``tool``, ``args`` (JSON text), ``rows`` (its lines, at most 12),
+            ``depends_on``, ``effects``, ``targets``, ``description``.
     """
 
     plan: Plan
@@ -444,6 +444,7 @@ class Console:
                     "id": step.id,
                     "tool": step.tool,
                     "args": json.dumps(step.args, ensure_ascii=False, indent=1, default=str),
+                    "rows": min(json.dumps(step.args, indent=1, default=str).count("\n") + 1, 12),
                     "depends_on": list(request.dependencies.get(step.id, step.depends_on)),
                     "effects": effects,
                     "targets": list(targets),

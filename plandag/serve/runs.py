@@ -20,8 +20,9 @@ from typing import Any
 import networkx as nx
 
 from plandag.store import RunRow, Store
+from plandag.trace.html import PAGE_CSS
 
-__all__ = ["BatchCounts", "batch_summary", "progress", "run_rows", "run_view"]
+__all__ = ["TRACE_SVG_CSS", "BatchCounts", "batch_summary", "progress", "run_rows", "run_view"]
 
 DONE_STATES = frozenset({"succeeded", "failed", "skipped", "cancelled"})
 """Step states that count as done in a run's progress."""
@@ -112,17 +113,37 @@ def batch_summary(store: Store, batch_id: str) -> BatchCounts:
 
 
 def _mermaid(plan: Mapping[str, Any]) -> str:
+    """The plan's DAG as Mermaid text: declared dependencies and those its references imply
+    (a step reading ``<step_N_result>`` comes after step N)."""
     from plandag.dag.graph import mermaid
+    from plandag.dag.references import find_references
 
     graph = nx.DiGraph()
     labels: dict[int, str] = {}
-    for step in plan.get("steps", []):
+    steps = plan.get("steps", [])
+    ids = {int(step["id"]) for step in steps}
+    for step in steps:
         step_id = int(step["id"])
         graph.add_node(step_id)
         labels[step_id] = f"{step_id}. {step.get('tool', '')}"
-        for parent in step.get("depends_on") or []:
-            graph.add_edge(int(parent), step_id)
+        parents = {int(parent) for parent in step.get("depends_on") or []}
+        parents |= {
+            reference.step_id
+            for _, reference in find_references(step.get("args") or {})
+            if reference.step_id is not None
+        }
+        for parent in sorted(parents & ids):
+            graph.add_edge(parent, step_id)
     return mermaid(graph, labels)
+
+
+TRACE_SVG_CSS = "\n".join(
+    line
+    for line in PAGE_CSS.splitlines()
+    if line.startswith(("svg", ".node", ".edge", ".bar", ".llm", ".axis", ".wait", ".label"))
+)
+"""The trace page's style rules for its DAG and Gantt SVG (:data:`plandag.trace.html.PAGE_CSS`
+without its page-wide rules)."""
 
 
 def run_view(store: Store, run_id: str) -> dict[str, Any]:
