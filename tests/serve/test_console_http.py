@@ -795,3 +795,43 @@ def test_a_runs_page_stream_sends_its_live_part(console_client: TestClient, esca
         body = "".join(response.iter_text())
     assert body.startswith("event: run\r\n")
     assert 'data: <p class="summary"><span id="run-status" class="status">escalated</span>' in body
+
+
+def test_approve_in_the_inbox_runs_plandag_approve_with_the_hash_and_the_name(
+    tmp_path: Path,
+) -> None:
+    with open_store(tmp_path / "runs.sqlite3") as store:
+        store.create_run("0c0c0c0c0c0c0c0c", command="exec", goal="pay", params={}, options={})
+        store.add_plan_version(
+            "0c0c0c0c0c0c0c0c", 1, lookup_plan().model_dump(mode="json"), "e" * 64, "stored"
+        )
+        store.update_run("0c0c0c0c0c0c0c0c", status="escalated", pid=None)
+        actions = {"approve": "plandag approve 0c0c0c0c0c0c0c0c --hash " + "e" * 64}
+        store.add_escalation("0c0c0c0c0c0c0c0c", "unknown_outcome", {"actions": actions})
+    spawned: list[list[str]] = []
+
+    async def spawn(argv: Sequence[str]) -> tuple[int, str]:
+        spawned.append(list(argv))
+        return 0, ""
+
+    config = make_config(tmp_path, None, spawn=spawn, plandag_command=("plandag",))
+    with TestClient(create_app(config, TOKEN), base_url=BASE) as client:
+        csrf = signed_in(client)
+        inbox = client.get("/inbox").text
+        assert 'action="/inbox/0c0c0c0c0c0c0c0c/approve"' in inbox
+        assert f'name="hash" value="{"e" * 64}"' in inbox
+        client.post("/inbox/0c0c0c0c0c0c0c0c/approve", data={"csrf": csrf, "hash": "e" * 64})
+        eventually(client, "/inbox", lambda text: "plandag approve ended" in text)
+    assert spawned == [
+        [
+            "plandag",
+            "approve",
+            "0c0c0c0c0c0c0c0c",
+            "--hash",
+            "e" * 64,
+            "--who",
+            "Ana Souza",
+            "--store",
+            str(tmp_path / "runs.sqlite3"),
+        ]
+    ]
