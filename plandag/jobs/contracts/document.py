@@ -152,10 +152,10 @@ def contract_record(
                         check_detail.append(check.detail)
             else:
                 names = ", ".join(spec.name for spec in next(groups, []))
-                failed = [s for s in group_steps if s.status == "failed"]
-                culprit = failed[0] if failed else step
+                failed = [i for i, s in enumerate(group_steps) if s.status == "failed"]
+                culprit = group_steps[failed[0]] if failed else step
                 code, message = _step_failure(culprit)
-                where = f"chunk step {culprit.id}" if failed else f"step {step.id}"
+                where = f"chunk {failed[0] + 1} of {len(group_steps)}" if failed else "merge"
                 errors.append({"code": code, "message": f"fields {names}: {where}: {message}"})
             group_steps = []
         else:
