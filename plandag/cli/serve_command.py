@@ -81,6 +81,14 @@ def register(app: typer.Typer) -> None:
                 help="Where approved plans may write (repeatable). Default: the working directory.",
             ),
         ] = None,
+        investigate: Annotated[
+            bool,
+            typer.Option(
+                "--investigate/--no-investigate",
+                help="In plan mode, the planner first runs a plan of tools without effects "
+                "and writes the plan with what it found (default), or writes it at once.",
+            ),
+        ] = True,
         card_chars: Annotated[
             int,
             typer.Option(
@@ -126,7 +134,7 @@ def register(app: typer.Typer) -> None:
         if has_key or (provider == "openai" and base_url is not None):
             client = _client(provider, base_url)
             planner = planner_function(
-                planner_factory(client, name), full_registry=registry, investigate=True
+                planner_factory(client, name), full_registry=registry, investigate=investigate
             )
         else:
             sys.stderr.write(

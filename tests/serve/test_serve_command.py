@@ -104,3 +104,11 @@ def test_without_a_key_it_serves_without_a_planner(started: list[dict[str, Any]]
 )
 def test_is_loopback(host: str, expected: bool) -> None:
     assert is_loopback(host) is expected
+
+
+def test_plan_mode_investigates_unless_told_not_to(started: list[dict[str, Any]]) -> None:
+    invoke(key="test")
+    invoke("--no-investigate", key="test")
+    planners = [call["app"].state.console.config.planner for call in started]
+    assert [planner.investigate for planner in planners] == [True, False]
+    assert [planner.full_registry is not None for planner in planners] == [True, True]
