@@ -599,9 +599,8 @@ class Agent:
         self.model = model
         self.registry = registry
         if models is None:
-            executor = executor_model or (
-                DEFAULT_EXECUTOR_MODEL if client.provider == "anthropic" else model
-            )
+            anthropic = getattr(client, "provider", "anthropic") == "anthropic"
+            executor = executor_model or (DEFAULT_EXECUTOR_MODEL if anthropic else model)
             models = ModelAccess(client, executor, prices, registry=registry)
         self.models = models
         self.stream = stream
