@@ -137,7 +137,8 @@ async def call_model(
        is raised as the step error the run's retry policy reads;
     3. the hold settled with the usage the provider reported (the usage of an unusable
        answer too; nothing for a call that got no answer);
-    4. an ``llm_call`` child of the attempt for the trace (model, tokens, cost, error).
+    4. an ``llm_call`` child of the attempt for the trace (model, tokens, cost, error), and
+       the live OpenTelemetry ``chat MODEL`` span of the call (:mod:`plandag.trace.otel`).
 
     Args:
         context: the attempt's context.
@@ -158,6 +159,7 @@ async def call_model(
     from plandag.errors import BudgetRefusedError
     from plandag.planner.llm.base import UnusableResponseError, Usage
     from plandag.planner.llm.calls import estimate_cost
+    from plandag.trace import otel
 
     price = models.prices.lookup(request.model)
     counted = await _count_tokens(models, request)
@@ -182,15 +184,18 @@ async def call_model(
     usage = Usage()
     error_text: str | None = None
     stop: str | None = None
+    span = otel.start_model_call(models.provider, request, context.attempt)
     try:
         response = await models.client.complete(request)
     except BaseException as error:
+        otel.end_model_call(span, None, error)
         if isinstance(error, UnusableResponseError):
             usage = error.response.usage
             stop = error.response.stop_reason
         error_text = f"{type(error).__name__}: {error}"
         raise
     else:
+        otel.end_model_call(span, response, None)
         usage = response.usage
         stop = response.stop_reason
         return response

@@ -191,6 +191,37 @@ async def test_step_spans_are_named_and_attributed_by_the_genai_conventions(
 
 
 @pytest.mark.anyio
+async def test_an_llm_steps_model_call_is_a_chat_span_under_its_step(
+    memory: InMemorySpanExporter,
+) -> None:
+    from plandag.executors import EXECUTOR_TOOLS, ModelAccess
+    from plandag.planner.llm import AnthropicClient
+    from plandag.testing import MessagesServer
+
+    plan = Plan.model_validate(
+        {"goal": "ask", "steps": [{"id": 1, "tool": "llm", "args": {"prompt": "Say ok."}}]}
+    )
+    with MessagesServer() as server:
+        server.push_text("ok", usage={"input_tokens": 11, "output_tokens": 2})
+        async with AnthropicClient(api_key="test", base_url=server.url) as client:
+            result = await run_plan(
+                compile_plan(plan, Registry(EXECUTOR_TOOLS)),
+                run_id=RUN,
+                models=ModelAccess(client, "claude-haiku-4-5"),
+            )
+    assert result.status == "succeeded"
+    spans = memory.get_finished_spans()
+    step = next(span for span in spans if span.name == "execute_tool llm")
+    chat = next(span for span in spans if span.name == "chat claude-haiku-4-5")
+    assert parent_of(chat) == span_id(step)
+    assert chat.kind == SpanKind.CLIENT
+    attributes = dict(chat.attributes or {})
+    assert attributes["gen_ai.usage.input_tokens"] == 11
+    assert attributes["gen_ai.usage.output_tokens"] == 2
+    assert attributes["gen_ai.provider.name"] == "anthropic"
+
+
+@pytest.mark.anyio
 async def test_without_a_provider_no_span_is_made(memory: InMemorySpanExporter) -> None:
     use_tracer_provider(None)  # and no global provider is set in the test process
     assert otel.tracer() is None
