@@ -736,10 +736,12 @@ async def test_steps_waiting_for_a_limit_are_skipped_when_interrupted() -> None:
     plan = compiled([{"id": i, "tool": "nap", "args": {"seconds": 10}} for i in (1, 2)])
     with anyio.move_on_after(0.05):
         result = await run_plan(plan, max_concurrency=1)
-    assert result.steps[1].status == "cancelled"
-    assert result.steps[2].status == "skipped"
-    assert result.steps[2].reason == "interrupted"
-    assert result.steps[2].attempts == 0
+    # Which of the two ready steps takes the one slot is the event loop's choice (trio
+    # randomises task order): one ran and was cancelled, the other never started.
+    ran = [step for step in result.steps.values() if step.attempts]
+    waited = [step for step in result.steps.values() if not step.attempts]
+    assert [step.status for step in ran] == ["cancelled"]
+    assert [(step.status, step.reason) for step in waited] == [("skipped", "interrupted")]
 
 
 def test_empty_plan_succeeds() -> None:
