@@ -771,6 +771,18 @@ def resume_with_planner(
                 first_version=len(versions) + 1,
                 spent_before=(row.spent_usd, row.spent_tokens),
             )
+            if result.plan_versions:
+                from plandag.cli.store_command import library_after_continue
+
+                library_after_continue(
+                    store,
+                    run_id,
+                    compiled,
+                    options,
+                    plan=result.plan_versions[-1],
+                    tainted=result.tainted_steps,
+                    replanned=bool(result.replans),
+                )
         else:
             store.update_run(run_id, status="interrupted", pid=None)
     finally:

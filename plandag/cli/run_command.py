@@ -14,7 +14,9 @@ The plan library (README, "The plan library"): with ``--task-type NAME`` the lat
 of that task type runs with no model call at all (a new task type is planned, and saved
 under NAME once it succeeded); without it, when the library has plans, one routing call to
 the executor model (``--executor-model``, setting ``executor_model``) picks one and fills
-its params. ``--json`` adds ``library``, ``routing_calls`` and ``routing_cost_usd``.
+its params; when it has none, the plan is saved under a task type named from it
+(:func:`plandag.library.runner.derived_task_type`). ``--json`` adds ``library``,
+``routing_calls`` and ``routing_cost_usd``.
 
 While it runs, the process reads the run store's ``instruction`` table every 0.5 s: an
 instruction given with ``plandag tell RUN_ID "TEXT"`` replans the steps not started
@@ -199,6 +201,12 @@ def library_lines(outcome: LibraryOutcome) -> list[str]:
             )
     elif outcome.not_saved is not None and outcome.task_type is not None:
         lines.append(f"library: nothing saved for {outcome.task_type}: {outcome.not_saved}")
+    if outcome.derived and outcome.task_type is not None:
+        lines.append(
+            f"library: task type {outcome.task_type} was named from the plan (no --task-type "
+            "and nothing in the library to route to); later runs of this kind are routed to "
+            "it, `--task-type NAME` names a task type yourself"
+        )
     return lines
 
 

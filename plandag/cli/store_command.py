@@ -58,6 +58,7 @@ from plandag.trace.redact import scrub_secrets
 
 if TYPE_CHECKING:
     from plandag.compiler.compiled import CompiledPlan
+    from plandag.dag.plan import Plan
     from plandag.escalation import EscalationHooks
     from plandag.store import Store
     from plandag.store.durable import DurableOutcome, RunOptions, TraceFactory
@@ -551,10 +552,50 @@ def _continue(
     done = outcome.result
     if done is None:
         _fail("the run was interrupted before it could report", 130)
+    library_after_continue(store, run_id, compiled, options)
     if outcome.signal is not None:
         _quiet_report(done, as_json=as_json, store=store)
         raise typer.Exit(exit_code_for_signal(outcome.signal))
     report(done, as_json=as_json, store=store)
+
+
+def library_after_continue(
+    store: Store,
+    run_id: str,
+    compiled: CompiledPlan,
+    options: RunOptions,
+    *,
+    plan: Plan | None = None,
+    tainted: tuple[int, ...] = (),
+    replanned: bool = False,
+) -> None:
+    """Bring the plan library up to date with a ``plandag run`` that went through it and
+    was finished now by ``plandag approve`` or ``plandag resume``: its use counted with the
+    final status, its plan (``plan``, default the compiled one) saved by the admission rule
+    (:func:`plandag.library.stored.finish_stored_run`); what was done on stderr. Runs that
+    did not go through the library are left alone."""
+    from plandag.library.stored import finish_stored_run
+
+    app_module = _app()
+    store.flush()
+    registry = app_module._registry([Path(tool) for tool in options.tools])
+    finished = finish_stored_run(
+        store,
+        run_id,
+        plan=plan if plan is not None else compiled.plan,
+        registry=registry,
+        params=compiled.params,
+        approve=options.approve,
+        read_only=options.read_only,
+        write_boundary=compiled.write_boundary,
+        http_allow=options.http_allow,
+        max_steps=options.max_steps,
+        tainted=tainted,
+        replanned=replanned,
+    )
+    if finished is not None:
+        for line in finished.lines():
+            app_module.stderr.print(line, markup=False, highlight=False)
 
 
 def print_stored_brakes(options: RunOptions) -> None:

@@ -186,7 +186,8 @@ class TaskRun:
         how: ``library``, ``routed`` or ``planned`` (:data:`HOW`).
         status: the run's final status.
         replans: replans during the run.
-        escalated: the run ended ``escalated``.
+        escalated: the run was handed to a person (it ended ``escalated``; a person
+            may have resumed it since).
         spent_usd: US dollars: its steps, its planner calls and its routing call.
         planner_calls: model call attempts of the planner, replanner and joiner.
         planner_usd: their US dollars.
@@ -344,19 +345,25 @@ class PlanLibrary:
         )
         return frozenset(row[0] for row in rows)
 
+    def task_run(self, run_id: str) -> TaskRun | None:
+        """The recorded run ``run_id``, or None when it did not go through the library."""
+        found = self._task_runs(" WHERE run_id = ?", (run_id,))
+        return found[0] if found else None
+
     def task_runs(self, task_type: str | None = None) -> list[TaskRun]:
         """The recorded runs (of ``task_type``, or all), oldest first."""
+        if task_type is None:
+            return self._task_runs("", ())
+        return self._task_runs(" WHERE task_type = ?", (task_type,))
+
+    def _task_runs(self, where: str, args: tuple[Any, ...]) -> list[TaskRun]:
         self.store.flush()
         sql = (
             "SELECT run_id, task_type, version, how, status, replans, escalated, spent_usd, "
             "planner_calls, planner_usd, routing_calls, routing_usd, alerts, duration_s, time "
             "FROM task_run"
         )
-        args: tuple[Any, ...] = ()
-        if task_type is not None:
-            sql += " WHERE task_type = ?"
-            args = (task_type,)
-        rows = self.store.connection.execute(sql + " ORDER BY time, run_id", args)
+        rows = self.store.connection.execute(sql + where + " ORDER BY time, run_id", args)
         return [
             TaskRun(
                 run_id=row[0],

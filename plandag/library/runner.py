@@ -9,9 +9,11 @@ library:
    at least one admitted entry: one *routing call* to the executor model
    (:mod:`plandag.library.routing`) picks an entry and fills its params (the user's
    ``--param`` values win), or names a new task type; an unusable answer, or params that do
-   not fit the entry, fall back to the planner with nothing saved. With an empty library
-   there is nothing to route to: the planner plans, and nothing is saved unless a task type
-   was given.
+   not fit the entry, fall back to the planner with nothing saved. With no admitted entry
+   there is nothing to route to and no routing call: the planner plans, and the run's task
+   type is the one given or, without one, a name derived from its plan
+   (:func:`derived_task_type`), so that the first plain ``plandag run`` of a task already
+   leaves a plan that later runs are routed to.
 2. **run it** as any plan (:meth:`~plandag.planner.agent.Agent.run_revised`): a reused plan
    with effects passes the approval gate like any plan; a step that fails its check brings
    in the replanner, and the repaired plan becomes the task type's new version.
@@ -19,17 +21,24 @@ library:
    approved (a person, or ``--approve auto`` for writes) or is read-only, and no model that
    had read outside content wrote any of its steps; otherwise it is saved ``pending``, for a
    person (``plandag library approve``). A reused plan that ran unchanged is not saved again.
-4. **record** the run (:class:`~plandag.library.catalog.TaskRun`) and report its
+4. **record** the run (:class:`~plandag.library.catalog.TaskRun`), with a ``library`` event
+   in the run store (task type, version reused, steps written after reading outside
+   content) that :func:`plandag.library.stored.finish_stored_run` reads when the run is
+   finished later (``plandag approve``, ``plandag resume``), and report its
    out-of-registry alerts (:mod:`plandag.library.alerts`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import time
-from collections.abc import Mapping
+import unicodedata
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from plandag.compiler.limits import DEFAULT_MAX_STEPS
 from plandag.dag.plan import Plan
 from plandag.errors import PlanError
 from plandag.library.alerts import report_alerts
@@ -47,8 +56,18 @@ from plandag.library.routing import (
 if TYPE_CHECKING:
     from plandag.planner.agent import Agent, AgentResult
     from plandag.planner.llm import CallRecord
+    from plandag.tools.boundary import WriteBoundary
+    from plandag.tools.registry import Registry
 
-__all__ = ["Admission", "LibraryOutcome", "admission", "library_plan", "run_task"]
+__all__ = [
+    "Admission",
+    "LibraryOutcome",
+    "admission",
+    "decide_admission",
+    "derived_task_type",
+    "library_plan",
+    "run_task",
+]
 
 How = Literal["library", "routed", "planned"]
 
@@ -86,6 +105,8 @@ class LibraryOutcome:
         saved: the version saved by this run, or None.
         not_saved: why no version was saved (None when one was, or when a reused plan
             ran unchanged).
+        derived: ``task_type`` was derived from the plan (:func:`derived_task_type`): no
+            task type was given and the library had no entry to route to.
     """
 
     task_type: str | None
@@ -95,6 +116,7 @@ class LibraryOutcome:
     routing_error: str | None = None
     saved: LibraryPlan | None = None
     not_saved: str | None = None
+    derived: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready data (``plandag run --json``, ``"library"``)."""
@@ -115,6 +137,7 @@ class LibraryOutcome:
                 else None
             ),
             "not_saved": self.not_saved,
+            "derived": self.derived,
         }
 
 
@@ -132,9 +155,127 @@ def library_plan(result: AgentResult) -> Plan | None:
     return Plan(goal=last.goal or first.goal, params=first.params, steps=steps, output=last.output)
 
 
+_STOPWORDS = frozenset(
+    {"a", "an", "and", "as", "at", "by", "for", "from", "in", "into", "of", "on", "or"}
+    | {"the", "then", "this", "that", "to", "with"}
+)
+_NAME_WORDS = 4
+
+
+def derived_task_type(goal: str, plan: Plan) -> str:
+    """The task type of a run that was given none when the library had no entry to route
+    to: ``WORDS-HASH``, the same for the same task and plan shape.
+
+    ``WORDS``: the first four words of the plan's goal (the task's when the plan has
+    none), folded to ASCII and lowercased, keeping only words of two or more letters
+    that are not common short words (``the``, ``of``, ...), joined by ``_`` (``task``
+    when none is left). ``HASH``: the first 8 hex digits of the SHA-256 of the plan's
+    shape, the JSON of ``[tools of its steps in order, sorted param names]``. E.g. the
+    plan "Score a name" with one ``lookup`` step and the param ``name`` gives
+    ``score_name-`` and 8 hex digits.
+
+    Args:
+        goal: the task, in the user's words.
+        plan: the plan the planner wrote for it.
+
+    Returns:
+        A valid task type (:func:`plandag.library.catalog.check_task_type`).
+    """
+    text = unicodedata.normalize("NFKD", plan.goal or goal)
+    folded = text.encode("ascii", "ignore").decode("ascii").lower()
+    words: list[str] = []
+    for word in "".join(char if char.isalpha() else " " for char in folded).split():
+        if len(word) >= 2 and word not in _STOPWORDS:
+            words.append(word[:12])
+        if len(words) == _NAME_WORDS:
+            break
+    shape = json.dumps([[step.tool for step in plan.steps], sorted(plan.params)])
+    digest = hashlib.sha256(shape.encode("utf-8")).hexdigest()[:8]
+    return check_task_type(f"{'_'.join(words) or 'task'}-{digest}")
+
+
+def decide_admission(
+    plan: Plan | None,
+    *,
+    run_status: str,
+    registry: Registry,
+    params: Mapping[str, Any],
+    tainted: Sequence[int],
+    approved_by: str | None,
+    approve: str | None,
+    read_only: bool = False,
+    write_boundary: WriteBoundary | None = None,
+    http_allow: Sequence[str] | None = None,
+    max_steps: int = DEFAULT_MAX_STEPS,
+) -> Admission:
+    """The admission rule (module docstring, step 3) on a plan and what its run came to,
+    whether the run just ended (:func:`admission`) or was finished later by ``plandag
+    approve`` or ``plandag resume`` (:func:`plandag.library.stored.finish_stored_run`).
+
+    Args:
+        plan: the plan to keep (the steps that succeeded, the output, the params), or None.
+        run_status: the run's final status.
+        registry: the run's tools and checks.
+        params: the run's param values, by name.
+        tainted: ids of steps written by a model that had read outside content.
+        approved_by: who approved the plan in the run (a person), or None.
+        approve: the run's approval mode (``ask``, ``auto``, ``never``), or None.
+        read_only, write_boundary, http_allow, max_steps: as the run compiled its plan.
+
+    Returns:
+        The :class:`Admission`.
+    """
+    from plandag.compiler import compile_plan
+
+    if run_status != "succeeded":
+        return Admission(None, None, f"the run ended {run_status}")
+    if plan is None or not plan.steps:
+        return Admission(None, None, "the run has no step to keep")
+    try:
+        compile_plan(
+            plan,
+            registry,
+            params=dict(params),
+            read_only=read_only,
+            write_boundary=write_boundary,
+            http_allow=http_allow,
+            max_steps=max_steps,
+        )
+    except PlanError as error:
+        return Admission(None, None, f"its steps do not compile on their own: {error}")
+    ids = {step.id for step in plan.steps}
+    kept_tainted = [step_id for step_id in tainted if step_id in ids]
+    if kept_tainted:
+        return Admission(
+            plan,
+            "pending",
+            f"step {', '.join(map(str, kept_tainted))} was written by a model that had read "
+            "outside content (a replan or repair shown a failing input or a fetched result); "
+            "a person reads it before runs reuse it",
+        )
+    tools = registry.tools
+    effects = {
+        step.tool: tools[step.tool].effects
+        for step in plan.steps
+        if step.tool in tools and tools[step.tool].effects != "none"
+    }
+    if not effects:
+        return Admission(plan, "admitted", approved_by="read-only")
+    if approved_by is not None:
+        return Admission(plan, "admitted", approved_by=approved_by)
+    if approve == "auto" and set(effects.values()) <= {"write"}:
+        return Admission(plan, "admitted", approved_by="auto")
+    shown = ", ".join(f"{name} [{kind}]" for name, kind in sorted(effects.items()))
+    return Admission(
+        plan,
+        "pending",
+        f"its steps have effects ({shown}) and nobody approved the plan in the run",
+    )
+
+
 def admission(result: AgentResult, agent: Agent, params: Mapping[str, Any]) -> Admission:
     """Decide whether the plan of ``result`` is admitted, saved pending, or not saved
-    (module docstring, step 3).
+    (module docstring, step 3; :func:`decide_admission`).
 
     Args:
         result: the run's result.
@@ -144,53 +285,19 @@ def admission(result: AgentResult, agent: Agent, params: Mapping[str, Any]) -> A
     Returns:
         The :class:`Admission`.
     """
-    from plandag.compiler import compile_plan
-
-    if result.status != "succeeded":
-        return Admission(None, None, f"the run ended {result.status}")
-    plan = library_plan(result)
-    if plan is None or not plan.steps:
-        return Admission(None, None, "the run has no step to keep")
-    try:
-        compile_plan(
-            plan,
-            agent.registry,
-            params=dict(params),
-            read_only=agent.read_only,
-            write_boundary=agent.write_boundary,
-            http_allow=agent.http_allow,
-            max_steps=agent.max_steps,
-        )
-    except PlanError as error:
-        return Admission(None, None, f"its steps do not compile on their own: {error}")
-    ids = {step.id for step in plan.steps}
-    tainted = [step_id for step_id in result.tainted_steps if step_id in ids]
-    if tainted:
-        return Admission(
-            plan,
-            "pending",
-            f"step {', '.join(map(str, tainted))} was written by a model that had read outside "
-            "content (a replan or repair shown a failing input or a fetched result); a person "
-            "reads it before runs reuse it",
-        )
-    tools = agent.registry.tools
-    effects = {
-        step.tool: tools[step.tool].effects
-        for step in plan.steps
-        if step.tool in tools and tools[step.tool].effects != "none"
-    }
-    if not effects:
-        return Admission(plan, "admitted", approved_by="read-only")
     approved = [decision for decision in result.decisions if decision.approved]
-    if approved:
-        return Admission(plan, "admitted", approved_by=approved[-1].who)
-    if agent.approve == "auto" and set(effects.values()) <= {"write"}:
-        return Admission(plan, "admitted", approved_by="auto")
-    shown = ", ".join(f"{name} [{kind}]" for name, kind in sorted(effects.items()))
-    return Admission(
-        plan,
-        "pending",
-        f"its steps have effects ({shown}) and nobody approved the plan in the run",
+    return decide_admission(
+        library_plan(result) if result.status == "succeeded" else None,
+        run_status=result.status,
+        registry=agent.registry,
+        params=params,
+        tainted=result.tainted_steps,
+        approved_by=approved[-1].who if approved else None,
+        approve=agent.approve,
+        read_only=agent.read_only,
+        write_boundary=agent.write_boundary,
+        http_allow=agent.http_allow,
+        max_steps=agent.max_steps,
     )
 
 
@@ -311,6 +418,11 @@ async def run_task(
             given = dict(params or {})
     if result is None:
         result = await agent.run_revised(goal, context, given or None, run_id=run_id)
+    derived = False
+    if task_type is None and choice is None and routing_error is None and result.plan_versions:
+        # no task type given and nothing to route to: name one from the plan, so that the
+        # first plain run of a task leaves a plan that later runs are routed to
+        task_type, derived = derived_task_type(goal, result.plan_versions[0]), True
     saved: LibraryPlan | None = None
     not_saved: str | None = None
     # a replan, a step-by-step edit or a revision after a rejection made a new plan
@@ -352,6 +464,18 @@ async def run_task(
             time=time.time(),
         )
     )
+    library.store.record_event(
+        result.run.run_id,
+        "library",
+        {
+            "task_type": task_type,
+            "version": entry.version if entry is not None else None,
+            "how": how,
+            "derived": derived,
+            "tainted_steps": list(result.tainted_steps),
+        },
+        time.time(),
+    )
     if result.alerts:
         await report_alerts(
             result.alerts,
@@ -368,5 +492,6 @@ async def run_task(
         routing_error=routing_error,
         saved=saved,
         not_saved=not_saved,
+        derived=derived,
     )
     return dataclasses.replace(result, library=outcome, routing_calls=tuple(routing_calls))

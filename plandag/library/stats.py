@@ -26,7 +26,7 @@ class TaskTypeStats:
         no_replan: runs whose plan ran to success with no replan (it survived first
             contact).
         replans: replans over every run.
-        escalations: runs that ended ``escalated``.
+        escalations: runs handed to a person (ended ``escalated``, resumed later or not).
         spend_usd: US dollars over every run: steps, planner calls and routing calls.
         out_of_registry: out-of-registry alerts (the planner named a tool or check that
             is not registered; counted even when a repair fixed it).

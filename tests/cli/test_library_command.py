@@ -331,8 +331,14 @@ def test_library_show_export_and_rm(server: MessagesServer, tools: Path, tmp_pat
 
 
 def test_gc_keeps_the_runs_of_library_plans(server: MessagesServer, tools: Path) -> None:
-    server.push_json(score_plan())
-    other = run(server, tools, "Score ab", "--param", "name=ab", "--json")  # no task type
+    # a run that left no plan in the library (exec of a plan file); a plain `plandag run`
+    # would have saved its plan under a derived task type, and gc would keep it
+    Path("plan.json").write_text(
+        json.dumps({"steps": [{"id": 1, "tool": "lookup", "args": {"name": "ab"}}]}),
+        encoding="utf-8",
+    )
+    other = plandag("exec", "plan.json", "--tools", str(tools), "--json")
+    assert other.exit_code == 0, other.output
     other_id = json.loads(other.stdout)["run_id"]
     server.push_json(score_plan())
     kept = run(

@@ -6,6 +6,8 @@ reading outside content waits for a person."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,8 +15,10 @@ from typing import Any
 import pytest
 
 from plandag.checks.builtins import BUILTIN_CHECKS
+from plandag.dag.plan import Plan
 from plandag.errors import PlanError
 from plandag.library import PlanLibrary, task_type_stats
+from plandag.library.runner import derived_task_type
 from plandag.planner.agent import Agent, AgentResult
 from plandag.planner.llm import AnthropicClient
 from plandag.scheduler import RetryPolicy, RunLimits, VirtualClock
@@ -353,16 +357,59 @@ async def test_the_first_plan_of_a_new_task_type_is_not_saved_when_the_run_fails
 
 
 @pytest.mark.anyio
-async def test_an_empty_library_makes_no_routing_call_and_saves_nothing_without_a_task_type(
+async def test_an_empty_library_makes_no_routing_call_and_saves_the_plan_under_a_derived_name(
     server: MessagesServer, store: Store
 ) -> None:
     server.push_json(score_plan())
     result = await run(server, store, "Score ab", {"name": "ab"})
-    assert len(server.message_requests) == 1
+    assert len(server.message_requests) == 1  # the planner; nothing to route to
     assert result.routing_calls == ()
     assert result.library is not None
-    assert result.library.task_type is None
-    assert PlanLibrary(store).task_types() == []
+    assert result.library.task_type == "score_name-8215c3db"
+    assert result.library.derived is True
+    assert result.library.saved is not None
+    assert (result.library.saved.version, result.library.saved.status) == (1, "admitted")
+    [entry] = PlanLibrary(store).task_types()
+    assert (entry.task_type, entry.latest, entry.tools) == ("score_name-8215c3db", 1, ("lookup",))
+
+    # a later plain run of a task of the same shape: 1 routing call, 0 planner calls
+    server.clear_requests()
+    server.push_json({"task_type": "score_name-8215c3db", "new": False, "params": ["name=xyz"]})
+    later = await run(server, store, "What is the score of xyz?")
+    assert len(server.message_requests) == 1
+    assert len(later.routing_calls) == 1
+    assert later.llm_calls == ()
+    assert later.answer == {"score": 3}
+    assert later.library is not None
+    assert (later.library.how, later.library.task_type, later.library.derived) == (
+        "routed",
+        "score_name-8215c3db",
+        False,
+    )
+
+
+def test_the_derived_name_is_words_of_the_goal_and_a_hash_of_the_plan_shape() -> None:
+    plan = Plan.model_validate(
+        {
+            "goal": "Score a name",
+            "params": {"name": {"type": "string"}},
+            "steps": [{"id": 1, "tool": "lookup", "args": {"name": "<param.name>"}}],
+        }
+    )
+    assert derived_task_type("Score ab", plan) == "score_name-8215c3db"
+    # the task's words when the plan has no goal; accents folded, short and common words out
+    bare = plan.model_copy(update={"goal": None})
+    assert derived_task_type("Somme des crédits de l'année 2025 à Paris", bare) == (
+        "somme_des_credits_de-8215c3db"
+    )
+    assert derived_task_type("??? 42", bare) == "task-8215c3db"
+    # the same words with another plan shape: another name
+    other = plan.model_copy(update={"params": {}})
+    assert derived_task_type("Score ab", other) == "score_name-" + sha256_prefix([["lookup"], []])
+
+
+def sha256_prefix(shape: list[list[str]]) -> str:
+    return hashlib.sha256(json.dumps(shape).encode("utf-8")).hexdigest()[:8]
 
 
 @pytest.mark.anyio

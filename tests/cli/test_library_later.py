@@ -1,0 +1,270 @@
+"""The plan library from the command line beyond the first run: a plain ``plandag run``
+saves its plan under a task type named from it, a library run finished later by
+``plandag approve`` or ``plandag resume`` counts its use and saves its plan, and bad input
+to ``plandag library``, ``plandag run --task-type/--param`` and ``plandag stats`` gives a
+clear error and exit 2, never a traceback. Against the local Messages API server."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from plandag.cli.app import app
+from plandag.testing import MessagesServer
+
+TOOLS_FILE = '''
+from plandag import tool
+
+
+@tool
+def lookup(name: str) -> dict:
+    """Look a name up; returns its score."""
+    return {"name": name, "score": len(name)}
+'''
+
+SCORE_PLAN = {
+    "g": "Score a name",
+    "p": [{"n": "name", "t": "string", "h": "the name to score"}],
+    "s": [{"i": 1, "t": "lookup", "a": ["name=<param.name>"], "d": []}],
+    "o": '{"score":"<step_1_result.score>"}',
+}
+
+SAVE_PLAN = {
+    "g": "Save a name's score",
+    "p": [{"n": "name", "t": "string"}],
+    "s": [
+        {"i": 1, "t": "lookup", "a": ["name=<param.name>"], "d": []},
+        {"i": 2, "t": "write_json", "a": ["path=out/score.json", "data=<step_1_result>"], "d": [1]},
+    ],
+    "o": '"<step_1_result.score>"',
+}
+
+
+@pytest.fixture(autouse=True)
+def clean(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("all_proxy", raising=False)
+    monkeypatch.setenv("PLANDAG_STORE", str(tmp_path / "store" / "runs.sqlite3"))
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture
+def server() -> Iterator[MessagesServer]:
+    with MessagesServer() as running:
+        yield running
+
+
+@pytest.fixture
+def tools(tmp_path: Path) -> Path:
+    path = tmp_path / "scores.py"
+    path.write_text(TOOLS_FILE, encoding="utf-8")
+    return path
+
+
+def plandag(*args: str) -> Any:
+    return CliRunner().invoke(app, list(args), env={"ANTHROPIC_API_KEY": "test"})
+
+
+def run(server: MessagesServer, tools: Path, task: str, *args: str) -> Any:
+    return plandag(
+        "run", task, "--tools", str(tools), "--base-url", server.url, "--retries", "0", *args
+    )
+
+
+def purposes(run_id: str) -> list[str]:
+    store = sqlite3.connect(Path("store/runs.sqlite3"))
+    try:
+        rows = store.execute(
+            "SELECT purpose FROM llm_call WHERE run_id = ? ORDER BY rowid", (run_id,)
+        ).fetchall()
+    finally:
+        store.close()
+    return [row[0] for row in rows]
+
+
+def test_a_plain_run_saves_its_plan_and_a_later_one_is_routed_to_it(
+    server: MessagesServer, tools: Path
+) -> None:
+    server.push_json(SCORE_PLAN)
+    first = run(server, tools, "Score ab", "--param", "name=ab")
+    assert first.exit_code == 0, first.output
+    assert len(server.message_requests) == 1  # the planner only: nothing to route to
+    assert "library: saved score_name-8215c3db version 1" in first.stderr
+    assert "library: task type score_name-8215c3db was named from the plan" in first.stderr
+    [entry] = json.loads(plandag("library", "list", "--json").stdout)
+    assert (entry["task_type"], entry["latest"], entry["tools"]) == (
+        "score_name-8215c3db",
+        1,
+        ["lookup"],
+    )
+
+    server.clear_requests()
+    server.push_json({"task_type": "score_name-8215c3db", "new": False, "params": ["name=abcd"]})
+    later = run(server, tools, "What is the score of abcd?", "--json")
+    assert later.exit_code == 0, later.output
+    assert len(server.message_requests) == 1  # 1 routing call, 0 planner calls
+    routed = json.loads(later.stdout)
+    assert routed["answer"] == {"score": 4}
+    assert routed["llm_calls"] == []
+    assert routed["library"]["how"] == "routed"
+    assert purposes(routed["run_id"]) == ["routing"]
+
+
+def test_a_new_task_type_approved_later_is_saved_approved_by_the_person(
+    server: MessagesServer, tools: Path
+) -> None:
+    server.push_json(SAVE_PLAN)
+    held = run(
+        server,
+        tools,
+        "Save ab",
+        "--task-type",
+        "save_score",
+        "--param",
+        "name=ab",
+        "--approve",
+        "never",
+        "--json",
+    )
+    assert held.exit_code == 4, held.output
+    run_id = json.loads(held.stdout)["run_id"]
+    assert json.loads(plandag("library", "list", "--json").stdout) == []
+
+    approved = plandag("approve", run_id, "--who", "ana")
+    assert approved.exit_code == 0, approved.output
+    assert "library: saved save_score version 1 (approved by ana)" in approved.stderr
+    [version] = json.loads(plandag("library", "show", "save_score", "--json").stdout)
+    assert (version["status"], version["approved_by"], version["source_run"]) == (
+        "admitted",
+        "ana",
+        run_id,
+    )
+    [figures] = json.loads(plandag("stats", "--json").stdout)
+    assert (figures["task_type"], figures["runs"]) == ("save_score", 1)
+
+    # a reused run awaiting approval, approved later: its use counts as a success
+    server.clear_requests()
+    reused = run(
+        server,
+        tools,
+        "Save xyz",
+        "--task-type",
+        "save_score",
+        "--param",
+        "name=xyz",
+        "--approve",
+        "never",
+        "--json",
+    )
+    assert reused.exit_code == 4, reused.output
+    assert server.requests == []
+    reused_id = json.loads(reused.stdout)["run_id"]
+    [before] = json.loads(plandag("library", "list", "--json").stdout)
+    assert (before["uses"], before["successes"]) == (1, 0)
+    again = plandag("approve", reused_id, "--who", "bo")
+    assert again.exit_code == 0, again.output
+    assert "library: recorded the run of save_score (succeeded)" in again.stderr
+    [after] = json.loads(plandag("library", "list", "--json").stdout)
+    assert (after["latest"], after["versions"], after["uses"], after["successes"]) == (1, 1, 1, 1)
+    assert json.loads(Path("out/score.json").read_text(encoding="utf-8"))["name"] == "xyz"
+
+
+def test_a_plain_run_approved_later_is_saved_under_its_derived_name(
+    server: MessagesServer, tools: Path
+) -> None:
+    server.push_json(SAVE_PLAN)
+    held = run(server, tools, "Save ab", "--param", "name=ab", "--approve", "never", "--json")
+    assert held.exit_code == 4, held.output
+    run_id = json.loads(held.stdout)["run_id"]
+    assert json.loads(held.stdout)["library"]["task_type"] == "save_name_score-8c1b805c"
+    approved = plandag("approve", run_id, "--who", "ana")
+    assert approved.exit_code == 0, approved.output
+    [entry] = json.loads(plandag("library", "list", "--json").stdout)
+    assert (entry["task_type"], entry["latest"]) == ("save_name_score-8c1b805c", 1)
+
+
+def test_a_rejected_step_makes_a_new_version_saved_by_the_same_rule(
+    server: MessagesServer, tools: Path
+) -> None:
+    server.push_json(SAVE_PLAN)
+    first = run(
+        server,
+        tools,
+        "Save ab",
+        "--task-type",
+        "save_score",
+        "--param",
+        "name=ab",
+        "--approve",
+        "auto",
+    )
+    assert first.exit_code == 0, first.output
+    held = run(
+        server,
+        tools,
+        "Save xy",
+        "--task-type",
+        "save_score",
+        "--param",
+        "name=xy",
+        "--approve",
+        "never",
+        "--json",
+    )
+    run_id = json.loads(held.stdout)["run_id"]
+    decided = plandag("approve", run_id, "--who", "ana", "--reject-step", "2")
+    assert decided.exit_code == 0, decided.output
+    versions = json.loads(plandag("library", "show", "save_score", "--json").stdout)
+    assert [(item["version"], item["approved_by"]) for item in versions] == [
+        (1, "auto"),
+        (2, "read-only"),  # step 2 (the write) rejected: what ran has no effect
+    ]
+    assert [step["tool"] for step in versions[1]["plan"]["steps"]] == ["lookup"]
+
+
+BROKEN_TOOLS = '''
+
+@tool
+def broken(name: str) -> dict:
+    """A service that is always down."""
+    raise ValueError(f"service down for {name}")
+'''
+
+
+def test_an_escalated_run_resumed_later_saves_its_plan(server: MessagesServer, tools: Path) -> None:
+    tools.write_text(TOOLS_FILE + BROKEN_TOOLS, encoding="utf-8")
+    for number in (1, 2, 3):  # the plan and two replans fail: the no-progress cap
+        server.push_json(
+            {
+                "g": "Score x",
+                "s": [{"i": number, "t": "broken", "a": ["name=x"], "d": []}],
+                "o": f'"<step_{number}_result>"',
+            }
+        )
+    escalated = run(server, tools, "Score x", "--task-type", "score_x", "--json")
+    assert escalated.exit_code == 5, escalated.output
+    run_id = json.loads(escalated.stdout)["run_id"]
+    assert json.loads(plandag("library", "list", "--json").stdout) == []
+    server.push_json(
+        {
+            "g": "Score x",
+            "s": [{"i": 4, "t": "lookup", "a": ["name=x"], "d": []}],
+            "o": '"<step_4_result>"',
+        }
+    )
+    resumed = plandag("resume", run_id, "--instruction", "use lookup", "--who", "maria")
+    assert resumed.exit_code == 0, resumed.output
+    [version] = json.loads(plandag("library", "show", "score_x", "--json").stdout)
+    assert [step["tool"] for step in version["plan"]["steps"]] == ["lookup"]
+    assert version["source_run"] == run_id
+    assert "library: saved score_x version 1 (approved by read-only)" in resumed.stderr
+    [figures] = json.loads(plandag("stats", "--json").stdout)
+    # the run was handed to a person once: it stays counted as an escalation
+    assert (figures["task_type"], figures["runs"], figures["escalations"]) == ("score_x", 1, 1)
