@@ -454,6 +454,12 @@ def register(app: typer.Typer) -> None:
                 _fail(f"--task-type {task_type}: {error}; nothing ran")
             escalated = None
             if outcome.result is not None:
+                routed = outcome.result.library
+                if routed is not None and routed.how == "routed" and routed.routing is not None:
+                    # the plan ran with the params the routing call filled: a later
+                    # `plandag approve` or `resume` compiles it with them
+                    params = {**routed.routing.params, **params}
+                    run_store.update_run(run_id, params=params)
                 escalated = record_agent_run(
                     run_store,
                     writer,

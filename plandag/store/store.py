@@ -452,8 +452,8 @@ class Store:
 
     def update_run(self, run_id: str, **fields: Any) -> None:
         """Set columns of a run (``status``, ``segment``, ``spent_usd``, ``awaiting_since``,
-        ``expires_at``, ``awaiting_reason``, ``detail``, ``pid``, ``version``, ``options``),
-        committed at once."""
+        ``expires_at``, ``awaiting_reason``, ``detail``, ``pid``, ``version``, ``options``,
+        ``params``), committed at once."""
         allowed = {
             "status",
             "segment",
@@ -466,12 +466,14 @@ class Store:
             "pid",
             "version",
             "options",
+            "params",
         }
         unknown = set(fields) - allowed
         if unknown:
             raise ValueError(f"unknown run columns: {sorted(unknown)}")
-        if "options" in fields:
-            fields["options"] = _dumps(fields["options"])
+        for name in ("options", "params"):
+            if name in fields:
+                fields[name] = _dumps(dict(fields[name]))
         columns = ", ".join(f"{name} = ?" for name in fields)
         self.write(
             f"UPDATE run SET {columns}, updated = ? WHERE run_id = ?",

@@ -268,3 +268,30 @@ def test_an_escalated_run_resumed_later_saves_its_plan(server: MessagesServer, t
     [figures] = json.loads(plandag("stats", "--json").stdout)
     # the run was handed to a person once: it stays counted as an escalation
     assert (figures["task_type"], figures["runs"], figures["escalations"]) == ("score_x", 1, 1)
+
+
+def test_a_routed_run_approved_later_runs_with_the_routed_params(
+    server: MessagesServer, tools: Path
+) -> None:
+    server.push_json(SAVE_PLAN)
+    first = run(
+        server,
+        tools,
+        "Save ab",
+        "--task-type",
+        "save_score",
+        "--param",
+        "name=ab",
+        "--approve",
+        "auto",
+    )
+    assert first.exit_code == 0, first.output
+    server.push_json({"task_type": "save_score", "new": False, "params": ["name=xyz"]})
+    held = run(server, tools, "Save the score of xyz", "--approve", "never", "--json")
+    assert held.exit_code == 4, held.output
+    run_id = json.loads(held.stdout)["run_id"]
+    approved = plandag("approve", run_id, "--who", "ana")
+    assert approved.exit_code == 0, approved.output
+    assert json.loads(Path("out/score.json").read_text(encoding="utf-8"))["name"] == "xyz"
+    [entry] = json.loads(plandag("library", "list", "--json").stdout)
+    assert (entry["versions"], entry["uses"], entry["successes"]) == (1, 1, 1)
