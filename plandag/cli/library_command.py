@@ -37,15 +37,41 @@ VersionOption = Annotated[
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
 
 
-def _library(store_path: Path | None) -> PlanLibrary:
+def _store_path(store_path: Path | None) -> Path:
+    from plandag.store import default_store_path
+
+    return store_path if store_path is not None else default_store_path()
+
+
+def _no_store(store_path: Path | None) -> str:
+    """Why a command that only reads found nothing: the store does not exist yet."""
+    return (
+        f"no run store at {_store_path(store_path)} yet: nothing is recorded there "
+        "(`plandag run` creates it; --store PATH or PLANDAG_STORE picks another)"
+    )
+
+
+def _library(store_path: Path | None, *, create: bool = False) -> PlanLibrary | None:
+    """The plan library of the run store; None when the store does not exist and
+    ``create`` is False (a command that only reads does not create one)."""
     from plandag.errors import InputError
     from plandag.library import PlanLibrary
     from plandag.store import open_store
 
+    if not create and not _store_path(store_path).exists():
+        return None
     try:
         return PlanLibrary(open_store(store_path))
     except InputError as error:
         fail(str(error))
+
+
+def _existing_library(store_path: Path | None, task_type: str) -> PlanLibrary:
+    """The plan library, or exit 2 when the store does not exist (``task_type`` unknown)."""
+    library = _library(store_path)
+    if library is None:
+        fail(f"task type {task_type!r} is not in the plan library: {_no_store(store_path)}")
+    return library
 
 
 def _write_json(value: Any) -> None:
@@ -61,17 +87,23 @@ def list_command(as_json: JsonFlag = False, store_path: StoreOption = None) -> N
     """List the task types in the library: latest admitted version, versions kept and
     pending, params, tools, uses and success rate."""
     library = _library(store_path)
-    try:
-        summaries = library.task_types()
-    finally:
-        library.store.close()
+    summaries = []
+    if library is not None:
+        try:
+            summaries = library.task_types()
+        finally:
+            library.store.close()
+    if library is None:
+        sys.stderr.write(_no_store(store_path) + "\n")
     if as_json:
         _write_json([item.as_dict() for item in summaries])
         return
+    if library is None:
+        return
     if not summaries:
         sys.stderr.write(
-            "the plan library is empty: `plandag run TASK --task-type NAME` saves a plan "
-            "once its run succeeds\n"
+            "the plan library is empty: `plandag run TASK` saves a plan once its run "
+            "succeeds (under --task-type NAME, or a name derived from the plan)\n"
         )
         return
     for item in summaries:
@@ -98,7 +130,7 @@ def show_command(
     uses and success rate, and its plan."""
     from plandag.errors import InputError
 
-    library = _library(store_path)
+    library = _existing_library(store_path, task_type)
     try:
         found = (
             [library.version(task_type, version)]
@@ -129,14 +161,25 @@ def show_command(
 
 @library_app.command("rm")
 def rm_command(
-    task_type: TaskTypeArgument, version: VersionOption = None, store_path: StoreOption = None
+    task_type: TaskTypeArgument,
+    version: VersionOption = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Remove it even while a run awaiting approval, escalated or interrupted "
+            "reuses it (that run then saves nothing when finished).",
+        ),
+    ] = False,
+    store_path: StoreOption = None,
 ) -> None:
-    """Remove a task type (every version) or one of its versions; its runs' figures stay."""
+    """Remove a task type (every version) or one of its versions; its runs' figures stay.
+    A version an unfinished run reuses is kept unless --force."""
     from plandag.errors import InputError
 
-    library = _library(store_path)
+    library = _existing_library(store_path, task_type)
     try:
-        removed = library.remove(task_type, version)
+        removed = library.remove(task_type, version, force=force)
     except InputError as error:
         fail(str(error))
     finally:
@@ -153,13 +196,24 @@ def export_command(
         Path | None,
         typer.Option("--output", "-o", metavar="FILE", help="Write here (default stdout)."),
     ] = None,
+    write_boundary: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--write-boundary",
+            metavar="SPEC",
+            help="Where --output may write: a folder or a path glob; repeatable. Default: "
+            "the write_boundary setting, else the working directory.",
+        ),
+    ] = None,
     store_path: StoreOption = None,
 ) -> None:
     """Print a task type's plan (the latest admitted version, or --version N) in the plan
-    format, for `plandag exec` or another store."""
+    format, for `plandag exec` or another store. --output writes a file inside the write
+    boundary (the working folder unless --write-boundary or the write_boundary setting)."""
     from plandag.errors import InputError
 
-    library = _library(store_path)
+    target = _export_target(output, write_boundary) if output is not None else None
+    library = _existing_library(store_path, task_type)
     try:
         item = library.version(task_type, version) if version is not None else None
         if item is None:
@@ -178,11 +232,34 @@ def export_command(
     if output is None:
         sys.stdout.write(text)
         return
+    assert target is not None
     try:
-        output.write_text(text, encoding="utf-8")
+        target.write_text(text, encoding="utf-8")
     except OSError as error:
-        fail(f"--output {output}: {error}")
+        fail(
+            f"--output {output}: cannot write it ({error.strerror or error}); name a file "
+            "in a folder that exists"
+        )
     sys.stderr.write(f"wrote {task_type} version {item.version} to {output}\n")
+
+
+def _export_target(output: Path, write_boundary: list[str] | None) -> Path:
+    """``--output`` checked against the write boundary (``--write-boundary``, else the
+    ``write_boundary`` setting, else the working directory): exit 2 outside it."""
+    from plandag.cli.app import _boundary, _settings
+    from plandag.errors import BoundaryError
+
+    settings = _settings({"write_boundary": write_boundary})
+    boundary = _boundary(settings["write_boundary"], Path.cwd())
+    try:
+        checked = boundary.check(output)
+    except BoundaryError as error:
+        fail(f"--output: {error}")
+    if not isinstance(checked, Path):
+        fail(f"--output {output}: give a file path, not a URL")
+    if checked.is_dir():
+        fail(f"--output {output} is a folder: name a file in it (e.g. {output}/plan.json)")
+    return checked
 
 
 @library_app.command("approve")
@@ -197,7 +274,7 @@ def approve_command(
     from plandag.approval.gate import current_user
     from plandag.errors import InputError
 
-    library = _library(store_path)
+    library = _existing_library(store_path, task_type)
     try:
         item = library.approve(task_type, version, who=who or current_user())
     except InputError as error:
@@ -216,12 +293,18 @@ def stats_command(as_json: JsonFlag = False, store_path: StoreOption = None) -> 
     from plandag.library import task_type_stats
 
     library = _library(store_path)
-    try:
-        figures = task_type_stats(library)
-    finally:
-        library.store.close()
+    figures = []
+    if library is not None:
+        try:
+            figures = task_type_stats(library)
+        finally:
+            library.store.close()
+    if library is None:
+        sys.stderr.write(_no_store(store_path) + "\n")
     if as_json:
         _write_json([item.as_dict() for item in figures])
+        return
+    if library is None:
         return
     if not figures:
         sys.stderr.write("no run recorded yet (`plandag run` records each run)\n")

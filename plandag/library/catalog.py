@@ -26,6 +26,7 @@ from plandag.store.store import Store, store_json
 
 __all__ = [
     "HOW",
+    "UNFINISHED",
     "LibraryPlan",
     "PlanLibrary",
     "TaskRun",
@@ -41,6 +42,10 @@ call), ``routed`` (the routing call picked the task type), ``planned`` (the plan
 it: a new task type, or a run without one)."""
 
 _NAME_LIMIT = 64
+
+UNFINISHED: tuple[str, ...] = ("running", "interrupted", "awaiting_approval", "escalated")
+"""Run states in which a person may still approve or resume a run: a version such a run
+reuses is *in use* (``plandag library rm`` refuses it without ``--force``)."""
 
 
 def check_task_type(name: str) -> str:
@@ -486,14 +491,59 @@ class PlanLibrary:
             )
         return self.version(task_type, version)
 
-    def remove(self, task_type: str, version: int | None = None) -> int:
+    def in_use(self, task_type: str, version: int | None = None) -> list[tuple[str, int, str]]:
+        """The unfinished runs that reuse ``task_type`` (one ``version``, or any):
+        ``(run_id, version, status)`` for each run :data:`UNFINISHED` (a person may still
+        approve or resume it), oldest first."""
+        self.store.flush()
+        marks = ", ".join("?" for _ in UNFINISHED)
+        sql = (
+            "SELECT task_run.run_id, task_run.version, run.status FROM task_run "
+            "JOIN run ON run.run_id = task_run.run_id "
+            f"WHERE task_run.task_type = ? AND task_run.version IS NOT NULL "
+            f"AND run.status IN ({marks})"
+        )
+        args: list[Any] = [task_type, *UNFINISHED]
+        if version is not None:
+            sql += " AND task_run.version = ?"
+            args.append(version)
+        rows = self.store.connection.execute(sql + " ORDER BY task_run.time", args)
+        return [(row[0], int(row[1]), row[2]) for row in rows]
+
+    def remove(self, task_type: str, version: int | None = None, *, force: bool = False) -> int:
         """Remove ``task_type`` (every version) or one of its versions; its run records
         stay (``plandag stats``). Returns the number of versions removed.
 
+        Args:
+            task_type: the task type.
+            version: one version, or None for every one.
+            force: remove it even while unfinished runs reuse it (:meth:`in_use`); such a
+                run, approved or resumed later, then saves nothing.
+
         Raises:
-            InputError: no such task type or version.
+            InputError: no such task type or version, or (without ``force``) an unfinished
+                run reuses it (which runs, and what to do).
         """
         self.version(task_type, version)  # raises for an unknown one
+        using = [] if force else self.in_use(task_type, version)
+        if using:
+            shown = "; ".join(
+                f"run {run_id} ({status}) reuses version {number}"
+                for run_id, number, status in using[:5]
+            )
+            more = f" and {len(using) - 5} more" if len(using) > 5 else ""
+            first, _, status = using[0]
+            finish = {
+                "awaiting_approval": f"`plandag approve {first}` or `plandag reject {first} "
+                "--feedback TEXT`",
+                "escalated": f"`plandag resume {first} --instruction TEXT` or `plandag "
+                f"abandon {first} --reason TEXT`",
+            }.get(status, f"`plandag resume {first}`")
+            what = f"version {version} of {task_type!r}" if version is not None else repr(task_type)
+            raise InputError(
+                f"{what} is in use: {shown}{more}; finish those runs first ({finish}), or "
+                "give --force to remove it anyway"
+            )
         with self.store.transaction() as connection:
             if version is None:
                 cursor = connection.execute(

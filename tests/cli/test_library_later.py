@@ -295,3 +295,170 @@ def test_a_routed_run_approved_later_runs_with_the_routed_params(
     assert json.loads(Path("out/score.json").read_text(encoding="utf-8"))["name"] == "xyz"
     [entry] = json.loads(plandag("library", "list", "--json").stdout)
     assert (entry["versions"], entry["uses"], entry["successes"]) == (1, 1, 1)
+
+
+def test_rm_of_a_version_an_unfinished_run_reuses_is_refused_unless_force(
+    server: MessagesServer, tools: Path
+) -> None:
+    server.push_json(SAVE_PLAN)
+    saved = run(
+        server,
+        tools,
+        "Save ab",
+        "--task-type",
+        "save_score",
+        "--param",
+        "name=ab",
+        "--approve",
+        "auto",
+    )
+    assert saved.exit_code == 0, saved.output
+    held = run(
+        server,
+        tools,
+        "Save xy",
+        "--task-type",
+        "save_score",
+        "--param",
+        "name=xy",
+        "--approve",
+        "never",
+        "--json",
+    )
+    run_id = json.loads(held.stdout)["run_id"]
+    for args in (("save_score",), ("save_score", "--version", "1")):
+        refused = plandag("library", "rm", *args)
+        assert refused.exit_code == 2, refused.output
+        assert f"is in use: run {run_id} (awaiting_approval) reuses version 1" in refused.stderr
+        assert f"`plandag approve {run_id}`" in refused.stderr
+        assert "give --force to remove it anyway" in refused.stderr
+    assert json.loads(plandag("library", "list", "--json").stdout)[0]["versions"] == 1
+    removed = plandag("library", "rm", "save_score", "--force")
+    assert removed.exit_code == 0, removed.output
+    approved = plandag("approve", run_id, "--who", "ana")
+    assert approved.exit_code == 0, approved.output
+    assert (
+        "library: nothing saved for save_score: version 1 it reused was removed from the library"
+    ) in approved.stderr
+    assert json.loads(plandag("library", "list", "--json").stdout) == []
+
+
+def test_export_writes_only_inside_the_write_boundary(
+    server: MessagesServer, tools: Path, tmp_path: Path
+) -> None:
+    server.push_json(SCORE_PLAN)
+    assert (
+        run(server, tools, "Score ab", "--task-type", "score", "--param", "name=ab").exit_code == 0
+    )
+    outside = tmp_path.parent / f"{tmp_path.name}-outside.json"
+    refused = plandag("library", "export", "score", "--output", str(outside))
+    assert refused.exit_code == 2, refused.output
+    assert f"resolves to {outside}, outside the write boundary ({tmp_path})" in refused.stderr
+    assert "widen it with --write-boundary" in refused.stderr
+    assert not outside.exists()
+    folder = plandag("library", "export", "score", "--output", ".")
+    assert folder.exit_code == 2
+    assert "error: --output . is a folder: name a file in it (e.g. ./plan.json)" in folder.stderr
+    missing = plandag("library", "export", "score", "--output", "nodir/plan.json")
+    assert missing.exit_code == 2
+    assert "--output nodir/plan.json: cannot write it (No such file or directory)" in missing.stderr
+    (tmp_path / "plans").mkdir()
+    inside = plandag("library", "export", "score", "-o", "plans/score.json")
+    assert inside.exit_code == 0, inside.output
+    assert (
+        json.loads((tmp_path / "plans/score.json").read_text(encoding="utf-8"))["steps"][0]["tool"]
+        == "lookup"
+    )
+    widened = plandag(
+        "library", "export", "score", "-o", str(outside), "--write-boundary", str(tmp_path.parent)
+    )
+    assert widened.exit_code == 0, widened.output
+    outside.unlink()
+
+
+def test_bad_versions_names_and_params_are_exit_2_with_what_to_do(
+    server: MessagesServer, tools: Path
+) -> None:
+    server.push_json(SCORE_PLAN)
+    assert (
+        run(server, tools, "Score ab", "--task-type", "score", "--param", "name=ab").exit_code == 0
+    )
+    server.clear_requests()
+    expected = {
+        ("library", "show", "score", "--version", "9"): "task type 'score' has no version 9 "
+        "(versions: 1)",
+        ("library", "rm", "score", "--version", "9"): "task type 'score' has no version 9",
+        ("library", "export", "score", "--version", "9"): "task type 'score' has no version 9",
+        ("library", "approve", "score"): "task type 'score' has no version waiting for "
+        "approval; `plandag library show` shows its versions",
+        ("library", "approve", "score", "--version", "1"): "task type 'score' version 1 is "
+        "admitted, not waiting for approval",
+        ("library", "show", "nope"): "task type 'nope' is not in the plan library; `plandag "
+        "library list` shows the task types",
+        ("library", "export", "nope"): "task type 'nope' is not in the plan library",
+        ("library", "rm", "nope"): "task type 'nope' is not in the plan library",
+        ("library", "approve", "nope"): "task type 'nope' is not in the plan library",
+    }
+    for args, message in expected.items():
+        result = plandag(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert f"error: {message}" in result.stderr, (args, result.stderr)
+        assert result.exception is None or isinstance(result.exception, SystemExit)
+    bad_version = plandag("library", "show", "score", "--version", "zero")
+    assert bad_version.exit_code == 2
+    assert "Invalid value for '--version'" in bad_version.stderr
+    runs = {
+        ("--param", "name"): "--param 'name' must look like NAME=VALUE",
+        ("--param", "=ab"): "--param '=ab' must look like NAME=VALUE",
+        ("--param", "name=a", "--param", "name=b"): "--param name is given twice",
+        ("--param", "nom=ab"): "--task-type score:",
+        (): "--task-type score:",
+    }
+    for args, message in runs.items():
+        result = run(server, tools, "Score", "--task-type", "score", *args)
+        assert result.exit_code == 2, (args, result.output)
+        assert message in result.stderr, (args, result.stderr)
+        assert result.exception is None or isinstance(result.exception, SystemExit)
+    for name in ("", "no spaces", "x" * 65, "-lead", "naïve"):
+        result = run(server, tools, "Score", "--task-type", name)
+        assert result.exit_code == 2, (name, result.output)
+        assert f"--task-type: task type {name!r}: give 1 to 64 letters" in result.stderr
+    assert server.requests == []  # nothing above reached the model
+
+
+def test_reading_commands_on_a_store_that_does_not_exist_create_nothing(
+    tmp_path: Path,
+) -> None:
+    missing = tmp_path / "nowhere" / "runs.sqlite3"
+    for args in (("library", "list"), ("stats",)):
+        result = plandag(*args, "--store", str(missing))
+        assert result.exit_code == 0, result.output
+        assert f"no run store at {missing} yet: nothing is recorded there" in result.stderr
+        as_json = plandag(*args, "--json", "--store", str(missing))
+        assert (as_json.exit_code, json.loads(as_json.stdout)) == (0, [])
+    for args in (
+        ("library", "show", "score"),
+        ("library", "export", "score"),
+        ("library", "rm", "score"),
+        ("library", "approve", "score"),
+    ):
+        result = plandag(*args, "--store", str(missing))
+        assert result.exit_code == 2, (args, result.output)
+        assert (
+            f"error: task type 'score' is not in the plan library: no run store at {missing} yet"
+        ) in result.stderr
+    assert not (tmp_path / "nowhere").exists()
+    # an existing, empty store
+    empty = plandag("library", "list")
+    assert empty.exit_code == 0
+    assert not Path("store/runs.sqlite3").exists()
+    Path("store").mkdir()
+    from plandag.store import open_store
+
+    open_store(Path("store/runs.sqlite3")).close()
+    listed = plandag("library", "list")
+    assert listed.exit_code == 0
+    assert "the plan library is empty: `plandag run TASK` saves a plan" in listed.stderr
+    stats = plandag("stats")
+    assert (stats.exit_code, stats.stdout) == (0, "")
+    assert "no run recorded yet" in stats.stderr
