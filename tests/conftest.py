@@ -102,3 +102,12 @@ def anyio_backend() -> str:
     run them on every backend installed, and trio is installed too: Selenium (a test
     dependency, for the web console's browser tests) needs it."""
     return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def _own_store(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """One run store per test: what a test's runs leave (the plan library learns from a
+    plain `plandag run`) never reaches another test. A test that needs its own sets it."""
+    monkeypatch.setenv(
+        "PLANDAG_STORE", str(tmp_path_factory.mktemp("plandag-store") / "runs.sqlite3")
+    )
