@@ -22,13 +22,21 @@ import functools
 import inspect
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, overload
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from plandag.errors import ToolDefinitionError
 
-__all__ = ["CheckDefinition", "CheckOutcome", "CheckStatus", "check"]
+if TYPE_CHECKING:
+    from plandag.dag.plan import Step
+
+__all__ = ["CheckDefinition", "CheckOutcome", "CheckStatus", "RequiredOn", "check"]
+
+RequiredOn: TypeAlias = "Callable[[Step, Mapping[int, Step]], Mapping[str, Any] | None]"
+"""A check's rule for the steps it must be on: ``rule(step, steps)`` (``steps``: every step
+of the run by id, the new ones included) returns the arguments the check is attached with
+when ``step`` must carry it and does not, else None."""
 
 CheckStatus = Literal["pass", "fail", "not_applicable"]
 
@@ -70,12 +78,18 @@ class CheckDefinition:
         description: the docstring's first paragraph.
         function: ``function(result, **args) -> CheckOutcome | bool``.
         args_model: pydantic model of the arguments (extra keys refused).
+        required_on: the steps this check must be on (:data:`RequiredOn`), or None. The
+            compiler attaches the check, with the arguments the rule returns, to every step
+            of a plan or patch the rule names that lacks it, with a ``check_attached``
+            warning: an application's guard (a research answer's ``citations_supported``)
+            does not depend on the planner remembering it.
     """
 
     name: str
     description: str
     function: Callable[..., CheckOutcome | bool]
     args_model: type[BaseModel]
+    required_on: RequiredOn | None = None
 
     @functools.cached_property
     def takes_arguments(self) -> bool:
@@ -105,7 +119,10 @@ class CheckDefinition:
 
 
 def _build_check(
-    function: Callable[..., CheckOutcome | bool], name: str | None, description: str | None
+    function: Callable[..., CheckOutcome | bool],
+    name: str | None,
+    description: str | None,
+    required_on: RequiredOn | None = None,
 ) -> CheckDefinition:
     check_name: str = name or str(getattr(function, "__name__", ""))
     if not check_name.isidentifier():
@@ -132,6 +149,7 @@ def _build_check(
         description=description if description is not None else doc,
         function=function,
         args_model=args_model,
+        required_on=required_on,
     )
 
 
@@ -141,7 +159,10 @@ def check(function: Callable[..., CheckOutcome | bool], /) -> CheckDefinition: .
 
 @overload
 def check(
-    *, name: str | None = None, description: str | None = None
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    required_on: RequiredOn | None = None,
 ) -> Callable[[Callable[..., CheckOutcome | bool]], CheckDefinition]: ...
 
 
@@ -151,6 +172,7 @@ def check(
     *,
     name: str | None = None,
     description: str | None = None,
+    required_on: RequiredOn | None = None,
 ) -> CheckDefinition | Callable[[Callable[..., CheckOutcome | bool]], CheckDefinition]:
     """Declare a check kind: ``function(result, **args) -> CheckOutcome | bool``.
 
@@ -158,6 +180,9 @@ def check(
         function: the function, when used bare.
         name: the ``kind`` plans use (default: the function's name).
         description: default: the docstring's first paragraph.
+        required_on: the steps the check must be on (:data:`RequiredOn`): the compiler
+            attaches it where a plan left it out (``check_attached`` warning); None: only
+            where a plan puts it.
 
     Returns:
         A :class:`CheckDefinition`, or a decorator returning one.
@@ -166,5 +191,5 @@ def check(
         ToolDefinitionError: no result parameter, an argument without a type hint.
     """
     if function is not None:
-        return _build_check(function, name, description)
-    return lambda inner: _build_check(inner, name, description)
+        return _build_check(function, name, description, required_on)
+    return lambda inner: _build_check(inner, name, description, required_on)

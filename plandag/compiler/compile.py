@@ -21,6 +21,7 @@ from plandag.compiler.egress import StepTaint, check_egress
 from plandag.compiler.limits import DEFAULT_MAX_ARG_BYTES, DEFAULT_MAX_STEPS, MAX_NESTING
 from plandag.compiler.load import decode_plan, load_plan, location, step_count, validate_plan
 from plandag.compiler.params import check_params
+from plandag.compiler.required import attach_required_checks
 from plandag.compiler.targets import check_literal_targets, holds_reference
 from plandag.compiler.types import path_problem
 from plandag.compiler.values import check_header, check_values
@@ -167,6 +168,17 @@ def compile_plan(
 
     check_header(loaded, diagnostics)
     by_id = _index_steps(loaded.steps, diagnostics)
+    written = dict(by_id)
+    attached = attach_required_checks(by_id, by_id, registry, diagnostics)
+    if attached:  # the plan carries the attached checks from here on
+        loaded = loaded.model_copy(
+            update={
+                "steps": [
+                    attached[step.id] if step.id in attached and written[step.id] is step else step
+                    for step in loaded.steps
+                ]
+            }
+        )
     resolved_params = check_params(loaded, params, diagnostics)
     edges: set[tuple[int, int]] = set()
     compiled_checks: dict[int, tuple[CompiledCheck, ...]] = {}

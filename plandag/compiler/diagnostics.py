@@ -31,6 +31,8 @@ invalid_reference_path     error     the path cannot exist in the referenced too
                                      declared result type
 implied_dependency         warning   a reference implies an edge missing from
                                      ``depends_on``; the edge is added
+check_attached             warning   a check an application requires on the step (its
+                                     ``required_on`` rule) was left out; it is attached
 effects_in_read_only       error     a tool with effects in a read-only run
 write_outside_boundary     error     a literal write target lies outside the boundary
 tainted_egress             error     a read-only run (which never asks) has a step that
@@ -90,6 +92,7 @@ DIAGNOSTIC_CODES: dict[str, Severity] = {
     "invalid_param_value": "error",
     "invalid_reference_path": "error",
     "implied_dependency": "warning",
+    "check_attached": "warning",
     "effects_in_read_only": "error",
     "write_outside_boundary": "error",
     "tainted_egress": "error",

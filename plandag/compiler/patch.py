@@ -51,6 +51,7 @@ from plandag.compiler.diagnostics import Diagnostic, DiagnosticCollector
 from plandag.compiler.egress import StepTaint, check_egress
 from plandag.compiler.limits import DEFAULT_MAX_ARG_BYTES, DEFAULT_MAX_STEPS
 from plandag.compiler.load import decode_plan, step_count, validate_plan
+from plandag.compiler.required import attach_required_checks
 from plandag.compiler.values import check_values
 from plandag.dag.plan import Plan, Step
 from plandag.dag.references import find_references
@@ -240,6 +241,7 @@ def compile_patch(
     by_id: Mapping[int, Step] = collections.ChainMap(
         new_by_id, cast(MutableMapping[int, Step], base.steps)
     )
+    attach_required_checks(new_by_id, by_id, registry, diagnostics)
     edges: set[tuple[int, int]] = set()
     compiled_checks: dict[int, tuple[CompiledCheck, ...]] = {}
     for step in new_by_id.values():

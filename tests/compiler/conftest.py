@@ -107,8 +107,18 @@ def send(url: str, body: Any = None) -> str:
     return url
 
 
+def _noted_audited(step: Any, steps: Any) -> dict[str, Any] | None:
+    return {} if step.description == "audited" else None
+
+
+@check(required_on=_noted_audited)
+def audit_trail(result: Any) -> bool:
+    """Required on every step noted "audited" (attached where a plan leaves it out)."""
+    return True
+
+
 TOOLS = [read_text, totals, items, invoice, add, anything, save, fetch, send]
-CHECKS = [not_empty, regex]
+CHECKS = [not_empty, regex, audit_trail]
 
 
 def make_registry() -> Registry:

@@ -229,7 +229,7 @@ def test_unknown_check_with_nearest_names(registry: Registry) -> None:
             "error",
             1,
             "check[1]: kind 'qqqqqqq' is not registered",
-            "known kinds: not_empty, regex",
+            "known kinds: audit_trail, not_empty, regex",
         ),
     ]
 
@@ -788,6 +788,7 @@ CASES: dict[str, tuple[Any, dict[str, Any]]] = {
         {"steps": [step(1, "fetch", args={"url": "https://elsewhere.example.net/"})]},
         {"read_only": True, "http_allow": ["docs.example.com"]},
     ),
+    "check_attached": ({"steps": [step(1, description="audited")]}, {}),
     "integer_out_of_range": ({"steps": [step(1, args={"a": 2**53})]}, {}),
     "lone_surrogate": ({"steps": [step(1, "anything", args={"value": "\ud800"})]}, {}),
     "diagnostics_omitted": ({"steps": [step(1, "nope")] * 102}, {}),

@@ -147,6 +147,14 @@ def _check_kinds(step: Mapping[str, Any]) -> list[str]:
     return [str(item.get("kind")) for item in step.get("check") or [] if isinstance(item, Mapping)]
 
 
+def _attached(step: Mapping[str, Any], kind: str) -> bool:
+    """The step's ``kind`` check was attached by plandag (the plan had left it out)."""
+    return any(
+        isinstance(item, Mapping) and item.get("kind") == kind and item.get("attached") is True
+        for item in step.get("check") or []
+    )
+
+
 def _note(step: Mapping[str, Any]) -> str:
     return str(step.get("description") or "").strip().lower()
 
@@ -271,8 +279,10 @@ def build_report(run: StoredRun, lookup: Callable[[str], Chunk | None] | None = 
         "reason"}]}``), ``references`` (each ``{"n", "chunk_id", "document", "start",
         "end", "quote", "match"}``), ``subquestions`` (each ``{"text", "answer_step",
         "steps", "searches": [{"step", "query", "k", "chunk_ids", "status"}], "read",
-        "checked_in_run", "status", "reason", "detail", "superseded_by", "claims", "started_s",
-        "ended_s"}``; times in seconds from the run's start), ``synthesis_step``,
+        "checked_in_run", "check_attached" (plandag attached the check the plan left out),
+        "status", "reason", "detail", "superseded_by", "claims", "started_s", "ended_s"}``;
+        times in seconds from the run's start), ``synthesis_step``,
+        ``synthesis_check_attached``,
         ``answers_at_once`` (the most answer steps running at one instant),
         ``replans``, ``plan_versions`` and ``spend`` (``{"model_calls",
         "model_input_tokens", "model_output_tokens", "model_cost_usd", "total_usd",
@@ -336,6 +346,7 @@ def build_report(run: StoredRun, lookup: Callable[[str], Chunk | None] | None = 
                 "searches": searches,
                 "read": read_ids,
                 "checked_in_run": ANSWER_CHECK in _check_kinds(step),
+                "check_attached": _attached(step, ANSWER_CHECK),
                 "status": record.get("status", "pending"),
                 "reason": record.get("reason"),
                 "detail": record.get("detail"),
@@ -426,6 +437,8 @@ def build_report(run: StoredRun, lookup: Callable[[str], Chunk | None] | None = 
         "references": references,
         "subquestions": subquestions,
         "synthesis_step": synthesis_id,
+        "synthesis_check_attached": synthesis_id is not None
+        and _attached(plan_steps[synthesis_id], SYNTHESIS_CHECK),
         "answers_at_once": _most_at_once(intervals),
         "replans": [
             {
@@ -516,6 +529,11 @@ def _methodology(record: Mapping[str, Any]) -> list[str]:
         if item["read"]:
             lines.append(f"   - read {len(item['read'])} chunk(s)")
         lines.append(f"   - answer (step {item['answer_step']}): {_outcome(item)}")
+        if item["check_attached"]:
+            lines.append(
+                "   - warning: the plan gave this answer no citations_supported check; "
+                "plandag attached it before the step ran"
+            )
         if not item["checked_in_run"]:
             lines.append(
                 "   - the plan gave this answer no citations_supported check: its citations "
@@ -538,6 +556,12 @@ def _methodology(record: Mapping[str, Any]) -> list[str]:
             "chunk and against the quotes that passed in the answers.",
             "",
         ]
+        if record["synthesis_check_attached"]:
+            lines += [
+                "Warning: the plan gave the synthesis no synthesis_citations check; plandag "
+                "attached it before the step ran.",
+                "",
+            ]
     lines += ["### What failed and was replanned", ""]
     failed = [item for item in subquestions if item["status"] in ("failed", "skipped", "cancelled")]
     if not failed and not replans:

@@ -198,6 +198,8 @@ class ScriptedResearch:
         stray_synthesis: the first synthesis cites words of a chunk that no answer cited
             (the first five words of each answer's first quote), which
             ``synthesis_citations`` refuses.
+        without_checks: the plan and the patches give no step a check (a planner that
+            forgot them; plandag attaches the required ones).
 
     Attributes:
         planner_requests: planner and replanner requests answered.
@@ -213,12 +215,14 @@ class ScriptedResearch:
         fabricate: Sequence[int] = (),
         fabricate_always: bool = False,
         stray_synthesis: bool = False,
+        without_checks: bool = False,
     ) -> None:
         self.question = question
         self.subquestions = tuple(subquestions)
         self.fabricate = frozenset(fabricate)
         self.fabricate_always = fabricate_always
         self.stray_synthesis = stray_synthesis
+        self.without_checks = without_checks
         self.planner_requests = 0
         self.answers: dict[int, int] = {}
         self.syntheses = 0
@@ -234,13 +238,15 @@ class ScriptedResearch:
                 self.planner_requests += 1
                 number = self.planner_requests
                 failed = list(self._failed)
+            target = failed[number - 2] if number > 1 and len(failed) >= number - 1 else 0
             if number == 1:
-                return ScriptedResponse.json(research_plan(self.question, self.subquestions))
-            target = failed[number - 2] if len(failed) >= number - 1 else 0
-            if target is None:
+                patch = research_plan(self.question, self.subquestions)
+            elif target is None:
                 patch = synthesis_patch(number - 1, self.question, self.subquestions)
             else:
                 patch = replan_patch(target, number - 1, self.question, self.subquestions)
+            if self.without_checks:
+                patch = {**patch, "s": [_without("c", step) for step in patch["s"]]}
             return ScriptedResponse.json(patch)
         if _SYNTHESIS_MARK in user:
             with self._lock:
@@ -289,6 +295,10 @@ class ScriptedResearch:
                     claims.append(_stray(found[0]) if stray else found[0])
         text = " ".join(str(claim.get("claim", "")) for claim in claims)
         return {"answer": f"In short: {text}", "claims": claims}
+
+
+def _without(key: str, step: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in step.items() if name != key}
 
 
 def _stray(claim: Any) -> Any:

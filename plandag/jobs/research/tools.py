@@ -13,6 +13,15 @@
   only quotes that passed in those answers
   (:func:`~plandag.jobs.research.citations.verify_synthesis`).
 
+Both checks are required, not only asked for: every answer step (an ``llm`` step whose
+``schema`` is the answer schema, ``<param.answer_schema>`` or the schema itself, or whose
+note starts ``subquestion:``) carries ``citations_supported``, and every synthesis step (an
+``llm`` step with the synthesis schema, or noted ``synthesis``) carries
+``synthesis_citations`` over the answer steps it depends on. A plan or replan that leaves
+one out is not sent back to the planner: the compiler attaches it
+(:attr:`~plandag.checks.base.CheckDefinition.required_on`, warning ``check_attached``)
+with ``attached: true``, and the report's methodology says so.
+
 The corpus is the one bound by :func:`use_corpus` (``plandag research --corpus DIR`` binds
 it for its run), or the folder given as the optional ``corpus`` argument (a plan run with
 ``plandag exec``/``run``). Corpus files come from outside the run: results are tainted
@@ -29,13 +38,20 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypedDict
 
 from plandag.checks.base import CheckDefinition, CheckOutcome, check
+from plandag.dag.plan import Step
+from plandag.dag.references import find_references
 from plandag.errors import PermanentStepError
-from plandag.jobs.research.citations import verify_answer, verify_synthesis
+from plandag.jobs.research.citations import (
+    ANSWER_SCHEMA,
+    SYNTHESIS_SCHEMA,
+    verify_answer,
+    verify_synthesis,
+)
 from plandag.jobs.research.corpus import Chunk, Corpus
 from plandag.tools.base import Tool, tool
 
@@ -46,6 +62,8 @@ __all__ = [
     "SearchResult",
     "active_corpus",
     "citations_supported",
+    "is_answer_step",
+    "is_synthesis_step",
     "plandag_tools",
     "read",
     "search",
@@ -182,9 +200,68 @@ def _lookup(corpus: str | None) -> Any:
     return lookup
 
 
-@check
-def citations_supported(result: Any, *, corpus: str | None = None) -> CheckOutcome:
-    """Every claim of the answer cites quotes found in their chunks (exact or normalised)."""
+def _schema_is(step: Step, param: str, schema: dict[str, Any]) -> bool:
+    given = step.args.get("schema")
+    return given == f"<param.{param}>" or given == schema
+
+
+def _note_starts(step: Step, prefix: str) -> bool:
+    return str(step.description or "").strip().lower().startswith(prefix)
+
+
+def is_answer_step(step: Step) -> bool:
+    """An answer step of a research plan: an ``llm`` step whose ``schema`` is the answer
+    schema (``<param.answer_schema>`` or the schema itself), or whose note starts
+    ``subquestion:``."""
+    return step.tool == "llm" and (
+        _schema_is(step, "answer_schema", ANSWER_SCHEMA) or _note_starts(step, "subquestion:")
+    )
+
+
+def is_synthesis_step(step: Step) -> bool:
+    """A synthesis step of a research plan: an ``llm`` step whose ``schema`` is the
+    synthesis schema (``<param.synthesis_schema>`` or the schema itself), or whose note
+    starts ``synthesis``."""
+    return step.tool == "llm" and (
+        _schema_is(step, "synthesis_schema", SYNTHESIS_SCHEMA) or _note_starts(step, "synthesis")
+    )
+
+
+def _answer_requires(step: Step, steps: Mapping[int, Step]) -> dict[str, Any] | None:
+    """``citations_supported`` is required on every answer step."""
+    if is_answer_step(step) and not is_synthesis_step(step):
+        return {"attached": True}
+    return None
+
+
+def _synthesis_requires(step: Step, steps: Mapping[int, Step]) -> dict[str, Any] | None:
+    """``synthesis_citations`` is required on every synthesis step, over the answer steps it
+    depends on (``depends_on`` and references in its args), in id order."""
+    if not is_synthesis_step(step):
+        return None
+    parents = set(step.depends_on)
+    parents.update(
+        reference.step_id
+        for _, reference in find_references(step.args)
+        if reference.step_id is not None
+    )
+    answers = [
+        f"<step_{parent}_result>"
+        for parent in sorted(parents)
+        if parent in steps and is_answer_step(steps[parent])
+    ]
+    return {"answers": answers, "attached": True}
+
+
+@check(required_on=_answer_requires)
+def citations_supported(
+    result: Any, *, corpus: str | None = None, attached: bool = False
+) -> CheckOutcome:
+    """Every claim of the answer cites quotes found in their chunks (exact or normalised).
+
+    ``attached`` is set by plandag when the plan left the check out and plandag attached
+    it (the report says so); a plan does not set it.
+    """
     try:
         lookup = _lookup(corpus)
     except PermanentStepError as error:
@@ -207,11 +284,15 @@ def citations_supported(result: Any, *, corpus: str | None = None) -> CheckOutco
     )
 
 
-@check
+@check(required_on=_synthesis_requires)
 def synthesis_citations(
-    result: Any, *, answers: list[Any], corpus: str | None = None
+    result: Any, *, answers: list[Any], corpus: str | None = None, attached: bool = False
 ) -> CheckOutcome:
-    """The synthesis cites only quotes that passed in the subquestion answers given."""
+    """The synthesis cites only quotes that passed in the subquestion answers given.
+
+    ``attached`` is set by plandag when the plan left the check out and plandag attached
+    it (the report says so); a plan does not set it.
+    """
     try:
         lookup = _lookup(corpus)
     except PermanentStepError as error:

@@ -315,3 +315,49 @@ def test_a_branch_that_never_gets_through_escalates_with_no_answer_made_up(
     markdown = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
     assert "No answer: the run ended escalated" in markdown
     assert "Nothing was made up" in markdown
+
+
+def test_a_plan_without_the_citation_checks_gets_them_and_still_catches_a_fabrication(
+    tmp_path: Path, index: Path
+) -> None:
+    scripted = ScriptedResearch(fabricate=[1], without_checks=True)
+    with MessagesServer(default=scripted) as server:
+        result = research(server, tmp_path, index)
+    assert result.exit_code == 0, result.output
+    assert scripted.planner_requests == 2  # the plan and one replan: no repair call
+    assert scripted.answers == {0: 1, 1: 2, 2: 1, 3: 1}
+    with open_store(tmp_path / "runs.sqlite3") as store:
+        [run] = store.runs()
+        steps = store.steps(run.run_id)
+        plan = store.plan_versions(run.run_id)[-1].plan
+    failed = steps[6]
+    assert (failed.status, failed.reason) == ("failed", "check_failed")
+    assert f"quote_not_found for quote {FABRICATED_QUOTE!r}" in str(failed.detail)
+    assert failed.superseded_by == [14, 15, 16, 17]
+    checks = {step["id"]: step.get("check") for step in plan["steps"]}
+    assert checks[3] == [{"kind": "citations_supported", "attached": True}]
+    assert checks[16] == [{"kind": "citations_supported", "attached": True}]
+    assert checks[17] == [
+        {
+            "kind": "synthesis_citations",
+            "answers": [
+                "<step_3_result>",
+                "<step_9_result>",
+                "<step_12_result>",
+                "<step_16_result>",
+            ],
+            "attached": True,
+        }
+    ]
+    record = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
+    assert [s["check_attached"] for s in record["subquestions"]] == [True] * 5
+    assert record["synthesis_check_attached"] is True
+    markdown = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+    assert (
+        markdown.count(
+            "warning: the plan gave this answer no citations_supported check; plandag attached "
+            "it before the step ran"
+        )
+        == 5
+    )
+    assert "Warning: the plan gave the synthesis no synthesis_citations check" in markdown
