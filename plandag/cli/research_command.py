@@ -28,7 +28,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -72,20 +71,15 @@ __all__ = ["register", "write_report"]
 
 def write_report(report: Report, output: Path) -> Path:
     """Write the Markdown report to ``output`` and its JSON record beside it (``.json``),
-    each atomically (a temporary file renamed). Returns the record's path.
+    each atomically (:func:`plandag.jobs.research.run.write_report`). Returns the record's
+    path.
 
     Raises:
         OSError: the folder cannot be written.
     """
-    from plandag.tools.boundary import WriteBoundary
-    from plandag.tools.writing import write_atomic
+    from plandag.jobs.research.run import write_report as write
 
-    record = output.with_suffix(".json")
-    boundary = WriteBoundary.from_specs([output.resolve().parent])
-    write_atomic(boundary, output.resolve(), report.markdown.encode("utf-8"))
-    text = json.dumps(report.record, ensure_ascii=False, indent=2) + "\n"
-    write_atomic(boundary, record.resolve(), text.encode("utf-8"))
-    return record
+    return write(report, output)
 
 
 def _rebuild(store: Store, run_text: str, output: Path | None, as_json: bool) -> None:
@@ -284,12 +278,13 @@ def register(app: typer.Typer) -> None:
         name = model or DEFAULT_MODELS.get(provider)
         if name is None:
             _fail(f"--model is required with --provider {provider}")
-        target = output if output is not None else Path("research.md")
-        if target.is_dir():
-            _fail(f"--output {target} is a folder; give the report's file name")
-        folder = target.resolve().parent
-        if not folder.is_dir():
-            _fail(f"--output {target}: its folder {folder} does not exist; create it first")
+        from plandag.errors import InputError
+        from plandag.jobs.research.run import check_output
+
+        try:
+            target, folder = check_output(output if output is not None else Path("research.md"))
+        except InputError as error:
+            _fail(f"--{error}")
         settings = _settings(
             {
                 "write_boundary": [str(folder)],
@@ -344,25 +339,15 @@ def _run(
     store: Path | None,
     as_json: bool,
 ) -> None:
-    import anyio
-
-    from plandag.cli.agent_store import SessionRecorder, record_agent_run
     from plandag.cli.app import _boundary, _registry
     from plandag.cli.plan_command import _client
     from plandag.cli.signals import Interruptible, exit_code_for_signal
-    from plandag.cli.store_command import open_cli_store, run_options, trace_factory
+    from plandag.cli.store_command import open_cli_store
     from plandag.cli.watchdog import deadline_guard
     from plandag.errors import InputError
-    from plandag.executors import ModelAccess
     from plandag.jobs.research.corpus import Corpus
-    from plandag.jobs.research.planning import (
-        RESEARCH_CONTEXT,
-        research_params,
-    )
-    from plandag.jobs.research.report import build_report, load_run
-    from plandag.jobs.research.tools import use_corpus
-    from plandag.planner.agent import Agent, AgentResult
-    from plandag.scheduler import JsonlHeartbeatWriter, RetryPolicy
+    from plandag.jobs.research.run import ResearchRun, research_options
+    from plandag.scheduler import JsonlHeartbeatWriter
     from plandag.scheduler.events import Observer
 
     _require_key(provider, base_url)  # before the corpus is indexed
@@ -387,6 +372,13 @@ def _run(
     )
     for document in skipped:
         stderr.print(f"skipped {document.path}: {document.error}", markup=False, highlight=False)
+    if opened.chunk_count() == 0:
+        opened.close()
+        _fail(
+            f"--corpus {opened.folder}: no readable document (.md, .txt, .html, .pdf) with "
+            "text; add documents to the folder"
+            + (f" ({len(skipped)} skipped, listed above)" if skipped else "")
+        )
     registry = _registry(tools, applications=("research",), resolve_installed=False)
     boundary = _boundary(settings["write_boundary"], Path.cwd())
     limits = _limits(settings)
@@ -399,82 +391,45 @@ def _run(
         observers.append(JsonlHeartbeatWriter(heartbeat_file))
     client = _client(provider, base_url)  # a missing key stops here, before any call
     run_store = open_cli_store(store)
-    run_id = uuid.uuid4().hex[:16]
-    params = research_params()
-    options = run_options(
-        settings,
-        limits,
-        tools=tools,
-        read_only=True,
-        redact=False,
-        planner={
-            "provider": provider,
-            "model": name,
-            "base_url": base_url,
-            "context": RESEARCH_CONTEXT,
-            "executor_model": executor,
-        },
-    )
-    stored_options = {
-        **options.as_json(),
-        "research": {
-            "corpus": str(opened.folder),
-            "index": str(opened.index_path),
-            "output": str(target.resolve()),
-        },
-    }
-    run_store.create_run(
-        run_id, command="research", goal=question, params=params, options=stored_options
-    )
-    writer = trace_factory(run_store, False)(run_id, 0)
-    writer.run_started("research", question, params)
-    recorder = SessionRecorder(run_store, run_id, params)
-    observers.extend([recorder, writer])
-    agent = Agent(
-        client,
-        name,
-        registry,
+    options = research_options(
         limits=limits,
-        retry=RetryPolicy(retries=settings["retries"]),
-        observers=observers,
+        folder=folder,
+        provider=provider,
+        model=name,
+        base_url=base_url,
+        executor_model=executor,
+        corpus=opened,
+        output=target,
+        tools=tools or (),
+        retries=settings["retries"],
         max_concurrency=settings["max_concurrency"],
-        read_only=True,
-        write_boundary=boundary,
-        http_allow=settings["http_allow"],
         max_steps=settings["max_steps"],
-        plan_max_tokens=settings["planner_max_tokens"],
-        on_session=recorder.bind,
-        escalate="person",
-        tool_durations=run_store.tool_durations(registry.tools),
-        models=ModelAccess(client, executor),
+        http_allow=settings["http_allow"],
     )
-
-    async def work() -> AgentResult:
-        try:
-            with use_corpus(opened):
-                return await agent.run(question, RESEARCH_CONTEXT, params, run_id=run_id)
-        finally:
-            with anyio.CancelScope(shield=True):  # close even when interrupted
-                await client.aclose()
-
+    run = ResearchRun(
+        run_store,
+        question,
+        opened,
+        client=client,
+        model=name,
+        executor_model=executor,
+        registry=registry,
+        limits=limits,
+        options=options,
+        write_boundary=boundary,
+        retries=settings["retries"],
+        max_concurrency=settings["max_concurrency"],
+        max_steps=settings["max_steps"],
+        http_allow=settings["http_allow"],
+        planner_max_tokens=settings["planner_max_tokens"],
+        observers=observers,
+    )
+    run_id = run.run_id
     try:
         with deadline_guard(run_store.path):
-            outcome = Interruptible(functools.partial(work)).run()
-        if outcome.result is not None:
-            record_agent_run(
-                run_store,
-                writer,
-                run_id,
-                outcome.result,
-                write_boundary=boundary,
-                params=params,
-                hooks=None,
-            )
-        else:
-            run_store.update_run(run_id, status="interrupted", pid=None)
-        report = build_report(load_run(run_store, run_id), opened.chunk)
+            outcome = Interruptible(functools.partial(run.work)).run()
+        report = run.finish(outcome.result)
     finally:
-        writer.close()
         run_store.close()
         opened.close()
     _write(report, target)
