@@ -38,6 +38,8 @@ if _typing.TYPE_CHECKING:
     from plandag.errors import StepTimeoutError as StepTimeoutError
     from plandag.errors import TransientStepError as TransientStepError
     from plandag.errors import classify_error as classify_error
+    from plandag.jobs.research.run import ResearchResult as ResearchResult
+    from plandag.jobs.research.run import research as research
     from plandag.scheduler import PlanEstimate as PlanEstimate
     from plandag.scheduler import RetryPolicy as RetryPolicy
     from plandag.scheduler import RunLimits as RunLimits
@@ -74,6 +76,7 @@ __all__ = [  # noqa: RUF022 (sorted by code point, as tests/test_exported_member
     "PlanEstimate",
     "PlandagError",
     "Registry",
+    "ResearchResult",
     "RetryPolicy",
     "RunLimits",
     "RunResult",
@@ -93,6 +96,7 @@ __all__ = [  # noqa: RUF022 (sorted by code point, as tests/test_exported_member
     "default_registry",
     "estimate_plan",
     "load_plan",
+    "research",
     "run_plan",
     "run_plan_sync",
     "tool",
@@ -114,6 +118,8 @@ if not _typing.TYPE_CHECKING:
             "Diagnostic": ("plandag.compiler", "Diagnostic"),
             "compile_plan": ("plandag.compiler", "compile_plan"),
             "load_plan": ("plandag.compiler", "load_plan"),
+            "ResearchResult": ("plandag.jobs.research.run", "ResearchResult"),
+            "research": ("plandag.jobs.research.run", "research"),
             "Plan": ("plandag.dag.plan", "Plan"),
             "Step": ("plandag.dag.plan", "Step"),
             "BoundaryError": ("plandag.errors", "BoundaryError"),

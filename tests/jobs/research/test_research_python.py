@@ -1,0 +1,115 @@
+"""``plandag.research``: the Python form of ``plandag research``, with the command's safe
+defaults, against the local Messages API server with scripted replies."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import plandag
+from plandag.brakes import UNLIMITED
+from plandag.errors import InputError
+from plandag.jobs.research.scripted import FABRICATED_QUOTE, QUESTION, ScriptedResearch
+from plandag.planner.llm.base import MissingAPIKeyError
+from plandag.scheduler import RunLimits
+from plandag.store import open_store
+from plandag.testing import MessagesServer
+
+REPO = Path(__file__).resolve().parents[3]
+CORPUS = REPO / "examples" / "research" / "corpus"
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("index") / "index.sqlite3"
+
+
+@pytest.fixture(autouse=True)
+def clean(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("all_proxy", raising=False)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test")
+    monkeypatch.setenv("PLANDAG_STORE", str(tmp_path / "runs.sqlite3"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out").mkdir()
+
+
+def test_research_from_python_writes_the_report_under_the_research_brakes(
+    tmp_path: Path, index: Path
+) -> None:
+    scripted = ScriptedResearch(fabricate=[1])
+    with MessagesServer(default=scripted) as server:
+        outcome = plandag.research(
+            QUESTION,
+            corpus=CORPUS,
+            index=index,
+            base_url=server.url,
+            output="out/report.md",
+        )
+        models = sorted({request.json["model"] for request in server.message_requests})
+    assert outcome.status == "succeeded"
+    assert outcome.answer is not None and outcome.answer.startswith("In short: The text says: ")
+    assert outcome.report_path == Path("out/report.md")
+    assert outcome.record_path == Path("out/report.json")
+    record = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
+    assert record == outcome.report.record
+    assert record["replans"][0]["replaced"] == [6, 13]
+    assert FABRICATED_QUOTE not in json.dumps(record["claims"])
+    assert models == ["claude-haiku-4-5", "claude-sonnet-4-6"]
+    # recorded in the default store ($PLANDAG_STORE), with what a later segment needs
+    with open_store(tmp_path / "runs.sqlite3") as store:
+        row = store.run(outcome.run_id)
+    assert row.command == "research"
+    assert row.options["read_only"] is True
+    assert row.options["write_boundary"] == [str(tmp_path / "out")]
+    assert row.options["limits"]["max_cost_usd"] == 2.0
+    assert row.options["limits"]["max_tokens"] == 500_000
+    assert row.options["limits"]["max_seconds"] == 1800.0
+    assert row.options["executor"] == {
+        "provider": "anthropic",
+        "model": "claude-sonnet-4-6",
+        "base_url": server.url,
+        "executor_model": "claude-haiku-4-5",
+    }
+    assert row.options["research"] == {
+        "corpus": str(CORPUS),
+        "index": str(index),
+        "output": str(tmp_path / "out" / "report.md"),
+    }
+
+
+def test_a_lifted_brake_is_explicit_and_stored(tmp_path: Path, index: Path) -> None:
+    with MessagesServer(default=ScriptedResearch()) as server:
+        outcome = plandag.research(
+            QUESTION,
+            corpus=CORPUS,
+            index=index,
+            base_url=server.url,
+            output="out/report.md",
+            limits=RunLimits.for_job("research", max_cost_usd=UNLIMITED),
+        )
+    with open_store(tmp_path / "runs.sqlite3") as store:
+        row = store.run(outcome.run_id)
+    assert outcome.status == "succeeded"
+    assert row.options["limits"]["max_cost_usd"] == "none"
+    assert row.options["limits"]["max_tokens"] == 500_000
+
+
+def test_bad_arguments_stop_before_any_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with MessagesServer() as server:
+        with pytest.raises(ValueError, match="the question is empty"):
+            plandag.research("  ", corpus=CORPUS, base_url=server.url)
+        with pytest.raises(InputError, match="does not exist; create it first"):
+            plandag.research(QUESTION, corpus=CORPUS, base_url=server.url, output="nope/r.md")
+        with pytest.raises(InputError, match="is not a folder|does not exist"):
+            plandag.research(QUESTION, corpus=tmp_path / "missing", base_url=server.url)
+        monkeypatch.delenv("ANTHROPIC_API_KEY")
+        with pytest.raises(MissingAPIKeyError):
+            plandag.research(QUESTION, corpus=CORPUS, base_url=server.url)
+        assert server.message_requests == []
+    assert not (tmp_path / "runs.sqlite3").exists()
