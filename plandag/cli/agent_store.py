@@ -73,7 +73,13 @@ def revise(store: Store, run_id: str, row: Any, options: RunOptions, writer: Any
     versions = store.plan_versions(run_id)
     rejected = Plan.model_validate(versions[-1].plan)
     compiled, _ = _rebuild(store, run_id, row)
-    registry = app_module._registry([Path(tool) for tool in options.tools])
+    # a job's run is replanned with the tools of that job, as its first plan was
+    applications = ("research",) if row.command == "research" else ()
+    registry = app_module._registry(
+        [Path(tool) for tool in options.tools],
+        applications=applications,
+        resolve_installed=not applications,
+    )
     client = _client(str(planner_options["provider"]), planner_options.get("base_url"))
     planner = Planner(
         client,
@@ -651,6 +657,7 @@ def resume_with_planner(
     from plandag.cli.signals import Interruptible, exit_code_for_signal
     from plandag.dag.plan import Plan
     from plandag.dag.references import find_references
+    from plandag.errors import InputError
     from plandag.planner.agent import Agent
     from plandag.planner.triggers import Instruction
     from plandag.scheduler import RetryPolicy
@@ -693,8 +700,18 @@ def resume_with_planner(
     ]
     used_ids = max([*rows, *compiled.steps, 0])
     versions = store.plan_versions(run_id)
-    registry = app_module._registry([Path(tool) for tool in options.tools])
+    # a job's run is replanned with the tools of that job, as its first plan was
+    applications = ("research",) if row.command == "research" else ()
+    registry = app_module._registry(
+        [Path(tool) for tool in options.tools],
+        applications=applications,
+        resolve_installed=not applications,
+    )
     client = _client(str(planner_options["provider"]), planner_options.get("base_url"))
+    try:  # the plan's llm and agent steps get their model back (the key read again)
+        models = options.models() if options.executor is not None else None
+    except InputError as error:
+        app_module._fail(f"run {run_id}: its plan has llm or agent steps: {error}")
     if not store.claim_run(run_id, ["escalated"], row.pid):
         app_module._fail(f"run {run_id}: another process took it first; `plandag runs` shows it")
     close_escalation(store, run_id, "resumed", who=who, note=instruction)
@@ -730,6 +747,7 @@ def resume_with_planner(
         escalate=options.escalate,
         instructions=instruction_reader if row.command == "run" else None,
         http_allow=options.http_allow,
+        models=models,
     )
 
     async def work() -> AgentResult:
@@ -749,6 +767,8 @@ def resume_with_planner(
         finally:
             with anyio.CancelScope(shield=True):
                 await client.aclose()
+                if models is not None:
+                    await models.client.aclose()
 
     escalated: DurableOutcome | None = None
     try:

@@ -25,9 +25,11 @@ escalated (the replan caps); 130/143 interrupted. A report is written whatever t
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -66,7 +68,7 @@ if TYPE_CHECKING:
     from plandag.jobs.research.report import Report
     from plandag.store import Store
 
-__all__ = ["register", "write_report"]
+__all__ = ["register", "research_segment", "write_report"]
 
 
 def write_report(report: Report, output: Path) -> Path:
@@ -113,6 +115,71 @@ def _rebuild(store: Store, run_text: str, output: Path | None, as_json: bool) ->
     _write(report, target)
     if as_json:
         stdout.print_json(json.dumps(report.record, ensure_ascii=False))
+
+
+@contextlib.contextmanager
+def research_segment(store: Store, run_id: str, row: Any) -> Iterator[None]:
+    """A later segment of a research run (``plandag resume RUN_ID``, ``plandag approve``):
+    its corpus opened again from the run's options and bound for the research tools and
+    checks while the segment runs; when it ends, however it ends, the report and its
+    record are built again from the store and written to the run's report path.
+
+    Exits 2 before anything runs when the corpus folder or its index is gone (what, where,
+    what to do).
+    """
+    from plandag.errors import InputError
+    from plandag.jobs.research.corpus import Corpus
+    from plandag.jobs.research.report import build_report, load_run
+    from plandag.jobs.research.tools import use_corpus
+
+    research = row.options.get("research") or {}
+    folder = research.get("corpus")
+    if not folder:
+        _fail(
+            f"run {run_id}: a research run that did not store its corpus folder (made by an "
+            "older plandag); start it again with `plandag research QUESTION --corpus DIR`"
+        )
+    if not Path(folder).is_dir():
+        _fail(
+            f"run {run_id}: its corpus folder {folder} does not exist any more; put it back "
+            f"there, then run `plandag resume {run_id}` again (or start a new `plandag "
+            "research` run on the folder where it is now)"
+        )
+    try:
+        corpus = Corpus.open(folder, index=research.get("index"))
+    except InputError as error:
+        _fail(f"run {run_id}: {error}")
+    output = Path(research.get("output") or "research.md")
+    try:
+        with use_corpus(corpus):
+            yield
+    finally:
+        try:
+            after = store.run(run_id)
+            ran = (after.status, after.segment, after.updated) != (
+                row.status,
+                row.segment,
+                row.updated,
+            )
+            report = build_report(load_run(store, run_id), corpus.chunk) if ran else None
+        finally:
+            corpus.close()
+        if report is not None:  # written whatever ended the segment (its exit code stands)
+            _write_after_segment(report, output, run_id)
+
+
+def _write_after_segment(report: Report, output: Path, run_id: str) -> None:
+    try:
+        record = write_report(report, output)
+    except OSError as error:
+        stderr.print(
+            f"cannot write the report {output}: {error.strerror or error}; `plandag "
+            f"research --from-run {run_id} --output FILE` writes it elsewhere",
+            markup=False,
+            highlight=False,
+        )
+    else:
+        stderr.print(f"report: {output} (record: {record})", markup=False, highlight=False)
 
 
 def _write(report: Report, output: Path) -> None:

@@ -714,13 +714,27 @@ def register(app: typer.Typer) -> None:
         An escalated run (see `plandag inbox`) goes on with your instruction: for a run
         made by `plandag run` or `exec --planner`, the planner is brought back and replans
         the remaining work with --instruction TEXT (verbatim), completed steps kept, the
-        replan caps fresh. The escalation is closed (who, when, the instruction)."""
-        from plandag.store.durable import RESUMABLE
-
+        replan caps fresh. The escalation is closed (who, when, the instruction). A
+        `plandag research` run gets its corpus back and its report written again."""
         store = open_cli_store(store_path)
         run_id, row = _stored_run(store, run)
         if instruction is not None and not instruction.strip():
             _fail("--instruction is empty: say what the planner should do now")
+        with _job_segment(store, run_id, row):
+            _resume(store, run_id, row, approve, instruction, escalate, who, as_json)
+
+    def _resume(
+        store: Store,
+        run_id: str,
+        row: Any,
+        approve: str | None,
+        instruction: str | None,
+        escalate: str | None,
+        who: str | None,
+        as_json: bool,
+    ) -> None:
+        from plandag.store.durable import RESUMABLE
+
         if row.status == "escalated":
             _resume_escalated(
                 store,
@@ -993,6 +1007,17 @@ def _inbox_item(case: Any) -> dict[str, Any]:
             "abandon": f"plandag abandon {case.run_id} --reason TEXT",
         },
     }
+
+
+def _job_segment(store: Store, run_id: str, row: Any) -> contextlib.AbstractContextManager[Any]:
+    """What a job needs around a later segment of its run: a research run's corpus bound
+    and its report written again at the end
+    (:func:`plandag.cli.research_command.research_segment`); nothing for other runs."""
+    if row.command == "research" and row.status not in ("succeeded", "failed", "cancelled"):
+        from plandag.cli.research_command import research_segment
+
+        return research_segment(store, run_id, row)
+    return contextlib.nullcontext()
 
 
 def _with_escalate(
