@@ -186,7 +186,12 @@ def _write(report: Report, output: Path) -> None:
     try:
         record = write_report(report, output)
     except OSError as error:
-        _fail(f"cannot write the report {output}: {error.strerror or error}", 1)
+        run_id = report.record["run_id"]
+        _fail(
+            f"cannot write the report {output}: {error.strerror or error}; the run is in the "
+            f"store: `plandag research --from-run {run_id} --output FILE` writes it elsewhere",
+            1,
+        )
     stderr.print(f"report: {output} (record: {record})", markup=False, highlight=False)
 
 

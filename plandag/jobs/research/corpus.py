@@ -40,6 +40,7 @@ from plandag.errors import InputError
 
 __all__ = [
     "CHUNK_CHARS",
+    "MAX_DOCUMENT_BYTES",
     "SUFFIXES",
     "Chunk",
     "Corpus",
@@ -57,6 +58,10 @@ paragraphs, small enough that several read chunks fit one executor call."""
 
 SUFFIXES: Final = (".md", ".markdown", ".txt", ".html", ".htm", ".pdf")
 """The file suffixes a corpus indexes (lower case compared)."""
+
+MAX_DOCUMENT_BYTES = 64 * 1024 * 1024
+"""The largest file a corpus indexes (64 MiB, some 50,000 chunks of text); a larger one is
+skipped with the reason, so one stray dump does not hold the index for minutes."""
 
 _INDEX_FORMAT: Final = "1"
 """Stored in the index; an index of another format (or chunk size) is rebuilt."""
@@ -258,6 +263,10 @@ def extract_text(path: Path) -> str:
                     f"not UTF-8 text (byte {error.start}); convert it to UTF-8"
                 ) from error
             text = text.replace("\r\n", "\n").replace("\r", "\n")
+            if "\x00" in text:
+                raise CorpusFileError(
+                    "a binary file (it holds NUL bytes), not text; remove it from the folder"
+                )
     if not text.strip():
         raise CorpusFileError("no text (empty, or a scanned PDF without a text layer)")
     return text
@@ -445,9 +454,10 @@ class Corpus:
         """
         root = Path(folder).expanduser()
         if not root.is_dir():
+            state = "is a file, not a folder" if root.is_file() else "does not exist"
             raise InputError(
-                f"corpus folder {root} does not exist or is not a folder; give a folder of "
-                ".md, .txt, .html or .pdf files"
+                f"corpus folder {root} ({root.absolute()}) {state}; give a folder of .md, "
+                ".txt, .html or .pdf files"
             )
         root = root.resolve()
         files = _corpus_files(root)
@@ -457,14 +467,19 @@ class Corpus:
                 "or give another folder"
             )
         index_path = Path(index).expanduser() if index is not None else default_index_path(root)
+        if index_path.is_dir():
+            raise InputError(
+                f"the corpus index {index_path} is a folder; give --index a file name (the "
+                "index is built there)"
+            )
         try:
             index_path.parent.mkdir(parents=True, exist_ok=True)
             connection = sqlite3.connect(index_path, check_same_thread=False)
             update = _refresh(connection, root, files, chunk_chars)
         except sqlite3.Error as error:
             raise InputError(
-                f"the corpus index {index_path} cannot be used: {error}; delete it (it is "
-                "rebuilt) or give another with --index"
+                f"the corpus index {index_path} cannot be used: {error}; if it is an index "
+                "plandag built, delete it (it is rebuilt), else give another file with --index"
             ) from error
         except OSError as error:
             raise InputError(
@@ -580,12 +595,26 @@ def _refresh(
     unchanged: list[str] = []
     removed = sorted(set(stored) - set(files))
     for relative, path in files.items():
-        stat = path.stat()
         known = stored.get(relative)
-        if known is not None and known[0] == stat.st_size and known[1] == stat.st_mtime_ns:
-            unchanged.append(relative)
+        try:
+            stat = path.stat()
+            if known is not None and known[0] == stat.st_size and known[1] == stat.st_mtime_ns:
+                unchanged.append(relative)
+                continue
+            digest = _sha256(path)
+        except OSError as failure:  # gone since it was listed, or not readable
+            (modified if known is not None else added).append(relative)
+            _index_file(
+                connection,
+                relative,
+                path,
+                -1,
+                -1,
+                "",
+                chunk_chars,
+                error=f"cannot read: {failure.strerror or failure}",
+            )
             continue
-        digest = _sha256(path)
         if known is not None and known[2] == digest:
             with connection:  # touched, same bytes: remember the new time, keep the chunks
                 connection.execute(
@@ -620,18 +649,26 @@ def _index_file(
     mtime_ns: int,
     digest: str,
     chunk_chars: int,
+    *,
+    error: str | None = None,
 ) -> None:
-    """(Re-)index one file in one transaction: its old chunks go, its new ones come."""
-    error: str | None = None
+    """(Re-)index one file in one transaction: its old chunks go, its new ones come
+    (none, with ``error`` given or found: the file is kept as ``skipped`` with it)."""
     spans: Sequence[tuple[int, int]] = ()
     text = ""
-    try:
-        text = extract_text(path)
-        spans = chunk_text(text, chunk_chars)
-    except CorpusFileError as failure:
-        error = str(failure)
-    except OSError as failure:
-        error = f"cannot read: {failure.strerror or failure}"
+    if error is None and size > MAX_DOCUMENT_BYTES:
+        error = (
+            f"{size:,} bytes, more than the {MAX_DOCUMENT_BYTES:,} a document may have; split "
+            "it into smaller files"
+        )
+    if error is None:
+        try:
+            text = extract_text(path)
+            spans = chunk_text(text, chunk_chars)
+        except CorpusFileError as failure:
+            error = str(failure)
+        except OSError as failure:
+            error = f"cannot read: {failure.strerror or failure}"
     rows = [
         (f"{relative}#{seq}", relative, seq, start, end, text[start:end])
         for seq, (start, end) in enumerate(spans, start=1)

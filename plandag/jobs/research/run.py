@@ -80,24 +80,37 @@ class ResearchResult:
 
 def check_output(output: str | Path) -> tuple[Path, Path]:
     """The report's path and its folder (the run's write boundary), checked before anything
-    runs.
+    runs; a missing folder is created (as ``plandag extract`` creates its output's).
 
     Raises:
-        InputError: ``output`` is a folder, its folder does not exist, or the folder cannot
-            be written (what, where, and what to do).
+        InputError: ``output`` (or its ``.json`` record) is a folder, its folder cannot be
+            created (a file is in the way) or cannot be written (what, where, and what to
+            do).
     """
     target = Path(output).expanduser()
-    if target.is_dir():
-        raise InputError(f"output {target} is a folder; give the report's file name")
+    record = target.with_suffix(".json")
+    for path in (target, record):
+        if path.is_dir():
+            raise InputError(f"output {target}: {path} is a folder; give the report's file name")
     folder = target.resolve().parent
-    if not folder.is_dir():
-        raise InputError(f"output {target}: its folder {folder} does not exist; create it first")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        reason = (
+            "a file is in the way"
+            if isinstance(error, FileExistsError | NotADirectoryError)
+            else error.strerror or str(error)
+        )
+        raise InputError(
+            f"output {target}: its folder {folder} cannot be created ({reason}); give "
+            "--output a file in a folder you can write"
+        ) from error
     if not os.access(folder, os.W_OK | os.X_OK):
         raise InputError(
             f"output {target}: its folder {folder} cannot be written; give --output a file "
             "in a folder you can write"
         )
-    for existing in (target, target.with_suffix(".json")):
+    for existing in (target, record):
         if existing.exists() and not os.access(existing, os.W_OK):
             raise InputError(
                 f"output {target}: {existing} exists and cannot be written; remove it or "
@@ -379,7 +392,7 @@ def research(
         executor_model: the model of the ``llm`` steps (default ``claude-haiku-4-5`` with
             ``anthropic``, ``model`` with ``openai``).
         output: the Markdown report's path; the JSON record is written beside it
-            (``.json``). Its folder must exist.
+            (``.json``). Its folder is created when missing.
         index: the corpus index (SQLite); default in the user's cache folder.
         store: the run store's path; default ``$PLANDAG_STORE`` or the user's data folder.
         limits: the run's brakes; default ``RunLimits.for_job("research")``.
@@ -399,8 +412,8 @@ def research(
     Raises:
         ValueError: an empty question, an unknown provider, or no model for ``openai``.
         InputError: the corpus folder is missing, empty or holds no readable document; the
-            output's folder does not exist or cannot be written; the store cannot be
-            opened; a tools file cannot be loaded.
+            output is a folder, or its folder cannot be created or written; the store
+            cannot be opened; a tools file cannot be loaded.
         MissingAPIKeyError: the provider's key is not set (nothing has run).
         OSError: the report could not be written (the run is in the store:
             ``plandag research --from-run RUN_ID`` writes it again).

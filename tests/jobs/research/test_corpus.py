@@ -151,3 +151,43 @@ def test_a_folder_without_documents_is_refused(tmp_path: Path) -> None:
         Corpus.open(tmp_path, index=tmp_path / "i.sqlite3")
     with pytest.raises(InputError, match="does not exist"):
         Corpus.open(tmp_path / "missing", index=tmp_path / "i.sqlite3")
+
+
+def test_binary_huge_and_unreadable_files_are_skipped_with_their_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import plandag.jobs.research.corpus as corpus_module
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "good.md").write_text("Faction is a number of citizens.\n", encoding="utf-8")
+    (folder / "zeros.txt").write_bytes(b"\x00" * 512)  # valid UTF-8, but not text
+    (folder / "huge.txt").write_text("word " * 400, encoding="utf-8")  # 2,000 bytes
+    (folder / "locked.txt").write_text("a secret", encoding="utf-8")
+    monkeypatch.setattr(corpus_module, "MAX_DOCUMENT_BYTES", 1000)
+    real_sha256 = corpus_module._sha256
+
+    def sha256(path: Path) -> str:
+        if path.name == "locked.txt":  # as a file without read permission does
+            raise PermissionError(13, "Permission denied")
+        return real_sha256(path)
+
+    monkeypatch.setattr(corpus_module, "_sha256", sha256)
+    corpus = Corpus.open(folder, index=tmp_path / "index.sqlite3")
+    try:
+        documents = {item.path: (item.status, item.error) for item in corpus.documents()}
+        assert corpus.chunk_count() == 1
+    finally:
+        corpus.close()
+    assert documents == {
+        "good.md": ("indexed", None),
+        "huge.txt": (
+            "skipped",
+            "2,000 bytes, more than the 1,000 a document may have; split it into smaller files",
+        ),
+        "locked.txt": ("skipped", "cannot read: Permission denied"),
+        "zeros.txt": (
+            "skipped",
+            "a binary file (it holds NUL bytes), not text; remove it from the folder",
+        ),
+    }

@@ -105,9 +105,12 @@ def test_bad_arguments_stop_before_any_request(
     with MessagesServer() as server:
         with pytest.raises(ValueError, match="the question is empty"):
             plandag.research("  ", corpus=CORPUS, base_url=server.url)
-        with pytest.raises(InputError, match="does not exist; create it first"):
-            plandag.research(QUESTION, corpus=CORPUS, base_url=server.url, output="nope/r.md")
-        with pytest.raises(InputError, match="does not exist or is not a folder"):
+        (tmp_path / "a-file").write_text("in the way", encoding="utf-8")
+        with pytest.raises(InputError, match="cannot be created"):
+            plandag.research(QUESTION, corpus=CORPUS, base_url=server.url, output="a-file/r.md")
+        with pytest.raises(InputError, match="is a folder; give the report's file name"):
+            plandag.research(QUESTION, corpus=CORPUS, base_url=server.url, output="out")
+        with pytest.raises(InputError, match=r"missing\) does not exist; give a folder"):
             plandag.research(QUESTION, corpus=tmp_path / "missing", base_url=server.url)
         monkeypatch.delenv("ANTHROPIC_API_KEY")
         with pytest.raises(MissingAPIKeyError):
