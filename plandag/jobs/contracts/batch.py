@@ -261,11 +261,15 @@ async def extract_contracts(
     output_format = output_format_for(output, format)
     if extractor is None:
         boundary = write_boundary or _output_folder(output)
+        from plandag.tools.registry import default_registry
+
+        registry = default_registry(("contracts",))  # built once for the whole batch
 
         async def default(path: Path, contract: ContractText) -> dict[str, Any]:
             return await extract_contract(
                 path,
                 fields=fields,
+                registry=registry,
                 run_options=run_options,
                 write_boundary=boundary,
                 chunk_chars=chunk_chars,

@@ -204,8 +204,8 @@ async def extract_contract(
         path: the contract file (.txt, .md, .pdf, .docx); its string form is the
             record's ``file``.
         fields: the fields to extract (default the 41 CUAD categories).
-        registry: tools and checks (default :func:`plandag.tools.registry.default_registry`,
-            which holds ``llm`` and the contract tools).
+        registry: tools and checks (default: the built-ins, ``llm`` among them, and this
+            job's tools, :func:`plandag.tools.registry.default_registry` of ``contracts``).
         run_options: keyword arguments for :func:`plandag.scheduler.run_plan`: ``models``
             (the :class:`~plandag.executors.ModelAccess` the ``llm`` steps call), a
             ``budget`` shared by the batch, ``limits``, ``retry``, ``max_concurrency``.
@@ -235,7 +235,7 @@ async def extract_contract(
     if registry is None:
         from plandag.tools.registry import default_registry
 
-        registry = default_registry()
+        registry = default_registry(("contracts",))
     document = {"text": contract.text, "chunks": [c.as_dict(contract.text) for c in chunks]}
     compiled = compile_plan(
         plan,
