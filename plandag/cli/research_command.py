@@ -11,7 +11,9 @@ corpus, every citation checked in code, a Markdown report and a JSON record (REA
    (within the caps), and runs the synthesis;
 3. the report (``--output``, default ``research.md``) and its JSON record (the same name,
    ``.json``) are built from the run store: ``plandag research --from-run RUN_ID`` builds
-   them again at any later time.
+   them again at any later time. ``plandag resume RUN_ID [--instruction TEXT]`` goes on
+   with an escalated (or crashed, interrupted) research run: its corpus, index, models and
+   report path are stored with it (:func:`research_segment`).
 
 Brakes: the ``research`` row of :data:`plandag.brakes.JOB_BRAKES` ($2.00, 500,000 tokens,
 30 min, stall 120 s), printed at the start; the write boundary is the report's folder, and
