@@ -202,9 +202,12 @@ class ScriptedResearch:
             forgot them; plandag attaches the required ones).
 
     Attributes:
-        planner_requests: planner and replanner requests answered.
-        answers: answers given per subquestion (0-based index → count).
-        syntheses: synthesis replies given.
+        planner_requests: planner and replanner requests answered in the current run.
+        answers: answers given per subquestion (0-based index → count) in the current run.
+        syntheses: synthesis replies given in the current run.
+
+    A run's first planning request starts a new run (the counts start again), so one server
+    answers run after run (README, "Research over a corpus").
     """
 
     def __init__(
@@ -235,6 +238,11 @@ class ScriptedResearch:
         user = _text_of(body, "user")
         if "You are the planner of plandag" in system_text:
             with self._lock:
+                if _new_run(body, user):  # a server kept running between runs starts afresh
+                    self.planner_requests = 0
+                    self.answers = {}
+                    self.syntheses = 0
+                    self._failed = []
                 self.planner_requests += 1
                 number = self.planner_requests
                 failed = list(self._failed)
@@ -295,6 +303,17 @@ class ScriptedResearch:
                     claims.append(_stray(found[0]) if stray else found[0])
         text = " ".join(str(claim.get("claim", "")) for claim in claims)
         return {"answer": f"In short: {text}", "claims": claims}
+
+
+def _new_run(body: Mapping[str, Any], user: str) -> bool:
+    """A run's first planning request: one message, holding the trusted context (a replan
+    request carries none; a repair request follows the rejected plan)."""
+    messages = [
+        message
+        for message in body.get("messages") or []
+        if isinstance(message, Mapping) and message.get("role") != "system"
+    ]
+    return len(messages) == 1 and "Trusted context (from the user):" in user
 
 
 def _without(key: str, step: Mapping[str, Any]) -> dict[str, Any]:

@@ -363,3 +363,15 @@ def test_a_plan_without_the_citation_checks_gets_them_and_still_catches_a_fabric
         == 5
     )
     assert "Warning: the plan gave the synthesis no synthesis_citations check" in markdown
+
+
+def test_one_scripted_server_answers_run_after_run(tmp_path: Path, index: Path) -> None:
+    scripted = ScriptedResearch(fabricate=[1])
+    with MessagesServer(default=scripted) as server:
+        first = research(server, tmp_path, index)
+        second = research(server, tmp_path, index)
+    assert (first.exit_code, second.exit_code) == (0, 0), second.output
+    assert scripted.planner_requests == 2  # the second run's plan and its one replan
+    assert scripted.answers == {0: 1, 1: 2, 2: 1, 3: 1}
+    with open_store(tmp_path / "runs.sqlite3") as store:
+        assert [run.status for run in store.runs()] == ["succeeded", "succeeded"]
