@@ -147,3 +147,47 @@ def test_a_moved_corpus_stops_the_resume_before_anything_runs(tmp_path: Path) ->
     assert "Traceback" not in result.output
     with open_store(tmp_path / "runs.sqlite3") as store:
         assert store.run(run_id).status == "escalated"
+
+
+def test_an_interrupted_research_run_resumes_its_remaining_steps(tmp_path: Path) -> None:
+    scripted = ScriptedResearch()
+    with MessagesServer(default=scripted) as server:
+        result = plandag(
+            "research",
+            QUESTION,
+            "--corpus",
+            str(CORPUS),
+            "--index",
+            str(tmp_path / "index.sqlite3"),
+            "--output",
+            "out/report.md",
+            "--base-url",
+            server.url,
+            "--store",
+            str(tmp_path / "runs.sqlite3"),
+        )
+        assert result.exit_code == 0, result.output
+        with open_store(tmp_path / "runs.sqlite3") as store:
+            [run] = store.runs()
+            # as a run interrupted before its synthesis (step 13) ran
+            store.connection.execute(
+                "UPDATE step SET status = 'pending', result = NULL, attempts = 0, "
+                "started_at = NULL, ended_at = NULL WHERE run_id = ? AND step_id = 13",
+                (run.run_id,),
+            )
+            store.connection.execute(
+                "UPDATE run SET status = 'interrupted', pid = NULL WHERE run_id = ?",
+                (run.run_id,),
+            )
+            store.connection.commit()
+        (tmp_path / "out" / "report.json").unlink()
+        resumed = plandag("resume", run.run_id, "--store", str(tmp_path / "runs.sqlite3"))
+    assert resumed.exit_code == 0, resumed.output
+    assert scripted.syntheses == 2  # the synthesis ran again, with the corpus and its model
+    assert scripted.answers == {0: 1, 1: 1, 2: 1, 3: 1}  # the branches did not
+    with open_store(tmp_path / "runs.sqlite3") as store:
+        assert store.run(run.run_id).status == "succeeded"
+        assert store.steps(run.run_id)[13].status == "succeeded"
+    record = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
+    assert record["status"] == "succeeded"
+    assert record["answer"] is not None
