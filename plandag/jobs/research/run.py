@@ -413,7 +413,8 @@ def research(
         ValueError: an empty question, an unknown provider, or no model for ``openai``.
         InputError: the corpus folder is missing, empty or holds no readable document; the
             output is a folder, or its folder cannot be created or written; the store
-            cannot be opened; a tools file cannot be loaded.
+            cannot be opened.
+        ToolLoadError: a tools file cannot be loaded.
         MissingAPIKeyError: the provider's key is not set (nothing has run).
         OSError: the report could not be written (the run is in the store:
             ``plandag research --from-run RUN_ID`` writes it again).
