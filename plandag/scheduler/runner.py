@@ -545,6 +545,12 @@ class _Run:
                 limiters_by_tool[tool.name] = anyio.CapacityLimiter(limit)
             self.tool_limiter[step_id] = limiters_by_tool.get(tool.name)
         self.task_group: TaskGroup | None = None
+        self.in_order = not self.observers and all(
+            step.tool.inline and not step.tool.is_async for step in compiled.steps.values()
+        )
+        """Whether :meth:`run_steps` may run the steps one after another in plan order, in
+        one task (every tool inline, nobody observing: see :meth:`run_in_order`)."""
+        self.driving_in_order = False
         self.pending_estimate: tuple[PlanEstimate, Mapping[str, float]] | None = None
         """Armed when :meth:`run` starts (``run_plan``'s plan estimate)."""
         self.completed: Mapping[int, Any] = {}
@@ -588,7 +594,7 @@ class _Run:
         tool = compiled_step.tool
         if not tool.taint_source:
             return False
-        if tool.reads is None:
+        if tool.reads is None or not self.clean_files:
             return True
         path = args.get(tool.reads)
         return not isinstance(path, str) or _real_path(path) not in self.clean_files
@@ -878,12 +884,53 @@ class _Run:
     async def run_steps(self) -> None:
         """Start the roots; return when every step has ended or the run scope stopped."""
         with self.run_scope:
+            if self.in_order:
+                await self.run_in_order()
+                return
             async with anyio.create_task_group() as task_group:
                 self.task_group = task_group
                 starts = self.seed() if self.completed else self.compiled.roots
                 for step_id in starts:
                     self.active += 1
                     task_group.start_soon(self.run_step, step_id)
+
+    async def run_in_order(self) -> None:
+        """Run every step in one task, in plan order (a topological order), each once all
+        its parents succeeded.
+
+        For plans whose every tool is inline (cheap sync code that runs on the event loop
+        and never suspends, ARCHITECTURE.md "Tools"): such steps never overlap anyway, so
+        a task per ready step buys nothing and costs a task spawn each. Everything else is
+        the same as in :meth:`run_steps`: each step goes through :meth:`run_one_step`
+        (limits, retries, checks, records); a failed step's descendants end skipped and
+        every independent step still runs; the loop yields to the event loop at least
+        every :data:`_YIELD_EVERY_S` so that a deadline or a stall monitor gets in.
+        """
+        if self.completed:
+            self.seed()
+        records = self.records
+        remaining = self.remaining
+        self.driving_in_order = True
+        self.active += 1
+        last_yield = time.perf_counter()
+        try:
+            for step_id in self.compiled.order:
+                if records[step_id].status != "pending" or remaining[step_id]:
+                    continue  # done (resumed), skipped, or a parent did not succeed
+                if self.run_scope.cancel_called:
+                    break  # left pending: finish() ends it skipped with the stop's reason
+                await self.run_one_step(step_id)
+                if time.perf_counter() - last_yield > _YIELD_EVERY_S:
+                    await anyio.lowlevel.checkpoint()
+                    last_yield = time.perf_counter()
+        finally:
+            self.driving_in_order = False
+            self.active -= 1
+            if not self.active:
+                if self.idle_event is not None:
+                    self.idle_event.set()
+                if self.waiting_for_person:
+                    self.update_pause()
 
     def seed(self) -> list[int]:
         """Mark the steps of ``completed`` succeeded with their results (a resumed run:
@@ -1547,9 +1594,13 @@ class _Run:
                     outcome.result,
                 )
             )
+        remaining = self.remaining
+        if self.driving_in_order:  # run_in_order starts each child in its turn
+            for child in self.steps[step_id].children:
+                remaining[child] -= 1
+            return None
         task_group = self.task_group
         assert task_group is not None
-        remaining = self.remaining
         records = self.records
         continue_with: int | None = None
         stopped = self.run_scope.cancel_called  # children left pending end skipped

@@ -29,7 +29,9 @@ variables never enter a run this way.
 from __future__ import annotations
 
 import functools
+import json
 import os
+import re
 import sqlite3
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -41,11 +43,12 @@ from plandag.trace.redact import (
     environment_secrets,
     is_secret_environment_name,
     is_secret_key,
+    may_hold_word,
     scrub_secret_text,
     scrub_secret_values,
 )
 
-__all__ = ["SecretMaskingConnection", "seal", "unseal"]
+__all__ = ["SecretMaskingConnection", "seal", "sealed_json", "unseal"]
 
 _ENV = "$env"
 _ENV_TEXT = "$env_text"
@@ -135,6 +138,63 @@ def seal(value: Any, environment: Mapping[str, str] | None = None) -> Any:
         The sealed copy (rules in the module docstring); tuples become lists.
     """
     return _Sealer(environment_secrets() if environment is None else environment).value(value)
+
+
+# Every rule of seal() needs one of these words in the JSON text of what it changes: a
+# secret-named key or a ``name: value`` pair names an api key, authorization, a token, a
+# secret, a password or passwd, or a cookie; a credential by its form holds ``sk-``, ``eyJ``,
+# ``Bearer`` or ``Basic``; a marker mapping holds ``$env`` or ``$literal``. Found in any
+# case, as the rules find them.
+_SEALING_WORDS = (
+    "sk-",
+    "eyj",
+    "bearer",
+    "basic",
+    "apikey",
+    "api_key",
+    "api-key",
+    "authorization",
+    "token",
+    "secret",
+    "passw",
+    "$env",
+    "$literal",
+)
+# A cookie is sealed only as a key named ``cookie``/``set-cookie`` or as ``cookie: value`` /
+# ``cookie=value`` in text: the word followed by quotes and blanks (a tab is ``\t`` in JSON)
+# and then ``:`` or ``=``. Product names such as "COOKIES" need no sealing.
+_COOKIE_PAIR = re.compile(r"(?i)cookie(?:\\?['\"]|[ \t]|\\t)*[:=]")
+
+
+def sealed_json(value: Any, environment: Mapping[str, str] | None = None) -> str:
+    """The JSON text of :func:`seal` of ``value`` (compact, UTF-8 kept, no NaN), made
+    without walking ``value`` in the usual case.
+
+    The text of ``value`` is made first (``json.dumps``, in C); when it holds none of the
+    words any sealing rule needs (``_SEALING_WORDS``, in any case) nor the JSON form of any secret
+    value of the environment, sealing would change nothing and that text is the answer.
+    Otherwise ``value`` is sealed as :func:`seal` does and dumped. Either way the result is
+    ``json.dumps(seal(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False)``.
+
+    Args:
+        value: JSON data (mappings with string keys, lists, tuples, strings, numbers,
+            booleans, None).
+        environment: ``{secret value: variable name}`` (default: the process's).
+
+    Raises:
+        TypeError, ValueError: ``value`` is not JSON data (an object, NaN or infinity).
+    """
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    secrets = environment_secrets() if environment is None else environment
+    if (
+        not may_hold_word(text, _SEALING_WORDS)
+        and not (may_hold_word(text, ("cookie",)) and _COOKIE_PAIR.search(text))
+        and not any(json.dumps(secret, ensure_ascii=False)[1:-1] in text for secret in secrets)
+    ):
+        return text
+    return json.dumps(
+        _Sealer(secrets).value(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False
+    )
 
 
 def unseal(value: Any, environ: Mapping[str, str] | None = None, *, run_id: str = "") -> Any:

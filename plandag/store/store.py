@@ -47,7 +47,7 @@ from plandag.errors import InputError
 from plandag.scheduler.estimate import MEASURED_MIN_RUNS
 from plandag.scheduler.result import to_jsonable
 from plandag.store.migrations import migrate
-from plandag.store.sealing import SecretMaskingConnection, seal
+from plandag.store.sealing import SecretMaskingConnection, seal, sealed_json
 from plandag.trace.redact import scrub_secret_values
 
 __all__ = [
@@ -347,8 +347,20 @@ class Store:
             self.connection.execute("PRAGMA synchronous=NORMAL")
         try:
             with self.transaction() as connection:
-                for sql, args in queue:
-                    connection.execute(sql, args)
+                # consecutive writes of one statement go in one executemany: the rows of a
+                # batch's documents cost one call (and one reading of the environment's
+                # secrets by the masking connection) instead of one each
+                start = 0
+                while start < len(queue):
+                    sql = queue[start][0]
+                    end = start + 1
+                    while end < len(queue) and queue[end][0] == sql:
+                        end += 1
+                    if end - start == 1:
+                        connection.execute(sql, queue[start][1])
+                    else:
+                        connection.executemany(sql, [args for _, args in queue[start:end]])
+                    start = end
             self._queue = self._queue[len(queue) :]  # kept when the commit failed: retried
         finally:
             if not durable:
@@ -403,9 +415,7 @@ class Store:
         pass when the record is JSON data already (what ``json.dumps`` accepts with
         ``allow_nan=False``, as the record file's writer does); sealed either way."""
         try:
-            text = json.dumps(
-                seal(record), ensure_ascii=False, separators=(",", ":"), allow_nan=False
-            )
+            text = sealed_json(record)
         except (TypeError, ValueError):
             return self.value_columns(record)
         if len(text) > BLOB_THRESHOLD_BYTES:

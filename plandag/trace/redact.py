@@ -42,6 +42,7 @@ __all__ = [
     "is_secret_environment_name",
     "is_secret_key",
     "is_valid_cpf",
+    "may_hold_word",
     "redact_personal",
     "scrub_secret_text",
     "scrub_secret_values",
@@ -150,6 +151,31 @@ def is_secret_environment_name(name: str) -> bool:
     return name.upper().endswith(_SECRET_ENV_SUFFIXES)
 
 
+# The letters that ``re.IGNORECASE`` matches with an ASCII letter but ``str.lower`` does not
+# turn into one (Python's ``re`` documentation: U+0131 and U+017F; U+0130 and U+212A lower
+# to text holding the ASCII letter).
+_CASE_LOOKALIKES = ("\u0131", "\u017f")
+
+
+def may_hold_word(text: str, words: Iterable[str]) -> bool:
+    """Whether ``text`` may hold one of ``words`` in any case, as a case-insensitive regular
+    expression would find it: a cheap test (``str.lower`` and substring search) that lets a
+    caller skip a costlier scan. Never a false negative; a text holding a letter that only
+    ``re.IGNORECASE`` folds to ASCII (dotless i, long s) always answers True.
+
+    Args:
+        text: any text.
+        words: lower-case ASCII words.
+    """
+    if any(letter in text for letter in _CASE_LOOKALIKES):
+        return True
+    lowered = text.lower()
+    return any(word in lowered for word in words)
+
+
+_AUTH_WORDS = ("bearer", "basic")
+
+
 def scrub_secret_values(text: str, environment: Iterable[str] | None = None) -> str:
     """``text`` with credential values masked as ``[secret]``, its structure left alone.
 
@@ -175,6 +201,8 @@ def scrub_secret_values(text: str, environment: Iterable[str] | None = None) -> 
         text = _OPENAI_KEY.sub(SECRET_MASK, text)
     if "eyJ" in text:
         text = _JSON_WEB_TOKEN.sub(SECRET_MASK, text)
+    if not may_hold_word(text, _AUTH_WORDS):
+        return text
     return _AUTH_SCHEME.sub(_mask_auth_scheme, text)
 
 

@@ -1,0 +1,142 @@
+"""A plan whose every tool is inline runs its steps one after another in one task, with the
+same records, pruning, checks and deadline as the task-per-step path."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anyio
+
+from plandag.checks import BUILTIN_CHECKS
+from plandag.compiler import compile_plan
+from plandag.errors import PermanentStepError
+from plandag.scheduler import RunLimits, run_plan
+from plandag.tools.base import tool
+from plandag.tools.registry import Registry
+
+STARTS: list[int] = []
+
+
+@tool(inline=True)
+def note(step: int, value: Any = None) -> int:
+    """Record that ``step`` started; return it."""
+    STARTS.append(step)
+    return step
+
+
+@tool(inline=True)
+def refuse(step: int) -> int:
+    """Record that ``step`` started, then fail permanently."""
+    STARTS.append(step)
+    raise PermanentStepError(f"step {step} refuses", reason="invalid_args")
+
+
+@tool
+async def note_async(step: int) -> int:
+    """An async tool: the plan then runs a task per ready step."""
+    STARTS.append(step)
+    await anyio.lowlevel.checkpoint()
+    return step
+
+
+def _registry() -> Registry:
+    return Registry([note, refuse, note_async], BUILTIN_CHECKS)
+
+
+def _fan_plan(failing: int | None) -> dict[str, Any]:
+    """1 → (2, 3, 4) → 5 (needs 2 and 3); 6 needs 4 only. ``failing`` refuses."""
+
+    def step(number: int, parents: list[int]) -> dict[str, Any]:
+        return {
+            "id": number,
+            "tool": "refuse" if number == failing else "note",
+            "args": {"step": number},
+            "depends_on": parents,
+        }
+
+    return {
+        "steps": [
+            step(1, []),
+            step(2, [1]),
+            step(3, [1]),
+            step(4, [1]),
+            step(5, [2, 3]),
+            step(6, [4]),
+        ],
+        "output": "<step_6_result>",
+    }
+
+
+def test_steps_run_in_plan_order_in_one_task() -> None:
+    STARTS.clear()
+    compiled = compile_plan(_fan_plan(None), _registry())
+    result = anyio.run(run_plan, compiled)
+    assert result.status == "succeeded"
+    assert STARTS == [1, 2, 3, 4, 5, 6]
+    assert result.output == 6
+    assert [result.steps[n].status for n in range(1, 7)] == ["succeeded"] * 6
+
+
+def test_a_failed_step_skips_its_descendants_only() -> None:
+    STARTS.clear()
+    compiled = compile_plan(_fan_plan(3), _registry())
+    result = anyio.run(run_plan, compiled)
+    assert result.status == "failed"
+    assert STARTS == [1, 2, 3, 4, 6]
+    statuses = {n: result.steps[n].status for n in range(1, 7)}
+    assert statuses == {
+        1: "succeeded",
+        2: "succeeded",
+        3: "failed",
+        4: "succeeded",
+        5: "skipped",
+        6: "succeeded",
+    }
+    assert result.steps[3].reason == "invalid_args"
+    assert result.steps[5].reason == "upstream_failed"
+
+
+def test_a_failed_check_is_recorded_the_same_way() -> None:
+    STARTS.clear()
+    plan = _fan_plan(None)
+    plan["steps"][1]["check"] = [{"kind": "jmespath", "expr": "@ == `7`"}]
+    result = anyio.run(run_plan, compile_plan(plan, _registry()))
+    assert result.steps[2].status == "failed"
+    assert result.steps[2].reason == "check_failed"
+    assert [outcome.status for outcome in result.steps[2].checks] == ["fail"]
+    assert result.steps[5].status == "skipped"
+    assert result.steps[6].status == "succeeded"
+
+
+def test_a_plan_with_an_async_tool_keeps_a_task_per_step() -> None:
+    STARTS.clear()
+    plan = _fan_plan(None)
+    plan["steps"][1]["tool"] = "note_async"
+    result = anyio.run(run_plan, compile_plan(plan, _registry()))
+    assert result.status == "succeeded"
+    # step 2 suspends: the steps ready beside it run before it ends
+    assert sorted(STARTS) == [1, 2, 3, 4, 5, 6]
+
+
+@tool(inline=True)
+def slow(step: int) -> int:
+    """Spin 20 ms without suspending."""
+    end = time.perf_counter() + 0.02
+    while time.perf_counter() < end:
+        pass
+    return step
+
+
+def test_the_deadline_stops_a_long_chain_between_steps() -> None:
+    steps = [{"id": 1, "tool": "slow", "args": {"step": 1}}]
+    steps += [
+        {"id": n, "tool": "slow", "args": {"step": n}, "depends_on": [n - 1]} for n in range(2, 51)
+    ]
+    compiled = compile_plan({"steps": steps}, Registry([slow], BUILTIN_CHECKS))
+    result = anyio.run(lambda: run_plan(compiled, limits=RunLimits(max_seconds=0.1)))
+    assert result.status == "timed_out"
+    statuses = [result.steps[n].status for n in range(1, 51)]
+    assert statuses[0] == "succeeded"
+    assert statuses[-1] == "skipped"
+    assert set(statuses) <= {"succeeded", "cancelled", "skipped"}
