@@ -30,10 +30,18 @@ def allowed_hosts(configured: Sequence[str] | None, listed: Iterable[str]) -> tu
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CompiledCheck:
-    """A check of a step bound to its definition; ``args`` may still hold references."""
+    """A check of a step bound to its definition; ``args`` may still hold references.
+
+    ``args_template(step_result, params)`` gives the args with their references resolved
+    (compiled once, as :attr:`CompiledStep.args_template`)."""
 
     definition: CheckDefinition
     args: Mapping[str, Any]
+    args_template: ArgsTemplate = dataclasses.field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.args_template is None:
+            object.__setattr__(self, "args_template", compile_template(self.args))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -1283,9 +1283,12 @@ class _Run:
     async def attempt_within_limits(
         self, step_id: int, record: StepRecord, delay_before: float
     ) -> _AttemptOutcome:
-        """Acquire the tool's limiter, then the global one, and run one attempt."""
+        """Acquire the tool's limiter, then the global one, and run one attempt (steps run
+        in order, one at a time, are within every limit without asking)."""
         tool_limiter = self.tool_limiter[step_id]
         global_limiter = self.global_limiter
+        if self.driving_in_order:
+            return await self.attempt(step_id, record, delay_before)
         if tool_limiter is None:
             if global_limiter is None:
                 return await self.attempt(step_id, record, delay_before)
@@ -1545,7 +1548,7 @@ class _Run:
         for compiled_check in compiled_step.checks:
             definition = compiled_check.definition
             try:
-                check_args = resolve_value(compiled_check.args, lookup, self.params)
+                check_args = compiled_check.args_template(lookup, self.params)
             except ReferenceResolutionError as error:
                 outcome = CheckOutcome(
                     definition.name, "fail", f"a check argument did not resolve: {error}"

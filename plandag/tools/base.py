@@ -308,6 +308,11 @@ class Tool:
             (name, field.alias or name) for name, field in self.args_model.model_fields.items()
         )
 
+    @functools.cached_property
+    def _keywords_are_names(self) -> bool:
+        """True when every field is passed under its own name (no alias)."""
+        return all(name == keyword for name, keyword in self._keyword_names)
+
     def json_schema(self) -> dict[str, Any]:
         """JSON Schema of the arguments, as shown to planners.
 
@@ -336,6 +341,8 @@ class Tool:
             pydantic.ValidationError: an argument is missing, unknown or of the wrong type.
         """
         model = self.args_model.model_validate(args if type(args) is dict else dict(args))
+        if self._keywords_are_names:
+            return dict(model.__dict__)  # the fields' values, in order
         return {keyword: getattr(model, name) for name, keyword in self._keyword_names}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

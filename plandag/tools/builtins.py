@@ -269,11 +269,18 @@ def xml_select(
             reason="invalid_args",
         )
     # lxml is imported by the first XML step, not by every command that lists the tools.
-    from plandag.tools.xml import as_element, compile_xpath, evaluate_compiled, select_elements
+    from plandag.tools.xml import (
+        as_element,
+        compile_table,
+        compile_xpath,
+        evaluate_compiled,
+        evaluate_table,
+        select_elements,
+    )
 
     # Compile every expression first: a bad one is reported before any parsing.
     single = compile_xpath(path, namespaces) if path is not None else None
-    table = [(name, compile_xpath(expr, namespaces)) for name, expr in (paths or {}).items()]
+    table = compile_table(paths, namespaces) if paths is not None else ()
     if each is not None:
         compile_xpath(each, namespaces)
     root = as_element(xml)
@@ -281,6 +288,8 @@ def xml_select(
     def evaluate(node: Any) -> Any:
         if single is not None:
             return evaluate_compiled(node, single, all)
+        if not all:
+            return evaluate_table(node, table)
         return {name: evaluate_compiled(node, compiled, all) for name, compiled in table}
 
     if each is None:

@@ -14,7 +14,7 @@ import functools
 import math
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from lxml import etree
@@ -26,8 +26,10 @@ __all__ = [
     "NFE_NAMESPACE",
     "XMLDSIG_NAMESPACE",
     "as_element",
+    "compile_table",
     "compile_xpath",
     "evaluate_compiled",
+    "evaluate_table",
     "parse_xml",
     "select",
     "select_elements",
@@ -150,6 +152,50 @@ def compile_xpath(expr: str, namespaces: Mapping[str, str] | None = None) -> etr
             for an empty namespace prefix.
     """
     return _compile(expr, _namespace_items(namespaces))
+
+
+def compile_table(
+    paths: Mapping[str, str], namespaces: Mapping[str, str] | None = None
+) -> tuple[tuple[str, etree.XPath], ...]:
+    """``(name, compile_xpath(expr, namespaces))`` for each ``name: expr`` of ``paths``, in
+    order; the table is remembered, so a plan selecting the same fields from many documents
+    builds it once.
+
+    Raises:
+        PermanentStepError: as :func:`compile_xpath`, for the first expression that fails.
+    """
+    return _compile_table(tuple(paths.items()), _namespace_items(namespaces))
+
+
+@functools.lru_cache(maxsize=256)
+def _compile_table(
+    items: tuple[tuple[str, str], ...], namespace_items: tuple[tuple[str, str], ...]
+) -> tuple[tuple[str, etree.XPath], ...]:
+    return tuple((name, _compile(expr, namespace_items)) for name, expr in items)
+
+
+def evaluate_table(
+    root: etree._Element, table: Iterable[tuple[str, etree.XPath]]
+) -> dict[str, Any]:
+    """``{name: evaluate_compiled(root, compiled)}`` for each ``(name, compiled)`` of
+    ``table`` (from :func:`compile_table`): each expression's first match, converted.
+
+    Raises:
+        PermanentStepError: reason ``invalid_xpath`` when an expression fails to evaluate.
+    """
+    values: dict[str, Any] = {}
+    for name, compiled in table:
+        try:
+            found = compiled(root)
+        except etree.XPathError as error:
+            raise PermanentStepError(
+                f"invalid XPath {compiled.path!r}: {error}", reason="invalid_xpath"
+            ) from error
+        if type(found) is list:
+            values[name] = _convert(found[0]) if found else None
+        else:
+            values[name] = _convert(found)
+    return values
 
 
 def _convert(item: Any) -> Any:

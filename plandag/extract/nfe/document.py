@@ -96,15 +96,17 @@ PLACEHOLDER_VALUES: frozenset[str] = frozenset({"string", "?", "token", "normali
 
 # Where an invoice shows a placeholder, if it is a template: the key and layout attributes
 # and the fields no real invoice leaves to chance. Two of them make a template.
-_N = "{" + NFE_NAMESPACE + "}"
-# Attributes and element paths (ElementPath, NF-e namespace) probed for placeholder values.
+# Attributes and element paths (XPath, NF-e namespace) probed for placeholder values.
 _TEMPLATE_ATTRIBUTES: tuple[str, ...] = ("Id", "versao")
-_TEMPLATE_PROBES: tuple[str, ...] = (
-    f"{_N}ide/{_N}cNF",
-    f"{_N}ide/{_N}nNF",
-    f"{_N}ide/{_N}dhEmi",
-    f"{_N}emit/{_N}CNPJ",
-    f"{_N}total/{_N}ICMSTot/{_N}vNF",
+_TEMPLATE_PROBES: tuple[etree.XPath, ...] = tuple(
+    etree.XPath(path, namespaces={"nfe": NFE_NAMESPACE}, smart_strings=False)
+    for path in (
+        "nfe:ide/nfe:cNF",
+        "nfe:ide/nfe:nNF",
+        "nfe:ide/nfe:dhEmi",
+        "nfe:emit/nfe:CNPJ",
+        "nfe:total/nfe:ICMSTot/nfe:vNF",
+    )
 )
 _TEMPLATE_THRESHOLD = 2
 
@@ -338,7 +340,10 @@ def _placeholder_count(invoice: etree._Element) -> int:
     """How many of the probed key fields hold a placeholder (the invoice is in the NF-e
     namespace by now: see :func:`_into_nfe_namespace`)."""
     texts = [invoice.get(name) for name in _TEMPLATE_ATTRIBUTES]
-    texts.extend(invoice.findtext(probe) for probe in _TEMPLATE_PROBES)
+    for probe in _TEMPLATE_PROBES:
+        found = probe(invoice)  # child steps only: the first match in document order
+        first = found[0] if isinstance(found, list) and found else None
+        texts.append(first.text if isinstance(first, etree._Element) else None)
     return sum(
         1 for text in texts if text is not None and text.strip().lower() in PLACEHOLDER_VALUES
     )

@@ -26,6 +26,7 @@ Sources:
 
 from __future__ import annotations
 
+import functools
 import re
 from decimal import Decimal, InvalidOperation
 
@@ -193,16 +194,26 @@ def valid_cpf(cpf: str) -> bool:
     return cpf[9:] == cpf_check_digits(cpf[:9])
 
 
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
+
+
 def parse_decimal(value: object) -> Decimal | None:
     """``Decimal(value)`` for a finite decimal string (``"1209.00"``), else None.
 
     Money and quantities are read from their XML text only, never through float. Surrounding
-    whitespace is ignored; exponents, ``NaN`` and ``Infinity`` are refused.
+    whitespace is ignored; exponents, ``NaN`` and ``Infinity`` are refused. (Remembered for
+    the last few thousand texts: invoices repeat ``"0.00"`` and their own totals, and a
+    ``Decimal`` is immutable.)
     """
     if not isinstance(value, str):
         return None
+    return _parse_decimal_text(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_decimal_text(value: str) -> Decimal | None:
     text = value.strip()
-    if not re.fullmatch(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)", text):
+    if not _DECIMAL.fullmatch(text):
         return None
     try:
         return Decimal(text)
