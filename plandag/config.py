@@ -194,6 +194,14 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("jobs", int, 4, "documents at once for extract", minimum=1),
     Setting(
+        "workers",
+        int,
+        None,
+        "worker processes for extract (default: the machine's cores; 1: in the command's "
+        "own process)",
+        minimum=1,
+    ),
+    Setting(
         "approve",
         str,
         "ask",

@@ -34,6 +34,7 @@ DEFAULTS = {
     "plan_cost_factor": 2.0,
     "plan_time_factor": 3.0,
     "jobs": 4,
+    "workers": None,
     "approve": "ask",
     "approval_expiry": 86400.0,
     "escalate": "person",

@@ -87,7 +87,8 @@ def extract_nfe(
             "--workers",
             metavar="N",
             min=1,
-            help="Worker processes (default: the machine's cores; 1: this process).",
+            help="Worker processes (default: the workers setting, else the machine's cores; "
+            "1: this process).",
         ),
     ] = None,
     cluster: Annotated[
@@ -160,6 +161,7 @@ def extract_nfe(
     settings = _settings(
         {
             "jobs": jobs,
+            "workers": workers,
             "write_boundary": write_boundary,
             "max_seconds": max_seconds,
             "max_cost": max_cost,
@@ -230,6 +232,9 @@ def extract_nfe(
         monitor.update(finished, total)
         progress.update(task, completed=finished, total=total)
 
+    from plandag.extract.parallel import default_workers
+
+    worker_count: int = settings["workers"] or default_workers()
     deadline = cap_or_none(settings["max_seconds"])
     run_store = open_cli_store(store)
     batch_id = uuid.uuid4().hex[:16]
@@ -282,7 +287,13 @@ def extract_nfe(
             command="extract",
             goal=goal,
             params=batch_params,
-            options={"jobs": settings["jobs"], "resume": resume, "redact": redact},
+            options={
+                "jobs": settings["jobs"],
+                "workers": worker_count,
+                "cluster": cluster,
+                "resume": resume,
+                "redact": redact,
+            },
         )
         writers.append(trace_factory(run_store, redact)(batch_id, 0))
         writers[0].run_started("extract", goal, batch_params)
@@ -301,7 +312,7 @@ def extract_nfe(
             write_boundary=boundary,
             repairer=repairer,
             save_repairs=save_repairs,
-            workers=workers,
+            workers=worker_count,
             cluster=cluster,
         )
 

@@ -20,6 +20,7 @@ Needs the ``dask`` extra (``pip install 'plandag[dask]'``).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,6 +41,8 @@ class DaskBackend:
             with the batch) or ``"tcp://HOST:PORT"`` (an existing scheduler).
         workers: the LocalCluster's worker processes (>= 1); for an existing scheduler, the
             expected count when it has no worker yet.
+        config: what the chunks will need: every worker present is made ready for it
+            (:func:`plandag.extract.parallel.warm_up`) before the first chunk, or None.
 
     Raises:
         InputError: ``cluster`` is neither ``local`` nor ``tcp://...``, the ``dask`` extra is
@@ -47,8 +50,12 @@ class DaskBackend:
     """
 
     sends_bytes = True
+    #: a task costs the scheduler and the network more than a process pool's: bigger chunks
+    chunk_jobs = 2 * parallel.CHUNK_JOBS
 
-    def __init__(self, cluster: str, workers: int) -> None:
+    def __init__(
+        self, cluster: str, workers: int, config: parallel.WorkerConfig | None = None
+    ) -> None:
         if cluster != "local" and not cluster.startswith("tcp://"):
             raise InputError(
                 f"--cluster {cluster!r}: give 'local' (a Dask cluster on this machine) or the "
@@ -75,7 +82,9 @@ class DaskBackend:
                 dashboard_address="127.0.0.1:0",
                 scheduler_kwargs={"dashboard": False},
             )
-            self.client: Any = client_class(self._local)
+            # records come back from the workers straight to this process, not through the
+            # scheduler (which a LocalCluster runs here too)
+            self.client: Any = client_class(self._local, direct_to_workers=True)
         else:
             try:
                 self.client = client_class(cluster, timeout=CONNECT_TIMEOUT)
@@ -86,6 +95,10 @@ class DaskBackend:
                 ) from None
         known = len(self.client.scheduler_info().get("workers", {}))
         self.workers = max(1, known or workers)
+        if config is not None and known:
+            # a failure shows again on the first chunk, as that chunk's outcome
+            with contextlib.suppress(Exception):
+                self.client.run(parallel.warm_up, config)
 
     def submit(self, items: Sequence[parallel.Item], config: parallel.WorkerConfig) -> Any:
         return self.client.submit(parallel.CHUNK_WORK, list(items), config, retries=2, pure=False)

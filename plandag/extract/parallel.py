@@ -33,6 +33,7 @@ How it works (the choices, and why):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing
 import os
@@ -61,10 +62,12 @@ __all__ = [
     "WorkerConfig",
     "default_workers",
     "extract_chunk",
+    "warm_up",
 ]
 
-#: A chunk holds up to this many times ``jobs`` documents.
-CHUNK_JOBS = 4
+#: A chunk holds up to this many times ``jobs`` documents (a backend may say otherwise:
+#: its ``chunk_jobs``).
+CHUNK_JOBS = 8
 
 #: Times a document is sent to a worker before it gets an ``internal_error`` record.
 MAX_ATTEMPTS = 3
@@ -161,37 +164,72 @@ def _replace_text(value: Any, old: str, new: str) -> Any:
 
 
 _registry: list[Any] = []
+_boundaries: dict[bytes, Any] = {}
 
 
-async def _extract_one(source: str, data: bytes | None, config: WorkerConfig) -> Outcome:
-    from plandag.extract.nfe.document import extract_document
-
+def _worker_registry() -> Any:
     if not _registry:
         from plandag.tools.registry import default_registry
 
         _registry.append(default_registry())
-    registry = _registry[0]
+    return _registry[0]
+
+
+def _same_boundary(boundary: WriteBoundary | None) -> WriteBoundary | None:
+    """One boundary object per distinct boundary in this worker: each chunk arrives with its
+    own unpickled copy, and the compiled plan is kept per boundary object
+    (:func:`plandag.extract.nfe.document.extract_document`), so without this every chunk
+    would compile the plan again."""
+    if boundary is None:
+        return None
+    key = pickle.dumps(boundary)
+    kept = _boundaries.get(key)
+    if kept is None:
+        if len(_boundaries) >= 8:
+            _boundaries.pop(next(iter(_boundaries)))
+        kept = _boundaries[key] = boundary
+    return kept
+
+
+async def _extract_one(
+    source: str, data: bytes | None, config: WorkerConfig, boundary: WriteBoundary | None
+) -> Outcome:
+    from plandag.extract.nfe.document import extract_document, takes_bytes
+
+    registry = _worker_registry()
     probe: Any = _RepairProbe(registry) if config.probe_repairs else None
     try:
         if data is None:
             records = await extract_document(
                 Path(source),
                 registry=registry,
-                write_boundary=config.write_boundary,
+                write_boundary=boundary,
                 run_options=config.run_options,
                 repairer=probe,
                 plan_text=config.plan_text,
             )
             return "records", records
-        # Bytes from a parent without a shared filesystem: the same name in a private folder,
-        # and that folder's path written back as the parent's path in the records.
+        if probe is None and takes_bytes(registry, boundary, config.plan_text, len(data)):
+            # The plan reads its input in one step: that step takes the bytes as its result,
+            # and the records name the parent's path as they would in the parent.
+            records = await extract_document(
+                Path(source),
+                registry=registry,
+                write_boundary=boundary,
+                run_options=config.run_options,
+                plan_text=config.plan_text,
+                data=data,
+            )
+            return "records", records
+        # Otherwise: the same name in a private folder, and that folder's path written
+        # back as the parent's path in the records.
         with tempfile.TemporaryDirectory(prefix="plandag-doc-") as folder:
             local = Path(folder, Path(source).name or "input")
             _write(local, data)
             records = await extract_document(
                 local,
                 registry=registry,
-                write_boundary=config.write_boundary,
+                write_boundary=boundary,
                 run_options=config.run_options,
                 repairer=probe,
                 plan_text=config.plan_text,
@@ -214,6 +252,7 @@ def extract_chunk(items: Sequence[Item], config: WorkerConfig) -> list[Outcome]:
         One outcome per item, in order: ``("records", list)``, ``("raise", exception)`` or
         ``("parent", None)`` (a repair is needed; the parent extracts the document).
     """
+    boundary = _same_boundary(config.write_boundary)
 
     async def run_all() -> list[Outcome]:
         outcomes: list[Outcome] = [("parent", None)] * len(items)
@@ -221,7 +260,7 @@ def extract_chunk(items: Sequence[Item], config: WorkerConfig) -> list[Outcome]:
 
         async def one(position: int, source: str, data: bytes | None) -> None:
             async with limiter:
-                outcomes[position] = await _extract_one(source, data, config)
+                outcomes[position] = await _extract_one(source, data, config, boundary)
 
         async with anyio.create_task_group() as group:
             for position, (source, data) in enumerate(items):
@@ -229,6 +268,15 @@ def extract_chunk(items: Sequence[Item], config: WorkerConfig) -> list[Outcome]:
         return outcomes
 
     return anyio.run(run_all)
+
+
+def warm_up(config: WorkerConfig) -> None:
+    """Make a worker ready before its first chunk: the registry built and the plan compiled
+    for ``config``'s boundary (a process pool's initializer; on a cluster, run on every
+    worker once), so that the first chunk costs what every other does."""
+    from plandag.extract.nfe.document import takes_bytes
+
+    takes_bytes(_worker_registry(), _same_boundary(config.write_boundary), config.plan_text, 0)
 
 
 #: The function a worker runs on a chunk (tests replace it to kill a worker mid-batch).
@@ -271,12 +319,17 @@ def _context() -> Any:
     return multiprocessing.get_context("spawn")
 
 
-def _ignore_interrupts() -> None:
-    """In a worker: Ctrl-C (SIGINT, sent to the whole terminal group) is the parent's to
-    handle; the worker goes on with its chunk until the parent stops the pool."""
+def _start_worker(config: WorkerConfig | None) -> None:
+    """A pool worker's start: Ctrl-C (SIGINT, sent to the whole terminal group) is the
+    parent's to handle (the worker goes on with its chunk until the parent stops the pool),
+    and the worker is made ready for ``config`` (:func:`warm_up`; a failure there shows again
+    on the first chunk, where it becomes that chunk's outcome)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if config is not None:
+        with contextlib.suppress(Exception):
+            warm_up(config)
 
 
 class ProcessBackend:
@@ -285,18 +338,25 @@ class ProcessBackend:
 
     Args:
         workers: processes (>= 1).
+        config: what the chunks will need, to make each worker ready as it starts
+            (:func:`warm_up`), or None.
     """
 
     sends_bytes = False
+    chunk_jobs = CHUNK_JOBS
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, config: WorkerConfig | None = None) -> None:
         self.workers = workers
+        self._config = config
         self._context = _context()
         self._pool = self._new_pool()
 
     def _new_pool(self) -> ProcessPoolExecutor:
         return ProcessPoolExecutor(
-            max_workers=self.workers, mp_context=self._context, initializer=_ignore_interrupts
+            max_workers=self.workers,
+            mp_context=self._context,
+            initializer=_start_worker,
+            initargs=(self._config,),
         )
 
     def submit(self, items: Sequence[Item], config: WorkerConfig) -> Any:
@@ -338,7 +398,7 @@ class ChunkMapper:
     Args:
         backend: where chunks run (:class:`ProcessBackend`, or the Dask one).
         config: what workers need (:class:`WorkerConfig`); a chunk holds up to
-            :data:`CHUNK_JOBS` x ``config.jobs`` documents.
+            ``backend.chunk_jobs`` (default :data:`CHUNK_JOBS`) x ``config.jobs`` documents.
         local: the parent's own extractor: used for documents that need a repair (with the
             batch's repairer and budget) and for inputs the parent cannot read to send.
         lost_record: ``(path) -> records`` for a document lost :data:`MAX_ATTEMPTS` times.
@@ -360,7 +420,7 @@ class ChunkMapper:
     ) -> None:
         self.backend = backend
         self.config = config
-        self.chunk = CHUNK_JOBS * max(1, config.jobs)
+        self.chunk = getattr(backend, "chunk_jobs", CHUNK_JOBS) * max(1, config.jobs)
         self.capacity = 2 * self.chunk * max(1, backend.workers)
         self.local = local
         self.lost_record = lost_record
@@ -522,10 +582,10 @@ def open_mapper(
     if cluster is not None:
         from plandag.extract.cluster import DaskBackend
 
-        backend: Backend = DaskBackend(cluster, workers or default_workers())
+        backend: Backend = DaskBackend(cluster, workers or default_workers(), config)
     else:
         count = min(workers or default_workers(), documents)
         if count <= 1:
             return None
-        backend = ProcessBackend(count)
+        backend = ProcessBackend(count, config)
     return ChunkMapper(backend, config, local, lost_record)

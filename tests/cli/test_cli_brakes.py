@@ -148,6 +148,7 @@ def test_config_json_values_and_sources(runner: CliRunner, cwd: Path) -> None:
         "plan_cost_factor": {"value": 2.0, "source": "default"},
         "plan_time_factor": {"value": 3.0, "source": "default"},
         "jobs": {"value": 4, "source": "default"},
+        "workers": {"value": None, "source": "default"},
         "approve": {"value": "ask", "source": "default"},
         "approval_expiry": {"value": 86400.0, "source": "default"},
         "escalate": {"value": "person", "source": "default"},

@@ -180,3 +180,40 @@ def test_cli_refuses_an_unknown_cluster(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "--cluster 'somewhere': give 'local'" in result.output
+
+
+def test_cli_workers_come_from_the_setting_and_are_recorded_with_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from plandag.cli import app
+    from plandag.store import open_store
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "plandag.toml").write_text("[plandag]\nworkers = 2\n", encoding="utf-8")
+    folder = _corpus(tmp_path)
+    runner = CliRunner()
+    stores = {"setting": tmp_path / "setting.db", "flag": tmp_path / "flag.db"}
+    for name, extra in (("setting", []), ("flag", ["--workers", "1"])):
+        result = runner.invoke(
+            app,
+            ["extract", "nfe", str(folder), "-o", str(tmp_path / f"{name}.jsonl")]
+            + ["--store", str(stores[name]), *extra],
+        )
+        assert result.exit_code == 0, result.output
+    assert (tmp_path / "flag.jsonl").read_bytes() == (tmp_path / "setting.jsonl").read_bytes()
+    options = {}
+    for name, path in stores.items():
+        store = open_store(path)
+        try:
+            (run,) = store.runs()
+            options[name] = run.options
+        finally:
+            store.close()
+    assert options["setting"] == {
+        "jobs": 4,
+        "workers": 2,
+        "cluster": None,
+        "resume": False,
+        "redact": False,
+    }
+    assert options["flag"]["workers"] == 1

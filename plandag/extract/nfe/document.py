@@ -68,6 +68,7 @@ __all__ = [
     "extract_document",
     "find_events",
     "find_protocols",
+    "input_read_step",
     "invoice_context",
     "invoice_key",
     "load_plan_text",
@@ -75,6 +76,7 @@ __all__ = [
     "nfe_needs_repair",
     "parse_document",
     "record_status",
+    "takes_bytes",
 ]
 
 #: Event types named in messages (MOC 7.0 and the event technical notes).
@@ -567,6 +569,64 @@ def _compiled_plan(
     return compiled
 
 
+#: What a plan's step must be for :func:`extract_document` to take the input's bytes in its
+#: place: ``read_file`` of ``<param.input>`` as bytes, within read_file's default size cap.
+_READ_TOOL = "read_file"
+_READ_ENCODINGS = frozenset({"binary", "bytes"})
+_READ_MAX_BYTES = 50_000_000
+
+
+def input_read_step(compiled: CompiledPlan) -> int | None:
+    """The step of ``compiled`` that reads the input file's raw bytes, or None.
+
+    That is a root step calling ``read_file`` with exactly ``{"path": "<param.input>",
+    "encoding": "binary"}`` (or ``"bytes"``), the default size cap and no check: its result
+    is the file's bytes and nothing else, so a caller that already holds them (a cluster
+    worker, which has no access to the parent's files) may give them instead
+    (``extract_document(..., data=...)``).
+    """
+    for step_id in compiled.roots:
+        step = compiled.steps[step_id]
+        args = step.step.args
+        if (
+            step.tool.name == _READ_TOOL
+            and not step.checks
+            and set(args) == {"path", "encoding"}
+            and args["path"] == "<param.input>"
+            and args["encoding"] in _READ_ENCODINGS
+        ):
+            return step_id
+    return None
+
+
+def takes_bytes(
+    registry: Registry | None,
+    write_boundary: WriteBoundary | None,
+    plan_text: str | None,
+    size: int,
+) -> bool:
+    """Whether :func:`extract_document` can take ``size`` bytes of an input instead of reading
+    its path with these arguments (see :func:`input_read_step`): the plan reads its input
+    with such a step and ``size`` is within ``read_file``'s default cap (larger inputs must
+    be refused by ``read_file`` itself, as ``too_large``).
+
+    Raises:
+        PlanError: the plan does not compile against ``registry``.
+    """
+    compiled = _compiled_plan(_registry_or_default(registry), write_boundary, plan_text)
+    return size <= _READ_MAX_BYTES and input_read_step(compiled) is not None
+
+
+def _registry_or_default(registry: Registry | None) -> Registry:
+    if registry is not None:
+        return registry
+    if not _default_registry:
+        from plandag.tools.registry import default_registry
+
+        _default_registry.append(default_registry())
+    return _default_registry[0]
+
+
 _estimates: dict[int, tuple[CompiledPlan, PlanEstimate]] = {}
 
 
@@ -809,6 +869,7 @@ async def extract_document(
     repairer: PlanRepairer | None = None,
     save_repairs: Path | None = None,
     plan_text: str | None = None,
+    data: bytes | None = None,
 ) -> list[dict[str, Any]]:
     """Extract every invoice of one file through the stored plan.
 
@@ -842,6 +903,12 @@ async def extract_document(
             (:func:`plandag.planner.repair.save_repair`, name ``nfe``), or None.
         plan_text: another plan to run instead of the stored one (same params ``input``
             and ``index``, same step roles), or None.
+        data: the input's bytes, already read (a cluster worker has no access to the
+            parent's files): the plan's step that reads the input (:func:`input_read_step`)
+            is not run and ends ``succeeded`` with these bytes, as a resumed step does, and
+            ``path`` still names the input in records and messages. Only for plans that
+            have such a step and bytes within its cap (:func:`takes_bytes`). None: the plan
+            reads ``path``.
 
     Returns:
         One record dict per invoice, in file order (shape of ``NfeRecord``; ``checks`` keyed
@@ -855,16 +922,22 @@ async def extract_document(
     Raises:
         PlanError: the stored plan does not compile against ``registry`` (a packaging bug).
         OSError: a repaired plan cannot be written into ``save_repairs``.
+        ValueError: ``data`` given for a plan that cannot take it (see :func:`takes_bytes`),
+            or with a ``repairer``.
     """
     from plandag.scheduler import run_plan
 
-    if registry is None:
-        if not _default_registry:
-            from plandag.tools.registry import default_registry
-
-            _default_registry.append(default_registry())
-        registry = _default_registry[0]
+    registry = _registry_or_default(registry)
     compiled = _compiled_plan(registry, write_boundary, plan_text)
+    given: dict[int, Any] | None = None
+    if data is not None:
+        read_step = input_read_step(compiled)
+        if read_step is None or len(data) > _READ_MAX_BYTES or repairer is not None:
+            raise ValueError(
+                "extract_document: data given for a plan that does not read its input's "
+                "bytes in one read_file step (or too large, or with a repairer); give the path"
+            )
+        given = {read_step: data}
     source = str(path)
     records: list[dict[str, Any]] = []
     index = 0
@@ -879,6 +952,8 @@ async def extract_document(
             # document: computed once per compiled plan rather than once per run.
             if "tool_durations" not in options:
                 options.setdefault("plan_estimate", _plan_estimate(compiled))
+            if given is not None:
+                options["completed"] = given
             result = await run_plan(run, **options)
         else:
             from plandag.planner.repair import run_with_repairs, save_repair
@@ -929,7 +1004,8 @@ async def extract_document(
             )
             code, message = _failure(culprit)
             if not sha256:  # the file was not read or not parsed: one record for it
-                record = error_record(source, _file_sha256(path), code, message)
+                digest = hashlib.sha256(data).hexdigest() if data is not None else ""
+                record = error_record(source, digest or _file_sha256(path), code, message)
                 if note is not None:
                     record["repair"] = note
                 return [record]
