@@ -196,8 +196,10 @@ def test_cli_workers_come_from_the_setting_and_are_recorded_with_the_run(
     for name, extra in (("setting", []), ("flag", ["--workers", "1"])):
         result = runner.invoke(
             app,
-            ["extract", "nfe", str(folder), "-o", str(tmp_path / f"{name}.jsonl")]
-            + ["--store", str(stores[name]), *extra],
+            [
+                *("extract", "nfe", str(folder), "-o", str(tmp_path / f"{name}.jsonl")),
+                *("--store", str(stores[name]), *extra),
+            ],
         )
         assert result.exit_code == 0, result.output
     assert (tmp_path / "flag.jsonl").read_bytes() == (tmp_path / "setting.jsonl").read_bytes()
