@@ -14,15 +14,21 @@ that the shared machine's noise hits all of them), medians reported:
   turn, one event loop, in this process (no store, no trace, no output file);
 * ``plandag extract nfe --workers 1``: the command with its defaults (store and trace on, a
   fresh store each repetition), in a child process; its rate is documents over the batch's
-  own ``seconds`` (``--json``), so the command's start-up is left out and reported apart;
+  own ``seconds`` (``--json``) less the seconds it spent starting its workers or cluster
+  (``start_seconds``), so the command's start-up is left out and reported apart;
 * ``--workers 2`` and ``--cluster local`` (2 workers): measured when the command has those
-  options, otherwise shown ``n/a``;
+  options, otherwise shown ``n/a``; the LocalCluster's start (seconds, median) is named in
+  the row's note;
 * with ``--compare PATH``: another ``plandag`` (an older checkout's) with its defaults, timed
   like the ``--workers 1`` row in the same turns: a before/after in one run.
 
-Ratios are to the lxml loop. Start-up: the median wall time of ``plandag --version`` and of
-``python -c pass`` (5 each). The store's bytes per document: (database + WAL + blobs) /
-documents of the last ``--workers 1`` store (``plandag.store.gc.store_size``), traces apart.
+Ratios are to the lxml loop; each command row also shows its target (README, "Every core and
+a cluster"): ``--workers 1`` at least 0.5x the lxml loop, ``--workers 2`` at least 1.7x
+``--workers 1``, the LocalCluster at least 0.85x ``--workers 2``, with the measured ratio of
+medians. The machine's load (``uptime``) is printed before and after. Start-up: the median
+wall time of ``plandag --version`` and of ``python -c pass`` (5 each). The store's bytes per
+document: (database + WAL + blobs) / documents of the last ``--workers 1`` store
+(``plandag.store.gc.store_size``), traces apart.
 
 The invoices are made by ``benchmarks/generate_nfe.py`` (``--seed``) into a temporary folder,
 or read from ``--corpus`` (generated there when it holds fewer than N ``.xml`` files).
@@ -62,11 +68,16 @@ CLI_CLUSTER = "plandag extract nfe --cluster local (2 workers)"
 
 @dataclass
 class Row:
-    """One line of the table: its label and the seconds of each repetition (None: n/a)."""
+    """One line of the table: its label, the seconds of each repetition (empty: n/a), the
+    seconds spent starting workers or a cluster in each (left out of the rate), and the
+    target: at least ``target`` times the rate of the row labelled ``target_of``."""
 
     label: str
     seconds: list[float] = field(default_factory=list)
     note: str = ""
+    start: list[float] = field(default_factory=list)
+    target: float | None = None
+    target_of: str = ""
 
     def rate(self, documents: int) -> float | None:
         """Documents per second at the median, or None when not measured."""
@@ -100,8 +111,9 @@ def _wall(argv: Sequence[str]) -> float:
 
 def _cli_pass(
     command: list[str], corpus: Path, folder: Path, extra: Sequence[str]
-) -> tuple[float, Path]:
-    """One ``extract nfe`` run into a fresh folder: (the batch's own seconds, store path)."""
+) -> tuple[float, float, Path]:
+    """One ``extract nfe`` run into a fresh folder: (the batch's own seconds without the
+    start of its workers or cluster, those start seconds, store path)."""
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
@@ -133,7 +145,8 @@ def _cli_pass(
             f"{summary['error_codes']}",
             file=sys.stderr,
         )
-    return float(summary["duration"]), store
+    start = float(summary.get("start_seconds", 0.0))
+    return float(summary["duration"]) - start, start, store
 
 
 def measure(
@@ -161,9 +174,9 @@ def measure(
     has_cluster = _help_mentions(command, "--cluster")
     lxml = Row(LXML)
     loop = Row(PER_DOCUMENT)
-    one = Row(CLI_WORKERS.format(workers=1))
-    two = Row(CLI_WORKERS.format(workers=2))
-    cluster = Row(CLI_CLUSTER)
+    one = Row(CLI_WORKERS.format(workers=1), target=0.5, target_of=LXML)
+    two = Row(CLI_WORKERS.format(workers=2), target=1.7, target_of=one.label)
+    cluster = Row(CLI_CLUSTER, target=0.85, target_of=two.label)
     other = Row(f"plandag extract nfe, defaults ({compare[0]})" if compare else "")
     if not has_workers:
         one.note = "today's command (no --workers option: one process)"
@@ -184,26 +197,40 @@ def measure(
     for repetition in range(repetitions):
         lxml.seconds.append(timed(lxml_loop))
         loop.seconds.append(timed(lambda: anyio.run(per_document)))
-        seconds, store = _cli_pass(
+        seconds, start, store = _cli_pass(
             command, corpus, scratch / f"w1-{repetition}", ["--workers", "1"] if has_workers else []
         )
         one.seconds.append(seconds)
+        one.start.append(start)
         if compare:
             other.seconds.append(_cli_pass(compare, corpus, scratch / f"cmp-{repetition}", [])[0])
         if has_workers:
-            two.seconds.append(
-                _cli_pass(command, corpus, scratch / f"w2-{repetition}", ["--workers", "2"])[0]
+            seconds, start, _ = _cli_pass(
+                command, corpus, scratch / f"w2-{repetition}", ["--workers", "2"]
             )
+            two.seconds.append(seconds)
+            two.start.append(start)
         if has_cluster:
-            cluster.seconds.append(
-                _cli_pass(
-                    command,
-                    corpus,
-                    scratch / f"cl-{repetition}",
-                    ["--cluster", "local", *(["--workers", "2"] if has_workers else [])],
-                )[0]
+            seconds, start, _ = _cli_pass(
+                command,
+                corpus,
+                scratch / f"cl-{repetition}",
+                ["--cluster", "local", *(["--workers", "2"] if has_workers else [])],
             )
+            cluster.seconds.append(seconds)
+            cluster.start.append(start)
     return [lxml, loop, one, *([other] if compare else []), two, cluster], store
+
+
+def _uptime() -> str:
+    """What ``uptime`` prints (the load averages over 1, 5 and 15 minutes), or the load
+    averages alone where the command is missing."""
+    try:
+        shown = subprocess.run(["uptime"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        one, five, fifteen = os.getloadavg()
+        return f"load average: {one:.2f}, {five:.2f}, {fifteen:.2f}"
+    return shown.stdout.strip()
 
 
 def _startup(command: list[str], times: int = 5) -> tuple[float, float]:
@@ -214,19 +241,38 @@ def _startup(command: list[str], times: int = 5) -> tuple[float, float]:
 
 
 def render(rows: Sequence[Row], documents: int) -> str:
-    """The table as Markdown: label, documents/s (median), ratio to the lxml loop, spread."""
+    """The table as Markdown: label, documents/s (median), ratio to the lxml loop, the target
+    (a ratio to another row) with its measured ratio, the spread, and the note."""
     base = rows[0].rate(documents)
+    by_label = {row.label: row for row in rows}
     lines = [
-        "| path | docs/s (median) | × lxml loop | min-max docs/s | note |",
-        "|---|---|---|---|---|",
+        "| path | docs/s (median) | × lxml loop | target | measured | met? | min-max docs/s "
+        "| note |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         rate = row.rate(documents)
         if rate is None or base is None:
-            lines.append(f"| {row.label} | n/a | n/a | | {row.note} |")
+            lines.append(f"| {row.label} | n/a | n/a | | | | | {row.note} |")
             continue
+        target = measured = met = ""
+        reference = by_label.get(row.target_of)
+        reference_rate = reference.rate(documents) if reference is not None else None
+        if row.target is not None and reference_rate:
+            short = "lxml loop" if row.target_of == LXML else row.target_of.rsplit(" ", 2)[-2:]
+            name = short if isinstance(short, str) else " ".join(short)
+            target = f"≥ {row.target:g}× {name}"
+            measured = f"{rate / reference_rate:.2f}×"
+            met = "yes" if rate / reference_rate >= row.target else "no"
         spread = f"{documents / max(row.seconds):.0f}-{documents / min(row.seconds):.0f}"
-        lines.append(f"| {row.label} | {rate:.0f} | {rate / base:.2f} | {spread} | {row.note} |")
+        note = row.note
+        if row.start and max(row.start) >= 0.05:
+            started = f"start of workers/cluster {statistics.median(row.start):.1f} s left out"
+            note = f"{note}; {started}" if note else started
+        lines.append(
+            f"| {row.label} | {rate:.0f} | {rate / base:.2f} | {target} | {measured} | {met} "
+            f"| {spread} | {note} |"
+        )
     return "\n".join(lines)
 
 
@@ -257,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         files = files[: options.n]
         if len(files) != len(list(corpus.glob("*.xml"))):
             raise SystemExit(f"--corpus {corpus} holds more files than --n {options.n}")
+        load_before = _uptime()
         started = time.perf_counter()
         rows, store = measure(
             files,
@@ -285,9 +332,11 @@ def main(argv: list[str] | None = None) -> int:
             )
     print(
         f"{len(files)} generated invoices (seed {options.seed}), {options.repetitions} "
-        f"interleaved repetitions, {elapsed:.0f} s; CPUs: {os.cpu_count()}; load average "
-        f"{os.getloadavg()[0]:.1f}. Medians; on a shared, noisy machine read the ratios."
+        f"interleaved repetitions, {elapsed:.0f} s; CPUs: {os.cpu_count()}. Medians; on a "
+        "shared, noisy machine read the ratios."
     )
+    print(f"uptime before: {load_before}")
+    print(f"uptime after:  {_uptime()}")
     print()
     print(render(rows, len(files)))
     print()

@@ -254,6 +254,8 @@ class BatchSummary:
             frequent first.
         error_codes: error code → number of this run's records carrying it, most frequent first.
         duration: wall-clock seconds from start to the file's last write.
+        start_seconds: of ``duration``, the seconds spent starting the worker processes or
+            the cluster before any document was sent (0 in one process).
         output: the output file; items_output: ``OUT.items.csv`` for CSV, else None.
         format: ``jsonl`` or ``csv``.
         repairs: with ``--planner``: this run's records whose run asked for a repair, by
@@ -271,6 +273,7 @@ class BatchSummary:
     failing_checks: dict[str, int] = field(default_factory=dict)
     error_codes: dict[str, int] = field(default_factory=dict)
     duration: float = 0.0
+    start_seconds: float = 0.0
     output: Path | None = None
     items_output: Path | None = None
     format: OutputFormat = "jsonl"
@@ -611,6 +614,7 @@ async def extract_batch(
     if extractor is None:  # the map: documents to worker processes or a cluster
         from plandag.extract.parallel import open_mapper
 
+        opened = time.perf_counter()
         mapper = open_mapper(
             workers=workers,
             cluster=cluster,
@@ -624,6 +628,7 @@ async def extract_batch(
         )
         if mapper is not None:
             extract = mapper
+            summary.start_seconds = time.perf_counter() - opened
     try:
         writer = open_writer(output, output_format, append=resume)
     except BaseException:
