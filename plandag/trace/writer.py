@@ -259,7 +259,12 @@ class TraceWriter:
         line: dict[str, Any] = {"type": record["type"], "run_id": self.run_id}
         line["time"] = self._clock()
         line.update({key: value for key, value in record.items() if key != "type"})
-        text = json.dumps(to_jsonable(line), ensure_ascii=False, separators=(",", ":"))
+        return self._emit(
+            line, json.dumps(to_jsonable(line), ensure_ascii=False, separators=(",", ":"))
+        )
+
+    def _emit(self, line: dict[str, Any], text: str) -> dict[str, Any]:
+        """Write ``text`` (``line`` as JSON) and give ``line`` to the exporters."""
         with self._lock:
             if self._file is None:
                 raise ValueError(f"trace {self.path} is closed")
@@ -630,8 +635,15 @@ class TraceWriter:
         shown = self._clean({"detail": _cut_bytes(source, SUMMARY_SOURCE_BYTES)})["detail"]
         attrs["detail"], attrs["args"] = shown, {"path": shown}
         attrs["result"] = document_summary(record)
-        line = {"type": "span", "time": end, "kind": "step", "name": name}
-        return self.write({**line, "start": start, "end": end, "attrs": attrs})
+        # Every value here is JSON already (strings, numbers, lists of strings): the line is
+        # dumped as it is, without to_jsonable's walk, which gives the same text.
+        line: dict[str, Any] = {"type": "span", "run_id": self.run_id, "time": end}
+        line.update(kind="step", name=name, start=start, end=end, attrs=attrs)
+        try:
+            text = json.dumps(line, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError):  # a clock giving NaN, say: the general path
+            return self.write({"type": "span", **{k: v for k, v in line.items() if k != "type"}})
+        return self._emit(line, text)
 
     def segment_ended(self, status: str) -> None:
         """Write the ``run_finished`` line of a segment that ran no step (it stopped to
