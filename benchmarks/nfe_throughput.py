@@ -25,7 +25,10 @@ that the shared machine's noise hits all of them), medians reported:
 Ratios are to the lxml loop; each command row also shows its target (README, "Every core and
 a cluster"): ``--workers 1`` at least 0.5x the lxml loop, ``--workers 2`` at least 1.7x
 ``--workers 1``, the LocalCluster at least 0.85x ``--workers 2``, with the measured ratio of
-medians. The machine's load (``uptime``) is printed before and after. Start-up: the median
+medians. ``CPU ms/doc``: CPU time of the command and the processes it reaped (user +
+system, start-up included), per document, median: less moved by a loaded machine than the
+wall-clock rates, and for ``--workers 1`` the per-core cost to size a deployment with. The
+machine's load (``uptime``) is printed before and after. Start-up: the median
 wall time of ``plandag --version`` and of ``python -c pass`` (5 each). The store's bytes per
 document: (database + WAL + blobs) / documents of the last ``--workers 1`` store
 (``plandag.store.gc.store_size``), traces apart.
@@ -40,6 +43,7 @@ import argparse
 import gc
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -76,6 +80,7 @@ class Row:
     seconds: list[float] = field(default_factory=list)
     note: str = ""
     start: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
     target: float | None = None
     target_of: str = ""
 
@@ -109,15 +114,22 @@ def _wall(argv: Sequence[str]) -> float:
     return time.perf_counter() - started
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _cli_pass(
     command: list[str], corpus: Path, folder: Path, extra: Sequence[str]
-) -> tuple[float, float, Path]:
+) -> tuple[float, float, Path, float]:
     """One ``extract nfe`` run into a fresh folder: (the batch's own seconds without the
-    start of its workers or cluster, those start seconds, store path)."""
+    start of its workers or cluster, those start seconds, store path, CPU seconds of the
+    command and the processes it reaped, start-up included)."""
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     store = folder / "runs.sqlite3"
+    cpu_before = _children_cpu()
     done = subprocess.run(
         [
             *command,
@@ -146,7 +158,7 @@ def _cli_pass(
             file=sys.stderr,
         )
     start = float(summary.get("start_seconds", 0.0))
-    return float(summary["duration"]) - start, start, store
+    return float(summary["duration"]) - start, start, store, _children_cpu() - cpu_before
 
 
 def measure(
@@ -197,21 +209,23 @@ def measure(
     for repetition in range(repetitions):
         lxml.seconds.append(timed(lxml_loop))
         loop.seconds.append(timed(lambda: anyio.run(per_document)))
-        seconds, start, store = _cli_pass(
+        seconds, start, store, cpu = _cli_pass(
             command, corpus, scratch / f"w1-{repetition}", ["--workers", "1"] if has_workers else []
         )
         one.seconds.append(seconds)
         one.start.append(start)
+        one.cpu.append(cpu)
         if compare:
             other.seconds.append(_cli_pass(compare, corpus, scratch / f"cmp-{repetition}", [])[0])
         if has_workers:
-            seconds, start, _ = _cli_pass(
+            seconds, start, _, cpu = _cli_pass(
                 command, corpus, scratch / f"w2-{repetition}", ["--workers", "2"]
             )
             two.seconds.append(seconds)
             two.start.append(start)
+            two.cpu.append(cpu)
         if has_cluster:
-            seconds, start, _ = _cli_pass(
+            seconds, start, _, cpu = _cli_pass(
                 command,
                 corpus,
                 scratch / f"cl-{repetition}",
@@ -219,6 +233,7 @@ def measure(
             )
             cluster.seconds.append(seconds)
             cluster.start.append(start)
+            cluster.cpu.append(cpu)
     return [lxml, loop, one, *([other] if compare else []), two, cluster], store
 
 
@@ -247,13 +262,13 @@ def render(rows: Sequence[Row], documents: int) -> str:
     by_label = {row.label: row for row in rows}
     lines = [
         "| path | docs/s (median) | × lxml loop | target | measured | met? | min-max docs/s "
-        "| note |",
-        "|---|---|---|---|---|---|---|---|",
+        "| CPU ms/doc | note |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         rate = row.rate(documents)
         if rate is None or base is None:
-            lines.append(f"| {row.label} | n/a | n/a | | | | | {row.note} |")
+            lines.append(f"| {row.label} | n/a | n/a | | | | | | {row.note} |")
             continue
         target = measured = met = ""
         reference = by_label.get(row.target_of)
@@ -269,9 +284,10 @@ def render(rows: Sequence[Row], documents: int) -> str:
         if row.start and max(row.start) >= 0.05:
             started = f"start of workers/cluster {statistics.median(row.start):.1f} s left out"
             note = f"{note}; {started}" if note else started
+        cpu = f"{statistics.median(row.cpu) / documents * 1000:.2f}" if row.cpu else ""
         lines.append(
             f"| {row.label} | {rate:.0f} | {rate / base:.2f} | {target} | {measured} | {met} "
-            f"| {spread} | {note} |"
+            f"| {spread} | {cpu} | {note} |"
         )
     return "\n".join(lines)
 

@@ -126,11 +126,12 @@ def test_throughput_table_gives_medians_ratios_and_n_a_rows() -> None:
         Row("--cluster", [], "n/a: the command has no --cluster option"),
         Row("cluster", [2.0], start=[3.0], target=0.85, target_of="plandag --workers 2"),
     ]
+    rows[1].cpu = [0.4, 0.3, 0.5]
     assert render(rows, 100).splitlines()[2:] == [
-        "| lxml | 50 | 1.00 |  |  |  | 25-100 |  |",
-        "| plandag --workers 1 | 12 | 0.25 | ≥ 0.5× lxml | 0.25× | no | 6-25 |  |",
-        "| plandag --workers 2 | 29 | 0.57 | ≥ 1.7× --workers 1 | 2.29× | yes | 20-50 |  |",
-        "| --cluster | n/a | n/a | | | | | n/a: the command has no --cluster option |",
-        "| cluster | 50 | 1.00 | ≥ 0.85× --workers 2 | 1.75× | yes | 50-50 "
+        "| lxml | 50 | 1.00 |  |  |  | 25-100 |  |  |",
+        "| plandag --workers 1 | 12 | 0.25 | ≥ 0.5× lxml | 0.25× | no | 6-25 | 4.00 |  |",
+        "| plandag --workers 2 | 29 | 0.57 | ≥ 1.7× --workers 1 | 2.29× | yes | 20-50 |  |  |",
+        "| --cluster | n/a | n/a | | | | | | n/a: the command has no --cluster option |",
+        "| cluster | 50 | 1.00 | ≥ 0.85× --workers 2 | 1.75× | yes | 50-50 |  "
         "| start of workers/cluster 3.0 s left out |",
     ]
