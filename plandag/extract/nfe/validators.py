@@ -156,11 +156,13 @@ def cnpj_check_digits(base12: str) -> str:
     return f"{first}{second}"
 
 
+@functools.lru_cache(maxsize=4096)
 def valid_cnpj(cnpj: str) -> bool:
     """True when ``cnpj`` is a 14-character CNPJ whose check digits are right.
 
     Numeric and alphanumeric (NT 2025.001) CNPJs are both accepted; letters must be upper
-    case. A CNPJ of one repeated character (``00000000000000``) is rejected.
+    case. A CNPJ of one repeated character (``00000000000000``) is rejected. (Remembered for
+    the last few thousand: a batch repeats its emitters.)
     """
     if not CNPJ_FORMAT.fullmatch(cnpj) or len(set(cnpj)) == 1:
         return False
@@ -187,8 +189,10 @@ def _cpf_digit(digits: str) -> int:
     return 0 if remainder < 2 else 11 - remainder
 
 
+@functools.lru_cache(maxsize=4096)
 def valid_cpf(cpf: str) -> bool:
-    """True when ``cpf`` is 11 digits, not all the same, whose check digits are right."""
+    """True when ``cpf`` is 11 digits, not all the same, whose check digits are right
+    (remembered for the last few thousand)."""
     if not CPF_FORMAT.fullmatch(cpf) or len(set(cpf)) == 1:
         return False
     return cpf[9:] == cpf_check_digits(cpf[:9])
