@@ -27,7 +27,7 @@ from plandag.compiler import compile_plan
 from plandag.dag.plan import Plan
 from plandag.errors import PermanentStepError
 from plandag.planner.agent import Agent
-from plandag.planner.llm import AnthropicClient
+from plandag.planner.llm import AnthropicClient, LLMRequest
 from plandag.scheduler.runner import RunLimits, run_plan
 from plandag.testing import MessagesServer
 from plandag.tools import tool
@@ -517,3 +517,18 @@ def test_otlp_http_export_to_a_local_collector() -> None:
     assert service["service.name"] == "plandag"
     names = sorted(span.name for scope in resource_spans.scope_spans for span in scope.spans)
     assert names == ["execute_tool echo", "plandag run"]
+
+
+@pytest.mark.anyio
+async def test_redact_set_after_the_client_was_built_still_holds_back_the_sdks_content(
+    server: MessagesServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(CAPTURE_CONTENT_VARIABLE, "true")
+    server.push_text("ok")
+    async with AnthropicClient(api_key="k", base_url=server.url) as client:
+        assert client.sdk.open_telemetry["traces"]["content_mode"] == "content"
+        otel.set_redact(True)  # as trace_factory does, after the command built its client
+        await client.complete(
+            LLMRequest(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=5)
+        )
+        assert client.sdk.open_telemetry["traces"]["content_mode"] == "metadata_only"
