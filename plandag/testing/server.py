@@ -46,7 +46,8 @@ breakpoint are written (``cache_creation_input_tokens``) when that prefix is at 
 ``cache_min_tokens`` long (the API's minimum: 1024 tokens for Sonnet and Opus 4.1, more for
 some models); ``input_tokens`` is the rest. An entry lives ``cache_ttl_s`` seconds (five
 minutes), renewed by each read. :attr:`MessagesServer.cache_reads` and
-:attr:`~MessagesServer.cache_writes` count the tokens read and written.
+:attr:`~MessagesServer.cache_writes` count the tokens the cache read and wrote; a reply with
+a scripted ``usage`` reports that usage alone (no cache counts unless it scripts them).
 
 Latency: ``ttft`` seconds pass before the first content delta (a non-streamed reply waits
 ``ttft`` + output tokens / ``tokens_per_second``); streamed deltas of ``chunk_chars``
@@ -572,6 +573,8 @@ class MessagesServer:
             content = _cut(content, max_tokens * CHARS_PER_TOKEN)
             stop_reason = "max_tokens"
             output_tokens = max_tokens
+        if reply.usage:  # a scripted usage replaces the estimate, cache counts included
+            cache_read = cache_written = 0
         usage: dict[str, Any] = {
             "input_tokens": max(0, input_tokens - cache_read - cache_written),
             "cache_creation_input_tokens": cache_written,

@@ -287,3 +287,14 @@ async def test_the_planners_fixed_prefix_is_read_from_the_cache_on_the_next_plan
     assert read.usage.cache_read_input_tokens == prefix
     assert read.usage.cache_creation_input_tokens == 0
     assert read.cost_usd < write.cost_usd
+
+
+@pytest.mark.anyio
+async def test_a_scripted_usage_is_reported_as_scripted(server: MessagesServer) -> None:
+    server.push_text("ok")
+    server.push_text("ok", usage={"input_tokens": 6000, "output_tokens": 300})
+    async with AnthropicClient(api_key="k", base_url=server.url) as client:
+        await client.complete(ask())
+        scripted = await client.complete(ask())
+    assert scripted.usage == Usage(input_tokens=6000, output_tokens=300)
+    assert server.cache_reads == 1000  # the cache itself was read
