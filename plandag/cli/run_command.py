@@ -452,6 +452,9 @@ def register(app: typer.Typer) -> None:
                 for line in format_diagnostics(error.diagnostics).splitlines():
                     stderr.print(line, markup=False)
                 _fail(f"--task-type {task_type}: {error}; nothing ran")
+            except InputError as error:  # the task type's plan needs tools not given
+                run_store.update_run(run_id, status="failed", pid=None, detail=str(error))
+                _fail(f"--task-type {task_type}: {error}; nothing ran")
             escalated = None
             if outcome.result is not None:
                 routed = outcome.result.library

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from plandag.compiler.limits import DEFAULT_MAX_STEPS
 from plandag.dag.plan import Plan
-from plandag.errors import PlanError
+from plandag.errors import InputError, PlanError
 from plandag.library.alerts import report_alerts
 from plandag.library.catalog import LibraryPlan, TaskRun, check_task_type
 from plandag.library.routing import (
@@ -376,7 +376,8 @@ async def run_task(
         The agent's result with ``library`` and ``routing_calls`` filled.
 
     Raises:
-        InputError: ``task_type`` is not a valid name.
+        InputError: ``task_type`` is not a valid name, or its latest plan uses tools that
+            ``agent``'s registry does not have (nothing ran).
         PlanError: ``params`` do not fit the task type's latest plan (nothing ran).
         ApprovalRequiredError: as :meth:`Agent.run`.
     """
@@ -389,13 +390,22 @@ async def run_task(
     choice: RoutingChoice | None = None
     routing_error: str | None = None
     how: How = "planned"
+    registered = set(agent.registry.tools)
     if task_type is not None:
         check_task_type(task_type)
         entry = library.latest(task_type)
         if entry is not None:
+            missing = sorted(set(entry.tools) - registered)
+            if missing:
+                raise InputError(
+                    f"version {entry.version} uses tool(s) {', '.join(missing)}, not "
+                    "registered in this run; pass --tools with the file or application that "
+                    f"defines them (`plandag library show {task_type}` shows its plan)"
+                )
             how = "library"
     else:
-        entries = library.admitted()
+        # an entry whose tools this run does not have cannot run here: not offered
+        entries = [item for item in library.admitted() if set(item.tools) <= registered]
         if entries:
             choice, routing_error = await _route(agent, goal, entries, given, routing_calls)
             if choice is not None:

@@ -841,7 +841,8 @@ class Agent:
 
         Raises:
             ValueError: ``task_type`` without a library, or with ``plan``.
-            InputError: a ``task_type`` that is not a valid name.
+            InputError: a ``task_type`` that is not a valid name, or whose latest plan
+                uses tools the registry does not have (nothing ran).
         """
         if task_type is not None and self.library is None:
             raise ValueError(

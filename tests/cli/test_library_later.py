@@ -462,3 +462,36 @@ def test_reading_commands_on_a_store_that_does_not_exist_create_nothing(
     stats = plandag("stats")
     assert (stats.exit_code, stats.stdout) == (0, "")
     assert "no run recorded yet" in stats.stderr
+
+
+def test_a_task_type_whose_tools_are_not_registered_is_exit_2_before_anything_runs(
+    server: MessagesServer, tools: Path
+) -> None:
+    server.push_json(SCORE_PLAN)
+    assert (
+        run(server, tools, "Score ab", "--task-type", "score", "--param", "name=ab").exit_code == 0
+    )
+    server.clear_requests()
+    bare = plandag(
+        "run", "Score xy", "--base-url", server.url, "--task-type", "score", "--param", "name=xy"
+    )
+    assert bare.exit_code == 2, bare.output
+    assert (
+        "error: --task-type score: version 1 uses tool(s) lookup, not registered in this run; "
+        "pass --tools with the file or application that defines them"
+    ) in bare.stderr
+    assert "nothing ran" in bare.stderr
+    assert server.requests == []
+    # without --task-type, an entry whose tools are not registered is not offered to routing:
+    # nothing to route to, the planner plans
+    server.push_json(
+        {
+            "g": "Read",
+            "s": [{"i": 1, "t": "read_file", "a": ["path=scores.py"], "d": []}],
+            "o": '"<step_1_result>"',
+        }
+    )
+    planned = plandag("run", "Read scores.py", "--base-url", server.url, "--json")
+    assert planned.exit_code == 0, planned.output
+    assert len(server.message_requests) == 1
+    assert json.loads(planned.stdout)["routing_calls"] == []
