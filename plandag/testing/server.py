@@ -582,13 +582,7 @@ class MessagesServer:
             "output_tokens": output_tokens,
             "service_tier": "standard",
         }
-        if reply.usage:
-            # A scripted usage is the whole bill: caching it does not mention did not happen.
-            usage.update(
-                {"input_tokens": input_tokens, "cache_creation_input_tokens": 0}
-                | {"cache_read_input_tokens": 0}
-            )
-            usage.update(reply.usage)
+        usage.update(reply.usage or {})
         return {
             "id": f"msg_local_{number:06d}",
             "type": "message",
