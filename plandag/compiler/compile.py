@@ -33,6 +33,7 @@ from plandag.dag.references import (
     suggest_reference,
 )
 from plandag.errors import PlanError
+from plandag.tools.base import bind_effects
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
 
@@ -311,7 +312,9 @@ def _compiled_steps(
     return {
         step_id: CompiledStep(
             step=by_id[step_id],
-            tool=registry.tools[by_id[step_id].tool],
+            tool=bind_effects(
+                registry.tools[by_id[step_id].tool], by_id[step_id].args, registry.tools
+            ),
             parents=tuple(sorted(parents_of.get(step_id, ()))),
             children=tuple(sorted(children_of.get(step_id, ()))),
             checks=compiled_checks.get(step_id, ()),
@@ -340,6 +343,8 @@ def _check_step(
 ) -> None:
     sid = step.id
     tool = registry.find_tool(step.tool)
+    if tool is not None:
+        tool = bind_effects(tool, step.args, registry.tools)
     if tool is None:
         diagnostics.add(
             "unknown_tool",

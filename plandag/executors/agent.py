@@ -10,11 +10,14 @@ server's ``tool_calls``), inside one step of a plan:
 * **scoped tools**: ``tools`` lists the tool names the agent may call, from the run's
   registry (``ModelAccess.registry``, default :func:`~plandag.tools.registry.default_registry`).
   Only they are offered to the model, and a call of any other name is refused (an error the
-  model reads), never run. The list may hold only tools without effects and without egress
-  (a step with effects, or one that sends data out, belongs in the plan, where the compiler,
-  the write boundary and approval see it); ``agent`` itself cannot be listed. A list that
-  breaks these rules fails the step before any request (reason ``tool_not_allowed``, or
-  ``unknown_tool``).
+  model reads), never run. The tools are effect-free unless the plan's approval covers more:
+  a step whose literal list names tools with effects is compiled with the most of those
+  effects (``effects_of``, :func:`plandag.tools.base.bind_effects`), so a read-only run
+  refuses it, approval asks for it as for any step with effects, and its writes stay inside
+  the write boundary; at run time the agent may call only tools whose effects the step was
+  compiled (and approved) with (``ctx.effects``). Tools with egress (sending data out) are
+  never listed, nor ``agent`` itself. A list that breaks these rules fails the step before
+  any request (reason ``tool_not_allowed``, or ``unknown_tool``).
 * **its own caps**, within the run's: at most ``max_turns`` model calls, ``max_tokens``
   tokens and ``max_cost_usd`` US dollars over them, ``max_seconds`` seconds. Each turn's
   call also reserves on the run's budget (:func:`~plandag.executors.access.call_model`), so
@@ -40,7 +43,7 @@ import anyio
 
 from plandag.errors import PermanentStepError
 from plandag.executors.access import call_model, require_models
-from plandag.tools.base import Tool, ToolContext, tool
+from plandag.tools.base import EFFECTS_ORDER, Effects, Tool, ToolContext, tool
 
 if TYPE_CHECKING:
     from plandag.planner.llm.base import ChatMessage
@@ -54,6 +57,7 @@ __all__ = [
     "DEFAULT_AGENT_MAX_TOKENS",
     "DEFAULT_AGENT_MAX_TURNS",
     "agent",
+    "agent_effects",
     "estimate_agent",
     "scoped_tools",
 ]
@@ -79,13 +83,40 @@ AGENT_ROLE = (
 :data:`plandag.react.REACT_RULES`, with the data-block rule)."""
 
 
-def scoped_tools(registry: Registry, names: list[str], step_id: int) -> dict[str, Tool]:
+def agent_effects(args: Mapping[str, Any], tools: Mapping[str, Tool]) -> Effects:
+    """The effects of an ``agent`` step: the most effects among the registered tools its
+    literal ``tools`` list names (``none`` for a list written as a reference, which may
+    then name only tools without effects).
+
+    Args:
+        args: the step's arguments as the plan writes them.
+        tools: the registered tools by name.
+
+    Returns:
+        ``none``, ``write`` or ``irreversible``.
+    """
+    names = args.get("tools")
+    effects: Effects = "none"
+    if not isinstance(names, list):
+        return effects
+    for name in names:
+        item = tools.get(name) if isinstance(name, str) else None
+        if item is not None and EFFECTS_ORDER.index(item.effects) > EFFECTS_ORDER.index(effects):
+            effects = item.effects
+    return effects
+
+
+def scoped_tools(
+    registry: Registry, names: list[str], step_id: int, allowed_effects: Effects = "none"
+) -> dict[str, Tool]:
     """The tools an agent step may call, by name, checked against the rules.
 
     Args:
         registry: the run's tools.
         names: the step's ``tools`` list.
         step_id: the step, for messages.
+        allowed_effects: the effects the step was compiled and approved with
+            (``ctx.effects``): no listed tool may have more.
 
     Returns:
         ``{name: Tool}`` in the list's order.
@@ -93,7 +124,7 @@ def scoped_tools(registry: Registry, names: list[str], step_id: int) -> dict[str
     Raises:
         PermanentStepError: an empty list, a name not registered (reason
             ``unknown_tool``), or a tool with effects, with egress, or ``agent`` itself
-            (reason ``tool_not_allowed``).
+            (reason ``tool_not_allowed``): effects beyond ``allowed_effects``.
     """
     if not names:
         raise PermanentStepError(
@@ -115,12 +146,19 @@ def scoped_tools(registry: Registry, names: list[str], step_id: int) -> dict[str
                 "sub-task its own step",
                 reason="tool_not_allowed",
             )
-        if item.effects != "none" or item.egress:
-            what = f"effects {item.effects!r}" if item.effects != "none" else "egress"
+        if item.egress:
             raise PermanentStepError(
-                f"step {step_id}: agent: tool {name} has {what}; an agent step may use only "
-                "tools without effects or egress; make that call a step of the plan, where "
-                "approval and the write boundary see it",
+                f"step {step_id}: agent: tool {name} sends data out (egress); an agent step "
+                "may not use it: make that call a step of the plan, where the taint rules "
+                "and approval see it",
+                reason="tool_not_allowed",
+            )
+        if EFFECTS_ORDER.index(item.effects) > EFFECTS_ORDER.index(allowed_effects):
+            raise PermanentStepError(
+                f"step {step_id}: agent: tool {name} has effects {item.effects!r}, beyond "
+                f"what this step was compiled and approved with ({allowed_effects!r}); list "
+                "it literally in the step's tools (the plan then needs approval for it), or "
+                "make that call a step of the plan",
                 reason="tool_not_allowed",
             )
         chosen[name] = item
@@ -161,7 +199,13 @@ def _first_message(task: str, data: Any) -> str:
     return "\n\n".join(parts)
 
 
-@tool(name="agent", effects="none", typical_seconds=30.0, estimate=estimate_agent)
+@tool(
+    name="agent",
+    effects="none",
+    typical_seconds=30.0,
+    estimate=estimate_agent,
+    effects_of=agent_effects,
+)
 async def agent(
     task: str,
     tools: list[str],
@@ -173,9 +217,10 @@ async def agent(
     max_seconds: float = DEFAULT_AGENT_MAX_SECONDS,
     ctx: ToolContext | None = None,
 ) -> dict[str, Any]:
-    """A short scoped agent for one step: it may call only the effect-free tools listed in
-    ``tools``, one per turn, until it answers ``task`` (``data`` is given as quoted data).
-    Own caps: ``max_turns`` model calls, ``max_tokens`` tokens, ``max_cost_usd`` dollars,
+    """A short scoped agent for one step: it may call only the tools listed in ``tools``
+    (effect-free, unless listed tools with effects make the step need approval), one per
+    turn, until it answers ``task`` (``data`` is given as quoted data). Own caps:
+    ``max_turns`` model calls, ``max_tokens`` tokens, ``max_cost_usd`` dollars,
     ``max_seconds`` seconds. Returns {"answer": text, "steps": [its tool calls], "turns": n}."""
     from plandag.errors import BudgetRefusedError
     from plandag.planner.data import DEFAULT_MAX_CHARS, quote_data
@@ -199,7 +244,7 @@ async def agent(
             reason="bad_argument",
         )
     registry = models.registry if models.registry is not None else default_registry()
-    allowed = scoped_tools(registry, tools, step_id)
+    allowed = scoped_tools(registry, tools, step_id, context.effects)
     definitions = tool_definitions(Registry(allowed.values()))
     name = model or models.model
     state: dict[str, Any] = context.step_state.setdefault(

@@ -1353,6 +1353,7 @@ class _Run:
                 reserver=self.reserver(step_id, held),
                 children=attempt_record.children,
                 clock=self.now,
+                effects=tool.effects,
                 step_args=compiled_step.step.args,
                 resolve=functools.partial(
                     resolve_value, step_result=self.result_of, params=self.params

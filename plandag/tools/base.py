@@ -46,9 +46,26 @@ from plandag.tools.boundary import WriteBoundary
 if TYPE_CHECKING:
     from plandag.executors.access import ModelAccess
 
-__all__ = ["CostEstimator", "Effects", "Hold", "Reserver", "Tool", "ToolContext", "tool"]
+__all__ = [
+    "EFFECTS_ORDER",
+    "CostEstimator",
+    "Effects",
+    "EffectsOf",
+    "Hold",
+    "Reserver",
+    "Tool",
+    "ToolContext",
+    "bind_effects",
+    "tool",
+]
 
 Effects = Literal["none", "write", "irreversible"]
+EFFECTS_ORDER: tuple[Effects, ...] = ("none", "write", "irreversible")
+"""The effects from least to most: a step's effects cover those before them."""
+EffectsOf = Callable[[Mapping[str, Any], Mapping[str, "Tool"]], Effects]
+"""``effects_of(args, tools) -> effects``: the effects of one step of a tool whose effects
+depend on its arguments (an ``agent`` listing tools with effects), from the step's
+arguments as the plan writes them and the registered tools by name."""
 WritesSpec = str | Callable[[Mapping[str, Any]], Iterable[str]] | None
 CostEstimator = Callable[[Mapping[str, Any]], tuple[float | None, int]]
 """``estimate(args) -> (usd, tokens)``: what one call with these arguments may cost, US
@@ -98,6 +115,8 @@ class ToolContext:
             ``{"kind", "name", "start", "end", "attrs"}``: a model call, a tool call of an
             agent); :meth:`add_child` appends one.
         clock: wall-clock seconds since the epoch, from the run's clock.
+        effects: the step's effects as compiled (a tool's own, or what its ``effects_of``
+            gave for this step's arguments): what the plan's approval covered.
         step_args: the step's arguments as the plan wrote them (references not resolved),
             or None outside a run: a tool that quotes referenced results as data (``llm``)
             tells them apart from the plan's own text.
@@ -122,6 +141,7 @@ class ToolContext:
     charged_tokens: int = 0
     children: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     clock: Callable[[], float] = dataclasses.field(default=time.time, repr=False)
+    effects: Effects = "none"
     reserver: Reserver | None = dataclasses.field(default=None, repr=False)
     step_args: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
     resolve: Callable[[Any], Any] | None = dataclasses.field(default=None, repr=False)
@@ -272,6 +292,11 @@ class Tool:
             call (:data:`CostEstimator`), used by a plan's estimate instead of the fixed
             ``cost_estimate_usd`` / ``tokens_estimate`` (a model call's cost depends on its
             prompt and ``max_tokens``); None for the fixed figures.
+        effects_of: a function of a step's arguments and the registered tools returning
+            that step's effects (:data:`EffectsOf`), for a tool whose effects depend on its
+            arguments; the compiler binds each step to the tool with those effects
+            (:func:`bind_effects`), so read-only runs, approval and the store see them.
+            None: ``effects`` for every step.
     """
 
     name: str
@@ -295,6 +320,7 @@ class Tool:
     reads: str | None = None
     typical_seconds: float | None = None
     estimate: CostEstimator | None = None
+    effects_of: EffectsOf | None = None
 
     @functools.cached_property
     def is_async(self) -> bool:
@@ -471,6 +497,7 @@ def _build_tool(
     reads: str | None = None,
     typical_seconds: float | None = None,
     estimate: CostEstimator | None = None,
+    effects_of: EffectsOf | None = None,
 ) -> Tool:
     if isinstance(function, Tool):
         raise ToolDefinitionError(f"{function.name} is already a tool; apply @tool once")
@@ -588,7 +615,29 @@ def _build_tool(
         reads=reads,
         typical_seconds=float(typical_seconds) if typical_seconds is not None else None,
         estimate=estimate,
+        effects_of=effects_of,
     )
+
+
+def bind_effects(tool: Tool, args: Mapping[str, Any], tools: Mapping[str, Tool]) -> Tool:
+    """``tool`` as one step with ``args`` uses it: itself, or, for a tool with
+    ``effects_of``, a copy with that step's effects (not idempotent when it has any) when they
+    are more than its own.
+
+    Args:
+        tool: the registered tool.
+        args: the step's arguments as the plan writes them.
+        tools: the registered tools by name.
+
+    Returns:
+        The :class:`Tool` to bind the step to.
+    """
+    if tool.effects_of is None:
+        return tool
+    effects = tool.effects_of(args, tools)
+    if EFFECTS_ORDER.index(effects) <= EFFECTS_ORDER.index(tool.effects):
+        return tool
+    return dataclasses.replace(tool, effects=effects, idempotent=False)
 
 
 @overload
@@ -614,6 +663,7 @@ def tool(
     reads: str | None = None,
     typical_seconds: float | None = None,
     estimate: CostEstimator | None = None,
+    effects_of: EffectsOf | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -637,6 +687,7 @@ def tool(
     reads: str | None = None,
     typical_seconds: float | None = None,
     estimate: CostEstimator | None = None,
+    effects_of: EffectsOf | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a typed function as a plan tool; usable bare (``@tool``) or with options.
 
@@ -672,6 +723,9 @@ def tool(
             arguments may cost (usd None for an unpriced model); a plan's estimate uses it
             instead of the fixed figures. A tool whose cost depends on its arguments also
             reserves it per call at run time with :meth:`ToolContext.reserve`.
+        effects_of: ``effects_of(args, tools) -> effects``, a step's effects when they
+            depend on its arguments (:func:`bind_effects`); the tool reads what was bound in
+            ``ctx.effects``.
 
     Returns:
         A :class:`Tool` (bare use) or a decorator that returns one.
@@ -699,6 +753,7 @@ def tool(
             reads=reads,
             typical_seconds=typical_seconds,
             estimate=estimate,
+            effects_of=effects_of,
         )
 
     if function is not None:

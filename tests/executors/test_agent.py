@@ -200,7 +200,6 @@ async def test_an_agent_cannot_call_a_tool_outside_its_list(
 @pytest.mark.parametrize(
     ("tools", "reason"),
     [
-        (["write_note"], "tool_not_allowed"),
         (["http_get"], "tool_not_allowed"),
         (["agent"], "tool_not_allowed"),
         (["lookup", "no_such_tool"], "unknown_tool"),
@@ -263,3 +262,49 @@ async def test_a_failed_turn_is_retried_by_the_run_policy_and_the_agent_goes_on(
     assert len(server.message_requests) == 3
     last = server.message_requests[2].json
     assert has_tool_result(last)  # the second attempt went on from the failed turn
+
+
+@pytest.mark.anyio
+async def test_listed_tools_with_effects_make_the_step_need_approval(
+    server: MessagesServer, client: LLMClient, tmp_path: Path
+) -> None:
+    from plandag.approval import ApprovalRequiredError
+    from plandag.errors import PlanError
+
+    step = {"tool": "agent", "args": {"task": "note it", "tools": ["lookup", "write_note"]}}
+    compiled = compile_plan(plan(step), registry())
+    assert compiled.steps[1].tool.effects == "write"  # the most of its listed tools
+    assert compiled.steps[1].tool.idempotent is False
+    with pytest.raises(PlanError) as refused:
+        compile_plan(plan(step), registry(), read_only=True)
+    assert refused.value.codes == ["effects_in_read_only"]
+    with pytest.raises(ApprovalRequiredError):
+        await run(plan(step), client)
+    assert server.message_requests == []
+    # approved, the agent may call the write tool it lists
+    server.push_tool_use("write_note", {"path": str(tmp_path / "n.txt"), "text": "hi"})
+    server.push_text("noted", usage=USAGE)
+    result = await run(plan(step), client, approve="auto", write_boundary=None)
+    assert result.status == "succeeded", result.steps[1].error
+    assert calls == [f"write_note {tmp_path / 'n.txt'}"]
+
+
+@pytest.mark.anyio
+async def test_a_tool_list_given_by_reference_may_name_only_effect_free_tools(
+    server: MessagesServer, client: LLMClient
+) -> None:
+    document = plan({"tool": "agent", "args": {"task": "t", "tools": "<param.tools>"}})
+    document["params"] = {"tools": {"type": "array"}}
+    compiled = compile_plan(document, registry(), params={"tools": ["write_note"]})
+    assert compiled.steps[1].tool.effects == "none"
+    result = await run_plan(
+        compiled,
+        models=ModelAccess(client, "claude-haiku-4-5", registry=registry()),
+        limits=RunLimits(heartbeat_every=None),
+        clock=VirtualClock(),
+    )
+    record = result.steps[1]
+    assert (record.status, record.reason) == ("failed", "tool_not_allowed")
+    assert record.error is not None
+    assert "beyond what this step was compiled and approved with ('none')" in (record.error.message)
+    assert server.message_requests == []
