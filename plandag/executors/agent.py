@@ -217,11 +217,10 @@ async def agent(
     max_seconds: float = DEFAULT_AGENT_MAX_SECONDS,
     ctx: ToolContext | None = None,
 ) -> dict[str, Any]:
-    """A short scoped agent for one step: it may call only the tools listed in ``tools``
-    (effect-free, unless listed tools with effects make the step need approval), one per
-    turn, until it answers ``task`` (``data`` is given as quoted data). Own caps:
-    ``max_turns`` model calls, ``max_tokens`` tokens, ``max_cost_usd`` dollars,
-    ``max_seconds`` seconds. Returns {"answer": text, "steps": [its tool calls], "turns": n}."""
+    """A short scoped agent for one step: calls only the tools in ``tools`` (their effects
+    need approval), one per turn, until it answers ``task`` (``data`` quoted as data); own
+    caps ``max_turns``, ``max_tokens``, ``max_cost_usd``, ``max_seconds``. Returns
+    {"answer", "steps", "turns"}."""
     from plandag.errors import BudgetRefusedError
     from plandag.planner.data import DEFAULT_MAX_CHARS, quote_data
     from plandag.planner.llm.base import LLMRequest
