@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -19,7 +20,7 @@ import typer
 
 from plandag.cli.options import StoreOption, fail
 
-__all__ = ["is_loopback", "register"]
+__all__ = ["check_can_listen", "is_loopback", "register"]
 
 
 def is_loopback(host: str) -> bool:
@@ -31,6 +32,34 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def check_can_listen(host: str, port: int) -> str | None:
+    """Why the console could not listen on ``host:port``, or None when it can.
+
+    Binds a socket the way uvicorn does (``SO_REUSEADDR``, so a port left in ``TIME_WAIT``
+    by a console that just stopped is not refused) and closes it at once, so a port in use
+    or an address of another machine is an error before the address and token are printed.
+
+    Args:
+        host: a host name or address (an IPv6 address bare or in brackets).
+        port: a TCP port, 1 to 65535.
+
+    Returns:
+        The system's reason (such as "Address already in use"), or None.
+    """
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
+    except OSError as error:
+        return str(error.strerror or error)
+    family, kind, proto, _, address = infos[0]
+    try:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as error:
+        return str(error.strerror or error)
+    return None
 
 
 def register(app: typer.Typer) -> None:
@@ -152,6 +181,13 @@ def register(app: typer.Typer) -> None:
             card_chars=card_chars,
             on_close=client.aclose if client is not None else None,
         )
+        reason = check_can_listen(host, port)
+        if reason is not None:
+            fail(
+                f"cannot listen on {host}:{port}: {reason}; another program (another plandag "
+                "serve?) may be using it: choose another port with --port, or an address of "
+                "this machine with --host"
+            )
         token = new_token()
         app = create_app(config, token)
         shown_host = f"[{host}]" if ":" in host else host

@@ -4,6 +4,7 @@ the address with its token printed at start (uvicorn's ``run`` replaced by a rec
 from __future__ import annotations
 
 import re
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,8 @@ import typer
 import uvicorn
 from typer.testing import CliRunner
 
-from plandag.cli.serve_command import is_loopback, register
+from plandag.cli import serve_command
+from plandag.cli.serve_command import check_can_listen, is_loopback, register
 from plandag.serve import DEFAULT_HOST, DEFAULT_PORT, ConsoleConfig
 
 
@@ -35,6 +37,8 @@ def started(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[dict[str, A
         calls.append({"app": app, **options})
 
     monkeypatch.setattr(uvicorn, "run", run)
+    # the recorder binds nothing, so the ports these tests name need not be free
+    monkeypatch.setattr(serve_command, "check_can_listen", lambda host, port: None)
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     return calls
@@ -112,3 +116,38 @@ def test_plan_mode_investigates_unless_told_not_to(started: list[dict[str, Any]]
     planners = [call["app"].state.console.config.planner for call in started]
     assert [planner.investigate for planner in planners] == [True, False]
     assert [planner.full_registry is not None for planner in planners] == [True, True]
+
+
+def test_a_port_in_use_is_an_error_before_any_address_is_printed(
+    started: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(serve_command, "check_can_listen", check_can_listen)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = invoke("--port", str(port), key="test")
+    assert result.exit_code == 2, result.output
+    assert started == []
+    assert "plandag console:" not in result.stdout
+    assert "token=" not in result.stdout
+    assert result.stderr.startswith(f"error: cannot listen on 127.0.0.1:{port}: ")
+    assert "choose another port with --port" in result.stderr
+
+
+def test_a_host_that_is_not_an_address_of_this_machine_is_an_error(
+    started: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(serve_command, "check_can_listen", check_can_listen)
+    result = invoke("--host", "192.0.2.1", key="test")
+    assert result.exit_code == 2, result.output
+    assert started == []
+    assert "token=" not in result.stdout
+    assert result.stderr.startswith("error: cannot listen on 192.0.2.1:8765: ")
+
+
+def test_a_free_port_can_be_listened_on() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    assert check_can_listen("127.0.0.1", port) is None
