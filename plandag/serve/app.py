@@ -264,7 +264,13 @@ class _Pages:
         try:
             return self.console.load(conversation_id)
         except ConsoleError as error:
-            raise HTTPException(404, str(error)) from error
+            message = str(error)
+            if message.startswith("no conversation "):
+                message = (
+                    f"no conversation {conversation_id!r} in this console's store; "
+                    "/conversations lists them"
+                )
+            raise HTTPException(404, message) from error
 
     async def conversation(self, request: Request) -> Response:
         session = self.person(request)
