@@ -380,6 +380,11 @@ class _Pages:
                 text = str(form.get(f"args_{step.id}", ""))
                 try:
                     value = json.loads(text)
+                except RecursionError as error:
+                    raise ConsoleError(
+                        f"step {step.id}: the edited arguments are not JSON (nested too "
+                        'deeply); write a JSON object such as {"path": "out/b.json"}'
+                    ) from error
                 except ValueError as error:
                     raise ConsoleError(
                         f"step {step.id}: the edited arguments are not JSON ({error}); write "

@@ -4,11 +4,12 @@ token, every POST behind its CSRF value, ids that do not exist, hostile text."""
 from __future__ import annotations
 
 import re
+import time
 
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from tests.serve.conftest import BASE, TOKEN, ScriptedPlanner, signed_in
+from tests.serve.conftest import BASE, PUBLISH_PLAN, TOKEN, ScriptedPlanner, signed_in
 
 SCRIPT = "<script>alert('x')</script>"
 
@@ -108,3 +109,38 @@ def test_a_token_in_the_address_of_a_later_request_only_works_when_right(
     assert console_client.get("/runs?token=wrong", follow_redirects=False).status_code == 401
     again = console_client.get(f"/runs?token={TOKEN}", follow_redirects=False)
     assert (again.status_code, again.headers["location"]) == (303, "/runs")
+
+
+def test_edited_arguments_nested_past_the_parser_are_a_400_not_a_500(
+    console_client: TestClient, planner: ScriptedPlanner
+) -> None:
+    planner.answers.append(PUBLISH_PLAN)
+    csrf = signed_in(console_client)
+    started = console_client.post(
+        "/conversations",
+        data={"csrf": csrf, "text": "score a", "plan_box": "1", "plan": "on"},
+        follow_redirects=False,
+    )
+    path = started.headers["location"]
+    page = ""
+    for _ in range(200):  # the turn runs in the background: at most 10 s
+        page = console_client.get(path).text
+        if 'id="card"' in page:
+            break
+        time.sleep(0.05)
+    found = re.search(r'name="hash" value="([0-9a-f]{64})"', page)
+    assert found is not None, page
+    nested = "[" * 100_000 + "]" * 100_000
+    response = console_client.post(
+        f"{path}/decide",
+        data={
+            "csrf": csrf,
+            "hash": found.group(1),
+            "action": "approve",
+            "step_1": "edit",
+            "args_1": '{"name": ' + nested + "}",
+        },
+    )
+    assert response.status_code == 400
+    assert "step 1: the edited arguments are not JSON (nested too deeply)" in response.text
+    assert 'id="card"' in console_client.get(path).text  # still waiting for a decision
