@@ -8,8 +8,9 @@ differently).
 Formats (by suffix, case-insensitive):
 
 * ``.txt``, ``.md``: the bytes decoded as UTF-8 (a byte order mark dropped); a file that is
-  not UTF-8 but holds no NUL byte is read as Windows-1252, the usual legacy encoding of
-  such files, and the extractor says so. Line ends are kept as they are in the file.
+  not UTF-8 is read as Windows-1252, the usual legacy encoding of such files, and the
+  extractor says so; a file holding a NUL byte is binary, not text, and refused. Line ends
+  are kept as they are in the file.
 * ``.pdf``: pypdf's ``extract_text`` page by page, pages joined by a form feed (``\\f``,
   the page break of ``pdftotext``). A PDF encrypted with an empty user password (only
   printing or copying restricted) is read; one that needs a password is refused.
@@ -161,21 +162,24 @@ def _version(distribution: str) -> str:
         return "unknown"
 
 
+NUL = b"\x00"
+
+
 def _plain_text(data: bytes, name: str) -> ContractText:
     from plandag import __version__
 
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
+    if NUL in data:  # valid UTF-8 may hold NUL bytes; no text file does
+        raise ContractInputError(
+            "unreadable",
+            f"{name}: binary data, not text (a NUL byte at byte {data.find(NUL)}); "
+            "give the contract as text, PDF or DOCX",
+        )
     try:
         text = data.decode("utf-8")
         encoding = "utf-8"
-    except UnicodeDecodeError as error:
-        if b"\x00" in data:
-            raise ContractInputError(
-                "unreadable",
-                f"{name}: binary data, not text (a NUL byte; not UTF-8 at byte {error.start}); "
-                "give the contract as text, PDF or DOCX",
-            ) from error
+    except UnicodeDecodeError:
         try:
             text = data.decode("cp1252")
         except UnicodeDecodeError as second:

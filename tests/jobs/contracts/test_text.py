@@ -66,6 +66,8 @@ def test_a_docx_gives_paragraphs_then_table_rows(make_docx: Callable[..., Path])
         ("empty.txt", b"", "empty"),
         ("blank.md", b"  \n\t\n", "empty"),
         ("binary.txt", b"\x00\x81\xff\x00", "unreadable"),
+        ("utf8-with-nul.txt", b"Agreement\x00\x01\x02 of sale", "unreadable"),
+        ("renamed.md", b"\x7fELF\x02\x01\x01\x00\x00\x00", "unreadable"),
         ("notes.doc", b"anything", "unsupported_type"),
         ("data.xlsx", b"anything", "unsupported_type"),
         ("README", b"anything", "unsupported_type"),
