@@ -357,7 +357,9 @@ SaveRepairsOption = Annotated[
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
-    stderr.print(f"[red]error:[/] {message}", markup=True, highlight=False)
+    from rich.markup import escape
+
+    stderr.print(f"[red]error:[/] {escape(message)}", markup=True, highlight=False)
     raise typer.Exit(code)
 
 

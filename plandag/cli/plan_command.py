@@ -67,7 +67,9 @@ _stderr = Console(stderr=True, soft_wrap=True, highlight=False)
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
-    _stderr.print(f"[red]error:[/] {message}", markup=True, highlight=False)
+    from rich.markup import escape
+
+    _stderr.print(f"[red]error:[/] {escape(message)}", markup=True, highlight=False)
     raise typer.Exit(code)
 
 

@@ -42,9 +42,11 @@ _INSTEAD = {
 
 
 def _fail(message: str) -> NoReturn:
+    from rich.markup import escape
+
     from plandag.cli.app import EXIT_USAGE, stderr
 
-    stderr.print(f"[red]error:[/] {message}", markup=True, highlight=False)
+    stderr.print(f"[red]error:[/] {escape(message)}", markup=True, highlight=False)
     raise typer.Exit(EXIT_USAGE)
 
 

@@ -203,6 +203,21 @@ def test_a_bad_fields_file_stops_before_anything_runs(tmp_path: Path) -> None:
     assert f"{fields}: field 1 ('Term'): type 'years' is not one of text, date" in result.output
 
 
+def test_a_fields_file_that_is_not_toml_is_told_to_write_field_tables(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("Terms.", encoding="utf-8")
+    for name, content in [("broken.toml", "[[field]\nname="), ("empty.toml", "")]:
+        fields = tmp_path / name
+        fields.write_text(content, encoding="utf-8")
+        result = CliRunner().invoke(
+            app,
+            ["extract", "contracts", str(tmp_path / "a.txt"), "-o", str(tmp_path / "o.jsonl"),
+             "--fields", str(fields)],
+            env={"ANTHROPIC_API_KEY": "test"},
+        )  # fmt: skip
+        assert result.exit_code == 2
+        assert "[[field]]" in result.output  # the error's TOML is not taken for console markup
+
+
 def test_the_token_cap_stops_the_batch_with_exit_3_and_resume_goes_on(
     server: MessagesServer, contracts_dir: Path, tmp_path: Path
 ) -> None:
