@@ -362,7 +362,7 @@ def read_labels(path: str | Path) -> list[dict[str, Any]]:
         ):
             raise InputError(
                 f'{file}:{number}: a label line is {{"file": NAME, "labels": {{CATEGORY: '
-                '{"clauses": [TEXT, ...], "answer": TEXT}}}} (as in cuad_labels.jsonl)'
+                '{"clauses": [TEXT, ...], "answer": TEXT}}} (as in cuad_labels.jsonl)'
             )
         if row["file"] in seen:
             raise InputError(f"{file}:{number}: {row['file']} is labelled twice; keep one line")

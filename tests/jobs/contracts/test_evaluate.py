@@ -411,6 +411,8 @@ def test_unusable_files_exit_2_with_the_reason(tmp_path: Path) -> None:
     )
     assert malformed.exit_code == 2
     assert f"{labels}:1: a label line is" in malformed.output
+    shape = '{"clauses": [TEXT, ...], "answer": TEXT}}} (as in cuad_labels.jsonl)'
+    assert shape in " ".join(malformed.output.split())  # the braces of the shape balance
 
 
 def test_lines_that_are_not_records_are_listed_and_the_rest_scored(tmp_path: Path) -> None:
