@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
+import pytest
 from starlette.testclient import TestClient
 
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.dag.plan import Plan
+from plandag.serve import app as app_module
 from plandag.serve import create_app
+from plandag.serve.runs import run_rows
+from plandag.store import Store, open_store
 from plandag.tools import ToolContext, tool
 from plandag.tools.registry import Registry
 from tests.serve.conftest import BASE, TOKEN, Clock, ScriptedPlanner, make_config, signed_in
@@ -64,3 +69,35 @@ def test_a_runs_page_shows_its_checks_and_its_spend(tmp_path: Path) -> None:
         "<td>equals: pass (the value at `word` equals &quot;ok&quot;), regex: fail (the value "
         "at `word` &quot;ok&quot; does not fully match &#x27;^zz$&#x27;)</td>"
     ) in run
+
+
+def test_the_runs_list_stream_sends_the_progress_again_each_time_it_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = create_app(make_config(tmp_path, ScriptedPlanner(), stream_s=1.0), TOKEN)
+    with open_store(tmp_path / "runs.sqlite3") as store:
+        store.create_run(
+            "ba7c400000000002",
+            command="extract",
+            goal="extract nfe: 3 input(s) into out.jsonl",
+            params={"output": "out.jsonl", "inputs": 3},
+            options={},
+        )
+    renders: list[int] = []
+
+    def rows_then_one_more_document(store: Store, limit: int = 100) -> list[dict[str, Any]]:
+        rows = run_rows(store, limit)
+        renders.append(len(renders))
+        if len(renders) == 1:  # the stream has read the rows once: a document is recorded
+            store.record_document("ba7c400000000002", 0, "a.xml", "ok", {"status": "ok"})
+        return rows
+
+    monkeypatch.setattr(app_module, "run_rows", rows_then_one_more_document)
+    with TestClient(app, base_url=BASE) as client:
+        signed_in(client)
+        with client.stream("GET", "/runs/events") as response:
+            body = "".join(response.iter_text())
+    assert len(renders) >= 3  # the stream polled past the change
+    events = re.findall(r'<progress max="(\d+)" value="(\d+)"></progress> (\d+/\d+)', body)
+    assert events == [("3", "0", "0/3"), ("3", "1", "1/3")]
+    assert body.count("event: runs") == 2
