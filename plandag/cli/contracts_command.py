@@ -425,11 +425,15 @@ def extract_contracts_command(
 
 def model_options(client: Any, model: str, calls: int) -> dict[str, Any]:
     """The ``run_plan`` keyword arguments that give the ``llm`` steps their model access:
-    ``client`` with at most ``calls`` model calls of the batch at once."""
-    from plandag.executors import ModelAccess
-    from plandag.jobs.contracts.calls import LimitedClient
+    ``client`` with at most ``calls`` model calls of the batch at once (a call takes its
+    slot before it reserves on the batch's budget, so the calls waiting hold nothing)."""
+    import anyio
 
-    return {"models": ModelAccess(LimitedClient(client, calls), model)}
+    from plandag.executors import ModelAccess
+
+    if calls < 1:
+        raise ValueError(f"the model calls at once must be at least 1, not {calls}")
+    return {"models": ModelAccess(client, model, call_slots=anyio.CapacityLimiter(calls))}
 
 
 def _close_batch(store: Any, writer: Any, batch_id: str, status: str) -> None:

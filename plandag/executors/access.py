@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 from plandag.errors import InputError, PermanentStepError
 
 if TYPE_CHECKING:  # the planner's client layer is imported when a step calls a model
+    import anyio
+
     from plandag.planner.llm.base import LLMClient, LLMRequest, LLMResponse
     from plandag.planner.llm.pricing import PriceTable
     from plandag.scheduler.budget import Budget
@@ -58,6 +60,10 @@ class ModelAccess:
             0.0 and is limited by the token cap alone.
         registry: the tools an ``agent`` step may list (the run's: the CLI passes the one
             its plan compiled against, ``--tools`` included); None: the default registry.
+        call_slots: at most this limiter's total of model calls at once, across every run
+            given this access (``extract contracts --max-model-calls``); a call takes its
+            slot before it reserves, so calls waiting for a slot hold nothing on the budget.
+            None: no bound beyond the run's.
 
     Raises:
         ValueError: an empty ``model``.
@@ -67,6 +73,7 @@ class ModelAccess:
     model: str
     prices: PriceTable = dataclasses.field(default_factory=lambda: _default_prices())
     registry: Registry | None = None
+    call_slots: anyio.CapacityLimiter | None = None
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -140,6 +147,8 @@ async def call_model(
     4. an ``llm_call`` child of the attempt for the trace (model, tokens, cost, error), and
        the live OpenTelemetry ``chat MODEL`` span of the call (:mod:`plandag.trace.otel`).
 
+    All four hold one of ``models.call_slots`` when the access has them.
+
     Args:
         context: the attempt's context.
         models: the run's :class:`ModelAccess`.
@@ -156,6 +165,19 @@ async def call_model(
             reason ``agent_budget`` when it is ``budget`` that it does not fit.
         StepError: the call failed (mapped by the client: transient or permanent).
     """
+    if models.call_slots is None:
+        return await _call_model(context, models, request, purpose, budget)
+    async with models.call_slots:
+        return await _call_model(context, models, request, purpose, budget)
+
+
+async def _call_model(
+    context: ToolContext,
+    models: ModelAccess,
+    request: LLMRequest,
+    purpose: str,
+    budget: Budget | None,
+) -> LLMResponse:
     from plandag.errors import BudgetRefusedError
     from plandag.planner.llm.base import UnusableResponseError, Usage
     from plandag.planner.llm.calls import estimate_cost

@@ -9,6 +9,7 @@ import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import anyio
 import pytest
 
 from plandag.compiler import compile_plan
@@ -204,6 +205,28 @@ async def test_parallel_llm_steps_never_overshoot_the_cap(
     assert refused.reason == "budget"
     assert len(anthropic_server.message_requests) == 1
     assert result.spent_tokens == 55
+
+
+@pytest.mark.anyio
+async def test_a_call_waiting_for_a_call_slot_holds_nothing_on_the_budget(
+    anthropic_server: MessagesServer, anthropic_client: LLMClient
+) -> None:
+    anthropic_server.push_text("one", usage={"input_tokens": 50, "output_tokens": 5})
+    anthropic_server.push_text("two", usage={"input_tokens": 50, "output_tokens": 5})
+    # one call slot: the second call reserves only once the first has settled (55 spent),
+    # so its 1,000-token reservation fits the 1,800-token cap and nothing is refused
+    result = await run(
+        plan(
+            {"tool": "llm", "args": {"prompt": "A", "max_tokens": 1000}},
+            {"tool": "llm", "args": {"prompt": "B", "max_tokens": 1000}},
+        ),
+        ModelAccess(anthropic_client, HAIKU, call_slots=anyio.CapacityLimiter(1)),
+        max_tokens=1800,
+    )
+    assert result.status == "succeeded"
+    assert sorted(record.status for record in result.steps.values()) == ["succeeded"] * 2
+    assert len(anthropic_server.message_requests) == 2
+    assert result.spent_tokens == 110
 
 
 @pytest.mark.anyio

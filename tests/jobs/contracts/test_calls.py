@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from plandag.executors import ModelAccess
+from plandag.cli.contracts_command import model_options
 from plandag.jobs.contracts.batch import expand_contract_inputs, extract_contracts
-from plandag.jobs.contracts.calls import LimitedClient
 from plandag.jobs.contracts.fields import FieldSpec
 from plandag.planner.llm import AnthropicClient
 from plandag.scheduler import Budget, RunLimits
@@ -51,7 +50,7 @@ async def test_the_batch_never_has_more_model_calls_at_once_than_its_limit(
                 jobs=3,
                 missing=missing,
                 run_options={
-                    "models": ModelAccess(LimitedClient(client, 2), "claude-haiku-4-5"),
+                    **model_options(client, "claude-haiku-4-5", 2),
                     "budget": Budget(20.0, 5_000_000),
                     "limits": RunLimits.lifted(),
                 },
@@ -65,4 +64,4 @@ async def test_the_batch_never_has_more_model_calls_at_once_than_its_limit(
 
 def test_a_limit_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
-        LimitedClient(object(), 0)  # type: ignore[arg-type]
+        model_options(object(), "claude-haiku-4-5", 0)
