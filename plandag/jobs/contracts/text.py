@@ -25,10 +25,14 @@ byte, or only whitespace, or a PDF whose pages hold neither text nor images) and
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import io
+import logging
+import threading
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -193,7 +197,35 @@ def _plain_text(data: bytes, name: str) -> ContractText:
     return ContractText(text, text_sha256(text), extractor)
 
 
+_PYPDF_QUIET = threading.Lock()
+_pypdf_readers = [0, logging.NOTSET]  # PDFs being read now, pypdf's level before the first
+
+
+@contextlib.contextmanager
+def _quiet_pypdf() -> Iterator[None]:
+    """pypdf's warnings off while a PDF is read: they name no file ("EOF marker not found"),
+    and what makes a PDF unusable reaches its error row with the file's name."""
+    logger = logging.getLogger("pypdf")
+    with _PYPDF_QUIET:
+        if _pypdf_readers[0] == 0:
+            _pypdf_readers[1] = logger.level
+            logger.setLevel(logging.ERROR + 1)
+        _pypdf_readers[0] += 1
+    try:
+        yield
+    finally:
+        with _PYPDF_QUIET:
+            _pypdf_readers[0] -= 1
+            if _pypdf_readers[0] == 0:
+                logger.setLevel(_pypdf_readers[1])
+
+
 def _pdf_text(data: bytes, name: str) -> ContractText:
+    with _quiet_pypdf():
+        return _read_pdf_text(data, name)
+
+
+def _read_pdf_text(data: bytes, name: str) -> ContractText:
     from pypdf import PdfReader
     from pypdf.errors import FileNotDecryptedError, PdfReadError
 

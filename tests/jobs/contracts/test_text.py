@@ -4,6 +4,7 @@ gives no text."""
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
@@ -119,3 +120,14 @@ def test_a_missing_file_is_unreadable(tmp_path: Path) -> None:
     with pytest.raises(ContractInputError) as caught:
         read_contract(tmp_path / "gone.txt")
     assert caught.value.code == "unreadable"
+
+
+def test_a_damaged_pdf_logs_nothing_beside_its_error_row(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "random.pdf"
+    path.write_bytes(bytes(range(256)) * 20)  # no %PDF header, no %%EOF marker
+    with caplog.at_level(logging.WARNING), pytest.raises(ContractInputError) as caught:
+        read_contract(path)
+    assert caught.value.code == "unreadable"
+    assert [record.getMessage() for record in caplog.records] == []  # no nameless warnings
