@@ -38,7 +38,9 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import AfterValidator
 
 from plandag.dag.references import REFERENCE_PATTERN
 from plandag.errors import InvalidOutputError, PermanentStepError
@@ -233,11 +235,31 @@ def estimate_llm(args: Mapping[str, Any]) -> tuple[float | None, int]:
     return (price.cost(usage) if price is not None else None), usage.total_tokens
 
 
+def _json_schema_arg(schema: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The ``schema`` argument checked as a JSON Schema (Draft 2020-12) when the plan
+    compiles, so a bad one stops the plan (``invalid_args``) before anything runs.
+
+    Raises:
+        ValueError: the schema is not valid (pydantic reports it as the argument's error).
+    """
+    import jsonschema
+
+    if schema is None:
+        return None
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as error:
+        raise ValueError(
+            f"not a valid JSON Schema ({error.message} at {error.json_path}); fix the schema"
+        ) from None
+    return schema
+
+
 @tool(name="llm", effects="none", typical_seconds=5.0, estimate=estimate_llm)
 async def llm(
     prompt: str,
     data: Any = None,
-    schema: dict[str, Any] | None = None,
+    schema: Annotated[dict[str, Any] | None, AfterValidator(_json_schema_arg)] = None,
     model: str | None = None,
     max_tokens: int = DEFAULT_LLM_MAX_TOKENS,
     ctx: ToolContext | None = None,

@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 from plandag.compiler import compile_plan
+from plandag.errors import PlanError
 from plandag.executors import ModelAccess
 from plandag.planner.data import parse_data_blocks
 from plandag.planner.llm import AnthropicClient, LLMClient, OpenAICompatibleClient
@@ -412,3 +413,11 @@ def test_the_planner_sees_llm_and_agent_with_their_schemas() -> None:
         assert name in llm_line
     for name in ("task", "tools", "max_turns", "max_cost_usd", "max_seconds"):
         assert name in agent_line
+
+
+def test_a_schema_that_is_not_a_json_schema_stops_the_plan_before_it_runs() -> None:
+    document = plan({"tool": "llm", "args": {"prompt": "A", "schema": {"type": "objectz"}}})
+    with pytest.raises(PlanError) as caught:
+        compile_plan(document, default_registry())
+    assert "invalid_args" in str(caught.value)
+    assert "not a valid JSON Schema" in str(caught.value)
