@@ -343,6 +343,8 @@ def _check_step(
 ) -> None:
     sid = step.id
     tool = registry.find_tool(step.tool)
+    if tool is not None and tool.names_tools is not None:
+        _check_named_tools(step, tool.name, tool.names_tools, registry, diagnostics)
     if tool is not None:
         tool = bind_effects(tool, step.args, registry.tools)
     if tool is None:
@@ -478,6 +480,35 @@ def _check_step(
             _check_reference(
                 step, declared, where, reference, by_id, plan, registry, diagnostics, edges
             )
+
+
+def _check_named_tools(
+    step: Step, tool: str, argument: str, registry: Registry, diagnostics: DiagnosticCollector
+) -> None:
+    """Each name of the literal tool list in ``step.args[argument]`` (an agent's scope) is
+    registered, else an ``unknown_tool`` error with the nearest names; a list written as a
+    reference is checked when the step runs."""
+    names = step.args.get(argument)
+    if not isinstance(names, list):
+        return
+    for index, name in enumerate(names):
+        if not isinstance(name, str) or "<" in name:
+            continue  # not a name (invalid_args), or a reference resolved at run time
+        if registry.find_tool(name) is not None:
+            continue
+        diagnostics.add(
+            "unknown_tool",
+            step.id,
+            f"args.{argument}[{index}]: tool {name!r} is not registered ({tool})",
+            functools.partial(
+                _unknown_hint,
+                registry,
+                registry.nearest_tools,
+                name,
+                registry.tools,
+                "registered tools",
+            ),
+        )
 
 
 def _argument_names(model: type[pydantic.BaseModel]) -> str:

@@ -123,8 +123,9 @@ def scoped_tools(
 
     Raises:
         PermanentStepError: an empty list, a name not registered (reason
-            ``unknown_tool``), or a tool with effects, with egress, or ``agent`` itself
-            (reason ``tool_not_allowed``): effects beyond ``allowed_effects``.
+            ``unknown_tool``; a literal list's names are checked when the plan compiles,
+            a list given by reference only here), or a tool with effects, with egress, or
+            ``agent`` itself (reason ``tool_not_allowed``): effects beyond ``allowed_effects``.
     """
     if not names:
         raise PermanentStepError(
@@ -205,6 +206,7 @@ def _first_message(task: str, data: Any) -> str:
     typical_seconds=30.0,
     estimate=estimate_agent,
     effects_of=agent_effects,
+    names_tools="tools",
 )
 async def agent(
     task: str,

@@ -297,6 +297,10 @@ class Tool:
             arguments; the compiler binds each step to the tool with those effects
             (:func:`bind_effects`), so read-only runs, approval and the store see them.
             None: ``effects`` for every step.
+        names_tools: the argument holding a list of registered tool names (an ``agent``'s
+            scope): the compiler reports each name of a literal list that is not
+            registered as ``unknown_tool`` with the nearest names, before anything runs.
+            None: the tool takes no tool names.
     """
 
     name: str
@@ -321,6 +325,7 @@ class Tool:
     typical_seconds: float | None = None
     estimate: CostEstimator | None = None
     effects_of: EffectsOf | None = None
+    names_tools: str | None = None
 
     @functools.cached_property
     def is_async(self) -> bool:
@@ -498,6 +503,7 @@ def _build_tool(
     typical_seconds: float | None = None,
     estimate: CostEstimator | None = None,
     effects_of: EffectsOf | None = None,
+    names_tools: str | None = None,
 ) -> Tool:
     if isinstance(function, Tool):
         raise ToolDefinitionError(f"{function.name} is already a tool; apply @tool once")
@@ -591,6 +597,11 @@ def _build_tool(
             f"tool {tool_name}: its argument types cannot be validated ({error}); use JSON-like "
             "types (str, int, float, bool, list, dict, TypedDict, pydantic models)"
         ) from error
+    if names_tools is not None and names_tools not in args_model.model_fields:
+        raise ToolDefinitionError(
+            f"tool {tool_name}: names_tools={names_tools!r} is not one of its arguments; name "
+            "the argument holding the list of tool names"
+        )
     if inline and inspect.iscoroutinefunction(function):
         raise ToolDefinitionError(f"tool {tool_name}: inline=True is for sync functions only")
     return Tool(
@@ -616,6 +627,7 @@ def _build_tool(
         typical_seconds=float(typical_seconds) if typical_seconds is not None else None,
         estimate=estimate,
         effects_of=effects_of,
+        names_tools=names_tools,
     )
 
 
@@ -664,6 +676,7 @@ def tool(
     typical_seconds: float | None = None,
     estimate: CostEstimator | None = None,
     effects_of: EffectsOf | None = None,
+    names_tools: str | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -688,6 +701,7 @@ def tool(
     typical_seconds: float | None = None,
     estimate: CostEstimator | None = None,
     effects_of: EffectsOf | None = None,
+    names_tools: str | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a typed function as a plan tool; usable bare (``@tool``) or with options.
 
@@ -726,6 +740,9 @@ def tool(
         effects_of: ``effects_of(args, tools) -> effects``, a step's effects when they
             depend on its arguments (:func:`bind_effects`); the tool reads what was bound in
             ``ctx.effects``.
+        names_tools: the argument holding a list of tool names (an agent's scope); each
+            name of a literal list must be registered, else the plan does not compile
+            (``unknown_tool``, hint: the nearest names).
 
     Returns:
         A :class:`Tool` (bare use) or a decorator that returns one.
@@ -754,6 +771,7 @@ def tool(
             typical_seconds=typical_seconds,
             estimate=estimate,
             effects_of=effects_of,
+            names_tools=names_tools,
         )
 
     if function is not None:

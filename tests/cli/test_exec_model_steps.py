@@ -156,3 +156,28 @@ def test_the_plan_estimate_prices_each_llm_step_from_its_arguments() -> None:
     unknown = estimate_plan(compiled)
     assert unknown.cost_usd is None
     assert unknown.unknown_cost == (1, 2)
+
+
+AGENT_PLAN = {
+    "version": 1,
+    "goal": "an agent with a misspelt tool",
+    "steps": [{"id": 1, "tool": "agent", "args": {"task": "t", "tools": ["llm", "serch_web"]}}],
+}
+
+
+@pytest.mark.parametrize("command", ["check", "exec"])
+def test_an_agent_listing_an_unregistered_tool_stops_before_anything_runs(
+    command: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "agent.json"
+    path.write_text(json.dumps(AGENT_PLAN), encoding="utf-8")
+    args = [command, str(path)]
+    with MessagesServer() as server:
+        if command == "exec":
+            args += ["--provider", "anthropic", "--base-url", server.url]
+        result = CliRunner().invoke(app, args, env={"ANTHROPIC_API_KEY": "k"})
+        assert server.requests == []
+    assert result.exit_code == 2, result.output
+    assert "step 1: error[unknown_tool]: args.tools[1]: tool 'serch_web' is not registered" in (
+        result.stderr
+    )

@@ -202,7 +202,6 @@ async def test_an_agent_cannot_call_a_tool_outside_its_list(
     [
         (["http_get"], "tool_not_allowed"),
         (["agent"], "tool_not_allowed"),
-        (["lookup", "no_such_tool"], "unknown_tool"),
     ],
 )
 async def test_a_tool_list_beyond_the_rules_fails_before_any_request(
@@ -211,6 +210,40 @@ async def test_a_tool_list_beyond_the_rules_fails_before_any_request(
     result = await run(plan({"tool": "agent", "args": {"task": "t", "tools": tools}}), client)
     record = result.steps[1]
     assert (record.status, record.reason) == ("failed", reason)
+    assert server.message_requests == []
+
+
+def test_a_literal_tool_list_naming_an_unregistered_tool_does_not_compile() -> None:
+    from plandag.errors import PlanError
+
+    step = {"tool": "agent", "args": {"task": "t", "tools": ["lookup", "lookups", "lookpu"]}}
+    with pytest.raises(PlanError) as refused:
+        compile_plan(plan(step), registry())
+    assert refused.value.codes == ["unknown_tool", "unknown_tool"]
+    first, second = refused.value.diagnostics
+    assert (first.step_id, first.message) == (
+        1,
+        "args.tools[1]: tool 'lookups' is not registered (agent)",
+    )
+    assert second.message == "args.tools[2]: tool 'lookpu' is not registered (agent)"
+    assert "did you mean lookup" in str(first.hint)
+
+
+@pytest.mark.anyio
+async def test_a_tool_list_by_reference_naming_an_unregistered_tool_fails_at_run_time(
+    server: MessagesServer, client: LLMClient
+) -> None:
+    document = plan({"tool": "agent", "args": {"task": "t", "tools": "<param.tools>"}})
+    document["params"] = {"tools": {"type": "array"}}
+    compiled = compile_plan(document, registry(), params={"tools": ["lookup", "no_such_tool"]})
+    result = await run_plan(
+        compiled,
+        models=ModelAccess(client, "claude-haiku-4-5", registry=registry()),
+        limits=RunLimits(heartbeat_every=None),
+        clock=VirtualClock(),
+    )
+    record = result.steps[1]
+    assert (record.status, record.reason) == ("failed", "unknown_tool")
     assert server.message_requests == []
 
 
