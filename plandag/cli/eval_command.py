@@ -133,6 +133,16 @@ def _print_table(evaluation: ContractsEvaluation, labels: Path) -> None:
         lines += [
             f"  {item.file}: {item.category}: {item.answer!r}" for item in evaluation.unscored
         ]
+    if evaluation.unknown_categories:
+        lines.append(
+            "label categories not scored (no record has them and they are not CUAD categories; "
+            "check the labels' spelling or the --fields of the extraction):"
+        )
+        for unknown in evaluation.unknown_categories:
+            contracts = f"{unknown.contracts} contract{'s' if unknown.contracts != 1 else ''}"
+            texts = f"{unknown.clauses} clause{'s' if unknown.clauses != 1 else ''}"
+            near = f" (did you mean {unknown.nearest!r}?)" if unknown.nearest else ""
+            lines.append(f"  {unknown.category}: {contracts}, {texts}{near}")
     for line, reason in evaluation.invalid_records:
         lines.append(f"records line {line} skipped: {reason}")
     sys.stdout.write("\n".join(lines) + "\n")
@@ -163,10 +173,10 @@ def eval_contracts(
     Per category: precision, recall and F1 of the clauses (a labelled clause is found when
     an accepted quote overlaps it with word Jaccard >= 0.5, CUAD's rule) and of the answers
     (dates parsed from the label's M/D/YY, parties as sets of names, governing law by
-    jurisdiction, durations, yes/no). Labels that do not parse ("perpetual") are listed
-    apart, not scored; a labelled contract without a record, or with an error record,
-    counts as nothing found. Also the rate of rejected quotes. Exit 0, or 2 when a file
-    cannot be used.
+    jurisdiction, durations, yes/no). Labels that do not parse ("perpetual") and label
+    categories no record has that are not CUAD categories are listed apart, not scored; a
+    labelled contract without a record, or with an error record, counts as nothing found.
+    Also the rate of rejected quotes. Exit 0, or 2 when a file cannot be used.
     """
     from plandag.errors import InputError
     from plandag.jobs.contracts.evaluate import evaluate_contract_files

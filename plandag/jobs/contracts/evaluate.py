@@ -31,6 +31,11 @@ over the labelled contracts, with precision, recall and F1:
   false positive; no answer where the label has one is a false negative. A label that does
   not parse in its kind ("perpetual", "08/[]/2019") is reported apart and not scored.
 
+A label category that no record read has among its fields and that is not a CUAD category
+(a misspelling, or a field the extraction was not asked for) is not scored: scoring it would
+report a recall of 0 for a field nobody extracted. It is listed apart
+(:class:`UnknownCategory`, with the nearest known name), as unparseable labels are.
+
 A labelled contract without a usable record (none in the file, or one with status
 ``error``) is scored as if nothing was extracted from it, and listed. The rate of rejected
 quotes is over every record read: quotes in ``rejected`` over those plus accepted ones.
@@ -40,12 +45,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import difflib
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from plandag.errors import InputError
+from plandag.jobs.contracts.fields import CUAD_FIELDS
 from plandag.jobs.contracts.scoring import (
     jurisdiction,
     normalise_name,
@@ -61,6 +68,7 @@ __all__ = [
     "CategoryScore",
     "ContractsEvaluation",
     "Counts",
+    "UnknownCategory",
     "UnscoredLabel",
     "evaluate_contract_files",
     "evaluate_contracts",
@@ -179,6 +187,24 @@ class UnscoredLabel:
     answer: str
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class UnknownCategory:
+    """A label category no record has and no CUAD category is (listed, not scored).
+
+    Attributes:
+        category: its name, as in the labels.
+        contracts: label lines that have it.
+        clauses: its labelled clauses over those lines.
+        nearest: the closest category name the records or CUAD have (difflib ratio >= 0.8),
+            or None.
+    """
+
+    category: str
+    contracts: int
+    clauses: int
+    nearest: str | None
+
+
 @dataclasses.dataclass(slots=True)
 class ContractsEvaluation:
     """The result of :func:`evaluate_contracts`.
@@ -190,6 +216,8 @@ class ContractsEvaluation:
         errored: labelled contracts whose record has status ``error``, with its error codes.
         unlabelled: files of records that no label line names.
         unscored: label answers that did not parse in their kind.
+        unknown_categories: label categories no record has and no CUAD category is, in the
+            labels' order (not scored).
         invalid_records: lines of the records that are not records (line number, reason).
         accepted_quotes: accepted quotes in every record read.
         rejected_quotes: rejected quotes in every record read.
@@ -201,6 +229,7 @@ class ContractsEvaluation:
     errored: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     unlabelled: list[str] = dataclasses.field(default_factory=list)
     unscored: list[UnscoredLabel] = dataclasses.field(default_factory=list)
+    unknown_categories: list[UnknownCategory] = dataclasses.field(default_factory=list)
     invalid_records: list[tuple[int, str]] = dataclasses.field(default_factory=list)
     accepted_quotes: int = 0
     rejected_quotes: int = 0
@@ -241,6 +270,7 @@ class ContractsEvaluation:
             "clauses": self.clauses.as_dict(),
             "answers": self.answers.as_dict(),
             "unscored": [dataclasses.asdict(item) for item in self.unscored],
+            "unknown_categories": [dataclasses.asdict(item) for item in self.unknown_categories],
             "quotes": {
                 "accepted": self.accepted_quotes,
                 "rejected": self.rejected_quotes,
@@ -478,6 +508,9 @@ def evaluate_contracts(
                 evaluation.categories[category] = CategoryScore(
                     category, answer_kind=_kind_of(category, label_rows)
                 )
+    evaluation.unknown_categories = _unknown_categories(records, label_rows)
+    for unknown in evaluation.unknown_categories:
+        del evaluation.categories[unknown.category]
     matched, evaluation.unlabelled = _match_records(records, evaluation.labelled)
 
     for record in records:
@@ -502,6 +535,8 @@ def evaluate_contracts(
             ]
         fields = _fields(labelled_record)
         for category, label in row["labels"].items():
+            if category not in evaluation.categories:
+                continue  # an unknown category, listed apart
             score = evaluation.categories[category]
             field = fields.get(category)
             _score_clauses(score, [str(text) for text in label.get("clauses", [])], field)
@@ -516,6 +551,32 @@ def evaluate_contracts(
             predicted = _record_answer(score.answer_kind, answer)
             score.answers.add(_answer_counts(score.answer_kind, expected, predicted))
     return evaluation
+
+
+def _unknown_categories(
+    records: list[Mapping[str, Any]], label_rows: list[Mapping[str, Any]]
+) -> list[UnknownCategory]:
+    """The label categories no record has among its fields (error records included) and
+    that are not CUAD categories, with their counts and the nearest known name."""
+    known: dict[str, None] = dict.fromkeys(spec.name for spec in CUAD_FIELDS)
+    for record in records:
+        fields = record.get("fields")
+        if isinstance(fields, Mapping):
+            known.update(dict.fromkeys(str(name) for name in fields))
+    contracts: dict[str, int] = {}
+    clauses: dict[str, int] = {}
+    for row in label_rows:
+        for category, label in row["labels"].items():
+            if category in known:
+                continue
+            contracts[category] = contracts.get(category, 0) + 1
+            texts = [str(text) for text in label.get("clauses", []) if str(text).strip()]
+            clauses[category] = clauses.get(category, 0) + len(texts)
+    unknown = []
+    for category, count in contracts.items():
+        near = difflib.get_close_matches(category, list(known), n=1, cutoff=0.8)
+        unknown.append(UnknownCategory(category, count, clauses[category], next(iter(near), None)))
+    return unknown
 
 
 def _score_clauses(score: CategoryScore, clauses: list[str], field: Any) -> None:

@@ -435,3 +435,69 @@ def test_reading_refuses_csv_records_and_twice_labelled_files(tmp_path: Path) ->
     _, labels = _write(tmp_path, [], [LABELS[0], LABELS[0]])
     with pytest.raises(InputError, match=r"labels.jsonl:2: alpha.txt is labelled twice"):
         read_labels(labels)
+
+
+# -- categories no record knows -------------------------------------------------------------
+
+BOGUS_LABELS = [
+    {
+        "file": "alpha.txt",
+        "labels": {
+            **LABELS[0]["labels"],
+            "Bogus Category": _label(["one clause", "another clause"], "Yes"),
+            "Governing Lawe": _label(["laws of New York"], ""),
+        },
+    },
+    {"file": "beta.txt", "labels": {"Bogus Category": _label(["third clause"], "")}},
+]
+
+
+def test_a_label_category_no_record_has_and_no_field_knows_is_listed_apart() -> None:
+    evaluation = evaluate_contracts(RECORDS, BOGUS_LABELS)
+
+    assert "Bogus Category" not in evaluation.categories
+    assert "Governing Lawe" not in evaluation.categories
+    assert [
+        (item.category, item.contracts, item.clauses, item.nearest)
+        for item in evaluation.unknown_categories
+    ] == [("Bogus Category", 2, 3, None), ("Governing Lawe", 1, 1, "Governing Law")]
+    # the unknown categories' clauses are not in the totals: alpha's 6 labelled clauses
+    assert evaluation.clauses.tp + evaluation.clauses.fn == 6
+
+
+def test_a_cuad_category_no_record_has_is_still_scored() -> None:
+    labels = [{"file": "alpha.txt", "labels": {"Non-Compete": _label(["no competing"], "Yes")}}]
+    evaluation = evaluate_contracts(RECORDS, labels)
+
+    assert evaluation.unknown_categories == []
+    non_compete = evaluation.categories["Non-Compete"]
+    assert (non_compete.clauses.tp, non_compete.clauses.fn, non_compete.clauses.recall) == (0, 1, 0)
+
+
+def test_unknown_label_categories_appear_in_the_table_and_the_json(tmp_path: Path) -> None:
+    records, labels = _write(tmp_path, RECORDS, BOGUS_LABELS)
+    runner = CliRunner()
+
+    table = runner.invoke(launcher, ["eval", "contracts", str(records), "--labels", str(labels)])
+    shown = runner.invoke(
+        launcher, ["eval", "contracts", str(records), "--labels", str(labels), "--json"]
+    )
+
+    assert table.exit_code == 0, table.output
+    assert (
+        "label categories not scored (no record has them and they are not CUAD categories; "
+        "check the labels' spelling or the --fields of the extraction):"
+    ) in table.stdout
+    assert "  Bogus Category: 2 contracts, 3 clauses" in table.stdout
+    assert "  Governing Lawe: 1 contract, 1 clause (did you mean 'Governing Law'?)" in (
+        table.stdout
+    )
+    rows = [" ".join(line.split()) for line in table.stdout.splitlines()]
+    assert not any(row.startswith("Bogus Category ") for row in rows)
+    assert shown.exit_code == 0, shown.output
+    document = json.loads(shown.stdout)
+    assert document["unknown_categories"] == [
+        {"category": "Bogus Category", "contracts": 2, "clauses": 3, "nearest": None},
+        {"category": "Governing Lawe", "contracts": 1, "clauses": 1, "nearest": "Governing Law"},
+    ]
+    assert "Bogus Category" not in {row["category"] for row in document["categories"]}
