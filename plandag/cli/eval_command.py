@@ -42,12 +42,23 @@ def _print_table(evaluation: ContractsEvaluation, labels: Path) -> None:
     console = Console(soft_wrap=False, highlight=False, width=max(console.width, 100))
 
     def table(title: str, columns: tuple[str, ...]) -> Table:
-        shown = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-        for name in columns:
-            shown.add_column(name, justify="right", no_wrap=True)
-        shown.columns[0].justify = "left"
-        if columns[1] == "kind":
-            shown.columns[1].justify = "left"
+        # The figures are never cut: numeric columns do not wrap and keep their width
+        # (a score is 5 characters); when the console is too narrow, the text columns
+        # (category, kind) wrap instead.
+        shown = Table(
+            title=title,
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+            show_edge=False,
+            collapse_padding=True,
+        )
+        text = 2 if columns[1] == "kind" else 1
+        for index, name in enumerate(columns):
+            if index < text:
+                shown.add_column(name, justify="left", overflow="fold")
+            else:
+                shown.add_column(name, justify="right", no_wrap=True, min_width=max(len(name), 5))
         return shown
 
     clauses = table(
@@ -78,6 +89,7 @@ def _print_table(evaluation: ContractsEvaluation, labels: Path) -> None:
         _score(total.f1),
     )
     console.print(clauses)
+    console.print()
     answers = table(
         "Answers (a wrong answer counts as both extra and missed)",
         ("category", "kind", "right", "extra", "missed", "P", "R", "F1", "unscored"),

@@ -501,3 +501,50 @@ def test_unknown_label_categories_appear_in_the_table_and_the_json(tmp_path: Pat
         {"category": "Governing Lawe", "contracts": 1, "clauses": 1, "nearest": "Governing Law"},
     ]
     assert "Bogus Category" not in {row["category"] for row in document["categories"]}
+
+
+def test_the_scores_are_printed_whole_at_100_columns(tmp_path: Path) -> None:
+    categories = {
+        "Notice Period To Terminate Renewal": ("30 days", "30 days"),
+        "Governing Law": ("New York", "New York"),
+        "Parties": ('Acme Corp. ("Seller")', [{"name": "Acme Corp", "role": "Seller"}]),
+    }
+    labels = [
+        {
+            "file": "alpha.txt",
+            "labels": {
+                name: _label([name.lower()], label) for name, (label, _) in categories.items()
+            },
+        }
+    ]
+    record = {
+        "file": "alpha.txt",
+        "status": "ok",
+        "fields": {
+            name: _field([name.lower()], answer) for name, (_, answer) in categories.items()
+        },
+    }
+    records, labels_file = _write(tmp_path, [record], labels)
+
+    result = CliRunner().invoke(
+        launcher,
+        ["eval", "contracts", str(records), "--labels", str(labels_file)],
+        env={"COLUMNS": "100"},
+    )
+
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.stdout
+    rows = [" ".join(line.split()) for line in result.stdout.splitlines()]
+    assert "category kind right extra missed P R F1 unscored" in rows
+    assert "Notice Period To Terminate Renewal 1 1 1 0 1.000 1.000 1.000" in rows
+    # the longest name wraps rather than a figure being cut
+    notice = [row for row in rows if row.startswith("Notice Period To Terminate")]
+    assert notice == [
+        "Notice Period To Terminate Renewal 1 1 1 0 1.000 1.000 1.000",
+        "Notice Period To Terminate duration 1 0 0 1.000 1.000 1.000 0",
+    ]
+    assert "Parties parties 1 0 0 1.000 1.000 1.000 0" in rows
+    assert "Governing Law jurisdiction 1 0 0 1.000 1.000 1.000 0" in rows
+    assert "all (micro) 3 0 0 1.000 1.000 1.000 0" in rows
+    tables = result.stdout.split("\ncontracts: ")[0]
+    assert max(len(line) for line in tables.splitlines()) <= 100
