@@ -735,7 +735,8 @@ def exec_command(
     with --escalate never it ends gave_up, exit 1).
 
     A plan with llm or agent steps calls a model for those steps only: --provider (default
-    anthropic), --model and --base-url choose it as for `run`, --executor-model the model of
+    anthropic, also when only --model or --base-url is given, as for `run`), --model and
+    --base-url choose it as for `run`, --executor-model the model of
     steps that name none; the key is checked before anything runs (exit 2 without it).
     """
     settings = _settings(
@@ -762,11 +763,10 @@ def exec_command(
             "executor_model": executor_model,
         }
     )
+    if planner is None and provider is None and (model is not None or base_url is not None):
+        provider = "anthropic"  # as `plandag run`: --model and --base-url default to anthropic
     if planner is None and provider is not None:
         model_name = _planner_options(None, None, None, save_repairs)  # --model is the run's
-    elif planner is None and (model is not None or base_url is not None):
-        flags = [flag for flag, value in (("--model", model), ("--base-url", base_url)) if value]
-        _fail(f"{', '.join(flags)} needs --planner or --provider anthropic|openai")
     else:
         model_name = _planner_options(planner, model, base_url, save_repairs)
     _text_folder(Path.cwd(), "the working folder")

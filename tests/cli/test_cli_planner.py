@@ -240,9 +240,9 @@ def test_exec_planner_without_a_key_exits_2_before_anything_runs(
 
 
 def test_planner_options_need_planner(files: tuple[Path, Path]) -> None:
-    result = invoke(exec_args(files, "bb", "--model", "x"), key=None)
+    result = invoke(exec_args(files, "bb", "--save-repairs", "repairs"), key=None)
     assert result.exit_code == 2
-    assert "--model needs --planner or --provider anthropic|openai" in result.output
+    assert "--save-repairs needs --planner anthropic|openai" in result.output
     result = invoke(exec_args(files, "bb", "--planner", "mistral"), key=None)
     assert result.exit_code == 2
     assert "--planner 'mistral': choose anthropic or openai" in result.output

@@ -124,10 +124,26 @@ def test_exec_against_the_messages_server_with_an_executor_model(plan_file: Path
     assert [body["model"] for body in bodies] == ["claude-3-5-haiku", "claude-3-5-haiku"]
 
 
-def test_model_and_base_url_without_a_provider_are_refused(plan_file: Path) -> None:
-    result = exec_json([str(plan_file), "--model", "m"])
+def test_base_url_without_a_provider_means_anthropic_as_for_run(plan_file: Path) -> None:
+    with MessagesServer(default=reply) as server:
+        result = exec_json(
+            [str(plan_file), "--base-url", server.url, "--model", "claude-3-5-haiku"],
+            env={"ANTHROPIC_API_KEY": "test"},
+        )
+        paths = [request.path for request in server.message_requests]
+        bodies = [request.json for request in server.message_requests]
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["output"] == {"colour": "teal", "number": 7}
+    assert paths == ["/v1/messages", "/v1/messages"]
+    assert [body["model"] for body in bodies] == ["claude-haiku-4-5", "claude-haiku-4-5"]
+
+
+def test_base_url_without_a_provider_needs_the_anthropic_key(plan_file: Path) -> None:
+    with MessagesServer() as server:
+        result = exec_json([str(plan_file), "--base-url", server.url])
+        assert server.requests == []
     assert result.exit_code == 2
-    assert "--model needs --planner or --provider anthropic|openai" in result.stderr
+    assert "no Anthropic API key: set ANTHROPIC_API_KEY" in result.stderr
 
 
 def test_tools_lists_llm_and_agent_with_their_schemas() -> None:
