@@ -26,7 +26,10 @@ def chosen(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[str, s
         calls.append((provider, base_url))
         raise typer.Exit(7)
 
+    from plandag.cli import run_command
+
     monkeypatch.setattr(plan_command, "_client", record)
+    monkeypatch.setattr(run_command, "_client", record)  # imported by name at module level
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PLANDAG_STORE", str(tmp_path / "runs.sqlite3"))
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
