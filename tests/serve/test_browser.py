@@ -161,11 +161,19 @@ def console_url(tmp_path: Path, model: MessagesServer) -> Iterator[str]:
         listener.close()
 
 
+class MissingElementError(AssertionError):
+    """The page has no element of that id (yet: a form just submitted may still be loading)."""
+
+
 def wait_for(driver: WebDriver, condition: Any, what: str) -> Any:
     """Wait until ``condition(driver)`` is truthy; the live parts of the page are replaced
-    by server-sent events meanwhile, so an element found a moment ago may be gone."""
+    by server-sent events meanwhile, so an element found a moment ago may be gone, and a
+    submitted form's next page may not have its elements yet."""
     wait = WebDriverWait(
-        driver, WAIT_S, poll_frequency=0.1, ignored_exceptions=[StaleElementReferenceException]
+        driver,
+        WAIT_S,
+        poll_frequency=0.1,
+        ignored_exceptions=[StaleElementReferenceException, MissingElementError],
     )
     return wait.until(condition, message=what)
 
@@ -176,7 +184,8 @@ def text(driver: WebDriver, element_id: str) -> str:
         "var e = document.getElementById(arguments[0]); return e ? e.innerText : null;",
         element_id,
     )
-    assert found is not None, f"the page has no #{element_id}"
+    if found is None:
+        raise MissingElementError(f"the page has no #{element_id}")
     return str(found)
 
 
