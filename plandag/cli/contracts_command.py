@@ -33,12 +33,11 @@ from plandag.cli.app import (
     _fail,
     _limits,
     _settings,
-    boundary_words,
     extract_app,
-    print_brakes,
     stderr,
     stdout,
 )
+from plandag.cli.extract_command import batch_progress, batch_run_options
 from plandag.cli.signals import Interruptible, exit_code_for_signal
 from plandag.cli.store_command import RedactOption, StoreOption, open_cli_store, trace_factory
 from plandag.errors import InputError
@@ -173,7 +172,6 @@ def extract_contracts_command(
     one run with one row per contract; `plandag trace` shows one bar per contract.
     """
     from plandag.cli.plan_command import _KEY_VARIABLES, _client
-    from plandag.extract.monitor import BatchMonitor
     from plandag.extract.names import display_name
     from plandag.jobs.contracts.batch import (
         batch_exit_code,
@@ -182,7 +180,6 @@ def extract_contracts_command(
         render_summary,
     )
     from plandag.jobs.contracts.fields import FieldsError, load_fields
-    from plandag.scheduler import Budget, RetryPolicy, RunLimits
     from plandag.store.store import store_json
 
     settings = _settings(
@@ -232,41 +229,10 @@ def extract_contracts_command(
         _boundary(settings["write_boundary"], output.parent) if settings["write_boundary"] else None
     )
     client = _client(provider, base_url)  # a missing key stops here (exit 2), before anything runs
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        _fail(f"-o {output}: cannot create its folder ({error.strerror or error})")
-    budget = Budget(cap_or_none(settings["max_cost"]), cap_or_none(settings["max_tokens"]))
-    print_brakes(settings, boundary_words(settings["write_boundary"], output.parent))
-    run_options: dict[str, Any] = {
-        "retry": RetryPolicy(retries=settings["retries"]),
-        "max_concurrency": settings["max_concurrency"],
-        "limits": RunLimits.lifted(),  # the batch's own brakes govern every contract
-        "budget": budget,
-        **model_options(client, model_name, max_model_calls),
-    }
-    monitor = BatchMonitor(
-        heartbeat_file,
-        every=settings["heartbeat_every"],
-        stall_after=cap_or_none(settings["stall_after"]),
-        stop_on_stall=settings["stop_on_stall"],
-    )
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    progress = Progress(
-        "[bold]contracts",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=stderr,
-        transient=True,
-        disable=not stderr.is_terminal,
-    )
-    task = progress.add_task("contracts", total=None)
-
-    def on_progress(finished: int, total: int) -> None:
-        monitor.update(finished, total)
-        progress.update(task, completed=finished, total=total)
+    run_options = batch_run_options(settings, output)
+    run_options.update(model_options(client, model_name, max_model_calls))
+    budget = run_options["budget"]
+    monitor, progress, on_progress = batch_progress(settings, heartbeat_file, "contracts")
 
     deadline = cap_or_none(settings["max_seconds"])
     run_store = open_cli_store(store)

@@ -11,9 +11,9 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -51,6 +51,9 @@ from plandag.cli.signals import Interruptible, exit_code_for_signal
 from plandag.cli.store_command import RedactOption, StoreOption, open_cli_store, trace_factory
 from plandag.errors import InputError
 from plandag.scheduler import RetryPolicy, RunLimits
+
+if TYPE_CHECKING:
+    from plandag.config import Settings
 
 __all__ = ["extract_nfe", "register"]
 
@@ -147,7 +150,6 @@ def extract_nfe(
     business outcomes nor an unusable input) gets a repair for that document only, paid by
     the batch's budget; its records carry "repair".
     """
-    from plandag.extract.monitor import BatchMonitor
     from plandag.extract.names import display_name
     from plandag.extract.nfe.batch import (
         batch_exit_code,
@@ -155,7 +157,6 @@ def extract_nfe(
         extract_batch,
         render_summary,
     )
-    from plandag.scheduler import Budget
     from plandag.store.store import store_json
 
     settings = _settings(
@@ -197,40 +198,9 @@ def extract_nfe(
         from plandag.planner.repair import PlanRepairer
 
         repairer = PlanRepairer(client, model_name, _registry(None, applications=("nfe",)))
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        _fail(f"-o {output}: cannot create its folder ({error.strerror or error})")
-    budget = Budget(cap_or_none(settings["max_cost"]), cap_or_none(settings["max_tokens"]))
-    print_brakes(settings, boundary_words(settings["write_boundary"], output.parent))
-    run_options: dict[str, Any] = {
-        "retry": RetryPolicy(retries=settings["retries"]),
-        "max_concurrency": settings["max_concurrency"],
-        "limits": RunLimits.lifted(),  # the batch's own brakes govern every document
-        "budget": budget,
-    }
-    monitor = BatchMonitor(
-        heartbeat_file,
-        every=settings["heartbeat_every"],
-        stall_after=cap_or_none(settings["stall_after"]),
-        stop_on_stall=settings["stop_on_stall"],
-    )
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    progress = Progress(
-        "[bold]documents",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=stderr,
-        transient=True,
-        disable=not stderr.is_terminal,
-    )
-    task = progress.add_task("documents", total=None)
-
-    def on_progress(finished: int, total: int) -> None:
-        monitor.update(finished, total)
-        progress.update(task, completed=finished, total=total)
+    run_options = batch_run_options(settings, output)
+    budget = run_options["budget"]
+    monitor, progress, on_progress = batch_progress(settings, heartbeat_file, "documents")
 
     from plandag.extract.parallel import default_workers
 
@@ -396,6 +366,73 @@ def extract_nfe(
     if outcome.signal is not None:
         raise typer.Exit(exit_code_for_signal(outcome.signal))
     raise typer.Exit(batch_exit_code(summary))
+
+
+def batch_run_options(settings: Settings, output: Path) -> dict[str, Any]:
+    """Make the output's folder, print the batch's brakes line and return the options every
+    input's run takes: the retry policy, the concurrency within an input, lifted per-run
+    limits (the batch's own brakes govern every input) and the batch's one ``budget``.
+
+    Args:
+        settings: the command's resolved settings (``plandag.cli.app._settings``).
+        output: the ``-o`` file.
+
+    Raises:
+        typer.Exit: (exit 2) the output's folder cannot be created.
+    """
+    from plandag.scheduler import Budget
+
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        _fail(f"-o {output}: cannot create its folder ({error.strerror or error})")
+    budget = Budget(cap_or_none(settings["max_cost"]), cap_or_none(settings["max_tokens"]))
+    print_brakes(settings, boundary_words(settings["write_boundary"], output.parent))
+    return {
+        "retry": RetryPolicy(retries=settings["retries"]),
+        "max_concurrency": settings["max_concurrency"],
+        "limits": RunLimits.lifted(),
+        "budget": budget,
+    }
+
+
+def batch_progress(
+    settings: Settings, heartbeat_file: Path | None, noun: str
+) -> tuple[Any, Any, Callable[[int, int], None]]:
+    """The batch's stall monitor (heartbeats, ``stall_after``, ``stop_on_stall``), its
+    progress bar on stderr (only on a terminal, labelled ``noun``) and the callback that
+    feeds both with ``(finished, total)`` inputs.
+
+    Returns:
+        ``(monitor, progress, on_progress)``: a ``BatchMonitor``, a ``rich`` ``Progress``
+        to enter around the batch, and the callback.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from plandag.extract.monitor import BatchMonitor
+
+    monitor = BatchMonitor(
+        heartbeat_file,
+        every=settings["heartbeat_every"],
+        stall_after=cap_or_none(settings["stall_after"]),
+        stop_on_stall=settings["stop_on_stall"],
+    )
+    progress = Progress(
+        f"[bold]{noun}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=stderr,
+        transient=True,
+        disable=not stderr.is_terminal,
+    )
+    task = progress.add_task(noun, total=None)
+
+    def on_progress(finished: int, total: int) -> None:
+        monitor.update(finished, total)
+        progress.update(task, completed=finished, total=total)
+
+    return monitor, progress, on_progress
 
 
 def _close_batch(store: Any, writer: Any, batch_id: str, status: str) -> None:
