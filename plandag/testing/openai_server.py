@@ -57,6 +57,7 @@ from plandag.testing.server import (
     block_output,
     content_text,
     number_text,
+    send_json,
     text_chunks,
 )
 
@@ -312,16 +313,7 @@ def _send_json(
     request_id: str,
     headers: Mapping[str, str] | None = None,
 ) -> None:
-    payload = json.dumps(data, ensure_ascii=False).encode()
-    handler.send_response(status)
-    handler.send_header("content-type", "application/json")
-    handler.send_header("content-length", str(len(payload)))
-    handler.send_header("x-request-id", request_id)
-    for name, value in (headers or {}).items():
-        handler.send_header(name, value)
-    handler.end_headers()
-    handler.wfile.write(payload)
-    handler.wfile.flush()
+    send_json(handler, status, data, request_id, headers, request_id_header="x-request-id")
 
 
 def _send_error(

@@ -459,7 +459,7 @@ class MessagesServer:
         assert isinstance(body, dict)
         input_tokens = estimate_tokens(input_text(body))
         if path.endswith("count_tokens"):
-            _send_json(handler, 200, {"input_tokens": input_tokens}, request_id)
+            send_json(handler, 200, {"input_tokens": input_tokens}, request_id)
             return
         try:
             reply = self.script.next_reply(body)
@@ -487,7 +487,7 @@ class MessagesServer:
         else:
             output_tokens = int(message_body["usage"]["output_tokens"])
             self._wait_until(received_at, self._delay_for(output_tokens))
-            _send_json(handler, 200, message_body, request_id)
+            send_json(handler, 200, message_body, request_id)
 
     def _delay_for(self, output_tokens: float) -> float:
         rate = self.tokens_per_second
@@ -759,18 +759,23 @@ def _error_body(error_type: str, message: str, request_id: str) -> dict[str, Any
     }
 
 
-def _send_json(
+def send_json(
     handler: RequestHandler,
     status: int,
     data: Mapping[str, Any],
     request_id: str,
     headers: Mapping[str, str] | None = None,
+    *,
+    request_id_header: str = "request-id",
 ) -> None:
+    """Send ``data`` as one JSON response with its length and the request id under
+    ``request_id_header`` (the Messages API's ``request-id``; ``x-request-id`` for the
+    OpenAI-compatible server), plus ``headers``."""
     payload = json.dumps(data, ensure_ascii=False).encode()
     handler.send_response(status)
     handler.send_header("content-type", "application/json")
     handler.send_header("content-length", str(len(payload)))
-    handler.send_header("request-id", request_id)
+    handler.send_header(request_id_header, request_id)
     for name, value in (headers or {}).items():
         handler.send_header(name, value)
     handler.end_headers()
@@ -789,7 +794,7 @@ def _send_error(
     extra = dict(headers or {})
     if status == 429 or status >= 500:
         extra.setdefault("x-should-retry", "true")
-    _send_json(handler, status, _error_body(error_type, message, request_id), request_id, extra)
+    send_json(handler, status, _error_body(error_type, message, request_id), request_id, extra)
 
 
 def number_text(seconds: float) -> str:
