@@ -21,16 +21,128 @@ Needs the ``dask`` extra (``pip install 'plandag[dask]'``).
 from __future__ import annotations
 
 import contextlib
+import socket
+import struct
+import time
+import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
 from plandag.errors import InputError
 from plandag.extract import parallel
 
-__all__ = ["DaskBackend"]
+__all__ = ["DaskBackend", "probe_scheduler", "scheduler_address"]
 
 #: Seconds to wait for an existing scheduler to answer.
 CONNECT_TIMEOUT = 10.0
+
+#: The most bytes a Dask peer's first message (its handshake, about 60 bytes) may announce.
+_HANDSHAKE_BYTES = 64 * 1024
+
+_START_ONE = "start one with `dask scheduler` and workers with `dask worker tcp://HOST:8786`"
+
+
+def scheduler_address(cluster: str) -> tuple[str, int]:
+    """The host and port of a ``tcp://HOST:PORT`` scheduler address (an IPv6 host in
+    brackets: ``tcp://[::1]:8786``).
+
+    Raises:
+        InputError: not of that shape: no host, no port, a port outside 1-65535, or a path,
+            query or user part (what was given and what to give).
+    """
+    shape = "give tcp://HOST:PORT, e.g. tcp://10.0.0.5:8786"
+    parts = urllib.parse.urlsplit(cluster)
+    try:
+        port = parts.port
+    except ValueError:
+        raise InputError(
+            f"--cluster {cluster}: the port must be a number from 1 to 65535; {shape}"
+        ) from None
+    if parts.scheme != "tcp" or parts.path or parts.query or parts.fragment or parts.username:
+        raise InputError(f"--cluster {cluster}: {shape}")
+    if not parts.hostname:
+        raise InputError(f"--cluster {cluster}: no host; {shape}")
+    if port is None:
+        raise InputError(f"--cluster {cluster}: no port; {shape} (8786 is Dask's default)")
+    if not 1 <= port <= 65535:
+        raise InputError(f"--cluster {cluster}: the port must be from 1 to 65535; {shape}")
+    return parts.hostname, port
+
+
+def _receive(connection: socket.socket, count: int, deadline: float) -> bytes:
+    """Exactly ``count`` bytes from ``connection`` before ``deadline`` (``time.monotonic``).
+
+    Raises:
+        TimeoutError: the deadline passed first.
+        EOFError: the peer closed the connection first.
+    """
+    data = bytearray()
+    while len(data) < count:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        connection.settimeout(left)
+        chunk = connection.recv(count - len(data))
+        if not chunk:
+            raise EOFError
+        data += chunk
+    return bytes(data)
+
+
+def probe_scheduler(cluster: str, timeout: float) -> None:
+    """Check within ``timeout`` seconds in all that a Dask scheduler listens at ``cluster``.
+
+    A Dask peer speaks first: on a new connection it sends its handshake, one message
+    framed as Dask's TCP transport frames every message (an 8-byte little-endian length,
+    then that many bytes). The probe connects, reads that message and closes, so that a
+    peer which refuses, never answers, or answers with something else (an HTTP or SSH
+    server) is an error at once or after ``timeout``, never a wait without end (the Dask
+    client itself waits for a handshake without a time limit).
+
+    Args:
+        cluster: ``tcp://HOST:PORT``.
+        timeout: seconds for the connection and the handshake together.
+
+    Raises:
+        InputError: the address is malformed, the host unknown, the connection refused, or
+            no Dask handshake came within ``timeout`` (what happened and what to do).
+    """
+    host, port = scheduler_address(cluster)
+    deadline = time.monotonic() + timeout
+    try:
+        connection = socket.create_connection((host, port), timeout=timeout)
+    except socket.gaierror as error:
+        raise InputError(
+            f"--cluster {cluster}: the host {host!r} is unknown ({error.strerror}); give the "
+            "scheduler machine's name or address"
+        ) from None
+    except TimeoutError:
+        raise InputError(
+            f"--cluster {cluster}: no answer to the connection within {timeout:g} s; check "
+            f"the address and that the port is reachable, or {_START_ONE}"
+        ) from None
+    except OSError as error:
+        raise InputError(
+            f"--cluster {cluster}: no Dask scheduler answered "
+            f"({error.strerror or error}); {_START_ONE}"
+        ) from None
+    with connection:
+        try:
+            (length,) = struct.unpack("<Q", _receive(connection, 8, deadline))
+            if not 0 < length <= _HANDSHAKE_BYTES:
+                raise ValueError(length)
+            _receive(connection, length, deadline)
+        except TimeoutError:
+            raise InputError(
+                f"--cluster {cluster}: something listens there but did not answer as a Dask "
+                f"scheduler within {timeout:g} s; give the port of `dask scheduler` (8786 by "
+                "default)"
+            ) from None
+        except (EOFError, ValueError, OSError):
+            raise InputError(
+                f"--cluster {cluster}: the server there is not a Dask scheduler (it did not "
+                "greet as one); give the port of `dask scheduler` (8786 by default)"
+            ) from None
 
 
 class DaskBackend:
@@ -45,8 +157,9 @@ class DaskBackend:
             (:func:`plandag.extract.parallel.warm_up`) before the first chunk, or None.
 
     Raises:
-        InputError: ``cluster`` is neither ``local`` nor ``tcp://...``, the ``dask`` extra is
-            not installed, or the scheduler does not answer within :data:`CONNECT_TIMEOUT`.
+        InputError: ``cluster`` is neither ``local`` nor ``tcp://HOST:PORT``, the ``dask``
+            extra is not installed, or no Dask scheduler answers at the address within
+            :data:`CONNECT_TIMEOUT` (:func:`probe_scheduler`).
     """
 
     sends_bytes = True
@@ -86,9 +199,10 @@ class DaskBackend:
             # scheduler (which a LocalCluster runs here too)
             self.client: Any = client_class(self._local, direct_to_workers=True)
         else:
+            probe_scheduler(cluster, CONNECT_TIMEOUT)
             try:
                 self.client = client_class(cluster, timeout=CONNECT_TIMEOUT)
-            except (OSError, TimeoutError) as error:
+            except Exception as error:  # whatever the client met, said in one sentence
                 raise InputError(
                     f"--cluster {cluster}: no Dask scheduler answered ({error}); start one "
                     "with `dask scheduler` and workers with `dask worker tcp://HOST:8786`"

@@ -1,0 +1,141 @@
+"""``--cluster tcp://HOST:PORT`` that cannot be used: a clear error, exit 2, and a bounded wait
+(an address without a port, a port out of range, nothing listening, a peer that never
+speaks, a peer that is not a Dask scheduler)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from plandag.errors import InputError
+
+pytest.importorskip("distributed")
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "nfe"
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def _extract(tmp_path: Path, address: str) -> tuple[int, str]:
+    from plandag.cli import app
+
+    result = CliRunner().invoke(
+        app,
+        [
+            "extract",
+            "nfe",
+            str(EXAMPLES),
+            "-o",
+            str(tmp_path / "out.jsonl"),
+            "--cluster",
+            address,
+            "--store",
+            str(tmp_path / "store.sqlite3"),
+        ],
+    )
+    return result.exit_code, result.output
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on (bound, then closed)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A loopback port whose connections are accepted by the kernel (listen backlog) but
+    never answered."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        yield listener.getsockname()[1]
+
+
+@pytest.fixture
+def banner_port() -> Iterator[int]:
+    """A loopback port whose server greets with an SSH banner (a server that is not Dask)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.settimeout(10)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            with connection, contextlib.suppress(OSError):  # the client may reset it
+                connection.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+                connection.recv(16)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stop.set()
+        listener.close()
+        thread.join(timeout=10)
+
+
+@pytest.mark.parametrize(
+    ("address", "says"),
+    [
+        ("tcp://127.0.0.1", "no port"),
+        ("tcp://127.0.0.1:99999", "port"),
+        ("tcp://127.0.0.1:0", "port"),
+        ("tcp://:8786", "no host"),
+        ("tcp://127.0.0.1:8786/path", "tcp://HOST:PORT"),
+    ],
+)
+def test_a_malformed_scheduler_address_is_refused_before_connecting(
+    tmp_path: Path, address: str, says: str
+) -> None:
+    code, output = _extract(tmp_path, address)
+
+    assert code == 2, output
+    assert f"--cluster {address}" in output
+    assert says in output
+    assert "Traceback" not in output
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_nothing_listening_is_an_error_at_once(tmp_path: Path) -> None:
+    port = _closed_port()
+
+    code, output = _extract(tmp_path, f"tcp://127.0.0.1:{port}")
+
+    assert code == 2, output
+    # refused at once, not "timed out after 10 s" of connection attempts
+    assert "refused" in output
+    assert "dask scheduler" in output
+
+
+def test_a_peer_that_never_speaks_is_given_up_after_the_connect_timeout(
+    tmp_path: Path, silent_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from plandag.extract import cluster
+
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT", 0.5)
+
+    with pytest.raises(InputError, match=r"did not answer as a Dask scheduler within 0\.5 s"):
+        cluster.DaskBackend(f"tcp://127.0.0.1:{silent_port}", 2)
+
+
+def test_a_peer_that_is_not_a_dask_scheduler_is_an_error(tmp_path: Path, banner_port: int) -> None:
+    code, output = _extract(tmp_path, f"tcp://127.0.0.1:{banner_port}")
+
+    assert code == 2, output
+    assert "not a Dask scheduler" in output
+    assert "Traceback" not in output
