@@ -213,7 +213,13 @@ def extract_nfe(
     writers: list[Any] = []  # the trace, once the batch is recorded
     spans = array.array("d")  # each record's (start, end) in the trace, for corrections
 
-    def record_document(index: int, record: Mapping[str, Any], start: float, end: float) -> None:
+    def record_document(
+        index: int,
+        record: Mapping[str, Any],
+        start: float,
+        end: float,
+        record_json: str | None = None,
+    ) -> None:
         status = str(record.get("status", ""))
         source = str(record.get("source", ""))
         writers[0].document(index, source, status, record, start, end, detail=trace_detail)
@@ -224,11 +230,12 @@ def extract_nfe(
             status,
             record,
             error=store_json(record.get("errors")) if status == "error" else None,
+            record_json=record_json,
         )
 
-    def on_record(record: Mapping[str, Any]) -> None:
+    def on_record(record: Mapping[str, Any], record_json: str | None) -> None:
         now = time.time()
-        record_document(stored_count[0], record, last_record_at[0], now)
+        record_document(stored_count[0], record, last_record_at[0], now, record_json)
         spans.extend((last_record_at[0], now))
         last_record_at[0] = now
         stored_count[0] += 1
@@ -275,7 +282,7 @@ def extract_nfe(
             jobs=settings["jobs"],
             resume=resume,
             missing=missing,
-            on_record=on_record,
+            on_record_json=on_record,
             on_progress=on_progress,
             on_correction=on_correction,
             run_options=run_options,

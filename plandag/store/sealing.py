@@ -166,7 +166,9 @@ _SEALING_WORDS = (
 _COOKIE_PAIR = re.compile(r"(?i)cookie(?:\\?['\"]|[ \t]|\\t)*[:=]")
 
 
-def sealed_json(value: Any, environment: Mapping[str, str] | None = None) -> str:
+def sealed_json(
+    value: Any, environment: Mapping[str, str] | None = None, *, text: str | None = None
+) -> str:
     """The JSON text of :func:`seal` of ``value`` (compact, UTF-8 kept, no NaN), made
     without walking ``value`` in the usual case.
 
@@ -180,11 +182,15 @@ def sealed_json(value: Any, environment: Mapping[str, str] | None = None) -> str
         value: JSON data (mappings with string keys, lists, tuples, strings, numbers,
             booleans, None).
         environment: ``{secret value: variable name}`` (default: the process's).
+        text: ``json.dumps(value, ensure_ascii=False, separators=(",", ":"),
+            allow_nan=False)`` when the caller has it already (it is not made again), or
+            None.
 
     Raises:
         TypeError, ValueError: ``value`` is not JSON data (an object, NaN or infinity).
     """
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    if text is None:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     secrets = environment_secrets() if environment is None else environment
     if (
         not may_hold_word(text, _SEALING_WORDS)

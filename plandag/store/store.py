@@ -410,12 +410,16 @@ class Store:
                 "blobs/ folder with the database"
             ) from error
 
-    def _record_columns(self, record: Any) -> tuple[str | None, str | None]:
+    def _record_columns(
+        self, record: Any, record_json: str | None = None
+    ) -> tuple[str | None, str | None]:
         """:meth:`value_columns` of an ``extract`` record, without the :func:`to_jsonable`
         pass when the record is JSON data already (what ``json.dumps`` accepts with
-        ``allow_nan=False``, as the record file's writer does); sealed either way."""
+        ``allow_nan=False``, as the record file's writer does); sealed either way.
+        ``record_json``: the record's compact JSON text when the caller has it (see
+        :meth:`record_document`)."""
         try:
-            text = sealed_json(record)
+            text = sealed_json(record, text=record_json)
         except (TypeError, ValueError):
             return self.value_columns(record)
         if len(text) > BLOB_THRESHOLD_BYTES:
@@ -1108,9 +1112,24 @@ class Store:
         status: str,
         record: Any = None,
         error: str | None = None,
+        *,
+        record_json: str | None = None,
     ) -> None:
-        """Record one document of an ``extract`` batch (one row per document), batched."""
-        inline, digest = self._record_columns(record) if record is not None else (None, None)
+        """Record one document of an ``extract`` batch (one row per document), batched.
+
+        Args:
+            batch_id: the batch's run id; idx: the document's position (0-based).
+            input_path: the input as shown; status: the record's status.
+            record: the record (sealed before it is stored), or None.
+            error: the error column's text, or None.
+            record_json: ``json.dumps(record, ensure_ascii=False, separators=(",", ":"),
+                allow_nan=False)`` when the caller made it already (the batch encodes each
+                record once for its line and this text), else None; the stored text is
+                the same either way.
+        """
+        inline, digest = (
+            self._record_columns(record, record_json) if record is not None else (None, None)
+        )
         self.write(
             "INSERT OR REPLACE INTO document (batch_id, idx, input, status, record, "
             "result_hash, error, time) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",

@@ -87,6 +87,7 @@ from plandag.extract.nfe.output import (
     load_existing,
     open_writer,
     output_format_for,
+    record_json_texts,
     restatus,
     rewrite_unique_in_batch,
     written_record,
@@ -352,6 +353,19 @@ class _Uniqueness:
         self.statuses.append(str(ready["status"]))
         return ready
 
+    def discard_last(self) -> None:
+        """Forget the record :meth:`add_new` registered last, as if it never had been."""
+        key = self.keys.pop()
+        self.sources.pop()
+        self.hashes.pop()
+        self.written.pop()
+        self.statuses.pop()
+        if key is not None:
+            positions = self.positions[key]
+            positions.pop()
+            if not positions:
+                del self.positions[key]
+
     def outcome(self, position: int) -> tuple[str, str]:
         """The check's ``(status, detail)`` for the record at ``position``, as known now.
 
@@ -493,6 +507,7 @@ async def extract_batch(
     resume: bool = False,
     missing: Sequence[Mapping[str, Any]] = (),
     on_record: Callable[[Mapping[str, Any]], None] | None = None,
+    on_record_json: Callable[[Mapping[str, Any], str | None], None] | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     on_correction: Callable[[int, Mapping[str, Any]], None] | None = None,
     extractor: Extractor | None = None,
@@ -524,6 +539,12 @@ async def extract_batch(
             placeholder :func:`expand_inputs` leaves) is written at that place; the others
             are written first.
         on_record: called with each record as it is written (in output order).
+        on_record_json: called like ``on_record`` (after it, when both are given) with the
+            record and its compact JSON text, ``json.dumps(record, ensure_ascii=False,
+            separators=(",", ":"), allow_nan=False)``, made with the record's line (one
+            encoding for both: :func:`~plandag.extract.nfe.output.record_json_texts`), or
+            None when the record is not plain JSON data; for a caller that stores the
+            text (``plandag extract nfe``'s run store).
         on_progress: called with ``(inputs done, inputs to extract)`` at the start and after
             each input is written (for a progress bar).
         on_correction: called once the batch ends (also when it is cut short) for each
@@ -642,13 +663,29 @@ async def extract_batch(
     finished = 0
 
     def write_input(records: Sequence[Mapping[str, Any]]) -> None:
-        # A name that is not valid UTF-8 is shown with its bytes escaped, everywhere.
-        ready = [uniqueness.add_new(_escaped(record)) for record in records]
-        writer.write_input(ready)
-        for record in ready:
+        ready: list[dict[str, Any]] = []
+        lines: list[str | None] = []
+        compact: list[str | None] = []
+        for record in records:
+            entry = uniqueness.add_new(record)
+            texts = record_json_texts(entry)
+            if texts is None:
+                # Not plain JSON, or a lone surrogate somewhere: a name that is not valid
+                # UTF-8 is shown with its bytes escaped, everywhere. Registered again from
+                # the escaped record, as if the first registration had never been.
+                uniqueness.discard_last()
+                entry = uniqueness.add_new(_escaped(record))
+                texts = record_json_texts(entry)
+            ready.append(entry)
+            lines.append(texts[0] if texts is not None else None)
+            compact.append(texts[1] if texts is not None else None)
+        writer.write_input(ready, lines)
+        for record, text in zip(ready, compact, strict=True):
             tally.add(record)
             if on_record is not None:
                 on_record(record)
+            if on_record_json is not None:
+                on_record_json(record, text)
 
     def flush_ready() -> None:
         nonlocal next_to_write, finished

@@ -54,6 +54,7 @@ __all__ = [
     "neutralise_cell",
     "open_writer",
     "output_format_for",
+    "record_json_texts",
     "restore_cell",
     "rewrite_unique_in_batch",
 ]
@@ -317,8 +318,18 @@ class RecordWriter:
     batch leaves whole inputs behind. ``close()`` closes the file(s).
     """
 
-    def write_input(self, records: Sequence[Mapping[str, Any]]) -> None:
-        """Write the records of one input (in order) and flush."""
+    def write_input(
+        self, records: Sequence[Mapping[str, Any]], lines: Sequence[str | None] | None = None
+    ) -> None:
+        """Write the records of one input (in order) and flush.
+
+        Args:
+            records: the input's records.
+            lines: for each record, its JSONL line without the newline when the caller has
+                it already (exactly ``json.dumps(record, ensure_ascii=False, default=str)``,
+                the first item of :func:`record_json_texts`), or None; the JSONL writer
+                writes it instead of encoding the record again. Other writers ignore it.
+        """
         raise NotImplementedError
 
     def close(self) -> None:
@@ -330,16 +341,67 @@ def _dumps(record: Mapping[str, Any]) -> str:
     return json.dumps(record, ensure_ascii=False, default=str)
 
 
+# Separators that no JSON text holds raw: ``json.dumps`` writes every control character
+# inside a string as an escape (``\u0000``), and numbers, literals and keys converted from
+# numbers hold none. A text made with them differs from a text made with other separators
+# only where a separator stands.
+_ITEM_MARK = "\x00"
+_KEY_MARK = "\x01"
+
+
+def record_json_texts(record: Mapping[str, Any]) -> tuple[str, str] | None:
+    """A record's two JSON texts from one encoding, or None when it cannot have them.
+
+    The record is encoded once with separators no JSON text holds raw (control characters,
+    which ``json.dumps`` always escapes inside strings), then each separator is put in:
+
+    - the JSONL line: ``json.dumps(record, ensure_ascii=False, default=str)`` (``", "`` and
+      ``": "``);
+    - the compact text: ``json.dumps(record, ensure_ascii=False, separators=(",", ":"),
+      allow_nan=False)``, the run store's form (:func:`plandag.store.sealing.sealed_json`).
+
+    Args:
+        record: a record (a mapping).
+
+    Returns:
+        ``(line, compact)``, both exactly the texts above; None when the record is not
+        JSON data (an object ``json`` cannot encode, NaN or infinity, a circular
+        reference) or when its text holds a lone surrogate (not UTF-8): the caller takes
+        the general path for it.
+    """
+    try:
+        marked = json.dumps(
+            record, ensure_ascii=False, separators=(_ITEM_MARK, _KEY_MARK), allow_nan=False
+        )
+        marked.encode("utf-8")  # a lone surrogate raises UnicodeEncodeError (a ValueError)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    return (
+        marked.replace(_ITEM_MARK, ", ").replace(_KEY_MARK, ": "),
+        marked.replace(_ITEM_MARK, ",").replace(_KEY_MARK, ":"),
+    )
+
+
 class JsonlRecordWriter(RecordWriter):
     """One JSON record per line, UTF-8 (``ensure_ascii=False``)."""
 
     def __init__(self, path: Path, *, append: bool) -> None:
         self._file: IO[str] = path.open("a" if append else "w", encoding="utf-8", newline="\n")
 
-    def write_input(self, records: Sequence[Mapping[str, Any]]) -> None:
-        """Write the records of one input in a single write, then flush."""
+    def write_input(
+        self, records: Sequence[Mapping[str, Any]], lines: Sequence[str | None] | None = None
+    ) -> None:
+        """Write the records of one input in a single write, then flush (``lines``: see
+        :meth:`RecordWriter.write_input`)."""
         if records:
-            self._file.write("".join(_dumps(record) + "\n" for record in records))
+            if lines is None:
+                text = "".join(_dumps(record) + "\n" for record in records)
+            else:
+                text = "".join(
+                    (_dumps(record) if line is None else line) + "\n"
+                    for record, line in zip(records, lines, strict=True)
+                )
+            self._file.write(text)
             self._file.flush()
 
     def close(self) -> None:
@@ -366,8 +428,11 @@ class CsvRecordWriter(RecordWriter):
         self._file.flush()
         self._items_file.flush()
 
-    def write_input(self, records: Sequence[Mapping[str, Any]]) -> None:
-        """Write the items first, then the invoice rows, then flush both files.
+    def write_input(
+        self, records: Sequence[Mapping[str, Any]], lines: Sequence[str | None] | None = None
+    ) -> None:
+        """Write the items first, then the invoice rows, then flush both files (``lines``
+        is not used).
 
         Items go first so that an interruption never leaves an invoice row whose items are
         missing; :func:`load_existing` drops items whose invoice row is absent.
