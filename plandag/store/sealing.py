@@ -39,11 +39,11 @@ from typing import Any
 from plandag.dag.references import REFERENCE_PATTERN
 from plandag.errors import InputError
 from plandag.trace.redact import (
+    CASE_LOOKALIKES,
     SECRET_MASK,
     environment_secrets,
     is_secret_environment_name,
     is_secret_key,
-    may_hold_word,
     scrub_secret_text,
     scrub_secret_values,
 )
@@ -166,6 +166,21 @@ _SEALING_WORDS = (
 _COOKIE_PAIR = re.compile(r"(?i)cookie(?:\\?['\"]|[ \t]|\\t)*[:=]")
 
 
+def _may_need_sealing(text: str, secrets: Iterable[str]) -> bool:
+    """Whether :func:`seal` may change the value whose JSON text is ``text``: it holds one of
+    ``_SEALING_WORDS`` or a cookie pair (in any case, as
+    :func:`~plandag.trace.redact.may_hold_word` finds them: one lowering of the text for
+    every word), or the JSON form of one of the ``secrets``."""
+    if any(letter in text for letter in CASE_LOOKALIKES):
+        return True
+    lowered = text.lower()
+    if any(word in lowered for word in _SEALING_WORDS):
+        return True
+    if "cookie" in lowered and _COOKIE_PAIR.search(text):
+        return True
+    return any(json.dumps(secret, ensure_ascii=False)[1:-1] in text for secret in secrets)
+
+
 def sealed_json(
     value: Any, environment: Mapping[str, str] | None = None, *, text: str | None = None
 ) -> str:
@@ -192,11 +207,7 @@ def sealed_json(
     if text is None:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     secrets = environment_secrets() if environment is None else environment
-    if (
-        not may_hold_word(text, _SEALING_WORDS)
-        and not (may_hold_word(text, ("cookie",)) and _COOKIE_PAIR.search(text))
-        and not any(json.dumps(secret, ensure_ascii=False)[1:-1] in text for secret in secrets)
-    ):
+    if not _may_need_sealing(text, secrets):
         return text
     return json.dumps(
         _Sealer(secrets).value(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False

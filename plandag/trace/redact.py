@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 __all__ = [
+    "CASE_LOOKALIKES",
     "CPF_MASK",
     "EMAIL_MASK",
     "NAME_MASK",
@@ -128,14 +129,38 @@ def is_secret_key(name: str) -> bool:
     return normalized in _SECRET_KEYS or normalized.endswith(_SECRET_KEY_SUFFIXES)
 
 
+#: The environment :func:`environment_secrets` last read (a copy of ``os.environ``'s own
+#: mapping of encoded names to encoded values) and what it found there.
+_remembered: tuple[dict[Any, Any], dict[str, str]] | None = None
+
+
 def environment_secrets() -> dict[str, str]:
     """The current secret values of the environment, by value, longest value first.
 
     Returns:
         ``{value: NAME}`` for every variable named ``*_API_KEY``, ``*_TOKEN``, ``*_SECRET``
         or ``*_PASSWORD`` (any case) whose value has 8 characters or more; when two names
-        hold the same value, the first name in sorted order.
+        hold the same value, the first name in sorted order. A new dict at each call.
+
+    The answer depends on ``os.environ`` alone: it is remembered with a copy of the
+    environment it was read from, and given again while ``os.environ`` holds exactly that
+    (one comparison of two small dicts, instead of decoding and testing every variable's
+    name); any change (a value, a name, a variable added or removed) reads it again.
     """
+    global _remembered
+    data = getattr(os.environ, "_data", None)
+    if not isinstance(data, dict):
+        return _read_environment_secrets()
+    remembered = _remembered
+    if remembered is not None and remembered[0] == data:
+        return dict(remembered[1])
+    snapshot = dict(data)
+    found = _read_environment_secrets()
+    _remembered = (snapshot, found)
+    return dict(found)
+
+
+def _read_environment_secrets() -> dict[str, str]:
     found: dict[str, str] = {}
     for name in sorted(os.environ):
         if name.upper().endswith(_SECRET_ENV_SUFFIXES):
@@ -151,10 +176,10 @@ def is_secret_environment_name(name: str) -> bool:
     return name.upper().endswith(_SECRET_ENV_SUFFIXES)
 
 
-# The letters that ``re.IGNORECASE`` matches with an ASCII letter but ``str.lower`` does not
-# turn into one (Python's ``re`` documentation: U+0131 and U+017F; U+0130 and U+212A lower
-# to text holding the ASCII letter).
-_CASE_LOOKALIKES = ("\u0131", "\u017f")
+#: The letters that ``re.IGNORECASE`` matches with an ASCII letter but ``str.lower`` does not
+#: turn into one (Python's ``re`` documentation: U+0131 and U+017F; U+0130 and U+212A lower
+#: to text holding the ASCII letter). A text holding one may hold a word in any case.
+CASE_LOOKALIKES = ("\u0131", "\u017f")
 
 
 def may_hold_word(text: str, words: Iterable[str]) -> bool:
@@ -167,7 +192,7 @@ def may_hold_word(text: str, words: Iterable[str]) -> bool:
         text: any text.
         words: lower-case ASCII words.
     """
-    if any(letter in text for letter in _CASE_LOOKALIKES):
+    if any(letter in text for letter in CASE_LOOKALIKES):
         return True
     lowered = text.lower()
     return any(word in lowered for word in words)
@@ -221,15 +246,9 @@ def scrub_secret_text(text: str, environment: Iterable[str] = ()) -> str:
 
 
 def _environment_secrets() -> tuple[str, ...]:
-    """The current values of secret-named environment variables, longest first."""
-    # names first: only the matching values are read (and decoded) from the environment
-    names = [name for name in os.environ if name.upper().endswith(_SECRET_ENV_SUFFIXES)]
-    values = {
-        value
-        for value in (os.environ.get(name, "") for name in names)
-        if len(value) >= _SECRET_ENV_MIN_LENGTH
-    }
-    return tuple(sorted(values, key=lambda value: (-len(value), value)))
+    """The current values of secret-named environment variables, longest first (the keys
+    of :func:`environment_secrets`, in its order: by length, longest first, then by value)."""
+    return tuple(environment_secrets())
 
 
 def _looks_like_credential(token: str) -> bool:

@@ -575,3 +575,30 @@ def test_an_empty_output_left_by_an_interrupted_run_is_not_an_input(tmp_path: Pa
     assert is_plandag_output(empty) is True
     (tmp_path / "notes.txt").write_text("mine", encoding="utf-8")
     assert is_plandag_output(tmp_path / "notes.txt") is False
+
+
+def test_a_hard_link_to_the_output_is_another_input_and_a_link_to_it_is_the_output(
+    tmp_path: Path,
+) -> None:
+    """The output is recognised among the inputs by its real path, as ever: a hard link to
+    it (the same file, another path) is an input like any other, a dangling symbolic link to
+    where the output will be written is the output itself."""
+    a = _spec(tmp_path / "a.xml", _key(1))
+    output = tmp_path / "out.jsonl"
+    output.write_text("my notes\n", encoding="utf-8")
+    twin = tmp_path / "twin.txt"
+    os.link(output, twin)
+    summary = _run([a, twin], output, extractor=Fake())
+    assert summary.inputs == 2
+    assert [r["source"] for r in _jsonl(output)] == [str(a), str(twin)]
+
+    later = tmp_path / "later.jsonl"
+    ahead = tmp_path / "ahead.xml"
+    ahead.symlink_to(later)
+    with pytest.raises(InputError) as caught:
+        _run([a, ahead], later, extractor=Fake())
+    assert str(caught.value) == (
+        f"-o {later} is also an input ({ahead}); it would be overwritten: choose another "
+        "output file"
+    )
+    assert not later.exists()

@@ -436,6 +436,16 @@ def _sha256(path: Path) -> str:
         return ""
 
 
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    """``(device, inode)`` of the file ``path`` leads to (links followed), or None when it
+    leads to none (missing, a dangling link, a loop, unreadable)."""
+    try:
+        status = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return status.st_dev, status.st_ino
+
+
 def _without_output(
     inputs: Sequence[Path],
     output: Path,
@@ -457,8 +467,16 @@ def _without_output(
     targets = {os.path.realpath(output): output}
     if output_format == "csv":
         targets.setdefault(os.path.realpath(items_path_for(output)), items_path_for(output))
+    # Two paths with one real path name one file: an input whose file is found and is none
+    # of the targets' files (or no target exists) has another real path, known without
+    # resolving its every component (realpath reads each folder and link on the way).
+    target_files = {_file_identity(target) for target in targets.values()} - {None}
     kept: list[Path] = []
     for path in inputs:
+        identity = _file_identity(path)
+        if identity is not None and identity not in target_files:
+            kept.append(path)
+            continue
         target = targets.get(os.path.realpath(path))
         if target is None or os.fspath(path) in placeholders:
             kept.append(path)
