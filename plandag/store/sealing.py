@@ -160,6 +160,21 @@ _SEALING_WORDS = (
     "$env",
     "$literal",
 )
+# The words by a shorter text each holds, found first (a single character is found at
+# memchr's speed): a text without "api" holds no spelling of an api key, without "$" no
+# marker, without "j" no JSON Web Token's "eyJ".
+_GUARDS = {
+    "apikey": "api",
+    "api_key": "api",
+    "api-key": "api",
+    "eyj": "j",
+    "$env": "$",
+    "$literal": "$",
+}
+_GUARDED: tuple[tuple[str, tuple[str, ...]], ...] = tuple(
+    (guard, tuple(word for word in _SEALING_WORDS if _GUARDS.get(word, word) == guard))
+    for guard in dict.fromkeys(_GUARDS.get(word, word) for word in _SEALING_WORDS)
+)
 # A cookie is sealed only as a key named ``cookie``/``set-cookie`` or as ``cookie: value`` /
 # ``cookie=value`` in text: the word followed by quotes and blanks (a tab is ``\t`` in JSON)
 # and then ``:`` or ``=``. Product names such as "COOKIES" need no sealing.
@@ -170,12 +185,14 @@ def _may_need_sealing(text: str, secrets: Iterable[str]) -> bool:
     """Whether :func:`seal` may change the value whose JSON text is ``text``: it holds one of
     ``_SEALING_WORDS`` or a cookie pair (in any case, as
     :func:`~plandag.trace.redact.may_hold_word` finds them: one lowering of the text for
-    every word), or the JSON form of one of the ``secrets``."""
+    every word, each word looked for only where its guard is), or the JSON form of one of
+    the ``secrets``."""
     if any(letter in text for letter in CASE_LOOKALIKES):
         return True
     lowered = text.lower()
-    if any(word in lowered for word in _SEALING_WORDS):
-        return True
+    for guard, words in _GUARDED:
+        if guard in lowered and any(word in lowered for word in words):
+            return True
     if "cookie" in lowered and _COOKIE_PAIR.search(text):
         return True
     return any(json.dumps(secret, ensure_ascii=False)[1:-1] in text for secret in secrets)

@@ -266,15 +266,19 @@ def _mask_auth_scheme(match: re.Match[str]) -> str:
     return f"{match.group(1)}{match.group(2)}{SECRET_MASK}"
 
 
-# Every pattern below needs one of these: a text without any is left as it is, unscanned.
-_MAYBE_CREDENTIAL = re.compile(r"(?i)sk-|eyj|bearer|basic|[:=,]")
+# Every pattern below needs one of these words (in any case) or characters: a text without
+# any is left as it is, unscanned.
+_CREDENTIAL_WORDS = ("sk-", "eyj", "bearer", "basic")
+_PAIR_CHARACTERS = (":", "=", ",")
 
 
 def _scrub_secret_text(text: str, environment: tuple[str, ...]) -> str:
     for value in environment:
         if value in text:
             text = text.replace(value, SECRET_MASK)
-    if not _MAYBE_CREDENTIAL.search(text):
+    if not any(character in text for character in _PAIR_CHARACTERS) and not may_hold_word(
+        text, _CREDENTIAL_WORDS
+    ):
         return text
     if "sk-" in text:
         text = _ANTHROPIC_KEY.sub(SECRET_MASK, text)

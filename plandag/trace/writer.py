@@ -123,6 +123,9 @@ SUMMARY_SOURCE_BYTES = 120
 SUMMARY_LINE_BYTES = 1024
 
 _SUMMARY_NAMES = 5
+# json.dumps(..., ensure_ascii=False, separators=(",", ":"), allow_nan=False), built once
+# (JSONEncoder.encode keeps no state between calls).
+_SUMMARY_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 _SUMMARY_NAME_CHARACTERS = 32
 
 
@@ -640,7 +643,7 @@ class TraceWriter:
         line: dict[str, Any] = {"type": "span", "run_id": self.run_id, "time": end}
         line.update(kind="step", name=name, start=start, end=end, attrs=attrs)
         try:
-            text = json.dumps(line, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+            text = _SUMMARY_ENCODER.encode(line)
         except (TypeError, ValueError):  # a clock giving NaN, say: the general path
             return self.write({"type": "span", **{k: v for k, v in line.items() if k != "type"}})
         return self._emit(line, text)

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plandag.store.sealing import seal, sealed_json
+from plandag.store.sealing import _GUARDED, _SEALING_WORDS, seal, sealed_json
 from plandag.trace.redact import may_hold_word
 
 ENVIRONMENT = {"s3cr3t-value-123": "SERVICE_TOKEN"}
@@ -64,7 +64,20 @@ def test_may_hold_word() -> None:
     assert may_hold_word("\u017fk-", ("bearer",))  # long s: answered True, never missed
 
 
-_WORDS = ["cookie", "Bearer ", "basic ", "token", "sk-", "eyJ", "s3cr3t-value-123"]
+_WORDS = [
+    "cookie",
+    "Bearer ",
+    "basic ",
+    "token",
+    "sk-",
+    "eyJ",
+    "s3cr3t-value-123",
+    "API-KEY",
+    "ApiKey",
+    "$env",
+    "$literal",
+    "x-api_key",
+]
 _PIECES = st.sampled_from([*"abkosStTeE :=,'\"\t\n-_$\u0131", *_WORDS, "abcdefgh1234"])
 _TEXT = st.lists(_PIECES, max_size=8).map("".join)
 _VALUES = st.recursive(
@@ -78,3 +91,25 @@ _VALUES = st.recursive(
 @given(_VALUES)
 def test_always_the_text_of_seal(value: Any) -> None:
     assert sealed_json(value, ENVIRONMENT) == _reference(value, ENVIRONMENT)
+
+
+def test_each_sealing_word_is_looked_for_behind_a_guard_it_holds() -> None:
+    guarded = [word for _, words in _GUARDED for word in words]
+    assert sorted(guarded) == sorted(_SEALING_WORDS)
+    assert all(guard in word for guard, words in _GUARDED for word in words)
+
+
+def test_words_behind_a_guard_are_sealed() -> None:
+    cases: list[Any] = [
+        {"headers": {"Api-Key": "k-12345678"}},
+        {"apikey": "k-12345678"},
+        {"text": "api_key=k-12345678"},
+        {"$literal": {"a": 1}},
+        {"$env": "SERVICE_TOKEN"},
+        {"jwt": "x eyJhbGciOiJI.eyJzdWIiOiIx.c2lnbmF0dXJl"},
+    ]
+    for value in cases:
+        assert sealed_json(value, ENVIRONMENT) == _reference(value, ENVIRONMENT), value
+        assert sealed_json(value, ENVIRONMENT) != json.dumps(
+            value, ensure_ascii=False, separators=(",", ":")
+        ), value

@@ -347,6 +347,11 @@ def _dumps(record: Mapping[str, Any]) -> str:
 # only where a separator stands.
 _ITEM_MARK = "\x00"
 _KEY_MARK = "\x01"
+# What json.dumps(record, ensure_ascii=False, separators=(_ITEM_MARK, _KEY_MARK),
+# allow_nan=False) builds at each call (JSONEncoder.encode keeps no state between calls).
+_MARKED_ENCODER = json.JSONEncoder(
+    ensure_ascii=False, separators=(_ITEM_MARK, _KEY_MARK), allow_nan=False
+)
 
 
 def record_json_texts(record: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -370,9 +375,7 @@ def record_json_texts(record: Mapping[str, Any]) -> tuple[str, str] | None:
         the general path for it.
     """
     try:
-        marked = json.dumps(
-            record, ensure_ascii=False, separators=(_ITEM_MARK, _KEY_MARK), allow_nan=False
-        )
+        marked = _MARKED_ENCODER.encode(record)
         marked.encode("utf-8")  # a lone surrogate raises UnicodeEncodeError (a ValueError)
     except (TypeError, ValueError, RecursionError):
         return None
