@@ -119,7 +119,7 @@ def _bounded(value: Any) -> Any:
 SUMMARY_SOURCE_BYTES = 120
 
 #: A ``summary`` document line (:meth:`TraceWriter.document`) is at most this many bytes of
-#: UTF-8 (before redaction, which only shortens or keeps values the same size).
+#: UTF-8, redaction and JSON escapes included.
 SUMMARY_LINE_BYTES = 1024
 
 _SUMMARY_NAMES = 5
@@ -138,6 +138,65 @@ def _cut_bytes(text: str, limit: int) -> str:
     if len(data) <= limit:
         return text
     return data[: limit - 3].decode("utf-8", "ignore") + "\u2026"
+
+
+def _json_bytes(text: str) -> int:
+    """Bytes of ``text`` as a JSON string in a trace line (quotes left out)."""
+    return len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass")) - 2
+
+
+def _cut_json(text: str, limit: int) -> str:
+    """``text`` cut (then ``…``) so that it takes at most ``limit`` bytes as a JSON string."""
+    if _json_bytes(text) <= limit:
+        return text
+    kept, size = [], _json_bytes("\u2026")
+    for char in text:
+        size += _json_bytes(char)
+        if size > limit:
+            break
+        kept.append(char)
+    return "".join(kept) + "\u2026"
+
+
+def _fitted(line: dict[str, Any], text: str) -> str:
+    """A ``summary`` document ``line`` (whose JSON ``text`` is over
+    :data:`SUMMARY_LINE_BYTES`) made to fit, in place, and its new JSON text.
+
+    Characters that JSON escapes (a control character takes six bytes) and redaction masks
+    longer than what they hide can push the line over: the path (written twice) is cut
+    by the excess first; if the line is still too long (a record that is not plandag's,
+    with huge names), the status and names are cut and the names left out (counted in
+    ``more``), and the path is cut further.
+    """
+    attrs = line["attrs"]
+
+    def dumped() -> str:
+        return json.dumps(line, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+    def size(encoded: str) -> int:
+        return len(encoded.encode("utf-8", "surrogatepass"))
+
+    excess = size(text) - SUMMARY_LINE_BYTES
+    path = str(attrs["detail"])
+    shown = _cut_json(path, max(_json_bytes(path) - (excess + 1) // 2, 0))
+    attrs["detail"], attrs["args"] = shown, {"path": shown}
+    text = dumped()
+    if size(text) <= SUMMARY_LINE_BYTES:
+        return text
+    result = attrs["result"]
+    named = len(result.get("failed_checks", ())) + len(result.get("errors", ()))
+    attrs["reason"] = _cut_json(str(attrs["reason"]), _SUMMARY_NAME_CHARACTERS)
+    attrs["result"] = {
+        "status": _cut_json(str(result["status"]), _SUMMARY_NAME_CHARACTERS)
+        if result.get("status") is not None
+        else None,
+        "failed_checks": [],
+        "errors": [],
+        "more": named + int(result.get("more", 0)),
+    }
+    shown = _cut_json(path, _SUMMARY_NAME_CHARACTERS * 4)
+    attrs["detail"], attrs["args"] = shown, {"path": shown}
+    return dumped()
 
 
 def document_summary(record: Any) -> dict[str, Any]:
@@ -607,8 +666,9 @@ class TraceWriter:
             detail: ``summary`` (the default): the result is :func:`document_summary` of
                 the record (status, failing checks, error codes) and the path is cut to
                 :data:`SUMMARY_SOURCE_BYTES` bytes, so the line stays under
-                :data:`SUMMARY_LINE_BYTES` whatever the record holds; ``full``: the whole
-                record (bounded to ``RESULT_CHARACTERS``, redacted) as result.
+                :data:`SUMMARY_LINE_BYTES` whatever the path and the record hold (a line
+                still over it, through JSON escapes or redaction masks, has its path cut
+                further); ``full``: the whole record (redacted) as result.
 
         Raises:
             ValueError: ``detail`` is neither ``summary`` nor ``full``; the writer is closed.
@@ -631,7 +691,7 @@ class TraceWriter:
         }
         name = f"step {index + 1} extract"
         if detail == "full":
-            attrs["result"] = _bounded(record)
+            attrs["result"] = record  # the whole record (redacted by _span), never a preview
             return self._span("step", name, start, end, attrs)
         # The summary holds plandag's own names (status, check names, error codes): only
         # the path goes through the redactor, which keeps the line cheap.
@@ -646,6 +706,8 @@ class TraceWriter:
             text = _SUMMARY_ENCODER.encode(line)
         except (TypeError, ValueError):  # a clock giving NaN, say: the general path
             return self.write({"type": "span", **{k: v for k, v in line.items() if k != "type"}})
+        if len(text.encode("utf-8", "surrogatepass")) > SUMMARY_LINE_BYTES:
+            text = _fitted(line, text)
         return self._emit(line, text)
 
     def segment_ended(self, status: str) -> None:

@@ -1,0 +1,121 @@
+"""An ``extract`` document in the trace: a summary line of at most 1 KB whatever the input's
+name and the record hold, redaction included; ``--trace-detail full`` keeps the whole record."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from plandag.trace.redact import Redactor
+from plandag.trace.writer import SUMMARY_LINE_BYTES, TraceWriter
+
+#: Every NF-e check failing and six error codes: the most a real record puts in a summary.
+NFE_CHECKS = (
+    "key_check_digit",
+    "key_matches_document",
+    "cnpj_cpf_valid",
+    "items_sum_vprod",
+    "vnf_formula",
+    "protocol_authorised",
+    "unique_in_batch",
+)
+RECORD = {
+    "source": "x",
+    "status": "check_failed",
+    "errors": [{"code": code} for code in ("a_code", "b_code", "c_code", "d", "e", "f")],
+    "checks": {name: {"status": "fail", "detail": "d" * 500} for name in NFE_CHECKS},
+}
+
+
+def _lines(path: Path) -> list[bytes]:
+    return [line for line in path.read_bytes().splitlines() if b'"tool":"extract"' in line]
+
+
+def _write(tmp_path: Path, source: str, record: Any, redact: Redactor | None = None) -> bytes:
+    path = tmp_path / "trace.jsonl"
+    with TraceWriter(path, "0123456789abcdef", redact=redact) as writer:
+        writer.document(123456, source, str(record.get("status")), record, 1.0e9, 1.0e9 + 0.25)
+    (line,) = _lines(path)
+    return line
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "\x01" * 300,  # control characters: six bytes each in JSON
+        '"' * 300,  # quotes: two bytes each
+        "\\" * 300,  # backslashes: two bytes each
+        "\\xff" * 100,  # a name's undecodable bytes as plandag shows them
+        "é" * 300,  # two bytes each in UTF-8
+        "\U0001f600" * 300,  # four bytes each
+        "folder/" * 100 + "nota.xml",
+    ],
+)
+def test_a_summary_line_is_at_most_1_kb_whatever_the_path_holds(tmp_path: Path, name: str) -> None:
+    line = _write(tmp_path, name, RECORD)
+
+    assert len(line) <= SUMMARY_LINE_BYTES == 1024
+    attrs = json.loads(line)["attrs"]
+    assert attrs["detail"] == attrs["args"]["path"]
+    assert attrs["detail"].endswith("\u2026")
+    assert name.startswith(attrs["detail"][:-1])
+    assert len(attrs["detail"]) > 10  # cut to fit, not dropped
+    assert attrs["result"] == {
+        "status": "check_failed",
+        "failed_checks": list(NFE_CHECKS[:5]),
+        "errors": ["a_code", "b_code", "c_code", "d", "e"],
+        "more": 3,
+    }
+
+
+def test_a_short_plain_path_is_kept_whole(tmp_path: Path) -> None:
+    line = _write(tmp_path, "notas/2024/35180834128745000152550010000476121675985748.xml", RECORD)
+
+    attrs = json.loads(line)["attrs"]
+    assert attrs["detail"] == "notas/2024/35180834128745000152550010000476121675985748.xml"
+
+
+def test_a_summary_line_is_at_most_1_kb_whatever_the_record_holds(tmp_path: Path) -> None:
+    record = {
+        "status": "\x02" * 5000,
+        "errors": [{"code": "\x03" * 100} for _ in range(9)],
+        "checks": {"\x04" * 100 + str(n): {"status": "fail"} for n in range(9)},
+    }
+
+    line = _write(tmp_path, "\x01" * 4000, record)
+
+    assert len(line) <= SUMMARY_LINE_BYTES
+    attrs = json.loads(line)["attrs"]
+    assert attrs["status"] == "succeeded"
+    assert attrs["step_id"] == 123457
+
+
+def test_redaction_that_lengthens_a_name_keeps_the_line_within_1_kb(tmp_path: Path) -> None:
+    # "a@b.co" (6 characters) is masked as "[email]" (7): masks may lengthen a name
+    name = "a@b.co/" * 40 + "x.xml"
+
+    line = _write(tmp_path, name, RECORD, redact=Redactor(personal=True))
+
+    assert len(line) <= SUMMARY_LINE_BYTES
+    assert b"a@b.co" not in line
+
+
+def test_trace_detail_full_keeps_a_large_record_whole(tmp_path: Path) -> None:
+    record = {
+        "source": "big.xml",
+        "status": "ok",
+        "errors": [],
+        "checks": {},
+        "items": [{"nItem": str(n), "xProd": "produto " * 10} for n in range(200)],
+    }
+    assert len(json.dumps(record)) > 20_000
+    path = tmp_path / "trace.jsonl"
+
+    with TraceWriter(path, "0123456789abcdef") as writer:
+        writer.document(0, "big.xml", "ok", record, 1.0e9, 1.0e9 + 0.25, detail="full")
+
+    (line,) = _lines(path)
+    assert json.loads(line)["attrs"]["result"] == record
