@@ -242,6 +242,25 @@ def extract_nfe(
 
     stored: dict[int, Any] = {}
 
+    previous_corrections: list[tuple[Any, dict[str, Any]]] = []
+
+    def on_previous_correction(kept: Any, change: Mapping[str, Any]) -> None:
+        # --resume: a record of an earlier run of this output that a new input duplicates;
+        # that run's store row and trace bar take the file's final outcome.
+        from plandag.extract.nfe.batch import with_unique_in_batch
+        from plandag.extract.nfe.output import written_record
+
+        for row in run_store.input_documents(kept.source):
+            if (
+                row.batch_id != batch_id
+                and isinstance(row.record, Mapping)
+                and row.record.get("sha256") == kept.sha256
+                and written_record(row.record).chNFe == kept.chNFe
+                and _same_output(run_store.run(row.batch_id).params.get("output"), output)
+            ):
+                previous_corrections.append((row, with_unique_in_batch(row.record, change)))
+                return
+
     def on_correction(index: int, change: Mapping[str, Any]) -> None:
         # unique_in_batch decided after the record was stored and traced: the store's row
         # and the trace's bar take the file's final outcome.
@@ -285,6 +304,7 @@ def extract_nfe(
             on_record_json=on_record,
             on_progress=on_progress,
             on_correction=on_correction,
+            on_previous_correction=on_previous_correction,
             run_options=run_options,
             write_boundary=boundary,
             repairer=repairer,
@@ -317,6 +337,7 @@ def extract_nfe(
 
         with progress:
             outcome = Interruptible(bounded).run()
+        _correct_documents(run_store, previous_corrections)
     except InputError as error:
         _close_batch(run_store, writers[0] if writers else None, batch_id, "failed")
         _fail(str(error))
@@ -440,6 +461,86 @@ def batch_progress(
         progress.update(task, completed=finished, total=total)
 
     return monitor, progress, on_progress
+
+
+def _same_output(recorded: Any, output: Path) -> bool:
+    """Whether ``recorded`` (an earlier batch's ``output`` parameter, the path as it was
+    given) names the file ``output``."""
+    from plandag.extract.names import display_name
+
+    if not isinstance(recorded, str):
+        return False
+    if recorded == display_name(output):
+        return True
+    try:
+        return Path(recorded).resolve() == output.resolve()
+    except (OSError, ValueError):
+        return False
+
+
+def _correct_documents(store: Any, corrections: list[tuple[Any, dict[str, Any]]]) -> None:
+    """Give earlier batches' documents the records the output file now holds for them: each
+    store row is replaced, and each batch's trace gets the document's bar again (same step,
+    times and detail, the new outcome), which the trace reader takes over the first.
+
+    Args:
+        store: the open run store.
+        corrections: ``(document row, corrected record)`` pairs.
+    """
+    from plandag.trace.redact import Redactor
+    from plandag.trace.writer import TraceWriter
+
+    by_batch: dict[str, list[tuple[Any, dict[str, Any]]]] = {}
+    for row, record in corrections:
+        status = str(record.get("status", ""))
+        store.record_document(row.batch_id, row.idx, row.input, status, record, error=row.error)
+        by_batch.setdefault(row.batch_id, []).append((row, record))
+    for batch, documents in by_batch.items():
+        path = store.trace_path(batch)
+        spans = _document_spans(path, {row.idx + 1 for row, _ in documents})
+        if not spans:
+            continue  # no trace (deleted, or the batch never wrote one): nothing to correct
+        run = store.run(batch)
+        redactor = Redactor(personal=bool(run.options.get("redact")))
+        with TraceWriter(path, batch, segment=run.segment, redact=redactor) as writer:
+            for row, record in documents:
+                if row.idx + 1 in spans:
+                    start, end, detail = spans[row.idx + 1]
+                    status = str(record.get("status", ""))
+                    writer.document(row.idx, row.input, status, record, start, end, detail=detail)
+
+
+_SUMMARY_KEYS = frozenset({"status", "failed_checks", "errors", "more"})
+
+
+def _document_spans(path: Path, step_ids: set[int]) -> dict[int, tuple[float, float, str]]:
+    """The last ``extract`` document span of each of ``step_ids`` in the trace at ``path``:
+    step id → (start, end, ``summary`` or ``full``); {} when there is no trace."""
+    found: dict[int, tuple[float, float, str]] = {}
+    try:
+        handle = path.open(encoding="utf-8", errors="replace")
+    except OSError:
+        return found
+    with handle:
+        for line in handle:
+            if '"tool":"extract"' not in line:
+                continue
+            try:
+                span = json.loads(line)
+                attrs = span["attrs"]
+                step_id = attrs["step_id"]
+                if step_id not in step_ids:
+                    continue
+                result = attrs.get("result")
+                summary = isinstance(result, Mapping) and set(result) <= _SUMMARY_KEYS
+                found[step_id] = (
+                    float(span["start"]),
+                    float(span["end"]),
+                    "summary" if summary else "full",
+                )
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut by a crash, or not a span
+    return found
 
 
 def _close_batch(store: Any, writer: Any, batch_id: str, status: str) -> None:

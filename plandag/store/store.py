@@ -1154,6 +1154,24 @@ class Store:
             documents.append(DocumentRow(row[0], row[1], row[2], row[3], record, row[6], row[7]))
         return documents
 
+    def input_documents(self, input_path: str) -> list[DocumentRow]:
+        """Every batch's documents of the input ``input_path`` (as recorded: the path as
+        given), the latest recorded first."""
+        self.flush(durable=False)  # visible to reads; synced later
+        rows = self.connection.execute(
+            "SELECT batch_id, idx, input, status, record, result_hash, error, time "
+            "FROM document WHERE input = ? ORDER BY time DESC",
+            (input_path,),
+        )
+        documents = []
+        for row in rows:
+            if row[5] is not None:
+                record = json.loads(self.get_blob(row[5]))
+            else:
+                record = json.loads(row[4]) if row[4] is not None else None
+            documents.append(DocumentRow(row[0], row[1], row[2], row[3], record, row[6], row[7]))
+        return documents
+
     # -- instructions from a person ----------------------------------------------------------
 
     def add_instruction(

@@ -528,6 +528,7 @@ async def extract_batch(
     on_record_json: Callable[[Mapping[str, Any], str | None], None] | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     on_correction: Callable[[int, Mapping[str, Any]], None] | None = None,
+    on_previous_correction: Callable[[WrittenRecord, Mapping[str, Any]], None] | None = None,
     extractor: Extractor | None = None,
     window: int | None = None,
     run_options: Mapping[str, Any] | None = None,
@@ -573,6 +574,11 @@ async def extract_batch(
             ``{"unique_in_batch": {"status", "detail"}, "status": the record's final
             status}``; so a store or trace fed by ``on_record`` ends with the file's outcome
             (see :func:`with_unique_in_batch`).
+        on_previous_correction: with ``resume``, called the same way for each record kept
+            from the previous output whose ``unique_in_batch`` outcome changed (a new input
+            repeats its key), with ``(kept, change)``: ``kept`` says which record
+            (``source``, ``sha256``, ``chNFe``), so that the store row and trace bar of the
+            run that recorded it can take the file's outcome too.
         extractor: ``async (path) -> list[record]``; defaults to
             :func:`plandag.extract.nfe.document.extract_document`.
         window: inputs in flight or waiting to be written at most (default ``max(8 * jobs,
@@ -741,6 +747,14 @@ async def extract_batch(
             new_statuses = rewrite_unique_in_batch(output, output_format, corrections)
             for position, outcome in corrections.items():
                 if position < first_new:
+                    if on_previous_correction is not None:
+                        on_previous_correction(
+                            previous[position],
+                            {
+                                "unique_in_batch": {"status": outcome[0], "detail": outcome[1]},
+                                "status": new_statuses.get(position, uniqueness.statuses[position]),
+                            },
+                        )
                     continue
                 before = uniqueness.written[position]
                 if before is not None and before[0] == "fail" and outcome[0] != "fail":
