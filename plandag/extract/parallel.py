@@ -322,14 +322,31 @@ def _context() -> Any:
 def _start_worker(config: WorkerConfig | None) -> None:
     """A pool worker's start: Ctrl-C (SIGINT, sent to the whole terminal group) is the
     parent's to handle (the worker goes on with its chunk until the parent stops the pool),
-    and the worker is made ready for ``config`` (:func:`warm_up`; a failure there shows again
-    on the first chunk, where it becomes that chunk's outcome)."""
+    the worker ends when the command ends (:func:`_end_with`), and it is made ready for
+    ``config`` (:func:`warm_up`; a failure there shows again on the first chunk, where it
+    becomes that chunk's outcome)."""
     import signal
+    import threading
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = multiprocessing.parent_process()
+    if parent is not None:  # ends with the command, even one killed with SIGKILL
+        threading.Thread(target=_end_with, args=(parent,), daemon=True).start()
     if config is not None:
         with contextlib.suppress(Exception):
             warm_up(config)
+
+
+def _end_with(parent: multiprocessing.process.BaseProcess) -> None:
+    """Wait until the command that started this worker has ended, then end this worker.
+
+    A pool worker otherwise waits for work forever once its command is killed with SIGKILL
+    (or by the out-of-memory killer): nothing tells it, since the pool's own shutdown never
+    ran. The parent's sentinel (:func:`multiprocessing.parent_process`) becomes ready when
+    the command ends, however it ends.
+    """
+    parent.join()
+    os._exit(1)
 
 
 class ProcessBackend:
