@@ -247,7 +247,9 @@ def get_path(value: Any, path: tuple[str, ...], *, reference: str = "") -> Any:
     """
     current = value
     for depth, segment in enumerate(path):
-        where = ".".join(path[: depth + 1])
+        if type(current) is dict and segment in current:  # the common case, decided at once
+            current = current[segment]
+            continue
         if isinstance(current, Mapping):
             if segment in current:
                 current = current[segment]
@@ -257,23 +259,30 @@ def get_path(value: Any, path: tuple[str, ...], *, reference: str = "") -> Any:
                 continue
             keys = ", ".join(sorted(map(str, current)))[:200]
             raise ReferenceResolutionError(
-                f"{reference or where}: no key {segment!r} (keys: {keys or 'none'})"
+                f"{reference or _where(path, depth)}: no key {segment!r} (keys: {keys or 'none'})"
             )
         if isinstance(current, list | tuple):
             if is_index(segment) and int(segment) < len(current):
                 current = current[int(segment)]
                 continue
             raise ReferenceResolutionError(
-                f"{reference or where}: index {segment!r} out of range for a list of {len(current)}"
+                f"{reference or _where(path, depth)}: index {segment!r} out of range for a "
+                f"list of {len(current)}"
             )
         found, field = _field_of(current, segment)
         if found:
             current = field
             continue
         raise ReferenceResolutionError(
-            f"{reference or where}: a {type(current).__name__} has no field {segment!r}"
+            f"{reference or _where(path, depth)}: a {type(current).__name__} has no field "
+            f"{segment!r}"
         )
     return current
+
+
+def _where(path: tuple[str, ...], depth: int) -> str:
+    """The path up to and including segment ``depth``, dotted (for an error message)."""
+    return ".".join(path[: depth + 1])
 
 
 def _as_text(value: Any) -> str:

@@ -67,7 +67,6 @@ import logging
 import math
 import os
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -80,7 +79,13 @@ from pydantic import ValidationError
 from plandag.brakes import JOB_BRAKES, LIFT, UNLIMITED, Unlimited, cap_or_none
 from plandag.checks.base import CheckOutcome
 from plandag.compiler.compiled import CompiledPlan, CompiledStep, allowed_hosts
-from plandag.dag.references import ReferenceResolutionError, find_references, resolve_value
+from plandag.dag.references import (
+    ArgsTemplate,
+    ReferenceResolutionError,
+    compile_template,
+    find_references,
+    resolve_value,
+)
 from plandag.errors import (
     BoundaryError,
     BudgetRefusedError,
@@ -174,6 +179,32 @@ def _detail_of(error: BaseException) -> str:
     if isinstance(error, CheckFailedError):
         return _one_line(error_message(error))
     return _one_line(f"{type(error).__name__}: {error_message(error)}")
+
+
+def _referenced_steps(output: Any) -> tuple[int, ...]:
+    """The step ids ``output`` references, in order (a step once per reference)."""
+    return tuple(
+        reference.step_id
+        for _, reference in find_references(output)
+        if reference.step_id is not None
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _output_template(output: str) -> tuple[tuple[int, ...], ArgsTemplate]:
+    """:func:`_referenced_steps` and the compiled template of a plan's output written as
+    one string (``"<step_9_result>"``), computed once per distinct text: both depend on
+    the text alone."""
+    return _referenced_steps(output), compile_template(output)
+
+
+def _new_run_id() -> str:
+    """A random run id: 16 hex digits, the first half of a random UUID version 4's hex
+    (RFC 9562, section 5.4: the version nibble ``4`` at position 12), what
+    ``uuid.uuid4().hex[:16]`` gives, without building the UUID."""
+    random = bytearray(os.urandom(8))
+    random[6] = (random[6] & 0x0F) | 0x40
+    return random.hex()
 
 
 def _down_error(down: DownDependency) -> DependencyDownError:
@@ -458,8 +489,8 @@ class _Run:
         self.first_started_at: float | None = None
         self.params = compiled.params
         self.boundary = compiled.write_boundary if boundary is None else boundary
-        self.listed_hosts: set[str] = set() if compiled.read_only else set(compiled.listed_hosts)
-        self.http_allow: tuple[str, ...] = compiled.allowed_hosts
+        self.listed_hosts: set[str] = set()
+        self.http_allow: tuple[str, ...] = ()
         """The run's HTTP allow-list, given to each step in ``ToolContext.http_allow``."""
         self.taint_of: dict[int, bool] = {}
         """Whether each started step's result is (or would be) tainted."""
@@ -535,19 +566,35 @@ class _Run:
         limiters_by_tool: dict[str, anyio.CapacityLimiter] = {}
         self.limits_by_name = limits_by_name
         self.limiters_by_tool = limiters_by_tool
+        # One pass over the steps (this runs once per run: a batch runs a plan per input).
+        steps = self.steps
+        records = self.records
+        remaining = self.remaining
+        tool_limiter = self.tool_limiter
+        hosts: set[str] = set()
+        all_inline = True
         for step_id in compiled.order:
-            compiled_step = self.steps[step_id]
+            compiled_step = steps[step_id]
             tool = compiled_step.tool
-            self.records[step_id] = StepRecord(id=step_id, tool=tool.name)
-            self.remaining[step_id] = len(compiled_step.parents)
-            limit = limits_by_name.get(tool.name, tool.max_concurrency)
-            if limit is not None and tool.name not in limiters_by_tool:
-                limiters_by_tool[tool.name] = anyio.CapacityLimiter(limit)
-            self.tool_limiter[step_id] = limiters_by_tool.get(tool.name)
+            name = tool.name
+            records[step_id] = StepRecord(step_id, name)
+            remaining[step_id] = len(compiled_step.parents)
+            limit = limits_by_name.get(name, tool.max_concurrency)
+            if limit is not None and name not in limiters_by_tool:
+                limiters_by_tool[name] = anyio.CapacityLimiter(limit)
+            tool_limiter[step_id] = limiters_by_tool.get(name) if limiters_by_tool else None
+            if compiled_step.hosts:
+                hosts.update(compiled_step.hosts)
+            if all_inline and not (tool.inline and not tool.is_async):
+                all_inline = False
+        if len(records) != len(steps):  # the order does not name every step: ask each one
+            hosts = set(compiled.listed_hosts)
+            all_inline = all(step.tool.inline and not step.tool.is_async for step in steps.values())
+        listed: tuple[str, ...] = () if compiled.read_only else tuple(sorted(hosts))
+        self.listed_hosts = set(listed)
+        self.http_allow = allowed_hosts(compiled.http_allow, listed)
         self.task_group: TaskGroup | None = None
-        self.in_order = not self.observers and all(
-            step.tool.inline and not step.tool.is_async for step in compiled.steps.values()
-        )
+        self.in_order = not self.observers and all_inline
         """Whether :meth:`run_steps` may run the steps one after another in plan order, in
         one task (every tool inline, nobody observing: see :meth:`run_in_order`)."""
         self.driving_in_order = False
@@ -861,6 +908,11 @@ class _Run:
                     monitor_group.start_soon(self.watch, send)
                     await self.run_steps()
                     monitor_group.cancel_scope.cancel()
+            elif self.in_order and self.deadline is None and self.plan_budget is None:
+                # Nothing can cancel the run scope of this run: no deadline, no plan budget,
+                # no monitor; and steps run in order in this task check it between steps.
+                # Entering it would cost the loop's task lookups for nothing.
+                await self.run_in_order()
             else:
                 await self.run_steps()
         except cancelled:
@@ -1056,14 +1108,16 @@ class _Run:
         output = self.output
         if output is None:
             return None
-        for _, reference in find_references(output):
-            step_id = reference.step_id
-            if step_id is not None and (
-                step_id not in self.records or self.records[step_id].status != "succeeded"
-            ):
+        if type(output) is str:
+            step_ids, template = _output_template(output)
+        else:
+            step_ids, template = _referenced_steps(output), compile_template(output)
+        records = self.records
+        for step_id in step_ids:
+            if step_id not in records or records[step_id].status != "succeeded":
                 return None
         try:
-            return resolve_value(output, self.result_of, self.params)
+            return template(self.result_of, self.params)
         except ReferenceResolutionError as error:
             logger.warning("run %s: the plan's output did not resolve: %s", self.run_id, error)
             return None
@@ -1256,7 +1310,10 @@ class _Run:
         asking for a re-ask (a model's reply that did not fit its schema), one more attempt
         at once, outside the retry policy: the re-ask is an attempt of its own, and a step
         gets at most one."""
-        outcome = await self.attempt_within_limits(step_id, record, delay_before)
+        if self.driving_in_order:  # steps run one at a time are within every limit
+            outcome = await self.attempt(step_id, record, delay_before)
+        else:
+            outcome = await self.attempt_within_limits(step_id, record, delay_before)
         error = outcome.error
         if (
             isinstance(error, InvalidOutputError)
@@ -1359,8 +1416,10 @@ class _Run:
                     resolve_value, step_result=self.result_of, params=self.params
                 ),
             )
-        span = otel.start_step(
-            self.run_id, step_id, tool.name, record.attempts, parent=self.run_span
+        span = (
+            otel.start_step(self.run_id, step_id, tool.name, record.attempts, parent=self.run_span)
+            if otel.tracer_provider() is not None  # what start_step asks first: no span without
+            else None
         )
         outcome: _AttemptOutcome | None = None
         args: Mapping[str, Any] | None = None
@@ -1381,25 +1440,17 @@ class _Run:
                 if self.boundary is not None and tool.writes is not None:
                     for target in tool.write_targets(args):
                         self.boundary.check(target, step_id=step_id)
-                tainted = self.taint_of[step_id] = self.output_tainted(compiled_step, args)
+                tainted = self.taint_of[step_id] = (
+                    compiled_step.tainted_output and self.output_tainted(compiled_step, args)
+                )
                 if not tainted and tool.writes is not None and tool.effects != "none":
                     self.pending_clean[step_id] = _local_paths(tool.write_targets(args))
-                if tool.is_async and self.deadline is not None:
-                    # an async tool that swallows its cancellation cannot hold the run
-                    # past its deadline: it is abandoned after a grace period
-                    call: Any = await_abandonable(tool.invoke(args, context))
+                if tool.inline and not tool.is_async:
+                    # runs on the loop and never suspends: no cancel scope could interrupt it
+                    # (Tool.invoke_inline discards a result that came past the timeout)
+                    result = tool.invoke_inline(args, context)
                 else:
-                    call = tool.invoke(args, context)
-                if tool.timeout is None:
-                    result = await call
-                else:
-                    with anyio.move_on_after(tool.timeout) as scope:
-                        result = await call
-                    if scope.cancelled_caught:
-                        raise StepTimeoutError(
-                            f"step {step_id}: tool {tool.name} did not finish within its "
-                            f"timeout of {tool.timeout:g} s; a late result is discarded"
-                        )
+                    result = await self.call_tool(step_id, tool, args, context)
             except Exception as error:
                 outcome = self.failed_attempt(error, attempt_record)
             except BaseExceptionGroup as group:
@@ -1420,6 +1471,34 @@ class _Run:
             if span is not None:
                 _end_step_span(span, args, outcome)
         return outcome
+
+    async def call_tool(
+        self, step_id: int, tool: Tool, args: Mapping[str, Any], context: ToolContext | None
+    ) -> Any:
+        """Call a tool that may suspend (async, or sync in a worker thread) under its
+        timeout; an async tool is abandoned past the run's deadline when it swallows its
+        cancellation.
+
+        Raises:
+            StepTimeoutError: the call did not finish within the tool's timeout.
+            Exception: what :meth:`Tool.invoke` raises.
+        """
+        if tool.is_async and self.deadline is not None:
+            # an async tool that swallows its cancellation cannot hold the run
+            # past its deadline: it is abandoned after a grace period
+            call: Any = await_abandonable(tool.invoke(args, context))
+        else:
+            call = tool.invoke(args, context)
+        if tool.timeout is None:
+            return await call
+        with anyio.move_on_after(tool.timeout) as scope:
+            result = await call
+        if scope.cancelled_caught:
+            raise StepTimeoutError(
+                f"step {step_id}: tool {tool.name} did not finish within its "
+                f"timeout of {tool.timeout:g} s; a late result is discarded"
+            )
+        return result
 
     def reserver(
         self, step_id: int, held: list[Reservation]
@@ -1843,7 +1922,7 @@ async def run_plan(
 
     Step failures never raise: they are recorded on the step (see :class:`StepRecord`).
     """
-    the_run_id = run_id if run_id is not None else uuid.uuid4().hex[:16]
+    the_run_id = run_id if run_id is not None else _new_run_id()
     boundary: WriteBoundary | None = None
     if compiled.write_boundary is not None:
         if write_boundary is not None:

@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
-from pydantic_core import core_schema
+from pydantic_core import SchemaValidator, core_schema
 
 from plandag.errors import PermanentStepError, StepTimeoutError, ToolDefinitionError
 from plandag.tools.boundary import WriteBoundary
@@ -365,13 +365,35 @@ class Tool:
             return [str(value)]
         return [str(target) for target in self.writes(args)]
 
+    @functools.cached_property
+    def _dict_validator(self) -> SchemaValidator | None:
+        """The args model's field validators as one validator returning a plain dict
+        (:func:`dict_validator`), or None when the model is not of that plain shape."""
+        return dict_validator(self.args_model)
+
     def validate_args(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """Validate ``args`` against the args model; returns the coerced keyword arguments.
+
+        A model of the plain shape :func:`dict_validator` accepts is validated without
+        building a model instance (the same field validators, the same values); anything
+        it refuses is validated again by the model itself, so that the error raised is the
+        model's own.
 
         Raises:
             pydantic.ValidationError: an argument is missing, unknown or of the wrong type.
         """
-        model = self.args_model.model_validate(args if type(args) is dict else dict(args))
+        data = args if type(args) is dict else dict(args)
+        fast = self._dict_validator
+        if fast is not None:
+            try:
+                values: dict[str, Any] = fast.validate_python(data)
+            except ValidationError:
+                pass  # the model's own validation below raises the model's own error
+            else:
+                if self._keywords_are_names:
+                    return values
+                return {keyword: values[name] for name, keyword in self._keyword_names}
+        model = self.args_model.model_validate(data)
         if self._keywords_are_names:
             return dict(model.__dict__)  # the fields' values, in order
         return {keyword: getattr(model, name) for name, keyword in self._keyword_names}
@@ -396,6 +418,8 @@ class Tool:
                 ``KeyboardInterrupt``.
             Exception: whatever the tool raises.
         """
+        if self.inline and not self.is_async:
+            return self.invoke_inline(args, ctx)
         kwargs = self.validate_args(args)
         if self.context_parameter is not None:
             kwargs[self.context_parameter] = ctx or ToolContext(run_id="adhoc", step_id=0)
@@ -403,18 +427,52 @@ class Tool:
         try:
             if self.is_async:
                 result = await self.function(**kwargs)
-            elif self.inline:
-                result = self.function(**kwargs)
             else:
                 return await run_in_daemon_thread(lambda: self.function(**kwargs))
         except (SystemExit, KeyboardInterrupt) as error:
-            # Raised by the tool's own code (a signal from the user reaches the run as a
-            # cancellation, not as an exception inside a tool): a failure of this step.
-            raise PermanentStepError(
-                f"tool {self.name} raised {type(error).__name__}({error}); a tool must "
-                "return or raise an Exception",
-                reason="tool_exit",
-            ) from error
+            raise self._exit_error(error) from error
+        self._check_blocked(started)
+        return result
+
+    def invoke_inline(self, args: Mapping[str, Any], ctx: ToolContext | None = None) -> Any:
+        """:meth:`invoke` for an ``inline`` sync tool, called without an event loop turn:
+        such a call never suspends, so awaiting it would change nothing.
+
+        Raises:
+            ValueError: the tool is not an inline sync tool.
+            pydantic.ValidationError, StepTimeoutError, PermanentStepError, Exception: as
+                :meth:`invoke`.
+        """
+        if not self.inline or self.is_async:
+            raise ValueError(f"tool {self.name} is not an inline sync tool; await invoke()")
+        kwargs = self.validate_args(args)
+        if self.context_parameter is not None:
+            kwargs[self.context_parameter] = ctx or ToolContext(run_id="adhoc", step_id=0)
+        started = time.monotonic()
+        try:
+            result = self.function(**kwargs)
+        except (SystemExit, KeyboardInterrupt) as error:
+            raise self._exit_error(error) from error
+        self._check_blocked(started)
+        return result
+
+    def _exit_error(self, error: BaseException) -> PermanentStepError:
+        """The failure of a tool whose own code raised ``SystemExit`` or
+        ``KeyboardInterrupt`` (a signal from the user reaches the run as a cancellation,
+        not as an exception inside a tool)."""
+        return PermanentStepError(
+            f"tool {self.name} raised {type(error).__name__}({error}); a tool must "
+            "return or raise an Exception",
+            reason="tool_exit",
+        )
+
+    def _check_blocked(self, started: float) -> None:
+        """Raise when a call that ran on the event loop (``time.monotonic()`` at
+        ``started``) outlasted the tool's timeout.
+
+        Raises:
+            StepTimeoutError: it did.
+        """
         if self.timeout is not None and time.monotonic() - started > self.timeout:
             # Code that blocks the event loop (an inline tool, an async tool calling a
             # blocking function) cannot be interrupted; its late result is still discarded.
@@ -424,7 +482,92 @@ class Tool:
                 "its result is discarded (blocking work belongs in a sync tool without "
                 "inline=True, which runs in a thread)"
             )
-        return result
+
+
+_MODEL_KEYS = frozenset(
+    {"type", "cls", "schema", "custom_init", "root_model", "config", "ref", "metadata"}
+)
+_MODEL_FIELDS_KEYS = frozenset({"type", "fields", "model_name", "computed_fields"})
+_MODEL_FIELD_KEYS = frozenset(
+    {
+        "type",
+        "schema",
+        "validation_alias",
+        "serialization_alias",
+        "serialization_exclude",
+        "metadata",
+    }
+)
+
+
+def _pure(schema: Any) -> bool:
+    """True when a core schema validates with no code of its own: no validator function,
+    no default factory, no custom ``__init__`` or ``__post_init__`` anywhere in it (its
+    ``metadata``, which only JSON Schema generation reads, is left out)."""
+    if isinstance(schema, dict):
+        if "function" in schema or "default_factory" in schema or "post_init" in schema:
+            return False
+        if schema.get("custom_init") is True:
+            return False
+        return all(_pure(value) for key, value in schema.items() if key not in ("metadata", "cls"))
+    if isinstance(schema, list | tuple):
+        return all(_pure(item) for item in schema)
+    return True
+
+
+def dict_validator(model: type[BaseModel]) -> SchemaValidator | None:
+    """A validator that gives, for a dict, what ``model.model_validate`` gives as the
+    fields' values (``model.__dict__``: every field by name, in the model's order, defaults
+    filled in), as a plain dict, without building the model instance.
+
+    It is built from the model's own core schema: the same field schemas, the same config
+    (unknown keys refused when the model refuses them), as a ``typed-dict`` schema
+    (pydantic-core's validator of dicts with known keys). Only for a model of the plain
+    shape :func:`tool` builds from a signature: no model or field validator function, no
+    default factory, no computed field, no custom ``__init__``, no root model; and no code
+    of its own anywhere in its fields' schemas (:func:`_pure`), so that validating twice
+    (again by the model, to raise its own error) is harmless.
+
+    Args:
+        model: a pydantic model class.
+
+    Returns:
+        A ``pydantic_core.SchemaValidator`` whose ``validate_python(dict)`` returns a dict,
+        or None when ``model`` is not of that shape (validate with the model itself).
+    """
+    schema: Any = model.__pydantic_core_schema__
+    if not isinstance(schema, dict) or schema.get("type") != "model":
+        return None
+    inner = schema.get("schema")
+    if (
+        not set(schema) <= _MODEL_KEYS
+        or schema.get("custom_init")
+        or schema.get("root_model")
+        or not isinstance(inner, dict)
+        or inner.get("type") != "model-fields"
+        or not set(inner) <= _MODEL_FIELDS_KEYS
+        or inner.get("computed_fields")
+        or model.__pydantic_decorators__.model_validators
+        or model.__pydantic_decorators__.field_validators
+    ):
+        return None
+    fields: dict[str, core_schema.TypedDictField] = {}
+    for name, field in inner["fields"].items():
+        if field.get("type") != "model-field" or not set(field) <= _MODEL_FIELD_KEYS:
+            return None
+        field_schema = field["schema"]
+        if not _pure(field_schema):
+            return None
+        fields[name] = core_schema.typed_dict_field(
+            field_schema,
+            required=field_schema.get("type") != "default",
+            validation_alias=field.get("validation_alias"),
+        )
+    config: core_schema.CoreConfig | None = schema.get("config")
+    try:
+        return SchemaValidator(core_schema.typed_dict_schema(fields, config=config))
+    except Exception:  # a schema pydantic-core takes in a model but not in a typed dict
+        return None
 
 
 def _shadows_model_attribute(name: str) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -311,3 +312,25 @@ def test_an_unclosed_reference_is_malformed() -> None:
     ]
     assert list(find_malformed("<param.input")) == [("", "<param.input", "<param.input>")]
     assert list(find_malformed("a < b and <step_1_result> fine")) == []
+
+
+def test_get_path_without_a_reference_names_the_path_up_to_the_missing_segment() -> None:
+    value = {"a": {"b": [1, 2]}, "m": Item(name="pen", price=1.0)}
+    with pytest.raises(ReferenceResolutionError) as raised:
+        get_path(value, ("a", "c", "d"))
+    assert str(raised.value) == "a.c: no key 'c' (keys: b)"
+    with pytest.raises(ReferenceResolutionError) as raised:
+        get_path(value, ("a", "b", "5"))
+    assert str(raised.value) == "a.b.5: index '5' out of range for a list of 2"
+    with pytest.raises(ReferenceResolutionError) as raised:
+        get_path(value, ("m", "size"))
+    assert str(raised.value) == "m.size: a Item has no field 'size'"
+
+
+def test_get_path_reads_a_mapping_that_is_not_a_dict_and_a_dict_subclass() -> None:
+    class Ordered(dict[str, Any]):
+        pass
+
+    assert get_path(MappingProxyType({"a": {"b": 1}}), ("a", "b")) == 1
+    assert get_path(Ordered(a=Ordered(b=2)), ("a", "b")) == 2
+    assert get_path({"a": {0: "zero"}}, ("a", "0")) == "zero"

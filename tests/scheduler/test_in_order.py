@@ -140,3 +140,74 @@ def test_the_deadline_stops_a_long_chain_between_steps() -> None:
     assert statuses[0] == "succeeded"
     assert statuses[-1] == "skipped"
     assert set(statuses) <= {"succeeded", "cancelled", "skipped"}
+
+
+CALLER: list[anyio.CancelScope] = []
+
+
+@tool(inline=True)
+def interrupt_caller(step: int) -> int:
+    """Cancel the caller's scope (as Ctrl-C does), then spin past the loop's yield period."""
+    STARTS.append(step)
+    CALLER[0].cancel()
+    end = time.perf_counter() + 0.01
+    while time.perf_counter() < end:
+        pass
+    return step
+
+
+def test_a_caller_cancelling_a_run_without_brakes_interrupts_it_between_steps() -> None:
+    STARTS.clear()
+    CALLER.clear()
+    steps: list[dict[str, Any]] = [{"id": 1, "tool": "note", "args": {"step": 1}}]
+    steps.append({"id": 2, "tool": "interrupt_caller", "args": {"step": 2}, "depends_on": [1]})
+    steps += [{"id": n, "tool": "note", "args": {"step": n}, "depends_on": [n - 1]} for n in (3, 4)]
+    compiled = compile_plan({"steps": steps}, Registry([note, interrupt_caller], BUILTIN_CHECKS))
+
+    async def main() -> Any:
+        with anyio.CancelScope() as scope:
+            CALLER.append(scope)
+            return await run_plan(compiled, limits=RunLimits.lifted())
+
+    result = anyio.run(main)
+    assert result.status == "interrupted"
+    assert STARTS == [1, 2]
+    assert [(result.steps[n].status, result.steps[n].reason) for n in (1, 2, 3, 4)] == [
+        ("succeeded", None),
+        ("succeeded", None),
+        ("skipped", "interrupted"),
+        ("skipped", "interrupted"),
+    ]
+
+
+def test_a_run_id_is_sixteen_hex_digits_of_a_random_uuid4() -> None:
+    compiled = compile_plan(_fan_plan(None), _registry())
+    ids = {anyio.run(run_plan, compiled).run_id for _ in range(20)}
+    assert len(ids) == 20
+    for run_id in ids:
+        assert len(run_id) == 16
+        assert set(run_id) <= set("0123456789abcdef")
+        assert run_id[12] == "4"  # the UUID version nibble, as uuid4().hex[:16] has it
+
+
+@tool(inline=True)
+def echo(value: Any) -> Any:
+    """Return ``value``."""
+    return value
+
+
+def test_plans_with_the_same_output_text_resolve_their_own_results() -> None:
+    registry = Registry([echo, refuse], BUILTIN_CHECKS)
+    outputs = []
+    for value in ("first", {"second": [2]}):
+        plan = {
+            "steps": [{"id": 1, "tool": "echo", "args": {"value": value}}],
+            "output": "<step_1_result>",
+        }
+        outputs.append(anyio.run(run_plan, compile_plan(plan, registry)).output)
+    assert outputs == ["first", {"second": [2]}]
+    failed = compile_plan(
+        {"steps": [{"id": 1, "tool": "refuse", "args": {"step": 1}}], "output": "<step_1_result>"},
+        registry,
+    )
+    assert anyio.run(run_plan, failed).output is None

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import anyio
 import pytest
 from pydantic import ValidationError
 
-from plandag.errors import ToolDefinitionError
+from plandag.errors import PermanentStepError, StepTimeoutError, ToolDefinitionError
 from plandag.tools import Tool, ToolContext, tool
 
 
@@ -243,3 +244,47 @@ def test_untrusted_content_declarations() -> None:
     with pytest.raises(ToolDefinitionError) as caught:
         tool(taint_source=True, reads="path")(send)
     assert "reads='path' names no argument" in str(caught.value)
+
+
+def test_inline_tool_called_without_awaiting_gives_what_invoke_gives() -> None:
+    @tool(inline=True)
+    def double(n: int) -> int:
+        return 2 * n
+
+    assert double.invoke_inline({"n": "4"}) == 8
+    assert run(double, {"n": "4"}) == 8
+    with pytest.raises(ValidationError):
+        double.invoke_inline({"n": "four"})
+
+
+def test_inline_tool_raising_system_exit_fails_with_tool_exit() -> None:
+    @tool(inline=True)
+    def leaves() -> int:
+        raise SystemExit(3)
+
+    with pytest.raises(PermanentStepError) as raised:
+        leaves.invoke_inline({})
+    assert raised.value.reason == "tool_exit"
+    assert str(raised.value) == (
+        "tool leaves raised SystemExit(3); a tool must return or raise an Exception"
+    )
+    assert isinstance(raised.value.__cause__, SystemExit)
+
+
+def test_inline_tool_that_blocked_past_its_timeout_has_its_result_discarded() -> None:
+    @tool(inline=True, timeout=0.001)
+    def sleeps() -> int:
+        time.sleep(0.01)
+        return 1
+
+    with pytest.raises(StepTimeoutError, match="tool sleeps blocked the event loop for"):
+        sleeps.invoke_inline({})
+
+
+def test_only_inline_sync_tools_are_called_without_awaiting() -> None:
+    @tool
+    def threaded() -> int:
+        return 1
+
+    with pytest.raises(ValueError, match="tool threaded is not an inline sync tool"):
+        threaded.invoke_inline({})
