@@ -348,6 +348,31 @@ def _lookup(
     return get_path(base, reference.path, reference=reference.text) if reference.path else base
 
 
+def _whole(reference: Reference) -> ArgsTemplate:
+    """A resolver for a string that is exactly ``reference``: :func:`_lookup`, with the
+    choices that depend on the reference alone made once."""
+    step_id = reference.step_id
+    path = reference.path
+    text = reference.text
+    if step_id is not None:
+        if not path:
+
+            def whole_result(step_result: Callable[[int], Any], params: Mapping[str, Any]) -> Any:
+                return step_result(step_id)
+
+            return whole_result
+
+        def result_field(step_result: Callable[[int], Any], params: Mapping[str, Any]) -> Any:
+            return get_path(step_result(step_id), path, reference=text)
+
+        return result_field
+
+    def whole_reference(step_result: Callable[[int], Any], params: Mapping[str, Any]) -> Any:
+        return _lookup(reference, step_result, params)
+
+    return whole_reference
+
+
 def _compile(value: Any) -> ArgsTemplate | None:
     """A resolver for ``value``, or None when it holds no reference (a constant)."""
     kind = type(value)
@@ -356,14 +381,7 @@ def _compile(value: Any) -> ArgsTemplate | None:
             return None
         whole = REFERENCE_PATTERN.fullmatch(value)
         if whole:
-            reference = _from_match(whole)
-
-            def whole_reference(
-                step_result: Callable[[int], Any], params: Mapping[str, Any]
-            ) -> Any:
-                return _lookup(reference, step_result, params)
-
-            return whole_reference
+            return _whole(_from_match(whole))
         parts: list[str | Reference] = []
         position = 0
         for match in REFERENCE_PATTERN.finditer(value):

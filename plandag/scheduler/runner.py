@@ -457,6 +457,27 @@ class _Run:
     run_span: otel.LiveSpan | None = None
     """The run's live trace span, parent of its steps' spans (None without tracing)."""
 
+    _run_scope: anyio.CancelScope | None = None
+
+    @property
+    def run_scope(self) -> anyio.CancelScope:
+        """The cancel scope the steps run in, which :meth:`stop` and the deadlines cancel;
+        made on first use (a run that nothing can stop never needs one)."""
+        scope = self._run_scope
+        if scope is None:
+            scope = self._run_scope = anyio.CancelScope()
+        return scope
+
+    @run_scope.setter
+    def run_scope(self, scope: anyio.CancelScope) -> None:
+        self._run_scope = scope
+
+    @property
+    def stopping(self) -> bool:
+        """The run scope was cancelled (:meth:`stop`, a deadline): the run is stopping."""
+        scope = self._run_scope
+        return scope is not None and scope.cancel_called
+
     def __init__(
         self,
         compiled: CompiledPlan,
@@ -515,7 +536,6 @@ class _Run:
         self.capped = self.budget.capped
         self.budget_refused = False
         self.stop_reason: str | None = None
-        self.run_scope = anyio.CancelScope()
         self.started = 0.0
         self.finished = False
         """The run returned its result (a :class:`~.overrun.DeadlineGuard` reads it)."""
@@ -770,7 +790,7 @@ class _Run:
         ``interrupted`` (from outside)."""
         if self.stop_reason is not None:
             return self.stop_reason
-        if self.run_scope.cancel_called:
+        if self.stopping:
             # only stop() and the deadlines cancel run_scope: the earlier deadline fired
             plan_deadline = self.plan_loop_deadline
             cap_deadline = self.cap_loop_deadline
@@ -853,7 +873,7 @@ class _Run:
     def check_plan_budget(self) -> None:
         """Stop the run (escalated, ``plan_budget``) when it is past a plan-relative limit."""
         budget = self.plan_budget
-        if budget is None or self.stop_reason is not None or self.run_scope.cancel_called:
+        if budget is None or self.stop_reason is not None or self.stopping:
             return
         if self.budget.exceeded:
             return  # past an absolute cap: that brake acts (budget_exceeded) and comes first
@@ -863,7 +883,7 @@ class _Run:
 
     def stop_plan_budget(self, detail: str) -> None:
         """Stop the run now because of the plan-relative budget; ``detail`` says why."""
-        if self.stop_reason is None and not self.run_scope.cancel_called:
+        if self.stop_reason is None and not self.stopping:
             self.plan_budget_detail = detail
             self.escalate("plan_budget", detail)
         self.stop("plan_budget")
@@ -901,7 +921,6 @@ class _Run:
             limits.heartbeat_every is not None or limits.stall_cap is not None
         )
         watch = send or (limits.stop_on_stall and limits.stall_cap is not None)
-        cancelled = anyio.get_cancelled_exc_class()
         try:
             if watch and self.records:
                 async with anyio.create_task_group() as monitor_group:
@@ -915,7 +934,7 @@ class _Run:
                 await self.run_in_order()
             else:
                 await self.run_steps()
-        except cancelled:
+        except anyio.get_cancelled_exc_class():  # asked only when something was raised
             # Cancelled from outside: every step recorded where it got to; return the
             # complete picture rather than lose it (documented in run_plan).
             pass
@@ -969,7 +988,7 @@ class _Run:
             for step_id in self.compiled.order:
                 if records[step_id].status != "pending" or remaining[step_id]:
                     continue  # done (resumed), skipped, or a parent did not succeed
-                if self.run_scope.cancel_called:
+                if self.stopping:
                     break  # left pending: finish() ends it skipped with the stop's reason
                 await self.run_one_step(step_id)
                 if time.perf_counter() - last_yield > _YIELD_EVERY_S:
@@ -1050,27 +1069,30 @@ class _Run:
         """Close every record still open, build the RunResult and emit RunFinished."""
         self.finished = True
         cause = self.stop_cause()
+        interrupted = False
+        all_succeeded = True  # every step succeeded, or was replaced by a replan
         for record in self.records.values():
             if record.status in ("pending", "running"):
                 self.interrupt(record, cause)
+            if record.reason == "interrupted":
+                interrupted = True
+            if record.status != "succeeded" and record.superseded_by is None:
+                all_succeeded = False
         status: RunStatus
         stop_reason: str | None = None
-        if any(record.reason == "interrupted" for record in self.records.values()):
+        if interrupted:
             status, stop_reason = "interrupted", "interrupted"
         elif self.escalation is not None:
             status = "escalated"
-            if self.run_scope.cancel_called:
+            if self.stopping:
                 stop_reason = cause
-        elif self.run_scope.cancel_called and cause == "plan_budget":
+        elif self.stopping and cause == "plan_budget":
             status, stop_reason = "gave_up", "plan_budget"  # escalation mode never
-        elif self.run_scope.cancel_called:
+        elif self.stopping:
             status, stop_reason = "timed_out", cause
         elif self.budget_refused:
             status, stop_reason = "budget_exceeded", "budget"
-        elif all(
-            record.status == "succeeded" or record.superseded_by is not None
-            for record in self.records.values()
-        ):
+        elif all_succeeded:
             status = "succeeded"
         elif self.gave_up:
             status = "gave_up"
@@ -1179,7 +1201,7 @@ class _Run:
         except anyio.get_cancelled_exc_class():
             self.interrupt(record, self.stop_cause())
             raise
-        if record.status == "running" and self.past_deadline():
+        if self.deadline is not None and record.status == "running" and self.past_deadline():
             # The step outlived the wall-clock cap without being stopped (an inline tool
             # that blocked the event loop, a tool that ignored its cancellation): its late
             # outcome is discarded, the step ends cancelled and the run stops.
@@ -1686,7 +1708,7 @@ class _Run:
         assert task_group is not None
         records = self.records
         continue_with: int | None = None
-        stopped = self.run_scope.cancel_called  # children left pending end skipped
+        stopped = self.stopping  # children left pending end skipped
         for child in self.steps[step_id].children:
             remaining[child] -= 1
             if remaining[child] == 0 and records[child].status == "pending" and not stopped:
@@ -1995,8 +2017,13 @@ async def _approval_gate(
         ApprovalRequiredError: effects and no ``approve``.
     """
     steps = compiled.steps
-    if all(step.tool.effects == "none" and not step.tainted_egress for step in steps.values()):
-        return None
+    for step in steps.values():
+        tool = step.tool
+        # tainted_egress is asked of egress tools only (it is False for the others)
+        if tool.effects != "none" or (tool.egress and step.tainted_egress):
+            break
+    else:
+        return None  # nothing with effects, nothing tainted sent out: nothing to approve
     from plandag.approval.gate import (
         ApprovalRequest,
         ApprovalRequiredError,
