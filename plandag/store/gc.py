@@ -17,9 +17,10 @@ keeps it, and the file was not written or reused after the cutoff (a run in prog
 hold a reference it has not committed yet: :meth:`~plandag.store.store.Store.put_blob`
 refreshes the file's time when it reuses it).
 
-A later feature that keeps data (reusable plans in a plan library, say) registers a
-*keeper* with :func:`register_keeper`: a callable given the open store that returns a
-:class:`Keep` (run ids and blob hashes gc must leave alone).
+A later feature that keeps data registers a *keeper* with :func:`register_keeper`: a
+callable given the open store that returns a :class:`Keep` (run ids and blob hashes gc must
+leave alone). The runs that produced a version of the plan library (table ``library_plan``)
+are kept whatever keepers are registered, as conversations are never touched.
 
 Rows are deleted in one transaction per batch of runs (``BEGIN IMMEDIATE``), so a crash
 leaves whole runs; files are deleted after their rows are committed, so a crash leaves at
@@ -187,6 +188,18 @@ def _tables_with(store: Store, column: str) -> list[str]:
     return found
 
 
+def _library_runs(store: Store) -> set[str]:
+    """The runs that produced a plan version of the plan library (``library_plan.source_run``,
+    store schema version 5): kept whatever keepers are registered, so that a program calling
+    :func:`collect_garbage` without importing :mod:`plandag.library` keeps them too."""
+    if "library_plan" not in _tables_with(store, "source_run"):
+        return set()
+    rows = store.connection.execute(
+        "SELECT DISTINCT source_run FROM library_plan WHERE source_run IS NOT NULL"
+    )
+    return {row[0] for row in rows}
+
+
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
@@ -265,6 +278,7 @@ def collect_garbage(
         kept = keeper(store)
         keep_runs.update(kept.run_ids)
         keep_blobs.update(kept.blob_hashes)
+    keep_runs.update(_library_runs(store))
 
     store.flush()
     old = store.connection.execute(
