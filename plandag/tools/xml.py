@@ -161,17 +161,100 @@ def compile_table(
     order; the table is remembered, so a plan selecting the same fields from many documents
     builds it once.
 
+    The table also carries a plan for :func:`evaluate_table`: the expressions that are
+    plain child paths (``nfe:total/nfe:ICMSTot/nfe:vNF``, ``nfe:ICMS/*/nfe:vICMSDeson``),
+    or ``boolean()`` of one, ending in a name no other such expression of the table ends in
+    are evaluated together, as one XPath union; a lone attribute (``@Id``) is read from the
+    element. Both give what each expression gives alone (see :func:`evaluate_table`).
+
     Raises:
         PermanentStepError: as :func:`compile_xpath`, for the first expression that fails.
     """
     return _compile_table(tuple(paths.items()), _namespace_items(namespaces))
 
 
+class _FieldTable(tuple[tuple[str, etree.XPath], ...]):
+    """A compiled table with its evaluation plan (:class:`_TablePlan`)."""
+
+    plan: _TablePlan
+
+
+# XPath 1.0 location paths of child steps only: a name test (``prefix:name`` or ``name``,
+# ASCII names) or ``*`` per step, the last one a name test. No axes, predicates, functions,
+# ``//``, whitespace: anything else is evaluated on its own.
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_CHILD_PATH = re.compile(rf"(?:(?:{_NAME}:)?{_NAME}/|\*/)*(?:({_NAME}):)?({_NAME})")
+_ATTRIBUTE = re.compile(rf"@({_NAME})")
+_BOOLEAN = re.compile(r"boolean\(([^()\s]*)\)")
+
+
+class _TablePlan:
+    """How :func:`evaluate_table` evaluates one table.
+
+    ``union``: one XPath, the union (``|``) of the table's child paths (bare, or inside
+    ``boolean()``: the fields in ``booleans``) whose last step names an element no other of
+    them names (``by_tag``: that element's expanded name ``{uri}local`` → the field);
+    ``attributes``: ``(field, attribute)`` for ``@name`` expressions; ``others``: ``(field,
+    compiled)`` evaluated one by one.
+    """
+
+    __slots__ = ("attributes", "booleans", "by_tag", "names", "others", "union")
+
+    def __init__(
+        self,
+        table: tuple[tuple[str, etree.XPath], ...],
+        items: tuple[tuple[str, str], ...],
+        namespace_items: tuple[tuple[str, str], ...],
+    ) -> None:
+        namespaces = dict(namespace_items)
+        self.names = tuple(name for name, _ in table)
+        self.attributes: tuple[tuple[str, str], ...] = ()
+        self.others: tuple[tuple[str, etree.XPath], ...] = ()
+        self.by_tag: dict[str, str] = {}
+        self.union: etree.XPath | None = None
+        tags: dict[str, list[tuple[str, str]]] = {}
+        attributes: list[tuple[str, str]] = []
+        booleans: set[str] = set()
+        for name, expr in items:
+            attribute = _ATTRIBUTE.fullmatch(expr)
+            if attribute is not None:
+                attributes.append((name, attribute.group(1)))
+                continue
+            boolean = _BOOLEAN.fullmatch(expr)
+            if boolean is not None:
+                expr = boolean.group(1)
+                booleans.add(name)
+            path = _CHILD_PATH.fullmatch(expr)
+            if path is None or not all(namespaces.get(prefix) for prefix in _prefixes(expr)):
+                continue
+            prefix, local = path.group(1), path.group(2)
+            tag = f"{{{namespaces[prefix]}}}{local}" if prefix else local
+            tags.setdefault(tag, []).append((name, expr))
+        united = {tag: fields[0] for tag, fields in tags.items() if len(fields) == 1}
+        if united:
+            self.by_tag = {tag: name for tag, (name, _) in united.items()}
+            self.union = etree.XPath(
+                " | ".join(expr for _, expr in united.values()),
+                namespaces=namespaces,
+                smart_strings=False,
+            )
+        self.attributes = tuple(attributes)
+        self.booleans = frozenset(booleans & set(self.by_tag.values()))
+        planned = set(self.by_tag.values()) | {name for name, _ in attributes}
+        self.others = tuple((name, xpath) for name, xpath in table if name not in planned)
+
+
+def _prefixes(expr: str) -> list[str]:
+    return [step.partition(":")[0] for step in expr.split("/") if ":" in step]
+
+
 @functools.lru_cache(maxsize=256)
 def _compile_table(
     items: tuple[tuple[str, str], ...], namespace_items: tuple[tuple[str, str], ...]
 ) -> tuple[tuple[str, etree.XPath], ...]:
-    return tuple((name, _compile(expr, namespace_items)) for name, expr in items)
+    table = _FieldTable((name, _compile(expr, namespace_items)) for name, expr in items)
+    table.plan = _TablePlan(table, items, namespace_items)
+    return table
 
 
 def evaluate_table(
@@ -180,22 +263,63 @@ def evaluate_table(
     """``{name: evaluate_compiled(root, compiled)}`` for each ``(name, compiled)`` of
     ``table`` (from :func:`compile_table`): each expression's first match, converted.
 
+    A table from :func:`compile_table` is evaluated by its plan: its plain child paths
+    with distinct last names in one XPath union, whose result is in document order (XPath
+    1.0, section 3.3), so the first node named like a path's last step is that path's
+    first match (and ``boolean()`` of a path is whether it has one); ``@name`` by
+    ``root.get(name)`` (the attribute without namespace, as the XPath name test selects
+    it); the rest one by one. The values are those of the one by one evaluation.
+
     Raises:
         PermanentStepError: reason ``invalid_xpath`` when an expression fails to evaluate.
     """
-    values: dict[str, Any] = {}
-    for name, compiled in table:
+    plan: _TablePlan | None = getattr(table, "plan", None)
+    if plan is None:
+        return _evaluate_each(root, table)
+    values: dict[str, Any] = dict.fromkeys(plan.names)
+    if plan.union is not None:
         try:
-            found = compiled(root)
-        except etree.XPathError as error:
-            raise PermanentStepError(
-                f"invalid XPath {compiled.path!r}: {error}", reason="invalid_xpath"
-            ) from error
-        if type(found) is list:
-            values[name] = _convert(found[0]) if found else None
-        else:
-            values[name] = _convert(found)
+            found: Any = plan.union(root)
+        except etree.XPathError:
+            return _evaluate_each(root, table)
+        by_tag = plan.by_tag
+        booleans = plan.booleans
+        for node in found:
+            name = by_tag[node.tag]
+            if values[name] is None:
+                if name in booleans:
+                    values[name] = True
+                elif len(node):
+                    values[name] = _convert(node)
+                else:  # _convert of an element without children, inline
+                    text = node.text
+                    values[name] = "" if text is None else text.strip()
+        for name in booleans:
+            if values[name] is None:
+                values[name] = False
+    for name, attribute in plan.attributes:
+        values[name] = root.get(attribute)
+    for name, compiled in plan.others:
+        values[name] = _first(root, compiled)
     return values
+
+
+def _evaluate_each(
+    root: etree._Element, table: Iterable[tuple[str, etree.XPath]]
+) -> dict[str, Any]:
+    return {name: _first(root, compiled) for name, compiled in table}
+
+
+def _first(root: etree._Element, compiled: etree.XPath) -> Any:
+    try:
+        found = compiled(root)
+    except etree.XPathError as error:
+        raise PermanentStepError(
+            f"invalid XPath {compiled.path!r}: {error}", reason="invalid_xpath"
+        ) from error
+    if type(found) is list:
+        return _convert(found[0]) if found else None
+    return _convert(found)
 
 
 def _convert(item: Any) -> Any:

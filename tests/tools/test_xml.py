@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from lxml import etree
 
 from plandag.errors import PermanentStepError
 from plandag.tools.xml import (
     DEFAULT_NAMESPACES,
     NFE_NAMESPACE,
+    compile_table,
     compile_xpath,
+    evaluate_compiled,
+    evaluate_table,
     parse_xml,
     select,
     select_elements,
@@ -147,3 +152,150 @@ def test_comments_and_processing_instructions_do_not_cut_a_value() -> None:
     assert select(root, "/r/v") == "203.51"
     assert select(root, "/r/e") == ""
     assert select(root, "/r/missing") is None
+
+
+# --- Field tables: one XPath union for plain child paths, the same values as one by one ---
+
+_NS_A = "urn:a"
+_NS_B = "urn:b"
+_TABLE_NAMESPACES = {"a": _NS_A, "b": _NS_B}
+
+
+def _one_by_one(
+    root: etree._Element, paths: dict[str, str], namespaces: dict[str, str] | None
+) -> dict[str, object]:
+    """The reference: each expression compiled and evaluated alone."""
+    return {
+        name: evaluate_compiled(root, compile_xpath(expr, namespaces))
+        for name, expr in paths.items()
+    }
+
+
+def test_table_union_takes_each_paths_first_match_in_document_order() -> None:
+    root = parse_xml(
+        f'<r xmlns="{_NS_A}" Id="NFe1" versao="4.00">'
+        "<g><x>first x</x></g><g><y> y1 </y><x>second x</x></g>"
+        "<h><k><z>z<!-- c -->1</z></k></h><h><m><z>z2</z></m></h>"
+        "</r>"
+    )
+    paths = {
+        "z": "a:h/*/a:z",
+        "x": "a:g/a:x",
+        "y": "a:g/a:y",
+        "Id": "@Id",
+        "missing": "a:g/a:w",
+        "absent_attr": "@nope",
+        "has_h": "boolean(a:h)",
+        "has_w": "boolean(a:w)",
+    }
+    table = compile_table(paths, _TABLE_NAMESPACES)
+    assert evaluate_table(root, table) == {
+        "z": "z1",
+        "x": "first x",
+        "y": "y1",
+        "Id": "NFe1",
+        "missing": None,
+        "absent_attr": None,
+        "has_h": True,
+        "has_w": False,
+    }
+    assert list(evaluate_table(root, table)) == list(paths)
+    assert evaluate_table(root, table) == _one_by_one(root, paths, _TABLE_NAMESPACES)
+
+
+def test_table_paths_ending_in_the_same_name_are_evaluated_one_by_one() -> None:
+    root = parse_xml(f'<r xmlns="{_NS_A}"><p><v>1</v></p><q><v>2</v></q></r>')
+    paths = {"q": "a:q/a:v", "p": "a:p/a:v", "count": "count(a:p)", "deep": "//a:v"}
+    table = compile_table(paths, _TABLE_NAMESPACES)
+    assert evaluate_table(root, table) == {"q": "2", "p": "1", "count": "1", "deep": "1"}
+
+
+def test_table_an_undeclared_prefix_is_still_invalid_xpath() -> None:
+    table = compile_table({"ok": "a:x", "bad": "zz:y"}, _TABLE_NAMESPACES)
+    with pytest.raises(PermanentStepError) as caught:
+        evaluate_table(parse_xml(b"<r/>"), table)
+    assert caught.value.reason == "invalid_xpath"
+    assert str(caught.value) == "invalid XPath 'zz:y': Undefined namespace prefix"
+
+
+_NAMES = ("g", "x", "and")
+_SPACES = (None, _NS_A, _NS_A, _NS_B)
+
+
+def _element(name: str, space: str | None, attributes: str, content: str) -> str:
+    declare = f' xmlns="{space}"' if space else ' xmlns=""'
+    return f'<{name}{declare} xmlns:a="{_NS_A}"{attributes}>{content}</{name}>'
+
+
+@st.composite
+def _trees(draw: st.DrawFn, depth: int = 0) -> str:
+    name = draw(st.sampled_from(_NAMES))
+    space = draw(st.sampled_from(_SPACES))
+    attributes = "".join(
+        f' {attribute}="{draw(st.sampled_from(["v", " w ", ""]))}"'
+        for attribute in draw(st.lists(st.sampled_from(["Id", "k", "a:Id"]), unique=True))
+    )
+    parts = []
+    if depth < 3:
+        for _ in range(draw(st.integers(0, 4))):
+            parts.append(
+                draw(
+                    st.one_of(
+                        _trees(depth + 1),
+                        st.sampled_from([" t ", "", "<!-- c -->", "<?pi d?>", "u"]),
+                    )
+                )
+            )
+    return _element(name, space, attributes, "".join(parts))
+
+
+@st.composite
+def _documents(draw: st.DrawFn) -> str:
+    """A root whose children come twice, then more: every path that matches has a later
+    match too, so a first match taken for a later one shows."""
+    children = "".join(draw(st.lists(_trees(1), max_size=3)))
+    more = "".join(draw(st.lists(_trees(1), max_size=2)))
+    name, space = draw(st.sampled_from(_NAMES)), draw(st.sampled_from(_SPACES))
+    return _element(name, space, ' Id="r"', children + more + children)
+
+
+_STEPS = ("a:g", "a:x", "b:x", "x", "g", "*", "*", "and")
+_LAST = ("a:g", "a:x", "b:x", "a:y", "x", "y", "and", "b:and", "a:text")
+
+
+@st.composite
+def _expressions(draw: st.DrawFn) -> str:
+    steps = draw(st.lists(st.sampled_from(_STEPS), max_size=2))
+    path = "/".join([*steps, draw(st.sampled_from(_LAST))])
+    return draw(
+        st.sampled_from(
+            [
+                path,
+                path,
+                path,
+                f"boolean({path})",
+                "@Id",
+                "@k",
+                "@a:Id",
+                f"count({path})",
+                f"//{path}",
+            ]
+        )
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    tree=_documents(),
+    paths=st.dictionaries(st.sampled_from("abcdefgh"), _expressions(), min_size=1, max_size=8),
+)
+def test_table_union_equals_one_by_one_evaluation(tree: str, paths: dict[str, str]) -> None:
+    root = parse_xml(tree)
+    for number, element in enumerate(root.iter(etree.Element)):
+        if element.text is not None and element.text.strip():  # every value its own
+            element.text = f" {element.text.strip()}{number} "
+        if element.get("Id"):
+            element.set("Id", f"{element.get('Id')}{number}")
+    table = compile_table(paths, _TABLE_NAMESPACES)
+    for node in [root, *root.iter(etree.Element)]:
+        assert evaluate_table(node, table) == _one_by_one(node, paths, _TABLE_NAMESPACES)

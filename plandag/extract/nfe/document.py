@@ -100,15 +100,21 @@ PLACEHOLDER_VALUES: frozenset[str] = frozenset({"string", "?", "token", "normali
 # and the fields no real invoice leaves to chance. Two of them make a template.
 # Attributes and element paths (XPath, NF-e namespace) probed for placeholder values.
 _TEMPLATE_ATTRIBUTES: tuple[str, ...] = ("Id", "versao")
-_TEMPLATE_PROBES: tuple[etree.XPath, ...] = tuple(
-    etree.XPath(path, namespaces={"nfe": NFE_NAMESPACE}, smart_strings=False)
-    for path in (
-        "nfe:ide/nfe:cNF",
-        "nfe:ide/nfe:nNF",
-        "nfe:ide/nfe:dhEmi",
-        "nfe:emit/nfe:CNPJ",
-        "nfe:total/nfe:ICMSTot/nfe:vNF",
-    )
+_TEMPLATE_PATHS: tuple[str, ...] = (
+    "nfe:ide/nfe:cNF",
+    "nfe:ide/nfe:nNF",
+    "nfe:ide/nfe:dhEmi",
+    "nfe:emit/nfe:CNPJ",
+    "nfe:total/nfe:ICMSTot/nfe:vNF",
+)
+# The probes as one XPath union: its result is in document order (XPath 1.0, 3.3) and each
+# probe ends in its own element name, so a probe's first match is the first node of the
+# union bearing its name.
+_TEMPLATE_PROBE = etree.XPath(
+    " | ".join(_TEMPLATE_PATHS), namespaces={"nfe": NFE_NAMESPACE}, smart_strings=False
+)
+_TEMPLATE_PROBE_TAGS: frozenset[str] = frozenset(
+    f"{{{NFE_NAMESPACE}}}{path.rpartition(':')[2]}" for path in _TEMPLATE_PATHS
 )
 _TEMPLATE_THRESHOLD = 2
 
@@ -157,6 +163,23 @@ def _child_text(element: etree._Element, name: str) -> str | None:
             text = (child.text or "").strip()
             return text or None
     return None
+
+
+def _child_texts(element: etree._Element, names: tuple[str, ...]) -> dict[str, str | None]:
+    """:func:`_child_text` of each of ``names``, in one pass over the children: ``{name:
+    text of the first child so named (any namespace), stripped, None when empty or absent}``,
+    keys in the order of ``names``."""
+    texts: dict[str, str | None] = dict.fromkeys(names)
+    found: set[str] = set()
+    for child in element:
+        tag = child.tag
+        if type(tag) is not str:
+            continue
+        name = tag.rpartition("}")[2]
+        if name in texts and name not in found:
+            found.add(name)
+            texts[name] = (child.text or "").strip() or None
+    return texts
 
 
 class NfeDocument:
@@ -219,13 +242,14 @@ def find_protocols(root: etree._Element) -> dict[str, dict[str, str | None]]:
     return _protocols(_Parts(root).protocols)
 
 
+_PROTOCOL_FIELDS = ("chNFe", "cStat", "xMotivo", "nProt", "dhRecbto")
+_EVENT_FIELDS = ("tpEvento", "chNFe", "nSeqEvento", "cStat", "nProt", "xEvento")
+
+
 def _protocols(infos: list[etree._Element]) -> dict[str, dict[str, str | None]]:
     protocols: dict[str, dict[str, str | None]] = {}
     for info in infos:
-        fields = {
-            name: _child_text(info, name)
-            for name in ("chNFe", "cStat", "xMotivo", "nProt", "dhRecbto")
-        }
+        fields = _child_texts(info, _PROTOCOL_FIELDS)
         protocols.setdefault(fields["chNFe"] or "", fields)
     return protocols
 
@@ -249,22 +273,24 @@ def _events(
     events: list[dict[str, str | None]] = []
     answered: set[tuple[str | None, str | None, str | None]] = set()
     for info in answers:
-        tp_evento = _child_text(info, "tpEvento")
-        key = _child_text(info, "chNFe")
-        answered.add((key, tp_evento, _child_text(info, "nSeqEvento")))
+        texts = _child_texts(info, _EVENT_FIELDS)
+        tp_evento = texts["tpEvento"]
+        key = texts["chNFe"]
+        answered.add((key, tp_evento, texts["nSeqEvento"]))
         events.append(
             {
                 "tpEvento": tp_evento,
-                "cStat": _child_text(info, "cStat"),
+                "cStat": texts["cStat"],
                 "chNFe": key,
-                "nProt": _child_text(info, "nProt"),
-                "description": _child_text(info, "xEvento"),
+                "nProt": texts["nProt"],
+                "description": texts["xEvento"],
             }
         )
     for info in requests:
-        tp_evento = _child_text(info, "tpEvento")
-        key = _child_text(info, "chNFe")
-        if (key, tp_evento, _child_text(info, "nSeqEvento")) in answered:
+        texts = _child_texts(info, _EVENT_FIELDS)
+        tp_evento = texts["tpEvento"]
+        key = texts["chNFe"]
+        if (key, tp_evento, texts["nSeqEvento"]) in answered:
             continue
         detail = next((child for child in info if _local_name(child) == "detEvento"), None)
         events.append(
@@ -340,12 +366,16 @@ def _refuse_without_invoice(root: etree._Element, source: str) -> PermanentStepE
 
 def _placeholder_count(invoice: etree._Element) -> int:
     """How many of the probed key fields hold a placeholder (the invoice is in the NF-e
-    namespace by now: see :func:`_into_nfe_namespace`)."""
+    namespace by now: see :func:`_into_nfe_namespace`): its ``Id`` and ``versao``
+    attributes and the text of each probe's first match (``_TEMPLATE_PATHS``)."""
     texts = [invoice.get(name) for name in _TEMPLATE_ATTRIBUTES]
-    for probe in _TEMPLATE_PROBES:
-        found = probe(invoice)  # child steps only: the first match in document order
-        first = found[0] if isinstance(found, list) and found else None
-        texts.append(first.text if isinstance(first, etree._Element) else None)
+    seen: set[str] = set()
+    found: Any = _TEMPLATE_PROBE(invoice)
+    for element in found:
+        tag = element.tag
+        if tag in _TEMPLATE_PROBE_TAGS and tag not in seen:
+            seen.add(tag)
+            texts.append(element.text)
     return sum(
         1 for text in texts if text is not None and text.strip().lower() in PLACEHOLDER_VALUES
     )
