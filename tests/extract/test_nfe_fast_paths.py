@@ -21,20 +21,23 @@ from plandag.extract.nfe.document import (
 from plandag.tools.xml import NFE_NAMESPACE, compile_table
 
 NS = NFE_NAMESPACE
-_PROBES = (
-    "nfe:ide/nfe:cNF",
-    "nfe:ide/nfe:nNF",
-    "nfe:ide/nfe:dhEmi",
-    "nfe:emit/nfe:CNPJ",
-    "nfe:total/nfe:ICMSTot/nfe:vNF",
+_PROBES = tuple(
+    etree.XPath(path, namespaces={"nfe": NS})
+    for path in (
+        "nfe:ide/nfe:cNF",
+        "nfe:ide/nfe:nNF",
+        "nfe:ide/nfe:dhEmi",
+        "nfe:emit/nfe:CNPJ",
+        "nfe:total/nfe:ICMSTot/nfe:vNF",
+    )
 )
 
 
 def _placeholders_one_probe_at_a_time(invoice: etree._Element) -> int:
     """The reference: ``Id``, ``versao`` and each probe's first match, one XPath each."""
     texts = [invoice.get("Id"), invoice.get("versao")]
-    for path in _PROBES:
-        found: Any = etree.XPath(path, namespaces={"nfe": NS})(invoice)
+    for probe in _PROBES:
+        found: Any = probe(invoice)
         texts.append(found[0].text if found else None)
     return sum(
         1 for text in texts if text is not None and text.strip().lower() in PLACEHOLDER_VALUES
@@ -93,7 +96,7 @@ def _invoices(draw: st.DrawFn) -> str:
     return f'<infNFe xmlns="{NS}" {identifier} versao="?">{"".join(groups)}</infNFe>'
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(text=_invoices())
 def test_placeholder_count_equals_one_probe_at_a_time(text: str) -> None:
     invoice = etree.fromstring(text)
@@ -117,7 +120,7 @@ def _infos(draw: st.DrawFn) -> str:
     return f'<infProt xmlns="{NS}">{"".join(children)}</infProt>'
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(text=_infos())
 def test_child_texts_in_one_pass_equal_child_text_per_name(text: str) -> None:
     info = etree.fromstring(text)
