@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import codecs
 import datetime
+import errno
 import functools
 import json
 import os
@@ -74,6 +75,23 @@ def _decode(data: bytes, encoding: str, path: str) -> str:
         ) from error
 
 
+def _read_at_most(descriptor: int, count: int) -> bytes:
+    """Up to ``count`` bytes from ``descriptor``: fewer only at the end of the file (a read
+    returning nothing), as a buffered file's ``read(count)`` gives them."""
+    data = os.read(descriptor, count)
+    if not data or len(data) == count:
+        return data
+    chunks = [data]
+    count -= len(data)
+    while count > 0:
+        data = os.read(descriptor, count)
+        if not data:
+            break
+        chunks.append(data)
+        count -= len(data)
+    return b"".join(chunks)
+
+
 @tool(inline=True, taint_source=True, reads="path", typical_seconds=0.01)
 def read_file(path: str, encoding: str = "utf-8", max_bytes: int = 50_000_000) -> str | bytes:
     """Read a local file, as text or as raw bytes.
@@ -104,25 +122,30 @@ def read_file(path: str, encoding: str = "utf-8", max_bytes: int = 50_000_000) -
         )
     try:
         # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, and this
-        # tool runs on the event loop. Only regular files are read.
+        # tool runs on the event loop. Only regular files are read, straight from the
+        # descriptor (no buffered file object: one document, read once).
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        with open(descriptor, "rb", closefd=True) as handle:
-            status = os.fstat(handle.fileno())
+        try:
+            status = os.fstat(descriptor)
+            if stat.S_ISDIR(status.st_mode):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
             if not stat.S_ISREG(status.st_mode):
                 raise PermanentStepError(
                     f"read_file {path}: not a regular file (a pipe, device or socket); name a file",
                     reason="not_a_file",
                 )
-            # Size the read from fstat: read(max_bytes + 1) would allocate max_bytes up front.
+            # Size the read from fstat: reading max_bytes + 1 would allocate max_bytes up front.
             size = status.st_size
-            data = handle.read(min(size, max_bytes) + 1)
-            if len(data) > max_bytes:
-                size = max(size, len(data))
-                raise PermanentStepError(
-                    f"read_file {path}: the file has {size} bytes, more than max_bytes="
-                    f"{max_bytes}; raise max_bytes if it is really meant to be read",
-                    reason="too_large",
-                )
+            data = _read_at_most(descriptor, min(size, max_bytes) + 1)
+        finally:
+            os.close(descriptor)
+        if len(data) > max_bytes:
+            size = max(size, len(data))
+            raise PermanentStepError(
+                f"read_file {path}: the file has {size} bytes, more than max_bytes="
+                f"{max_bytes}; raise max_bytes if it is really meant to be read",
+                reason="too_large",
+            )
     except FileNotFoundError as error:
         raise PermanentStepError(
             f"read_file {path}: no such file (looked in {os.path.abspath(path)}); check the "

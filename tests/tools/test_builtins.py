@@ -261,6 +261,25 @@ def test_read_file_folder(tmp_path: Path) -> None:
     with pytest.raises(PermanentStepError) as caught:
         read_file(str(tmp_path))
     assert caught.value.reason == "missing_resource"
+    assert str(caught.value) == (
+        f"read_file {tmp_path}: is a folder, not a file; name a file inside it"
+    )
+
+
+def test_read_file_reads_every_byte_of_a_file_given_in_short_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read may return fewer bytes than asked before the end of the file (a network
+    filesystem): the file is still read whole, and still refused when too large."""
+    file = tmp_path / "a.xml"
+    file.write_bytes(b"0123456789")
+    real_read = os.read
+    monkeypatch.setattr(os, "read", lambda descriptor, count: real_read(descriptor, min(count, 3)))
+    assert read_file(str(file), encoding="binary") == b"0123456789"
+    assert read_file(str(file), encoding="binary", max_bytes=10) == b"0123456789"
+    with pytest.raises(PermanentStepError) as caught:
+        read_file(str(file), encoding="binary", max_bytes=9)
+    assert caught.value.reason == "too_large"
 
 
 def test_read_file_too_large(tmp_path: Path) -> None:
