@@ -161,11 +161,13 @@ def compile_table(
     order; the table is remembered, so a plan selecting the same fields from many documents
     builds it once.
 
-    The table also carries a plan for :func:`evaluate_table`: the expressions that are
-    plain child paths (``nfe:total/nfe:ICMSTot/nfe:vNF``, ``nfe:ICMS/*/nfe:vICMSDeson``),
-    or ``boolean()`` of one, ending in a name no other such expression of the table ends in
-    are evaluated together, as one XPath union; a lone attribute (``@Id``) is read from the
-    element. Both give what each expression gives alone (see :func:`evaluate_table`).
+    The table also carries a plan for :func:`evaluate_table`: four or more plain child
+    paths under one parent path (``nfe:total/nfe:ICMSTot/nfe:vNF``, ``.../nfe:vProd``...)
+    are read from that parent's children in one pass; the other plain child paths
+    (``nfe:ICMS/*/nfe:vICMSDeson``), or ``boolean()`` of one, ending in a name no other such
+    expression of the table ends in are evaluated together, as one XPath union; a lone
+    attribute (``@Id``) is read from the element. Each gives what each expression gives
+    alone (see :func:`evaluate_table`).
 
     Raises:
         PermanentStepError: as :func:`compile_xpath`, for the first expression that fails.
@@ -188,17 +190,25 @@ _ATTRIBUTE = re.compile(rf"@({_NAME})")
 _BOOLEAN = re.compile(r"boolean\(([^()\s]*)\)")
 
 
+#: Sibling paths (same parent path, distinct last names) from which their parent's
+#: children are read in one pass (``parent/*``) instead of one union member each: reading
+#: every child costs about as much as four separate paths.
+_SIBLINGS_MIN = 4
+
+
 class _TablePlan:
     """How :func:`evaluate_table` evaluates one table.
 
-    ``union``: one XPath, the union (``|``) of the table's child paths (bare, or inside
+    ``groups``: ``(parent/*, {expanded name: field})`` for each set of at least
+    :data:`_SIBLINGS_MIN` child paths with the same parent path and distinct last names;
+    ``union``: one XPath, the union (``|``) of the other child paths (bare, or inside
     ``boolean()``: the fields in ``booleans``) whose last step names an element no other of
     them names (``by_tag``: that element's expanded name ``{uri}local`` → the field);
     ``attributes``: ``(field, attribute)`` for ``@name`` expressions; ``others``: ``(field,
     compiled)`` evaluated one by one.
     """
 
-    __slots__ = ("attributes", "booleans", "by_tag", "names", "others", "union")
+    __slots__ = ("attributes", "booleans", "by_tag", "groups", "names", "others", "union")
 
     def __init__(
         self,
@@ -208,13 +218,9 @@ class _TablePlan:
     ) -> None:
         namespaces = dict(namespace_items)
         self.names = tuple(name for name, _ in table)
-        self.attributes: tuple[tuple[str, str], ...] = ()
-        self.others: tuple[tuple[str, etree.XPath], ...] = ()
-        self.by_tag: dict[str, str] = {}
-        self.union: etree.XPath | None = None
-        tags: dict[str, list[tuple[str, str]]] = {}
         attributes: list[tuple[str, str]] = []
         booleans: set[str] = set()
+        paths: list[tuple[str, str, str]] = []  # (field, expression, expanded last name)
         for name, expr in items:
             attribute = _ATTRIBUTE.fullmatch(expr)
             if attribute is not None:
@@ -228,19 +234,40 @@ class _TablePlan:
             if path is None or not all(namespaces.get(prefix) for prefix in _prefixes(expr)):
                 continue
             prefix, local = path.group(1), path.group(2)
-            tag = f"{{{namespaces[prefix]}}}{local}" if prefix else local
-            tags.setdefault(tag, []).append((name, expr))
+            paths.append((name, expr, f"{{{namespaces[prefix]}}}{local}" if prefix else local))
+        siblings: dict[str, list[tuple[str, str, str]]] = {}
+        for name, expr, tag in paths:
+            if name not in booleans:
+                siblings.setdefault(expr.rpartition("/")[0], []).append((name, expr, tag))
+        groups: list[tuple[etree.XPath, dict[str, str]]] = []
+        grouped: set[str] = set()
+        for parent, members in siblings.items():
+            by_name = {tag: name for name, _, tag in members}
+            if len(members) >= _SIBLINGS_MIN and len(by_name) == len(members):
+                children = f"{parent}/*" if parent else "*"
+                groups.append(
+                    (etree.XPath(children, namespaces=namespaces, smart_strings=False), by_name)
+                )
+                grouped.update(by_name.values())
+        tags: dict[str, list[tuple[str, str]]] = {}
+        for name, expr, tag in paths:
+            if name not in grouped:
+                tags.setdefault(tag, []).append((name, expr))
         united = {tag: fields[0] for tag, fields in tags.items() if len(fields) == 1}
-        if united:
-            self.by_tag = {tag: name for tag, (name, _) in united.items()}
-            self.union = etree.XPath(
+        self.groups = tuple(groups)
+        self.by_tag = {tag: name for tag, (name, _) in united.items()}
+        self.union = (
+            etree.XPath(
                 " | ".join(expr for _, expr in united.values()),
                 namespaces=namespaces,
                 smart_strings=False,
             )
+            if united
+            else None
+        )
         self.attributes = tuple(attributes)
         self.booleans = frozenset(booleans & set(self.by_tag.values()))
-        planned = set(self.by_tag.values()) | {name for name, _ in attributes}
+        planned = grouped | set(self.by_tag.values()) | {name for name, _ in attributes}
         self.others = tuple((name, xpath) for name, xpath in table if name not in planned)
 
 
@@ -263,12 +290,14 @@ def evaluate_table(
     """``{name: evaluate_compiled(root, compiled)}`` for each ``(name, compiled)`` of
     ``table`` (from :func:`compile_table`): each expression's first match, converted.
 
-    A table from :func:`compile_table` is evaluated by its plan: its plain child paths
-    with distinct last names in one XPath union, whose result is in document order (XPath
-    1.0, section 3.3), so the first node named like a path's last step is that path's
-    first match (and ``boolean()`` of a path is whether it has one); ``@name`` by
-    ``root.get(name)`` (the attribute without namespace, as the XPath name test selects
-    it); the rest one by one. The values are those of the one by one evaluation.
+    A table from :func:`compile_table` is evaluated by its plan. XPath node-sets come in
+    document order (XPath 1.0, section 3.3, as lxml returns them), so: sibling paths
+    ``parent/name`` come from ``parent/*``, a path's first match being the first child so
+    named; the other plain child paths with distinct last names from one XPath union, a
+    path's first match being the first node named like its last step (and ``boolean()`` of
+    a path is whether it has one); ``@name`` from ``root.get(name)`` (the attribute without
+    namespace, as the XPath name test selects it); the rest one by one. The values are
+    those of the one by one evaluation.
 
     Raises:
         PermanentStepError: reason ``invalid_xpath`` when an expression fails to evaluate.
@@ -277,31 +306,39 @@ def evaluate_table(
     if plan is None:
         return _evaluate_each(root, table)
     values: dict[str, Any] = dict.fromkeys(plan.names)
-    if plan.union is not None:
-        try:
-            found: Any = plan.union(root)
-        except etree.XPathError:
-            return _evaluate_each(root, table)
-        by_tag = plan.by_tag
-        booleans = plan.booleans
-        for node in found:
-            name = by_tag[node.tag]
-            if values[name] is None:
-                if name in booleans:
-                    values[name] = True
-                elif len(node):
-                    values[name] = _convert(node)
-                else:  # _convert of an element without children, inline
-                    text = node.text
-                    values[name] = "" if text is None else text.strip()
-        for name in booleans:
-            if values[name] is None:
-                values[name] = False
+    try:
+        for children, by_tag in plan.groups:
+            found: Any = children(root)
+            for node in found:
+                name = by_tag.get(node.tag)
+                if name is not None and values[name] is None:
+                    values[name] = _element_value(node)
+        if plan.union is not None:
+            found = plan.union(root)
+            by_tag = plan.by_tag
+            booleans = plan.booleans
+            for node in found:
+                name = by_tag[node.tag]
+                if values[name] is None:
+                    values[name] = True if name in booleans else _element_value(node)
+    except etree.XPathError:
+        return _evaluate_each(root, table)
+    for name in plan.booleans:
+        if values[name] is None:
+            values[name] = False
     for name, attribute in plan.attributes:
         values[name] = root.get(attribute)
     for name, compiled in plan.others:
         values[name] = _first(root, compiled)
     return values
+
+
+def _element_value(element: etree._Element) -> str:
+    """:func:`_convert` of an element (never None)."""
+    if len(element):
+        return "".join(str(text) for text in element.itertext()).strip()
+    text = element.text
+    return "" if text is None else text.strip()
 
 
 def _evaluate_each(
@@ -324,12 +361,9 @@ def _first(root: etree._Element, compiled: etree.XPath) -> Any:
 
 def _convert(item: Any) -> Any:
     if isinstance(item, etree._Element):
-        if len(item):
-            # Comments, processing instructions or child elements split the text: take the
-            # element's whole text content (XPath's string-value), comments left out.
-            return "".join(str(text) for text in item.itertext()).strip()
-        text = item.text
-        return "" if text is None else text.strip()
+        # Comments, processing instructions or child elements split the text: the element's
+        # whole text content (XPath's string-value), comments left out.
+        return _element_value(item)
     if isinstance(item, bool):
         return item
     if isinstance(item, float):

@@ -203,6 +203,18 @@ def test_table_union_takes_each_paths_first_match_in_document_order() -> None:
     assert evaluate_table(root, table) == _one_by_one(root, paths, _TABLE_NAMESPACES)
 
 
+def test_table_sibling_paths_take_each_ones_first_match_among_the_children() -> None:
+    root = parse_xml(
+        f'<r xmlns="{_NS_A}"><!-- c --><g><w>w1</w><x>x1</x></g>'
+        "<g><z>z2</z><x>x2</x><y> y2 </y><?pi p?><v><!-- c -->v<b/>2</v></g></r>"
+    )
+    paths = {"v": "a:g/a:v", "w": "a:g/a:w", "x": "a:g/a:x", "y": "a:g/a:y", "u": "a:g/a:u"}
+    table = compile_table(paths, _TABLE_NAMESPACES)
+    assert len(table.plan.groups) == 1  # type: ignore[attr-defined]
+    assert evaluate_table(root, table) == {"v": "v2", "w": "w1", "x": "x1", "y": "y2", "u": None}
+    assert evaluate_table(root, table) == _one_by_one(root, paths, _TABLE_NAMESPACES)
+
+
 def test_table_paths_ending_in_the_same_name_are_evaluated_one_by_one() -> None:
     root = parse_xml(f'<r xmlns="{_NS_A}"><p><v>1</v></p><q><v>2</v></q></r>')
     paths = {"q": "a:q/a:v", "p": "a:p/a:v", "count": "count(a:p)", "deep": "//a:v"}
@@ -285,10 +297,28 @@ def _expressions(draw: st.DrawFn) -> str:
     )
 
 
+_SIBLING_PARENTS = ("", "a:g", "*", "a:g/*", "x")
+
+
+@st.composite
+def _sibling_tables(draw: st.DrawFn) -> dict[str, str]:
+    """Four or more paths under one parent (read from the parent's children), and others."""
+    parent = draw(st.sampled_from(_SIBLING_PARENTS))
+    lasts = draw(st.lists(st.sampled_from(_LAST), min_size=4, max_size=6, unique=True))
+    paths = {
+        f"s{number}": f"{parent}/{last}" if parent else last for number, last in enumerate(lasts)
+    }
+    paths.update(draw(st.dictionaries(st.sampled_from("abc"), _expressions(), max_size=3)))
+    return paths
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     tree=_documents(),
-    paths=st.dictionaries(st.sampled_from("abcdefgh"), _expressions(), min_size=1, max_size=8),
+    paths=st.one_of(
+        st.dictionaries(st.sampled_from("abcdefgh"), _expressions(), min_size=1, max_size=8),
+        _sibling_tables(),
+    ),
 )
 def test_table_union_equals_one_by_one_evaluation(tree: str, paths: dict[str, str]) -> None:
     root = parse_xml(tree)
