@@ -74,6 +74,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream
 from rich.table import Table
 
 from plandag.errors import InputError
@@ -725,19 +726,26 @@ async def extract_batch(
                 on_progress(finished, total)
 
     async def run_one(index: int, path: Path) -> None:
-        async with limiter:
-            problem = not_a_regular_file(path)
-            sha = _sha256(path) if resume and problem is None else ""
-            records: list[dict[str, Any]] = []
-            if problem is not None:
-                records = [error_record(str(path), "", *problem)]
-            elif sha and (sha, display_name(path)) in done:
-                summary.skipped_by_resume += 1
-                summary.inputs_with_record += 1
-            else:
-                records = await _extract_safely(extract, path, sha)
+        problem = not_a_regular_file(path)
+        sha = _sha256(path) if resume and problem is None else ""
+        records: list[dict[str, Any]] = []
+        if problem is not None:
+            records = [error_record(str(path), "", *problem)]
+        elif sha and (sha, display_name(path)) in done:
+            summary.skipped_by_resume += 1
+            summary.inputs_with_record += 1
+        else:
+            records = await _extract_safely(extract, path, sha)
         results[index] = records
         flush_ready()
+
+    async def take_inputs(receive: MemoryObjectReceiveStream[tuple[int, Path]]) -> None:
+        # one of ``in_flight`` tasks, each extracting one input at a time, in the order
+        # they are handed over: the same as a task per input behind a limiter of
+        # ``in_flight``, without starting a task per input
+        async with receive:
+            async for index, path in receive:
+                await run_one(index, path)
 
     def apply_corrections() -> None:
         """Give unique_in_batch its final outcome in the file, also after an interruption,
@@ -776,7 +784,6 @@ async def extract_batch(
                     )
 
     in_flight = mapper.capacity if mapper is not None else jobs
-    limiter = anyio.CapacityLimiter(in_flight)
     slots = anyio.Semaphore(window if window is not None else max(8 * in_flight, 64))
     try:
         if unplaced:
@@ -785,14 +792,19 @@ async def extract_batch(
         if on_progress is not None:
             on_progress(0, total)
         async with anyio.create_task_group() as group:
-            for index, path in enumerate(paths):
-                await slots.acquire()
-                waiting = placed.get(os.fspath(path))
-                if waiting:
-                    results[index] = [dict(waiting.pop(0))]
-                    flush_ready()
-                else:
-                    group.start_soon(run_one, index, path)
+            send, receive = anyio.create_memory_object_stream[tuple[int, Path]]()
+            async with send:
+                for _ in range(min(in_flight, len(paths))):
+                    group.start_soon(take_inputs, receive.clone())
+                receive.close()
+                for index, path in enumerate(paths):
+                    await slots.acquire()
+                    waiting = placed.get(os.fspath(path))
+                    if waiting:
+                        results[index] = [dict(waiting.pop(0))]
+                        flush_ready()
+                    else:
+                        await send.send((index, path))
     finally:
         if mapper is not None:
             mapper.backend.close()
