@@ -48,7 +48,14 @@ from plandag.trace.redact import (
     scrub_secret_values,
 )
 
-__all__ = ["SecretMaskingConnection", "seal", "sealed_json", "unseal"]
+__all__ = [
+    "ScrubbedText",
+    "SecretMaskingConnection",
+    "seal",
+    "sealed_json",
+    "sealed_store_text",
+    "unseal",
+]
 
 _ENV = "$env"
 _ENV_TEXT = "$env_text"
@@ -221,14 +228,67 @@ def sealed_json(
     Raises:
         TypeError, ValueError: ``value`` is not JSON data (an object, NaN or infinity).
     """
+    secrets = environment_secrets() if environment is None else environment
+    return _sealed_json(value, secrets, text)[0]
+
+
+def _sealed_json(value: Any, secrets: Mapping[str, str], text: str | None) -> tuple[str, bool]:
+    """:func:`sealed_json`'s text, and whether it is the text of ``value`` itself (no
+    sealing rule applied: ``_may_need_sealing`` said no)."""
     if text is None:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    secrets = environment_secrets() if environment is None else environment
     if not _may_need_sealing(text, secrets):
-        return text
-    return json.dumps(
-        _Sealer(secrets).value(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False
-    )
+        return text, True
+    sealed = _Sealer(secrets).value(value)
+    return json.dumps(sealed, ensure_ascii=False, separators=(",", ":"), allow_nan=False), False
+
+
+class ScrubbedText(str):
+    """A text that :func:`~plandag.trace.redact.scrub_secret_values` leaves as it is while
+    the environment's secret values are :attr:`environment`: the
+    :class:`SecretMaskingConnection` binds it without scanning it again as long as they
+    are (and masks it as any other text once they changed).
+
+    Attributes:
+        environment: the secret values it was checked against, longest first (the keys of
+            :func:`~plandag.trace.redact.environment_secrets`).
+    """
+
+    environment: tuple[str, ...] = ()
+
+
+def sealed_store_text(value: Any, *, text: str | None = None) -> str:
+    """:func:`sealed_json` of ``value`` under the process's environment, for a column of the
+    run store: the same text, as a :class:`ScrubbedText` when sealing changed nothing and
+    the text holds nothing the store's connection masks, so it is not scanned twice.
+
+    Why that holds: sealing changed nothing, so the text holds no secret value's JSON form
+    and, lowered, none of ``_SEALING_WORDS``, among them ``sk-``, ``eyj``, ``bearer`` and
+    ``basic``, nor a letter only a case-insensitive pattern folds to ASCII; then
+    :func:`~plandag.trace.redact.scrub_secret_values` finds no key, no JSON Web Token and
+    no ``Bearer``/``Basic`` credential in it, and a secret value only where it is written
+    as it is, which is looked for here (a value holding a quote, a backslash or a control
+    character is written otherwise in JSON).
+
+    Args:
+        value: JSON data.
+        text: ``json.dumps(value, ensure_ascii=False, separators=(",", ":"),
+            allow_nan=False)`` when the caller has it already, or None.
+
+    Raises:
+        TypeError, ValueError: ``value`` is not JSON data (an object, NaN or infinity).
+    """
+    secrets = environment_secrets()
+    sealed, unchanged = _sealed_json(value, secrets, text)
+    if not unchanged or any(
+        secret in sealed
+        for secret in secrets
+        if json.dumps(secret, ensure_ascii=False)[1:-1] != secret
+    ):
+        return sealed
+    scrubbed = ScrubbedText(sealed)
+    scrubbed.environment = tuple(secrets)
+    return scrubbed
 
 
 def unseal(value: Any, environ: Mapping[str, str] | None = None, *, run_id: str = "") -> Any:
@@ -307,11 +367,13 @@ class SecretMaskingConnection(sqlite3.Connection):
 
 def _masked(parameters: Any, environment: tuple[str, ...]) -> Any:
     if isinstance(parameters, Mapping):
-        return {
-            key: scrub_secret_values(item, environment) if isinstance(item, str) else item
-            for key, item in parameters.items()
-        }
-    return tuple(
-        scrub_secret_values(item, environment) if isinstance(item, str) else item
-        for item in parameters
-    )
+        return {key: _masked_item(item, environment) for key, item in parameters.items()}
+    return tuple(_masked_item(item, environment) for item in parameters)
+
+
+def _masked_item(item: Any, environment: tuple[str, ...]) -> Any:
+    if not isinstance(item, str):
+        return item
+    if type(item) is ScrubbedText and item.environment == environment:
+        return item  # checked against these very secrets (sealed_store_text)
+    return scrub_secret_values(item, environment)

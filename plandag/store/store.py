@@ -47,7 +47,7 @@ from plandag.errors import InputError
 from plandag.scheduler.estimate import MEASURED_MIN_RUNS
 from plandag.scheduler.result import to_jsonable
 from plandag.store.migrations import migrate
-from plandag.store.sealing import SecretMaskingConnection, seal, sealed_json
+from plandag.store.sealing import SecretMaskingConnection, seal, sealed_store_text
 from plandag.trace.redact import scrub_secret_values
 
 __all__ = [
@@ -419,7 +419,7 @@ class Store:
         ``record_json``: the record's compact JSON text when the caller has it (see
         :meth:`record_document`)."""
         try:
-            text = sealed_json(record, text=record_json)
+            text = sealed_store_text(record, text=record_json)
         except (TypeError, ValueError):
             return self.value_columns(record)
         if len(text) > BLOB_THRESHOLD_BYTES:

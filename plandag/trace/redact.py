@@ -683,11 +683,27 @@ class Redactor:
     def __call__(self, value: Any) -> Any:
         """Return a copy of ``value`` with secrets (and with ``personal``, personal data)
         masked."""
+        return self._walk().value(value, personal=self.personal)
+
+    def text(self, text: str) -> str:
+        """``text`` masked as a string value under a key that names nothing special:
+        ``self({"detail": text})["detail"]``, without building the mapping (``detail`` is
+        no credential's name, no personal field's, no identifier's, and a mapping holding
+        only it is no NF-e party).
+
+        Args:
+            text: a string value.
+
+        Returns:
+            The masked text.
+        """
+        return self._walk().text(text, personal=self.personal)
+
+    def _walk(self) -> _Walk:
         size = len(os.environ)
         if self._environment is None or size != self._environment_size:
             self._environment, self._environment_size = _environment_secrets(), size
-        walk = _Walk(secrets=True, personal=self.personal, environment=self._environment)
-        return walk.value(value, personal=self.personal)
+        return _Walk(secrets=True, personal=self.personal, environment=self._environment)
 
     def __repr__(self) -> str:
         return f"Redactor(personal={self.personal!r})"

@@ -29,6 +29,7 @@ from plandag.dag.plan import Plan
 from plandag.dag.references import find_references
 from plandag.scheduler import events
 from plandag.scheduler.result import AttemptRecord, RunResult, StepRecord, to_jsonable
+from plandag.trace.redact import Redactor
 
 if TYPE_CHECKING:
     from plandag.planner.llm.calls import CallRecord
@@ -51,7 +52,7 @@ RESULT_CHARACTERS = 4000
 
 _CANCEL_REASONS = frozenset({"deadline", "stalled", "interrupted"})
 
-Redactor = Callable[[Any], Any]
+RedactFunction = Callable[[Any], Any]
 Exporter = Callable[[dict[str, Any]], None]
 
 
@@ -265,7 +266,7 @@ class TraceWriter:
         run_id: str,
         *,
         segment: int = 0,
-        redact: Redactor | None = None,
+        redact: RedactFunction | None = None,
         exporters: Sequence[Exporter] = (),
         args: Mapping[int, Any] | None = None,
         clock: Callable[[], float] = _time.time,
@@ -695,7 +696,11 @@ class TraceWriter:
             return self._span("step", name, start, end, attrs)
         # The summary holds plandag's own names (status, check names, error codes): only
         # the path goes through the redactor, which keeps the line cheap.
-        shown = self._clean({"detail": _cut_bytes(source, SUMMARY_SOURCE_BYTES)})["detail"]
+        cut = _cut_bytes(source, SUMMARY_SOURCE_BYTES)
+        if isinstance(self._redact, Redactor):  # the same text, without a mapping to walk
+            shown = self._redact.text(cut)
+        else:
+            shown = self._clean({"detail": cut})["detail"]
         attrs["detail"], attrs["args"] = shown, {"path": shown}
         attrs["result"] = document_summary(record)
         # Every value here is JSON already (strings, numbers, lists of strings): the line is

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from lxml import etree
 
 from plandag.extract.nfe.record import Dest, Emit, Ide, NfeRecord, Total
@@ -504,3 +506,18 @@ def test_a_malformed_log_call_is_still_scrubbed(restore_logging: None) -> None:
     assert SecretFilter().filter(record) is True
     assert record.msg == "token=[secret] %s"
     assert record.args == ("[secret]",)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    text=st.lists(
+        st.sampled_from(
+            [*"aB1 :=,-@.()/\u0131", "sk-", "eyJ", "Bearer ", "token", "98765432", "52998224725"]
+        ),
+        max_size=12,
+    ).map("".join),
+    personal=st.booleans(),
+)
+def test_redactor_text_is_the_value_under_a_plain_key(text: str, personal: bool) -> None:
+    redactor = Redactor(personal=personal)
+    assert redactor.text(text) == redactor({"detail": text})["detail"]

@@ -461,3 +461,42 @@ def test_a_dependency_down_is_an_event_line(tmp_path: Path) -> None:
             "time": T,
         }
     ]
+
+
+_SOURCES = [
+    "/data/in/a.xml",
+    "/data/in/token=abcdef123456.xml",
+    "/data/in/Bearer abcdefghijklmnop1234.xml",
+    "/data/in/sk-ant-abcdefgh12345678.xml",
+    "/data/in/529.982.247-25 joao@example.com (11) 91234-5678.xml",
+    "/data/in/52998224725.xml",
+    "/data/in/env-secret-value-99.xml",
+    "/data/in/" + "ç" * 200 + ".xml",
+    "/data/in/b\\xff.xml",
+]
+
+
+@pytest.mark.parametrize("personal", [False, True])
+def test_a_document_line_is_the_same_through_any_redactor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, personal: bool
+) -> None:
+    """The summary line masks the path through Redactor.text, without building the mapping
+    it walks for any other redactor: the lines are the same."""
+    from plandag.trace.redact import Redactor
+
+    monkeypatch.setenv("PLANDAG_TEST_IN_TOKEN", "env-secret-value-99")
+    redactor = Redactor(personal=personal)
+    lines = []
+    for name, redact in (("fast", redactor), ("general", lambda value: redactor(value))):
+        writer = TraceWriter(tmp_path / f"{name}.jsonl", "r1", redact=redact, clock=lambda: 5.0)
+        for index, source in enumerate(_SOURCES):
+            record = {"status": "ok", "checks": {}, "errors": []}
+            writer.document(index, source, "ok", record, 1.0, 2.0)
+        writer.close()
+        lines.append((tmp_path / f"{name}.jsonl").read_text(encoding="utf-8"))
+    assert lines[0] == lines[1]
+    shown = [json.loads(line)["attrs"]["detail"] for line in lines[0].splitlines()]
+    assert shown[1] == "/data/in/token=[secret]"
+    assert shown[6] == "/data/in/[secret].xml"
+    assert ("[cpf]" in shown[4]) is personal
+    assert all(len(line.encode("utf-8")) <= 1024 for line in lines[0].splitlines())
