@@ -585,8 +585,11 @@ def open_mapper(
     Raises:
         InputError: ``workers`` < 1, or a ``cluster`` that is neither ``local`` nor a
             ``tcp://`` address, or the ``dask`` extra missing, or the scheduler unreachable.
+        RuntimeError: worker processes would run the main module again and start the batch
+            again (:func:`plandag.extract.main_guard.refuse_unguarded_main`).
     """
     from plandag.errors import InputError
+    from plandag.extract.main_guard import refuse_unguarded_main
 
     if workers is not None and workers < 1:
         raise InputError(f"--workers must be at least 1, not {workers}")
@@ -599,10 +602,14 @@ def open_mapper(
     if cluster is not None:
         from plandag.extract.cluster import DaskBackend
 
+        if cluster == "local":
+            refuse_unguarded_main()
+
         backend: Backend = DaskBackend(cluster, workers or default_workers(), config)
     else:
         count = min(workers or default_workers(), documents)
         if count <= 1:
             return None
+        refuse_unguarded_main()
         backend = ProcessBackend(count, config)
     return ChunkMapper(backend, config, local, lost_record)
