@@ -213,8 +213,9 @@ def generate(
         The files written, in order.
 
     Raises:
-        ValueError: ``count`` < 0, or no source.
-        OSError: a file cannot be written.
+        ValueError: ``count`` < 0, no source, or a source :func:`rekey` cannot copy (the
+            message names it).
+        OSError: a source cannot be read or a file cannot be written.
     """
     if count < 0:
         raise ValueError(f"the number of invoices must be >= 0, not {count}")
@@ -233,9 +234,12 @@ def generate(
             cnf = randomness.randrange(0, 10**8)
             if cnf == nnf:
                 continue
-            data, key = rekey(
-                originals[which], nnf=nnf, cnf=cnf, days_back=randomness.randrange(730)
-            )
+            try:
+                data, key = rekey(
+                    originals[which], nnf=nnf, cnf=cnf, days_back=randomness.randrange(730)
+                )
+            except ValueError as error:
+                raise ValueError(f"{chosen[which]}: {error}") from None
             if key not in keys:
                 break
         keys.add(key)
@@ -260,7 +264,12 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     if options.count < 0:
         parser.error(f"N must be >= 0, not {options.count}")
-    made = generate(options.count, options.folder, seed=options.seed, sources=options.source)
+    try:
+        made = generate(options.count, options.folder, seed=options.seed, sources=options.source)
+    except OSError as error:
+        parser.error(f"{error.filename or options.folder}: {error.strerror or error}")
+    except ValueError as error:
+        parser.error(str(error))
     sources = len({invoice.source for invoice in made})
     print(f"{len(made)} invoices from {sources} sources written to {options.folder}")
     return 0
