@@ -21,6 +21,7 @@ Needs the ``dask`` extra (``pip install 'plandag[dask]'``).
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 import struct
 import time
@@ -32,6 +33,8 @@ from plandag.errors import InputError
 from plandag.extract import parallel
 
 __all__ = ["DaskBackend", "probe_scheduler", "scheduler_address"]
+
+logger = logging.getLogger("plandag.extract")
 
 #: Seconds to wait for an existing scheduler to answer.
 CONNECT_TIMEOUT = 10.0
@@ -209,6 +212,13 @@ class DaskBackend:
                 ) from None
         known = len(self.client.scheduler_info().get("workers", {}))
         self.workers = max(1, known or workers)
+        if not known and self._local is None:
+            logger.warning(
+                "--cluster %s: the scheduler has no worker yet; the documents wait until "
+                "workers join (start them with `dask worker %s --nthreads 1`)",
+                cluster,
+                cluster,
+            )
         if config is not None and known:
             # a failure shows again on the first chunk, as that chunk's outcome
             with contextlib.suppress(Exception):

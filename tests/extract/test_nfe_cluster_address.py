@@ -5,6 +5,7 @@ speaks, a peer that is not a Dask scheduler)."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 import threading
 from collections.abc import Iterator
@@ -139,3 +140,29 @@ def test_a_peer_that_is_not_a_dask_scheduler_is_an_error(tmp_path: Path, banner_
     assert code == 2, output
     assert "not a Dask scheduler" in output
     assert "Traceback" not in output
+
+
+@pytest.mark.timeout(60)
+def test_a_scheduler_without_workers_is_said_at_once(caplog: pytest.LogCaptureFixture) -> None:
+    import distributed
+
+    from plandag.extract import cluster
+
+    with distributed.LocalCluster(
+        n_workers=0,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+        scheduler_kwargs={"dashboard": False},
+    ) as scheduler_only:
+        address = scheduler_only.scheduler_address
+        with caplog.at_level(logging.WARNING, logger="plandag.extract"):
+            backend = cluster.DaskBackend(address, 2)
+            backend.close()
+
+    ours = [record for record in caplog.records if record.name == "plandag.extract"]
+    assert [record.getMessage() for record in ours] == [
+        f"--cluster {address}: the scheduler has no worker yet; the documents wait until "
+        f"workers join (start them with `dask worker {address} --nthreads 1`)"
+    ]
