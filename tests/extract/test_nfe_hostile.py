@@ -602,3 +602,28 @@ def test_a_hard_link_to_the_output_is_another_input_and_a_link_to_it_is_the_outp
         "output file"
     )
     assert not later.exists()
+
+
+def test_each_file_is_taken_once_by_its_real_path(tmp_path: Path, monkeypatch: Any) -> None:
+    """Second spellings (symbolic links, repeated arguments, ``./``) are dropped, before and
+    after a path that leads to no file; a hard link (the same file under another real path)
+    is an input of its own, as the real path says."""
+    folder = tmp_path / "in"
+    a = _spec(folder / "a.xml", _key(1))
+    b = _spec(folder / "b.xml", _key(2))
+    (folder / "c_link.xml").symlink_to("a.xml")
+    os.link(a, folder / "d_hard.xml")
+    (folder / "e_dangling.xml").symlink_to(tmp_path / "nowhere")
+    (folder / "f_link.xml").symlink_to("b.xml")
+    (folder / "g_link.xml").symlink_to("d_hard.xml")
+    monkeypatch.chdir(tmp_path)
+    files, missing = expand_inputs(
+        [str(folder), "in/a.xml", "./in/b.xml", "in/e_dangling.xml", "in/d_hard.xml"]
+    )
+    assert missing == []
+    assert files == [a, b, folder / "d_hard.xml", folder / "e_dangling.xml"]
+
+    # without a dangling link: the same answer
+    (folder / "e_dangling.xml").unlink()
+    files, _ = expand_inputs([str(folder), "in/a.xml", "./in/b.xml", "in/d_hard.xml"])
+    assert files == [a, b, folder / "d_hard.xml"]

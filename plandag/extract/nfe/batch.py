@@ -21,9 +21,15 @@ How a batch runs (the choices, and why):
   inputs (compared by real path, so through folders and symbolic links too), the input is
   dropped if it holds a previous plandag output (re-running on a folder that holds it), and
   the batch is refused otherwise (InputError, before anything is opened for writing).
-- **Concurrency**: up to ``jobs`` documents are extracted at once (a ``CapacityLimiter``);
-  at most ``window`` inputs are in flight or waiting to be written, so memory stays bounded
-  however many inputs there are.
+- **Concurrency**: up to ``jobs`` documents are extracted at once (in one process; with
+  worker processes or a cluster, as many as the map keeps in flight): the inputs are handed
+  in order, through a memory object stream, to that many tasks, each extracting one at a
+  time; at most ``window`` inputs are in flight or waiting to be written, so memory stays
+  bounded however many inputs there are.
+- **One encoding per record**: each record is encoded once; its JSONL line and the compact
+  text the run store keeps (``on_record_json``) are both made from that encoding
+  (:func:`~plandag.extract.nfe.output.record_json_texts`), which also tells a record holding
+  a lone surrogate (from a name that is not UTF-8) from the others.
 - **Order and streaming**: records are written in input order through a reorder buffer: as
   soon as the next input in order is done, its records (and every ready one after it) go to
   the file and are flushed. An interrupted batch leaves a prefix of whole inputs, which
@@ -140,6 +146,47 @@ def _identity(path: Path) -> str:
     return os.path.realpath(path) if path.exists() else os.path.abspath(path)
 
 
+class _Identities:
+    """The identities (:func:`_identity`) of the inputs taken so far, known without resolving
+    every path: two paths with one real path lead to one file, so a path whose file (device
+    and inode) no earlier input led to has a new identity, and only a path whose file was
+    met already is resolved, and compared with the earlier inputs that led to that file.
+    Once a path leads to no file (a dangling link, a loop), every identity is computed as
+    :func:`_identity` does."""
+
+    def __init__(self) -> None:
+        self._taken: list[Path] = []
+        self._by_file: dict[tuple[int, int], list[Path]] = {}
+        self._known: dict[Path, str] = {}
+        self._seen: set[str] | None = None  # every identity, once a path led to no file
+
+    def take(self, path: Path) -> bool:
+        """True, and ``path`` remembered, unless an earlier input has its identity."""
+        if self._seen is None:
+            file = _file_identity(path)
+            if file is not None:
+                earlier = self._by_file.setdefault(file, [])
+                if earlier:
+                    identity = self._identity(path)
+                    if any(self._identity(other) == identity for other in earlier):
+                        return False
+                earlier.append(path)
+                self._taken.append(path)
+                return True
+            self._seen = {self._identity(other) for other in self._taken}
+        identity = _identity(path)
+        if identity in self._seen:
+            return False
+        self._seen.add(identity)
+        return True
+
+    def _identity(self, path: Path) -> str:
+        known = self._known.get(path)
+        if known is None:
+            known = self._known[path] = _identity(path)
+        return known
+
+
 def expand_inputs(patterns: Sequence[str]) -> tuple[list[Path], list[dict[str, Any]]]:
     """Turn the PATH arguments into inputs, in argument order, each file once.
 
@@ -171,7 +218,7 @@ def expand_inputs(patterns: Sequence[str]) -> tuple[list[Path], list[dict[str, A
                 "nothing?"
             )
     inputs: list[Path] = []
-    seen: set[str] = set()
+    taken = _Identities()
     missing: list[dict[str, Any]] = []
     for pattern in patterns:
         candidates: list[Path] = []
@@ -193,11 +240,7 @@ def expand_inputs(patterns: Sequence[str]) -> tuple[list[Path], list[dict[str, A
             missing.append(error_record(pattern, "", "no_such_input", f"{pattern}: {reason}"))
             inputs.append(path)
             continue
-        for candidate in candidates:
-            identity = _identity(candidate)
-            if identity not in seen:
-                seen.add(identity)
-                inputs.append(candidate)
+        inputs.extend(candidate for candidate in candidates if taken.take(candidate))
     if len(missing) == len(inputs):
         raise InputError(
             "no input file found: "
