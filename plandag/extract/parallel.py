@@ -349,24 +349,47 @@ def _end_with(parent: multiprocessing.process.BaseProcess) -> None:
     os._exit(1)
 
 
+def _ready() -> tuple[int, bool]:
+    """A worker's answer once it has started: its process id, and whether it is warmed up
+    (the registry built by :func:`warm_up`)."""
+    return os.getpid(), bool(_registry)
+
+
 class ProcessBackend:
     """Chunks in a :class:`~concurrent.futures.ProcessPoolExecutor` of ``workers`` processes
     (``forkserver`` start where available, else ``spawn``); a broken pool is replaced.
+
+    The workers are started, and made ready, before the constructor returns (a pool starts
+    its processes only when work arrives), so that their start is over before the first
+    document is sent and a batch reports it apart (``start_seconds``).
 
     Args:
         workers: processes (>= 1).
         config: what the chunks will need, to make each worker ready as it starts
             (:func:`warm_up`), or None.
+        start_timeout: seconds to wait for the workers to start; past that, the batch goes
+            on and the workers still starting take their chunks when ready.
+
+    Attributes:
+        started: ``(process id, warmed up)`` of each worker that answered at the start.
     """
 
     sends_bytes = False
     chunk_jobs = CHUNK_JOBS
 
-    def __init__(self, workers: int, config: WorkerConfig | None = None) -> None:
+    def __init__(
+        self, workers: int, config: WorkerConfig | None = None, *, start_timeout: float = 120.0
+    ) -> None:
         self.workers = workers
         self._config = config
         self._context = _context()
         self._pool = self._new_pool()
+        self.started: list[tuple[int, bool]] = []
+        # one task per worker: each submission finds no idle worker and starts a process
+        answers = [self._pool.submit(_ready) for _ in range(workers)]
+        with contextlib.suppress(Exception):  # a failed start shows again on the first chunk
+            for answer in answers:
+                self.started.append(answer.result(timeout=start_timeout))
 
     def _new_pool(self) -> ProcessPoolExecutor:
         return ProcessPoolExecutor(
@@ -501,7 +524,10 @@ class ChunkMapper:
         items = [(str(slot.path), slot.data) for slot in slots]
         for slot in slots:
             slot.attempts += 1
-        handle = self.backend.submit(items, self.config)
+        try:
+            handle = self.backend.submit(items, self.config)
+        except Exception as error:  # nothing was sent: each gets an internal_error record
+            return [("raise", error)] * len(slots)
         try:
             outcomes: list[Outcome] = await anyio.to_thread.run_sync(
                 functools.partial(self.backend.result, handle), abandon_on_cancel=True

@@ -300,7 +300,9 @@ class BatchSummary:
         error_codes: error code → number of this run's records carrying it, most frequent first.
         duration: wall-clock seconds from start to the file's last write.
         start_seconds: of ``duration``, the seconds spent starting the worker processes or
-            the cluster before any document was sent (0 in one process).
+            the cluster (each worker ready, the plan compiled there) before any document was
+            sent (0 in one process). Stopping them, after the file's last write, is in
+            neither.
         output: the output file; items_output: ``OUT.items.csv`` for CSV, else None.
         format: ``jsonl`` or ``csv``.
         repairs: with ``--planner``: this run's records whose run asked for a repair, by
@@ -849,17 +851,22 @@ async def extract_batch(
                     else:
                         await send.send((index, path))
     finally:
-        if mapper is not None:
-            mapper.backend.close()
-        writer.close()
-        apply_corrections()
+        try:
+            writer.close()
+            apply_corrections()
+            ended = time.perf_counter()
+        finally:
+            # after the file's last write: stopping the workers or a cluster is not part
+            # of the batch's duration (as starting them is reported apart)
+            if mapper is not None:
+                mapper.backend.close()
 
     summary.records = tally.records
     summary.by_status = {k: v for k, v in tally.by_status.most_common() if v > 0}
     summary.failing_checks = {k: v for k, v in tally.failing_checks.most_common() if v > 0}
     summary.error_codes = dict(tally.error_codes.most_common())
     summary.repairs = {k: v for k, v in tally.repairs.most_common() if v > 0}
-    summary.duration = time.perf_counter() - started
+    summary.duration = ended - started
     return summary
 
 

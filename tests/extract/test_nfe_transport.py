@@ -1,0 +1,143 @@
+"""How documents travel to worker processes and back: workers ready before the first
+document, a batch's duration without the workers' start and stop, and the hand-off of
+chunks (in order, every outcome kind) the same as extracting in one process."""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from plandag.extract import parallel
+from plandag.extract.nfe import batch
+from plandag.extract.nfe.batch import expand_inputs, extract_batch
+from plandag.tools.boundary import WriteBoundary
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "nfe"
+
+
+class _Clock:
+    """A virtual ``time`` module for the batch: ``perf_counter`` moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+class _InProcess:
+    """A backend that runs each chunk in this process (where the batch waits for it);
+    stopping it takes 500 virtual seconds, starting it 7."""
+
+    sends_bytes = False
+    chunk_jobs = 2
+
+    def __init__(self, clock: _Clock) -> None:
+        self.workers = 2
+        self.clock = clock
+        self.closed = 0
+        self.chunks: list[list[str]] = []
+        clock.now += 7.0
+
+    def submit(self, items: Sequence[parallel.Item], config: parallel.WorkerConfig) -> Any:
+        self.chunks.append([source for source, _ in items])
+        return list(items), config
+
+    def result(self, handle: Any) -> list[parallel.Outcome]:
+        return parallel.extract_chunk(*handle)  # in a thread of the batch, as a pool's wait
+
+    def lost(self, error: BaseException) -> bool:
+        return False
+
+    def renew(self, handle: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed += 1
+        self.clock.now += 500.0
+
+
+def _folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "in"
+    shutil.copytree(EXAMPLES, folder)
+    shutil.copy(sorted(EXAMPLES.glob("nfelib_*.xml"))[0], folder / "zz-copy.xml")
+    (folder / "notes.txt").write_text("not an invoice\n", encoding="utf-8")
+    (folder / "empty.xml").write_bytes(b"")
+    return folder
+
+
+def _run(folder: Path, output: Path, **options: Any) -> Any:
+    files, missing = expand_inputs([str(folder)])
+    return anyio.run(functools.partial(extract_batch, files, output, missing=missing, **options))
+
+
+def test_process_backend_workers_are_started_and_warmed_up_when_it_returns(
+    tmp_path: Path,
+) -> None:
+    config = parallel.WorkerConfig(jobs=1, write_boundary=WriteBoundary([tmp_path]))
+    backend = parallel.ProcessBackend(2, config)
+    try:
+        assert len(backend.started) == 2
+        assert all(warm for _, warm in backend.started)
+        first = sorted(EXAMPLES.glob("*.xml"))[0]
+        outcomes = backend.result(backend.submit([(str(first), None)], config))
+        assert [kind for kind, _ in outcomes] == ["records"]
+    finally:
+        backend.close()
+
+
+def test_a_batch_duration_leaves_out_starting_and_stopping_its_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = _Clock()
+    monkeypatch.setattr(batch, "time", clock)
+    backends: list[_InProcess] = []
+
+    def open_mapper(**options: Any) -> parallel.ChunkMapper:
+        backend = _InProcess(clock)
+        backends.append(backend)
+        config = parallel.WorkerConfig(
+            jobs=options["jobs"], write_boundary=WriteBoundary([tmp_path])
+        )
+        return parallel.ChunkMapper(backend, config, options["local"], parallel.lost_record)
+
+    monkeypatch.setattr(parallel, "open_mapper", open_mapper)
+    summary = _run(_folder(tmp_path), tmp_path / "out.jsonl", workers=2, jobs=1)
+    assert backends[0].closed == 1
+    assert summary.start_seconds == 7.0
+    assert summary.duration == 7.0  # the start, and nothing of the 500 s the stop took
+
+
+class _Refusing(_InProcess):
+    """A backend that cannot send anything (a closed client, an unpicklable argument)."""
+
+    def submit(self, items: Sequence[parallel.Item], config: parallel.WorkerConfig) -> Any:
+        raise RuntimeError("the cluster refused the task")
+
+
+def test_a_chunk_the_backend_cannot_send_gives_error_rows_instead_of_a_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def open_mapper(**options: Any) -> parallel.ChunkMapper:
+        config = parallel.WorkerConfig(jobs=1, write_boundary=WriteBoundary([tmp_path]))
+        return parallel.ChunkMapper(
+            _Refusing(_Clock()), config, options["local"], parallel.lost_record
+        )
+
+    monkeypatch.setattr(parallel, "open_mapper", open_mapper)
+    folder = tmp_path / "in"
+    shutil.copytree(EXAMPLES, folder)
+    summary = _run(folder, tmp_path / "out.jsonl", workers=2, jobs=1)
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text("utf-8").splitlines()]
+    assert len(rows) == summary.inputs == 7
+    assert {row["errors"][0]["code"] for row in rows} == {"internal_error"}
+    assert {row["errors"][0]["message"] for row in rows} == {
+        "RuntimeError: the cluster refused the task"
+    }
