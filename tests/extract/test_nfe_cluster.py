@@ -88,3 +88,36 @@ def test_cluster_local_starts_and_closes_its_own_cluster(tmp_path: Path) -> None
     _run(folder, tmp_path / "one.jsonl", workers=1)
     _run(folder, tmp_path / "local.jsonl", cluster="local", workers=2)
     assert (tmp_path / "local.jsonl").read_bytes() == (tmp_path / "one.jsonl").read_bytes()
+
+
+def _worker_settings() -> dict[str, Any]:
+    import dask
+
+    return {
+        key: dask.config.get(key)
+        for key in (
+            "distributed.worker.profile.enabled",
+            "distributed.admin.tick.interval",
+            "distributed.admin.system-monitor.interval",
+            "distributed.worker.memory.monitor-interval",
+        )
+    }
+
+
+def test_cluster_local_workers_do_not_profile_themselves() -> None:
+    from plandag.extract.cluster import DaskBackend
+
+    before = _worker_settings()
+    backend = DaskBackend("local", 2)
+    try:
+        seen = backend.client.run(_worker_settings)
+    finally:
+        backend.close()
+    expected = {
+        "distributed.worker.profile.enabled": False,
+        "distributed.admin.tick.interval": "1s",
+        "distributed.admin.system-monitor.interval": "5s",
+        "distributed.worker.memory.monitor-interval": "500ms",
+    }
+    assert list(seen.values()) == [expected, expected]
+    assert _worker_settings() == before  # this process's own settings are untouched
