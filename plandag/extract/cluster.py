@@ -248,11 +248,12 @@ class DaskBackend:
                 self.client.run(parallel.warm_up, config)
 
     def submit(self, items: Sequence[parallel.Item], config: parallel.WorkerConfig) -> Any:
-        return self.client.submit(parallel.CHUNK_WORK, list(items), config, retries=2, pure=False)
+        return self.client.submit(
+            parallel.run_packed, parallel.CHUNK_WORK, list(items), config, retries=2, pure=False
+        )
 
     def result(self, handle: Any) -> list[parallel.Outcome]:
-        outcomes: list[parallel.Outcome] = handle.result()
-        return outcomes
+        return parallel.unpack(handle.result())
 
     def lost(self, error: BaseException) -> bool:
         from distributed import KilledWorker

@@ -62,6 +62,8 @@ __all__ = [
     "WorkerConfig",
     "default_workers",
     "extract_chunk",
+    "run_packed",
+    "unpack",
     "warm_up",
 ]
 
@@ -283,6 +285,30 @@ def warm_up(config: WorkerConfig) -> None:
 CHUNK_WORK: Callable[[Sequence[Item], WorkerConfig], list[Outcome]] = extract_chunk
 
 
+def run_packed(
+    work: Callable[[Sequence[Item], WorkerConfig], list[Outcome]],
+    items: Sequence[Item],
+    config: WorkerConfig,
+) -> bytes:
+    """What a backend runs in a worker: ``work(items, config)``'s outcomes as one pickle
+    (highest protocol), which :func:`unpack` turns back into the outcomes in the parent.
+
+    One ``bytes`` object travels back instead of a list of records: the process pool and
+    Dask move it as it is, and Dask sizes it by its length instead of walking every record
+    (each result is sized several times: stored, sent, counted).
+
+    Raises:
+        Exception: whatever ``work`` raises (the chunk's error).
+    """
+    return pickle.dumps(work(items, config), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def unpack(packed: bytes) -> list[Outcome]:
+    """The outcomes :func:`run_packed` pickled in a worker."""
+    outcomes: list[Outcome] = pickle.loads(packed)
+    return outcomes
+
+
 class Backend(Protocol):
     """Where chunks run: a process pool here, a Dask cluster in :mod:`plandag.extract.cluster`."""
 
@@ -401,14 +427,14 @@ class ProcessBackend:
 
     def submit(self, items: Sequence[Item], config: WorkerConfig) -> Any:
         try:
-            return self._pool, self._pool.submit(CHUNK_WORK, list(items), config)
+            return self._pool, self._pool.submit(run_packed, CHUNK_WORK, list(items), config)
         except BrokenProcessPool:
             self.renew((self._pool, None))
-            return self._pool, self._pool.submit(CHUNK_WORK, list(items), config)
+            return self._pool, self._pool.submit(run_packed, CHUNK_WORK, list(items), config)
 
     def result(self, handle: Any) -> list[Outcome]:
-        future: Future[list[Outcome]] = handle[1]
-        return future.result()
+        future: Future[bytes] = handle[1]
+        return unpack(future.result())
 
     def lost(self, error: BaseException) -> bool:
         return isinstance(error, BrokenProcessPool)

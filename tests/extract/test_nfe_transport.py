@@ -141,3 +141,18 @@ def test_a_chunk_the_backend_cannot_send_gives_error_rows_instead_of_a_hang(
     assert {row["errors"][0]["message"] for row in rows} == {
         "RuntimeError: the cluster refused the task"
     }
+
+
+def test_a_packed_chunk_unpacks_to_the_outcomes_of_the_chunk(tmp_path: Path) -> None:
+    folder = _folder(tmp_path)
+    items: list[parallel.Item] = [
+        (str(path), None) for path in sorted(folder.iterdir()) if path.is_file()
+    ]
+    config = parallel.WorkerConfig(jobs=2, write_boundary=WriteBoundary([tmp_path]))
+    packed = parallel.run_packed(parallel.extract_chunk, items, config)
+    assert isinstance(packed, bytes)
+    outcomes = parallel.unpack(packed)
+    assert outcomes == parallel.extract_chunk(items, config)
+    assert [kind for kind, _ in outcomes] == ["records"] * len(items)
+    sources = [records[0]["source"] for _, records in outcomes]
+    assert sources == [source for source, _ in items]
