@@ -312,7 +312,11 @@ def evaluate_table(
             for node in found:
                 name = by_tag.get(node.tag)
                 if name is not None and values[name] is None:
-                    values[name] = _element_value(node)
+                    if len(node):
+                        values[name] = _element_value(node)
+                    else:  # _element_value of a leaf, inline
+                        text = node.text
+                        values[name] = "" if text is None else text.strip()
         if plan.union is not None:
             found = plan.union(root)
             by_tag = plan.by_tag
@@ -320,7 +324,13 @@ def evaluate_table(
             for node in found:
                 name = by_tag[node.tag]
                 if values[name] is None:
-                    values[name] = True if name in booleans else _element_value(node)
+                    if name in booleans:
+                        values[name] = True
+                    elif len(node):
+                        values[name] = _element_value(node)
+                    else:  # _element_value of a leaf, inline
+                        text = node.text
+                        values[name] = "" if text is None else text.strip()
     except etree.XPathError:
         return _evaluate_each(root, table)
     for name in plan.booleans:

@@ -9,6 +9,8 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from plandag.checks.base import CheckOutcome
 from plandag.extract.nfe.checks import (
@@ -71,6 +73,24 @@ def test_mod11_digit_counts_letters_as_ascii_minus_48() -> None:
     assert mod11_digit("1A") == 7
     # Weights cycle 2..9 then restart at 2: nine 1s give 2+3+...+9+2 = 46, 46 % 11 = 2 -> 9.
     assert mod11_digit("111111111") == 9
+
+
+def _mod11_by_hand(text: str) -> int:
+    """MOC 7.0, Anexo I, 5.4.1 step by step: each character's ASCII code - 48, times weights
+    2, 3, ..., 9, 2, ... from the right; remainder 0 or 1 gives 0, else 11 - remainder."""
+    total = 0
+    weight = 2
+    for character in reversed(text):
+        total += (ord(character) - 48) * weight
+        weight = 2 if weight == 9 else weight + 1
+    remainder = total % 11
+    return 0 if remainder < 2 else 11 - remainder
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(alphabet="0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ", max_size=60))
+def test_mod11_digit_equals_the_rule_step_by_step(text: str) -> None:
+    assert mod11_digit(text) == _mod11_by_hand(text)
 
 
 def test_decompose_key_gives_every_field() -> None:

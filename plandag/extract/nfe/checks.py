@@ -57,14 +57,14 @@ _BRAZIL = "1058"
 
 def _group(record: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     value = record.get(name)
-    return value if isinstance(value, Mapping) else {}
+    return value if type(value) is dict or isinstance(value, Mapping) else {}
 
 
 def _text(group: Mapping[str, Any], name: str) -> str | None:
     value = group.get(name)
     if value is None:
         return None
-    text = str(value).strip()
+    text = (value if type(value) is str else str(value)).strip()
     return text or None
 
 

@@ -133,24 +133,31 @@ def _field_names(model: type[BaseModel]) -> tuple[str, ...]:
 def _pick(model: type[BaseModel], values: Mapping[str, Any] | None) -> dict[str, Any]:
     """The model's fields from ``values`` as stripped strings: None for an absent element,
     ``""`` for an element present but empty (values are kept as written, NFE.md)."""
-    values = values or {}
-    picked: dict[str, Any] = {}
-    for name in _field_names(model):
-        value = values.get(name)
-        if value is not None:
-            value = value.strip() if isinstance(value, str) else str(value)
-        picked[name] = value
+    fields = _field_names(model)
+    picked: dict[str, Any] = dict.fromkeys(fields)
+    if values:
+        for name in fields:
+            value = values.get(name)
+            if value is not None:
+                picked[name] = value.strip() if isinstance(value, str) else str(value)
     return picked
+
+
+def _datetime(text: str) -> datetime.datetime | None:
+    """``text`` as an ISO 8601 date-time (``Z`` read as ``+00:00``), or None when it is not
+    one. ``dhEmi`` must also carry its UTC offset (MOC 7.0, field B09:
+    "AAAA-MM-DDThh:mm:ssTZD"): its ``tzinfo`` is then set."""
+    try:
+        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
 def _valid_datetime(text: str, *, offset: bool = False) -> bool:
     """Whether ``text`` is an ISO 8601 date-time; with ``offset``, one carrying its UTC offset
     (``-03:00``, ``Z``), as ``dhEmi`` must (MOC 7.0, field B09: "AAAA-MM-DDThh:mm:ssTZD")."""
-    try:
-        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return False
-    return moment.tzinfo is not None or not offset
+    moment = _datetime(text)
+    return moment is not None and (moment.tzinfo is not None or not offset)
 
 
 def _valid_date(text: str) -> bool:
@@ -196,11 +203,12 @@ def _validate(record: dict[str, Any], *, from_dhemi: bool = True) -> list[dict[s
         elif not _DIGITS.fullmatch(value) or len(value) > width:
             invalid(f"ide/{name}", value, f"a number of up to {width} digits")
     issue = ide["dhEmi"]
+    moment = _datetime(issue) if issue and from_dhemi else None
     if not issue:
         missing("ide/dhEmi (issue date)")
-    elif from_dhemi and not _valid_datetime(issue):
+    elif from_dhemi and moment is None:
         invalid("ide/dhEmi (issue date)", issue, "an ISO 8601 date-time")
-    elif from_dhemi and not _valid_datetime(issue, offset=True):
+    elif from_dhemi and moment is not None and moment.tzinfo is None:
         invalid("ide/dhEmi (issue date)", issue, "an ISO 8601 date-time with its UTC offset")
     elif not from_dhemi and not (_valid_datetime(issue) if "T" in issue else _valid_date(issue)):
         invalid("ide/dEmi (issue date)", issue, "an ISO 8601 date")

@@ -27,6 +27,8 @@ Sources:
 from __future__ import annotations
 
 import functools
+import itertools
+import operator
 import re
 from decimal import Decimal, InvalidOperation
 
@@ -70,9 +72,8 @@ CPF_FORMAT = re.compile(r"[0-9]{11}")
 """A CPF's shape: 11 digits, the last two check digits."""
 
 
-def _character_value(character: str) -> int:
-    """ASCII code minus 48: ``"0"``..``"9"`` → 0..9, ``"A"``..``"Z"`` → 17..42 (NT 2025.001)."""
-    return ord(character) - 48
+_MOD11_WEIGHTS = (2, 3, 4, 5, 6, 7, 8, 9)
+_MOD11_WEIGHT_SUM = sum(_MOD11_WEIGHTS)
 
 
 def mod11_digit(text: str) -> int:
@@ -86,11 +87,12 @@ def mod11_digit(text: str) -> int:
 
     Source: MOC 7.0 Anexo I 5.4.1 (access key); the CNPJ rule is the same computation.
     """
-    total = 0
-    weight = 2
-    for character in reversed(text):
-        total += _character_value(character) * weight
-        weight = 2 if weight == 9 else weight + 1
+    # sum((ord(c) - 48) * w) over the characters from the right, weights 2..9 cycling,
+    # computed as sum(ord(c) * w) - 48 * sum(w).
+    full, rest = divmod(len(text), len(_MOD11_WEIGHTS))
+    weights = full * _MOD11_WEIGHT_SUM + sum(_MOD11_WEIGHTS[:rest])
+    total = sum(map(operator.mul, map(ord, reversed(text)), itertools.cycle(_MOD11_WEIGHTS)))
+    total -= 48 * weights
     remainder = total % 11
     return 0 if remainder < 2 else 11 - remainder
 
