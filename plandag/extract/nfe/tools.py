@@ -133,13 +133,13 @@ def _field_names(model: type[BaseModel]) -> tuple[str, ...]:
 def _pick(model: type[BaseModel], values: Mapping[str, Any] | None) -> dict[str, Any]:
     """The model's fields from ``values`` as stripped strings: None for an absent element,
     ``""`` for an element present but empty (values are kept as written, NFE.md)."""
-    fields = _field_names(model)
-    picked: dict[str, Any] = dict.fromkeys(fields)
-    if values:
-        for name in fields:
-            value = values.get(name)
-            if value is not None:
-                picked[name] = value.strip() if isinstance(value, str) else str(value)
+    values = values or {}
+    picked: dict[str, Any] = {}
+    for name in _field_names(model):
+        value = values.get(name)
+        if value is not None:
+            value = value.strip() if isinstance(value, str) else str(value)
+        picked[name] = value
     return picked
 
 
