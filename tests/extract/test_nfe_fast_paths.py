@@ -17,7 +17,9 @@ from plandag.extract.nfe.document import (
     _child_texts,
     _placeholder_count,
     load_plan_text,
+    parse_document,
 )
+from plandag.extract.nfe.tools import NfeInvoice, nfe_invoice
 from plandag.tools.xml import NFE_NAMESPACE, compile_table
 
 NS = NFE_NAMESPACE
@@ -126,3 +128,18 @@ def test_child_texts_in_one_pass_equal_child_text_per_name(text: str) -> None:
     info = etree.fromstring(text)
     assert _child_texts(info, _FIELDS) == {name: _child_text(info, name) for name in _FIELDS}
     assert list(_child_texts(info, _FIELDS)) == list(_FIELDS)
+
+
+def test_nfe_invoice_gives_exactly_the_keys_of_its_declared_shape() -> None:
+    text = (
+        f'<nfeProc xmlns="{NS}"><NFe><infNFe Id="NFe1" versao="4.00"><ide><nNF>1</nNF></ide>'
+        "</infNFe></NFe></nfeProc>"
+    )
+    invoice = nfe_invoice.function(parse_document(text.encode(), "a.xml"), 0)
+    assert list(invoice) == list(NfeInvoice.__annotations__)
+    assert (invoice["index"], invoice["count"], invoice["chNFe"], invoice["layout"]) == (
+        0,
+        1,
+        "1",
+        "4.00",
+    )

@@ -390,12 +390,16 @@ def _into_nfe_namespace(invoice: etree._Element) -> None:
             element.tag = f"{{{NFE_NAMESPACE}}}{tag}"
 
 
+#: A record of the NF-e TXT layout: its type (``A``, ``B``, ``C02``...) and a pipe.
+_TXT_RECORD = re.compile(rb"[A-Z][0-9A-Z]{0,4}\|")
+
+
 def _precheck_bytes(data: bytes, source: str) -> None:
     where = f"{source}: " if source else ""
     head = data[:512].lstrip(b"\xef\xbb\xbf \t\r\n")
     if not head:
         raise PermanentStepError(f"{where}empty file, not an invoice", reason="invalid_xml")
-    if head.startswith(b"NOTAFISCAL|") or re.match(rb"[A-Z][0-9A-Z]{0,4}\|", head):
+    if head.startswith(b"NOTAFISCAL|") or _TXT_RECORD.match(head):
         raise PermanentStepError(
             f"{where}NF-e TXT layout (pipe-separated records), not XML; convert it to XML first",
             reason="invalid_xml",

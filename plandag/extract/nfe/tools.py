@@ -21,7 +21,7 @@ import datetime
 import functools
 import re
 from collections.abc import Mapping
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 from lxml import etree
 from pydantic import BaseModel
@@ -106,18 +106,8 @@ def nfe_invoice(document: NfeDocument, index: int = 0) -> NfeInvoice:
     Raises:
         PermanentStepError: reason ``invalid_args`` when ``index`` is out of range.
     """
-    context = invoice_context(document, index)
-    return NfeInvoice(
-        xml=context["xml"],
-        index=context["index"],
-        count=context["count"],
-        chNFe=context["chNFe"],
-        layout=context["layout"],
-        source=context["source"],
-        sha256=context["sha256"],
-        protocol=context["protocol"],
-        events=context["events"],
-    )
+    # invoice_context builds a new dict with exactly these keys, in this order.
+    return cast(NfeInvoice, invoice_context(document, index))
 
 
 _DIGITS = re.compile(r"[0-9]+")
