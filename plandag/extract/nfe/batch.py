@@ -94,10 +94,10 @@ from plandag.extract.nfe.output import (
     load_existing,
     open_writer,
     output_format_for,
+    record_identity,
     record_json_texts,
     restatus,
     rewrite_unique_in_batch,
-    written_record,
 )
 from plandag.tools.boundary import WriteBoundary
 
@@ -347,18 +347,20 @@ class _Tally:
         self.records = 0
 
     def add(self, record: Mapping[str, Any]) -> None:
+        # ``(dict, Mapping)``: the same answer as Mapping alone, the records' usual dicts
+        # answered before the Mapping ABC's check
         self.records += 1
         self.by_status[str(record.get("status"))] += 1
         checks = record.get("checks")
-        if isinstance(checks, Mapping):
+        if isinstance(checks, (dict, Mapping)):
             for name, outcome in checks.items():
-                if isinstance(outcome, Mapping) and outcome.get("status") == "fail":
+                if isinstance(outcome, (dict, Mapping)) and outcome.get("status") == "fail":
                     self.failing_checks[name] += 1
         for error in record.get("errors") or []:
-            if isinstance(error, Mapping):
+            if isinstance(error, (dict, Mapping)):
                 self.error_codes[str(error.get("code"))] += 1
         repair = record.get("repair")
-        if isinstance(repair, Mapping):
+        if repair is not None and isinstance(repair, Mapping):
             outcome = str(repair.get("outcome"))
             self.repairs["reused" if repair.get("reused") else outcome] += 1
             self.repairs["model_calls"] += int(repair.get("model_calls") or 0)
@@ -391,8 +393,7 @@ class _Uniqueness:
 
     def add_new(self, record: Mapping[str, Any]) -> dict[str, Any]:
         """Register a new record; return it with unique_in_batch as known so far."""
-        written = written_record(record)
-        position = self._add(written.chNFe, written.source, written.sha256)
+        position = self._add(*record_identity(record))
         outcome = self.outcome(position)
         ready = _with_unique(dict(record), outcome)
         self.written.append(outcome)

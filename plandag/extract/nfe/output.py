@@ -54,6 +54,7 @@ __all__ = [
     "neutralise_cell",
     "open_writer",
     "output_format_for",
+    "record_identity",
     "record_json_texts",
     "restore_cell",
     "rewrite_unique_in_batch",
@@ -274,13 +275,24 @@ def item_rows(record: Mapping[str, Any]) -> list[dict[str, str]]:
     return rows
 
 
+def record_identity(record: Mapping[str, Any]) -> tuple[str | None, str, str | None]:
+    """``(chNFe, source, sha256)`` of a record, as :func:`written_record` gives them: what
+    the duplicate check (``unique_in_batch``) keeps of each record."""
+    sha = record.get("sha256")
+    return (
+        record_chNFe(record),
+        _text(record.get("source")),
+        sha if isinstance(sha, str) and sha else None,
+    )
+
+
 def written_record(record: Mapping[str, Any]) -> WrittenRecord:
     """The :class:`WrittenRecord` summary of a record dict."""
-    sha = record.get("sha256")
+    chNFe, source, sha256 = record_identity(record)
     return WrittenRecord(
-        sha256=sha if isinstance(sha, str) and sha else None,
-        source=_text(record.get("source")),
-        chNFe=record_chNFe(record),
+        sha256=sha256,
+        source=source,
+        chNFe=chNFe,
         status=_text(record.get("status")),
         unique_in_batch=_check(record, "unique_in_batch"),
         error_codes=_error_codes(record),
