@@ -988,7 +988,8 @@ class _Run:
             for step_id in self.compiled.order:
                 if records[step_id].status != "pending" or remaining[step_id]:
                     continue  # done (resumed), skipped, or a parent did not succeed
-                if self.stopping:
+                scope = self._run_scope
+                if scope is not None and scope.cancel_called:  # stopping
                     break  # left pending: finish() ends it skipped with the stop's reason
                 await self.run_one_step(step_id)
                 if time.perf_counter() - last_yield > _YIELD_EVERY_S:
@@ -1195,9 +1196,16 @@ class _Run:
         record = self.records[step_id]
         breaker = self.breaker
         try:
-            outcome = await self.attempt_or_reask(step_id, record, 0.0)
-            if outcome.error is not None and self.retry is not None and outcome.down is None:
-                outcome = await self.retry_step(step_id, record, outcome, self.retry)
+            # attempt_or_reask, without its coroutine for the attempt that succeeds
+            if self.driving_in_order:
+                outcome = await self.attempt(step_id, record, 0.0)
+            else:
+                outcome = await self.attempt_within_limits(step_id, record, 0.0)
+            if outcome.error is not None:
+                if self.reasks(step_id, record, outcome.error):
+                    outcome = await self.attempt_within_limits(step_id, record, 0.0)
+                if outcome.error is not None and self.retry is not None and outcome.down is None:
+                    outcome = await self.retry_step(step_id, record, outcome, self.retry)
         except anyio.get_cancelled_exc_class():
             self.interrupt(record, self.stop_cause())
             raise
@@ -1331,33 +1339,41 @@ class _Run:
         """One attempt; when it failed with an :class:`~plandag.errors.InvalidOutputError`
         asking for a re-ask (a model's reply that did not fit its schema), one more attempt
         at once, outside the retry policy: the re-ask is an attempt of its own, and a step
-        gets at most one."""
+        gets at most one (:meth:`reasks`)."""
         if self.driving_in_order:  # steps run one at a time are within every limit
             outcome = await self.attempt(step_id, record, delay_before)
         else:
             outcome = await self.attempt_within_limits(step_id, record, delay_before)
-        error = outcome.error
-        if (
+        if outcome.error is not None and self.reasks(step_id, record, outcome.error):
+            outcome = await self.attempt_within_limits(step_id, record, 0.0)
+        return outcome
+
+    def reasks(self, step_id: int, record: StepRecord, error: BaseException) -> bool:
+        """Whether the attempt that just failed with ``error`` is asked again at once: an
+        :class:`~plandag.errors.InvalidOutputError` asking for a re-ask, on a step that had
+        none yet. When it is, its attempt is marked ``retry="reask"`` and observers get a
+        :class:`~plandag.scheduler.events.StepRetrying` with no delay."""
+        if not (
             isinstance(error, InvalidOutputError)
             and error.reask
             and not any(attempt.retry == "reask" for attempt in record.attempt_log)
         ):
-            last = record.attempt_log[-1]
-            last.retry = "reask"
-            if self.observers:
-                self.emit(
-                    events.StepRetrying(
-                        self.run_id,
-                        step_id,
-                        record.attempts,
-                        last.reason or "invalid_output",
-                        last.error or StepErrorInfo(type(error).__name__, str(error)),
-                        0.0,
-                        self.now(),
-                    )
+            return False
+        last = record.attempt_log[-1]
+        last.retry = "reask"
+        if self.observers:
+            self.emit(
+                events.StepRetrying(
+                    self.run_id,
+                    step_id,
+                    record.attempts,
+                    last.reason or "invalid_output",
+                    last.error or StepErrorInfo(type(error).__name__, str(error)),
+                    0.0,
+                    self.now(),
                 )
-            outcome = await self.attempt_within_limits(step_id, record, 0.0)
-        return outcome
+            )
+        return True
 
     async def attempt_within_limits(
         self, step_id: int, record: StepRecord, delay_before: float

@@ -3,6 +3,7 @@ same records, pruning, checks and deadline as the task-per-step path."""
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -10,8 +11,9 @@ import anyio
 
 from plandag.checks import BUILTIN_CHECKS
 from plandag.compiler import compile_plan
-from plandag.errors import PermanentStepError
+from plandag.errors import InvalidOutputError, PermanentStepError
 from plandag.scheduler import RunLimits, run_plan
+from plandag.scheduler.events import StepRetrying
 from plandag.tools.base import tool
 from plandag.tools.registry import Registry
 
@@ -211,3 +213,42 @@ def test_plans_with_the_same_output_text_resolve_their_own_results() -> None:
         registry,
     )
     assert anyio.run(run_plan, failed).output is None
+
+
+ASKED: list[int] = []
+
+
+@tool(inline=True)
+def asks_again(step: int, times: int) -> int:
+    """Fail with a re-ask the first ``times`` attempts, then return ``step``."""
+    ASKED.append(step)
+    if ASKED.count(step) <= times:
+        raise InvalidOutputError(f"step {step}: reply did not fit", reask=True)
+    return step
+
+
+def test_an_in_order_step_is_asked_again_once_then_fails() -> None:
+    ASKED.clear()
+    steps = [
+        {"id": 1, "tool": "asks_again", "args": {"step": 1, "times": 1}},
+        {"id": 2, "tool": "asks_again", "args": {"step": 2, "times": 2}, "depends_on": [1]},
+    ]
+    compiled = compile_plan({"steps": steps}, Registry([asks_again], BUILTIN_CHECKS))
+    seen: list[Any] = []
+    for observers in ((), (seen.append,)):
+        ASKED.clear()
+        result = anyio.run(functools.partial(run_plan, compiled, observers=observers))
+        assert ASKED == [1, 1, 2, 2]
+        assert result.status == "failed"
+        first, second = result.steps[1], result.steps[2]
+        assert (first.status, [a.retry for a in first.attempt_log]) == (
+            "succeeded",
+            ["reask", None],
+        )
+        assert (second.status, second.reason) == ("failed", "invalid_output")
+        assert [a.retry for a in second.attempt_log] == ["reask", None]
+    retrying = [event for event in seen if isinstance(event, StepRetrying)]
+    assert [(event.step_id, event.attempt, event.delay_s) for event in retrying] == [
+        (1, 1, 0.0),
+        (2, 1, 0.0),
+    ]
