@@ -469,6 +469,9 @@ class ChunkMapper:
             batch's repairer and budget) and for inputs the parent cannot read to send.
         lost_record: ``(path) -> records`` for a document lost :data:`MAX_ATTEMPTS` times.
         linger: seconds a partial chunk waits for more documents before it is sent.
+        documents: the documents the batch may hand over, or None (unknown). Known, the
+            last chunks are smaller (:meth:`chunk_now`), so that the workers finish
+            together instead of one of them extracting a last full chunk alone.
 
     Attributes:
         capacity: documents in flight at most (two chunks per worker).
@@ -483,6 +486,7 @@ class ChunkMapper:
         lost_record: Callable[[Path], list[dict[str, Any]]],
         *,
         linger: float = 0.002,
+        documents: int | None = None,
     ) -> None:
         self.backend = backend
         self.config = config
@@ -492,18 +496,31 @@ class ChunkMapper:
         self.lost_record = lost_record
         self.linger = linger
         self.resent = 0
+        self.documents = documents
+        self._handed = 0
         self._pending: list[_Slot] = []
         self._quarantine = anyio.Lock()
 
+    def chunk_now(self) -> int:
+        """The size of the next chunk: ``chunk``, or, once fewer than ``2 x workers``
+        chunks' worth of the batch's documents are left to send, those documents shared
+        out as ``2 x workers`` chunks (rounded up, at least 1)."""
+        if self.documents is None:
+            return self.chunk
+        left = max(0, self.documents - self._handed) + len(self._pending)
+        shares = 2 * max(1, self.backend.workers)
+        return max(1, min(self.chunk, -(-left // shares)))
+
     async def __call__(self, path: Path) -> list[dict[str, Any]]:
         slot = _Slot(path)
+        self._handed += 1
         if self.backend.sends_bytes:
             try:
                 slot.data = _read(path)
             except OSError:
                 return await self.local(path)  # the parent writes the error record it sees
         self._pending.append(slot)
-        if len(self._pending) >= self.chunk:
+        if len(self._pending) >= self.chunk_now():
             await self._send()
         elif len(self._pending) == 1:
             await anyio.sleep(self.linger)
@@ -664,4 +681,4 @@ def open_mapper(
             return None
         refuse_unguarded_main()
         backend = ProcessBackend(count, config)
-    return ChunkMapper(backend, config, local, lost_record)
+    return ChunkMapper(backend, config, local, lost_record, documents=documents)

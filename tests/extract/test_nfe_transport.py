@@ -156,3 +156,56 @@ def test_a_packed_chunk_unpacks_to_the_outcomes_of_the_chunk(tmp_path: Path) -> 
     assert [kind for kind, _ in outcomes] == ["records"] * len(items)
     sources = [records[0]["source"] for _, records in outcomes]
     assert sources == [source for source, _ in items]
+
+
+def test_the_last_chunks_of_a_batch_are_shared_out_between_the_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    example = sorted(EXAMPLES.glob("nfelib_*.xml"))[0]
+    for number in range(40):
+        shutil.copy(example, folder / f"{number:02}.xml")
+    backends: list[_InProcess] = []
+
+    def open_mapper(**options: Any) -> parallel.ChunkMapper:
+        backend = _InProcess(_Clock())
+        backend.chunk_jobs = 8
+        backends.append(backend)
+        config = parallel.WorkerConfig(jobs=1, write_boundary=WriteBoundary([tmp_path]))
+        return parallel.ChunkMapper(
+            backend, config, options["local"], parallel.lost_record, documents=40
+        )
+
+    monkeypatch.setattr(parallel, "open_mapper", open_mapper)
+    _run(folder, tmp_path / "one.jsonl", workers=1)
+    _run(folder, tmp_path / "two.jsonl", workers=2, jobs=1)
+    assert (tmp_path / "two.jsonl").read_bytes() == (tmp_path / "one.jsonl").read_bytes()
+    sizes = [len(chunk) for chunk in backends[0].chunks]
+    assert sum(sizes) == 40
+    assert sizes[0] == 8
+    sent = 0
+    for size in sizes:  # never more than the unsent documents shared out as 2 x 2 chunks
+        assert size <= max(1, -(-(40 - sent) // 4))
+        sent += size
+    assert sizes[-1] <= 2
+
+
+def test_a_chunk_is_full_size_while_enough_documents_are_left() -> None:
+    backend = _InProcess(_Clock())
+    backend.chunk_jobs = 8
+
+    async def local(path: Path) -> list[dict[str, Any]]:
+        return []
+
+    config = parallel.WorkerConfig(jobs=2)
+    mapper = parallel.ChunkMapper(backend, config, local, parallel.lost_record, documents=1000)
+    assert mapper.chunk_now() == 16
+    mapper._handed = 1000 - 64  # 64 left: 4 full chunks for 2 workers, two each
+    assert mapper.chunk_now() == 16
+    mapper._handed = 1000 - 40
+    assert mapper.chunk_now() == 10
+    mapper._handed = 1000 - 3
+    assert mapper.chunk_now() == 1
+    unknown = parallel.ChunkMapper(backend, config, local, parallel.lost_record)
+    assert unknown.chunk_now() == 16
