@@ -1,7 +1,7 @@
 """Documents of a batch extracted on a Dask cluster (``plandag extract nfe --cluster``).
 
 The same map as :mod:`plandag.extract.parallel` (the parent keeps the order, the batch-wide
-checks, the budget, the repairs and every write), with chunks of documents as Dask tasks:
+checks, the budget, the model repairs and every write), with chunks of documents as Dask tasks:
 
 - ``--cluster local`` starts a ``distributed.LocalCluster`` on 127.0.0.1 (worker processes,
   one thread each, no dashboard nor what only a dashboard shows: :data:`LOCAL_CLUSTER_CONFIG`)
@@ -14,7 +14,9 @@ checks, the budget, the repairs and every write), with chunks of documents as Da
   runs its tasks again elsewhere, and a chunk the scheduler gives up on
   (``KilledWorker``) is sent again by the mapper, document by document, a bounded number
   of times (:data:`plandag.extract.parallel.MAX_ATTEMPTS`). Workers never call a model, so
-  a recomputed chunk costs nothing from the budget; repairs happen in the client.
+  a recomputed chunk costs nothing from the budget; model repairs happen in the client,
+  and the repairs that worked travel to the workers with each later chunk (in its
+  :class:`~plandag.extract.parallel.WorkerConfig`), which apply them with no model call.
 
 Needs the ``dask`` extra (``pip install 'plandag[dask]'``).
 """

@@ -18,11 +18,17 @@ How it works (the choices, and why):
   has it, else ``spawn``; workers read the files themselves). The Dask backend
   (:mod:`plandag.extract.cluster`) sends each document's bytes, so cluster workers need no
   shared filesystem.
-- **One ledger, repairs in the parent.** Workers never call a model. With ``--planner``, a
-  worker that meets a failure a repair would handle stops that document and says so; the
-  parent then extracts that document itself, with the batch's repairer and budget (the
-  repairs that worked are reused from there), so every model call is paid from the one
-  budget the parent holds and the records are those ``--workers 1`` writes.
+- **One ledger, model repairs in the parent.** Workers never call a model. With
+  ``--planner``, every chunk carries the repairs that worked so far in the parent
+  (:meth:`~plandag.planner.repair.PlanRepairer.known_repairs`, in :class:`WorkerConfig`):
+  a worker whose document fails the way one of them answers applies that repair itself,
+  with no model call, exactly where ``--workers 1`` would reuse it (so the record, its
+  ``repair`` note included, is the same; a reuse costs nothing). A worker that meets any
+  other failure a repair would handle, or whose reused repair fails too, stops that
+  document and says so; the parent then extracts it itself, with the batch's repairer and
+  budget, so every model call is paid from the one budget the parent holds. Only the
+  parent writes files: with ``--save-repairs`` a worker's repair returns the plan files,
+  and the parent writes them.
 - **Nothing lost.** A worker process that dies (killed, out of memory) breaks the pool: the
   documents of every chunk in flight are sent again to a new pool, one document at a time
   (so a document that kills its worker takes no other with it again), each at most
@@ -34,7 +40,9 @@ How it works (the choices, and why):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
+import json
 import multiprocessing
 import os
 import pickle
@@ -51,6 +59,7 @@ import anyio.to_thread
 
 if TYPE_CHECKING:
     from plandag.extract.nfe.batch import Extractor
+    from plandag.planner.repair import KnownRepair, PlanRepairer
     from plandag.tools.boundary import WriteBoundary
 
 __all__ = [
@@ -78,9 +87,11 @@ MAX_ATTEMPTS = 3
 #: workers without the parent's filesystem, its bytes (None: the worker reads the path).
 Item = tuple[str, bytes | None]
 
-#: What a worker returns for one document: ``("records", [record, ...])``, ``("raise",
-#: exception)`` (the parent turns it into an ``internal_error`` record as it would in
-#: process), or ``("parent", None)`` (a repair is needed: the parent extracts it).
+#: What a worker returns for one document: ``("records", [record, ...])``, ``("repaired",
+#: ([record, ...], [(file name, text), ...]))`` (a known repair applied, with the plan files
+#: for the parent to write into ``--save-repairs``), ``("raise", exception)`` (the parent
+#: turns it into an ``internal_error`` record as it would in process), or ``("parent",
+#: None)`` (a model repair is needed: the parent extracts it).
 Outcome = tuple[str, Any]
 
 
@@ -108,9 +119,15 @@ class WorkerConfig:
         write_boundary: where the documents' plans may write, or None (the output folder,
             given by the parent).
         probe_repairs: True when the parent has a repairer: a document whose run would ask
-            for a repair is handed back to the parent instead.
+            the model for a repair is handed back to the parent instead.
         plan_text: a plan to run instead of the stored one (as
             :func:`~plandag.extract.nfe.document.extract_document` takes it), or None.
+        model: the parent's repair model (the name a record's ``repair`` note carries).
+        repairs: the parent's repairs that worked so far
+            (:meth:`~plandag.planner.repair.PlanRepairer.known_repairs`): a worker applies
+            one of these itself, with no model call, where the parent would reuse it.
+        save_repairs: True when the parent saves repaired plans (``--save-repairs``): a
+            worker that repairs a document returns the plan files for the parent to write.
     """
 
     jobs: int = 1
@@ -118,23 +135,72 @@ class WorkerConfig:
     write_boundary: WriteBoundary | None = None
     probe_repairs: bool = False
     plan_text: str | None = None
+    model: str = ""
+    repairs: tuple[KnownRepair, ...] = ()
+    save_repairs: bool = False
 
 
 class _NeedsParent(Exception):
-    """Raised in a worker where a repair would start: the parent extracts the document."""
+    """Raised in a worker where a model call would start: the parent extracts the document."""
+
+
+class _NoModel:
+    """The model client of a worker's replanner: never called (applying a known patch calls
+    no model); a call hands the document back to the parent."""
+
+    async def complete(self, *args: Any, **kwargs: Any) -> Any:
+        raise _NeedsParent
+
+    async def stream(self, *args: Any, **kwargs: Any) -> Any:
+        raise _NeedsParent
 
 
 class _RepairProbe:
-    """Stands for the repairer in a worker: the first time a repair is looked up, it stops the
-    document (:class:`_NeedsParent`), before any model call could happen."""
+    """Stands for the repairer in a worker (the shape
+    :func:`plandag.planner.repair.run_with_repairs` reads): a failure one of the parent's
+    known repairs answers gets that repair, applied here with no model call, as the parent
+    would reuse it; any other lookup, and anything past it that could lead to a model call
+    (the replan caps are read first), stops the document (:class:`_NeedsParent`)."""
 
-    model = ""
     max_blocked: int | None = None
+    total_replan_below: float | None = None
+    reuse = True
 
-    def __init__(self, registry: Any) -> None:
+    def __init__(self, registry: Any, model: str = "", repairs: Sequence[KnownRepair] = ()) -> None:
         self.registry = registry
+        self.model = model
+        self.repairs = tuple(repairs)
 
-    def known(self, *args: Any) -> None:
+    def known(self, plan: str, replaced: tuple[int, ...], max_id: int) -> KnownRepair:
+        for item in self.repairs:
+            if (item.plan, item.replaced, item.max_id) == (plan, replaced, max_id):
+                return item
+        raise _NeedsParent
+
+    def replanner(self, compiled: Any) -> Any:
+        from plandag.planner.replanner import Replanner
+
+        return Replanner(
+            _NoModel(),  # type: ignore[arg-type]
+            self.model,
+            self.registry,
+            read_only=compiled.read_only,
+            write_boundary=compiled.write_boundary,
+            http_allow=compiled.http_allow,
+        )
+
+    @property
+    def max_replans(self) -> int:
+        raise _NeedsParent
+
+    @property
+    def max_replans_without_progress(self) -> int:
+        raise _NeedsParent
+
+    def remember(self, item: Any) -> None:
+        raise _NeedsParent
+
+    async def ask(self, *args: Any, **kwargs: Any) -> Any:
         raise _NeedsParent
 
 
@@ -199,19 +265,15 @@ async def _extract_one(
     from plandag.extract.nfe.document import extract_document, takes_bytes
 
     registry = _worker_registry()
-    probe: Any = _RepairProbe(registry) if config.probe_repairs else None
+    probe: Any = (
+        _RepairProbe(registry, config.model, config.repairs) if config.probe_repairs else None
+    )
     try:
-        if data is None:
-            records = await extract_document(
-                Path(source),
-                registry=registry,
-                write_boundary=boundary,
-                run_options=config.run_options,
-                repairer=probe,
-                plan_text=config.plan_text,
-            )
-            return "records", records
-        if probe is None and takes_bytes(registry, boundary, config.plan_text, len(data)):
+        if (
+            probe is None
+            and data is not None
+            and takes_bytes(registry, boundary, config.plan_text, len(data))
+        ):
             # The plan reads its input in one step: that step takes the bytes as its result,
             # and the records name the parent's path as they would in the parent.
             records = await extract_document(
@@ -223,24 +285,63 @@ async def _extract_one(
                 data=data,
             )
             return "records", records
-        # Otherwise: the same name in a private folder, and that folder's path written
-        # back as the parent's path in the records.
-        with tempfile.TemporaryDirectory(prefix="plandag-doc-") as folder:
-            local = Path(folder, Path(source).name or "input")
-            _write(local, data)
+        if data is None and not (config.save_repairs and config.repairs):
             records = await extract_document(
-                local,
+                Path(source),
                 registry=registry,
                 write_boundary=boundary,
                 run_options=config.run_options,
                 repairer=probe,
                 plan_text=config.plan_text,
             )
-            return "records", _replace_text(records, str(local), source)
+            return "records", records
+        # Otherwise a private folder: the input under its own name (written back as the
+        # parent's path in the records) when it came as bytes, and the repaired plans a
+        # known repair makes, which go back to the parent to write.
+        with tempfile.TemporaryDirectory(prefix="plandag-doc-") as folder:
+            local = Path(source)
+            if data is not None:
+                local = Path(folder, Path(source).name or "input")
+                _write(local, data)
+            saved = Path(folder, "repairs") if config.save_repairs else None
+            records = await extract_document(
+                local,
+                registry=registry,
+                write_boundary=boundary,
+                run_options=config.run_options,
+                repairer=probe,
+                save_repairs=saved,
+                plan_text=config.plan_text,
+            )
+            if str(local) != source:
+                records = _replace_text(records, str(local), source)
+            files = _saved_files(saved, str(local), source) if saved is not None else []
+            if files:
+                return "repaired", (records, files)
+            return "records", records
     except Exception as error:
         if _holds(error, _NeedsParent):
             return "parent", None
         return "raise", _portable(error)
+
+
+def _saved_files(folder: Path, local: str, source: str) -> list[tuple[str, str]]:
+    """The plan files a worker's repair wrote into ``folder`` (``(name, text)``, the plan
+    before its sidecar, as :func:`plandag.planner.repair.save_repair` writes them), the
+    sidecar's ``source`` naming the parent's path."""
+    if not folder.is_dir():
+        return []
+    files = []
+    for path in sorted(folder.iterdir()):  # NAME.HASH.json, then NAME.HASH.repair.json
+        text = path.read_text("utf-8")
+        if path.name.endswith(".repair.json") and local != source:
+            from plandag.extract.names import display_name
+
+            sidecar = _replace_text(json.loads(text), local, source)
+            sidecar["source"] = display_name(source)
+            text = json.dumps(sidecar, ensure_ascii=False, indent=2, default=str) + "\n"
+        files.append((path.name, text))
+    return files
 
 
 def extract_chunk(items: Sequence[Item], config: WorkerConfig) -> list[Outcome]:
@@ -251,8 +352,9 @@ def extract_chunk(items: Sequence[Item], config: WorkerConfig) -> list[Outcome]:
         config: how to extract (see :class:`WorkerConfig`).
 
     Returns:
-        One outcome per item, in order: ``("records", list)``, ``("raise", exception)`` or
-        ``("parent", None)`` (a repair is needed; the parent extracts the document).
+        One outcome per item, in order: ``("records", list)``, ``("repaired", (list,
+        files))``, ``("raise", exception)`` or ``("parent", None)`` (a model repair is
+        needed; the parent extracts the document); see :data:`Outcome`.
     """
     boundary = _same_boundary(config.write_boundary)
 
@@ -465,17 +567,26 @@ class ChunkMapper:
         backend: where chunks run (:class:`ProcessBackend`, or the Dask one).
         config: what workers need (:class:`WorkerConfig`); a chunk holds up to
             ``backend.chunk_jobs`` (default :data:`CHUNK_JOBS`) x ``config.jobs`` documents.
-        local: the parent's own extractor: used for documents that need a repair (with the
-            batch's repairer and budget) and for inputs the parent cannot read to send.
+        local: the parent's own extractor: used for documents that need a model repair
+            (with the batch's repairer and budget) and for inputs the parent cannot read to
+            send.
         lost_record: ``(path) -> records`` for a document lost :data:`MAX_ATTEMPTS` times.
         linger: seconds a partial chunk waits for more documents before it is sent.
         documents: the documents the batch may hand over, or None (unknown). Known, the
             last chunks are smaller (:meth:`chunk_now`), so that the workers finish
             together instead of one of them extracting a last full chunk alone.
+        repairer: the batch's repairer (the one ``local`` uses), or None: each chunk
+            carries the repairs that worked so far
+            (:meth:`~plandag.planner.repair.PlanRepairer.known_repairs`), which the workers
+            apply themselves.
+        save_repairs: the folder ``local`` saves repaired plans into (``--save-repairs``),
+            or None: the plan files of the repairs made in workers are written there.
 
     Attributes:
         capacity: documents in flight at most (two chunks per worker).
         resent: documents sent again after their worker was lost.
+        handed_back: documents a worker handed back because they needed a model repair
+            (the parent extracted them).
     """
 
     def __init__(
@@ -487,8 +598,20 @@ class ChunkMapper:
         *,
         linger: float = 0.002,
         documents: int | None = None,
+        repairer: PlanRepairer | None = None,
+        save_repairs: Path | None = None,
     ) -> None:
         self.backend = backend
+        self.repairer = repairer
+        self.save_repairs = save_repairs
+        self.handed_back = 0
+        if repairer is not None:
+            config = dataclasses.replace(
+                config,
+                probe_repairs=True,
+                model=repairer.model,
+                save_repairs=save_repairs is not None,
+            )
         self.config = config
         self.chunk = getattr(backend, "chunk_jobs", CHUNK_JOBS) * max(1, config.jobs)
         self.capacity = 2 * self.chunk * max(1, backend.workers)
@@ -533,9 +656,24 @@ class ChunkMapper:
             return list(value)
         if kind == "raise" and isinstance(value, BaseException):
             raise value
+        if kind == "repaired":
+            records, files = value
+            assert self.save_repairs is not None  # a worker returns files only when asked
+            for name, text in files:
+                _write_atomically(self.save_repairs, name, text)
+            return list(records)
         if kind == "lost":
             return self.lost_record(path)
+        self.handed_back += 1
         return await self.local(path)
+
+    def _config_now(self) -> WorkerConfig:
+        """The worker config with the repairer's repairs that worked so far."""
+        if self.repairer is not None:
+            known = self.repairer.known_repairs()
+            if len(known) != len(self.config.repairs):  # the list only grows
+                self.config = dataclasses.replace(self.config, repairs=known)
+        return self.config
 
     async def _send(self) -> None:
         slots, self._pending = self._pending[: self.chunk], self._pending[self.chunk :]
@@ -568,7 +706,7 @@ class ChunkMapper:
         for slot in slots:
             slot.attempts += 1
         try:
-            handle = self.backend.submit(items, self.config)
+            handle = self.backend.submit(items, self._config_now())
         except Exception as error:  # nothing was sent: each gets an internal_error record
             return [("raise", error)] * len(slots)
         try:
@@ -588,6 +726,20 @@ def _output_boundary(output: Path) -> WriteBoundary:
     from plandag.tools.boundary import WriteBoundary
 
     return WriteBoundary([output.resolve().parent])
+
+
+def _write_atomically(folder: Path, name: str, text: str) -> None:
+    """``text`` as ``folder/name`` (UTF-8), written to a temporary file then renamed, as
+    :func:`plandag.planner.repair.save_repair` writes it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.replace(temporary, folder / name)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def _read(path: Path) -> bytes:
@@ -630,6 +782,8 @@ def open_mapper(
     output: Path,
     repairs: bool,
     local: Extractor,
+    repairer: PlanRepairer | None = None,
+    save_repairs: Path | None = None,
 ) -> ChunkMapper | None:
     """The mapper for a batch, or None to extract in the parent process.
 
@@ -644,8 +798,12 @@ def open_mapper(
         write_boundary: where the documents' plans may write (None: ``output``'s folder, as
             in the parent).
         output: the batch's output file.
-        repairs: whether the parent has a repairer (documents needing one come back to it).
+        repairs: whether the parent has a repairer (documents needing a model repair come
+            back to it).
         local: the parent's own extractor.
+        repairer: the parent's repairer, or None: its repairs that worked travel to the
+            workers, which apply them with no model call (see :class:`ChunkMapper`).
+        save_repairs: the folder ``local`` saves repaired plans into, or None.
 
     Returns:
         A :class:`ChunkMapper` (close its backend when the batch ends), or None when one
@@ -681,4 +839,12 @@ def open_mapper(
             return None
         refuse_unguarded_main()
         backend = ProcessBackend(count, config)
-    return ChunkMapper(backend, config, local, lost_record, documents=documents)
+    return ChunkMapper(
+        backend,
+        config,
+        local,
+        lost_record,
+        documents=documents,
+        repairer=repairer,
+        save_repairs=save_repairs,
+    )

@@ -97,6 +97,7 @@ from plandag.tools.registry import Registry
 
 __all__ = [
     "DEFAULT_EXCERPT_CHARS",
+    "KnownRepair",
     "PlanRepairer",
     "RepairGaveUp",
     "RepairedRun",
@@ -217,7 +218,17 @@ def _fingerprint(plan: Plan) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class _KnownRepair:
+class KnownRepair:
+    """A repair that worked, kept for reuse (see the module's "Reuse"); picklable, so that
+    a batch's worker processes can apply it too (:mod:`plandag.extract.parallel`).
+
+    Attributes:
+        plan: the stored plan's fingerprint (the SHA-256 of its JSON).
+        replaced: the steps the repair replaced (the run's ``needs_replan``), in order.
+        max_id: the run's largest step id when the repair was asked for.
+        text: the patch, as the model wrote it (wire JSON).
+    """
+
     plan: str
     replaced: tuple[int, ...]
     max_id: int
@@ -305,7 +316,7 @@ class PlanRepairer:
         self.max_blocked = max_blocked
         self.total_replan_below = total_replan_below
         self.calls: list[CallRecord] = []
-        self._known: list[_KnownRepair] = []
+        self._known: list[KnownRepair] = []
 
     def replanner(self, compiled: CompiledPlan) -> Replanner:
         """A :class:`Replanner` for one run of ``compiled`` (its read-only flag and write
@@ -324,7 +335,7 @@ class PlanRepairer:
             http_allow=compiled.http_allow,
         )
 
-    def known(self, plan: str, replaced: tuple[int, ...], max_id: int) -> _KnownRepair | None:
+    def known(self, plan: str, replaced: tuple[int, ...], max_id: int) -> KnownRepair | None:
         """The repair that worked for ``plan`` failing on ``replaced`` (largest id
         ``max_id``), or None."""
         if not self.reuse:
@@ -334,7 +345,12 @@ class PlanRepairer:
                 return item
         return None
 
-    def remember(self, item: _KnownRepair) -> None:
+    def known_repairs(self) -> tuple[KnownRepair, ...]:
+        """Every repair kept for reuse so far, in the order they were kept (none when
+        ``reuse`` is off); the list only grows."""
+        return tuple(self._known) if self.reuse else ()
+
+    def remember(self, item: KnownRepair) -> None:
         """Keep a repair that worked (once per plan and failure)."""
         if self.reuse and self.known(item.plan, item.replaced, item.max_id) is None:
             self._known.append(item)
@@ -783,7 +799,7 @@ async def run_with_repairs(
         and not reused
     ):
         only = applied_records[0]
-        repairer.remember(_KnownRepair(fingerprint, only.replaced, bases[only.number], only.text))
+        repairer.remember(KnownRepair(fingerprint, only.replaced, bases[only.number], only.text))
     return RepairedRun(
         status=status,
         run=run,

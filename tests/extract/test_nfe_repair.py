@@ -4,6 +4,8 @@ repaired by a scripted replanner for that input only; the other inputs make no r
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -155,7 +157,6 @@ def test_the_broken_plan_compiles() -> None:
 async def batch(
     server: MessagesServer, inputs: list[Path], output: Path, repairs: Path | None
 ) -> tuple[Any, list[dict[str, Any]], Budget]:
-    import functools
 
     client = AnthropicClient(api_key="test", base_url=server.url)
     registry = default_registry()
@@ -305,7 +306,6 @@ def test_the_repair_note_is_in_the_schema_and_the_csv() -> None:
 def test_with_workers_only_the_parent_repairs_and_the_records_are_the_same(
     server: MessagesServer, inputs: list[Path], tmp_path: Path
 ) -> None:
-    import functools
 
     from plandag.extract.parallel import ChunkMapper, ProcessBackend, WorkerConfig, lost_record
 
@@ -350,3 +350,148 @@ def test_with_workers_only_the_parent_repairs_and_the_records_are_the_same(
     assert len(server.message_requests) == 2  # one per batch: the parent's, for input 2
     assert summary.repairs == {"repaired": 1, "model_calls": 1}
     assert budget.spent_usd == pytest.approx(6000 * 3e-6 + 300 * 15e-6)
+
+
+def test_with_workers_a_known_repair_is_applied_in_the_workers_with_no_model_call(
+    server: MessagesServer, tmp_path: Path
+) -> None:
+
+    from plandag.extract.parallel import ChunkMapper, ProcessBackend, WorkerConfig, lost_record
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    inputs = []
+    for number, cpf in ((1, True), (2, False), (3, True), (4, True), (5, False), (6, True)):
+        path = folder / f"{number}.xml"
+        path.write_text(invoice(number, cpf=cpf), encoding="utf-8")
+        inputs.append(path)
+    server.push_json(PATCH, usage={"input_tokens": 6000, "output_tokens": 300})
+    anyio.run(batch, server, inputs, tmp_path / "alone.jsonl", tmp_path / "r1")
+    assert len(server.message_requests) == 1
+    server.push_json(PATCH, usage={"input_tokens": 6000, "output_tokens": 300})
+    in_parent: list[str] = []
+
+    async def with_workers() -> tuple[Any, Budget, ChunkMapper]:
+        client = AnthropicClient(api_key="test", base_url=server.url)
+        registry = default_registry()
+        repairer = PlanRepairer(
+            client, MODEL, registry, retry=RetryPolicy(retries=0), clock=VirtualClock()
+        )
+        budget = Budget(1.0, None)
+        options = {"retry": RetryPolicy(retries=0), "limits": RunLimits(heartbeat_every=None)}
+        parent = functools.partial(
+            extract_document,
+            registry=registry,
+            run_options={**options, "budget": budget},
+            repairer=repairer,
+            save_repairs=tmp_path / "r2",
+            plan_text=broken_plan(),
+        )
+
+        async def local(path: Path) -> list[dict[str, Any]]:
+            in_parent.append(path.name)
+            return await parent(path)
+
+        config = WorkerConfig(jobs=1, run_options=options, plan_text=broken_plan())
+        backend = ProcessBackend(2)
+        mapper = ChunkMapper(
+            backend, config, local, lost_record, repairer=repairer, save_repairs=tmp_path / "r2"
+        )
+        try:
+            # one document at a time: each is sent after the previous one's record is back
+            summary = await extract_batch(
+                inputs, tmp_path / "workers.jsonl", jobs=1, extractor=mapper
+            )
+        finally:
+            backend.close()
+            await client.aclose()
+        return summary, budget, mapper
+
+    summary, budget, mapper = anyio.run(with_workers)
+    text = (tmp_path / "workers.jsonl").read_text("utf-8")
+    assert text == (tmp_path / "alone.jsonl").read_text("utf-8")
+    records = [json.loads(line) for line in text.splitlines()]
+    assert [record["status"] for record in records] == ["ok"] * 6
+    assert [record.get("repair", {}).get("reused") for record in records] == [
+        False,
+        None,
+        True,
+        True,
+        None,
+        True,
+    ]
+    assert len(server.message_requests) == 2  # one per batch: the first CPF input's
+    # only the first CPF input came back to the parent; the later ones were repaired in
+    # the workers, from the repair the parent shipped with their chunks
+    assert in_parent == ["1.xml"]
+    assert mapper.handed_back == 1
+    assert summary.repairs == {"repaired": 1, "reused": 3, "model_calls": 1}
+    assert budget.spent_usd == pytest.approx(6000 * 3e-6 + 300 * 15e-6)  # reuses cost nothing
+    # the parent wrote the plan files of the workers' repairs, as --workers 1 does
+    names = sorted(path.name for path in (tmp_path / "r2").iterdir())
+    assert names == sorted(path.name for path in (tmp_path / "r1").iterdir())
+    assert len(names) == 2
+    for name in names:
+        assert (tmp_path / "r2" / name).read_bytes() == (tmp_path / "r1" / name).read_bytes()
+    sidecar = json.loads((tmp_path / "r2" / names[1]).read_text("utf-8"))
+    assert (sidecar["source"], sidecar["reused"]) == (str(inputs[5]), True)
+
+
+def test_a_worker_given_bytes_applies_a_known_repair_as_the_parent_would(
+    server: MessagesServer, tmp_path: Path
+) -> None:
+    """What a cluster worker runs (the document as bytes, no shared filesystem): a known
+    repair applied with no model call, the record and the saved plan files the parent's."""
+    from plandag.extract.parallel import WorkerConfig, extract_chunk
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    first, later = folder / "1.xml", folder / "2.xml"
+    first.write_text(invoice(1, cpf=True), encoding="utf-8")
+    later.write_text(invoice(2, cpf=True), encoding="utf-8")
+    server.push_json(PATCH)
+    _, alone, _ = anyio.run(batch, server, [first, later], tmp_path / "alone.jsonl", tmp_path / "r")
+    assert len(server.message_requests) == 1
+    assert alone[1]["repair"]["reused"] is True
+
+    options = {"retry": RetryPolicy(retries=0), "limits": RunLimits(heartbeat_every=None)}
+
+    async def repair_first() -> PlanRepairer:
+        client = AnthropicClient(api_key="test", base_url=server.url)
+        repairer = PlanRepairer(client, MODEL, default_registry(), clock=VirtualClock())
+        try:
+            await extract_document(
+                first, repairer=repairer, plan_text=broken_plan(), run_options=options
+            )
+        finally:
+            await client.aclose()
+        return repairer
+
+    server.push_json(PATCH)
+    repairer = anyio.run(repair_first)
+    assert len(repairer.known_repairs()) == 1
+    config = WorkerConfig(
+        run_options=options,
+        probe_repairs=True,
+        plan_text=broken_plan(),
+        model=MODEL,
+        repairs=repairer.known_repairs(),
+        save_repairs=True,
+    )
+    [(kind, value)] = extract_chunk([(str(later), later.read_bytes())], config)
+    assert kind == "repaired"
+    records, files = value
+    # the batch adds its batch-wide check (unique_in_batch) as the record is written
+    expected = json.loads(json.dumps(alone[1]))
+    del expected["checks"]["unique_in_batch"]
+    assert records == [expected]
+    assert records[0]["repair"]["reused"] is True
+    assert records[0]["source"] == str(later)
+    names = sorted(path.name for path in (tmp_path / "r").iterdir())
+    assert [name for name, _ in files] == names
+    for name, text in files:
+        assert text == (tmp_path / "r" / name).read_text("utf-8")
+    # without the repair, the worker hands the document back (the parent asks the model)
+    unknown = dataclasses.replace(config, repairs=())
+    assert extract_chunk([(str(later), later.read_bytes())], unknown) == [("parent", None)]
+    assert len(server.message_requests) == 2

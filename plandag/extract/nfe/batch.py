@@ -717,6 +717,8 @@ async def extract_batch(
             output=output,
             repairs=repairer is not None,
             local=extract,
+            repairer=repairer,
+            save_repairs=save_repairs,
         )
         if mapper is not None:
             extract = mapper
