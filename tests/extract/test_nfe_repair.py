@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -355,8 +355,31 @@ def test_with_workers_only_the_parent_repairs_and_the_records_are_the_same(
 def test_with_workers_a_known_repair_is_applied_in_the_workers_with_no_model_call(
     server: MessagesServer, tmp_path: Path
 ) -> None:
+    from plandag.extract.parallel import ProcessBackend
 
-    from plandag.extract.parallel import ChunkMapper, ProcessBackend, WorkerConfig, lost_record
+    _known_repairs_in_workers(server, tmp_path, lambda config: ProcessBackend(2))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_on_a_dask_cluster_a_known_repair_is_applied_in_the_workers(
+    server: MessagesServer, tmp_path: Path
+) -> None:
+    pytest.importorskip("distributed")
+    from plandag.extract.cluster import DaskBackend
+
+    # the documents travel as bytes: the sidecar still names the command's path
+    _known_repairs_in_workers(server, tmp_path, lambda config: DaskBackend("local", 2, config))
+
+
+def _known_repairs_in_workers(
+    server: MessagesServer, tmp_path: Path, backend_for: Callable[[Any], Any]
+) -> None:
+    """Six inputs, four failing the same way, on ``backend_for(config)``'s workers: one
+    model call (the first such input's, in the parent), the later ones repaired in the
+    workers with the repair the parent shipped, the records and plan files byte for byte
+    those of one process."""
+    from plandag.extract.parallel import ChunkMapper, WorkerConfig, lost_record
 
     folder = tmp_path / "in"
     folder.mkdir()
@@ -393,7 +416,7 @@ def test_with_workers_a_known_repair_is_applied_in_the_workers_with_no_model_cal
             return await parent(path)
 
         config = WorkerConfig(jobs=1, run_options=options, plan_text=broken_plan())
-        backend = ProcessBackend(2)
+        backend = backend_for(config)
         mapper = ChunkMapper(
             backend, config, local, lost_record, repairer=repairer, save_repairs=tmp_path / "r2"
         )
