@@ -658,9 +658,9 @@ class ChunkMapper:
             raise value
         if kind == "repaired":
             records, files = value
-            assert self.save_repairs is not None  # a worker returns files only when asked
-            for name, text in files:
-                _write_atomically(self.save_repairs, name, text)
+            if self.save_repairs is not None:  # a worker returns files only when asked
+                for name, text in files:
+                    _write_atomically(self.save_repairs, name, text)
             return list(records)
         if kind == "lost":
             return self.lost_record(path)
