@@ -182,10 +182,11 @@ _GUARDED: tuple[tuple[str, tuple[str, ...]], ...] = tuple(
     (guard, tuple(word for word in _SEALING_WORDS if _GUARDS.get(word, word) == guard))
     for guard in dict.fromkeys(_GUARDS.get(word, word) for word in _SEALING_WORDS)
 )
-# A cookie is sealed only as a key named ``cookie``/``set-cookie`` or as ``cookie: value`` /
-# ``cookie=value`` in text: the word followed by quotes and blanks (a tab is ``\t`` in JSON)
-# and then ``:`` or ``=``. Product names such as "COOKIES" need no sealing.
-_COOKIE_PAIR = re.compile(r"(?i)cookie(?:\\?['\"]|[ \t]|\\t)*[:=]")
+# A cookie is sealed only as a key named ``cookie``/``set-cookie``, as the name of a header
+# pair (``["Cookie", value]``) or as ``cookie: value`` / ``cookie=value`` in text: the word
+# followed by quotes and blanks (a tab is ``\t`` in JSON) and then ``:``, ``=`` or the ``,``
+# that ends a pair's name. Product names such as "COOKIES" need no sealing.
+_COOKIE_PAIR = re.compile(r"(?i)cookie(?:\\?['\"]|[ \t]|\\t)*[:=,]")
 
 
 def _may_need_sealing(text: str, secrets: Iterable[str]) -> bool:

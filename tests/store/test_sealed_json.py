@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,6 +26,22 @@ def test_a_plain_record_is_its_own_json() -> None:
     assert sealed_json(record, ENVIRONMENT) == (
         '{"source":"a.xml","items":[{"xProd":"COOKIES DE AVEIA","vProd":"1.50"}]}'
     )
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        [["cookie", False]],
+        [["Cookie", "session=abc123"]],
+        {"headers": [["Set-Cookie", "id=a3fWa; Max-Age=2592000"]]},
+        [["set_cookie", 7]],
+    ],
+)
+def test_a_cookie_header_pair_is_sealed_as_seal_does(value: Any) -> None:
+    # the pair's name is a JSON string followed by "," (no ":" nor "="): still sealed
+    text = sealed_json(value, ENVIRONMENT)
+    assert text == _reference(value, ENVIRONMENT)
+    assert "[secret]" in text
 
 
 def test_secrets_are_sealed_as_seal_does() -> None:
