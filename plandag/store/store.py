@@ -1145,6 +1145,11 @@ class Store:
             "FROM document WHERE batch_id = ? ORDER BY idx",
             (batch_id,),
         )
+        return self._document_rows(rows)
+
+    def _document_rows(self, rows: Iterable[Sequence[Any]]) -> list[DocumentRow]:
+        """``document`` rows (``batch_id, idx, input, status, record, result_hash, error,
+        time``) with each record decoded, from its blob when it has one."""
         documents = []
         for row in rows:
             if row[5] is not None:
@@ -1163,14 +1168,7 @@ class Store:
             "FROM document WHERE input = ? ORDER BY time DESC",
             (input_path,),
         )
-        documents = []
-        for row in rows:
-            if row[5] is not None:
-                record = json.loads(self.get_blob(row[5]))
-            else:
-                record = json.loads(row[4]) if row[4] is not None else None
-            documents.append(DocumentRow(row[0], row[1], row[2], row[3], record, row[6], row[7]))
-        return documents
+        return self._document_rows(rows)
 
     # -- instructions from a person ----------------------------------------------------------
 

@@ -358,15 +358,7 @@ def _evaluate_each(
 
 
 def _first(root: etree._Element, compiled: etree.XPath) -> Any:
-    try:
-        found = compiled(root)
-    except etree.XPathError as error:
-        raise PermanentStepError(
-            f"invalid XPath {compiled.path!r}: {error}", reason="invalid_xpath"
-        ) from error
-    if type(found) is list:
-        return _convert(found[0]) if found else None
-    return _convert(found)
+    return evaluate_compiled(root, compiled)
 
 
 def _convert(item: Any) -> Any:

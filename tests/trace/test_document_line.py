@@ -9,19 +9,12 @@ from typing import Any
 
 import pytest
 
+from plandag.extract.nfe.output import CHECK_NAMES
 from plandag.trace.redact import Redactor
 from plandag.trace.writer import SUMMARY_LINE_BYTES, TraceWriter
 
 #: Every NF-e check failing and six error codes: the most a real record puts in a summary.
-NFE_CHECKS = (
-    "key_check_digit",
-    "key_matches_document",
-    "cnpj_cpf_valid",
-    "items_sum_vprod",
-    "vnf_formula",
-    "protocol_authorised",
-    "unique_in_batch",
-)
+NFE_CHECKS = CHECK_NAMES
 RECORD = {
     "source": "x",
     "status": "check_failed",
