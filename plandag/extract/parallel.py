@@ -357,6 +357,13 @@ def extract_chunk(items: Sequence[Item], config: WorkerConfig) -> list[Outcome]:
         needed; the parent extracts the document); see :data:`Outcome`.
     """
     boundary = _same_boundary(config.write_boundary)
+    from plandag.extract.nfe.batch import advise_read
+
+    # the kernel reads the chunk's files while its first documents are extracted, so that
+    # the worker rarely waits for the disk
+    for source, data in items:
+        if data is None:
+            advise_read(Path(source))
 
     async def run_all() -> list[Outcome]:
         outcomes: list[Outcome] = [("parent", None)] * len(items)

@@ -107,6 +107,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BatchSummary",
     "Extractor",
+    "advise_read",
     "batch_exit_code",
     "error_record",
     "expand_inputs",
@@ -247,6 +248,28 @@ def expand_inputs(patterns: Sequence[str]) -> tuple[list[Path], list[dict[str, A
             + "; ".join(display_name(r["errors"][0]["message"]) for r in missing)
         )
     return inputs, missing
+
+
+def advise_read(path: Path) -> None:
+    """Ask the kernel to read ``path`` into its page cache now, without waiting
+    (``posix_fadvise(POSIX_FADV_WILLNEED)``, POSIX.1-2001), so that the read of an input
+    further on finds its bytes in memory. Only a regular file is opened (a pipe or a device
+    never is); anything that fails is ignored: the read itself reports it."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is None:
+        return
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError:
+        return
+    try:
+        advise(descriptor, 0, 0, os.POSIX_FADV_WILLNEED)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
 
 
 def not_a_regular_file(path: Path) -> tuple[str, str] | None:
