@@ -339,7 +339,7 @@ def evaluate_table(
     for name, attribute in plan.attributes:
         values[name] = root.get(attribute)
     for name, compiled in plan.others:
-        values[name] = _first(root, compiled)
+        values[name] = evaluate_compiled(root, compiled)
     return values
 
 
@@ -354,11 +354,7 @@ def _element_value(element: etree._Element) -> str:
 def _evaluate_each(
     root: etree._Element, table: Iterable[tuple[str, etree.XPath]]
 ) -> dict[str, Any]:
-    return {name: _first(root, compiled) for name, compiled in table}
-
-
-def _first(root: etree._Element, compiled: etree.XPath) -> Any:
-    return evaluate_compiled(root, compiled)
+    return {name: evaluate_compiled(root, compiled) for name, compiled in table}
 
 
 def _convert(item: Any) -> Any:
