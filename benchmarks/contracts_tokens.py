@@ -20,11 +20,12 @@ from pathlib import Path
 
 import anyio
 
+from plandag.brakes.budget import Budget
 from plandag.executors import ModelAccess
 from plandag.jobs.contracts.batch import expand_contract_inputs, extract_contracts
 from plandag.jobs.contracts.scripted import ScriptedContracts
 from plandag.planner.llm import AnthropicClient
-from plandag.scheduler import Budget, RunLimits
+from plandag.scheduler import RunLimits
 from plandag.testing import MessagesServer
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "contracts"

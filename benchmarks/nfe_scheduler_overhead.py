@@ -50,10 +50,11 @@ async def measure(
     Raises:
         RuntimeError: the real run of ``path`` did not succeed.
     """
+    from plandag.brakes.budget import Budget
+    from plandag.brakes.retry import RetryPolicy
     from plandag.compiler import compile_plan
     from plandag.extract.nfe import load_plan_text
-    from plandag.scheduler import Budget, RunLimits, run_plan
-    from plandag.scheduler.retry import RetryPolicy
+    from plandag.scheduler import RunLimits, run_plan
     from plandag.tools.boundary import WriteBoundary
     from plandag.tools.registry import default_registry
 

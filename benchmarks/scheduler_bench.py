@@ -295,7 +295,8 @@ def measure_brakes(shape: Shape, size: int = 1000, repetitions: int = 5) -> Brak
 
     Runs alternate (core, brakes) after one warm-up pair so noise hits both.
     """
-    from plandag.scheduler import RetryPolicy, RunLimits
+    from plandag.brakes.retry import RetryPolicy
+    from plandag.scheduler import RunLimits
 
     dag = chain(size) if shape == "chain" else wide(size)
     compiled = _compile(dag, _TOOL_NAMES["async"], with_durations=False)

@@ -18,6 +18,7 @@ if _typing.TYPE_CHECKING:
     from plandag.approval.gate import Decision as Decision
     from plandag.brakes import JOB_BRAKES as JOB_BRAKES
     from plandag.brakes import UNLIMITED as UNLIMITED
+    from plandag.brakes.retry import RetryPolicy as RetryPolicy
     from plandag.checks.base import CheckDefinition as CheckDefinition
     from plandag.checks.base import CheckOutcome as CheckOutcome
     from plandag.checks.base import check as check
@@ -41,7 +42,6 @@ if _typing.TYPE_CHECKING:
     from plandag.jobs.research.run import ResearchResult as ResearchResult
     from plandag.jobs.research.run import research as research
     from plandag.scheduler import PlanEstimate as PlanEstimate
-    from plandag.scheduler import RetryPolicy as RetryPolicy
     from plandag.scheduler import RunLimits as RunLimits
     from plandag.scheduler import RunResult as RunResult
     from plandag.scheduler import StepRecord as StepRecord
@@ -134,7 +134,7 @@ if not _typing.TYPE_CHECKING:
             "TransientStepError": ("plandag.errors", "TransientStepError"),
             "classify_error": ("plandag.errors", "classify_error"),
             "PlanEstimate": ("plandag.scheduler", "PlanEstimate"),
-            "RetryPolicy": ("plandag.scheduler", "RetryPolicy"),
+            "RetryPolicy": ("plandag.brakes.retry", "RetryPolicy"),
             "RunLimits": ("plandag.scheduler", "RunLimits"),
             "RunResult": ("plandag.scheduler", "RunResult"),
             "StepRecord": ("plandag.scheduler", "StepRecord"),

@@ -43,6 +43,9 @@ from typing import Any, Literal
 
 import anyio
 
+from plandag.brakes.budget import Budget
+from plandag.brakes.clock import Clock, SystemClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.planner.data import DATA_BLOCK_RULE, DEFAULT_MAX_CHARS, quote_data
 from plandag.planner.llm import (
     DEFAULT_PRICES,
@@ -55,9 +58,6 @@ from plandag.planner.llm import (
     call_with_retries,
 )
 from plandag.planner.prompt import compact_schema, describe_result_type
-from plandag.scheduler.budget import Budget
-from plandag.scheduler.clock import Clock, SystemClock
-from plandag.scheduler.retry import RetryPolicy
 from plandag.scheduler.runner import RunLimits
 from plandag.tools.registry import Registry
 

@@ -21,9 +21,10 @@ from plandag import (
     tool,
 )
 from plandag.brakes import brakes_line
+from plandag.brakes.clock import VirtualClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.planner.agent import Agent
 from plandag.planner.llm import AnthropicClient
-from plandag.scheduler import RetryPolicy, VirtualClock
 from plandag.testing import MessagesServer
 from plandag.tools.registry import Registry
 

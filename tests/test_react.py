@@ -8,6 +8,8 @@ from typing import Any
 import anyio
 import pytest
 
+from plandag.brakes.clock import VirtualClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.errors import PermanentStepError
 from plandag.planner.data import parse_data_blocks
@@ -20,8 +22,6 @@ from plandag.react import (
     tool_definitions,
     tool_description,
 )
-from plandag.scheduler import VirtualClock
-from plandag.scheduler.retry import RetryPolicy
 from plandag.scheduler.runner import RunLimits
 from plandag.testing import MessagesServer, system_text
 from plandag.tools import tool

@@ -32,11 +32,11 @@ from typing import Any, Literal
 from plandag.bench.simulator import PAPER, BenchSettings, SimulatedModel
 from plandag.bench.workloads import WORKLOADS, Question, Workload, World
 from plandag.brakes import UNLIMITED
+from plandag.brakes.retry import RetryPolicy
 from plandag.planner.agent import Agent, AgentResult
 from plandag.planner.llm import AnthropicClient, CallRecord, LLMClient
 from plandag.planner.llm.anthropic import API_KEY_VARIABLE
 from plandag.react import ReactAgent, ReactResult
-from plandag.scheduler.retry import RetryPolicy
 from plandag.scheduler.runner import RunLimits
 
 __all__ = [

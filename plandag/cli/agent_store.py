@@ -652,6 +652,7 @@ def resume_with_planner(
 
     import typer
 
+    from plandag.brakes.retry import RetryPolicy
     from plandag.cli.plan_command import _client
     from plandag.cli.run_command import _report, exit_code
     from plandag.cli.signals import Interruptible, exit_code_for_signal
@@ -660,7 +661,6 @@ def resume_with_planner(
     from plandag.errors import InputError
     from plandag.planner.agent import Agent
     from plandag.planner.triggers import Instruction
-    from plandag.scheduler import RetryPolicy
     from plandag.store.durable import close_escalation
     from plandag.store.sealing import unseal
 

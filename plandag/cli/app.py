@@ -905,9 +905,9 @@ def _exec_with_planner(
     """``exec --planner``: run the stored plan in a session, repairing what fails; the
     run, its steps, decisions and repairs go to the run store and the trace, and a repair
     that adds steps with effects passes the same approval as the plan."""
+    from plandag.brakes.retry import RetryPolicy
     from plandag.cli.agent_store import RepairGate
     from plandag.planner.repair import PlanRepairer, RepairedRun, run_with_repairs, save_repair
-    from plandag.scheduler import RetryPolicy
 
     progress, observers = _observers(compiled, settings)
     client = _planner_client(planner, base_url)  # a missing key stops here (exit 2)

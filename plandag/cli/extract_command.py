@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from plandag.brakes import cap_or_none
+from plandag.brakes.retry import RetryPolicy
 from plandag.cli.app import (
     BoundaryOption,
     HeartbeatEveryOption,
@@ -50,7 +51,7 @@ from plandag.cli.app import (
 from plandag.cli.signals import Interruptible, exit_code_for_signal
 from plandag.cli.store_command import RedactOption, StoreOption, open_cli_store, trace_factory
 from plandag.errors import InputError
-from plandag.scheduler import RetryPolicy, RunLimits
+from plandag.scheduler import RunLimits
 
 if TYPE_CHECKING:
     from plandag.config import Settings
@@ -408,7 +409,7 @@ def batch_run_options(settings: Settings, output: Path) -> dict[str, Any]:
     Raises:
         typer.Exit: (exit 2) the output's folder cannot be created.
     """
-    from plandag.scheduler import Budget
+    from plandag.brakes.budget import Budget
 
     try:
         output.parent.mkdir(parents=True, exist_ok=True)

@@ -36,6 +36,7 @@ import anyio
 import typer
 from rich.console import Console
 
+from plandag.brakes.retry import RetryPolicy
 from plandag.cli.options import build_registry
 from plandag.config import load_settings
 from plandag.dag.graph import critical_path, mermaid
@@ -48,7 +49,7 @@ from plandag.planner.investigate import (
 from plandag.planner.llm import AnthropicClient, LLMClient, OpenAICompatibleClient
 from plandag.planner.planner import Planner, PlanOutcome
 from plandag.planner.prompt import format_diagnostics
-from plandag.scheduler import RetryPolicy, RunLimits
+from plandag.scheduler import RunLimits
 from plandag.tools.registry import Registry
 
 __all__ = ["DEFAULT_MODELS", "plan_document", "register"]

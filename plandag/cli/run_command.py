@@ -49,6 +49,7 @@ from typing import Annotated
 import anyio
 import typer
 
+from plandag.brakes.retry import RetryPolicy
 from plandag.cli.agent_store import SessionRecorder, record_agent_run
 from plandag.cli.app import (
     EXIT_CODES,
@@ -113,7 +114,7 @@ from plandag.library.catalog import check_task_type
 from plandag.planner.agent import Agent, AgentResult
 from plandag.planner.prompt import format_diagnostics
 from plandag.planner.triggers import Instruction
-from plandag.scheduler import JsonlHeartbeatWriter, RetryPolicy
+from plandag.scheduler import JsonlHeartbeatWriter
 from plandag.scheduler.events import Observer
 from plandag.scheduler.result import to_jsonable
 from plandag.trace.redact import scrub_secrets

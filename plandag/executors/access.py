@@ -20,9 +20,9 @@ from plandag.errors import InputError, PermanentStepError
 if TYPE_CHECKING:  # the planner's client layer is imported when a step calls a model
     import anyio
 
+    from plandag.brakes.budget import Budget
     from plandag.planner.llm.base import LLMClient, LLMRequest, LLMResponse
     from plandag.planner.llm.pricing import PriceTable
-    from plandag.scheduler.budget import Budget
     from plandag.tools.base import ToolContext
     from plandag.tools.registry import Registry
 

@@ -223,11 +223,11 @@ async def agent(
     need approval), one per turn, until it answers ``task`` (``data`` quoted as data); own
     caps ``max_turns``, ``max_tokens``, ``max_cost_usd``, ``max_seconds``. Returns
     {"answer", "steps", "turns"}."""
+    from plandag.brakes.budget import Budget
     from plandag.errors import BudgetRefusedError
     from plandag.planner.data import DEFAULT_MAX_CHARS, quote_data
     from plandag.planner.llm.base import LLMRequest
     from plandag.react import content_blocks, tool_definitions, tool_result_block
-    from plandag.scheduler.budget import Budget
     from plandag.tools.registry import Registry, default_registry
 
     context = ctx or ToolContext(run_id="adhoc", step_id=0)

@@ -71,6 +71,9 @@ from plandag.approval import (
 from plandag.approval.gate import downstream
 from plandag.approval.steps import StepDecision, edited_args, step_decisions
 from plandag.brakes import Unlimited
+from plandag.brakes.budget import Budget
+from plandag.brakes.clock import Clock, SystemClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.compiler import DEFAULT_MAX_STEPS, CompiledPlan, Diagnostic, compile_plan
 from plandag.compiler.compiled import allowed_hosts
 from plandag.compiler.diagnostics import OUT_OF_REGISTRY_CODES
@@ -121,8 +124,6 @@ from plandag.planner.triggers import (
     choose_strategy,
 )
 from plandag.scheduler import events
-from plandag.scheduler.budget import Budget
-from plandag.scheduler.clock import Clock, SystemClock
 from plandag.scheduler.estimate import ModelCallEstimate, PlanEstimate, estimate_steps
 from plandag.scheduler.result import (
     EscalationMode,
@@ -131,7 +132,6 @@ from plandag.scheduler.result import (
     StepErrorInfo,
     to_jsonable,
 )
-from plandag.scheduler.retry import RetryPolicy
 from plandag.scheduler.runner import RunLimits
 from plandag.scheduler.session import RunSession, SessionState, open_session
 from plandag.tools.boundary import WriteBoundary

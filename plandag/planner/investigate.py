@@ -37,14 +37,14 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from plandag.brakes.clock import Clock
+from plandag.brakes.retry import RetryPolicy
 from plandag.compiler import Diagnostic
 from plandag.errors import PlanError
 from plandag.planner.data import quote_data
 from plandag.planner.llm import CallRecord
 from plandag.planner.planner import Planner, PlanOutcome
-from plandag.scheduler.clock import Clock
 from plandag.scheduler.result import RunResult
-from plandag.scheduler.retry import RetryPolicy
 from plandag.scheduler.runner import RunLimits, run_plan
 
 __all__ = [

@@ -22,6 +22,9 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from plandag.brakes.budget import Budget
+from plandag.brakes.clock import Clock, SystemClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.compiler import CompiledPlan
 from plandag.dag.references import ReferenceResolutionError, find_references, resolve_value
 from plandag.errors import PermanentStepError
@@ -36,10 +39,7 @@ from plandag.planner.llm import (
     UnusableResponseError,
     call_with_retries,
 )
-from plandag.scheduler.budget import Budget
-from plandag.scheduler.clock import Clock, SystemClock
 from plandag.scheduler.result import RunResult
-from plandag.scheduler.retry import RetryPolicy
 
 __all__ = [
     "DEFAULT_JOIN_MAX_TOKENS",

@@ -28,6 +28,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from plandag.brakes import DEFAULT_PLANNER_MAX_TOKENS
+from plandag.brakes.budget import Budget
+from plandag.brakes.clock import Clock, SystemClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.compiler import DEFAULT_MAX_STEPS, CompiledPlan, Diagnostic, compile_plan
 from plandag.dag.plan import Plan
 from plandag.errors import PlanError
@@ -43,9 +46,6 @@ from plandag.planner.llm import (
 from plandag.planner.llm.calls import deadline_from
 from plandag.planner.prompt import repair_message, system_prompt, user_prompt
 from plandag.planner.wire import WIRE_SCHEMA_NAME, wire_json_schema, wire_to_document
-from plandag.scheduler.budget import Budget
-from plandag.scheduler.clock import Clock, SystemClock
-from plandag.scheduler.retry import RetryPolicy
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
 

@@ -61,6 +61,9 @@ from typing import Any, Literal
 
 import anyio
 
+from plandag.brakes.budget import Budget
+from plandag.brakes.clock import Clock, SystemClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.compiler import CompiledPlan
 from plandag.dag.plan import Plan
 from plandag.errors import PlanBudgetError
@@ -86,11 +89,8 @@ from plandag.planner.replanner import (
 )
 from plandag.planner.triggers import ReplanStrategy, StrategyChoice, choose_strategy
 from plandag.scheduler import events
-from plandag.scheduler.budget import Budget
-from plandag.scheduler.clock import Clock, SystemClock
 from plandag.scheduler.estimate import PlanEstimate, estimate_plan
 from plandag.scheduler.result import EscalationMode, RunResult, RunStatus, StepErrorInfo
-from plandag.scheduler.retry import RetryPolicy
 from plandag.scheduler.runner import RunLimits
 from plandag.scheduler.session import RunSession, SessionState, open_session
 from plandag.tools.registry import Registry

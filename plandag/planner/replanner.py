@@ -37,6 +37,9 @@ from typing import Any, Literal
 
 import anyio
 
+from plandag.brakes.budget import Budget
+from plandag.brakes.clock import Clock, SystemClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.compiler import Diagnostic
 from plandag.compiler.diagnostics import DIAGNOSTIC_CODES
 from plandag.compiler.patch import PatchBase, check_output, compile_patch
@@ -56,9 +59,6 @@ from plandag.planner.llm.calls import deadline_from
 from plandag.planner.prompt import repair_message, system_prompt
 from plandag.planner.triggers import ReplanStrategy
 from plandag.planner.wire import WIRE_SCHEMA_NAME, to_wire, wire_json_schema, wire_to_document
-from plandag.scheduler.budget import Budget
-from plandag.scheduler.clock import Clock, SystemClock
-from plandag.scheduler.retry import RetryPolicy
 from plandag.scheduler.session import RunSession, SessionState
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry

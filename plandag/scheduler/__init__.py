@@ -9,11 +9,6 @@ from plandag.lazy import lazy_exports as _lazy_exports
 
 if _typing.TYPE_CHECKING:
     from plandag.scheduler import events as events
-    from plandag.scheduler.budget import Budget as Budget
-    from plandag.scheduler.budget import PlanBudget as PlanBudget
-    from plandag.scheduler.clock import Clock as Clock
-    from plandag.scheduler.clock import SystemClock as SystemClock
-    from plandag.scheduler.clock import VirtualClock as VirtualClock
     from plandag.scheduler.estimate import ModelCallEstimate as ModelCallEstimate
     from plandag.scheduler.estimate import PlanEstimate as PlanEstimate
     from plandag.scheduler.estimate import StepEstimate as StepEstimate
@@ -27,8 +22,6 @@ if _typing.TYPE_CHECKING:
     from plandag.scheduler.result import StepRecord as StepRecord
     from plandag.scheduler.result import StepStatus as StepStatus
     from plandag.scheduler.result import to_jsonable as to_jsonable
-    from plandag.scheduler.retry import RetryDecision as RetryDecision
-    from plandag.scheduler.retry import RetryPolicy as RetryPolicy
     from plandag.scheduler.runner import RunLimits as RunLimits
     from plandag.scheduler.runner import run_plan as run_plan
     from plandag.scheduler.runner import run_plan_sync as run_plan_sync
@@ -38,14 +31,9 @@ if _typing.TYPE_CHECKING:
 
 __all__ = [
     "AttemptRecord",
-    "Budget",
-    "Clock",
     "JsonlHeartbeatWriter",
     "ModelCallEstimate",
-    "PlanBudget",
     "PlanEstimate",
-    "RetryDecision",
-    "RetryPolicy",
     "RunLimits",
     "RunResult",
     "RunSession",
@@ -55,8 +43,6 @@ __all__ = [
     "StepEstimate",
     "StepRecord",
     "StepStatus",
-    "SystemClock",
-    "VirtualClock",
     "estimate_plan",
     "estimate_steps",
     "events",
@@ -71,11 +57,6 @@ if not _typing.TYPE_CHECKING:
         __name__,
         {
             "events": ("plandag.scheduler.events", None),
-            "Budget": ("plandag.scheduler.budget", "Budget"),
-            "PlanBudget": ("plandag.scheduler.budget", "PlanBudget"),
-            "Clock": ("plandag.scheduler.clock", "Clock"),
-            "SystemClock": ("plandag.scheduler.clock", "SystemClock"),
-            "VirtualClock": ("plandag.scheduler.clock", "VirtualClock"),
             "ModelCallEstimate": ("plandag.scheduler.estimate", "ModelCallEstimate"),
             "PlanEstimate": ("plandag.scheduler.estimate", "PlanEstimate"),
             "StepEstimate": ("plandag.scheduler.estimate", "StepEstimate"),
@@ -89,8 +70,6 @@ if not _typing.TYPE_CHECKING:
             "StepRecord": ("plandag.scheduler.result", "StepRecord"),
             "StepStatus": ("plandag.scheduler.result", "StepStatus"),
             "to_jsonable": ("plandag.scheduler.result", "to_jsonable"),
-            "RetryDecision": ("plandag.scheduler.retry", "RetryDecision"),
-            "RetryPolicy": ("plandag.scheduler.retry", "RetryPolicy"),
             "RunLimits": ("plandag.scheduler.runner", "RunLimits"),
             "run_plan": ("plandag.scheduler.runner", "run_plan"),
             "run_plan_sync": ("plandag.scheduler.runner", "run_plan_sync"),

@@ -8,7 +8,7 @@ stall) and, with ``stop_on_stall``, stops the run. The runner cancels it as soon
 step has ended, so it never keeps a run alive.
 
 The monitor paces itself with ``anyio.sleep`` (the event loop's clock) and reads elapsed
-and idle times from the run's :class:`~plandag.scheduler.clock.Clock`.
+and idle times from the run's :class:`~plandag.brakes.clock.Clock`.
 
 :class:`JsonlHeartbeatWriter` is an observer writing one JSON object per line: one at the
 start, one per heartbeat and stall, one at the end (CLI ``--heartbeat FILE``).
@@ -24,8 +24,8 @@ from typing import IO, Any, Protocol
 
 import anyio
 
+from plandag.brakes.clock import Clock
 from plandag.scheduler import events
-from plandag.scheduler.clock import Clock
 
 __all__ = ["JsonlHeartbeatWriter", "MonitoredRun", "monitor"]
 

@@ -115,7 +115,7 @@ class AttemptRecord:
             was cancelled.
         kind: ``transient`` or ``permanent`` for a failed attempt, else None.
         retry: what followed a failure: ``"retried"``, or why not (a
-            :data:`plandag.scheduler.retry.StopReason`, ``budget`` when the cost cap
+            :data:`plandag.brakes.retry.StopReason`, ``budget`` when the cost cap
             left no room for another attempt, ``dependency_down`` when the step's tool or
             host went down meanwhile); None for a success or a cancellation.
         delay_before_s: seconds waited before it started (0.0 for the first attempt).

@@ -19,7 +19,7 @@ Per step:
 4. evaluate every check of the step (their args' references resolved too); any failed
    check fails the step with ``reason="check_failed"``, keeping the result on the record;
 5. a failed attempt is described (:func:`plandag.errors.describe_failure`: exception groups
-   unwrapped to their real leaf) and, under a :class:`~plandag.scheduler.retry.RetryPolicy`,
+   unwrapped to their real leaf) and, under a :class:`~plandag.brakes.retry.RetryPolicy`,
    tried again after a backoff outside the concurrency limits, as the policy decides.
 
 A step's exception is caught and recorded on the step; it never reaches the task group, so
@@ -32,7 +32,7 @@ The brakes of :class:`RunLimits` (ARCHITECTURE.md, "Brakes"):
   both with reason ``deadline``; the run ends ``timed_out``. Retry delays that would end
   past the deadline are not waited: the step fails at once.
 * ``max_cost_usd`` / ``max_tokens``: before each attempt the tool's estimate
-  (``cost_estimate_usd``, ``tokens_estimate``) is reserved (:mod:`plandag.scheduler.budget`);
+  (``cost_estimate_usd``, ``tokens_estimate``) is reserved (:mod:`plandag.brakes.budget`);
   after it, the reservation is settled with the cost the tool reported through
   ``ctx.report_cost`` (the estimate when it reported nothing). A tool whose cost depends on
   its arguments (a model call) reserves per call from inside the attempt with
@@ -50,7 +50,7 @@ The brakes of :class:`RunLimits` (ARCHITECTURE.md, "Brakes"):
   the others ``skipped``, reason ``stalled``, and the run ``timed_out`` (a time brake, like
   the deadline; ``interrupted`` stays for a person's Ctrl-C or SIGTERM).
 * ``plan_cost_factor`` / ``plan_time_factor``: limits relative to the plan's estimate
-  (:mod:`plandag.scheduler.estimate`, :class:`~plandag.scheduler.budget.PlanBudget`). When
+  (:mod:`plandag.scheduler.estimate`, :class:`~plandag.brakes.budget.PlanBudget`). When
   the run's spend passes ``plan_cost_factor`` times the estimated cost (checked as each
   attempt is settled), or its elapsed time ``plan_time_factor`` times the estimated time
   (checked as each step ends, and by a deadline on the event loop for a step that hangs;
@@ -77,6 +77,15 @@ from anyio.abc import TaskGroup
 from pydantic import ValidationError
 
 from plandag.brakes import JOB_BRAKES, LIFT, UNLIMITED, Unlimited, cap_or_none
+from plandag.brakes.budget import (
+    DEFAULT_PLAN_COST_FACTOR,
+    DEFAULT_PLAN_TIME_FACTOR,
+    Budget,
+    PlanBudget,
+    Reservation,
+)
+from plandag.brakes.clock import Clock, SystemClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.checks.base import CheckOutcome
 from plandag.compiler.compiled import CompiledPlan, CompiledStep, allowed_hosts
 from plandag.dag.references import (
@@ -107,14 +116,6 @@ from plandag.scheduler.breaker import (
     DownDependency,
     step_dependencies,
 )
-from plandag.scheduler.budget import (
-    DEFAULT_PLAN_COST_FACTOR,
-    DEFAULT_PLAN_TIME_FACTOR,
-    Budget,
-    PlanBudget,
-    Reservation,
-)
-from plandag.scheduler.clock import Clock, SystemClock
 from plandag.scheduler.estimate import PlanEstimate, estimate_plan
 from plandag.scheduler.heartbeat import monitor
 from plandag.scheduler.overrun import LIVE_RUNS, await_abandonable
@@ -127,7 +128,6 @@ from plandag.scheduler.result import (
     StepErrorInfo,
     StepRecord,
 )
-from plandag.scheduler.retry import RetryPolicy
 from plandag.tools.base import Tool, ToolContext
 from plandag.tools.boundary import WriteBoundary
 from plandag.trace import otel
@@ -389,7 +389,7 @@ class RunLimits:
         return cap_or_none(self.stall_after)
 
     def budget(self) -> Budget:
-        """A new :class:`~plandag.scheduler.budget.Budget` with this run's cost and token
+        """A new :class:`~plandag.brakes.budget.Budget` with this run's cost and token
         caps."""
         return Budget(self.cost_cap, self.token_cap)
 
@@ -1900,14 +1900,14 @@ async def run_plan(
             heartbeat, stall); default ``RunLimits()``: every brake on with the values of
             :data:`plandag.brakes.JOB_BRAKES` (``$1.00``, 200,000 tokens, 15 min, stop after
             120 s without a finished step), as on the command line.
-        retry: how failed steps are retried (:class:`~plandag.scheduler.retry.RetryPolicy`;
+        retry: how failed steps are retried (:class:`~plandag.brakes.retry.RetryPolicy`;
             the CLI passes ``RetryPolicy(retries=N)``, N default 2); None: one attempt per
             step, never retried.
         classify: the rule sorting errors into transient and permanent (default
             :func:`plandag.errors.classify_error`).
         clock: where times and retry delays come from (default: the system clock; tests
-            pass a :class:`~plandag.scheduler.clock.VirtualClock`).
-        budget: a :class:`~plandag.scheduler.budget.Budget` shared with other runs (a
+            pass a :class:`~plandag.brakes.clock.VirtualClock`).
+        budget: a :class:`~plandag.brakes.budget.Budget` shared with other runs (a
             batch's documents under one cost cap); its caps replace ``limits``' cost and
             token caps, and ``RunResult.spent_*`` then report the shared budget's totals.
             Default: a budget of this run's own, from ``limits``.

@@ -64,6 +64,9 @@ import anyio.lowlevel
 import networkx as nx
 from anyio.abc import TaskStatus
 
+from plandag.brakes.budget import Budget, PlanBudget
+from plandag.brakes.clock import Clock
+from plandag.brakes.retry import RetryPolicy
 from plandag.compiler.compile import DEFAULT_MAX_ARG_BYTES, DEFAULT_MAX_STEPS, compile_plan
 from plandag.compiler.compiled import CompiledPlan, CompiledStep, allowed_hosts
 from plandag.compiler.diagnostics import Diagnostic
@@ -72,11 +75,8 @@ from plandag.dag.plan import Plan, Step
 from plandag.errors import Classifier, PlanBudgetError, classify_error
 from plandag.scheduler import events
 from plandag.scheduler.breaker import DownDependency
-from plandag.scheduler.budget import Budget, PlanBudget
-from plandag.scheduler.clock import Clock
 from plandag.scheduler.estimate import PlanEstimate, estimate_steps
 from plandag.scheduler.result import EscalationMode, RunResult, StepErrorInfo, StepRecord
-from plandag.scheduler.retry import RetryPolicy
 from plandag.scheduler.runner import RunLimits, _Run
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
@@ -684,7 +684,7 @@ class RunSession:
 
     @property
     def budget(self) -> Budget:
-        """The run's :class:`~plandag.scheduler.budget.Budget` (the one given to
+        """The run's :class:`~plandag.brakes.budget.Budget` (the one given to
         :func:`open_session`, else the session's own from ``limits``): a planner reserves
         and settles its model calls on it, so they count against the same caps."""
         return self._run.budget
@@ -843,7 +843,7 @@ class RunSession:
             tokens_cost: US dollars of a number of tokens on the run's model, likewise.
 
         Returns:
-            The :class:`~plandag.scheduler.budget.PlanBudget`, or None when no limit
+            The :class:`~plandag.brakes.budget.PlanBudget`, or None when no limit
             applies (both factors lifted, or the estimate unknown). A run already past a
             limit is stopped at once.
 

@@ -52,6 +52,7 @@ from plandag.approval import (
     compiled_plan_hash,
 )
 from plandag.approval.steps import Amendment, amend
+from plandag.brakes.retry import RetryPolicy
 from plandag.compiler.compiled import CompiledPlan
 from plandag.compiler.limits import DEFAULT_MAX_STEPS
 from plandag.errors import InputError
@@ -60,7 +61,6 @@ from plandag.scheduler import events
 from plandag.scheduler.estimate import PlanEstimate, estimate_plan
 from plandag.scheduler.events import Observer
 from plandag.scheduler.result import EscalationMode, RunResult, RunStatus
-from plandag.scheduler.retry import RetryPolicy
 from plandag.scheduler.runner import RunLimits, run_plan
 from plandag.scheduler.session import open_session
 from plandag.store.recorder import StoreRecorder

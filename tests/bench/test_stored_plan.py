@@ -13,13 +13,14 @@ import pytest
 
 from plandag.bench.workloads import WORKLOADS, World
 from plandag.brakes import UNLIMITED
+from plandag.brakes.retry import RetryPolicy
 from plandag.compiler import CompiledPlan, compile_plan
 from plandag.dag.plan import Plan
 from plandag.errors import PlanError
 from plandag.planner import agent as agent_module
 from plandag.planner.agent import Agent
 from plandag.planner.llm import LLMClient
-from plandag.scheduler import RetryPolicy, RunLimits, events
+from plandag.scheduler import RunLimits, events
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import default_registry
 

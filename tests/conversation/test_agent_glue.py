@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from plandag import approval
+from plandag.brakes.clock import VirtualClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.compiler import compile_plan
 from plandag.conversation import (
@@ -35,7 +37,6 @@ from plandag.planner.investigate import INVESTIGATION_HEADING, Investigation
 from plandag.planner.llm import AnthropicClient
 from plandag.planner.planner import Planner, PlannerGaveUp
 from plandag.planner.wire import wire_to_document
-from plandag.scheduler import RetryPolicy, VirtualClock
 from plandag.store.store import open_store
 from plandag.testing import MessagesServer
 from plandag.tools import tool

@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 
+from plandag.brakes.clock import VirtualClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.conversation import Conversation, plan_turn, planner_factory, planner_function
 from plandag.planner.llm import AnthropicClient
 from plandag.planner.planner import PlannerGaveUp
-from plandag.scheduler import RetryPolicy, VirtualClock
 from plandag.testing import MessagesServer
 from plandag.tools.http import http_get, http_post
 from plandag.tools.registry import Registry

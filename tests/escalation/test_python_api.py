@@ -12,11 +12,13 @@ from typing import Any
 import pytest
 
 from plandag.approval import ApprovalRequest, CallbackApprover, Decision
+from plandag.brakes.clock import VirtualClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.compiler import compile_plan
 from plandag.planner.agent import Agent
 from plandag.planner.llm import AnthropicClient
-from plandag.scheduler import RetryPolicy, RunLimits, VirtualClock
+from plandag.scheduler import RunLimits
 from plandag.store import open_store
 from plandag.store.durable import RunOptions, continue_run, start_run
 from plandag.testing import MessagesServer

@@ -12,12 +12,14 @@ from typing import Any
 import anyio
 import pytest
 
+from plandag.brakes.clock import VirtualClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.compiler import compile_plan
 from plandag.errors import PlanError
 from plandag.executors import ModelAccess
 from plandag.planner.data import parse_data_blocks
 from plandag.planner.llm import AnthropicClient, LLMClient, OpenAICompatibleClient
-from plandag.scheduler import RetryPolicy, RunLimits, VirtualClock, run_plan
+from plandag.scheduler import RunLimits, run_plan
 from plandag.scheduler.result import RunResult
 from plandag.testing import MessagesServer, ScriptedResponse
 from plandag.testing.openai_server import ChatCompletionsServer
@@ -114,7 +116,7 @@ async def test_parallel_llm_steps_reserve_per_call_and_settle_the_reported_usage
 
     anthropic_server.push_responder(reply)
     anthropic_server.push_responder(reply)
-    from plandag.scheduler import Budget
+    from plandag.brakes.budget import Budget
 
     budget = Budget(1.0, 200_000)
     budget_probe = [budget]
@@ -153,7 +155,7 @@ async def test_parallel_llm_steps_reserve_per_call_and_settle_the_reported_usage
 async def test_the_reservation_is_the_counted_prompt_plus_max_tokens_at_the_model_price(
     anthropic_server: MessagesServer, anthropic_client: LLMClient
 ) -> None:
-    from plandag.scheduler import Budget
+    from plandag.brakes.budget import Budget
     from plandag.testing import estimate_tokens
     from plandag.testing.server import input_text
 

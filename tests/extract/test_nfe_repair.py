@@ -14,6 +14,9 @@ from typing import Any
 import anyio
 import pytest
 
+from plandag.brakes.budget import Budget
+from plandag.brakes.clock import VirtualClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.compiler import compile_plan
 from plandag.extract.nfe import load_plan_text
 from plandag.extract.nfe.batch import extract_batch
@@ -22,7 +25,7 @@ from plandag.extract.nfe.validators import key_check_digit
 from plandag.planner.data import parse_data_blocks
 from plandag.planner.llm import AnthropicClient
 from plandag.planner.repair import PlanRepairer
-from plandag.scheduler import Budget, RetryPolicy, RunLimits, VirtualClock
+from plandag.scheduler import RunLimits
 from plandag.testing import MessagesServer
 from plandag.tools.registry import default_registry
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from plandag.brakes.clock import VirtualClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.dag.plan import Plan
 from plandag.errors import PlanError
@@ -21,7 +23,7 @@ from plandag.library import PlanLibrary, task_type_stats
 from plandag.library.runner import derived_task_type
 from plandag.planner.agent import Agent, AgentResult
 from plandag.planner.llm import AnthropicClient
-from plandag.scheduler import RetryPolicy, RunLimits, VirtualClock
+from plandag.scheduler import RunLimits
 from plandag.store import Store, open_store
 from plandag.testing import MessagesServer
 from plandag.tools import tool

@@ -16,10 +16,12 @@ import anyio
 import pytest
 
 from plandag.approval import ApprovalRequest, CallbackApprover, Decision, plan_hash
+from plandag.brakes.clock import VirtualClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.planner.agent import Agent, AgentResult
 from plandag.planner.llm import AnthropicClient
-from plandag.scheduler import RetryPolicy, RunLimits, VirtualClock
+from plandag.scheduler import RunLimits
 from plandag.testing import MessagesServer
 from plandag.tools import tool
 from plandag.tools.boundary import WriteBoundary

@@ -10,10 +10,12 @@ from typing import Any
 import anyio
 import pytest
 
+from plandag.brakes.clock import VirtualClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.planner.agent import Agent, AgentResult
 from plandag.planner.llm import AnthropicClient
-from plandag.scheduler import RetryPolicy, RunLimits, VirtualClock
+from plandag.scheduler import RunLimits
 from plandag.testing import MessagesServer
 from plandag.tools import tool
 from plandag.tools.registry import Registry

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from plandag.brakes.clock import VirtualClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.errors import PermanentStepError, TransientStepError
 from plandag.planner.agent import Agent, AgentResult
@@ -19,7 +21,7 @@ from plandag.planner.llm import (
     LLMRequest,
     call_with_retries,
 )
-from plandag.scheduler import RetryPolicy, RunLimits, VirtualClock
+from plandag.scheduler import RunLimits
 from plandag.testing import MessagesServer
 from plandag.tools import tool
 from plandag.tools.registry import Registry

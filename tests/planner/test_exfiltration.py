@@ -15,10 +15,12 @@ import pytest
 
 from plandag.approval import ApprovalRequest, ApprovalRequiredError, CallbackApprover, Decision
 from plandag.brakes import UNLIMITED
+from plandag.brakes.clock import VirtualClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.planner.agent import Agent, AgentResult
 from plandag.planner.llm import AnthropicClient
-from plandag.scheduler import RetryPolicy, RunLimits, VirtualClock
+from plandag.scheduler import RunLimits
 from plandag.testing import MessagesServer
 from plandag.tools.http import http_get, http_post
 from plandag.tools.registry import Registry

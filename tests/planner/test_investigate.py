@@ -9,6 +9,8 @@ from typing import Any
 import anyio
 import pytest
 
+from plandag.brakes.clock import SystemClock, VirtualClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.compiler import compile_plan
 from plandag.dag.plan import Plan
@@ -27,7 +29,7 @@ from plandag.planner.llm import AnthropicClient
 from plandag.planner.planner import Planner, PlannerGaveUp
 from plandag.planner.prompt import format_diagnostics, user_prompt
 from plandag.planner.wire import wire_to_document
-from plandag.scheduler import RetryPolicy, RunLimits, SystemClock, VirtualClock
+from plandag.scheduler import RunLimits
 from plandag.testing import MessagesServer
 from plandag.tools import tool
 from plandag.tools.registry import Registry

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from anthropic.lib._parse._transform import transform_schema
 
+from plandag.brakes.clock import VirtualClock
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.compiler import CompiledPlan, compile_plan
 from plandag.errors import PermanentStepError
@@ -20,7 +21,7 @@ from plandag.planner.joiner import (
     Joiner,
 )
 from plandag.planner.llm import AnthropicClient, UnusableResponseError
-from plandag.scheduler import RunResult, VirtualClock, run_plan
+from plandag.scheduler import RunResult, run_plan
 from plandag.testing import MessagesServer, system_text
 from plandag.tools import tool
 from plandag.tools.registry import Registry

@@ -10,6 +10,9 @@ from typing import Any
 import anyio
 import pytest
 
+from plandag.brakes.budget import Budget
+from plandag.brakes.clock import VirtualClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.errors import NotStartedError, PermanentStepError, TransientStepError
 from plandag.planner.llm import (
     AnthropicClient,
@@ -23,7 +26,6 @@ from plandag.planner.llm import (
     Usage,
     call_with_retries,
 )
-from plandag.scheduler import Budget, RetryPolicy, VirtualClock
 from plandag.testing import MessagesServer, ScriptedResponse
 
 MODEL = "claude-opus-4-6"  # priced at $5 / $25 per million input / output tokens

@@ -11,6 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
+from plandag.brakes.budget import Budget
+from plandag.brakes.clock import VirtualClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.errors import NotStartedError, PermanentStepError, TransientStepError
 from plandag.planner.llm import (
     CallRecord,
@@ -22,7 +25,6 @@ from plandag.planner.llm import (
     Usage,
     call_with_retries,
 )
-from plandag.scheduler import Budget, RetryPolicy, VirtualClock
 
 BASE = "http://127.0.0.1:8000/v1"
 MODEL = "llama3.1:8b"

@@ -12,6 +12,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from plandag.brakes.clock import VirtualClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.cli.plan_command import register
 from plandag.compiler import compile_plan
@@ -22,7 +24,6 @@ from plandag.planner.llm import AnthropicClient, TruncatedResponseError
 from plandag.planner.planner import Planner, PlannerGaveUp
 from plandag.planner.prompt import format_diagnostics, user_prompt
 from plandag.planner.wire import wire_json_schema, wire_to_document
-from plandag.scheduler import RetryPolicy, VirtualClock
 from plandag.testing import MessagesServer, system_text
 from plandag.tools import tool
 from plandag.tools.registry import Registry

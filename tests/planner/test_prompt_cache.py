@@ -7,6 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from plandag.brakes.clock import VirtualClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.planner.llm import (
     DEFAULT_PRICES,
     AnthropicClient,
@@ -17,7 +19,6 @@ from plandag.planner.llm import (
 )
 from plandag.planner.planner import Planner
 from plandag.planner.prompt import system_prompt
-from plandag.scheduler import RetryPolicy, VirtualClock
 from plandag.testing import MessagesServer, estimate_tokens
 from plandag.tools import tool
 from plandag.tools.registry import Registry

@@ -13,13 +13,15 @@ from typing import Any
 
 import pytest
 
+from plandag.brakes.clock import VirtualClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.compiler import CompiledPlan, compile_plan
 from plandag.errors import PermanentStepError
 from plandag.planner.data import parse_data_blocks
 from plandag.planner.llm import AnthropicClient
 from plandag.planner.repair import PlanRepairer, RepairedRun, run_with_repairs, save_repair
-from plandag.scheduler import RetryPolicy, RunLimits, VirtualClock
+from plandag.scheduler import RunLimits
 from plandag.scheduler.result import EscalationMode
 from plandag.scheduler.session import RunSession, SessionState
 from plandag.testing import MessagesServer

@@ -11,6 +11,9 @@ from typing import Any
 
 import pytest
 
+from plandag.brakes.budget import Budget
+from plandag.brakes.clock import VirtualClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.errors import TransientStepError
 from plandag.planner.agent import Agent
@@ -25,7 +28,7 @@ from plandag.planner.llm import (
     call_with_retries,
 )
 from plandag.planner.planner import DEFAULT_PLAN_MAX_TOKENS
-from plandag.scheduler import Budget, RetryPolicy, RunLimits, VirtualClock
+from plandag.scheduler import RunLimits
 from plandag.testing import MessagesServer
 from plandag.tools import tool
 from plandag.tools.registry import Registry

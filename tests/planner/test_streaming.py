@@ -13,13 +13,14 @@ from typing import Any
 import anyio
 import pytest
 
+from plandag.brakes.clock import Clock, VirtualClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.planner.agent import Agent, AgentResult
 from plandag.planner.data import parse_data_blocks
 from plandag.planner.llm import AnthropicClient
 from plandag.planner.streaming import WireStepScanner
-from plandag.scheduler import RetryPolicy, RunLimits, VirtualClock, events
-from plandag.scheduler.clock import Clock
+from plandag.scheduler import RunLimits, events
 from plandag.testing import MessagesServer
 from plandag.tools import tool
 from plandag.tools.boundary import WriteBoundary

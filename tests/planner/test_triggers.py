@@ -12,13 +12,15 @@ from typing import Any
 import anyio
 import pytest
 
+from plandag.brakes.clock import VirtualClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.dag.plan import Step
 from plandag.planner.agent import Agent, AgentResult
 from plandag.planner.intents import IntentLedger, intent_of
 from plandag.planner.llm import AnthropicClient
 from plandag.planner.triggers import choose_strategy
-from plandag.scheduler import RetryPolicy, RunLimits, RunSession, VirtualClock
+from plandag.scheduler import RunLimits, RunSession
 from plandag.scheduler.breaker import Dependency, DownDependency
 from plandag.scheduler.result import StepRecord
 from plandag.testing import MessagesServer

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
+from plandag.brakes.retry import RetryPolicy
 from plandag.checks import BUILTIN_CHECKS
 from plandag.compiler import compile_plan
 from plandag.errors import PlanError
-from plandag.scheduler import RetryPolicy, RunLimits, run_plan_sync
+from plandag.scheduler import RunLimits, run_plan_sync
 from plandag.tools.base import tool
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.builtins import write_json

@@ -10,10 +10,12 @@ from typing import Any
 import httpx
 import pytest
 
+from plandag.brakes.clock import VirtualClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.checks import BUILTIN_CHECKS
 from plandag.compiler import CompiledPlan, compile_plan
 from plandag.errors import TransientStepError
-from plandag.scheduler import RetryPolicy, RunLimits, VirtualClock, events, run_plan_sync
+from plandag.scheduler import RunLimits, events, run_plan_sync
 from plandag.scheduler.breaker import (
     CircuitBreaker,
     Dependency,

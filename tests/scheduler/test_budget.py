@@ -7,9 +7,11 @@ from typing import Any
 import anyio
 import pytest
 
+from plandag.brakes.budget import Budget, Reservation
+from plandag.brakes.clock import VirtualClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.compiler import CompiledPlan, compile_plan
-from plandag.scheduler import RetryPolicy, RunLimits, VirtualClock, run_plan_sync
-from plandag.scheduler.budget import Budget, Reservation
+from plandag.scheduler import RunLimits, run_plan_sync
 from plandag.tools.base import Tool, ToolContext, tool
 from plandag.tools.registry import Registry
 

@@ -10,8 +10,10 @@ import anyio
 import pytest
 
 from plandag.brakes import UNLIMITED
+from plandag.brakes.clock import VirtualClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.compiler import CompiledPlan, compile_plan
-from plandag.scheduler import RetryPolicy, RunLimits, VirtualClock, events, run_plan_sync
+from plandag.scheduler import RunLimits, events, run_plan_sync
 from plandag.tools.base import Tool, tool
 from plandag.tools.registry import Registry
 

@@ -9,12 +9,13 @@ from typing import Any
 import anyio
 import pytest
 
+from plandag.brakes import budget as budget_module
+from plandag.brakes.budget import PlanBudget
+from plandag.brakes.clock import VirtualClock
 from plandag.compiler import CompiledPlan, compile_plan
 from plandag.dag.plan import Plan
 from plandag.errors import PlanBudgetError
-from plandag.scheduler import RunLimits, VirtualClock, run_plan, run_plan_sync
-from plandag.scheduler import budget as budget_module
-from plandag.scheduler.budget import PlanBudget
+from plandag.scheduler import RunLimits, run_plan, run_plan_sync
 from plandag.scheduler.estimate import ModelCallEstimate, PlanEstimate, estimate_plan
 from plandag.scheduler.session import open_session
 from plandag.tools.base import Tool, ToolContext, tool

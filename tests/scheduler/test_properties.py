@@ -11,9 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from plandag.brakes import UNLIMITED
+from plandag.brakes.clock import VirtualClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.compiler import compile_plan
 from plandag.errors import PermanentStepError, TransientStepError
-from plandag.scheduler import RetryPolicy, RunLimits, RunResult, VirtualClock, run_plan_sync
+from plandag.scheduler import RunLimits, RunResult, run_plan_sync
 from plandag.tools.base import ToolContext, tool
 from plandag.tools.registry import Registry
 

@@ -9,16 +9,11 @@ from typing import Any
 import httpx
 import pytest
 
+from plandag.brakes.clock import VirtualClock
+from plandag.brakes.retry import RetryDecision, RetryPolicy
 from plandag.compiler import CompiledPlan, compile_plan
 from plandag.errors import FailureInfo, NotStartedError, PermanentStepError, TransientStepError
-from plandag.scheduler import (
-    RetryPolicy,
-    RunLimits,
-    VirtualClock,
-    events,
-    run_plan_sync,
-)
-from plandag.scheduler.retry import RetryDecision
+from plandag.scheduler import RunLimits, events, run_plan_sync
 from plandag.tools.base import Tool, ToolContext, tool
 from plandag.tools.registry import Registry
 

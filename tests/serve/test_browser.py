@@ -26,9 +26,9 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
+from plandag.brakes.retry import RetryPolicy
 from plandag.conversation import planner_factory, planner_function
 from plandag.planner.llm import AnthropicClient
-from plandag.scheduler import RetryPolicy
 from plandag.serve import create_app
 from plandag.store import open_store
 from plandag.testing import MessagesServer

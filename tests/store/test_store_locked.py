@@ -12,8 +12,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+from plandag.brakes.retry import RetryPolicy
 from plandag.compiler import compile_plan
-from plandag.scheduler import RetryPolicy, run_plan
+from plandag.scheduler import run_plan
 from plandag.store import Store, StoreRecorder
 from plandag.tools import tool
 from plandag.tools.registry import Registry

@@ -18,6 +18,8 @@ import httpx
 import pytest
 
 from plandag.brakes import UNLIMITED
+from plandag.brakes.clock import VirtualClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.checks import BUILTIN_CHECKS
 from plandag.compiler import compile_plan
 from plandag.errors import (
@@ -28,7 +30,7 @@ from plandag.errors import (
     TransientStepError,
     classify_error,
 )
-from plandag.scheduler import RetryPolicy, RunLimits, RunResult, VirtualClock, run_plan_sync
+from plandag.scheduler import RunLimits, RunResult, run_plan_sync
 from plandag.tools.base import Tool, ToolContext, tool
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.http import http_get, http_post, set_transport, use_transport

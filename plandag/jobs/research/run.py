@@ -226,13 +226,13 @@ class ResearchRun:
         observers: Sequence[Observer] = (),
     ) -> None:
         from plandag.brakes import DEFAULT_PLANNER_MAX_TOKENS
+        from plandag.brakes.retry import RetryPolicy
         from plandag.cli.agent_store import SessionRecorder
         from plandag.cli.store_command import trace_factory
         from plandag.compiler.limits import DEFAULT_MAX_STEPS
         from plandag.executors import ModelAccess
         from plandag.jobs.research.planning import research_params
         from plandag.planner.agent import Agent
-        from plandag.scheduler import RetryPolicy
 
         self.store = store
         self.question = question

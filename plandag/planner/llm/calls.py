@@ -4,7 +4,7 @@
 :func:`call_with_retries` makes the attempts of one :class:`LLMRequest`:
 
 1. **budget**: before each attempt, the estimated cost is *reserved* on the run's
-   :class:`~plandag.scheduler.budget.Budget`: the input tokens the provider's counting
+   :class:`~plandag.brakes.budget.Budget`: the input tokens the provider's counting
    endpoint gives when the client has one (:class:`~plandag.planner.llm.base.TokenCounter`:
    Anthropic's ``POST /v1/messages/count_tokens``, asked once per call; a counting
    request is not an attempt, costs nothing and is not recorded), else the conservative
@@ -25,7 +25,7 @@
    :meth:`RetryPolicy.decide` exactly as a tool's would (a model call has no effect
    besides its cost, so it counts as idempotent): transient errors are retried after the
    policy's delay, raised to the server's Retry-After, slept on the injected
-   :class:`~plandag.scheduler.clock.Clock`; permanent ones (4xx, truncation, refusal) are
+   :class:`~plandag.brakes.clock.Clock`; permanent ones (4xx, truncation, refusal) are
    raised at once;
 5. **records**: every attempt, failed ones included, appends a :class:`CallRecord` with the
    usage the provider reported (0 when it reported none), its cost and timings.
@@ -41,6 +41,9 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 
+from plandag.brakes.budget import Budget, Reservation
+from plandag.brakes.clock import Clock
+from plandag.brakes.retry import RetryPolicy
 from plandag.errors import describe_failure
 from plandag.planner.llm.base import (
     BudgetRefusedError,
@@ -53,9 +56,6 @@ from plandag.planner.llm.base import (
     estimate_input_tokens,
 )
 from plandag.planner.llm.pricing import DEFAULT_PRICES, ModelPrice, PriceTable
-from plandag.scheduler.budget import Budget, Reservation
-from plandag.scheduler.clock import Clock
-from plandag.scheduler.retry import RetryPolicy
 from plandag.trace import otel
 
 __all__ = ["CallRecord", "call_with_retries", "deadline_from", "estimate_cost"]

@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 
+from plandag.brakes.budget import Budget
 from plandag.executors import ModelAccess
 from plandag.jobs.contracts.document import extract_contract
 from plandag.jobs.contracts.fields import FieldSpec
 from plandag.planner.llm import AnthropicClient
-from plandag.scheduler import Budget, RunLimits
+from plandag.scheduler import RunLimits
 from plandag.testing import MessagesServer, ScriptedResponse
 
 FIELDS = (

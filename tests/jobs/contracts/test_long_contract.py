@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from plandag.brakes.budget import Budget
 from plandag.executors import ModelAccess
 from plandag.jobs.contracts.chunks import chunk_text
 from plandag.jobs.contracts.document import extract_contract
@@ -17,7 +18,7 @@ from plandag.jobs.contracts.fields import FieldSpec
 from plandag.jobs.contracts.text import read_contract
 from plandag.planner.data import parse_data_blocks
 from plandag.planner.llm import AnthropicClient
-from plandag.scheduler import Budget, RunLimits
+from plandag.scheduler import RunLimits
 from plandag.testing import MessagesServer, ScriptedResponse
 
 HEADINGS = FieldSpec("Headings", "Section headings", "clause", "only")

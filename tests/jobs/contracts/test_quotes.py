@@ -303,10 +303,11 @@ def responder_for(scripts: list[Scripted]) -> Any:
 async def test_through_the_plans_llm_steps_the_guard_holds_on_every_contract(
     contracts_dir: Path, tmp_path: Path
 ) -> None:
+    from plandag.brakes.budget import Budget
     from plandag.executors import ModelAccess
     from plandag.jobs.contracts.batch import expand_contract_inputs, extract_contracts
     from plandag.planner.llm import AnthropicClient
-    from plandag.scheduler import Budget, RunLimits
+    from plandag.scheduler import RunLimits
     from plandag.testing import MessagesServer
 
     labels = _labels(contracts_dir)

@@ -18,16 +18,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from plandag.scheduler.estimate import PlanEstimate
+from typing import Protocol
 
 __all__ = [
     "DEFAULT_PLAN_COST_FACTOR",
     "DEFAULT_PLAN_TIME_FACTOR",
     "MIN_PLAN_TIME_LIMIT_S",
     "Budget",
+    "Estimate",
     "PlanBudget",
     "Reservation",
 ]
@@ -43,6 +41,21 @@ milliseconds (local reads and selections) is not stopped by what its estimate le
 caps hold such runs."""
 
 _NANO = 1_000_000_000
+
+
+class Estimate(Protocol):
+    """What :class:`PlanBudget` reads of a plan's estimate (the scheduler's
+    :class:`~plandag.scheduler.estimate.PlanEstimate`, or a patch's)."""
+
+    @property
+    def cost_usd(self) -> float | None:
+        """The estimated cost, US dollars, or None when unknown."""
+        ...
+
+    @property
+    def seconds(self) -> float | None:
+        """The estimated time, seconds, or None when unknown."""
+        ...
 
 
 def _nanodollars(usd: float, name: str) -> int:
@@ -192,7 +205,7 @@ class PlanBudget:
     """
 
     def __init__(
-        self, estimate: PlanEstimate, cost_factor: float | None, time_factor: float | None
+        self, estimate: Estimate, cost_factor: float | None, time_factor: float | None
     ) -> None:
         for name, factor in (("plan_cost_factor", cost_factor), ("plan_time_factor", time_factor)):
             if factor is not None and not (math.isfinite(factor) and factor > 0):
@@ -249,7 +262,7 @@ class PlanBudget:
         return None
 
     def patch_refusal(
-        self, spent_usd: float, elapsed_s: float, patch: PlanEstimate, ids: tuple[int, ...]
+        self, spent_usd: float, elapsed_s: float, patch: Estimate, ids: tuple[int, ...]
     ) -> str | None:
         """Why a replan patch must not run, in words, or None when it fits.
 
