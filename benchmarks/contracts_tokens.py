@@ -24,7 +24,7 @@ from plandag.brakes.budget import Budget
 from plandag.executors import ModelAccess
 from plandag.jobs.contracts.batch import expand_contract_inputs, extract_contracts
 from plandag.jobs.contracts.scripted import ScriptedContracts
-from plandag.planner.llm import AnthropicClient
+from plandag.models import AnthropicClient
 from plandag.scheduler import RunLimits
 from plandag.testing import MessagesServer
 

@@ -19,8 +19,8 @@ from typing import Any
 import anyio
 
 from plandag.library import PlanLibrary
+from plandag.models import AnthropicClient
 from plandag.planner.agent import Agent, AgentResult
-from plandag.planner.llm import AnthropicClient
 from plandag.scheduler import RunLimits
 from plandag.store import open_store
 from plandag.testing import MessagesServer

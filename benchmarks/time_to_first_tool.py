@@ -14,8 +14,8 @@ from typing import Any
 import anyio
 
 from plandag.checks.builtins import BUILTIN_CHECKS
+from plandag.models import AnthropicClient
 from plandag.planner.agent import Agent
-from plandag.planner.llm import AnthropicClient
 from plandag.scheduler import RunLimits
 from plandag.testing import MessagesServer
 from plandag.tools import tool

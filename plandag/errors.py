@@ -268,7 +268,7 @@ class InvalidOutputError(PermanentStepError):
 class BudgetRefusedError(PermanentStepError):
     """A call was not sent: its estimated cost would take the run past a cost or token cap.
 
-    Raised by a model call's reservation (:func:`plandag.planner.llm.call_with_retries`,
+    Raised by a model call's reservation (:func:`plandag.models.call_with_retries`,
     ``ToolContext.reserve``) before any request; reason ``budget``.
 
     Attributes:

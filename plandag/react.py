@@ -16,7 +16,7 @@ with :class:`~plandag.planner.agent.Agent` everything but the orchestration:
   quoted as data (:func:`~plandag.planner.data.quote_data`), as plandag quotes results to
   its replanner and joiner;
 * the client layer and the brakes: every call goes through
-  :func:`~plandag.planner.llm.call_with_retries` (the same :class:`RetryPolicy`, the same
+  :func:`~plandag.models.call_with_retries` (the same :class:`RetryPolicy`, the same
   :class:`Budget` reservation and settlement, a :class:`CallRecord` per attempt), the
   wall-clock cap of :class:`~plandag.scheduler.runner.RunLimits` ``max_seconds`` counts
   from the first request, and ``max_turns`` bounds the loop;
@@ -46,8 +46,7 @@ import anyio
 from plandag.brakes.budget import Budget
 from plandag.brakes.clock import Clock, SystemClock
 from plandag.brakes.retry import RetryPolicy
-from plandag.planner.data import DATA_BLOCK_RULE, DEFAULT_MAX_CHARS, quote_data
-from plandag.planner.llm import (
+from plandag.models import (
     DEFAULT_PRICES,
     BudgetRefusedError,
     CallRecord,
@@ -57,6 +56,7 @@ from plandag.planner.llm import (
     PriceTable,
     call_with_retries,
 )
+from plandag.planner.data import DATA_BLOCK_RULE, DEFAULT_MAX_CHARS, quote_data
 from plandag.planner.prompt import compact_schema, describe_result_type
 from plandag.scheduler.runner import RunLimits
 from plandag.tools.registry import Registry
@@ -264,7 +264,7 @@ class ReactAgent:
 
     Args:
         client: the model provider; its responses' ``raw`` must hold Messages API content
-            blocks (:class:`~plandag.planner.llm.AnthropicClient`).
+            blocks (:class:`~plandag.models.AnthropicClient`).
         model: the model name.
         registry: the tools offered (all of them, as the planner is shown all of them).
         limits: the brakes: ``max_seconds`` (wall clock from the first request),
@@ -448,16 +448,16 @@ class ReactAgent:
 def content_blocks(raw: Any) -> list[dict[str, Any]]:
     """The response's content blocks as Messages API JSON (text and tool_use): those of the
     Anthropic SDK's message, or those of an OpenAI-compatible chat completion (a dict;
-    :func:`plandag.planner.llm.openai.content_blocks`).
+    :func:`plandag.models.openai.content_blocks`).
 
     Args:
-        raw: an :class:`~plandag.planner.llm.LLMResponse`'s ``raw``.
+        raw: an :class:`~plandag.models.LLMResponse`'s ``raw``.
 
     Raises:
         TypeError: the response carries no content blocks (neither client's answer).
     """
     if isinstance(raw, Mapping):
-        from plandag.planner.llm.openai import content_blocks as chat_blocks
+        from plandag.models.openai import content_blocks as chat_blocks
 
         return chat_blocks(raw)
     content = getattr(raw, "content", None)

@@ -23,8 +23,8 @@ from plandag import (
 from plandag.brakes import brakes_line
 from plandag.brakes.clock import VirtualClock
 from plandag.brakes.retry import RetryPolicy
+from plandag.models import AnthropicClient
 from plandag.planner.agent import Agent
-from plandag.planner.llm import AnthropicClient
 from plandag.testing import MessagesServer
 from plandag.tools.registry import Registry
 

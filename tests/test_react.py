@@ -12,8 +12,8 @@ from plandag.brakes.clock import VirtualClock
 from plandag.brakes.retry import RetryPolicy
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.errors import PermanentStepError
+from plandag.models import AnthropicClient
 from plandag.planner.data import parse_data_blocks
-from plandag.planner.llm import AnthropicClient
 from plandag.planner.prompt import system_prompt
 from plandag.react import (
     REACT_EXAMPLE,

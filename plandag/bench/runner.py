@@ -33,9 +33,9 @@ from plandag.bench.simulator import PAPER, BenchSettings, SimulatedModel
 from plandag.bench.workloads import WORKLOADS, Question, Workload, World
 from plandag.brakes import UNLIMITED
 from plandag.brakes.retry import RetryPolicy
+from plandag.models import AnthropicClient, CallRecord, LLMClient
+from plandag.models.anthropic import API_KEY_VARIABLE
 from plandag.planner.agent import Agent, AgentResult
-from plandag.planner.llm import AnthropicClient, CallRecord, LLMClient
-from plandag.planner.llm.anthropic import API_KEY_VARIABLE
 from plandag.react import ReactAgent, ReactResult
 from plandag.scheduler.runner import RunLimits
 

@@ -18,7 +18,7 @@ write boundary             working directory   report's    output's folder   out
 
 (:data:`JOB_BRAKES` holds it; ``plandag research`` and ``plandag extract contracts`` run
 under their rows.) The cost cap counts only models with
-a price (:mod:`plandag.planner.llm.pricing`); a model without one is capped by the token
+a price (:mod:`plandag.models.pricing`); a model without one is capped by the token
 cap alone and never refused for having no price. Batches have no wall-clock cap (they are
 long by nature) and rely on the stall detector and the cost and token caps.
 

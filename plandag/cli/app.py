@@ -47,7 +47,7 @@ from plandag.tools.registry import Registry, installed_applications
 from plandag.trace.redact import scrub_secrets
 
 if TYPE_CHECKING:
-    from plandag.planner.llm import LLMClient
+    from plandag.models import LLMClient
     from plandag.scheduler import RunLimits, RunResult
     from plandag.scheduler.events import Observer
 

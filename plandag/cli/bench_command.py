@@ -51,7 +51,7 @@ from plandag.bench.tasks import read_tasks, task_registry, task_workloads
 from plandag.bench.workloads import WORKLOADS, Workload
 from plandag.cli.app import stderr, stdout
 from plandag.errors import ToolLoadError
-from plandag.planner.llm.anthropic import API_KEY_VARIABLE
+from plandag.models.anthropic import API_KEY_VARIABLE
 
 __all__ = ["BEGIN_MARK", "END_MARK", "QUICK_TIME_SCALE", "default_out", "register", "write_results"]
 

@@ -41,12 +41,12 @@ from plandag.cli.options import build_registry
 from plandag.config import load_settings
 from plandag.dag.graph import critical_path, mermaid
 from plandag.errors import InputError, PlanError, StepError, ToolLoadError
+from plandag.models import AnthropicClient, LLMClient, OpenAICompatibleClient
 from plandag.planner.investigate import (
     DEFAULT_INVESTIGATION_SECONDS,
     Investigation,
     plan_with_investigation,
 )
-from plandag.planner.llm import AnthropicClient, LLMClient, OpenAICompatibleClient
 from plandag.planner.planner import Planner, PlanOutcome
 from plandag.planner.prompt import format_diagnostics
 from plandag.scheduler import RunLimits

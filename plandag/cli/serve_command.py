@@ -141,7 +141,7 @@ def register(app: typer.Typer) -> None:
         from plandag.cli.plan_command import _KEY_VARIABLES, DEFAULT_MODELS, _client
         from plandag.conversation import planner_factory, planner_function
         from plandag.conversation.planmode import PlannerFunction
-        from plandag.planner.llm import LLMClient
+        from plandag.models import LLMClient
         from plandag.serve import ConsoleConfig, create_app, new_token
         from plandag.store import default_store_path
         from plandag.tools.boundary import WriteBoundary

@@ -57,10 +57,10 @@ from typing import Any, Protocol
 
 from plandag.conversation.model import Turn
 from plandag.dag.plan import Plan
+from plandag.models import CallRecord, LLMClient
 from plandag.planner.agent import revision_context
 from plandag.planner.data import quote_data
 from plandag.planner.investigate import Investigation, plan_with_investigation
-from plandag.planner.llm import CallRecord, LLMClient
 from plandag.planner.planner import Planner, PlanOutcome
 from plandag.tools.registry import Registry
 

@@ -1,9 +1,9 @@
 """What a run gives its model-backed steps: :class:`ModelAccess`.
 
 A plan's ``llm`` and ``agent`` steps call a model through the same client layer as the
-planner (:mod:`plandag.planner.llm`): the run holds one client (the provider and base URL of
-``--provider`` / ``--base-url``, or an :class:`~plandag.planner.llm.AnthropicClient` /
-:class:`~plandag.planner.llm.OpenAICompatibleClient` built in Python), the model steps use
+planner (:mod:`plandag.models`): the run holds one client (the provider and base URL of
+``--provider`` / ``--base-url``, or an :class:`~plandag.models.AnthropicClient` /
+:class:`~plandag.models.OpenAICompatibleClient` built in Python), the model steps use
 when they name none (``--executor-model``, setting ``executor_model``), and the price table
 their reservations and costs are priced with. ``run_plan(..., models=ModelAccess(...))``
 passes it; tools read it as ``ctx.models``.
@@ -21,8 +21,8 @@ if TYPE_CHECKING:  # the planner's client layer is imported when a step calls a 
     import anyio
 
     from plandag.brakes.budget import Budget
-    from plandag.planner.llm.base import LLMClient, LLMRequest, LLMResponse
-    from plandag.planner.llm.pricing import PriceTable
+    from plandag.models.base import LLMClient, LLMRequest, LLMResponse
+    from plandag.models.pricing import PriceTable
     from plandag.tools.base import ToolContext
     from plandag.tools.registry import Registry
 
@@ -56,7 +56,7 @@ class ModelAccess:
             built with ``max_retries=0``: a step's retries belong to the run's retry policy.
         model: the executor model, used by a step that names no ``model``.
         prices: US dollars per million tokens by model (default
-            :data:`~plandag.planner.llm.DEFAULT_PRICES`); a model without a price costs
+            :data:`~plandag.models.DEFAULT_PRICES`); a model without a price costs
             0.0 and is limited by the token cap alone.
         registry: the tools an ``agent`` step may list (the run's: the CLI passes the one
             its plan compiled against, ``--tools`` included); None: the default registry.
@@ -88,13 +88,13 @@ class ModelAccess:
         """US dollars of ``tokens`` output tokens on the executor model (the dearer side of
         its price, so an estimate is not low), or None when the model has no price: how a
         plan's estimate prices a model step that names no model of its own."""
-        from plandag.planner.llm.base import Usage
+        from plandag.models.base import Usage
 
         return self.prices.cost(self.model, Usage(output_tokens=tokens))
 
 
 def _default_prices() -> PriceTable:
-    from plandag.planner.llm.pricing import DEFAULT_PRICES
+    from plandag.models.pricing import DEFAULT_PRICES
 
     return DEFAULT_PRICES
 
@@ -137,7 +137,7 @@ async def call_model(
 
     1. the reservation: the prompt's input tokens (the provider's count when its client
        has a counting endpoint, such as Anthropic's ``count_tokens``: not an attempt, not
-       billed; else :func:`~plandag.planner.llm.base.estimate_input_tokens`) plus
+       billed; else :func:`~plandag.models.base.estimate_input_tokens`) plus
        ``request.max_tokens``, at the model's price (0.0 for an unpriced model: tokens
        only), held on the run's budget with :meth:`ToolContext.reserve`;
     2. exactly one request (:meth:`LLMClient.complete`; the clients never retry): a failure
@@ -158,7 +158,7 @@ async def call_model(
             run's is, before it.
 
     Returns:
-        The :class:`~plandag.planner.llm.LLMResponse`.
+        The :class:`~plandag.models.LLMResponse`.
 
     Raises:
         BudgetRefusedError: the reservation does not fit the run's caps (nothing sent);
@@ -179,8 +179,8 @@ async def _call_model(
     budget: Budget | None,
 ) -> LLMResponse:
     from plandag.errors import BudgetRefusedError
-    from plandag.planner.llm.base import UnusableResponseError, Usage
-    from plandag.planner.llm.calls import estimate_cost
+    from plandag.models.base import UnusableResponseError, Usage
+    from plandag.models.calls import estimate_cost
     from plandag.trace import otel
 
     price = models.prices.lookup(request.model)
@@ -327,11 +327,11 @@ def connect(
     key = require_key(provider, base_url)
     client: LLMClient
     if provider == "anthropic":
-        from plandag.planner.llm.anthropic import AnthropicClient
+        from plandag.models.anthropic import AnthropicClient
 
         client = AnthropicClient(api_key=key, base_url=base_url)
     else:
-        from plandag.planner.llm.openai import OpenAICompatibleClient
+        from plandag.models.openai import OpenAICompatibleClient
 
         client = OpenAICompatibleClient(base_url or OPENAI_URL, api_key=key or None)
     return ModelAccess(client, name, registry=registry)
@@ -355,7 +355,7 @@ def require_key(provider: str, base_url: str | None) -> str | None:
     """
     import os
 
-    from plandag.planner.llm.base import MissingAPIKeyError
+    from plandag.models.base import MissingAPIKeyError
 
     if provider not in KEY_VARIABLES:
         raise InputError(f"--provider {provider!r}: choose anthropic or openai")

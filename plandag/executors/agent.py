@@ -46,7 +46,7 @@ from plandag.executors.access import call_model, require_models
 from plandag.tools.base import EFFECTS_ORDER, Effects, Tool, ToolContext, tool
 
 if TYPE_CHECKING:
-    from plandag.planner.llm.base import ChatMessage
+    from plandag.models.base import ChatMessage
     from plandag.tools.registry import Registry
 
 __all__ = [
@@ -225,8 +225,8 @@ async def agent(
     {"answer", "steps", "turns"}."""
     from plandag.brakes.budget import Budget
     from plandag.errors import BudgetRefusedError
+    from plandag.models.base import LLMRequest
     from plandag.planner.data import DEFAULT_MAX_CHARS, quote_data
-    from plandag.planner.llm.base import LLMRequest
     from plandag.react import content_blocks, tool_definitions, tool_result_block
     from plandag.tools.registry import Registry, default_registry
 

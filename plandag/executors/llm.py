@@ -48,7 +48,7 @@ from plandag.executors.access import call_model, require_models
 from plandag.tools.base import ToolContext, tool
 
 if TYPE_CHECKING:  # imported when a step runs: `plandag check` never loads the planner
-    from plandag.planner.llm.base import ChatMessage, LLMRequest
+    from plandag.models.base import ChatMessage, LLMRequest
 
 __all__ = [
     "DATA_MAX_CHARS",
@@ -74,7 +74,7 @@ LLM_SYSTEM = (
 )
 """The system prompt of every ``llm`` call; ``{data_rule}`` is
 :data:`plandag.planner.data.DATA_BLOCK_RULE`."""
-_BYTES_PER_TOKEN = 3  # plandag.planner.llm.base.BYTES_PER_TOKEN, without importing it
+_BYTES_PER_TOKEN = 3  # plandag.models.base.BYTES_PER_TOKEN, without importing it
 
 _REASK = (
     "Your reply did not validate against the JSON Schema. The errors follow as data. Reply "
@@ -129,12 +129,12 @@ def build_request(
             or None.
 
     Returns:
-        The :class:`~plandag.planner.llm.LLMRequest`: system :data:`LLM_SYSTEM`, one user
+        The :class:`~plandag.models.LLMRequest`: system :data:`LLM_SYSTEM`, one user
         message (the instruction, then each data block), and for a re-ask the reply and a
         user message with the errors.
     """
+    from plandag.models.base import LLMRequest
     from plandag.planner.data import DATA_BLOCK_RULE, quote_data
-    from plandag.planner.llm.base import LLMRequest
 
     parts = [prompt]
     for label, value in quoted or ():
@@ -208,7 +208,7 @@ def _check_schema(schema: Mapping[str, Any], step_id: int) -> None:
 def estimate_llm(args: Mapping[str, Any]) -> tuple[float | None, int]:
     """What one ``llm`` step may cost, from its arguments as the plan writes them: the
     prompt, data and schema's UTF-8 bytes / 3 plus ``max_tokens``, at the price of the
-    step's ``model`` (:data:`~plandag.planner.llm.DEFAULT_PRICES`); usd None when the step
+    step's ``model`` (:data:`~plandag.models.DEFAULT_PRICES`); usd None when the step
     names no model or an unpriced one (the plan's estimate then prices the tokens with the
     run's model). A reference counts as its own text: the estimate shown before approval
     cannot know a result's size; the reservation at run time does.
@@ -216,8 +216,8 @@ def estimate_llm(args: Mapping[str, Any]) -> tuple[float | None, int]:
     Returns:
         ``(usd, tokens)``.
     """
-    from plandag.planner.llm.base import Usage
-    from plandag.planner.llm.pricing import DEFAULT_PRICES
+    from plandag.models.base import Usage
+    from plandag.models.pricing import DEFAULT_PRICES
 
     size = len(LLM_SYSTEM.encode("utf-8"))
     for name in ("prompt", "data", "schema"):

@@ -24,7 +24,7 @@ from typing import Any
 from plandag.errors import InputError
 from plandag.executors.access import DEFAULT_EXECUTOR_MODEL
 from plandag.library.catalog import LibraryPlan, check_task_type
-from plandag.planner.llm import LLMResponse, UnusableResponseError
+from plandag.models import LLMResponse, UnusableResponseError
 
 __all__ = [
     "DEFAULT_EXECUTOR_MODELS",

@@ -54,8 +54,8 @@ from plandag.library.routing import (
 )
 
 if TYPE_CHECKING:
+    from plandag.models import CallRecord
     from plandag.planner.agent import Agent, AgentResult
-    from plandag.planner.llm import CallRecord
     from plandag.tools.boundary import WriteBoundary
     from plandag.tools.registry import Registry
 
@@ -322,8 +322,8 @@ async def _route(
     """The routing call: ``(choice, None)``, or ``(None, why)`` when it failed."""
     import anyio
 
-    from plandag.planner.llm import LLMRequest, call_with_retries
-    from plandag.planner.llm.calls import deadline_from
+    from plandag.models import LLMRequest, call_with_retries
+    from plandag.models.calls import deadline_from
 
     request = LLMRequest(
         model=_executor_model(agent),

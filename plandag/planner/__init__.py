@@ -1,2 +1,2 @@
-"""The LLM side of plandag: the model client layer (:mod:`plandag.planner.llm`),
-the planner, streaming dispatch, the replanner and the joiner."""
+"""The LLM side of plandag on the model layer (:mod:`plandag.models`): the planner,
+streaming dispatch, the replanner and the joiner."""

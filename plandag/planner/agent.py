@@ -81,16 +81,7 @@ from plandag.dag.plan import ParamSpec, Plan
 from plandag.dag.references import find_references
 from plandag.errors import PlanBudgetError, PlanError
 from plandag.executors.access import DEFAULT_EXECUTOR_MODEL, ModelAccess
-from plandag.planner.intents import IntentLedger
-from plandag.planner.joiner import (
-    DEFAULT_JOIN_MAX_TOKENS,
-    JOIN_SCHEMA,
-    JOIN_SYSTEM_PROMPT,
-    JoinDecision,
-    join_prompt,
-    parse_decision,
-)
-from plandag.planner.llm import (
+from plandag.models import (
     DEFAULT_PRICES,
     BudgetRefusedError,
     CallRecord,
@@ -100,7 +91,16 @@ from plandag.planner.llm import (
     Usage,
     call_with_retries,
 )
-from plandag.planner.llm.calls import deadline_from
+from plandag.models.calls import deadline_from
+from plandag.planner.intents import IntentLedger
+from plandag.planner.joiner import (
+    DEFAULT_JOIN_MAX_TOKENS,
+    JOIN_SCHEMA,
+    JOIN_SYSTEM_PROMPT,
+    JoinDecision,
+    join_prompt,
+    parse_decision,
+)
 from plandag.planner.planner import (
     DEFAULT_PLAN_MAX_TOKENS,
     Planner,
@@ -413,7 +413,7 @@ async def _next_state(
 
 async def deadline_reached(session: RunSession, *, wait_for_steps: bool = True) -> None:
     """A model call the run needs cannot finish before its wall-clock cap (the cap passed
-    during the call, or :class:`~plandag.planner.llm.DeadlineReachedError`: its next
+    during the call, or :class:`~plandag.models.DeadlineReachedError`: its next
     attempt would start past it): the run ends ``timed_out``, reason ``deadline``, without
     sleeping out the time left. With ``wait_for_steps``, steps still running go on until
     they end (their results are kept) or the deadline stops them; then the run stops."""
@@ -427,7 +427,7 @@ class Agent:
     """Plans a task with a model, runs the plan, replans what fails, joins the result.
 
     Args:
-        client: the model provider (:class:`~plandag.planner.llm.AnthropicClient`...).
+        client: the model provider (:class:`~plandag.models.AnthropicClient`...).
         model: the model name (``claude-sonnet-4-6``...).
         registry: the tools and check kinds plans may use.
         stream: streaming dispatch (steps start while the plan arrives).

@@ -41,8 +41,8 @@ from plandag.brakes.clock import Clock
 from plandag.brakes.retry import RetryPolicy
 from plandag.compiler import Diagnostic
 from plandag.errors import PlanError
+from plandag.models import CallRecord
 from plandag.planner.data import quote_data
-from plandag.planner.llm import CallRecord
 from plandag.planner.planner import Planner, PlanOutcome
 from plandag.scheduler.result import RunResult
 from plandag.scheduler.runner import RunLimits, run_plan

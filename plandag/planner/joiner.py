@@ -28,8 +28,7 @@ from plandag.brakes.retry import RetryPolicy
 from plandag.compiler import CompiledPlan
 from plandag.dag.references import ReferenceResolutionError, find_references, resolve_value
 from plandag.errors import PermanentStepError
-from plandag.planner.data import DATA_BLOCK_RULE, DEFAULT_MAX_CHARS, quote_data
-from plandag.planner.llm import (
+from plandag.models import (
     DEFAULT_PRICES,
     CallRecord,
     LLMClient,
@@ -39,6 +38,7 @@ from plandag.planner.llm import (
     UnusableResponseError,
     call_with_retries,
 )
+from plandag.planner.data import DATA_BLOCK_RULE, DEFAULT_MAX_CHARS, quote_data
 from plandag.scheduler.result import RunResult
 
 __all__ = [

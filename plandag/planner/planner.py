@@ -8,17 +8,17 @@ goes back to the model with the full diagnostics list (formatted like ``plandag 
 quoted as data: :func:`plandag.planner.prompt.repair_message`), at most ``max_repairs``
 times (default 2); then :class:`PlannerGaveUp` (a :class:`PlanError`: the CLI
 exits 2) carries the last diagnostics. Every call goes through
-:func:`plandag.planner.llm.call_with_retries`: transient failures (429, 5xx, 529) are
+:func:`plandag.models.call_with_retries`: transient failures (429, 5xx, 529) are
 retried on the injected clock, within the budget, and every attempt is recorded.
 
 A response cut off by ``max_tokens`` is an error, never a shorter plan: the
-:class:`~plandag.planner.llm.TruncatedResponseError` of the client layer propagates, with
+:class:`~plandag.models.TruncatedResponseError` of the client layer propagates, with
 no repair attempt (the same request would be cut again).
 
 Temperature: requests carry ``temperature=0.0``. The OpenAI-compatible client sends it; the
 Anthropic SDK in use (2.14) has no temperature parameter on ``messages.create``, so
 Anthropic requests go at the model's default temperature (see
-:mod:`plandag.planner.llm.anthropic`).
+:mod:`plandag.models.anthropic`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from plandag.brakes.retry import RetryPolicy
 from plandag.compiler import DEFAULT_MAX_STEPS, CompiledPlan, Diagnostic, compile_plan
 from plandag.dag.plan import Plan
 from plandag.errors import PlanError
-from plandag.planner.llm import (
+from plandag.models import (
     DEFAULT_PRICES,
     CallRecord,
     ChatMessage,
@@ -43,7 +43,7 @@ from plandag.planner.llm import (
     PriceTable,
     call_with_retries,
 )
-from plandag.planner.llm.calls import deadline_from
+from plandag.models.calls import deadline_from
 from plandag.planner.prompt import repair_message, system_prompt, user_prompt
 from plandag.planner.wire import WIRE_SCHEMA_NAME, wire_json_schema, wire_to_document
 from plandag.tools.boundary import WriteBoundary
@@ -135,8 +135,8 @@ class Planner:
     """Writes a plan for a task with a model, repairing it from the compiler's diagnostics.
 
     Args:
-        client: the model provider (:class:`~plandag.planner.llm.AnthropicClient`,
-            :class:`~plandag.planner.llm.OpenAICompatibleClient`...).
+        client: the model provider (:class:`~plandag.models.AnthropicClient`,
+            :class:`~plandag.models.OpenAICompatibleClient`...).
         model: the model name (``claude-sonnet-4-6``...).
         registry: the tools and check kinds a plan may use (all listed in the prompt;
             the plan is compiled against it).
@@ -242,7 +242,7 @@ class Planner:
                 approval (``compile_plan(tainted_author=True)``).
             remaining_s: seconds left before the run's deadline, or None: no call (nor
                 repair) starts past it, and a retry delay that would end past it is not
-                waited (:class:`~plandag.planner.llm.DeadlineReachedError`).
+                waited (:class:`~plandag.models.DeadlineReachedError`).
 
         Returns:
             A :class:`PlanOutcome` with the plan, its compiled form, every attempt and

@@ -2,7 +2,7 @@
 
 The system prompt holds everything that does not depend on the task, so it is the same for
 every task planned with the same registry and is the fixed prefix the provider caches
-(``cache_control``, :class:`~plandag.planner.llm.base.LLMRequest`): the role, the wire
+(``cache_control``, :class:`~plandag.models.base.LLMRequest`): the role, the wire
 format (:mod:`plandag.planner.wire`), the reference grammar (:mod:`plandag.dag.references`),
 the rules with the data-block rule, every tool as a signature with its result type, effects
 and description (:func:`signature`: a third of its JSON schema's length), every check kind,

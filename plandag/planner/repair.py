@@ -68,9 +68,7 @@ from plandag.compiler import CompiledPlan
 from plandag.dag.plan import Plan
 from plandag.errors import PlanBudgetError
 from plandag.executors.access import ModelAccess
-from plandag.planner.data import quote_data
-from plandag.planner.intents import IntentLedger
-from plandag.planner.llm import (
+from plandag.models import (
     DEFAULT_PRICES,
     BudgetRefusedError,
     CallRecord,
@@ -78,7 +76,9 @@ from plandag.planner.llm import (
     PriceTable,
     call_with_retries,
 )
-from plandag.planner.llm.calls import deadline_from
+from plandag.models.calls import deadline_from
+from plandag.planner.data import quote_data
+from plandag.planner.intents import IntentLedger
 from plandag.planner.replanner import (
     DEFAULT_REPLAN_MAX_CHARS,
     DEFAULT_REPLAN_MAX_TOKENS,

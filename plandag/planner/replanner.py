@@ -45,8 +45,7 @@ from plandag.compiler.diagnostics import DIAGNOSTIC_CODES
 from plandag.compiler.patch import PatchBase, check_output, compile_patch
 from plandag.dag.plan import Plan, Step
 from plandag.errors import PlanError
-from plandag.planner.data import quote_data
-from plandag.planner.llm import (
+from plandag.models import (
     DEFAULT_PRICES,
     CallRecord,
     ChatMessage,
@@ -55,7 +54,8 @@ from plandag.planner.llm import (
     PriceTable,
     call_with_retries,
 )
-from plandag.planner.llm.calls import deadline_from
+from plandag.models.calls import deadline_from
+from plandag.planner.data import quote_data
 from plandag.planner.prompt import repair_message, system_prompt
 from plandag.planner.triggers import ReplanStrategy
 from plandag.planner.wire import WIRE_SCHEMA_NAME, to_wire, wire_json_schema, wire_to_document

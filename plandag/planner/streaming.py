@@ -44,7 +44,7 @@ the whole plan), and the retried attempt's plan runs as if it were the first —
 the broken attempt is reused or left for the new plan to repeat or skip.
 
 A plan cut off by ``max_tokens`` is an error, never a shorter plan: the
-:class:`~plandag.planner.llm.TruncatedResponseError` propagates (the agent then ends the
+:class:`~plandag.models.TruncatedResponseError` propagates (the agent then ends the
 run: steps already started end cancelled, the others skipped). A plan that does not compile
 goes back to the model with every diagnostic, as in the Planner; steps already accepted may
 be running, so the repair must keep them unchanged (a changed step with an accepted id is a
@@ -63,8 +63,8 @@ from plandag.compiler import Diagnostic, compile_plan
 from plandag.compiler.diagnostics import DIAGNOSTIC_CODES
 from plandag.dag.references import find_references
 from plandag.errors import PlanError
-from plandag.planner.llm import CallRecord, ChatMessage, LLMRequest, call_with_retries
-from plandag.planner.llm.calls import deadline_from
+from plandag.models import CallRecord, ChatMessage, LLMRequest, call_with_retries
+from plandag.models.calls import deadline_from
 from plandag.planner.planner import PlanAttempt, Planner, PlannerGaveUp, PlanOutcome
 from plandag.planner.prompt import repair_message, user_prompt
 from plandag.planner.wire import WIRE_SCHEMA_NAME, wire_to_document

@@ -659,7 +659,7 @@ class RunSession:
     def stop_at_deadline(self) -> None:
         """End the run now, as its wall-clock cap would: for a caller whose model call
         cannot finish before the deadline (a Retry-After longer than the time left,
-        :class:`~plandag.planner.llm.DeadlineReachedError`). Running steps end
+        :class:`~plandag.models.DeadlineReachedError`). Running steps end
         ``cancelled`` and the others ``skipped``, reason ``deadline``; the result is
         ``timed_out`` with ``stop_reason`` ``deadline``.
 

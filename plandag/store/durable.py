@@ -187,7 +187,7 @@ class RunOptions:
         the registry of ``tools``), or None without it.
 
         Raises:
-            InputError: the key is missing (:class:`~plandag.planner.llm.MissingAPIKeyError`)
+            InputError: the key is missing (:class:`~plandag.models.MissingAPIKeyError`)
                 or the options name no usable model.
         """
         if self.executor is None:

@@ -1064,7 +1064,7 @@ class Store:
     # -- calls, events, documents --------------------------------------------------------------
 
     def record_llm_call(self, run_id: str, purpose: str, record: Any) -> None:
-        """Record one model call attempt (a :class:`~plandag.planner.llm.CallRecord`)."""
+        """Record one model call attempt (a :class:`~plandag.models.CallRecord`)."""
         usage = record.usage
         self.write(
             "INSERT INTO llm_call (run_id, purpose, provider, model, attempt, input_tokens, "

@@ -13,7 +13,7 @@ can simulate latency. The official SDK works against it unchanged::
         client.messages.create(model="any", max_tokens=64, messages=[...])
 
 :class:`ChatCompletionsServer` plays the same scripts as OpenAI-compatible chat completions
-(JSON and server-sent events with usage), for :class:`~plandag.planner.llm.OpenAICompatibleClient`.
+(JSON and server-sent events with usage), for :class:`~plandag.models.OpenAICompatibleClient`.
 
 From a shell: ``python -m plandag.testing --port 8765 --script replies.jsonl``.
 """

@@ -20,7 +20,7 @@ conventions for generative AI systems": spans of model calls, of tools, of agent
                                        idempotency key), ``plandag.step.id``,
                                        ``plandag.attempt``.
 ``chat MODEL`` (CLIENT)                one attempt of one model call
-                                       (:func:`plandag.planner.llm.calls.call_with_retries`):
+                                       (:func:`plandag.models.calls.call_with_retries`):
                                        ``gen_ai.operation.name`` ``chat``,
                                        ``gen_ai.provider.name``, ``gen_ai.request.model``,
                                        ``gen_ai.request.max_tokens``, then
@@ -76,7 +76,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
     from opentelemetry.util.types import AttributeValue
 
-    from plandag.planner.llm.base import LLMRequest, LLMResponse
+    from plandag.models.base import LLMRequest, LLMResponse
 
 __all__ = [
     "CAPTURE_CONTENT_VARIABLE",

@@ -32,7 +32,7 @@ from plandag.scheduler.result import AttemptRecord, RunResult, StepRecord, to_js
 from plandag.trace.redact import Redactor
 
 if TYPE_CHECKING:
-    from plandag.planner.llm.calls import CallRecord
+    from plandag.models.calls import CallRecord
 
 __all__ = [
     "RESULT_CHARACTERS",
@@ -483,7 +483,7 @@ class TraceWriter:
         """Write an ``llm_call`` span for one attempt of one model call.
 
         Args:
-            record: the attempt's :class:`plandag.planner.llm.calls.CallRecord` (its
+            record: the attempt's :class:`plandag.models.calls.CallRecord` (its
                 ``started_at`` and ``duration_s`` give the span's start and end).
             purpose: ``plan``, ``replan``, ``join`` or ``revision``.
         """

@@ -30,7 +30,7 @@ from plandag.bench.simulator import (
     thought_text,
 )
 from plandag.bench.workloads import MOVIE8, WORKLOADS
-from plandag.planner.llm import AnthropicClient, LLMClient
+from plandag.models import AnthropicClient, LLMClient
 from plandag.testing import estimate_tokens
 
 pytestmark = pytest.mark.anyio

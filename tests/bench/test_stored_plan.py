@@ -17,9 +17,9 @@ from plandag.brakes.retry import RetryPolicy
 from plandag.compiler import CompiledPlan, compile_plan
 from plandag.dag.plan import Plan
 from plandag.errors import PlanError
+from plandag.models import LLMClient
 from plandag.planner import agent as agent_module
 from plandag.planner.agent import Agent
-from plandag.planner.llm import LLMClient
 from plandag.scheduler import RunLimits, events
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import default_registry

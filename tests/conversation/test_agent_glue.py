@@ -33,8 +33,8 @@ from plandag.conversation import (
 )
 from plandag.dag.plan import Plan
 from plandag.errors import PlanError
+from plandag.models import AnthropicClient
 from plandag.planner.investigate import INVESTIGATION_HEADING, Investigation
-from plandag.planner.llm import AnthropicClient
 from plandag.planner.planner import Planner, PlannerGaveUp
 from plandag.planner.wire import wire_to_document
 from plandag.store.store import open_store

@@ -13,7 +13,7 @@ from plandag.brakes.clock import VirtualClock
 from plandag.brakes.retry import RetryPolicy
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.conversation import Conversation, plan_turn, planner_factory, planner_function
-from plandag.planner.llm import AnthropicClient
+from plandag.models import AnthropicClient
 from plandag.planner.planner import PlannerGaveUp
 from plandag.testing import MessagesServer
 from plandag.tools.http import http_get, http_post

@@ -16,8 +16,8 @@ from plandag.brakes.clock import VirtualClock
 from plandag.brakes.retry import RetryPolicy
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.compiler import compile_plan
+from plandag.models import AnthropicClient
 from plandag.planner.agent import Agent
-from plandag.planner.llm import AnthropicClient
 from plandag.scheduler import RunLimits
 from plandag.store import open_store
 from plandag.store.durable import RunOptions, continue_run, start_run

@@ -15,7 +15,7 @@ from plandag.brakes.retry import RetryPolicy
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.compiler import compile_plan
 from plandag.executors import EXECUTOR_TOOLS, ModelAccess
-from plandag.planner.llm import AnthropicClient, LLMClient, OpenAICompatibleClient
+from plandag.models import AnthropicClient, LLMClient, OpenAICompatibleClient
 from plandag.scheduler import RunLimits, run_plan
 from plandag.scheduler.result import RunResult
 from plandag.testing import ChatCompletionsServer, MessagesServer, ScriptedResponse

@@ -17,8 +17,8 @@ from plandag.brakes.retry import RetryPolicy
 from plandag.compiler import compile_plan
 from plandag.errors import PlanError
 from plandag.executors import ModelAccess
+from plandag.models import AnthropicClient, LLMClient, OpenAICompatibleClient
 from plandag.planner.data import parse_data_blocks
-from plandag.planner.llm import AnthropicClient, LLMClient, OpenAICompatibleClient
 from plandag.scheduler import RunLimits, run_plan
 from plandag.scheduler.result import RunResult
 from plandag.testing import MessagesServer, ScriptedResponse
@@ -389,7 +389,7 @@ async def test_openai_compatible_parallel_steps_settle_usage_and_reask(
 async def test_openai_compatible_server_streams_with_usage(
     openai_server: ChatCompletionsServer, openai_client: LLMClient
 ) -> None:
-    from plandag.planner.llm import LLMRequest
+    from plandag.models import LLMRequest
 
     openai_server.push_text("hello streamed world", usage={"input_tokens": 9, "output_tokens": 4})
     request = LLMRequest(model=LOCAL, messages=[{"role": "user", "content": "hi"}], max_tokens=50)

@@ -22,8 +22,8 @@ from plandag.extract.nfe import load_plan_text
 from plandag.extract.nfe.batch import extract_batch
 from plandag.extract.nfe.document import extract_document, nfe_needs_repair
 from plandag.extract.nfe.validators import key_check_digit
+from plandag.models import AnthropicClient
 from plandag.planner.data import parse_data_blocks
-from plandag.planner.llm import AnthropicClient
 from plandag.planner.repair import PlanRepairer
 from plandag.scheduler import RunLimits
 from plandag.testing import MessagesServer

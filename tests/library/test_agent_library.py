@@ -21,8 +21,8 @@ from plandag.dag.plan import Plan
 from plandag.errors import PlanError
 from plandag.library import PlanLibrary, task_type_stats
 from plandag.library.runner import derived_task_type
+from plandag.models import AnthropicClient
 from plandag.planner.agent import Agent, AgentResult
-from plandag.planner.llm import AnthropicClient
 from plandag.scheduler import RunLimits
 from plandag.store import Store, open_store
 from plandag.testing import MessagesServer

@@ -14,13 +14,13 @@ from plandag.brakes.clock import VirtualClock
 from plandag.brakes.retry import RetryPolicy
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.errors import PermanentStepError, TransientStepError
-from plandag.planner.agent import Agent, AgentResult
-from plandag.planner.llm import (
+from plandag.models import (
     AnthropicClient,
     DeadlineReachedError,
     LLMRequest,
     call_with_retries,
 )
+from plandag.planner.agent import Agent, AgentResult
 from plandag.scheduler import RunLimits
 from plandag.testing import MessagesServer
 from plandag.tools import tool

@@ -15,6 +15,7 @@ from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.compiler import compile_plan
 from plandag.dag.plan import Plan
 from plandag.errors import PlanError
+from plandag.models import AnthropicClient
 from plandag.planner.data import parse_data_blocks, quote_data
 from plandag.planner.investigate import (
     INVESTIGATION_GOAL,
@@ -25,7 +26,6 @@ from plandag.planner.investigate import (
     read_only_planner,
     section_share,
 )
-from plandag.planner.llm import AnthropicClient
 from plandag.planner.planner import Planner, PlannerGaveUp
 from plandag.planner.prompt import format_diagnostics, user_prompt
 from plandag.planner.wire import wire_to_document

@@ -12,8 +12,8 @@ import pytest
 from plandag.brakes.clock import VirtualClock
 from plandag.brakes.retry import RetryPolicy
 from plandag.checks.builtins import BUILTIN_CHECKS
+from plandag.models import AnthropicClient
 from plandag.planner.investigate import plan_with_investigation
-from plandag.planner.llm import AnthropicClient
 from plandag.planner.planner import Planner, PlannerGaveUp
 from plandag.testing import MessagesServer
 from plandag.tools import tool

@@ -13,6 +13,7 @@ from plandag.brakes.clock import VirtualClock
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.compiler import CompiledPlan, compile_plan
 from plandag.errors import PermanentStepError
+from plandag.models import AnthropicClient, UnusableResponseError
 from plandag.planner.data import parse_data_blocks
 from plandag.planner.joiner import (
     JOIN_SCHEMA,
@@ -20,7 +21,6 @@ from plandag.planner.joiner import (
     JoinDecision,
     Joiner,
 )
-from plandag.planner.llm import AnthropicClient, UnusableResponseError
 from plandag.scheduler import RunResult, run_plan
 from plandag.testing import MessagesServer, system_text
 from plandag.tools import tool

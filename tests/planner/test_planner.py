@@ -19,8 +19,8 @@ from plandag.cli.plan_command import register
 from plandag.compiler import compile_plan
 from plandag.dag.plan import Plan
 from plandag.errors import PlanError
+from plandag.models import AnthropicClient, TruncatedResponseError
 from plandag.planner.data import parse_data_blocks
-from plandag.planner.llm import AnthropicClient, TruncatedResponseError
 from plandag.planner.planner import Planner, PlannerGaveUp
 from plandag.planner.prompt import format_diagnostics, user_prompt
 from plandag.planner.wire import wire_json_schema, wire_to_document

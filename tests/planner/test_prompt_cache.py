@@ -9,7 +9,7 @@ import pytest
 
 from plandag.brakes.clock import VirtualClock
 from plandag.brakes.retry import RetryPolicy
-from plandag.planner.llm import (
+from plandag.models import (
     DEFAULT_PRICES,
     AnthropicClient,
     CallRecord,

@@ -13,7 +13,7 @@ from plandag.brakes.clock import VirtualClock
 from plandag.brakes.retry import RetryPolicy
 from plandag.compiler import CompiledPlan, compile_plan
 from plandag.errors import PermanentStepError
-from plandag.planner.llm import AnthropicClient
+from plandag.models import AnthropicClient
 from plandag.planner.repair import PlanRepairer, run_with_repairs
 from plandag.scheduler import RunLimits
 from plandag.scheduler.estimate import estimate_plan

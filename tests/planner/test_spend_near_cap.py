@@ -16,8 +16,7 @@ from plandag.brakes.clock import VirtualClock
 from plandag.brakes.retry import RetryPolicy
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.errors import TransientStepError
-from plandag.planner.agent import Agent
-from plandag.planner.llm import (
+from plandag.models import (
     AnthropicClient,
     BudgetRefusedError,
     CallRecord,
@@ -27,6 +26,7 @@ from plandag.planner.llm import (
     Usage,
     call_with_retries,
 )
+from plandag.planner.agent import Agent
 from plandag.planner.planner import DEFAULT_PLAN_MAX_TOKENS
 from plandag.scheduler import RunLimits
 from plandag.testing import MessagesServer

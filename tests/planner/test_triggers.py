@@ -16,9 +16,9 @@ from plandag.brakes.clock import VirtualClock
 from plandag.brakes.retry import RetryPolicy
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.dag.plan import Step
+from plandag.models import AnthropicClient
 from plandag.planner.agent import Agent, AgentResult
 from plandag.planner.intents import IntentLedger, intent_of
-from plandag.planner.llm import AnthropicClient
 from plandag.planner.triggers import choose_strategy
 from plandag.scheduler import RunLimits, RunSession
 from plandag.scheduler.breaker import Dependency, DownDependency

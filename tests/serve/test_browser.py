@@ -28,7 +28,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from plandag.brakes.retry import RetryPolicy
 from plandag.conversation import planner_factory, planner_function
-from plandag.planner.llm import AnthropicClient
+from plandag.models import AnthropicClient
 from plandag.serve import create_app
 from plandag.store import open_store
 from plandag.testing import MessagesServer

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from plandag.checks.base import CheckOutcome
-from plandag.planner.llm import CallRecord, Usage
+from plandag.models import CallRecord, Usage
 from plandag.scheduler import events
 from plandag.scheduler.result import AttemptRecord, RunResult, StepErrorInfo, StepRecord
 from plandag.trace.writer import TraceWriter

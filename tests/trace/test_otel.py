@@ -26,8 +26,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 from plandag.compiler import compile_plan
 from plandag.dag.plan import Plan
 from plandag.errors import PermanentStepError
+from plandag.models import AnthropicClient, LLMRequest
 from plandag.planner.agent import Agent
-from plandag.planner.llm import AnthropicClient, LLMRequest
 from plandag.scheduler.runner import RunLimits, run_plan
 from plandag.testing import MessagesServer
 from plandag.tools import tool
@@ -195,7 +195,7 @@ async def test_an_llm_steps_model_call_is_a_chat_span_under_its_step(
     memory: InMemorySpanExporter,
 ) -> None:
     from plandag.executors import EXECUTOR_TOOLS, ModelAccess
-    from plandag.planner.llm import AnthropicClient
+    from plandag.models import AnthropicClient
     from plandag.testing import MessagesServer
 
     plan = Plan.model_validate(

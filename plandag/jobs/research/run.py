@@ -315,11 +315,11 @@ class ResearchRun:
 def model_client(provider: str, base_url: str | None, key: str | None) -> Any:
     """The provider's client (``max_retries=0``: the scheduler's retry policy decides)."""
     if provider == "anthropic":
-        from plandag.planner.llm.anthropic import AnthropicClient
+        from plandag.models.anthropic import AnthropicClient
 
         return AnthropicClient(api_key=key, base_url=base_url)
     from plandag.executors.access import OPENAI_URL
-    from plandag.planner.llm.openai import OpenAICompatibleClient
+    from plandag.models.openai import OpenAICompatibleClient
 
     return OpenAICompatibleClient(base_url or OPENAI_URL, api_key=key or None)
 

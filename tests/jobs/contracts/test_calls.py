@@ -14,7 +14,7 @@ from plandag.brakes.budget import Budget
 from plandag.cli.contracts_command import model_options
 from plandag.jobs.contracts.batch import expand_contract_inputs, extract_contracts
 from plandag.jobs.contracts.fields import FieldSpec
-from plandag.planner.llm import AnthropicClient
+from plandag.models import AnthropicClient
 from plandag.scheduler import RunLimits
 from plandag.testing import MessagesServer, ScriptedResponse
 

@@ -13,7 +13,7 @@ from plandag.brakes.budget import Budget
 from plandag.executors import ModelAccess
 from plandag.jobs.contracts.document import extract_contract
 from plandag.jobs.contracts.fields import FieldSpec
-from plandag.planner.llm import AnthropicClient
+from plandag.models import AnthropicClient
 from plandag.scheduler import RunLimits
 from plandag.testing import MessagesServer, ScriptedResponse
 

@@ -306,7 +306,7 @@ async def test_through_the_plans_llm_steps_the_guard_holds_on_every_contract(
     from plandag.brakes.budget import Budget
     from plandag.executors import ModelAccess
     from plandag.jobs.contracts.batch import expand_contract_inputs, extract_contracts
-    from plandag.planner.llm import AnthropicClient
+    from plandag.models import AnthropicClient
     from plandag.scheduler import RunLimits
     from plandag.testing import MessagesServer
 

@@ -12,7 +12,7 @@ import plandag
 from plandag.brakes import UNLIMITED
 from plandag.errors import InputError
 from plandag.jobs.research.scripted import FABRICATED_QUOTE, QUESTION, ScriptedResearch
-from plandag.planner.llm.base import MissingAPIKeyError
+from plandag.models.base import MissingAPIKeyError
 from plandag.scheduler import RunLimits
 from plandag.store import open_store
 from plandag.testing import MessagesServer

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from plandag.errors import InputError
-from plandag.planner.llm.base import UnpricedModelError, Usage
+from plandag.models.base import UnpricedModelError, Usage
 
 __all__ = ["DEFAULT_PRICES", "ModelPrice", "PriceTable"]
 

@@ -5,10 +5,10 @@
 
 1. **budget**: before each attempt, the estimated cost is *reserved* on the run's
    :class:`~plandag.brakes.budget.Budget`: the input tokens the provider's counting
-   endpoint gives when the client has one (:class:`~plandag.planner.llm.base.TokenCounter`:
+   endpoint gives when the client has one (:class:`~plandag.models.base.TokenCounter`:
    Anthropic's ``POST /v1/messages/count_tokens``, asked once per call; a counting
    request is not an attempt, costs nothing and is not recorded), else the conservative
-   estimate of :func:`~plandag.planner.llm.base.estimate_input_tokens` (the serialized
+   estimate of :func:`~plandag.models.base.estimate_input_tokens` (the serialized
    request's UTF-8 bytes / 3), plus ``max_tokens`` output tokens, priced from the
    :class:`PriceTable`. A reservation that
    does not fit raises :class:`BudgetRefusedError` and no request is sent. After the
@@ -45,7 +45,7 @@ from plandag.brakes.budget import Budget, Reservation
 from plandag.brakes.clock import Clock
 from plandag.brakes.retry import RetryPolicy
 from plandag.errors import describe_failure
-from plandag.planner.llm.base import (
+from plandag.models.base import (
     BudgetRefusedError,
     DeadlineReachedError,
     LLMClient,
@@ -55,7 +55,7 @@ from plandag.planner.llm.base import (
     Usage,
     estimate_input_tokens,
 )
-from plandag.planner.llm.pricing import DEFAULT_PRICES, ModelPrice, PriceTable
+from plandag.models.pricing import DEFAULT_PRICES, ModelPrice, PriceTable
 from plandag.trace import otel
 
 __all__ = ["CallRecord", "call_with_retries", "deadline_from", "estimate_cost"]
@@ -131,7 +131,7 @@ def estimate_cost(
         request: the call.
         price: the model's price, or None when unpriced (costs 0.0).
         input_tokens: the input tokens as the provider counted them, or None to estimate
-            them (:func:`~plandag.planner.llm.base.estimate_input_tokens`).
+            them (:func:`~plandag.models.base.estimate_input_tokens`).
 
     Returns:
         ``(usd, tokens)``: the input tokens plus ``max_tokens`` output tokens, and their
@@ -160,14 +160,14 @@ async def call_with_retries(
     The steps are in the module docstring.
 
     Args:
-        client: the provider (:class:`~plandag.planner.llm.anthropic.AnthropicClient`,
-            :class:`~plandag.planner.llm.openai.OpenAICompatibleClient`...).
+        client: the provider (:class:`~plandag.models.anthropic.AnthropicClient`,
+            :class:`~plandag.models.openai.OpenAICompatibleClient`...).
         request: the call.
         policy: retries and backoff (``retries`` retries after the first attempt).
         clock: where delays are slept and durations measured (a ``VirtualClock`` in tests).
         budget: the run's budget, reserved before and settled after every attempt; None
             for no cap and no accounting.
-        prices: the price table (default :data:`~plandag.planner.llm.pricing.DEFAULT_PRICES`).
+        prices: the price table (default :data:`~plandag.models.pricing.DEFAULT_PRICES`).
         records: a list every attempt's :class:`CallRecord` is appended to, or None.
         deadline: ``clock.monotonic()`` value after which no attempt may start (the
             run's wall-clock cap; :func:`deadline_from` makes it from the seconds left), or

@@ -14,7 +14,7 @@ from plandag.brakes.budget import Budget
 from plandag.brakes.clock import VirtualClock
 from plandag.brakes.retry import RetryPolicy
 from plandag.errors import NotStartedError, PermanentStepError, TransientStepError
-from plandag.planner.llm import (
+from plandag.models import (
     AnthropicClient,
     BudgetRefusedError,
     CallRecord,

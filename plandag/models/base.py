@@ -32,7 +32,7 @@ output cut off at ``max_tokens``               :class:`TruncatedResponseError`
 the model refused (``refusal``)                :class:`ModelRefusalError` (``refusal``)
 =============================================  =========================================
 
-Retries belong to plandag (:func:`plandag.planner.llm.calls.call_with_retries`), never to
+Retries belong to plandag (:func:`plandag.models.calls.call_with_retries`), never to
 the provider's SDK: the Anthropic client is built with ``max_retries=0``, so attempts never
 multiply.
 """
@@ -274,7 +274,7 @@ class LLMClient(Protocol):
 
 class TokenCounter(Protocol):
     """A client whose provider counts a request's input tokens for free (Anthropic's
-    ``POST /v1/messages/count_tokens``); :func:`~plandag.planner.llm.calls.call_with_retries`
+    ``POST /v1/messages/count_tokens``); :func:`~plandag.models.calls.call_with_retries`
     reserves that count instead of an estimate. A counting request is not an attempt: it
     is not recorded and costs nothing."""
 
@@ -334,7 +334,7 @@ class ModelRefusalError(UnusableResponseError):
 class DeadlineReachedError(StepTimeoutError):
     """A model call cannot finish before the run's deadline, so it is not tried (again).
 
-    Raised by :func:`~plandag.planner.llm.calls.call_with_retries` instead of waiting when
+    Raised by :func:`~plandag.models.calls.call_with_retries` instead of waiting when
     the run has no time left, or when the next attempt would start past the deadline (a
     429's ``Retry-After`` longer than the time left, say): the call fails at once rather
     than sleeping into the deadline. A :class:`TimeoutError`; ``reason`` ``deadline``.
@@ -389,7 +389,7 @@ def estimate_input_tokens(request: LLMRequest) -> int:
     Portuguese accent or any non-ASCII character counts two bytes or more), so a call
     reserved with it cannot take spend past a cap by more than its output. Providers with a
     counting endpoint (Anthropic's ``POST /v1/messages/count_tokens``) are asked instead
-    (:func:`~plandag.planner.llm.calls.call_with_retries`).
+    (:func:`~plandag.models.calls.call_with_retries`).
 
     Args:
         request: the call to estimate.

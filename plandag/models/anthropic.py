@@ -1,7 +1,7 @@
 """The Anthropic Messages API through the official ``anthropic`` SDK (async client).
 
 The SDK client is built with ``max_retries=0``: plandag owns retries
-(:func:`plandag.planner.llm.calls.call_with_retries`), so one plandag attempt is exactly one
+(:func:`plandag.models.calls.call_with_retries`), so one plandag attempt is exactly one
 HTTP request. Structured output is the SDK's JSON-schema output format,
 ``output_config={"format": {"type": "json_schema", "schema": ...}}``
 (https://docs.anthropic.com/en/docs/build-with-claude/structured-outputs). Streaming is
@@ -10,7 +10,7 @@ HTTP request. Structured output is the SDK's JSON-schema output format,
 The SDK in use (2.14) has no ``temperature`` parameter on ``messages.create``: requests are
 sent at the model's default temperature, and :attr:`LLMRequest.temperature` is ignored here.
 
-Errors are mapped as in :mod:`plandag.planner.llm.base`. A mid-stream ``error`` event
+Errors are mapped as in :mod:`plandag.models.base`. A mid-stream ``error`` event
 reaches us as the SDK's ``APIStatusError`` carrying the stream's own status (200); it is
 told apart from an HTTP error by that status and mapped by the event's ``error.type``.
 The SDK is imported when a client is built, so importing this module stays cheap.
@@ -24,8 +24,8 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from plandag.errors import PermanentStepError, StepError
-from plandag.planner.llm import _http
-from plandag.planner.llm.base import (
+from plandag.models import _http
+from plandag.models.base import (
     LLMRequest,
     LLMResponse,
     LLMStream,
@@ -46,7 +46,7 @@ API_KEY_VARIABLE = "ANTHROPIC_API_KEY"
 
 
 class AnthropicClient:
-    """An :class:`~plandag.planner.llm.base.LLMClient` for the Anthropic Messages API.
+    """An :class:`~plandag.models.base.LLMClient` for the Anthropic Messages API.
 
     Args:
         api_key: the API key; default: the ``ANTHROPIC_API_KEY`` environment variable.
@@ -146,7 +146,7 @@ class AnthropicClient:
         Raises:
             TruncatedResponseError: stop reason ``max_tokens`` (or the context window).
             ModelRefusalError: stop reason ``refusal``.
-            StepError: every other failure, mapped as in :mod:`plandag.planner.llm.base`.
+            StepError: every other failure, mapped as in :mod:`plandag.models.base`.
         """
         import anthropic
 
@@ -172,7 +172,7 @@ class AnthropicClient:
         of the call: it costs nothing and is not recorded.
 
         Raises:
-            StepError: the count failed, mapped as in :mod:`plandag.planner.llm.base`.
+            StepError: the count failed, mapped as in :mod:`plandag.models.base`.
         """
         import anthropic
 
@@ -201,7 +201,7 @@ class AnthropicClient:
 
         Raises:
             TruncatedResponseError: from ``final_response``, stop reason ``max_tokens``.
-            StepError: every other failure, mapped as in :mod:`plandag.planner.llm.base`
+            StepError: every other failure, mapped as in :mod:`plandag.models.base`
                 (a mid-stream ``overloaded_error`` event → :class:`TransientStepError`).
         """
         import anthropic
@@ -368,7 +368,7 @@ def _error_type(body: object) -> str | None:
 
 
 def _failure(error: anthropic.APIError, where: str) -> StepError:
-    """The step error an SDK error becomes (table in :mod:`plandag.planner.llm.base`)."""
+    """The step error an SDK error becomes (table in :mod:`plandag.models.base`)."""
     import anthropic
     import httpx2
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from plandag.errors import InputError
-from plandag.planner.llm import (
+from plandag.models import (
     DEFAULT_PRICES,
     LLMRequest,
     ModelPrice,

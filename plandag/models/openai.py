@@ -11,8 +11,8 @@ piece of text, a last chunk with ``usage``, then ``data: [DONE]``.
 
 Usage: ``prompt_tokens`` minus ``prompt_tokens_details.cached_tokens`` is billed input,
 the cached ones are cache reads, ``completion_tokens`` is output. ``finish_reason``
-``length`` raises :class:`~plandag.planner.llm.base.TruncatedResponseError`,
-``content_filter`` :class:`~plandag.planner.llm.base.ModelRefusalError`.
+``length`` raises :class:`~plandag.models.base.TruncatedResponseError`,
+``content_filter`` :class:`~plandag.models.base.ModelRefusalError`.
 
 Native tool use (the ReAct loop, the ``agent`` step): the request's ``tools`` (Messages API
 definitions) are sent as ``{"type": "function", "function": {"name", "description",
@@ -22,9 +22,9 @@ as ``parallel_tool_calls: false``); a conversation's content blocks are translat
 assistant's ``tool_use`` blocks become its ``tool_calls``, a user's ``tool_result`` blocks
 become ``role: "tool"`` messages. The answer's ``message.tool_calls`` stay in ``raw``
 (:func:`content_blocks` reads them back as ``tool_use`` blocks). Other errors are
-mapped as in :mod:`plandag.planner.llm.base`; a chunk ``{"error": {...}}`` in the middle of
+mapped as in :mod:`plandag.models.base`; a chunk ``{"error": {...}}`` in the middle of
 a stream is transient when its ``type`` is one of
-:data:`~plandag.planner.llm.base.TRANSIENT_STREAM_ERRORS` or its ``code`` is 429 or >= 500.
+:data:`~plandag.models.base.TRANSIENT_STREAM_ERRORS` or its ``code`` is 429 or >= 500.
 httpx is imported when a client is built.
 """
 
@@ -37,8 +37,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from plandag.errors import PermanentStepError, StepError
-from plandag.planner.llm import _http
-from plandag.planner.llm.base import (
+from plandag.models import _http
+from plandag.models.base import (
     LLMRequest,
     LLMResponse,
     LLMStream,
@@ -56,7 +56,7 @@ API_KEY_VARIABLE = "OPENAI_API_KEY"
 
 
 class OpenAICompatibleClient:
-    """An :class:`~plandag.planner.llm.base.LLMClient` for OpenAI-compatible chat completions.
+    """An :class:`~plandag.models.base.LLMClient` for OpenAI-compatible chat completions.
 
     Args:
         base_url: the API root, up to and including the version (``http://127.0.0.1:8000/v1``
@@ -137,7 +137,7 @@ class OpenAICompatibleClient:
         Raises:
             TruncatedResponseError: ``finish_reason`` ``length``.
             ModelRefusalError: ``finish_reason`` ``content_filter``.
-            StepError: every other failure, mapped as in :mod:`plandag.planner.llm.base`; a
+            StepError: every other failure, mapped as in :mod:`plandag.models.base`; a
                 body that is not a chat completion → :class:`PermanentStepError`
                 (``invalid_response``).
         """
@@ -182,7 +182,7 @@ class OpenAICompatibleClient:
 
         Raises:
             TruncatedResponseError: from ``final_response``, ``finish_reason`` ``length``.
-            StepError: every other failure, mapped as in :mod:`plandag.planner.llm.base`.
+            StepError: every other failure, mapped as in :mod:`plandag.models.base`.
         """
         response = await self._send(request, stream=True)
         stream = _OpenAIStream(response, request, self._where(request))
@@ -417,7 +417,7 @@ def content_blocks(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     tool's schema accepts, so the call becomes an error the model reads).
 
     Args:
-        body: the decoded chat completion (an :class:`~plandag.planner.llm.LLMResponse`'s
+        body: the decoded chat completion (an :class:`~plandag.models.LLMResponse`'s
             ``raw``).
 
     Returns:

@@ -1,5 +1,5 @@
 """HTTP failures of a model call → plandag's step errors (the table in
-:mod:`plandag.planner.llm.base`), shared by both clients.
+:mod:`plandag.models.base`), shared by both clients.
 
 The Anthropic SDK 2.14 runs on ``httpx2``, the OpenAI-compatible client on ``httpx``; both
 have the same exception names, so the transport rule takes the module as an argument.
@@ -19,7 +19,7 @@ from plandag.errors import (
     TransientStepError,
     parse_retry_after,
 )
-from plandag.planner.llm.base import stream_error_kind
+from plandag.models.base import stream_error_kind
 
 _SNIPPET_CHARS = 300
 
@@ -93,7 +93,7 @@ def stream_event_failure(error_type: str | None, detail: str, where: str) -> Ste
 
     Returns:
         :class:`TransientStepError` for the transient types
-        (:data:`~plandag.planner.llm.base.TRANSIENT_STREAM_ERRORS`), else
+        (:data:`~plandag.models.base.TRANSIENT_STREAM_ERRORS`), else
         :class:`PermanentStepError`; the reason is the event's type (``stream_error`` when
         it has none).
     """
