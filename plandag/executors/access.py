@@ -145,7 +145,7 @@ async def call_model(
     3. the hold settled with the usage the provider reported (the usage of an unusable
        answer too; nothing for a call that got no answer);
     4. an ``llm_call`` child of the attempt for the trace (model, tokens, cost, error), and
-       the live OpenTelemetry ``chat MODEL`` span of the call (:mod:`plandag.trace.otel`).
+       the live OpenTelemetry ``chat MODEL`` span of the call (:mod:`plandag.models.telemetry`).
 
     All four hold one of ``models.call_slots`` when the access has them.
 
@@ -179,9 +179,9 @@ async def _call_model(
     budget: Budget | None,
 ) -> LLMResponse:
     from plandag.errors import BudgetRefusedError
+    from plandag.models import telemetry
     from plandag.models.base import UnusableResponseError, Usage
     from plandag.models.calls import estimate_cost
-    from plandag.trace import otel
 
     price = models.prices.lookup(request.model)
     counted = await _count_tokens(models, request)
@@ -206,18 +206,18 @@ async def _call_model(
     usage = Usage()
     error_text: str | None = None
     stop: str | None = None
-    span = otel.start_model_call(models.provider, request, context.attempt)
+    span = telemetry.start_model_call(models.provider, request, context.attempt)
     try:
         response = await models.client.complete(request)
     except BaseException as error:
-        otel.end_model_call(span, None, error)
+        telemetry.end_model_call(span, None, error)
         if isinstance(error, UnusableResponseError):
             usage = error.response.usage
             stop = error.response.stop_reason
         error_text = f"{type(error).__name__}: {error}"
         raise
     else:
-        otel.end_model_call(span, response, None)
+        telemetry.end_model_call(span, response, None)
         usage = response.usage
         stop = response.stop_reason
         return response

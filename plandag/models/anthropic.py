@@ -24,7 +24,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from plandag.errors import PermanentStepError, StepError
-from plandag.models import _http
+from plandag.models import _http, telemetry
 from plandag.models.base import (
     LLMRequest,
     LLMResponse,
@@ -93,13 +93,11 @@ class AnthropicClient:
             )
         import anthropic
 
-        from plandag.trace import otel
-
         # the SDK's spans: to plandag's provider when it has its own; content held back
-        # when plandag redacts (plandag.trace.otel.sdk_options)
-        telemetry = otel.sdk_options()
-        self._telemetry = telemetry
-        extra: dict[str, Any] = {"open_telemetry": telemetry} if telemetry is not None else {}
+        # when plandag redacts (plandag.models.telemetry.sdk_options)
+        options = telemetry.sdk_options()
+        self._telemetry = options
+        extra: dict[str, Any] = {"open_telemetry": options} if options is not None else {}
         self.sdk: anthropic.AsyncAnthropic = anthropic.AsyncAnthropic(
             api_key=key,
             base_url=base_url,
@@ -113,12 +111,10 @@ class AnthropicClient:
         """The SDK client, rebuilt (same connections) when plandag's tracing options changed
         since it was built: ``--redact`` set after the client was made still keeps content
         out of the SDK's spans."""
-        from plandag.trace import otel
-
-        telemetry = otel.sdk_options()
-        if telemetry is not None and telemetry != self._telemetry:
-            self.sdk = self.sdk.with_options(open_telemetry=telemetry)  # type: ignore[arg-type]
-            self._telemetry = telemetry
+        options = telemetry.sdk_options()
+        if options is not None and options != self._telemetry:
+            self.sdk = self.sdk.with_options(open_telemetry=options)  # type: ignore[arg-type]
+            self._telemetry = options
         return self.sdk
 
     async def __aenter__(self) -> AnthropicClient:

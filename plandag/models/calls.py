@@ -45,6 +45,7 @@ from plandag.brakes.budget import Budget, Reservation
 from plandag.brakes.clock import Clock
 from plandag.brakes.retry import RetryPolicy
 from plandag.errors import describe_failure
+from plandag.models import telemetry
 from plandag.models.base import (
     BudgetRefusedError,
     DeadlineReachedError,
@@ -56,7 +57,6 @@ from plandag.models.base import (
     estimate_input_tokens,
 )
 from plandag.models.pricing import DEFAULT_PRICES, ModelPrice, PriceTable
-from plandag.trace import otel
 
 __all__ = ["CallRecord", "call_with_retries", "deadline_from", "estimate_cost"]
 
@@ -207,8 +207,8 @@ async def call_with_retries(
         ttft_s: float | None = None
         partial = Usage()
         # the attempt's live span is current while the client calls: the SDK's own span
-        # of the request nests under it (plandag.trace.otel)
-        span = otel.start_model_call(client.provider, request, attempts)
+        # of the request nests under it (plandag.models.telemetry)
+        span = telemetry.start_model_call(client.provider, request, attempts)
         try:
             if on_text is None:
                 response = await client.complete(request)
@@ -223,7 +223,7 @@ async def call_with_retries(
                     finally:
                         partial = stream.usage
         except BaseException as error:
-            otel.end_model_call(span, None, error)
+            telemetry.end_model_call(span, None, error)
             duration_s = clock.monotonic() - started
             usage = error.response.usage if isinstance(error, UnusableResponseError) else partial
             cost_usd = _settle(budget, reservation, price, usage)
@@ -277,7 +277,7 @@ async def call_with_retries(
             if on_restart is not None:
                 await on_restart()
             continue
-        otel.end_model_call(span, response, None)
+        telemetry.end_model_call(span, response, None)
         duration_s = clock.monotonic() - started
         cost_usd = _settle(budget, reservation, price, response.usage)
         if records is not None:
