@@ -10,8 +10,11 @@
    request is not an attempt, costs nothing and is not recorded), else the conservative
    estimate of :func:`~plandag.models.base.estimate_input_tokens` (the serialized
    request's UTF-8 bytes / 3), plus ``max_tokens`` output tokens, priced from the
-   :class:`PriceTable`. A reservation that
-   does not fit raises :class:`BudgetRefusedError` and no request is sent. After the
+   :class:`PriceTable` (the input at the cache-write price when that is dearer and the
+   request lets the provider cache its prompt: the most an honest provider bills). A
+   reservation waits while the budget holds new calls back (the slow start, a provider
+   that reported more than its calls reserved: :meth:`Budget.acquire`); one that does not
+   fit raises :class:`BudgetRefusedError` and no request is sent. After the
    attempt, success or failure, the reservation is *settled* with the real usage, so
    parallel calls never push spend past the cap by more than their estimates were wrong;
 2. **the call**: :meth:`LLMClient.complete`, or :meth:`LLMClient.stream` when ``on_text``
@@ -135,11 +138,20 @@ def estimate_cost(
 
     Returns:
         ``(usd, tokens)``: the input tokens plus ``max_tokens`` output tokens, and their
-        cost in US dollars at ``price``.
+        cost in US dollars at ``price``: the input at the cache-write price when the
+        request lets the provider cache its prompt (``request.cache`` other than
+        ``"none"``) and that price is the dearer (Anthropic bills a 5-minute cache write
+        at 1.25 x the input price), so that an honest bill never passes what was reserved.
     """
     counted = input_tokens if input_tokens is not None else estimate_input_tokens(request)
     usage = Usage(input_tokens=counted, output_tokens=request.max_tokens)
-    return (price.cost(usage) if price is not None else 0.0), usage.total_tokens
+    if price is None:
+        return 0.0, usage.total_tokens
+    usd = price.cost(usage)
+    if request.cache != "none":
+        written = Usage(cache_creation_input_tokens=counted, output_tokens=request.max_tokens)
+        usd = max(usd, price.cost(written))
+    return usd, usage.total_tokens
 
 
 async def call_with_retries(
@@ -201,7 +213,9 @@ async def call_with_retries(
             raise DeadlineReachedError(
                 f"{client.provider} {request.model}: call not sent: the run's deadline has passed"
             )
-        reservation = _reserve(budget, request, client.provider, estimate_usd, estimate_tokens)
+        reservation = await _reserve(
+            budget, request, client.provider, estimate_usd, estimate_tokens
+        )
         started_at = clock.time()
         started = clock.monotonic()
         ttft_s: float | None = None
@@ -316,13 +330,14 @@ async def _count_input_tokens(client: LLMClient, request: LLMRequest) -> int | N
     return counted if isinstance(counted, int) and counted >= 0 else None
 
 
-def _reserve(
+async def _reserve(
     budget: Budget | None, request: LLMRequest, provider: str, usd: float, tokens: int
 ) -> Reservation | None:
-    """Hold the estimate on ``budget``; raise :class:`BudgetRefusedError` when it won't fit."""
+    """Hold the estimate on ``budget`` (:meth:`Budget.acquire`: it may wait for the calls
+    in flight); raise :class:`BudgetRefusedError` when it won't fit."""
     if budget is None:
         return None
-    reservation = budget.reserve(usd, tokens)
+    reservation = await budget.acquire(usd, tokens)
     if reservation is None:
         refusal = budget.refusal(usd, tokens).removeprefix("not started: its ")
         raise BudgetRefusedError(

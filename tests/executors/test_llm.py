@@ -182,7 +182,9 @@ async def test_the_reservation_is_the_counted_prompt_plus_max_tokens_at_the_mode
     assert result.status == "succeeded"
     reserved_tokens, counted, reserved_usd = seen[0]
     assert reserved_tokens == counted + 700
-    assert reserved_usd == pytest.approx((counted * 1.0 + 700 * 5.0) / 1e6)
+    # the prompt at the cache-write price (1.25 x $1 per million: the request lets the
+    # provider cache it), the output at $5 per million
+    assert reserved_usd == pytest.approx((counted * 1.25 + 700 * 5.0) / 1e6)
     assert result.spent_tokens == 12
 
 

@@ -466,7 +466,8 @@ async def test_budget_refuses_a_call_that_does_not_fit_and_sends_nothing(
     # the input tokens come from the counting endpoint (the local server counts system 16
     # + message 9 = 25 characters at four a token: 7), + 1000 output
     assert caught.value.estimated_tokens == 1007
-    assert caught.value.estimated_usd == pytest.approx(7 * 5e-6 + 1000 * 25e-6)
+    # the input at the cache-write price (1.25 x $5 per million), the output at $25
+    assert caught.value.estimated_usd == pytest.approx(7 * 6.25e-6 + 1000 * 25e-6)
     # one counting request, which is not an attempt: no message sent, nothing recorded
     assert [item.path for item in server.requests] == ["/v1/messages/count_tokens"]
     assert server.message_requests == []
@@ -493,8 +494,8 @@ async def test_budget_reserves_the_estimate_during_the_call_and_settles_real_usa
     )
     async with AnthropicClient(api_key="test", base_url=server.url) as client:
         await call_with_retries(client, call, policy(), VirtualClock(), budget)
-    # estimate: 100 * $5/M + 100 * $25/M = $0.003
-    assert held == [(3_000_000, 200)]
+    # estimate: 100 * $6.25/M (the input at the cache-write price) + 100 * $25/M = $0.003125
+    assert held == [(3_125_000, 200)]
     assert budget.reserved_nanodollars == 0
     assert budget.spent_nanodollars == 10_000_000  # 1000 * $5/M + 200 * $25/M = $0.01
     assert budget.spent_tokens == 1200

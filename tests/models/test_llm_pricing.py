@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -118,7 +119,13 @@ def test_estimate_counts_system_messages_and_schema_at_three_bytes_a_token() -> 
     assert estimate_input_tokens(request) == 16  # 48 bytes / 3
     usd, tokens = estimate_cost(request, DEFAULT_PRICES["claude-opus-4-6"])
     assert tokens == 116
-    assert usd == pytest.approx(16 * 5e-6 + 100 * 25e-6)
+    # the input at the cache-write price (1.25 x $5 per million): the request lets the
+    # provider cache its prompt, and an honest bill may charge the write
+    assert usd == pytest.approx(16 * 6.25e-6 + 100 * 25e-6)
+    uncached = dataclasses.replace(request, cache="none")
+    assert estimate_cost(uncached, DEFAULT_PRICES["claude-opus-4-6"])[0] == pytest.approx(
+        16 * 5e-6 + 100 * 25e-6
+    )
     assert estimate_cost(request, None) == (0.0, 116)
     # a count from the provider replaces the estimate
     assert estimate_cost(request, None, input_tokens=9) == (0.0, 109)

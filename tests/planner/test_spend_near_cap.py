@@ -125,8 +125,9 @@ async def test_a_failed_count_falls_back_to_the_estimate() -> None:
 
 @pytest.mark.anyio
 async def test_one_call_cannot_take_spend_past_a_dollar_cap(server: MessagesServer) -> None:
-    # claude-haiku-4-5: $1 in, $5 out per million. 750 counted input tokens + 1,000 output
-    # reserve $0.00575; a cap of $0.005 refuses the call before it is sent.
+    # claude-haiku-4-5: $1 in ($1.25 a cache write), $5 out per million. 750 counted input
+    # tokens at the cache-write price + 1,000 output reserve $0.0059375; a cap of $0.005
+    # refuses the call before it is sent.
     async with AnthropicClient(api_key="test", base_url=server.url) as client:
         with pytest.raises(BudgetRefusedError) as caught:
             await call_with_retries(
@@ -136,7 +137,7 @@ async def test_one_call_cannot_take_spend_past_a_dollar_cap(server: MessagesServ
                 VirtualClock(),
                 Budget(max_cost_usd=0.005, max_tokens=None),
             )
-    assert caught.value.estimated_usd == pytest.approx(0.00575)
+    assert caught.value.estimated_usd == pytest.approx(0.0059375)
     assert server.message_requests == []
 
 
