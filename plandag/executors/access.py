@@ -139,7 +139,8 @@ async def call_model(
        has a counting endpoint, such as Anthropic's ``count_tokens``: not an attempt, not
        billed; else :func:`~plandag.models.base.estimate_input_tokens`) plus
        ``request.max_tokens``, at the model's price (0.0 for an unpriced model: tokens
-       only), held on the run's budget with :meth:`ToolContext.reserve`;
+       only), held on the run's budget with :meth:`ToolContext.acquire` (which waits
+       while the budget holds new calls back: :mod:`plandag.brakes.budget`);
     2. exactly one request (:meth:`LLMClient.complete`; the clients never retry): a failure
        is raised as the step error the run's retry policy reads;
     3. the hold settled with the usage the provider reported (the usage of an unusable
@@ -197,7 +198,7 @@ async def _call_model(
         refused.reason = "agent_budget"
         raise refused
     try:
-        hold = context.reserve(usd, tokens)
+        hold = await context.acquire(usd, tokens)
     except BaseException:
         if budget is not None and own is not None:
             budget.settle(own, 0.0, 0)

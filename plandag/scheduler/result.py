@@ -264,6 +264,11 @@ class RunResult:
         escalation_detail: a sentence for the person who gets the case; else None.
         dependencies_down: the tools and HTTP hosts the circuit breaker took out of the run
             (:mod:`plandag.scheduler.breaker`), in the order they went down.
+        usage_over_reservation: when a provider reported more than a call had reserved,
+            the worst ratio seen (reported ÷ reserved, > 1; later calls were counted at it
+            and the spend may pass the cap, within the bound of
+            :mod:`plandag.brakes.budget`); None when every settlement stayed within its
+            reservation. A run sharing a batch's budget reports the batch's.
     """
 
     run_id: str
@@ -280,6 +285,7 @@ class RunResult:
     escalation: str | None = None
     escalation_detail: str | None = None
     dependencies_down: tuple[DownDependency, ...] = ()
+    usage_over_reservation: float | None = None
 
     def __repr__(self) -> str:
         # Short on purpose: asyncio formats the main task's result into a repr when a loop
@@ -329,6 +335,7 @@ class RunResult:
              "spent_usd", "spent_tokens", "stop_reason", "first_tool_start_s",
              "escalation", "escalation_detail",
              "dependencies_down": [{"kind", "name", "steps", "detail", "time"}],
+             "usage_over_reservation",
              "steps": [{"id", "tool", "status", "result", "error": {"type", "message"} | null,
                         "reason", "detail", "attempts", "started_at", "ended_at",
                         "duration_s", "checks": [{"kind", "status", "detail"}],
@@ -353,6 +360,7 @@ class RunResult:
             "escalation": self.escalation,
             "escalation_detail": self.escalation_detail,
             "dependencies_down": [down.as_dict() for down in self.dependencies_down],
+            "usage_over_reservation": self.usage_over_reservation,
             "steps": [self.steps[key].to_json_dict() for key in sorted(self.steps)],
         }
 

@@ -67,7 +67,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,9 +80,11 @@ from plandag.brakes import JOB_BRAKES, LIFT, UNLIMITED, Unlimited, cap_or_none
 from plandag.brakes.budget import (
     DEFAULT_PLAN_COST_FACTOR,
     DEFAULT_PLAN_TIME_FACTOR,
+    DEFAULT_SLOW_START,
     Budget,
     PlanBudget,
     Reservation,
+    check_slow_start,
 )
 from plandag.brakes.clock import Clock, SystemClock
 from plandag.brakes.retry import RetryPolicy
@@ -292,10 +294,16 @@ class RunLimits:
             default 3.0; never below 5 s); None lifts it. See
             :mod:`plandag.scheduler.estimate`: a plan whose estimate is unknown is not held
             to either.
+        slow_start: until a first model call has settled with usage, the calls in flight
+            may hold at most this fraction of the cost and token caps (``--slow-start``,
+            default :data:`~plandag.brakes.budget.DEFAULT_SLOW_START`, 0.15, in (0, 1]);
+            None turns it off. It bounds the spend when a provider reports more than its
+            calls reserved (:mod:`plandag.brakes.budget`: the rule, the bound and why
+            0.15).
 
     Raises:
         ValueError: a limit <= 0 (a cap < 0), not a number, or None; ``breaker_after``
-            < 1.
+            < 1; ``slow_start`` outside (0, 1].
     """
 
     max_seconds: float | Unlimited = _PYTHON_BRAKES.max_seconds
@@ -307,6 +315,7 @@ class RunLimits:
     breaker_after: int | None = 3
     plan_cost_factor: float | None = DEFAULT_PLAN_COST_FACTOR
     plan_time_factor: float | None = DEFAULT_PLAN_TIME_FACTOR
+    slow_start: float | None = DEFAULT_SLOW_START
 
     def __post_init__(self) -> None:
         defaults = JOB_BRAKES["python"]
@@ -325,6 +334,7 @@ class RunLimits:
                     f"RunLimits({name}={factor!r}): give a finite number > 0 (times the "
                     f"plan's estimate), or None to lift the limit"
                 )
+        check_slow_start(self.slow_start)
         _positive_or_none("heartbeat_every", self.heartbeat_every)
         if self.breaker_after is not None and (
             isinstance(self.breaker_after, bool) or self.breaker_after < 1
@@ -391,7 +401,7 @@ class RunLimits:
     def budget(self) -> Budget:
         """A new :class:`~plandag.brakes.budget.Budget` with this run's cost and token
         caps."""
-        return Budget(self.cost_cap, self.token_cap)
+        return Budget(self.cost_cap, self.token_cap, slow_start=self.slow_start)
 
     def as_json(self) -> dict[str, Any]:
         """The fields as JSON (a lifted brake is ``"none"``), as a run store keeps them."""
@@ -1120,6 +1130,7 @@ class _Run:
                 self.escalation[1] if status == "escalated" and self.escalation else None
             ),
             dependencies_down=self.breaker.snapshot() if self.breaker is not None else (),
+            usage_over_reservation=self.budget.usage_over_reservation,
         )
         if self.observers:
             self.emit(events.RunFinished(self.run_id, result, result.ended_at))
@@ -1446,6 +1457,7 @@ class _Run:
                 models=self.models,
                 step_state=self.step_states.setdefault(step_id, {}),
                 reserver=self.reserver(step_id, held),
+                acquirer=self.acquirer(step_id, held, reservation),
                 children=attempt_record.children,
                 clock=self.now,
                 effects=tool.effects,
@@ -1547,23 +1559,49 @@ class _Run:
         :class:`~plandag.errors.BudgetRefusedError` and mark the run ``budget_exceeded``."""
 
         def reserve(usd: float, tokens: int) -> Callable[[float, int], None]:
-            reservation = self.budget.reserve(usd, tokens)
-            if reservation is None:
-                self.budget_refused = True
-                refusal = self.budget.refusal(usd, tokens).removeprefix("not started: its ")
-                raise BudgetRefusedError(
-                    f"step {step_id}: call not sent: its {refusal}",
-                    estimated_usd=usd,
-                    estimated_tokens=tokens,
-                )
-            held.append(reservation)
-
-            def settle(real_usd: float, real_tokens: int) -> None:
-                self.budget.settle(reservation, real_usd, real_tokens)
-
-            return settle
+            return self.hold(step_id, held, usd, tokens, self.budget.reserve(usd, tokens))
 
         return reserve
+
+    def acquirer(
+        self, step_id: int, held: list[Reservation], reservation: Reservation | None
+    ) -> Callable[[float, int], Awaitable[Callable[[float, int], None]]]:
+        """``ToolContext.acquire`` of one attempt: as :meth:`reserver`, through
+        :meth:`Budget.acquire <plandag.brakes.budget.Budget.acquire>` (which may wait);
+        the attempt's own holds (``reservation``, ``held``) are not waited for."""
+
+        async def acquire(usd: float, tokens: int) -> Callable[[float, int], None]:
+            holding = [*held, reservation] if reservation is not None else held
+            granted = await self.budget.acquire(usd, tokens, holding=holding)
+            return self.hold(step_id, held, usd, tokens, granted)
+
+        return acquire
+
+    def hold(
+        self,
+        step_id: int,
+        held: list[Reservation],
+        usd: float,
+        tokens: int,
+        reservation: Reservation | None,
+    ) -> Callable[[float, int], None]:
+        """Keep a granted ``reservation`` in ``held`` and return its settling function; or,
+        when it was refused (None), raise :class:`~plandag.errors.BudgetRefusedError` and
+        mark the run ``budget_exceeded``."""
+        if reservation is None:
+            self.budget_refused = True
+            refusal = self.budget.refusal(usd, tokens).removeprefix("not started: its ")
+            raise BudgetRefusedError(
+                f"step {step_id}: call not sent: its {refusal}",
+                estimated_usd=usd,
+                estimated_tokens=tokens,
+            )
+        held.append(reservation)
+
+        def settle(real_usd: float, real_tokens: int) -> None:
+            self.budget.settle(reservation, real_usd, real_tokens)
+
+        return settle
 
     def settle(
         self,

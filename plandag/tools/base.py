@@ -30,7 +30,7 @@ import math
 import threading
 import time
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 import anyio.from_thread
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EFFECTS_ORDER",
+    "Acquirer",
     "CostEstimator",
     "Effects",
     "EffectsOf",
@@ -76,6 +77,9 @@ Reserver = Callable[[float, int], Settler]
 """``reserve(usd, tokens) -> settle``: hold an amount on the run's budget and return the
 function that settles it with the real ``(usd, tokens)``, or raise
 :class:`~plandag.errors.BudgetRefusedError`."""
+Acquirer = Callable[[float, int], Awaitable[Settler]]
+"""``await acquire(usd, tokens) -> settle``: as :data:`Reserver`, waiting first while the
+run's budget holds the call back (:meth:`plandag.brakes.budget.Budget.acquire`)."""
 
 
 @dataclasses.dataclass
@@ -143,6 +147,7 @@ class ToolContext:
     clock: Callable[[], float] = dataclasses.field(default=time.time, repr=False)
     effects: Effects = "none"
     reserver: Reserver | None = dataclasses.field(default=None, repr=False)
+    acquirer: Acquirer | None = dataclasses.field(default=None, repr=False)
     step_args: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
     resolve: Callable[[Any], Any] | None = dataclasses.field(default=None, repr=False)
 
@@ -183,6 +188,33 @@ class ToolContext:
         if not math.isfinite(usd) or usd < 0 or tokens < 0:
             raise ValueError("a reservation must be a finite cost and tokens >= 0")
         settle = self.reserver(usd, tokens) if self.reserver is not None else None
+        return Hold(self, settle, usd, tokens)
+
+    async def acquire(self, usd: float, tokens: int) -> Hold:
+        """Hold what the call about to be made may cost, as :meth:`reserve`, waiting first
+        while the run's budget holds new calls back: until a first call has settled (the
+        slow start), or while the calls in flight could pass a cap at the worst ratio a
+        provider reported over its reservations
+        (:meth:`plandag.brakes.budget.Budget.acquire`). The way a model call reserves.
+
+        Args:
+            usd: the most the call may cost, US dollars (>= 0).
+            tokens: its tokens (>= 0): the prompt's and ``max_tokens``.
+
+        Returns:
+            The :class:`Hold`; settle it as :meth:`reserve`'s.
+
+        Raises:
+            ValueError: a negative or non-finite amount.
+            BudgetRefusedError: the amount does not fit the run's caps, now or once the
+                calls in flight have settled; nothing is held.
+        """
+        if not math.isfinite(usd) or usd < 0 or tokens < 0:
+            raise ValueError("a reservation must be a finite cost and tokens >= 0")
+        if self.acquirer is not None:
+            settle: Settler | None = await self.acquirer(usd, tokens)
+        else:
+            settle = self.reserver(usd, tokens) if self.reserver is not None else None
         return Hold(self, settle, usd, tokens)
 
     def add_child(

@@ -655,6 +655,7 @@ def test_run_result_json_round_trip() -> None:
         "escalation",
         "escalation_detail",
         "dependencies_down",
+        "usage_over_reservation",
         "steps",
     ]
     assert [step["id"] for step in data["steps"]] == [1, 2, 3]
