@@ -192,6 +192,16 @@ SETTINGS: tuple[Setting, ...] = (
         strict=True,
         nullable=True,
     ),
+    Setting(
+        "slow_start",
+        float,
+        0.15,
+        "until a first model call has settled, the calls in flight may reserve only this "
+        "fraction of the cost and token caps, at most 1 (none: no slow start)",
+        minimum=0.0,
+        strict=True,
+        nullable=True,
+    ),
     Setting("jobs", int, 4, "documents at once for extract", minimum=1),
     Setting(
         "workers",

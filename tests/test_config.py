@@ -33,6 +33,7 @@ DEFAULTS = {
     "total_replan_below": None,
     "plan_cost_factor": 2.0,
     "plan_time_factor": 3.0,
+    "slow_start": 0.15,
     "jobs": 4,
     "workers": None,
     "approve": "ask",

@@ -273,6 +273,16 @@ PlanTimeFactorOption = Annotated[
         "never below 5 s); none lifts it.",
     ),
 ]
+SlowStartOption = Annotated[
+    str | None,
+    typer.Option(
+        "--slow-start",
+        metavar="FRACTION|none",
+        help="Until a first model call has settled, the calls in flight may reserve only "
+        "this fraction of the cost and token caps (0.15): a provider that reports more than "
+        "its calls reserved cannot take the spend far past the cap; none turns it off.",
+    ),
+]
 PlannerMaxTokensOption = Annotated[
     int | None,
     typer.Option(
@@ -489,9 +499,32 @@ def plan_factor(value: str | None, flag: str) -> float | str | None:
     return number
 
 
+def slow_start_value(value: str | None) -> float | str | None:
+    """The value of ``--slow-start``: a fraction in (0, 1], the text ``none`` (turns it
+    off), or None when the flag was not given."""
+    if value is None or value.strip().lower() == "none":
+        return value
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not (math.isfinite(number) and 0 < number <= 1):
+        _fail(
+            f"--slow-start {value!r}: give a fraction of the caps greater than 0 and at most 1 "
+            "(e.g. 0.15), or none"
+        )
+    return number
+
+
 def _limits(settings: Settings) -> RunLimits:
     from plandag.scheduler import RunLimits  # the runner: not for check, graph, tools
 
+    slow_start = settings["slow_start"]
+    if slow_start is not None and not 0 < slow_start <= 1:  # a file's value (the flag's is checked)
+        _fail(
+            f"slow_start = {slow_start:g} ({settings.sources['slow_start']}): give a fraction "
+            'of the caps greater than 0 and at most 1, e.g. 0.15, or "none" to turn it off'
+        )
     try:
         return RunLimits(
             max_seconds=settings["max_seconds"],
@@ -503,6 +536,7 @@ def _limits(settings: Settings) -> RunLimits:
             breaker_after=settings["breaker_after"] or None,
             plan_cost_factor=settings["plan_cost_factor"],
             plan_time_factor=settings["plan_time_factor"],
+            slow_start=settings["slow_start"],
         )
     except ValueError as error:
         message = str(error)
@@ -706,6 +740,7 @@ def exec_command(
     total_replan_below: TotalReplanBelowOption = None,
     plan_cost_factor: PlanCostFactorOption = None,
     plan_time_factor: PlanTimeFactorOption = None,
+    slow_start: SlowStartOption = None,
     as_json: JsonOption = False,
     planner: PlannerOption = None,
     provider: ProviderOption = None,
@@ -758,6 +793,7 @@ def exec_command(
             "total_replan_below": total_replan_below,
             "plan_cost_factor": plan_factor(plan_cost_factor, "--plan-cost-factor"),
             "plan_time_factor": plan_factor(plan_time_factor, "--plan-time-factor"),
+            "slow_start": slow_start_value(slow_start),
             "approve": approve,
             "escalate": escalate,
             "executor_model": executor_model,
@@ -1024,6 +1060,11 @@ def _exec_with_planner(
 
 
 def _print_progress(result: RunResult) -> None:
+    from plandag.brakes.budget import over_reservation_warning
+
+    warning = over_reservation_warning(result.usage_over_reservation)
+    if warning is not None:
+        stderr.print(warning, markup=False, highlight=False)
     if result.status == "succeeded":
         return
     progress = result.progress()

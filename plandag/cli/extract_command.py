@@ -33,6 +33,7 @@ from plandag.cli.app import (
     PlannerUrlOption,
     RetriesOption,
     SaveRepairsOption,
+    SlowStartOption,
     StallAfterOption,
     StopOnStallOption,
     _boundary,
@@ -45,6 +46,7 @@ from plandag.cli.app import (
     boundary_words,
     extract_app,
     print_brakes,
+    slow_start_value,
     stderr,
     stdout,
 )
@@ -113,6 +115,7 @@ def extract_nfe(
     heartbeat_every: HeartbeatEveryOption = None,
     stall_after: StallAfterOption = None,
     stop_on_stall: StopOnStallOption = None,
+    slow_start: SlowStartOption = None,
     as_json: JsonOption = False,
     planner: PlannerOption = None,
     model: PlannerModelOption = None,
@@ -174,6 +177,7 @@ def extract_nfe(
             "heartbeat_every": heartbeat_every,
             "stall_after": stall_after,
             "stop_on_stall": stop_on_stall,
+            "slow_start": slow_start_value(slow_start),
         },
         "extract nfe",
     )
@@ -415,7 +419,11 @@ def batch_run_options(settings: Settings, output: Path) -> dict[str, Any]:
         output.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         _fail(f"-o {output}: cannot create its folder ({error.strerror or error})")
-    budget = Budget(cap_or_none(settings["max_cost"]), cap_or_none(settings["max_tokens"]))
+    budget = Budget(
+        cap_or_none(settings["max_cost"]),
+        cap_or_none(settings["max_tokens"]),
+        slow_start=settings["slow_start"],
+    )
     print_brakes(settings, boundary_words(settings["write_boundary"], output.parent))
     return {
         "retry": RetryPolicy(retries=settings["retries"]),

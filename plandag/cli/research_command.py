@@ -53,6 +53,7 @@ from plandag.cli.app import (
     PlannerMaxTokensOption,
     PlanTimeFactorOption,
     RetriesOption,
+    SlowStartOption,
     StallAfterOption,
     StopOnStallOption,
     ToolsOption,
@@ -62,6 +63,7 @@ from plandag.cli.app import (
     boundary_words,
     plan_factor,
     print_brakes,
+    slow_start_value,
     stderr,
     stdout,
 )
@@ -307,6 +309,7 @@ def register(app: typer.Typer) -> None:
         stop_on_stall: StopOnStallOption = None,
         plan_cost_factor: PlanCostFactorOption = None,
         plan_time_factor: PlanTimeFactorOption = None,
+        slow_start: SlowStartOption = None,
         planner_max_tokens: PlannerMaxTokensOption = None,
         as_json: JsonOption = False,
         store: Annotated[
@@ -375,6 +378,7 @@ def register(app: typer.Typer) -> None:
                 "stop_on_stall": stop_on_stall,
                 "plan_cost_factor": plan_factor(plan_cost_factor, "--plan-cost-factor"),
                 "plan_time_factor": plan_factor(plan_time_factor, "--plan-time-factor"),
+                "slow_start": slow_start_value(slow_start),
                 "planner_max_tokens": planner_max_tokens,
                 "executor_model": executor_model,
             },

@@ -64,6 +64,9 @@ class Segment:
         status: the run's status at its ``run_finished``, None when it has none.
         spent_usd, spent_tokens: what its steps spent (0 when unfinished).
         critical_path: the critical path its writer recorded ([] when unfinished).
+        usage_over_reservation: the worst ratio of reported to reserved usage when its
+            provider reported more than a call reserved, else None
+            (``RunResult.usage_over_reservation``).
     """
 
     number: int
@@ -76,6 +79,7 @@ class Segment:
     spent_usd: float = 0.0
     spent_tokens: int = 0
     critical_path: list[int] = dataclasses.field(default_factory=list)
+    usage_over_reservation: float | None = None
 
     @property
     def finished(self) -> bool:
@@ -509,6 +513,17 @@ class Trace:
             active: :meth:`active_time`, when the caller has it already.
         """
         return (active or self.active_time()).between(step.start, step.end)
+
+    @property
+    def usage_over_reservation(self) -> float | None:
+        """The worst ratio of reported to reserved usage over the segments whose provider
+        reported more than a call reserved, else None."""
+        ratios = [
+            segment.usage_over_reservation
+            for segment in self.segments
+            if segment.usage_over_reservation is not None
+        ]
+        return max(ratios) if ratios else None
 
     @property
     def steps_cost_usd(self) -> float:

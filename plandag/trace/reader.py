@@ -175,6 +175,9 @@ class _Builder:
             segment.spent_usd = _number(record.get("spent_usd"))
             segment.spent_tokens = int(_number(record.get("spent_tokens")))
             segment.critical_path = _int_list(record.get("critical_path"))
+            ratio = record.get("usage_over_reservation")
+            if isinstance(ratio, int | float) and not isinstance(ratio, bool):
+                segment.usage_over_reservation = float(ratio)
             segment.end = time
 
     def add_plan(self, record: dict[str, Any], time: float) -> None:

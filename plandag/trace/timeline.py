@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from rich.console import Console
 from rich.text import Text
 
+from plandag.brakes.budget import over_reservation_warning
 from plandag.trace.model import ActiveTime, Trace
 
 __all__ = ["STATUS_STYLES", "attempt_hulls", "format_seconds", "render_timeline"]
@@ -229,6 +230,9 @@ def render_timeline(trace: Trace, console: Console, width: int | None = None) ->
     if len(trace.segments) > 1:
         header.append(f"  {len(trace.segments)} segments")
     console.print(header, soft_wrap=True)
+    warning = over_reservation_warning(trace.usage_over_reservation)
+    if warning is not None:
+        console.print(Text(warning, style="yellow"), soft_wrap=True)
 
     axis = [("─", "dim")] * columns.width
     for position in columns.breaks:

@@ -769,6 +769,13 @@ class TraceWriter:
                     for attempt in record.attempt_log
                 ),
                 "critical_path": path,
+                # the worst reported ÷ reserved, when a provider reported more than a call
+                # reserved (RunResult.usage_over_reservation)
+                **(
+                    {"usage_over_reservation": result.usage_over_reservation}
+                    if result.usage_over_reservation is not None
+                    else {}
+                ),
             }
         )
 

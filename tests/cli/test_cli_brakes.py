@@ -147,6 +147,7 @@ def test_config_json_values_and_sources(runner: CliRunner, cwd: Path) -> None:
         "total_replan_below": {"value": None, "source": "default"},
         "plan_cost_factor": {"value": 2.0, "source": "default"},
         "plan_time_factor": {"value": 3.0, "source": "default"},
+        "slow_start": {"value": 0.15, "source": "default"},
         "jobs": {"value": 4, "source": "default"},
         "workers": {"value": None, "source": "default"},
         "approve": {"value": "ask", "source": "default"},
