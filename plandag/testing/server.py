@@ -678,6 +678,9 @@ class MessagesServer:
 
 class _HTTPServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
+    # connections waiting to be accepted: socketserver's 5 drops the connections of many
+    # parallel calls, which the client's kernel sends again a second later
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], app: MessagesServer) -> None:
         self.app = app

@@ -184,3 +184,18 @@ def test_render_prints_every_column() -> None:
         "| NF-e extraction | 500 docs/s   | 1,000 docs/s | 0.50  | ratio ≥ 0.5 | yes  |",
         "| compile         | 12.3 µs/step | —            | —     | —           | —    |",
     ]
+
+
+def test_budget_overshoot_runs_at_a_tiny_size(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.budget_overshoot import main
+
+    rows = main(["--runs", "1", "--reply-seconds", "0.05", "--steps", "3"])
+    [row] = rows
+    # three calls of about $0.0007 reserve 4 % of the cap: all start with the slow start on
+    # too, and each bills ten times its reservation
+    assert row.lying_off == pytest.approx(row.lying_on, rel=0.01)
+    assert 0.3 < row.lying_on < 0.5
+    assert all(value > 0 for value in (row.honest_cap_off, row.honest_default_on))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("3 llm steps, replies after 0.05 s")
+    assert [line.split()[0] for line in lines[3:]] == ["1", "median", "max"]
