@@ -76,11 +76,16 @@ def _errors_outside_references(
     """Validation errors whose location does not pass through a reference-bearing value.
 
     A reference's type is known only at run time (or from the referenced tool's declared
-    result type), so a field fed by a reference is not judged by its literal text.
+    result type), so a field fed by a reference is not judged by its literal text. A key
+    the tool (or a model it takes) does not have is refused whatever its value: no value
+    a reference resolves to makes an unknown argument known.
     """
     kept: list[tuple[str, str]] = []
     for item in error.errors():
         loc = tuple(item["loc"])
+        if item["type"] == "extra_forbidden":
+            kept.append((location(loc), item["msg"]))
+            continue
         value: Any = args
         fed_by_reference = False
         for part in loc:

@@ -6,10 +6,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel, ConfigDict
 
 from plandag.compiler import DIAGNOSTIC_CODES, Diagnostic, compile_plan
 from plandag.dag.plan import Plan
 from plandag.errors import PlanError
+from plandag.tools.base import tool
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
 
@@ -209,6 +211,59 @@ def test_invalid_args_name_the_field_and_why(registry: Registry) -> None:
 def test_args_fed_by_a_reference_are_not_judged_by_their_text(registry: Registry) -> None:
     plan = {"steps": [step(1), step(2, args={"a": "<step_1_result>"}, depends_on=[1])]}
     assert compile_plan(plan, registry).order == (1, 2)
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["<param.a>", "<step_1_result>", "<step_1_result.vNF>", "x <param.a> y", 3],
+    ids=["param", "result", "result-field", "in-text", "literal"],
+)
+def test_an_argument_the_tool_does_not_have_is_refused_whatever_its_value(
+    registry: Registry, value: Any
+) -> None:
+    plan = {
+        "params": {"a": {"type": "string", "default": "x"}},
+        "steps": [
+            step(1, tool="totals", args={"xml": "<a/>"}),
+            step(2, args={"a": 1, "extra": value}, depends_on=[1]),
+        ],
+    }
+    assert errors_of(plan, registry) == [
+        Diagnostic(
+            "invalid_args",
+            "error",
+            2,
+            "args.extra: Extra inputs are not permitted (tool add)",
+            "arguments of add: a, b",
+        )
+    ]
+
+
+class Item(BaseModel):
+    """An argument of a model type that takes no keys but its own."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    price: float
+
+
+def test_a_key_a_nested_argument_does_not_have_is_refused_when_its_value_is_a_reference() -> None:
+    @tool
+    def price(item: Item) -> float:
+        """The item's price."""
+        return item.price
+
+    item = {"name": "pen", "price": "<step_1_result>", "colour": "<step_1_result>"}
+    plan = {
+        "steps": [
+            {"id": 1, "tool": "price", "args": {"item": {"name": "a", "price": 1}}},
+            {"id": 2, "tool": "price", "args": {"item": item}, "depends_on": [1]},
+        ]
+    }
+    diagnostics = errors_of(plan, Registry([price]))
+    assert [(d.code, d.step_id, d.message) for d in diagnostics] == [
+        ("invalid_args", 2, "args.item.colour: Extra inputs are not permitted (tool price)")
+    ]
 
 
 # --- checks ------------------------------------------------------------------------------
