@@ -53,11 +53,15 @@ def scheduler_address(cluster: str) -> tuple[str, int]:
     brackets: ``tcp://[::1]:8786``).
 
     Raises:
-        InputError: not of that shape: no host, no port, a port outside 1-65535, or a path,
-            query or user part (what was given and what to give).
+        InputError: not of that shape: not a URL (an unclosed IPv6 bracket), no host, no
+            port, a port outside 1-65535, or a path, query or user part (what was given and
+            what to give).
     """
     shape = "give tcp://HOST:PORT, e.g. tcp://10.0.0.5:8786"
-    parts = urllib.parse.urlsplit(cluster)
+    try:
+        parts = urllib.parse.urlsplit(cluster)
+    except ValueError as error:  # an unclosed IPv6 bracket and the like
+        raise InputError(f"--cluster {cluster}: {error}; {shape}") from None
     try:
         port = parts.port
     except ValueError:
@@ -101,20 +105,30 @@ def probe_scheduler(cluster: str, timeout: float) -> None:
     A Dask peer speaks first: on a new connection it sends its handshake, one message
     framed as Dask's TCP transport frames every message (an 8-byte little-endian length,
     then that many bytes). The probe connects, reads that message and closes, so that a
-    peer which refuses, never answers, or answers with something else (an HTTP or SSH
-    server) is an error at once or after ``timeout``, never a wait without end (the Dask
+    peer which refuses, never answers, or answers with something else (an SSH server's
+    banner) is an error at once or after ``timeout``, never a wait without end (the Dask
     client itself waits for a handshake without a time limit).
+
+    The address is *unreachable* when no byte ever comes back: the connection is refused,
+    times out, has no route, or is accepted and then closed, reset or left silent (what a
+    port forward, tunnel or proxy with nothing behind it does, and a server that waits for
+    the client to speak first). It is *not a Dask scheduler* only when bytes come back that
+    are not a Dask handshake.
 
     Args:
         cluster: ``tcp://HOST:PORT``.
         timeout: seconds for the connection and the handshake together.
 
     Raises:
-        InputError: the address is malformed, the host unknown, the connection refused, or
-            no Dask handshake came within ``timeout`` (what happened and what to do).
+        InputError: the address is malformed, the host unknown, the address unreachable,
+            or what answered is not a Dask scheduler (what happened and what to do).
     """
     host, port = scheduler_address(cluster)
     deadline = time.monotonic() + timeout
+    check = (
+        f"check the address and that a Dask scheduler runs there (port 8786 by default) and "
+        f"can be reached from here, or {_START_ONE}"
+    )
     try:
         connection = socket.create_connection((host, port), timeout=timeout)
     except socket.gaierror as error:
@@ -124,27 +138,47 @@ def probe_scheduler(cluster: str, timeout: float) -> None:
         ) from None
     except TimeoutError:
         raise InputError(
-            f"--cluster {cluster}: no answer to the connection within {timeout:g} s; check "
-            f"the address and that the port is reachable, or {_START_ONE}"
+            f"--cluster {cluster}: unreachable: no answer to the connection within "
+            f"{timeout:g} s (a firewall may drop it); {check}"
         ) from None
     except OSError as error:
         raise InputError(
-            f"--cluster {cluster}: no Dask scheduler answered "
-            f"({error.strerror or error}); {_START_ONE}"
+            f"--cluster {cluster}: unreachable: the connection failed "
+            f"({error.strerror or error}); {check}"
         ) from None
     with connection:
+        received = 0
         try:
-            (length,) = struct.unpack("<Q", _receive(connection, 8, deadline))
+            first = _receive(connection, 1, deadline)  # the first byte: something answered
+            received = 1
+            (length,) = struct.unpack("<Q", first + _receive(connection, 7, deadline))
             if not 0 < length <= _HANDSHAKE_BYTES:
                 raise ValueError(length)
             _receive(connection, length, deadline)
         except TimeoutError:
+            if received:
+                raise InputError(
+                    f"--cluster {cluster}: the server there is not a Dask scheduler (its "
+                    f"greeting did not arrive whole within {timeout:g} s); give the port of "
+                    "`dask scheduler` (8786 by default)"
+                ) from None
             raise InputError(
-                f"--cluster {cluster}: something listens there but did not answer as a Dask "
-                f"scheduler within {timeout:g} s; give the port of `dask scheduler` (8786 by "
-                "default)"
+                f"--cluster {cluster}: unreachable: the connection opened but nothing "
+                f"answered within {timeout:g} s (a Dask scheduler greets at once); {check}"
             ) from None
-        except (EOFError, ValueError, OSError):
+        except (EOFError, OSError) as error:
+            if received:
+                raise InputError(
+                    f"--cluster {cluster}: the server there is not a Dask scheduler (it hung "
+                    "up in the middle of its greeting); give the port of `dask scheduler` "
+                    "(8786 by default)"
+                ) from None
+            how = "closed" if isinstance(error, EOFError) else "reset"
+            raise InputError(
+                f"--cluster {cluster}: unreachable: the connection was {how} before any "
+                f"answer (a port forward, tunnel or proxy with nothing behind it?); {check}"
+            ) from None
+        except ValueError:
             raise InputError(
                 f"--cluster {cluster}: the server there is not a Dask scheduler (it did not "
                 "greet as one); give the port of `dask scheduler` (8786 by default)"

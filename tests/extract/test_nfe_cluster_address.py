@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import struct
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,6 +91,36 @@ def banner_port() -> Iterator[int]:
         thread.join(timeout=10)
 
 
+@pytest.fixture(params=["closes", "resets"])
+def hanging_up_port(request: pytest.FixtureRequest) -> Iterator[int]:
+    """A loopback port whose connections are accepted and ended at once with nothing sent:
+    closed, or reset, as a port forward, tunnel or proxy with nothing behind it does."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.settimeout(10)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            if request.param == "resets":
+                connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            connection.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stop.set()
+        listener.close()
+        thread.join(timeout=10)
+
+
 @pytest.mark.parametrize(
     ("address", "says"),
     [
@@ -130,7 +161,9 @@ def test_a_peer_that_never_speaks_is_given_up_after_the_connect_timeout(
 
     monkeypatch.setattr(cluster, "CONNECT_TIMEOUT", 0.5)
 
-    with pytest.raises(InputError, match=r"did not answer as a Dask scheduler within 0\.5 s"):
+    with pytest.raises(
+        InputError, match=r"unreachable: the connection opened but nothing answered within 0\.5 s"
+    ):
         cluster.DaskBackend(f"tcp://127.0.0.1:{silent_port}", 2)
 
 
@@ -166,3 +199,38 @@ def test_a_scheduler_without_workers_is_said_at_once(caplog: pytest.LogCaptureFi
         f"--cluster {address}: the scheduler has no worker yet; the documents wait until "
         f"workers join (start them with `dask worker {address} --nthreads 1`)"
     ]
+
+
+def test_an_address_that_hangs_up_without_a_word_is_unreachable_not_another_server(
+    tmp_path: Path, hanging_up_port: int
+) -> None:
+    code, output = _extract(tmp_path, f"tcp://127.0.0.1:{hanging_up_port}")
+
+    assert code == 2, output
+    assert f"--cluster tcp://127.0.0.1:{hanging_up_port}: unreachable" in output
+    assert "not a Dask scheduler" not in output
+    assert "Traceback" not in output
+
+
+def test_nothing_answering_is_unreachable(
+    tmp_path: Path, silent_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from plandag.extract import cluster
+
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT", 0.5)
+    closed = _closed_port()
+
+    for port in (silent_port, closed):
+        with pytest.raises(InputError) as raised:
+            cluster.probe_scheduler(f"tcp://127.0.0.1:{port}", 0.5)
+        assert str(raised.value).startswith(f"--cluster tcp://127.0.0.1:{port}: unreachable")
+        assert "not a Dask scheduler" not in str(raised.value)
+
+
+def test_an_address_that_is_not_a_url_is_refused_with_exit_2(tmp_path: Path) -> None:
+    code, output = _extract(tmp_path, "tcp://[::1:8786")
+
+    assert code == 2, output
+    assert "--cluster tcp://[::1:8786" in output
+    assert "tcp://HOST:PORT" in output
+    assert "Traceback" not in output
