@@ -374,8 +374,8 @@ def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
 
 
 def _is_text(value: str) -> bool:
-    """False for a str holding a lone surrogate: bytes that were not UTF-8 on the command
-    line (Python keeps them as surrogate escapes), which no hash, store or terminal takes."""
+    """False for a str holding a lone surrogate: bytes of a path that were not UTF-8
+    (Python keeps them as surrogate escapes), which no hash, store or terminal takes."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -384,14 +384,8 @@ def _is_text(value: str) -> bool:
 
 
 def _settings(flags: dict[str, Any], job: str = "exec") -> Settings:
-    for name, value in flags.items():
-        for item in value if isinstance(value, list) else [value]:
-            if isinstance(item, str) and not _is_text(item):
-                shown = item.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-                _fail(
-                    f"--{name.replace('_', '-')} '{shown}' is not valid UTF-8 text; give it as "
-                    "UTF-8 (rename the file or folder if its name is not)"
-                )
+    """The settings of a command: defaults, project files, then ``flags`` (each flag's
+    text is valid UTF-8: :func:`plandag.cli.commands.refuse_words_not_utf8` saw it)."""
     try:
         return load_settings(job=job).with_flags(flags)
     except InputError as error:

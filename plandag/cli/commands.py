@@ -20,7 +20,15 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-__all__ = ["COMMANDS", "CommandEntry", "LazyGroup", "launcher", "main", "root_callback"]
+__all__ = [
+    "COMMANDS",
+    "CommandEntry",
+    "LazyGroup",
+    "launcher",
+    "main",
+    "refuse_words_not_utf8",
+    "root_callback",
+]
 
 HELP = "Compile an LLM's plan into a validated DAG and run it: parallel, checked, bounded."
 
@@ -181,13 +189,116 @@ def _module_commands(module_name: str) -> dict[str, Any]:
     return dict(group.commands)
 
 
+def _is_text(word: str) -> bool:
+    """False for a word holding a lone surrogate: bytes of the command line that were not
+    UTF-8 (Python keeps each as ``U+DCNN``, PEP 383), which no store, hash or writer takes."""
+    try:
+        word.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _command_of(group: TyperGroup, ctx: Any, words: list[str]) -> tuple[Any, int]:
+    """The command ``words`` name (groups followed down) and the index of the first word
+    after its name; ``(None, index)`` when the word at ``index`` names no command. The
+    groups' own options are flags (``--help``, ``--version``) and take no value."""
+    current: Any = group
+    for index, word in enumerate(words):
+        if word.startswith("-"):
+            continue
+        found = current.get_command(ctx, word) if _is_text(word) else None
+        if found is None:
+            return None, index
+        if not isinstance(found, TyperGroup):
+            return found, index + 1
+        current = found
+    return None, len(words)
+
+
+def _what_is(group: TyperGroup, ctx: Any, words: list[str], index: int) -> str:
+    """What the word at ``index`` is, as a person reads it on the command line: the option
+    whose value it is (``--cluster``), the argument it fills (``TASK``), an option's name,
+    or a command's name."""
+    word = words[index]
+    name, equals, _ = word.partition("=")
+    if word.startswith("-") and equals and _is_text(name):
+        return name
+    command, start = _command_of(group, ctx, words)
+    if index < start or command is None:
+        return "the command"
+    with_value = {
+        option
+        for param in command.params
+        if param.param_type_name == "option" and not param.is_flag and not param.count
+        for option in param.opts
+    }
+    arguments = [param for param in command.params if param.param_type_name == "argument"]
+    position, value_of, positional_only = 0, None, False
+    for at in range(start, index + 1):
+        word = words[at]
+        if value_of is not None:
+            if at == index:
+                return value_of
+            value_of = None
+        elif not positional_only and word == "--":
+            positional_only = True
+        elif not positional_only and word.startswith("-") and word != "-":
+            if at == index:
+                return "the option"
+            if word in with_value:
+                value_of = word
+        elif at == index:
+            if position < len(arguments):
+                argument = arguments[position]
+                return str(argument.metavar or (argument.name or "argument").upper())
+            return "the argument"
+        elif position < len(arguments) and arguments[position].nargs != -1:
+            position += 1
+    return "the argument"
+
+
+def refuse_words_not_utf8(group: TyperGroup, ctx: Any, words: list[str]) -> None:
+    """Exit 2 with one line on stderr when a word of the command line is not valid UTF-8.
+
+    Every argument of every command is checked here, before any is parsed: a command that
+    met such a word later would crash where it first encodes it (a store, a hash, a URL, a
+    terminal). The line names the option or argument and shows the word with each
+    undecodable byte as ``\\xNN``.
+
+    Raises:
+        typer.Exit: code 2, after the line is written.
+    """
+    for index, word in enumerate(words):
+        if _is_text(word):
+            continue
+        from plandag.extract.names import display_name
+
+        name, equals, value = word.partition("=")
+        if word.startswith("-") and equals and _is_text(name):
+            word = value  # --option=VALUE: the value is shown, after the option's name
+        sys.stderr.write(
+            f"error: {_what_is(group, ctx, words, index)} '{display_name(word)}' is not "
+            "valid UTF-8 text; give it as UTF-8 (rename the file or folder if its name is "
+            "not)\n"
+        )
+        raise typer.Exit(2)
+
+
 class LazyGroup(TyperGroup):
     """A typer group whose commands listed in :data:`COMMANDS` are built on first use.
 
     ``--help`` lists them from the table without importing anything; invoking one (or its
     ``--help``) imports its module and builds it with typer. Commands registered directly
-    on the app are served as usual.
+    on the app are served as usual. As the root of the command line, it refuses every
+    word that is not valid UTF-8 before anything is parsed (:func:`refuse_words_not_utf8`).
     """
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        """Refuse words that are not UTF-8 (at the root), then parse as typer does."""
+        if ctx.parent is None:
+            refuse_words_not_utf8(self, ctx, args)
+        return super().parse_args(ctx, args)  # type: ignore[no-any-return]
 
     def list_commands(self, ctx: Any) -> list[str]:
         """Every command name: the table's, then any registered directly."""

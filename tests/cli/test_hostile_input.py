@@ -198,7 +198,7 @@ OK_PLAN = '{"steps": [{"id": 1, "tool": "json_select", "args": {"data": 1, "expr
             "error: --write-boundary 'out\\xff' is not valid UTF-8",
         ),
         (["--http-allow", "\udcffexample.com"], "error: --http-allow '\\xffexample.com' is not"),
-        (["--param", "p=\udcff"], "error[lone_surrogate]: params.p: a string with a lone"),
+        (["--param", "p=\udcff"], "error: --param 'p=\\xff' is not valid UTF-8 text"),
     ],
     ids=["write-boundary", "http-allow", "param"],
 )
