@@ -298,7 +298,7 @@ class LazyGroup(TyperGroup):
         """Refuse words that are not UTF-8 (at the root), then parse as typer does."""
         if ctx.parent is None:
             refuse_words_not_utf8(self, ctx, args)
-        return super().parse_args(ctx, args)  # type: ignore[no-any-return]
+        return super().parse_args(ctx, args)
 
     def list_commands(self, ctx: Any) -> list[str]:
         """Every command name: the table's, then any registered directly."""
