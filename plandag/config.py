@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from plandag.brakes import DEFAULT_PLANNER_MAX_TOKENS, JOB_BRAKES, LIFT, UNLIMITED, Unlimited
-from plandag.compiler.limits import DEFAULT_MAX_STEPS
+from plandag.compiler.limits import DEFAULT_MAX_PLAN_BYTES, DEFAULT_MAX_STEPS
 from plandag.errors import InputError
 
 __all__ = ["BRAKE_SETTINGS", "SETTINGS", "Setting", "Settings", "load_settings", "shown"]
@@ -97,6 +97,14 @@ SETTINGS: tuple[Setting, ...] = (
         int,
         DEFAULT_MAX_STEPS,
         "the most steps a plan may have (with a run's replans, all its steps together)",
+        minimum=1,
+    ),
+    Setting(
+        "max_plan_bytes",
+        int,
+        DEFAULT_MAX_PLAN_BYTES,
+        "the largest plan file check, graph and exec read, in bytes (a plan file must be a "
+        "regular file: not a pipe, a device or a folder)",
         minimum=1,
     ),
     Setting("retries", int, 2, "retries of a failed step after its first attempt", minimum=0),

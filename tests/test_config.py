@@ -19,6 +19,7 @@ DEFAULTS = {
     "max_tokens": 200_000,
     "max_concurrency": None,
     "max_steps": 500,
+    "max_plan_bytes": 16 * 1024 * 1024,
     "retries": 2,
     "write_boundary": None,
     "http_allow": None,

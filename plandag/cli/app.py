@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import sys
 import time
 from collections.abc import Iterable
@@ -190,6 +191,16 @@ MaxStepsOption = Annotated[
         min=1,
         help="The most steps a plan may have, a run's replans included (500); a plan over "
         "it is refused before anything runs.",
+    ),
+]
+MaxPlanBytesOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-plan-bytes",
+        metavar="N",
+        min=1,
+        help="The largest plan file read, in bytes (16 MiB); a plan file must also be a "
+        "regular file (not a pipe, a device or a folder).",
     ),
 ]
 MaxConcurrencyOption = Annotated[
@@ -437,12 +448,60 @@ def _registry(
         _fail(str(error))
 
 
-def _read_plan(path: Path) -> str:
+_FILE_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _read_plan(path: Path, max_bytes: int) -> str:
+    """The text of the plan file ``path``, read only when it is a regular file of at most
+    ``max_bytes`` bytes; exits 2 with the reason otherwise.
+
+    The file is opened without blocking (``O_NONBLOCK``: a FIFO would otherwise wait for a
+    writer), its kind and size are taken from the open descriptor (``fstat``), and at most
+    ``max_bytes + 1`` bytes are read, so neither a pipe nor a device (``/dev/zero``) nor a
+    file that grows while it is read can hold the command or fill the memory.
+    """
     try:
-        return path.read_text(encoding="utf-8-sig")
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         _fail(f"plan file {path} does not exist")
-    except (OSError, UnicodeDecodeError) as error:
+    except OSError as error:
+        _fail(f"cannot read plan file {path}: {error.strerror or error}")
+    try:
+        status = os.fstat(descriptor)
+        if stat.S_ISDIR(status.st_mode):
+            _fail(f"plan file {path} is a folder; give the path of a plan file inside it")
+        if not stat.S_ISREG(status.st_mode):
+            kind = next((name for test, name in _FILE_KINDS if test(status.st_mode)), "special")
+            _fail(
+                f"plan file {path} is not a regular file ({kind}); save the plan in a file "
+                "and give its path"
+            )
+        size, data = status.st_size, b""
+        if size <= max_bytes:
+            chunks: list[bytes] = []
+            left = size + 1  # one byte more than stat said: a file that grew is seen
+            while left > 0 and (chunk := os.read(descriptor, min(left, 1 << 20))):
+                chunks.append(chunk)
+                left -= len(chunk)
+            data = b"".join(chunks)
+            size = max(size, len(data))
+    except OSError as error:
+        _fail(f"cannot read plan file {path}: {error.strerror or error}")
+    finally:
+        os.close(descriptor)
+    if size > max_bytes:
+        _fail(
+            f"plan file {path} has {size:,} bytes, more than the {max_bytes:,} a plan may "
+            "have; raise --max-plan-bytes (max_plan_bytes in the config) if it is really a plan"
+        )
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
         _fail(f"cannot read plan file {path}: {error}")
 
 
@@ -639,6 +698,7 @@ def check(
     write_boundary: BoundaryOption = None,
     http_allow: HttpAllowOption = None,
     max_steps: MaxStepsOption = None,
+    max_plan_bytes: MaxPlanBytesOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Compile a plan without running it; print every diagnostic like a compiler.
@@ -650,9 +710,14 @@ def check(
     """
     registry = _registry(tools)
     settings = _settings(
-        {"write_boundary": write_boundary, "http_allow": http_allow, "max_steps": max_steps}
+        {
+            "write_boundary": write_boundary,
+            "http_allow": http_allow,
+            "max_steps": max_steps,
+            "max_plan_bytes": max_plan_bytes,
+        }
     )
-    text = _read_plan(plan_file)
+    text = _read_plan(plan_file, settings["max_plan_bytes"])
     try:
         compiled = compile_plan(
             text,
@@ -688,14 +753,18 @@ def _count(number: int, noun: str) -> str:
 
 @app.command()
 def graph(
-    plan_file: PlanArgument, tools: ToolsOption = None, max_steps: MaxStepsOption = None
+    plan_file: PlanArgument,
+    tools: ToolsOption = None,
+    max_steps: MaxStepsOption = None,
+    max_plan_bytes: MaxPlanBytesOption = None,
 ) -> None:
     """Print the plan's DAG as Mermaid text, its critical path (by step count) marked, and
     the plan's estimate of cost and time (from the tools' declared figures)."""
     registry = _registry(tools)
-    settings = _settings({"max_steps": max_steps})
+    settings = _settings({"max_steps": max_steps, "max_plan_bytes": max_plan_bytes})
+    text = _read_plan(plan_file, settings["max_plan_bytes"])
     try:
-        compiled = compile_plan(_read_plan(plan_file), registry, max_steps=settings["max_steps"])
+        compiled = compile_plan(text, registry, max_steps=settings["max_steps"])
     except PlanError as error:
         _report_plan_error(str(plan_file), error, as_json=False, tools=tools)
     path, length = critical_path(compiled.graph)
@@ -724,6 +793,7 @@ def exec_command(
     max_tokens: MaxTokensOption = None,
     max_concurrency: MaxConcurrencyOption = None,
     max_steps: MaxStepsOption = None,
+    max_plan_bytes: MaxPlanBytesOption = None,
     retries: RetriesOption = None,
     heartbeat: HeartbeatOption = None,
     heartbeat_every: HeartbeatEveryOption = None,
@@ -777,6 +847,7 @@ def exec_command(
             "max_tokens": max_tokens,
             "max_concurrency": max_concurrency,
             "max_steps": max_steps,
+            "max_plan_bytes": max_plan_bytes,
             "retries": retries,
             "heartbeat": str(heartbeat) if heartbeat is not None else None,
             "heartbeat_every": heartbeat_every,
@@ -804,7 +875,7 @@ def exec_command(
     params = _parse_params(param)
     boundary = _boundary(settings["write_boundary"], Path.cwd())
     limits = _limits(settings)
-    plan_text = _read_plan(plan_file)
+    plan_text = _read_plan(plan_file, settings["max_plan_bytes"])
     print_brakes(settings, boundary_words(settings["write_boundary"], Path.cwd()))
     compile_started = time.time()
     try:

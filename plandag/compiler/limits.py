@@ -6,11 +6,22 @@ defaults without importing the compiler.
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_MAX_ARG_BYTES", "DEFAULT_MAX_STEPS", "MAX_DIAGNOSTICS", "MAX_NESTING"]
+__all__ = [
+    "DEFAULT_MAX_ARG_BYTES",
+    "DEFAULT_MAX_PLAN_BYTES",
+    "DEFAULT_MAX_STEPS",
+    "MAX_DIAGNOSTICS",
+    "MAX_NESTING",
+]
 
 DEFAULT_MAX_STEPS = 500
 """The most steps a plan (a run, with its replans) may have unless the run sets another
 limit (``--max-steps``, config ``max_steps``, ``compile_plan(max_steps=...)``)."""
+
+DEFAULT_MAX_PLAN_BYTES = 16 * 1024 * 1024
+"""The largest plan file, in bytes, that ``check``, ``graph`` and ``exec`` read unless told
+otherwise (``--max-plan-bytes``, config ``max_plan_bytes``): 16 MiB, about 30 times a plan
+of the 500 steps :data:`DEFAULT_MAX_STEPS` allows with 1 KB of args each."""
 
 DEFAULT_MAX_ARG_BYTES = 1_000_000
 """The most bytes a step's args may take as JSON."""
