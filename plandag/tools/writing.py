@@ -95,12 +95,14 @@ def _close(stack: list[_Folder]) -> None:
         os.close(folder.descriptor)
 
 
-def _is_folder(name: str, folder: _Folder) -> bool:
-    """Whether ``name`` in ``folder`` is a folder itself (not a link to one) right now."""
+def _is_neither_folder_nor_link(name: str, folder: _Folder) -> bool:
+    """Whether ``name`` in ``folder`` exists right now and is neither a folder nor a link
+    (a file, a FIFO...); False when it is missing, for it may be between two renames."""
     try:
-        return stat.S_ISDIR(os.stat(name, dir_fd=folder.descriptor, follow_symlinks=False).st_mode)
+        mode = os.stat(name, dir_fd=folder.descriptor, follow_symlinks=False).st_mode
     except OSError:
         return False
+    return not (stat.S_ISDIR(mode) or stat.S_ISLNK(mode))
 
 
 def _reach(
@@ -176,7 +178,9 @@ def _reach(
                     try:
                         link = os.readlink(name, dir_fd=folder.descriptor)
                     except OSError as error:
-                        if error.errno == errno.EINVAL and not _is_folder(name, folder):
+                        if error.errno == errno.EINVAL and _is_neither_folder_nor_link(
+                            name, folder
+                        ):
                             raise NotADirectoryError(  # neither a folder nor a link
                                 errno.ENOTDIR, f"{_child(folder.real, name)} is not a folder"
                             ) from None
