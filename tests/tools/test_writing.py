@@ -8,6 +8,7 @@ import errno
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -254,3 +255,55 @@ def test_swapping_a_folder_for_a_link_during_writes_never_lands_outside(
             assert outcome.is_relative_to(out)
             assert outcome.name == f"file{index}.json"
             assert outcome.name in found
+
+
+def test_a_folder_missing_between_two_renames_is_walked_again_not_called_a_file(
+    layout: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``out/sub`` is a link when it is opened, the folder again when the link is read, and
+    gone (between two renames) when its kind is looked at: the walk starts again and the
+    file lands in the folder, rather than the write failing with "is not a folder"."""
+    work, outside = layout
+    sub, parked = work / "out" / "sub", work / "out" / "parked"
+    real_open, real_readlink, real_stat = os.open, os.readlink, os.stat
+    moves = ["link", "folder", "gone"]
+
+    def next_move(name: Any) -> None:
+        if name != "sub" or not moves:
+            return
+        move = moves.pop(0)
+        if move == "link":
+            os.rename(sub, parked)
+            os.symlink(outside, sub)
+        elif move == "folder":
+            os.unlink(sub)
+            os.rename(parked, sub)
+        else:
+            os.rename(sub, parked)
+            moves.append("back")
+
+    def opening(name: Any, *args: Any, **kwargs: Any) -> int:
+        next_move(name)
+        return real_open(name, *args, **kwargs)
+
+    def reading_link(name: Any, *args: Any, **kwargs: Any) -> Any:
+        next_move(name)
+        return real_readlink(name, *args, **kwargs)
+
+    def looking(name: Any, *args: Any, **kwargs: Any) -> Any:
+        next_move(name)
+        if moves == ["back"]:
+            try:
+                return real_stat(name, *args, **kwargs)
+            finally:
+                moves.clear()
+        return real_stat(name, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", opening)
+    monkeypatch.setattr(os, "readlink", reading_link)
+    monkeypatch.setattr(os, "stat", looking)
+    written = write_atomic(boundary_of(work), "out/sub/a.json", b"{}\n")
+    monkeypatch.undo()
+    assert written == sub / "a.json"
+    assert written.read_bytes() == b"{}\n"
+    assert everything_under(outside) == []
