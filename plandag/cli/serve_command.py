@@ -79,6 +79,16 @@ def register(app: typer.Typer) -> None:
         port: Annotated[int, typer.Option("--port", min=1, max=65535, help="TCP port.")] = (
             DEFAULT_PORT
         ),
+        allow_host: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--allow-host",
+                metavar="NAME",
+                help="A host name the console answers to besides 127.0.0.1, localhost and "
+                "--host (repeatable; *.example.org for a domain): the name people type to "
+                "reach a console bound to 0.0.0.0. A request naming another host gets 400.",
+            ),
+        ] = None,
         store: StoreOption = None,
         tools: Annotated[
             list[Path] | None,
@@ -133,7 +143,8 @@ def register(app: typer.Typer) -> None:
         Listens on 127.0.0.1 unless --host says otherwise. Prints the address with a new
         access token; every request needs it (the first visit sets a cookie). The
         console asks your name once per browser session and records it with every
-        decision.
+        decision. It answers only requests for 127.0.0.1, localhost, --host and each
+        --allow-host NAME (400 otherwise), and no page runs an inline script.
         """
         import uvicorn
 
@@ -143,6 +154,7 @@ def register(app: typer.Typer) -> None:
         from plandag.conversation.planmode import PlannerFunction
         from plandag.models import LLMClient
         from plandag.serve import ConsoleConfig, create_app, new_token
+        from plandag.serve.security import host_patterns
         from plandag.store import default_store_path
         from plandag.tools.boundary import WriteBoundary
 
@@ -151,6 +163,12 @@ def register(app: typer.Typer) -> None:
         name = model or DEFAULT_MODELS.get(provider)
         if name is None:
             fail(f"--model is required with --provider {provider}")
+        hosts = [host, *(allow_host or [])]
+        for flag, names in (("--host", [host]), ("--allow-host", allow_host or [])):
+            try:
+                host_patterns(names)
+            except ValueError as error:
+                fail(f"{flag}: {error}")
         registry = _registry(tools)
         base = Path.cwd()
         try:
@@ -189,13 +207,14 @@ def register(app: typer.Typer) -> None:
                 "this machine with --host"
             )
         token = new_token()
-        app = create_app(config, token)
+        app = create_app(config, token, allowed_hosts=hosts)
         shown_host = f"[{host}]" if ":" in host else host
         if not is_loopback(host):
             sys.stderr.write(
                 f"warning: listening on {host}, beyond this machine: anyone who can reach "
                 "it and has the token can approve plans; prefer 127.0.0.1 behind an SSH "
-                "tunnel or a TLS proxy\n"
+                "tunnel or a TLS proxy (requests must name 127.0.0.1, localhost, "
+                f"{host} or a name given with --allow-host)\n"
             )
         sys.stdout.write(f"plandag console: http://{shown_host}:{port}/?token={token}\n")
         sys.stdout.flush()

@@ -21,8 +21,10 @@ value and every POST is refused without it):
 
 A stream sends an event only when what it shows changed (the store is read every
 ``poll_s`` seconds) and closes after ``stream_s`` seconds; the browser's ``EventSource``
-reconnects by itself. The pages' only script is the few lines that apply those events
-and submit the box's change.
+reconnects by itself. The pages' only script is ``/static/console.js``, the few lines that
+apply those events (to the element whose ``data-events`` names the stream) and submit the
+box's change; the Content-Security-Policy lets no inline script run
+(:mod:`plandag.serve.security`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import datetime
 import hashlib
 import json
 import secrets
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlparse
@@ -43,25 +45,30 @@ from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
 
 from plandag.conversation import Conversation, PlanModeError
 from plandag.errors import InputError
 from plandag.serve.console import Console, ConsoleConfig, ConsoleError
 from plandag.serve.runs import TRACE_SVG_CSS, run_rows, run_view
 from plandag.serve.security import (
+    SecurityHeadersMiddleware,
     Session,
     SessionSigner,
     TokenMiddleware,
     check_csrf,
+    host_patterns,
     valid_name,
 )
 
 __all__ = ["create_app"]
 
 _TEMPLATES = Path(__file__).parent / "templates"
+_STATIC = Path(__file__).parent / "static"
 
 
 def _when(seconds: float | None) -> str:
@@ -531,18 +538,32 @@ class _Pages:
         return RedirectResponse(target, status_code=303)
 
 
-def create_app(config: ConsoleConfig, token: str, *, secret: str | None = None) -> Starlette:
+def create_app(
+    config: ConsoleConfig,
+    token: str,
+    *,
+    secret: str | None = None,
+    allowed_hosts: Sequence[str] = (),
+) -> Starlette:
     """The console's ASGI app.
 
     Args:
         config: how the console works (store, registry, planner...).
         token: the access token every request must carry (:func:`plandag.serve.new_token`).
         secret: the key that signs session cookies (default: random, made now).
+        allowed_hosts: host names the console answers to besides 127.0.0.1, localhost and
+            [::1] (``plandag serve`` gives ``--host`` and each ``--allow-host``); a request
+            whose ``Host`` names another gets 400 (:func:`~plandag.serve.security.host_patterns`).
 
     Returns:
         A Starlette app; its lifespan opens the run store and the background task group
-        (use ``with TestClient(app)`` or run it with uvicorn).
+        (use ``with TestClient(app)`` or run it with uvicorn). Every response carries
+        :data:`~plandag.serve.security.SECURITY_HEADERS`.
+
+    Raises:
+        ValueError: a name of ``allowed_hosts`` that no ``Host`` header could match.
     """
+    hosts = host_patterns(allowed_hosts)
     console = Console(config)
     pages = _Pages(console, SessionSigner(secret))
 
@@ -567,8 +588,12 @@ def create_app(config: ConsoleConfig, token: str, *, secret: str | None = None) 
         Route("/runs/{id}/decide", pages.run_decide, methods=["POST"]),
         Route("/inbox", pages.inbox),
         Route("/inbox/{id}/{action}", pages.inbox_action, methods=["POST"]),
+        Mount("/static", app=StaticFiles(directory=_STATIC), name="static"),
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.console = console
+    # the last added runs first: headers on every response, then the Host, then the token
     app.add_middleware(TokenMiddleware, token=token)
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=hosts, www_redirect=False)
+    app.add_middleware(SecurityHeadersMiddleware)
     return app

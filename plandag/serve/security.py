@@ -17,13 +17,28 @@
   Cookie"): the session cookie holding the value is signed with :mod:`itsdangerous`
   under a key made at start, so a page of another site can neither read the value nor
   forge a cookie that holds one; the cookies are ``SameSite=Strict`` as well.
+* **The Host header.** A page of another site can make its own name resolve to 127.0.0.1
+  (DNS rebinding) and so reach a console on this machine from the person's browser; such a
+  request names that site in its ``Host`` header. The console answers only requests naming
+  ``127.0.0.1``, ``localhost``, ``[::1]`` or a name it was given (``--host``,
+  ``--allow-host``); any other gets 400 (Starlette's ``TrustedHostMiddleware``; names are
+  checked by :func:`host_patterns`).
+* **Response headers.** Every response carries :data:`SECURITY_HEADERS`: no referrer is sent
+  (a page address never leaves in a ``Referer``), no site may frame the console
+  (clickjacking: ``X-Frame-Options: DENY`` and ``frame-ancestors 'none'``), and the
+  Content-Security-Policy lets only the console's own script file run (``script-src
+  'self'``: no inline script, no ``javascript:`` URL, no event attribute), so text that
+  reaches a page from a plan or a model cannot run as script even if it escaped escaping
+  (OWASP Secure Headers Project; :class:`SecurityHeadersMiddleware`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
+import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
@@ -31,15 +46,20 @@ from itsdangerous import BadSignature, URLSafeSerializer
 from starlette.datastructures import URL
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = [
+    "CONTENT_SECURITY_POLICY",
+    "LOOPBACK_HOSTS",
+    "SECURITY_HEADERS",
     "SESSION_COOKIE",
     "TOKEN_COOKIE",
+    "SecurityHeadersMiddleware",
     "Session",
     "SessionSigner",
     "TokenMiddleware",
     "check_csrf",
+    "host_patterns",
     "new_token",
     "valid_name",
 ]
@@ -50,6 +70,30 @@ SESSION_COOKIE = "plandag_session"
 """The signed cookie holding the person's name and the CSRF value (a browser-session cookie)."""
 NAME_MAX_CHARS = 80
 """The longest name the console records."""
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+"""The host names every console answers to (a request's ``Host`` without its port)."""
+CONTENT_SECURITY_POLICY = "; ".join(
+    (
+        "default-src 'self'",
+        "script-src 'self'",  # the console's script file only: nothing inline
+        "style-src 'self' 'unsafe-inline'",  # the pages' style elements and the SVG charts
+        "img-src 'self' data:",
+        "object-src 'none'",
+        "base-uri 'none'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    )
+)
+"""The Content-Security-Policy of every response (W3C Content Security Policy Level 3)."""
+SECURITY_HEADERS: tuple[tuple[str, str], ...] = (
+    ("Content-Security-Policy", CONTENT_SECURITY_POLICY),
+    ("Referrer-Policy", "no-referrer"),
+    ("X-Frame-Options", "DENY"),
+    ("X-Content-Type-Options", "nosniff"),
+)
+"""The headers every response of the console carries (:class:`SecurityHeadersMiddleware`)."""
+
+_HOST_NAME = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*")
 
 
 def new_token() -> str:
@@ -179,3 +223,88 @@ class TokenMiddleware:
             status_code=401,
         )
         await response(scope, receive, send)
+
+
+def host_patterns(names: Iterable[str]) -> list[str]:
+    """The host names a console answers to: :data:`LOOPBACK_HOSTS` and ``names``, as
+    Starlette's ``TrustedHostMiddleware`` compares them (lower case, an IPv6 address in
+    brackets), without repeats.
+
+    Args:
+        names: host names or addresses (``console.example.org``, ``10.0.0.5``, ``::1``,
+            ``0.0.0.0``), or a pattern ``*.example.org`` for every name under a domain;
+            ``*`` alone answers to any name (no Host check).
+
+    Returns:
+        The patterns, the loopback names first.
+
+    Raises:
+        ValueError: a name that no ``Host`` header could match: empty, with a port, a URL,
+            or a ``*`` anywhere but at the start of ``*.domain`` (what to give instead).
+    """
+    patterns = list(LOOPBACK_HOSTS)
+    for given in names:
+        name = given.strip().lower()
+        if not name:
+            raise ValueError("an allowed host name is empty; give a name such as console.lan")
+        try:
+            address = ipaddress.ip_address(name.strip("[]"))
+        except ValueError:
+            address = None
+        if address is not None:
+            name = f"[{address.compressed}]" if address.version == 6 else address.compressed
+        elif name == "*":
+            pass
+        else:
+            bare = name[2:] if name.startswith("*.") else name
+            if "*" in bare:
+                raise ValueError(
+                    f"allowed host {given!r}: '*' may only start a pattern, as in *.example.org"
+                )
+            if ":" in bare and "/" not in bare and bare.rsplit(":", 1)[1].isdigit():
+                raise ValueError(
+                    f"allowed host {given!r}: give the name without a port (requests for any "
+                    "port of an allowed name are answered)"
+                )
+            if not _HOST_NAME.fullmatch(bare.rstrip(".")):
+                raise ValueError(
+                    f"allowed host {given!r} is not a host name; give a name such as "
+                    "console.example.org or an address such as 10.0.0.5"
+                )
+        if name not in patterns:
+            patterns.append(name)
+    return patterns
+
+
+class SecurityHeadersMiddleware:
+    """ASGI middleware: every HTTP response gets :data:`SECURITY_HEADERS` (a header the app
+    set itself is replaced).
+
+    Args:
+        app: the ASGI app behind it.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self._names = {name.lower().encode("latin-1") for name, _ in SECURITY_HEADERS}
+        self._headers = [
+            (name.lower().encode("latin-1"), value.encode("latin-1"))
+            for name, value in SECURITY_HEADERS
+        ]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                kept = [
+                    (name, value)
+                    for name, value in message.get("headers", [])
+                    if name.lower() not in self._names
+                ]
+                message = {**message, "headers": [*kept, *self._headers]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)

@@ -110,6 +110,7 @@ def browser(tmp_path: Path) -> Iterator[WebDriver]:
         f"--user-data-dir={tmp_path / 'chromium-profile'}",
     ):
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # CSP reports land there
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(WAIT_S)
     try:
@@ -176,6 +177,16 @@ def wait_for(driver: WebDriver, condition: Any, what: str) -> Any:
         ignored_exceptions=[StaleElementReferenceException, MissingElementError],
     )
     return wait.until(condition, message=what)
+
+
+def policy_violations(driver: WebDriver) -> list[str]:
+    """The browser's console messages about the Content-Security-Policy (a script or a
+    style it refused) since the last call."""
+    return [
+        entry["message"]
+        for entry in driver.get_log("browser")
+        if "Content Security Policy" in entry["message"]
+    ]
 
 
 def text(driver: WebDriver, element_id: str) -> str:
@@ -292,6 +303,7 @@ def test_tick_send_reject_with_feedback_approve_and_see_the_run_finish(
             ("asked", None),
             ("approved", "Ana Souza"),
         ]
+    assert policy_violations(browser) == []  # the live pages ran with no inline script
 
 
 @pytest.mark.slow
@@ -321,3 +333,4 @@ def test_unticking_the_box_ends_plan_mode_and_takes_the_card_away(
     assert len(model.message_requests) == 2  # nothing planned or run after unticking
     with open_store(tmp_path / "runs.sqlite3") as store:
         assert store.runs() == []
+    assert policy_violations(browser) == []

@@ -151,3 +151,53 @@ def test_a_free_port_can_be_listened_on() -> None:
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
     assert check_can_listen("127.0.0.1", port) is None
+
+
+def answers(app: Any, host: str) -> int:
+    """The status of a first visit naming ``host`` (400: not a name the console answers to)."""
+    from starlette.testclient import TestClient
+
+    return TestClient(app).get("/", headers={"host": host}, follow_redirects=False).status_code
+
+
+def test_it_answers_only_to_loopback_its_host_and_the_names_allowed(
+    started: list[dict[str, Any]],
+) -> None:
+    result = invoke(
+        "--host", "0.0.0.0", "--allow-host", "console.lan", "--allow-host", "*.corp.example"
+    )
+    assert result.exit_code == 0, result.output
+    app = started[0]["app"]
+    for host in (
+        "127.0.0.1:8765",
+        "localhost",
+        "0.0.0.0:8765",
+        "console.lan:8765",
+        "a.corp.example",
+    ):
+        assert answers(app, host) == 401, host  # past the Host check; the token is missing
+    for host in ("evil.example", "console.lan.evil.example", "corp.example"):
+        assert answers(app, host) == 400, host
+    assert "a name given with --allow-host" in result.stderr
+
+
+def test_by_default_only_loopback_names_are_answered(started: list[dict[str, Any]]) -> None:
+    assert invoke().exit_code == 0
+    app = started[0]["app"]
+    assert [answers(app, host) for host in ("127.0.0.1", "localhost", "192.168.1.10")] == [
+        401,
+        401,
+        400,
+    ]
+
+
+def test_an_ipv6_host_is_answered_in_brackets(started: list[dict[str, Any]]) -> None:
+    assert invoke("--host", "::1").exit_code == 0
+    assert answers(started[0]["app"], "[::1]:8765") == 401
+
+
+def test_an_allowed_name_that_could_never_match_exits_2(started: list[dict[str, Any]]) -> None:
+    result = invoke("--allow-host", "console.lan:8765")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: --allow-host: allowed host 'console.lan:8765': give")
+    assert started == []
