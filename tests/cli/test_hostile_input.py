@@ -229,3 +229,22 @@ def test_a_working_folder_whose_name_is_not_utf8_is_refused_with_exit_2(
     checked = CliRunner().invoke(app, ["check", "plan.json"])
     assert checked.exit_code == 2, checked.output
     assert "the folder of the default write boundary, '" in checked.stderr
+
+
+@pytest.mark.parametrize("command", [["check"], ["graph"], ["exec", "--approve", "never"]])
+def test_an_unknown_argument_fed_by_a_reference_does_not_compile(
+    folder: Path, command: list[str]
+) -> None:
+    plan = {
+        "params": {"a": {"type": "string", "default": "x"}},
+        "steps": [
+            {"id": 1, "tool": "json_select", "args": {"data": 1, "expr": "@", "b": "<param.a>"}}
+        ],
+    }
+    (folder / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
+    result = CliRunner().invoke(app, [*command, "plan.json"])
+    assert result.exit_code == 2, result.output
+    assert (
+        "plan.json: step 1: error[invalid_args]: args.b: Extra inputs are not permitted "
+        "(tool json_select)"
+    ) in result.stderr
