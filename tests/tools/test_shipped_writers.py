@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
+from plandag.brakes.retry import RetryPolicy
 from plandag.compiler import compile_plan
-from plandag.scheduler import RetryPolicy, RunLimits, run_plan_sync
+from plandag.scheduler import RunLimits, run_plan_sync
 from plandag.tools.base import Tool
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry, default_registry, installed_applications
