@@ -133,6 +133,7 @@ def test_config_json_values_and_sources(runner: CliRunner, cwd: Path) -> None:
         "max_tokens": {"value": "none", "source": own},
         "max_concurrency": {"value": None, "source": "default"},
         "max_steps": {"value": 500, "source": "default"},
+        "max_plan_bytes": {"value": 16 * 1024 * 1024, "source": "default"},
         "retries": {"value": 1, "source": own},
         "write_boundary": {"value": ["out/", "https://api.example.com"], "source": own},
         "http_allow": {"value": None, "source": "default"},
