@@ -71,6 +71,7 @@ async def measure(
             "retry": RetryPolicy(retries=2),
             "limits": RunLimits.lifted(),
             "budget": Budget(1.0, 200_000),
+            "escape_results": False,  # the batch escapes each record itself, once
         }
 
     real = await run_plan(dataclasses.replace(compiled, params=params), **options())

@@ -204,6 +204,8 @@ def extract_nfe(
 
         repairer = PlanRepairer(client, model_name, _registry(None, applications=("nfe",)))
     run_options = batch_run_options(settings, output)
+    # the batch escapes each record (and each name it shows) once, where it keeps them
+    run_options["escape_results"] = False
     budget = run_options["budget"]
     monitor, progress, on_progress = batch_progress(settings, heartbeat_file, "documents")
 

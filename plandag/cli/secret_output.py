@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 from typing import Any, TextIO
 
+from plandag.surrogates import has_surrogates
 from plandag.trace.redact import environment_secrets, scrub_secret_values
 
 __all__ = ["SecretMaskingStream", "mask_standard_streams"]
@@ -30,6 +31,9 @@ class SecretMaskingStream:
     Each ``write`` is masked on its own (the environment's secret values are read at each
     write, so a variable set mid-command counts); every other attribute is the wrapped
     stream's. Rich, ``print`` and ``sys.stdout.write`` each write a whole rendering at once.
+    A lone surrogate that reached the stream (text UTF-8 cannot encode,
+    :mod:`plandag.surrogates`) is written as ``\\uDNNN``, as Python's ``backslashreplace``
+    writes it, which JSON reads back: no write fails.
     """
 
     def __init__(self, stream: TextIO) -> None:
@@ -37,7 +41,10 @@ class SecretMaskingStream:
 
     def write(self, text: str) -> int:
         """Write ``text`` with credential values masked; returns ``len(text)`` as given."""
-        self.stream.write(scrub_secret_values(text, tuple(environment_secrets())))
+        masked = scrub_secret_values(text, tuple(environment_secrets()))
+        if has_surrogates(masked):
+            masked = masked.encode("utf-8", "backslashreplace").decode("utf-8")
+        self.stream.write(masked)
         return len(text)
 
     def writelines(self, lines: Any) -> None:

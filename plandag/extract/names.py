@@ -13,19 +13,10 @@ The path itself, not its shown name, is what the batch opens.
 from __future__ import annotations
 
 import os
-import re
-from typing import Any
+
+from plandag.surrogates import escape_surrogates, escape_text
 
 __all__ = ["display_name", "escape_surrogates"]
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    if 0xDC80 <= code <= 0xDCFF:  # an undecodable byte kept by surrogateescape
-        return f"\\x{code - 0xDC00:02x}"
-    return f"\\u{code:04x}"
 
 
 def display_name(path: str | os.PathLike[str]) -> str:
@@ -36,34 +27,7 @@ def display_name(path: str | os.PathLike[str]) -> str:
 
     Returns:
         The same text when it holds no lone surrogate; otherwise each ``U+DCNN`` from
-        ``surrogateescape`` as ``\\xNN`` and any other lone surrogate as ``\\uDNNN``.
+        ``surrogateescape`` as ``\\xNN`` and any other lone surrogate as ``\\uDNNN``
+        (:func:`plandag.surrogates.escape_text`).
     """
-    text = os.fspath(path)
-    return _SURROGATE.sub(_escape, text) if _SURROGATE.search(text) else text
-
-
-def escape_surrogates(value: Any) -> Any:
-    """``value`` with :func:`display_name` applied to every string in it, keys included.
-
-    Args:
-        value: JSON-like data (dicts, lists, tuples, strings, numbers...).
-
-    Returns:
-        The value itself when no string in it holds a lone surrogate (nothing is copied);
-        otherwise a copy (tuples become lists) with those strings escaped.
-    """
-    if isinstance(value, str):
-        return display_name(value)
-    if isinstance(value, dict):
-        items = [(escape_surrogates(key), escape_surrogates(item)) for key, item in value.items()]
-        if all(
-            k is key and i is item for (k, i), (key, item) in zip(items, value.items(), strict=True)
-        ):
-            return value
-        return dict(items)
-    if isinstance(value, list | tuple):
-        escaped = [escape_surrogates(item) for item in value]
-        if all(new is old for new, old in zip(escaped, value, strict=True)):
-            return value
-        return escaped
-    return value
+    return escape_text(os.fspath(path))

@@ -130,6 +130,7 @@ from plandag.scheduler.result import (
     StepErrorInfo,
     StepRecord,
 )
+from plandag.surrogates import ESCAPED_NOTE, escape_surrogates, escape_text, holds_surrogates
 from plandag.tools.base import Tool, ToolContext
 from plandag.tools.boundary import WriteBoundary
 from plandag.trace import otel
@@ -443,6 +444,9 @@ class _AttemptOutcome:
     refused: str | None = None
     explanation: str = ""
     down: DownDependency | None = None
+    escaped: bool = False
+    """A lone surrogate in the result or the error message was escaped
+    (:mod:`plandag.surrogates`)."""
 
 
 def _end_step_span(
@@ -587,6 +591,10 @@ class _Run:
         )
         self.dependencies: dict[int, tuple[Dependency, ...]] = {}
         self.results: dict[int, Any] = {}
+        self.escaped_steps: set[int] = set()
+        """Steps with a value that held lone surrogates, escaped (:mod:`plandag.surrogates`)."""
+        self.escape_results = True
+        """Whether each result is looked through for lone surrogates (``run_plan``)."""
         self.started_monotonic: dict[int, float] = {}
         self.failed_upstream: dict[int, list[int]] = {}
         self.global_limiter = (
@@ -1506,9 +1514,19 @@ class _Run:
             except BaseExceptionGroup as group:
                 outcome = await self.failed_attempt_group(group, attempt_record)
             else:
+                escaped = self.escape_results and holds_surrogates(result)
+                if escaped:  # what no UTF-8 writer takes, escaped before anyone sees it
+                    result = escape_surrogates(result)
                 outcome = self.check_attempt(step_id, compiled_step, result, attempt_record)
+                outcome.escaped = outcome.escaped or escaped
         finally:
             attempt_record.ended_at = self.now()
+            children = attempt_record.children
+            if children and self.escape_results and holds_surrogates(children):
+                children[:] = escape_surrogates(children)
+                self.escaped_steps.add(step_id)
+            if outcome is not None and outcome.escaped:
+                self.escaped_steps.add(step_id)
             for item in held:
                 self.budget.settle(item, 0.0, 0)  # a hold the tool left: nothing was spent
             if (
@@ -1635,10 +1653,12 @@ class _Run:
         failure = describe_failure(error, classify=self.classify, now=self.now())
         assert failure is not None
         leaf = failure.error
-        attempt_record.error = StepErrorInfo(type(leaf).__name__, error_message(leaf))
+        message = error_message(leaf)
+        escaped = escape_text(message)
+        attempt_record.error = StepErrorInfo(type(leaf).__name__, escaped)
         attempt_record.reason = _reason_of(leaf)
         attempt_record.kind = failure.kind
-        return _AttemptOutcome(error=leaf, failure=failure)
+        return _AttemptOutcome(error=leaf, failure=failure, escaped=escaped is not message)
 
     async def failed_attempt_group(
         self, group: BaseExceptionGroup[Any], attempt_record: AttemptRecord
@@ -1659,11 +1679,13 @@ class _Run:
             leaf = group.exceptions[0]
             while isinstance(leaf, BaseExceptionGroup):
                 leaf = leaf.exceptions[0]
-            attempt_record.error = StepErrorInfo(type(leaf).__name__, error_message(leaf))
+            message = error_message(leaf)
+            escaped = escape_text(message)
+            attempt_record.error = StepErrorInfo(type(leaf).__name__, escaped)
             attempt_record.reason = "tool_error"
             attempt_record.kind = "permanent"
             failure = FailureInfo("permanent", leaf, before_effect=False, retry_after_s=None)
-            return _AttemptOutcome(error=leaf, failure=failure)
+            return _AttemptOutcome(error=leaf, failure=failure, escaped=escaped is not message)
         return self.failed_attempt(group, attempt_record)
 
     def check_attempt(
@@ -1711,6 +1733,10 @@ class _Run:
                 )
             else:
                 outcome = definition.evaluate(result, check_args)
+            detail = escape_text(outcome.detail)
+            if detail is not outcome.detail:
+                outcome = dataclasses.replace(outcome, detail=detail)
+                self.escaped_steps.add(step_id)
             outcomes.append(outcome)
             if self.observers:
                 self.emit(events.CheckEvaluated(self.run_id, step_id, outcome, self.now()))
@@ -1738,6 +1764,8 @@ class _Run:
         record.result = outcome.result
         record.checks = outcome.checks
         record.tainted = self.taint_of.get(step_id, False)
+        if step_id in self.escaped_steps:
+            record.detail = ESCAPED_NOTE
         written = self.pending_clean.pop(step_id, None)
         if written:
             self.clean_files.update(written)
@@ -1778,11 +1806,17 @@ class _Run:
         error = outcome.error
         assert error is not None
         record.status = "failed"
-        record.error = StepErrorInfo(type(error).__name__, error_message(error))
+        message = error_message(error)
+        escaped = escape_text(message)
+        record.error = StepErrorInfo(type(error).__name__, escaped)
         record.reason = _reason_of(error)
-        record.detail = _detail_of(error)
-        if outcome.explanation:
-            record.detail = f"{record.detail} ({outcome.explanation})"
+        detail = _detail_of(error)
+        shown = escape_text(detail)
+        if escaped is not message or shown is not detail:
+            self.escaped_steps.add(step_id)
+        record.detail = f"{shown} ({outcome.explanation})" if outcome.explanation else shown
+        if step_id in self.escaped_steps:
+            record.detail = f"{record.detail}; {ESCAPED_NOTE}"
         record.checks = outcome.checks
         if outcome.keep_result:
             record.result = outcome.result
@@ -1908,6 +1942,7 @@ async def run_plan(
     plan_estimate: PlanEstimate | None = None,
     tool_durations: Mapping[str, float] | None = None,
     models: ModelAccess | None = None,
+    escape_results: bool = True,
 ) -> RunResult:
     """Run a compiled plan: every step whose parents all succeeded starts at once.
 
@@ -1969,6 +2004,15 @@ async def run_plan(
             :class:`plandag.executors.ModelAccess` (the client of a provider, the default
             executor model, prices), given to tools as ``ctx.models``; None (default): a
             plan with such steps fails them with a message saying to pass it.
+        escape_results: look through each step's result, and what its attempts recorded
+            doing inside, for lone surrogates (text UTF-8 cannot encode: a file read with
+            ``unicode_escape``, a JSON body holding ``"\\ud800"``, a model's reply) and
+            escape them (:mod:`plandag.surrogates`) before a later step, an observer or the
+            record sees them; the step's ``detail`` then says so
+            (:data:`plandag.surrogates.ESCAPED_NOTE`). Error and check messages are always
+            escaped. True by default; a caller that escapes what it keeps itself may turn
+            it off to save the walk over every result (``plandag extract nfe`` escapes each
+            record once).
 
     Returns:
         A :class:`RunResult` covering every step, each in exactly one terminal state.
@@ -2029,6 +2073,7 @@ async def run_plan(
         models,
     )
     run.escalate_mode = escalate
+    run.escape_results = escape_results
     the_limits = run.limits
     if the_limits.plan_cost_factor is not None or the_limits.plan_time_factor is not None:
         if plan_estimate is None:

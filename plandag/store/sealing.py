@@ -38,6 +38,7 @@ from typing import Any
 
 from plandag.dag.references import REFERENCE_PATTERN
 from plandag.errors import InputError
+from plandag.surrogates import escape_json_text, escape_text, has_surrogates
 from plandag.trace.redact import (
     CASE_LOOKALIKES,
     SECRET_MASK,
@@ -216,7 +217,9 @@ def sealed_json(
     words any sealing rule needs (``_SEALING_WORDS``, in any case) nor the JSON form of any secret
     value of the environment, sealing would change nothing and that text is the answer.
     Otherwise ``value`` is sealed as :func:`seal` does and dumped. Either way the result is
-    ``json.dumps(seal(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False)``.
+    ``json.dumps(seal(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False)``,
+    with any lone surrogate in its strings escaped
+    (:func:`plandag.surrogates.escape_json_text`: UTF-8 can encode it).
 
     Args:
         value: JSON data (mappings with string keys, lists, tuples, strings, numbers,
@@ -239,9 +242,10 @@ def _sealed_json(value: Any, secrets: Mapping[str, str], text: str | None) -> tu
     if text is None:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     if not _may_need_sealing(text, secrets):
-        return text, True
+        return escape_json_text(text), True
     sealed = _Sealer(secrets).value(value)
-    return json.dumps(sealed, ensure_ascii=False, separators=(",", ":"), allow_nan=False), False
+    dumped = json.dumps(sealed, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return escape_json_text(dumped), False
 
 
 class ScrubbedText(str):
@@ -351,9 +355,11 @@ class SecretMaskingConnection(sqlite3.Connection):
     detail, an error message, a goal typed with a key in it, text other parts of plandag
     add later) reaches the database with secret values masked
     (:func:`plandag.trace.redact.scrub_secret_values`: the environment's secret values,
-    ``sk-...`` keys, JSON Web Tokens, ``Bearer``/``Basic`` credentials). Statements are
-    run through :meth:`execute` and :meth:`executemany`; the environment is read once per
-    statement.
+    ``sk-...`` keys, JSON Web Tokens, ``Bearer``/``Basic`` credentials), and with lone
+    surrogates escaped (:mod:`plandag.surrogates`), so no text makes a write fail: a JSON
+    object or array text as JSON (:func:`~plandag.surrogates.escape_json_text`, its strings
+    escaped), any other text as text. Statements are run through :meth:`execute` and
+    :meth:`executemany`; the environment is read once per statement.
     """
 
     def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
@@ -376,5 +382,21 @@ def _masked_item(item: Any, environment: tuple[str, ...]) -> Any:
     if not isinstance(item, str):
         return item
     if type(item) is ScrubbedText and item.environment == environment:
-        return item  # checked against these very secrets (sealed_store_text)
-    return scrub_secret_values(item, environment)
+        return item  # checked against these very secrets (sealed_store_text), and escaped
+    item = scrub_secret_values(item, environment)
+    if has_surrogates(item):
+        return _escaped_column(item)
+    return item
+
+
+def _escaped_column(text: str) -> str:
+    """``text`` with its lone surrogates escaped: as JSON when it is the text of a JSON
+    object or array (a JSON column a writer dumped without escaping), else as text."""
+    if text.lstrip()[:1] in ("{", "["):
+        try:
+            json.loads(text)
+        except ValueError:
+            pass
+        else:
+            return escape_json_text(text)
+    return escape_text(text)

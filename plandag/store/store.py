@@ -48,6 +48,7 @@ from plandag.scheduler.estimate import MEASURED_MIN_RUNS
 from plandag.scheduler.result import to_jsonable
 from plandag.store.migrations import migrate
 from plandag.store.sealing import SecretMaskingConnection, seal, sealed_store_text
+from plandag.surrogates import escape_json_text
 from plandag.trace.redact import scrub_secret_values
 
 __all__ = [
@@ -96,8 +97,10 @@ def open_store(path: Path | str | None = None) -> Store:
 
 def store_json(value: Any) -> str:
     """``value`` as the store's JSON text: sealed first (no secret; the rules are
-    :mod:`plandag.store.sealing`'s), compact, UTF-8 kept. Every JSON column is written so."""
-    return json.dumps(seal(to_jsonable(value)), ensure_ascii=False, separators=(",", ":"))
+    :mod:`plandag.store.sealing`'s), compact, UTF-8 kept, lone surrogates escaped
+    (:func:`plandag.surrogates.escape_json_text`). Every JSON column is written so."""
+    text = json.dumps(seal(to_jsonable(value)), ensure_ascii=False, separators=(",", ":"))
+    return escape_json_text(text)
 
 
 _dumps = store_json
@@ -373,7 +376,7 @@ class Store:
     def put_blob(self, text: str) -> str:
         """Write ``text`` as a blob file (atomically, fsynced) and return its SHA-256.
         Credential values in it are masked first, as in the database."""
-        data = scrub_secret_values(text).encode("utf-8")
+        data = escape_json_text(scrub_secret_values(text)).encode("utf-8")
         digest = hashlib.sha256(data).hexdigest()
         target = self.root / "blobs" / digest[:2] / f"{digest}.json"
         if target.exists():

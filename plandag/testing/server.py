@@ -773,8 +773,12 @@ def send_json(
 ) -> None:
     """Send ``data`` as one JSON response with its length and the request id under
     ``request_id_header`` (the Messages API's ``request-id``; ``x-request-id`` for the
-    OpenAI-compatible server), plus ``headers``."""
-    payload = json.dumps(data, ensure_ascii=False).encode()
+    OpenAI-compatible server), plus ``headers``. Text UTF-8 cannot encode (a scripted reply
+    with a lone surrogate) is sent as JSON's ``\\uXXXX`` escapes, as a server may send it."""
+    try:
+        payload = json.dumps(data, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        payload = json.dumps(data).encode()
     handler.send_response(status)
     handler.send_header("content-type", "application/json")
     handler.send_header("content-length", str(len(payload)))

@@ -29,6 +29,7 @@ from plandag.dag.plan import Plan
 from plandag.dag.references import find_references
 from plandag.scheduler import events
 from plandag.scheduler.result import AttemptRecord, RunResult, StepRecord, to_jsonable
+from plandag.surrogates import escape_json_text
 from plandag.trace.redact import Redactor
 
 if TYPE_CHECKING:
@@ -105,9 +106,9 @@ def plan_dependencies(plan: Plan | Mapping[str, Any]) -> dict[int, list[int]]:
 def _bounded(value: Any) -> Any:
     """``value`` JSON-safe, or a preview when its JSON is longer than RESULT_CHARACTERS."""
     data = to_jsonable(value)
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    text = escape_json_text(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
     if len(text) <= RESULT_CHARACTERS:
-        return data
+        return data  # a lone surrogate in it is escaped when the line is written (_emit)
     return {
         "truncated": True,
         "chars": len(text),
@@ -327,7 +328,10 @@ class TraceWriter:
         )
 
     def _emit(self, line: dict[str, Any], text: str) -> dict[str, Any]:
-        """Write ``text`` (``line`` as JSON) and give ``line`` to the exporters."""
+        """Write ``text`` (``line`` as JSON; a lone surrogate in its strings escaped,
+        :func:`plandag.surrogates.escape_json_text`, so the write never fails) and give
+        ``line`` to the exporters."""
+        text = escape_json_text(text)
         with self._lock:
             if self._file is None:
                 raise ValueError(f"trace {self.path} is closed")

@@ -998,7 +998,7 @@ async def extract_document(
                 repairer=repairer,
                 trigger=nfe_needs_repair,
                 excerpt=_excerpt_for(path, index),
-                **(run_options or {}),
+                **{k: v for k, v in (run_options or {}).items() if k != "escape_results"},
             )
             result = repaired.run
             if repaired.triggered:
