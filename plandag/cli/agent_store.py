@@ -72,7 +72,7 @@ def revise(store: Store, run_id: str, row: Any, options: RunOptions, writer: Any
     planner_options = dict(options.planner)
     versions = store.plan_versions(run_id)
     rejected = Plan.model_validate(versions[-1].plan)
-    compiled, _ = _rebuild(store, run_id, row)
+    compiled, _ = _rebuild(store, run_id, row, options=options)
     # a job's run is replanned with the tools of that job, as its first plan was
     applications = ("research",) if row.command == "research" else ()
     registry = app_module._registry(
@@ -117,7 +117,7 @@ def revise(store: Store, run_id: str, row: Any, options: RunOptions, writer: Any
         run_id, version, plan.model_dump(mode="json", exclude_none=True), digest, "revision"
     )
     store.reset_steps(run_id, keep=_still_valid(store.steps(run_id), versions[-1].plan, plan))
-    revised, _ = _rebuild(store, run_id, store.run(run_id))
+    revised, _ = _rebuild(store, run_id, store.run(run_id), options=options)
     estimate = plan_estimate(store, revised)
     store.set_plan_estimate(run_id, version, estimate.as_json())
     for call in outcome.records:

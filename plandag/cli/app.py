@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
 
 from plandag.brakes import JOB_BRAKES, LIFT, UNLIMITED, brakes_line
 from plandag.cli.commands import LazyGroup, root_callback
 from plandag.cli.display import StepProgress, diagnostic_lines, run_table
 from plandag.cli.options import build_registry
+from plandag.cli.secret_output import SecretMaskingConsole
 from plandag.cli.signals import Interruptible, exit_code_for_signal
 from plandag.cli.store_command import (
     ApproveOption,
@@ -84,8 +84,8 @@ extract_app = typer.Typer(
     rich_markup_mode=None,
 )
 
-stdout = Console(soft_wrap=True, highlight=False)
-stderr = Console(stderr=True, soft_wrap=True, highlight=False)
+stdout = SecretMaskingConsole(soft_wrap=True, highlight=False)
+stderr = SecretMaskingConsole(stderr=True, soft_wrap=True, highlight=False)
 
 # -- options shared by several commands --------------------------------------------------
 

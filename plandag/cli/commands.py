@@ -396,10 +396,11 @@ def main() -> None:
     try:
         launcher()
     except sqlite3.Error as error:
-        from rich.console import Console
         from rich.markup import escape
 
-        Console(stderr=True, soft_wrap=True, highlight=False).print(
+        from plandag.cli.secret_output import SecretMaskingConsole
+
+        SecretMaskingConsole(stderr=True, soft_wrap=True, highlight=False).print(
             f"[red]error:[/] the run store failed: {escape(str(error))}; another plandag may "
             "hold it (try again), or pick another with --store / PLANDAG_STORE",
             highlight=False,

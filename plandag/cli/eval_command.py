@@ -33,8 +33,9 @@ def _score(value: float | None) -> str:
 
 def _print_table(evaluation: ContractsEvaluation, labels: Path) -> None:
     from rich import box
-    from rich.console import Console
     from rich.table import Table
+
+    from plandag.cli.secret_output import SecretMaskingConsole as Console
 
     # Never narrower than the rows (CUAD's longest category name is 34 characters): a
     # squashed table would wrap the names.

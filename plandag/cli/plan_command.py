@@ -34,10 +34,10 @@ from typing import Annotated, Any, NoReturn
 
 import anyio
 import typer
-from rich.console import Console
 
 from plandag.brakes.retry import RetryPolicy
 from plandag.cli.options import build_registry
+from plandag.cli.secret_output import SecretMaskingConsole
 from plandag.config import load_settings
 from plandag.dag.graph import critical_path, mermaid
 from plandag.errors import InputError, PlanError, StepError, ToolLoadError
@@ -64,7 +64,7 @@ servers name their own)."""
 _KEY_VARIABLES = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
 _OPENAI_URL = "https://api.openai.com/v1"
 
-_stderr = Console(stderr=True, soft_wrap=True, highlight=False)
+_stderr = SecretMaskingConsole(stderr=True, soft_wrap=True, highlight=False)
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:

@@ -415,16 +415,38 @@ def _stored_run(store: Store, text: str) -> tuple[str, Any]:
         _fail(str(error))
 
 
-def _rebuild(store: Store, run_id: str, row: Any) -> tuple[CompiledPlan, RunOptions]:
-    """The run's current plan version compiled again with its stored tools, params and
-    boundary."""
-    from plandag.compiler import compile_plan
+def run_options_of(row: Any, run_id: str, base_url: str | None = None) -> RunOptions:
+    """The run's stored options, its model server's URL whole again: given again
+    (``--base-url``), or its user and password put back from the environment
+    (:func:`plandag.store.base_urls.restored_model_options`); exit 2 saying what to give
+    when neither can."""
+    from plandag.store.base_urls import restored_model_options
     from plandag.store.durable import RunOptions
+
+    try:
+        return RunOptions.from_json(restored_model_options(row.options, base_url, run_id=run_id))
+    except InputError as error:
+        _fail(str(error))
+
+
+def _rebuild(
+    store: Store,
+    run_id: str,
+    row: Any,
+    base_url: str | None = None,
+    *,
+    options: RunOptions | None = None,
+) -> tuple[CompiledPlan, RunOptions]:
+    """The run's current plan version compiled again with its stored tools, params and
+    boundary. Its options: ``options`` when given (made already), else the stored ones
+    (``base_url``: the model server's URL given again, :func:`run_options_of`)."""
+    from plandag.compiler import compile_plan
     from plandag.store.sealing import unseal
     from plandag.tools.boundary import WriteBoundary
 
     app_module = _app()
-    options = RunOptions.from_json(row.options)
+    if options is None:
+        options = run_options_of(row, run_id, base_url)
     registry = app_module._registry([Path(tool) for tool in options.tools])
     versions = store.plan_versions(run_id)
     if not versions:
@@ -459,11 +481,14 @@ def _rebuild(store: Store, run_id: str, row: Any) -> tuple[CompiledPlan, RunOpti
     return compiled, options
 
 
-def _prepare(store: Store, run_id: str, row: Any, command: str) -> tuple[CompiledPlan, RunOptions]:
+def _prepare(
+    store: Store, run_id: str, row: Any, command: str, base_url: str | None = None
+) -> tuple[CompiledPlan, RunOptions]:
     """Everything a resume or an approval needs before it takes the run: the run's own
     folder (relative paths in the plan mean what they meant when it was made), its tools
     files unchanged since the plan was made (a person approved the plan with that code),
-    and its current plan version compiled again. Fails (exit 2) with nothing recorded."""
+    and its current plan version compiled again, its model server's URL whole
+    (``base_url``: given again). Fails (exit 2) with nothing recorded."""
     from plandag.store.durable import RunOptions
 
     options = RunOptions.from_json(row.options)
@@ -487,7 +512,7 @@ def _prepare(store: Store, run_id: str, row: Any, command: str) -> tuple[Compile
                 f"(sha256 {expected[:12]}... -> {current[:12]}...): the plan was made and "
                 "approved for the old code; restore the file, or start a new run"
             )
-    return _rebuild(store, run_id, row)
+    return _rebuild(store, run_id, row, base_url)
 
 
 def file_sha256(path: str) -> str | None:
@@ -627,6 +652,17 @@ def _when(seconds: float | None) -> str:
     return datetime.datetime.fromtimestamp(seconds).strftime("%Y-%m-%d %H:%M:%S")
 
 
+BaseUrlAgainOption = Annotated[
+    str | None,
+    typer.Option(
+        "--base-url",
+        metavar="URL",
+        help="The run's model server URL given again with its user and password "
+        "(http://<user>:<password>@host/): the run store keeps the URL without them.",
+    ),
+]
+
+
 def register(app: typer.Typer) -> None:
     """Add ``runs``, ``resume``, ``approve``, ``reject``, ``abandon`` and ``inbox`` to the
     ``plandag`` app."""
@@ -705,6 +741,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         escalate: EscalateOption = None,
         who: WhoOption = None,
+        base_url: BaseUrlAgainOption = None,
     ) -> None:
         """Continue a crashed or interrupted run: completed steps never run again; a step
         whose outcome is unknown runs again only if its tool is idempotent or takes the
@@ -715,13 +752,17 @@ def register(app: typer.Typer) -> None:
         made by `plandag run` or `exec --planner`, the planner is brought back and replans
         the remaining work with --instruction TEXT (verbatim), completed steps kept, the
         replan caps fresh. The escalation is closed (who, when, the instruction). A
-        `plandag research` run gets its corpus back and its report written again."""
+        `plandag research` run gets its corpus back and its report written again.
+
+        A run started with --base-url http://<user>:<password>@host/ takes the user and
+        password from the environment variable that held the password, or from --base-url
+        given again (the run store keeps the URL without them)."""
         store = open_cli_store(store_path)
         run_id, row = _stored_run(store, run)
         if instruction is not None and not instruction.strip():
             _fail("--instruction is empty: say what the planner should do now")
         with _job_segment(store, run_id, row):
-            _resume(store, run_id, row, approve, instruction, escalate, who, as_json)
+            _resume(store, run_id, row, approve, instruction, escalate, who, as_json, base_url)
 
     def _resume(
         store: Store,
@@ -732,6 +773,7 @@ def register(app: typer.Typer) -> None:
         escalate: str | None,
         who: str | None,
         as_json: bool,
+        base_url: str | None,
     ) -> None:
         from plandag.store.durable import RESUMABLE
 
@@ -745,6 +787,7 @@ def register(app: typer.Typer) -> None:
                 escalate=escalate,
                 who=who or current_user(),
                 as_json=as_json,
+                base_url=base_url,
             )
         if instruction is not None:
             _fail(
@@ -764,7 +807,7 @@ def register(app: typer.Typer) -> None:
                 f"run {run_id} is still running in process {row.pid}; stop it first "
                 "(Ctrl-C ends it interrupted) or wait"
             )
-        prepared = _with_escalate(_prepare(store, run_id, row, "resume"), escalate)
+        prepared = _with_escalate(_prepare(store, run_id, row, "resume", base_url), escalate)
         if not store.claim_run(run_id, sorted(RESUMABLE), row.pid):
             _fail(f"run {run_id}: another process resumed it first; `plandag runs` shows it")
         _continue(
@@ -792,6 +835,7 @@ def register(app: typer.Typer) -> None:
                 "--feedback", help="Why steps were rejected (a planner, if any, gets it)."
             ),
         ] = None,
+        base_url: BaseUrlAgainOption = None,
     ) -> None:
         """Approve the plan awaiting a decision and run it now, in the same run.
 
@@ -814,7 +858,7 @@ def register(app: typer.Typer) -> None:
                     f"awaiting approval; `plandag resume {run_id} --instruction TEXT` asks "
                     "the planner for another plan"
                 )
-            for_escalated = _prepare(store, run_id, row, "approve")
+            for_escalated = _prepare(store, run_id, row, "approve", base_url)
             decider = who or current_user()
             try:
                 digest = approve_escalated(store, run_id, who=decider, expected_hash=plan_hash)
@@ -839,7 +883,9 @@ def register(app: typer.Typer) -> None:
                 else f"run {run_id} crashed while running; `plandag resume {run_id}` goes on"
             )
         prepared = (
-            _prepare(store, run_id, row, "approve") if row.status == "awaiting_approval" else None
+            _prepare(store, run_id, row, "approve", base_url)
+            if row.status == "awaiting_approval"
+            else None
         )
         edits = _parse_edits(edit_step or [])
         decider = who or current_user()
@@ -861,7 +907,7 @@ def register(app: typer.Typer) -> None:
         row = store.run(run_id)
         if reject_step or edits:
             _trace_amendment(store, row, decider, feedback)
-            prepared = _rebuild(store, run_id, row)  # the version the step choices made
+            prepared = _rebuild(store, run_id, row, base_url)  # the version the choices made
             _app().stderr.print(
                 f"run {run_id}: step choices made plan version {row.version} "
                 f"(hash {digest}), approved by {decider}",
@@ -889,6 +935,7 @@ def register(app: typer.Typer) -> None:
         plan_hash: HashOption = None,
         store_path: StoreOption = None,
         who: WhoOption = None,
+        base_url: BaseUrlAgainOption = None,
     ) -> None:
         """Reject the plan awaiting a decision, with feedback for the planner (exit 4).
 
@@ -900,7 +947,10 @@ def register(app: typer.Typer) -> None:
         if not feedback.strip():
             _fail("--feedback is empty: say why, in words the planner can act on")
         store = open_cli_store(store_path)
-        run_id, _ = _stored_run(store, run)
+        run_id, before = _stored_run(store, run)
+        stored = RunOptions.from_json(before.options)
+        if stored.planner is not None and before.command == "run":
+            run_options_of(before, run_id, base_url)  # the planner's URL, before deciding
         try:
             digest = decide(
                 store,
@@ -914,6 +964,8 @@ def register(app: typer.Typer) -> None:
             _fail(str(error))
         row = store.run(run_id)
         options = RunOptions.from_json(row.options)
+        if options.planner is not None and row.command == "run":
+            options = run_options_of(row, run_id, base_url)
         with _trace_decision(
             store, row, digest, "rejected", who or current_user(), feedback
         ) as writer:
@@ -1042,10 +1094,11 @@ def _resume_escalated(
     escalate: str | None,
     who: str,
     as_json: bool,
+    base_url: str | None = None,
 ) -> NoReturn:
     """``plandag resume`` on an escalated run: the planner is brought back when the run
     has one; otherwise the run continues as it is (an instruction is refused: nobody
-    could follow it)."""
+    could follow it). ``base_url``: the model server's URL given again."""
     from plandag.store.durable import RunOptions, close_escalation
 
     if instruction is not None and RunOptions.from_json(row.options).planner is None:
@@ -1070,7 +1123,7 @@ def _resume_escalated(
         )
     settings = _app()._settings({})
     hooks = escalation_hooks(settings)
-    prepared = _with_escalate(_prepare(store, run_id, row, "resume"), escalate)
+    prepared = _with_escalate(_prepare(store, run_id, row, "resume", base_url), escalate)
     if approve is not None:
         import dataclasses
 

@@ -63,6 +63,7 @@ from plandag.scheduler.events import Observer
 from plandag.scheduler.result import EscalationMode, RunResult, RunStatus
 from plandag.scheduler.runner import RunLimits, run_plan
 from plandag.scheduler.session import open_session
+from plandag.store.base_urls import stored_model_options
 from plandag.store.recorder import StoreRecorder
 from plandag.store.sealing import unseal
 from plandag.store.store import StepRow, Store
@@ -116,7 +117,8 @@ class RunOptions:
         redact: mask personal data in the trace (``--redact``).
         http_allow: the configured HTTP allow-list (``--http-allow`` host globs), or None.
         planner: ``{"planner", "model", "base_url"}`` for runs that have a planner (revisions
-            after a rejection), else None.
+            after a rejection), else None. A ``base_url`` with a user and password is
+            stored without them (:mod:`plandag.store.base_urls`).
         escalate: what a run that cannot go on by itself comes to: ``person`` (escalated,
             handed to a person) or ``never`` (gave_up); see
             :data:`~plandag.scheduler.result.EscalationMode`.
@@ -144,13 +146,15 @@ class RunOptions:
     executor: Mapping[str, Any] | None = None
 
     def as_json(self) -> dict[str, Any]:
-        """The options as stored (``run.options``)."""
+        """The options as stored (``run.options``): a ``base_url`` of ``planner`` or
+        ``executor`` without its user and password
+        (:func:`plandag.store.base_urls.stored_model_options`)."""
         document = dataclasses.asdict(self)
         document["limits"] = dict(self.limits)
         document["tools_sha256"] = dict(self.tools_sha256)
         document["planner"] = dict(self.planner) if self.planner is not None else None
         document["executor"] = dict(self.executor) if self.executor is not None else None
-        return document
+        return stored_model_options(document)
 
     @classmethod
     def from_json(cls, document: Mapping[str, Any]) -> RunOptions:

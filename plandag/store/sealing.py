@@ -14,8 +14,9 @@ and blob is masked at the connection (:class:`SecretMaskingConnection`):
   ``Authorization`` or ``x-api-key``, unless it holds a plan reference such as
   ``"Bearer <param.token>"``, whose literal text only the text rules mask; such a
   ``name: value`` pair inside text, as in a response body; a ``Bearer`` token, an
-  ``sk-...`` key, a JSON Web Token; :func:`plandag.trace.redact.scrub_secrets`) cannot be put back
-  from anywhere and is stored as ``[secret]``; a resumed step sends ``[secret]``. Give such
+  ``sk-...`` key, a JSON Web Token, the password of a URL, ``http://user:[secret]@host/``;
+  :func:`plandag.trace.redact.scrub_secrets`) cannot be put back from anywhere and is
+  stored as ``[secret]``; a resumed step sends ``[secret]``. Give such
   credentials through a secret environment variable (``--param token=$MY_TOKEN``) to keep
   runs resumable;
 * a mapping of the plan or a result that happens to have the shape of a sealed value (one
@@ -43,6 +44,7 @@ from plandag.trace.redact import (
     CASE_LOOKALIKES,
     SECRET_MASK,
     environment_secrets,
+    holds_url_password,
     is_secret_environment_name,
     is_secret_key,
     scrub_secret_text,
@@ -152,7 +154,8 @@ def seal(value: Any, environment: Mapping[str, str] | None = None) -> Any:
 # secret-named key or a ``name: value`` pair names an api key, authorization, a token, a
 # secret, a password or passwd, or a cookie; a credential by its form holds ``sk-``, ``eyJ``,
 # ``Bearer`` or ``Basic``; a marker mapping holds ``$env`` or ``$literal``. Found in any
-# case, as the rules find them.
+# case, as the rules find them. (A URL's password, the one rule without a word, is looked
+# for by its own pattern: plandag.trace.redact.holds_url_password.)
 _SEALING_WORDS = (
     "sk-",
     "eyj",
@@ -192,7 +195,7 @@ _COOKIE_PAIR = re.compile(r"(?i)cookie(?:\\?['\"]|[ \t]|\\t)*[:=,]")
 
 def _may_need_sealing(text: str, secrets: Iterable[str]) -> bool:
     """Whether :func:`seal` may change the value whose JSON text is ``text``: it holds one of
-    ``_SEALING_WORDS`` or a cookie pair (in any case, as
+    ``_SEALING_WORDS``, a URL with a password, or a cookie pair (in any case, as
     :func:`~plandag.trace.redact.may_hold_word` finds them: one lowering of the text for
     every word, each word looked for only where its guard is), or the JSON form of one of
     the ``secrets``."""
@@ -203,6 +206,8 @@ def _may_need_sealing(text: str, secrets: Iterable[str]) -> bool:
         if guard in lowered and any(word in lowered for word in words):
             return True
     if "cookie" in lowered and _COOKIE_PAIR.search(text):
+        return True
+    if holds_url_password(text):  # matches in JSON text exactly as in its strings
         return True
     return any(json.dumps(secret, ensure_ascii=False)[1:-1] in text for secret in secrets)
 
@@ -269,9 +274,10 @@ def sealed_store_text(value: Any, *, text: str | None = None) -> str:
 
     Why that holds: sealing changed nothing, so the text holds no secret value's JSON form
     and, lowered, none of ``_SEALING_WORDS``, among them ``sk-``, ``eyj``, ``bearer`` and
-    ``basic``, nor a letter only a case-insensitive pattern folds to ASCII; then
-    :func:`~plandag.trace.redact.scrub_secret_values` finds no key, no JSON Web Token and
-    no ``Bearer``/``Basic`` credential in it, and a secret value only where it is written
+    ``basic``, nor a letter only a case-insensitive pattern folds to ASCII, nor a URL with a
+    password; then :func:`~plandag.trace.redact.scrub_secret_values` finds no key, no JSON
+    Web Token, no ``Bearer``/``Basic`` credential and no URL password in it, and a secret
+    value only where it is written
     as it is, which is looked for here (a value holding a quote, a backslash or a control
     character is written otherwise in JSON).
 
@@ -355,11 +361,12 @@ class SecretMaskingConnection(sqlite3.Connection):
     detail, an error message, a goal typed with a key in it, text other parts of plandag
     add later) reaches the database with secret values masked
     (:func:`plandag.trace.redact.scrub_secret_values`: the environment's secret values,
-    ``sk-...`` keys, JSON Web Tokens, ``Bearer``/``Basic`` credentials), and with lone
-    surrogates escaped (:mod:`plandag.surrogates`), so no text makes a write fail: a JSON
-    object or array text as JSON (:func:`~plandag.surrogates.escape_json_text`, its strings
-    escaped), any other text as text. Statements are run through :meth:`execute` and
-    :meth:`executemany`; the environment is read once per statement.
+    ``sk-...`` keys, JSON Web Tokens, ``Bearer``/``Basic`` credentials, passwords in
+    URLs), and with lone surrogates escaped (:mod:`plandag.surrogates`), so no text makes
+    a write fail: a JSON object or array text as JSON (:func:`~plandag.surrogates.
+    escape_json_text`, its strings escaped), any other text as text. Statements are run
+    through :meth:`execute` and :meth:`executemany`; the environment is read once per
+    statement.
     """
 
     def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:

@@ -6,8 +6,9 @@ Two layers, applied to every ``attrs`` value of a trace line before it is writte
 * :func:`scrub_secrets` — always on. API keys and authorization headers never reach a trace
   or a log: values under secret-named keys (``api_key``, ``x-api-key``, ``authorization``,
   ``token``, ``password``, ``cookie``...), ``Bearer``/``Basic`` credentials, Anthropic
-  (``sk-ant-...``) and OpenAI (``sk-...``) keys, JSON Web Tokens, and the current values of the
-  environment's ``*_API_KEY``/``*_TOKEN``/``*_SECRET``/``*_PASSWORD`` variables.
+  (``sk-ant-...``) and OpenAI (``sk-...``) keys, JSON Web Tokens, passwords in URLs
+  (``http://user:[secret]@host/``), and the current values of the environment's
+  ``*_API_KEY``/``*_TOKEN``/``*_SECRET``/``*_PASSWORD`` variables.
 * :func:`redact_personal` — with ``--redact``, for users bound by the LGPD (Lei
   13.709/2018, art. 5 I: personal data is information about an identified or identifiable
   natural person). It masks CPFs, e-mail addresses, Brazilian phone numbers and the names of
@@ -39,6 +40,7 @@ __all__ = [
     "Redactor",
     "SecretFilter",
     "environment_secrets",
+    "holds_url_password",
     "install_secret_filter",
     "is_secret_environment_name",
     "is_secret_key",
@@ -106,10 +108,36 @@ _KEY_VALUE = re.compile(
     r"(['\"]?[ \t]*[:=][ \t]*['\"]?|['\"][ \t]*,[ \t]*['\"])"
     r"(?!\[secret\]|(?:bearer|basic)[ \t])([^\s'\",;&)}\]]+)"
 )
+# RFC 3986, 3.2.1: the userinfo of a URL, ``scheme://user:password@host``; the password is
+# masked, the user name kept. As ``urllib.parse`` reads it, the user name runs to the first
+# ``:`` and the password to the last ``@`` before the host. Neither holds what RFC 3986 never
+# allows raw in a URL (blanks and other control characters, ``"\\<>{}|^```) nor ``[]``
+# and the delimiters ``/?#``, so a match stops there: it never runs across the quotes of
+# JSON or a table's border, and every character JSON escapes is among those, so a URL
+# matches in a string value exactly when it matches in that value's JSON text. Linear time:
+# each try starts at a ``://`` and the host after each ``@`` is read once (possessive).
+_NEVER_IN_URL = r"\x00-\x20\x7f\"\\<>{}|^`"
+_URL_PASSWORD = re.compile(
+    r"(://[^" + _NEVER_IN_URL + r"/?#\[\]:]*:)"  # the scheme's end and the user name
+    r"([^" + _NEVER_IN_URL + r"/?#\[\]]+)"  # the password, to ...
+    r"(?=@[^" + _NEVER_IN_URL + r"/?#@]*+(?!@))"  # ... the last @ before the host
+)
 _COOKIE = re.compile(
     r"(?i)(?<![A-Za-z0-9])(set-cookie|cookie)(['\"]?[ \t]*[:=][ \t]*['\"]?)"
     r"(?!\[secret\])([^\r\n'\"]+)"
 )
+
+
+def holds_url_password(text: str) -> bool:
+    """Whether ``text`` holds a URL with a password (``scheme://user:password@``) that the
+    secret rules mask (a password already ``[secret]`` is not counted)."""
+    return "://" in text and _URL_PASSWORD.search(text) is not None
+
+
+def _mask_url_passwords(text: str) -> str:
+    if "://" not in text:
+        return text
+    return _URL_PASSWORD.sub(lambda match: f"{match.group(1)}{SECRET_MASK}", text)
 
 
 def is_secret_key(name: str) -> bool:
@@ -205,7 +233,8 @@ def scrub_secret_values(text: str, environment: Iterable[str] | None = None) -> 
     """``text`` with credential values masked as ``[secret]``, its structure left alone.
 
     Masks what is a credential by its value alone: the environment's secret values, Anthropic
-    and OpenAI keys, JSON Web Tokens, and ``Bearer``/``Basic`` credentials. Unlike
+    and OpenAI keys, JSON Web Tokens, ``Bearer``/``Basic`` credentials, and the password of
+    a URL (``http://user:[secret]@host/``). Unlike
     :func:`scrub_secrets` it does not look for ``name: value`` pairs, so JSON, CSV or a
     table stays well formed; use it on text already rendered (command output, text stored
     as is).
@@ -226,6 +255,7 @@ def scrub_secret_values(text: str, environment: Iterable[str] | None = None) -> 
         text = _OPENAI_KEY.sub(SECRET_MASK, text)
     if "eyJ" in text:
         text = _JSON_WEB_TOKEN.sub(SECRET_MASK, text)
+    text = _mask_url_passwords(text)
     if not may_hold_word(text, _AUTH_WORDS):
         return text
     return _AUTH_SCHEME.sub(_mask_auth_scheme, text)
@@ -285,6 +315,7 @@ def _scrub_secret_text(text: str, environment: tuple[str, ...]) -> str:
         text = _OPENAI_KEY.sub(SECRET_MASK, text)
     if "eyJ" in text:
         text = _JSON_WEB_TOKEN.sub(SECRET_MASK, text)
+    text = _mask_url_passwords(text)
     text = _AUTH_SCHEME.sub(_mask_auth_scheme, text)
     text = _KEY_VALUE.sub(lambda match: f"{match.group(1)}{match.group(2)}{SECRET_MASK}", text)
     return _COOKIE.sub(lambda match: f"{match.group(1)}{match.group(2)}{SECRET_MASK}", text)
@@ -617,8 +648,10 @@ def scrub_secrets(value: Any) -> Any:
         * inside strings, ``Bearer <token>`` / ``Basic <token68>`` (RFC 6750 / RFC 7617)
           become ``Bearer [secret]`` / ``Basic [secret]``; ``name: value`` and ``name=value``
           for those names (header dumps, query strings, reprs) keep the name and mask the
-          value; Anthropic keys ``sk-ant-...``, OpenAI keys ``sk-...`` (20+ characters after
-          ``sk-``), JSON Web Tokens, and the current values (8+ characters) of environment
+          value; the password of a URL (``scheme://user:password@host``) becomes
+          ``[secret]``, the user name kept; Anthropic keys ``sk-ant-...``, OpenAI keys
+          ``sk-...`` (20+ characters after ``sk-``), JSON Web Tokens, and the current
+          values (8+ characters) of environment
           variables named ``*_API_KEY``, ``*_TOKEN``, ``*_SECRET`` or ``*_PASSWORD`` become
           ``[secret]`` wherever they appear.
 

@@ -3,18 +3,27 @@ trace; and a run that used one is still resumed, the secret put back from the en
 
 from __future__ import annotations
 
+import base64
 import gc
 import http.server
+import io
+import itertools
 import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from plandag.cli import app
+from plandag.cli.display import run_table
+from plandag.scheduler.result import RunResult, StepErrorInfo, StepRecord
 from plandag.store import open_store
 from plandag.store.sealing import seal, unseal
 from plandag.testing import MessagesServer
@@ -22,7 +31,8 @@ from plandag.testing import MessagesServer
 SECRET = "s3cr3t-VALUE-0123456789abcdef"  # the value of SERVICE_API_TOKEN
 LITERAL = "literal-KEY-9876543210zyx"  # an API-key header written into the plan itself
 MODEL_KEY = "sk-ant-api03-fakeFAKEfake0123456789"  # ANTHROPIC_API_KEY
-NEEDLES = (SECRET, LITERAL, MODEL_KEY)
+URL_PASSWORD = "pw-URL-5551234zz"  # the password of a URL: http://alice:URL_PASSWORD@host/
+NEEDLES = (SECRET, LITERAL, MODEL_KEY, URL_PASSWORD)
 
 
 class Echo(http.server.BaseHTTPRequestHandler):
@@ -381,3 +391,231 @@ def test_seal_keeps_what_a_plan_needs_under_secret_named_keys() -> None:
         "params": {"token": {"type": "string"}},
         "args": {"Authorization": "Bearer <param.token>", "password": "[secret]"},
     }
+
+
+# -- a token cut by the table's wrap ------------------------------------------------------
+
+BEARER_TOKEN = "abcdefghijklmnopqrstuvwxyz0123456789"  # a literal token: only its form tells
+REFUSED = f"the server said no to Authorization Bearer {BEARER_TOKEN}"
+
+FAILING_TOOLS = f'''
+from plandag import tool
+
+
+@tool
+def fail_auth(value: str) -> str:
+    """Fail, quoting the credential the server refused."""
+    raise RuntimeError({REFUSED!r})
+'''
+
+
+PLANDAG = [sys.executable, "-m", "plandag"]
+
+
+def cells(text: str) -> list[str]:
+    """The last column of each line of a rendered table."""
+    return [line.split("│")[-2].strip() for line in text.splitlines() if line.count("│") > 2]
+
+
+def width_splitting_the_token() -> int:
+    """A terminal width at which the plain ``exec`` table (as rich lays it out, nothing
+    masked) ends a line of the failure's cell with "Bearer" and starts the next with the
+    token."""
+    record = StepRecord(
+        1,
+        "fail_auth",
+        status="failed",
+        attempts=1,
+        duration_s=0.001,
+        reason="tool_error",
+        error=StepErrorInfo("RuntimeError", REFUSED),
+    )
+    result = RunResult("0123456789abcdef", "failed", {1: record})
+    for width in range(60, 160):
+        out = io.StringIO()
+        console = Console(width=width, file=out, soft_wrap=True, highlight=False)
+        console.print(run_table(result, console_width=width))
+        column = cells(out.getvalue())
+        for line, following in itertools.pairwise(column):
+            if line.endswith("Bearer") and following.startswith(BEARER_TOKEN[:12]):
+                return width
+    raise AssertionError("no width splits the line between Bearer and the token")
+
+
+def test_a_token_the_table_wraps_away_from_bearer_is_masked(tmp_path: Path) -> None:
+    width = width_splitting_the_token()
+    (tmp_path / "tools.py").write_text(FAILING_TOOLS, encoding="utf-8")
+    plan = {"steps": [{"id": 1, "tool": "fail_auth", "args": {"value": "x"}}]}
+    (tmp_path / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
+    environment = {**os.environ, "COLUMNS": str(width), "PLANDAG_STORE": "runs.sqlite3"}
+    done = subprocess.run(
+        [*PLANDAG, "exec", "plan.json", "--tools", "tools.py", "--retries", "0"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=environment,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "Bearer [secret]" in " ".join(cells(done.stdout))
+    for text in (done.stdout, done.stderr):
+        assert BEARER_TOKEN[:12] not in text
+        assert BEARER_TOKEN[-12:] not in text
+
+
+# -- a password in a URL --------------------------------------------------------------------
+
+
+def with_password(url: str, password: str = URL_PASSWORD) -> str:
+    return url.replace("http://", f"http://alice:{password}@", 1)
+
+
+def basic(password: str = URL_PASSWORD) -> str:
+    return "Basic " + base64.b64encode(f"alice:{password}".encode()).decode()
+
+
+def test_a_url_password_is_masked_in_outputs_store_and_traces(
+    tmp_path: Path, environment: Path, echo: tuple[str, list[dict[str, str | None]]]
+) -> None:
+    url, seen = echo
+    closed = "http://127.0.0.1:9/nothing"  # nothing listens: the error quotes the URL
+    plan = tmp_path / "plan.json"
+    steps = [
+        {"id": 1, "tool": "http_get", "args": {"url": with_password(url)}},
+        {"id": 2, "tool": "http_get", "args": {"url": with_password(closed)}},
+        {
+            "id": 3,
+            "tool": "json_select",
+            "args": {"data": {"see": f"sent to {with_password(url)} and back"}, "expr": "see"},
+        },
+    ]
+    plan.write_text(json.dumps({"steps": steps, "output": "<step_3_result>"}), encoding="utf-8")
+    outputs: list[str] = []
+    code, stdout, stderr = plandag("exec", str(plan), "--retries", "0", "--json")
+    outputs += [stdout, stderr]
+    assert code == 1, stderr
+    assert seen[0]["authorization"] == basic()  # the server got the user and password
+    document = json.loads(stdout)
+    run_id = document["run_id"]
+    assert "alice:[secret]@" in document["output"]
+    assert "alice:[secret]@" in json.dumps(document["steps"][1]["error"])
+    code, stdout, stderr = plandag("exec", str(plan), "--retries", "0")
+    outputs += [stdout, stderr]
+    assert code == 1, stderr
+    assert "alice:[secret]@" in stdout
+    for command in (("runs",), ("runs", "--json"), ("trace", run_id)):
+        code, stdout, stderr = plandag(*command)
+        outputs += [stdout, stderr]
+    assert_nowhere(environment, *outputs)
+
+
+def interrupted_model_run(
+    tmp_path: Path, server: MessagesServer, base_url: str
+) -> tuple[str, list[str]]:
+    """``exec`` of a plan whose first ``llm`` step calls the server, whose second step
+    interrupts the run, and whose third ``llm`` step is left for the resume."""
+    tools = tmp_path / "interrupting.py"
+    tools.write_text(INTERRUPTING_TOOLS, encoding="utf-8")
+    steps = [
+        {"id": 1, "tool": "llm", "args": {"prompt": "Say one.", "max_tokens": 20}},
+        {"id": 2, "tool": "interrupt_once", "args": {"value": "<step_1_result>", "flag": "f"}},
+        {"id": 3, "tool": "llm", "args": {"prompt": "Say <step_2_result>.", "max_tokens": 20}},
+    ]
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"steps": steps, "output": "<step_3_result>"}), encoding="utf-8")
+    server.push_text("one")
+    code, stdout, stderr = plandag(
+        "exec",
+        str(plan),
+        "--tools",
+        str(tools),
+        "--provider",
+        "anthropic",
+        "--base-url",
+        base_url,
+        "--json",
+    )
+    assert code == 130, stderr
+    return json.loads(stdout)["run_id"], [stdout, stderr]
+
+
+def test_a_base_url_is_stored_without_its_password_and_resume_asks_for_it(
+    tmp_path: Path, environment: Path
+) -> None:
+    with MessagesServer() as server:
+        run_id, outputs = interrupted_model_run(tmp_path, server, with_password(server.url))
+        assert server.message_requests[0].headers["authorization"] == basic()
+        store = open_store(environment)
+        try:
+            executor = store.run(run_id).options["executor"]
+        finally:
+            store.close()
+        assert executor["base_url"] == server.url
+        assert executor["base_url_credentials"] == {"user": "alice", "secret_from": None}
+        assert_nowhere(environment, *outputs)
+
+        code, stdout, stderr = plandag("resume", run_id, "--json")
+        assert code == 2
+        assert stdout == ""
+        assert (
+            f"run {run_id}: its model server's URL {server.url} was given with a user and "
+            "password, which the run store does not keep; give them again: --base-url "
+            f"http://<user>:<password>@{server.url.removeprefix('http://')}"
+        ) in " ".join(stderr.split())
+        assert len(server.message_requests) == 1  # nothing was sent
+
+        code, stdout, stderr = plandag(
+            "resume", run_id, "--base-url", "http://alice:x@127.0.0.1:9", "--json"
+        )
+        assert code == 2
+        assert f"is not the run's model server {server.url}" in " ".join(stderr.split())
+
+        server.push_text("two")
+        code, resumed, stderr = plandag(
+            "resume", run_id, "--base-url", with_password(server.url), "--json"
+        )
+        assert code == 0, stderr
+        assert json.loads(resumed)["output"] == "two"
+        assert server.message_requests[-1].headers["authorization"] == basic()
+        outputs += [resumed, stderr]
+    assert_nowhere(environment, *outputs)
+
+
+def test_a_base_url_password_from_the_environment_comes_back_on_resume(
+    tmp_path: Path, environment: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    password = "proxy-PASS-0123456789"
+    monkeypatch.setenv("MODEL_PROXY_PASSWORD", password)
+    with MessagesServer() as server:
+        run_id, outputs = interrupted_model_run(
+            tmp_path, server, with_password(server.url, password)
+        )
+        store = open_store(environment)
+        try:
+            executor = store.run(run_id).options["executor"]
+        finally:
+            store.close()
+        assert executor["base_url_credentials"] == {
+            "user": "alice",
+            "secret_from": "MODEL_PROXY_PASSWORD",
+        }
+        monkeypatch.delenv("MODEL_PROXY_PASSWORD")
+        code, _, stderr = plandag("resume", run_id)
+        assert code == 2
+        assert (
+            "took its password from the environment variable MODEL_PROXY_PASSWORD, which the "
+            "run store does not keep; set MODEL_PROXY_PASSWORD to the same value"
+        ) in " ".join(stderr.split())
+        monkeypatch.setenv("MODEL_PROXY_PASSWORD", password)
+        server.push_text("two")
+        code, resumed, stderr = plandag("resume", run_id, "--json")
+        assert code == 0, stderr
+        assert server.message_requests[-1].headers["authorization"] == basic(password)
+        outputs += [resumed, stderr]
+    gc.collect()
+    for path in environment.parent.rglob("*"):
+        if path.is_file():
+            assert password.encode() not in path.read_bytes(), path
+    for text in outputs:
+        assert password not in text

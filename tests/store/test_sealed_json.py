@@ -57,6 +57,7 @@ def test_secrets_are_sealed_as_seal_does() -> None:
         {"$env": "HOME"},
         {"xProd": "BASIC  abcdefgh1234"},
         {"text": "p\u0131ssword: x"},  # dotless i: re.IGNORECASE's business, not lower()'s
+        {"url": "http://alice:pw-1234@127.0.0.1:8000/v1"},
     ]
     for value in cases:
         assert sealed_json(value, ENVIRONMENT) == _reference(value, ENVIRONMENT), value
@@ -64,6 +65,9 @@ def test_secrets_are_sealed_as_seal_does() -> None:
     assert "abc123" not in sealed_json(cases[2], ENVIRONMENT)
     assert "abc123" not in sealed_json(cases[3], ENVIRONMENT)
     assert '{"$env":"SERVICE_TOKEN"}' in sealed_json(cases[7], ENVIRONMENT)
+    assert sealed_json(cases[-1], ENVIRONMENT) == (
+        '{"url":"http://alice:[secret]@127.0.0.1:8000/v1"}'
+    )
 
 
 def test_not_json_data_raises() -> None:
@@ -94,6 +98,10 @@ _WORDS = [
     "$env",
     "$literal",
     "x-api_key",
+    "://",
+    "http://u:",
+    "@",
+    "/",
 ]
 _PIECES = st.sampled_from([*"abkosStTeE :=,'\"\t\n-_$\u0131", *_WORDS, "abcdefgh1234"])
 _TEXT = st.lists(_PIECES, max_size=8).map("".join)

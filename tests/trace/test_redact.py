@@ -18,10 +18,12 @@ from plandag.extract.nfe.record import Dest, Emit, Ide, NfeRecord, Total
 from plandag.trace.redact import (
     Redactor,
     SecretFilter,
+    holds_url_password,
     install_secret_filter,
     is_secret_key,
     is_valid_cpf,
     redact_personal,
+    scrub_secret_values,
     scrub_secrets,
 )
 
@@ -136,6 +138,58 @@ def test_secrets_inside_strings(text: str, expected: str) -> None:
 )
 def test_prose_is_not_taken_for_a_secret(text: str) -> None:
     assert scrub_secrets(text) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("http://alice:hunter2@127.0.0.1:9/x", "http://alice:[secret]@127.0.0.1:9/x"),
+        ("GET http://u:p%40ss@host/v1: refused", "GET http://u:[secret]@host/v1: refused"),
+        # the password runs to the last @ before the host, as urllib.parse reads it
+        ("see http://u:p@ss@h/ there", "see http://u:[secret]@h/ there"),
+        ("http://me@x.com:pw@host/a", "http://me@x.com:[secret]@host/a"),
+        ("http://u:pw@[::1]:8080/", "http://u:[secret]@[::1]:8080/"),
+        (
+            "https://x-access-token:ghp_12@github.com/o/r",
+            "https://x-access-token:[secret]@github.com/o/r",
+        ),
+        ("('http://a:b@h', 'x')", "('http://a:[secret]@h', 'x')"),
+        ("│ http://alice:hunter2@127.0.0.1 │", "│ http://alice:[secret]@127.0.0.1 │"),
+        ("http://u:[secret]@h", "http://u:[secret]@h"),
+    ],
+)
+def test_a_password_in_a_url_is_masked(text: str, expected: str) -> None:
+    assert scrub_secrets(text) == expected
+    assert scrub_secret_values(text, ()) == expected
+    assert holds_url_password(text) == (expected != text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "http://host:8080/path?mail=a@b.example",
+        "ssh://git@github.com/o/r.git",
+        "https://token@github.com/o/r",  # a user name alone is kept
+        '{"a":"http://x:","b":"y@z"}',  # never across the quotes of JSON
+        "http://[::1]:80@h",
+        "mailto:ana@example.com",
+    ],
+)
+def test_urls_without_a_password_are_kept(text: str) -> None:
+    assert scrub_secret_values(text, ()) == text
+    assert not holds_url_password(text)
+
+
+def test_url_passwords_are_found_in_linear_time() -> None:
+    # each try starts at a "://" and reads the host after each "@" once: these take
+    # microseconds per character, never a quadratic time
+    for text in (
+        "://a:" + "@" * 200_000,
+        "://a:" + "@b" * 100_000,
+        "://a:b" * 100_000,
+        "://" + "a" * 200_000 + ":" + "b" * 100_000,
+    ):
+        assert scrub_secret_values(text, ()) is not None
 
 
 def test_environment_secret_values_are_masked_wherever_they_appear(

@@ -5,6 +5,8 @@ do."""
 
 from __future__ import annotations
 
+import base64
+import gc
 import json
 import shutil
 from pathlib import Path
@@ -58,7 +60,9 @@ def plandag(*args: str) -> Any:
     return CliRunner().invoke(app, list(args))
 
 
-def escalated_run(server: MessagesServer, tmp_path: Path, corpus: Path) -> str:
+def escalated_run(
+    server: MessagesServer, tmp_path: Path, corpus: Path, base_url: str | None = None
+) -> str:
     result = plandag(
         "research",
         QUESTION,
@@ -69,7 +73,7 @@ def escalated_run(server: MessagesServer, tmp_path: Path, corpus: Path) -> str:
         "--output",
         "out/report.md",
         "--base-url",
-        server.url,
+        base_url or server.url,
         "--store",
         str(tmp_path / "runs.sqlite3"),
     )
@@ -191,3 +195,43 @@ def test_an_interrupted_research_run_resumes_its_remaining_steps(tmp_path: Path)
     record = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
     assert record["status"] == "succeeded"
     assert record["answer"] is not None
+
+
+def test_a_password_in_the_base_url_is_never_stored_and_is_given_again_to_resume(
+    tmp_path: Path,
+) -> None:
+    password = "research-PW-424242"
+    basic = "Basic " + base64.b64encode(f"alice:{password}".encode()).decode()
+    responder = TwoPhases()
+    store = str(tmp_path / "runs.sqlite3")
+    outputs: list[str] = []
+    with MessagesServer(default=responder) as server:
+        url = server.url.replace("http://", f"http://alice:{password}@")
+        run_id = escalated_run(server, tmp_path, CORPUS, base_url=url)
+        assert {request.headers["authorization"] for request in server.message_requests} == {basic}
+        responder.resumed = True
+        sent = len(server.message_requests)
+        refused = plandag("resume", run_id, "--instruction", "Try again", "--store", store)
+        assert refused.exit_code == 2, refused.output
+        assert "give them again: --base-url http://<user>:<password>@127.0.0.1:" in " ".join(
+            refused.output.split()
+        )
+        assert len(server.message_requests) == sent
+        resumed = plandag(
+            "resume", run_id, "--instruction", "Try again", "--base-url", url, "--store", store
+        )
+        assert resumed.exit_code == 0, resumed.output
+        later = server.message_requests[sent:]
+        assert later
+        assert {request.headers["authorization"] for request in later} == {basic}
+        rebuilt = plandag(
+            "research", "--from-run", run_id, "--output", "out/again.md", "--store", store
+        )
+        assert rebuilt.exit_code == 0, rebuilt.output
+        outputs += [refused.output, resumed.output, rebuilt.output]
+    gc.collect()
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert password.encode() not in path.read_bytes(), path
+    for text in outputs:
+        assert password not in text
