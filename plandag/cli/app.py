@@ -394,15 +394,6 @@ def _is_text(value: str) -> bool:
     return True
 
 
-def require_text(value: str, what: str) -> None:
-    """Exit 2 when ``value`` (``what``: ``the task``, ``--param``...) is not valid UTF-8
-    text: bytes that were not UTF-8 on the command line, which Python keeps as lone
-    surrogates (shown ``\\xNN``); no model, store or terminal takes them."""
-    if not _is_text(value):
-        shown = value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        _fail(f"{what} '{shown}' is not valid UTF-8 text; give it as UTF-8")
-
-
 def _settings(flags: dict[str, Any], job: str = "exec") -> Settings:
     """The settings of a command: defaults, project files, then ``flags`` (each flag's
     text is valid UTF-8: :func:`plandag.cli.commands.refuse_words_not_utf8` saw it)."""

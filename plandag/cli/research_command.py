@@ -63,7 +63,6 @@ from plandag.cli.app import (
     boundary_words,
     plan_factor,
     print_brakes,
-    require_text,
     slow_start_value,
     stderr,
     stdout,
@@ -347,7 +346,6 @@ def register(app: typer.Typer) -> None:
             return
         if not question or not question.strip():
             _fail("give the research QUESTION (or --from-run RUN_ID to rebuild a report)")
-        require_text(question, "the question")
         if corpus is None:
             _fail("--corpus DIR is required: the folder of documents to research")
         if provider not in ("anthropic", "openai"):

@@ -89,7 +89,6 @@ from plandag.cli.app import (
     boundary_words,
     plan_factor,
     print_brakes,
-    require_text,
     slow_start_value,
     stderr,
     stdout,
@@ -365,9 +364,6 @@ def register(app: typer.Typer) -> None:
         # The planner is shown the built-ins and --tools (files or installed applications),
         # and the run compiles exactly those (ARCHITECTURE.md, "Layout").
         registry = _registry(tools, resolve_installed=False)
-        require_text(task, "the task")
-        for pair in param or []:
-            require_text(pair, "--param")
         params = _parse_params(param)
         _text_folder(Path.cwd(), "the working folder")
         boundary = _boundary(settings["write_boundary"], Path.cwd())

@@ -302,20 +302,3 @@ def test_resume_after_an_escaped_value(tmp_path: Path, environment: Path) -> Non
     assert document["status"] == "succeeded"
     assert document["output"] == "got abc \\ud800"
     assert_readable(environment, first["run_id"])
-
-
-def test_run_refuses_a_task_or_param_that_is_not_text(environment: Path) -> None:
-    """Text given on the command line is the person's, not made at run time: bytes that
-    are not UTF-8 there (kept by Python as lone surrogates) are refused before anything
-    runs, as ``exec`` refuses such a param and every command such a flag."""
-    for arguments, expected in (
-        (("run", "say caf\udce9"), "the task 'say caf\\xe9' is not valid UTF-8 text"),
-        (
-            ("run", "say it", "--param", "x=caf\udce9"),
-            "--param 'x=caf\\xe9' is not valid UTF-8 text",
-        ),
-    ):
-        code, stdout, stderr = plandag(*arguments, "--base-url", "http://127.0.0.1:9")
-        assert code == 2, stderr
-        assert expected in " ".join(stderr.split())
-        assert stdout == ""
