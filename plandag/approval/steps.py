@@ -23,7 +23,6 @@ from plandag.approval.gate import Decision, InvalidDecisionError, compiled_plan_
 from plandag.compiler import CompiledPlan, compile_plan
 from plandag.dag.plan import Plan
 from plandag.errors import PlanError
-from plandag.tools.registry import Registry
 
 __all__ = ["Amendment", "StepDecision", "StepVerdict", "amend", "step_decisions"]
 
@@ -110,14 +109,7 @@ def amend(compiled: CompiledPlan, decision: Decision) -> Amendment:
         InvalidDecisionError: an edited step no longer compiles (every diagnostic is in
             the message).
     """
-    registry = Registry(
-        {step.tool.name: step.tool for step in compiled.steps.values()}.values(),
-        {
-            check.definition.name: check.definition
-            for step in compiled.steps.values()
-            for check in step.checks
-        }.values(),
-    )
+    registry = compiled.registry()
     document = compiled.plan.model_dump(mode="json", exclude_none=True)
     for step in document["steps"]:
         edit = decision.edit_steps.get(step["id"])

@@ -18,6 +18,8 @@ from plandag.tools.boundary import WriteBoundary
 if TYPE_CHECKING:
     import networkx as nx
 
+    from plandag.tools.registry import Registry
+
 __all__ = ["CompiledCheck", "CompiledPlan", "CompiledStep", "allowed_hosts"]
 
 
@@ -159,6 +161,21 @@ class CompiledPlan:
     def roots(self) -> tuple[int, ...]:
         """Steps with no dependencies, which start first."""
         return tuple(step_id for step_id in self.order if not self.steps[step_id].parents)
+
+    def registry(self) -> Registry:
+        """The tools and check kinds the plan's steps use, as a
+        :class:`~plandag.tools.registry.Registry`: what an edit of one of its steps (a
+        person's, in the approval request) is compiled again with."""
+        from plandag.tools.registry import Registry
+
+        return Registry(
+            {step.tool.name: step.tool for step in self.steps.values()}.values(),
+            {
+                check.definition.name: check.definition
+                for step in self.steps.values()
+                for check in step.checks
+            }.values(),
+        )
 
     def without_steps(self, step_ids: Iterable[int]) -> CompiledPlan:
         """This plan with ``step_ids`` and every step downstream of them taken out: the

@@ -69,7 +69,7 @@ from plandag.approval import (
     tainted_egress_steps,
 )
 from plandag.approval.gate import downstream
-from plandag.approval.steps import StepDecision, edited_args, step_decisions
+from plandag.approval.steps import StepDecision, step_decisions
 from plandag.brakes import Unlimited
 from plandag.brakes.budget import Budget
 from plandag.brakes.clock import Clock, SystemClock
@@ -1445,30 +1445,17 @@ class _AgentRun:
             InvalidDecisionError: a chosen step has already started, or an edit does not
                 compile (nothing was changed when a step had started).
         """
-        records = session.records
         steps = session.steps
-        chosen = sorted(set(decision.reject_steps) | set(decision.edit_steps))
-        started = [step_id for step_id in chosen if records[step_id].status != "pending"]
-        if started:
-            raise InvalidDecisionError(
-                f"run {session.run_id}: step {', '.join(map(str, started))} has already "
-                "started while you decided; only steps that have not started can be edited or "
-                "rejected here"
-            )
-        for step_id, edit in sorted(decision.edit_steps.items()):
-            try:
-                session.edit_step(step_id, edited_args(steps[step_id].step.args, edit))
-            except (ValueError, PlanError) as error:
-                raise InvalidDecisionError(
-                    f"run {session.run_id}: the edit of step {step_id} does not apply: {error}"
-                ) from None
-        dropped = downstream(request.dependencies, decision.reject_steps)
-        if decision.reject_steps:
-            session.reject_steps(
+        try:
+            session.amend(
                 decision.reject_steps,
+                decision.edit_steps,
                 f"rejected by {decision.who} in the approval request"
                 + (f": {decision.feedback}" if decision.feedback else ""),
             )
+        except ValueError as error:
+            raise InvalidDecisionError(f"run {session.run_id}: {error}") from None
+        dropped = downstream(request.dependencies, decision.reject_steps)
         kept = {key: steps[key] for key in sorted(steps) if key not in dropped}
         output = session.output
         if output is not None and any(

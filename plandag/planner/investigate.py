@@ -44,8 +44,9 @@ from plandag.errors import PlanError
 from plandag.models import CallRecord
 from plandag.planner.data import quote_data
 from plandag.planner.planner import Planner, PlanOutcome
+from plandag.scheduler.entry import run_plan
 from plandag.scheduler.result import RunResult
-from plandag.scheduler.runner import RunLimits, run_plan
+from plandag.scheduler.runner import RunLimits
 
 __all__ = [
     "DEFAULT_INVESTIGATION_MAX_CHARS",

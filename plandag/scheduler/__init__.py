@@ -9,6 +9,8 @@ from plandag.lazy import lazy_exports as _lazy_exports
 
 if _typing.TYPE_CHECKING:
     from plandag.scheduler import events as events
+    from plandag.scheduler.entry import run_plan as run_plan
+    from plandag.scheduler.entry import run_plan_sync as run_plan_sync
     from plandag.scheduler.estimate import ModelCallEstimate as ModelCallEstimate
     from plandag.scheduler.estimate import PlanEstimate as PlanEstimate
     from plandag.scheduler.estimate import StepEstimate as StepEstimate
@@ -23,8 +25,6 @@ if _typing.TYPE_CHECKING:
     from plandag.scheduler.result import StepStatus as StepStatus
     from plandag.scheduler.result import to_jsonable as to_jsonable
     from plandag.scheduler.runner import RunLimits as RunLimits
-    from plandag.scheduler.runner import run_plan as run_plan
-    from plandag.scheduler.runner import run_plan_sync as run_plan_sync
     from plandag.scheduler.session import RunSession as RunSession
     from plandag.scheduler.session import SessionState as SessionState
     from plandag.scheduler.session import open_session as open_session
@@ -71,8 +71,8 @@ if not _typing.TYPE_CHECKING:
             "StepStatus": ("plandag.scheduler.result", "StepStatus"),
             "to_jsonable": ("plandag.scheduler.result", "to_jsonable"),
             "RunLimits": ("plandag.scheduler.runner", "RunLimits"),
-            "run_plan": ("plandag.scheduler.runner", "run_plan"),
-            "run_plan_sync": ("plandag.scheduler.runner", "run_plan_sync"),
+            "run_plan": ("plandag.scheduler.entry", "run_plan"),
+            "run_plan_sync": ("plandag.scheduler.entry", "run_plan_sync"),
             "RunSession": ("plandag.scheduler.session", "RunSession"),
             "SessionState": ("plandag.scheduler.session", "SessionState"),
             "open_session": ("plandag.scheduler.session", "open_session"),

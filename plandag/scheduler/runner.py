@@ -68,7 +68,6 @@ import math
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -107,7 +106,6 @@ from plandag.errors import (
     InvalidOutputError,
     StepError,
     StepTimeoutError,
-    classify_error,
     describe_failure,
     error_message,
 )
@@ -118,7 +116,7 @@ from plandag.scheduler.breaker import (
     DownDependency,
     step_dependencies,
 )
-from plandag.scheduler.estimate import PlanEstimate, estimate_plan
+from plandag.scheduler.estimate import PlanEstimate
 from plandag.scheduler.heartbeat import monitor
 from plandag.scheduler.overrun import LIVE_RUNS, await_abandonable
 from plandag.scheduler.result import (
@@ -136,10 +134,10 @@ from plandag.tools.boundary import WriteBoundary
 from plandag.trace import otel
 
 if TYPE_CHECKING:
-    from plandag.approval.gate import ApproveArgument
-    from plandag.executors.access import ModelAccess
+    # what model-backed steps use (the engine's ``models``; run_plan passes it through)
+    from plandag.executors.access import ModelAccess as ModelAccess
 
-__all__ = ["RunLimits", "run_plan", "run_plan_sync"]
+__all__ = ["RunLimits", "one_line"]
 
 logger = logging.getLogger("plandag.scheduler")
 
@@ -149,7 +147,9 @@ _YIELD_EVERY_S = 0.005
 _DETAIL_CHARACTERS = 300
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
+    """``text`` on one line (runs of white space as one space), cut to 300 characters: a
+    step's ``detail``."""
     line = " ".join(text.split())
     if len(line) > _DETAIL_CHARACTERS:
         return line[: _DETAIL_CHARACTERS - 1] + "…"
@@ -178,10 +178,10 @@ def _detail_of(error: BaseException) -> str:
             f"{'.'.join(str(part) for part in item['loc']) or '(args)'}: {item['msg']}"
             for item in error.errors()
         ]
-        return _one_line("invalid arguments: " + "; ".join(problems))
+        return one_line("invalid arguments: " + "; ".join(problems))
     if isinstance(error, CheckFailedError):
-        return _one_line(error_message(error))
-    return _one_line(f"{type(error).__name__}: {error_message(error)}")
+        return one_line(error_message(error))
+    return one_line(f"{type(error).__name__}: {error_message(error)}")
 
 
 def _referenced_steps(output: Any) -> tuple[int, ...]:
@@ -199,15 +199,6 @@ def _output_template(output: str) -> tuple[tuple[int, ...], ArgsTemplate]:
     one string (``"<step_9_result>"``), computed once per distinct text: both depend on
     the text alone."""
     return _referenced_steps(output), compile_template(output)
-
-
-def _new_run_id() -> str:
-    """A random run id: 16 hex digits, the first half of a random UUID version 4's hex
-    (RFC 9562, section 5.4: the version nibble ``4`` at position 12), what
-    ``uuid.uuid4().hex[:16]`` gives, without building the UUID."""
-    random = bytearray(os.urandom(8))
-    random[6] = (random[6] & 0x0F) | 0x40
-    return random.hex()
 
 
 def _down_error(down: DownDependency) -> DependencyDownError:
@@ -427,9 +418,6 @@ class RunLimits:
         return cls(**values)
 
 
-_DEFAULT_LIMITS = RunLimits()
-
-
 @dataclasses.dataclass(slots=True)
 class _AttemptOutcome:
     """What one attempt of a step produced: a result (checks all passed), an error (with
@@ -549,6 +537,9 @@ class _Run:
         self.budget = budget if budget is not None else limits.budget()
         self.capped = self.budget.capped
         self.budget_refused = False
+        self.rejected = False
+        """A person rejected the whole plan while steps without effects ran (the run ends
+        ``rejected``; :meth:`plandag.scheduler.session.RunSession.reject`)."""
         self.stop_reason: str | None = None
         self.started = 0.0
         self.finished = False
@@ -1089,13 +1080,19 @@ class _Run:
         self.finished = True
         cause = self.stop_cause()
         interrupted = False
-        all_succeeded = True  # every step succeeded, or was replaced by a replan
+        # every step succeeded, was replaced by a replan, or was rejected by a person (a
+        # step-by-step approval approves the plan without it)
+        all_succeeded = True
         for record in self.records.values():
             if record.status in ("pending", "running"):
                 self.interrupt(record, cause)
             if record.reason == "interrupted":
                 interrupted = True
-            if record.status != "succeeded" and record.superseded_by is None:
+            if (
+                record.status != "succeeded"
+                and record.superseded_by is None
+                and not (record.status == "skipped" and record.reason == "rejected")
+            ):
                 all_succeeded = False
         status: RunStatus
         stop_reason: str | None = None
@@ -1111,6 +1108,8 @@ class _Run:
             status, stop_reason = "timed_out", cause
         elif self.budget_refused:
             status, stop_reason = "budget_exceeded", "budget"
+        elif self.rejected:
+            status, stop_reason = "rejected", "rejected"
         elif all_succeeded:
             status = "succeeded"
         elif self.gave_up:
@@ -1920,304 +1919,3 @@ class _Run:
         if reason == "plan_budget":
             return f"the run passed its plan-relative budget ({self.plan_budget_detail})"
         return "the run was interrupted"
-
-
-async def run_plan(
-    compiled: CompiledPlan,
-    *,
-    approve: ApproveArgument | None = None,
-    write_boundary: WriteBoundary | Unlimited | None = None,
-    run_id: str | None = None,
-    max_concurrency: int | None = None,
-    tool_limits: Mapping[str, int] | None = None,
-    observers: Sequence[events.Observer] = (),
-    limits: RunLimits | None = None,
-    retry: RetryPolicy | None = None,
-    classify: Classifier = classify_error,
-    clock: Clock | None = None,
-    budget: Budget | None = None,
-    completed: Mapping[int, Any] | None = None,
-    escalate: EscalationMode = "person",
-    on_escalation: Callable[[dict[str, Any]], Any] | None = None,
-    plan_estimate: PlanEstimate | None = None,
-    tool_durations: Mapping[str, float] | None = None,
-    models: ModelAccess | None = None,
-    escape_results: bool = True,
-) -> RunResult:
-    """Run a compiled plan: every step whose parents all succeeded starts at once.
-
-    Args:
-        compiled: the plan, from :func:`plandag.compiler.compile_plan`.
-        approve: who approves a plan with effects (ARCHITECTURE.md, "People in the loop"):
-            an approver (a callable taking an
-            :class:`~plandag.approval.ApprovalRequest` and returning a
-            :class:`~plandag.approval.Decision`, sync or async), ``"auto"`` (``write``
-            effects approved; ``irreversible`` ones need an approver, so the run ends
-            ``awaiting_approval``) or ``"never"`` (a plan with effects ends
-            ``awaiting_approval``, nothing run). Required for a plan with effects (else
-            :class:`~plandag.approval.ApprovalRequiredError`, before anything runs);
-            read-only plans need none. A rejection ends the run ``rejected``, nothing run.
-            The approver is asked before the run starts: its time counts against no brake.
-        write_boundary: where steps may write when the plan was compiled without a
-            boundary: default the working directory (as ``plandag exec``);
-            :data:`~plandag.brakes.UNLIMITED` lifts it. A plan compiled with a boundary
-            keeps its own (this must then be None). Checked at run time on resolved
-            arguments.
-        run_id: the run's id (default: a random hex id); tools see it in ``ctx.run_id``.
-        max_concurrency: at most this many steps running at once (None: no limit).
-        tool_limits: per-tool limits by tool name, overriding ``tool.max_concurrency``.
-        observers: callables receiving every :mod:`~plandag.scheduler.events` event in
-            order; one that raises is logged once and ignored. Heartbeats and stalls go
-            to them too (:class:`~plandag.scheduler.heartbeat.JsonlHeartbeatWriter` is one).
-        limits: the run's brakes (:class:`RunLimits`: wall-clock cap, cost and token caps,
-            heartbeat, stall); default ``RunLimits()``: every brake on with the values of
-            :data:`plandag.brakes.JOB_BRAKES` (``$1.00``, 200,000 tokens, 15 min, stop after
-            120 s without a finished step), as on the command line.
-        retry: how failed steps are retried (:class:`~plandag.brakes.retry.RetryPolicy`;
-            the CLI passes ``RetryPolicy(retries=N)``, N default 2); None: one attempt per
-            step, never retried.
-        classify: the rule sorting errors into transient and permanent (default
-            :func:`plandag.errors.classify_error`).
-        clock: where times and retry delays come from (default: the system clock; tests
-            pass a :class:`~plandag.brakes.clock.VirtualClock`).
-        budget: a :class:`~plandag.brakes.budget.Budget` shared with other runs (a
-            batch's documents under one cost cap); its caps replace ``limits``' cost and
-            token caps, and ``RunResult.spent_*`` then report the shared budget's totals.
-            Default: a budget of this run's own, from ``limits``.
-        completed: results of steps that already succeeded, by step id (a resumed run,
-            ``plandag resume``): those steps end ``succeeded`` with these results without
-            running (no events for them) and their children start when ready.
-        escalate: what a run that cannot go on by itself comes to
-            (:data:`~plandag.scheduler.result.EscalationMode`): ``person`` (default) ends
-            ``escalated``, ``never`` ends ``gave_up``.
-        on_escalation: called once the run ended ``escalated``, with its case as a dict
-            (:func:`plandag.escalation.run_context`); a function or a coroutine function,
-            or a :class:`plandag.escalation.EscalationHooks`. Its failure does not change
-            the result.
-        plan_estimate: the plan's estimate the plan-relative limits
-            (``limits.plan_cost_factor``, ``limits.plan_time_factor``) are measured against;
-            default: :func:`~plandag.scheduler.estimate.estimate_plan` of ``compiled`` with
-            ``tool_durations`` (the steps of ``completed`` count nothing).
-        tool_durations: seconds per tool name measured in the run store
-            (:meth:`plandag.store.Store.tool_durations`), replacing declared figures.
-        models: what model-backed steps (``llm``, ``agent``) call:
-            :class:`plandag.executors.ModelAccess` (the client of a provider, the default
-            executor model, prices), given to tools as ``ctx.models``; None (default): a
-            plan with such steps fails them with a message saying to pass it.
-        escape_results: look through each step's result, and what its attempts recorded
-            doing inside, for lone surrogates (text UTF-8 cannot encode: a file read with
-            ``unicode_escape``, a JSON body holding ``"\\ud800"``, a model's reply) and
-            escape them (:mod:`plandag.surrogates`) before a later step, an observer or the
-            record sees them; the step's ``detail`` then says so
-            (:data:`plandag.surrogates.ESCAPED_NOTE`). Error and check messages are always
-            escaped. True by default; a caller that escapes what it keeps itself may turn
-            it off to save the walk over every result (``plandag extract nfe`` escapes each
-            record once).
-
-    Returns:
-        A :class:`RunResult` covering every step, each in exactly one terminal state.
-        ``status``: ``succeeded`` when every step succeeded; ``failed`` when some failed;
-        ``timed_out`` at the wall-clock cap or a stop on a stall; ``budget_exceeded`` when
-        the cost cap kept a step or a retry from starting; ``escalated`` (with
-        ``escalation="plan_budget"``) when spend or time passed the plan-relative limits;
-        ``awaiting_approval`` or ``rejected`` (every step ``skipped`` with that reason) when
-        the plan was not approved; ``interrupted`` (below).
-        ``RunResult.progress()`` says what finished, what was running, what never started.
-
-        If the surrounding cancel scope is cancelled (Ctrl-C, a caller's deadline),
-        running steps end ``cancelled`` and steps not started end ``skipped``, both with
-        reason ``interrupted``; ``run_plan`` then *returns* that complete result with
-        status ``interrupted`` instead of raising, so the caller always gets the full
-        picture. The cancellation is not lost: anyio cancellation is level-triggered, so
-        the caller's next checkpoint inside the cancelled scope raises it again. (A
-        consequence: ``anyio.fail_after`` around ``run_plan`` returns the interrupted result
-        rather than raising ``TimeoutError``; test ``result.status`` instead, or use
-        ``RunLimits(max_seconds=...)``.)
-
-    Raises:
-        ApprovalRequiredError: the plan has steps with effects and ``approve`` is None.
-        StaleDecisionError: the approver's decision names another plan hash.
-        ValueError: ``max_concurrency`` or a ``tool_limits`` value below 1, a bad
-            ``approve``, or a ``write_boundary`` for a plan compiled with its own.
-
-    Step failures never raise: they are recorded on the step (see :class:`StepRecord`).
-    """
-    the_run_id = run_id if run_id is not None else _new_run_id()
-    boundary: WriteBoundary | None = None
-    if compiled.write_boundary is not None:
-        if write_boundary is not None:
-            raise ValueError(
-                "write_boundary: the plan was compiled with a write boundary of its own; "
-                "leave write_boundary out"
-            )
-    elif write_boundary is None:
-        boundary = WriteBoundary.from_specs([Path.cwd()])
-    elif not isinstance(write_boundary, Unlimited):
-        boundary = write_boundary
-    refusal = await _approval_gate(compiled, approve, the_run_id, boundary)
-    if refusal is not None:
-        return _not_run(compiled, the_run_id, *refusal)
-    run = _Run(
-        compiled,
-        the_run_id,
-        max_concurrency,
-        tool_limits,
-        observers,
-        limits if limits is not None else _DEFAULT_LIMITS,
-        retry,
-        classify,
-        clock,
-        budget,
-        completed,
-        boundary,
-        models,
-    )
-    run.escalate_mode = escalate
-    run.escape_results = escape_results
-    the_limits = run.limits
-    if the_limits.plan_cost_factor is not None or the_limits.plan_time_factor is not None:
-        if plan_estimate is None:
-            plan_estimate = estimate_plan(
-                compiled,
-                measured=tool_durations,
-                done=tuple(completed or ()),
-                tokens_cost=models.tokens_cost if models is not None else None,
-                executor_model=models.model if models is not None else None,
-            )
-        run.pending_estimate = (plan_estimate, dict(tool_durations or {}))
-    result = await run.run()
-    if on_escalation is not None and result.status == "escalated":
-        from plandag.escalation import as_hooks, run_context
-
-        hooks = as_hooks(on_escalation)
-        assert hooks is not None
-        await hooks.notify(
-            run_context(
-                result,
-                goal=compiled.plan.goal or None,
-                plans=[compiled.plan],
-                params=compiled.params,
-                command="run_plan",
-            )
-        )
-    return result
-
-
-async def _approval_gate(
-    compiled: CompiledPlan,
-    approve: ApproveArgument | None,
-    run_id: str,
-    boundary: WriteBoundary | None,
-) -> tuple[RunStatus, str] | None:
-    """Decide on a plan before :func:`run_plan` runs it; None when it may run, else the
-    status and the reason it ends with (nothing run).
-
-    Raises:
-        ApprovalRequiredError: effects and no ``approve``.
-    """
-    steps = compiled.steps
-    for step in steps.values():
-        tool = step.tool
-        # tainted_egress is asked of egress tools only (it is False for the others)
-        if tool.effects != "none" or (tool.egress and step.tainted_egress):
-            break
-    else:
-        return None  # nothing with effects, nothing tainted sent out: nothing to approve
-    from plandag.approval.gate import (
-        ApprovalRequest,
-        ApprovalRequiredError,
-        approval_needed,
-        approval_reason,
-        effect_summary,
-        resolve_approve,
-    )
-
-    if approve is None:
-        raise ApprovalRequiredError(
-            f"run_plan: the plan has steps with effects ({effect_summary(steps)}) and no "
-            "approver; pass approve= an approver (a callable taking an ApprovalRequest and "
-            'returning a Decision), "auto" (write effects approved, irreversible ones need '
-            'an approver) or "never" (nothing with effects runs: the run ends '
-            "awaiting_approval). Nothing ran."
-        )
-    mode, approver = resolve_approve(approve)
-    if not approval_needed(steps, mode):
-        return None
-    reason = approval_reason(steps)
-    if approver is None or mode == "never":
-        return "awaiting_approval", f"{reason}; nobody here can approve it (approve={mode!r})"
-    plan = compiled if boundary is None else dataclasses.replace(compiled, write_boundary=boundary)
-    request = ApprovalRequest.for_plan(run_id, 1, plan, reason=reason)
-    decision = await approver(request)
-    decision.check(request)
-    if decision.approved:
-        return None
-    return "rejected", decision.feedback or "rejected without feedback"
-
-
-def _not_run(compiled: CompiledPlan, run_id: str, status: RunStatus, reason: str) -> RunResult:
-    """The result of a plan that was not approved: every step skipped, nothing run."""
-    now = time.time()
-    steps = {
-        step_id: StepRecord(
-            id=step_id,
-            tool=compiled.steps[step_id].tool.name,
-            status="skipped",
-            reason=status,
-            detail=_one_line(f"not started: {reason}"),
-            ended_at=now,
-        )
-        for step_id in compiled.order
-    }
-    return RunResult(
-        run_id=run_id,
-        status=status,
-        steps=steps,
-        started_at=now,
-        ended_at=now,
-        stop_reason=status,
-    )
-
-
-def run_plan_sync(
-    compiled: CompiledPlan,
-    *,
-    approve: ApproveArgument | None = None,
-    write_boundary: WriteBoundary | Unlimited | None = None,
-    run_id: str | None = None,
-    max_concurrency: int | None = None,
-    tool_limits: Mapping[str, int] | None = None,
-    observers: Sequence[events.Observer] = (),
-    limits: RunLimits | None = None,
-    retry: RetryPolicy | None = None,
-    classify: Classifier = classify_error,
-    clock: Clock | None = None,
-    budget: Budget | None = None,
-    models: ModelAccess | None = None,
-) -> RunResult:
-    """:func:`run_plan` from synchronous code, on a new event loop (``anyio.run``, asyncio).
-
-    Arguments, return value and errors as :func:`run_plan`. Must not be called from a
-    thread that already runs an event loop.
-    """
-
-    # A closure, not functools.partial: anyio names the main task after repr(func), and a
-    # partial's repr would format the whole compiled plan (O(steps) before anything runs).
-    async def main() -> RunResult:
-        return await run_plan(
-            compiled,
-            approve=approve,
-            write_boundary=write_boundary,
-            run_id=run_id,
-            max_concurrency=max_concurrency,
-            tool_limits=tool_limits,
-            observers=observers,
-            limits=limits,
-            retry=retry,
-            classify=classify,
-            clock=clock,
-            budget=budget,
-            models=models,
-        )
-
-    return anyio.run(main)

@@ -391,8 +391,12 @@ class _SessionRun(_Run):
     async def run_one_step(self, step_id: int) -> int | None:
         """Run one step (as the engine does) in a cancel scope of its own, so that
         :meth:`discard` can cancel it alone; a step already taken by another task, or
-        discarded before its task began, is not run."""
-        if step_id in self.claimed or step_id not in self.records:
+        discarded, withdrawn or rejected before its task began, is not run."""
+        if (
+            step_id in self.claimed
+            or step_id not in self.records
+            or self.records[step_id].status != "pending"
+        ):
             return None
         self.claimed.add(step_id)
         scope = self.step_scopes[step_id] = anyio.CancelScope()
@@ -1184,6 +1188,91 @@ class RunSession:
                 run.emit(events.StepSkipped(run.run_id, step_id, "rejected", record.detail, now))
         return tuple(dropped)
 
+    def amend(
+        self,
+        reject_steps: Collection[int],
+        edit_steps: Mapping[int, Mapping[str, Any]],
+        detail: str,
+    ) -> tuple[int, ...]:
+        """Apply a person's step-by-step approval to the run (ARCHITECTURE.md, "People in
+        the loop"): each edited step takes its new argument values (an edit's keys replace
+        those arguments, the others are kept; :meth:`edit_step`), then the rejected steps
+        and every step downstream of them end ``skipped`` with reason ``rejected``
+        (:meth:`reject_steps`, with ``detail``).
+
+        Every chosen step is checked before anything changes: when one has started (a
+        step without effects runs while the person decides), nothing is changed.
+
+        Args:
+            reject_steps: ids of steps not to run.
+            edit_steps: new argument values by step id (JSON objects).
+            detail: why the rejected steps do not run, in words (who rejected them, and
+                their feedback).
+
+        Returns:
+            Every id dropped, sorted.
+
+        Raises:
+            ValueError: a chosen step that does not exist or has already started (nothing
+                changed), or an edit that changes the steps it depends on or does not
+                compile (the edits before it are applied).
+            RuntimeError: the session is closed.
+        """
+        self._check_open()
+        run = self._run
+        chosen = sorted(set(reject_steps) | set(edit_steps))
+        unknown = [step_id for step_id in chosen if step_id not in run.records]
+        if unknown:
+            raise ValueError(f"step {', '.join(map(str, unknown))} does not exist")
+        started = [
+            step_id
+            for step_id in chosen
+            if run.records[step_id].status != "pending" or step_id in run.claimed
+        ]
+        if started:
+            raise ValueError(
+                f"step {', '.join(map(str, started))} has already started while the person "
+                "decided (steps without effects run meanwhile); only steps that have not "
+                "started can be edited or rejected"
+            )
+        for step_id, edit in sorted(edit_steps.items()):
+            try:
+                self.edit_step(step_id, {**dict(run.steps[step_id].step.args), **dict(edit)})
+            except ValueError as error:  # a PlanError too: it is a ValueError
+                raise ValueError(f"the edit of step {step_id} does not apply: {error}") from error
+        return self.reject_steps(reject_steps, detail) if reject_steps else ()
+
+    def reject(self, detail: str) -> tuple[int, ...]:
+        """A person rejected the whole plan: every step that has not started ends
+        ``skipped`` with reason ``rejected`` and ``detail`` (steps running go on to their
+        end), and the run's status is ``rejected``.
+
+        Returns:
+            The ids dropped, sorted.
+
+        Raises:
+            RuntimeError: the session is closed.
+        """
+        self._check_open()
+        run = self._run
+        run.rejected = True
+        pending = [
+            step_id
+            for step_id, record in run.records.items()
+            if record.status == "pending" and step_id not in run.claimed
+        ]
+        now = run.now()
+        for step_id in sorted(pending):
+            record = run.records[step_id]
+            run.held.discard(step_id)
+            record.status = "skipped"
+            record.reason = "rejected"
+            record.detail = detail
+            record.ended_at = now
+            if run.observers:
+                run.emit(events.StepSkipped(run.run_id, step_id, "rejected", detail, now))
+        return tuple(sorted(pending))
+
     @property
     def dependencies_down(self) -> tuple[DownDependency, ...]:
         """The tools and HTTP hosts the circuit breaker took out of the run so far."""
@@ -1348,7 +1437,7 @@ async def open_session(
         limits: the brakes (:class:`~plandag.scheduler.runner.RunLimits`), over the whole
             session from its opening.
         retry, observers, max_concurrency, tool_limits, budget, clock, classify, models:
-            as :func:`~plandag.scheduler.runner.run_plan`.
+            as :func:`~plandag.scheduler.run_plan`.
         hold_effects: steps whose tool has effects wait for ``release_effects()``
             (ARCHITECTURE.md, "Streaming": they must not start before the whole plan
             compiled).

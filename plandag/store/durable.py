@@ -58,10 +58,11 @@ from plandag.compiler.limits import DEFAULT_MAX_STEPS
 from plandag.errors import InputError
 from plandag.escalation.hooks import EscalationCallback, EscalationHooks, as_hooks
 from plandag.scheduler import events
+from plandag.scheduler.entry import run_plan
 from plandag.scheduler.estimate import PlanEstimate, estimate_plan
 from plandag.scheduler.events import Observer
 from plandag.scheduler.result import EscalationMode, RunResult, RunStatus
-from plandag.scheduler.runner import RunLimits, run_plan
+from plandag.scheduler.runner import RunLimits
 from plandag.scheduler.session import open_session
 from plandag.store.base_urls import stored_model_options
 from plandag.store.recorder import StoreRecorder

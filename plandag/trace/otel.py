@@ -10,7 +10,7 @@ conventions for generative AI systems": spans of model calls, of tools, of agent
                                        the run, replans and the joiner, in one trace;
                                        ``gen_ai.operation.name`` ``invoke_agent``,
                                        ``gen_ai.agent.name`` ``plandag``.
-``plandag run`` (INTERNAL)             :func:`plandag.scheduler.runner.run_plan`: the run of
+``plandag run`` (INTERNAL)             :func:`plandag.scheduler.run_plan`: the run of
                                        one plan; ``plandag.run_id``, ``plandag.steps``,
                                        ``plandag.status`` at the end.
 ``execute_tool TOOL`` (INTERNAL)       one attempt of one step: ``gen_ai.operation.name``

@@ -28,7 +28,8 @@ from plandag.dag.plan import Plan
 from plandag.errors import PermanentStepError
 from plandag.models import AnthropicClient, LLMRequest
 from plandag.planner.agent import Agent
-from plandag.scheduler.runner import RunLimits, run_plan
+from plandag.scheduler.entry import run_plan
+from plandag.scheduler.runner import RunLimits
 from plandag.testing import MessagesServer
 from plandag.tools import tool
 from plandag.tools.registry import Registry
@@ -460,7 +461,7 @@ class _Collector(http.server.BaseHTTPRequestHandler):
 RUN_ONE_STEP = """
 from plandag.compiler import compile_plan
 from plandag.dag.plan import Plan
-from plandag.scheduler.runner import run_plan_sync
+from plandag.scheduler.entry import run_plan_sync
 from plandag.tools import tool
 from plandag.tools.registry import Registry
 from plandag.trace.otel import exporter_from_env
