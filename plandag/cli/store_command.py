@@ -35,7 +35,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -53,7 +53,7 @@ from plandag.approval import (
 )
 from plandag.cli.options import StoreOption as StoreOption
 from plandag.errors import InputError, PlanError
-from plandag.scheduler.result import ESCALATION_MODES, EscalationMode, to_jsonable
+from plandag.scheduler.result import ESCALATION_MODES, EscalationMode, RunResult, to_jsonable
 from plandag.trace.redact import scrub_secrets
 
 if TYPE_CHECKING:
@@ -241,6 +241,38 @@ def trace_factory(store: Store, redact: bool) -> TraceFactory:
     return factory
 
 
+def result_document(
+    result: RunResult | None, status: str, run_id: str, store_path: Path
+) -> dict[str, Any]:
+    """The JSON document ``--json`` prints for a durable run: the result's JSON
+    (:meth:`~plandag.scheduler.result.RunResult.to_json_dict`) with the run's ``status``,
+    ``run_id`` and ``store`` (the database's path)."""
+    document: dict[str, Any] = result.to_json_dict() if result is not None else {}
+    document["status"] = status
+    document["run_id"] = run_id
+    document["store"] = str(store_path)
+    return document
+
+
+def json_at_deadline(store_path: Path) -> Callable[[RunResult], None]:
+    """What ``--json`` prints when the deadline guard ends the process (a step ignored
+    cancellation: :func:`plandag.cli.watchdog.deadline_guard`): the run's document, as
+    :func:`report` prints it, saying why the process ended."""
+
+    def write(result: RunResult) -> None:
+        document = result_document(result, result.status, result.run_id, store_path)
+        steps = sorted(record.id for record in result.steps.values() if record.reason == "deadline")
+        document["message"] = (
+            "the run passed its wall-clock cap and a step ignored cancellation; the process "
+            "ended without waiting for it"
+            + (f" (steps stopped at the deadline: {', '.join(map(str, steps))})" if steps else "")
+        )
+        document = scrub_secrets(document)
+        sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
+
+    return write
+
+
 def report(outcome: DurableOutcome, *, as_json: bool, store: Store) -> None:
     """Print a durable run's outcome (the run table, or the decision it waits for) and
     exit with its code."""
@@ -248,12 +280,7 @@ def report(outcome: DurableOutcome, *, as_json: bool, store: Store) -> None:
     outcome = _with_case_stored(outcome, store)
     result = outcome.result
     if as_json:
-        document: dict[str, Any] = (
-            result.to_json_dict() if result is not None else {"status": outcome.status}
-        )
-        document["status"] = outcome.status
-        document["run_id"] = outcome.run_id
-        document["store"] = str(store.path)
+        document = result_document(result, outcome.status, outcome.run_id, store.path)
         if outcome.request is not None:
             document["approval"] = {
                 "version": outcome.request.version,
@@ -386,7 +413,10 @@ def durable_exec(
     from plandag.cli.watchdog import deadline_guard
 
     try:
-        with progress, deadline_guard(store.path):
+        with (
+            progress,
+            deadline_guard(store.path, json_at_deadline(store.path) if as_json else None),
+        ):
             outcome = Interruptible(work).run()
     except (StaleDecisionError, InvalidDecisionError) as error:
         _fail(str(error))
@@ -570,7 +600,10 @@ def _continue(
 
     print_stored_brakes(options)
     try:
-        with progress, deadline_guard(store.path):
+        with (
+            progress,
+            deadline_guard(store.path, json_at_deadline(store.path) if as_json else None),
+        ):
             outcome = Interruptible(work).run()
     except (StaleDecisionError, InvalidDecisionError, InputError) as error:
         _fail(str(error))

@@ -10,7 +10,8 @@ running steps ``cancelled`` and pending ones ``skipped``, reason ``deadline``; t
 ``timed_out`` when still ``running``. The transaction is committed (the store runs in WAL
 mode with full sync, so the commit is on disk), one line goes to stderr, and the process
 ends with exit code 3 (a deadline stop) through ``os._exit``: nothing else can run on a
-blocked loop, and a normal exit would wait for it.
+blocked loop, and a normal exit would wait for it. A command given ``--json`` prints the
+run's result first, as it would have (status ``timed_out``).
 """
 
 from __future__ import annotations
@@ -20,9 +21,14 @@ import os
 import sqlite3
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from plandag.scheduler.overrun import DeadlineGuard, GuardedRun
+
+if TYPE_CHECKING:
+    from plandag.scheduler.result import RunResult
 
 __all__ = ["EXIT_DEADLINE", "deadline_guard", "record_overrun"]
 
@@ -82,9 +88,13 @@ def record_overrun(store_path: Path, runs: list[GuardedRun]) -> None:
         sys.stderr.write(f"error: the run store {store_path} could not record the stop: {error}\n")
 
 
-def deadline_guard(store_path: Path) -> DeadlineGuard:
+def deadline_guard(
+    store_path: Path, report: Callable[[RunResult], None] | None = None
+) -> DeadlineGuard:
     """The guard of a command whose runs are recorded in ``store_path``: records an
-    overrunning run (:func:`record_overrun`) and exits with code 3."""
+    overrunning run (:func:`record_overrun`), reports it (``report``, given each run's
+    result as the deadline leaves it: the command's ``--json`` document) and exits with
+    code 3."""
 
     def on_overrun(runs: list[GuardedRun]) -> None:
         record_overrun(store_path, runs)
@@ -95,6 +105,14 @@ def deadline_guard(store_path: Path) -> DeadlineGuard:
             f"timed_out: run {ids} passed its wall-clock cap{where}; it is recorded "
             "timed_out, its running steps cancelled; exiting\n"
         )
+        if report is not None:
+            for run in runs:
+                try:
+                    report(run.deadline_result())
+                except Exception as error:  # the exit must come whatever the report does
+                    sys.stderr.write(
+                        f"error: the run {run.run_id} could not be reported: {error}\n"
+                    )
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()

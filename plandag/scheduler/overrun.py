@@ -23,9 +23,11 @@ when a run is still going :data:`GRACE_S` seconds after its deadline (time waiti
 person left out, as for the cap itself), or an abandoned task still holds the process
 (asyncio's shutdown would wait for it), the guard calls its ``on_overrun`` handler — the
 CLI's records the run ``timed_out`` and its running steps ``cancelled`` (reason
-``deadline``) in the run store through a connection of its own, prints one line and ends
-the process with ``os._exit(3)``: no cleanup can run on a blocked loop, so the store is
-written and flushed first, and the exit code is the one of a deadline stop.
+``deadline``) in the run store through a connection of its own, prints one line (and,
+with ``--json``, the run's result as the command would have printed it:
+:meth:`GuardedRun.deadline_result`) and ends the process with ``os._exit(3)``: no cleanup
+can run on a blocked loop, so the store is written and flushed first, and the exit code is
+the one of a deadline stop.
 """
 
 from __future__ import annotations
@@ -36,9 +38,12 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
+
+if TYPE_CHECKING:
+    from plandag.scheduler.result import RunResult
 
 __all__ = [
     "ABANDONED",
@@ -77,6 +82,11 @@ class GuardedRun(Protocol):
 
     def running_step_ids(self) -> Sequence[int]:
         """Ids of the steps running now."""
+        ...
+
+    def deadline_result(self) -> RunResult:
+        """The run's result as a deadline stop leaves it (the one it returned, or its
+        records as they stand with the running steps ``cancelled``)."""
         ...
 
 
@@ -154,7 +164,8 @@ class DeadlineGuard:
     Args:
         on_overrun: called once, on the guard's thread, with the runs past their deadline
             (or every live run, when an abandoned task holds the process); it is expected
-            to record them and end the process (``os._exit``).
+            to record them, report them (:meth:`GuardedRun.deadline_result`) and end the
+            process (``os._exit``). Leaving the guard's ``with`` block waits for it.
         grace_s: seconds past a deadline before it acts.
         poll_s: seconds between two looks.
     """
@@ -170,6 +181,9 @@ class DeadlineGuard:
         self.grace_s = grace_s
         self.poll_s = poll_s
         self._stop = threading.Event()
+        self._acting = threading.Lock()
+        """Held while ``on_overrun`` runs: leaving the guard waits for it (the handler
+        ends the process), so that the command never reports the run beside it."""
         self._thread = threading.Thread(target=self._watch, name="plandag-deadline", daemon=True)
         self._seen: dict[str, GuardedRun] = {}
         self._abandoned_since: float | None = None
@@ -180,6 +194,8 @@ class DeadlineGuard:
 
     def __exit__(self, *exc_info: object) -> None:
         self._stop.set()
+        with self._acting:  # a handler already acting ends the process first
+            pass
 
     def overrun(self) -> list[GuardedRun]:
         """The runs to act on now (empty when all is well)."""
@@ -210,5 +226,8 @@ class DeadlineGuard:
         while not self._stop.wait(self.poll_s):
             late = self.overrun()
             if late:
-                self.on_overrun(late)
+                with self._acting:
+                    if self._stop.is_set():
+                        return  # the command went on to report the run itself
+                    self.on_overrun(late)
                 return

@@ -544,6 +544,10 @@ class _Run:
         self.started = 0.0
         self.finished = False
         """The run returned its result (a :class:`~.overrun.DeadlineGuard` reads it)."""
+        self.final_result: RunResult | None = None
+        """The result the run returned (a :class:`~.overrun.DeadlineGuard` reads it)."""
+        self.started_at = 0.0
+        """When the run started, seconds since the epoch."""
         self.deadline: float | None = None
         self.last_progress = 0.0
         self.paused = False
@@ -716,6 +720,46 @@ class _Run:
     def running_step_ids(self) -> tuple[int, ...]:
         """Ids of the running steps, sorted."""
         return self.running_steps()[0]
+
+    def deadline_result(self) -> RunResult:
+        """The run's result for a :class:`~plandag.scheduler.overrun.DeadlineGuard` that
+        ends the process past the deadline (called from the guard's thread): the result the
+        run returned when it has, else its records as they stand, each step still running
+        ``cancelled`` and each not started ``skipped`` (reason ``deadline``), the run
+        ``timed_out``; the records themselves are left as they are."""
+        if self.final_result is not None:
+            return self.final_result
+        now = self.now()
+        records: list[tuple[int, StepRecord]] = []
+        for _ in range(3):  # the loop may still add a step meanwhile
+            try:
+                records = list(self.records.items())
+                break
+            except RuntimeError:
+                continue
+        steps: dict[int, StepRecord] = {}
+        for step_id, record in records:
+            copy = dataclasses.replace(record)
+            if copy.status == "running":
+                copy.status, copy.reason, copy.ended_at = "cancelled", "deadline", now
+                copy.detail = (
+                    "the run reached its wall-clock cap while this step ignored cancellation"
+                )
+            elif copy.status == "pending":
+                copy.status, copy.reason, copy.ended_at = "skipped", "deadline", now
+                copy.detail = "the run reached its wall-clock cap before this step started"
+            steps[step_id] = copy
+        return RunResult(
+            run_id=self.run_id,
+            status="timed_out",
+            steps=steps,
+            started_at=self.started_at,
+            ended_at=now,
+            duration_s=self.monotonic() - self.started,
+            spent_usd=self.budget.spent_usd,
+            spent_tokens=self.budget.spent_tokens,
+            stop_reason="deadline",
+        )
 
     def past_deadline(self) -> bool:
         """The wall-clock cap has passed (and the run is not waiting for a person): what a
@@ -913,7 +957,7 @@ class _Run:
     async def run_inside_span(self) -> RunResult:
         """:meth:`run` without its span."""
         limits = self.limits
-        started_at = self.now()
+        started_at = self.started_at = self.now()
         self.started = self.last_progress = self.monotonic()
         max_seconds = limits.seconds_cap
         if max_seconds is not None:
@@ -1139,6 +1183,7 @@ class _Run:
             dependencies_down=self.breaker.snapshot() if self.breaker is not None else (),
             usage_over_reservation=self.budget.usage_over_reservation,
         )
+        self.final_result = result
         if self.observers:
             self.emit(events.RunFinished(self.run_id, result, result.ended_at))
         return result

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 TOOLS = '''
+import asyncio
 import contextlib
 import time
 
@@ -44,10 +45,22 @@ def threaded(seconds: float) -> float:
     """Blocks its worker thread."""
     time.sleep(seconds)
     return seconds
+
+
+@tool
+async def waits_on_thread(seconds: float) -> float:
+    """Blocks in a thread and waits for it, ignoring every cancellation."""
+    future = asyncio.get_running_loop().run_in_executor(None, time.sleep, seconds)
+    while True:
+        try:
+            await asyncio.shield(future)
+            return seconds
+        except asyncio.CancelledError:
+            continue
 '''
 
 
-@pytest.mark.parametrize("tool_name", ["block", "stubborn", "threaded"])
+@pytest.mark.parametrize("tool_name", ["block", "stubborn", "threaded", "waits_on_thread"])
 def test_exec_exits_3_at_its_deadline_when_a_step_ignores_cancellation(
     tmp_path: Path, tool_name: str
 ) -> None:
@@ -83,6 +96,40 @@ def test_exec_exits_3_at_its_deadline_when_a_step_ignores_cancellation(
         steps = connection.execute("SELECT step_id, status, reason FROM step").fetchall()
     assert runs == [("timed_out",)]
     assert steps == [(1, "cancelled", "deadline")]
+
+
+@pytest.mark.parametrize("tool_name", ["waits_on_thread", "block", "stubborn"])
+def test_exec_json_prints_the_timed_out_result_when_a_step_ignores_cancellation(
+    tmp_path: Path, tool_name: str
+) -> None:
+    (tmp_path / "tools.py").write_text(TOOLS, encoding="utf-8")
+    plan = {
+        "steps": [
+            {"id": 1, "tool": tool_name, "args": {"seconds": 60}},
+            {"id": 2, "tool": "threaded", "args": {"seconds": 0}, "depends_on": [1]},
+        ]
+    }
+    (tmp_path / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
+    store = tmp_path / "runs.sqlite3"
+    command = ["exec", "plan.json", "--tools", "tools.py", "--max-seconds", "1", "--json"]
+    done = subprocess.run(
+        [sys.executable, "-m", "plandag", *command, "--store", str(store)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=45,  # the step would hold it 60 s
+        check=False,
+    )
+    assert done.returncode == 3, done.stderr
+    document = json.loads(done.stdout)
+    assert document["status"] == "timed_out"
+    assert document["stop_reason"] == "deadline"
+    assert document["store"] == str(store)
+    steps = {step["id"]: (step["status"], step["reason"]) for step in document["steps"]}
+    assert steps == {1: ("cancelled", "deadline"), 2: ("skipped", "deadline")}
+    with sqlite3.connect(store) as connection:
+        runs = connection.execute("SELECT run_id, status FROM run").fetchall()
+    assert runs == [(document["run_id"], "timed_out")]
 
 
 APPROVE_TOOLS = '''
