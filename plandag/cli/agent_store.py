@@ -21,6 +21,7 @@ from plandag.dag.references import find_references
 
 if TYPE_CHECKING:
     from plandag.compiler.compiled import CompiledPlan
+    from plandag.dag.plan import Plan
     from plandag.escalation import EscalationHooks
     from plandag.planner.agent import AgentResult
     from plandag.scheduler.result import RunResult
@@ -182,7 +183,17 @@ def _still_valid(rows: Mapping[int, Any], rejected: Mapping[str, Any], revised: 
 class SessionRecorder:
     """The run store's observer for ``plandag run``: a
     :class:`~plandag.store.StoreRecorder` bound to each session the agent opens (a revision
-    after a rejection opens a new one, whose steps replace the rejected plan's rows)."""
+    after a rejection opens a new one, whose steps replace the rejected plan's rows), and
+    the keeper of each plan version as it compiles (:meth:`plan_version`).
+
+    Args:
+        store, run_id, params: the run store, the run, its params (for the plan hashes).
+        segment: 0 for the run's first process, one more per resume.
+        completed: results of steps that succeeded in earlier segments.
+        write_boundary: the run's, for the plan hashes.
+        first_version: the number the agent's first plan version gets in the store (a
+            resumed run continues its numbering).
+    """
 
     def __init__(
         self,
@@ -192,14 +203,42 @@ class SessionRecorder:
         *,
         segment: int = 0,
         completed: Mapping[int, Any] | None = None,
+        write_boundary: Any = None,
+        first_version: int = 1,
     ) -> None:
         self.store = store
         self.run_id = run_id
         self.params = params
         self.segment = segment
         self.completed = completed
+        self.write_boundary = write_boundary
+        self.first_version = first_version
         self.sessions = 0
         self.recorder: Any = None
+
+    def plan_version(self, number: int, plan: Plan, source: str) -> None:
+        """``Agent(on_plan_version=...)``: store plan version ``number`` (the agent's
+        numbering) now, before any of its steps starts, so that a process that dies from
+        here on leaves a run ``plandag resume`` can finish (:func:`record_agent_run`
+        records it again, whole, at the end). A store that cannot be written is logged;
+        its steps with effects are then refused too (the recorder vetoes their start)."""
+        import logging
+        import sqlite3
+
+        from plandag.approval import plan_hash
+
+        try:
+            self.store.add_plan_version(
+                self.run_id,
+                self.first_version + number - 1,
+                plan.model_dump(mode="json", exclude_none=True),
+                plan_hash(plan, self.params, self.write_boundary),
+                source,
+            )
+        except sqlite3.Error as error:
+            logging.getLogger(__name__).warning(
+                "run %s: plan version %d could not be stored (%s)", self.run_id, number, error
+            )
 
     def bind(self, session: Any) -> None:
         """``Agent(on_session=...)``: record the steps of ``session`` from now on."""
@@ -720,7 +759,15 @@ def resume_with_planner(
     writer = trace_factory(store, options.redact)(run_id, segment)
     writer.run_started("resume", row.goal, row.params)
     params = dict(compiled.params)  # the secrets put back from the environment, as compiled
-    recorder = SessionRecorder(store, run_id, params, segment=segment, completed=done)
+    recorder = SessionRecorder(
+        store,
+        run_id,
+        params,
+        segment=segment,
+        completed=done,
+        write_boundary=compiled.write_boundary,
+        first_version=len(versions) + 1,
+    )
     progress, observers = app_module._observers(compiled, app_module._settings({}))
 
     def instruction_reader() -> list[Instruction]:
@@ -744,6 +791,7 @@ def resume_with_planner(
         approver=terminal_approver(progress) if options.approve == "ask" else None,
         approval_expiry_s=options.expiry_s,
         on_session=recorder.bind,
+        on_plan_version=recorder.plan_version,
         escalate=options.escalate,
         instructions=instruction_reader if row.command == "run" else None,
         http_allow=options.http_allow,

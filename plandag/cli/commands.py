@@ -140,7 +140,7 @@ COMMANDS: tuple[CommandEntry, ...] = (
     CommandEntry(
         "inbox",
         _STORE,
-        "List the escalated runs waiting for a person, oldest first: why, since when,",
+        "List the escalated runs waiting for a person, and the crashed runs (their",
     ),
     CommandEntry(
         "trace",
@@ -155,7 +155,7 @@ COMMANDS: tuple[CommandEntry, ...] = (
     CommandEntry(
         "gc",
         "plandag.cli.gc_command",
-        "Delete old runs, their traces and blobs nothing references (never running,",
+        "Delete old runs, their traces and blobs nothing references (never a run a live",
     ),
     CommandEntry(
         "extract",

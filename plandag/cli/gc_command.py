@@ -45,9 +45,10 @@ def gc_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
     store_path: StoreOption = None,
 ) -> None:
-    """Delete old runs, their traces and blobs nothing references (never running,
-    awaiting_approval or escalated runs, nor conversations, nor the runs that produced a
-    plan kept in the plan library)."""
+    """Delete old runs, their traces and blobs nothing references (never a run a live
+    process holds, nor awaiting_approval or escalated runs, nor conversations, nor the runs
+    that produced a plan kept in the plan library). A crashed run (its process died while
+    running it) counts as ended: once deleted it can no longer be resumed."""
     from plandag.errors import InputError
     from plandag.library import keep_library_runs  # noqa: F401  (registers the keeper)
     from plandag.store import open_store
@@ -72,13 +73,24 @@ def gc_command(
         f"{verb} {runs} run{'s' if runs != 1 else ''}, {len(report.traces)} trace file(s), "
         f"{len(report.blobs)} blob(s): {_size(report.bytes_freed)} of files\n"
     )
+    crashed = set(report.crashed)
     for run_id in report.run_ids:
-        sys.stdout.write(f"  {run_id}\n")
+        sys.stdout.write(f"  {run_id}{'  (crashed)' if run_id in crashed else ''}\n")
+    if crashed:
+        sys.stdout.write(
+            f"{len(crashed)} of them crashed (their process died while running them): "
+            + (
+                "once deleted they can no longer be resumed\n"
+                if dry_run
+                else "they can no longer be resumed\n"
+            )
+        )
     kept = len(report.kept_protected) + len(report.kept_by_keepers)
     if kept:
         sys.stdout.write(
-            f"kept {kept} old run(s): {len(report.kept_protected)} running, awaiting approval "
-            f"or escalated; {len(report.kept_by_keepers)} kept by a registered keeper\n"
+            f"kept {kept} old run(s): {len(report.kept_protected)} running in a live process, "
+            f"awaiting approval or escalated; {len(report.kept_by_keepers)} kept by a "
+            "registered keeper\n"
         )
 
 

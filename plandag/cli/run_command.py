@@ -400,7 +400,7 @@ def register(app: typer.Typer) -> None:
         )
         writer = trace_factory(run_store, redact)(run_id, 0)
         writer.run_started("run", task, params)
-        recorder = SessionRecorder(run_store, run_id, params)
+        recorder = SessionRecorder(run_store, run_id, params, write_boundary=boundary)
 
         def instruction_reader() -> list[Instruction]:
             """A person's instructions from the run store (`plandag tell`)."""
@@ -428,6 +428,7 @@ def register(app: typer.Typer) -> None:
             approval_expiry_s=settings["approval_expiry"],
             plan_max_tokens=settings["planner_max_tokens"],
             on_session=recorder.bind,
+            on_plan_version=recorder.plan_version,
             escalate=options.escalate,
             max_blocked=settings["max_blocked"] or None,
             total_replan_below=replan_below,

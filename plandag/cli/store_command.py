@@ -717,8 +717,8 @@ def register(app: typer.Typer) -> None:
                 {
                     "run_id": row.run_id,
                     "status": row.status,
-                    "process_gone": row.status == "running"
-                    and (row.pid is None or not _alive(row.pid)),
+                    "state": "crashed" if _process_gone(row) else row.status,
+                    "process_gone": _process_gone(row),
                     "command": row.command,
                     "goal": _shown_goal(row.goal),
                     "created": row.created,
@@ -835,14 +835,25 @@ def register(app: typer.Typer) -> None:
             )
         if row.status not in RESUMABLE:
             _fail(f"run {run_id} ended {row.status}; there is nothing to resume")
-        if row.status == "running" and row.pid is not None and _alive(row.pid):
+        if row.status == "running" and not _process_gone(row):
             _fail(
                 f"run {run_id} is still running in process {row.pid}; stop it first "
                 "(Ctrl-C ends it interrupted) or wait"
             )
-        prepared = _with_escalate(_prepare(store, run_id, row, "resume", base_url), escalate)
+        # Taken before anything is read: a run held by a live process is never deleted by
+        # gc, so the plan read next is still there.
         if not store.claim_run(run_id, sorted(RESUMABLE), row.pid):
+            if not _still_stored(store, run_id):
+                _fail(
+                    f"run {run_id} was deleted from {store.path} (`plandag gc`) before it "
+                    "could be resumed"
+                )
             _fail(f"run {run_id}: another process resumed it first; `plandag runs` shows it")
+        try:
+            prepared = _with_escalate(_prepare(store, run_id, row, "resume", base_url), escalate)
+        except BaseException:  # not resumed after all: give the run back as it was
+            store.update_run(run_id, status=row.status, pid=row.pid, pid_started=row.pid_started)
+            raise
         _continue(
             store,
             run_id,
@@ -912,7 +923,7 @@ def register(app: typer.Typer) -> None:
             _fail(
                 f"run {run_id} is running in process {row.pid} (it may be asking at its "
                 "terminal); decide there, or wait"
-                if row.pid is not None and _alive(row.pid)
+                if not _process_gone(row)
                 else f"run {run_id} crashed while running; `plandag resume {run_id}` goes on"
             )
         prepared = (
@@ -1039,23 +1050,27 @@ def register(app: typer.Typer) -> None:
         store_path: StoreOption = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
     ) -> None:
-        """List the escalated runs waiting for a person, oldest first: why, since when,
-        the goal, the spend, and the commands that close each one (resume with an
-        instruction, approve a step whose outcome was unknown, abandon)."""
+        """List the escalated runs waiting for a person, and the crashed runs (their
+        process died while running them), oldest first: why, since when, the goal, the
+        spend, and the commands that close each one (resume, with an instruction for an
+        escalated run; approve a step whose outcome was unknown; abandon)."""
         store = open_cli_store(store_path)
         cases = store.escalations()
         items = [_inbox_item(case) for case in cases]
+        items += [_crashed_item(store, row) for row in store.crashed_runs()]
+        items.sort(key=lambda item: item["time"])
         if as_json:
             sys.stdout.write(json.dumps(items, ensure_ascii=False, indent=2) + "\n")
             return
         out = _app().stdout
         if not items:
-            _app().stderr.print(f"no open escalations in {store.path}")
+            _app().stderr.print(f"no open escalations or crashed runs in {store.path}")
             return
         for item in items:
             spend = item["spend"]
+            what = "crashed" if item["reason"] == "crashed" else "escalated"
             out.print(
-                f"run {item['run_id']}  escalated {_when(item['time'])}  ({item['reason']})",
+                f"run {item['run_id']}  {what} {_when(item['time'])}  ({item['reason']})",
                 markup=False,
                 highlight=False,
             )
@@ -1071,6 +1086,31 @@ def register(app: typer.Typer) -> None:
             out.print(f"  do: {actions[0]}", markup=False, highlight=False)
             for command in actions[1:]:
                 out.print(f"      {command}", markup=False, highlight=False)
+
+
+def _crashed_item(store: Store, row: Any) -> dict[str, Any]:
+    """A crashed run as ``plandag inbox --json`` lists it (reason ``crashed``): its process
+    died while running it, and ``plandag resume`` goes on with it."""
+    versions = store.plan_versions(row.run_id)
+    return {
+        "run_id": row.run_id,
+        "reason": "crashed",
+        "detail": (
+            f"its process {row.pid} died while running it; steps it completed are kept, "
+            "and resume runs the rest (a step whose outcome is unknown runs again only if "
+            "it is idempotent or keyed, else a person decides)"
+        ),
+        "time": row.updated,
+        "goal": _shown_goal(row.goal),
+        "command": row.command,
+        "spend": {"usd": row.spent_usd, "tokens": row.spent_tokens},
+        "plan_hash": versions[-1].hash if versions else None,
+        "actions": {
+            "resume": f"plandag resume {row.run_id}",
+            "approve": None,
+            "abandon": None,
+        },
+    }
 
 
 def _inbox_item(case: Any) -> dict[str, Any]:
@@ -1270,7 +1310,7 @@ def _shown_status(row: Any, escalation: str | None = None) -> str:
     """The state as listed: a run ``running`` whose process is gone crashed or was killed
     (``crashed (resume it)``); an escalated run with its reason (``escalated
     (replan_caps)``)."""
-    if row.status == "running" and (row.pid is None or not _alive(row.pid)):
+    if _process_gone(row):
         return "crashed (resume it)"
     if row.status == "escalated" and escalation is not None:
         return f"escalated ({escalation})"
@@ -1288,13 +1328,17 @@ def _shown_goal(goal: str | None) -> str:
     return str(scrub_secrets(goal or ""))
 
 
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return False
+def _process_gone(row: Any) -> bool:
+    """A run ``running`` that no live process holds: it crashed
+    (:attr:`~plandag.store.RunRow.crashed`: its recorded process died, or the id now
+    belongs to another process), or this very process is recorded (a command reading a run
+    runs none: what an earlier call in this process left)."""
+    return bool(row.status == "running" and (row.pid == os.getpid() or row.crashed))
+
+
+def _still_stored(store: Store, run_id: str) -> bool:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        store.run(run_id)
+    except InputError:
         return False
-    except PermissionError:
-        return True
     return True

@@ -17,7 +17,6 @@ crashed) is an error (exit 2) saying what to do instead.
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -48,19 +47,6 @@ def _fail(message: str) -> NoReturn:
 
     stderr.print(f"[red]error:[/] {escape(message)}", markup=True, highlight=False)
     raise typer.Exit(EXIT_USAGE)
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (on this machine)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # it exists, under another user
-    except OSError:
-        return False
-    return True
 
 
 def register(app: typer.Typer) -> None:
@@ -138,7 +124,7 @@ def register(app: typer.Typer) -> None:
                     f"run {run_id} is a `plandag {row.command}` run: it has no planner to "
                     f"take an instruction; {elsewhere}"
                 )
-            if row.pid is not None and not _alive(row.pid):
+            if row.crashed:
                 _fail(
                     f"run {run_id} is recorded running, but its process {row.pid} is gone "
                     f"(it crashed); `plandag resume {run_id}` continues it"

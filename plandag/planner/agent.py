@@ -482,6 +482,12 @@ class Agent:
             revision; past them the run ends ``rejected``.
         on_session: called with the run's session as soon as it opens (a run store binds
             its recorder to the session's steps).
+        on_plan_version: called with each plan version as soon as it compiles, before any
+            of its steps starts: ``(number, plan, source)``, numbered from 1 in the run,
+            ``source`` ``planner``, ``library``, ``replan`` or ``amended`` (a run store
+            keeps it there, so that a run whose process dies can be resumed). A streamed
+            plan is given as it grows (the same number, its steps so far, then the whole
+            plan). Called on the event loop; it must not block for long.
         escalate: when the run cannot go on by itself (its replan caps hit, no replan
             that compiles): ``person`` (the default) ends it ``escalated`` (reason
             ``replan_caps`` or ``no_valid_replan`` on ``RunResult.escalation``), handed to
@@ -565,6 +571,7 @@ class Agent:
         approval_expiry_s: float = DEFAULT_EXPIRY_S,
         max_revisions: int = 3,
         on_session: Callable[[RunSession], None] | None = None,
+        on_plan_version: Callable[[int, Plan, str], None] | None = None,
         escalate: EscalationMode = "person",
         max_blocked: int | None = 3,
         total_replan_below: float | None = None,
@@ -636,6 +643,7 @@ class Agent:
         self.approval_expiry_s = approval_expiry_s
         self.max_revisions = max_revisions
         self.on_session = on_session
+        self.on_plan_version = on_plan_version
         if escalate not in ("person", "never"):
             raise ValueError(f"escalate must be 'person' or 'never', not {escalate!r}")
         self.escalate: EscalationMode = escalate
@@ -991,7 +999,7 @@ class Agent:
                 http_allow=self.http_allow if isinstance(header, Plan) else None,
                 limits=self.limits,
                 retry=self.retry,
-                observers=(*self.observers, watch),
+                observers=(*self.observers, watch, run.streamed_steps),
                 max_concurrency=self.max_concurrency,
                 tool_limits=self.tool_limits,
                 budget=budget,
@@ -1261,7 +1269,7 @@ class _AgentRun:
                 raise _PlanningFailed from None
             session.seal()
             session.release_effects()
-            self.versions.append(self.stored)
+            self.add_version(self.stored, "library")
             return
         try:
             if self.agent.stream:
@@ -1307,7 +1315,7 @@ class _AgentRun:
             self.fail("failed", type(error).__name__, str(error))
             raise _PlanningFailed from None
         self.outcome = outcome
-        self.versions.append(outcome.plan)
+        self.add_version(outcome.plan, "planner")
 
     def tokens_cost(self, tokens: int) -> float | None:
         """US dollars of ``tokens`` output tokens on the agent's model (None: unpriced), for
@@ -1481,7 +1489,7 @@ class _AgentRun:
             expiry_s=agent.approval_expiry_s,
             http_allow=allowed_hosts(agent.http_allow, listed),
         )
-        self.versions.append(plan)
+        self.add_version(plan, "amended")
         self.request = amended
         self.amendments.append(
             PlanAmendment(
@@ -1494,6 +1502,38 @@ class _AgentRun:
                 steps=step_decisions(request.plan, decision, dropped),
             )
         )
+
+    def plan_so_far(self, session: RunSession) -> Plan:
+        """The run's plan as it stands: every step the session holds, its output."""
+        return Plan(
+            goal=self.goal,
+            params=session.plan.params,
+            steps=[session.steps[key].step for key in sorted(session.steps)],
+            output=session.output,
+        )
+
+    def add_version(self, plan: Plan, source: str) -> None:
+        """Record a new plan version and hand it to ``Agent.on_plan_version`` at once: each
+        caller adds it as soon as it compiled, with no await since its steps joined the
+        session, so no step of it has started yet."""
+        self.versions.append(plan)
+        if self.agent.on_plan_version is not None:
+            self.agent.on_plan_version(len(self.versions), plan, source)
+
+    def streamed_steps(self, event: events.Event) -> None:
+        """While a streamed first plan arrives, hand it to ``Agent.on_plan_version`` as it
+        grows: steps start as they arrive, so each is kept before it starts (the observer
+        is called as a step joins, before the step's task runs)."""
+        session = self.session
+        if (
+            not isinstance(event, events.StepsAdded)
+            or self.agent.on_plan_version is None
+            or session is None
+            or self.versions
+            or not self.agent.stream
+        ):
+            return
+        self.agent.on_plan_version(1, self.plan_so_far(session), "planner")
 
     def fail(self, status: RunStatus, error_type: str, message: str) -> None:
         """Record what ended the run outside its steps."""
@@ -1599,14 +1639,7 @@ class _AgentRun:
             if not record.applied:
                 previous = record
                 continue
-            self.versions.append(
-                Plan(
-                    goal=self.goal,
-                    params=session.plan.params,
-                    steps=[session.steps[key].step for key in sorted(session.steps)],
-                    output=session.output,
-                )
-            )
+            self.add_version(self.plan_so_far(session), "replan")
             if agent.approve is not None:
                 try:
                     await self.approve(session, first=False)
@@ -1695,14 +1728,7 @@ class _AgentRun:
             previous = None if record.applied else record
             if record.applied:
                 self.join = None
-                self.versions.append(
-                    Plan(
-                        goal=self.goal,
-                        params=session.plan.params,
-                        steps=[session.steps[key].step for key in sorted(session.steps)],
-                        output=session.output,
-                    )
-                )
+                self.add_version(self.plan_so_far(session), "replan")
                 self.estimate_version(session, calls=False)
                 new = [session.steps[key] for key in record.new_ids]
                 if any(step.tainted_egress for step in new) or (

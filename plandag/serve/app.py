@@ -509,7 +509,11 @@ class _Pages:
                     "notice": self.console.notices.get(case.run_id),
                 }
             )
-        return self.page("inbox.html", request, session, items=items)
+        crashed = [
+            {"row": row, "notice": self.console.notices.get(row.run_id)}
+            for row in store.crashed_runs()
+        ]
+        return self.page("inbox.html", request, session, items=items, crashed=crashed)
 
     async def inbox_action(self, request: Request) -> Response:
         session = self.person(request)

@@ -630,12 +630,16 @@ class Console:
 
     def resume(self, run_id: str, *, who: str, instruction: str) -> list[str]:
         """Continue an escalated run with the person's instruction: ``plandag resume RUN_ID
-        --instruction TEXT --who NAME`` in the background. Returns the command line.
+        --instruction TEXT --who NAME`` in the background; a crashed run (its process died
+        while running it) goes on as it is: ``plandag resume RUN_ID --who NAME``. Returns
+        the command line.
 
         Raises:
-            ConsoleError: a blank instruction.
+            ConsoleError: a blank instruction for a run that did not crash.
         """
         if not instruction.strip():
+            if self.store.run(run_id).crashed:
+                return self._command(run_id, ["resume", run_id], who)
             raise ConsoleError("resuming needs an instruction: say what the planner should do")
         return self._command(run_id, ["resume", run_id, "--instruction", instruction], who)
 

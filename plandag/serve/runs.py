@@ -50,7 +50,8 @@ def progress(store: Store, row: RunRow) -> tuple[int, int]:
 
 
 def run_rows(store: Store, limit: int = 100) -> list[dict[str, Any]]:
-    """The newest ``limit`` runs as the runs list shows them: ``run_id``, ``status``,
+    """The newest ``limit`` runs as the runs list shows them: ``run_id``, ``status`` (the
+    run's :attr:`~plandag.store.RunRow.state`: ``crashed`` for a run whose process died),
     ``command``, ``goal``, ``created`` (seconds since the epoch), ``done`` and ``total``
     steps (for an ``extract`` batch: documents recorded, and its inputs), ``spent_usd``,
     ``spent_tokens``."""
@@ -60,7 +61,7 @@ def run_rows(store: Store, limit: int = 100) -> list[dict[str, Any]]:
         rows.append(
             {
                 "run_id": row.run_id,
-                "status": row.status,
+                "status": row.state,
                 "command": row.command,
                 "goal": row.goal or "",
                 "created": row.created,

@@ -2,12 +2,15 @@
 
 :func:`collect_garbage` deletes every run whose last activity (``run.updated``) is older
 than a cutoff, except runs in a state a person or a process may still act on
-(:data:`PROTECTED_STATUSES`: ``running``, ``awaiting_approval``, ``escalated``) and runs a
-keeper asks to keep. For each run it deletes every row that names it (every table with a
-``run_id`` column: run, plan_version, step, transition, decision, llm_call, event,
-escalation, instruction, step_decision, and any table a later migration adds; the
-``document`` rows of an ``extract`` batch, whose ``batch_id`` is the run id) and its trace
-file (``traces/RUN_ID.jsonl`` beside the database). Conversations (tables
+(:data:`PROTECTED_STATUSES`: ``running``, ``awaiting_approval``, ``escalated``), runs a
+live process holds (:mod:`plandag.store.owner`: its recorded process id and start time),
+and runs a keeper asks to keep. A *crashed* run (``running``, its process gone) counts as
+ended: it is deleted like any other old run, and can then no longer be resumed (the report
+lists such runs apart, :attr:`GcReport.crashed`). For each run it deletes every row that
+names it (every table with a ``run_id`` column: run, plan_version, step, transition,
+decision, llm_call, event, escalation, instruction, step_decision, and any table a later
+migration adds; the ``document`` rows of an ``extract`` batch, whose ``batch_id`` is the run
+id) and its trace file (``traces/RUN_ID.jsonl`` beside the database). Conversations (tables
 ``conversation`` and ``conversation_turn``) are never touched.
 
 Blobs (``blobs/ab/abcdef....json``) are deleted by reference count: a blob file goes only
@@ -24,7 +27,9 @@ are kept whatever keepers are registered, as conversations are never touched.
 
 Rows are deleted in one transaction per batch of runs (``BEGIN IMMEDIATE``), so a crash
 leaves whole runs; files are deleted after their rows are committed, so a crash leaves at
-worst an unreferenced file, which the next gc deletes.
+worst an unreferenced file, which the next gc deletes. Each run is checked again inside its
+batch's transaction, holding the database's write lock: a run that a process took meanwhile
+(``plandag resume`` claims a run before it reads it) is left alone.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from plandag.store.owner import owner_alive
 from plandag.store.store import Store
 
 __all__ = [
@@ -53,8 +59,9 @@ __all__ = [
 ]
 
 PROTECTED_STATUSES: tuple[str, ...] = ("running", "awaiting_approval", "escalated")
-"""Run states gc never deletes, however old: a process runs it (or crashed doing so and
-``resume`` needs it), or it waits for a person (ARCHITECTURE.md, "States and exit codes")."""
+"""Run states gc never deletes, however old: a process runs it, or it waits for a person
+(ARCHITECTURE.md, "States and exit codes"). A ``running`` run whose process is gone
+(crashed) is not protected: it counts as ended."""
 
 BATCH_RUNS = 200
 """Runs deleted per transaction."""
@@ -142,8 +149,11 @@ class GcReport:
         blobs: blob hashes whose files were deleted.
         bytes_freed: size of the trace and blob files deleted (the database file shrinks
             only with ``vacuum``), bytes.
-        kept_protected: runs old enough but kept for their state (:data:`PROTECTED_STATUSES`).
+        kept_protected: runs old enough but kept for their state (:data:`PROTECTED_STATUSES`)
+            or because a live process holds them.
         kept_by_keepers: runs old enough but kept by a registered keeper.
+        crashed: the runs among ``run_ids`` that had crashed (``running``, their process
+            gone): once deleted they can no longer be resumed.
     """
 
     cutoff: float
@@ -155,6 +165,7 @@ class GcReport:
     bytes_freed: int
     kept_protected: tuple[str, ...]
     kept_by_keepers: tuple[str, ...]
+    crashed: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, object]:
         """The report as JSON-ready values (paths as text)."""
@@ -168,6 +179,7 @@ class GcReport:
             "bytes_freed": self.bytes_freed,
             "kept_protected": list(self.kept_protected),
             "kept_by_keepers": list(self.kept_by_keepers),
+            "crashed": list(self.crashed),
         }
 
 
@@ -198,6 +210,15 @@ def _library_runs(store: Store) -> set[str]:
         "SELECT DISTINCT source_run FROM library_plan WHERE source_run IS NOT NULL"
     )
     return {row[0] for row in rows}
+
+
+def _verdict(status: str, pid: int | None, started: float | None) -> str:
+    """What gc may do with an old run: ``kept`` (a live process holds it: it is
+    ``running`` in that process; or its state is protected), ``crashed`` (``running``, its
+    process gone: it counts as ended) or ``ended``."""
+    if status == "running":
+        return "kept" if owner_alive(pid, started) else "crashed"
+    return "kept" if status in PROTECTED_STATUSES else "ended"
 
 
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
@@ -282,39 +303,72 @@ def collect_garbage(
 
     store.flush()
     old = store.connection.execute(
-        "SELECT run_id, status FROM run WHERE updated < ? ORDER BY updated, run_id", (cutoff,)
+        "SELECT run_id, status, pid, pid_started FROM run WHERE updated < ? "
+        "ORDER BY updated, run_id",
+        (cutoff,),
     ).fetchall()
-    protected = tuple(run_id for run_id, status in old if status in PROTECTED_STATUSES)
-    by_keepers = tuple(
-        run_id for run_id, status in old if status not in PROTECTED_STATUSES and run_id in keep_runs
-    )
-    doomed = [
-        run_id
-        for run_id, status in old
-        if status not in PROTECTED_STATUSES and run_id not in keep_runs
-    ]
-    doomed_set = set(doomed)
+    protected: list[str] = []
+    by_keepers: list[str] = []
+    doomed: list[str] = []
+    crashed: set[str] = set()
+    for run_id, status, pid, started in old:
+        verdict = _verdict(status, pid, started)
+        if verdict == "kept":
+            protected.append(run_id)
+        elif run_id in keep_runs:
+            by_keepers.append(run_id)
+        else:
+            doomed.append(run_id)
+            if verdict == "crashed":
+                crashed.add(run_id)
 
     owners = [(table, "run_id") for table in _tables_with(store, "run_id")]
     if "document" in _tables_with(store, "batch_id"):
         owners.append(("document", "batch_id"))
     rows: dict[str, int] = {}
+    deleted: list[str] = []
     for batch in _chunks(doomed, batch_runs):
-        marks = ", ".join("?" for _ in batch)
         if dry_run:
+            marks = ", ".join("?" for _ in batch)
             for table, column in owners:
                 count = store.connection.execute(
                     f'SELECT count(*) FROM "{table}" WHERE {column} IN ({marks})', batch
                 ).fetchone()[0]
                 rows[table] = rows.get(table, 0) + int(count)
+            deleted.extend(batch)
             continue
         with store.transaction() as connection:
+            # Checked again under the write lock: a process may have taken a run (resume,
+            # approve) since it was read above.
+            marks = ", ".join("?" for _ in batch)
+            now_rows = connection.execute(
+                f"SELECT run_id, status, pid, pid_started, updated FROM run "
+                f"WHERE run_id IN ({marks})",
+                batch,
+            ).fetchall()
+            still = {
+                run_id: _verdict(status, pid, started)
+                for run_id, status, pid, started, updated in now_rows
+                if updated < cutoff
+            }
+            batch_now = [run_id for run_id in batch if still.get(run_id, "kept") != "kept"]
+            protected.extend(
+                run_id for run_id in batch if run_id in still and still[run_id] == "kept"
+            )
+            crashed.difference_update(run_id for run_id in batch if run_id not in batch_now)
+            crashed.update(run_id for run_id in batch_now if still[run_id] == "crashed")
+            if not batch_now:
+                continue
+            marks = ", ".join("?" for _ in batch_now)
             for table, column in owners:
                 cursor = connection.execute(
-                    f'DELETE FROM "{table}" WHERE {column} IN ({marks})', batch
+                    f'DELETE FROM "{table}" WHERE {column} IN ({marks})', batch_now
                 )
                 rows[table] = rows.get(table, 0) + cursor.rowcount
+            deleted.extend(batch_now)
     rows = {table: count for table, count in sorted(rows.items()) if count}
+    doomed = deleted
+    doomed_set = set(doomed)
 
     freed = 0
     traces = []
@@ -355,8 +409,9 @@ def collect_garbage(
         traces=tuple(traces),
         blobs=tuple(blobs),
         bytes_freed=freed,
-        kept_protected=protected,
-        kept_by_keepers=by_keepers,
+        kept_protected=tuple(protected),
+        kept_by_keepers=tuple(by_keepers),
+        crashed=tuple(run_id for run_id in doomed if run_id in crashed),
     )
 
 

@@ -243,6 +243,13 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX task_run_type ON task_run (task_type, time)",
         ),
     ),
+    Migration(
+        6,
+        "the start time of the process running a run (a reused process id is not its owner)",
+        # seconds since the epoch (plandag.store.owner); NULL with pid NULL, or in a run
+        # recorded before
+        ("ALTER TABLE run ADD COLUMN pid_started REAL",),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 """The schema version this release writes."""

@@ -47,6 +47,7 @@ from plandag.errors import InputError
 from plandag.scheduler.estimate import MEASURED_MIN_RUNS
 from plandag.scheduler.result import to_jsonable
 from plandag.store.migrations import migrate
+from plandag.store.owner import process_started, this_process_started
 from plandag.store.sealing import SecretMaskingConnection, seal, sealed_store_text
 from plandag.surrogates import escape_json_text
 from plandag.trace.redact import scrub_secret_values
@@ -109,7 +110,9 @@ _dumps = store_json
 @dataclasses.dataclass(frozen=True)
 class RunRow:
     """A run as stored. ``status`` is ``running`` while a process runs it (or crashed
-    doing so), else a run state of ARCHITECTURE.md. Times: seconds since the epoch."""
+    doing so: :attr:`crashed`), else a run state of ARCHITECTURE.md. ``pid`` and
+    ``pid_started``: the process running it and that process's start time (None when no
+    process holds it; :mod:`plandag.store.owner`). Times: seconds since the epoch."""
 
     run_id: str
     created: float
@@ -128,10 +131,27 @@ class RunRow:
     expires_at: float | None
     awaiting_reason: str | None
     detail: str | None
+    pid_started: float | None = None
+
+    @property
+    def crashed(self) -> bool:
+        """The run is ``running`` but no live process holds it: its process died (killed,
+        crashed, the machine restarted) and ``plandag resume`` goes on with it. Derived
+        each time it is read, from the recorded process id and start time (a process
+        given the same id later is not its owner); never stored."""
+        from plandag.store.owner import owner_alive
+
+        return self.status == "running" and not owner_alive(self.pid, self.pid_started)
+
+    @property
+    def state(self) -> str:
+        """The run's state as shown (``plandag runs``, the console): ``crashed`` for a run
+        whose process died while running it (:attr:`crashed`), else :attr:`status`."""
+        return "crashed" if self.crashed else self.status
 
     def as_dict(self) -> dict[str, Any]:
-        """The row as a JSON-ready dict."""
-        return dataclasses.asdict(self)
+        """The row as a JSON-ready dict, with its :attr:`state`."""
+        return {**dataclasses.asdict(self), "state": self.state}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -448,11 +468,11 @@ class Store:
         options: Mapping[str, Any],
         status: str = "running",
     ) -> None:
-        """Record a new run (committed at once)."""
+        """Record a new run, held by this process (committed at once)."""
         now = time.time()
         self.write(
             "INSERT INTO run (run_id, created, updated, command, goal, status, params, "
-            "options, pid) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "options, pid, pid_started) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 run_id,
                 now,
@@ -463,6 +483,7 @@ class Store:
                 _dumps(dict(params)),
                 _dumps(dict(options)),
                 os.getpid(),
+                this_process_started(),
             ),
             durable=True,
         )
@@ -470,7 +491,8 @@ class Store:
     def update_run(self, run_id: str, **fields: Any) -> None:
         """Set columns of a run (``status``, ``segment``, ``spent_usd``, ``awaiting_since``,
         ``expires_at``, ``awaiting_reason``, ``detail``, ``pid``, ``version``, ``options``,
-        ``params``), committed at once."""
+        ``params``), committed at once. Setting ``pid`` records that process's start time
+        with it (None with None) unless ``pid_started`` is given too."""
         allowed = {
             "status",
             "segment",
@@ -481,6 +503,7 @@ class Store:
             "awaiting_reason",
             "detail",
             "pid",
+            "pid_started",
             "version",
             "options",
             "params",
@@ -491,6 +514,15 @@ class Store:
         for name in ("options", "params"):
             if name in fields:
                 fields[name] = _dumps(dict(fields[name]))
+        if "pid" in fields and "pid_started" not in fields:
+            pid = fields["pid"]
+            fields["pid_started"] = (
+                None
+                if pid is None
+                else this_process_started()
+                if pid == os.getpid()
+                else process_started(pid)
+            )
         columns = ", ".join(f"{name} = ?" for name in fields)
         self.write(
             f"UPDATE run SET {columns}, updated = ? WHERE run_id = ?",
@@ -517,9 +549,9 @@ class Store:
         marks = ", ".join("?" for _ in statuses)
         with self.transaction() as connection:
             cursor = connection.execute(
-                f"UPDATE run SET status = 'running', pid = ?, updated = ? "
+                f"UPDATE run SET status = 'running', pid = ?, pid_started = ?, updated = ? "
                 f"WHERE run_id = ? AND status IN ({marks}) AND pid IS ?",
-                (os.getpid(), time.time(), run_id, *statuses, pid),
+                (os.getpid(), this_process_started(), time.time(), run_id, *statuses, pid),
             )
             return cursor.rowcount == 1
 
@@ -549,6 +581,15 @@ class Store:
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         return [self._run_row(row) for row in self.connection.execute(sql)]
+
+    def crashed_runs(self) -> list[RunRow]:
+        """The runs whose process died while running them (:attr:`RunRow.crashed`), oldest
+        first: ``plandag resume`` goes on with each."""
+        self.flush(durable=False)  # visible to reads; synced later
+        rows = self.connection.execute(
+            "SELECT * FROM run WHERE status = 'running' ORDER BY updated, rowid"
+        )
+        return [row for row in map(self._run_row, rows) if row.crashed]
 
     def resolve_run_id(self, text: str) -> str:
         """The run whose id is ``text`` or starts with it.
@@ -595,12 +636,18 @@ class Store:
     ) -> None:
         """Record version ``version`` of the run's plan (committed at once) and make it the
         run's current version; ``estimate``: the plan's estimate as JSON
-        (:meth:`plandag.scheduler.estimate.PlanEstimate.as_json`), or None."""
+        (:meth:`plandag.scheduler.estimate.PlanEstimate.as_json`), or None. A version
+        recorded again (a run keeps each version as it compiles, then records it whole at
+        its end) gets the new plan, hash and source, and keeps its estimate when none is
+        given, its creation time, approval and the time it was shown."""
         now = time.time()
         with self.transaction() as connection:
             connection.execute(
                 "INSERT INTO plan_version (run_id, version, hash, plan, source, created, "
-                "estimate) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "estimate) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (run_id, version) DO UPDATE SET hash = excluded.hash, "
+                "plan = excluded.plan, source = excluded.source, "
+                "estimate = COALESCE(excluded.estimate, plan_version.estimate)",
                 (
                     run_id,
                     version,
