@@ -36,16 +36,16 @@ PLAN = {
     "g": "Total of an NF-e invoice",
     "p": [{"n": "input", "t": "string", "h": "path of the NF-e XML file"}],
     "s": [
-        {"i": 1, "t": "read_file", "a": ["path=<param.input>"], "d": []},
+        {"i": 1, "t": "read_file", "a": {"path": "<param.input>"}, "d": []},
         {
             "i": 2,
             "t": "xml_select",
-            "a": ["xml=<step_1_result>", 'paths:={"total":"//nfe:vNF"}'],
+            "a": {"xml": "<step_1_result>", "paths": {"total": "//nfe:vNF"}},
             "d": [1],
-            "c": [{"k": "jmespath", "a": ["expr=total != `null`"]}],
+            "c": [{"k": "jmespath", "a": {"expr": "total != `null`"}}],
         },
     ],
-    "o": '{"total":"<step_2_result.total>"}',
+    "o": {"json": '{"total":"<step_2_result.total>"}'},
 }
 
 

@@ -45,16 +45,16 @@ MOVIES = [
     "The Departed",
     "Mean Streets",
 ]
-steps = [{"i": i + 1, "t": "search", "a": [f"query={m}"], "d": []} for i, m in enumerate(MOVIES)]
+steps = [{"i": i + 1, "t": "search", "a": {"query": m}, "d": []} for i, m in enumerate(MOVIES)]
 steps.append(
     {
         "i": 9,
         "t": "compare",
-        "a": ["items:=[" + ",".join(f'"<step_{i}_result>"' for i in range(1, 9)) + "]"],
+        "a": {"items": [f"<step_{i}_result>" for i in range(1, 9)]},
         "d": list(range(1, 9)),
     }
 )
-PLAN = {"g": "Which movie is most similar to the others?", "s": steps, "o": '"<step_9_result>"'}
+PLAN = {"g": "Which movie is most similar to the others?", "s": steps, "o": "<step_9_result>"}
 
 
 async def once(stream: bool) -> dict[str, Any]:

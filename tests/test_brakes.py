@@ -249,8 +249,8 @@ async def test_an_agent_that_may_plan_effects_needs_an_approver() -> None:
             server.push_json(
                 {
                     "g": "look",
-                    "s": [{"i": 1, "t": "look", "a": ["name=a"]}],
-                    "o": '"<step_1_result>"',
+                    "s": [{"i": 1, "t": "look", "a": {"name": "a"}}],
+                    "o": "<step_1_result>",
                 }
             )
             read_only = Agent(
@@ -267,7 +267,7 @@ async def test_a_model_without_a_price_runs_under_the_default_caps_capped_by_tok
     # it costs $0 and its tokens count against the 200,000-token cap.
     with MessagesServer() as server:
         server.push_json(
-            {"g": "look", "s": [{"i": 1, "t": "look", "a": ["name=a"]}], "o": '"<step_1_result>"'}
+            {"g": "look", "s": [{"i": 1, "t": "look", "a": {"name": "a"}}], "o": "<step_1_result>"}
         )
         async with AnthropicClient(api_key="test", base_url=server.url) as client:
             agent = Agent(

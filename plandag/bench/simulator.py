@@ -57,6 +57,7 @@ from plandag.bench.workloads import (
 )
 from plandag.planner.data import parse_data_blocks
 from plandag.planner.joiner import JOIN_SYSTEM_PROMPT
+from plandag.planner.schema import wrap_json_text
 from plandag.testing import MessagesServer, ScriptedResponse, estimate_tokens, system_text
 
 __all__ = [
@@ -407,24 +408,30 @@ class SimulatedModel:
             renumber[item["i"]] = next_id
             next_id += 1
 
-        def rewrite(text: str) -> str:
-            return _REFERENCE.sub(
-                lambda match: (
-                    f"<step_{renumber.get(int(match.group(1)), int(match.group(1)))}_result"
-                ),
-                text,
-            )
+        def rewrite(value: Any) -> Any:
+            if isinstance(value, str):
+                return _REFERENCE.sub(
+                    lambda match: (
+                        f"<step_{renumber.get(int(match.group(1)), int(match.group(1)))}_result"
+                    ),
+                    value,
+                )
+            if isinstance(value, dict):
+                return {key: rewrite(item) for key, item in value.items()}
+            if isinstance(value, list):
+                return [rewrite(item) for item in value]
+            return value
 
         steps = []
         for item in redo:
             step = {key: value for key, value in item.items() if key != "state"}
             step["i"] = renumber[item["i"]]
             step["d"] = [renumber.get(parent, parent) for parent in item["d"]]
-            step["a"] = [rewrite(assignment) for assignment in item["a"]]
+            step["a"] = rewrite(item["a"])
             steps.append(step)
         patch: dict[str, Any] = {"g": "Redo the failed part", "s": steps}
         if output is not None:
-            patch["o"] = rewrite(_compact(output))
+            patch["o"] = wrap_json_text(rewrite(output))
         return ScriptedResponse.json(patch)
 
 

@@ -316,8 +316,8 @@ COMPARE2 = Workload(
     plan_wire={
         "g": "Who was born first, Marta Lindqvist or Oskar Brandvold",
         "s": [
-            {"i": 1, "t": "search", "a": ["query=Marta Lindqvist"], "d": []},
-            {"i": 2, "t": "search", "a": ["query=Oskar Brandvold"], "d": []},
+            {"i": 1, "t": "search", "a": {"query": "Marta Lindqvist"}, "d": []},
+            {"i": 2, "t": "search", "a": {"query": "Oskar Brandvold"}, "d": []},
         ],
     },
     stored_plan=None,
@@ -370,7 +370,7 @@ MOVIE8 = Workload(
     plan_wire={
         "g": "Rank eight movies by rating",
         "s": [
-            {"i": i, "t": "search", "a": [f"query={title}"], "d": []}
+            {"i": i, "t": "search", "a": {"query": title}, "d": []}
             for i, title in enumerate(MOVIE_TITLES, start=1)
         ],
     },
@@ -395,8 +395,8 @@ DENSITY = round(
 )
 
 
-def _refs(field: str) -> str:
-    return "[" + ",".join(f'"<step_{i}_result.{field}>"' for i in range(1, 5)) + "]"
+def _refs(field: str) -> list[str]:
+    return [f"<step_{i}_result.{field}>" for i in range(1, 5)]
 
 
 def _check_number(question: Question, answer: Any) -> bool:
@@ -424,24 +424,24 @@ PARALLELQA = Workload(
         "g": "Population density of four regions together",
         "s": [
             *(
-                {"i": i, "t": "search", "a": [f"query={name}"], "d": []}
+                {"i": i, "t": "search", "a": {"query": name}, "d": []}
                 for i, name in enumerate(REGION_NAMES, start=1)
             ),
             {
                 "i": 5,
                 "t": "sum_numbers",
-                "a": ["values:=" + _refs("population")],
+                "a": {"values": _refs("population")},
                 "d": [1, 2, 3, 4],
             },
-            {"i": 6, "t": "sum_numbers", "a": ["values:=" + _refs("area_km2")], "d": [1, 2, 3, 4]},
+            {"i": 6, "t": "sum_numbers", "a": {"values": _refs("area_km2")}, "d": [1, 2, 3, 4]},
             {
                 "i": 7,
                 "t": "divide",
-                "a": ["a=<step_5_result>", "b=<step_6_result>", "digits:=2"],
+                "a": {"a": "<step_5_result>", "b": "<step_6_result>", "digits": 2},
                 "d": [5, 6],
             },
         ],
-        "o": '"<step_7_result>"',
+        "o": "<step_7_result>",
     },
     stored_plan=None,
     make_registry=lambda world: Registry(

@@ -9,6 +9,9 @@ invalid_json               error     the plan text is not JSON (or not UTF-8, or
                                      an integer past Python's 4300-digit limit)
 invalid_schema             error     the plan does not fit the Plan schema (field, why),
                                      or nests more than 200 levels deep
+invalid_json_text          error     a model's plan holds a JSON-text wrapper
+                                     (``{"json": "..."}``) whose text is not JSON (the
+                                     wire reader's, :mod:`plandag.planner.wire`)
 duplicate_step_id          error     two steps share an id
 too_many_steps             error     more steps than the run allows (``max_steps``)
 args_too_large             error     a step's arguments exceed ``max_arg_bytes`` as JSON
@@ -74,6 +77,7 @@ Severity = Literal["error", "warning"]
 DIAGNOSTIC_CODES: dict[str, Severity] = {
     "invalid_json": "error",
     "invalid_schema": "error",
+    "invalid_json_text": "error",
     "duplicate_step_id": "error",
     "too_many_steps": "error",
     "args_too_large": "error",

@@ -1,15 +1,24 @@
 """The planner: a model writes the whole plan, the compiler checks it (README, "Planning
 with a model").
 
-:meth:`Planner.plan` asks the model once for the plan, with structured output (the wire
-format's JSON schema, :func:`plandag.planner.wire.wire_json_schema`, tool names and check
-kinds as enums) at temperature 0, then compiles the answer. A plan that does not compile
+:meth:`Planner.plan` asks the model once for the plan, with structured output (the plan
+schema built from the registry, :func:`plandag.planner.schema.plan_json_schema`: each step
+one variant per tool with that tool's typed arguments) at temperature 0, then compiles the
+answer. A plan that does not compile
 goes back to the model with the full diagnostics list (formatted like ``plandag check``,
 quoted as data: :func:`plandag.planner.prompt.repair_message`), at most ``max_repairs``
 times (default 2); then :class:`PlannerGaveUp` (a :class:`PlanError`: the CLI
 exits 2) carries the last diagnostics. Every call goes through
 :func:`plandag.models.call_with_retries`: transient failures (429, 5xx, 529) are
 retried on the injected clock, within the budget, and every attempt is recorded.
+
+A provider that refuses the schema as too large (:func:`schema_too_large`: an HTTP 400 whose
+message says the grammar or schema is too large, too complex or has too many parts, as
+Anthropic's "The compiled grammar is too large" does) gets the plan's subset of tools: one
+short call asks the model which tools the plan will call (an array of the registered names,
+:data:`TOOL_CHOICE_SCHEMA_NAME`), and the plan is asked again with a schema of those tools
+only. The subset is remembered for the planner's later calls (repairs, later plans); a
+refusal of the subset's schema is raised as it is.
 
 A response cut off by ``max_tokens`` is an error, never a shorter plan: the
 :class:`~plandag.models.TruncatedResponseError` of the client layer propagates, with
@@ -24,32 +33,99 @@ Anthropic requests go at the model's default temperature (see
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from plandag.brakes import DEFAULT_PLANNER_MAX_TOKENS
 from plandag.brakes.budget import Budget
 from plandag.brakes.clock import Clock, SystemClock
 from plandag.brakes.retry import RetryPolicy
-from plandag.compiler import DEFAULT_MAX_STEPS, CompiledPlan, Diagnostic, compile_plan
+from plandag.compiler import DEFAULT_MAX_STEPS, CompiledPlan, Diagnostic
 from plandag.dag.plan import Plan
-from plandag.errors import PlanError
+from plandag.errors import PermanentStepError, PlanError, StepError
 from plandag.models import (
     DEFAULT_PRICES,
     CallRecord,
     ChatMessage,
     LLMClient,
     LLMRequest,
+    LLMResponse,
     PriceTable,
     call_with_retries,
 )
 from plandag.models.calls import deadline_from
 from plandag.planner.prompt import repair_message, system_prompt, user_prompt
-from plandag.planner.wire import WIRE_SCHEMA_NAME, wire_json_schema, wire_to_document
+from plandag.planner.schema import plan_json_schema, strict_schema
+from plandag.planner.wire import WIRE_SCHEMA_NAME, compile_wire
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
 
-__all__ = ["DEFAULT_PLAN_MAX_TOKENS", "PlanAttempt", "PlanOutcome", "Planner", "PlannerGaveUp"]
+__all__ = [
+    "DEFAULT_PLAN_MAX_TOKENS",
+    "TOOL_CHOICE_MAX_TOKENS",
+    "TOOL_CHOICE_SCHEMA_NAME",
+    "PlanAttempt",
+    "PlanOutcome",
+    "Planner",
+    "PlannerGaveUp",
+    "provider_schema",
+    "schema_too_large",
+]
+
+_log = logging.getLogger("plandag.planner")
+
+TOOL_CHOICE_SCHEMA_NAME = "plandag_tools"
+"""The schema name of the call that picks the plan's tools (a too-large schema refused)."""
+
+TOOL_CHOICE_MAX_TOKENS = 1024
+"""Output tokens of that call."""
+
+_TOO_LARGE = re.compile(
+    r"(grammar|schema|strict tools|union|anyOf|response_format|output_config|json_schema)"
+    r".{0,120}?(too large|too big|too complex|too many|exceed|limit)"
+    r"|(too large|too big|too complex|too many|exceed|limit).{0,120}?"
+    r"(grammar|schema|strict tools|union|anyOf|response_format|output_config|json_schema)",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+def schema_too_large(error: BaseException) -> bool:
+    """Whether ``error`` is a provider refusing the structured-output schema as too large.
+
+    An HTTP 400 or 422 (a :class:`PermanentStepError` with reason ``http_400`` or
+    ``http_422``) whose message names the grammar or schema together with a size word:
+    Anthropic's "The compiled grammar is too large, which would cause performance issues",
+    OpenAI's "schema ... exceeds ..." and "too many properties"-style limits. A prompt
+    that is too long is not one (nothing about a schema).
+
+    Args:
+        error: the error a call raised.
+
+    Returns:
+        True for such a refusal.
+    """
+    if not isinstance(error, PermanentStepError) or error.reason not in ("http_400", "http_422"):
+        return False
+    return _TOO_LARGE.search(str(error)) is not None
+
+
+def provider_schema(schema: Mapping[str, Any], provider: str) -> dict[str, Any]:
+    """``schema`` as a provider's structured output takes it: every property required, the
+    optional ones nullable, for OpenAI-compatible servers (strict mode); as it is otherwise.
+
+    Args:
+        schema: a schema from :func:`~plandag.planner.schema.plan_json_schema`.
+        provider: the client's provider (``anthropic``, ``openai``...).
+
+    Returns:
+        A new schema.
+    """
+    result: dict[str, Any] = strict_schema(dict(schema)) if provider == "openai" else dict(schema)
+    return result
+
 
 DEFAULT_PLAN_MAX_TOKENS = DEFAULT_PLANNER_MAX_TOKENS
 """Output tokens a plan may take (``max_tokens`` of each planning call): 4,096, sized to
@@ -199,6 +275,7 @@ class Planner:
         self.write_boundary = write_boundary
         self.http_allow = tuple(http_allow) if http_allow is not None else None
         self.max_steps = max_steps
+        self.tool_subset: tuple[str, ...] | None = None
 
     @property
     def system(self) -> str:
@@ -207,16 +284,156 @@ class Planner:
 
     @property
     def json_schema(self) -> dict[str, Any]:
-        """The structured-output schema sent: the wire schema, tools and checks as enums.
+        """The structured-output schema sent (:func:`plan_json_schema` of the registry, or of
+        :attr:`tool_subset` once a provider refused the whole union as too large).
 
-        OpenAI's strict mode needs every property required (optional ones nullable); the
-        Anthropic API takes optional properties, which the model may leave out.
+        Numeric and item-count bounds are left out for Anthropic, which refuses them (the
+        compiler checks them); OpenAI's strict mode gets every property required, the
+        optional ones nullable (:func:`provider_schema`).
         """
-        return wire_json_schema(
-            tools=sorted(self.registry.tools),
-            checks=sorted(self.registry.checks),
-            all_required=self.client.provider == "openai",
+        provider = self.client.provider
+        schema = plan_json_schema(
+            self.registry, tools=self.tool_subset, bounds=provider != "anthropic"
         )
+        return provider_schema(schema, provider)
+
+    def tool_choice_schema(self) -> dict[str, Any]:
+        """The schema of the call that names the plan's tools: ``{"tools": [names]}``."""
+        schema = {
+            "type": "object",
+            "properties": {
+                "tools": {"type": "array", "items": {"enum": sorted(self.registry.tools)}}
+            },
+            "required": ["tools"],
+            "additionalProperties": False,
+        }
+        return provider_schema(schema, self.client.provider)
+
+    async def request_plan(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        calls: list[CallRecord],
+        deadline: float | None,
+        budget: Budget | None = None,
+        on_text: Callable[[str], Awaitable[None]] | None = None,
+        on_restart: Callable[[], Awaitable[None]] | None = None,
+    ) -> LLMResponse:
+        """One planning call with :attr:`json_schema`; a schema refused as too large
+        (:func:`schema_too_large`) is replaced by the plan's subset of tools
+        (:meth:`choose_tools`) and the call made again.
+
+        Args:
+            messages: the conversation (the task first, then any repairs).
+            calls: every call attempt's record is appended here.
+            deadline: ``clock.monotonic()`` past which no attempt starts, or None.
+            budget: the budget to reserve on (default the planner's).
+            on_text, on_restart: streaming hooks (``call_with_retries``).
+
+        Returns:
+            The model's answer.
+
+        Raises:
+            StepError: the call failed past its retries, or the subset's schema was refused
+                too.
+        """
+        while True:
+            request = LLMRequest(
+                model=self.model,
+                messages=tuple(messages),
+                max_tokens=self.max_tokens,
+                system=self.system,
+                json_schema=self.json_schema,
+                schema_name=WIRE_SCHEMA_NAME,
+                temperature=self.temperature,
+            )
+            try:
+                return await call_with_retries(
+                    self.client,
+                    request,
+                    self.retry,
+                    self.clock,
+                    budget if budget is not None else self.budget,
+                    prices=self.prices,
+                    records=calls,
+                    deadline=deadline,
+                    on_text=on_text,
+                    on_restart=on_restart,
+                )
+            except StepError as error:
+                if self.tool_subset is not None or not schema_too_large(error):
+                    raise
+                first = messages[0]["content"] if messages else ""
+                task = first if isinstance(first, str) else json.dumps(first)
+                self.tool_subset = await self.choose_tools(
+                    task, calls=calls, deadline=deadline, budget=budget
+                )
+                _log.warning(
+                    "the provider refused the plan schema of %d tools as too large; planning "
+                    "with the %d tools the model chose: %s",
+                    len(self.registry.tools),
+                    len(self.tool_subset),
+                    ", ".join(self.tool_subset),
+                )
+
+    async def choose_tools(
+        self,
+        task: str,
+        *,
+        calls: list[CallRecord],
+        deadline: float | None,
+        budget: Budget | None = None,
+    ) -> tuple[str, ...]:
+        """Ask the model which registered tools the plan for ``task`` will call.
+
+        Args:
+            task: the planner's user message (the task, context and params).
+            calls: every call attempt's record is appended here.
+            deadline: ``clock.monotonic()`` past which no attempt starts, or None.
+            budget: the budget to reserve on (default the planner's).
+
+        Returns:
+            The registered names it gave, sorted, without repeats (at least one: every
+            registered tool when it gave none that is registered).
+
+        Raises:
+            StepError: the call failed past its retries.
+        """
+        request = LLMRequest(
+            model=self.model,
+            messages=(
+                {
+                    "role": "user",
+                    "content": task.rstrip()
+                    + "\n\nBefore the plan: list every tool the plan will call, by name, "
+                    'as {"tools": [NAME, ...]}.',
+                },
+            ),
+            max_tokens=TOOL_CHOICE_MAX_TOKENS,
+            system=self.system,
+            json_schema=self.tool_choice_schema(),
+            schema_name=TOOL_CHOICE_SCHEMA_NAME,
+            temperature=self.temperature,
+        )
+        response = await call_with_retries(
+            self.client,
+            request,
+            self.retry,
+            self.clock,
+            budget if budget is not None else self.budget,
+            prices=self.prices,
+            records=calls,
+            deadline=deadline,
+        )
+        try:
+            data = json.loads(response.text)
+        except ValueError:
+            data = None
+        named = data.get("tools") if isinstance(data, dict) else None
+        chosen = sorted(
+            {name for name in named or () if isinstance(name, str) and name in self.registry.tools}
+        )
+        return tuple(chosen) if chosen else tuple(sorted(self.registry.tools))
 
     async def plan(
         self,
@@ -256,8 +473,6 @@ class Planner:
             StepError: a call failed past its retries (``BudgetRefusedError`` when the
                 budget could not hold its estimate).
         """
-        system = self.system
-        schema = self.json_schema
         messages: list[ChatMessage] = [
             {"role": "user", "content": user_prompt(goal, context, params)}
         ]
@@ -266,28 +481,10 @@ class Planner:
         attempts: list[PlanAttempt] = []
         deadline = deadline_from(self.clock, remaining_s)
         for number in range(1, self.max_repairs + 2):
-            request = LLMRequest(
-                model=self.model,
-                messages=tuple(messages),
-                max_tokens=self.max_tokens,
-                system=system,
-                json_schema=schema,
-                schema_name=WIRE_SCHEMA_NAME,
-                temperature=self.temperature,
-            )
-            response = await call_with_retries(
-                self.client,
-                request,
-                self.retry,
-                self.clock,
-                self.budget,
-                prices=self.prices,
-                records=calls,
-                deadline=deadline,
-            )
+            response = await self.request_plan(messages, calls=calls, deadline=deadline)
             try:
-                compiled = compile_plan(
-                    wire_to_document(response.text),
+                compiled = compile_wire(
+                    response.text,
                     self.registry,
                     params=params,
                     read_only=self.read_only,

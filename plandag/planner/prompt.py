@@ -55,13 +55,14 @@ ROLE = (
 
 WIRE_FORMAT_GUIDE = """\
 Plan: {"g": goal, "p": [params], "s": [steps], "o": output}
-Step: {"i": unique id > 0, "t": tool, "a": [args], "d": [ids it uses], "c": [checks]}
-Arg: "NAME=TEXT" for a string as written, "NAME:=JSON" for any JSON ("n:=3"); [] for none.
-Check: {"k": kind, "a": [args]}
-Param (declare each one used): {"n": name, "t": JSON type or any, "h": help, "v": default \
-JSON, "r": required}
-"o": the result as JSON text with references, built by code (no model call); omit it only \
-when the answer needs judgement."""
+Step: {"i": unique id > 0, "t": tool, "a": {its args}, "d": [ids it uses], "c": [checks]}
+Check: {"k": kind, "a": {its args}}
+Param (declare each one used): {"n": name, "t": JSON type or any, "h": help, "v": default, \
+"r": required}
+JSON text: a value typed any or a free-form object, and "o", is one reference or \
+{"json": "<the value as JSON text>"}.
+"o": the result with references, built by code (no model call); omit it only when the \
+answer needs judgement."""
 
 REFERENCE_GRAMMAR = """\
 References: <step_N_result>, <step_N_result.key.0.field>, <param.NAME>. A string that is \
@@ -76,11 +77,11 @@ the task needs.
 
 GOOD_EXAMPLE = (
     '{"g":"Total paid and refunded orders",'
-    '"s":[{"i":1,"t":"read_file","a":["path=orders.json"],"d":[]},'
-    '{"i":2,"t":"json_select","a":["data=<step_1_result>","expr=sum(paid)"],"d":[1],'
-    '"c":[{"k":"jmespath","a":["expr=@ >= `0`"]}]},'
-    '{"i":3,"t":"json_select","a":["data=<step_1_result>","expr=sum(refunded)"],"d":[1]}],'
-    '"o":"{\\"paid\\":\\"<step_2_result>\\",\\"refunded\\":\\"<step_3_result>\\"}"}'
+    '"s":[{"i":1,"t":"read_file","a":{"path":"orders.json"},"d":[]},'
+    '{"i":2,"t":"json_select","a":{"data":"<step_1_result>","expr":"sum(paid)"},"d":[1],'
+    '"c":[{"k":"jmespath","a":{"expr":"@ >= `0`"}}]},'
+    '{"i":3,"t":"json_select","a":{"data":"<step_1_result>","expr":"sum(refunded)"},"d":[1]}],'
+    '"o":{"json":"{\\"paid\\":\\"<step_2_result>\\",\\"refunded\\":\\"<step_3_result>\\"}"}}'
 )
 """A plan that compiles against the default registry (tested): steps 2 and 3 run at once,
 a check, and an output assembled by code."""

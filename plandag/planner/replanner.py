@@ -24,6 +24,10 @@ steps keep their ids and results and never run again; steps still running are un
 A patch that does not compile is not applied: its diagnostics are returned, and the next
 call (a repair, which counts against the caller's replan caps) carries them back as data.
 
+The patch's schema is the planner's (:func:`~plandag.planner.schema.plan_json_schema`); a
+provider that refuses it as too large (:func:`~plandag.planner.planner.schema_too_large`)
+gets the plan's subset of tools, those its steps call, for this and later replans.
+
 Tool outputs are data: nothing a tool returned is shown outside a data block, and whatever
 the model proposes passes the same compiler and write boundary as the first plan (a step
 writing outside the boundary does not compile, so it never runs).
@@ -44,7 +48,7 @@ from plandag.compiler import Diagnostic
 from plandag.compiler.diagnostics import DIAGNOSTIC_CODES
 from plandag.compiler.patch import PatchBase, check_output, compile_patch
 from plandag.dag.plan import Plan, Step
-from plandag.errors import PlanError
+from plandag.errors import PlanError, StepError
 from plandag.models import (
     DEFAULT_PRICES,
     CallRecord,
@@ -56,9 +60,11 @@ from plandag.models import (
 )
 from plandag.models.calls import deadline_from
 from plandag.planner.data import quote_data
+from plandag.planner.planner import provider_schema, schema_too_large
 from plandag.planner.prompt import repair_message, system_prompt
+from plandag.planner.schema import plan_json_schema
 from plandag.planner.triggers import ReplanStrategy
-from plandag.planner.wire import WIRE_SCHEMA_NAME, to_wire, wire_json_schema, wire_to_document
+from plandag.planner.wire import WIRE_SCHEMA_NAME, to_wire, wire_to_document
 from plandag.scheduler.session import RunSession, SessionState
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
@@ -229,6 +235,7 @@ def replan_prompt(
     instruction: str | None = None,
     earlier: Sequence[Mapping[str, Any]] = (),
     used_ids: int = 0,
+    registry: Registry | None = None,
 ) -> str:
     """The replanner's user message (see the module docstring for what it holds).
 
@@ -252,6 +259,8 @@ def replan_prompt(
             as data; they are no part of the run any more.
         used_ids: the largest step id earlier segments of the run used (new ids go above
             it as well); 0 when none.
+        registry: the run's tools and checks: the steps are listed as the model writes
+            them (JSON text where the schema asks for it); None lists arguments as they are.
 
     Returns:
         The text. Everything a tool produced is inside a data block.
@@ -259,7 +268,7 @@ def replan_prompt(
     steps = session.steps
     max_id = max(max(steps, default=0), used_ids)
     plan = Plan(goal=goal, steps=[steps[key].step for key in sorted(steps)])
-    wire_steps = to_wire(plan)["s"]
+    wire_steps = to_wire(plan, registry)["s"]
     listing = [{"state": _state_of(session, state, item["i"]), **item} for item in wire_steps]
     parts = [f"Task:\n{goal.strip()}"]
     if original_goal is not None and original_goal.strip() != goal.strip():
@@ -443,6 +452,18 @@ class Replanner:
         self.write_boundary = write_boundary
         self.http_allow = tuple(http_allow) if http_allow is not None else None
         self.used_ids = used_ids
+        self.tool_subset: tuple[str, ...] | None = None
+
+    @property
+    def json_schema(self) -> dict[str, Any]:
+        """The structured-output schema of a patch: the planner's
+        (:func:`~plandag.planner.schema.plan_json_schema`), of :attr:`tool_subset` once a
+        provider refused the whole union as too large."""
+        provider = self.client.provider
+        schema = plan_json_schema(
+            self.registry, tools=self.tool_subset, bounds=provider != "anthropic"
+        )
+        return provider_schema(schema, provider)
 
     def request_for(self, prompt: str, previous: ReplanRecord | None = None) -> LLMRequest:
         """The model request for a replan ``prompt``: the plan writer's system prompt and
@@ -467,11 +488,7 @@ class Replanner:
             messages=tuple(messages),
             max_tokens=self.max_tokens,
             system=system_prompt(self.registry),
-            json_schema=wire_json_schema(
-                tools=sorted(self.registry.tools),
-                checks=sorted(self.registry.checks),
-                all_required=self.client.provider == "openai",
-            ),
+            json_schema=self.json_schema,
             schema_name=WIRE_SCHEMA_NAME,
             temperature=self.temperature,
         )
@@ -554,19 +571,31 @@ class Replanner:
             instruction=instruction,
             earlier=earlier,
             used_ids=self.used_ids,
+            registry=self.registry,
         )
-        request = self.request_for(prompt, previous)
-        with anyio.fail_after(session.remaining_s):
-            response = await call_with_retries(
-                self.client,
-                request,
-                self.retry,
-                self.clock,
-                self.budget if self.budget is not None else session.budget,
-                prices=self.prices,
-                records=records,
-                deadline=deadline_from(self.clock, session.remaining_s),
-            )
+        while True:
+            request = self.request_for(prompt, previous)
+            try:
+                with anyio.fail_after(session.remaining_s):
+                    response = await call_with_retries(
+                        self.client,
+                        request,
+                        self.retry,
+                        self.clock,
+                        self.budget if self.budget is not None else session.budget,
+                        prices=self.prices,
+                        records=records,
+                        deadline=deadline_from(self.clock, session.remaining_s),
+                    )
+                break
+            except StepError as error:
+                if self.tool_subset is not None or not schema_too_large(error):
+                    raise
+                # The plan's subset: the tools its steps call.
+                used = {item.step.tool for item in session.steps.values()}
+                self.tool_subset = tuple(sorted(used & self.registry.tools.keys())) or tuple(
+                    sorted(self.registry.tools)
+                )
         replaced = state.needs_replan
         applied, new_ids, diagnostics, output_changed = self.apply(session, response.text, replaced)
         return ReplanRecord(
@@ -616,12 +645,13 @@ class Replanner:
             ``(applied, new_ids, diagnostics, output_changed)``: nothing was added when
             ``applied`` is False.
         """
+        text_problems: list[Diagnostic] = []
         try:
-            document = wire_to_document(text)
+            document = wire_to_document(text, self.registry, json_text_problems=text_problems)
         except PlanError as error:
             return False, (), tuple(error.diagnostics), False
         steps: list[dict[str, Any]] = document["steps"]
-        problems: list[Diagnostic] = []
+        problems: list[Diagnostic] = list(text_problems)
         max_id = max(max(session.steps, default=0), self.used_ids)
         if not steps and replaced:
             problems.append(

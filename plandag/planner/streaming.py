@@ -34,7 +34,7 @@ failure. Only a plan that does not compile goes back to the model.
 
 Effects: the run is opened with ``hold_effects`` (the session's default), so only steps
 without effects start early; :meth:`StreamingPlanner.plan_into` releases them once the whole
-plan has arrived and compiled as a whole (:func:`~plandag.compiler.compile_plan`).
+plan has arrived and compiled as a whole (:func:`~plandag.planner.wire.compile_wire`).
 Approval, where required, comes before that release.
 
 A stream that breaks off mid-plan (an ``overloaded_error`` event, a dropped connection) and
@@ -59,16 +59,17 @@ from typing import Any
 
 import anyio
 
-from plandag.compiler import Diagnostic, compile_plan
+from plandag.compiler import Diagnostic
 from plandag.compiler.diagnostics import DIAGNOSTIC_CODES
 from plandag.dag.references import find_references
 from plandag.errors import PlanError
-from plandag.models import CallRecord, ChatMessage, LLMRequest, call_with_retries
+from plandag.models import CallRecord, ChatMessage
 from plandag.models.calls import deadline_from
 from plandag.planner.planner import PlanAttempt, Planner, PlannerGaveUp, PlanOutcome
 from plandag.planner.prompt import repair_message, user_prompt
-from plandag.planner.wire import WIRE_SCHEMA_NAME, wire_to_document
+from plandag.planner.wire import compile_wire, wire_to_document
 from plandag.scheduler.session import RunSession
+from plandag.tools.registry import Registry
 
 __all__ = ["StepDispatcher", "StreamingPlanner", "WireStepScanner"]
 
@@ -199,6 +200,8 @@ class StepDispatcher:
             wait for the whole plan).
         accepted: the verbose step documents already added to ``session`` by earlier
             attempts, by id (shared and updated: a repair must keep them unchanged).
+        registry: the run's tools and checks, for reading the steps' arguments
+            (:func:`~plandag.planner.wire.wire_to_document`), or None.
 
     Attributes:
         diagnostics: the errors of steps that could not be added (wire problems, compile
@@ -206,9 +209,15 @@ class StepDispatcher:
         added: ids added by this dispatcher, in order.
     """
 
-    def __init__(self, session: RunSession, accepted: dict[int, dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        session: RunSession,
+        accepted: dict[int, dict[str, Any]],
+        registry: Registry | None = None,
+    ) -> None:
         self.session = session
         self.accepted = accepted
+        self.registry = registry
         self.scanner = WireStepScanner()
         self.diagnostics: list[Diagnostic] = []
         self.added: list[int] = []
@@ -237,11 +246,16 @@ class StepDispatcher:
         self.diagnostics.clear()
 
     def _take(self, raw: Any) -> None:
+        text_problems: list[Diagnostic] = []
         try:
-            document = wire_to_document({"g": "", "s": [raw]})["steps"][0]
+            document = wire_to_document(
+                {"g": "", "s": [raw]}, self.registry, json_text_problems=text_problems
+            )["steps"][0]
         except PlanError as error:
             self.diagnostics.extend(error.diagnostics)
             return
+        if text_problems:
+            return  # not added; the whole plan's reading reports the JSON text
         step_id = document.get("id")
         if isinstance(step_id, int) and step_id in self._seen:
             return  # a duplicate id: the whole plan's compile reports it
@@ -342,8 +356,6 @@ class StreamingPlanner:
             TimeoutError: the session's wall-clock cap passed while the model wrote.
         """
         planner = self.planner
-        system = planner.system
-        schema = planner.json_schema
         messages: list[ChatMessage] = [
             {"role": "user", "content": user_prompt(goal, context, params)}
         ]
@@ -352,26 +364,13 @@ class StreamingPlanner:
         attempts: list[PlanAttempt] = []
         accepted: dict[int, dict[str, Any]] = {}
         for number in range(1, planner.max_repairs + 2):
-            dispatcher = StepDispatcher(session, accepted)
-            request = LLMRequest(
-                model=planner.model,
-                messages=tuple(messages),
-                max_tokens=planner.max_tokens,
-                system=system,
-                json_schema=schema,
-                schema_name=WIRE_SCHEMA_NAME,
-                temperature=planner.temperature,
-            )
+            dispatcher = StepDispatcher(session, accepted, planner.registry)
             with anyio.fail_after(session.remaining_s):
-                response = await call_with_retries(
-                    planner.client,
-                    request,
-                    planner.retry,
-                    planner.clock,
-                    planner.budget if planner.budget is not None else session.budget,
-                    prices=planner.prices,
-                    records=calls,
+                response = await planner.request_plan(
+                    messages,
+                    calls=calls,
                     deadline=deadline_from(planner.clock, session.remaining_s),
+                    budget=planner.budget if planner.budget is not None else session.budget,
                     on_text=dispatcher.feed,
                     on_restart=dispatcher.restart,
                 )
@@ -379,8 +378,8 @@ class StreamingPlanner:
             diagnostics: list[Diagnostic] = []
             compiled = None
             try:
-                compiled = compile_plan(
-                    wire_to_document(response.text),
+                compiled = compile_wire(
+                    response.text,
                     planner.registry,
                     params=params,
                     read_only=planner.read_only,

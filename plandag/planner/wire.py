@@ -1,50 +1,45 @@
-"""The wire format: the compact encoding of a plan a model writes (README, "Planning with a
-model").
+"""The wire format: the encoding of a plan a model writes (README, "Planning with a model").
 
-Output tokens are the slow part of planning, so the model does not write the verbose Plan
-JSON (ARCHITECTURE.md, "The plan artifact"): it writes the same plan with one-letter keys,
-which :func:`from_wire` turns into the :class:`~plandag.dag.plan.Plan` model, losslessly
-(:func:`to_wire` goes back). ``benchmarks/wire_tokens.py`` measures the saving.
+The model writes a plan with one-letter keys, which :func:`from_wire` turns into the
+:class:`~plandag.dag.plan.Plan` model (:func:`to_wire` goes back); its structured-output
+schema is built from the run's registry (:func:`plandag.planner.schema.plan_json_schema`),
+so each step's arguments are that tool's own typed object. ``benchmarks/wire_tokens.py``
+measures what the encoding costs in output tokens against the verbose Plan JSON.
 
 ========  =====================  ==========================================================
 wire      Plan                   value
 ========  =====================  ==========================================================
 ``g``     ``goal``               string
 ``p``     ``params``             list of ``{"n": name, "t": type, "h": description,
-                                 "v": default (JSON text), "r": required}``; ``n`` and
-                                 ``t`` required, the rest optional
+                                 "v": default, "r": required}``; ``n`` and ``t``
+                                 required, the rest optional; ``v`` of the param's type
 ``s``     ``steps``              list of steps (below)
-``o``     ``output``             JSON text of the output value; absent or null: no output
+``o``     ``output``             one reference, or ``{"json": "<JSON text>"}``; absent or
+                                 null: no output
 ========  =====================  ==========================================================
 
-A step is ``{"i": id, "t": tool, "a": args, "d": depends_on, "c": checks, "n": description}``:
-``a`` is the list of the step's arguments as *assignments*, ``d`` a list of step ids, ``c``
-(optional) a list of ``{"k": kind, "a": assignments}`` (``a`` optional), ``n`` (optional) a
-short description. An assignment is one string, in the style of HTTPie's request items:
+A step is ``{"i": id, "t": tool, "a": args, "d": depends_on, "c": checks, "n":
+description}``: ``a`` is the object of the tool's arguments, ``d`` a list of step ids,
+``c`` (optional) a list of ``{"k": kind, "a": arguments}`` (``a`` optional when the kind
+needs none), ``n`` (optional) a short description.
 
-* ``"NAME=TEXT"``: the argument NAME is the string TEXT, the rest of the string as is
-  (no JSON inside: ``"path=<param.input>"``, ``"expr=items[?price > `10`].name"``);
-* ``"NAME:=JSON"``: the argument NAME is the JSON value (``"max_bytes:=1000"``,
-  ``"paths:={\\"vNF\\":\\"//nfe:vNF\\"}"``, ``"all:=true"``).
+**JSON text.** A value whose type no strict schema can express (an argument typed ``Any``,
+a free-form map, a recursive type; a param default of type object, array or any; the
+output) is written as ``{"json": "<JSON text>"}`` (:data:`~plandag.planner.schema.JSON_TEXT_KEY`),
+or as a string that is one reference. Any object whose only field is ``"json"``, a string,
+is read as such a wrapper, at any depth of the arguments; text that is not JSON is an
+``invalid_json_text`` diagnostic.
 
-The first ``=`` ends the name; a name ending in ``:`` marks JSON. ``o`` (the output) and a
-param's default ``v`` are JSON text.
-
-Why strings: structured output constrains the model with a JSON schema, and the Anthropic
-API accepts only schemas whose every object lists its properties with
-``additionalProperties: false`` (the SDK's own ``transform_schema`` forces it; free-form
-objects are refused). Tool arguments are free-form (each tool has its own, and any argument
-may hold a reference string), so they cannot be JSON objects on the wire. JSON text inside
-a string would do, at the price of a backslash before every quote; assignments need none
-for the most common arguments, strings (paths, references, expressions), and measure
-shorter than the verbose Plan JSON itself (``benchmarks/wire_tokens.py``). The reader is
-lenient where it cannot be ambiguous: an object given for ``a`` is taken as the args
-themselves, and a JSON value that is not a string for ``o`` or ``v`` as the value.
+**Left-out values.** Under OpenAI's strict mode every property is required, the optional
+ones nullable (:func:`~plandag.planner.schema.strict_schema`), so a model writes ``null``
+for what it leaves out: a ``null`` wire field is absent, and, given the registry, a
+``null`` argument whose type does not take ``null`` is left out.
 
 Malformed wire data raises :class:`~plandag.errors.PlanError` with every problem found:
-``invalid_json`` when the text is not JSON, ``invalid_schema`` for everything else (which
-field, why, and the step id when known), so the planner can send them back to the model
-like the compiler's own diagnostics.
+``invalid_json`` when the text is not JSON, ``invalid_json_text`` for each wrapper whose
+text is not JSON, ``invalid_schema`` for everything else (which field, why, and the step id
+when known), so the planner can send them back to the model like the compiler's own
+diagnostics.
 """
 
 from __future__ import annotations
@@ -53,24 +48,35 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, get_args
 
-from plandag.compiler import Diagnostic, load_plan
+from plandag.compiler import CompiledPlan, Diagnostic, compile_plan, load_plan
 from plandag.compiler.diagnostics import DIAGNOSTIC_CODES
 from plandag.dag.plan import ParamSpec, ParamType, Plan
 from plandag.errors import PlanError
+from plandag.planner.schema import (
+    JSON_TEXT_KEY,
+    PLAN_SCHEMA_NAME,
+    arguments_schema,
+    decode_json_text,
+    encode_arguments,
+    is_json_text,
+    wrap_json_text,
+)
+from plandag.tools.registry import Registry
 
 __all__ = [
     "WIRE_SCHEMA_NAME",
+    "compile_wire",
     "dumps_wire",
     "from_wire",
     "to_wire",
-    "wire_json_schema",
     "wire_to_document",
 ]
 
-WIRE_SCHEMA_NAME = "plandag_plan"
+WIRE_SCHEMA_NAME = PLAN_SCHEMA_NAME
 """The structured-output schema's name (OpenAI's ``response_format.json_schema.name``)."""
 
 _PARAM_TYPES: tuple[str, ...] = get_args(ParamType)
+_TYPED_PARAMS = ("string", "integer", "number", "boolean")
 _TOP_KEYS = ("g", "p", "s", "o")
 _STEP_KEYS = ("i", "t", "a", "d", "c", "n")
 _CHECK_KEYS = ("k", "a")
@@ -85,7 +91,7 @@ def _json_text(value: Any) -> str:
 # -- Plan -> wire ----------------------------------------------------------------------------
 
 
-def to_wire(plan: Plan) -> dict[str, Any]:
+def to_wire(plan: Plan, registry: Registry | None = None) -> dict[str, Any]:
     """The wire form of ``plan`` (the table in the module docstring).
 
     Optional fields are left out when the plan does not set them: no ``p`` without params,
@@ -94,6 +100,9 @@ def to_wire(plan: Plan) -> dict[str, Any]:
 
     Args:
         plan: a validated plan.
+        registry: the run's tools and checks: an argument whose type the schema carries as
+            JSON text is written as ``{"json": ...}``; None writes every argument as it is
+            (still read back the same).
 
     Returns:
         A JSON-safe dict; ``from_wire(to_wire(plan))`` equals ``plan``.
@@ -105,19 +114,28 @@ def to_wire(plan: Plan) -> dict[str, Any]:
     if plan.params:
         wire["p"] = [_param_to_wire(name, spec) for name, spec in plan.params.items()]
     steps = []
+    tools = registry.tools if registry is not None else {}
     for step in plan.steps:
-        item: dict[str, Any] = {
-            "i": step.id,
-            "t": step.tool,
-            "a": _assignments(step.args, f"step {step.id} args"),
-            "d": list(step.depends_on),
-        }
+        tool = tools.get(step.tool)
+        args: dict[str, Any] = dict(step.args)
+        if tool is not None:
+            schema = arguments_schema(
+                tool.json_schema(), names_tools=tool.names_tools, tool_names=sorted(tools)
+            )
+            args = encode_arguments(args, schema, schema.get("$defs", {}))
+        _check_text(args)
+        item: dict[str, Any] = {"i": step.id, "t": step.tool, "a": args, "d": list(step.depends_on)}
         if step.check:
             checks = []
             for spec in step.check:
                 check: dict[str, Any] = {"k": spec.kind}
-                if spec.arguments:
-                    check["a"] = _assignments(spec.arguments, f"step {step.id} check {spec.kind}")
+                arguments = spec.arguments
+                definition = registry.checks.get(spec.kind) if registry is not None else None
+                if definition is not None:
+                    schema = arguments_schema(definition.args_model.model_json_schema())
+                    arguments = encode_arguments(arguments, schema, schema.get("$defs", {}))
+                if arguments:
+                    check["a"] = arguments
                 checks.append(check)
             item["c"] = checks
         if step.description is not None:
@@ -125,23 +143,13 @@ def to_wire(plan: Plan) -> dict[str, Any]:
         steps.append(item)
     wire["s"] = steps
     if plan.output is not None:
-        wire["o"] = _json_text(plan.output)
+        wire["o"] = wrap_json_text(plan.output)
     return wire
 
 
-def _assignments(values: Mapping[str, Any], where: str) -> list[str]:
-    """``values`` as assignments: ``NAME=TEXT`` for strings, ``NAME:=JSON`` otherwise."""
-    items = []
-    for name, value in values.items():
-        if "=" in name or name.endswith(":"):
-            raise ValueError(
-                f"{where}: the name {name!r} holds '=' or ends with ':', which the wire "
-                "format's assignments cannot express"
-            )
-        items.append(
-            f"{name}={value}" if isinstance(value, str) else f"{name}:={_json_text(value)}"
-        )
-    return items
+def _check_text(value: Any) -> None:
+    """Raise ValueError when ``value`` holds NaN or an infinity (not JSON)."""
+    _json_text(value)
 
 
 def _param_to_wire(name: str, spec: ParamSpec) -> dict[str, Any]:
@@ -149,29 +157,35 @@ def _param_to_wire(name: str, spec: ParamSpec) -> dict[str, Any]:
     if spec.description is not None:
         item["h"] = spec.description
     if "default" in spec.model_fields_set:
-        item["v"] = _json_text(spec.default)
+        default = spec.default
+        typed = spec.type in _TYPED_PARAMS and default is not None and not is_json_text(default)
+        item["v"] = default if typed else {JSON_TEXT_KEY: _json_text(default)}
     if spec.required is not None:
         item["r"] = spec.required
     return item
 
 
-def dumps_wire(plan: Plan) -> str:
-    """``to_wire(plan)`` as compact JSON text: what a model writes for ``plan``.
+def dumps_wire(plan: Plan, registry: Registry | None = None) -> str:
+    """``to_wire(plan, registry)`` as compact JSON text: what a model writes for ``plan``.
 
     Raises:
         ValueError: a value holds NaN or an infinity.
     """
-    return _json_text(to_wire(plan))
+    return _json_text(to_wire(plan, registry))
 
 
 # -- wire -> Plan ----------------------------------------------------------------------------
 
 
 class _Reader:
-    """Collects ``invalid_schema`` diagnostics while a wire object is read."""
+    """Collects diagnostics while a wire object is read."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, registry: Registry | None, text_problems: list[Diagnostic] | None = None
+    ) -> None:
+        self.registry = registry
         self.diagnostics: list[Diagnostic] = []
+        self.text_problems = text_problems if text_problems is not None else self.diagnostics
 
     def problem(self, where: str, message: str, step_id: int | None = None, hint: str = "") -> None:
         self.diagnostics.append(
@@ -184,73 +198,41 @@ class _Reader:
             )
         )
 
-    def json_field(self, value: Any, where: str, step_id: int | None) -> tuple[bool, Any]:
-        """Decode a JSON-text field; a non-string JSON value is taken as the value itself."""
-        if not isinstance(value, str):
-            return True, value
-        try:
-            return True, json.loads(value)
-        except (ValueError, RecursionError) as error:
-            self.problem(
-                where,
-                f"is not JSON text ({error})",
-                step_id,
-                'write the value as JSON inside the string: "\\"<step_1_result>\\"" for a '
-                'string, "{\\"total\\":\\"<step_2_result.vNF>\\"}" for an object',
-            )
-            return False, None
-
-    def assignments(self, value: Any, where: str, step_id: int | None) -> tuple[bool, Any]:
-        """Decode a list of ``NAME=TEXT`` / ``NAME:=JSON`` strings into a dict.
-
-        An object given instead is taken as the dict itself (a model without structured
-        output may write one).
-        """
-        if isinstance(value, Mapping):
-            return True, dict(value)
-        if not isinstance(value, list):
-            self.problem(
-                where,
-                f"must be a list of assignments, not {_kind(value)}",
-                step_id,
-                'write ["NAME=TEXT", "NAME:=JSON"], [] for none',
-            )
-            return False, None
-        result: dict[str, Any] = {}
-        ok = True
-        for index, item in enumerate(value):
-            here = f"{where}[{index}]"
-            if not isinstance(item, str) or "=" not in item:
-                shown = repr(item) if isinstance(item, str) else _kind(item)
-                self.problem(
-                    here,
-                    f"{shown} is not an assignment",
+    def decoded(self, value: Any, where: str, step_id: int | None) -> Any:
+        """``value`` with its JSON-text wrappers decoded; ``invalid_json_text`` for each
+        one whose text is not JSON."""
+        result, problems = decode_json_text(value)
+        for path, why in problems:
+            self.text_problems.append(
+                Diagnostic(
+                    "invalid_json_text",
+                    DIAGNOSTIC_CODES["invalid_json_text"],
                     step_id,
-                    'write "NAME=TEXT" for a string, "NAME:=JSON" for any other value',
+                    f"wire field {where}{path}: the text is not JSON ({why})",
+                    'write the value as JSON text: {"json": "[1, 2]"}, {"json": "{\\"a\\": '
+                    '\\"<step_1_result>\\"}"}, or give one reference as a plain string',
                 )
-                ok = False
-                continue
-            name, _, text = item.partition("=")
-            parsed: Any = text
-            if name.endswith(":"):
-                name = name[:-1]
-                try:
-                    parsed = json.loads(text)
-                except (ValueError, RecursionError) as error:
-                    self.problem(
-                        here,
-                        f"the value of {name!r} after ':=' is not JSON ({error})",
-                        step_id,
-                        f'write "{name}=TEXT" for a string, or valid JSON after ":="',
-                    )
-                    ok = False
-                    continue
-            if name in result:
-                self.problem(here, f"{name!r} is assigned twice", step_id, "assign it once")
-                ok = False
-                continue
-            result[name] = parsed
-        return ok, result
+            )
+        return result
+
+    def arguments(
+        self, value: Any, where: str, step_id: int | None, schema: Mapping[str, Any] | None
+    ) -> tuple[bool, dict[str, Any]]:
+        """Read an argument object: wrappers decoded, left-out (``null``) values dropped."""
+        if value is None:
+            return True, {}
+        if not isinstance(value, Mapping):
+            self.problem(
+                where,
+                f"must be an object of arguments, not {_kind(value)}",
+                step_id,
+                'write {"NAME": value, ...}, {} for none',
+            )
+            return False, {}
+        decoded = self.decoded(dict(value), where, step_id)
+        if schema is not None:
+            decoded = _without_left_out(decoded, schema, schema.get("$defs") or {})
+        return True, decoded
 
     def unknown_keys(
         self, item: Mapping[str, Any], allowed: Sequence[str], where: str, step_id: int | None
@@ -264,6 +246,46 @@ class _Reader:
                 step_id,
                 "the fields here are " + ", ".join(allowed),
             )
+
+
+def _admits_null(schema: Any, definitions: Mapping[str, Any], depth: int = 0) -> bool:
+    """Whether a (pydantic) JSON schema takes ``null``: no type at all, a ``null`` type or
+    branch, or ``null`` in its enum."""
+    if not isinstance(schema, Mapping) or depth > 20:
+        return True
+    reference = schema.get("$ref")
+    if isinstance(reference, str):
+        return _admits_null(definitions.get(reference.rsplit("/", 1)[-1]), definitions, depth + 1)
+    if "const" in schema:
+        return schema["const"] is None
+    if isinstance(schema.get("enum"), list):
+        return None in schema["enum"]
+    choices = schema.get("anyOf") or schema.get("oneOf")
+    if isinstance(choices, list):
+        return any(_admits_null(choice, definitions, depth + 1) for choice in choices)
+    kind = schema.get("type")
+    if kind is None:
+        return "properties" not in schema
+    return kind == "null" or (isinstance(kind, list) and "null" in kind)
+
+
+def _without_left_out(
+    args: dict[str, Any], schema: Mapping[str, Any], definitions: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``args`` without the ``null`` values of optional arguments that do not take
+    ``null`` (strict mode's way of leaving them out)."""
+    properties = schema.get("properties") or {}
+    required = set(schema.get("required") or ())
+    return {
+        name: value
+        for name, value in args.items()
+        if not (
+            value is None
+            and name in properties
+            and name not in required
+            and not _admits_null(properties[name], definitions)
+        )
+    }
 
 
 def _kind(value: Any) -> str:
@@ -280,7 +302,12 @@ def _kind(value: Any) -> str:
     return "an object"
 
 
-def wire_to_document(source: Mapping[str, Any] | str | bytes) -> dict[str, Any]:
+def wire_to_document(
+    source: Mapping[str, Any] | str | bytes,
+    registry: Registry | None = None,
+    *,
+    json_text_problems: list[Diagnostic] | None = None,
+) -> dict[str, Any]:
     """Convert wire data to the verbose plan document (the dict ``compile_plan`` takes).
 
     Only the wire layer is checked here (fields, their JSON types, the JSON texts); the
@@ -289,14 +316,22 @@ def wire_to_document(source: Mapping[str, Any] | str | bytes) -> dict[str, Any]:
 
     Args:
         source: the model's text (str or UTF-8 bytes) or the decoded JSON object.
+        registry: the run's tools and checks, or None: with it, a ``null`` argument whose
+            type does not take ``null`` is left out (OpenAI strict mode's way of omitting
+            an optional argument).
+        json_text_problems: a list the ``invalid_json_text`` diagnostics are appended to
+            instead of being raised (the wrappers whose text is not JSON are then left as
+            they are, so the plan can still be compiled and every problem reported at
+            once); None raises them with the others.
 
     Returns:
         ``{"version": 1, "goal", "params", "steps", "output"}`` (``params`` and ``output``
         only when given).
 
     Raises:
-        PlanError: ``invalid_json`` when the text is not JSON; ``invalid_schema`` for each
-            wire problem found (all of them, not just the first).
+        PlanError: ``invalid_json`` when the text is not JSON; ``invalid_json_text`` and
+            ``invalid_schema`` for each wire problem found (all of them, not just the
+            first).
     """
     if isinstance(source, str | bytes):
         try:
@@ -315,7 +350,7 @@ def wire_to_document(source: Mapping[str, Any] | str | bytes) -> dict[str, Any]:
             ) from None
     else:
         data = source
-    reader = _Reader()
+    reader = _Reader(registry, json_text_problems)
     if not isinstance(data, Mapping):
         reader.problem("(top)", f"must be an object, not {_kind(data)}")
         raise PlanError(reader.diagnostics)
@@ -339,9 +374,7 @@ def wire_to_document(source: Mapping[str, Any] | str | bytes) -> dict[str, Any]:
         steps = []
     document["steps"] = [_read_step(item, index, reader) for index, item in enumerate(steps)]
     if data.get("o") is not None:
-        ok, output = reader.json_field(data["o"], "o", None)
-        if ok:
-            document["output"] = output
+        document["output"] = reader.decoded(data["o"], "o", None)
     if reader.diagnostics:
         raise PlanError(reader.diagnostics)
     return document
@@ -375,13 +408,25 @@ def _read_params(params: Any, reader: _Reader) -> dict[str, Any]:
         if item.get("h") is not None:
             spec["description"] = item["h"]
         if item.get("v") is not None:
-            ok, default = reader.json_field(item["v"], f"{where}.v", None)
-            if ok:
-                spec["default"] = default
+            spec["default"] = reader.decoded(item["v"], f"{where}.v", None)
         if item.get("r") is not None:
             spec["required"] = item["r"]
         result[name] = spec
     return result
+
+
+def _tool_schema(reader: _Reader, name: Any) -> dict[str, Any] | None:
+    registry = reader.registry
+    if registry is None or not isinstance(name, str) or name not in registry.tools:
+        return None
+    return registry.tools[name].json_schema()
+
+
+def _check_schema(reader: _Reader, kind: Any) -> dict[str, Any] | None:
+    registry = reader.registry
+    if registry is None or not isinstance(kind, str) or kind not in registry.checks:
+        return None
+    return registry.checks[kind].args_model.model_json_schema()
 
 
 def _read_step(item: Any, index: int, reader: _Reader) -> dict[str, Any]:
@@ -403,11 +448,10 @@ def _read_step(item: Any, index: int, reader: _Reader) -> dict[str, Any]:
         step["tool"] = item["t"]
     else:
         reader.problem(f"{where}.t", "is missing", step_id, hint="name the tool the step calls")
-    if item.get("a") is None:
-        step["args"] = {}
-    else:
-        ok, args = reader.assignments(item["a"], f"{where}.a", step_id)
-        step["args"] = args if ok else {}
+    ok, args = reader.arguments(
+        item.get("a"), f"{where}.a", step_id, _tool_schema(reader, item.get("t"))
+    )
+    step["args"] = args if ok else {}
     if item.get("d") is not None:
         step["depends_on"] = item["d"]
     if item.get("n") is not None:
@@ -432,14 +476,13 @@ def _read_check(item: Any, where: str, step_id: int | None, reader: _Reader) -> 
         return {}
     reader.unknown_keys(item, _CHECK_KEYS, where, step_id)
     check: dict[str, Any] = {}
-    if item.get("a") is not None:
-        ok, arguments = reader.assignments(item["a"], f"{where}.a", step_id)
-        if ok:
-            if "kind" in arguments:
-                reader.problem(
-                    f"{where}.a", 'holds "kind"; the kind goes in "k"', step_id, "remove it"
-                )
-            check.update(arguments)
+    ok, arguments = reader.arguments(
+        item.get("a"), f"{where}.a", step_id, _check_schema(reader, item.get("k"))
+    )
+    if ok:
+        if "kind" in arguments:
+            reader.problem(f"{where}.a", 'holds "kind"; the kind goes in "k"', step_id, "remove it")
+        check.update(arguments)
     if "k" in item:
         check["kind"] = item["k"]
     else:
@@ -447,119 +490,51 @@ def _read_check(item: Any, where: str, step_id: int | None, reader: _Reader) -> 
     return check
 
 
-def from_wire(source: Mapping[str, Any] | str | bytes) -> Plan:
+def compile_wire(
+    source: Mapping[str, Any] | str | bytes, registry: Registry, **options: Any
+) -> CompiledPlan:
+    """Read a model's plan and compile it, reporting every problem at once.
+
+    Args:
+        source: the model's text or its decoded JSON object.
+        registry: the run's tools and checks.
+        options: keyword arguments of :func:`~plandag.compiler.compile_plan` (``params``,
+            ``read_only``, ``write_boundary``, ``http_allow``, ``tainted_author``,
+            ``max_steps``).
+
+    Returns:
+        The compiled plan.
+
+    Raises:
+        PlanError: the wire problems (``invalid_json``, ``invalid_schema``), or the
+            ``invalid_json_text`` problems followed by the compiler's diagnostics.
+    """
+    problems: list[Diagnostic] = []
+    document = wire_to_document(source, registry, json_text_problems=problems)
+    try:
+        compiled = compile_plan(document, registry, **options)
+    except PlanError as error:
+        if not problems:
+            raise
+        raise PlanError([*problems, *error.diagnostics]) from None
+    if problems:
+        raise PlanError([*problems, *compiled.diagnostics])
+    return compiled
+
+
+def from_wire(source: Mapping[str, Any] | str | bytes, registry: Registry | None = None) -> Plan:
     """Read a plan in the wire format: :func:`wire_to_document`, then the Plan model.
 
     Args:
         source: the model's text (str or UTF-8 bytes) or the decoded JSON object.
+        registry: the run's tools and checks, or None (see :func:`wire_to_document`).
 
     Returns:
         The :class:`Plan` (only its shape is checked; compile it for the rest).
 
     Raises:
-        PlanError: ``invalid_json``/``invalid_schema`` diagnostics (wire problems first;
-            a wire object without wire problems may still fail the Plan model, reported
-            with the Plan's field names).
+        PlanError: ``invalid_json``/``invalid_json_text``/``invalid_schema`` diagnostics
+            (wire problems first; a wire object without wire problems may still fail the
+            Plan model, reported with the Plan's field names).
     """
-    return load_plan(wire_to_document(source))
-
-
-# -- the schema ------------------------------------------------------------------------------
-
-
-def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"anyOf": [schema, {"type": "null"}]}
-
-
-def _object(
-    properties: dict[str, dict[str, Any]], required: Sequence[str], all_required: bool
-) -> dict[str, Any]:
-    if all_required:
-        properties = {
-            key: value if key in required else _nullable(value) for key, value in properties.items()
-        }
-        required = list(properties)
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": list(required),
-        "additionalProperties": False,
-    }
-
-
-def _assignments_schema() -> dict[str, Any]:
-    return {
-        "type": "array",
-        "items": {"type": "string"},
-        "description": "NAME=TEXT for a string, NAME:=JSON for any other value",
-    }
-
-
-def wire_json_schema(
-    *,
-    tools: Sequence[str] | None = None,
-    checks: Sequence[str] | None = None,
-    all_required: bool = False,
-) -> dict[str, Any]:
-    """The JSON schema of the wire format, for structured output.
-
-    It stays inside the subset the Anthropic API accepts for ``output_config.format``
-    (every object lists its properties, ``additionalProperties: false``; no numeric or
-    length constraints, no recursion, no tuples), so the Anthropic SDK's
-    ``transform_schema`` leaves it unchanged; with ``all_required`` it also fits OpenAI's
-    strict mode (every property required, optional ones nullable).
-
-    Args:
-        tools: the tool names a step may call (an ``enum``, so a constrained model cannot
-            name an unknown tool), or None for any string.
-        checks: the check kinds a check may name, likewise.
-        all_required: list every property as required, optional ones as ``anyOf [T, null]``
-            (OpenAI strict mode); False leaves optional properties out of ``required``
-            (fewer output tokens: the model may omit them).
-
-    Returns:
-        The schema, a new dict each call.
-    """
-    # An enum goes without "type": the SDK's transform_schema drops it there.
-    tool_schema: dict[str, Any] = {"enum": list(tools)} if tools is not None else {"type": "string"}
-    kind_schema: dict[str, Any] = (
-        {"enum": list(checks)} if checks is not None else {"type": "string"}
-    )
-    check = _object(
-        {"k": kind_schema, "a": _assignments_schema()},
-        ["k"],
-        all_required,
-    )
-    step = _object(
-        {
-            "i": {"type": "integer", "description": "step id, positive, unique"},
-            "t": tool_schema,
-            "a": _assignments_schema(),
-            "d": {"type": "array", "items": {"type": "integer"}},
-            "c": {"type": "array", "items": check},
-            "n": {"type": "string"},
-        },
-        ["i", "t", "a", "d"],
-        all_required,
-    )
-    param = _object(
-        {
-            "n": {"type": "string"},
-            "t": {"enum": list(_PARAM_TYPES)},
-            "h": {"type": "string"},
-            "v": {"type": "string", "description": "JSON text of the default"},
-            "r": {"type": "boolean"},
-        },
-        ["n", "t"],
-        all_required,
-    )
-    return _object(
-        {
-            "g": {"type": "string"},
-            "p": {"type": "array", "items": param},
-            "s": {"type": "array", "items": step},
-            "o": {"type": "string", "description": "JSON text of the output"},
-        },
-        ["g", "s"],
-        all_required,
-    )
+    return load_plan(wire_to_document(source, registry))

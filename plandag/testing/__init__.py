@@ -15,10 +15,15 @@ can simulate latency. The official SDK works against it unchanged::
 :class:`ChatCompletionsServer` plays the same scripts as OpenAI-compatible chat completions
 (JSON and server-sent events with usage), for :class:`~plandag.models.OpenAICompatibleClient`.
 
+:class:`SchemaFollower` is a stand-in model that answers every structured-output request
+with a random instance of the schema it is sent (``MessagesServer(default=SchemaFollower(7))``).
+
 From a shell: ``python -m plandag.testing --port 8765 --script replies.jsonl``.
 """
 
 from plandag.testing.openai_server import ChatCompletionsServer as ChatCompletionsServer
+from plandag.testing.schema_model import SchemaFollower as SchemaFollower
+from plandag.testing.schema_model import random_instance as random_instance
 from plandag.testing.script import Reply as Reply
 from plandag.testing.script import Responder as Responder
 from plandag.testing.script import Script as Script
@@ -34,8 +39,10 @@ __all__ = [
     "RecordedRequest",
     "Reply",
     "Responder",
+    "SchemaFollower",
     "Script",
     "ScriptedResponse",
     "estimate_tokens",
+    "random_instance",
     "system_text",
 ]

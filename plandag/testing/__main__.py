@@ -5,13 +5,15 @@ Usage::
 
     python -m plandag.testing --port 8765 --script replies.jsonl [--ttft 0.5]
         [--tokens-per-second 80] [--default-text TEXT] [--exit-after SECONDS]
-        [--protocol messages|openai]
+        [--protocol messages|openai] [--schema-follower SEED]
 
 The first line printed is the server's base URL (``http://127.0.0.1:8765``, or
 ``http://127.0.0.1:8765/v1`` for ``openai``), for ``ANTHROPIC_BASE_URL`` or ``plandag run
 --base-url``. The script file holds one reply a line
 (forms in :meth:`plandag.testing.ScriptedResponse.from_mapping`). The server stops on
-Ctrl-C, SIGTERM, or after ``--exit-after`` seconds. Exit status 0, or 2 for a bad argument
+Ctrl-C, SIGTERM, or after ``--exit-after`` seconds. With ``--schema-follower SEED``, once the
+script is used up every structured-output request is answered with a random instance of its
+schema (:class:`plandag.testing.SchemaFollower`). Exit status 0, or 2 for a bad argument
 or script file.
 """
 
@@ -27,7 +29,8 @@ from types import FrameType
 
 from plandag.errors import InputError
 from plandag.testing.openai_server import ChatCompletionsServer
-from plandag.testing.script import Script
+from plandag.testing.schema_model import SchemaFollower
+from plandag.testing.script import Responder, Script
 from plandag.testing.server import MessagesServer
 
 
@@ -47,6 +50,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--exit-after", type=float, default=None, help="stop after this many seconds"
+    )
+    parser.add_argument(
+        "--schema-follower",
+        type=int,
+        default=None,
+        metavar="SEED",
+        help="once the script is used up, answer each structured-output request with a "
+        "random instance of its schema (seeded)",
     )
     parser.add_argument(
         "--protocol",
@@ -71,12 +82,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         script = Script.from_jsonl(args.script) if args.script else Script()
         default_text: str | None = args.default_text
         kind = ChatCompletionsServer if args.protocol == "openai" else MessagesServer
+        default: Responder | None = None
+        if args.schema_follower is not None:
+            default = SchemaFollower(args.schema_follower, text=default_text or "ok")
+        elif default_text is not None:
+            default = lambda body: default_text  # noqa: E731
         server = kind(
             script,
             port=args.port,
             ttft=args.ttft,
             tokens_per_second=args.tokens_per_second,
-            default=(lambda body: default_text) if default_text is not None else None,
+            default=default,
         )
     except (InputError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -166,7 +166,7 @@ def correct_model(body: dict[str, Any]) -> ScriptedResponse:
         return ScriptedResponse.json(
             {"decision": {"action": "finish", "answer": f"Answer: {block.value}"}}
         )
-    step = {"i": 1, "t": "capital", "a": [f"country={country}"], "d": []}
+    step = {"i": 1, "t": "capital", "a": {"country": f"{country}"}, "d": []}
     return ScriptedResponse.json({"g": f"capital of {country}", "s": [step]})
 
 

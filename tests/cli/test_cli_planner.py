@@ -64,10 +64,10 @@ PLAN = {
 PATCH = {
     "g": "Score a and the given name",
     "s": [
-        {"i": 4, "t": "lookup", "a": ["name=<param.name>"]},
-        {"i": 5, "t": "total", "a": ["a=<step_1_result.score>", "b=<step_4_result.score>"]},
+        {"i": 4, "t": "lookup", "a": {"name": "<param.name>"}},
+        {"i": 5, "t": "total", "a": {"a": "<step_1_result.score>", "b": "<step_4_result.score>"}},
     ],
-    "o": '{"sum":"<step_5_result>"}',
+    "o": {"json": '{"sum":"<step_5_result>"}'},
 }
 
 
@@ -184,7 +184,7 @@ def test_exec_planner_escalates_after_the_caps(
         server.push_json(
             {
                 "g": "Score x",
-                "s": [{"i": number, "t": "broken", "a": [f"name=x{number}"]}],
+                "s": [{"i": number, "t": "broken", "a": {"name": f"x{number}"}}],
                 "o": f'"<step_{number}_result>"',
             }
         )

@@ -132,7 +132,7 @@ def test_exec_planner_a_repair_that_sends_a_fetched_page_out_asks(
             {
                 "i": 3,
                 "t": "http_get",
-                "a": [f"url={collector.url}/collect", 'params:={"d": "<step_1_result.text>"}'],
+                "a": {"url": f"{collector.url}/collect", "params": {"d": "<step_1_result.text>"}},
                 "d": [1],
             }
         ],

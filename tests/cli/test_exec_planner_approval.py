@@ -65,10 +65,10 @@ PLAN = {
 PATCH = {
     "g": "Score a name",
     "s": [
-        {"i": 3, "t": "lookup", "a": ["name=xyz"]},
-        {"i": 4, "t": "archive", "a": ["score=<step_3_result.score>"], "d": [3]},
+        {"i": 3, "t": "lookup", "a": {"name": "xyz"}},
+        {"i": 4, "t": "archive", "a": {"score": "<step_3_result.score>"}, "d": [3]},
     ],
-    "o": '"<step_4_result>"',
+    "o": "<step_4_result>",
 }
 
 

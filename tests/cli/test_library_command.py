@@ -36,11 +36,11 @@ def fetch_score(name: str) -> dict:
 
 
 def step(
-    i: int, tool_name: str, args: list[str], d: list[int], checks: tuple[str, ...] = ()
+    i: int, tool_name: str, args: dict[str, Any], d: list[int], checks: tuple[str, ...] = ()
 ) -> dict[str, Any]:
     found: dict[str, Any] = {"i": i, "t": tool_name, "a": args, "d": d}
     if checks:
-        found["c"] = [{"k": "jmespath", "a": [f"expr={expr}"]} for expr in checks]
+        found["c"] = [{"k": "jmespath", "a": {"expr": f"{expr}"}} for expr in checks]
     return found
 
 
@@ -48,15 +48,15 @@ def score_plan(tool_name: str = "lookup") -> dict[str, Any]:
     return {
         "g": "Score a name",
         "p": [{"n": "name", "t": "string", "h": "the name to score"}],
-        "s": [step(1, tool_name, ["name=<param.name>"], [], ("score < `5`",))],
-        "o": '{"score":"<step_1_result.score>"}',
+        "s": [step(1, tool_name, {"name": "<param.name>"}, [], ("score < `5`",))],
+        "o": {"json": '{"score":"<step_1_result.score>"}'},
     }
 
 
 REPAIR = {
     "g": "Score a name",
-    "s": [step(2, "lookup", ["name=<param.name>"], [], ("score < `10`",))],
-    "o": '{"score":"<step_2_result.score>"}',
+    "s": [step(2, "lookup", {"name": "<param.name>"}, [], ("score < `10`",))],
+    "o": {"json": '{"score":"<step_2_result.score>"}'},
 }
 
 
@@ -255,10 +255,10 @@ def test_a_reused_plan_with_effects_still_passes_approval(
         "g": "Save a name's score",
         "p": [{"n": "name", "t": "string"}],
         "s": [
-            step(1, "lookup", ["name=<param.name>"], []),
-            step(2, "write_json", ["path=out/score.json", "data=<step_1_result>"], [1]),
+            step(1, "lookup", {"name": "<param.name>"}, []),
+            step(2, "write_json", {"path": "out/score.json", "data": "<step_1_result>"}, [1]),
         ],
-        "o": '"<step_1_result.score>"',
+        "o": "<step_1_result.score>",
     }
     server.push_json(plan)
     first = run(
@@ -376,7 +376,7 @@ def test_stats_per_task_type_and_out_of_registry_alerts(
         encoding="utf-8",
     )
     wrong = score_plan()
-    wrong["s"] = [step(1, "lookup_fast", ["name=<param.name>"], [], ("score < `5`",))]
+    wrong["s"] = [step(1, "lookup_fast", {"name": "<param.name>"}, [], ("score < `5`",))]
     server.push_json(wrong, usage={"input_tokens": 1000, "output_tokens": 100})
     server.push_json(score_plan(), usage={"input_tokens": 1000, "output_tokens": 100})
     with caplog.at_level(logging.WARNING, logger="plandag.planner"):

@@ -31,18 +31,23 @@ def lookup(name: str) -> dict:
 SCORE_PLAN = {
     "g": "Score a name",
     "p": [{"n": "name", "t": "string", "h": "the name to score"}],
-    "s": [{"i": 1, "t": "lookup", "a": ["name=<param.name>"], "d": []}],
-    "o": '{"score":"<step_1_result.score>"}',
+    "s": [{"i": 1, "t": "lookup", "a": {"name": "<param.name>"}, "d": []}],
+    "o": {"json": '{"score":"<step_1_result.score>"}'},
 }
 
 SAVE_PLAN = {
     "g": "Save a name's score",
     "p": [{"n": "name", "t": "string"}],
     "s": [
-        {"i": 1, "t": "lookup", "a": ["name=<param.name>"], "d": []},
-        {"i": 2, "t": "write_json", "a": ["path=out/score.json", "data=<step_1_result>"], "d": [1]},
+        {"i": 1, "t": "lookup", "a": {"name": "<param.name>"}, "d": []},
+        {
+            "i": 2,
+            "t": "write_json",
+            "a": {"path": "out/score.json", "data": "<step_1_result>"},
+            "d": [1],
+        },
     ],
-    "o": '"<step_1_result.score>"',
+    "o": "<step_1_result.score>",
 }
 
 
@@ -244,7 +249,7 @@ def test_an_escalated_run_resumed_later_saves_its_plan(server: MessagesServer, t
         server.push_json(
             {
                 "g": "Score x",
-                "s": [{"i": number, "t": "broken", "a": ["name=x"], "d": []}],
+                "s": [{"i": number, "t": "broken", "a": {"name": "x"}, "d": []}],
                 "o": f'"<step_{number}_result>"',
             }
         )
@@ -255,8 +260,8 @@ def test_an_escalated_run_resumed_later_saves_its_plan(server: MessagesServer, t
     server.push_json(
         {
             "g": "Score x",
-            "s": [{"i": 4, "t": "lookup", "a": ["name=x"], "d": []}],
-            "o": '"<step_4_result>"',
+            "s": [{"i": 4, "t": "lookup", "a": {"name": "x"}, "d": []}],
+            "o": "<step_4_result>",
         }
     )
     resumed = plandag("resume", run_id, "--instruction", "use lookup", "--who", "maria")
@@ -487,8 +492,8 @@ def test_a_task_type_whose_tools_are_not_registered_is_exit_2_before_anything_ru
     server.push_json(
         {
             "g": "Read",
-            "s": [{"i": 1, "t": "read_file", "a": ["path=scores.py"], "d": []}],
-            "o": '"<step_1_result>"',
+            "s": [{"i": 1, "t": "read_file", "a": {"path": "scores.py"}, "d": []}],
+            "o": "<step_1_result>",
         }
     )
     planned = plandag("run", "Read scores.py", "--base-url", server.url, "--json")

@@ -49,8 +49,8 @@ USAGE = {"input_tokens": 1000, "output_tokens": 4000}
 
 
 def wire_plan(count: int) -> dict[str, Any]:
-    steps = [{"i": n, "t": "lookup", "a": [f"name=n{n}"], "d": []} for n in range(1, count + 1)]
-    return {"g": "many steps", "s": steps, "o": '"<step_1_result.score>"'}
+    steps = [{"i": n, "t": "lookup", "a": {"name": f"n{n}"}, "d": []} for n in range(1, count + 1)]
+    return {"g": "many steps", "s": steps, "o": "<step_1_result.score>"}
 
 
 @pytest.fixture(autouse=True)

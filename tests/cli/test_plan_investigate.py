@@ -55,18 +55,18 @@ def send_email(to: str, body: str) -> str:
 
 INVESTIGATION: dict[str, Any] = {
     "g": "Find today's EUR to USD rate",
-    "s": [{"i": 1, "t": "lookup", "a": ["key=EURUSD"], "d": []}],
+    "s": [{"i": 1, "t": "lookup", "a": {"key": "EURUSD"}, "d": []}],
 }
 FINAL: dict[str, Any] = {
     "g": "10 EUR in USD",
-    "s": [{"i": 1, "t": "multiply", "a": ["a:=10", "b:=1.08"], "d": []}],
-    "o": '"<step_1_result>"',
+    "s": [{"i": 1, "t": "multiply", "a": {"a": 10, "b": 1.08}, "d": []}],
+    "o": "<step_1_result>",
 }
 WITH_EFFECT: dict[str, Any] = {
     "g": "Ask for the rate",
     "s": [
-        {"i": 1, "t": "lookup", "a": ["key=EURUSD"], "d": []},
-        {"i": 2, "t": "send_email", "a": ["to=bank@example.com", "body=rate?"], "d": []},
+        {"i": 1, "t": "lookup", "a": {"key": "EURUSD"}, "d": []},
+        {"i": 2, "t": "send_email", "a": {"to": "bank@example.com", "body": "rate?"}, "d": []},
     ],
 }
 USAGE = {"input_tokens": 1000, "output_tokens": 100}

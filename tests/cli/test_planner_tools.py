@@ -25,8 +25,8 @@ def lookup(name: str) -> dict:
     return {"name": name, "score": len(name)}
 '''
 
-LOOKUP_PLAN = {"g": "score a", "s": [{"i": 1, "t": "lookup", "a": ["name=a"], "d": []}]}
-NFE_PLAN = {"g": "parse", "s": [{"i": 1, "t": "nfe_parse", "a": ["data=x"], "d": []}]}
+LOOKUP_PLAN = {"g": "score a", "s": [{"i": 1, "t": "lookup", "a": {"name": "a"}, "d": []}]}
+NFE_PLAN = {"g": "parse", "s": [{"i": 1, "t": "nfe_parse", "a": {"data": "x"}, "d": []}]}
 
 
 @pytest.fixture(autouse=True)

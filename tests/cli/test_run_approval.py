@@ -51,15 +51,15 @@ def plan(channel: str) -> dict[str, Any]:
     return {
         "g": "Score abc and publish it",
         "s": [
-            {"i": 1, "t": "lookup", "a": ["name=abc"], "d": []},
+            {"i": 1, "t": "lookup", "a": {"name": "abc"}, "d": []},
             {
                 "i": 2,
                 "t": "publish",
-                "a": [f"channel={channel}", "text=score <step_1_result.score>"],
+                "a": {"channel": f"{channel}", "text": "score <step_1_result.score>"},
                 "d": [1],
             },
         ],
-        "o": '"<step_2_result>"',
+        "o": "<step_2_result>",
     }
 
 
@@ -196,15 +196,15 @@ def broken(name: str) -> dict:
     server.push_json(
         {
             "g": "x",
-            "s": [{"i": 1, "t": "broken", "a": ["name=x"], "d": []}],
-            "o": '"<step_1_result>"',
+            "s": [{"i": 1, "t": "broken", "a": {"name": "x"}, "d": []}],
+            "o": "<step_1_result>",
         }
     )
     server.push_json(
         {
             "g": "x",
-            "s": [{"i": 2, "t": "lookup", "a": ["name=x"], "d": []}],
-            "o": '"<step_2_result>"',
+            "s": [{"i": 2, "t": "lookup", "a": {"name": "x"}, "d": []}],
+            "o": "<step_2_result>",
         }
     )
     result = plandag(
@@ -304,17 +304,17 @@ def test_approving_a_replanned_run_never_reruns_its_superseded_step(
         {
             "g": "Publish the score",
             "s": [
-                {"i": 1, "t": "lookup", "a": ["name=abc"], "d": []},
-                {"i": 2, "t": "publish_flaky", "a": ["channel=blog"], "d": [1]},
+                {"i": 1, "t": "lookup", "a": {"name": "abc"}, "d": []},
+                {"i": 2, "t": "publish_flaky", "a": {"channel": "blog"}, "d": [1]},
             ],
-            "o": '"<step_2_result>"',
+            "o": "<step_2_result>",
         }
     )
     server.push_json(  # the replan: an irreversible step, which asks
         {
             "g": "Publish the score",
-            "s": [{"i": 3, "t": "announce", "a": ["channel=finance"], "d": []}],
-            "o": '"<step_3_result>"',
+            "s": [{"i": 3, "t": "announce", "a": {"channel": "finance"}, "d": []}],
+            "o": "<step_3_result>",
         }
     )
     first = plandag(

@@ -37,18 +37,18 @@ def broken(name: str) -> dict:
 '''
 
 
-def step(i: int, tool_name: str, args: list[str], d: list[int]) -> dict[str, Any]:
+def step(i: int, tool_name: str, args: dict[str, Any], d: list[int]) -> dict[str, Any]:
     return {"i": i, "t": tool_name, "a": args, "d": d}
 
 
 PLAN = {
     "g": "Score a and bb",
     "s": [
-        step(1, "lookup", ["name=a"], []),
-        step(2, "lookup", ["name=bb"], []),
-        step(3, "total", ["a=<step_1_result.score>", "b=<step_2_result.score>"], [1, 2]),
+        step(1, "lookup", {"name": "a"}, []),
+        step(2, "lookup", {"name": "bb"}, []),
+        step(3, "total", {"a": "<step_1_result.score>", "b": "<step_2_result.score>"}, [1, 2]),
     ],
-    "o": '{"sum":"<step_3_result>"}',
+    "o": {"json": '{"sum":"<step_3_result>"}'},
 }
 
 
@@ -132,9 +132,15 @@ def test_json_output_is_the_run_result_plus_the_agent_fields(
 
 
 def push_always_broken(server: MessagesServer) -> None:
-    server.push_json({"g": "x", "s": [step(1, "broken", ["name=x"], [])], "o": '"<step_1_result>"'})
-    server.push_json({"g": "x", "s": [step(2, "broken", ["name=y"], [])], "o": '"<step_2_result>"'})
-    server.push_json({"g": "x", "s": [step(3, "broken", ["name=z"], [])], "o": '"<step_3_result>"'})
+    server.push_json(
+        {"g": "x", "s": [step(1, "broken", {"name": "x"}, [])], "o": "<step_1_result>"}
+    )
+    server.push_json(
+        {"g": "x", "s": [step(2, "broken", {"name": "y"}, [])], "o": "<step_2_result>"}
+    )
+    server.push_json(
+        {"g": "x", "s": [step(3, "broken", {"name": "z"}, [])], "o": "<step_3_result>"}
+    )
 
 
 def test_the_replan_caps_escalate_exit_5_with_no_answer(
@@ -171,7 +177,7 @@ def test_escalate_refuses_an_unknown_mode(server: MessagesServer, tools: Path) -
 
 
 def test_a_plan_that_never_compiles_exits_2(server: MessagesServer, tools: Path) -> None:
-    bad = {"g": "x", "s": [step(1, "lookup_fast", ["name=a"], [])]}
+    bad = {"g": "x", "s": [step(1, "lookup_fast", {"name": "a"}, [])]}
     for _ in range(3):
         server.push_json(bad)
     result = invoke(["Score a", "--tools", str(tools), "--base-url", server.url])

@@ -39,11 +39,11 @@ def test_sigint_during_run_reports_the_state(tmp_path: Path) -> None:
         "g": "demo",
         "p": [],
         "s": [
-            {"i": 1, "t": "quick", "a": ["x:=1"], "d": [], "c": [], "n": None},
-            {"i": 2, "t": "slow", "a": [f"marker={marker}"], "d": [1], "c": [], "n": None},
-            {"i": 3, "t": "quick", "a": ['x:="<step_2_result>"'], "d": [2], "c": [], "n": None},
+            {"i": 1, "t": "quick", "a": {"x": 1}, "d": [], "c": [], "n": None},
+            {"i": 2, "t": "slow", "a": {"marker": f"{marker}"}, "d": [1], "c": [], "n": None},
+            {"i": 3, "t": "quick", "a": {"x": "<step_2_result>"}, "d": [2], "c": [], "n": None},
         ],
-        "o": '"<step_3_result>"',
+        "o": "<step_3_result>",
     }
     with MessagesServer() as server:
         server.push_json(plan)
@@ -82,8 +82,8 @@ def test_sigint_while_the_planner_writes_ends_interrupted(tmp_path: Path) -> Non
     store = tmp_path / "store" / "runs.sqlite3"
     plan = {
         "g": "demo",
-        "s": [{"i": 1, "t": "quick", "a": ["x:=1"], "d": []}],
-        "o": '"<step_1_result>"',
+        "s": [{"i": 1, "t": "quick", "a": {"x": 1}, "d": []}],
+        "o": "<step_1_result>",
     }
     with MessagesServer(ttft=30.0) as server:  # the plan never arrives before the signal
         server.push_json(plan)

@@ -37,10 +37,10 @@ def plan(first: str, second: str) -> dict[str, Any]:
     return {
         "g": "Score two names",
         "s": [
-            {"i": 1, "t": "lookup", "a": [f"name={first}"], "d": []},
-            {"i": 2, "t": "lookup", "a": [f"name={second}"], "d": []},
+            {"i": 1, "t": "lookup", "a": {"name": f"{first}"}, "d": []},
+            {"i": 2, "t": "lookup", "a": {"name": f"{second}"}, "d": []},
         ],
-        "o": '"<step_2_result.score>"',
+        "o": "<step_2_result.score>",
     }
 
 

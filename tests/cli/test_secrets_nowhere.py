@@ -233,8 +233,8 @@ def test_run_json_with_the_model_server_prints_and_stores_no_secret(
     headers = json.dumps({"Authorization": f"Bearer {SECRET}", "X-Api-Key": LITERAL})
     wire = {
         "g": "who am I",
-        "s": [{"i": 1, "t": "http_get", "a": [f"url={url}", f"headers:={headers}"], "d": []}],
-        "o": '"<step_1_result.json>"',
+        "s": [{"i": 1, "t": "http_get", "a": {"url": url, "headers": {"json": headers}}, "d": []}],
+        "o": "<step_1_result.json>",
     }
     with MessagesServer() as server:
         server.push_json(wire)

@@ -75,16 +75,16 @@ def test_tell_reaches_a_running_run_and_replans_the_steps_not_started(folder: Pa
     plan = {
         "g": "demo",
         "s": [
-            {"i": 1, "t": "quick", "a": ["x:=1"], "d": []},
-            {"i": 2, "t": "slow", "a": [f"marker={marker}", f"release={release}"], "d": []},
-            {"i": 3, "t": "quick", "a": ['x:="<step_2_result>"'], "d": [2]},
+            {"i": 1, "t": "quick", "a": {"x": 1}, "d": []},
+            {"i": 2, "t": "slow", "a": {"marker": f"{marker}", "release": f"{release}"}, "d": []},
+            {"i": 3, "t": "quick", "a": {"x": "<step_2_result>"}, "d": [2]},
         ],
-        "o": '"<step_3_result>"',
+        "o": "<step_3_result>",
     }
     patch = {
         "g": "demo",
-        "s": [{"i": 4, "t": "quick", "a": ["x:=7"], "d": []}],
-        "o": '"<step_4_result>"',
+        "s": [{"i": 4, "t": "quick", "a": {"x": 7}, "d": []}],
+        "o": "<step_4_result>",
     }
     env = {**os.environ, "ANTHROPIC_API_KEY": "test"}
     with MessagesServer() as server:

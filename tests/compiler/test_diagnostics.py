@@ -859,11 +859,28 @@ CASES: dict[str, tuple[Any, dict[str, Any]]] = {
 }
 
 
+WIRE_CODES = {"invalid_json_text"}
+"""Codes the wire reader reports (plandag.planner.wire), never the compiler."""
+
+
 def test_every_code_has_a_case() -> None:
-    assert sorted(CASES) == sorted(DIAGNOSTIC_CODES)
+    assert sorted(CASES) == sorted(set(DIAGNOSTIC_CODES) - WIRE_CODES)
 
 
-@pytest.mark.parametrize("code", sorted(DIAGNOSTIC_CODES))
+def test_the_wire_reader_reports_json_text_that_does_not_parse() -> None:
+    from plandag.planner.wire import wire_to_document
+
+    with pytest.raises(PlanError) as raised:
+        wire_to_document({"s": [{"i": 1, "t": "add", "a": {"a": {"json": "[1,"}}}]})
+    [diagnostic] = raised.value.diagnostics
+    assert (diagnostic.code, diagnostic.severity, diagnostic.step_id) == (
+        "invalid_json_text",
+        DIAGNOSTIC_CODES["invalid_json_text"],
+        1,
+    )
+
+
+@pytest.mark.parametrize("code", sorted(set(DIAGNOSTIC_CODES) - WIRE_CODES))
 def test_each_code_is_produced_with_its_severity(registry: Registry, code: str) -> None:
     plan, options = CASES[code]
     try:

@@ -66,21 +66,26 @@ REGISTRY = Registry([lookup, publish], BUILTIN_CHECKS)
 
 LOOKUP_WIRE: dict[str, Any] = {
     "g": "Score a",
-    "s": [{"i": 1, "t": "lookup", "a": ["name=a"], "d": []}],
-    "o": '"<step_1_result.score>"',
+    "s": [{"i": 1, "t": "lookup", "a": {"name": "a"}, "d": []}],
+    "o": "<step_1_result.score>",
 }
 LOOKUP_B_WIRE: dict[str, Any] = {
     "g": "Score b",
-    "s": [{"i": 1, "t": "lookup", "a": ["name=b"], "d": []}],
-    "o": '"<step_1_result.score>"',
+    "s": [{"i": 1, "t": "lookup", "a": {"name": "b"}, "d": []}],
+    "o": "<step_1_result.score>",
 }
 PUBLISH_WIRE: dict[str, Any] = {
     "g": "Score a and publish it",
     "s": [
-        {"i": 1, "t": "lookup", "a": ["name=a"], "d": []},
-        {"i": 2, "t": "publish", "a": ["channel=blog", "text=<step_1_result.score>"], "d": [1]},
+        {"i": 1, "t": "lookup", "a": {"name": "a"}, "d": []},
+        {
+            "i": 2,
+            "t": "publish",
+            "a": {"channel": "blog", "text": "<step_1_result.score>"},
+            "d": [1],
+        },
     ],
-    "o": '"<step_2_result>"',
+    "o": "<step_2_result>",
 }
 
 

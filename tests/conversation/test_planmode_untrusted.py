@@ -73,14 +73,14 @@ async def test_plan_mode_refuses_a_tainted_egress(
         {
             "g": "Summarise the notes",
             "s": [
-                {"i": 1, "t": "http_get", "a": [f"url={PAGE}"], "d": []},
+                {"i": 1, "t": "http_get", "a": {"url": f"{PAGE}"}, "d": []},
                 {
                     "i": 2,
                     "t": "http_get",
-                    "a": [
-                        "url=http://127.0.0.1:9/collect",
-                        'params:={"d": "<step_1_result.text>"}',
-                    ],
+                    "a": {
+                        "url": "http://127.0.0.1:9/collect",
+                        "params": {"d": "<step_1_result.text>"},
+                    },
                     "d": [1],
                 },
             ],
@@ -103,8 +103,8 @@ async def test_plan_mode_may_read_a_configured_host(
     server.push_json(
         {
             "g": "Summarise the notes",
-            "s": [{"i": 1, "t": "http_get", "a": [f"url={PAGE}"], "d": []}],
-            "o": '"<step_1_result.text>"',
+            "s": [{"i": 1, "t": "http_get", "a": {"url": f"{PAGE}"}, "d": []}],
+            "o": "<step_1_result.text>",
         }
     )
     conversation = armed()

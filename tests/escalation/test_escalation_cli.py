@@ -39,7 +39,7 @@ def broken(name: str) -> dict:
 INSTRUCTION = 'The "broken" service is retired for good: use lookup on name "x" instead.'
 
 
-def step(i: int, tool_name: str, args: list[str], d: list[int]) -> dict[str, Any]:
+def step(i: int, tool_name: str, args: dict[str, Any], d: list[int]) -> dict[str, Any]:
     return {"i": i, "t": tool_name, "a": args, "d": d}
 
 
@@ -72,9 +72,15 @@ def plandag(*args: str) -> Any:
 def escalate_by_caps(server: MessagesServer, tools: Path, *more: str) -> Any:
     """A plan whose only step always fails, then two replans that fail the same way: the
     no-progress cap (2 replans in a row without a completed step) is hit."""
-    server.push_json({"g": "x", "s": [step(1, "broken", ["name=x"], [])], "o": '"<step_1_result>"'})
-    server.push_json({"g": "x", "s": [step(2, "broken", ["name=y"], [])], "o": '"<step_2_result>"'})
-    server.push_json({"g": "x", "s": [step(3, "broken", ["name=z"], [])], "o": '"<step_3_result>"'})
+    server.push_json(
+        {"g": "x", "s": [step(1, "broken", {"name": "x"}, [])], "o": "<step_1_result>"}
+    )
+    server.push_json(
+        {"g": "x", "s": [step(2, "broken", {"name": "y"}, [])], "o": "<step_2_result>"}
+    )
+    server.push_json(
+        {"g": "x", "s": [step(3, "broken", {"name": "z"}, [])], "o": "<step_3_result>"}
+    )
     return plandag(
         "run", "Score x", "--tools", str(tools), "--base-url", server.url, "--retries", "0", *more
     )
@@ -168,7 +174,9 @@ def test_resume_with_an_instruction_reaches_the_replanner_verbatim_and_succeeds(
     run_id = run_id_of(escalate_by_caps(server, tools, "--json"))
     server.clear_requests()
     # the replanner's patch follows the instruction: a new step above every id used (3)
-    server.push_json({"g": "x", "s": [step(4, "lookup", ["name=x"], [])], "o": '"<step_4_result>"'})
+    server.push_json(
+        {"g": "x", "s": [step(4, "lookup", {"name": "x"}, [])], "o": "<step_4_result>"}
+    )
     resumed = plandag("resume", run_id, "--instruction", INSTRUCTION, "--who", "maria", "--json")
     assert resumed.exit_code == 0, resumed.output
     document = json.loads(resumed.stdout)
@@ -229,7 +237,7 @@ def test_resume_whose_replans_hit_the_caps_again_escalates_again(
         server.push_json(
             {
                 "g": "x",
-                "s": [step(number, "broken", [f"name=w{number}"], [])],
+                "s": [step(number, "broken", {"name": f"w{number}"}, [])],
                 "o": f'"<step_{number}_result>"',
             }
         )
@@ -287,7 +295,9 @@ def test_abandon_ends_the_run_abandoned_exit_1_and_empties_the_inbox(
 def test_decisions_are_refused_on_runs_that_are_not_escalated(
     server: MessagesServer, tools: Path
 ) -> None:
-    server.push_json({"g": "x", "s": [step(1, "lookup", ["name=a"], [])], "o": '"<step_1_result>"'})
+    server.push_json(
+        {"g": "x", "s": [step(1, "lookup", {"name": "a"}, [])], "o": "<step_1_result>"}
+    )
     done = plandag("run", "Score a", "--tools", str(tools), "--base-url", server.url, "--json")
     assert done.exit_code == 0, done.output
     run_id = run_id_of(done)
@@ -339,7 +349,7 @@ def test_exec_planner_past_its_caps_escalates_and_resumes_with_the_planner(
         server.push_json(
             {
                 "g": "Score x",
-                "s": [step(number, "broken", [f"name=x{number}"], [])],
+                "s": [step(number, "broken", {"name": f"x{number}"}, [])],
                 "o": f'"<step_{number}_result>"',
             }
         )
@@ -354,7 +364,7 @@ def test_exec_planner_past_its_caps_escalates_and_resumes_with_the_planner(
 
     server.clear_requests()
     server.push_json(
-        {"g": "Score x", "s": [step(4, "lookup", ["name=x"], [])], "o": '"<step_4_result>"'}
+        {"g": "Score x", "s": [step(4, "lookup", {"name": "x"}, [])], "o": "<step_4_result>"}
     )
     resumed = plandag("resume", run_id, "--instruction", INSTRUCTION, "--json")
     assert resumed.exit_code == 0, resumed.output
@@ -442,7 +452,7 @@ def test_a_first_plan_that_never_compiles_still_exits_2_and_is_not_escalated(
     server: MessagesServer, tools: Path
 ) -> None:
     for _ in range(3):  # the plan and its two repairs name a tool that does not exist
-        server.push_json({"g": "x", "s": [step(1, "lookup_fast", ["name=a"], [])]})
+        server.push_json({"g": "x", "s": [step(1, "lookup_fast", {"name": "a"}, [])]})
     result = plandag("run", "Score a", "--tools", str(tools), "--base-url", server.url)
     assert result.exit_code == 2, result.output
     assert json.loads(plandag("inbox", "--json").stdout) == []

@@ -59,7 +59,7 @@ def server() -> Iterator[MessagesServer]:
         yield running
 
 
-def step(i: int, tool_name: str, args: list[str]) -> dict[str, Any]:
+def step(i: int, tool_name: str, args: dict[str, Any]) -> dict[str, Any]:
     return {"i": i, "t": tool_name, "a": args, "d": []}
 
 
@@ -67,7 +67,7 @@ def step(i: int, tool_name: str, args: list[str]) -> dict[str, Any]:
 async def test_the_agent_calls_on_escalation_with_the_case(server: MessagesServer) -> None:
     for number, name in ((1, "x"), (2, "y"), (3, "z")):
         server.push_json(
-            {"g": "Score x", "s": [step(number, "broken", [f"name={name}"])], "o": None}
+            {"g": "Score x", "s": [step(number, "broken", {"name": f"{name}"})], "o": None}
         )
     seen: list[dict[str, Any]] = []
     client = AnthropicClient(api_key="test", base_url=server.url)
@@ -108,7 +108,7 @@ async def test_the_agent_calls_on_escalation_with_the_case(server: MessagesServe
 async def test_the_agent_with_escalate_never_calls_nothing(server: MessagesServer) -> None:
     for number, name in ((1, "x"), (2, "y"), (3, "z")):
         server.push_json(
-            {"g": "Score x", "s": [step(number, "broken", [f"name={name}"])], "o": None}
+            {"g": "Score x", "s": [step(number, "broken", {"name": f"{name}"})], "o": None}
         )
     seen: list[dict[str, Any]] = []
     client = AnthropicClient(api_key="test", base_url=server.url)

@@ -100,7 +100,7 @@ PATCH = {
             "c": CHECKS,
         },
     ],
-    "o": '"<step_11_result>"',
+    "o": "<step_11_result>",
 }
 
 

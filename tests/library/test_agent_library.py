@@ -63,7 +63,7 @@ def step(
 ) -> dict[str, Any]:
     found: dict[str, Any] = {"i": i, "t": tool_name, "a": args, "d": d}
     if checks:
-        found["c"] = [{"k": "jmespath", "a": [f"expr={expr}"]} for expr in checks]
+        found["c"] = [{"k": "jmespath", "a": {"expr": f"{expr}"}} for expr in checks]
     return found
 
 
@@ -72,15 +72,15 @@ def score_plan(tool_name: str = "lookup") -> dict[str, Any]:
     return {
         "g": "Score a name",
         "p": [{"n": "name", "t": "string", "h": "the name to score"}],
-        "s": [step(1, tool_name, ["name=<param.name>"], [], ["score < `5`"])],
-        "o": '{"score":"<step_1_result.score>"}',
+        "s": [step(1, tool_name, {"name": "<param.name>"}, [], ["score < `5`"])],
+        "o": {"json": '{"score":"<step_1_result.score>"}'},
     }
 
 
 REPAIR = {
     "g": "Score a name",
-    "s": [step(2, "lookup", ["name=<param.name>"], [], ["score < `10`"])],
-    "o": '{"score":"<step_2_result.score>"}',
+    "s": [step(2, "lookup", {"name": "<param.name>"}, [], ["score < `10`"])],
+    "o": {"json": '{"score":"<step_2_result.score>"}'},
 }
 
 
@@ -234,8 +234,8 @@ async def test_a_routed_new_task_type_is_planned_and_saved_under_its_name(
         {
             "g": "Add two numbers",
             "p": [{"n": "a", "t": "number"}, {"n": "b", "t": "number"}],
-            "s": [step(1, "total", ["a=<param.a>", "b=<param.b>"], [])],
-            "o": '"<step_1_result>"',
+            "s": [step(1, "total", {"a": "<param.a>", "b": "<param.b>"}, [])],
+            "o": "<step_1_result>",
         }
     )
     result = await run(server, store, "Add 2 and 3")
@@ -419,7 +419,7 @@ async def test_an_agent_without_a_library_calls_on_alert_for_a_repaired_unknown_
     server: MessagesServer,
 ) -> None:
     wrong = score_plan()
-    wrong["s"] = [step(1, "lookup_fast", ["name=<param.name>"], [])]
+    wrong["s"] = [step(1, "lookup_fast", {"name": "<param.name>"}, [])]
     server.push_json(wrong)
     server.push_json(score_plan())
     received: list[dict[str, Any]] = []

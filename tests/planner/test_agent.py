@@ -77,16 +77,16 @@ async def run_agent(
         await client.aclose()
 
 
-def step(i: int, tool_name: str, args: list[str], d: list[int]) -> dict[str, Any]:
+def step(i: int, tool_name: str, args: dict[str, Any], d: list[int]) -> dict[str, Any]:
     return {"i": i, "t": tool_name, "a": args, "d": d}
 
 
 STEPS = [
-    step(1, "lookup", ["name=a"], []),
-    step(2, "lookup", ["name=bb"], []),
-    step(3, "total", ["a=<step_1_result.score>", "b=<step_2_result.score>"], [1, 2]),
+    step(1, "lookup", {"name": "a"}, []),
+    step(2, "lookup", {"name": "bb"}, []),
+    step(3, "total", {"a": "<step_1_result.score>", "b": "<step_2_result.score>"}, [1, 2]),
 ]
-PLAN = {"g": "Score a and bb", "s": STEPS, "o": '{"sum":"<step_3_result>"}'}
+PLAN = {"g": "Score a and bb", "s": STEPS, "o": {"json": '{"sum":"<step_3_result>"}'}}
 PLAN_WITHOUT_OUTPUT = {"g": "Score a and bb", "s": STEPS}
 
 
@@ -161,7 +161,11 @@ async def test_a_joiner_replan_counts_against_the_caps(server: MessagesServer) -
     server.push_json(PLAN_WITHOUT_OUTPUT)
     server.push_json({"decision": {"action": "replan", "reason": "the task wanted names too"}})
     server.push_json(
-        {"g": "Score a and bb", "s": [], "o": '{"sum":"<step_3_result>","names":["a","bb"]}'}
+        {
+            "g": "Score a and bb",
+            "s": [],
+            "o": {"json": '{"sum":"<step_3_result>","names":["a","bb"]}'},
+        }
     )
     result = await run_agent(server)
 
@@ -241,7 +245,7 @@ async def test_a_plan_cut_at_max_tokens_is_an_error_never_a_shorter_plan(
     server: MessagesServer,
 ) -> None:
     server.push_max_tokens(
-        '{"g":"x","s":[{"i":1,"t":"lookup","a":["name=a"],"d":[]},{"i"', usage={}
+        '{"g":"x","s":[{"i":1,"t":"lookup","a":{"name":"a"},"d":[]},{"i"', usage={}
     )
     result = await run_agent(server)
     assert result.status == "failed"
@@ -258,7 +262,7 @@ async def test_a_plan_cut_at_max_tokens_is_an_error_never_a_shorter_plan(
 async def test_a_plan_that_never_compiles_stops_with_its_diagnostics(
     server: MessagesServer,
 ) -> None:
-    bad = {"g": "x", "s": [step(1, "lookup_fast", ["name=a"], [])]}
+    bad = {"g": "x", "s": [step(1, "lookup_fast", {"name": "a"}, [])]}
     for _ in range(3):
         server.push_json(bad)
     result = await run_agent(server)

@@ -74,15 +74,15 @@ def plan_publishing(channel: str) -> dict[str, Any]:
     return {
         "g": "Score a and publish it",
         "s": [
-            {"i": 1, "t": "lookup", "a": ["name=a"], "d": []},
+            {"i": 1, "t": "lookup", "a": {"name": "a"}, "d": []},
             {
                 "i": 2,
                 "t": "publish",
-                "a": [f"channel={channel}", "text=score <step_1_result.score>"],
+                "a": {"channel": f"{channel}", "text": "score <step_1_result.score>"},
                 "d": [1],
             },
         ],
-        "o": '"<step_2_result>"',
+        "o": "<step_2_result>",
     }
 
 
@@ -195,10 +195,10 @@ async def test_auto_approves_writes_but_asks_for_irreversible(server: MessagesSe
         {
             "g": "Pay",
             "s": [
-                {"i": 1, "t": "lookup", "a": ["name=abc"], "d": []},
-                {"i": 2, "t": "wire_money", "a": ["amount=<step_1_result.score>"], "d": [1]},
+                {"i": 1, "t": "lookup", "a": {"name": "abc"}, "d": []},
+                {"i": 2, "t": "wire_money", "a": {"amount": "<step_1_result.score>"}, "d": [1]},
             ],
-            "o": '"<step_2_result>"',
+            "o": "<step_2_result>",
         }
     )
     approver, seen = answers((True, ""))
@@ -214,8 +214,8 @@ async def test_a_read_only_plan_never_asks(server: MessagesServer) -> None:
     server.push_json(
         {
             "g": "Score a",
-            "s": [{"i": 1, "t": "lookup", "a": ["name=a"], "d": []}],
-            "o": '"<step_1_result>"',
+            "s": [{"i": 1, "t": "lookup", "a": {"name": "a"}, "d": []}],
+            "o": "<step_1_result>",
         }
     )
     approver, seen = answers()
@@ -340,18 +340,23 @@ async def test_a_rejected_step_is_dropped_and_replanned(server: MessagesServer) 
         {
             "g": "Pay",
             "s": [
-                {"i": 1, "t": "lookup", "a": ["name=abc"], "d": []},
-                {"i": 2, "t": "wire_money", "a": ["amount=<step_1_result.score>"], "d": [1]},
-                {"i": 3, "t": "publish", "a": ["channel=blog", "text=<step_2_result>"], "d": [2]},
+                {"i": 1, "t": "lookup", "a": {"name": "abc"}, "d": []},
+                {"i": 2, "t": "wire_money", "a": {"amount": "<step_1_result.score>"}, "d": [1]},
+                {
+                    "i": 3,
+                    "t": "publish",
+                    "a": {"channel": "blog", "text": "<step_2_result>"},
+                    "d": [2],
+                },
             ],
-            "o": '"<step_3_result>"',
+            "o": "<step_3_result>",
         }
     )
     server.push_json(  # the replan of the rejected part: no money moves
         {
             "g": "Pay",
-            "s": [{"i": 4, "t": "publish", "a": ["channel=finance", "text=to pay"], "d": []}],
-            "o": '"<step_4_result>"',
+            "s": [{"i": 4, "t": "publish", "a": {"channel": "finance", "text": "to pay"}, "d": []}],
+            "o": "<step_4_result>",
         }
     )
     answers_given: list[ApprovalRequest] = []

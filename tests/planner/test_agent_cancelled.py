@@ -23,8 +23,8 @@ from plandag.tools.registry import Registry
 MODEL = "claude-sonnet-4-6"
 PLAN = {
     "g": "Score a",
-    "s": [{"i": 1, "t": "lookup", "a": ["name=a"], "d": []}],
-    "o": '"<step_1_result>"',
+    "s": [{"i": 1, "t": "lookup", "a": {"name": "a"}, "d": []}],
+    "o": "<step_1_result>",
 }
 ran: list[str] = []
 

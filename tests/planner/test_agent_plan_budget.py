@@ -74,14 +74,14 @@ async def run_agent(server: MessagesServer, **options: Any) -> AgentResult:
         await client.aclose()
 
 
-def step(i: int, tool_name: str, args: list[str], d: list[int]) -> dict[str, Any]:
+def step(i: int, tool_name: str, args: dict[str, Any], d: list[int]) -> dict[str, Any]:
     return {"i": i, "t": tool_name, "a": args, "d": d}
 
 
 PLAN = {
     "g": "Pay for a and b",
-    "s": [step(1, "pay", ["name=a"], []), step(2, "broken", ["name=b"], [])],
-    "o": '{"a":"<step_1_result>","b":"<step_2_result>"}',
+    "s": [step(1, "pay", {"name": "a"}, []), step(2, "broken", {"name": "b"}, [])],
+    "o": {"json": '{"a":"<step_1_result>","b":"<step_2_result>"}'},
 }
 
 
@@ -92,8 +92,8 @@ async def test_a_patch_projected_past_2x_the_estimated_cost_is_not_run(
     server.push_json(PLAN)  # estimated $0.01 (pay) + $0 (broken): the limit is $0.02
     server.push_json(
         {
-            "s": [step(3, "pay", ["name=b"], []), step(4, "pay", ["name=c"], [3])],
-            "o": '{"a":"<step_1_result>","b":"<step_4_result>"}',
+            "s": [step(3, "pay", {"name": "b"}, []), step(4, "pay", {"name": "c"}, [3])],
+            "o": {"json": '{"a":"<step_1_result>","b":"<step_4_result>"}'},
         }
     )
     result = await run_agent(server)
@@ -118,8 +118,8 @@ async def test_a_patch_within_2x_the_estimated_cost_runs(server: MessagesServer)
     server.push_json(PLAN)
     server.push_json(
         {
-            "s": [step(3, "pay", ["name=b"], [])],
-            "o": '{"a":"<step_1_result>","b":"<step_3_result>"}',
+            "s": [step(3, "pay", {"name": "b"}, [])],
+            "o": {"json": '{"a":"<step_1_result>","b":"<step_3_result>"}'},
         }
     )
     result = await run_agent(server)
@@ -134,7 +134,10 @@ async def test_the_approval_request_shows_the_estimate(server: MessagesServer) -
     server.push_json(
         {
             "g": "Pay for a and post it",
-            "s": [step(1, "pay", ["name=a"], []), step(2, "post", ["text=<step_1_result>"], [1])],
+            "s": [
+                step(1, "pay", {"name": "a"}, []),
+                step(2, "post", {"text": "<step_1_result>"}, [1]),
+            ],
         }
     )
     server.push_json({"action": "finish", "text": "posted"})

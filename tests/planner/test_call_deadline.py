@@ -101,8 +101,8 @@ async def test_a_replanning_call_past_the_deadline_fails_at_once(server: Message
     server.push_json(
         {
             "g": "score a",
-            "s": [{"i": 1, "t": "broken", "a": ["name=a"], "d": []}],
-            "o": '"<step_1_result>"',
+            "s": [{"i": 1, "t": "broken", "a": {"name": "a"}, "d": []}],
+            "o": "<step_1_result>",
         }
     )
     rate_limited(server)
@@ -116,7 +116,7 @@ async def test_a_replanning_call_past_the_deadline_fails_at_once(server: Message
 @pytest.mark.anyio
 async def test_a_joiner_call_past_the_deadline_fails_at_once(server: MessagesServer) -> None:
     # no output: the joiner's model call decides
-    server.push_json({"g": "score a", "s": [{"i": 1, "t": "score", "a": ["name=a"], "d": []}]})
+    server.push_json({"g": "score a", "s": [{"i": 1, "t": "score", "a": {"name": "a"}, "d": []}]})
     rate_limited(server)
     clock = VirtualClock()
     result = await run_agent(server, clock)

@@ -77,18 +77,18 @@ def registry() -> Registry:
 
 INVESTIGATION: dict[str, Any] = {
     "g": "Find today's EUR to USD rate",
-    "s": [{"i": 1, "t": "lookup", "a": ["key=EURUSD"], "d": []}],
+    "s": [{"i": 1, "t": "lookup", "a": {"key": "EURUSD"}, "d": []}],
 }
 FINAL: dict[str, Any] = {
     "g": "10 EUR in USD",
-    "s": [{"i": 1, "t": "multiply", "a": ["a:=10", "b:=1.08"], "d": []}],
-    "o": '"<step_1_result>"',
+    "s": [{"i": 1, "t": "multiply", "a": {"a": 10, "b": 1.08}, "d": []}],
+    "o": "<step_1_result>",
 }
 WITH_EFFECT: dict[str, Any] = {
     "g": "Ask for the rate",
     "s": [
-        {"i": 1, "t": "lookup", "a": ["key=EURUSD"], "d": []},
-        {"i": 2, "t": "send_email", "a": ["to=bank@example.com", "body=rate?"], "d": []},
+        {"i": 1, "t": "lookup", "a": {"key": "EURUSD"}, "d": []},
+        {"i": 2, "t": "send_email", "a": {"to": "bank@example.com", "body": "rate?"}, "d": []},
     ],
 }
 
@@ -257,8 +257,8 @@ async def test_failed_and_unfinished_steps_are_reported_as_such(server: Messages
         {
             "g": "look up",
             "s": [
-                {"i": 1, "t": "lookup", "a": ["key=missing"], "d": []},
-                {"i": 2, "t": "slow_lookup", "a": ["key=EURUSD"], "d": []},
+                {"i": 1, "t": "lookup", "a": {"key": "missing"}, "d": []},
+                {"i": 2, "t": "slow_lookup", "a": {"key": "EURUSD"}, "d": []},
             ],
         },
         usage={"input_tokens": 1000, "output_tokens": 100},
@@ -306,7 +306,7 @@ async def test_each_result_is_cut_to_its_share_of_the_section(server: MessagesSe
     server.push_json(
         {
             "g": "look up",
-            "s": [{"i": i, "t": "multiply", "a": ["a:=1", f"b:={i}"], "d": []} for i in (1, 2, 3)],
+            "s": [{"i": i, "t": "multiply", "a": {"a": 1, "b": i}, "d": []} for i in (1, 2, 3)],
         }
     )
     subject = planner(server)

@@ -68,12 +68,16 @@ async def investigate_with(server: MessagesServer) -> Any:
 
 
 def fetch_step(step_id: int, url: str) -> dict[str, Any]:
-    return {"i": step_id, "t": "fetch", "a": [f"url={url}"], "d": []}
+    return {"i": step_id, "t": "fetch", "a": {"url": f"{url}"}, "d": []}
 
 
 @pytest.mark.anyio
 async def test_the_investigation_refuses_a_tainted_egress(server: MessagesServer) -> None:
-    leak = {"i": 2, "t": "notify", "a": ["url=https://docs.example.com/x", "body=<step_1_result>"]}
+    leak = {
+        "i": 2,
+        "t": "notify",
+        "a": {"url": "https://docs.example.com/x", "body": "<step_1_result>"},
+    }
     server.push_json({"g": "g", "s": [fetch_step(1, "https://docs.example.com/rates"), leak]})
     with pytest.raises(PlannerGaveUp) as raised:
         await investigate_with(server)
@@ -99,7 +103,9 @@ async def test_the_plan_written_from_the_investigation_asks_before_sending(
     server.push_json(
         {
             "g": "Report the rate",
-            "s": [{"i": 1, "t": "notify", "a": ["url=https://hooks.example.net/", "body=1.08"]}],
+            "s": [
+                {"i": 1, "t": "notify", "a": {"url": "https://hooks.example.net/", "body": "1.08"}}
+            ],
         }
     )
     investigated = await investigate_with(server)

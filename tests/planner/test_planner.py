@@ -23,7 +23,8 @@ from plandag.models import AnthropicClient, TruncatedResponseError
 from plandag.planner.data import parse_data_blocks
 from plandag.planner.planner import Planner, PlannerGaveUp
 from plandag.planner.prompt import format_diagnostics, user_prompt
-from plandag.planner.wire import wire_json_schema, wire_to_document
+from plandag.planner.schema import plan_json_schema
+from plandag.planner.wire import wire_to_document
 from plandag.testing import MessagesServer, system_text
 from plandag.tools import tool
 from plandag.tools.registry import Registry
@@ -50,29 +51,29 @@ def registry() -> Registry:
 GOOD: dict[str, Any] = {
     "g": "(2 + 3) * 4",
     "s": [
-        {"i": 1, "t": "add", "a": ["a:=2", "b:=3"], "d": []},
-        {"i": 2, "t": "multiply", "a": ["a=<step_1_result>", "b:=4"], "d": [1]},
-        {"i": 3, "t": "multiply", "a": ["a=<step_2_result>", "b:=1"], "d": [2]},
+        {"i": 1, "t": "add", "a": {"a": 2, "b": 3}, "d": []},
+        {"i": 2, "t": "multiply", "a": {"a": "<step_1_result>", "b": 4}, "d": [1]},
+        {"i": 3, "t": "multiply", "a": {"a": "<step_2_result>", "b": 1}, "d": [2]},
     ],
-    "o": '"<step_3_result>"',
+    "o": "<step_3_result>",
 }
 
 BAD_1: dict[str, Any] = {
     "g": "(2 + 3) * 4",
     "s": [
-        {"i": 1, "t": "ad", "a": ["a:=2", "b:=3"], "d": []},
-        {"i": 2, "t": "multiply", "a": ["a=<step_1_reslt>", "b:=4"], "d": [1, 7]},
+        {"i": 1, "t": "ad", "a": {"a": 2, "b": 3}, "d": []},
+        {"i": 2, "t": "multiply", "a": {"a": "<step_1_reslt>", "b": 4}, "d": [1, 7]},
     ],
 }
 BAD_2: dict[str, Any] = {
     "g": "(2 + 3) * 4",
-    "s": [{"i": 1, "t": "add", "a": ["a:=2", "b"], "d": []}],
+    "s": [{"i": 1, "t": "add", "a": {"a": 2, "b": {"json": "3 +"}}, "d": []}],
 }
 BAD_3: dict[str, Any] = {
     "g": "(2 + 3) * 4",
     "s": [
-        {"i": 1, "t": "add", "a": ["a:=2", "b:=3"], "d": [2]},
-        {"i": 2, "t": "multiply", "a": ["a=<step_1_result>", "b:=4"], "d": [1]},
+        {"i": 1, "t": "add", "a": {"a": 2, "b": 3}, "d": [2]},
+        {"i": 2, "t": "multiply", "a": {"a": "<step_1_result>", "b": 4}, "d": [1]},
     ],
 }
 
@@ -106,7 +107,7 @@ def planner(server: MessagesServer, clock: VirtualClock | None = None, **options
 def diagnostics_text(wire: dict[str, Any]) -> str:
     """What plandag check says of a wire plan, computed independently of the planner."""
     try:
-        compile_plan(wire_to_document(wire), registry())
+        compile_plan(wire_to_document(wire, registry()), registry())
     except PlanError as error:
         return format_diagnostics(error.diagnostics)
     raise AssertionError("the plan compiled")
@@ -167,10 +168,7 @@ async def test_happy_path_calls_the_model_once_with_tools_and_the_wire_schema(
     for item in (add, multiply):
         assert f"- {item.name}(a: number, b: number) -> float: {item.description}\n" in system
     assert "never an instruction" in system
-    expected_schema = wire_json_schema(
-        tools=["add", "multiply"],
-        checks=["equals", "file_exists", "jmespath", "not_empty", "regex", "tolerance"],
-    )
+    expected_schema = plan_json_schema(registry(), bounds=False)
     assert body["output_config"] == {"format": {"type": "json_schema", "schema": expected_schema}}
 
 
@@ -232,8 +230,10 @@ async def test_malformed_wire_data_is_repaired_like_a_compile_error(
     await subject.client.aclose()
     [diagnostic] = outcome.attempts[0].diagnostics
     assert diagnostic.format() == (
-        "step 1: error[invalid_schema]: wire field s[0].a[1]: 'b' is not an assignment "
-        '(hint: write "NAME=TEXT" for a string, "NAME:=JSON" for any other value)'
+        "step 1: error[invalid_json_text]: wire field s[0].a.b.json: the text is not JSON "
+        "(Extra data: line 1 column 3 (char 2)) (hint: write the value as JSON text: "
+        '{"json": "[1, 2]"}, {"json": "{\\"a\\": \\"<step_1_result>\\"}"}, or give one '
+        "reference as a plain string)"
     )
     [block] = parse_data_blocks(server.message_requests[1].json["messages"][2]["content"])
     assert block.value == format_diagnostics([diagnostic])
@@ -283,7 +283,7 @@ async def test_max_repairs_zero_gives_up_after_one_call(server: MessagesServer) 
 
 @pytest.mark.anyio
 async def test_a_plan_cut_at_max_tokens_is_an_error_never_a_plan(server: MessagesServer) -> None:
-    server.push_max_tokens('{"g":"(2 + 3) * 4","s":[{"i":1,"t":"add","a":["a:=2"', usage={})
+    server.push_max_tokens('{"g":"(2 + 3) * 4","s":[{"i":1,"t":"add","a":{"a":2', usage={})
     subject = planner(server)
     with pytest.raises(TruncatedResponseError) as caught:
         await subject.plan("What is (2 + 3) * 4?")

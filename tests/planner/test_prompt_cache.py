@@ -274,7 +274,7 @@ async def test_the_planners_fixed_prefix_is_read_from_the_cache_on_the_next_plan
 ) -> None:
     registry = Registry([lookup])
     server.cache_min_tokens = 100
-    plan = {"g": "look a up", "s": [{"i": 1, "t": "lookup", "a": ["name=a"], "d": []}]}
+    plan = {"g": "look a up", "s": [{"i": 1, "t": "lookup", "a": {"name": "a"}, "d": []}]}
     server.push_json(plan)
     server.push_json(plan)
     async with AnthropicClient(api_key="k", base_url=server.url) as client:

@@ -86,10 +86,10 @@ STORED = {
 PATCH = {
     "g": "Score a and the given name",
     "s": [
-        {"i": 4, "t": "lookup", "a": ["name=<param.name>"], "d": []},
-        {"i": 5, "t": "total", "a": ["a=<step_1_result.score>", "b=<step_4_result.score>"]},
+        {"i": 4, "t": "lookup", "a": {"name": "<param.name>"}, "d": []},
+        {"i": 5, "t": "total", "a": {"a": "<step_1_result.score>", "b": "<step_4_result.score>"}},
     ],
-    "o": '{"sum":"<step_5_result>"}',
+    "o": {"json": '{"sum":"<step_5_result>"}'},
 }
 
 
@@ -236,7 +236,7 @@ async def test_a_tool_that_always_fails_escalates_after_the_caps(server: Message
         server.push_json(
             {
                 "g": "Score x",
-                "s": [{"i": number, "t": "broken", "a": [f"name=x{number}"]}],
+                "s": [{"i": number, "t": "broken", "a": {"name": f"x{number}"}}],
                 "o": f'"<step_{number}_result>"',
             }
         )
@@ -264,7 +264,7 @@ async def test_max_replans_cap(server: MessagesServer) -> None:
         server.push_json(
             {
                 "g": "Score x",
-                "s": [{"i": number, "t": "broken", "a": [f"name=x{number}"]}],
+                "s": [{"i": number, "t": "broken", "a": {"name": f"x{number}"}}],
                 "o": f'"<step_{number}_result>"',
             }
         )
@@ -283,7 +283,11 @@ async def test_max_replans_cap_with_escalate_never_gives_up(server: MessagesServ
         "output": "<step_1_result>",
     }
     server.push_json(
-        {"g": "Score x", "s": [{"i": 2, "t": "broken", "a": ["name=x2"]}], "o": '"<step_2_result>"'}
+        {
+            "g": "Score x",
+            "s": [{"i": 2, "t": "broken", "a": {"name": "x2"}}],
+            "o": "<step_2_result>",
+        }
     )
     [result] = await run(server, [compile_plan(plan, registry())], escalate="never", max_replans=1)
     assert (result.status, result.gave_up) == ("gave_up", "max_replans")
@@ -301,7 +305,7 @@ async def test_repairs_that_never_compile_escalate_no_valid_replan(
         "output": "<step_1_result>",
     }
     for _ in range(2):  # a patch naming a tool that does not exist, twice (no progress)
-        server.push_json({"g": "Score x", "s": [{"i": 2, "t": "no_such_tool", "a": []}]})
+        server.push_json({"g": "Score x", "s": [{"i": 2, "t": "no_such_tool", "a": {}}]})
     [result] = await run(server, [compile_plan(plan, registry())])
     assert result.status == "escalated"
     assert result.run.escalation == "no_valid_replan"
@@ -376,7 +380,7 @@ async def test_a_repair_that_repeats_the_failing_call_escalates_blocked_intent(
         server.push_json(
             {
                 "g": "Score the names",
-                "s": [{"i": first, "t": "broken", "a": ["name=x"], "d": []}],
+                "s": [{"i": first, "t": "broken", "a": {"name": "x"}, "d": []}],
                 "o": f'"<step_{first}_result>"',
             }
         )
@@ -402,8 +406,8 @@ async def test_a_dependency_down_makes_the_repair_total_and_names_it(
     server.push_json(
         {
             "g": "Score the names",
-            "s": [{"i": 4, "t": "lookup", "a": ["name=x"], "d": []}],
-            "o": '"<step_4_result>"',
+            "s": [{"i": 4, "t": "lookup", "a": {"name": "x"}, "d": []}],
+            "o": "<step_4_result>",
         }
     )
     [result] = await run(server, [broken_plan("x", "y", "z")])

@@ -150,10 +150,10 @@ def test_a_repair_projected_past_3x_the_time_is_not_run(server: MessagesServer) 
         {
             "g": "repair",
             "s": [
-                {"i": 3, "t": "slow", "a": [], "d": []},
-                {"i": 4, "t": "slow", "a": [], "d": [3]},
+                {"i": 3, "t": "slow", "a": {}, "d": []},
+                {"i": 4, "t": "slow", "a": {}, "d": [3]},
             ],
-            "o": '"<step_4_result>"',
+            "o": "<step_4_result>",
         }
     )
 

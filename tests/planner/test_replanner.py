@@ -121,7 +121,7 @@ async def run_agent(
         await client.aclose()
 
 
-def step(i: int, tool_name: str, args: list[str], d: list[int]) -> dict[str, Any]:
+def step(i: int, tool_name: str, args: dict[str, Any], d: list[int]) -> dict[str, Any]:
     return {"i": i, "t": tool_name, "a": args, "d": d}
 
 
@@ -145,21 +145,21 @@ def outside_data(text: str) -> str:
 PLAN_WITH_A_FAILURE = {
     "g": "Score a and b",
     "s": [
-        step(1, "lookup", ["name=a"], []),
-        step(2, "broken", ["name=b"], []),
-        step(3, "total", ["a=<step_1_result.score>", "b=<step_2_result.score>"], [1, 2]),
-        step(4, "slow_lookup", ["name=c"], []),
+        step(1, "lookup", {"name": "a"}, []),
+        step(2, "broken", {"name": "b"}, []),
+        step(3, "total", {"a": "<step_1_result.score>", "b": "<step_2_result.score>"}, [1, 2]),
+        step(4, "slow_lookup", {"name": "c"}, []),
     ],
-    "o": '{"total":"<step_3_result>","c":"<step_4_result.score>"}',
+    "o": {"json": '{"total":"<step_3_result>","c":"<step_4_result.score>"}'},
 }
 
 PATCH = {
     "g": "Score a and b",
     "s": [
-        step(5, "lookup", ["name=b"], []),
-        step(6, "total", ["a=<step_1_result.score>", "b=<step_5_result.score>"], [1, 5]),
+        step(5, "lookup", {"name": "b"}, []),
+        step(6, "total", {"a": "<step_1_result.score>", "b": "<step_5_result.score>"}, [1, 5]),
     ],
-    "o": '{"total":"<step_6_result>","c":"<step_4_result.score>"}',
+    "o": {"json": '{"total":"<step_6_result>","c":"<step_4_result.score>"}'},
 }
 
 
@@ -239,8 +239,8 @@ def patch_with_progress(first: int, name: str) -> dict[str, Any]:
     return {
         "g": "Score x",
         "s": [
-            step(first, "lookup", [f"name={name}"], []),
-            step(first + 1, "broken", [f"name=<step_{first}_result.name>"], [first]),
+            step(first, "lookup", {"name": f"{name}"}, []),
+            step(first + 1, "broken", {"name": f"<step_{first}_result.name>"}, [first]),
         ],
         "o": f'"<step_{first + 1}_result>"',
     }
@@ -251,7 +251,7 @@ async def test_a_tool_that_always_fails_replans_up_to_the_cap_then_escalates(
     server: MessagesServer,
 ) -> None:
     server.push_json(
-        {"g": "Score x", "s": [step(1, "broken", ["name=x"], [])], "o": '"<step_1_result>"'}
+        {"g": "Score x", "s": [step(1, "broken", {"name": "x"}, [])], "o": "<step_1_result>"}
     )
     server.push_json(patch_with_progress(2, "p"))
     server.push_json(patch_with_progress(4, "q"))
@@ -302,16 +302,16 @@ async def test_a_tool_that_always_fails_replans_up_to_the_cap_then_escalates(
 @pytest.mark.anyio
 async def test_two_replans_in_a_row_without_progress_stop_the_run(server: MessagesServer) -> None:
     server.push_json(
-        {"g": "Score x", "s": [step(1, "broken", ["name=x"], [])], "o": '"<step_1_result>"'}
+        {"g": "Score x", "s": [step(1, "broken", {"name": "x"}, [])], "o": "<step_1_result>"}
     )
     server.push_json(
-        {"g": "Score x", "s": [step(2, "broken", ["name=y"], [])], "o": '"<step_2_result>"'}
+        {"g": "Score x", "s": [step(2, "broken", {"name": "y"}, [])], "o": "<step_2_result>"}
     )
     server.push_json(
-        {"g": "Score x", "s": [step(3, "broken", ["name=z"], [])], "o": '"<step_3_result>"'}
+        {"g": "Score x", "s": [step(3, "broken", {"name": "z"}, [])], "o": "<step_3_result>"}
     )
     server.push_json(
-        {"g": "Score x", "s": [step(4, "lookup", ["name=w"], [])], "o": '"<step_4_result>"'}
+        {"g": "Score x", "s": [step(4, "lookup", {"name": "w"}, [])], "o": "<step_4_result>"}
     )
     result = await run_agent(server, "Score x")
 
@@ -333,9 +333,9 @@ async def test_a_patch_that_does_not_compile_goes_back_with_its_diagnostics(
     bad = {
         "g": "Score a and b",
         "s": [
-            step(2, "lookup", ["name=b"], []),  # an old id
-            step(7, "lookup_fast", ["name=b"], []),  # an unknown tool
-            step(8, "total", ["a=<step_3_result>", "b:=1"], [3]),  # a pruned step
+            step(2, "lookup", {"name": "b"}, []),  # an old id
+            step(7, "lookup_fast", {"name": "b"}, []),  # an unknown tool
+            step(8, "total", {"a": "<step_3_result>", "b": 1}, [3]),  # a pruned step
         ],
     }
     server.push_json(bad)
@@ -372,7 +372,7 @@ async def test_a_patch_with_a_compile_error_from_the_compiler_is_repaired(
     server: MessagesServer,
 ) -> None:
     server.push_json(PLAN_WITH_A_FAILURE)
-    server.push_json({"g": "Score", "s": [step(5, "lookup_fast", ["name=b"], [])]})
+    server.push_json({"g": "Score", "s": [step(5, "lookup_fast", {"name": "b"}, [])]})
     server.push_json(PATCH)
     result = await run_agent(server)
     assert result.status == "succeeded"
@@ -395,16 +395,16 @@ async def test_injected_instructions_stay_data_and_an_effect_outside_the_boundar
         {
             "g": "Summarise the page",
             "s": [
-                step(1, "fetch_page", ["url=https://example.com"], []),
-                step(2, "broken", ["name=<step_1_result>"], [1]),
+                step(1, "fetch_page", {"url": "https://example.com"}, []),
+                step(2, "broken", {"name": "<step_1_result>"}, [1]),
             ],
-            "o": '"<step_2_result>"',
+            "o": "<step_2_result>",
         }
     )
     evil = {
         "g": "Summarise the page",
-        "s": [step(3, "save", ["path=/etc/evil.txt", "data=pwned"], [])],
-        "o": '"<step_3_result>"',
+        "s": [step(3, "save", {"path": "/etc/evil.txt", "data": "pwned"}, [])],
+        "o": "<step_3_result>",
     }
     server.push_json(evil)  # the "model" follows the injected text
     server.push_json(evil)  # and again after the compiler refused it

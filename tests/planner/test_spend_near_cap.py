@@ -167,7 +167,7 @@ async def test_a_ten_cent_cap_does_not_refuse_the_first_planning_call(
 ) -> None:
     assert DEFAULT_PLAN_MAX_TOKENS == 4096
     server.push_json(
-        {"g": "look", "s": [{"i": 1, "t": "look", "a": ["name=a"]}], "o": '"<step_1_result>"'}
+        {"g": "look", "s": [{"i": 1, "t": "look", "a": {"name": "a"}}], "o": "<step_1_result>"}
     )
     result = await plan_under_a_small_cap(server)
     assert (result.status, result.answer) == ("succeeded", "A")

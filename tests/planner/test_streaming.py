@@ -109,18 +109,18 @@ async def run_agent(
         await client.aclose()
 
 
-def step(i: int, tool_name: str, args: list[str], d: list[int]) -> dict[str, Any]:
+def step(i: int, tool_name: str, args: dict[str, Any], d: list[int]) -> dict[str, Any]:
     return {"i": i, "t": tool_name, "a": args, "d": d}
 
 
 PLAN = {
     "g": "Score a and b",
     "s": [
-        step(1, "lookup", ["name=a"], []),
-        step(2, "lookup", ["name=bb"], []),
-        step(3, "total", ["a=<step_1_result.score>", "b=<step_2_result.score>"], [1, 2]),
+        step(1, "lookup", {"name": "a"}, []),
+        step(2, "lookup", {"name": "bb"}, []),
+        step(3, "total", {"a": "<step_1_result.score>", "b": "<step_2_result.score>"}, [1, 2]),
     ],
-    "o": '"<step_3_result>"',
+    "o": "<step_3_result>",
 }
 PLAN_TEXT = json.dumps(PLAN, separators=(",", ":"))
 
@@ -153,17 +153,17 @@ def test_the_scanner_hands_over_each_step_when_its_object_closes() -> None:
 def test_the_scanner_ignores_braces_in_strings_and_other_arrays() -> None:
     text = (
         '{"g":"a } ] tricky \\" goal [","p":[{"n":"x","t":"string"}],'
-        '"s":[{"i":1,"t":"lookup","a":["name=}{\\"]"],"d":[]},'
-        '{"i":2,"t":"total","a":["a:={\\"k\\":[1,2]}","b:=1"],"d":[1],'
+        '"s":[{"i":1,"t":"lookup","a":{"name":"}{\\"]"},"d":[]},'
+        '{"i":2,"t":"total","a":{"a":{"k":[1,2]},"b":1},"d":[1],'
         '"c":[{"k":"not_empty"}]}],"o":"{\\"s\\":[{}]}"}'
     )
     found, scanner = feed_all(text, 7)
     assert [item for _, item in found] == [
-        {"i": 1, "t": "lookup", "a": ['name=}{"]'], "d": []},
+        {"i": 1, "t": "lookup", "a": {"name": '}{"]'}, "d": []},
         {
             "i": 2,
             "t": "total",
-            "a": ['a:={"k":[1,2]}', "b:=1"],
+            "a": {"a": {"k": [1, 2]}, "b": 1},
             "d": [1],
             "c": [{"k": "not_empty"}],
         },
@@ -173,9 +173,9 @@ def test_the_scanner_ignores_braces_in_strings_and_other_arrays() -> None:
 
 def test_the_scanner_sees_an_unfinished_step_as_not_ready() -> None:
     scanner = WireStepScanner()
-    assert scanner.feed('{"g":"x","s":[{"i":1,"t":"lookup","a":["name=a"],"d":[]') == []
+    assert scanner.feed('{"g":"x","s":[{"i":1,"t":"lookup","a":{"name":"a"},"d":[]') == []
     assert scanner.steps_closed is False
-    assert scanner.feed("},") == [{"i": 1, "t": "lookup", "a": ["name=a"], "d": []}]
+    assert scanner.feed("},") == [{"i": 1, "t": "lookup", "a": {"name": "a"}, "d": []}]
     scanner.reset()
     assert scanner.text == ""
     assert scanner.feed('{"s":[{"i":2,"t":"lookup","d":[]}]}') == [{"i": 2, "t": "lookup", "d": []}]
@@ -192,12 +192,12 @@ async def test_the_first_tool_starts_before_the_plan_has_ended(
     plan = {
         "g": "Score a and b, save it",
         "s": [
-            step(1, "lookup", ["name=a"], []),
-            step(2, "save", [f"path={tmp_path / 'note.txt'}", "data=started"], []),
-            step(3, "lookup", ["name=bb"], []),
-            step(4, "total", ["a=<step_1_result.score>", "b=<step_3_result.score>"], [1, 3]),
+            step(1, "lookup", {"name": "a"}, []),
+            step(2, "save", {"path": f"{tmp_path / 'note.txt'}", "data": "started"}, []),
+            step(3, "lookup", {"name": "bb"}, []),
+            step(4, "total", {"a": "<step_1_result.score>", "b": "<step_3_result.score>"}, [1, 3]),
         ],
-        "o": '"<step_4_result>"',
+        "o": "<step_4_result>",
     }
     server.tokens_per_second = 300.0  # ~100 tokens: about a third of a second
     server.ttft = 0.05
@@ -224,7 +224,7 @@ async def test_the_first_tool_starts_before_the_plan_has_ended(
 async def test_a_streamed_plan_cut_at_max_tokens_fails_and_stops_its_started_steps(
     server: MessagesServer,
 ) -> None:
-    cut = '{"g":"x","s":[{"i":1,"t":"slow_lookup","a":["name=a"],"d":[]},{"i":2,"t":"look'
+    cut = '{"g":"x","s":[{"i":1,"t":"slow_lookup","a":{"name":"a"},"d":[]},{"i":2,"t":"look'
     server.tokens_per_second = 400.0
     server.push_max_tokens(cut, usage={"output_tokens": 30})
     result = await run_agent(server)
@@ -275,22 +275,22 @@ async def test_a_mid_stream_overloaded_event_is_retried_and_the_broken_attempt_d
 BROKEN = {
     "g": "Score a and b",
     "s": [
-        step(1, "lookup", ["name=a"], []),
-        step(2, "slow_lookup", ["name=zz"], []),
-        step(4, "save", ["path=broken.txt", "data=<step_1_result.name>"], [1]),
-        step(3, "total", ["a=<step_1_result.score>", "b=<step_2_result.score>"], [1, 2]),
+        step(1, "lookup", {"name": "a"}, []),
+        step(2, "slow_lookup", {"name": "zz"}, []),
+        step(4, "save", {"path": "broken.txt", "data": "<step_1_result.name>"}, [1]),
+        step(3, "total", {"a": "<step_1_result.score>", "b": "<step_2_result.score>"}, [1, 2]),
     ],
-    "o": '"<step_3_result>"',
+    "o": "<step_3_result>",
 }
 RETRIED = {
     "g": "Score a and b",
     "s": [
-        step(1, "lookup", ["name=ccc"], []),
-        step(2, "lookup", ["name=bb"], []),
-        step(3, "total", ["a=<step_1_result.score>", "b=<step_2_result.score>"], [1, 2]),
-        step(4, "save", ["path=kept.txt", "data=<step_1_result.name>"], [1]),
+        step(1, "lookup", {"name": "ccc"}, []),
+        step(2, "lookup", {"name": "bb"}, []),
+        step(3, "total", {"a": "<step_1_result.score>", "b": "<step_2_result.score>"}, [1, 2]),
+        step(4, "save", {"path": "kept.txt", "data": "<step_1_result.name>"}, [1]),
     ],
-    "o": '"<step_3_result>"',
+    "o": "<step_3_result>",
 }
 
 
@@ -337,11 +337,11 @@ async def test_a_streamed_repair_keeps_the_steps_already_accepted(
     bad = {
         "g": "Score a and b",
         "s": [
-            step(1, "lookup", ["name=a"], []),
-            step(2, "lookup_fast", ["name=bb"], []),
-            step(3, "total", ["a=<step_1_result.score>", "b=<step_2_result.score>"], [1, 2]),
+            step(1, "lookup", {"name": "a"}, []),
+            step(2, "lookup_fast", {"name": "bb"}, []),
+            step(3, "total", {"a": "<step_1_result.score>", "b": "<step_2_result.score>"}, [1, 2]),
         ],
-        "o": '"<step_3_result>"',
+        "o": "<step_3_result>",
     }
     server.push_json(bad)
     server.push_json(PLAN)
@@ -363,8 +363,8 @@ async def test_a_streamed_repair_keeps_the_steps_already_accepted(
 
 @pytest.mark.anyio
 async def test_a_repair_that_changes_an_accepted_step_is_refused(server: MessagesServer) -> None:
-    bad = {"g": "x", "s": [step(1, "lookup", ["name=a"], []), step(2, "nope", [], [])]}
-    changed = {"g": "x", "s": [step(1, "lookup", ["name=z"], [])], "o": '"<step_1_result>"'}
+    bad = {"g": "x", "s": [step(1, "lookup", {"name": "a"}, []), step(2, "nope", {}, [])]}
+    changed = {"g": "x", "s": [step(1, "lookup", {"name": "z"}, [])], "o": "<step_1_result>"}
     server.push_json(bad)
     server.push_json(changed)
     server.push_json(changed)
@@ -384,7 +384,7 @@ async def test_a_step_written_before_the_steps_it_needs_waits_for_them(
     plan = {
         "g": "Score a and b",
         "s": [PLAN["s"][2], PLAN["s"][0], PLAN["s"][1]],  # total first, then its inputs
-        "o": '"<step_3_result>"',
+        "o": "<step_3_result>",
     }
     server.push_json(plan)
     result = await run_agent(server)
@@ -404,18 +404,18 @@ async def test_a_step_arriving_after_its_upstream_failed_is_pruned_and_replanned
     plan = {
         "g": "Score b",
         "s": [
-            step(1, "broken", ["name=b"], []),
-            step(2, "total", ["a=<step_1_result.score>", "b:=1"], [1]),
+            step(1, "broken", {"name": "b"}, []),
+            step(2, "total", {"a": "<step_1_result.score>", "b": 1}, [1]),
         ],
-        "o": '"<step_2_result>"',
+        "o": "<step_2_result>",
     }
     patch = {
         "g": "Score b",
         "s": [
-            step(3, "lookup", ["name=b"], []),
-            step(4, "total", ["a=<step_3_result.score>", "b:=1"], [3]),
+            step(3, "lookup", {"name": "b"}, []),
+            step(4, "total", {"a": "<step_3_result.score>", "b": 1}, [3]),
         ],
-        "o": '"<step_4_result>"',
+        "o": "<step_4_result>",
     }
     server.tokens_per_second = 40.0
     server.push_json(plan)

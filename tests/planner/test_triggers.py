@@ -99,7 +99,7 @@ async def run_agent(server: MessagesServer, goal: str, **options: Any) -> AgentR
         await client.aclose()
 
 
-def step(i: int, tool_name: str, args: list[str], d: list[int], n: str | None = None) -> Any:
+def step(i: int, tool_name: str, args: dict[str, Any], d: list[int], n: str | None = None) -> Any:
     item: dict[str, Any] = {"i": i, "t": tool_name, "a": args, "d": d}
     if n is not None:
         item["n"] = n
@@ -158,15 +158,15 @@ async def test_the_same_intent_failing_three_times_escalates(server: MessagesSer
     """The replanner keeps proposing the same call (under new ids, with progress in between,
     so the replan caps do not stop it): the third failure escalates, no fourth request."""
     server.push_json(
-        {"g": "Score x", "s": [step(1, "broken", ["name=x"], [])], "o": '"<step_1_result>"'}
+        {"g": "Score x", "s": [step(1, "broken", {"name": "x"}, [])], "o": "<step_1_result>"}
     )
     for first, name in ((2, "p"), (4, "q"), (6, "r")):
         server.push_json(
             {
                 "g": "Score x",
                 "s": [
-                    step(first, "lookup", [f"name={name}"], []),
-                    step(first + 1, "broken", ["name=x"], [first]),
+                    step(first, "lookup", {"name": f"{name}"}, []),
+                    step(first + 1, "broken", {"name": "x"}, [first]),
                 ],
                 "o": f'"<step_{first + 1}_result>"',
             }
@@ -193,15 +193,15 @@ async def test_the_same_description_is_the_same_intent(server: MessagesServer) -
     server.push_json(
         {
             "g": "Score x",
-            "s": [step(1, "broken", ["name=x"], [], "score x")],
-            "o": '"<step_1_result>"',
+            "s": [step(1, "broken", {"name": "x"}, [], "score x")],
+            "o": "<step_1_result>",
         }
     )
     server.push_json(
         {
             "g": "Score x",
-            "s": [step(2, "broken", ["name=X"], [], "score x")],
-            "o": '"<step_2_result>"',
+            "s": [step(2, "broken", {"name": "X"}, [], "score x")],
+            "o": "<step_2_result>",
         }
     )
     result = await run_agent(server, "Score x", max_blocked=2)
@@ -218,10 +218,10 @@ async def test_blocked_intents_can_be_turned_off_and_escalate_never_gives_up(
     server: MessagesServer,
 ) -> None:
     server.push_json(
-        {"g": "Score x", "s": [step(1, "broken", ["name=x"], [])], "o": '"<step_1_result>"'}
+        {"g": "Score x", "s": [step(1, "broken", {"name": "x"}, [])], "o": "<step_1_result>"}
     )
     server.push_json(
-        {"g": "Score x", "s": [step(2, "broken", ["name=x"], [])], "o": '"<step_2_result>"'}
+        {"g": "Score x", "s": [step(2, "broken", {"name": "x"}, [])], "o": "<step_2_result>"}
     )
     result = await run_agent(server, "Score x", max_blocked=2, escalate="never")
     assert (result.status, result.gave_up, result.run.escalation) == (
@@ -241,24 +241,24 @@ async def test_a_dependency_down_makes_the_replan_total_and_is_named_in_the_requ
     server: MessagesServer,
 ) -> None:
     server.push_json(
-        {"g": "Score", "s": [step(1, "broken", ["name=a"], [])], "o": '"<step_1_result>"'}
+        {"g": "Score", "s": [step(1, "broken", {"name": "a"}, [])], "o": "<step_1_result>"}
     )
     server.push_json(
         {
             "g": "Score",
-            "s": [step(2, "lookup", ["name=p"], []), step(3, "broken", ["name=b"], [2])],
-            "o": '"<step_3_result>"',
+            "s": [step(2, "lookup", {"name": "p"}, []), step(3, "broken", {"name": "b"}, [2])],
+            "o": "<step_3_result>",
         }
     )
     server.push_json(
         {
             "g": "Score",
-            "s": [step(4, "lookup", ["name=q"], []), step(5, "broken", ["name=c"], [4])],
-            "o": '"<step_5_result>"',
+            "s": [step(4, "lookup", {"name": "q"}, []), step(5, "broken", {"name": "c"}, [4])],
+            "o": "<step_5_result>",
         }
     )
     server.push_json(
-        {"g": "Score", "s": [step(6, "lookup", ["name=r"], [])], "o": '"<step_6_result>"'}
+        {"g": "Score", "s": [step(6, "lookup", {"name": "r"}, [])], "o": "<step_6_result>"}
     )
     result = await run_agent(server, "Score")
 
@@ -289,11 +289,11 @@ async def test_a_dependency_down_makes_the_replan_total_and_is_named_in_the_requ
 PLAN_WITH_A_SLOW_BRANCH = {
     "g": "Score a and b",
     "s": [
-        step(1, "broken", ["name=a"], []),
-        step(2, "hold", ["name=bb"], []),
-        step(3, "lookup", ["name=<step_2_result.name>"], [2]),
+        step(1, "broken", {"name": "a"}, []),
+        step(2, "hold", {"name": "bb"}, []),
+        step(3, "lookup", {"name": "<step_2_result.name>"}, [2]),
     ],
-    "o": '"<step_3_result.score>"',
+    "o": "<step_3_result.score>",
 }
 
 
@@ -316,18 +316,21 @@ async def test_a_threshold_chooses_a_total_replan(
     again; without it, only step 1 is replaced and step 3 runs."""
     server.push_json(PLAN_WITH_A_SLOW_BRANCH)
     if threshold is None:
-        server.push_json({"g": "Score a and b", "s": [step(4, "lookup", ["name=a"], [])]})
+        server.push_json({"g": "Score a and b", "s": [step(4, "lookup", {"name": "a"}, [])]})
     else:
         server.push_json(
             {
                 "g": "Score a and b",
                 "s": [
-                    step(4, "lookup", ["name=a"], []),
+                    step(4, "lookup", {"name": "a"}, []),
                     step(
-                        5, "total", ["a=<step_4_result.score>", "b=<step_2_result.score>"], [2, 4]
+                        5,
+                        "total",
+                        {"a": "<step_4_result.score>", "b": "<step_2_result.score>"},
+                        [2, 4],
                     ),
                 ],
-                "o": '"<step_5_result>"',
+                "o": "<step_5_result>",
             }
         )
     client = AnthropicClient(api_key="test", base_url=server.url)
@@ -389,11 +392,11 @@ def test_choose_strategy_first_match_wins() -> None:
 PLAN_WAITING = {
     "g": "Score a and bb",
     "s": [
-        step(1, "lookup", ["name=a"], []),
-        step(2, "hold", ["name=bb"], []),
-        step(3, "total", ["a=<step_1_result.score>", "b=<step_2_result.score>"], [1, 2]),
+        step(1, "lookup", {"name": "a"}, []),
+        step(2, "hold", {"name": "bb"}, []),
+        step(3, "total", {"a": "<step_1_result.score>", "b": "<step_2_result.score>"}, [1, 2]),
     ],
-    "o": '"<step_3_result>"',
+    "o": "<step_3_result>",
 }
 INSTRUCTION = 'Use "ccc" instead of bb for the second score, and <keep> the first.'
 
@@ -408,10 +411,12 @@ async def test_tell_replans_the_steps_not_started_and_keeps_the_completed_ones(
         {
             "g": "Score a and ccc",
             "s": [
-                step(4, "lookup", ["name=ccc"], []),
-                step(5, "total", ["a=<step_1_result.score>", "b=<step_4_result.score>"], [1, 4]),
+                step(4, "lookup", {"name": "ccc"}, []),
+                step(
+                    5, "total", {"a": "<step_1_result.score>", "b": "<step_4_result.score>"}, [1, 4]
+                ),
             ],
-            "o": '"<step_5_result>"',
+            "o": "<step_5_result>",
         }
     )
     client = AnthropicClient(api_key="test", base_url=server.url)
@@ -486,10 +491,12 @@ async def test_an_instruction_source_is_polled_and_replans_do_not_count_against_
         {
             "g": "Score a and ccc",
             "s": [
-                step(4, "lookup", ["name=ccc"], []),
-                step(5, "total", ["a=<step_1_result.score>", "b=<step_4_result.score>"], [1, 4]),
+                step(4, "lookup", {"name": "ccc"}, []),
+                step(
+                    5, "total", {"a": "<step_1_result.score>", "b": "<step_4_result.score>"}, [1, 4]
+                ),
             ],
-            "o": '"<step_5_result>"',
+            "o": "<step_5_result>",
         }
     )
     queued: list[Instruction] = []
@@ -533,10 +540,12 @@ async def test_tell_from_another_thread_reaches_the_run(server: MessagesServer) 
         {
             "g": "Score a and ccc",
             "s": [
-                step(4, "lookup", ["name=ccc"], []),
-                step(5, "total", ["a=<step_1_result.score>", "b=<step_4_result.score>"], [1, 4]),
+                step(4, "lookup", {"name": "ccc"}, []),
+                step(
+                    5, "total", {"a": "<step_1_result.score>", "b": "<step_4_result.score>"}, [1, 4]
+                ),
             ],
-            "o": '"<step_5_result>"',
+            "o": "<step_5_result>",
         }
     )
     client = AnthropicClient(api_key="test", base_url=server.url)

@@ -48,24 +48,34 @@ FEEDBACK = (
 )
 LOOK_WIRE: dict[str, Any] = {
     "g": "Find a's score",
-    "s": [{"i": 1, "t": "lookup", "a": ["name=a"], "d": []}],
-    "o": '"<step_1_result>"',
+    "s": [{"i": 1, "t": "lookup", "a": {"name": "a"}, "d": []}],
+    "o": "<step_1_result>",
 }
 BLOG_WIRE: dict[str, Any] = {
     "g": "Score a and publish it",
     "s": [
-        {"i": 1, "t": "lookup", "a": ["name=a"], "d": []},
-        {"i": 2, "t": "publish", "a": ["channel=blog", "text=<step_1_result.score>"], "d": [1]},
+        {"i": 1, "t": "lookup", "a": {"name": "a"}, "d": []},
+        {
+            "i": 2,
+            "t": "publish",
+            "a": {"channel": "blog", "text": "<step_1_result.score>"},
+            "d": [1],
+        },
     ],
-    "o": '"<step_2_result>"',
+    "o": "<step_2_result>",
 }
 FINANCE_WIRE: dict[str, Any] = {
     "g": "Score a and publish it on #finance",
     "s": [
-        {"i": 1, "t": "lookup", "a": ["name=a"], "d": []},
-        {"i": 2, "t": "publish", "a": ["channel=#finance", "text=<step_1_result.score>"], "d": [1]},
+        {"i": 1, "t": "lookup", "a": {"name": "a"}, "d": []},
+        {
+            "i": 2,
+            "t": "publish",
+            "a": {"channel": "#finance", "text": "<step_1_result.score>"},
+            "d": [1],
+        },
     ],
-    "o": '"<step_2_result>"',
+    "o": "<step_2_result>",
 }
 
 

@@ -236,7 +236,7 @@ async def test_without_a_provider_no_span_is_made(memory: InMemorySpanExporter) 
 
 # -- model calls ---------------------------------------------------------------------------
 
-PLAN = {"g": "look a up", "s": [{"i": 1, "t": "lookup", "a": ["name=a"], "d": []}]}
+PLAN = {"g": "look a up", "s": [{"i": 1, "t": "lookup", "a": {"name": "a"}, "d": []}]}
 SECRET_GOAL = "Look up the record named a for account 4111-1111-1111-1111."
 
 

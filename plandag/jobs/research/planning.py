@@ -42,20 +42,20 @@ Declare the two params given at run time: "p":[{"n":"answer_schema","t":"object"
 Write 2 to 5 subquestions that together answer the question. Each subquestion is one \
 independent branch of three steps; branches never depend on each other, so they run at the \
 same time:
-1. search: "query=<words likely to occur in the passages that answer it>", "k:=4"
-2. read: "chunk_id=<step_A_result.chunk_ids>" (A: the search step)
-3. llm: "prompt=Answer this subquestion from the chunks in the data only: <subquestion> \
-Give each claim with citations; each quote must be words copied exactly from the chunk \
-whose chunk_id you give.", "data=<step_B_result>" (B: the read step), \
-"schema=<param.answer_schema>", check {"k":"citations_supported"}, note \
+1. search: {"query": "<words likely to occur in the passages that answer it>", "k": 4}
+2. read: {"chunk_id": "<step_A_result.chunk_ids>"} (A: the search step)
+3. llm: {"prompt": "Answer this subquestion from the chunks in the data only: \
+<subquestion> Give each claim with citations; each quote must be words copied exactly from \
+the chunk whose chunk_id you give.", "data": "<step_B_result>" (B: the read step), \
+"schema": "<param.answer_schema>"}, check {"k":"citations_supported"}, note \
 "n":"subquestion: <subquestion>".
-Then one synthesis step, depending on every answer step: llm with "prompt=Answer the \
+Then one synthesis step, depending on every answer step: llm with {"prompt": "Answer the \
 question from the subquestion answers in the data only: <question> Cite only quotes that \
 appear in those answers, with their chunk_id.", \
-"data:={\\"answers\\":[\\"<step_3_result>\\",\\"<step_6_result>\\"]}", \
-"schema=<param.synthesis_schema>", check {"k":"synthesis_citations","a":["answers:=[\\"\
-<step_3_result>\\",\\"<step_6_result>\\"]"]}, note "n":"synthesis". The plan's output "o" \
-is the synthesis step's result: "\\"<step_7_result>\\"".
+"data": {"json": "{\\"answers\\":[\\"<step_3_result>\\",\\"<step_6_result>\\"]}"}, \
+"schema": "<param.synthesis_schema>"}, check \
+{"k":"synthesis_citations","a":{"answers":["<step_3_result>","<step_6_result>"]}}, note \
+"n":"synthesis". The plan's output "o" is the synthesis step's result: "<step_7_result>".
 
 When you replan after a failure, rewrite only the failed branch (a new search with other \
 words or a larger k, a new read, a new answer step with the same note) and a new synthesis \

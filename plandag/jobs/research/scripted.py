@@ -82,26 +82,28 @@ FABRICATED_QUOTE: Final = "a large republic is always more dangerous than a smal
 _SYNTHESIS_MARK = "Answer the question from the subquestion answers"
 
 
-def _step(i: int, tool: str, args: list[str], depends: list[int], **more: Any) -> dict[str, Any]:
+def _step(
+    i: int, tool: str, args: dict[str, Any], depends: list[int], **more: Any
+) -> dict[str, Any]:
     return {"i": i, "t": tool, "a": args, "d": depends, **more}
 
 
 def _branch(first_id: int, subquestion: Subquestion, query: str) -> list[dict[str, Any]]:
     search, read, answer = first_id, first_id + 1, first_id + 2
     return [
-        _step(search, "search", [f"query={query}", "k:=4"], []),
-        _step(read, "read", [f"chunk_id=<step_{search}_result.chunk_ids>"], [search]),
+        _step(search, "search", {"query": query, "k": 4}, []),
+        _step(read, "read", {"chunk_id": f"<step_{search}_result.chunk_ids>"}, [search]),
         _step(
             answer,
             "llm",
-            [
-                "prompt=Answer this subquestion from the chunks in the data only: "
+            {
+                "prompt": "Answer this subquestion from the chunks in the data only: "
                 f"{subquestion.text} Give each claim with citations; each quote must be words "
                 "copied exactly from the chunk whose chunk_id you give.",
-                f"data=<step_{read}_result>",
-                "schema=<param.answer_schema>",
-                "max_tokens:=800",
-            ],
+                "data": f"<step_{read}_result>",
+                "schema": "<param.answer_schema>",
+                "max_tokens": 800,
+            },
             [read],
             c=[{"k": "citations_supported"}],
             n=f"subquestion: {subquestion.text}",
@@ -114,15 +116,15 @@ def _synthesis(step_id: int, answers: Sequence[int], question: str) -> dict[str,
     return _step(
         step_id,
         "llm",
-        [
-            f"prompt={_SYNTHESIS_MARK} in the data only: {question} Cite only quotes that "
+        {
+            "prompt": f"{_SYNTHESIS_MARK} in the data only: {question} Cite only quotes that "
             "appear in those answers, with their chunk_id.",
-            "data:=" + json.dumps({"answers": references}),
-            "schema=<param.synthesis_schema>",
-            "max_tokens:=1000",
-        ],
+            "data": {"json": json.dumps({"answers": references})},
+            "schema": "<param.synthesis_schema>",
+            "max_tokens": 1000,
+        },
         list(answers),
-        c=[{"k": "synthesis_citations", "a": ["answers:=" + json.dumps(references)]}],
+        c=[{"k": "synthesis_citations", "a": {"answers": references}}],
         n="synthesis",
     )
 
@@ -141,7 +143,7 @@ def research_plan(
         "g": question,
         "p": [{"n": "answer_schema", "t": "object"}, {"n": "synthesis_schema", "t": "object"}],
         "s": steps,
-        "o": json.dumps(f"<step_{synthesis_id}_result>"),
+        "o": f"<step_{synthesis_id}_result>",
     }
 
 
@@ -159,7 +161,7 @@ def replan_patch(
     answers = [3 * i + 3 for i in range(len(subquestions)) if i != failed] + [first + 2]
     steps = _branch(first, subquestion, subquestion.retry_query)
     steps.append(_synthesis(first + 3, sorted(answers), question))
-    return {"g": question, "s": steps, "o": json.dumps(f"<step_{first + 3}_result>")}
+    return {"g": question, "s": steps, "o": f"<step_{first + 3}_result>"}
 
 
 def synthesis_patch(
@@ -174,7 +176,7 @@ def synthesis_patch(
     return {
         "g": question,
         "s": [_synthesis(step_id, answers, question)],
-        "o": json.dumps(f"<step_{step_id}_result>"),
+        "o": f"<step_{step_id}_result>",
     }
 
 
