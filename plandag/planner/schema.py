@@ -91,9 +91,11 @@ lengths and formats are never sent (neither strict mode documents them): the com
 them."""
 
 _REFERENCE = re.compile(REFERENCE_PATTERN)
-_REF_DEF = "reference"
-_JSON_DEF = "json_text"
+_REF_DEF = "ref"
+_JSON_DEF = "json"
 _CHECK_DEF = "check"
+_CHECKS_DEF = "checks"
+_IDS_DEF = "ids"
 _PARAM_TYPES: tuple[str, ...] = get_args(ParamType)
 _PRIMITIVES = (str, int, float, bool, type(None))
 _SCALAR_TYPES = {"string", "integer", "number", "boolean", "null"}
@@ -232,6 +234,7 @@ class _Builder:
         *,
         names_tools: str | None = None,
     ) -> dict[str, Any]:
+        required = list(required)
         wire: dict[str, Any] = {}
         for name, field in properties.items():
             if name == names_tools and self.tool_names:
@@ -243,6 +246,8 @@ class _Builder:
                 }
             else:
                 wire[name] = self.value(field, definitions, seen)
+                if name not in required and isinstance(field, Mapping):
+                    wire[name] = _without_null_default(wire[name], field)
         return {
             "type": "object",
             "properties": wire,
@@ -273,6 +278,17 @@ class _Builder:
         if _JSON_DEF in self.used:
             result[_JSON_DEF] = _json_text_schema()
         return result
+
+
+def _without_null_default(wire: dict[str, Any], field: Mapping[str, Any]) -> dict[str, Any]:
+    """An optional property whose default is ``null`` without its ``null`` branch: leaving
+    it out gives the same value, in fewer schema tokens."""
+    if "default" not in field or field["default"] is not None or list(wire) != ["anyOf"]:
+        return wire
+    branches = [branch for branch in wire["anyOf"] if branch != {"type": "null"}]
+    if not branches or len(branches) == len(wire["anyOf"]):
+        return wire
+    return branches[0] if len(branches) == 1 else {"anyOf": branches}
 
 
 def _takes_any_string(schema: Mapping[str, Any]) -> bool:
@@ -401,8 +417,8 @@ def plan_json_schema(
                     "i": dict(step_id),
                     "t": {"const": name},
                     "a": builder.arguments(item.json_schema(), item.names_tools),
-                    "d": {"type": "array", "items": {"type": "integer"}},
-                    "c": {"type": "array", "items": _ref(_CHECK_DEF)},
+                    "d": _ref(_IDS_DEF),
+                    "c": _ref(_CHECKS_DEF),
                     "n": {"type": "string"},
                 },
                 "required": ["i", "t", "a", "d"],
@@ -416,7 +432,12 @@ def plan_json_schema(
         check = checks[0]
     elif not checks:
         check = {"type": "object", "properties": {}, "additionalProperties": False}
-    definitions: dict[str, Any] = {_CHECK_DEF: check, **builder.definitions()}
+    definitions: dict[str, Any] = {
+        _IDS_DEF: {"type": "array", "items": {"type": "integer"}},
+        _CHECKS_DEF: {"type": "array", "items": _ref(_CHECK_DEF)},
+        _CHECK_DEF: check,
+        **builder.definitions(),
+    }
     step: dict[str, Any] = {"anyOf": variants}
     if len(variants) == 1:
         step = variants[0]
@@ -490,33 +511,37 @@ def is_json_text(value: Any) -> bool:
     )
 
 
-def decode_json_text(value: Any) -> tuple[Any, list[tuple[str, str]]]:
+def decode_json_text(value: Any) -> tuple[Any, list[tuple[str, str]], list[str]]:
     """``value`` with every JSON-text wrapper in it replaced by the value its text holds.
 
     Args:
         value: a wire value (an argument, an argument object, the output...).
 
     Returns:
-        ``(decoded, problems)``: ``problems`` lists ``(path, why)`` for each wrapper whose
-        text is not JSON (its path from ``value``: ``.data.json``, ``[2].json``); such a
-        wrapper is left as it is.
+        ``(decoded, problems, paths)``: ``problems`` lists ``(path, why)`` for each wrapper
+        whose text is not JSON (its path from ``value``: ``.data.json``, ``[2].json``; such
+        a wrapper is left as it is); ``paths`` lists the path of each wrapper decoded
+        (``.data``, ``[2]``).
     """
     problems: list[tuple[str, str]] = []
+    paths: list[str] = []
 
     def walk(item: Any, path: str) -> Any:
         if is_json_text(item):
             try:
-                return json.loads(item[JSON_TEXT_KEY])
+                decoded = json.loads(item[JSON_TEXT_KEY])
             except (ValueError, RecursionError) as error:
                 problems.append((f"{path}.{JSON_TEXT_KEY}", str(error)))
                 return item
+            paths.append(path)
+            return decoded
         if isinstance(item, Mapping):
             return {key: walk(inner, f"{path}.{key}") for key, inner in item.items()}
         if isinstance(item, list):
             return [walk(inner, f"{path}[{index}]") for index, inner in enumerate(item)]
         return item
 
-    return walk(value, ""), problems
+    return walk(value, ""), problems, paths
 
 
 def _json_text(value: Any) -> str:

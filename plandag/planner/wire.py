@@ -181,11 +181,15 @@ class _Reader:
     """Collects diagnostics while a wire object is read."""
 
     def __init__(
-        self, registry: Registry | None, text_problems: list[Diagnostic] | None = None
+        self,
+        registry: Registry | None,
+        text_problems: list[Diagnostic] | None = None,
+        text_paths: list[tuple[int | None, str]] | None = None,
     ) -> None:
         self.registry = registry
         self.diagnostics: list[Diagnostic] = []
         self.text_problems = text_problems if text_problems is not None else self.diagnostics
+        self.text_paths = text_paths if text_paths is not None else []
 
     def problem(self, where: str, message: str, step_id: int | None = None, hint: str = "") -> None:
         self.diagnostics.append(
@@ -198,10 +202,15 @@ class _Reader:
             )
         )
 
-    def decoded(self, value: Any, where: str, step_id: int | None) -> Any:
+    def decoded(
+        self, value: Any, where: str, step_id: int | None, located: str | None = None
+    ) -> Any:
         """``value`` with its JSON-text wrappers decoded; ``invalid_json_text`` for each
-        one whose text is not JSON."""
-        result, problems = decode_json_text(value)
+        one whose text is not JSON. ``located``: how the compiler names ``value``'s place
+        (``args``, ``check[0] (equals)``), to record where JSON text was decoded."""
+        result, problems, paths = decode_json_text(value)
+        if located is not None:
+            self.text_paths.extend((step_id, located + path) for path in paths)
         for path, why in problems:
             self.text_problems.append(
                 Diagnostic(
@@ -216,7 +225,12 @@ class _Reader:
         return result
 
     def arguments(
-        self, value: Any, where: str, step_id: int | None, schema: Mapping[str, Any] | None
+        self,
+        value: Any,
+        where: str,
+        step_id: int | None,
+        schema: Mapping[str, Any] | None,
+        located: str,
     ) -> tuple[bool, dict[str, Any]]:
         """Read an argument object: wrappers decoded, left-out (``null``) values dropped."""
         if value is None:
@@ -229,7 +243,7 @@ class _Reader:
                 'write {"NAME": value, ...}, {} for none',
             )
             return False, {}
-        decoded = self.decoded(dict(value), where, step_id)
+        decoded = self.decoded(dict(value), where, step_id, located)
         if schema is not None:
             decoded = _without_left_out(decoded, schema, schema.get("$defs") or {})
         return True, decoded
@@ -307,6 +321,7 @@ def wire_to_document(
     registry: Registry | None = None,
     *,
     json_text_problems: list[Diagnostic] | None = None,
+    json_text_paths: list[tuple[int | None, str]] | None = None,
 ) -> dict[str, Any]:
     """Convert wire data to the verbose plan document (the dict ``compile_plan`` takes).
 
@@ -323,6 +338,9 @@ def wire_to_document(
             instead of being raised (the wrappers whose text is not JSON are then left as
             they are, so the plan can still be compiled and every problem reported at
             once); None raises them with the others.
+        json_text_paths: a list ``(step_id, place)`` is appended to for each JSON-text
+            value decoded in a step's arguments or checks, the place named as the
+            compiler's diagnostics name it (``args.data``, ``check[0] (equals).value``).
 
     Returns:
         ``{"version": 1, "goal", "params", "steps", "output"}`` (``params`` and ``output``
@@ -350,7 +368,7 @@ def wire_to_document(
             ) from None
     else:
         data = source
-    reader = _Reader(registry, json_text_problems)
+    reader = _Reader(registry, json_text_problems, json_text_paths)
     if not isinstance(data, Mapping):
         reader.problem("(top)", f"must be an object, not {_kind(data)}")
         raise PlanError(reader.diagnostics)
@@ -449,7 +467,7 @@ def _read_step(item: Any, index: int, reader: _Reader) -> dict[str, Any]:
     else:
         reader.problem(f"{where}.t", "is missing", step_id, hint="name the tool the step calls")
     ok, args = reader.arguments(
-        item.get("a"), f"{where}.a", step_id, _tool_schema(reader, item.get("t"))
+        item.get("a"), f"{where}.a", step_id, _tool_schema(reader, item.get("t")), "args"
     )
     step["args"] = args if ok else {}
     if item.get("d") is not None:
@@ -464,20 +482,26 @@ def _read_step(item: Any, index: int, reader: _Reader) -> dict[str, Any]:
             )
         else:
             step["check"] = [
-                _read_check(check, f"{where}.c[{number}]", step_id, reader)
+                _read_check(check, f"{where}.c[{number}]", number, step_id, reader)
                 for number, check in enumerate(checks)
             ]
     return step
 
 
-def _read_check(item: Any, where: str, step_id: int | None, reader: _Reader) -> dict[str, Any]:
+def _read_check(
+    item: Any, where: str, index: int, step_id: int | None, reader: _Reader
+) -> dict[str, Any]:
     if not isinstance(item, Mapping):
         reader.problem(where, f"a check must be an object, not {_kind(item)}", step_id)
         return {}
     reader.unknown_keys(item, _CHECK_KEYS, where, step_id)
     check: dict[str, Any] = {}
     ok, arguments = reader.arguments(
-        item.get("a"), f"{where}.a", step_id, _check_schema(reader, item.get("k"))
+        item.get("a"),
+        f"{where}.a",
+        step_id,
+        _check_schema(reader, item.get("k")),
+        f"check[{index}] ({item.get('k')})",
     )
     if ok:
         if "kind" in arguments:
@@ -510,16 +534,42 @@ def compile_wire(
             ``invalid_json_text`` problems followed by the compiler's diagnostics.
     """
     problems: list[Diagnostic] = []
-    document = wire_to_document(source, registry, json_text_problems=problems)
+    places: list[tuple[int | None, str]] = []
+    document = wire_to_document(
+        source, registry, json_text_problems=problems, json_text_paths=places
+    )
     try:
         compiled = compile_plan(document, registry, **options)
     except PlanError as error:
-        if not problems:
+        if not problems and not places:
             raise
-        raise PlanError([*problems, *error.diagnostics]) from None
+        raise PlanError(
+            [*problems, *(_in_json_text(d, places) for d in error.diagnostics)]
+        ) from None
     if problems:
         raise PlanError([*problems, *compiled.diagnostics])
     return compiled
+
+
+def _in_json_text(diagnostic: Diagnostic, places: Sequence[tuple[int | None, str]]) -> Diagnostic:
+    """An argument error inside a value given as JSON text becomes ``invalid_json_text``:
+    the schema states the argument's type everywhere but in JSON text, so the text's
+    contents are a rule of their own (the wrapper's text is JSON of the wrong shape)."""
+    if diagnostic.code not in ("invalid_args", "invalid_check_args"):
+        return diagnostic
+    where = diagnostic.message.split(": ", 1)[0]
+    for step_id, place in places:
+        if step_id != diagnostic.step_id:
+            continue
+        if where == place or where.startswith((place + ".", place + "[")):
+            return Diagnostic(
+                "invalid_json_text",
+                DIAGNOSTIC_CODES["invalid_json_text"],
+                diagnostic.step_id,
+                f"{diagnostic.message}; the value was given as JSON text",
+                f"write JSON text of the argument's type there; {diagnostic.hint}",
+            )
+    return diagnostic
 
 
 def from_wire(source: Mapping[str, Any] | str | bytes, registry: Registry | None = None) -> Plan:

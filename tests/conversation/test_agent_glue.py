@@ -126,7 +126,7 @@ def armed() -> Conversation:
 
 
 def tool_names_in(request: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """The tools the request's system prompt lists, and the tool enum of its schema."""
+    """The tools the request's system prompt lists, and the tool variants of its schema."""
     system = request["system"]
     text = system if isinstance(system, str) else "".join(block["text"] for block in system)
     tools_section = text.split("\n\nTools:\n", 1)[1].split("\n\n", 1)[0]
@@ -135,8 +135,9 @@ def tool_names_in(request: dict[str, Any]) -> tuple[list[str], list[str]]:
         for line in tools_section.splitlines()
         if line[:2] == "- "
     ]
-    schema = request["output_config"]["format"]["schema"]
-    return listed, schema["properties"]["s"]["items"]["properties"]["t"]["enum"]
+    step = request["output_config"]["format"]["schema"]["properties"]["s"]["items"]
+    variants = step.get("anyOf", [step])
+    return listed, [variant["properties"]["t"]["const"] for variant in variants]
 
 
 # -- (a) an armed person's conversation -------------------------------------------------------
