@@ -50,10 +50,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from plandag.brakes.clock import VirtualClock  # noqa: E402
 from plandag.errors import PlanError  # noqa: E402
-from plandag.planner.llm import AnthropicClient, OpenAICompatibleClient  # noqa: E402
+from plandag.models import AnthropicClient, OpenAICompatibleClient  # noqa: E402
 from plandag.planner.planner import Planner, PlannerGaveUp  # noqa: E402
-from plandag.scheduler.clock import VirtualClock  # noqa: E402
 from plandag.testing import ChatCompletionsServer, MessagesServer  # noqa: E402
 from plandag.testing.schema_model import SchemaFollower  # noqa: E402
 from plandag.tools.registry import default_registry  # noqa: E402

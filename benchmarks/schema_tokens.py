@@ -30,16 +30,14 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NotRequired
+
+from pydantic import Field
+from typing_extensions import TypedDict
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-
-from typing import NotRequired  # noqa: E402
-
-from pydantic import Field  # noqa: E402
-from typing_extensions import TypedDict
 
 from plandag.planner.planner import provider_schema  # noqa: E402
 from plandag.planner.prompt import GOOD_EXAMPLE, WIRE_FORMAT_GUIDE, system_prompt  # noqa: E402

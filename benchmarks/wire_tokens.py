@@ -241,7 +241,7 @@ def main() -> None:
     tools = registry()
     totals = dict.fromkeys(("steps", *columns), 0)
     rows = [(name, len(plan.steps), measure(plan, tools)) for name, plan in plans()]
-    for name, steps, figures in rows:
+    for _, steps, figures in rows:
         totals["steps"] += steps
         for key, value in figures.items():
             totals[key] += value

@@ -57,15 +57,16 @@ DEFAULT_PLANNER_MAX_TOKENS: Final = 4096
 ``--planner-max-tokens``, ``Agent(plan_max_tokens=...)``): what each planning call
 reserves for its answer against the cost and token caps.
 
-Sized to plans: the plans of the benchmark workloads and examples, in the wire format the
-model writes, take 46 (``compare2``, 2 steps), 126 (``examples/plans/words.json``, 4
-steps), 128 (``movie8``, 8 steps), 185 (``parallelqa``, 7 steps), 253
-(``examples/plans/invoice_total.json``, 4 steps) and 1,296 output tokens (the NF-e
-extraction plan, 9 steps with long XPath arguments) at four characters a token. 4,096 is
-three times the largest, room for about 25 steps as dense as the NF-e plan's, and half the
-former 8,192: a first planning call with Claude Sonnet reserves about $0.06 of output
-instead of $0.12, so a cap of $0.10 no longer refuses it. A plan that needs more is cut
-and refused (never a shorter plan); raise the setting for it."""
+Sized to plans: the plans of the benchmark workloads and examples, in the typed wire format
+the model writes (:mod:`plandag.planner.wire`), take 47 (``compare2``, 2 steps), 130
+(``examples/plans/words.json``, 4 steps), 132 (``movie8``, 8 steps), 183 (``parallelqa``,
+7 steps), 268 (``examples/plans/invoice_total.json``, 4 steps) and 1,318 output tokens (the
+NF-e extraction plan, 9 steps with long XPath arguments) at four characters a token; under
+OpenAI's strict mode, where every left-out optional field is written as ``null``, the NF-e
+plan takes 1,404. 4,096 is about three times the largest, room for about 25 steps as dense
+as the NF-e plan's, and half the former 8,192: a first planning call with Claude Sonnet
+reserves about $0.06 of output instead of $0.12, so a cap of $0.10 no longer refuses it. A
+plan that needs more is cut and refused (never a shorter plan); raise the setting for it."""
 
 
 class Unlimited:

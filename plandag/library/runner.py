@@ -46,11 +46,11 @@ from plandag.library.catalog import LibraryPlan, TaskRun, check_task_type
 from plandag.library.routing import (
     DEFAULT_EXECUTOR_MODELS,
     ROUTING_MAX_TOKENS,
-    ROUTING_SCHEMA,
     ROUTING_SYSTEM_PROMPT,
     RoutingChoice,
     parse_routing,
     routing_prompt,
+    routing_schema,
 )
 
 if TYPE_CHECKING:
@@ -324,13 +324,14 @@ async def _route(
 
     from plandag.models import LLMRequest, call_with_retries
     from plandag.models.calls import deadline_from
+    from plandag.planner.planner import provider_schema
 
     request = LLMRequest(
         model=_executor_model(agent),
         messages=[{"role": "user", "content": routing_prompt(goal, entries, given)}],
         max_tokens=ROUTING_MAX_TOKENS,
         system=ROUTING_SYSTEM_PROMPT,
-        json_schema=ROUTING_SCHEMA,
+        json_schema=provider_schema(routing_schema(entries), agent.client.provider),
         schema_name="plandag_route",
         temperature=0.0,
     )

@@ -184,7 +184,7 @@ class _Reader:
         self,
         registry: Registry | None,
         text_problems: list[Diagnostic] | None = None,
-        text_paths: list[tuple[int | None, str]] | None = None,
+        text_paths: list[tuple[int | None, str, bool]] | None = None,
     ) -> None:
         self.registry = registry
         self.diagnostics: list[Diagnostic] = []
@@ -210,7 +210,11 @@ class _Reader:
         (``args``, ``check[0] (equals)``), to record where JSON text was decoded."""
         result, problems, paths = decode_json_text(value)
         if located is not None:
-            self.text_paths.extend((step_id, located + path) for path in paths)
+            self.text_paths.extend((step_id, located + path, True) for path in paths)
+            self.text_paths.extend(
+                (step_id, located + path.removesuffix("." + JSON_TEXT_KEY), False)
+                for path, _ in problems
+            )
         for path, why in problems:
             self.text_problems.append(
                 Diagnostic(
@@ -321,7 +325,7 @@ def wire_to_document(
     registry: Registry | None = None,
     *,
     json_text_problems: list[Diagnostic] | None = None,
-    json_text_paths: list[tuple[int | None, str]] | None = None,
+    json_text_paths: list[tuple[int | None, str, bool]] | None = None,
 ) -> dict[str, Any]:
     """Convert wire data to the verbose plan document (the dict ``compile_plan`` takes).
 
@@ -338,9 +342,10 @@ def wire_to_document(
             instead of being raised (the wrappers whose text is not JSON are then left as
             they are, so the plan can still be compiled and every problem reported at
             once); None raises them with the others.
-        json_text_paths: a list ``(step_id, place)`` is appended to for each JSON-text
-            value decoded in a step's arguments or checks, the place named as the
-            compiler's diagnostics name it (``args.data``, ``check[0] (equals).value``).
+        json_text_paths: a list ``(step_id, place, parsed)`` is appended to for each
+            JSON-text value in a step's arguments or checks, the place named as the
+            compiler's diagnostics name it (``args.data``, ``check[0] (equals).value``),
+            ``parsed`` False when its text is not JSON.
 
     Returns:
         ``{"version": 1, "goal", "params", "steps", "output"}`` (``params`` and ``output``
@@ -534,7 +539,7 @@ def compile_wire(
             ``invalid_json_text`` problems followed by the compiler's diagnostics.
     """
     problems: list[Diagnostic] = []
-    places: list[tuple[int | None, str]] = []
+    places: list[tuple[int | None, str, bool]] = []
     document = wire_to_document(
         source, registry, json_text_problems=problems, json_text_paths=places
     )
@@ -543,25 +548,29 @@ def compile_wire(
     except PlanError as error:
         if not problems and not places:
             raise
-        raise PlanError(
-            [*problems, *(_in_json_text(d, places) for d in error.diagnostics)]
-        ) from None
+        recoded = [_in_json_text(d, places) for d in error.diagnostics]
+        raise PlanError([*problems, *(d for d in recoded if d is not None)]) from None
     if problems:
         raise PlanError([*problems, *compiled.diagnostics])
     return compiled
 
 
-def _in_json_text(diagnostic: Diagnostic, places: Sequence[tuple[int | None, str]]) -> Diagnostic:
+def _in_json_text(
+    diagnostic: Diagnostic, places: Sequence[tuple[int | None, str, bool]]
+) -> Diagnostic | None:
     """An argument error inside a value given as JSON text becomes ``invalid_json_text``:
     the schema states the argument's type everywhere but in JSON text, so the text's
-    contents are a rule of their own (the wrapper's text is JSON of the wrong shape)."""
+    contents are a rule of their own (the wrapper's text is JSON of the wrong shape). An
+    error at a wrapper whose text is not JSON is dropped: that text is reported already."""
     if diagnostic.code not in ("invalid_args", "invalid_check_args"):
         return diagnostic
     where = diagnostic.message.split(": ", 1)[0]
-    for step_id, place in places:
+    for step_id, place, parsed in places:
         if step_id != diagnostic.step_id:
             continue
         if where == place or where.startswith((place + ".", place + "[")):
+            if not parsed:
+                return None
             return Diagnostic(
                 "invalid_json_text",
                 DIAGNOSTIC_CODES["invalid_json_text"],

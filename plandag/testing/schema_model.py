@@ -159,7 +159,8 @@ class _Generator:
         return self.value({"type": kind}, depth + 1)
 
     def _integer(self, schema: Mapping[str, Any]) -> int:
-        low, high = -3, 100
+        low: int | None = None
+        high: int | None = None
         if isinstance(schema.get("minimum"), int | float):
             low = int(-(-schema["minimum"] // 1))
         if isinstance(schema.get("exclusiveMinimum"), int | float):
@@ -168,10 +169,10 @@ class _Generator:
             high = int(schema["maximum"] // 1)
         if isinstance(schema.get("exclusiveMaximum"), int | float):
             high = int(-(-schema["exclusiveMaximum"] // 1)) - 1
-        if "minimum" in schema or "exclusiveMinimum" in schema:
-            high = max(high, low)
-        else:
-            low = min(low, high)
+        if low is None:
+            low = -3 if high is None else min(-3, high)
+        if high is None:
+            high = max(100, low)
         if low > high:
             raise UnsupportedSchemaError(f"no integer between {low} and {high}")
         return self.rng.randint(low, high)

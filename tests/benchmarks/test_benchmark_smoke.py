@@ -199,3 +199,55 @@ def test_budget_overshoot_runs_at_a_tiny_size(capsys: pytest.CaptureFixture[str]
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("3 llm steps, replies after 0.05 s")
     assert [line.split()[0] for line in lines[3:]] == ["1", "median", "max"]
+
+
+# -- the plan schema ------------------------------------------------------------------------
+
+
+def test_plan_validity_runs_and_no_first_answer_breaks_a_schema_rule(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from benchmarks.plan_validity import SCHEMA_RULE, classify, main, measure
+
+    results = measure(answers=3, seed=1)
+    assert set(results) == {"anthropic", "openai"}
+    for result in results.values():
+        assert result["answers"] == 3
+        assert result["failed_calls"] == 0
+        assert not [label for label in result["codes"] if label.endswith(SCHEMA_RULE)]
+    assert classify("invalid_args", "args.x: Field required (tool t)", False) == SCHEMA_RULE
+    assert classify("invalid_args", "args.x: Input should be greater than 0", True) == (SCHEMA_RULE)
+    assert classify("invalid_args", "args.x: Input should be greater than 0", False) == (
+        "(no schema rule)"
+    )
+    assert classify("invalid_check_args", "check[0] (regex).pattern: Value error, bad", True) == (
+        "(no schema rule)"
+    )
+    assert main(["--answers", "1"]) == 0
+    assert "| **answers with a target code for a schema rule** | 0 | 0 |" in capsys.readouterr().out
+
+
+def test_schema_tokens_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.schema_tokens import main, measure, registries
+
+    assert main(["--tools", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "| built-ins + 2 tools | 10 |" in out
+    figures = measure(registries(2)["built-ins"])
+    assert figures["schema_after"] > figures["schema_before"] > 0
+
+
+def test_wire_tokens_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.wire_tokens import main
+
+    main()
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split()[:6] == [
+        "plan",
+        "steps",
+        "verbose",
+        "assign",
+        "typed_long",
+        "typed",
+    ]
+    assert "all" in out

@@ -139,7 +139,7 @@ def test_without_a_task_type_one_routing_call_and_no_planner_call(
     )
     server.clear_requests()
     server.push_json(
-        {"task_type": "score_name", "new": False, "params": ["name=abcd"]},
+        {"task_type": "score_name", "new": False, "params": {"name": "abcd"}},
         usage={"input_tokens": 500, "output_tokens": 30},
     )
     routed = run(server, tools, "What is the score of abcd?", "--json")
@@ -179,7 +179,7 @@ def test_the_executor_model_is_a_setting_and_an_option(server: MessagesServer, t
     server.push_json(score_plan())
     run(server, tools, "Score ab", "--task-type", "score_name", "--param", "name=ab")
     server.clear_requests()
-    server.push_json({"task_type": "score_name", "new": False, "params": ["name=a"]})
+    server.push_json({"task_type": "score_name", "new": False, "params": {"name": "a"}})
     result = run(server, tools, "Score a", "--executor-model", "claude-3-5-haiku")
     assert result.exit_code == 0, result.output
     assert [r.json["model"] for r in server.message_requests] == ["claude-3-5-haiku"]

@@ -111,7 +111,7 @@ def test_a_plain_run_saves_its_plan_and_a_later_one_is_routed_to_it(
     )
 
     server.clear_requests()
-    server.push_json({"task_type": "score_name-8215c3db", "new": False, "params": ["name=abcd"]})
+    server.push_json({"task_type": "score_name-8215c3db", "new": False, "params": {"name": "abcd"}})
     later = run(server, tools, "What is the score of abcd?", "--json")
     assert later.exit_code == 0, later.output
     assert len(server.message_requests) == 1  # 1 routing call, 0 planner calls
@@ -291,7 +291,7 @@ def test_a_routed_run_approved_later_runs_with_the_routed_params(
         "auto",
     )
     assert first.exit_code == 0, first.output
-    server.push_json({"task_type": "save_score", "new": False, "params": ["name=xyz"]})
+    server.push_json({"task_type": "save_score", "new": False, "params": {"name": "xyz"}})
     held = run(server, tools, "Save the score of xyz", "--approve", "never", "--json")
     assert held.exit_code == 4, held.output
     run_id = json.loads(held.stdout)["run_id"]

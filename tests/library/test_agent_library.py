@@ -20,8 +20,10 @@ from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.dag.plan import Plan
 from plandag.errors import PlanError
 from plandag.library import PlanLibrary, task_type_stats
+from plandag.library.catalog import LibraryPlan
+from plandag.library.routing import parse_routing, routing_schema
 from plandag.library.runner import derived_task_type
-from plandag.models import AnthropicClient
+from plandag.models import AnthropicClient, LLMResponse, UnusableResponseError, Usage
 from plandag.planner.agent import Agent, AgentResult
 from plandag.scheduler import RunLimits
 from plandag.store import Store, open_store
@@ -193,13 +195,31 @@ async def test_without_a_task_type_one_routing_call_picks_the_entry_and_fills_it
     await run(server, store, "Score ab", {"name": "ab"}, task_type="score_name")
     server.clear_requests()
     server.push_json(
-        {"task_type": "score_name", "new": False, "params": ["name=abcd"]},
+        {"task_type": "score_name", "new": False, "params": {"name": "abcd"}},
         usage={"input_tokens": 400, "output_tokens": 20},
     )
     routed = await run(server, store, "What is the score of abcd?")
     [request] = server.message_requests  # the routing call, and no planner call
     assert request.json["model"] == "claude-haiku-4-5"
     assert "score_name" in request.json["messages"][0]["content"]
+    # one variant per task type, with that entry's typed params, and one for a new type
+    picked, new = request.json["output_config"]["format"]["schema"]["anyOf"]
+    assert picked == {
+        "type": "object",
+        "properties": {
+            "task_type": {"const": "score_name"},
+            "new": {"const": False},
+            "params": {
+                "type": "object",
+                "properties": {"name": {"type": "string"}},
+                "required": ["name"],
+                "additionalProperties": False,
+            },
+        },
+        "required": ["task_type", "new", "params"],
+        "additionalProperties": False,
+    }
+    assert new["properties"]["new"] == {"const": True}
     assert routed.status == "succeeded"
     assert routed.answer == {"score": 4}
     assert routed.llm_calls == ()
@@ -229,7 +249,13 @@ async def test_a_routed_new_task_type_is_planned_and_saved_under_its_name(
     server.push_json(score_plan())
     await run(server, store, "Score ab", {"name": "ab"}, task_type="score_name")
     server.clear_requests()
-    server.push_json({"task_type": "sum_scores", "new": True, "params": ["a=2", "b=3"]})
+    server.push_json(
+        {
+            "task_type": "sum_scores",
+            "new": True,
+            "params": [{"name": "a", "value": "2"}, {"name": "b", "value": "3"}],
+        }
+    )
     server.push_json(
         {
             "g": "Add two numbers",
@@ -376,7 +402,7 @@ async def test_an_empty_library_makes_no_routing_call_and_saves_the_plan_under_a
 
     # a later plain run of a task of the same shape: 1 routing call, 0 planner calls
     server.clear_requests()
-    server.push_json({"task_type": "score_name-8215c3db", "new": False, "params": ["name=xyz"]})
+    server.push_json({"task_type": "score_name-8215c3db", "new": False, "params": {"name": "xyz"}})
     later = await run(server, store, "What is the score of xyz?")
     assert len(server.message_requests) == 1
     assert len(later.routing_calls) == 1
@@ -441,3 +467,65 @@ async def test_an_agent_without_a_library_calls_on_alert_for_a_repaired_unknown_
     assert [(item["code"], item["name"]) for item in received] == [("unknown_tool", "lookup_fast")]
     assert result.to_json_dict()["alerts"][0]["code"] == "unknown_tool"
     assert result.library is None
+
+
+def test_the_routing_schema_types_each_entrys_params_and_the_answer_is_read_typed() -> None:
+    entry = LibraryPlan(
+        task_type="invoice_total",
+        version=1,
+        plan=Plan(steps=[]),
+        plan_hash="0" * 64,
+        params={
+            "input": {"type": "string"},
+            "limit": {"type": "integer", "default": 3},
+            "fields": {"type": "array"},
+        },
+        tools=("read_file",),
+        goal="total of an invoice",
+        status="admitted",
+        reason=None,
+        source_run=None,
+        approved_by="auto",
+        approved_at=0.0,
+        created=0.0,
+    )
+    [picked, _] = routing_schema([entry])["anyOf"]
+    params = picked["properties"]["params"]
+    assert params["properties"] == {
+        "input": {"type": "string"},
+        "limit": {"type": "integer"},
+        "fields": {
+            "type": "object",
+            "properties": {"json": {"type": "string"}},
+            "required": ["json"],
+            "additionalProperties": False,
+        },
+    }
+    assert params["required"] == ["input", "fields"]
+
+    def answer(value: Any) -> LLMResponse:
+        return LLMResponse(text=json.dumps(value), stop_reason="end_turn", usage=Usage(), model="m")
+
+    choice = parse_routing(
+        answer(
+            {
+                "task_type": "invoice_total",
+                "new": False,
+                "params": {"input": "a.xml", "limit": None, "fields": {"json": '["vNF"]'}},
+            }
+        ),
+        [entry],
+    )
+    assert choice.params == {"input": "a.xml", "fields": ["vNF"]}
+    new = parse_routing(
+        answer({"task_type": "vat_total", "new": True, "params": [{"name": "x", "value": "1"}]}),
+        [entry],
+    )
+    assert (new.new, new.params) == (True, {"x": "1"})
+    with pytest.raises(UnusableResponseError, match="JSON text is not JSON"):
+        parse_routing(
+            answer(
+                {"task_type": "invoice_total", "new": False, "params": {"fields": {"json": "["}}}
+            ),
+            [entry],
+        )

@@ -1,6 +1,10 @@
 """Instances of the plan schema itself never carry a diagnostic for a rule the schema
-states: drawn by hypothesis-jsonschema (an independent generator) and by the stand-in's own
-generator, read and compiled as the planner does."""
+states: drawn by the stand-in's generator (:func:`plandag.testing.random_instance`) from
+random sources hypothesis picks, each instance checked against the schema with jsonschema
+first, then read and compiled as the planner does.
+
+(hypothesis-jsonschema 0.23.1, its latest release, fails to draw from this schema with the
+hypothesis in use: ``AttributeError: 'many' object has no attribute 'more'``.)"""
 
 from __future__ import annotations
 
@@ -12,7 +16,6 @@ import jsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hypothesis_jsonschema import from_schema
 
 from plandag.errors import PlanError
 from plandag.planner.planner import provider_schema
@@ -22,10 +25,15 @@ from plandag.testing import random_instance
 from plandag.tools.registry import Registry, default_registry
 
 REGISTRY = default_registry(["nfe"], resolve_installed=False)
-BOUNDED = plan_json_schema(REGISTRY, bounds=True)
-"""The schema as an OpenAI-compatible server gets it, before strict mode (bounds kept)."""
-LOOSE = plan_json_schema(REGISTRY, bounds=False)
-"""The schema as Anthropic gets it (no numeric bounds)."""
+SCHEMAS = {
+    "anthropic": plan_json_schema(REGISTRY, bounds=False),
+    "openai": provider_schema(plan_json_schema(REGISTRY, bounds=True), "openai"),
+}
+"""The schema as each provider gets it: Anthropic without numeric bounds, an
+OpenAI-compatible server in strict mode with them."""
+VALIDATORS = {
+    provider: jsonschema.Draft202012Validator(schema) for provider, schema in SCHEMAS.items()
+}
 
 SCHEMA_CODES = frozenset({"invalid_json", "invalid_schema", "unknown_tool", "unknown_check"})
 """Codes whose every rule a schema states (for plans that are instances of it)."""
@@ -51,7 +59,8 @@ def stated_problems(instance: Any, registry: Registry, *, bounds: bool) -> list[
     for diagnostic in diagnostics:
         if diagnostic.code in SCHEMA_CODES:
             bound = "greater than" in diagnostic.message or "less than" in diagnostic.message
-            if not (bound and not bounds):
+            unique = "declared twice" in diagnostic.message  # names unique: no schema rule
+            if not (bound and not bounds) and not unique:
                 found.append(diagnostic.format())
         elif diagnostic.code in ARG_CODES and any(words in diagnostic.message for words in STATED):
             found.append(diagnostic.format())
@@ -64,39 +73,25 @@ def stated_problems(instance: Any, registry: Registry, *, bounds: bool) -> list[
     return found
 
 
-@settings(
-    max_examples=60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(st.data())
-def test_hypothesis_instances_of_the_bounded_schema_compile_without_stated_errors(
-    data: st.DataObject,
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.randoms(use_true_random=False), st.sampled_from(["anthropic", "openai"]))
+def test_instances_of_the_schema_compile_without_errors_the_schema_states(
+    source: random.Random, provider: str
 ) -> None:
-    instance = data.draw(from_schema(BOUNDED))
-    assert stated_problems(instance, REGISTRY, bounds=True) == []
-
-
-@settings(
-    max_examples=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(st.data())
-def test_hypothesis_instances_of_the_anthropic_schema_compile_without_stated_errors(
-    data: st.DataObject,
-) -> None:
-    instance = data.draw(from_schema(LOOSE))
-    assert stated_problems(instance, REGISTRY, bounds=False) == []
+    bounds = provider != "anthropic"
+    schema = SCHEMAS[provider]
+    instance = random_instance(schema, source)
+    VALIDATORS[provider].validate(instance)
+    assert stated_problems(instance, REGISTRY, bounds=bounds) == []
 
 
 @pytest.mark.parametrize("provider", ["anthropic", "openai"])
 def test_the_stand_in_draws_valid_instances_that_compile_without_stated_errors(
     provider: str,
 ) -> None:
-    schema = provider_schema(plan_json_schema(REGISTRY, bounds=provider != "anthropic"), provider)
+    schema = SCHEMAS[provider]
     rng = random.Random(11)
     for _ in range(150):
         instance = random_instance(schema, rng)
-        jsonschema.validate(instance, schema)
+        VALIDATORS[provider].validate(instance)
         assert stated_problems(instance, REGISTRY, bounds=provider != "anthropic") == []

@@ -477,3 +477,76 @@ def test_the_plan_command_exits_1_when_the_answer_is_cut(
     assert result.exit_code == 1
     assert "the output was cut off at max_tokens=9000" in result.stderr
     assert server.message_requests[-1].json["max_tokens"] == 9000
+
+
+# -- a schema refused as too large -----------------------------------------------------------
+
+TOO_LARGE = (
+    "The compiled grammar is too large, which would cause performance issues. Simplify your "
+    "tool schemas or reduce the number of strict tools."
+)
+
+
+@tool
+def divide(a: float, b: float) -> float:
+    """Divide two numbers."""
+    return a / b
+
+
+def step_tools(body: dict[str, Any]) -> list[str]:
+    step = body["output_config"]["format"]["schema"]["properties"]["s"]["items"]
+    return [variant["properties"]["t"]["const"] for variant in step.get("anyOf", [step])]
+
+
+def test_schema_too_large_is_told_apart_from_other_refusals() -> None:
+    from plandag.errors import PermanentStepError, TransientStepError
+    from plandag.planner.planner import schema_too_large
+
+    def refused(message: str, reason: str = "http_400") -> PermanentStepError:
+        return PermanentStepError(
+            f"anthropic POST /v1/messages: HTTP 400: {message}", reason=reason
+        )
+
+    assert schema_too_large(refused(TOO_LARGE))
+    assert schema_too_large(
+        refused(
+            "Invalid schema for response_format 'plandag_plan': too many enum values", "http_400"
+        )
+    )
+    assert schema_too_large(
+        refused("The schema exceeds the maximum of 5000 properties", "http_422")
+    )
+    assert not schema_too_large(refused("prompt is too long: 250000 tokens > 200000 maximum"))
+    assert not schema_too_large(refused(TOO_LARGE, "http_401"))
+    assert not schema_too_large(TransientStepError(TOO_LARGE, reason="http_529"))
+
+
+@pytest.mark.anyio
+async def test_a_schema_refused_as_too_large_gets_the_plans_subset_of_tools(
+    server: MessagesServer,
+) -> None:
+    server.push_error(400, "invalid_request_error", message=TOO_LARGE)
+    server.push_json({"tools": ["multiply", "add", "nope"]})
+    server.push_json(BAD_1)  # a repair follows, with the subset at once
+    server.push_json(GOOD)
+    subject = Planner(
+        AnthropicClient(api_key="test", base_url=server.url),
+        MODEL,
+        Registry([add, multiply, divide], BUILTIN_CHECKS),
+        retry=RetryPolicy(retries=2, base_delay=0.5, jitter=False),
+        clock=VirtualClock(),
+        max_tokens=2000,
+    )
+    outcome = await subject.plan("What is (2 + 3) * 4?")
+    await subject.client.aclose()
+    assert [attempt.compiled for attempt in outcome.attempts] == [False, True]
+    assert subject.tool_subset == ("add", "multiply")
+    refused, choice, first, repair = (request.json for request in server.message_requests)
+    assert step_tools(refused) == ["add", "divide", "multiply"]
+    choice_schema = choice["output_config"]["format"]["schema"]
+    assert choice_schema["properties"]["tools"]["items"] == {"enum": ["add", "divide", "multiply"]}
+    assert choice["messages"][0]["content"].endswith(
+        'Before the plan: list every tool the plan will call, by name, as {"tools": [NAME, ...]}.'
+    )
+    assert step_tools(first) == step_tools(repair) == ["add", "multiply"]
+    assert len(outcome.records) == 4  # the refused call and the choice are recorded too

@@ -35,8 +35,8 @@ STORED_PLANS = [
 ]
 
 
-REFERENCE = {"$ref": "#/$defs/reference"}
-JSON_TEXT = {"$ref": "#/$defs/json_text"}
+REFERENCE = {"$ref": "#/$defs/ref"}
+JSON_TEXT = {"$ref": "#/$defs/json"}
 NULL = {"type": "null"}
 BUILTIN_CHECK_NAMES = [definition.name for definition in BUILTIN_CHECKS]
 HINT = (
@@ -392,12 +392,16 @@ def test_the_schema_is_inside_the_anthropic_subset_but_for_the_reference_pattern
     transformed = transform_schema(schema)
     # the SDK's own (conservative) transformation moves ``pattern`` into the description;
     # everything else it leaves unchanged
-    reference = transformed["$defs"]["reference"]
-    assert reference == {
+    assert transformed["$defs"]["ref"] == {
         "type": "string",
         "description": "{pattern: " + REFERENCE_PATTERN + "}",
     }
-    transformed["$defs"]["reference"] = schema["$defs"]["reference"]
+    transformed["$defs"]["ref"] = schema["$defs"]["ref"]
+    param_name = transformed["properties"]["p"]["items"]["properties"]["n"]
+    assert param_name == {"type": "string", "description": "{pattern: ^[^\\n]+$}"}
+    transformed["properties"]["p"]["items"]["properties"]["n"] = schema["properties"]["p"]["items"][
+        "properties"
+    ]["n"]
     assert transformed == schema
 
 
@@ -422,8 +426,8 @@ def test_a_step_is_one_variant_per_tool_with_its_own_arguments() -> None:
                 "required": ["a", "b"],
                 "additionalProperties": False,
             },
-            "d": {"type": "array", "items": {"type": "integer"}},
-            "c": {"type": "array", "items": {"$ref": "#/$defs/check"}},
+            "d": {"$ref": "#/$defs/ids"},
+            "c": {"$ref": "#/$defs/checks"},
             "n": {"type": "string"},
         },
         "required": ["i", "t", "a", "d"],
@@ -432,9 +436,10 @@ def test_a_step_is_one_variant_per_tool_with_its_own_arguments() -> None:
     assert variants[1]["properties"]["a"]["properties"] == {
         "url": {"type": "string"},
         "retries": {"anyOf": [{"type": "integer", "maximum": 5, "minimum": 0}, REFERENCE]},
-        "headers": {"anyOf": [REFERENCE, JSON_TEXT, NULL]},
+        # optional with a null default: leaving it out gives null, so no null branch
+        "headers": {"anyOf": [REFERENCE, JSON_TEXT]},
         "mode": {"anyOf": [{"enum": ["get", "head"]}, REFERENCE]},
-        "tags": {"anyOf": [{"type": "array", "items": {"type": "string"}}, REFERENCE, NULL]},
+        "tags": {"anyOf": [{"type": "array", "items": {"type": "string"}}, REFERENCE]},
         "window": {
             "anyOf": [
                 {
@@ -447,10 +452,9 @@ def test_a_step_is_one_variant_per_tool_with_its_own_arguments() -> None:
                     "additionalProperties": False,
                 },
                 REFERENCE,
-                NULL,
             ]
         },
-        "tree": {"anyOf": [REFERENCE, JSON_TEXT, NULL]},
+        "tree": {"anyOf": [REFERENCE, JSON_TEXT]},
     }
     assert variants[1]["properties"]["a"]["required"] == ["url"]
     assert variants[3]["properties"]["a"]["properties"]["data"] == {"anyOf": [REFERENCE, JSON_TEXT]}
@@ -476,10 +480,7 @@ def test_checks_params_and_output() -> None:
             "k": {"const": "regex"},
             "a": {
                 "type": "object",
-                "properties": {
-                    "pattern": {"type": "string"},
-                    "path": {"anyOf": [{"type": "string"}, {"type": "null"}]},
-                },
+                "properties": {"pattern": {"type": "string"}, "path": {"type": "string"}},
                 "required": ["pattern"],
                 "additionalProperties": False,
             },
@@ -493,7 +494,7 @@ def test_checks_params_and_output() -> None:
         "anyOf": [{"type": "string"}, {"type": "number"}, {"type": "boolean"}, JSON_TEXT]
     }
     assert schema["properties"]["o"] == {"anyOf": [REFERENCE, JSON_TEXT]}
-    assert schema["$defs"]["json_text"] == {
+    assert schema["$defs"]["json"] == {
         "type": "object",
         "properties": {"json": {"type": "string"}},
         "required": ["json"],
@@ -530,6 +531,7 @@ def test_strict_schema_makes_every_property_required_and_the_optional_ones_nulla
     assert arguments["properties"]["retries"] == {
         "anyOf": [{"type": "integer", "maximum": 5, "minimum": 0}, REFERENCE, NULL]
     }
+    assert arguments["properties"]["headers"] == {"anyOf": [REFERENCE, JSON_TEXT, NULL]}
     plan = from_wire(
         {
             "g": "x",
