@@ -17,7 +17,12 @@ value for ``[{"i":1,"d":[]}`` and ``[{"i":1,"d":[]}]``, so it cannot tell a clos
 one still being written. The scanner here tracks strings, escapes and nesting itself, so it
 sees the step's closing brace, which is exact and never later than the next step's opening
 brace: a closed JSON object can no longer change. Each delta is scanned once (linear in the
-plan's size, no re-parse of the whole text per delta).
+plan's size, no re-parse of the whole text per delta). The typed wire format nests a step's
+arguments (and its checks' arguments) as objects inside it; the scanner counts that
+nesting, so a step is still handed over at its own closing brace. A maintained partial
+parser with the rule "complete once the next one begins or the array closes" would hand
+each step over only when the model starts writing the next one (the last one when the
+array closes), and re-parse the text on each delta, so the scanner stays.
 
 Order and references: a step is added once every step it names (``depends_on`` and
 references in its args and checks) is already in the run; until then it waits in a buffer
