@@ -187,6 +187,7 @@ def repair_prompt(
     max_chars: int = DEFAULT_REPLAN_MAX_CHARS,
     excerpt_chars: int = DEFAULT_EXCERPT_CHARS,
     strategy: ReplanStrategy = "partial",
+    registry: Registry | None = None,
 ) -> str:
     """The repair request's user message: the replanner's prompt, then the input excerpt.
 
@@ -199,11 +200,16 @@ def repair_prompt(
         excerpt_chars: characters of the excerpt shown (>= 2).
         strategy: ``partial`` (a patch of the failed part) or ``total`` (plan again from
             the goal; :mod:`plandag.planner.triggers`).
+        registry: the tools and checks patches may use: the steps are listed as the model
+            writes them (:func:`~plandag.planner.replanner.replan_prompt`); None lists
+            arguments as they are.
 
     Returns:
         The text; the results and the excerpt are inside data blocks.
     """
-    text = replan_prompt(goal, session, state, max_chars=max_chars, strategy=strategy)
+    text = replan_prompt(
+        goal, session, state, max_chars=max_chars, strategy=strategy, registry=registry
+    )
     parts = [text.rstrip("\n"), REPAIR_NOTE]
     if excerpt is not None:
         parts.append(
@@ -401,6 +407,7 @@ class PlanRepairer:
             max_chars=self.max_chars,
             excerpt_chars=self.excerpt_chars,
             strategy=strategy.strategy if strategy is not None else "partial",
+            registry=self.registry,
         )
         request = replanner.request_for(prompt, previous)
         first = len(records)

@@ -265,7 +265,7 @@ def test_report_targets_and_markdown(tmp_path: Path) -> None:
         in text
     )
     assert "![wall time and tokens per workload](bench.png)" in text
-    assert "| ttft_s | 0.7707 |" in text
+    assert "| ttft_s | 0.8706 |" in text
     pytest.importorskip("matplotlib")
     assert write_chart(report, tmp_path / "bench.png") is None
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -310,16 +310,17 @@ async def test_run_plandag_records_the_steps_durations(settings: BenchSettings) 
 async def test_movie8_input_tokens_react_over_plandag_reach_the_papers_mark(
     client: AnthropicClient, simulator: SimulatedModel, settings: BenchSettings
 ) -> None:
-    """A benchmark figure (token counts, never wall time): the ReAct baseline's prompt is
-    the same as ever, 16,911 input tokens, and plandag's is at least 6.0x smaller (the
-    bench's own target, INPUT_TOKEN_RATIO_TARGET)."""
+    """A benchmark figure (token counts, never wall time): the ReAct baseline takes 16,947
+    input tokens (its thoughts sized by the calibration to the movie8 plan's output
+    tokens), and plandag's is at least 6.0x smaller (the bench's own target,
+    INPUT_TOKEN_RATIO_TARGET)."""
     simulator.workload = MOVIE8
     simulator.question = MOVIE8.questions[0]
     react, _ = await run_react(MOVIE8, client, settings, settings.world(0))
     plandag, _ = await run_plandag(MOVIE8, client, settings, settings.world(0))
     assert react.success
     assert plandag.success
-    assert react.input_tokens == 16_911
+    assert react.input_tokens == 16_947
     assert react.input_tokens / plandag.input_tokens >= INPUT_TOKEN_RATIO_TARGET
 
 

@@ -203,7 +203,9 @@ async def test_without_a_task_type_one_routing_call_picks_the_entry_and_fills_it
     assert request.json["model"] == "claude-haiku-4-5"
     assert "score_name" in request.json["messages"][0]["content"]
     # one variant per task type, with that entry's typed params, and one for a new type
-    picked, new = request.json["output_config"]["format"]["schema"]["anyOf"]
+    schema = request.json["output_config"]["format"]["schema"]
+    assert schema["required"] == ["route"]
+    picked, new = schema["properties"]["route"]["anyOf"]
     assert picked == {
         "type": "object",
         "properties": {
@@ -489,7 +491,7 @@ def test_the_routing_schema_types_each_entrys_params_and_the_answer_is_read_type
         approved_at=0.0,
         created=0.0,
     )
-    [picked, _] = routing_schema([entry])["anyOf"]
+    [picked, _] = routing_schema([entry])["properties"]["route"]["anyOf"]
     params = picked["properties"]["params"]
     assert params["properties"] == {
         "input": {"type": "string"},
@@ -509,9 +511,11 @@ def test_the_routing_schema_types_each_entrys_params_and_the_answer_is_read_type
     choice = parse_routing(
         answer(
             {
-                "task_type": "invoice_total",
-                "new": False,
-                "params": {"input": "a.xml", "limit": None, "fields": {"json": '["vNF"]'}},
+                "route": {
+                    "task_type": "invoice_total",
+                    "new": False,
+                    "params": {"input": "a.xml", "limit": None, "fields": {"json": '["vNF"]'}},
+                }
             }
         ),
         [entry],
