@@ -291,19 +291,49 @@ def _without_left_out(
     args: dict[str, Any], schema: Mapping[str, Any], definitions: Mapping[str, Any]
 ) -> dict[str, Any]:
     """``args`` without the ``null`` values of optional arguments that do not take
-    ``null`` (strict mode's way of leaving them out)."""
-    properties = schema.get("properties") or {}
-    required = set(schema.get("required") or ())
-    return {
-        name: value
-        for name, value in args.items()
-        if not (
-            value is None
-            and name in properties
-            and name not in required
-            and not _admits_null(properties[name], definitions)
+    ``null`` (strict mode's way of leaving them out), at any depth of typed objects."""
+    result = _left_out(args, schema, definitions, 0)
+    return result if isinstance(result, dict) else args
+
+
+def _left_out(value: Any, schema: Any, definitions: Mapping[str, Any], depth: int) -> Any:
+    if not isinstance(schema, Mapping) or depth > 20:
+        return value
+    reference = schema.get("$ref")
+    if isinstance(reference, str):
+        target = definitions.get(reference.rsplit("/", 1)[-1])
+        return _left_out(value, target, definitions, depth + 1)
+    choices = schema.get("anyOf") or schema.get("oneOf")
+    if isinstance(choices, list):
+        kind = (
+            "object" if isinstance(value, Mapping) else "array" if isinstance(value, list) else ""
         )
-    }
+        for choice in choices:
+            resolved = choice
+            while isinstance(resolved, Mapping) and isinstance(resolved.get("$ref"), str):
+                resolved = definitions.get(resolved["$ref"].rsplit("/", 1)[-1])
+            if isinstance(resolved, Mapping) and (
+                resolved.get("type") == kind or (kind == "object" and "properties" in resolved)
+            ):
+                return _left_out(value, resolved, definitions, depth + 1)
+        return value
+    properties = schema.get("properties")
+    if isinstance(value, Mapping) and isinstance(properties, Mapping):
+        required = set(schema.get("required") or ())
+        return {
+            name: _left_out(item, properties.get(name), definitions, depth + 1)
+            for name, item in value.items()
+            if not (
+                item is None
+                and name in properties
+                and name not in required
+                and not _admits_null(properties[name], definitions)
+            )
+        }
+    items = schema.get("items")
+    if isinstance(value, list) and isinstance(items, Mapping):
+        return [_left_out(item, items, definitions, depth + 1) for item in value]
+    return value
 
 
 def _kind(value: Any) -> str:

@@ -50,6 +50,17 @@ class Window(TypedDict):
     note: NotRequired[str | None]
 
 
+class Span(TypedDict):
+    start: int
+    end: NotRequired[int]
+
+
+@tool
+def span(window: Span) -> int:
+    "A span's length."
+    return window.get("end", window["start"]) - window["start"]
+
+
 class Tree(BaseModel):
     value: int
     children: list[Tree] = []
@@ -265,6 +276,26 @@ def test_with_the_registry_a_null_leaves_out_an_argument_that_takes_none() -> No
     assert steps[0]["args"] == {"path": "a.json", "data": "<param.d>", "indent": None}
     assert steps[0]["check"] == [{"kind": "file_exists", "path": "a.json"}]
     assert steps[1]["args"] == {"path": "b"}
+    # at any depth of a typed object too
+    nested = Registry([fetch], BUILTIN_CHECKS)
+    [step] = wire_to_document(
+        {
+            "s": [
+                {
+                    "i": 1,
+                    "t": "fetch",
+                    "a": {"url": "u", "window": {"start": 1, "note": None}, "retries": None},
+                }
+            ]
+        },
+        nested,
+    )["steps"]
+    assert step["args"] == {"url": "u", "window": {"start": 1, "note": None}}
+    [step] = wire_to_document(
+        {"s": [{"i": 1, "t": "span", "a": {"window": {"start": 1, "end": None}}}]},
+        Registry([span], BUILTIN_CHECKS),
+    )["steps"]
+    assert step["args"] == {"window": {"start": 1}}
     # without the registry nothing is dropped (the compiler then says why)
     assert wire_to_document(wire)["steps"][1]["args"] == {
         "path": "b",
