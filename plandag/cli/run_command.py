@@ -394,6 +394,14 @@ def register(app: typer.Typer) -> None:
                 "base_url": base_url,
                 "context": context_text,
             },
+            # the model of the plan's llm and agent steps, for a later segment (approve,
+            # resume) to call the same server; the URL's user and password are not stored
+            executor={
+                "provider": provider,
+                "model": name,
+                "base_url": base_url,
+                "executor_model": settings["executor_model"],
+            },
         )
         run_store.create_run(
             run_id, command="run", goal=task, params=params, options=options.as_json()
