@@ -250,7 +250,7 @@ class ResearchRun:
         )
         self.writer = trace_factory(store, False)(self.run_id, 0)
         self.writer.run_started("research", question, self.params)
-        recorder = SessionRecorder(store, self.run_id, self.params)
+        recorder = SessionRecorder(store, self.run_id, self.params, write_boundary=write_boundary)
         self.agent = Agent(
             client,
             model,
@@ -265,6 +265,8 @@ class ResearchRun:
             max_steps=max_steps if max_steps is not None else DEFAULT_MAX_STEPS,
             plan_max_tokens=planner_max_tokens or DEFAULT_PLANNER_MAX_TOKENS,
             on_session=recorder.bind,
+            # each plan version is stored before its steps start: a killed run can resume
+            on_plan_version=recorder.plan_version,
             escalate="person",
             approve=approve,
             approver=approver,

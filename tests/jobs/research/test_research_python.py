@@ -117,3 +117,38 @@ def test_bad_arguments_stop_before_any_request(
             plandag.research(QUESTION, corpus=CORPUS, base_url=server.url)
         assert server.message_requests == []
     assert not (tmp_path / "runs.sqlite3").exists()
+
+
+def test_each_plan_version_is_in_the_store_before_its_steps_start(
+    tmp_path: Path, index: Path
+) -> None:
+    from plandag.scheduler import events
+
+    seen: list[tuple[int, int]] = []  # (step id, plan versions stored when it started)
+
+    def probe(event: object) -> None:
+        if isinstance(event, events.StepStarted):
+            with open_store(tmp_path / "runs.sqlite3") as store:  # another connection
+                seen.append((event.step_id, len(store.plan_versions(event.run_id))))
+
+    scripted = ScriptedResearch(fabricate=[1])
+    with MessagesServer(default=scripted) as server:
+        outcome = plandag.research(
+            QUESTION,
+            corpus=CORPUS,
+            index=index,
+            base_url=server.url,
+            output="out/report.md",
+            observers=[probe],
+        )
+    assert outcome.status == "succeeded"
+    with open_store(tmp_path / "runs.sqlite3") as store:
+        versions = store.plan_versions(outcome.run_id)
+    assert len(versions) >= 2  # the plan and the replan
+    made_in = {}  # step id -> the plan version that brought it
+    for version in versions:
+        for step in version.plan["steps"]:
+            made_in.setdefault(step["id"], version.version)
+    late = [(step_id, stored) for step_id, stored in seen if stored < made_in[step_id]]
+    assert seen
+    assert late == []  # (step, versions stored) for steps started before theirs
