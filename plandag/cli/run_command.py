@@ -103,7 +103,9 @@ from plandag.cli.store_command import (
     StoreOption,
     approve_mode,
     escalation_hooks,
+    json_at_deadline,
     open_cli_store,
+    planned_at_deadline,
     run_options,
     terminal_approver,
     trace_factory,
@@ -459,7 +461,12 @@ def register(app: typer.Typer) -> None:
 
         try:
             try:
-                with deadline_guard(run_store.path):
+                at_deadline = (
+                    json_at_deadline(run_store.path, planned_at_deadline(run_store.path))
+                    if as_json
+                    else None
+                )
+                with deadline_guard(run_store.path, at_deadline):
                     outcome = Interruptible(functools.partial(work)).run()
             except PlanError as error:  # the params do not fit the task type's plan
                 run_store.update_run(run_id, status="failed", pid=None, detail=str(error))

@@ -254,13 +254,18 @@ def result_document(
     return document
 
 
-def json_at_deadline(store_path: Path) -> Callable[[RunResult], None]:
+def json_at_deadline(
+    store_path: Path, more: Callable[[RunResult], Mapping[str, Any]] | None = None
+) -> Callable[[RunResult], None]:
     """What ``--json`` prints when the deadline guard ends the process (a step ignored
     cancellation: :func:`plandag.cli.watchdog.deadline_guard`): the run's document, as
-    :func:`report` prints it, saying why the process ended."""
+    :func:`report` prints it, saying why the process ended; ``more(result)``: keys a
+    command adds (``plandag run``: :func:`planned_at_deadline`)."""
 
     def write(result: RunResult) -> None:
         document = result_document(result, result.status, result.run_id, store_path)
+        if more is not None:
+            document.update(more(result))
         steps = sorted(record.id for record in result.steps.values() if record.reason == "deadline")
         document["message"] = (
             "the run passed its wall-clock cap and a step ignored cancellation; the process "
@@ -271,6 +276,33 @@ def json_at_deadline(store_path: Path) -> Callable[[RunResult], None]:
         sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
 
     return write
+
+
+def planned_at_deadline(store_path: Path) -> Callable[[RunResult], dict[str, Any]]:
+    """What a planned run (``plandag run``) adds to its ``--json`` document at the deadline
+    (:func:`json_at_deadline`): ``answer`` None (nothing is made up) and ``plan_versions``,
+    the plan versions in the store (verbose Plan JSON), read through a connection of its
+    own (the run's loop may be blocked inside a tool); [] when the store cannot be read."""
+
+    def more(result: RunResult) -> dict[str, Any]:
+        import sqlite3
+
+        versions: list[dict[str, Any]] = []
+        try:
+            connection = sqlite3.connect(store_path, timeout=2.0)
+            try:
+                rows = connection.execute(
+                    "SELECT version, plan FROM plan_version WHERE run_id = ? ORDER BY version",
+                    (result.run_id,),
+                ).fetchall()
+            finally:
+                connection.close()
+            versions = [{"version": number, **json.loads(plan)} for number, plan in rows]
+        except (sqlite3.Error, ValueError, TypeError):
+            versions = []
+        return {"answer": None, "plan_versions": versions}
+
+    return more
 
 
 def report(outcome: DurableOutcome, *, as_json: bool, store: Store) -> None:

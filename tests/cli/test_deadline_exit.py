@@ -5,6 +5,7 @@ process: an inline tool blocking the event loop cannot be stopped from inside it
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -182,3 +183,50 @@ def test_approve_continues_under_the_stored_deadline_and_exits_3_when_a_step_ign
         steps = connection.execute("SELECT step_id, status, reason FROM step").fetchall()
     assert runs == [("timed_out",)]
     assert steps == [(1, "cancelled", "deadline")]
+
+
+def test_run_json_prints_the_timed_out_result_when_a_step_ignores_cancellation(
+    tmp_path: Path,
+) -> None:
+    from plandag.testing import MessagesServer
+
+    (tmp_path / "tools.py").write_text(TOOLS, encoding="utf-8")
+    store = tmp_path / "runs.sqlite3"
+    plan = {
+        "g": "block the loop",
+        "s": [
+            {"i": 1, "t": "block", "a": {"seconds": 60}, "d": []},
+            {"i": 2, "t": "threaded", "a": {"seconds": 0}, "d": [1]},
+        ],
+        "o": "<step_2_result>",
+    }
+    with MessagesServer() as server:
+        server.push_json(plan)
+        done = subprocess.run(
+            [
+                sys.executable, "-m", "plandag", "run", "block the loop", "--tools", "tools.py",
+                "--base-url", server.url, "--max-seconds", "2", "--json", "--store", str(store),
+            ],
+            cwd=tmp_path,
+            env={**os.environ, "ANTHROPIC_API_KEY": "test", "NO_PROXY": "127.0.0.1"},
+            capture_output=True,
+            text=True,
+            timeout=45,  # the step would hold it 60 s
+            check=False,
+        )  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    document = json.loads(done.stdout)
+    assert document["status"] == "timed_out"
+    assert document["stop_reason"] == "deadline"
+    assert document["store"] == str(store)
+    steps = {step["id"]: (step["status"], step["reason"]) for step in document["steps"]}
+    assert steps == {1: ("cancelled", "deadline"), 2: ("skipped", "deadline")}
+    assert document["answer"] is None
+    assert [version["version"] for version in document["plan_versions"]] == [1]
+    assert [step["tool"] for step in document["plan_versions"][0]["steps"]] == [
+        "block",
+        "threaded",
+    ]
+    with sqlite3.connect(store) as connection:
+        runs = connection.execute("SELECT run_id, status FROM run").fetchall()
+    assert runs == [(document["run_id"], "timed_out")]
