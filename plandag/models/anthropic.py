@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from plandag.errors import PermanentStepError, StepError
-from plandag.models import _http, telemetry
+from plandag.models import failures, telemetry
 from plandag.models.base import (
     LLMRequest,
     LLMResponse,
@@ -32,6 +32,13 @@ from plandag.models.base import (
     MissingAPIKeyError,
     Usage,
     check_stop_reason,
+)
+from plandag.models.structured import (
+    Attempt,
+    SchemaModes,
+    SchemaRefusal,
+    finish,
+    is_schema_refusal,
 )
 
 if TYPE_CHECKING:
@@ -61,6 +68,8 @@ class AnthropicClient:
         prompt_cache: send each request's ``cache_control`` breakpoints
             (:attr:`LLMRequest.cache`); False sends none, whatever the requests ask (to
             measure without caching, or for a gateway that refuses the field).
+        notice: where a change of structured-output mode is said, one line (default:
+            stderr; :mod:`plandag.models.structured`).
 
     Raises:
         MissingAPIKeyError: no key given and ``ANTHROPIC_API_KEY`` unset or empty; raised
@@ -69,6 +78,7 @@ class AnthropicClient:
     Attributes:
         provider: ``"anthropic"``.
         sdk: the underlying ``anthropic.AsyncAnthropic`` (``max_retries=0``).
+        schema_modes: the structured-output modes the server accepts, as learnt.
     """
 
     provider = "anthropic"
@@ -81,6 +91,7 @@ class AnthropicClient:
         timeout_s: float = 600.0,
         http_client: httpx2.AsyncClient | None = None,
         prompt_cache: bool = True,
+        notice: Callable[[str], None] | None = None,
     ) -> None:
         self.prompt_cache = prompt_cache
         key = api_key if api_key is not None else os.environ.get(API_KEY_VARIABLE)
@@ -98,6 +109,9 @@ class AnthropicClient:
         options = telemetry.sdk_options()
         self._telemetry = options
         extra: dict[str, Any] = {"open_telemetry": options} if options is not None else {}
+        self.schema_modes = SchemaModes(
+            "anthropic", ("strict", "prompt"), f"anthropic {base_url or 'API'}", notice
+        )
         self.sdk: anthropic.AsyncAnthropic = anthropic.AsyncAnthropic(
             api_key=key,
             base_url=base_url,
@@ -144,21 +158,41 @@ class AnthropicClient:
             ModelRefusalError: stop reason ``refusal``.
             StepError: every other failure, mapped as in :mod:`plandag.models.base`.
         """
+        where = self._where(request)
+        attempts = self.schema_modes.attempts(request)
+        for number, attempt in enumerate(attempts):
+            try:
+                message = await self._create(request, attempt)
+            except SchemaRefusal as refusal:
+                self.schema_modes.refused(attempt, refusal)
+                if number + 1 < len(attempts):
+                    continue
+                raise refusal.mapped from refusal
+            response = _response(message, getattr(message, "_request_id", None))
+            return finish(check_stop_reason(response, request, where), attempt)
+        raise AssertionError("unreachable: at least one attempt")
+
+    async def _create(self, request: LLMRequest, attempt: Attempt) -> Any:
+        """One ``messages.create``; failures mapped (a refusal of the output format as
+        :class:`SchemaRefusal`)."""
         import anthropic
 
         where = self._where(request)
         try:
             sdk = self._current_sdk()
-            message = await sdk.messages.create(**_params(request, self.prompt_cache))
+            return await sdk.messages.create(**_params(request, self.prompt_cache, attempt))
+        except anthropic.APIStatusError as error:
+            mapped = _failure(error, where)
+            if _schema_refusal(error, attempt):
+                raise SchemaRefusal(error.status_code, error.message, mapped) from error
+            raise mapped from error
         except anthropic.APIError as error:
             raise _failure(error, where) from error
         except Exception as error:
-            mapped = _transport_cause(error, where)
-            if mapped is None:
+            cause = _transport_cause(error, where)
+            if cause is None:
                 raise
-            raise mapped from error
-        response = _response(message, getattr(message, "_request_id", None))
-        return check_stop_reason(response, request, where)
+            raise cause from error
 
     async def count_tokens(self, request: LLMRequest) -> int:
         """The input tokens ``request`` would be billed for, from the API's free counting
@@ -173,7 +207,7 @@ class AnthropicClient:
         import anthropic
 
         where = f"anthropic {request.model} POST /v1/messages/count_tokens"
-        params = _params(request, self.prompt_cache)
+        params = _params(request, self.prompt_cache, self.schema_modes.attempts(request)[0])
         params.pop("max_tokens")
         params.pop("stop_sequences", None)
         try:
@@ -203,12 +237,26 @@ class AnthropicClient:
         import anthropic
 
         where = self._where(request)
-        manager = self._current_sdk().messages.stream(**_params(request, self.prompt_cache))
-        try:
-            sdk_stream = await manager.__aenter__()
-        except anthropic.APIError as error:
-            raise _failure(error, where) from error
-        stream = _AnthropicStream(sdk_stream, request, where)
+        attempts = self.schema_modes.attempts(request)
+        for number, attempt in enumerate(attempts):
+            manager = self._current_sdk().messages.stream(
+                **_params(request, self.prompt_cache, attempt)
+            )
+            try:
+                sdk_stream = await manager.__aenter__()
+            except anthropic.APIStatusError as error:
+                mapped = _failure(error, where)
+                if _schema_refusal(error, attempt):
+                    self.schema_modes.refused(
+                        attempt, SchemaRefusal(error.status_code, error.message, mapped)
+                    )
+                    if number + 1 < len(attempts):
+                        continue
+                raise mapped from error
+            except anthropic.APIError as error:
+                raise _failure(error, where) from error
+            break
+        stream = _AnthropicStream(sdk_stream, request, where, attempt)
         try:
             yield stream
         finally:
@@ -218,7 +266,14 @@ class AnthropicClient:
 class _AnthropicStream:
     """One open ``messages.stream``: text deltas, usage so far, the final response."""
 
-    def __init__(self, sdk_stream: AsyncMessageStream[Any], request: LLMRequest, where: str):
+    def __init__(
+        self,
+        sdk_stream: AsyncMessageStream[Any],
+        request: LLMRequest,
+        where: str,
+        attempt: Attempt,
+    ) -> None:
+        self._attempt = attempt
         self._sdk = sdk_stream
         self._request = request
         self._where = where
@@ -270,7 +325,7 @@ class _AnthropicStream:
                 f"{self._where}: the stream ended without a message", reason="empty_stream"
             )
         response = _response(snapshot, self._sdk.request_id)
-        return check_stop_reason(response, self._request, self._where)
+        return finish(check_stop_reason(response, self._request, self._where), self._attempt)
 
     async def aclose(self) -> None:
         await self._deltas.aclose()
@@ -281,15 +336,25 @@ CACHE_CONTROL: dict[str, str] = {"type": "ephemeral"}
 """The breakpoint marker of Anthropic's prompt caching (a 5-minute cache)."""
 
 
-def _params(request: LLMRequest, prompt_cache: bool = True) -> dict[str, Any]:
+def _params(
+    request: LLMRequest, prompt_cache: bool = True, attempt: Attempt | None = None
+) -> dict[str, Any]:
     """The keyword arguments of ``messages.create`` / ``messages.stream`` for ``request``.
+
+    The output schema is the request's, prepared for Anthropic's structured outputs
+    (:func:`~plandag.models.schemas.prepare_schema`), in ``output_config.format``; in
+    ``prompt`` mode (``attempt``, :mod:`plandag.models.structured`) it is stated in the
+    system prompt instead.
 
     With ``prompt_cache`` and ``request.cache`` other than ``"none"``, the fixed prefix
     ends with a ``cache_control`` breakpoint: the system prompt (sent as one text block)
     or, without one, the last tool; with ``"conversation"``, the last block of the last
     message too (the API caches tools, then system, then messages, up to each breakpoint).
     """
+    if attempt is None:
+        attempt = SchemaModes("anthropic", ("strict",), "").attempts(request)[0]
     cache = request.cache if prompt_cache else "none"
+    system = attempt.system(request.system)
     messages: list[dict[str, Any]] = [
         {"role": message["role"], "content": message["content"]} for message in request.messages
     ]
@@ -298,24 +363,22 @@ def _params(request: LLMRequest, prompt_cache: bool = True) -> dict[str, Any]:
         "max_tokens": request.max_tokens,
         "messages": messages,
     }
-    if request.system:
-        params["system"] = request.system
+    if system:
+        params["system"] = system
     if request.stop_sequences:
         params["stop_sequences"] = list(request.stop_sequences)
     if request.tools:
         params["tools"] = [dict(definition) for definition in request.tools]
     if request.tool_choice is not None:
         params["tool_choice"] = dict(request.tool_choice)
-    if request.json_schema is not None:
+    if attempt.mode == "strict" and attempt.prepared is not None:
         params["output_config"] = {
-            "format": {"type": "json_schema", "schema": dict(request.json_schema)}
+            "format": {"type": "json_schema", "schema": attempt.prepared.schema}
         }
     if cache == "none":
         return params
-    if request.system:
-        params["system"] = [
-            {"type": "text", "text": request.system, "cache_control": dict(CACHE_CONTROL)}
-        ]
+    if system:
+        params["system"] = [{"type": "text", "text": system, "cache_control": dict(CACHE_CONTROL)}]
     elif request.tools:
         params["tools"][-1] = {**params["tools"][-1], "cache_control": dict(CACHE_CONTROL)}
     if cache == "conversation":
@@ -371,13 +434,13 @@ def _failure(error: anthropic.APIError, where: str) -> StepError:
     if isinstance(error, anthropic.APIStatusError):
         status = error.response.status_code
         if status >= 400:
-            return _http.status_failure(status, error.response.headers, error.message, where)
-        return _http.stream_event_failure(_error_type(error.body), error.message, where)
+            return failures.status_failure(status, error.response.headers, error.message, where)
+        return failures.stream_event_failure(_error_type(error.body), error.message, where)
     if isinstance(error, anthropic.APIConnectionError):
         cause = error.__cause__
         if isinstance(cause, httpx2.TransportError):
-            return _http.transport_failure(cause, httpx2, where)
-        return _http.transport_failure(error, httpx2, where)
+            return failures.transport_failure(cause, where)
+        return failures.transport_failure(error, where)
     return PermanentStepError(f"{where}: {type(error).__name__}: {error}", reason="llm_error")
 
 
@@ -386,5 +449,12 @@ def _transport_cause(error: Exception, where: str) -> StepError | None:
     import httpx2
 
     if isinstance(error, httpx2.TransportError):
-        return _http.transport_failure(error, httpx2, where)
+        return failures.transport_failure(error, where)
     return None
+
+
+def _schema_refusal(error: anthropic.APIStatusError, attempt: Attempt) -> bool:
+    """Whether an HTTP error refuses the request's output format."""
+    if attempt.mode != "strict":
+        return False
+    return is_schema_refusal(error.status_code, error.message)

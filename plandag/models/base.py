@@ -155,6 +155,10 @@ class LLMRequest:
             conversation up to its last message (an agent loop that resends a growing
             conversation, ReAct); ``"none"`` nothing. Providers that cache on their own
             (OpenAI-compatible servers) ignore it.
+        narrower_schemas: schemas to send instead of ``json_schema``, in order, when the
+            server refuses it as too large (a plan schema over the plan's own subset of
+            tools, say); each accepts only answers ``json_schema`` accepts. () for none
+            (:mod:`plandag.models.structured`).
 
     Raises:
         ValueError: ``max_tokens`` < 1, no messages, or a temperature that is not finite
@@ -172,6 +176,7 @@ class LLMRequest:
     tools: Sequence[Mapping[str, Any]] = ()
     tool_choice: Mapping[str, Any] | None = None
     cache: PromptCache = "prefix"
+    narrower_schemas: Sequence[Mapping[str, Any]] = ()
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -197,6 +202,14 @@ class LLMResponse:
         request_id: the provider's id for the request (for support tickets), or None.
         raw: the provider's own response object (the SDK's ``Message``, or the decoded
             JSON of a chat completion); for streams, the final accumulated message.
+        schema_mode: how the request's ``json_schema`` was asked for (``strict``: the
+            provider enforced it; ``json``: JSON mode; ``prompt``: stated in the prompt;
+            :mod:`plandag.models.structured`), None for a request without one.
+        schema_errors: the answer's violations of the schema, found by plandag's own
+            validation after ``text`` was brought back to the caller's shape (rules the
+            provider did not enforce: bounds it refuses, or everything in ``json`` and
+            ``prompt`` modes), one ``"$.path: message"`` line each; () when it validates
+            or there is no schema.
     """
 
     text: str
@@ -205,6 +218,8 @@ class LLMResponse:
     model: str
     request_id: str | None = None
     raw: Any = dataclasses.field(default=None, repr=False, compare=False)
+    schema_mode: Literal["strict", "json", "prompt"] | None = None
+    schema_errors: tuple[str, ...] = ()
 
 
 class LLMStream(Protocol):

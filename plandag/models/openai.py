@@ -1,18 +1,25 @@
-"""OpenAI-compatible chat completions over httpx, for local servers (vLLM, Ollama,
-llama.cpp's server) and any API that speaks the same protocol.
+"""OpenAI-compatible chat completions through the official ``openai`` SDK, for OpenAI and for
+local servers that speak the same protocol (vLLM, Ollama, llama.cpp's server).
 
-``POST {base_url}/chat/completions`` with the system prompt as the first message,
-``max_tokens``, ``stop``, ``temperature`` when set, and for structured output
-``response_format={"type": "json_schema", "json_schema": {"name": ..., "schema": ...,
-"strict": true}}`` (https://platform.openai.com/docs/guides/structured-outputs). Streaming
-sets ``"stream": true`` and ``"stream_options": {"include_usage": true}`` and reads the
-server-sent events: ``data: {...}`` chunks whose ``choices[0].delta.content`` is the next
-piece of text, a last chunk with ``usage``, then ``data: [DONE]``.
+The SDK client is ``AsyncOpenAI(base_url=..., max_retries=0)``: plandag owns retries
+(:func:`plandag.models.calls.call_with_retries`), so one plandag attempt is one request
+(two, once per run, when the server refuses a structured-output mode: see below).
+``chat.completions.create`` is sent with the system prompt as the first message,
+``max_tokens``, ``stop``, ``temperature`` when set; streaming adds ``stream: true`` and
+``stream_options: {"include_usage": true}``, and the last chunk carries the usage.
+
+**Structured output** (:mod:`plandag.models.structured`): a request's ``json_schema`` goes
+as ``response_format: {"type": "json_schema", "json_schema": {"name", "schema", "strict":
+true}}`` after :func:`~plandag.models.schemas.prepare_schema` has shaped it for strict mode
+(https://platform.openai.com/docs/guides/structured-outputs); the answer is brought back to
+the caller's shape and validated against the schema. A server that refuses strict schemas
+is asked for JSON mode (``{"type": "json_object"}``), then for no response format, the
+schema stated in the system prompt; the client remembers it and says it once on stderr.
 
 Usage: ``prompt_tokens`` minus ``prompt_tokens_details.cached_tokens`` is billed input,
 the cached ones are cache reads, ``completion_tokens`` is output. ``finish_reason``
-``length`` raises :class:`~plandag.models.base.TruncatedResponseError`,
-``content_filter`` :class:`~plandag.models.base.ModelRefusalError`.
+``length`` raises :class:`~plandag.models.base.TruncatedResponseError`, ``content_filter``
+:class:`~plandag.models.base.ModelRefusalError`.
 
 Native tool use (the ReAct loop, the ``agent`` step): the request's ``tools`` (Messages API
 definitions) are sent as ``{"type": "function", "function": {"name", "description",
@@ -21,11 +28,12 @@ definitions) are sent as ``{"type": "function", "function": {"name", "descriptio
 as ``parallel_tool_calls: false``); a conversation's content blocks are translated: an
 assistant's ``tool_use`` blocks become its ``tool_calls``, a user's ``tool_result`` blocks
 become ``role: "tool"`` messages. The answer's ``message.tool_calls`` stay in ``raw``
-(:func:`content_blocks` reads them back as ``tool_use`` blocks). Other errors are
-mapped as in :mod:`plandag.models.base`; a chunk ``{"error": {...}}`` in the middle of
-a stream is transient when its ``type`` is one of
-:data:`~plandag.models.base.TRANSIENT_STREAM_ERRORS` or its ``code`` is 429 or >= 500.
-httpx is imported when a client is built.
+(:func:`content_blocks` reads them back as ``tool_use`` blocks).
+
+Errors are mapped as in :mod:`plandag.models.base` (:mod:`plandag.models.failures`); an
+error the SDK raises in the middle of a stream (a ``{"error": {...}}`` chunk) is transient
+when its ``type`` is one of :data:`~plandag.models.base.TRANSIENT_STREAM_ERRORS` or its
+``code`` is 429 or >= 500. The SDK is imported when a client is built.
 """
 
 from __future__ import annotations
@@ -33,11 +41,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from plandag.errors import PermanentStepError, StepError
-from plandag.models import _http
+from plandag.models import failures
 from plandag.models.base import (
     LLMRequest,
     LLMResponse,
@@ -45,14 +53,22 @@ from plandag.models.base import (
     Usage,
     check_stop_reason,
 )
+from plandag.models.structured import Attempt, SchemaModes, SchemaRefusal, finish
 
 if TYPE_CHECKING:
-    import httpx
+    import httpx2
+    import openai
+    from openai import AsyncStream
+    from openai.types.chat import ChatCompletionChunk
 
-__all__ = ["API_KEY_VARIABLE", "OpenAICompatibleClient", "content_blocks"]
+__all__ = ["API_KEY_VARIABLE", "OpenAICompatibleClient", "body_of", "content_blocks"]
 
 API_KEY_VARIABLE = "OPENAI_API_KEY"
 """The environment variable the API key is read from when none is given."""
+
+_NO_KEY = "no-key"
+"""The key the SDK is built with when there is none; its ``Authorization`` header is then
+left out of every request (``extra_headers={"Authorization": openai.omit}``)."""
 
 
 class OpenAICompatibleClient:
@@ -65,12 +81,16 @@ class OpenAICompatibleClient:
             environment variable; None or empty sends no header (local servers need none).
         timeout_s: seconds for each phase of a request (connect, read, write, pool);
             default 600.
-        transport: an ``httpx.AsyncBaseTransport`` to send through (tests: an
-            ``httpx.MockTransport``); default: httpx's own.
+        http_client: an ``httpx2.AsyncClient`` for the SDK to use (tests: one on an
+            ``httpx2.MockTransport``); default: the SDK's own.
+        notice: where a change of structured-output mode is said, one line (default:
+            stderr).
 
     Attributes:
         provider: ``"openai"``.
         url: the chat completions URL, ``{base_url}/chat/completions``.
+        sdk: the underlying ``openai.AsyncOpenAI`` (``max_retries=0``).
+        schema_modes: the structured-output modes this server accepts, as learnt.
     """
 
     provider = "openai"
@@ -81,18 +101,24 @@ class OpenAICompatibleClient:
         *,
         api_key: str | None = None,
         timeout_s: float = 600.0,
-        transport: httpx.AsyncBaseTransport | None = None,
+        http_client: httpx2.AsyncClient | None = None,
+        notice: Callable[[str], None] | None = None,
     ) -> None:
-        import httpx
+        import openai
 
         key = api_key if api_key is not None else os.environ.get(API_KEY_VARIABLE)
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self._http = httpx.AsyncClient(
-            transport=transport,
-            timeout=httpx.Timeout(timeout_s),
-            headers=headers,
-            follow_redirects=False,
+        root = base_url.rstrip("/")
+        self.url = root + "/chat/completions"
+        self.sdk: openai.AsyncOpenAI = openai.AsyncOpenAI(
+            api_key=key or _NO_KEY,
+            base_url=root,
+            max_retries=0,
+            timeout=timeout_s,
+            http_client=http_client,
+        )
+        self._headers: dict[str, Any] = {} if key else {"Authorization": openai.omit}
+        self.schema_modes = SchemaModes(
+            "openai", ("strict", "json", "prompt"), f"openai {root}", notice
         )
 
     async def __aenter__(self) -> OpenAICompatibleClient:
@@ -102,75 +128,61 @@ class OpenAICompatibleClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the httpx client's connections."""
-        await self._http.aclose()
+        """Close the SDK client's connections."""
+        await self.sdk.close()
 
     def _where(self, request: LLMRequest) -> str:
         return f"openai {request.model} POST {self.url}"
 
-    async def _send(self, request: LLMRequest, *, stream: bool) -> httpx.Response:
-        """Send the request, streaming the body; map transport errors and statuses >= 400."""
-        import httpx
-
-        where = self._where(request)
-        http_request = self._http.build_request("POST", self.url, json=body_of(request, stream))
-        try:
-            response = await self._http.send(http_request, stream=True)
-        except httpx.TransportError as error:
-            raise _http.transport_failure(error, httpx, where) from error
-        if response.status_code >= 400:
-            try:
-                text = (await response.aread()).decode("utf-8", errors="replace")
-            except httpx.HTTPError:
-                text = ""
-            finally:
-                await response.aclose()
-            raise _http.status_failure(response.status_code, response.headers, text, where)
-        return response
-
     async def complete(self, request: LLMRequest) -> LLMResponse:
-        """Send ``request`` and return the whole answer.
+        """Send ``request`` with ``chat.completions.create`` and return the whole answer.
 
         Returns:
-            The :class:`LLMResponse` (``raw``: the decoded JSON body).
+            The :class:`LLMResponse` (``raw``: the chat completion as decoded JSON; ``text``
+            in the shape the request's schema asked for).
 
         Raises:
             TruncatedResponseError: ``finish_reason`` ``length``.
             ModelRefusalError: ``finish_reason`` ``content_filter``.
-            StepError: every other failure, mapped as in :mod:`plandag.models.base`; a
-                body that is not a chat completion → :class:`PermanentStepError`
+            StepError: every other failure, mapped as in :mod:`plandag.models.base`; an
+                answer that is not a chat completion → :class:`PermanentStepError`
                 (``invalid_response``).
         """
-        import httpx
+        where = self._where(request)
+        attempts = self.schema_modes.attempts(request)
+        for number, attempt in enumerate(attempts):
+            try:
+                completion = await self._create(request, attempt, stream=False)
+            except SchemaRefusal as refusal:
+                self.schema_modes.refused(attempt, refusal)
+                if number + 1 < len(attempts):
+                    continue
+                raise refusal.mapped from refusal
+            response = _response(completion, request, where)
+            return finish(check_stop_reason(response, request, where), attempt)
+        raise AssertionError("unreachable: at least one attempt")
+
+    async def _create(self, request: LLMRequest, attempt: Attempt, *, stream: bool) -> Any:
+        """One ``chat.completions.create``; HTTP and transport failures mapped (a refusal
+        of the response format as :class:`SchemaRefusal`)."""
+        import openai
 
         where = self._where(request)
-        response = await self._send(request, stream=False)
+        params = body_of(request, stream, attempt)
         try:
-            data = await response.aread()
-        except httpx.TransportError as error:
-            raise _http.transport_failure(error, httpx, where) from error
-        finally:
-            await response.aclose()
-        try:
-            body = json.loads(data)
-            choice = body["choices"][0]
-            text = choice["message"].get("content") or ""
-            finish_reason = choice.get("finish_reason")
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as error:
+            return await self.sdk.chat.completions.create(**params, extra_headers=self._headers)
+        except openai.APIStatusError as error:
+            mapped = _failure(error, where)
+            if _schema_refusal(error, attempt):
+                raise SchemaRefusal(error.status_code, error.message, mapped) from error
+            raise mapped from error
+        except openai.APIError as error:
+            raise _failure(error, where) from error
+        except ValueError as error:  # a 200 whose body is not JSON
             raise PermanentStepError(
-                f"{where}: the answer is not a chat completion ({type(error).__name__}: "
-                f"{error}){_http.snippet(data.decode('utf-8', errors='replace'))}",
+                f"{where}: the answer is not a chat completion ({type(error).__name__}: {error})",
                 reason="invalid_response",
             ) from error
-        result = LLMResponse(
-            text=text,
-            stop_reason=finish_reason,
-            usage=usage_of(body.get("usage")),
-            model=str(body.get("model") or request.model),
-            request_id=response.headers.get("x-request-id") or body.get("id"),
-            raw=body,
-        )
-        return check_stop_reason(result, request, where)
 
     @contextlib.asynccontextmanager
     async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStream]:
@@ -178,14 +190,25 @@ class OpenAICompatibleClient:
 
         ``async with client.stream(request) as stream:`` sends the request (HTTP and
         connection failures are raised here); ``async for delta in stream`` yields the
-        text as it arrives; ``await stream.final_response()`` returns the whole answer.
+        text as it arrives; ``await stream.final_response()`` returns the whole answer (its
+        text in the shape the request's schema asked for; the deltas are the text as the
+        model wrote it).
 
         Raises:
             TruncatedResponseError: from ``final_response``, ``finish_reason`` ``length``.
             StepError: every other failure, mapped as in :mod:`plandag.models.base`.
         """
-        response = await self._send(request, stream=True)
-        stream = _OpenAIStream(response, request, self._where(request))
+        attempts = self.schema_modes.attempts(request)
+        for number, attempt in enumerate(attempts):
+            try:
+                sdk_stream = await self._create(request, attempt, stream=True)
+            except SchemaRefusal as refusal:
+                self.schema_modes.refused(attempt, refusal)
+                if number + 1 < len(attempts):
+                    continue
+                raise refusal.mapped from refusal
+            break
+        stream = _OpenAIStream(sdk_stream, request, self._where(request), attempt)
         try:
             yield stream
         finally:
@@ -195,15 +218,22 @@ class OpenAICompatibleClient:
 class _OpenAIStream:
     """One streamed chat completion: text deltas, usage so far, the final response."""
 
-    def __init__(self, response: httpx.Response, request: LLMRequest, where: str) -> None:
-        self._response = response
+    def __init__(
+        self,
+        sdk_stream: AsyncStream[ChatCompletionChunk],
+        request: LLMRequest,
+        where: str,
+        attempt: Attempt,
+    ) -> None:
+        self._sdk = sdk_stream
         self._request = request
         self._where = where
+        self._attempt = attempt
         self._parts: list[str] = []
         self._usage = Usage()
         self._finish_reason: str | None = None
         self._model = request.model
-        self._id: str | None = response.headers.get("x-request-id")
+        self._id: str | None = sdk_stream.response.headers.get("x-request-id")
         self._chunks = 0
         self._deltas = self._read()
 
@@ -219,63 +249,37 @@ class _OpenAIStream:
         return self._usage
 
     async def _read(self) -> AsyncGenerator[str, None]:
-        import httpx
+        import openai
 
-        done = False
-        failure: StepError | None = None
         try:
-            # read to the end of the body, past "[DONE]" or an error chunk (the server ends
-            # the body there): the response's own async generators are then exhausted,
-            # never left to the garbage collector (which trio reports as a ResourceWarning)
-            async for line in self._response.aiter_lines():
-                if done or failure is not None or not line.startswith("data:"):
-                    continue  # blank lines, "event:" and ": comment" lines
-                payload = line[len("data:") :].strip()
-                if payload == "[DONE]":
-                    done = True
-                    continue
-                try:
-                    text = self._take(payload)
-                except StepError as error:
-                    failure = error
-                    continue
+            async for chunk in self._sdk:
+                text = self._take(chunk)
                 if text:
                     self._parts.append(text)
                     yield text
-        except httpx.TransportError as error:
-            raise _http.transport_failure(error, httpx, self._where) from error
-        if failure is not None:
-            raise failure
-
-    def _take(self, payload: str) -> str:
-        """Read one chunk: remember usage, finish reason, model; return its text."""
-        try:
-            chunk = json.loads(payload)
-        except ValueError as error:
+        except openai.APIError as error:
+            raise _failure(error, self._where) from error
+        except ValueError as error:  # a chunk that is not JSON
             raise PermanentStepError(
-                f"{self._where}: a stream chunk is not JSON{_http.snippet(payload)}",
+                f"{self._where}: a stream chunk is not JSON ({error})",
                 reason="invalid_response",
             ) from error
-        if not isinstance(chunk, dict):
-            return ""
-        failure = chunk.get("error")
-        if failure is not None:
-            raise _stream_error(failure, self._where)
+
+    def _take(self, chunk: ChatCompletionChunk) -> str:
+        """Read one chunk: remember usage, finish reason, model; return its text."""
         self._chunks += 1
-        if chunk.get("usage"):
-            self._usage = usage_of(chunk["usage"])
-        if chunk.get("model"):
-            self._model = str(chunk["model"])
-        if self._id is None and chunk.get("id"):
-            self._id = str(chunk["id"])
-        choices = chunk.get("choices") or []
-        if not choices or not isinstance(choices[0], dict):
+        if chunk.usage is not None:
+            self._usage = usage_of(chunk.usage.to_dict())
+        if chunk.model:
+            self._model = chunk.model
+        if self._id is None and chunk.id:
+            self._id = chunk.id
+        if not chunk.choices:
             return ""
-        choice = choices[0]
-        if choice.get("finish_reason"):
-            self._finish_reason = str(choice["finish_reason"])
-        delta = choice.get("delta") or {}
-        content = delta.get("content") if isinstance(delta, dict) else None
+        choice = chunk.choices[0]
+        if choice.finish_reason:
+            self._finish_reason = str(choice.finish_reason)
+        content = choice.delta.content if choice.delta is not None else None
         return content if isinstance(content, str) else ""
 
     async def final_response(self) -> LLMResponse:
@@ -303,27 +307,58 @@ class _OpenAIStream:
                 "usage": _usage_body(self._usage),
             },
         )
-        return check_stop_reason(response, self._request, self._where)
+        return finish(check_stop_reason(response, self._request, self._where), self._attempt)
 
     async def aclose(self) -> None:
         await self._deltas.aclose()
-        await self._response.aclose()
+        await self._sdk.close()
 
 
-def body_of(request: LLMRequest, stream: bool) -> dict[str, Any]:
-    """The JSON body of a chat completion for ``request``.
+def _response(completion: Any, request: LLMRequest, where: str) -> LLMResponse:
+    """The :class:`LLMResponse` of a ``ChatCompletion``."""
+    body = completion.to_dict() if hasattr(completion, "to_dict") else None
+    choices = body.get("choices") if isinstance(body, dict) else None
+    if not isinstance(body, dict) or not choices or not isinstance(choices[0], dict):
+        raise PermanentStepError(
+            f"{where}: the answer is not a chat completion{failures.snippet(str(completion))}",
+            reason="invalid_response",
+        )
+    choice = choices[0]
+    found = choice.get("message")
+    message: dict[str, Any] = found if isinstance(found, dict) else {}
+    request_id = getattr(completion, "_request_id", None) or body.get("id")
+    return LLMResponse(
+        text=str(message.get("content") or ""),
+        stop_reason=choice.get("finish_reason"),
+        usage=usage_of(body.get("usage")),
+        model=str(body.get("model") or request.model),
+        request_id=str(request_id) if request_id else None,
+        raw=body,
+    )
+
+
+def body_of(request: LLMRequest, stream: bool, attempt: Attempt | None = None) -> dict[str, Any]:
+    """The keyword arguments of ``chat.completions.create`` (the request's JSON body) for
+    ``request``.
 
     Args:
         request: the call.
         stream: ask for server-sent events (with a final usage chunk).
+        attempt: the structured-output mode and prepared schema
+            (:mod:`plandag.models.structured`); None: strict mode with the request's
+            schema prepared for OpenAI.
 
     Returns:
-        ``{"model", "messages", "max_tokens", ["stop"], ["temperature"],
-        ["response_format"], ["stream", "stream_options"]}``.
+        ``{"model", "messages", "max_tokens", ["tools", "tool_choice",
+        "parallel_tool_calls"], ["stop"], ["temperature"], ["response_format"],
+        ["stream", "stream_options"]}``.
     """
+    if attempt is None:
+        attempt = SchemaModes("openai", ("strict",), "").attempts(request)[0]
     messages: list[dict[str, Any]] = []
-    if request.system:
-        messages.append({"role": "system", "content": request.system})
+    system = attempt.system(request.system)
+    if system:
+        messages.append({"role": "system", "content": system})
     for message in request.messages:
         messages.extend(_chat_messages(message["role"], message["content"]))
     body: dict[str, Any] = {
@@ -355,15 +390,17 @@ def body_of(request: LLMRequest, stream: bool) -> dict[str, Any]:
         body["stop"] = list(request.stop_sequences)
     if request.temperature is not None:
         body["temperature"] = request.temperature
-    if request.json_schema is not None:
+    if attempt.mode == "strict" and attempt.prepared is not None:
         body["response_format"] = {
             "type": "json_schema",
             "json_schema": {
                 "name": request.schema_name,
-                "schema": dict(request.json_schema),
+                "schema": attempt.prepared.schema,
                 "strict": True,
             },
         }
+    elif attempt.mode == "json":
+        body["response_format"] = {"type": "json_object"}
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
@@ -482,14 +519,43 @@ def _count(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def _stream_error(error: object, where: str) -> StepError:
-    """The step error a ``{"error": ...}`` chunk becomes."""
+def _schema_refusal(error: openai.APIStatusError, attempt: Attempt) -> bool:
+    """Whether an HTTP error refuses the request's structured-output mode."""
+    from plandag.models.structured import is_schema_refusal
+
+    if attempt.mode not in ("strict", "json"):
+        return False
+    body = error.body
+    param = body.get("param") if isinstance(body, Mapping) else None
+    return is_schema_refusal(error.status_code, error.message, param)
+
+
+def _failure(error: openai.APIError, where: str) -> StepError:
+    """The step error an SDK error becomes (table in :mod:`plandag.models.base`)."""
+    import httpx2
+    import openai
+
+    if isinstance(error, openai.APIStatusError):
+        detail = error.message
+        if isinstance(error.body, str) and error.body.strip() and error.body not in detail:
+            detail = f"{detail}: {error.body}"  # a body that is not JSON, as it came
+        return failures.status_failure(error.status_code, error.response.headers, detail, where)
+    if isinstance(error, openai.APIConnectionError):
+        cause = error.__cause__
+        if isinstance(cause, httpx2.TransportError):
+            return failures.transport_failure(cause, where)
+        return failures.transport_failure(error, where)
+    return _stream_error(error.body, error.message, where)
+
+
+def _stream_error(error: object, message: str, where: str) -> StepError:
+    """The step error a ``{"error": ...}`` chunk in the middle of a stream becomes."""
     if not isinstance(error, Mapping):
-        return _http.stream_event_failure(None, str(error), where)
+        return failures.stream_event_failure(None, message, where)
     error_type = error.get("type")
     code = error.get("code")
     kind = str(error_type) if isinstance(error_type, str) else None
     if isinstance(code, int) and not isinstance(code, bool) and (code == 429 or code >= 500):
         kind = kind if kind in ("overloaded_error", "rate_limit_error") else "server_error"
     detail = str(error.get("message") or json.dumps(error))
-    return _http.stream_event_failure(kind, detail, where)
+    return failures.stream_event_failure(kind, detail, where)

@@ -26,6 +26,7 @@ from plandag.models import (
     Usage,
     call_with_retries,
 )
+from plandag.models.schemas import prepare_schema, strict_problems
 from plandag.testing import MessagesServer, ScriptedResponse
 
 MODEL = "claude-opus-4-6"  # priced at $5 / $25 per million input / output tokens
@@ -96,8 +97,12 @@ async def test_json_completion_sends_the_schema_as_output_config(server: Message
             {"type": "text", "text": "You write plans.", "cache_control": {"type": "ephemeral"}}
         ],
         "messages": [{"role": "user", "content": "Plan: 2+3"}],
-        "output_config": {"format": {"type": "json_schema", "schema": SCHEMA}},
+        "output_config": {
+            "format": {"type": "json_schema", "schema": prepare_schema(SCHEMA, "anthropic").schema}
+        },
     }
+    assert strict_problems(sent.json["output_config"]["format"]["schema"], "anthropic") == []
+    assert (response.schema_mode, response.schema_errors) == ("strict", ())
     assert sent.api_key == "test"
     assert sent.headers["x-stainless-retry-count"] == "0"
 
@@ -142,7 +147,7 @@ async def test_stream_hands_on_deltas_and_reassembles_the_text() -> None:
     assert response.usage == Usage(input_tokens=40, output_tokens=18)
     assert server.message_requests[0].json["stream"] is True
     assert server.message_requests[0].json["output_config"] == {
-        "format": {"type": "json_schema", "schema": SCHEMA}
+        "format": {"type": "json_schema", "schema": prepare_schema(SCHEMA, "anthropic").schema}
     }
 
 

@@ -1,5 +1,6 @@
-"""The OpenAI-compatible client: chat completions on an httpx.MockTransport that speaks the
-protocol (JSON bodies, server-sent events), and a closed port on 127.0.0.1."""
+"""The OpenAI-compatible client (the official ``openai`` SDK): chat completions on an
+``httpx2.MockTransport`` that speaks the protocol (JSON bodies, server-sent events), and a
+closed port on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import socket
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import httpx
+import httpx2 as httpx
 import pytest
 
 from plandag.brakes.budget import Budget
@@ -25,6 +26,7 @@ from plandag.models import (
     Usage,
     call_with_retries,
 )
+from plandag.models.schemas import prepare_schema
 
 BASE = "http://127.0.0.1:8000/v1"
 MODEL = "llama3.1:8b"
@@ -106,7 +108,9 @@ USAGE_CHUNK = {
 
 
 def client(fake: FakeServer, api_key: str | None = None) -> OpenAICompatibleClient:
-    return OpenAICompatibleClient(BASE, api_key=api_key, transport=httpx.MockTransport(fake))
+    return OpenAICompatibleClient(
+        BASE, api_key=api_key, http_client=httpx.AsyncClient(transport=httpx.MockTransport(fake))
+    )
 
 
 def request(max_tokens: int = 500, *, schema: bool = True) -> LLMRequest:
@@ -152,7 +156,11 @@ async def test_completion_sends_the_json_schema_response_format() -> None:
             "temperature": 0.0,
             "response_format": {
                 "type": "json_schema",
-                "json_schema": {"name": "plan", "schema": SCHEMA, "strict": True},
+                "json_schema": {
+                    "name": "plan",
+                    "schema": prepare_schema(SCHEMA, "openai").schema,
+                    "strict": True,
+                },
             },
         }
     ]
@@ -266,7 +274,7 @@ async def test_status_errors_map_to_step_errors() -> None:
         [
             httpx.Response(429, headers={"retry-after-ms": "1500"}, json={"error": {}}),
             httpx.Response(503, text="upstream down"),
-            httpx.Response(400, json={"error": {"message": "bad schema"}}),
+            httpx.Response(400, json={"error": {"message": "bad request: unknown field"}}),
             httpx.Response(404, text="no such model"),
         ]
     )
@@ -284,7 +292,7 @@ async def test_status_errors_map_to_step_errors() -> None:
     assert unavailable.value.reason == "http_503"
     assert "upstream down" in str(unavailable.value)
     assert bad.value.reason == "http_400"
-    assert "bad schema" in str(bad.value)
+    assert "unknown field" in str(bad.value)
     assert missing.value.reason == "http_404"
 
 

@@ -1,15 +1,17 @@
-"""HTTP failures of a model call → plandag's step errors (the table in
+"""Failures of a model call → plandag's step errors (the table in
 :mod:`plandag.models.base`), shared by both clients.
 
-The Anthropic SDK 2.14 runs on ``httpx2``, the OpenAI-compatible client on ``httpx``; both
-have the same exception names, so the transport rule takes the module as an argument.
+Both official SDKs (``anthropic``, ``openai``) run on ``httpx2``: an HTTP status arrives as the
+SDK's ``APIStatusError`` (its response's status, headers and message are read here), a
+transport failure as its ``APIConnectionError`` / ``APITimeoutError`` whose ``__cause__``
+is the ``httpx2`` exception (:func:`transport_failure` tells by it whether anything was
+sent).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from types import ModuleType
 from typing import Any
 
 from plandag.errors import (
@@ -104,12 +106,12 @@ def stream_event_failure(error_type: str | None, detail: str, where: str) -> Ste
     return PermanentStepError(message, reason=reason)
 
 
-def transport_failure(error: BaseException, httpx: ModuleType, where: str) -> StepError:
-    """The error an httpx (or httpx2) transport exception becomes.
+def transport_failure(error: BaseException, where: str) -> StepError:
+    """The error an ``httpx2`` transport exception becomes.
 
     Args:
-        error: the exception (an ``httpx.TransportError`` or the SDK's wrapper's cause).
-        httpx: the module it comes from (``httpx`` or ``httpx2``).
+        error: the exception (an ``httpx2.TransportError``, the SDK's wrapper's cause), or
+            the SDK's wrapper itself when it has no such cause.
         where: what was called.
 
     Returns:
@@ -119,6 +121,8 @@ def transport_failure(error: BaseException, httpx: ModuleType, where: str) -> St
         :class:`PermanentStepError` (``invalid_url``/``invalid_request``); anything else →
         :class:`TransientStepError` (``network_error``).
     """
+    import httpx2 as httpx
+
     if isinstance(error, httpx.ConnectTimeout | httpx.PoolTimeout):
         return NotStartedError(
             f"{where}: no connection within the timeout; nothing was sent",
