@@ -23,9 +23,17 @@ speak it (https://platform.openai.com/docs/api-reference/chat)::
   "function": {"name", "arguments": JSON text}}``) with finish reason ``tool_calls``;
 * stop reasons map ``end_turn`` → ``stop``, ``max_tokens`` → ``length``, ``tool_use`` →
   ``tool_calls``, ``refusal`` → ``content_filter``;
-* errors: ``{"error": {"message", "type", "code"}}`` with the status of the scripted error
-  (``retry-after`` when scripted); a request without ``model`` or ``messages`` → 400; any
-  other path → 404.
+* errors: ``{"error": {"message", "type", "param", "code"}}`` with the status of the
+  scripted error (``retry-after`` when scripted); a request without ``model`` or
+  ``messages`` → 400; any other path → 404;
+* ``response_format`` as OpenAI's strict mode takes it: a ``json_schema`` with ``strict:
+  true`` that breaks the strict rules (:func:`plandag.models.schemas.strict_problems`) →
+  400 ``invalid_request_error`` with ``param: "response_format"`` and the message
+  ``Invalid schema for response_format 'NAME': ...``, as OpenAI answers. A server that
+  speaks fewer formats is played with ``response_formats`` (say ``("json_object",)`` for
+  one without strict schemas, ``()`` for one without any): another ``response_format``
+  type → 400 with ``param: "response_format"``; ``max_schema_bytes`` refuses a longer
+  strict schema as too large.
 
 Input tokens are counted as the Messages server counts them (four characters a token) over
 every message's content and the tool definitions; a reply's own ``usage``
@@ -37,12 +45,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from plandag.testing.script import (
     CHARS_PER_TOKEN,
     ERROR_STATUS,
+    Script,
     ScriptedResponse,
     estimate_tokens,
     resolve_reply,
@@ -82,7 +91,22 @@ class ChatCompletionsServer(MessagesServer):
     Arguments and methods as :class:`~plandag.testing.server.MessagesServer`; its
     :attr:`url` is the host root: give clients ``server.url + "/v1"`` as their base URL.
     ``api_key``, when set, is compared with ``authorization: Bearer KEY``.
+
+    Args:
+        response_formats: the ``response_format`` types the server speaks (default
+            ``("json_schema", "json_object")``; ``text`` is always spoken).
+        **options: as :class:`~plandag.testing.server.MessagesServer`.
     """
+
+    def __init__(
+        self,
+        script: Script | None = None,
+        *,
+        response_formats: Collection[str] = ("json_schema", "json_object"),
+        **options: Any,
+    ) -> None:
+        super().__init__(script, **options)
+        self.response_formats = frozenset(response_formats) | {"text"}
 
     @property
     def message_requests(self) -> list[RecordedRequest]:
@@ -123,6 +147,12 @@ class ChatCompletionsServer(MessagesServer):
             _send_error(handler, 400, "invalid_request_error", problem, request_id)
             return
         assert isinstance(body, dict)
+        refusal = self._format_problem(body)
+        if refusal is not None:
+            _send_error(
+                handler, 400, "invalid_request_error", refusal, request_id, param="response_format"
+            )
+            return
         try:
             reply = self.script.next_reply(body)
             if reply is None and self.default is not None:
@@ -157,6 +187,36 @@ class ChatCompletionsServer(MessagesServer):
             output_tokens = int(completion["usage"]["completion_tokens"])
             self._wait_until(received_at, self._delay_for(output_tokens))
             _send_json(handler, 200, completion, request_id)
+
+    def _format_problem(self, body: Mapping[str, Any]) -> str | None:
+        """Why the server refuses the request's ``response_format``, or None."""
+        from plandag.models.schemas import strict_problems
+
+        response_format = body.get("response_format")
+        if response_format is None:
+            return None
+        kind = response_format.get("type") if isinstance(response_format, dict) else None
+        if kind not in self.response_formats:
+            allowed = ", ".join(repr(name) for name in sorted(self.response_formats))
+            return f"'response_format.type': {kind!r} is not one of the allowed values [{allowed}]"
+        if kind != "json_schema":
+            return None
+        spec = response_format.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
+            return "'response_format.json_schema.schema': a JSON Schema object is required"
+        name = spec.get("name")
+        if spec.get("strict") is not True or not self.check_schemas:
+            return None
+        size = len(json.dumps(spec["schema"], separators=(",", ":")))
+        if self.max_schema_bytes is not None and size > self.max_schema_bytes:
+            return (
+                f"Invalid schema for response_format {name!r}: the schema is too large "
+                f"({size} bytes; at most {self.max_schema_bytes})"
+            )
+        problems = strict_problems(spec["schema"], "openai")
+        if problems:
+            return f"Invalid schema for response_format {name!r}: {problems[0]}"
+        return None
 
     def _send_error_reply(
         self, handler: RequestHandler, reply: ScriptedResponse, request_id: str
@@ -323,7 +383,9 @@ def _send_error(
     message: str,
     request_id: str,
     headers: Mapping[str, str] | None = None,
+    *,
+    param: str | None = None,
 ) -> None:
     code = "rate_limit_exceeded" if status == 429 else None
-    body = {"error": {"message": message, "type": error_type, "code": code}}
+    body = {"error": {"message": message, "type": error_type, "param": param, "code": code}}
     _send_json(handler, status, body, request_id, headers)

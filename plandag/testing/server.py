@@ -30,7 +30,11 @@ under "Messages", "Streaming Messages" and "Errors"):
   tools); it takes no scripted reply, is not in :attr:`MessagesServer.message_requests`,
   and does not move the numbering of message and tool-use ids;
 * a request missing ``model``, ``max_tokens`` or ``messages`` → 400
-  ``invalid_request_error``, as the API does; any other path → 404 ``not_found_error``.
+  ``invalid_request_error``, as the API does; so is an ``output_config.format.schema`` that
+  breaks the rules of Anthropic's structured outputs (``additionalProperties: false`` on
+  every object, no numeric bounds, no recursion...:
+  :func:`plandag.models.schemas.strict_problems`), unless ``check_schemas=False``; any
+  other path → 404 ``not_found_error``.
 
 Tokens are estimated at four characters a token (:func:`~plandag.testing.script.estimate_tokens`):
 input from the system prompt, the messages and the tool definitions; output from the text
@@ -162,6 +166,26 @@ def api_key_of(headers: Mapping[str, str]) -> str | None:
     return token if scheme.lower() == "bearer" and token else None
 
 
+def _schema_problem(body: Any, max_bytes: int | None) -> str | None:
+    """The API's refusal of a request's output schema, or None (Anthropic's rules)."""
+    from plandag.models.schemas import strict_problems
+
+    config = body.get("output_config") if isinstance(body, dict) else None
+    output = config.get("format") if isinstance(config, dict) else None
+    if not isinstance(output, dict) or output.get("type") != "json_schema":
+        return None
+    size = len(json.dumps(output.get("schema"), separators=(",", ":")))
+    if max_bytes is not None and size > max_bytes:
+        return (
+            f"output_config.format.schema: the schema is too large ({size} bytes; at most "
+            f"{max_bytes})"
+        )
+    problems = strict_problems(output.get("schema"), "anthropic")
+    if not problems:
+        return None
+    return f"output_config.format.schema: {problems[0]}"
+
+
 class _Abort(Exception):
     """The client went away or the server is stopping: drop the connection."""
 
@@ -187,6 +211,10 @@ class MessagesServer:
         cache_ttl_s: seconds a cached prefix lives after its last write or read (300).
         clock: monotonic seconds for the cache's lifetimes (default ``time.monotonic``;
             a test passes its own to expire entries).
+        check_schemas: refuse a structured-output schema the real API would refuse (400,
+            the first problem in the message); default True.
+        max_schema_bytes: a structured-output schema whose compact JSON is longer is
+            refused as too large (400), or None for no limit.
 
     Raises:
         ValueError: a negative or non-finite ``ttft``, a ``tokens_per_second`` that is not
@@ -211,6 +239,8 @@ class MessagesServer:
         cache_min_tokens: int = 1024,
         cache_ttl_s: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
+        check_schemas: bool = True,
+        max_schema_bytes: int | None = None,
     ) -> None:
         if not math.isfinite(ttft) or ttft < 0:
             raise ValueError(f"ttft must be a finite number of seconds >= 0, not {ttft}")
@@ -232,6 +262,8 @@ class MessagesServer:
         self.cache_min_tokens = cache_min_tokens
         self.cache_ttl_s = cache_ttl_s
         self.clock = clock
+        self.check_schemas = check_schemas
+        self.max_schema_bytes = max_schema_bytes
         self.cache_reads = 0
         self.cache_writes = 0
         self._cache: dict[str, float] = {}
@@ -453,6 +485,8 @@ class MessagesServer:
             _send_error(handler, 401, "authentication_error", message, request_id)
             return
         problem = _validate(body, count_only=path.endswith("count_tokens"))
+        if problem is None and self.check_schemas:
+            problem = _schema_problem(body, self.max_schema_bytes)
         if problem is not None:
             _send_error(handler, 400, "invalid_request_error", problem, request_id)
             return

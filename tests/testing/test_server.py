@@ -46,6 +46,24 @@ def sdk(server: MessagesServer) -> anthropic.AsyncAnthropic:
 # -- plain replies ---------------------------------------------------------------------------
 
 
+PLAN_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "steps": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"id": {"type": "integer"}, "tool": {"type": "string"}},
+                "required": ["id", "tool"],
+                "additionalProperties": False,
+            },
+        }
+    },
+    "required": ["steps"],
+    "additionalProperties": False,
+}
+
+
 @pytest.mark.anyio
 async def test_json_reply_through_the_sdk(server: MessagesServer) -> None:
     server.push_json({"steps": [{"id": 1, "tool": "add"}]})
@@ -55,7 +73,7 @@ async def test_json_reply_through_the_sdk(server: MessagesServer) -> None:
             max_tokens=200,
             system="You plan.",
             messages=[{"role": "user", "content": "Plan: add 2 and 3"}],
-            output_config={"format": {"type": "json_schema", "schema": {"type": "object"}}},
+            output_config={"format": {"type": "json_schema", "schema": PLAN_SCHEMA}},
         )
     assert message.id == "msg_local_000001"
     assert message.model == MODEL
@@ -74,8 +92,34 @@ async def test_json_reply_through_the_sdk(server: MessagesServer) -> None:
 
 
 @pytest.mark.anyio
+async def test_a_schema_the_api_refuses_is_refused(server: MessagesServer) -> None:
+    bounded = {
+        "type": "object",
+        "properties": {"n": {"type": "integer", "minimum": 1}},
+        "additionalProperties": False,
+    }
+    for schema, words in (
+        ({"type": "object"}, "additionalProperties must be false"),
+        (bounded, "'minimum' is not supported"),
+    ):
+        async with sdk(server) as client:
+            with pytest.raises(anthropic.BadRequestError, match=words):
+                await client.messages.create(
+                    model=MODEL,
+                    max_tokens=20,
+                    messages=[{"role": "user", "content": "x"}],
+                    output_config={"format": {"type": "json_schema", "schema": schema}},
+                )
+    assert len(server.message_requests) == 2
+
+
+@pytest.mark.anyio
 async def test_requests_are_recorded_with_what_the_sdk_sent(server: MessagesServer) -> None:
-    schema: dict[str, object] = {"type": "object", "properties": {"steps": {"type": "array"}}}
+    schema: dict[str, object] = {
+        "type": "object",
+        "properties": {"steps": {"type": "array", "items": {"type": "string"}}},
+        "additionalProperties": False,
+    }
     server.push_text("ok")
     key = "sk-local-0123456789"
     async with anthropic.AsyncAnthropic(api_key=key, base_url=server.url, max_retries=0) as client:
