@@ -5,9 +5,13 @@ It sits below the scheduler, the executors and the planner and imports none of t
 * the provider interface: :class:`LLMRequest`, :class:`LLMResponse`, :class:`Usage`,
   :class:`LLMClient`, :class:`LLMStream` (:mod:`plandag.models.base`, which also holds
   the table of how failures map to plandag's step errors);
-* two clients: :class:`AnthropicClient` (the official SDK, ``max_retries=0``) and
-  :class:`OpenAICompatibleClient` (chat completions over httpx, for vLLM, Ollama,
+* two clients on the official SDKs, both with ``max_retries=0``: :class:`AnthropicClient`
+  (``anthropic``) and :class:`OpenAICompatibleClient` (``openai``: OpenAI, vLLM, Ollama,
   llama.cpp);
+* structured output: :func:`prepare_schema` shapes a JSON Schema for a provider's rules
+  and brings the answer back (:class:`PreparedSchema`), :func:`strict_problems` checks a
+  schema against them (:mod:`plandag.models.schemas`); a server that refuses a mode gets
+  the next one (:mod:`plandag.models.structured`);
 * costs: :class:`PriceTable`, :class:`ModelPrice`, :data:`DEFAULT_PRICES`;
 * the brakes: :func:`call_with_retries` (retries per a ``RetryPolicy``, budget reserved
   before and settled after each attempt, a :class:`CallRecord` per attempt).
@@ -39,6 +43,9 @@ from plandag.models.openai import OpenAICompatibleClient as OpenAICompatibleClie
 from plandag.models.pricing import DEFAULT_PRICES as DEFAULT_PRICES
 from plandag.models.pricing import ModelPrice as ModelPrice
 from plandag.models.pricing import PriceTable as PriceTable
+from plandag.models.schemas import PreparedSchema as PreparedSchema
+from plandag.models.schemas import prepare_schema as prepare_schema
+from plandag.models.schemas import strict_problems as strict_problems
 
 __all__ = [
     "DEFAULT_PRICES",
@@ -55,6 +62,7 @@ __all__ = [
     "ModelPrice",
     "ModelRefusalError",
     "OpenAICompatibleClient",
+    "PreparedSchema",
     "PriceTable",
     "PromptCache",
     "TruncatedResponseError",
@@ -65,4 +73,6 @@ __all__ = [
     "check_stop_reason",
     "estimate_cost",
     "estimate_input_tokens",
+    "prepare_schema",
+    "strict_problems",
 ]
