@@ -164,6 +164,8 @@ class AnthropicClient:
             try:
                 message = await self._create(request, attempt)
             except SchemaRefusal as refusal:
+                if self.schema_modes.gives_up(request, attempt, refusal):
+                    raise refusal.mapped from refusal
                 self.schema_modes.refused(attempt, refusal)
                 if number + 1 < len(attempts):
                     continue
@@ -246,10 +248,11 @@ class AnthropicClient:
                 sdk_stream = await manager.__aenter__()
             except anthropic.APIStatusError as error:
                 mapped = _failure(error, where)
-                if _schema_refusal(error, attempt):
-                    self.schema_modes.refused(
-                        attempt, SchemaRefusal(error.status_code, error.message, mapped)
-                    )
+                refusal = SchemaRefusal(error.status_code, error.message, mapped)
+                if _schema_refusal(error, attempt) and not self.schema_modes.gives_up(
+                    request, attempt, refusal
+                ):
+                    self.schema_modes.refused(attempt, refusal)
                     if number + 1 < len(attempts):
                         continue
                 raise mapped from error

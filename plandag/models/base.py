@@ -159,6 +159,10 @@ class LLMRequest:
             server refuses it as too large (a plan schema over the plan's own subset of
             tools, say); each accepts only answers ``json_schema`` accepts. () for none
             (:mod:`plandag.models.structured`).
+        raise_if_too_large: when the server refuses the schema as too large and no narrower
+            schema is left, raise its refusal (a :class:`PermanentStepError`, ``http_400``)
+            instead of asking again without strict mode: for a caller that narrows the
+            schema itself (the planner's subset of tools).
 
     Raises:
         ValueError: ``max_tokens`` < 1, no messages, or a temperature that is not finite
@@ -177,6 +181,7 @@ class LLMRequest:
     tool_choice: Mapping[str, Any] | None = None
     cache: PromptCache = "prefix"
     narrower_schemas: Sequence[Mapping[str, Any]] = ()
+    raise_if_too_large: bool = False
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:

@@ -154,6 +154,8 @@ class OpenAICompatibleClient:
             try:
                 completion = await self._create(request, attempt, stream=False)
             except SchemaRefusal as refusal:
+                if self.schema_modes.gives_up(request, attempt, refusal):
+                    raise refusal.mapped from refusal
                 self.schema_modes.refused(attempt, refusal)
                 if number + 1 < len(attempts):
                     continue
@@ -203,6 +205,8 @@ class OpenAICompatibleClient:
             try:
                 sdk_stream = await self._create(request, attempt, stream=True)
             except SchemaRefusal as refusal:
+                if self.schema_modes.gives_up(request, attempt, refusal):
+                    raise refusal.mapped from refusal
                 self.schema_modes.refused(attempt, refusal)
                 if number + 1 < len(attempts):
                     continue

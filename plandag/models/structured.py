@@ -23,7 +23,9 @@ or the schema) is asked again at once in the next mode, and :class:`SchemaModes`
 remembers it for the rest of the client's life (one client per run), saying so once on
 stderr. A refusal that says the schema is too large (too many properties, enum values or
 nesting) first tries the request's narrower schemas
-(:attr:`~plandag.models.base.LLMRequest.narrower_schemas`), remembered likewise.
+(:attr:`~plandag.models.base.LLMRequest.narrower_schemas`), remembered likewise; with
+none left, a request that narrows the schema itself
+(:attr:`~plandag.models.base.LLMRequest.raise_if_too_large`) gets the refusal raised.
 """
 
 from __future__ import annotations
@@ -183,6 +185,17 @@ class SchemaModes:
             else:
                 out.append(Attempt(mode, full, full_key))
         return out
+
+    def gives_up(self, request: LLMRequest, attempt: Attempt, refusal: SchemaRefusal) -> bool:
+        """Whether ``refusal`` goes to the caller instead of the next attempt: a schema
+        refused as too large, no narrower one left, and the request asks for it
+        (:attr:`~plandag.models.base.LLMRequest.raise_if_too_large`)."""
+        if not request.raise_if_too_large or attempt.mode != "strict":
+            return False
+        if not _SIZE_WORDS.search(refusal.detail):
+            return False
+        last = request.narrower_schemas[-1] if request.narrower_schemas else request.json_schema
+        return last is not None and attempt.fingerprint == _fingerprint(last)
 
     def refused(self, attempt: Attempt, refusal: SchemaRefusal) -> None:
         """Remember that the server refused ``attempt``: a schema refused as too large is

@@ -346,6 +346,7 @@ class Planner:
                 json_schema=self.json_schema,
                 schema_name=WIRE_SCHEMA_NAME,
                 temperature=self.temperature,
+                raise_if_too_large=self.tool_subset is None,
             )
             try:
                 return await call_with_retries(

@@ -25,7 +25,7 @@ from plandag.library import PlanLibrary
 from plandag.models import AnthropicClient, LLMClient, OpenAICompatibleClient
 from plandag.models.schemas import strict_problems
 from plandag.planner.agent import Agent, AgentResult
-from plandag.planner.wire import to_wire
+from plandag.planner.wire import dumps_wire
 from plandag.scheduler import RunLimits
 from plandag.store import Store, open_store
 from plandag.testing import ChatCompletionsServer, MessagesServer, RecordedRequest, ScriptedResponse
@@ -61,8 +61,9 @@ def registry() -> Registry:
     return Registry([lookup, broken, *EXECUTOR_TOOLS], BUILTIN_CHECKS)
 
 
-def wire(document: dict[str, Any]) -> dict[str, Any]:
-    return to_wire(Plan.model_validate({"version": 1, "goal": "Sum a and b", **document}))
+def wire(document: dict[str, Any]) -> Any:
+    plan = Plan.model_validate({"version": 1, "goal": "Sum a and b", **document})
+    return json.loads(dumps_wire(plan, registry()))
 
 
 PLAN = wire(
@@ -172,7 +173,7 @@ def kind_of(body: dict[str, Any]) -> str:
         return "plan"
     if "decision" in properties:
         return "join"
-    if "task_type" in properties:
+    if "route" in properties:
         return "route"
     return "llm"
 
@@ -205,7 +206,8 @@ class Responder:
         if kind == "join":
             return ScriptedResponse.json({"decision": {"action": "finish", "answer": "5"}})
         if kind == "route":
-            return ScriptedResponse.json({"task_type": "sum_ab", "new": False, "params": []})
+            route = {"task_type": "sum_ab", "new": False, "params": {}}
+            return ScriptedResponse.json({"route": route})
         if kind == "agent":
             if has_tool_result(body):
                 return ScriptedResponse.text("a is 1", usage=USAGE)

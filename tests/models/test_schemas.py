@@ -12,7 +12,7 @@ import pytest
 from plandag.extract.nfe.record import nfe_record_json_schema
 from plandag.jobs.contracts.fields import FIELD_TYPES, FieldSpec
 from plandag.jobs.contracts.plan import group_schema
-from plandag.library.routing import ROUTING_SCHEMA
+from plandag.library.routing import routing_schema
 from plandag.models.schemas import (
     OPENAI_MAX_DEPTH,
     PreparedSchema,
@@ -20,7 +20,8 @@ from plandag.models.schemas import (
     strict_problems,
 )
 from plandag.planner.joiner import JOIN_SCHEMA
-from plandag.planner.wire import wire_json_schema
+from plandag.planner.schema import plan_json_schema
+from plandag.tools.registry import default_registry
 
 PROVIDERS = ("openai", "anthropic")
 
@@ -272,10 +273,9 @@ LLM_STEP_SCHEMAS: list[dict[str, Any]] = [
 
 SENT_SCHEMAS = {
     "contracts": contracts_schema(),
-    "wire": wire_json_schema(tools=["add", "read_text"], checks=["not_empty"]),
-    "wire_any": wire_json_schema(),
+    "plan": plan_json_schema(default_registry()),
     "join": JOIN_SCHEMA,
-    "routing": ROUTING_SCHEMA,
+    "routing": routing_schema([]),
     "nfe_record": nfe_record_json_schema(),
     **{f"llm_{index}": schema for index, schema in enumerate(LLM_STEP_SCHEMAS)},
     "recursive": OPENAI_GOOD[2],
