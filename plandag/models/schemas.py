@@ -17,9 +17,9 @@ refs read too). Providers that enforce a schema while generating accept only a s
 * **Anthropic structured outputs** (``output_config.format``; Anthropic, "Structured
   outputs", "JSON Schema limitations", and the ``anthropic`` SDK's ``transform_schema``):
   every object sets ``additionalProperties: false``; one ``type`` per schema (a nullable
-  value is ``anyOf`` with ``null``); no numeric bounds, no string lengths or patterns, an
-  array's ``minItems`` only 0 or 1, no ``maxItems``; formats :data:`ANTHROPIC_STRING_FORMATS`;
-  no recursion.
+  value is ``anyOf`` with ``null``); no numeric bounds, no string lengths, an array's
+  ``minItems`` only 0 or 1, no ``maxItems``; ``pattern`` (simple regular expressions: no
+  backreferences or lookarounds); formats :data:`ANTHROPIC_STRING_FORMATS`; no recursion.
 
 :func:`prepare_schema` turns a schema into the one a provider accepts
 (:class:`PreparedSchema`). What it cannot state the provider cannot enforce, so plandag
@@ -148,7 +148,7 @@ _PROFILES: dict[str, _Profile] = {
         root_object=False,
         recursion=False,
         const=True,
-        string=frozenset({"format"}),
+        string=frozenset({"format", "pattern"}),
         formats=ANTHROPIC_STRING_FORMATS,
         number=frozenset(),
         array=frozenset({"minItems"}),

@@ -208,3 +208,22 @@ def strict_schema_of(schema: dict[str, Any]) -> dict[str, Any]:
     from plandag.models.schemas import prepare_schema
 
     return prepare_schema(schema, "openai").schema
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("clean_environment")
+async def test_a_caller_that_narrows_itself_gets_the_too_large_refusal() -> None:
+    from dataclasses import replace
+
+    from plandag.errors import PermanentStepError
+
+    notices: list[str] = []
+    full_size = len(json.dumps(strict_schema_of(SCHEMA), separators=(",", ":")))
+    with ChatCompletionsServer(max_schema_bytes=full_size - 1) as server:
+        async with OpenAICompatibleClient(server.url + "/v1", notice=notices.append) as client:
+            with pytest.raises(PermanentStepError) as caught:
+                await client.complete(replace(request(), raise_if_too_large=True))
+        assert formats(server) == ["json_schema"]
+    assert caught.value.reason == "http_400"
+    assert "too large" in str(caught.value)
+    assert (notices, client.schema_modes.mode) == ([], "strict")

@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 
 from plandag.models import AnthropicClient, LLMRequest, OpenAICompatibleClient
+from plandag.models.schemas import prepare_schema, strict_problems
 from plandag.planner.schema import REFERENCE_PATTERN, plan_json_schema
 from plandag.testing import ChatCompletionsServer, MessagesServer, SchemaFollower
 from plandag.testing.schema_model import UnsupportedSchemaError, random_instance
@@ -133,7 +134,9 @@ async def test_the_chat_completions_server_answers_with_an_instance_of_the_schem
             await client.aclose()
     jsonschema.validate(json.loads(response.text), plan_schema)
     [sent] = server.message_requests
-    assert sent.json["response_format"]["json_schema"]["schema"] == plan_schema
+    sent_schema = sent.json["response_format"]["json_schema"]["schema"]
+    assert sent_schema == prepare_schema(plan_schema, "openai").schema  # strict mode's shape
+    assert strict_problems(sent_schema, "openai") == []
 
 
 def test_the_command_line_server_takes_a_seed() -> None:
