@@ -64,7 +64,7 @@ def broken(label: str) -> str:
 
 
 def _step(i: int, tool: str, label: str, depends_on: list[int]) -> dict[str, Any]:
-    return {"i": i, "t": tool, "a": [f"label={label}"], "d": depends_on}
+    return {"i": i, "t": tool, "a": {"label": label}, "d": depends_on}
 
 
 def _chain(length: int) -> dict[str, Any]:
@@ -74,7 +74,7 @@ def _chain(length: int) -> dict[str, Any]:
         _step(n, "append_keyed", f"<step_{n - 1}_result>+s{n}", [n - 1])
         for n in range(2, length + 1)
     ]
-    return {"g": "a chain of effects", "s": steps, "o": f'"<step_{length}_result>"'}
+    return {"g": "a chain of effects", "s": steps, "o": {"json": f'"<step_{length}_result>"'}}
 
 
 FAILING_PLAN = {
@@ -84,7 +84,7 @@ FAILING_PLAN = {
         _step(2, "broken", "<step_1_result>", [1]),
         _step(3, "append_keyed", "<step_2_result>+s3", [2]),
     ],
-    "o": '"<step_3_result>"',
+    "o": {"json": '"<step_3_result>"'},
 }
 REPLAN = {
     "g": "a chain of effects",
@@ -92,7 +92,7 @@ REPLAN = {
         _step(4, "append_keyed", "<step_1_result>+r4", [1]),
         _step(5, "append_keyed", "<step_4_result>+r5", [4]),
     ],
-    "o": '"<step_5_result>"',
+    "o": {"json": '"<step_5_result>"'},
 }
 
 # (replies the model gives, the label whose call is killed, the output the run must end with)

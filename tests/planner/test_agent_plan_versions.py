@@ -35,7 +35,7 @@ def broken(name: str) -> dict[str, Any]:
     raise ValueError(f"service down for {name}")
 
 
-def step(i: int, tool_name: str, args: list[str], d: list[int]) -> dict[str, Any]:
+def step(i: int, tool_name: str, args: dict[str, Any], d: list[int]) -> dict[str, Any]:
     return {"i": i, "t": tool_name, "a": args, "d": d}
 
 
@@ -93,15 +93,15 @@ async def test_each_version_is_handed_over_before_its_steps_start(
     server.push_json(
         {
             "g": "Score a and bb",
-            "s": [step(1, "lookup", ["name=a"], []), step(2, "broken", ["name=bb"], [])],
-            "o": '{"a":"<step_1_result.score>","b":"<step_2_result.score>"}',
+            "s": [step(1, "lookup", {"name": "a"}, []), step(2, "broken", {"name": "bb"}, [])],
+            "o": {"json": '{"a":"<step_1_result.score>","b":"<step_2_result.score>"}'},
         }
     )
     server.push_json(
         {
             "g": "Score a and bb",
-            "s": [step(3, "lookup", ["name=bb"], [])],
-            "o": '{"a":"<step_1_result.score>","b":"<step_3_result.score>"}',
+            "s": [step(3, "lookup", {"name": "bb"}, [])],
+            "o": {"json": '{"a":"<step_1_result.score>","b":"<step_3_result.score>"}'},
         }
     )
     seen = await run(server, stream=False)
@@ -115,8 +115,8 @@ async def test_a_streamed_plan_is_handed_over_as_it_grows(server: MessagesServer
     server.push_json(
         {
             "g": "Score a and bb",
-            "s": [step(1, "lookup", ["name=a"], []), step(2, "lookup", ["name=bb"], [])],
-            "o": '{"a":"<step_1_result.score>","b":"<step_2_result.score>"}',
+            "s": [step(1, "lookup", {"name": "a"}, []), step(2, "lookup", {"name": "bb"}, [])],
+            "o": {"json": '{"a":"<step_1_result.score>","b":"<step_2_result.score>"}'},
         }
     )
     seen = await run(server, stream=True)
