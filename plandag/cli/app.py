@@ -78,11 +78,6 @@ app = typer.Typer(
     cls=LazyGroup,  # the commands of other modules are imported when invoked
 )
 app.callback()(root_callback)
-extract_app = typer.Typer(
-    help="Batch extraction jobs built on stored plans.",
-    no_args_is_help=True,
-    rich_markup_mode=None,
-)
 
 stdout = SecretMaskingConsole(soft_wrap=True, highlight=False)
 stderr = SecretMaskingConsole(stderr=True, soft_wrap=True, highlight=False)

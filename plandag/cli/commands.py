@@ -159,7 +159,7 @@ COMMANDS: tuple[CommandEntry, ...] = (
     ),
     CommandEntry(
         "extract",
-        "plandag.cli.extract_command",
+        "plandag.cli.extract_group",
         "Batch extraction jobs built on stored plans.",
     ),
     CommandEntry("eval", "plandag.cli.eval_command", "Score a job's records against labels."),

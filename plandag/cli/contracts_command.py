@@ -34,17 +34,16 @@ from plandag.cli.app import (
     _fail,
     _limits,
     _settings,
-    extract_app,
     slow_start_value,
     stderr,
     stdout,
 )
-from plandag.cli.extract_command import batch_progress, batch_run_options
+from plandag.cli.batch import batch_progress, batch_run_options, close_batch
 from plandag.cli.signals import Interruptible, exit_code_for_signal
 from plandag.cli.store_command import RedactOption, StoreOption, open_cli_store, trace_factory
 from plandag.errors import InputError
 
-__all__ = ["extract_contracts_command", "model_options"]
+__all__ = ["extract_contracts_command", "model_options", "register"]
 
 _STOPS = {
     "budget": "the cost or token cap (--max-cost, --max-tokens)",
@@ -54,7 +53,6 @@ _STOPS = {
 }
 
 
-@extract_app.command("contracts")
 def extract_contracts_command(
     paths: Annotated[
         list[str],
@@ -325,10 +323,10 @@ def extract_contracts_command(
         with progress:
             outcome = Interruptible(bounded).run()
     except InputError as error:
-        _close_batch(run_store, writers[0] if writers else None, batch_id, "failed")
+        close_batch(run_store, writers[0] if writers else None, batch_id, "failed")
         _fail(str(error))
     except OSError as error:
-        _close_batch(run_store, writers[0] if writers else None, batch_id, "failed")
+        close_batch(run_store, writers[0] if writers else None, batch_id, "failed")
         _fail(f"-o {output}: cannot write it ({error.strerror or error})")
     summary = outcome.result
     stopped = summary.stopped if summary is not None else None
@@ -406,10 +404,7 @@ def model_options(client: Any, model: str, calls: int) -> dict[str, Any]:
     return {"models": ModelAccess(client, model, call_slots=anyio.CapacityLimiter(calls))}
 
 
-def _close_batch(store: Any, writer: Any, batch_id: str, status: str) -> None:
-    """A batch that stopped on an unusable argument: record it and close."""
-    store.update_run(batch_id, status=status, pid=None)
-    if writer is not None:
-        writer.segment_ended(status)
-        writer.close()
-    store.close()
+def register(group: typer.Typer) -> None:
+    """Add ``contracts`` to ``group``, the ``plandag extract`` group
+    (:mod:`plandag.cli.extract_group`)."""
+    group.command("contracts")(extract_contracts_command)

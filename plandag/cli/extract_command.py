@@ -11,14 +11,13 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from plandag.brakes import cap_or_none
-from plandag.brakes.retry import RetryPolicy
 from plandag.cli.app import (
     BoundaryOption,
     HeartbeatEveryOption,
@@ -43,25 +42,21 @@ from plandag.cli.app import (
     _planner_options,
     _registry,
     _settings,
-    boundary_words,
-    extract_app,
-    print_brakes,
     slow_start_value,
     stderr,
     stdout,
 )
+from plandag.cli.batch import batch_progress, batch_run_options, close_batch
 from plandag.cli.signals import Interruptible, exit_code_for_signal
 from plandag.cli.store_command import RedactOption, StoreOption, open_cli_store, trace_factory
 from plandag.errors import InputError
-from plandag.scheduler import RunLimits
 
 if TYPE_CHECKING:
-    from plandag.config import Settings
+    pass
 
 __all__ = ["extract_nfe", "register"]
 
 
-@extract_app.command("nfe")
 def extract_nfe(
     paths: Annotated[
         list[str], typer.Argument(metavar="PATH...", help="NF-e/NFC-e XML files, folders or globs.")
@@ -346,10 +341,10 @@ def extract_nfe(
             outcome = Interruptible(bounded).run()
         _correct_documents(run_store, previous_corrections)
     except InputError as error:
-        _close_batch(run_store, writers[0] if writers else None, batch_id, "failed")
+        close_batch(run_store, writers[0] if writers else None, batch_id, "failed")
         _fail(str(error))
     except OSError as error:
-        _close_batch(run_store, writers[0] if writers else None, batch_id, "failed")
+        close_batch(run_store, writers[0] if writers else None, batch_id, "failed")
         _fail(f"-o {output}: cannot write it ({error.strerror or error})")
     summary = outcome.result
     batch_status = (
@@ -401,77 +396,6 @@ def extract_nfe(
     if outcome.signal is not None:
         raise typer.Exit(exit_code_for_signal(outcome.signal))
     raise typer.Exit(batch_exit_code(summary))
-
-
-def batch_run_options(settings: Settings, output: Path) -> dict[str, Any]:
-    """Make the output's folder, print the batch's brakes line and return the options every
-    input's run takes: the retry policy, the concurrency within an input, lifted per-run
-    limits (the batch's own brakes govern every input) and the batch's one ``budget``.
-
-    Args:
-        settings: the command's resolved settings (``plandag.cli.app._settings``).
-        output: the ``-o`` file.
-
-    Raises:
-        typer.Exit: (exit 2) the output's folder cannot be created.
-    """
-    from plandag.brakes.budget import Budget
-
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        _fail(f"-o {output}: cannot create its folder ({error.strerror or error})")
-    budget = Budget(
-        cap_or_none(settings["max_cost"]),
-        cap_or_none(settings["max_tokens"]),
-        slow_start=settings["slow_start"],
-    )
-    print_brakes(settings, boundary_words(settings["write_boundary"], output.parent))
-    return {
-        "retry": RetryPolicy(retries=settings["retries"]),
-        "max_concurrency": settings["max_concurrency"],
-        "limits": RunLimits.lifted(),
-        "budget": budget,
-    }
-
-
-def batch_progress(
-    settings: Settings, heartbeat_file: Path | None, noun: str
-) -> tuple[Any, Any, Callable[[int, int], None]]:
-    """The batch's stall monitor (heartbeats, ``stall_after``, ``stop_on_stall``), its
-    progress bar on stderr (only on a terminal, labelled ``noun``) and the callback that
-    feeds both with ``(finished, total)`` inputs.
-
-    Returns:
-        ``(monitor, progress, on_progress)``: a ``BatchMonitor``, a ``rich`` ``Progress``
-        to enter around the batch, and the callback.
-    """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    from plandag.extract.monitor import BatchMonitor
-
-    monitor = BatchMonitor(
-        heartbeat_file,
-        every=settings["heartbeat_every"],
-        stall_after=cap_or_none(settings["stall_after"]),
-        stop_on_stall=settings["stop_on_stall"],
-    )
-    progress = Progress(
-        f"[bold]{noun}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=stderr,
-        transient=True,
-        disable=not stderr.is_terminal,
-    )
-    task = progress.add_task(noun, total=None)
-
-    def on_progress(finished: int, total: int) -> None:
-        monitor.update(finished, total)
-        progress.update(task, completed=finished, total=total)
-
-    return monitor, progress, on_progress
 
 
 def _same_output(recorded: Any, output: Path) -> bool:
@@ -554,17 +478,7 @@ def _document_spans(path: Path, step_ids: set[int]) -> dict[int, tuple[float, fl
     return found
 
 
-def _close_batch(store: Any, writer: Any, batch_id: str, status: str) -> None:
-    """An ``extract`` batch that stopped on an unusable argument: record it and close."""
-    store.update_run(batch_id, status=status, pid=None)  # nothing when it was never created
-    if writer is not None:
-        writer.segment_ended(status)
-        writer.close()
-    store.close()
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``extract`` (its subcommands ``nfe`` and ``contracts``) to the ``plandag`` app."""
-    import plandag.cli.contracts_command  # noqa: F401  (defines ``extract contracts``)
-
-    app.add_typer(extract_app, name="extract")
+def register(group: typer.Typer) -> None:
+    """Add ``nfe`` to ``group``, the ``plandag extract`` group
+    (:mod:`plandag.cli.extract_group`)."""
+    group.command("nfe")(extract_nfe)

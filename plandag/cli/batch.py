@@ -1,0 +1,101 @@
+"""What the batch extraction commands (``plandag extract nfe``, ``plandag extract
+contracts``) share: the options every input's run takes under the batch's one budget, the
+batch's stall monitor and progress bar, and the close of a batch that stopped on an
+unusable argument."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from plandag.brakes import cap_or_none
+from plandag.brakes.retry import RetryPolicy
+from plandag.cli.app import _fail, boundary_words, print_brakes, stderr
+from plandag.scheduler import RunLimits
+
+if TYPE_CHECKING:
+    from plandag.config import Settings
+
+__all__ = ["batch_progress", "batch_run_options", "close_batch"]
+
+
+def batch_run_options(settings: Settings, output: Path) -> dict[str, Any]:
+    """Make the output's folder, print the batch's brakes line and return the options every
+    input's run takes: the retry policy, the concurrency within an input, lifted per-run
+    limits (the batch's own brakes govern every input) and the batch's one ``budget``.
+
+    Args:
+        settings: the command's resolved settings (``plandag.cli.app._settings``).
+        output: the ``-o`` file.
+
+    Raises:
+        typer.Exit: (exit 2) the output's folder cannot be created.
+    """
+    from plandag.brakes.budget import Budget
+
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        _fail(f"-o {output}: cannot create its folder ({error.strerror or error})")
+    budget = Budget(
+        cap_or_none(settings["max_cost"]),
+        cap_or_none(settings["max_tokens"]),
+        slow_start=settings["slow_start"],
+    )
+    print_brakes(settings, boundary_words(settings["write_boundary"], output.parent))
+    return {
+        "retry": RetryPolicy(retries=settings["retries"]),
+        "max_concurrency": settings["max_concurrency"],
+        "limits": RunLimits.lifted(),
+        "budget": budget,
+    }
+
+
+def batch_progress(
+    settings: Settings, heartbeat_file: Path | None, noun: str
+) -> tuple[Any, Any, Callable[[int, int], None]]:
+    """The batch's stall monitor (heartbeats, ``stall_after``, ``stop_on_stall``), its
+    progress bar on stderr (only on a terminal, labelled ``noun``) and the callback that
+    feeds both with ``(finished, total)`` inputs.
+
+    Returns:
+        ``(monitor, progress, on_progress)``: a ``BatchMonitor``, a ``rich`` ``Progress``
+        to enter around the batch, and the callback.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from plandag.extract.monitor import BatchMonitor
+
+    monitor = BatchMonitor(
+        heartbeat_file,
+        every=settings["heartbeat_every"],
+        stall_after=cap_or_none(settings["stall_after"]),
+        stop_on_stall=settings["stop_on_stall"],
+    )
+    progress = Progress(
+        f"[bold]{noun}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=stderr,
+        transient=True,
+        disable=not stderr.is_terminal,
+    )
+    task = progress.add_task(noun, total=None)
+
+    def on_progress(finished: int, total: int) -> None:
+        monitor.update(finished, total)
+        progress.update(task, completed=finished, total=total)
+
+    return monitor, progress, on_progress
+
+
+def close_batch(store: Any, writer: Any, batch_id: str, status: str) -> None:
+    """A batch that stopped on an unusable argument: record it (nothing when it was never
+    created) and close its trace and the store."""
+    store.update_run(batch_id, status=status, pid=None)
+    if writer is not None:
+        writer.segment_ended(status)
+        writer.close()
+    store.close()
