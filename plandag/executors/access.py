@@ -37,6 +37,7 @@ __all__ = [
     "connect",
     "executor_model_for",
     "model_steps",
+    "provider_client",
     "require_key",
     "require_models",
 ]
@@ -325,17 +326,21 @@ def connect(
             ``base_url``).
     """
     name = executor_model_for(provider, model, executor_model)
-    key = require_key(provider, base_url)
-    client: LLMClient
+    client = provider_client(provider, base_url, require_key(provider, base_url))
+    return ModelAccess(client, name, registry=registry)
+
+
+def provider_client(provider: str, base_url: str | None, key: str | None) -> LLMClient:
+    """The client of ``provider`` (``anthropic``: the Messages API; ``openai``: chat
+    completions at ``base_url``, default :data:`OPENAI_URL`) with ``max_retries=0`` (the
+    scheduler's retry policy decides); ``key`` as :func:`require_key` read it."""
     if provider == "anthropic":
         from plandag.models.anthropic import AnthropicClient
 
-        client = AnthropicClient(api_key=key, base_url=base_url)
-    else:
-        from plandag.models.openai import OpenAICompatibleClient
+        return AnthropicClient(api_key=key, base_url=base_url)
+    from plandag.models.openai import OpenAICompatibleClient
 
-        client = OpenAICompatibleClient(base_url or OPENAI_URL, api_key=key or None)
-    return ModelAccess(client, name, registry=registry)
+    return OpenAICompatibleClient(base_url or OPENAI_URL, api_key=key or None)
 
 
 def require_key(provider: str, base_url: str | None) -> str | None:

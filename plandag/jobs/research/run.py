@@ -315,15 +315,11 @@ class ResearchRun:
 
 
 def model_client(provider: str, base_url: str | None, key: str | None) -> Any:
-    """The provider's client (``max_retries=0``: the scheduler's retry policy decides)."""
-    if provider == "anthropic":
-        from plandag.models.anthropic import AnthropicClient
+    """The provider's client (``max_retries=0``: the scheduler's retry policy decides;
+    :func:`plandag.executors.access.provider_client`)."""
+    from plandag.executors.access import provider_client
 
-        return AnthropicClient(api_key=key, base_url=base_url)
-    from plandag.executors.access import OPENAI_URL
-    from plandag.models.openai import OpenAICompatibleClient
-
-    return OpenAICompatibleClient(base_url or OPENAI_URL, api_key=key or None)
+    return provider_client(provider, base_url, key)
 
 
 def write_report(report: Report, output: Path) -> Path:
