@@ -1,8 +1,9 @@
 """The ``plandag`` command line.
 
 ``main`` (the console script) and ``plandag.cli.commands`` import typer and nothing else of
-plandag's until a command runs; ``app`` (every command, for tests and embedding) and
-``EXIT_CODES`` are imported from :mod:`plandag.cli.app` on first use.
+plandag's until a command runs; ``app`` (every command, for tests and embedding, from
+:mod:`plandag.cli.app`) and ``EXIT_CODES`` (from :mod:`plandag.cli.common`) are imported on
+first use.
 """
 
 import sys
@@ -12,8 +13,8 @@ import typing as _typing
 from plandag.lazy import lazy_exports as _lazy_exports
 
 if _typing.TYPE_CHECKING:
-    from plandag.cli.app import EXIT_CODES as EXIT_CODES
     from plandag.cli.app import app as app
+    from plandag.cli.common import EXIT_CODES as EXIT_CODES
 
 __all__ = ["EXIT_CODES", "app", "main"]
 
@@ -49,5 +50,5 @@ sys.modules[__name__].__class__ = _Package
 if not _typing.TYPE_CHECKING:
     __getattr__, __dir__ = _lazy_exports(
         __name__,
-        {"EXIT_CODES": ("plandag.cli.app", "EXIT_CODES"), "app": ("plandag.cli.app", "app")},
+        {"EXIT_CODES": ("plandag.cli.common", "EXIT_CODES"), "app": ("plandag.cli.app", "app")},
     )

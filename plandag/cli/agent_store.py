@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from plandag.cli import common
 from plandag.cli.store_command import (
-    _app,
     _rebuild,
     open_cli_store,
     terminal_approver,
@@ -50,21 +50,20 @@ def revise(store: Store, run_id: str, row: Any, options: RunOptions, writer: Any
     import anyio
 
     from plandag.approval import ApprovalRequest, plan_hash
-    from plandag.cli.plan_command import _client
+    from plandag.cli.models_options import model_client
     from plandag.compiler.compiled import allowed_hosts
     from plandag.dag.plan import Plan
     from plandag.planner.agent import revision_context
     from plandag.planner.planner import Planner
     from plandag.store.durable import plan_estimate
 
-    app_module = _app()
     feedback = [
         decision.feedback or ""
         for decision in store.decisions(run_id)
         if decision.decision == "rejected"
     ]
     if len(feedback) > MAX_REVISIONS:
-        app_module.stderr.print(
+        common.stderr.print(
             f"run {run_id}: {len(feedback)} rejections, past the {MAX_REVISIONS} revisions a "
             "run gets; it stays rejected"
         )
@@ -76,12 +75,12 @@ def revise(store: Store, run_id: str, row: Any, options: RunOptions, writer: Any
     compiled, _ = _rebuild(store, run_id, row, options=options)
     # a job's run is replanned with the tools of that job, as its first plan was
     applications = ("research",) if row.command == "research" else ()
-    registry = app_module._registry(
+    registry = common.command_registry(
         [Path(tool) for tool in options.tools],
         applications=applications,
         resolve_installed=not applications,
     )
-    client = _client(str(planner_options["provider"]), planner_options.get("base_url"))
+    client = model_client(str(planner_options["provider"]), planner_options.get("base_url"))
     planner = Planner(
         client,
         str(planner_options["model"]),
@@ -102,7 +101,7 @@ def revise(store: Store, run_id: str, row: Any, options: RunOptions, writer: Any
     try:
         outcome = anyio.run(revise)
     except Exception as error:  # the run stays rejected; say why no revision came
-        app_module.stderr.print(f"run {run_id}: the planner could not revise it: {error}")
+        common.stderr.print(f"run {run_id}: the planner could not revise it: {error}")
         return
     plan = outcome.plan
     version = len(versions) + 1
@@ -143,8 +142,8 @@ def revise(store: Store, run_id: str, row: Any, options: RunOptions, writer: Any
         awaiting_reason="revised after a rejection",
     )
     for line in request.summary_lines():
-        app_module.stderr.print(line, markup=False, highlight=False)
-    app_module.stderr.print(
+        common.stderr.print(line, markup=False, highlight=False)
+    common.stderr.print(
         f"run {run_id}: revised plan version {version} awaits a decision "
         f"(`plandag approve {run_id} --hash {digest}`)"
     )
@@ -551,7 +550,7 @@ class RepairGate:
                     self.store, request, self.approver, self.options.approve, self.writer
                 )
             except InvalidDecisionError as error:  # the run waits for a decision it can take
-                _app().stderr.print(f"error: {error}", markup=False, highlight=False)
+                common.stderr.print(f"error: {error}", markup=False, highlight=False)
                 decision = None
         if decision is None:
             self.pending = request
@@ -692,7 +691,7 @@ def resume_with_planner(
     import typer
 
     from plandag.brakes.retry import RetryPolicy
-    from plandag.cli.plan_command import _client
+    from plandag.cli.models_options import model_client
     from plandag.cli.run_command import _report, exit_code
     from plandag.cli.signals import Interruptible, exit_code_for_signal
     from plandag.dag.plan import Plan
@@ -703,7 +702,6 @@ def resume_with_planner(
     from plandag.store.durable import close_escalation
     from plandag.store.sealing import unseal
 
-    app_module = _app()
     compiled, options = prepared
     assert options.planner is not None
     planner_options = dict(options.planner)
@@ -741,18 +739,18 @@ def resume_with_planner(
     versions = store.plan_versions(run_id)
     # a job's run is replanned with the tools of that job, as its first plan was
     applications = ("research",) if row.command == "research" else ()
-    registry = app_module._registry(
+    registry = common.command_registry(
         [Path(tool) for tool in options.tools],
         applications=applications,
         resolve_installed=not applications,
     )
-    client = _client(str(planner_options["provider"]), planner_options.get("base_url"))
+    client = model_client(str(planner_options["provider"]), planner_options.get("base_url"))
     try:  # the plan's llm and agent steps get their model back (the key read again)
         models = options.models() if options.executor is not None else None
     except InputError as error:
-        app_module._fail(f"run {run_id}: its plan has llm or agent steps: {error}")
+        common.fail(f"run {run_id}: its plan has llm or agent steps: {error}")
     if not store.claim_run(run_id, ["escalated"], row.pid):
-        app_module._fail(f"run {run_id}: another process took it first; `plandag runs` shows it")
+        common.fail(f"run {run_id}: another process took it first; `plandag runs` shows it")
     close_escalation(store, run_id, "resumed", who=who, note=instruction)
     segment = row.segment + 1
     store.update_run(run_id, status="running", segment=segment, pid=os.getpid(), detail=None)
@@ -768,7 +766,7 @@ def resume_with_planner(
         write_boundary=compiled.write_boundary,
         first_version=len(versions) + 1,
     )
-    progress, observers = app_module._observers(compiled, app_module._settings({}))
+    progress, observers = common.progress_observers(compiled, common.command_settings({}))
 
     def instruction_reader() -> list[Instruction]:
         """A person's instructions from the run store (`plandag tell`)."""
@@ -858,12 +856,12 @@ def resume_with_planner(
         store.flush()
     if result is None:
         code = exit_code_for_signal(outcome.signal) if outcome.signal is not None else 130
-        app_module._fail("the run was interrupted before it could report", code)
+        common.fail("the run was interrupted before it could report", code)
     assert result is not None
     _report(result, as_json)
     if escalated is not None and escalated.message:
-        app_module.stderr.print(escalated.message, markup=False, highlight=False)
-    app_module.stderr.print(f"run {run_id} ({result.status}); store {store.path}")
+        common.stderr.print(escalated.message, markup=False, highlight=False)
+    common.stderr.print(f"run {run_id} ({result.status}); store {store.path}")
     if outcome.signal is not None:
         raise typer.Exit(exit_code_for_signal(outcome.signal))
     raise typer.Exit(exit_code(result))

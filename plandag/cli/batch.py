@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from plandag.brakes import cap_or_none
 from plandag.brakes.retry import RetryPolicy
-from plandag.cli.app import _fail, boundary_words, print_brakes, stderr
+from plandag.cli.common import boundary_words, fail, print_brakes, stderr
 from plandag.scheduler import RunLimits
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ def batch_run_options(settings: Settings, output: Path) -> dict[str, Any]:
     limits (the batch's own brakes govern every input) and the batch's one ``budget``.
 
     Args:
-        settings: the command's resolved settings (``plandag.cli.app._settings``).
+        settings: the command's resolved settings (:func:`plandag.cli.common.command_settings`).
         output: the ``-o`` file.
 
     Raises:
@@ -37,7 +37,7 @@ def batch_run_options(settings: Settings, output: Path) -> dict[str, Any]:
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        _fail(f"-o {output}: cannot create its folder ({error.strerror or error})")
+        fail(f"-o {output}: cannot create its folder ({error.strerror or error})")
     budget = Budget(
         cap_or_none(settings["max_cost"]),
         cap_or_none(settings["max_tokens"]),

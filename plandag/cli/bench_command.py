@@ -49,7 +49,7 @@ from plandag.bench.runner import BenchReport, RunRecord, run_bench, write_chart
 from plandag.bench.simulator import BenchSettings
 from plandag.bench.tasks import read_tasks, task_registry, task_workloads
 from plandag.bench.workloads import WORKLOADS, Workload
-from plandag.cli.app import stderr, stdout
+from plandag.cli.common import stderr, stdout
 from plandag.errors import ToolLoadError
 from plandag.models.anthropic import API_KEY_VARIABLE
 

@@ -6,8 +6,10 @@ plandag's: the help lists each command with the one-line summary written in
 model clients...) is imported when that command is invoked, or when its own ``--help`` is
 asked for. A test keeps the table in step with the commands' docstrings.
 
-A command module adds its commands to a typer app with ``register(app)``; the commands of
-:mod:`plandag.cli.app` itself are those registered on its ``app``.
+A command module adds its commands to a typer app with ``register(app)``; command modules
+never import one another (what they share is in :mod:`plandag.cli.options`,
+:mod:`plandag.cli.models_options` and :mod:`plandag.cli.common`), and
+:mod:`plandag.cli.app` only assembles them.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ class CommandEntry:
 
     Attributes:
         name: the command's name on the command line.
-        module: the module that defines it (with ``register(app)``, or :mod:`plandag.cli.app`).
+        module: the module that defines it and adds it with ``register(app)``.
         summary: the first words (up to 76 characters) of the first paragraph of its
             docstring: ``--help`` shortens them as click shortens the docstring, to at most
             65 characters on its 80-column page, so the page is the same.
@@ -50,31 +52,36 @@ class CommandEntry:
     summary: str
 
 
-_APP = "plandag.cli.app"
 _STORE = "plandag.cli.store_command"
 _TRACE = "plandag.cli.trace_command"
 
 COMMANDS: tuple[CommandEntry, ...] = (
-    CommandEntry("schema", _APP, "Print a JSON Schema: the plan format or the NF-e record."),
+    CommandEntry(
+        "schema",
+        "plandag.cli.check_command",
+        "Print a JSON Schema: the plan format or the NF-e record.",
+    ),
     CommandEntry(
         "check",
-        _APP,
+        "plandag.cli.check_command",
         "Compile a plan without running it; print every diagnostic like a compiler.",
     ),
     CommandEntry(
         "graph",
-        _APP,
+        "plandag.cli.check_command",
         "Print the plan's DAG as Mermaid text, its critical path (by step count)",
     ),
-    CommandEntry("exec", _APP, "Compile and run a plan; print each step's outcome."),
+    CommandEntry(
+        "exec", "plandag.cli.exec_command", "Compile and run a plan; print each step's outcome."
+    ),
     CommandEntry(
         "tools",
-        _APP,
+        "plandag.cli.tools_command",
         "List the registered tools and check kinds (built-in, NF-e, and --tools",
     ),
     CommandEntry(
         "config",
-        _APP,
+        "plandag.cli.config_command",
         "Print the effective defaults of every brake and limit, and where each came",
     ),
     CommandEntry(
@@ -175,18 +182,14 @@ _BY_NAME = {entry.name: entry for entry in COMMANDS}
 
 
 def _module_commands(module_name: str) -> dict[str, Any]:
-    """The click commands the module ``module_name`` defines, by name (imports it)."""
+    """The click commands the module ``module_name`` adds with ``register(app)``, by name
+    (imports it)."""
     from typer.main import get_group
 
     module = importlib.import_module(module_name)
-    register = getattr(module, "register", None)
-    if register is not None:
-        holder = typer.Typer(rich_markup_mode=None)  # as the app: plain help, no panels
-        register(holder)
-        group = get_group(holder)
-    else:
-        group = get_group(module.app)
-    return dict(group.commands)
+    holder = typer.Typer(rich_markup_mode=None)  # as the app: plain help, no panels
+    module.register(holder)
+    return dict(get_group(holder).commands)
 
 
 def _is_text(word: str) -> bool:

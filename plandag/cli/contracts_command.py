@@ -17,7 +17,17 @@ from typing import Annotated, Any
 import typer
 
 from plandag.brakes import cap_or_none
-from plandag.cli.app import (
+from plandag.cli.batch import batch_progress, batch_run_options, close_batch
+from plandag.cli.common import (
+    command_settings,
+    fail,
+    run_limits_for,
+    slow_start_value,
+    stderr,
+    stdout,
+    write_boundary_for,
+)
+from plandag.cli.options import (
     BoundaryOption,
     HeartbeatEveryOption,
     HeartbeatOption,
@@ -30,15 +40,7 @@ from plandag.cli.app import (
     SlowStartOption,
     StallAfterOption,
     StopOnStallOption,
-    _boundary,
-    _fail,
-    _limits,
-    _settings,
-    slow_start_value,
-    stderr,
-    stdout,
 )
-from plandag.cli.batch import batch_progress, batch_run_options, close_batch
 from plandag.cli.signals import Interruptible, exit_code_for_signal
 from plandag.cli.store_command import RedactOption, StoreOption, open_cli_store, trace_factory
 from plandag.errors import InputError
@@ -172,7 +174,7 @@ def extract_contracts_command(
     --retries apply within each contract's plan. The batch is recorded in the run store as
     one run with one row per contract; `plandag trace` shows one bar per contract.
     """
-    from plandag.cli.plan_command import _KEY_VARIABLES, _client
+    from plandag.cli.models_options import PROVIDERS, model_client
     from plandag.extract.names import display_name
     from plandag.jobs.contracts.batch import (
         batch_exit_code,
@@ -183,7 +185,7 @@ def extract_contracts_command(
     from plandag.jobs.contracts.fields import FieldsError, load_fields
     from plandag.store.store import store_json
 
-    settings = _settings(
+    settings = command_settings(
         {
             "jobs": jobs,
             "write_boundary": write_boundary,
@@ -202,35 +204,39 @@ def extract_contracts_command(
         "extract contracts",
     )
     if trace_detail not in ("summary", "full"):
-        _fail(f"--trace-detail must be summary or full, not {trace_detail!r}")
+        fail(f"--trace-detail must be summary or full, not {trace_detail!r}")
     if output_format not in (None, "jsonl", "csv"):
-        _fail(f"--format must be jsonl or csv, not {output_format!r}")
+        fail(f"--format must be jsonl or csv, not {output_format!r}")
     if output.is_dir():
-        _fail(f"-o {output} is a folder; name the output file, e.g. {output / 'contracts.jsonl'}")
-    if provider not in _KEY_VARIABLES:
-        _fail(f"--provider {provider!r}: choose anthropic or openai")
+        fail(f"-o {output} is a folder; name the output file, e.g. {output / 'contracts.jsonl'}")
+    if provider not in PROVIDERS:
+        fail(f"--provider {provider!r}: choose anthropic or openai")
     model_name = settings["executor_model"] or model
     if model_name is None and provider == "anthropic":
         from plandag.executors import DEFAULT_EXECUTOR_MODEL
 
         model_name = DEFAULT_EXECUTOR_MODEL
     if model_name is None:
-        _fail(
+        fail(
             f"--model (or --executor-model) is required with --provider {provider}: name the "
             "model your server runs"
         )
     try:
         fields = load_fields(fields_spec)
     except FieldsError as error:
-        _fail(str(error))
-    _limits(settings)  # the same checks and messages as exec for the brake settings
+        fail(str(error))
+    run_limits_for(settings)  # the same checks and messages as exec for the brake settings
     heartbeat_file = Path(settings["heartbeat"]) if settings["heartbeat"] else None
     if heartbeat_file is not None and not heartbeat_file.parent.is_dir():
-        _fail(f"--heartbeat {heartbeat_file}: its folder does not exist")
+        fail(f"--heartbeat {heartbeat_file}: its folder does not exist")
     boundary = (
-        _boundary(settings["write_boundary"], output.parent) if settings["write_boundary"] else None
+        write_boundary_for(settings["write_boundary"], output.parent)
+        if settings["write_boundary"]
+        else None
     )
-    client = _client(provider, base_url)  # a missing key stops here (exit 2), before anything runs
+    client = model_client(
+        provider, base_url
+    )  # a missing key stops here (exit 2), before anything runs
     run_options = batch_run_options(settings, output)
     run_options.update(model_options(client, model_name, max_model_calls))
     budget = run_options["budget"]
@@ -324,10 +330,10 @@ def extract_contracts_command(
             outcome = Interruptible(bounded).run()
     except InputError as error:
         close_batch(run_store, writers[0] if writers else None, batch_id, "failed")
-        _fail(str(error))
+        fail(str(error))
     except OSError as error:
         close_batch(run_store, writers[0] if writers else None, batch_id, "failed")
-        _fail(f"-o {output}: cannot write it ({error.strerror or error})")
+        fail(f"-o {output}: cannot write it ({error.strerror or error})")
     summary = outcome.result
     stopped = summary.stopped if summary is not None else None
     batch_status = (

@@ -18,7 +18,25 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from plandag.brakes import cap_or_none
-from plandag.cli.app import (
+from plandag.cli.batch import batch_progress, batch_run_options, close_batch
+from plandag.cli.common import (
+    command_registry,
+    command_settings,
+    fail,
+    run_limits_for,
+    slow_start_value,
+    stderr,
+    stdout,
+    write_boundary_for,
+)
+from plandag.cli.models_options import (
+    PlannerModelOption,
+    PlannerOption,
+    PlannerUrlOption,
+    attached_planner_model,
+    model_client,
+)
+from plandag.cli.options import (
     BoundaryOption,
     HeartbeatEveryOption,
     HeartbeatOption,
@@ -27,26 +45,12 @@ from plandag.cli.app import (
     MaxCostOption,
     MaxSecondsOption,
     MaxTokensOption,
-    PlannerModelOption,
-    PlannerOption,
-    PlannerUrlOption,
     RetriesOption,
     SaveRepairsOption,
     SlowStartOption,
     StallAfterOption,
     StopOnStallOption,
-    _boundary,
-    _fail,
-    _limits,
-    _planner_client,
-    _planner_options,
-    _registry,
-    _settings,
-    slow_start_value,
-    stderr,
-    stdout,
 )
-from plandag.cli.batch import batch_progress, batch_run_options, close_batch
 from plandag.cli.signals import Interruptible, exit_code_for_signal
 from plandag.cli.store_command import RedactOption, StoreOption, open_cli_store, trace_factory
 from plandag.errors import InputError
@@ -158,7 +162,7 @@ def extract_nfe(
     )
     from plandag.store.store import store_json
 
-    settings = _settings(
+    settings = command_settings(
         {
             "jobs": jobs,
             "workers": workers,
@@ -177,27 +181,29 @@ def extract_nfe(
         "extract nfe",
     )
     if trace_detail not in ("summary", "full"):
-        _fail(f"--trace-detail must be summary or full, not {trace_detail!r}")
+        fail(f"--trace-detail must be summary or full, not {trace_detail!r}")
     if output_format not in (None, "jsonl", "csv"):
-        _fail(f"--format must be jsonl or csv, not {output_format!r}")
+        fail(f"--format must be jsonl or csv, not {output_format!r}")
     if output.is_dir():
-        _fail(f"-o {output} is a folder; name the output file, e.g. {output / 'invoices.jsonl'}")
-    _limits(settings)  # the same checks and messages as exec for the brake settings
+        fail(f"-o {output} is a folder; name the output file, e.g. {output / 'invoices.jsonl'}")
+    run_limits_for(settings)  # the same checks and messages as exec for the brake settings
     heartbeat_file = Path(settings["heartbeat"]) if settings["heartbeat"] else None
     if heartbeat_file is not None and not heartbeat_file.parent.is_dir():
-        _fail(f"--heartbeat {heartbeat_file}: its folder does not exist")
+        fail(f"--heartbeat {heartbeat_file}: its folder does not exist")
     boundary = (
-        _boundary(settings["write_boundary"], output.parent) if settings["write_boundary"] else None
+        write_boundary_for(settings["write_boundary"], output.parent)
+        if settings["write_boundary"]
+        else None
     )
-    model_name = _planner_options(planner, model, base_url, save_repairs)
+    model_name = attached_planner_model(planner, model, base_url, save_repairs)
     client = (
-        _planner_client(planner, base_url) if planner is not None else None
+        model_client(planner, base_url) if planner is not None else None
     )  # a missing key stops here (exit 2), before anything runs
     repairer = None
     if client is not None and model_name is not None:
         from plandag.planner.repair import PlanRepairer
 
-        repairer = PlanRepairer(client, model_name, _registry(None, applications=("nfe",)))
+        repairer = PlanRepairer(client, model_name, command_registry(None, applications=("nfe",)))
     run_options = batch_run_options(settings, output)
     # the batch escapes each record (and each name it shows) once, where it keeps them
     run_options["escape_results"] = False
@@ -342,10 +348,10 @@ def extract_nfe(
         _correct_documents(run_store, previous_corrections)
     except InputError as error:
         close_batch(run_store, writers[0] if writers else None, batch_id, "failed")
-        _fail(str(error))
+        fail(str(error))
     except OSError as error:
         close_batch(run_store, writers[0] if writers else None, batch_id, "failed")
-        _fail(f"-o {output}: cannot write it ({error.strerror or error})")
+        fail(f"-o {output}: cannot write it ({error.strerror or error})")
     summary = outcome.result
     batch_status = (
         "interrupted"

@@ -246,11 +246,11 @@ def export_command(
 def _export_target(output: Path, write_boundary: list[str] | None) -> Path:
     """``--output`` checked against the write boundary (``--write-boundary``, else the
     ``write_boundary`` setting, else the working directory): exit 2 outside it."""
-    from plandag.cli.app import _boundary, _settings
+    from plandag.cli.common import command_settings, write_boundary_for
     from plandag.errors import BoundaryError
 
-    settings = _settings({"write_boundary": write_boundary})
-    boundary = _boundary(settings["write_boundary"], Path.cwd())
+    settings = command_settings({"write_boundary": write_boundary})
+    boundary = write_boundary_for(settings["write_boundary"], Path.cwd())
     try:
         checked = boundary.check(output)
     except BoundaryError as error:

@@ -28,20 +28,25 @@ off at ``max_tokens``.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import anyio
 import typer
 
 from plandag.brakes.retry import RetryPolicy
-from plandag.cli.options import build_registry
-from plandag.cli.secret_output import SecretMaskingConsole
+from plandag.cli.common import command_registry, fail, stderr
+from plandag.cli.models_options import (
+    BaseUrlOption,
+    ModelOption,
+    ProviderOption,
+    model_client,
+    planner_model,
+)
+from plandag.cli.options import ToolsOption
 from plandag.config import load_settings
 from plandag.dag.graph import critical_path, mermaid
-from plandag.errors import InputError, PlanError, StepError, ToolLoadError
-from plandag.models import AnthropicClient, LLMClient, OpenAICompatibleClient
+from plandag.errors import InputError, PlanError, StepError
 from plandag.planner.investigate import (
     DEFAULT_INVESTIGATION_SECONDS,
     Investigation,
@@ -50,56 +55,10 @@ from plandag.planner.investigate import (
 from plandag.planner.planner import Planner, PlanOutcome
 from plandag.planner.prompt import format_diagnostics
 from plandag.scheduler import RunLimits
-from plandag.tools.registry import Registry
 
-__all__ = ["DEFAULT_MODELS", "plan_document", "register"]
+__all__ = ["plan_document", "register"]
 
-EXIT_USAGE = 2
 EXIT_FAILED = 1
-
-DEFAULT_MODELS = {"anthropic": "claude-sonnet-4-6"}
-"""The model used when ``--model`` is not given, by provider (openai has none: local
-servers name their own)."""
-
-_KEY_VARIABLES = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
-_OPENAI_URL = "https://api.openai.com/v1"
-
-_stderr = SecretMaskingConsole(stderr=True, soft_wrap=True, highlight=False)
-
-
-def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
-    from rich.markup import escape
-
-    _stderr.print(f"[red]error:[/] {escape(message)}", markup=True, highlight=False)
-    raise typer.Exit(code)
-
-
-def _registry(tools: list[Path] | None) -> Registry:
-    """The built-ins and ``--tools`` only: what the planner is shown is what the plan may
-    use (ARCHITECTURE.md, "Layout")."""
-    try:
-        return build_registry(tools, resolve_installed=False)
-    except ToolLoadError as error:
-        _fail(str(error))
-
-
-def _client(provider: str, base_url: str | None) -> LLMClient:
-    """The provider's client; a missing key is an error here, before anything runs."""
-    variable = _KEY_VARIABLES[provider]
-    key = os.environ.get(variable)
-    if provider == "anthropic":
-        if not key:
-            _fail(
-                f"no Anthropic API key: set {variable} (for an offline server from "
-                "plandag.testing, any value with --base-url)"
-            )
-        return AnthropicClient(api_key=key, base_url=base_url)
-    if not key and base_url is None:
-        _fail(
-            f"no OpenAI API key: set {variable}, or give --base-url for a local "
-            "OpenAI-compatible server (vLLM, Ollama, llama.cpp), which needs none"
-        )
-    return OpenAICompatibleClient(base_url or _OPENAI_URL, api_key=key or None)
 
 
 def plan_document(outcome: PlanOutcome) -> dict[str, Any]:
@@ -149,34 +108,16 @@ def register(app: typer.Typer) -> None:
             Path,
             typer.Option("--output", "-o", metavar="PLAN.json", help="Where to write the plan."),
         ],
-        tools: Annotated[
-            list[Path] | None,
-            typer.Option(
-                "--tools",
-                metavar="FILE.py",
-                help="A Python file whose @tool and @check functions are registered (repeatable).",
-            ),
-        ] = None,
+        tools: ToolsOption = None,
         context: Annotated[
             Path | None,
             typer.Option(
                 "--context", metavar="FILE", help="Trusted context for the planner (a text file)."
             ),
         ] = None,
-        provider: Annotated[
-            str,
-            typer.Option("--provider", metavar="anthropic|openai", help="The model provider."),
-        ] = "anthropic",
-        model: Annotated[
-            str | None,
-            typer.Option(
-                "--model", metavar="NAME", help="The model (anthropic: claude-sonnet-4-6)."
-            ),
-        ] = None,
-        base_url: Annotated[
-            str | None,
-            typer.Option("--base-url", metavar="URL", help="The provider API's base URL."),
-        ] = None,
+        provider: ProviderOption = "anthropic",
+        model: ModelOption = None,
+        base_url: BaseUrlOption = None,
         max_repairs: Annotated[
             int,
             typer.Option(
@@ -248,28 +189,25 @@ def register(app: typer.Typer) -> None:
                 }
             )
         except InputError as error:
-            _fail(str(error))
-        if provider not in _KEY_VARIABLES:
-            _fail(f"--provider {provider!r}: choose anthropic or openai")
-        name = model or DEFAULT_MODELS.get(provider)
-        if name is None:
-            _fail(f"--model is required with --provider {provider}")
+            fail(str(error))
+        name = planner_model(provider, model)
         context_text = ""
         if context is not None:
             try:
                 context_text = context.read_text(encoding="utf-8-sig")
             except (OSError, UnicodeDecodeError) as error:
-                _fail(f"cannot read --context {context}: {error}")
-        registry = _registry(tools)
+                fail(f"cannot read --context {context}: {error}")
+        # the built-ins and --tools only: what the planner is shown is what the plan may use
+        registry = command_registry(tools, resolve_installed=False)
         # Check where the plan goes before paying for it: a folder, or a folder that cannot be
         # made, is an error now rather than after the model's answer.
         if output.is_dir():
-            _fail(f"-o {output} is a folder; name the plan file, e.g. {output / 'plan.json'}")
+            fail(f"-o {output} is a folder; name the plan file, e.g. {output / 'plan.json'}")
         try:
             output.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
-            _fail(f"-o {output}: cannot create its folder ({error.strerror or error})")
-        client = _client(provider, base_url)
+            fail(f"-o {output}: cannot create its folder ({error.strerror or error})")
+        client = model_client(provider, base_url)
 
         investigations: list[Investigation] = []
 
@@ -290,7 +228,7 @@ def register(app: typer.Typer) -> None:
 
                 def investigated(investigation: Investigation) -> None:
                     investigations.append(investigation)
-                    _stderr.print(investigation.summary(), markup=False)
+                    stderr.print(investigation.summary(), markup=False)
 
                 investigated_plan = await plan_with_investigation(
                     planner,
@@ -307,22 +245,22 @@ def register(app: typer.Typer) -> None:
             outcome = anyio.run(make_plan)
         except PlanError as error:
             for line in format_diagnostics(error.diagnostics).splitlines():
-                _stderr.print(line, markup=False)
+                stderr.print(line, markup=False)
             which = "investigation plan" if investigate_first and not investigations else "plan"
-            _fail(f"the model's {which} does not compile; nothing was written to {output}")
+            fail(f"the model's {which} does not compile; nothing was written to {output}")
         except StepError as error:
-            _fail(f"{provider} {name}: {error}", EXIT_FAILED)
+            fail(f"{provider} {name}: {error}", EXIT_FAILED)
         text = json.dumps(plan_document(outcome), ensure_ascii=False, indent=2) + "\n"
         try:
             output.parent.mkdir(parents=True, exist_ok=True)
             output.write_text(text, encoding="utf-8")
         except OSError as error:
-            _fail(f"cannot write {output}: {error}")
+            fail(f"cannot write {output}: {error}")
         typer.echo(text + "\n" + _graph_text(outcome), nl=False)
         steps = len(outcome.plan.steps)
         calls = len(outcome.records)
         cost = sum(record.cost_usd for record in outcome.records)
-        _stderr.print(
+        stderr.print(
             f"{output}: {steps} step{'' if steps == 1 else 's'}, "
             f"{len(outcome.attempts)} plan(s) asked, {calls} call(s), "
             f"{outcome.output_tokens} output tokens "

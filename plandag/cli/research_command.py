@@ -30,16 +30,26 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from plandag.cli.app import (
+from plandag.cli.common import (
     EXIT_CODES,
     EXIT_USAGE,
+    boundary_words,
+    command_settings,
+    fail,
+    plan_factor,
+    print_brakes,
+    run_limits_for,
+    slow_start_value,
+    stderr,
+    stdout,
+)
+from plandag.cli.options import (
     HeartbeatEveryOption,
     HeartbeatOption,
     HttpAllowOption,
@@ -57,15 +67,6 @@ from plandag.cli.app import (
     StallAfterOption,
     StopOnStallOption,
     ToolsOption,
-    _fail,
-    _limits,
-    _settings,
-    boundary_words,
-    plan_factor,
-    print_brakes,
-    slow_start_value,
-    stderr,
-    stdout,
 )
 
 if TYPE_CHECKING:
@@ -98,9 +99,9 @@ def _rebuild(store: Store, run_text: str, output: Path | None, as_json: bool) ->
         run_id = store.resolve_run_id(run_text)
         row = store.run(run_id)
     except (InputError, KeyError) as error:
-        _fail(f"--from-run {run_text}: {error}")
+        fail(f"--from-run {run_text}: {error}")
     if row.command != "research":
-        _fail(
+        fail(
             f"--from-run {run_id}: a `plandag {row.command}` run, not a research run; give the "
             "id of a `plandag research` run (`plandag runs` lists them)"
         )
@@ -139,12 +140,12 @@ def research_segment(store: Store, run_id: str, row: Any) -> Iterator[None]:
     research = row.options.get("research") or {}
     folder = research.get("corpus")
     if not folder:
-        _fail(
+        fail(
             f"run {run_id}: a research run that did not store its corpus folder (made by an "
             "older plandag); start it again with `plandag research QUESTION --corpus DIR`"
         )
     if not Path(folder).is_dir():
-        _fail(
+        fail(
             f"run {run_id}: its corpus folder {folder} does not exist any more; put it back "
             f"there, then run `plandag resume {run_id}` again (or start a new `plandag "
             "research` run on the folder where it is now)"
@@ -152,7 +153,7 @@ def research_segment(store: Store, run_id: str, row: Any) -> Iterator[None]:
     try:
         corpus = Corpus.open(folder, index=research.get("index"))
     except InputError as error:
-        _fail(f"run {run_id}: {error}")
+        fail(f"run {run_id}: {error}")
     output = Path(research.get("output") or "research.md")
     try:
         with use_corpus(corpus):
@@ -191,39 +192,12 @@ def _write(report: Report, output: Path) -> None:
         record = write_report(report, output)
     except OSError as error:
         run_id = report.record["run_id"]
-        _fail(
+        fail(
             f"cannot write the report {output}: {error.strerror or error}; the run is in the "
             f"store: `plandag research --from-run {run_id} --output FILE` writes it elsewhere",
             1,
         )
     stderr.print(f"report: {output} (record: {record})", markup=False, highlight=False)
-
-
-def _require_key(provider: str, base_url: str | None) -> None:
-    """Exit 2 when the provider's key is missing (as ``plandag run``), before any work."""
-    if provider == "anthropic" and not os.environ.get("ANTHROPIC_API_KEY"):
-        _fail(
-            "no Anthropic API key: set ANTHROPIC_API_KEY (for an offline server from "
-            "plandag.testing, any value with --base-url)"
-        )
-    if provider == "openai" and not os.environ.get("OPENAI_API_KEY") and base_url is None:
-        _fail(
-            "no OpenAI API key: set OPENAI_API_KEY, or give --base-url for a local "
-            "OpenAI-compatible server (vLLM, Ollama, llama.cpp), which needs none"
-        )
-
-
-def _executor_model(provider: str, model: str, configured: str | None) -> str:
-    """The model of the plan's ``llm`` steps: ``--executor-model`` or the ``executor_model``
-    setting, else ``claude-haiku-4-5`` (anthropic), else the planner's model (an
-    OpenAI-compatible server serves the models it names)."""
-    if configured:
-        return configured
-    if provider == "anthropic":
-        from plandag.executors.access import DEFAULT_EXECUTOR_MODEL
-
-        return DEFAULT_EXECUTOR_MODEL
-    return model
 
 
 def register(app: typer.Typer) -> None:
@@ -337,7 +311,7 @@ def register(app: typer.Typer) -> None:
 
         if from_run is not None:
             if question is not None or corpus is not None:
-                _fail("--from-run rebuilds a stored run's report: give no QUESTION or --corpus")
+                fail("--from-run rebuilds a stored run's report: give no QUESTION or --corpus")
             run_store = open_cli_store(store)
             try:
                 _rebuild(run_store, from_run, output, as_json)
@@ -345,24 +319,21 @@ def register(app: typer.Typer) -> None:
                 run_store.close()
             return
         if not question or not question.strip():
-            _fail("give the research QUESTION (or --from-run RUN_ID to rebuild a report)")
+            fail("give the research QUESTION (or --from-run RUN_ID to rebuild a report)")
         if corpus is None:
-            _fail("--corpus DIR is required: the folder of documents to research")
-        if provider not in ("anthropic", "openai"):
-            _fail(f"--provider {provider!r}: choose anthropic or openai")
-        from plandag.cli.plan_command import DEFAULT_MODELS
-
-        name = model or DEFAULT_MODELS.get(provider)
-        if name is None:
-            _fail(f"--model is required with --provider {provider}")
+            fail("--corpus DIR is required: the folder of documents to research")
+        from plandag.cli.models_options import planner_model
         from plandag.errors import InputError
+        from plandag.executors.access import executor_model_for
+
+        name = planner_model(provider, model)
         from plandag.jobs.research.run import check_output
 
         try:
             target, folder = check_output(output if output is not None else Path("research.md"))
         except InputError as error:
-            _fail(f"--{error}")
-        settings = _settings(
+            fail(f"--{error}")
+        settings = command_settings(
             {
                 "write_boundary": [str(folder)],
                 "http_allow": http_allow,
@@ -393,7 +364,7 @@ def register(app: typer.Typer) -> None:
             provider=provider,
             name=name,
             base_url=base_url,
-            executor=_executor_model(provider, name, settings["executor_model"]),
+            executor=executor_model_for(provider, name, settings["executor_model"]),
             tools=tools,
             settings=settings,
             store=store,
@@ -417,8 +388,8 @@ def _run(
     store: Path | None,
     as_json: bool,
 ) -> None:
-    from plandag.cli.app import _boundary, _registry
-    from plandag.cli.plan_command import _client
+    from plandag.cli.common import command_registry, write_boundary_for
+    from plandag.cli.models_options import model_client, require_model_key
     from plandag.cli.signals import Interruptible, exit_code_for_signal
     from plandag.cli.store_command import open_cli_store
     from plandag.cli.watchdog import deadline_guard
@@ -428,11 +399,11 @@ def _run(
     from plandag.scheduler import JsonlHeartbeatWriter
     from plandag.scheduler.events import Observer
 
-    _require_key(provider, base_url)  # before the corpus is indexed
+    require_model_key(provider, base_url)  # before the corpus is indexed
     try:
         opened = Corpus.open(corpus_folder, index=index)
     except InputError as error:
-        _fail(str(error))
+        fail(str(error))
     update = opened.update
     documents = opened.documents()
     skipped = [document for document in documents if document.status == "skipped"]
@@ -452,22 +423,22 @@ def _run(
         stderr.print(f"skipped {document.path}: {document.error}", markup=False, highlight=False)
     if opened.chunk_count() == 0:
         opened.close()
-        _fail(
+        fail(
             f"--corpus {opened.folder}: no readable document (.md, .txt, .html, .pdf) with "
             "text; add documents to the folder"
             + (f" ({len(skipped)} skipped, listed above)" if skipped else "")
         )
-    registry = _registry(tools, applications=("research",), resolve_installed=False)
-    boundary = _boundary(settings["write_boundary"], Path.cwd())
-    limits = _limits(settings)
+    registry = command_registry(tools, applications=("research",), resolve_installed=False)
+    boundary = write_boundary_for(settings["write_boundary"], Path.cwd())
+    limits = run_limits_for(settings)
     print_brakes(settings, boundary_words(None, folder))
     observers: list[Observer] = []
     if settings["heartbeat"]:
         heartbeat_file = Path(settings["heartbeat"])
         if not heartbeat_file.parent.is_dir():
-            _fail(f"--heartbeat {heartbeat_file}: its folder does not exist")
+            fail(f"--heartbeat {heartbeat_file}: its folder does not exist")
         observers.append(JsonlHeartbeatWriter(heartbeat_file))
-    client = _client(provider, base_url)  # a missing key stops here, before any call
+    client = model_client(provider, base_url)  # a missing key stops here, before any call
     run_store = open_cli_store(store)
     options = research_options(
         limits=limits,

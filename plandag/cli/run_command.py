@@ -51,9 +51,28 @@ import typer
 
 from plandag.brakes.retry import RetryPolicy
 from plandag.cli.agent_store import SessionRecorder, record_agent_run
-from plandag.cli.app import (
+from plandag.cli.common import (
     EXIT_CODES,
     EXIT_USAGE,
+    boundary_words,
+    command_registry,
+    command_settings,
+    fail,
+    fraction_setting,
+    parse_params,
+    plan_factor,
+    print_brakes,
+    print_progress,
+    require_text_folder,
+    run_limits_for,
+    slow_start_value,
+    stderr,
+    stdout,
+    write_boundary_for,
+)
+from plandag.cli.display import run_table
+from plandag.cli.models_options import model_client, planner_model
+from plandag.cli.options import (
     BoundaryOption,
     BreakerAfterOption,
     HeartbeatEveryOption,
@@ -77,24 +96,7 @@ from plandag.cli.app import (
     StopOnStallOption,
     ToolsOption,
     TotalReplanBelowOption,
-    _boundary,
-    _fail,
-    _fraction,
-    _limits,
-    _parse_params,
-    _print_progress,
-    _registry,
-    _settings,
-    _text_folder,
-    boundary_words,
-    plan_factor,
-    print_brakes,
-    slow_start_value,
-    stderr,
-    stdout,
 )
-from plandag.cli.display import run_table
-from plandag.cli.plan_command import _KEY_VARIABLES, DEFAULT_MODELS, _client
 from plandag.cli.signals import Interruptible, exit_code_for_signal
 from plandag.cli.store_command import (
     ApproveOption,
@@ -144,7 +146,7 @@ def _report(result: AgentResult, as_json: bool) -> None:
             stderr.print(line, markup=False)
     if result.run.steps:
         stdout.print(run_table(result.run, console_width=stdout.width, status=result.status))
-        _print_progress(result.run)
+        print_progress(result.run)
     if result.error is not None:
         stderr.print(f"error: {result.error.type}: {result.error.message}", markup=False)
     if result.status == "escalated":
@@ -316,7 +318,7 @@ def register(app: typer.Typer) -> None:
         `plandag resume RUN_ID --instruction TEXT` or `plandag abandon RUN_ID --reason
         TEXT` closes it); with --escalate never it ends gave_up (exit 1).
         """
-        settings = _settings(
+        settings = command_settings(
             {
                 "write_boundary": write_boundary,
                 "http_allow": http_allow,
@@ -347,41 +349,37 @@ def register(app: typer.Typer) -> None:
             try:
                 check_task_type(task_type)
             except InputError as error:
-                _fail(f"--task-type: {error}")
+                fail(f"--task-type: {error}")
         routing_model: str | None = settings["executor_model"]  # None: by provider
         mode = approve_mode(settings["approve"])
-        replan_below = _fraction(settings, "total_replan_below")
+        replan_below = fraction_setting(settings, "total_replan_below")
         hooks = escalation_hooks(settings)
-        if provider not in _KEY_VARIABLES:
-            _fail(f"--provider {provider!r}: choose anthropic or openai")
-        name = model or DEFAULT_MODELS.get(provider)
-        if name is None:
-            _fail(f"--model is required with --provider {provider}")
+        name = planner_model(provider, model)
         context_text = ""
         if context is not None:
             try:
                 context_text = context.read_text(encoding="utf-8-sig")
             except (OSError, UnicodeDecodeError) as error:
-                _fail(f"cannot read --context {context}: {error}")
+                fail(f"cannot read --context {context}: {error}")
         # The planner is shown the built-ins and --tools (files or installed applications),
         # and the run compiles exactly those (ARCHITECTURE.md, "Layout").
-        registry = _registry(tools, resolve_installed=False)
-        params = _parse_params(param)
-        _text_folder(Path.cwd(), "the working folder")
-        boundary = _boundary(settings["write_boundary"], Path.cwd())
-        limits = _limits(settings)
+        registry = command_registry(tools, resolve_installed=False)
+        params = parse_params(param)
+        require_text_folder(Path.cwd(), "the working folder")
+        boundary = write_boundary_for(settings["write_boundary"], Path.cwd())
+        limits = run_limits_for(settings)
         print_brakes(settings, boundary_words(settings["write_boundary"], Path.cwd()))
         observers: list[Observer] = []
         if settings["heartbeat"]:
             heartbeat_file = Path(settings["heartbeat"])
             if not heartbeat_file.parent.is_dir():
-                _fail(f"--heartbeat {heartbeat_file}: its folder does not exist")
+                fail(f"--heartbeat {heartbeat_file}: its folder does not exist")
             observers.append(JsonlHeartbeatWriter(heartbeat_file))
         try:
             executor = executor_model_for(provider, name, settings["executor_model"])
         except InputError as error:
-            _fail(str(error))
-        client = _client(provider, base_url)  # a missing key stops here, before any call
+            fail(str(error))
+        client = model_client(provider, base_url)  # a missing key stops here, before any call
         run_store = open_cli_store(store)
         run_id = uuid.uuid4().hex[:16]
         options = run_options(
@@ -472,10 +470,10 @@ def register(app: typer.Typer) -> None:
                 run_store.update_run(run_id, status="failed", pid=None, detail=str(error))
                 for line in format_diagnostics(error.diagnostics).splitlines():
                     stderr.print(line, markup=False)
-                _fail(f"--task-type {task_type}: {error}; nothing ran")
+                fail(f"--task-type {task_type}: {error}; nothing ran")
             except InputError as error:  # the task type's plan needs tools not given
                 run_store.update_run(run_id, status="failed", pid=None, detail=str(error))
-                _fail(f"--task-type {task_type}: {error}; nothing ran")
+                fail(f"--task-type {task_type}: {error}; nothing ran")
             escalated = None
             if outcome.result is not None:
                 routed = outcome.result.library
@@ -500,7 +498,7 @@ def register(app: typer.Typer) -> None:
             run_store.close()
         if outcome.result is None:
             code = exit_code_for_signal(outcome.signal) if outcome.signal is not None else 130
-            _fail("the run was interrupted before it could report", code)
+            fail("the run was interrupted before it could report", code)
         _report(outcome.result, as_json)
         if escalated is not None and escalated.message:
             stderr.print(escalated.message, markup=False, highlight=False)

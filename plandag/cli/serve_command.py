@@ -10,7 +10,6 @@ the console still shows runs and the inbox, and records messages without plannin
 from __future__ import annotations
 
 import ipaddress
-import os
 import socket
 import sys
 from pathlib import Path
@@ -148,8 +147,8 @@ def register(app: typer.Typer) -> None:
         """
         import uvicorn
 
-        from plandag.cli.app import _registry
-        from plandag.cli.plan_command import _KEY_VARIABLES, DEFAULT_MODELS, _client
+        from plandag.cli.common import command_registry
+        from plandag.cli.models_options import has_key, key_variable, model_client, planner_model
         from plandag.conversation import planner_factory, planner_function
         from plandag.conversation.planmode import PlannerFunction
         from plandag.models import LLMClient
@@ -158,18 +157,14 @@ def register(app: typer.Typer) -> None:
         from plandag.store import default_store_path
         from plandag.tools.boundary import WriteBoundary
 
-        if provider not in _KEY_VARIABLES:
-            fail(f"--provider {provider!r}: choose anthropic or openai")
-        name = model or DEFAULT_MODELS.get(provider)
-        if name is None:
-            fail(f"--model is required with --provider {provider}")
+        name = planner_model(provider, model)
         hosts = [host, *(allow_host or [])]
         for flag, names in (("--host", [host]), ("--allow-host", allow_host or [])):
             try:
                 host_patterns(names)
             except ValueError as error:
                 fail(f"{flag}: {error}")
-        registry = _registry(tools)
+        registry = command_registry(tools)
         base = Path.cwd()
         try:
             boundary = WriteBoundary.from_specs(write_boundary or [base])
@@ -177,15 +172,14 @@ def register(app: typer.Typer) -> None:
             fail(f"--write-boundary: {error}")
         planner: PlannerFunction | None = None
         client: LLMClient | None = None
-        has_key = bool(os.environ.get(_KEY_VARIABLES[provider]))
-        if has_key or (provider == "openai" and base_url is not None):
-            client = _client(provider, base_url)
+        if has_key(provider) or (provider == "openai" and base_url is not None):
+            client = model_client(provider, base_url)
             planner = planner_function(
                 planner_factory(client, name), full_registry=registry, investigate=investigate
             )
         else:
             sys.stderr.write(
-                f"warning: no {_KEY_VARIABLES[provider]}: conversations are recorded but "
+                f"warning: no {key_variable(provider)}: conversations are recorded but "
                 "not planned; set it (any value with --base-url for a local server) to plan\n"
             )
         config = ConsoleConfig(

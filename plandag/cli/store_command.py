@@ -51,6 +51,10 @@ from plandag.approval import (
     TerminalApprover,
     current_user,
 )
+from plandag.cli import common
+from plandag.cli.options import ApproveOption as ApproveOption
+from plandag.cli.options import EscalateOption as EscalateOption
+from plandag.cli.options import RedactOption as RedactOption
 from plandag.cli.options import StoreOption as StoreOption
 from plandag.errors import InputError, PlanError
 from plandag.scheduler.result import ESCALATION_MODES, EscalationMode, RunResult, to_jsonable
@@ -72,25 +76,6 @@ __all__ = [
     "register",
 ]
 
-ApproveOption = Annotated[
-    str | None,
-    typer.Option(
-        "--approve",
-        metavar="ask|auto|never",
-        help="Plans with effects: ask a person (default), auto-approve writes "
-        "(irreversible effects still ask), or never (save awaiting_approval, exit 4).",
-    ),
-]
-EscalateOption = Annotated[
-    str | None,
-    typer.Option(
-        "--escalate",
-        metavar="person|never",
-        help="A run that cannot go on by itself (replan caps hit, no valid replan, an "
-        "irreversible step's outcome unknown): hand it to a person (default: escalated, "
-        "exit 5, listed by `plandag inbox`), or never (gave_up, exit 1).",
-    ),
-]
 RunIdArgument = Annotated[str, typer.Argument(metavar="RUN_ID", help="The run (or an id prefix).")]
 HashOption = Annotated[
     str | None,
@@ -117,23 +102,11 @@ EditStepOption = Annotated[
         help="""Approve with step N's arguments changed: '2={"path": "out/b.json"}' (repeat).""",
     ),
 ]
-RedactOption = Annotated[
-    bool,
-    typer.Option("--redact", help="Mask personal data (CPF, e-mail, phone, names) in the trace."),
-]
-
-
-def _app() -> Any:
-    """The ``plandag.cli.app`` module (imported late: it imports this one)."""
-    import importlib
-
-    return importlib.import_module("plandag.cli.app")
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
     """Print ``error: message`` and exit with ``code`` (the CLI's convention)."""
-    _app()._fail(message, code)
-    raise AssertionError("unreachable")  # pragma: no cover
+    common.fail(message, code)
 
 
 def run_options(
@@ -207,7 +180,7 @@ def terminal_approver(progress: Any = None) -> Approver | None:
     ``awaiting_approval``). ``progress``: a display to hide while asking."""
     if not sys.stdin.isatty():
         return None
-    err = _app().stderr
+    err = common.stderr
     return TerminalApprover(
         show=lambda line: err.print(line, markup=False, highlight=False),
         pause=progress.paused if progress is not None else None,
@@ -308,7 +281,6 @@ def planned_at_deadline(store_path: Path) -> Callable[[RunResult], dict[str, Any
 def report(outcome: DurableOutcome, *, as_json: bool, store: Store) -> None:
     """Print a durable run's outcome (the run table, or the decision it waits for) and
     exit with its code."""
-    app_module = _app()
     outcome = _with_case_stored(outcome, store)
     result = outcome.result
     if as_json:
@@ -343,22 +315,22 @@ def report(outcome: DurableOutcome, *, as_json: bool, store: Store) -> None:
         if result is not None:
             from plandag.cli.display import run_table
 
-            app_module.stdout.print(run_table(result, console_width=app_module.stdout.width))
-            app_module._print_progress(result)
+            common.stdout.print(run_table(result, console_width=common.stdout.width))
+            common.print_progress(result)
             if result.output is not None:
-                app_module.stdout.print_json(
+                common.stdout.print_json(
                     json.dumps(scrub_secrets(to_jsonable(result.output)), ensure_ascii=False)
                 )
         if outcome.request is not None and outcome.status == "awaiting_approval":
             for line in outcome.request.summary_lines():
-                app_module.stderr.print(line, markup=False, highlight=False)
+                common.stderr.print(line, markup=False, highlight=False)
         if outcome.message:
-            app_module.stderr.print(outcome.message, markup=False, highlight=False)
-        app_module.stderr.print(f"run {outcome.run_id} ({outcome.status}); store {store.path}")
+            common.stderr.print(outcome.message, markup=False, highlight=False)
+        common.stderr.print(f"run {outcome.run_id} ({outcome.status}); store {store.path}")
     if outcome.store_error is not None:
-        app_module.stderr.print(f"[red]error:[/] {escape(outcome.store_error)}")
+        common.stderr.print(f"[red]error:[/] {escape(outcome.store_error)}")
         raise typer.Exit(1)
-    raise typer.Exit(app_module.EXIT_CODES.get(outcome.status, 1))
+    raise typer.Exit(common.EXIT_CODES.get(outcome.status, 1))
 
 
 def escalation_hooks(settings: Any) -> EscalationHooks:
@@ -397,7 +369,7 @@ def _with_case_stored(outcome: DurableOutcome, store: Store) -> DurableOutcome:
             outcome.run_id,
             reason,
             detail,
-            hooks=escalation_hooks(_app()._settings({})),
+            hooks=escalation_hooks(common.command_settings({})),
         )
     )
     return dataclasses.replace(
@@ -506,10 +478,9 @@ def _rebuild(
     from plandag.store.sealing import unseal
     from plandag.tools.boundary import WriteBoundary
 
-    app_module = _app()
     if options is None:
         options = run_options_of(row, run_id, base_url)
-    registry = app_module._registry([Path(tool) for tool in options.tools])
+    registry = common.command_registry([Path(tool) for tool in options.tools])
     versions = store.plan_versions(run_id)
     if not versions:
         _fail(f"run {run_id} has no plan in {store.path}")
@@ -601,16 +572,15 @@ def _continue(
     from plandag.cli.signals import Interruptible, exit_code_for_signal
     from plandag.store.durable import continue_run
 
-    app_module = _app()
     compiled, options = prepared
     if approve is not None:
         import dataclasses
 
         options = dataclasses.replace(options, approve=approve_mode(approve))
-    settings = app_module._settings({})
+    settings = common.command_settings({})
     if hooks is None:
         hooks = escalation_hooks(settings)
-    progress, observers = app_module._observers(compiled, settings)
+    progress, observers = common.progress_observers(compiled, settings)
     approver = terminal_approver(progress) if options.approve == "ask" else None
     factory = trace_factory(store, options.redact)
 
@@ -666,9 +636,8 @@ def library_after_continue(
     did not go through the library are left alone."""
     from plandag.library.stored import finish_stored_run
 
-    app_module = _app()
     store.flush()
-    registry = app_module._registry([Path(tool) for tool in options.tools])
+    registry = common.command_registry([Path(tool) for tool in options.tools])
     finished = finish_stored_run(
         store,
         run_id,
@@ -685,7 +654,7 @@ def library_after_continue(
     )
     if finished is not None:
         for line in finished.lines():
-            app_module.stderr.print(line, markup=False, highlight=False)
+            common.stderr.print(line, markup=False, highlight=False)
 
 
 def print_stored_brakes(options: RunOptions) -> None:
@@ -693,17 +662,16 @@ def print_stored_brakes(options: RunOptions) -> None:
     one line, as ``exec`` and ``run`` print theirs at the start."""
     from plandag.brakes import brakes_line
 
-    app_module = _app()
     limits = options.run_limits()
     specs = list(options.write_boundary) if options.write_boundary else None
-    app_module.stderr.print(
+    common.stderr.print(
         brakes_line(
             max_cost_usd=limits.max_cost_usd,
             max_tokens=limits.max_tokens,
             max_seconds=limits.max_seconds,
             stall_after=limits.stall_after,
             stop_on_stall=limits.stop_on_stall,
-            boundary=app_module.boundary_words(specs, Path.cwd()),
+            boundary=common.boundary_words(specs, Path.cwd()),
         ),
         markup=False,
         highlight=False,
@@ -783,11 +751,11 @@ def register(app: typer.Typer) -> None:
                 Text(_when(row.created)),
                 Text(_shown_goal(row.goal)[:60]),
             )
-        _app().stdout.print(table)
+        common.stdout.print(table)
         if not rows:
-            _app().stderr.print("no runs yet")
+            common.stderr.print("no runs yet")
         elif len(rows) == limit:
-            _app().stderr.print(f"the {limit} newest runs; --limit N shows more")
+            common.stderr.print(f"the {limit} newest runs; --limit N shows more")
 
     @app.command("resume")
     def resume_command(
@@ -984,7 +952,7 @@ def register(app: typer.Typer) -> None:
         if reject_step or edits:
             _trace_amendment(store, row, decider, feedback)
             prepared = _rebuild(store, run_id, row, base_url)  # the version the choices made
-            _app().stderr.print(
+            common.stderr.print(
                 f"run {run_id}: step choices made plan version {row.version} "
                 f"(hash {digest}), approved by {decider}",
                 markup=False,
@@ -1049,7 +1017,7 @@ def register(app: typer.Typer) -> None:
                 from plandag.cli.agent_store import revise
 
                 revise(store, run_id, row, options, writer)
-        _app().stderr.print(f"run {run_id} rejected (plan hash {digest})")
+        common.stderr.print(f"run {run_id} rejected (plan hash {digest})")
         raise typer.Exit(4)
 
     @app.command("abandon")
@@ -1072,10 +1040,10 @@ def register(app: typer.Typer) -> None:
             abandon(store, run_id, who=decider, reason=reason)
         except InputError as error:
             _fail(str(error))
-        _app().stderr.print(
+        common.stderr.print(
             f"run {run_id} abandoned by {decider}: {reason}", markup=False, highlight=False
         )
-        raise typer.Exit(_app().EXIT_CODES["abandoned"])
+        raise typer.Exit(common.EXIT_CODES["abandoned"])
 
     @app.command("inbox")
     def inbox_command(
@@ -1094,9 +1062,9 @@ def register(app: typer.Typer) -> None:
         if as_json:
             sys.stdout.write(json.dumps(items, ensure_ascii=False, indent=2) + "\n")
             return
-        out = _app().stdout
+        out = common.stdout
         if not items:
-            _app().stderr.print(f"no open escalations or crashed runs in {store.path}")
+            common.stderr.print(f"no open escalations or crashed runs in {store.path}")
             return
         for item in items:
             spend = item["spend"]
@@ -1226,7 +1194,7 @@ def _resume_escalated(
             f"run {run_id} has no planner to follow an instruction (it was made by `plandag "
             f"exec` without --planner); {instead}, `{actions['abandon']}` closes it"
         )
-    settings = _app()._settings({})
+    settings = common.command_settings({})
     hooks = escalation_hooks(settings)
     prepared = _with_escalate(_prepare(store, run_id, row, "resume", base_url), escalate)
     if approve is not None:

@@ -40,10 +40,10 @@ _INSTEAD = {
 }
 
 
-def _fail(message: str) -> NoReturn:
+def fail(message: str) -> NoReturn:
     from rich.markup import escape
 
-    from plandag.cli.app import EXIT_USAGE, stderr
+    from plandag.cli.common import EXIT_USAGE, stderr
 
     stderr.print(f"[red]error:[/] {escape(message)}", markup=True, highlight=False)
     raise typer.Exit(EXIT_USAGE)
@@ -85,27 +85,27 @@ def register(app: typer.Typer) -> None:
         0.5 s. A run that is not running is an error (exit 2).
         """
         from plandag.approval.gate import current_user
-        from plandag.cli.app import stdout
+        from plandag.cli.common import stdout
         from plandag.errors import InputError
         from plandag.store import open_store
 
         if not text.strip():
-            _fail("TEXT is empty: say what the run should do")
+            fail("TEXT is empty: say what the run should do")
         try:
             store = open_store(store_path)
         except InputError as error:
-            _fail(str(error))
+            fail(str(error))
         try:
             try:
                 run_id = store.resolve_run_id(run)
                 row = store.run(run_id)
             except InputError as error:
-                _fail(str(error))
+                fail(str(error))
             if row.status != "running":
                 instead = _INSTEAD.get(
                     row.status, "it has ended: start a new `plandag run` with your text in the task"
                 )
-                _fail(
+                fail(
                     f"run {run_id} is {row.status}, not running: an instruction reaches only "
                     "a running run" + (f"; {instead.format(run=run_id)}" if instead else "")
                 )
@@ -115,17 +115,17 @@ def register(app: typer.Typer) -> None:
                     "it with Ctrl-C and run the changed plan)"
                 )
                 if row.command == "exec" and row.options.get("planner"):
-                    _fail(
+                    fail(
                         f"run {run_id} is a `plandag exec --planner` run: it runs a stored "
                         "plan, and its planner only repairs steps that fail, taking no "
                         f"instructions; {elsewhere}"
                     )
-                _fail(
+                fail(
                     f"run {run_id} is a `plandag {row.command}` run: it has no planner to "
                     f"take an instruction; {elsewhere}"
                 )
             if row.crashed:
-                _fail(
+                fail(
                     f"run {run_id} is recorded running, but its process {row.pid} is gone "
                     f"(it crashed); `plandag resume {run_id}` continues it"
                 )

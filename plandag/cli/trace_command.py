@@ -26,7 +26,8 @@ from typing import Annotated
 
 import typer
 
-from plandag.cli.app import JsonOption, _fail, stderr, stdout
+from plandag.cli.common import fail, stderr, stdout
+from plandag.cli.options import JsonOption
 from plandag.errors import InputError
 from plandag.trace.diff import diff_traces, render_diff
 from plandag.trace.html import write_html
@@ -80,10 +81,10 @@ def _load(run: str | None, trace_file: Path | None, store: Path | None, flag: st
         if trace_file is not None:
             return load_trace(trace_file)
         if run is None:
-            _fail(f"give a RUN_ID or {flag} FILE")
+            fail(f"give a RUN_ID or {flag} FILE")
         return load_trace(resolve_trace_path(run, store))
     except InputError as error:
-        _fail(str(error))
+        fail(str(error))
 
 
 def trace_command(
@@ -100,15 +101,15 @@ def trace_command(
         typer.Exit: code 2 for unusable arguments (the message on stderr).
     """
     if run_id is not None and trace_file is not None:
-        _fail("give a RUN_ID or --trace FILE, not both")
+        fail("give a RUN_ID or --trace FILE, not both")
     trace = _load(run_id, trace_file, store, "--trace")
     if html is not None:
         if html.is_dir():
-            _fail(f"--html {html} is a folder; name the file, e.g. {html / 'report.html'}")
+            fail(f"--html {html} is a folder; name the file, e.g. {html / 'report.html'}")
         try:
             write_html(trace, html)
         except OSError as error:
-            _fail(f"--html {html}: cannot write it ({error.strerror or error})")
+            fail(f"--html {html}: cannot write it ({error.strerror or error})")
         stderr.print(f"wrote {html}", markup=False, highlight=False)
         if not as_json:
             return

@@ -11,7 +11,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from plandag.cli import app, plan_command
+from plandag.cli import app
+from plandag.executors import access
 
 URL = "http://127.0.0.1:9"
 
@@ -22,14 +23,12 @@ def chosen(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[str, s
     there (exit 7), before any request."""
     calls: list[tuple[str, str | None]] = []
 
-    def record(provider: str, base_url: str | None) -> Any:
+    def record(provider: str, base_url: str | None, key: str | None) -> Any:
         calls.append((provider, base_url))
         raise typer.Exit(7)
 
-    from plandag.cli import run_command
-
-    monkeypatch.setattr(plan_command, "_client", record)
-    monkeypatch.setattr(run_command, "_client", record)  # imported by name at module level
+    # every command builds its model client through this one function
+    monkeypatch.setattr(access, "provider_client", record)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PLANDAG_STORE", str(tmp_path / "runs.sqlite3"))
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):

@@ -91,7 +91,7 @@ def test_check_imports_neither_the_planner_nor_the_store_nor_http() -> None:
         _loaded(modules, ("anthropic", "openai", "httpx", "plandag.planner", "plandag.store")) == []
     )
     assert "plandag.cli.run_command" not in modules
-    assert "plandag.cli.store_command" in modules  # options of `exec`; it imports no store
+    assert "plandag.cli.exec_command" not in modules
 
 
 APPLICATION_LOADING = (

@@ -1,0 +1,157 @@
+"""``plandag schema``, ``check`` and ``graph``: the plan format, a plan compiled without
+running it (every diagnostic, like a compiler), and its DAG. Nothing here plans, runs or
+opens the run store."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from plandag.cli.common import (
+    EXIT_USAGE,
+    command_registry,
+    command_settings,
+    fail,
+    parse_params,
+    read_plan_file,
+    report_plan_error,
+    stderr,
+    write_boundary_for,
+)
+from plandag.cli.display import diagnostic_lines
+from plandag.cli.options import (
+    BoundaryOption,
+    HttpAllowOption,
+    JsonOption,
+    MaxPlanBytesOption,
+    MaxStepsOption,
+    ParamOption,
+    PlanArgument,
+    ReadOnlyOption,
+    ToolsOption,
+)
+from plandag.compiler import compile_plan
+from plandag.dag.graph import critical_path, mermaid
+from plandag.dag.plan import Plan
+from plandag.errors import PlanError
+from plandag.scheduler.estimate import estimate_plan
+
+__all__ = ["check", "graph", "register", "schema"]
+
+
+def schema(
+    which: Annotated[
+        str,
+        typer.Argument(metavar="[plan|nfe]", help="plan (the plan format) or nfe (the record)."),
+    ] = "plan",
+) -> None:
+    """Print a JSON Schema: the plan format or the NF-e record."""
+    if which == "plan":
+        document = Plan.model_json_schema()
+    elif which == "nfe":
+        from plandag.extract.nfe.record import nfe_record_json_schema
+
+        document = nfe_record_json_schema()
+    else:
+        fail(f"unknown schema {which!r}; choose plan or nfe")
+    sys.stdout.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+
+
+def check(
+    plan_file: PlanArgument,
+    tools: ToolsOption = None,
+    param: ParamOption = None,
+    read_only: ReadOnlyOption = False,
+    write_boundary: BoundaryOption = None,
+    http_allow: HttpAllowOption = None,
+    max_steps: MaxStepsOption = None,
+    max_plan_bytes: MaxPlanBytesOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Compile a plan without running it; print every diagnostic like a compiler.
+
+    With --param, param values are checked too (missing, unknown, wrong type). At most
+    100 diagnostics are listed, then one that counts the rest. The plan's estimate of cost
+    and time is printed from the tools' declared figures (exec and run also use the
+    durations measured in the run store).
+    """
+    registry = command_registry(tools)
+    settings = command_settings(
+        {
+            "write_boundary": write_boundary,
+            "http_allow": http_allow,
+            "max_steps": max_steps,
+            "max_plan_bytes": max_plan_bytes,
+        }
+    )
+    text = read_plan_file(plan_file, settings["max_plan_bytes"])
+    try:
+        compiled = compile_plan(
+            text,
+            registry,
+            params=parse_params(param) if param else None,
+            read_only=read_only,
+            write_boundary=write_boundary_for(settings["write_boundary"], Path.cwd()),
+            http_allow=settings["http_allow"],
+            max_steps=settings["max_steps"],
+        )
+    except PlanError as error:
+        if as_json:
+            document = [diagnostic.as_dict() for diagnostic in error.diagnostics]
+            sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
+            raise typer.Exit(EXIT_USAGE) from None
+        report_plan_error(str(plan_file), error, as_json=False, tools=tools)
+    if as_json:
+        document = [diagnostic.as_dict() for diagnostic in compiled.diagnostics]
+        sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
+        return
+    for line in diagnostic_lines(str(plan_file), list(compiled.diagnostics)):
+        stderr.print(line, markup=False)
+    stderr.print(f"{plan_file}: {estimate_plan(compiled).describe()}", markup=False)
+    stderr.print(
+        f"{plan_file}: ok, {_count(len(compiled.steps), 'step')}, "
+        f"{_count(len(compiled.diagnostics), 'warning')}"
+    )
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
+def graph(
+    plan_file: PlanArgument,
+    tools: ToolsOption = None,
+    max_steps: MaxStepsOption = None,
+    max_plan_bytes: MaxPlanBytesOption = None,
+) -> None:
+    """Print the plan's DAG as Mermaid text, its critical path (by step count) marked, and
+    the plan's estimate of cost and time (from the tools' declared figures)."""
+    registry = command_registry(tools)
+    settings = command_settings({"max_steps": max_steps, "max_plan_bytes": max_plan_bytes})
+    text = read_plan_file(plan_file, settings["max_plan_bytes"])
+    try:
+        compiled = compile_plan(text, registry, max_steps=settings["max_steps"])
+    except PlanError as error:
+        report_plan_error(str(plan_file), error, as_json=False, tools=tools)
+    path, length = critical_path(compiled.graph)
+    labels = {}
+    for step_id, compiled_step in compiled.steps.items():
+        description = compiled_step.step.description
+        labels[step_id] = f"{step_id}: {compiled_step.step.tool}" + (
+            f" - {description}" if description else ""
+        )
+    sys.stdout.write(mermaid(compiled.graph, labels, highlight=path))
+    route = " -> ".join(map(str, path)) or "none (empty plan)"
+    sys.stdout.write(f"%% critical path: {route} ({_count(int(length), 'step')})\n")
+    sys.stdout.write(f"%% {estimate_plan(compiled).describe()}\n")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``schema``, ``check`` and ``graph`` to ``app`` (the ``plandag`` typer app)."""
+    app.command("schema")(schema)
+    app.command("check")(check)
+    app.command("graph")(graph)
