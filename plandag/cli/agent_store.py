@@ -24,9 +24,9 @@ if TYPE_CHECKING:
     from plandag.dag.plan import Plan
     from plandag.escalation import EscalationHooks
     from plandag.planner.agent import AgentResult
+    from plandag.runs.options import DurableOutcome, RunOptions
     from plandag.scheduler.result import RunResult
     from plandag.store import Store
-    from plandag.store.durable import DurableOutcome, RunOptions
 
 __all__ = [
     "MAX_REVISIONS",
@@ -55,7 +55,7 @@ def revise(store: Store, run_id: str, row: Any, options: RunOptions, writer: Any
     from plandag.dag.plan import Plan
     from plandag.planner.agent import revision_context
     from plandag.planner.planner import Planner
-    from plandag.store.durable import plan_estimate
+    from plandag.runs.segments import plan_estimate
 
     feedback = [
         decision.feedback or ""
@@ -270,13 +270,14 @@ def escalate_stored(
 ) -> DurableOutcome:
     """Persist the case of a run recorded outside the durable layer's own segments
     (``plandag run``, ``exec --planner``) that ended ``escalated``, and call the hooks
-    (:func:`plandag.store.durable.escalate_run`, on a loop of its own: the run's loop has
+    (:func:`plandag.runs.escalations.escalate_run`, on a loop of its own: the run's loop has
     ended). Returns the outcome with the message for the person."""
     import functools
 
     import anyio
 
-    from plandag.store.durable import DurableOutcome, escalate_run
+    from plandag.runs.escalations import escalate_run
+    from plandag.runs.options import DurableOutcome
 
     reason = run.escalation or "replan_caps"
     message = anyio.run(
@@ -521,7 +522,7 @@ class RepairGate:
     async def start(self) -> bool:
         """Record the run (the decision on the stored plan, when it needs one, is asked by
         :meth:`approve_plan` once its effect-free steps run). Returns True."""
-        from plandag.store.durable import record_run
+        from plandag.runs.segments import record_run
 
         self.request = record_run(
             self.store,
@@ -539,14 +540,14 @@ class RepairGate:
         """``run_with_repairs(approve_plan=...)``: ``approved``, ``rejected`` or
         ``awaiting_approval`` for the stored plan, asked while its effect-free steps run."""
         from plandag.approval import InvalidDecisionError
-        from plandag.store.durable import _decide
+        from plandag.runs.decisions import ask_decision
 
         request = self.request
         if request is None:
             return "approved"
         with session.waiting_for_person():
             try:
-                decision = await _decide(
+                decision = await ask_decision(
                     self.store, request, self.approver, self.options.approve, self.writer
                 )
             except InvalidDecisionError as error:  # the run waits for a decision it can take
@@ -578,7 +579,7 @@ class RepairGate:
         from plandag.approval import ApprovalRequest, approval_needed, approval_reason
         from plandag.compiler.compiled import allowed_hosts
         from plandag.planner.repair import whole_plan
-        from plandag.store.durable import _decide
+        from plandag.runs.decisions import ask_decision
 
         steps = session.steps
         if not approval_needed(
@@ -616,7 +617,7 @@ class RepairGate:
         )
         self.writer.plan(self.version, plan_json, request.plan_hash, "replan")
         with session.waiting_for_person():
-            decision = await _decide(
+            decision = await ask_decision(
                 self.store, request, self.approver, self.options.approve, self.writer
             )
         if decision is None:
@@ -627,7 +628,7 @@ class RepairGate:
     def finish(self, repaired: Any) -> None:
         """Record the model calls, replans and final state of ``repaired`` (None: the run
         was interrupted before it could report)."""
-        from plandag.store.durable import _await
+        from plandag.runs.decisions import save_awaiting
 
         store = self.store
         if repaired is None:
@@ -639,7 +640,7 @@ class RepairGate:
         for replan in repaired.replans:
             store.record_event(self.run_id, "replan", replan.to_json_dict(), time.time())
         if repaired.status == "awaiting_approval" and self.pending is not None:
-            self.outcome = _await(store, self.pending, self.pending.reason)
+            self.outcome = save_awaiting(store, self.pending, self.pending.reason)
             return
         store.update_run(
             self.run_id,
@@ -699,7 +700,7 @@ def resume_with_planner(
     from plandag.errors import InputError
     from plandag.planner.agent import Agent
     from plandag.planner.triggers import Instruction
-    from plandag.store.durable import close_escalation
+    from plandag.runs.escalations import close_escalation
     from plandag.store.sealing import unseal
 
     compiled, options = prepared

@@ -10,7 +10,7 @@ approval gate, and ``plandag runs``, ``resume``, ``approve``, ``reject``.
   saves the run ``awaiting_approval`` and exits 4.
 * ``plandag runs [--json]``: the runs, newest first.
 * ``plandag resume RUN_ID``: continues a crashed or interrupted run (completed steps never
-  run again; see :mod:`plandag.store.durable`).
+  run again; see :mod:`plandag.runs`).
 * ``plandag approve RUN_ID [--hash H]``: approves the plan version awaiting a decision and
   runs it in the same run; ``plandag reject RUN_ID --feedback TEXT``: refuses it (exit 4).
 * Escalated runs (handed to a person, see :mod:`plandag.escalation`): ``plandag inbox
@@ -64,8 +64,8 @@ if TYPE_CHECKING:
     from plandag.compiler.compiled import CompiledPlan
     from plandag.dag.plan import Plan
     from plandag.escalation import EscalationHooks
+    from plandag.runs.options import DurableOutcome, RunOptions, TraceFactory
     from plandag.store import Store
-    from plandag.store.durable import DurableOutcome, RunOptions, TraceFactory
 
 __all__ = [
     "ApproveOption",
@@ -119,9 +119,9 @@ def run_options(
     planner: Mapping[str, Any] | None = None,
     executor: Mapping[str, Any] | None = None,
 ) -> RunOptions:
-    """The :class:`~plandag.store.durable.RunOptions` stored with a run, from the CLI's
+    """The :class:`~plandag.runs.options.RunOptions` stored with a run, from the CLI's
     effective settings (flags over config files) and its brakes."""
-    from plandag.store.durable import RunOptions
+    from plandag.runs.options import RunOptions
 
     tool_files = tuple(str(Path(tool).resolve()) for tool in dict.fromkeys(tools or []))
     return RunOptions(
@@ -347,7 +347,7 @@ def escalation_hooks(settings: Any) -> EscalationHooks:
 
 def _with_case_stored(outcome: DurableOutcome, store: Store) -> DurableOutcome:
     """An escalated outcome whose case is not in the store yet (a code path that ended the
-    run escalated without :func:`plandag.store.durable.escalate_run`) gets it stored now,
+    run escalated without :func:`plandag.runs.escalations.escalate_run`) gets it stored now,
     with the configured hooks called, so that every escalated run reaches the inbox."""
     if outcome.status != "escalated" or store.escalations(run_id=outcome.run_id):
         return outcome
@@ -356,7 +356,7 @@ def _with_case_stored(outcome: DurableOutcome, store: Store) -> DurableOutcome:
 
     import anyio
 
-    from plandag.store.durable import escalate_run
+    from plandag.runs.escalations import escalate_run
 
     result = outcome.result
     reason = outcome.escalation or (result.escalation if result is not None else None)
@@ -395,7 +395,7 @@ def durable_exec(
     ``compile_span``: when the plan's compile started and ended (seconds since the epoch),
     for the trace; ``hooks``: called when the run escalates."""
     from plandag.cli.signals import Interruptible, exit_code_for_signal
-    from plandag.store.durable import start_run
+    from plandag.runs.segments import start_run
 
     store = open_cli_store(store_path)
     approver = terminal_approver(progress) if options.approve == "ask" else None
@@ -454,8 +454,8 @@ def run_options_of(row: Any, run_id: str, base_url: str | None = None) -> RunOpt
     (``--base-url``), or its user and password put back from the environment
     (:func:`plandag.store.base_urls.restored_model_options`); exit 2 saying what to give
     when neither can."""
+    from plandag.runs.options import RunOptions
     from plandag.store.base_urls import restored_model_options
-    from plandag.store.durable import RunOptions
 
     try:
         return RunOptions.from_json(restored_model_options(row.options, base_url, run_id=run_id))
@@ -522,7 +522,7 @@ def _prepare(
     files unchanged since the plan was made (a person approved the plan with that code),
     and its current plan version compiled again, its model server's URL whole
     (``base_url``: given again). Fails (exit 2) with nothing recorded."""
-    from plandag.store.durable import RunOptions
+    from plandag.runs.options import RunOptions
 
     options = RunOptions.from_json(row.options)
     try:
@@ -570,7 +570,7 @@ def _continue(
     hooks: EscalationHooks | None = None,
 ) -> None:
     from plandag.cli.signals import Interruptible, exit_code_for_signal
-    from plandag.store.durable import continue_run
+    from plandag.runs.segments import continue_run
 
     compiled, options = prepared
     if approve is not None:
@@ -808,7 +808,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool,
         base_url: str | None,
     ) -> None:
-        from plandag.store.durable import RESUMABLE
+        from plandag.runs.options import RESUMABLE
 
         if row.status == "escalated":
             _resume_escalated(
@@ -891,7 +891,7 @@ def register(app: typer.Typer) -> None:
         On an escalated run whose step's outcome was unknown (an irreversible effect that
         may have happened before the run stopped): once you checked what happened, run that
         step again with --hash H (the plan hash `plandag inbox` shows)."""
-        from plandag.store.durable import approve_escalated, decide
+        from plandag.runs.decisions import approve_escalated, decide
 
         store = open_cli_store(store_path)
         run_id, row = _stored_run(store, run)
@@ -986,7 +986,8 @@ def register(app: typer.Typer) -> None:
         A run started by `plandag run` goes back to its planner with the feedback, in
         full, as the instruction for a revision; the revised plan then awaits a decision.
         """
-        from plandag.store.durable import RunOptions, decide
+        from plandag.runs.decisions import decide
+        from plandag.runs.options import RunOptions
 
         if not feedback.strip():
             _fail("--feedback is empty: say why, in words the planner can act on")
@@ -1031,7 +1032,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Close an escalated run for good: its state becomes abandoned (exit 1) and it
         leaves the inbox; the decision is recorded with who, when and the reason."""
-        from plandag.store.durable import abandon
+        from plandag.runs.decisions import abandon
 
         store = open_cli_store(store_path)
         run_id, _ = _stored_run(store, run)
@@ -1172,7 +1173,8 @@ def _resume_escalated(
     """``plandag resume`` on an escalated run: the planner is brought back when the run
     has one; otherwise the run continues as it is (an instruction is refused: nobody
     could follow it). ``base_url``: the model server's URL given again."""
-    from plandag.store.durable import RunOptions, close_escalation
+    from plandag.runs.escalations import close_escalation
+    from plandag.runs.options import RunOptions
 
     if instruction is not None and RunOptions.from_json(row.options).planner is None:
         from plandag.escalation import escalation_actions
@@ -1265,7 +1267,7 @@ def _parse_edits(values: list[str]) -> dict[int, dict[str, Any]]:
 def _trace_amendment(store: Store, row: Any, who: str, feedback: str | None) -> None:
     """Append a step-by-step decision taken from the command line to the run's trace: the
     decision ``amended`` on the version decided on, the new version, its approval."""
-    from plandag.store.durable import RunOptions
+    from plandag.runs.options import RunOptions
     from plandag.trace.redact import Redactor
     from plandag.trace.writer import TraceWriter
 
@@ -1291,7 +1293,7 @@ def _trace_decision(
 ) -> Any:
     """Append a decision taken from the command line to the run's trace; returns the
     (closed unless used as a context manager) writer."""
-    from plandag.store.durable import RunOptions
+    from plandag.runs.options import RunOptions
     from plandag.trace.redact import Redactor
     from plandag.trace.writer import TraceWriter
 

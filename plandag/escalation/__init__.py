@@ -2,7 +2,7 @@
 person gets when a run cannot go on by itself (:mod:`plandag.escalation.context`) and the
 hooks called with it (:mod:`plandag.escalation.hooks`). The run store keeps each case in
 its ``escalation`` table until a person resumes, approves or abandons the run
-(:mod:`plandag.store.durable`; ``plandag inbox`` lists the open ones)."""
+(:mod:`plandag.runs`; ``plandag inbox`` lists the open ones)."""
 
 import typing as _typing
 

@@ -25,7 +25,7 @@ what a page asks, following the rules of :mod:`plandag.conversation.model`:
 * **Approve** (:meth:`Console.decide`) records the decision with the person's name (and
   per-step choices: rejected steps and the steps downstream of them dropped, edited
   arguments, :func:`plandag.approval.amend`), ends plan mode, and runs the approved plan in
-  the run store (:func:`plandag.store.durable.start_run`, command ``serve``, approved by
+  the run store (:func:`plandag.runs.start_run`, command ``serve``, approved by
   that name); the run's start and end are recorded in the same conversation (messages of
   origin ``pipeline``), so the conversation keeps everything said and found before.
   **Reject** records the decision with the feedback; the feedback is then the person's next
@@ -33,7 +33,7 @@ what a page asks, following the rules of :mod:`plandag.conversation.model`:
   instruction for this revision, in full" (:func:`plandag.conversation.conversation_context`).
 * **The inbox** (:meth:`Console.abandon`, :meth:`Console.resume`,
   :meth:`Console.approve_escalated`): ``abandon`` closes the case here
-  (:func:`plandag.store.durable.abandon`); ``resume`` and ``approve`` run ``plandag resume``
+  (:func:`plandag.runs.abandon`); ``resume`` and ``approve`` run ``plandag resume``
   / ``plandag approve`` as a child process on the same store with ``--who``, as a person at
   a terminal would, so the run goes on exactly as the command line makes it go on.
 
@@ -542,7 +542,8 @@ class Console:
         self, conversation: Conversation, plan: Plan, who: str | None, choices: Decision | None
     ) -> None:
         """Run ``plan`` in the run store and record its start and end in the conversation."""
-        from plandag.store.durable import RunOptions, start_run
+        from plandag.runs.options import RunOptions
+        from plandag.runs.segments import start_run
         from plandag.trace.redact import Redactor
         from plandag.trace.writer import TraceWriter
 
@@ -619,7 +620,7 @@ class Console:
         Raises:
             ConsoleError: a blank reason, or the run is not escalated.
         """
-        from plandag.store.durable import abandon
+        from plandag.runs.decisions import abandon
 
         if not reason.strip():
             raise ConsoleError("abandoning needs a reason: say why the run is given up")

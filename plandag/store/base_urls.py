@@ -2,7 +2,7 @@
 http://user:password@host/``): the run store keeps it without them.
 
 A run's options hold the base URL of its planner's and its model steps' provider
-(:class:`~plandag.store.durable.RunOptions` ``planner`` and ``executor``). When that URL
+(:class:`~plandag.runs.options.RunOptions` ``planner`` and ``executor``). When that URL
 has a ``user:password@`` part (RFC 3986, 3.2.1: the userinfo), :func:`stored_model_options`
 stores the URL without it, and beside it (``base_url_credentials``) only what is needed to
 put it back and is no secret:

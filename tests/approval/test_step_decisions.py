@@ -21,8 +21,9 @@ from plandag.approval import (
 )
 from plandag.approval.steps import StepDecision, amend
 from plandag.compiler import compile_plan
+from plandag.runs.options import RunOptions
+from plandag.runs.segments import start_run
 from plandag.store import Store, open_store
-from plandag.store.durable import RunOptions, start_run
 from plandag.tools import tool
 from plandag.tools.registry import Registry
 

@@ -18,9 +18,10 @@ from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.compiler import compile_plan
 from plandag.models import AnthropicClient
 from plandag.planner.agent import Agent
+from plandag.runs.options import RunOptions
+from plandag.runs.segments import continue_run, start_run
 from plandag.scheduler import RunLimits
 from plandag.store import open_store
-from plandag.store.durable import RunOptions, continue_run, start_run
 from plandag.testing import MessagesServer
 from plandag.tools import tool
 from plandag.tools.registry import Registry

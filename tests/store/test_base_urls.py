@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 from plandag.errors import InputError
+from plandag.runs.options import RunOptions
 from plandag.store.base_urls import (
     CREDENTIALS_KEY,
     restored_model_options,
     split_userinfo,
     stored_model_options,
 )
-from plandag.store.durable import RunOptions
 
 URL = "http://127.0.0.1:8000/v1"
 

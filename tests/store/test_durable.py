@@ -21,8 +21,10 @@ from plandag.approval import (
 from plandag.compiler import compile_plan
 from plandag.dag.plan import Plan
 from plandag.errors import InputError
+from plandag.runs.decisions import decide
+from plandag.runs.options import RunOptions
+from plandag.runs.segments import continue_run, start_run
 from plandag.store import Store, open_store
-from plandag.store.durable import RunOptions, continue_run, decide, start_run
 from plandag.tools import WriteBoundary, tool
 from plandag.tools.registry import Registry
 

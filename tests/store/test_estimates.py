@@ -11,8 +11,9 @@ import pytest
 
 from plandag.approval import ApprovalRequest, CallbackApprover, Decision
 from plandag.compiler import CompiledPlan, compile_plan
+from plandag.runs.options import RunOptions
+from plandag.runs.segments import plan_estimate, start_run
 from plandag.store import Store, open_store
-from plandag.store.durable import RunOptions, plan_estimate, start_run
 from plandag.tools import ToolContext, tool
 from plandag.tools.registry import Registry
 

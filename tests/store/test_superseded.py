@@ -13,8 +13,9 @@ import pytest
 
 from plandag.approval import plan_hash
 from plandag.compiler import compile_plan
+from plandag.runs.options import RunOptions
+from plandag.runs.segments import continue_run, superseded_steps
 from plandag.store import Store, open_store
-from plandag.store.durable import RunOptions, continue_run, superseded_steps
 from plandag.tools import tool
 from plandag.tools.registry import Registry
 

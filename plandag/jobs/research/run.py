@@ -136,13 +136,13 @@ def research_options(
     http_allow: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """The options stored with a research run (``run.options``): the
-    :class:`~plandag.store.durable.RunOptions` of a read-only planned run (``planner`` and
+    :class:`~plandag.runs.options.RunOptions` of a read-only planned run (``planner`` and
     ``executor``: provider, model, base URL; never a key) plus ``research``: ``{"corpus",
     "index", "output"}`` (absolute paths), which a later segment re-binds."""
     from plandag.cli.store_command import file_sha256
     from plandag.compiler.limits import DEFAULT_MAX_STEPS
     from plandag.jobs.research.planning import RESEARCH_CONTEXT
-    from plandag.store.durable import RunOptions
+    from plandag.runs.options import RunOptions
 
     files = tuple(str(Path(item).resolve()) for item in dict.fromkeys(tools))
     options = RunOptions(
