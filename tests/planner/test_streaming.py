@@ -199,7 +199,7 @@ async def test_the_first_tool_starts_before_the_plan_has_ended(
         ],
         "o": "<step_4_result>",
     }
-    server.tokens_per_second = 300.0  # ~100 tokens: about a third of a second
+    server.tokens_per_second = 100.0  # ~100 tokens: about a second
     server.ttft = 0.05
     server.push_json(plan)
     result = await run_agent(server, write_boundary=WriteBoundary.from_specs([str(tmp_path)]))
@@ -208,11 +208,11 @@ async def test_the_first_tool_starts_before_the_plan_has_ended(
     assert result.answer == 3.0
     [call] = result.llm_calls
     assert call.streamed is True
-    stream_ended = call.started_at + call.duration_s  # wall clock
-    first_tool = result.first_tool_start_s
-    assert first_tool is not None
-    assert first_tool < call.duration_s - 0.1  # well before the plan ended
-    assert started_at["lookup:a"] < stream_ended - 0.1
+    # wall-clock stamps only: the session may open well before the call on a loaded machine
+    stream_ended = call.started_at + call.duration_s
+    assert result.first_tool_start_s is not None
+    # the first lookup is the plan's first step: it starts while most of the plan is unsent
+    assert started_at["lookup:a"] < stream_ended - 0.3
     # the step with effects never starts before the whole plan compiled and was released
     assert started_at["save"] >= stream_ended - 0.005
     assert (tmp_path / "note.txt").read_text(encoding="utf-8") == "started"
