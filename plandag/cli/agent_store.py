@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from plandag.cli import common
 from plandag.cli.store_command import (
     _rebuild,
+    job_registry,
     open_cli_store,
     terminal_approver,
     trace_factory,
@@ -74,12 +75,7 @@ def revise(store: Store, run_id: str, row: Any, options: RunOptions, writer: Any
     rejected = Plan.model_validate(versions[-1].plan)
     compiled, _ = _rebuild(store, run_id, row, options=options)
     # a job's run is replanned with the tools of that job, as its first plan was
-    applications = ("research",) if row.command == "research" else ()
-    registry = common.command_registry(
-        [Path(tool) for tool in options.tools],
-        applications=applications,
-        resolve_installed=not applications,
-    )
+    registry = job_registry(row, options)
     client = model_client(str(planner_options["provider"]), planner_options.get("base_url"))
     planner = Planner(
         client,
@@ -739,12 +735,7 @@ def resume_with_planner(
     used_ids = max([*rows, *compiled.steps, 0])
     versions = store.plan_versions(run_id)
     # a job's run is replanned with the tools of that job, as its first plan was
-    applications = ("research",) if row.command == "research" else ()
-    registry = common.command_registry(
-        [Path(tool) for tool in options.tools],
-        applications=applications,
-        resolve_installed=not applications,
-    )
+    registry = job_registry(row, options)
     client = model_client(str(planner_options["provider"]), planner_options.get("base_url"))
     try:  # the plan's llm and agent steps get their model back (the key read again)
         models = options.models() if options.executor is not None else None

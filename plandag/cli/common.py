@@ -142,11 +142,17 @@ def command_registry(
     *,
     applications: Iterable[str] = (),
     resolve_installed: bool = True,
+    withhold: Iterable[str] = (),
 ) -> Registry:
     """:func:`plandag.cli.options.build_registry`, exiting 2 with the reason when an entry
     of ``--tools`` cannot be loaded."""
     try:
-        return build_registry(tools, applications=applications, resolve_installed=resolve_installed)
+        return build_registry(
+            tools,
+            applications=applications,
+            resolve_installed=resolve_installed,
+            withhold=withhold,
+        )
     except ToolLoadError as error:
         fail(str(error))
 

@@ -334,10 +334,11 @@ def build_registry(
     *,
     applications: Iterable[str] = (),
     resolve_installed: bool = True,
+    withhold: Iterable[str] = (),
 ) -> Registry:
-    """The registry of a command: the built-in tools and checks, the installed
-    ``applications`` of the job at hand, and each ``--tools`` entry: a ``.py`` file, or the
-    name of an installed application (``--tools nfe``).
+    """The registry of a command: the built-in tools and checks less those ``withhold``
+    names, the installed ``applications`` of the job at hand, and each ``--tools`` entry: a
+    ``.py`` file, or the name of an installed application (``--tools nfe``).
 
     Args:
         tools: the ``--tools`` entries, in order (repeats are loaded once).
@@ -345,6 +346,9 @@ def build_registry(
         resolve_installed: find the tools of other installed applications when a plan names
             them (stored plans: ``check``, ``exec``, ``resume``); False where a model writes
             the plans from what it is shown (``run``, ``plan``).
+        withhold: built-in tools to leave out (:meth:`Registry.withhold`), before the
+            ``--tools`` entries are loaded (a research run leaves out the file and HTTP
+            tools).
 
     Raises:
         ToolLoadError: an entry is neither a loadable file nor an installed application.
@@ -353,6 +357,7 @@ def build_registry(
     from plandag.tools.registry import default_registry, installed_applications
 
     registry = default_registry(applications, resolve_installed=resolve_installed)
+    registry.withhold(withhold)
     for entry in dict.fromkeys(tools or []):
         if entry.suffix == ".py" or entry.exists():
             registry.load_file(entry)

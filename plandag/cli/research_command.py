@@ -7,8 +7,10 @@ corpus, every citation checked in code, a Markdown report and a JSON record (REA
 2. the :class:`~plandag.planner.agent.Agent` plans the question (``--provider``, ``--model``,
    ``--base-url`` as ``plandag run``) with the research context
    (:data:`~plandag.jobs.research.planning.RESEARCH_CONTEXT`) and the tools of this job
-   only, runs the branches at once, replans a branch whose citations fail their check
-   (within the caps), and runs the synthesis;
+   only (the file and HTTP built-ins withheld:
+   :func:`~plandag.jobs.research.planning.withheld_tools`; ``--tools`` files stay), runs
+   the branches at once, replans a branch whose citations fail their check (within the
+   caps), and runs the synthesis;
 3. the report (``--output``, default ``research.md``) and its JSON record (the same name,
    ``.json``) are built from the run store: ``plandag research --from-run RUN_ID`` builds
    them again at any later time. ``plandag resume RUN_ID [--instruction TEXT]`` goes on
@@ -428,7 +430,11 @@ def _run(
             "text; add documents to the folder"
             + (f" ({len(skipped)} skipped, listed above)" if skipped else "")
         )
-    registry = command_registry(tools, applications=("research",), resolve_installed=False)
+    from plandag.jobs.research.planning import withheld_tools
+
+    registry = command_registry(
+        tools, applications=("research",), resolve_installed=False, withhold=withheld_tools()
+    )
     boundary = write_boundary_for(settings["write_boundary"], Path.cwd())
     limits = run_limits_for(settings)
     print_brakes(settings, boundary_words(None, folder))

@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from plandag.escalation import EscalationHooks
     from plandag.runs.options import DurableOutcome, RunOptions, TraceFactory
     from plandag.store import Store
+    from plandag.tools.registry import Registry
 
 __all__ = [
     "ApproveOption",
@@ -449,6 +450,26 @@ def _stored_run(store: Store, text: str) -> tuple[str, Any]:
         _fail(str(error))
 
 
+def job_registry(row: Any, options: RunOptions) -> Registry:
+    """The registry a later segment of a stored run compiles and plans with: a research
+    run's is its job's (the ``research`` tools, no other installed application, the file
+    and HTTP built-ins withheld, as its first segment had them; a run stored before
+    ``withheld_tools`` was recorded gets them withheld all the same), any other run's the
+    built-ins and the installed applications; the run's ``--tools`` either way. Exits 2
+    when a tools entry cannot be loaded."""
+    tools = [Path(tool) for tool in options.tools]
+    if row.command == "research":
+        from plandag.jobs.research.planning import withheld_tools
+
+        return common.command_registry(
+            tools,
+            applications=("research",),
+            resolve_installed=False,
+            withhold=options.withheld_tools or withheld_tools(),
+        )
+    return common.command_registry(tools, withhold=options.withheld_tools)
+
+
 def run_options_of(row: Any, run_id: str, base_url: str | None = None) -> RunOptions:
     """The run's stored options, its model server's URL whole again: given again
     (``--base-url``), or its user and password put back from the environment
@@ -480,7 +501,7 @@ def _rebuild(
 
     if options is None:
         options = run_options_of(row, run_id, base_url)
-    registry = common.command_registry([Path(tool) for tool in options.tools])
+    registry = job_registry(row, options)
     versions = store.plan_versions(run_id)
     if not versions:
         _fail(f"run {run_id} has no plan in {store.path}")

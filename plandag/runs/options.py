@@ -64,6 +64,9 @@ class RunOptions:
             plan's ``llm`` and ``agent`` steps call (``exec --provider``), or None; each
             segment (a resume, an approval) builds its client again from it, the key read
             from the environment (:func:`plandag.executors.connect`).
+        withheld_tools: built-in tools the run's registry leaves out
+            (:meth:`~plandag.tools.registry.Registry.withhold`): a research run's file and
+            HTTP tools; every later segment builds its registry without them too.
     """
 
     tools: tuple[str, ...] = ()
@@ -82,6 +85,7 @@ class RunOptions:
     escalate: EscalationMode = "person"
     http_allow: tuple[str, ...] | None = None
     executor: Mapping[str, Any] | None = None
+    withheld_tools: tuple[str, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         """The options as stored (``run.options``): a ``base_url`` of ``planner`` or
@@ -105,6 +109,8 @@ class RunOptions:
             values["write_boundary"] = tuple(values["write_boundary"])
         if values.get("http_allow") is not None:
             values["http_allow"] = tuple(values["http_allow"])
+        if values.get("withheld_tools") is not None:
+            values["withheld_tools"] = tuple(values["withheld_tools"])
         return cls(**values)
 
     @property
@@ -126,7 +132,7 @@ class RunOptions:
 
     def models(self) -> ModelAccess | None:
         """The :class:`~plandag.executors.ModelAccess` of ``executor`` (a new client, with
-        the registry of ``tools``), or None without it.
+        the registry of ``tools``, less ``withheld_tools``), or None without it.
 
         Raises:
             InputError: the key is missing (:class:`~plandag.models.MissingAPIKeyError`)
@@ -138,6 +144,7 @@ class RunOptions:
         from plandag.tools.registry import default_registry
 
         registry = default_registry()
+        registry.withhold(self.withheld_tools)
         for file in self.tools:
             registry.load_file(file)
         return connect(

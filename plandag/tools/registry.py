@@ -47,6 +47,8 @@ class Registry:
         self.resolve_installed = resolve_installed
         self.applications: list[str] = []
         """Names of the installed applications registered (:meth:`add_application`)."""
+        self.withheld: dict[str, Tool] = {}
+        """The tools taken out by :meth:`withhold`, by name."""
         for item in tools:
             self.add_tool(item)
         for definition in checks:
@@ -73,7 +75,29 @@ class Registry:
             self.tools.values(), self.checks.values(), resolve_installed=self.resolve_installed
         )
         copied.applications = list(self.applications)
+        copied.withheld = dict(self.withheld)
         return copied
+
+    def withhold(self, names: Iterable[str]) -> list[str]:
+        """Take the tools ``names`` out of the registry: a plan that names one no longer
+        compiles (``unknown_tool``), and a tools file that imports one (``from
+        plandag.tools import read_file``) does not bring it back (:meth:`load_file` skips
+        it, as it skips any registered tool it imports). A tool of the same name that a
+        tools file defines itself may still be registered afterwards.
+
+        Args:
+            names: tool names; those not registered are passed over.
+
+        Returns:
+            The names taken out, in the order given.
+        """
+        removed: list[str] = []
+        for name in names:
+            item = self.tools.pop(name, None)
+            if item is not None:
+                self.withheld[name] = item
+                removed.append(name)
+        return removed
 
     def add_application(self, name: str) -> None:
         """Register the tools and checks of the installed application ``name`` (an entry
@@ -95,10 +119,11 @@ class Registry:
 
     def find_tool(self, name: str) -> Tool | None:
         """The tool ``name``: registered, else (with ``resolve_installed``) provided by an
-        installed application, which is then registered; None when there is none (an
-        installed application that fails to load is passed over)."""
+        installed application, which is then registered; None when there is none or it was
+        withheld (:meth:`withhold`; an installed application that fails to load is passed
+        over)."""
         found = self.tools.get(name)
-        if found is None and self.resolve_installed:
+        if found is None and self.resolve_installed and name not in self.withheld:
             self._resolve(name, "tools")
             found = self.tools.get(name)
         return found
@@ -185,7 +210,9 @@ class Registry:
         tools = [
             value
             for value in values
-            if isinstance(value, Tool) and self.tools.get(value.name) is not value
+            if isinstance(value, Tool)
+            and self.tools.get(value.name) is not value
+            and self.withheld.get(value.name) is not value
         ]
         checks = [
             value

@@ -377,19 +377,40 @@ _SCHEMA: Final = (
 )
 
 
-def _corpus_files(folder: Path) -> dict[str, Path]:
-    """Every indexable file under ``folder`` by its relative ``/`` path, hidden folders and
-    files skipped, in sorted order."""
+def _corpus_files(folder: Path) -> tuple[dict[str, Path], dict[str, str]]:
+    """Every indexable file under ``folder`` (resolved) by its relative ``/`` path, hidden
+    folders and files skipped, in sorted order; and the symbolic links that lead out of
+    the folder, by relative path, each with the reason it is not indexed.
+
+    Links: a link to a file inside the folder is indexed under the link's own path (its
+    text is the corpus's already, so nothing from outside comes in: a corpus that links
+    one document from two places still works), and read where it leads; a link that
+    leads outside the folder (``notes.txt -> /etc/passwd``) is never read: it is kept as
+    ``skipped`` with the reason, so the index never holds a byte from outside the folder.
+    A link to a folder is never entered (``os.walk`` does not follow links), whether it
+    leads in or out.
+    """
     found: dict[str, Path] = {}
+    outside: dict[str, str] = {}
     for directory, folders, files in os.walk(folder):
         folders[:] = sorted(name for name in folders if not name.startswith("."))
         for name in sorted(files):
             if name.startswith(".") or not name.lower().endswith(SUFFIXES):
                 continue
             path = Path(directory) / name
+            relative = path.relative_to(folder).as_posix()
+            if path.is_symlink():
+                target = Path(os.path.realpath(path))
+                if not target.is_relative_to(folder):
+                    outside[relative] = (
+                        f"a symbolic link to {target}, outside the corpus folder: not "
+                        "followed; copy the file into the folder to index it"
+                    )
+                    continue
+                path = target
             if path.is_file():
-                found[path.relative_to(folder).as_posix()] = path
-    return dict(sorted(found.items()))
+                found[relative] = path
+    return dict(sorted(found.items())), outside
 
 
 def _sha256(path: Path) -> str:
@@ -460,8 +481,8 @@ class Corpus:
                 ".txt, .html or .pdf files"
             )
         root = root.resolve()
-        files = _corpus_files(root)
-        if not files:
+        files, outside = _corpus_files(root)
+        if not files and not outside:
             raise InputError(
                 f"corpus folder {root} holds no .md, .txt, .html or .pdf file; add documents "
                 "or give another folder"
@@ -475,7 +496,7 @@ class Corpus:
         try:
             index_path.parent.mkdir(parents=True, exist_ok=True)
             connection = sqlite3.connect(index_path, check_same_thread=False)
-            update = _refresh(connection, root, files, chunk_chars)
+            update = _refresh(connection, root, files, chunk_chars, outside)
         except sqlite3.Error as error:
             raise InputError(
                 f"the corpus index {index_path} cannot be used: {error}; if it is an index "
@@ -571,9 +592,16 @@ class Corpus:
 
 
 def _refresh(
-    connection: sqlite3.Connection, root: Path, files: dict[str, Path], chunk_chars: int
+    connection: sqlite3.Connection,
+    root: Path,
+    files: dict[str, Path],
+    chunk_chars: int,
+    outside: dict[str, str] | None = None,
 ) -> IndexUpdate:
-    """Bring the index on ``connection`` up to date with ``files``; returns what changed."""
+    """Bring the index on ``connection`` up to date with ``files``, and with the links that
+    lead out of the folder (``outside``: kept as ``skipped`` with the reason, their targets
+    never read); returns what changed."""
+    outside = outside or {}
     with connection:
         for statement in _SCHEMA:
             connection.execute(statement)
@@ -593,7 +621,22 @@ def _refresh(
     added: list[str] = []
     modified: list[str] = []
     unchanged: list[str] = []
-    removed = sorted(set(stored) - set(files))
+    removed = sorted(set(stored) - set(files) - set(outside))
+    for relative, reason in outside.items():
+        link = root / relative
+        try:
+            status = link.lstat()
+            digest = hashlib.sha256(os.fsencode(os.readlink(link))).hexdigest()
+        except OSError:  # gone since it was listed
+            status, digest = None, ""
+        known = stored.get(relative)
+        size = status.st_size if status is not None else -1
+        mtime_ns = status.st_mtime_ns if status is not None else -1
+        if known is not None and known == (size, mtime_ns, digest):
+            unchanged.append(relative)
+            continue
+        (modified if known is not None else added).append(relative)
+        _index_file(connection, relative, link, size, mtime_ns, digest, chunk_chars, error=reason)
     for relative, path in files.items():
         known = stored.get(relative)
         try:

@@ -27,6 +27,7 @@ __all__ = [
     "SUBQUESTION_PREFIX",
     "research_params",
     "research_registry",
+    "withheld_tools",
 ]
 
 SUBQUESTION_PREFIX: Final = "subquestion: "
@@ -68,13 +69,35 @@ def research_params() -> dict[str, Any]:
     return {"answer_schema": ANSWER_SCHEMA, "synthesis_schema": SYNTHESIS_SCHEMA}
 
 
+def withheld_tools() -> tuple[str, ...]:
+    """The built-in tools a research run leaves out of its registry: every one that reaches
+    outside the corpus, by what it declares (a path it reads or writes, the network, any
+    effect): ``read_file``, ``write_json``, ``http_get``, ``http_post``. The corpus is
+    reached through ``search`` and ``read`` only, so a plan or replan that a document's
+    text talked into naming ``read_file /etc/shadow`` does not compile (``unknown_tool``).
+    A user's own tools (``--tools``) are not withheld: they stay under the approval and
+    taint rules."""
+    builtins = default_registry(resolve_installed=False).tools.items()
+    return tuple(
+        name
+        for name, item in builtins
+        if item.reads is not None
+        or item.writes is not None
+        or item.egress
+        or item.effects != "none"
+    )
+
+
 def research_registry() -> Registry:
-    """The tools and checks a research planner is given: the built-ins (files, HTTP, the
-    model-backed ``llm``) and this job's (the ``research`` entry point), not the other
-    installed applications' (``default_registry(("research",), resolve_installed=False)``;
-    a user's ``--tools`` files are loaded into it afterwards).
+    """The tools and checks a research planner is given: the built-ins that stay inside the
+    run (``llm``, ``agent``, ``json_select``, ``xml_select``; :func:`withheld_tools` are
+    left out) and this job's (the ``research`` entry point), not the other installed
+    applications' (``resolve_installed=False``); a user's ``--tools`` files are loaded into
+    it afterwards.
 
     Raises:
         ToolLoadError: the research entry point is not installed (reinstall plandag).
     """
-    return default_registry(("research",), resolve_installed=False)
+    registry = default_registry(("research",), resolve_installed=False)
+    registry.withhold(withheld_tools())
+    return registry

@@ -5,7 +5,9 @@ A research run is a planned run (the :class:`~plandag.planner.agent.Agent`) with
 
 * the corpus bound for the ``search`` and ``read`` tools and the citation checks
   (:func:`~plandag.jobs.research.tools.use_corpus`);
-* the tools of this job only (the built-ins, ``research``, and the user's tools files);
+* the tools of this job only: the built-ins that stay inside the run (the file and HTTP
+  tools are withheld: :func:`~plandag.jobs.research.planning.withheld_tools`; the corpus
+  is reached through ``search`` and ``read``), ``research``, and the user's tools files;
 * no tool with effects (the report is written by plandag, not by a step) and the write
   boundary of the report's folder;
 * the ``research`` row of :data:`plandag.brakes.JOB_BRAKES` ($2.00, 500,000 tokens, 30 min,
@@ -137,11 +139,12 @@ def research_options(
 ) -> dict[str, Any]:
     """The options stored with a research run (``run.options``): the
     :class:`~plandag.runs.options.RunOptions` of a read-only planned run (``planner`` and
-    ``executor``: provider, model, base URL; never a key) plus ``research``: ``{"corpus",
+    ``executor``: provider, model, base URL; never a key; ``withheld_tools``: the file and
+    HTTP tools, left out of every segment's registry) plus ``research``: ``{"corpus",
     "index", "output"}`` (absolute paths), which a later segment re-binds."""
     from plandag.cli.store_command import file_sha256
     from plandag.compiler.limits import DEFAULT_MAX_STEPS
-    from plandag.jobs.research.planning import RESEARCH_CONTEXT
+    from plandag.jobs.research.planning import RESEARCH_CONTEXT, withheld_tools
     from plandag.runs.options import RunOptions
 
     files = tuple(str(Path(item).resolve()) for item in dict.fromkeys(tools))
@@ -169,6 +172,7 @@ def research_options(
             "executor_model": executor_model,
         },
         http_allow=tuple(http_allow) if http_allow else None,
+        withheld_tools=withheld_tools(),
     )
     return {
         **options.as_json(),
@@ -192,7 +196,9 @@ class ResearchRun:
         client: the provider's client (planner and ``llm`` steps alike).
         model: the planner's model.
         executor_model: the model of the plan's ``llm`` steps.
-        registry: the tools and checks the planner is given.
+        registry: the tools and checks the planner is given
+            (:func:`~plandag.jobs.research.planning.research_registry`, the user's tools
+            loaded into it); ``agent`` steps may list only these too.
         limits: the run's brakes.
         options: what is stored with the run (:func:`research_options`).
         write_boundary: the report's folder.
@@ -271,7 +277,7 @@ class ResearchRun:
             approve=approve,
             approver=approver,
             tool_durations=store.tool_durations(registry.tools),
-            models=ModelAccess(client, executor_model),
+            models=ModelAccess(client, executor_model, registry=registry),
         )
 
     async def work(self) -> AgentResult:
@@ -421,10 +427,10 @@ def research(
 
     from plandag.executors.access import executor_model_for, require_key
     from plandag.jobs.research.corpus import Corpus
+    from plandag.jobs.research.planning import research_registry
     from plandag.scheduler import RunLimits
     from plandag.store import open_store
     from plandag.tools.boundary import WriteBoundary
-    from plandag.tools.registry import default_registry
 
     if not question or not question.strip():
         raise ValueError("research: the question is empty; give the question to research")
@@ -436,7 +442,7 @@ def research(
     target, folder = check_output(output)
     executor = executor_model_for(provider, name, executor_model)
     key = require_key(provider, base_url)  # before the corpus is indexed
-    registry = default_registry(("research",), resolve_installed=False)
+    registry = research_registry()
     for item in tools:
         registry.load_file(item)
     run_limits = limits if limits is not None else RunLimits.for_job("research")

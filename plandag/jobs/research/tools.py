@@ -98,16 +98,28 @@ def _opened(folder: str) -> Corpus:
 def active_corpus(folder: str | None = None) -> Corpus:
     """The corpus of ``folder`` when given, else the bound one.
 
+    Within a research run (a corpus bound), ``folder`` may only name the bound corpus: a
+    step cannot open another folder as a corpus and read its files.
+
     Raises:
-        PermanentStepError: reason ``invalid_args``: no corpus bound and none given, or the
-            folder is not a corpus (the message says what to pass).
+        PermanentStepError: reason ``invalid_args``: no corpus bound and none given, the
+            folder is not a corpus, or a corpus is bound and ``folder`` is another one
+            (the message says what to pass).
     """
+    bound = _ACTIVE.get()
+    if folder is not None and bound is not None:
+        if Path(folder).expanduser().resolve() != bound.folder:
+            raise PermanentStepError(
+                f"corpus {folder}: this research run reads its own corpus "
+                f"{bound.folder} only; leave out the corpus argument",
+                reason="invalid_args",
+            )
+        return bound
     if folder is not None:
         try:
             return _opened(str(Path(folder).expanduser().resolve()))
         except Exception as error:  # InputError: what and where
             raise PermanentStepError(str(error), reason="invalid_args") from error
-    bound = _ACTIVE.get()
     if bound is None:
         raise PermanentStepError(
             "no corpus for the research tools: run `plandag research QUESTION --corpus DIR`, "
