@@ -95,6 +95,14 @@ def extract_contracts_command(
             "they hold.",
         ),
     ] = False,
+    follow_links: Annotated[
+        bool,
+        typer.Option(
+            "--follow-links",
+            help="Read inputs that are symbolic links leading outside the folders and files "
+            "given (default: a link_outside error row, the link not read).",
+        ),
+    ] = False,
     provider: Annotated[
         str,
         typer.Option("--provider", metavar="anthropic|openai", help="The model provider."),
@@ -271,7 +279,7 @@ def extract_contracts_command(
         stored_count[0] += 1
 
     try:
-        files, missing = expand_contract_inputs(paths)
+        files, missing = expand_contract_inputs(paths, follow_links=follow_links)
         goal = (
             f"extract contracts: {len(files) + len(missing)} input(s) into {display_name(output)}"
         )

@@ -86,6 +86,14 @@ def extract_nfe(
     resume: Annotated[
         bool, typer.Option("--resume", help="Skip inputs whose sha256 already has a record.")
     ] = False,
+    follow_links: Annotated[
+        bool,
+        typer.Option(
+            "--follow-links",
+            help="Read inputs that are symbolic links leading outside the folders and files "
+            "given (default: a link_outside error row, the link not read).",
+        ),
+    ] = False,
     workers: Annotated[
         int | None,
         typer.Option(
@@ -283,7 +291,7 @@ def extract_nfe(
             )
 
     try:
-        files, missing = expand_inputs(paths)
+        files, missing = expand_inputs(paths, follow_links=follow_links)
         goal = f"extract nfe: {len(files) + len(missing)} input(s) into {display_name(output)}"
         batch_params = {"output": display_name(output), "inputs": len(files) + len(missing)}
         run_store.create_run(

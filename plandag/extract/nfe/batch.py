@@ -69,6 +69,7 @@ import errno
 import functools
 import glob
 import hashlib
+import itertools
 import json
 import os
 import stat
@@ -126,19 +127,88 @@ _GLOB_CHARACTERS = frozenset("*?[")
 _NAMED_DUPLICATES = 3
 
 
-def _folder_entries(folder: Path) -> list[Path]:
+def _folder_entries(folder: Path) -> list[tuple[Path, bool]]:
     """Every entry of ``folder`` (recursively, hidden names skipped, sorted) that is not a
-    folder: regular files, and also what is not a regular file (a named pipe, a device, a
-    dangling symbolic link, a symbolic link loop) and symbolic links to folders (not
-    followed), so that each gets a record rather than vanishing."""
-    found: list[Path] = []
-    for root, folders, files in os.walk(folder):
-        linked = [name for name in folders if Path(root, name).is_symlink()]
-        folders[:] = [name for name in folders if not name.startswith(".") and name not in linked]
-        for name in (*files, *linked):
-            if not name.startswith("."):
-                found.append(Path(root, name))
-    return sorted(found)
+    folder, each with whether it is a symbolic link: regular files, and also what is not a
+    regular file (a named pipe, a device, a dangling symbolic link, a symbolic link loop)
+    and symbolic links to folders (never entered), so that each gets a record rather than
+    vanishing. A folder that cannot be listed is passed over, as :func:`os.walk` does."""
+    found: list[tuple[Path, bool]] = []
+    pending = [os.fspath(folder)]
+    while pending:
+        directory = pending.pop()
+        try:
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    if entry.name.startswith("."):
+                        continue
+                    link = entry.is_symlink()
+                    if not link and entry.is_dir(follow_symlinks=False):
+                        pending.append(entry.path)
+                    else:
+                        found.append((Path(entry.path), link))
+        except OSError:
+            continue
+    found.sort(key=lambda item: item[0])
+    return found
+
+
+def _glob_root(pattern: str) -> Path:
+    """The folder a glob pattern searches: its leading components without a glob
+    character (``in/**/*.xml`` → ``in``; ``*.xml`` → ``.``)."""
+    parts = Path(pattern).parts
+    fixed = list(itertools.takewhile(lambda part: not (_GLOB_CHARACTERS & set(part)), parts))
+    return Path(*fixed) if fixed else Path(".")
+
+
+class _Places:
+    """The folders and files the PATH arguments name, resolved: the places an input may
+    lead to. A plain argument is the place it names itself, unless it is a symbolic link
+    (a link named as an argument is a way in, not a place: it leads inside only when its
+    target lies in another argument's place); a glob pattern's place is the folder it
+    searches (:func:`_glob_root`)."""
+
+    def __init__(self, patterns: Sequence[str]) -> None:
+        self._files: set[str] = set()
+        self._folders: list[str] = []
+        for pattern in patterns:
+            path = Path(pattern)
+            if os.path.lexists(path):
+                if path.is_symlink():
+                    continue
+                place = Path(os.path.realpath(path))
+            elif _GLOB_CHARACTERS & set(pattern):
+                place = Path(os.path.realpath(_glob_root(pattern)))
+            else:
+                continue
+            if place.is_dir():
+                self._folders.append(os.fspath(place))
+            else:
+                self._files.add(os.fspath(place))
+
+    def outside(self, path: Path) -> str | None:
+        """The real path ``path`` leads to when it lies outside every place, else None (a
+        path that leads to nothing, a dangling link or a loop, is None: it gets its
+        ``not_a_file`` record when it is read)."""
+        target = os.path.realpath(path)
+        if not os.path.exists(target):
+            return None
+        if target in self._files:
+            return None
+        for folder in self._folders:
+            if target == folder or target.startswith(folder.rstrip(os.sep) + os.sep):
+                return None
+        return target
+
+
+def _link_outside(path: Path, target: str) -> dict[str, Any]:
+    return error_record(
+        str(path),
+        "",
+        "link_outside",
+        f"{path}: a symbolic link to {target}, outside the folders and files given; not "
+        "read (name the file itself, or give --follow-links to follow links)",
+    )
 
 
 def _identity(path: Path) -> str:
@@ -188,7 +258,9 @@ class _Identities:
         return known
 
 
-def expand_inputs(patterns: Sequence[str]) -> tuple[list[Path], list[dict[str, Any]]]:
+def expand_inputs(
+    patterns: Sequence[str], *, follow_links: bool = False
+) -> tuple[list[Path], list[dict[str, Any]]]:
     """Turn the PATH arguments into inputs, in argument order, each file once.
 
     Args:
@@ -198,13 +270,21 @@ def expand_inputs(patterns: Sequence[str]) -> tuple[list[Path], list[dict[str, A
             An entry that is not a regular file (a named pipe, a device, a dangling symbolic
             link, a link loop, a symbolic link to a folder met inside a folder) is kept: the
             batch gives it an error record without opening it.
+        follow_links: follow symbolic links wherever they lead. Without it (the default),
+            an input that is a symbolic link leading outside the folders and files given
+            (a file of a folder, a glob's match, or a link named as an argument itself,
+            which leads inside only when its target lies in another argument; a link to
+            a folder named as an argument is then not entered) is not read: it gets an
+            error record with code ``link_outside`` in its place, so a folder someone else
+            can write to cannot hand ``/etc/passwd`` to the batch.
 
     Returns:
         ``(inputs, missing)``. ``inputs`` holds the inputs in argument order without repeats
-        (two spellings of the same file count once); a pattern that matched nothing stays in
-        its place as ``Path(pattern)``, and ``missing`` holds its ready-made error record
-        (code ``no_such_input``, ``sha256`` "", ``source`` the pattern as given), which
-        :func:`extract_batch` writes at that place instead of extracting it.
+        (two spellings of the same file count once); a pattern that matched nothing, and a
+        link leading outside, stays in its place as its ``Path``, and ``missing`` holds its
+        ready-made error record (code ``no_such_input`` or ``link_outside``, ``sha256`` "",
+        ``source`` the pattern or link as given), which :func:`extract_batch` writes at
+        that place instead of extracting it.
 
     Raises:
         InputError: no pattern given, an empty (or blank) pattern, or no pattern matched
@@ -218,21 +298,50 @@ def expand_inputs(patterns: Sequence[str]) -> tuple[list[Path], list[dict[str, A
                 f"an empty PATH ({display_name(pattern)!r}); did a shell variable expand to "
                 "nothing?"
             )
+    places = None if follow_links else _Places(patterns)
     inputs: list[Path] = []
     taken = _Identities()
     missing: list[dict[str, Any]] = []
+    refused: set[str] = set()
+    unmatched = 0
+
+    def allowed(path: Path, link: bool) -> bool:
+        """False, and its ``link_outside`` record placed, for a link leading outside."""
+        target = places.outside(path) if places is not None and link else None
+        if target is None:
+            return True
+        if os.path.abspath(path) not in refused:
+            refused.add(os.path.abspath(path))
+            missing.append(_link_outside(path, target))
+            inputs.append(path)
+        return False
+
+    def add(path: Path) -> None:
+        if taken.take(path):
+            inputs.append(path)
+
     for pattern in patterns:
-        candidates: list[Path] = []
         path = Path(pattern)
-        if path.is_dir():
-            candidates = _folder_entries(path)
-        elif os.path.lexists(path):
-            candidates = [path]
+        matches: list[tuple[Path, bool]] = []
+        if os.path.lexists(path):
+            matches = [(path, path.is_symlink())]
         elif _GLOB_CHARACTERS & set(pattern):
-            for match in sorted(glob.glob(pattern, recursive=True)):
-                matched = Path(match)
-                candidates.extend(_folder_entries(matched) if matched.is_dir() else [matched])
-        if not candidates:
+            # a match may lie below a linked folder (``*`` and ``**`` go through links)
+            matches = [(Path(match), True) for match in sorted(glob.glob(pattern, recursive=True))]
+        found = 0  # candidates: files, entries of folders, refused links; repeats included
+        for match, link in matches:
+            if not match.is_dir():
+                found += 1
+                if allowed(match, link):
+                    add(match)
+            elif not allowed(match, link):  # a link to a folder outside: not entered
+                found += 1
+            else:
+                for entry, entry_link in _folder_entries(match):
+                    found += 1
+                    if allowed(entry, entry_link):
+                        add(entry)
+        if found == 0:
             reason = (
                 "no file matches this pattern"
                 if _GLOB_CHARACTERS & set(pattern)
@@ -240,9 +349,8 @@ def expand_inputs(patterns: Sequence[str]) -> tuple[list[Path], list[dict[str, A
             )
             missing.append(error_record(pattern, "", "no_such_input", f"{pattern}: {reason}"))
             inputs.append(path)
-            continue
-        inputs.extend(candidate for candidate in candidates if taken.take(candidate))
-    if len(missing) == len(inputs):
+            unmatched += 1
+    if unmatched == len(inputs):
         raise InputError(
             "no input file found: "
             + "; ".join(display_name(r["errors"][0]["message"]) for r in missing)

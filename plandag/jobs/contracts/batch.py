@@ -124,20 +124,25 @@ class ContractsSummary:
         return data
 
 
-def expand_contract_inputs(patterns: Sequence[str]) -> tuple[list[Path], list[dict[str, Any]]]:
+def expand_contract_inputs(
+    patterns: Sequence[str], *, follow_links: bool = False
+) -> tuple[list[Path], list[dict[str, Any]]]:
     """The inputs of the PATH arguments (:func:`plandag.extract.nfe.batch.expand_inputs`),
-    with an error row (``no_such_input``) for each pattern that matched nothing.
+    with an error row for each pattern that matched nothing (``no_such_input``) and, unless
+    ``follow_links``, for each symbolic link that leads outside the folders and files given
+    (``link_outside``: a link in a folder, a glob's match, or a link named as an argument
+    whose target lies in no other argument), which is never read.
 
     Returns:
-        ``(inputs, missing)``: inputs in argument order (a pattern that matched nothing
-        stays in its place), and the error rows of those patterns.
+        ``(inputs, missing)``: inputs in argument order (a pattern that matched nothing,
+        and a link refused, stays in its place), and the error rows of those.
 
     Raises:
         InputError: no pattern, an empty pattern, or no pattern matched anything.
     """
     from plandag.extract.nfe.batch import expand_inputs
 
-    inputs, missing = expand_inputs(patterns)
+    inputs, missing = expand_inputs(patterns, follow_links=follow_links)
     rows = []
     for record in missing:
         error = (record.get("errors") or [{}])[0]
