@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -29,13 +29,18 @@ from plandag.cli.common import (
 )
 from plandag.cli.options import (
     BoundaryOption,
+    FollowLinksOption,
     HeartbeatEveryOption,
     HeartbeatOption,
     JsonOption,
+    MaxChunksOption,
     MaxConcurrencyOption,
     MaxCostOption,
+    MaxInputBytesOption,
+    MaxPlanningSecondsOption,
     MaxSecondsOption,
     MaxTokensOption,
+    MaxUnpackedBytesOption,
     RetriesOption,
     SlowStartOption,
     StallAfterOption,
@@ -46,6 +51,8 @@ from plandag.cli.store_command import RedactOption, StoreOption, open_cli_store,
 from plandag.errors import InputError
 
 __all__ = ["extract_contracts_command", "model_options", "register"]
+
+_T = TypeVar("_T")
 
 _STOPS = {
     "budget": "the cost or token cap (--max-cost, --max-tokens)",
@@ -95,14 +102,7 @@ def extract_contracts_command(
             "they hold.",
         ),
     ] = False,
-    follow_links: Annotated[
-        bool,
-        typer.Option(
-            "--follow-links",
-            help="Read inputs that are symbolic links leading outside the folders and files "
-            "given (default: a link_outside error row, the link not read).",
-        ),
-    ] = False,
+    follow_links: FollowLinksOption = False,
     provider: Annotated[
         str,
         typer.Option("--provider", metavar="anthropic|openai", help="The model provider."),
@@ -144,6 +144,10 @@ def extract_contracts_command(
             "--chunk-chars", metavar="N", min=200, help="Characters per chunk at most (16000)."
         ),
     ] = 16_000,
+    max_input_bytes: MaxInputBytesOption = None,
+    max_unpacked_bytes: MaxUnpackedBytesOption = None,
+    max_chunks: MaxChunksOption = None,
+    max_planning_seconds: MaxPlanningSecondsOption = None,
     write_boundary: BoundaryOption = None,
     max_seconds: MaxSecondsOption = None,
     max_cost: MaxCostOption = None,
@@ -190,7 +194,9 @@ def extract_contracts_command(
         extract_contracts,
         render_summary,
     )
+    from plandag.jobs.contracts.document import MAX_CHUNKS, MAX_PLANNING_SECONDS
     from plandag.jobs.contracts.fields import FieldsError, load_fields
+    from plandag.jobs.contracts.text import MAX_INPUT_BYTES, MAX_UNPACKED_BYTES
     from plandag.store.store import store_json
 
     settings = command_settings(
@@ -324,6 +330,10 @@ def extract_contracts_command(
                             run_options=run_options,
                             write_boundary=boundary,
                             chunk_chars=chunk_chars,
+                            max_input_bytes=_limit(max_input_bytes, MAX_INPUT_BYTES),
+                            max_unpacked_bytes=_limit(max_unpacked_bytes, MAX_UNPACKED_BYTES),
+                            max_chunks=_limit(max_chunks, MAX_CHUNKS),
+                            max_planning_seconds=_limit(max_planning_seconds, MAX_PLANNING_SECONDS),
                         )
                     except Exception as caught:  # re-raised unwrapped, outside the group
                         failure = caught
@@ -403,6 +413,11 @@ def extract_contracts_command(
     if outcome.signal is not None:
         raise typer.Exit(exit_code_for_signal(outcome.signal))
     raise typer.Exit(batch_exit_code(summary))
+
+
+def _limit(given: Any, default: _T) -> _T | None:
+    """A limit option's value: the default when not given, None when lifted (``none``)."""
+    return default if given is None else cap_or_none(given)
 
 
 def model_options(client: Any, model: str, calls: int) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from plandag.cli.models_options import (
 )
 from plandag.cli.options import (
     BoundaryOption,
+    FollowLinksOption,
     HeartbeatEveryOption,
     HeartbeatOption,
     JsonOption,
@@ -86,14 +87,7 @@ def extract_nfe(
     resume: Annotated[
         bool, typer.Option("--resume", help="Skip inputs whose sha256 already has a record.")
     ] = False,
-    follow_links: Annotated[
-        bool,
-        typer.Option(
-            "--follow-links",
-            help="Read inputs that are symbolic links leading outside the folders and files "
-            "given (default: a link_outside error row, the link not read).",
-        ),
-    ] = False,
+    follow_links: FollowLinksOption = False,
     workers: Annotated[
         int | None,
         typer.Option(

@@ -24,17 +24,22 @@ __all__ = [
     "BoundaryOption",
     "BreakerAfterOption",
     "EscalateOption",
+    "FollowLinksOption",
     "HeartbeatEveryOption",
     "HeartbeatOption",
     "HttpAllowOption",
     "JsonOption",
     "MaxBlockedOption",
+    "MaxChunksOption",
     "MaxConcurrencyOption",
     "MaxCostOption",
+    "MaxInputBytesOption",
     "MaxPlanBytesOption",
+    "MaxPlanningSecondsOption",
     "MaxSecondsOption",
     "MaxStepsOption",
     "MaxTokensOption",
+    "MaxUnpackedBytesOption",
     "ParamOption",
     "PlanArgument",
     "PlanCostFactorOption",
@@ -281,6 +286,53 @@ PlannerMaxTokensOption = Annotated[
         min=1,
         help="Output tokens a planning call may take, reserved against the caps before it is "
         "sent (4096, sized to plans; planner_max_tokens in the config).",
+    ),
+]
+FollowLinksOption = Annotated[
+    bool,
+    typer.Option(
+        "--follow-links",
+        help="Read inputs that are symbolic links leading outside the folders and files "
+        "given (default: a link_outside error row, the link not read).",
+    ),
+]
+MaxInputBytesOption = Annotated[
+    Any,
+    typer.Option(
+        "--max-input-bytes",
+        metavar="N|none",
+        parser=_brake_parser("--max-input-bytes", "bytes", integer=True, strict=True),
+        help="The largest input read, in bytes (64 MiB); a larger one is a too_large row.",
+    ),
+]
+MaxUnpackedBytesOption = Annotated[
+    Any,
+    typer.Option(
+        "--max-unpacked-bytes",
+        metavar="N|none",
+        parser=_brake_parser("--max-unpacked-bytes", "bytes", integer=True, strict=True),
+        help="The most bytes a .docx may unpack to (256 MiB), checked before it is "
+        "parsed; a larger one is a too_large row.",
+    ),
+]
+MaxChunksOption = Annotated[
+    Any,
+    typer.Option(
+        "--max-chunks",
+        metavar="N|none",
+        parser=_brake_parser("--max-chunks", "chunks", integer=True, strict=True),
+        help="The most chunks one contract may have (100); a longer one is a "
+        "too_many_chunks row, found before it is chunked.",
+    ),
+]
+MaxPlanningSecondsOption = Annotated[
+    Any,
+    typer.Option(
+        "--max-planning-seconds",
+        metavar="S|none",
+        parser=_brake_parser("--max-planning-seconds", "seconds", integer=False, strict=True),
+        help="The most seconds from reading a contract until its plan is compiled (60); "
+        "past it, a planning_timeout row.",
     ),
 ]
 RetriesOption = Annotated[

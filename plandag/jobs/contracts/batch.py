@@ -25,6 +25,13 @@ reuses):
 - **Brakes**: the budget in ``run_options`` is shared by every contract; when a brake stops
   a contract's run (:class:`~plandag.jobs.contracts.document.BatchStopped`), the batch
   stops: the records before it stay, and :attr:`ContractsSummary.stopped` says why.
+- **Hostile inputs**: each input is bounded before any model call, and a bound that is
+  passed is an error row for that input only (the batch goes on): its size
+  (``max_input_bytes``, ``too_large``), a ``.docx``'s unpacked size (``max_unpacked_bytes``,
+  ``too_large``), its chunks (``max_chunks``, ``too_many_chunks``) and the time from the
+  start of its reading until its plan is compiled (``max_planning_seconds``,
+  ``planning_timeout``); reading and planning run in worker threads, so the other inputs
+  and the brakes go on meanwhile (:mod:`~plandag.jobs.contracts.document`).
 """
 
 from __future__ import annotations
@@ -39,17 +46,20 @@ from typing import Any
 
 import anyio
 import anyio.abc
-import anyio.to_thread
 from rich.table import Table
 
 from plandag.errors import InputError
 from plandag.extract.names import display_name, escape_surrogates
 from plandag.jobs.contracts.chunks import DEFAULT_CHUNK_CHARS
 from plandag.jobs.contracts.document import (
+    MAX_CHUNKS,
+    MAX_PLANNING_SECONDS,
     BatchStopped,
     contract_error_record,
     extract_contract,
-    read_for_batch,
+    max_text_chars,
+    planning_timeout_row,
+    read_in_thread,
 )
 from plandag.jobs.contracts.fields import CUAD_FIELDS, FieldSpec
 from plandag.jobs.contracts.output import (
@@ -60,7 +70,7 @@ from plandag.jobs.contracts.output import (
     output_format_for,
     rewrite_previous,
 )
-from plandag.jobs.contracts.text import ContractText
+from plandag.jobs.contracts.text import MAX_INPUT_BYTES, MAX_UNPACKED_BYTES, ContractText
 from plandag.tools.boundary import WriteBoundary
 
 __all__ = [
@@ -226,6 +236,10 @@ async def extract_contracts(
     write_boundary: WriteBoundary | None = None,
     chunk_chars: int = DEFAULT_CHUNK_CHARS,
     model: str | None = None,
+    max_input_bytes: int | None = MAX_INPUT_BYTES,
+    max_unpacked_bytes: int | None = MAX_UNPACKED_BYTES,
+    max_chunks: int | None = MAX_CHUNKS,
+    max_planning_seconds: float | None = MAX_PLANNING_SECONDS,
 ) -> ContractsSummary:
     """Extract every contract and write its record to ``output``, in input order.
 
@@ -251,6 +265,21 @@ async def extract_contracts(
         write_boundary: the plans' write boundary (default: the output file's folder).
         chunk_chars: characters per chunk at most.
         model: the ``llm`` steps' model (None: the run's executor model).
+        max_input_bytes: the largest input read, in bytes (default 64 MiB, as
+            ``--max-input-bytes``); a larger one is a ``too_large`` row. None: no limit.
+        max_unpacked_bytes: the most bytes a ``.docx`` may unpack to (default 256 MiB,
+            ``--max-unpacked-bytes``), checked before it is parsed; ``too_large``. None:
+            no limit.
+        max_chunks: the most chunks one contract may have (default 100, ``--max-chunks``);
+            ``too_many_chunks``. None: no limit.
+        max_planning_seconds: the most seconds from the start of an input's reading until
+            its plan is compiled (default 60, ``--max-planning-seconds``); past it, a
+            ``planning_timeout`` row (with ``extractor``, only its reading is timed).
+            None: no limit.
+        The limits apply to ``extractor``'s inputs too (the text it is given was read
+        within them). A deadline over the whole batch is the caller's
+        (``anyio.fail_after``; ``--max-seconds`` on the command line): reading and
+        planning run in worker threads, so it cuts them short too.
 
     Returns:
         A :class:`ContractsSummary`; ``stopped`` is set when a brake stopped the batch.
@@ -264,25 +293,41 @@ async def extract_contracts(
     if jobs < 1:
         raise InputError(f"--jobs must be at least 1, not {jobs}")
     output_format = output_format_for(output, format)
+    for name, value in (
+        ("max_input_bytes", max_input_bytes),
+        ("max_unpacked_bytes", max_unpacked_bytes),
+        ("max_chunks", max_chunks),
+        ("max_planning_seconds", max_planning_seconds),
+    ):
+        if value is not None and not value > 0:
+            flag = "--" + name.replace("_", "-")
+            raise InputError(f"{flag} must be more than 0 (or none to lift it), not {value}")
+    boundary = write_boundary or _output_folder(output)
+    registry = None
     if extractor is None:
-        boundary = write_boundary or _output_folder(output)
         from plandag.tools.registry import default_registry
 
         registry = default_registry(("contracts",))  # built once for the whole batch
 
-        async def default(path: Path, contract: ContractText) -> dict[str, Any]:
-            return await extract_contract(
-                path,
-                fields=fields,
-                registry=registry,
-                run_options=run_options,
-                write_boundary=boundary,
-                chunk_chars=chunk_chars,
-                model=model,
-                contract=contract,
-            )
+    async def extract(path: Path, contract: ContractText, started: float) -> dict[str, Any]:
+        if extractor is not None:
+            return await extractor(path, contract)
+        return await extract_contract(
+            path,
+            fields=fields,
+            registry=registry,
+            run_options=run_options,
+            write_boundary=boundary,
+            chunk_chars=chunk_chars,
+            model=model,
+            contract=contract,
+            max_input_bytes=max_input_bytes,
+            max_unpacked_bytes=max_unpacked_bytes,
+            max_chunks=max_chunks,
+            max_planning_seconds=max_planning_seconds,
+            planning_started=started,
+        )
 
-        extractor = default
     started = time.perf_counter()
     placed: dict[str, Mapping[str, Any]] = {}
     unplaced: list[Mapping[str, Any]] = []
@@ -361,14 +406,24 @@ async def extract_contracts(
         problem = _regular_file_problem(path)
         if problem is not None:
             return contract_error_record(str(path), *problem)
-        read = await anyio.to_thread.run_sync(read_for_batch, path)
+        started = anyio.current_time()
+        try:
+            with anyio.fail_after(max_planning_seconds):
+                read = await read_in_thread(
+                    path,
+                    max_bytes=max_input_bytes,
+                    max_unpacked_bytes=max_unpacked_bytes,
+                    max_chars=max_text_chars(max_chunks, chunk_chars),
+                )
+        except TimeoutError:
+            assert max_planning_seconds is not None
+            return planning_timeout_row(str(path), max_planning_seconds, None)
         if isinstance(read, dict):
             return read
         if (display_name(path), read.sha256) in done:
             summary.skipped_by_resume += 1
             return None
-        assert extractor is not None
-        return await extractor(path, read)
+        return await extract(path, read, started)
 
     limiter = anyio.CapacityLimiter(jobs)
     try:

@@ -21,36 +21,76 @@ character offsets into the extracted text, computed by plandag.
 A run that a batch-wide brake cut short (the cost or token cap, the deadline, a stall, an
 interruption) gives no record: :class:`BatchStopped` is raised, the batch stops, and
 ``--resume`` extracts that contract again.
+
+Planning one contract (reading its text, chunking it, building and compiling its plan) is
+CPU work done in a worker thread, never on the event loop, so the other contracts of a
+batch and its brakes go on meanwhile; it is bounded twice:
+
+* in size: a contract may have at most ``max_chunks`` chunks (:data:`MAX_CHUNKS`, 100:
+  1.6 million characters at the default 16,000 a chunk, some 500 pages; with the 41 CUAD
+  fields in 5 groups, a plan of 505 steps). A longer one is an error row
+  ``too_many_chunks``, found from its text's length (a chunk holds at most
+  ``chunk_chars``, so ``max_chunks * chunk_chars`` characters at most) before it is
+  chunked, and reading stops as soon as the text passes that length;
+* in time: ``max_planning_seconds`` (:data:`MAX_PLANNING_SECONDS`, 60) from the start of
+  its reading until its plan is compiled; past it, the contract is an error row
+  ``planning_timeout`` and the thread is told to stop at its next page, paragraph or
+  stage. A batch's deadline (``--max-seconds``) or an interruption stops planning the same
+  way, at once.
 """
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import anyio.to_thread
 
 from plandag.errors import PlandagError
 from plandag.jobs.contracts.chunks import DEFAULT_CHUNK_CHARS, chunk_text
 from plandag.jobs.contracts.fields import CUAD_FIELDS, FieldSpec, field_groups
 from plandag.jobs.contracts.plan import contract_plan
-from plandag.jobs.contracts.text import ContractInputError, ContractText, read_contract
+from plandag.jobs.contracts.text import (
+    MAX_INPUT_BYTES,
+    MAX_UNPACKED_BYTES,
+    ContractInputError,
+    ContractText,
+    ReadStopped,
+    read_contract,
+)
 from plandag.jobs.contracts.tools import quote_exists
 
 if TYPE_CHECKING:
+    from plandag.compiler.compiled import CompiledPlan
     from plandag.scheduler.result import RunResult, StepRecord
     from plandag.tools.boundary import WriteBoundary
     from plandag.tools.registry import Registry
 
 __all__ = [
     "BRAKE_REASONS",
+    "MAX_CHUNKS",
+    "MAX_PLANNING_SECONDS",
     "BatchStopped",
     "contract_error_record",
     "contract_record",
     "extract_contract",
+    "max_text_chars",
+    "planning_timeout_row",
     "read_for_batch",
+    "read_in_thread",
 ]
+
+MAX_CHUNKS: int = 100
+"""The most chunks one contract may have by default (``--max-chunks``; see the module's
+docstring)."""
+
+MAX_PLANNING_SECONDS: float = 60.0
+"""The most seconds planning one contract may take by default (``--max-planning-seconds``;
+see the module's docstring)."""
 
 BRAKE_REASONS: frozenset[str] = frozenset({"budget", "deadline", "stalled", "interrupted"})
 """Reasons of failed, skipped or cancelled steps that mean a brake stopped the run (an
@@ -92,13 +132,57 @@ def contract_error_record(
     }
 
 
-def read_for_batch(path: Path) -> ContractText | dict[str, Any]:
+def read_for_batch(
+    path: Path,
+    *,
+    max_bytes: int | None = MAX_INPUT_BYTES,
+    max_unpacked_bytes: int | None = MAX_UNPACKED_BYTES,
+    max_chars: int | None = None,
+    stop: threading.Event | None = None,
+) -> ContractText | dict[str, Any]:
     """The contract's text, or its error row when the file gives none (see
-    :func:`~plandag.jobs.contracts.text.read_contract` for the codes)."""
+    :func:`~plandag.jobs.contracts.text.read_contract` for the codes and the limits).
+
+    Raises:
+        ReadStopped: ``stop`` was set (nobody waits for the text any more).
+    """
     try:
-        return read_contract(path)
+        return read_contract(
+            path,
+            max_bytes=max_bytes,
+            max_unpacked_bytes=max_unpacked_bytes,
+            max_chars=max_chars,
+            stop=stop,
+        )
     except ContractInputError as error:
         return contract_error_record(str(path), error.code, str(error))
+
+
+async def read_in_thread(
+    path: Path,
+    *,
+    max_bytes: int | None = MAX_INPUT_BYTES,
+    max_unpacked_bytes: int | None = MAX_UNPACKED_BYTES,
+    max_chars: int | None = None,
+) -> ContractText | dict[str, Any]:
+    """:func:`read_for_batch` in a worker thread that the caller's cancellation (a time
+    limit, the batch's deadline, an interruption) abandons at once, and tells to stop at
+    its next page or paragraph."""
+    stop = threading.Event()
+    try:
+        return await anyio.to_thread.run_sync(
+            functools.partial(
+                read_for_batch,
+                path,
+                max_bytes=max_bytes,
+                max_unpacked_bytes=max_unpacked_bytes,
+                max_chars=max_chars,
+                stop=stop,
+            ),
+            abandon_on_cancel=True,
+        )
+    finally:
+        stop.set()
 
 
 def _step_failure(step: StepRecord) -> tuple[str, str]:
@@ -187,6 +271,82 @@ def contract_record(
     }
 
 
+def max_text_chars(max_chunks: int | None, chunk_chars: int) -> int | None:
+    """The most characters of text ``max_chunks`` chunks of at most ``chunk_chars`` hold
+    (None: no limit)."""
+    return max_chunks * chunk_chars if max_chunks is not None else None
+
+
+def _plan_contract(
+    file: str,
+    contract: ContractText,
+    fields: Sequence[FieldSpec],
+    registry: Registry,
+    write_boundary: WriteBoundary | None,
+    chunk_chars: int,
+    max_chunks: int | None,
+    model: str | None,
+    stop: threading.Event,
+) -> tuple[int, CompiledPlan] | dict[str, Any]:
+    """Chunk the contract and compile its plan (in a worker thread): ``(chunks, compiled)``,
+    or the ``too_many_chunks`` error row. Between its stages it looks at ``stop``.
+
+    Raises:
+        ReadStopped: ``stop`` was set.
+        PlanError: the plan does not compile against ``registry``.
+    """
+    from plandag.compiler import compile_plan
+
+    limit = max_text_chars(max_chunks, chunk_chars)
+    if limit is not None and len(contract.text) > limit:
+        return _too_many_chunks(file, contract, f"more than {max_chunks}", max_chunks)
+    chunks = chunk_text(contract.text, chunk_chars)
+    if max_chunks is not None and len(chunks) > max_chunks:
+        return _too_many_chunks(file, contract, f"{len(chunks)}", max_chunks)
+    if stop.is_set():
+        raise ReadStopped("planning stopped")
+    plan = contract_plan(chunks, fields, model=model)
+    document = {"text": contract.text, "chunks": [c.as_dict(contract.text) for c in chunks]}
+    if stop.is_set():
+        raise ReadStopped("planning stopped")
+    compiled = compile_plan(
+        plan,
+        registry,
+        params={"document": document},
+        write_boundary=write_boundary,
+        max_steps=len(plan["steps"]),
+    )
+    return len(chunks), compiled
+
+
+def _too_many_chunks(
+    file: str, contract: ContractText, count: str, max_chunks: int | None
+) -> dict[str, Any]:
+    return contract_error_record(
+        file,
+        "too_many_chunks",
+        f"{file}: {len(contract.text):,} characters of text make {count} chunks, more than "
+        f"the {max_chunks} a contract may have (--max-chunks); split the document, or raise "
+        "--max-chunks or --chunk-chars",
+        contract,
+    )
+
+
+def planning_timeout_row(
+    file: str, seconds: float, contract: ContractText | None
+) -> dict[str, Any]:
+    """The ``planning_timeout`` error row of ``file``, whose planning took more than
+    ``seconds`` (with its text when it was read)."""
+    return contract_error_record(
+        file,
+        "planning_timeout",
+        f"{file}: reading, chunking and planning it took more than {seconds:g} s "
+        "(--max-planning-seconds); nothing was sent to the model. Split the document, or "
+        "raise the limit",
+        contract,
+    )
+
+
 async def extract_contract(
     path: Path,
     *,
@@ -197,6 +357,11 @@ async def extract_contract(
     chunk_chars: int = DEFAULT_CHUNK_CHARS,
     model: str | None = None,
     contract: ContractText | None = None,
+    max_input_bytes: int | None = MAX_INPUT_BYTES,
+    max_unpacked_bytes: int | None = MAX_UNPACKED_BYTES,
+    max_chunks: int | None = MAX_CHUNKS,
+    max_planning_seconds: float | None = MAX_PLANNING_SECONDS,
+    planning_started: float | None = None,
 ) -> dict[str, Any]:
     """Extract one contract: read it, chunk it, run its plan, build its record.
 
@@ -213,36 +378,71 @@ async def extract_contract(
         chunk_chars: characters per chunk at most.
         model: the ``llm`` steps' model (None: the run's default executor model).
         contract: the text already read (the batch reads it to match ``--resume``).
+        max_input_bytes: the largest file read, in bytes (64 MiB); None: no limit.
+        max_unpacked_bytes: the most bytes a ``.docx`` may unpack to (256 MiB); None: no
+            limit.
+        max_chunks: the most chunks the contract may have (:data:`MAX_CHUNKS`); None: no
+            limit.
+        max_planning_seconds: the most seconds from the start of reading until the plan
+            is compiled (:data:`MAX_PLANNING_SECONDS`); None: no limit.
+        planning_started: when planning began, on anyio's clock
+            (:func:`anyio.current_time`; the batch gives the moment it began reading
+            ``contract``); None: now.
 
     Returns:
-        The record, or an error row (see the module's docstring).
+        The record, or an error row (see the module's docstring; ``too_large``,
+        ``too_many_chunks`` and ``planning_timeout`` among the codes).
 
     Raises:
         BatchStopped: a batch-wide brake stopped the run.
         PlanError: the plan does not compile against ``registry`` (no ``llm`` tool).
     """
-    from plandag.compiler import compile_plan
     from plandag.scheduler import run_plan
 
     file = str(path)
-    if contract is None:
-        read = await anyio.to_thread.run_sync(read_for_batch, path)
-        if isinstance(read, dict):
-            return read
-        contract = read
-    chunks = chunk_text(contract.text, chunk_chars)
-    plan = contract_plan(chunks, fields, model=model)
     if registry is None:
         from plandag.tools.registry import default_registry
 
         registry = default_registry(("contracts",))
-    document = {"text": contract.text, "chunks": [c.as_dict(contract.text) for c in chunks]}
-    compiled = compile_plan(
-        plan,
-        registry,
-        params={"document": document},
-        write_boundary=write_boundary,
-        max_steps=len(plan["steps"]),
-    )
+    stop = threading.Event()
+    started = planning_started if planning_started is not None else anyio.current_time()
+    left = None
+    if max_planning_seconds is not None:
+        left = max(max_planning_seconds - (anyio.current_time() - started), 0.0)
+    try:
+        with anyio.fail_after(left):
+            if contract is None:
+                read = await read_in_thread(
+                    path,
+                    max_bytes=max_input_bytes,
+                    max_unpacked_bytes=max_unpacked_bytes,
+                    max_chars=max_text_chars(max_chunks, chunk_chars),
+                )
+                if isinstance(read, dict):
+                    return read
+                contract = read
+            planned = await anyio.to_thread.run_sync(
+                functools.partial(
+                    _plan_contract,
+                    file,
+                    contract,
+                    fields,
+                    registry,
+                    write_boundary,
+                    chunk_chars,
+                    max_chunks,
+                    model,
+                    stop,
+                ),
+                abandon_on_cancel=True,
+            )
+    except TimeoutError:
+        assert max_planning_seconds is not None
+        return planning_timeout_row(file, max_planning_seconds, contract)
+    finally:
+        stop.set()
+    if isinstance(planned, dict):
+        return planned
+    chunks, compiled = planned
     result = await run_plan(compiled, **dict(run_options or {}))
-    return contract_record(file, contract, len(chunks), fields, result)
+    return contract_record(file, contract, chunks, fields, result)
