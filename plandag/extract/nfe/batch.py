@@ -13,6 +13,11 @@ How a batch runs (the choices, and why):
   socket, a dangling symbolic link, a link loop, a symbolic link to a folder met inside a
   folder, which is not followed) gets an error record (code ``not_a_file``; ``io_error``
   when its status cannot be read) and is never opened: reading a pipe could block forever.
+- **Links stay inside what was given**: a symbolic link leading outside the folders and
+  files given (found in a folder, matched by a glob, or named as an argument whose target
+  lies in no other argument) gets an error record (code ``link_outside``) in its place and
+  is never read, unless ``follow_links`` (``--follow-links``): a folder someone else can
+  write to cannot hand the batch ``/etc/passwd``.
 - **Every name**: a file whose name is not valid UTF-8 is read like any other; wherever its
   name is shown or recorded (``source``, messages, CSV, the store, the trace, the summary),
   each undecodable byte is written ``\\xNN`` (:func:`plandag.extract.names.display_name`),
