@@ -111,7 +111,12 @@ def run_one(
         env.pop(name, None)
     started = time.monotonic()
     process = subprocess.Popen(
-        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=folder
+        command,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=folder,
     )
     row: dict[str, Any] | None = None
     row_at: float | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -251,3 +252,25 @@ def test_wire_tokens_runs(capsys: pytest.CaptureFixture[str]) -> None:
         "typed",
     ]
     assert "all" in out
+
+
+@pytest.mark.skipif(not Path("/etc/passwd").is_file(), reason="no /etc/passwd to link to")
+def test_contracts_hostile_runs_every_case_at_a_tiny_size(tmp_path: Path) -> None:
+    from benchmarks.contracts_hostile import CASES, ROOT, measure, render
+
+    results = measure(ROOT, tmp_path, scale=0.001, timeout=120.0, extra=["--max-chunks", "2"])
+    assert {case: results[case]["code"] for case in CASES} == {
+        "txt-50mb": "too_many_chunks",
+        "docx-bomb": "too_many_chunks",
+        "pdf-flate": "ok",
+        "pdf-tree": "ok",
+        "passwd-link": "link_outside",
+    }
+    for result in results.values():
+        assert result["row_s"] is not None
+        assert result["peak_mib"] > 0
+        assert result["exit"] == 0
+        assert result["command"].startswith("python")
+    table = render(results, results, "same").splitlines()
+    assert table[0].split() == ["input", "before", "(same)", "after"]
+    assert len(table) == 2 + len(CASES)
