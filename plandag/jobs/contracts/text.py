@@ -495,7 +495,7 @@ def _check_unpacked(
         members = package.infolist()
         declared = sum(member.file_size for member in members)
         if declared > max_unpacked_bytes:
-            raise _unpacked_too_large(name, declared, max_unpacked_bytes, "declares")
+            raise _unpacked_too_large(name, declared, max_unpacked_bytes)
         total = 0
         for member in members:
             _check_stop(stop)
@@ -511,12 +511,11 @@ def _check_unpacked(
             total += given
 
 
-def _unpacked_too_large(name: str, size: int, limit: int, how: str) -> ContractInputError:
+def _unpacked_too_large(name: str, size: int, limit: int) -> ContractInputError:
     return ContractInputError(
         "too_large",
-        f"{name}: the .docx package {how} {size:,} bytes unpacked, more than the {limit:,} "
-        "it may have (--max-unpacked-bytes); a document this large is not a contract, or "
-        "raise the limit",
+        f"{name}: the .docx package declares {size:,} bytes unpacked, more than the {limit:,} "
+        "it may have (--max-unpacked-bytes); split the document, or raise the limit",
     )
 
 
