@@ -294,7 +294,8 @@ def test_planning_runs_off_the_event_loop_and_times_out_alone(
     blocked = BlockedCompile("SLOW-TO-PLAN")
     monkeypatch.setattr(plandag.compiler, "compile_plan", blocked)
     try:
-        rows = batch([folder], tmp_path / "out.jsonl", server, jobs=2, max_planning_seconds=0.5)
+        # 5 s: ample for reading (in a thread too); the blocked compile waits 10 s
+        rows = batch([folder], tmp_path / "out.jsonl", server, jobs=2, max_planning_seconds=5)
     finally:
         blocked.release.set()
     assert blocked.blocked == 1
@@ -303,7 +304,7 @@ def test_planning_runs_off_the_event_loop_and_times_out_alone(
         ("b.txt", "ok"),
     ]
     assert rows[0]["errors"][0]["message"] == (
-        f"{folder / 'a.txt'}: reading, chunking and planning it took more than 0.5 s "
+        f"{folder / 'a.txt'}: reading, chunking and planning it took more than 5 s "
         "(--max-planning-seconds); nothing was sent to the model. Split the document, or "
         "raise the limit"
     )
@@ -324,7 +325,7 @@ def test_max_seconds_stops_a_batch_while_it_plans(
             app,
             [
                 "extract", "contracts", str(path), "-o", str(output), "--base-url", server.url,
-                "--store", str(tmp_path / "runs.sqlite3"), "--max-seconds", "0.5",
+                "--store", str(tmp_path / "runs.sqlite3"), "--max-seconds", "3",
                 "--max-planning-seconds", "none",
             ],
             env={"ANTHROPIC_API_KEY": "test"},
@@ -333,7 +334,7 @@ def test_max_seconds_stops_a_batch_while_it_plans(
         blocked.release.set()
     assert blocked.blocked == 1
     assert result.exit_code == 3, result.output
-    assert "stopped by --max-seconds 0.5 after 0 of 1 inputs" in result.output
+    assert "stopped by --max-seconds 3 after 0 of 1 inputs" in result.output
     assert output.read_text(encoding="utf-8") == ""  # no row: --resume extracts it again
 
 
