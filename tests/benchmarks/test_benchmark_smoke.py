@@ -254,6 +254,8 @@ def test_wire_tokens_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert "all" in out
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)  # five processes, each a second or two (more on a loaded machine)
 @pytest.mark.skipif(not Path("/etc/passwd").is_file(), reason="no /etc/passwd to link to")
 def test_contracts_hostile_runs_every_case_at_a_tiny_size(tmp_path: Path) -> None:
     from benchmarks.contracts_hostile import CASES, ROOT, measure, render

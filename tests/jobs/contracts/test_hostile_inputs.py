@@ -178,6 +178,7 @@ def test_a_docx_that_lies_about_its_size_is_stopped_where_it_said_it_would_end(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_a_one_megabyte_docx_holding_400_mb_of_xml_is_too_large(tmp_path: Path) -> None:
     path = docx_bomb(tmp_path / "bomb.docx", 400_000_000)
     assert path.stat().st_size < 2 * MiB
@@ -210,6 +211,7 @@ def test_pdf_bombs_are_unreadable(tmp_path: Path, server: MessagesServer) -> Non
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_a_1_gib_flate_stream_is_unreadable_in_bounded_memory(tmp_path: Path) -> None:
     path = flate_bomb_pdf(tmp_path / "flate.pdf", 1 << 30)
     tracemalloc.start()
@@ -248,6 +250,7 @@ def test_reading_stops_once_the_text_passes_what_the_chunks_may_hold(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_a_50_mb_text_is_too_many_chunks_before_it_is_chunked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: MessagesServer
 ) -> None:
