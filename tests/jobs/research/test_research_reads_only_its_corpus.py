@@ -136,7 +136,7 @@ class ObeyingReplanner:
         last = max(step["i"] for step in patch["s"])
         patch["s"] = [
             *patch["s"],
-            {"i": last + 1, "t": "read_file", "a": [f"path={self.secret}"], "d": []},
+            {"i": last + 1, "t": "read_file", "a": {"path": str(self.secret)}, "d": []},
         ]
         return ScriptedResponse.json(patch)
 
