@@ -37,7 +37,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,22 +45,26 @@ ROOT = Path(__file__).resolve().parent.parent
 CASES = ("txt-50mb", "docx-bomb", "pdf-flate", "pdf-tree", "passwd-link")
 
 
-def make_inputs(folder: Path, scale: float = 1.0) -> dict[str, Path]:
-    """Write the hostile inputs into ``folder``; their paths by case."""
+def make_inputs(folder: Path, scale: float = 1.0, cases: Sequence[str] = CASES) -> dict[str, Path]:
+    """Write the hostile inputs of ``cases`` into ``folder``; their paths by case."""
     from plandag.testing.hostile import docx_bomb, flate_bomb_pdf, large_text, page_tree_bomb_pdf
 
-    folder.mkdir(parents=True, exist_ok=True)
-    linked = folder / "link"
-    linked.mkdir(exist_ok=True)
-    if not (linked / "passwd.txt").is_symlink():
-        (linked / "passwd.txt").symlink_to("/etc/passwd")
-    return {
-        "txt-50mb": large_text(folder / "big.txt", int(50_000_000 * scale)),
-        "docx-bomb": docx_bomb(folder / "bomb.docx", int(400_000_000 * scale)),
-        "pdf-flate": flate_bomb_pdf(folder / "flate.pdf", int((1 << 30) * scale)),
-        "pdf-tree": page_tree_bomb_pdf(folder / "tree.pdf", max(int(200_000 * scale), 2)),
-        "passwd-link": linked,
+    def passwd_link() -> Path:
+        linked = folder / "link"
+        linked.mkdir(exist_ok=True)
+        if not (linked / "passwd.txt").is_symlink():
+            (linked / "passwd.txt").symlink_to("/etc/passwd")
+        return linked
+
+    makers: dict[str, Callable[[], Path]] = {
+        "txt-50mb": lambda: large_text(folder / "big.txt", int(50_000_000 * scale)),
+        "docx-bomb": lambda: docx_bomb(folder / "bomb.docx", int(400_000_000 * scale)),
+        "pdf-flate": lambda: flate_bomb_pdf(folder / "flate.pdf", int((1 << 30) * scale)),
+        "pdf-tree": lambda: page_tree_bomb_pdf(folder / "tree.pdf", max(int(200_000 * scale), 2)),
+        "passwd-link": passwd_link,
     }
+    folder.mkdir(parents=True, exist_ok=True)
+    return {case: makers[case]() for case in cases}
 
 
 def _row(output: Path) -> dict[str, Any] | None:
@@ -174,7 +178,7 @@ def measure(
         names = schema["properties"]["fields"]["required"]
         return ScriptedResponse.json({"fields": {name: [] for name in names}})
 
-    inputs = make_inputs(folder / "inputs", scale)
+    inputs = make_inputs(folder / "inputs", scale, cases)
     results: dict[str, dict[str, Any]] = {}
     with MessagesServer(default=empty_fields) as server:
         for case in cases:
