@@ -24,7 +24,7 @@ from plandag.cli.signals import Interruptible, exit_code_for_signal
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
-WAIT_S = 10.0  # the longest any test waits for a child to get going or to exit
+WAIT_S = 30.0  # the longest any test waits for a child to get going or to exit
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
