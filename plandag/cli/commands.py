@@ -320,6 +320,26 @@ class LazyGroup(TyperGroup):
             self.commands.setdefault(name, loaded)
         return self.commands.get(cmd_name)
 
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        """The command ``args[0]`` names; an unknown name fails suggesting the nearest ones.
+
+        Raises:
+            UsageError: no command has that name ("No such command 'rnu'. Did you mean
+                'run'?"), the suggestions drawn from every command, loaded or not.
+        """
+        from difflib import get_close_matches
+
+        from typer._click.exceptions import UsageError
+
+        try:
+            return self._click_resolve_command(ctx, args)
+        except UsageError as error:
+            matches = get_close_matches(args[0], self.list_commands(ctx)) if args else []
+            if matches and "Did you mean" not in error.message:
+                suggestions = ", ".join(repr(match) for match in matches)
+                error.message = f"{error.message.rstrip('.')}. Did you mean {suggestions}?"
+            raise
+
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         """The ``Commands`` section of ``--help``, from the table (nothing imported)."""
         from typer._click.utils import make_default_short_help

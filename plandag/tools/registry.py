@@ -189,6 +189,10 @@ class Registry:
                 defines a name that is already registered.
         """
         file = Path(path)
+        if file.is_dir():
+            raise ToolLoadError(
+                f"tools file {file} is a folder; give the path of a .py file inside it"
+            )
         if not file.is_file():
             raise ToolLoadError(f"tools file {file} does not exist; pass a path to a .py file")
         module_name = f"plandag_user_tools_{abs(hash(str(file.resolve())))}"

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import typer.main
 from typer._click.utils import make_default_short_help
 from typer.testing import CliRunner
@@ -202,3 +203,27 @@ def test_version() -> None:
     assert done.stdout == "plandag 0.1.0\n"
     via_typer = CliRunner().invoke(launcher, ["--version"])
     assert via_typer.stdout == "plandag 0.1.0\n"
+
+
+@pytest.mark.parametrize(
+    ("typed", "suggested"),
+    [
+        (["rnu", "task"], "Did you mean 'run'?"),
+        (["exce", "plan.json"], "Did you mean 'exec'?"),
+        (["library", "aprove", "x"], "Did you mean 'approve'?"),
+        (["extract", "nfee", "a.xml"], "Did you mean 'nfe'?"),
+    ],
+)
+def test_a_mistyped_command_is_refused_with_the_nearest_names(
+    typed: list[str], suggested: str
+) -> None:
+    refused = CliRunner().invoke(launcher, typed)
+    assert refused.exit_code == 2
+    assert f"No such command '{typed[-2]}'. {suggested}" in refused.output
+
+
+def test_a_name_near_no_command_gets_no_suggestion() -> None:
+    refused = CliRunner().invoke(launcher, ["xyzzy"])
+    assert refused.exit_code == 2
+    assert "No such command 'xyzzy'." in refused.output
+    assert "Did you mean" not in refused.output

@@ -57,6 +57,14 @@ def test_missing_file(tmp_path: Path) -> None:
     )
 
 
+def test_a_folder_given_for_the_tools_file_is_named_a_folder(tmp_path: Path) -> None:
+    with pytest.raises(ToolLoadError) as caught:
+        Registry().load_file(tmp_path)
+    assert str(caught.value) == (
+        f"tools file {tmp_path} is a folder; give the path of a .py file inside it"
+    )
+
+
 def test_syntax_error(tmp_path: Path) -> None:
     file = write(tmp_path, "from plandag import tool\n\ndef broken(:\n    pass\n")
     with pytest.raises(ToolLoadError) as caught:
