@@ -3,13 +3,13 @@ openai``, the OpenAI-compatible chat completions server) until interrupted.
 
 Usage::
 
-    python -m plandag.testing --port 8765 --script replies.jsonl [--ttft 0.5]
+    python -m plandag.testing [--port 8765] --script replies.jsonl [--ttft 0.5]
         [--tokens-per-second 80] [--default-text TEXT] [--exit-after SECONDS]
         [--protocol messages|openai] [--schema-follower SEED]
 
-The first line printed is the server's base URL (``http://127.0.0.1:8765``, or
-``http://127.0.0.1:8765/v1`` for ``openai``), for ``ANTHROPIC_BASE_URL`` or ``plandag run
---base-url``. The script file holds one reply a line
+The first line printed is the server's base URL (``http://127.0.0.1:PORT``, or
+``http://127.0.0.1:PORT/v1`` for ``openai``; without ``--port``, a free port), for
+``ANTHROPIC_BASE_URL`` or ``plandag run --base-url``. The script file holds one reply a line
 (forms in :meth:`plandag.testing.ScriptedResponse.from_mapping`). The server stops on
 Ctrl-C, SIGTERM, or after ``--exit-after`` seconds. With ``--schema-follower SEED``, once the
 script is used up every structured-output request is answered with a random instance of its
@@ -31,7 +31,7 @@ from plandag.errors import InputError
 from plandag.testing.openai_server import ChatCompletionsServer
 from plandag.testing.schema_model import SchemaFollower
 from plandag.testing.script import Responder, Script
-from plandag.testing.server import MessagesServer
+from plandag.testing.server import MessagesServer, cannot_listen
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,7 +39,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m plandag.testing",
         description="A local Anthropic Messages API server that plays scripted replies.",
     )
-    parser.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (0: any free)")
+    parser.add_argument(
+        "--port", type=int, default=0, help="port on 127.0.0.1 (default 0: any free one)"
+    )
     parser.add_argument("--script", help="JSON Lines file, one reply a line")
     parser.add_argument("--ttft", type=float, default=0.0, help="time to first token, seconds")
     parser.add_argument(
@@ -105,11 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         server.start()
     except OSError as error:
-        print(
-            f"error: cannot listen on 127.0.0.1:{args.port} ({error.strerror or error}); "
-            "choose another --port, or 0 for any free one",
-            file=sys.stderr,
-        )
+        print(f"error: {cannot_listen(args.port, error)}", file=sys.stderr)
         return 2
     previous = signal.signal(signal.SIGTERM, on_signal)
     try:

@@ -166,6 +166,22 @@ def api_key_of(headers: Mapping[str, str]) -> str | None:
     return token if scheme.lower() == "bearer" and token else None
 
 
+def cannot_listen(port: int, error: OSError) -> str:
+    """The one-line message for a server that cannot bind 127.0.0.1:``port``.
+
+    Args:
+        port: the port asked for (0 for any free one).
+        error: what binding raised.
+
+    Returns:
+        What failed, why (the system's reason) and what to do.
+    """
+    return (
+        f"cannot listen on 127.0.0.1:{port} ({error.strerror or error}); "
+        "choose another --port, or leave it out for any free one"
+    )
+
+
 def _schema_problem(body: Any, max_bytes: int | None) -> str | None:
     """The API's refusal of a request's output schema, or None (Anthropic's rules)."""
     from plandag.models.schemas import strict_problems

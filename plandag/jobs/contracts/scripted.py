@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -152,6 +153,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     import argparse
 
     from plandag.testing import MessagesServer
+    from plandag.testing.server import cannot_listen
 
     parser = argparse.ArgumentParser(
         prog="python -m plandag.jobs.contracts.scripted",
@@ -159,7 +161,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "127.0.0.1, quoting the labelled clauses of a CUAD-shaped labels file.",
     )
     parser.add_argument("--labels", type=Path, required=True, help="the labels file (JSONL)")
-    parser.add_argument("--port", type=int, default=8766, help="port (default 8766)")
+    parser.add_argument(
+        "--port", type=int, default=0, help="port on 127.0.0.1 (default 0: any free one)"
+    )
     parser.add_argument(
         "--fabricate",
         action="store_true",
@@ -167,12 +171,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     options = parser.parse_args(argv)
     scripted = ScriptedContracts(options.labels, fabricate=options.fabricate)
-    with MessagesServer(default=scripted, port=options.port) as server:
+    server = MessagesServer(default=scripted, port=options.port)
+    try:
+        server.start()
+    except OSError as error:
+        sys.stderr.write(f"error: {cannot_listen(options.port, error)}\n")
+        raise SystemExit(2) from None
+    try:
         print(f"serving scripted contract replies on {server.url}; Ctrl-C stops", flush=True)
         try:
             threading.Event().wait()  # until Ctrl-C
         except KeyboardInterrupt:
             return
+    finally:
+        server.stop()
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -358,12 +359,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     import argparse
 
     from plandag.testing import MessagesServer
+    from plandag.testing.server import cannot_listen
 
     parser = argparse.ArgumentParser(
         prog="python -m plandag.jobs.research.scripted",
         description="Serve scripted research replies (Anthropic Messages API) on 127.0.0.1.",
     )
-    parser.add_argument("--port", type=int, default=8765, help="port (default 8765)")
+    parser.add_argument(
+        "--port", type=int, default=0, help="port on 127.0.0.1 (default 0: any free one)"
+    )
     parser.add_argument("--delay", type=float, default=0.0, help="seconds before each reply")
     parser.add_argument(
         "--fabricate",
@@ -375,12 +379,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     options = parser.parse_args(argv)
     scripted = ScriptedResearch(fabricate=options.fabricate)
-    with MessagesServer(default=scripted, port=options.port, ttft=options.delay) as server:
+    server = MessagesServer(default=scripted, port=options.port, ttft=options.delay)
+    try:
+        server.start()
+    except OSError as error:
+        sys.stderr.write(f"error: {cannot_listen(options.port, error)}\n")
+        raise SystemExit(2) from None
+    try:
         print(f"serving scripted research replies on {server.url}; Ctrl-C stops", flush=True)
         try:
             threading.Event().wait()  # until Ctrl-C
         except KeyboardInterrupt:
             return
+    finally:
+        server.stop()
 
 
 if __name__ == "__main__":
