@@ -344,17 +344,27 @@ def approve_escalated(store: Store, run_id: str, *, who: str, expected_hash: str
             unknown outcome, no hash was given, or another process took it first.
         StaleDecisionError: ``expected_hash`` is not the current plan version's hash.
     """
-    from plandag.escalation import APPROVABLE_REASONS
+    from plandag.escalation import APPROVABLE_REASONS, escalation_actions
+    from plandag.runs.options import RunOptions
 
     row = _escalated_row(store, run_id, "approve")
     open_cases = store.escalations(run_id=run_id)
     reasons = {case.reason for case in open_cases}
     if not reasons & APPROVABLE_REASONS:
         shown = ", ".join(sorted(reasons)) or "no open case"
+        # the hint names only what this run can do: `resume --instruction` needs a planner
+        actions = escalation_actions(
+            run_id,
+            open_cases[-1].reason if open_cases else "",
+            None,
+            has_planner=RunOptions.from_json(row.options).planner is not None,
+        )
+        instead = " or ".join(
+            f"`{actions[key]}`" for key in ("resume", "abandon") if actions[key] is not None
+        )
         raise InputError(
             f"run {run_id} was escalated for {shown}: `plandag approve` applies only where a "
-            f"step's outcome was unknown; use `plandag resume {run_id} --instruction TEXT` or "
-            f"`plandag abandon {run_id} --reason TEXT`"
+            f"step's outcome was unknown; use {instead}"
         )
     current = store.plan_versions(run_id)[-1]
     if expected_hash is None:

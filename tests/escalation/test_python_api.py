@@ -229,3 +229,45 @@ async def test_an_instruction_is_refused_for_a_run_without_a_planner(tmp_path: P
         assert store.run(first.run_id).status == "escalated"
     finally:
         store.close()
+
+
+@pytest.mark.anyio
+async def test_approve_refused_on_a_run_without_a_planner_never_points_to_an_instruction(
+    tmp_path: Path,
+) -> None:
+    from plandag.errors import InputError
+    from plandag.runs.decisions import approve_escalated
+
+    compiled = compile_plan(
+        {
+            "version": 1,
+            "goal": "pay the invoice",
+            "steps": [{"id": 1, "tool": "pay", "args": {"amount": 12.5}}],
+        },
+        registry(),
+    )
+    store = open_store(tmp_path / "runs.sqlite3")
+    try:
+        first = await start_run(
+            store,
+            compiled,
+            RunOptions(retries=0),
+            command="exec",
+            approver=CallbackApprover(approve_all),
+        )
+        escalated = await continue_run(store, first.run_id, compiled, RunOptions(retries=0))
+        assert escalated.status == "escalated"
+        # the same run, held for a reason approve cannot settle
+        store.close_escalations(first.run_id, "resumed", who="test")
+        store.add_escalation(first.run_id, "plan_budget", {"why": "spend past the estimate"})
+        digest = store.plan_versions(first.run_id)[-1].hash
+        with pytest.raises(InputError) as refused:
+            approve_escalated(store, first.run_id, who="ana", expected_hash=digest)
+    finally:
+        store.close()
+    message = str(refused.value)
+    assert f"run {first.run_id} was escalated for plan_budget" in message
+    # the hint names what this run can do, never `resume --instruction`, which it refuses
+    assert "--instruction" not in message
+    assert f"`plandag resume {first.run_id}`" in message
+    assert f"`plandag abandon {first.run_id} --reason TEXT`" in message
