@@ -200,8 +200,8 @@ async def test_a_step_that_ran_while_the_approver_decided_cannot_be_rejected() -
     assert seen == ["look ana"]
 
 
-def test_the_readme_per_step_decision_runs_as_written() -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+def test_the_documented_per_step_decision_runs_as_written() -> None:
+    readme = (Path(__file__).parents[2] / "docs" / "durable-runs.md").read_text(encoding="utf-8")
     start = readme.index("`Decision(True, request.plan_hash, reject_steps=")
     expression = readme[start + 1 : readme.index("`", start + 1)]
     plan = compile_plan(

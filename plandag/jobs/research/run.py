@@ -204,8 +204,9 @@ class ResearchRun:
         write_boundary: the report's folder.
         retries, max_concurrency, max_steps, http_allow, planner_max_tokens: as
             :class:`~plandag.planner.agent.Agent` takes them.
-        approve, approver: as :class:`~plandag.planner.agent.Agent` takes them (the plan
-            is read-only, so it never asks for its effects).
+        approve: as :class:`~plandag.planner.agent.Agent` takes it (the plan is
+            read-only, so it never asks for its effects).
+        approver: as :class:`~plandag.planner.agent.Agent` takes it.
         observers: run event observers (progress, heartbeat...).
     """
 
@@ -406,8 +407,9 @@ def research(
         http_allow: hosts a plugged-in web search may reach (host globs).
         tools: the user's tools files (``.py``), added to the research tools.
         planner_max_tokens: output tokens of a planning call (default 4096).
-        approve, approver: as :class:`~plandag.planner.agent.Agent` (the plan may use no
+        approve: as :class:`~plandag.planner.agent.Agent` takes it (the plan may use no
             tool with effects, so a research plan never asks for them).
+        approver: as :class:`~plandag.planner.agent.Agent` takes it.
         observers: run event observers.
 
     Returns:
