@@ -10,10 +10,12 @@ An answer is a list of claims, each with its citations (:data:`ANSWER_SCHEMA`)::
 else after **normalisation** (runs of whitespace made one space, both sides lower-cased),
 and the match says which (``exact`` or ``normalized``). Its ``[start, end)`` offsets into
 the document's extracted text are computed here, from the chunk's own offset and where
-the quote was found — never taken from the model. A quote shorter than
-:data:`MIN_QUOTE_WORDS` words, a chunk id the corpus does not hold and a quote that is not
-in its chunk are unsupported, and so is a claim without a citation: one unsupported claim
-fails the answer's check (``citations_supported``), so its branch is replanned.
+the quote was found — never taken from the model. A quote of fewer than
+:data:`MIN_QUOTE_WORDS` words (counted by :func:`plandag.jobs.words.quote_words`: numbers
+and section marks are not words, so ``Section 4.2`` is one), a chunk id the corpus does not
+hold and a quote that is not in its chunk are unsupported, and so is a claim without a
+citation: one unsupported claim fails the answer's check (``citations_supported``), so its
+branch is replanned.
 
 The synthesis (:data:`SYNTHESIS_SCHEMA`: ``{"answer": "...", "claims": [...]}``) may only
 cite quotes that passed in the subquestion answers it is given (same chunk, same quote
@@ -23,11 +25,11 @@ after normalisation); its check (``synthesis_citations``) fails otherwise.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Literal
 
 from plandag.jobs.research.corpus import Chunk
+from plandag.jobs.words import quote_words
 
 __all__ = [
     "ANSWER_SCHEMA",
@@ -48,7 +50,8 @@ Match = Literal["exact", "normalized"]
 ChunkLookup = Callable[[str], Chunk | None]
 
 MIN_QUOTE_WORDS: Final = 3
-"""A quote of fewer words proves nothing (``"the"`` occurs in every chunk)."""
+"""A quote of fewer words (:func:`plandag.jobs.words.quote_words`) proves nothing (``"the"``
+occurs in every chunk)."""
 
 _CITATION: Final[dict[str, Any]] = {
     "type": "object",
@@ -220,7 +223,7 @@ def locate(quote: str, chunk: Chunk) -> CitationOutcome:
         A supported outcome with its match and document offsets (the first occurrence), or
         an unsupported one with reason ``quote_too_short`` or ``quote_not_found``.
     """
-    if len(re.findall(r"\w+", quote)) < MIN_QUOTE_WORDS:
+    if len(quote_words(quote)) < MIN_QUOTE_WORDS:
         return CitationOutcome(
             chunk.chunk_id, quote, False, document=chunk.document, reason="quote_too_short"
         )

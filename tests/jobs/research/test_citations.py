@@ -160,3 +160,12 @@ def test_without_a_corpus_the_tools_say_what_to_pass() -> None:
     with pytest.raises(PermanentStepError, match="plandag research QUESTION --corpus DIR"):
         search("anything")
     assert citations_supported.evaluate({"claims": []}, {}).status == "fail"
+
+
+def test_a_section_number_is_not_two_words_of_a_citation() -> None:
+    text = "Preamble.\n\nSection 4.2 applies to every member."
+    chunk = Chunk("rules.md#1", "rules.md", 1, 0, len(text), text)
+    # "Section 4.2 applies" is two words (the number is none), under the three a quote needs
+    assert locate("Section 4.2 applies", chunk).reason == "quote_too_short"
+    assert locate("§ 4.2(a), 12", chunk).reason == "quote_too_short"
+    assert locate("Section 4.2 applies to", chunk).supported
