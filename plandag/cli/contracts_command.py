@@ -176,7 +176,8 @@ def extract_contracts_command(
     Each contract is chunked on section and clause boundaries; chunks x field groups run
     as parallel llm steps of one plan, merged per field. Every value carries its evidence:
     the quote and its [start, end) offsets in the extracted text, computed by plandag; the
-    quote_exists check rejects a quote that is not in the document.
+    quote_exists check rejects a quote that is not in the document or does not hold its
+    value, and a clause quote of fewer than 5 words is rejected as too short.
 
     The key comes from ANTHROPIC_API_KEY (--provider anthropic) or OPENAI_API_KEY
     (--provider openai; not needed with --base-url), checked before anything runs.

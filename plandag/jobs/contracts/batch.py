@@ -102,7 +102,8 @@ class ContractsSummary:
         by_status: this run's records by status (``ok``, ``check_failed``, ``error``).
         error_codes: error code → records carrying it, most frequent first.
         values: evidence-backed values in this run's records.
-        rejected: rejected quotes by reason (``quote_not_found``, ``invalid_value``...).
+        rejected: rejected quotes by reason (``quote_not_found``, ``value_not_in_quote``,
+            ``quote_too_short``...).
         fields_answered: fields with at least one value, over this run's records.
         duration: wall-clock seconds.
         output: the output file. format: ``jsonl`` or ``csv``.

@@ -7,16 +7,21 @@ The record (one JSON object per contract; ``plandag eval contracts`` reads it)::
      "text_sha256": "hex SHA-256 of the UTF-8 extracted text",
      "extractor": {"name": "pypdf", "version": "5.x"}, "chars": 12027, "chunks": 3,
      "fields": {NAME: {"type": ..., "values": [{"value", "quote", "start", "end", "match"}],
-                       "answer": ..., "rejected": [{"quote", "reason"}]}},
+                       "answer": ..., "rejected": [{"quote", "reason", "detail"?}]}},
      "checks": {"quote_exists": {"status": "pass" | "fail", "detail": "..."}},
      "errors": [{"code": ..., "message": ...}]}
 
 ``status``: ``error`` when the file gave no text (``errors`` says why, ``fields`` is empty)
 or a field group's model calls failed (its fields have no values and a null answer;
 ``errors`` names the group, the chunk and the reason); else ``check_failed`` when
-``quote_exists`` failed for a group (a quote not in the document: it is in that field's
-``rejected``, never a value); else ``ok``. ``start``/``end`` are ``[start, end)``
-character offsets into the extracted text, computed by plandag.
+``quote_exists`` failed for a group (a quote not in the document, or a value its quote does
+not hold: it is in that field's ``rejected``, never a value); else ``ok``.
+``start``/``end`` are ``[start, end)`` character offsets into the extracted text, computed
+by plandag. Each value is read from its own quote
+(:mod:`~plandag.jobs.contracts.grounding`); a value that cannot be normalised keeps its
+evidence with ``"value_normalized": false`` and ``detail``; rejected quotes carry their
+``reason`` (``quote_not_found``, ``empty_quote``, ``value_not_in_quote``,
+``quote_too_short``) and, for the last two, a ``detail``.
 
 A run that a batch-wide brake cut short (the cost or token cap, the deadline, a stall, an
 interruption) gives no record: :class:`BatchStopped` is raised, the batch stops, and

@@ -43,43 +43,69 @@ For each field listed, return every passage of the excerpt that answers it, as i
 {"quote": ..., "value": ...}:
 - "quote": the passage copied from the excerpt character for character (keep its words,
   numbers and punctuation; never paraphrase, shorten with "...", translate or join two
-  passages). A quote that is not in the excerpt is discarded.
-- "value": the answer the passage gives, normalised as the field's type says.
+  passages). A quote that is not in the excerpt is discarded. For a clause, quote the whole
+  sentence or sentences that make it (a quote of fewer than 5 words is discarded).
+- "value": the answer the passage gives, normalised as the field's type says. It must be
+  read from the quote itself: the date, duration, amount, name or text it gives is written
+  in the quoted passage (quote enough to include it). When the passage answers the field
+  without stating the value, give null. A value the quote does not hold is discarded.
 Return an empty list for a field the excerpt does not answer. Answer with the JSON object
 only."""
 """The fixed part of every extraction prompt."""
 
 _VALUE_RULES: dict[str, str] = {
-    "text": 'value: the answer as short text (e.g. "Delaware", "Supply Agreement")',
-    "date": 'value: the date as YYYY-MM-DD (e.g. "2019-04-01")',
-    "parties": 'value: {"name": the party as named, "role": the role or defined term the '
-    'contract gives it (e.g. "Client"), or null}',
-    "duration": 'value: {"months": n} or {"days": n} (a year is 12 months, a week 7 days)',
+    "text": 'value: the answer as short text, as the quote writes it (e.g. "Delaware", '
+    '"Supply Agreement")',
+    "date": 'value: the date as YYYY-MM-DD (e.g. "2019-04-01"); YYYY-MM or YYYY when the '
+    'passage gives only the month or the year (e.g. "August __, 2019" is "2019-08"); '
+    '"perpetual" for a term with no end, "until terminated" for one that runs until a party '
+    "ends it; null when the passage states no date",
+    "parties": 'value: {"name": the party as the quote names it, "role": the role or defined '
+    'term the contract gives it (e.g. "Client"), or null}',
+    "duration": 'value: {"months": n} or {"days": n} (a year is 12 months, a week 7 days); '
+    '"perpetual" or "until terminated" for a term with no end; null when the passage states '
+    "no length",
     "number": "value: the number (e.g. 1250.5), without currency or thousands separators",
-    "yes_no": 'value: "Yes" or "No"',
+    "yes_no": 'value: "Yes" or "No", quoting the sentence that shows it',
     "clause": "value: null (the quotes are the clause's passages)",
 }
 
 
 def _value_schema(kind: str) -> dict[str, Any]:
+    """The schema of one item's ``value``: the type's shape, or null (a passage that answers
+    the field without stating the value)."""
     if kind == "parties":
         return {
-            "type": "object",
-            "properties": {"name": {"type": "string"}, "role": {"type": ["string", "null"]}},
-            "required": ["name"],
+            "anyOf": [
+                {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string"},
+                        "role": {"type": ["string", "null"]},
+                    },
+                    "required": ["name"],
+                },
+                {"type": "null"},
+            ]
         }
     if kind == "duration":
         return {
-            "type": "object",
-            "properties": {"months": {"type": "integer"}, "days": {"type": "integer"}},
+            "anyOf": [
+                {
+                    "type": "object",
+                    "properties": {"months": {"type": "integer"}, "days": {"type": "integer"}},
+                },
+                {"type": "string"},
+                {"type": "null"},
+            ]
         }
     if kind == "number":
-        return {"type": ["number", "string"]}
+        return {"type": ["number", "string", "null"]}
     if kind == "yes_no":
         return {"type": "string", "enum": ["Yes", "No"]}
     if kind == "clause":
         return {"type": "null"}
-    return {"type": "string"}
+    return {"type": ["string", "null"]}
 
 
 def group_schema(group: Sequence[FieldSpec]) -> dict[str, Any]:

@@ -2,24 +2,43 @@
 months or days.
 
 The model is asked for normalised values; plandag normalises again in code and refuses what
-it cannot read (:class:`InvalidValue`), so a value in a record always has its type's shape:
+it cannot read (:class:`InvalidValue`), so a normalised value in a record always has its
+type's shape:
 
 * ``date``: ``"YYYY-MM-DD"`` (ISO 8601). Read: ISO dates (a time after them ignored);
-  ``April 1, 2019``, ``1st April 2019``, ``Apr. 1 2019``; Portuguese ``1º de abril de
-  2019``; numeric ``D/M/Y`` or ``M/D/Y`` (``/``, ``-`` or ``.``, two-digit years in
-  2000-2068 or 1969-1999 as POSIX ``strptime`` reads them) only when the order is not
-  ambiguous (one of the first two numbers is above 12, or both are equal); ``08/[]/2019``,
-  ``perpetual`` and other non-dates are refused.
+  ``April 1, 2019``, ``1st April 2019``, ``Apr. 1 2019``, ``the 1st day of April, 2019``;
+  Portuguese ``1º de abril de 2019``; numeric ``D/M/Y`` or ``M/D/Y`` (``/``, ``-`` or
+  ``.``, two-digit years in 2000-2068 or 1969-1999 as POSIX ``strptime`` reads them) only
+  when the order is not ambiguous (one of the first two numbers is above 12, or both are
+  equal). Dates known only in part, and terms with no end date, have these forms:
+
+  - **known to the month** ``"YYYY-MM"`` (ISO 8601's reduced precision): ``August 2019``,
+    ``agosto de 2019``, ``August __, 2019``, ``[●] de agosto de 2019``, ``2019-08``, and
+    CUAD's ``08/[]/2019`` (a blank day: ``[]``, ``[ ]``, ``[●]``, underscores, ``x``);
+  - **known to the year** ``"YYYY"``: ``2019``, ``[]/[]/2019``, ``____, 2019``;
+  - **no end** ``"perpetual"`` (:data:`PERPETUAL`): ``perpetual``, ``in perpetuity``,
+    ``indefinite``, ``indefinitely``, ``an indefinite term``, ``no fixed term``,
+    ``prazo indeterminado``, ``perpétuo``;
+  - **until a party ends it** ``"until terminated"`` (:data:`UNTIL_TERMINATED`):
+    ``until terminated``, ``until terminated by the Parties``, ``until either party
+    terminates it``, ``até a rescisão``.
+
+  ``Smarch 3, 2020``, ``2019-02-30`` and ``4/1/19`` (ambiguous) are refused.
 * ``parties``: ``{"name", "role"}``; a string ``Name ("Role")`` is split at the
   parentheses; quotes around the role and ``the`` before it are dropped; a list gives
   several parties.
 * ``duration``: ``{"months": n}`` or ``{"days": n}`` (whole numbers): years are 12 months,
-  weeks 7 days; read from ``{"years": 1}``, ``"one (1) year"``, ``"30 days"``, ``"6
-  meses"``, ``"90 dias"``, ``"2 anos"``.
+  weeks 7 days; read from ``{"years": 1}``, ``"one (1) year"``, ``"30 (thirty) days"``,
+  ``"30 days"``, ``"6 meses"``, ``"90 dias"``, ``"2 anos"``; a term with no end is
+  ``"perpetual"`` or ``"until terminated"``, as for dates.
 * ``number``: an int or float; strings such as ``1,250.50`` or ``1.250,50`` are read.
 * ``yes_no``: ``"Yes"`` or ``"No"`` (also from true/false, sim/não).
 * ``text``: the string with its whitespace runs made single spaces.
 * ``clause``: the quote itself (the document's text at its offsets).
+
+A value that cannot be normalised is not thrown away with its evidence: the merge keeps it
+as given, marked ``value_normalized: false``, when its quote holds it
+(:mod:`~plandag.jobs.contracts.grounding`).
 """
 
 from __future__ import annotations
@@ -27,9 +46,11 @@ from __future__ import annotations
 import datetime
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 __all__ = [
+    "PERPETUAL",
+    "UNTIL_TERMINATED",
     "InvalidValue",
     "normalize_date",
     "normalize_duration",
@@ -65,15 +86,49 @@ for _number, _names in enumerate(
     for _name in _names:
         _MONTHS[_name] = _number
 
+PERPETUAL: Final = "perpetual"
+"""The normalised form of a term with no end date (a ``date`` or a ``duration``)."""
+
+UNTIL_TERMINATED: Final = "until terminated"
+"""The normalised form of a term that runs until a party ends it (a ``date`` or a
+``duration``)."""
+
+_PERPETUAL_WORDS = re.compile(
+    r"^(?:(?:for\s+|in\s+|an?\s+|of\s+|por\s+|de\s+)*(?:perpetual(?:ly)?|perpetuity|"
+    r"indefinite(?:ly)?|perp[ée]tu[oa]|(?:prazo\s+)?indeterminado)(?:\s+(?:term|period|"
+    r"duration|prazo))?|no\s+fixed\s+(?:term|end(?:\s+date)?)|without\s+(?:an?\s+)?"
+    r"(?:fixed\s+)?(?:end|expiration)(?:\s+date)?)$"
+)
+_UNTIL_TERMINATED_WORDS = re.compile(
+    r"^(?:until|till|unless\s+and\s+until)\b.*\bterminat\w*(?:\b.*)?$|"
+    r"^at[ée]\s+(?:a|que)\b.*\b(?:rescis[ãa]o|rescindid[oa]|resilid[oa]|denunciad[oa])\b.*$"
+)
+
 _MONTH = r"(?P<month>[a-zç]{3,9})\.?"
 _DAY = r"(?P<day>\d{1,2})(?:st|nd|rd|th|º|°|o)?"
 _YEAR = r"(?P<year>\d{4})"
+_BLANK = r"(?:\[\s*[●•]?\s*\]|_+|●+|•+|x{1,2}|\?+)"
 _DATE_FORMS = [
     re.compile(rf"^{_YEAR}-(?P<m>\d{{1,2}})-(?P<d>\d{{1,2}})(?:[t ].*)?$"),
-    re.compile(rf"^{_MONTH}\s+{_DAY},?\s+{_YEAR}$"),
-    re.compile(rf"^{_DAY}\s+(?:de\s+|of\s+)?{_MONTH},?\s+(?:de\s+)?{_YEAR}$"),
+    re.compile(rf"^{_MONTH}\s+{_DAY},?\s*{_YEAR}$"),
+    re.compile(
+        rf"^(?:the\s+)?{_DAY}\s+(?:day\s+of\s+|de\s+|of\s+)?{_MONTH},?\s+(?:de\s+)?{_YEAR}$"
+    ),
 ]
-_NUMERIC_DATE = re.compile(r"^(?P<a>\d{1,2})[/.-](?P<b>\d{1,2})[/.-](?P<y>\d{2}|\d{4})$")
+_MONTH_FORMS = [
+    re.compile(rf"^{_YEAR}-(?P<m>\d{{1,2}})$"),
+    re.compile(rf"^{_MONTH}(?:\s+{_BLANK})?,?\s+(?:de\s+)?{_YEAR}$"),
+    re.compile(
+        rf"^(?:the\s+)?{_BLANK}\s+(?:day\s+of\s+|de\s+|of\s+)?{_MONTH},?\s+(?:de\s+)?{_YEAR}$"
+    ),
+]
+_YEAR_FORMS = [
+    re.compile(rf"^{_YEAR}$"),
+    re.compile(rf"^{_BLANK}(?:\s*[/.-]?\s*{_BLANK})*\s*[,/.-]?\s*{_YEAR}$"),
+]
+_NUMERIC_DATE = re.compile(
+    rf"^(?P<a>\d{{1,2}}|{_BLANK})[/.-](?P<b>\d{{1,2}}|{_BLANK})[/.-](?P<y>\d{{2}}|\d{{4}})$"
+)
 
 
 def _make_date(year: int, month: int, day: int, given: str) -> str:
@@ -83,8 +138,33 @@ def _make_date(year: int, month: int, day: int, given: str) -> str:
         raise InvalidValue(f"{given!r} is not a calendar date") from None
 
 
+def _month_of(name: str, given: str) -> int:
+    month = _MONTHS.get(name)
+    if month is None:
+        raise InvalidValue(f"{given!r}: {name!r} is not a month name")
+    return month
+
+
+def _year_month(year: int, month: int, given: str) -> str:
+    if not 1 <= month <= 12:
+        raise InvalidValue(f"{given!r}: {month} is not a month")
+    return f"{year:04d}-{month:02d}"
+
+
+def _end_form(text: str) -> str | None:
+    """:data:`PERPETUAL` or :data:`UNTIL_TERMINATED` when ``text`` (lower case, single
+    spaces, no final full stop) says so, else None."""
+    if _PERPETUAL_WORDS.match(text):
+        return PERPETUAL
+    if _UNTIL_TERMINATED_WORDS.match(text):
+        return UNTIL_TERMINATED
+    return None
+
+
 def normalize_date(value: Any) -> str:
-    """``value`` as an ISO 8601 date ``YYYY-MM-DD`` (forms read: see the module docstring).
+    """``value`` as an ISO 8601 date ``YYYY-MM-DD``, or one of the partial and open-ended
+    forms ``YYYY-MM``, ``YYYY``, ``"perpetual"`` and ``"until terminated"`` (forms read:
+    see the module docstring).
 
     Raises:
         InvalidValue: not a string, not a date, or a numeric date whose day/month order is
@@ -94,6 +174,9 @@ def normalize_date(value: Any) -> str:
         raise InvalidValue(f"a date must be text such as 2019-04-01, not {value!r}")
     given = value
     text = " ".join(value.strip().lower().split())
+    end = _end_form(text.rstrip("."))
+    if end is not None:
+        return end
     for form in _DATE_FORMS:
         found = form.match(text)
         if found is None:
@@ -101,15 +184,30 @@ def normalize_date(value: Any) -> str:
         groups = found.groupdict()
         if groups.get("m") is not None:
             return _make_date(int(groups["year"]), int(groups["m"]), int(groups["d"]), given)
-        month = _MONTHS.get(groups["month"])
-        if month is None:
-            raise InvalidValue(f"{given!r}: {groups['month']!r} is not a month name")
+        month = _month_of(groups["month"], given)
         return _make_date(int(groups["year"]), month, int(groups["day"]), given)
+    for form in _MONTH_FORMS:
+        found = form.match(text)
+        if found is not None:
+            groups = found.groupdict()
+            if groups.get("m") is not None:
+                return _year_month(int(groups["year"]), int(groups["m"]), given)
+            return _year_month(int(groups["year"]), _month_of(groups["month"], given), given)
+    for form in _YEAR_FORMS:
+        found = form.match(text)
+        if found is not None:
+            return found["year"]
     found = _NUMERIC_DATE.match(text)
     if found is not None:
-        first, second, year = int(found["a"]), int(found["b"]), int(found["y"])
+        year = int(found["y"])
         if len(found["y"]) == 2:
             year += 2000 if year < 69 else 1900
+        known = [int(part) for part in (found["a"], found["b"]) if part.isdigit()]
+        if not known:
+            return f"{year:04d}"
+        if len(known) == 1:  # a blank day: the number given is the month
+            return _year_month(year, known[0], given)
+        first, second = known
         if first > 12 >= second:
             return _make_date(year, second, first, given)
         if second > 12 >= first or first == second:
@@ -212,14 +310,16 @@ for _unit, _key, _factor in (
     for _name in _unit:
         _UNITS[_name] = (_key, _factor)
 _DURATION = re.compile(
-    r"(?P<count>\d+(?:\.\d+)?|[a-zçêã]+(?:-[a-z]+)?)\s*(?:\(\s*(?P<digits>\d+)\s*\)\s*)?"
+    r"(?P<count>\d+(?:\.\d+)?|[a-zçêã]+(?:-[a-z]+)?)\s*"
+    r"(?:\(\s*(?:(?P<digits>\d+)|[a-zçêãéíô]+(?:[\s-][a-zçêãéíô]+)*)\s*\)\s*)?"
     r"(?:(?:calendar|business|full|consecutive|successive|corridos|úteis|uteis)\s+)?"
     r"(?P<unit>years?|months?|weeks?|days?|anos?|m[eê]s|meses|semanas?|dias?)\b"
 )
 
 
-def normalize_duration(value: Any) -> dict[str, int]:
-    """``value`` as ``{"months": n}`` or ``{"days": n}`` (years → 12 months, weeks → 7 days).
+def normalize_duration(value: Any) -> dict[str, int] | str:
+    """``value`` as ``{"months": n}`` or ``{"days": n}`` (years → 12 months, weeks → 7 days),
+    or :data:`PERPETUAL` / :data:`UNTIL_TERMINATED` for a term with no end.
 
     Raises:
         InvalidValue: no count with a unit in it, a fractional count, or a count below 0.
@@ -240,6 +340,9 @@ def normalize_duration(value: Any) -> dict[str, int]:
         raise InvalidValue(
             f'a duration must be {{"months": n}}, {{"days": n}} or text, not {value!r}'
         )
+    end = _end_form(" ".join(value.lower().split()).rstrip("."))
+    if end is not None:
+        return end
     found = _DURATION.search(" ".join(value.lower().split()))
     if found is None:
         raise InvalidValue(f"{value!r} names no count of years, months, weeks or days")

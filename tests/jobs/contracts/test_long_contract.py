@@ -21,7 +21,7 @@ from plandag.planner.data import parse_data_blocks
 from plandag.scheduler import RunLimits
 from plandag.testing import MessagesServer, ScriptedResponse
 
-HEADINGS = FieldSpec("Headings", "Section headings", "clause", "only")
+HEADINGS = FieldSpec("Headings", "Section headings", "text", "only")
 
 
 def first_line(body: dict[str, Any]) -> ScriptedResponse:
@@ -29,7 +29,7 @@ def first_line(body: dict[str, Any]) -> ScriptedResponse:
     text = body["messages"][0]["content"]
     (block,) = [b for b in parse_data_blocks(text) if b.attributes["label"] == "data"]
     heading = block.value["excerpt"].split("\n", 1)[0]
-    return ScriptedResponse.json({"fields": {"Headings": [{"quote": heading, "value": None}]}})
+    return ScriptedResponse.json({"fields": {"Headings": [{"quote": heading, "value": heading}]}})
 
 
 @pytest.mark.anyio

@@ -9,6 +9,7 @@ ones.
 
 from __future__ import annotations
 
+import calendar
 import dataclasses
 import json
 import re
@@ -78,7 +79,17 @@ def _label_values(field: str, labelled: Mapping[str, Any]) -> dict[str, Any] | N
         if found is None:  # "perpetual", "08/[]/2019": not a date, not scripted
             return None
         month, day, year = (int(part) for part in found.groups())
-        return dict.fromkeys(labelled["clauses"], f"20{year:02d}-{month:02d}-{day:02d}")
+        iso = f"20{year:02d}-{month:02d}-{day:02d}"
+        written = (
+            f"{calendar.month_name[month]} {day}, 20{year:02d}",
+            f"{month}/{day}/{year:02d}",
+            f"{month}/{day}/20{year:02d}",
+        )
+        # a passage that does not write the date is evidence without a value (null)
+        return {
+            clause: iso if any(form in clause for form in written) else None
+            for clause in labelled["clauses"]
+        }
     if field == "Parties":
         roles = dict(re.findall(r"([^;()]+?)\s*\(\"([^\"]+)\"\)", answer))
         return {
@@ -103,7 +114,7 @@ def scripted_contract(
             continue
         for clause in labelled["clauses"]:
             value = None if values is None else values.get(clause)
-            if values is not None and value is None:
+            if values is not None and clause not in values:
                 continue
             if "<omitted>" in clause:  # a spliced passage: exactly what must be refused
                 script.add(0, field, clause.replace("<omitted>", " "), value)
@@ -134,7 +145,8 @@ def scripted_contract(
                 script.add(chunk.index, field, clause, value)
                 script.correct.append((field, clause, inside, inside + len(clause), "exact"))
                 span = (inside, inside + len(clause))
-            script.values[(field, *span)] = text[span[0] : span[1]] if value is None else value
+            clause_text = text[span[0] : span[1]]
+            script.values[(field, *span)] = clause_text if kinds[field] == "clause" else value
             for fabricated in _fabrications(clause):
                 if _normalised_pattern(fabricated).search(text) is None:
                     script.add(chunk.index, field, fabricated, value)

@@ -41,8 +41,9 @@ def test_dates_become_iso_8601(given: str, iso: str) -> None:
 @pytest.mark.parametrize(
     ("given", "why"),
     [
-        ("08/[]/2019", "not a date"),
-        ("perpetual", "not a date"),
+        ("upon signature", "not a date"),
+        ("08/[]/20x9", "not a date"),
+        ("13/[]/2019", "not a month"),
         ("4/1/19", "ambiguous"),
         ("2019-02-30", "not a calendar date"),
         ("Smarch 3, 2020", "not a month name"),
@@ -52,6 +53,46 @@ def test_dates_become_iso_8601(given: str, iso: str) -> None:
 def test_non_dates_and_ambiguous_dates_are_refused(given: Any, why: str) -> None:
     with pytest.raises(InvalidValue, match=why):
         normalize_date(given)
+
+
+@pytest.mark.parametrize(
+    ("given", "form"),
+    [
+        ("08/[]/2019", "2019-08"),
+        ("[]/08/2019", "2019-08"),
+        ("August __, 2019", "2019-08"),
+        ("August [ ], 2019", "2019-08"),
+        ("August 2019", "2019-08"),
+        ("agosto de 2019", "2019-08"),
+        ("[●] de agosto de 2019", "2019-08"),
+        ("2019-08", "2019-08"),
+        ("[]/[]/2014", "2014"),
+        ("____, 2014", "2014"),
+        ("2014", "2014"),
+        ("perpetual", "perpetual"),
+        ("in perpetuity", "perpetual"),
+        ("an indefinite term", "perpetual"),
+        ("Indefinitely.", "perpetual"),
+        ("prazo indeterminado", "perpetual"),
+        ("until terminated", "until terminated"),
+        ("Until terminated by the Parties", "until terminated"),
+        ("until either party terminates it", "until terminated"),
+        ("até a rescisão", "until terminated"),
+        ("the 15th day of March, 2020", "2020-03-15"),
+        ("October 1,1996", "1996-10-01"),
+    ],
+)
+def test_dates_known_in_part_and_terms_without_end_have_defined_forms(
+    given: str, form: str
+) -> None:
+    assert normalize_date(given) == form
+
+
+def test_a_duration_without_end_has_the_same_forms() -> None:
+    assert normalize_duration("perpetual") == "perpetual"
+    assert normalize_duration("until terminated by either party") == "until terminated"
+    assert normalize_duration("30 (thirty) days") == {"days": 30}
+    assert normalize_duration("no mínimo, 30 (trinta) dias") == {"days": 30}
 
 
 def test_parties_are_names_with_roles() -> None:
