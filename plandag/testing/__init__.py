@@ -18,9 +18,18 @@ can simulate latency. The official SDK works against it unchanged::
 :class:`SchemaFollower` is a stand-in model that answers every structured-output request
 with a random instance of the schema it is sent (``MessagesServer(default=SchemaFollower(7))``).
 
+Stand-in models for contract extraction answer from CUAD-shaped labels through either
+server: :class:`PerfectContractsModel` (the labelled clauses, values read from their
+passages) and :class:`AdversarialContractsModel` (a set share of those answers altered:
+changed values, fabricated quotes, one- or two-word quotes, shifted windows and offsets).
+
 From a shell: ``python -m plandag.testing --port 8765 --script replies.jsonl``.
 """
 
+from plandag.testing.contracts import ALTERATION_KINDS as ALTERATION_KINDS
+from plandag.testing.contracts import AdversarialContractsModel as AdversarialContractsModel
+from plandag.testing.contracts import Alteration as Alteration
+from plandag.testing.contracts import PerfectContractsModel as PerfectContractsModel
 from plandag.testing.openai_server import ChatCompletionsServer as ChatCompletionsServer
 from plandag.testing.schema_model import SchemaFollower as SchemaFollower
 from plandag.testing.schema_model import random_instance as random_instance
@@ -34,8 +43,12 @@ from plandag.testing.server import RecordedRequest as RecordedRequest
 from plandag.testing.server import system_text as system_text
 
 __all__ = [
+    "ALTERATION_KINDS",
+    "AdversarialContractsModel",
+    "Alteration",
     "ChatCompletionsServer",
     "MessagesServer",
+    "PerfectContractsModel",
     "RecordedRequest",
     "Reply",
     "Responder",
