@@ -7,6 +7,7 @@ measures what it claims (the random DAGs: parents among the previous 12 steps,
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections import Counter
@@ -271,3 +272,20 @@ def test_contracts_hostile_runs_at_a_tiny_size(
     assert "no row" not in after
     assert lines[-1].startswith("txt-50mb: python -m plandag extract contracts ")
     assert lines[-1].endswith(" --max-chunks 2")
+
+
+def test_contracts_grounding_runs_at_a_tiny_size(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.contracts_grounding import DEFAULT_DATA, main
+
+    if not (DEFAULT_DATA / "cuad_labels.jsonl").is_file():
+        pytest.skip("the shared contracts are not here (set PLANDAG_SHARED_CONTRACTS)")
+    main(["--contracts", "1", "--share", "1.0", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    perfect, adversarial = result["perfect"], result["adversarial"]
+    assert perfect["contracts"] == 1
+    assert perfect["eval_equals_cuad"]
+    assert perfect["cuad_recall"] == 1.0
+    assert perfect["genuine_quotes_rejected"] == 0
+    assert adversarial["changed_values_accepted"] == 0
+    assert adversarial["clause_quotes_under_floor_accepted"] == 0
+    assert sum(sent for sent, _ in adversarial["altered_sent_accepted"].values()) > 0
