@@ -63,7 +63,8 @@ def _print_table(evaluation: ContractsEvaluation, labels: Path) -> None:
         return shown
 
     clauses = table(
-        "Clauses (a labelled clause is found by a quote with word Jaccard >= 0.5)",
+        "Clauses, by CUAD's rules (a labelled span is found by a quote with word Jaccard >= "
+        "0.5, or holding it for Parties; a quote matching no span is stray)",
         ("category", "labelled", "quotes", "found", "stray", "P", "R", "F1"),
     )
     for score in evaluation.categories.values():
@@ -123,11 +124,13 @@ def _print_table(evaluation: ContractsEvaluation, labels: Path) -> None:
         str(len(evaluation.unscored)),
     )
     console.print(answers)
+    from plandag.jobs.contracts.evaluate import NOT_COMPUTED
+
     lines = [
         f"contracts: {len(evaluation.labelled)} labelled in {labels}, "
         f"{len(evaluation.missing)} without a record, {len(evaluation.errored)} with an error "
         f"record (both scored as nothing found), {len(evaluation.unlabelled)} records "
-        "unlabelled (not scored)"
+        "unlabelled (not scored)",
     ]
     lines += [f"  no record: {file}" for file in evaluation.missing]
     lines += [
@@ -158,6 +161,7 @@ def _print_table(evaluation: ContractsEvaluation, labels: Path) -> None:
             lines.append(f"  {unknown.category}: {contracts}, {texts}{near}")
     for line, reason in evaluation.invalid_records:
         lines.append(f"records line {line} skipped: {reason}")
+    lines.append(f"{NOT_COMPUTED}.")
     sys.stdout.write("\n".join(lines) + "\n")
 
 
@@ -181,14 +185,17 @@ def eval_contracts(
     ],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
 ) -> None:
-    """Score contract records against labels: clauses by word Jaccard, answers by kind.
+    """Score contract records against labels: clauses by CUAD's rules, answers by kind.
 
-    Per category: precision, recall and F1 of the clauses (a labelled clause is found when
-    an accepted quote overlaps it with word Jaccard >= 0.5, CUAD's rule) and of the answers
-    (dates parsed from the label's M/D/YY, parties as sets of names, governing law by
-    jurisdiction, durations, yes/no). Labels that do not parse ("perpetual") and label
-    categories no record has that are not CUAD categories are listed apart, not scored; a
-    labelled contract without a record, or with an error record, counts as nothing found.
+    Per category: precision, recall and F1 of the clauses by CUAD's own scoring (its
+    evaluate.py: a labelled span, <omitted>-joined labels split, is found when an accepted
+    quote has word Jaccard >= 0.5 with it, or holds it for Parties; a quote matching no
+    span is a false positive; AUPR and precision at 80%/90% recall are not computed, as
+    records carry no confidence) and of the answers (dates parsed from the label's M/D/YY,
+    parties as sets of names, governing law by jurisdiction, durations, yes/no). Labels
+    that do not parse in their kind and label categories no record has that are not CUAD
+    categories are listed apart, not scored; a labelled contract without a record, or with
+    an error record, counts as nothing found.
     Also the rate of rejected quotes. Exit 0, or 2 when a file cannot be used.
     """
     from plandag.errors import InputError

@@ -13,23 +13,29 @@ by its stem (a record of ``NAME.pdf`` for labels of ``NAME.txt``).
 Two scores per category, each as true positives, false positives and false negatives summed
 over the labelled contracts, with precision, recall and F1:
 
-- **Clauses** (every category): a labelled clause is found when an accepted quote of the
-  category overlaps it with word Jaccard >= 0.5 (:func:`word_jaccard` in
-  :mod:`plandag.jobs.contracts.scoring`); a quote that overlaps no labelled clause is a
-  false positive. This is CUAD's rule
-  (``evaluate.py`` of the CUAD repository: ``get_jaccard``, ``IOU_THRESH = 0.5``,
-  ``compute_precision_recall``: true positives count labelled clauses found, false
-  positives count quotes that match none).
+- **Clauses** (every category): CUAD's own scoring, ``compute_precision_recall`` and
+  ``get_jaccard`` of ``evaluate.py`` in the CUAD repository, ported rule for rule in
+  :mod:`plandag.jobs.contracts.scoring` (:func:`~plandag.jobs.contracts.scoring.cuad_counts`):
+  the predictions are the accepted quotes of the category (each distinct text once); a
+  label joined from spans with ``<omitted>`` is those spans; a prediction matches a label
+  at word Jaccard >= 0.5, and for ``Parties`` also when the label is a substring of it. In
+  a contract where the category has labels, each label is a true positive when some
+  prediction matches it and a false negative otherwise, and each prediction that matches no
+  label is a false positive; where it has none, each prediction is a false positive.
+  CUAD's AUPR and precision at 80 % / 90 % recall need a confidence for each prediction,
+  which records do not carry: they are not computed (:data:`NOT_COMPUTED`).
 - **Answers** (by category kind, :data:`ANSWER_KINDS`): the record's normalised ``answer``
   against the label's ``answer``. Dates: the label's M/D/YY parsed (:func:`parse_label_date`)
-  against the record's ISO 8601 date. Parties: sets of names, the text before a role in
-  parentheses, normalised for case and punctuation (:func:`party_names`). Governing law: the
-  jurisdiction's name (:func:`jurisdiction`). Durations: a number of months (years as 12) or
-  days (weeks as 7). Document name: the text, normalised. The yes/no clause categories:
-  "Yes" is the positive answer. A right answer is a true positive; a wrong one is both a
-  false positive and a false negative; an answer where the label is empty (or "No") is a
-  false positive; no answer where the label has one is a false negative. A label that does
-  not parse in its kind ("perpetual", "08/[]/2019") is reported apart and not scored.
+  against the record's ISO 8601 date; a label known only to the month or the year (CUAD's
+  ``08/[]/2019``) against the record's ``YYYY-MM`` or ``YYYY``; ``perpetual`` against the
+  record's ``perpetual`` or ``until terminated``. Parties: sets of names, the text before a
+  role in parentheses, normalised for case and punctuation (:func:`party_names`). Governing
+  law: the jurisdiction's name (:func:`jurisdiction`). Durations: a number of months (years
+  as 12) or days (weeks as 7), or ``perpetual``. Document name: the text, normalised. The
+  yes/no clause categories: "Yes" is the positive answer. A right answer is a true
+  positive; a wrong one is both a false positive and a false negative; an answer where the
+  label is empty (or "No") is a false positive; no answer where the label has one is a
+  false negative. A label that does not parse in its kind is reported apart and not scored.
 
 A label category that no record read has among its fields and that is not a CUAD category
 (a misspelling, or a field the extraction was not asked for) is not scored: scoring it would
@@ -54,17 +60,21 @@ from typing import Any, Literal
 from plandag.errors import InputError
 from plandag.jobs.contracts.fields import CUAD_FIELDS
 from plandag.jobs.contracts.scoring import (
+    CUAD_IOU_THRESH,
+    cuad_counts,
     jurisdiction,
+    label_spans,
     normalise_name,
     parse_duration,
     parse_label_date,
     party_names,
-    word_jaccard,
 )
+from plandag.jobs.contracts.values import PERPETUAL, UNTIL_TERMINATED, InvalidValue, normalize_date
 
 __all__ = [
     "ANSWER_KINDS",
     "CLAUSE_JACCARD",
+    "NOT_COMPUTED",
     "CategoryScore",
     "ContractsEvaluation",
     "Counts",
@@ -76,8 +86,15 @@ __all__ = [
     "read_records",
 ]
 
-CLAUSE_JACCARD = 0.5
+CLAUSE_JACCARD = CUAD_IOU_THRESH
 """A quote finds a labelled clause at this word Jaccard or more (CUAD's ``IOU_THRESH``)."""
+
+NOT_COMPUTED = (
+    "CUAD's AUPR and precision at 80% and 90% recall are not computed: they rank predictions "
+    "by a confidence score, which contract records do not carry"
+)
+"""Why the evaluation gives CUAD's clause counts, precision and recall but not its
+threshold-swept scores."""
 
 AnswerKind = Literal["date", "parties", "jurisdiction", "duration", "text", "yes_no"]
 
@@ -146,9 +163,11 @@ class CategoryScore:
 
     Attributes:
         category: its name, as in the labels.
-        clauses: the clause counts (labelled clauses found, quotes matching none, missed).
-        labelled_clauses: labelled clauses of the scored contracts.
-        quotes: accepted quotes of the category in the scored contracts.
+        clauses: CUAD's clause counts (labelled spans found, quotes matching no span or
+            given where none is labelled, spans missed).
+        labelled_clauses: labelled spans of the scored contracts (``<omitted>`` split).
+        quotes: distinct accepted quotes of the category in the scored contracts (CUAD's
+            predictions).
         answer_kind: how answers are compared, or None when they are not.
         answers: the answer counts (zero when ``answer_kind`` is None).
         unscored: labels of the category that did not parse in its kind.
@@ -268,6 +287,7 @@ class ContractsEvaluation:
             },
             "categories": [score.as_dict() for score in self.categories.values()],
             "clauses": self.clauses.as_dict(),
+            "clause_scoring": {"rules": "CUAD evaluate.py", "not_computed": NOT_COMPUTED},
             "answers": self.answers.as_dict(),
             "unscored": [dataclasses.asdict(item) for item in self.unscored],
             "unknown_categories": [dataclasses.asdict(item) for item in self.unknown_categories],
@@ -298,14 +318,30 @@ def _label_answer(kind: AnswerKind, text: str) -> Any:
         return {"yes": True, "no": None}.get(text.lower(), _Unparsed)
     if kind == "date":
         parsed = parse_label_date(text)
-        return _Unparsed if parsed is None else parsed
+        if parsed is not None:
+            return parsed
+        return _partial(text)
     if kind == "parties":
         return party_names(text) or _Unparsed
     if kind == "duration":
+        if text.lower() == PERPETUAL:
+            return PERPETUAL
         return parse_duration(text) or _Unparsed
     if kind == "jurisdiction":
         return jurisdiction(text) or _Unparsed
     return normalise_name(text) or _Unparsed
+
+
+def _partial(text: str) -> Any:
+    """A label date known only to the month or the year (``08/[]/2019``) or ``perpetual``,
+    in the records' form (``2019-08``, ``2019``, ``perpetual``), else :data:`_Unparsed`."""
+    try:
+        form = normalize_date(text)
+    except InvalidValue:
+        return _Unparsed
+    if form == UNTIL_TERMINATED:
+        return PERPETUAL
+    return form if len(form) < 10 else _Unparsed
 
 
 def _record_answer(kind: AnswerKind, value: Any) -> Any:
@@ -315,6 +351,8 @@ def _record_answer(kind: AnswerKind, value: Any) -> Any:
         return None
     if kind == "yes_no":
         return True if isinstance(value, str) and value.strip().lower() == "yes" else None
+    if kind in ("date", "duration") and value in (PERPETUAL, UNTIL_TERMINATED):
+        return PERPETUAL  # CUAD labels a term that runs until terminated "perpetual"
     if kind == "date":
         try:
             return datetime.date.fromisoformat(str(value))
@@ -580,20 +618,14 @@ def _unknown_categories(
 
 
 def _score_clauses(score: CategoryScore, clauses: list[str], field: Any) -> None:
-    """Add one contract's clause counts for one category (CUAD's
-    ``compute_precision_recall``)."""
-    clauses = [clause for clause in clauses if clause.strip()]
-    quotes = _quotes(field, "values")
-    score.labelled_clauses += len(clauses)
-    score.quotes += len(quotes)
-    found = sum(
-        any(word_jaccard(quote, clause) >= CLAUSE_JACCARD for quote in quotes) for clause in clauses
-    )
-    stray = sum(
-        not any(word_jaccard(quote, clause) >= CLAUSE_JACCARD for clause in clauses)
-        for quote in quotes
-    )
-    score.clauses.add(Counts(tp=found, fp=stray, fn=len(clauses) - found))
+    """Add one contract's clause counts for one category: CUAD's
+    ``compute_precision_recall`` (:func:`~plandag.jobs.contracts.scoring.cuad_counts`)."""
+    spans = label_spans(clauses)
+    predictions = [quote for quote in dict.fromkeys(_quotes(field, "values")) if quote]
+    score.labelled_clauses += len(spans)
+    score.quotes += len(predictions)
+    tp, fp, fn = cuad_counts(spans, predictions, substring=score.category == "Parties")
+    score.clauses.add(Counts(tp=tp, fp=fp, fn=fn))
 
 
 def evaluate_contract_files(

@@ -1,6 +1,29 @@
-"""The matching rules of :mod:`plandag.jobs.contracts.evaluate`: CUAD's word Jaccard, and how
+"""The matching rules of :mod:`plandag.jobs.contracts.evaluate`: CUAD's clause scoring, and how
 label answers (CUAD v1, The Atticus Project, CC BY 4.0) and record answers are normalised
-before they are compared."""
+before they are compared.
+
+**CUAD's clause scoring** is that of ``evaluate.py`` in the CUAD repository
+(github.com/TheAtticusProject/cuad; Hendrycks et al., NeurIPS 2021), ported rule for rule:
+
+* :func:`cuad_jaccard` is its ``get_jaccard``: remove ``.``, ``,``, ``;`` and ``:``,
+  lowercase, turn ``/`` into a space, split on single spaces (``str.split(" ")``: two spaces
+  give an empty word, a line end stays inside a word) into sets of words; the size of their
+  intersection over the size of their union.
+* :func:`cuad_match` is its match: Jaccard >= :data:`CUAD_IOU_THRESH` (``IOU_THRESH``), and
+  for the ``Parties`` category also when the label is a substring of the prediction (case
+  and spacing as written).
+* :func:`cuad_counts` is its ``compute_precision_recall`` for one contract and category:
+  predictions are the distinct non-empty texts; with no label, each prediction is a false
+  positive; with labels, each label is a true positive when some prediction matches it and
+  a false negative otherwise, and each prediction that matches no label is a false
+  positive.
+* :func:`label_spans`: a label that CUAD's ``master_clauses.csv`` joins from several
+  spans with ``<omitted>`` is those spans, as they are separate answers in CUAD's own
+  question-answering data.
+
+CUAD's AUPR and precision at 80 % and 90 % recall sweep a confidence threshold over the
+predictions; contract records carry no confidence, so they are not computed.
+"""
 
 from __future__ import annotations
 
@@ -11,28 +34,81 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
+    "CUAD_IOU_THRESH",
+    "cuad_counts",
+    "cuad_jaccard",
+    "cuad_match",
     "jurisdiction",
+    "label_spans",
     "normalise_name",
     "parse_duration",
     "parse_label_date",
     "party_names",
-    "word_jaccard",
 ]
 
-_REMOVED = str.maketrans({".": "", ",": "", ";": "", ":": "", "/": " "})
+CUAD_IOU_THRESH = 0.5
+"""A prediction matches a label at this word Jaccard or more (CUAD's ``IOU_THRESH``)."""
+
+_CUAD_REMOVED = str.maketrans({".": "", ",": "", ";": "", ":": ""})
 
 
-def word_jaccard(prediction: str, label: str) -> float:
-    """Word Jaccard of two texts by CUAD's rule: drop ``. , ; :``, lowercase, split on
-    whitespace and ``/``; the size of the words' intersection over their union.
+def cuad_jaccard(label: str, prediction: str) -> float:
+    """CUAD's ``get_jaccard(gt, pred)`` (see the module's docstring).
 
     Returns:
-        A number in [0, 1]; 0.0 when both texts have no word.
+        A number in [0, 1]; two texts that are both empty give 1.0, as in CUAD (each
+        splits into the one empty word).
     """
-    left = set(prediction.translate(_REMOVED).lower().split())
-    right = set(label.translate(_REMOVED).lower().split())
-    union = left | right
-    return len(left & right) / len(union) if union else 0.0
+    gt = label.translate(_CUAD_REMOVED).lower().replace("/", " ")
+    pred = prediction.translate(_CUAD_REMOVED).lower().replace("/", " ")
+    gt_words, pred_words = set(gt.split(" ")), set(pred.split(" "))
+    return len(gt_words & pred_words) / len(gt_words | pred_words)
+
+
+def cuad_match(label: str, prediction: str, *, substring: bool = False) -> bool:
+    """Whether ``prediction`` matches ``label`` by CUAD's rule: :func:`cuad_jaccard` >=
+    :data:`CUAD_IOU_THRESH`, or, with ``substring`` (the ``Parties`` category), ``label``
+    occurring in ``prediction``."""
+    if substring and label in prediction:
+        return True
+    return cuad_jaccard(label, prediction) >= CUAD_IOU_THRESH
+
+
+def label_spans(clauses: list[str]) -> list[str]:
+    """The labelled spans of a category's clauses: each clause split at ``<omitted>``, every
+    span stripped, empty ones left out."""
+    spans = []
+    for clause in clauses:
+        for span in clause.split("<omitted>"):
+            if span.strip():
+                spans.append(span.strip())
+    return spans
+
+
+def cuad_counts(
+    labels: list[str], predictions: list[str], *, substring: bool = False
+) -> tuple[int, int, int]:
+    """CUAD's ``compute_precision_recall`` counts for one contract and one category.
+
+    Args:
+        labels: the labelled spans (:func:`label_spans`).
+        predictions: the predicted texts (the accepted quotes); repeated and empty ones
+            count once and never.
+        substring: the ``Parties`` rule (:func:`cuad_match`).
+
+    Returns:
+        ``(tp, fp, fn)``.
+    """
+    preds = [text for text in dict.fromkeys(predictions) if text]
+    if not labels:
+        return 0, len(preds), 0
+    tp = sum(
+        any(cuad_match(label, pred, substring=substring) for pred in preds) for label in labels
+    )
+    fp = sum(
+        not any(cuad_match(label, pred, substring=substring) for label in labels) for pred in preds
+    )
+    return tp, fp, len(labels) - tp
 
 
 _LABEL_DATE = re.compile(r"(\d{1,2})/(\d{1,2})/(\d{2}|\d{4})")
