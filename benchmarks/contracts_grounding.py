@@ -19,18 +19,26 @@ Targets: clause recall and precision >= 0.98 with the perfect model, 0 values ac
 whose quote does not hold them, 0 clause quotes under the floor accepted, 0 genuine quotes
 rejected, ``plandag eval`` equal to CUAD's scoring.
 
+``--before PATH`` measures another source tree too (a checkout of main: its ``plandag``
+imported with ``PYTHONPATH=PATH``, the stand-ins and the CUAD reference taken from this
+checkout when that tree has none) in a process of its own, and prints the two side by side.
+
 Run: ``.venv/bin/python benchmarks/contracts_grounding.py [--contracts N] [--share S]
-[--seed K] [--data DIR] [--json]``; prints a table (or one JSON object).
+[--seed K] [--data DIR] [--before PATH] [--json]``; prints a table (or one JSON object).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import importlib.util
 import json
 import os
 import re
+import subprocess
+import sys
 import tempfile
+import types
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,9 +53,29 @@ from plandag.jobs.contracts.evaluate import evaluate_contracts
 from plandag.models import AnthropicClient
 from plandag.scheduler import RunLimits
 from plandag.testing import MessagesServer
-from plandag.testing.contracts import AdversarialContractsModel, PerfectContractsModel
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def _stand_ins() -> types.ModuleType:
+    """``plandag.testing.contracts`` of the tree imported, else this checkout's (an older
+    tree measured with ``--before`` has no stand-in models)."""
+    try:
+        return importlib.import_module("plandag.testing.contracts")
+    except ModuleNotFoundError:
+        name = "plandag.testing.contracts"
+        spec = importlib.util.spec_from_file_location(name, REPO / "plandag/testing/contracts.py")
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load {name} from {REPO}") from None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+
+
+_STAND_INS = _stand_ins()
+AdversarialContractsModel = _STAND_INS.AdversarialContractsModel
+PerfectContractsModel = _STAND_INS.PerfectContractsModel
 
 
 def _shared_contracts() -> Path:
@@ -234,8 +262,8 @@ def _score(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def render(result: Mapping[str, Any]) -> str:
-    """The table of :func:`measure`'s result."""
+def _rows(result: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The table of :func:`measure`'s result as (figure, value) rows."""
     perfect, adversarial = result["perfect"], result["adversarial"]
     rows = [
         ("perfect model", ""),
@@ -272,8 +300,58 @@ def render(result: Mapping[str, Any]) -> str:
         ("plandag eval = CUAD", str(adversarial["plandag_eval_equals_cuad"])),
         ("statuses", json.dumps(adversarial["statuses"])),
     ]
-    width = max(len(name) for name, _ in rows)
-    return "\n".join(f"{name:<{width}}  {value}".rstrip() for name, value in rows)
+    return rows
+
+
+def _table(rows: Sequence[Sequence[str]]) -> str:
+    sizes = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(f"{cell:<{size}}" for cell, size in zip(row, sizes, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+def render(result: Mapping[str, Any]) -> str:
+    """The table of :func:`measure`'s result."""
+    return _table(_rows(result))
+
+
+def _keyed(rows: Sequence[tuple[str, str]]) -> dict[tuple[str, int], str]:
+    """Rows by (figure, its occurrence): both runs have a ``statuses`` row, for instance."""
+    seen: collections.Counter[str] = collections.Counter()
+    keyed = {}
+    for name, value in rows:
+        keyed[(name, seen[name])] = value
+        seen[name] += 1
+    return keyed
+
+
+def side_by_side(before: Mapping[str, Any], after: Mapping[str, Any], tree: Path) -> str:
+    """The tables of two :func:`measure` results side by side: ``before`` (``tree``) and
+    this checkout (a figure one of them lacks shown as ``-``)."""
+    old, new = _keyed(_rows(before)), _keyed(_rows(after))
+    rows = [("", f"before ({tree})", "this checkout")]
+    for key in [*new, *(key for key in old if key not in new)]:
+        rows.append((key[0], old.get(key, "-"), new.get(key, "-")))
+    return _table(rows)
+
+
+def _measure_in(tree: Path, argv: Sequence[str]) -> dict[str, Any]:
+    """:func:`measure` in a process of its own, ``plandag`` imported from ``tree``."""
+    env = os.environ.copy()
+    env["PYTHONPATH"] = os.pathsep.join((str(tree), str(REPO)))
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), *argv, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the measurement in {tree} failed:\n{done.stderr[-4000:]}")
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -282,6 +360,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--contracts", type=int, default=None, help="the first N labelled")
     parser.add_argument("--share", type=float, default=0.3, help="share of answers altered")
     parser.add_argument("--seed", type=int, default=0, help="which answers are altered")
+    parser.add_argument("--before", type=Path, default=None, help="a checkout to compare with")
     parser.add_argument("--json", action="store_true", help="print JSON")
     options = parser.parse_args(argv)
     result = anyio.run(
@@ -289,7 +368,18 @@ def main(argv: Sequence[str] | None = None) -> None:
             options.data, contracts=options.contracts, share=options.share, seed=options.seed
         )
     )
-    print(json.dumps(result, indent=2) if options.json else render(result))
+    if options.before is None:
+        print(json.dumps(result, indent=2) if options.json else render(result))
+        return
+    passed = ["--data", str(options.data), "--share", str(options.share)]
+    passed += ["--seed", str(options.seed)]
+    if options.contracts is not None:
+        passed += ["--contracts", str(options.contracts)]
+    before = _measure_in(options.before, passed)
+    if options.json:
+        print(json.dumps({"before": before, "after": result}, indent=2))
+    else:
+        print(side_by_side(before, result, options.before))
 
 
 if __name__ == "__main__":

@@ -289,3 +289,18 @@ def test_contracts_grounding_runs_at_a_tiny_size(capsys: pytest.CaptureFixture[s
     assert adversarial["changed_values_accepted"] == 0
     assert adversarial["clause_quotes_under_floor_accepted"] == 0
     assert sum(sent for sent, _ in adversarial["altered_sent_accepted"].values()) > 0
+
+
+def test_contracts_grounding_puts_another_tree_beside_this_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from benchmarks.contracts_grounding import DEFAULT_DATA, REPO, main
+
+    if not (DEFAULT_DATA / "cuad_labels.jsonl").is_file():
+        pytest.skip("the shared contracts are not here (set PLANDAG_SHARED_CONTRACTS)")
+    main(["--contracts", "1", "--share", "1.0", "--before", str(REPO)])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["before", f"({REPO})", "this", "checkout"]
+    rows = {" ".join(line.split()[:-2]): line.split()[-2:] for line in lines[1:]}
+    assert rows["plandag eval = CUAD"] == ["True", "True"]
+    assert rows["values accepted that their quote does not hold"] == ["0", "0"]
