@@ -23,9 +23,12 @@
   the reservation with. A reservation that does not fit fails the step, reason ``budget``,
   with nothing sent.
 * **schema**: with ``schema`` (a JSON Schema, Draft 2020-12, validated with the
-  ``jsonschema`` library), the reply must be one JSON value that validates. One that does
-  not raises :class:`~plandag.errors.InvalidOutputError` asking for a re-ask: the runner makes
-  one more attempt at once, which sends the conversation again with the reply and its
+  ``jsonschema`` library), the reply must be one JSON value that validates. Each distinct
+  schema (by its canonical JSON) is checked against the metaschema and its validator built
+  once per process (:func:`schema_validator`), however many steps and calls share it; each
+  reply is validated once. A reply that does not validate raises
+  :class:`~plandag.errors.InvalidOutputError` asking for a re-ask: the runner makes one
+  more attempt at once, which sends the conversation again with the reply and its
   validation errors (quoted as data), as the planner's repair does. A second invalid reply
   fails the step, reason ``invalid_output``.
 
@@ -55,10 +58,13 @@ __all__ = [
     "DATA_MAX_CHARS",
     "DEFAULT_LLM_MAX_TOKENS",
     "LLM_SYSTEM",
+    "SCHEMA_VALIDATORS",
     "build_request",
+    "canonical_schema",
     "estimate_llm",
     "llm",
     "parse_reply",
+    "schema_validator",
 ]
 
 DEFAULT_LLM_MAX_TOKENS = 1024
@@ -144,8 +150,7 @@ def build_request(
         parts.append(quote_data("data", data, max_chars=DATA_MAX_CHARS))
     if schema is not None:
         parts.append(
-            "Reply with JSON that validates against this JSON Schema:\n"
-            + json.dumps(schema, separators=(",", ":"), sort_keys=True)
+            "Reply with JSON that validates against this JSON Schema:\n" + canonical_schema(schema)
         )
     messages: list[ChatMessage] = [{"role": "user", "content": "\n\n".join(parts)}]
     if reask is not None:
@@ -161,22 +166,63 @@ def build_request(
     )
 
 
-def parse_reply(text: str, schema: Mapping[str, Any]) -> tuple[Any, list[str]]:
-    """Decode a reply as JSON and validate it against ``schema``.
+SCHEMA_VALIDATORS = 256
+"""Validators kept by :func:`schema_validator` (least recently used dropped first): one
+per distinct schema, so a batch whose steps share a few schemas builds each once."""
+
+
+def canonical_schema(schema: Mapping[str, Any]) -> str:
+    """The schema's canonical JSON (keys sorted, no spaces): the key of its validator, and
+    the text every request shows the model."""
+    return json.dumps(schema, separators=(",", ":"), sort_keys=True)
+
+
+@functools.lru_cache(maxsize=SCHEMA_VALIDATORS)
+def _validator_of(canonical: str) -> Any:
+    import jsonschema
+
+    schema = json.loads(canonical)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def schema_validator(schema: Mapping[str, Any], canonical: str | None = None) -> Any:
+    """The validator of ``schema`` (JSON Schema Draft 2020-12, the ``jsonschema`` library's
+    ``Draft202012Validator``), built and checked against the metaschema once per distinct
+    schema: later calls with an equal schema (same canonical JSON) get the same validator.
+
+    Args:
+        schema: a JSON Schema.
+        canonical: :func:`canonical_schema` of ``schema`` when the caller has it.
+
+    Raises:
+        jsonschema.SchemaError: ``schema`` is not a valid JSON Schema (not cached: an invalid
+            schema is checked again each time).
+    """
+    return _validator_of(canonical if canonical is not None else canonical_schema(schema))
+
+
+def parse_reply(
+    text: str, schema: Mapping[str, Any], *, canonical: str | None = None
+) -> tuple[Any, list[str]]:
+    """Decode a reply as JSON and validate it against ``schema``, once, with its cached
+    validator (:func:`schema_validator`).
 
     A reply wrapped in one Markdown code fence is unwrapped first.
 
     Args:
         text: the reply.
         schema: a JSON Schema (Draft 2020-12).
+        canonical: :func:`canonical_schema` of ``schema`` when the caller has it.
 
     Returns:
         ``(value, errors)``: the decoded value and the validation errors, one line each
         (``$.total: 'x' is not of type 'number'``), empty when it validates; ``(None,
         ["not JSON: ..."])`` when the text is not JSON.
-    """
-    import jsonschema
 
+    Raises:
+        jsonschema.SchemaError: ``schema`` is not a valid JSON Schema.
+    """
     body = text.strip()
     fenced = _FENCE.match(body)
     if fenced is not None:
@@ -185,7 +231,7 @@ def parse_reply(text: str, schema: Mapping[str, Any]) -> tuple[Any, list[str]]:
         value = json.loads(body)
     except ValueError as error:
         return None, [f"not JSON: {error}"]
-    validator = jsonschema.Draft202012Validator(dict(schema))
+    validator = schema_validator(schema, canonical)
     errors = [
         f"{error.json_path}: {error.message}"
         for error in sorted(validator.iter_errors(value), key=lambda item: item.json_path)
@@ -193,14 +239,17 @@ def parse_reply(text: str, schema: Mapping[str, Any]) -> tuple[Any, list[str]]:
     return value, errors
 
 
-def _check_schema(schema: Mapping[str, Any], step_id: int) -> None:
-    problem = _schema_problem(schema)
-    if problem is not None:
+def _check_schema(schema: Mapping[str, Any], step_id: int, canonical: str) -> None:
+    import jsonschema
+
+    try:
+        schema_validator(schema, canonical)
+    except jsonschema.SchemaError as error:
         raise PermanentStepError(
-            f"step {step_id}: llm: schema is not a valid JSON Schema ({problem}); fix the "
-            "step's schema",
+            f"step {step_id}: llm: schema is not a valid JSON Schema ({error.message} at "
+            f"{error.json_path}); fix the step's schema",
             reason="bad_schema",
-        )
+        ) from None
 
 
 def estimate_llm(args: Mapping[str, Any]) -> tuple[float | None, int]:
@@ -240,42 +289,21 @@ def _json_schema_arg(schema: dict[str, Any] | None) -> dict[str, Any] | None:
     Raises:
         ValueError: the schema is not valid (pydantic reports it as the argument's error).
     """
-    if schema is None:
-        return None
-    problem = _schema_problem(schema)
-    if problem is not None:
-        raise ValueError(f"not a valid JSON Schema ({problem}); fix the schema")
-    return schema
-
-
-def _schema_problem(schema: Mapping[str, Any]) -> str | None:
-    """Why ``schema`` is not a valid JSON Schema (Draft 2020-12): the error's message and
-    where (``MESSAGE at PATH``), or None.
-
-    Each schema is checked once per process, kept by its canonical JSON (the outcome of
-    :func:`_checked_schema`): a plan of a thousand ``llm`` steps sharing five schemas has
-    five checked, not a thousand, when it compiles and when its steps run (a check walks
-    the meta-schema, some 25 ms)."""
-    try:
-        key = json.dumps(schema, sort_keys=True, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError):  # not plain JSON data: checked as it is, not kept
-        return _schema_error(schema)
-    return _checked_schema(key)
-
-
-def _schema_error(schema: Any) -> str | None:
     import jsonschema
 
+    if schema is None:
+        return None
     try:
-        jsonschema.Draft202012Validator.check_schema(dict(schema))
+        canonical = canonical_schema(schema)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"not JSON ({error}); give the schema as JSON") from None
+    try:
+        schema_validator(schema, canonical)
     except jsonschema.SchemaError as error:
-        return f"{error.message} at {error.json_path}"
-    return None
-
-
-@functools.lru_cache(maxsize=512)
-def _checked_schema(key: str) -> str | None:
-    return _schema_error(json.loads(key))
+        raise ValueError(
+            f"not a valid JSON Schema ({error.message} at {error.json_path}); fix the schema"
+        ) from None
+    return schema
 
 
 @tool(name="llm", effects="none", typical_seconds=5.0, estimate=estimate_llm)
@@ -301,8 +329,10 @@ async def llm(
             f"step {step_id}: llm: max_tokens must be >= 1, not {max_tokens}",
             reason="bad_argument",
         )
+    canonical: str | None = None
     if schema is not None:
-        _check_schema(schema, step_id)
+        canonical = canonical_schema(schema)
+        _check_schema(schema, step_id, canonical)
     written = context.step_args.get("prompt") if context.step_args is not None else None
     instruction, quoted = _split_prompt(prompt, written, context.resolve)
     name = model or models.model
@@ -314,7 +344,7 @@ async def llm(
     where = f"step {step_id}: llm {models.provider} {name}"
     if schema is None:
         return response.text
-    value, errors = parse_reply(response.text, schema)
+    value, errors = parse_reply(response.text, schema, canonical=canonical)
     if not errors:
         return value
     shown = "; ".join(errors[:5]) + (f" (and {len(errors) - 5} more)" if len(errors) > 5 else "")
