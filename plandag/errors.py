@@ -64,7 +64,10 @@ __all__ = [
     "classify_error",
     "describe_failure",
     "error_message",
+    "model_endpoint_failure",
     "parse_retry_after",
+    "request_endpoint",
+    "socket_error_words",
 ]
 
 ErrorKind = Literal["transient", "permanent"]
@@ -545,3 +548,96 @@ def error_message(error: BaseException) -> str:
         return str(error)
     except Exception as failure:
         return f"<the message of {type(error).__name__} could not be formatted: {failure!r}>"
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    """``error``, its causes and contexts, and the members of any exception group among
+    them, each once, outermost first."""
+    pending = [error]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+        for linked in (current.__cause__, current.__context__):
+            if linked is not None:
+                pending.append(linked)
+
+
+def _origin_of(error: BaseException) -> str | None:
+    """``scheme://host[:port]`` of the request one HTTP client's exception carries (the
+    ``request.url`` of an httpx or SDK error), or None."""
+    try:
+        request = getattr(error, "request", None)  # httpx raises RuntimeError when unset
+        url = getattr(request, "url", None)
+    except Exception:
+        return None
+    scheme, host = getattr(url, "scheme", None), getattr(url, "host", None)
+    if not isinstance(scheme, str) or not isinstance(host, str) or not scheme or not host:
+        return None
+    port = getattr(url, "port", None)
+    shown = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{shown}" + (f":{port}" if isinstance(port, int) else "")
+
+
+def socket_error_words(error: BaseException) -> str | None:
+    """The operating system's words for the innermost socket error chained to ``error``
+    (its ``errno`` through :func:`os.strerror`, lower case: ``connection refused``; a
+    name lookup's own text: ``name or service not known``), or None when there is none."""
+    import os
+    import socket
+
+    found: str | None = None
+    for item in _chain(error):
+        if isinstance(item, socket.gaierror) and len(item.args) > 1:
+            found = str(item.args[1]).lower()
+        elif isinstance(item, OSError) and isinstance(item.errno, int) and item.errno > 0:
+            found = os.strerror(item.errno).lower()
+    return found
+
+
+def request_endpoint(error: BaseException) -> str | None:
+    """``scheme://host[:port]`` of the HTTP request ``error`` or an exception chained to
+    it carries (the ``request.url`` of an httpx or SDK error), or None."""
+    return next((o for item in _chain(error) if (o := _origin_of(item)) is not None), None)
+
+
+def model_endpoint_failure(error: BaseException) -> str | None:
+    """A model call's failure in a person's words, naming the endpoint: ``the model
+    endpoint http://127.0.0.1:8765 could not be reached: connection refused``.
+
+    Read from the :class:`StepError` a model client raised (its ``reason``:
+    ``connect_error``, ``connect_timeout``, ``timeout``, ``network_error``, ``http_NNN``)
+    and the exceptions chained to it (the HTTP client's, whose ``request.url`` gives the
+    endpoint, and the socket error under it, whose ``errno`` gives the system's words).
+
+    Args:
+        error: what the model call raised.
+
+    Returns:
+        The sentence, or None when ``error`` is not one of those failures (a refusal, an
+        unusable reply, a cap).
+    """
+    step_error = next((item for item in _chain(error) if isinstance(item, StepError)), None)
+    if step_error is None:
+        return None
+    reason = step_error.reason
+    origin = request_endpoint(error)
+    endpoint = f"the model endpoint {origin}" if origin is not None else "the model endpoint"
+    if reason == "connect_error":
+        cause = socket_error_words(error)
+        return f"{endpoint} could not be reached" + (f": {cause}" if cause else "")
+    if reason == "connect_timeout":
+        return f"{endpoint} could not be reached: no connection within the timeout"
+    if reason == "timeout":
+        return f"{endpoint} did not answer in time"
+    if reason == "network_error":
+        cause = socket_error_words(error)
+        return f"{endpoint} dropped the connection" + (f": {cause}" if cause else "")
+    if reason.startswith("http_") and reason[5:].isdigit():
+        return f"{endpoint} answered HTTP {reason[5:]}"
+    return None

@@ -15,7 +15,12 @@ import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from plandag.errors import InputError, PermanentStepError
+from plandag.errors import (
+    InputError,
+    PermanentStepError,
+    error_message,
+    model_endpoint_failure,
+)
 
 if TYPE_CHECKING:  # the planner's client layer is imported when a step calls a model
     import anyio
@@ -146,8 +151,13 @@ async def call_model(
        is raised as the step error the run's retry policy reads;
     3. the hold settled with the usage the provider reported (the usage of an unusable
        answer too; nothing for a call that got no answer);
-    4. an ``llm_call`` child of the attempt for the trace (model, tokens, cost, error), and
-       the live OpenTelemetry ``chat MODEL`` span of the call (:mod:`plandag.models.telemetry`).
+    4. an ``llm_call`` child of the attempt for the trace: model, tokens (``input_tokens``:
+       every prompt token, cached ones included; ``output_tokens``), cost, and for a call
+       that failed its ``error`` (``Type: message``), ``error_reason`` (the step error's
+       reason, ``connect_error``, ``http_529``...) and ``failure`` (in a person's words,
+       naming the endpoint when the call did not get through:
+       :func:`plandag.errors.model_endpoint_failure`); and the live OpenTelemetry ``chat
+       MODEL`` span of the call (:mod:`plandag.models.telemetry`).
 
     All four hold one of ``models.call_slots`` when the access has them.
 
@@ -207,6 +217,8 @@ async def _call_model(
     start = context.clock()
     usage = Usage()
     error_text: str | None = None
+    failure: str | None = None
+    error_reason: str | None = None
     stop: str | None = None
     span = telemetry.start_model_call(models.provider, request, context.attempt)
     try:
@@ -216,7 +228,13 @@ async def _call_model(
         if isinstance(error, UnusableResponseError):
             usage = error.response.usage
             stop = error.response.stop_reason
-        error_text = f"{type(error).__name__}: {error}"
+        error_text = f"{type(error).__name__}: {error_message(error)}"
+        if isinstance(error, Exception):
+            failure = model_endpoint_failure(error) or error_text
+            error_reason = getattr(error, "reason", None) or type(error).__name__
+        else:  # a cancellation: the call was abandoned, not failed
+            failure = "cancelled"
+            error_reason = "cancelled"
         raise
     else:
         telemetry.end_model_call(span, response, None)
@@ -235,7 +253,7 @@ async def _call_model(
             context.clock(),
             purpose=purpose,
             attempt=context.attempt,
-            input_tokens=usage.input_tokens + usage.cache_read_input_tokens,
+            input_tokens=usage.total_tokens - usage.output_tokens,
             output_tokens=usage.output_tokens,
             cost_usd=cost,
             priced=price is not None,
@@ -243,6 +261,8 @@ async def _call_model(
             reserved_tokens=tokens,
             stop_reason=stop,
             error=error_text,
+            error_reason=error_reason,
+            failure=failure,
         )
 
 

@@ -20,6 +20,8 @@ from plandag.errors import (
     StepError,
     TransientStepError,
     parse_retry_after,
+    request_endpoint,
+    socket_error_words,
 )
 from plandag.models.base import stream_error_kind
 
@@ -123,15 +125,19 @@ def transport_failure(error: BaseException, where: str) -> StepError:
     """
     import httpx2 as httpx
 
+    endpoint = request_endpoint(error)
+    the_endpoint = f"the model endpoint {endpoint}" if endpoint else "the model endpoint"
     if isinstance(error, httpx.ConnectTimeout | httpx.PoolTimeout):
         return NotStartedError(
-            f"{where}: no connection within the timeout; nothing was sent",
+            f"{where}: {the_endpoint} could not be reached: no connection within the "
+            "timeout; nothing was sent",
             reason="connect_timeout",
         )
     if isinstance(error, httpx.ConnectError):
+        cause = socket_error_words(error) or str(error)
         return NotStartedError(
-            f"{where}: cannot connect ({error}); nothing was sent; is the server up and the "
-            "base URL right?",
+            f"{where}: {the_endpoint} could not be reached: {cause}; nothing was sent; is the "
+            "server up and the base URL right?",
             reason="connect_error",
         )
     if isinstance(error, httpx.TimeoutException):
