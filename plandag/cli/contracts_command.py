@@ -4,11 +4,9 @@ trace with one bar per contract."""
 
 from __future__ import annotations
 
-import array
 import json
 import signal
 import sys
-import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -130,14 +128,15 @@ def extract_contracts_command(
         ),
     ] = None,
     max_model_calls: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--max-model-calls",
             metavar="N",
             min=1,
-            help="Model calls of the whole batch at once at most (16).",
+            help="Model calls of the whole batch at once at most (default: --jobs x the "
+            "field groups, 20 for the CUAD fields with --jobs 4).",
         ),
-    ] = 16,
+    ] = None,
     chunk_chars: Annotated[
         int,
         typer.Option(
@@ -195,6 +194,7 @@ def extract_contracts_command(
         extract_contracts,
         render_summary,
     )
+    from plandag.jobs.contracts.calls import default_model_calls
     from plandag.jobs.contracts.document import MAX_CHUNKS, MAX_PLANNING_SECONDS
     from plandag.jobs.contracts.fields import FieldsError, load_fields
     from plandag.jobs.contracts.text import MAX_INPUT_BYTES, MAX_UNPACKED_BYTES
@@ -253,7 +253,8 @@ def extract_contracts_command(
         provider, base_url
     )  # a missing key stops here (exit 2), before anything runs
     run_options = batch_run_options(settings, output)
-    run_options.update(model_options(client, model_name, max_model_calls))
+    calls = max_model_calls or default_model_calls(settings["jobs"], fields)
+    run_options.update(model_options(client, model_name, calls))
     budget = run_options["budget"]
     monitor, progress, on_progress = batch_progress(settings, heartbeat_file, "contracts")
 
@@ -261,17 +262,15 @@ def extract_contracts_command(
     run_store = open_cli_store(store)
     batch_id = uuid.uuid4().hex[:16]
     stored_count = [0]
-    last_record_at = [time.time()]
     writers: list[Any] = []
-    spans = array.array("d")
 
-    def on_record(record: Mapping[str, Any]) -> None:
-        now = time.time()
+    def on_record(record: Mapping[str, Any], start: float, end: float) -> None:
         index = stored_count[0]
         status = str(record.get("status", ""))
         file = str(record.get("file", ""))
+        usage = record.get("usage")
         writers[0].document(
-            index, file, status, record, last_record_at[0], now, detail=trace_detail
+            index, file, status, record, start, end, detail=trace_detail, usage=usage
         )
         run_store.record_document(
             batch_id,
@@ -280,9 +279,8 @@ def extract_contracts_command(
             status,
             record,
             error=store_json(record.get("errors")) if status == "error" else None,
+            usage=usage if isinstance(usage, Mapping) else None,
         )
-        spans.extend((last_record_at[0], now))
-        last_record_at[0] = now
         stored_count[0] += 1
 
     try:
@@ -326,7 +324,7 @@ def extract_contracts_command(
                             jobs=settings["jobs"],
                             resume=resume,
                             missing=missing,
-                            on_record=on_record,
+                            on_record_span=on_record,
                             on_progress=on_progress,
                             run_options=run_options,
                             write_boundary=boundary,
@@ -364,14 +362,21 @@ def extract_contracts_command(
         if summary is not None and stopped is None
         else "timed_out"
     )
+    ended: dict[str, Any] = {}
+    if batch_status == "succeeded" and summary is not None and summary.failure is not None:
+        batch_status = "failed"  # every model call failed: nothing was extracted
+        ended["detail"] = f"every model call failed: {summary.failure}"
     run_store.update_run(
         batch_id,
         status=batch_status,
         spent_usd=budget.spent_usd,
         spent_tokens=budget.spent_tokens,
         pid=None,
+        **ended,
     )
-    writers[0].segment_ended(batch_status)
+    writers[0].segment_ended(
+        batch_status, spent_usd=budget.spent_usd, spent_tokens=budget.spent_tokens
+    )
     writers[0].close()
     run_store.close()
     if summary is None or stopped is not None:
@@ -411,6 +416,8 @@ def extract_contracts_command(
             render_summary(summary, spent_tokens=budget.spent_tokens, spent_usd=budget.spent_usd)
         )
         stdout.print(f"records written to {display_name(output)}")
+    if summary.failure is not None:
+        stderr.print(f"every model call failed: {summary.failure}", markup=False)
     if outcome.signal is not None:
         raise typer.Exit(exit_code_for_signal(outcome.signal))
     raise typer.Exit(batch_exit_code(summary))

@@ -250,6 +250,18 @@ MIGRATIONS: tuple[Migration, ...] = (
         # recorded before
         ("ALTER TABLE run ADD COLUMN pid_started REAL",),
     ),
+    Migration(
+        7,
+        "what each document's model calls used (requests, failed, tokens, US dollars)",
+        (
+            # NULL in a row recorded before, or by a job that makes no model call
+            "ALTER TABLE document ADD COLUMN requests INTEGER",
+            "ALTER TABLE document ADD COLUMN failed_requests INTEGER",
+            "ALTER TABLE document ADD COLUMN input_tokens INTEGER",
+            "ALTER TABLE document ADD COLUMN output_tokens INTEGER",
+            "ALTER TABLE document ADD COLUMN cost_usd REAL",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 """The schema version this release writes."""

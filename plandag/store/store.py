@@ -31,6 +31,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import sqlite3
 import statistics
@@ -74,6 +75,30 @@ BATCH_ROWS = 64
 """Queued (non-durable) writes are flushed once this many wait..."""
 BATCH_SECONDS = 0.5
 """...or once the oldest has waited this long (checked on each write), and at close."""
+
+
+_USAGE_COLUMNS: tuple[tuple[str, bool], ...] = (
+    ("requests", True),
+    ("failed_requests", True),
+    ("input_tokens", True),
+    ("output_tokens", True),
+    ("cost_usd", False),
+)
+"""The ``document`` table's usage columns, and whether each holds a whole number."""
+_DOCUMENT_COLUMNS = (
+    "batch_id, idx, input, status, record, result_hash, error, time, requests, "
+    "failed_requests, input_tokens, output_tokens, cost_usd"
+)
+
+
+def _usage_number(usage: Mapping[str, Any] | None, key: str, whole: bool) -> int | float | None:
+    """``usage[key]`` when it is a finite number >= 0 (an int for a count), else None."""
+    value = usage.get(key) if usage is not None else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not math.isfinite(value) or value < 0:
+        return None
+    return int(value) if whole else float(value)
 
 
 def default_store_path() -> Path:
@@ -249,7 +274,10 @@ class StepDecisionRow:
 
 @dataclasses.dataclass(frozen=True)
 class DocumentRow:
-    """One document of an ``extract`` batch: its input path, status and record (or error)."""
+    """One document of an ``extract`` batch: its input path, status and record (or error),
+    and what its model calls used (``usage``: ``{"requests", "failed_requests",
+    "input_tokens", "output_tokens", "cost_usd"}``, None when not recorded: a job that
+    makes no model call, or a row written before plandag recorded it)."""
 
     batch_id: str
     idx: int
@@ -258,6 +286,7 @@ class DocumentRow:
     record: Any
     error: str | None
     time: float
+    usage: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1164,6 +1193,7 @@ class Store:
         error: str | None = None,
         *,
         record_json: str | None = None,
+        usage: Mapping[str, Any] | None = None,
     ) -> None:
         """Record one document of an ``extract`` batch (one row per document), batched.
 
@@ -1176,14 +1206,20 @@ class Store:
                 allow_nan=False)`` when the caller made it already (the batch encodes each
                 record once for its line and this text), else None; the stored text is
                 the same either way.
+            usage: what the document's model calls used (``requests``,
+                ``failed_requests``, ``input_tokens``, ``output_tokens``: whole numbers;
+                ``cost_usd``: US dollars), stored in columns of their own; None for a job
+                that makes no model call.
         """
         inline, digest = (
             self._record_columns(record, record_json) if record is not None else (None, None)
         )
+        counts = [_usage_number(usage, key, whole) for key, whole in _USAGE_COLUMNS]
         self.write(
             "INSERT OR REPLACE INTO document (batch_id, idx, input, status, record, "
-            "result_hash, error, time) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (batch_id, idx, input_path, status, inline, digest, error, time.time()),
+            "result_hash, error, time, requests, failed_requests, input_tokens, "
+            "output_tokens, cost_usd) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (batch_id, idx, input_path, status, inline, digest, error, time.time(), *counts),
             durable=False,
         )
 
@@ -1191,22 +1227,29 @@ class Store:
         """The batch's documents in input order."""
         self.flush(durable=False)  # visible to reads; synced later
         rows = self.connection.execute(
-            "SELECT batch_id, idx, input, status, record, result_hash, error, time "
-            "FROM document WHERE batch_id = ? ORDER BY idx",
+            f"SELECT {_DOCUMENT_COLUMNS} FROM document WHERE batch_id = ? ORDER BY idx",
             (batch_id,),
         )
         return self._document_rows(rows)
 
     def _document_rows(self, rows: Iterable[Sequence[Any]]) -> list[DocumentRow]:
-        """``document`` rows (``batch_id, idx, input, status, record, result_hash, error,
-        time``) with each record decoded, from its blob when it has one."""
+        """``document`` rows (:data:`_DOCUMENT_COLUMNS`) with each record decoded, from its
+        blob when it has one."""
         documents = []
         for row in rows:
             if row[5] is not None:
                 record = json.loads(self.get_blob(row[5]))
             else:
                 record = json.loads(row[4]) if row[4] is not None else None
-            documents.append(DocumentRow(row[0], row[1], row[2], row[3], record, row[6], row[7]))
+            counts = row[8:13]
+            usage = (
+                None
+                if all(value is None for value in counts)
+                else {key: value for (key, _), value in zip(_USAGE_COLUMNS, counts, strict=True)}
+            )
+            documents.append(
+                DocumentRow(row[0], row[1], row[2], row[3], record, row[6], row[7], usage)
+            )
         return documents
 
     def input_documents(self, input_path: str) -> list[DocumentRow]:
@@ -1214,8 +1257,7 @@ class Store:
         given), the latest recorded first."""
         self.flush(durable=False)  # visible to reads; synced later
         rows = self.connection.execute(
-            "SELECT batch_id, idx, input, status, record, result_hash, error, time "
-            "FROM document WHERE input = ? ORDER BY time DESC",
+            f"SELECT {_DOCUMENT_COLUMNS} FROM document WHERE input = ? ORDER BY time DESC",
             (input_path,),
         )
         return self._document_rows(rows)

@@ -4,7 +4,7 @@ The page holds, with inline CSS and inline SVG only (no script, no external URL,
 anywhere and can be mailed):
 
 * a header: run id, status, duration (active and wall clock apart when the run waited
-  between segments), cost, segments, the reader's notes;
+  between segments), cost, tokens, segments, the reader's notes;
 * the DAG (``<svg id="dag">``): one ``<g class="node">`` per step, laid out by topological
   generation (:func:`networkx.topological_generations`: a step's column is the length of
   its longest chain of parents), one ``<path class="edge">`` per dependency, colored by
@@ -31,7 +31,7 @@ from pathlib import Path
 import networkx as nx
 
 from plandag.trace.model import ActiveTime, Trace
-from plandag.trace.timeline import attempt_hulls, format_seconds
+from plandag.trace.timeline import attempt_hulls, format_seconds, usage_text
 
 __all__ = [
     "PAGE_CSS",
@@ -258,6 +258,8 @@ def gantt_svg(trace: Trace, critical: list[int]) -> str:
         )
         if len(step.attempts) > 1:
             title += f", {len(step.attempts)} attempts"
+        if step.usage is not None:
+            title += f", {usage_text(step.usage)}"
         for period, left, bar_width in _step_bars(trace, step.id, scale):
             parts.append(
                 f'<rect class="{css}" data-step="{step.id}" data-period="{period}" '
@@ -322,7 +324,8 @@ def steps_table(trace: Trace, critical: list[int]) -> str:
             f"{check.kind}: {check.status}" + (f" ({check.message})" if check.message else "")
             for check in step.checks
         )
-        reason = " — ".join(part for part in (step.reason, step.detail) if part)
+        usage = usage_text(step.usage) if step.usage is not None else None
+        reason = " — ".join(part for part in (step.reason, step.detail, usage) if part)
         rows.append(
             f"<tr><td>{step.id}</td><td>{_e(step.tool)}</td>"
             f'<td><span class="status" style="background:{_color(step.status)}">'
@@ -369,6 +372,7 @@ def render_html(trace: Trace) -> str:
         f"<span>duration {_e(duration)}</span>{waited}",
         f"<span>cost ${cost:.4f} (steps ${trace.steps_cost_usd:.4f}, models "
         f"${trace.llm_cost_usd:.4f})</span>",
+        f"<span>{trace.tokens:,} tokens</span>",
         f"<span>{len(trace.steps)} step(s)</span>",
         f"<span>{len(trace.segments)} segment(s)</span></p>",
     ]

@@ -164,6 +164,9 @@ class StepTrace:
         result: its result (bounded by the writer), else None.
         superseded_by: the replan's steps that replace it, else None.
         children: what its attempts did inside (:class:`ChildSpan`), in order.
+        usage: for a document of an ``extract`` batch, what its model calls used
+            (``{"requests", "failed_requests", "input_tokens", "output_tokens",
+            "cost_usd"}``), else None.
         segment: the last segment it was seen in.
         from_events: True when known only from live event lines (no span).
     """
@@ -183,6 +186,7 @@ class StepTrace:
     result: Any = None
     superseded_by: list[int] | None = None
     children: list[ChildSpan] = dataclasses.field(default_factory=list)
+    usage: dict[str, Any] | None = None
     segment: int = 0
     from_events: bool = False
 

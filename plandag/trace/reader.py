@@ -341,6 +341,8 @@ class _Builder:
         ]
         step.args = attrs.get("args")
         step.result = attrs.get("result")
+        usage = attrs.get("usage")
+        step.usage = dict(usage) if isinstance(usage, dict) else None
         superseded = attrs.get("superseded_by")
         step.superseded_by = _int_list(superseded) if isinstance(superseded, list) else None
         step.segment = self.current

@@ -4,7 +4,8 @@ One row per step (in order of start), each attempt a run of ``█`` (retry waits
 skipped step a ``·`` where it was skipped), colored by status; the steps on the critical
 path (longest chain of measured durations, :meth:`plandag.trace.model.Trace.critical_path`)
 carry a ``*`` and are bold. Model calls (``llm``), replans and approval decisions are rows
-too. A header gives the run id, status, duration and cost.
+too. A header gives the run id, status, duration, cost and tokens; a document of an
+``extract`` batch shows its own model calls, tokens and cost after its status.
 
 The bars are drawn over active time (:meth:`plandag.trace.model.Trace.active_time`): the
 time a run spent waiting between its segments (for ``plandag approve``, or between a crash
@@ -17,7 +18,8 @@ active duration and the wall-clock span apart (``8.00 s active, 1m 48s wall cloc
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from rich.console import Console
 from rich.text import Text
@@ -25,7 +27,7 @@ from rich.text import Text
 from plandag.brakes.budget import over_reservation_warning
 from plandag.trace.model import ActiveTime, Trace
 
-__all__ = ["STATUS_STYLES", "attempt_hulls", "format_seconds", "render_timeline"]
+__all__ = ["STATUS_STYLES", "attempt_hulls", "format_seconds", "render_timeline", "usage_text"]
 
 STATUS_STYLES: dict[str, str] = {
     "succeeded": "green",
@@ -225,7 +227,7 @@ def render_timeline(trace: Trace, console: Console, width: int | None = None) ->
         duration = format_seconds(trace.duration_s)
     header.append(
         f"  {duration}  ${cost:.4f} (steps ${trace.steps_cost_usd:.4f}, "
-        f"models ${trace.llm_cost_usd:.4f})  {len(trace.steps)} step(s)"
+        f"models ${trace.llm_cost_usd:.4f})  {trace.tokens:,} tokens  {len(trace.steps)} step(s)"
     )
     if len(trace.segments) > 1:
         header.append(f"  {len(trace.segments)} segments")
@@ -279,6 +281,8 @@ def render_timeline(trace: Trace, console: Console, width: int | None = None) ->
             details.append(f"{len(step.attempts)} attempts")
         if step.reason:
             details.append(step.reason)
+        if step.usage is not None:
+            details.append(usage_text(step.usage))
         if step.superseded_by:
             details.append("→ " + ",".join(map(str, step.superseded_by)))
         if details:
@@ -327,6 +331,27 @@ def render_timeline(trace: Trace, console: Console, width: int | None = None) ->
         )
     for note in trace.notes:
         console.print(Text(f"note: {note}", style="dim"), soft_wrap=True)
+
+
+def usage_text(usage: Mapping[str, Any]) -> str:
+    """A document's model usage in a few words: ``5 calls 14,765→554 tok $0.0175`` (``2
+    failed`` after the calls when some did)."""
+    requests = _whole(usage.get("requests"))
+    failed = _whole(usage.get("failed_requests"))
+    cost = usage.get("cost_usd")
+    usd = float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else 0.0
+    text = f"{requests} call{'' if requests == 1 else 's'}"
+    if failed:
+        text += f" ({failed} failed)"
+    text += (
+        f" {_whole(usage.get('input_tokens')):,}→{_whole(usage.get('output_tokens')):,} tok"
+        f" ${usd:.4f}"
+    )
+    return text
+
+
+def _whole(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _ids(values: Iterable[int]) -> str:

@@ -16,6 +16,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import threading
 import time as _time
 from collections.abc import Callable, Mapping, Sequence
@@ -199,6 +200,22 @@ def _fitted(line: dict[str, Any], text: str) -> str:
     shown = _cut_json(path, _SUMMARY_NAME_CHARACTERS * 4)
     attrs["detail"], attrs["args"] = shown, {"path": shown}
     return dumped()
+
+
+_USAGE_COUNTS = ("requests", "failed_requests", "input_tokens", "output_tokens", "cost_usd")
+
+
+def _usage_counts(usage: Any) -> dict[str, float | int] | None:
+    """The numbers of a document's ``usage`` (:data:`_USAGE_COUNTS`; anything else
+    dropped), or None when it is not a mapping."""
+    if not isinstance(usage, Mapping):
+        return None
+    counts: dict[str, float | int] = {}
+    for key in _USAGE_COUNTS:
+        value = usage.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            counts[key] = value
+    return counts
 
 
 def document_summary(record: Any) -> dict[str, Any]:
@@ -657,6 +674,7 @@ class TraceWriter:
         end: float,
         *,
         detail: str = "summary",
+        usage: Any = None,
     ) -> dict[str, Any]:
         """Write one ``extract`` document as a ``step`` span (step id ``index + 1``, tool
         ``extract``): ``succeeded`` when it got a record (``ok`` or ``check_failed``, in
@@ -667,13 +685,17 @@ class TraceWriter:
             source: the input's path.
             status: the record's status (``ok``, ``check_failed``, ``error``).
             record: the record.
-            start, end: seconds since the epoch (the document's span in the batch).
+            start, end: seconds since the epoch (the document's own run in the batch).
             detail: ``summary`` (the default): the result is :func:`document_summary` of
                 the record (status, failing checks, error codes) and the path is cut to
                 :data:`SUMMARY_SOURCE_BYTES` bytes, so the line stays under
                 :data:`SUMMARY_LINE_BYTES` whatever the path and the record hold (a line
                 still over it, through JSON escapes or redaction masks, has its path cut
                 further); ``full``: the whole record (redacted) as result.
+
+            usage: what the document's model calls used (``{"requests",
+                "failed_requests", "input_tokens", "output_tokens", "cost_usd"}``, numbers
+                only), kept as the span's ``usage``; None for none.
 
         Raises:
             ValueError: ``detail`` is neither ``summary`` nor ``full``; the writer is closed.
@@ -694,6 +716,9 @@ class TraceWriter:
             "superseded_by": None,
             "segment": self.segment,
         }
+        counts = _usage_counts(usage)
+        if counts is not None:
+            attrs["usage"] = counts
         name = f"step {index + 1} extract"
         if detail == "full":
             attrs["result"] = record  # the whole record (redacted by _span), never a preview
@@ -719,16 +744,23 @@ class TraceWriter:
             text = _fitted(line, text)
         return self._emit(line, text)
 
-    def segment_ended(self, status: str) -> None:
-        """Write the ``run_finished`` line of a segment that ran no step (it stopped to
-        wait for a decision, or was rejected), so the trace does not read as a crash."""
+    def segment_ended(self, status: str, *, spent_usd: float = 0.0, spent_tokens: int = 0) -> None:
+        """Write the ``run_finished`` line of a segment whose steps the writer did not
+        observe: one that ran no step (it stopped to wait for a decision, or was rejected),
+        so the trace does not read as a crash, or a batch whose documents were written with
+        :meth:`document`.
+
+        Args:
+            status: the run's status.
+            spent_usd, spent_tokens: what the segment spent (a batch's budget), 0 for none.
+        """
         self.write(
             {
                 "type": "run_finished",
                 "segment": self.segment,
                 "status": status,
-                "spent_usd": 0.0,
-                "spent_tokens": 0,
+                "spent_usd": float(spent_usd),
+                "spent_tokens": int(spent_tokens),
                 "critical_path": [],
             }
         )

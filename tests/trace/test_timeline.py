@@ -19,7 +19,7 @@ def rendered(path: Path, width: int = 100) -> list[str]:
 def test_rows_bars_and_critical_path(sample_path: Path) -> None:
     # 100 columns: 26 label + │ + 41 bar + "│ " + 30 status; 6.5 s over 41 cells
     assert rendered(sample_path) == [
-        "run run-a  failed  6.50 s  $0.2515 (steps $0.2500, models $0.0015)  4 step(s)",
+        "run run-a  failed  6.50 s  $0.2515 (steps $0.2500, models $0.0015)  160 tokens  4 step(s)",
         "  time                    │─────────────────────────────────────────│ 0 → 6.50 s",
         "* 1 echo                  │      ███████                            │ succeeded  1.00 s",
         "  2 echo                  │            ███████                      │ succeeded  1.00 s",
@@ -76,7 +76,7 @@ def test_a_resumed_run_is_one_timeline_with_its_segments_marked() -> None:
     # attempt 2 are two bars, the wait is not drawn as the step's time
     assert console.export_text().splitlines() == [
         "run r  succeeded  8.00 s active, 10.00 s wall clock  $0.0000 (steps $0.0000, models "
-        "$0.0000)  1 step(s)  2 segments",
+        "$0.0000)  0 tokens  1 step(s)  2 segments",
         "  time                    │" + "─" * 20 + "┊" + "─" * 20 + "│ 0 → 8.00 s",
         "  waits                   │"
         + " " * 20
@@ -128,7 +128,7 @@ def test_a_100_s_wait_between_segments_is_cut_out_of_the_bars() -> None:
     # the wait cell 16, segment 1 the 24 cells 17-40; 1 s = 8 cells in segment 0
     assert console.export_text().splitlines() == [
         "run r  succeeded  5.00 s active, 1m 45s wall clock  $0.0000 (steps $0.0000, models "
-        "$0.0000)  3 step(s)  2 segments",
+        "$0.0000)  0 tokens  3 step(s)  2 segments",
         "  time                    │" + "─" * 16 + "┊" + "─" * 24 + "│ 0 → 5.00 s",
         "  waits                   │"
         + " " * 16
@@ -171,7 +171,7 @@ def test_a_wait_label_goes_before_its_mark_when_there_is_no_room_after() -> None
     # 10 s active: segment 0 has 36 cells, segment 1 has 4 (too few for the label)
     assert console.export_text().splitlines() == [
         "run r  succeeded  10.00 s active, 2h 05m wall clock  $0.0000 (steps $0.0000, models "
-        "$0.0000)  0 step(s)  2 segments",
+        "$0.0000)  0 tokens  0 step(s)  2 segments",
         "  time                    │" + "─" * 36 + "┊" + "─" * 4 + "│ 0 → 10.00 s",
         "  waits                   │"
         + " " * 23

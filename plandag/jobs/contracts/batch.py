@@ -49,6 +49,7 @@ import anyio.abc
 from rich.table import Table
 
 from plandag.errors import InputError
+from plandag.executors.usage import ModelUsage
 from plandag.extract.names import display_name, escape_surrogates
 from plandag.jobs.contracts.chunks import DEFAULT_CHUNK_CHARS
 from plandag.jobs.contracts.document import (
@@ -110,6 +111,12 @@ class ContractsSummary:
         stopped: None, or why a brake stopped the batch before every input got a record
             (``budget``, ``deadline``, ``stalled``, ``interrupted``), with ``stopped_at``
             the input it stopped on.
+        usage: what this run's records say their model calls used, summed
+            (``{"requests", "failed_requests", "input_tokens", "output_tokens",
+            "cost_usd"}``, :class:`plandag.executors.usage.ModelUsage`).
+        failure: None, or why every model call of the batch failed (at least one was
+            sent, none got an answer), in a line: the most frequent failure and ``(N of N
+            model calls)``; the batch then exits 1 (:func:`batch_exit_code`).
     """
 
     inputs: int = 0
@@ -127,6 +134,8 @@ class ContractsSummary:
     format: OutputFormat = "jsonl"
     stopped: str | None = None
     stopped_at: str | None = None
+    usage: dict[str, Any] = field(default_factory=lambda: ModelUsage().as_dict())
+    failure: str | None = None
 
     def to_json_dict(self) -> dict[str, Any]:
         """The summary as JSON-safe data (``--json``)."""
@@ -191,13 +200,20 @@ class _Tally:
         self.records = 0
         self.values = 0
         self.fields_answered = 0
+        self.usage = ModelUsage()
+        self.failures: Counter[str] = Counter()
 
     def add(self, record: Mapping[str, Any]) -> None:
         self.records += 1
         self.by_status[str(record.get("status"))] += 1
+        usage = record.get("usage")
+        if isinstance(usage, Mapping):
+            self.usage.add(usage)
         for error in record.get("errors") or []:
             if isinstance(error, Mapping):
                 self.error_codes[str(error.get("code"))] += 1
+                if error.get("failure"):
+                    self.failures[str(error["failure"])] += 1
         found = record.get("fields")
         for item in found.values() if isinstance(found, Mapping) else []:
             if not isinstance(item, Mapping):
@@ -231,6 +247,7 @@ async def extract_contracts(
     resume: bool = False,
     missing: Sequence[Mapping[str, Any]] = (),
     on_record: Callable[[Mapping[str, Any]], None] | None = None,
+    on_record_span: Callable[[Mapping[str, Any], float, float], None] | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     extractor: ContractExtractor | None = None,
     run_options: Mapping[str, Any] | None = None,
@@ -255,6 +272,11 @@ async def extract_contracts(
         missing: error rows of patterns that matched nothing; one whose ``file`` is also in
             ``inputs`` is written at that place, the others first.
         on_record: called with each record as it is written (in output order).
+        on_record_span: called like ``on_record`` (after it), with the record and its
+            input's own run: ``start`` (when the input took its place among the ``jobs``
+            at once) and ``end`` (when its record was ready), seconds since the epoch
+            (:func:`time.time`); a row made without a run (a pattern that matched nothing)
+            has ``start == end``, the time it was written.
         on_progress: called with ``(inputs done, inputs to extract)`` at the start and
             after each input.
         extractor: ``async (path, contract) -> record`` (default:
@@ -358,6 +380,7 @@ async def extract_contracts(
     tally = _Tally()
     writer = RecordWriter(output, output_format, fields, append=resume)
     results: dict[int, dict[str, Any] | None] = {}
+    spans: dict[int, tuple[float, float]] = {}
     next_to_write = 0
     finished = 0
     total = len(paths)
@@ -365,7 +388,7 @@ async def extract_contracts(
     kept_files = {record.file for record in kept}
     stale: set[str] = set()
 
-    def write(record: Mapping[str, Any]) -> None:
+    def write(record: Mapping[str, Any], span: tuple[float, float] | None = None) -> None:
         ready = escape_surrogates(dict(record))
         if ready.get("file") in kept_files:  # extracted again: its text changed, or failed
             stale.add(str(ready.get("file")))
@@ -373,14 +396,19 @@ async def extract_contracts(
         tally.add(ready)
         if on_record is not None:
             on_record(ready)
+        if on_record_span is not None:
+            now = time.time()
+            start, end = span if span is not None else (now, now)
+            on_record_span(ready, start, end)
 
     def flush_ready() -> None:
         nonlocal next_to_write, finished
         while next_to_write in results:
             record = results.pop(next_to_write)
+            span = spans.pop(next_to_write, None)
             next_to_write += 1
             if record is not None:
-                write(record)
+                write(record, span)
             summary.inputs_with_record += 1
             finished += 1
             if on_progress is not None:
@@ -388,6 +416,7 @@ async def extract_contracts(
 
     async def run_one(index: int, path: Path, group: anyio.abc.TaskGroup) -> None:
         async with limiter:
+            start = time.time()
             record: dict[str, Any] | None
             try:
                 record = await _one(path)
@@ -400,6 +429,7 @@ async def extract_contracts(
                 record = contract_error_record(
                     str(path), "internal_error", f"{type(error).__name__}: {error}"
                 )
+            spans[index] = (start, time.time())
         results[index] = record
         flush_ready()
 
@@ -458,17 +488,37 @@ async def extract_contracts(
     summary.values = tally.values
     summary.rejected = dict(tally.rejected.most_common())
     summary.fields_answered = tally.fields_answered
+    summary.usage = tally.usage.as_dict()
+    summary.failure = _all_failed(tally)
     summary.duration = time.perf_counter() - started
     return summary
 
 
+def _all_failed(tally: _Tally) -> str | None:
+    """Why every model call of the batch failed, or None when one got an answer or none
+    was sent."""
+    usage = tally.usage
+    if not usage.all_failed:
+        return None
+    if tally.failures:
+        words = tally.failures.most_common(1)[0][0]
+    elif tally.error_codes:
+        words = f"error {tally.error_codes.most_common(1)[0][0]}"
+    else:
+        words = "no answer"
+    return f"{words} ({usage.failed_requests} of {usage.requests} model calls)"
+
+
 def batch_exit_code(summary: ContractsSummary) -> int:
     """The exit code of ``plandag extract contracts`` (ARCHITECTURE.md, "States and exit
-    codes"): 0 when every input got a record, whatever it says; 3 when a brake stopped the
-    batch first (``--resume`` continues); 1 when it was cut short otherwise."""
-    if summary.inputs_with_record >= summary.inputs:
-        return 0
-    return 3 if summary.stopped is not None else 1
+    codes"): 3 when a brake stopped the batch before every input got a record (``--resume``
+    continues); 1 when it was cut short otherwise, or when every model call it sent failed
+    (:attr:`ContractsSummary.failure` says why: the endpoint down, the key refused...);
+    else 0, whatever the records say: a batch in which some calls failed, or no call was
+    needed, succeeds with their error rows."""
+    if summary.inputs_with_record < summary.inputs:
+        return 3 if summary.stopped is not None else 1
+    return 1 if summary.failure is not None else 0
 
 
 def render_summary(
@@ -479,8 +529,9 @@ def render_summary(
     spent_usd: float | None = None,
 ) -> Table:
     """A rich table of a batch: inputs, records by status, error codes (``top`` most
-    frequent), values and rejected quotes, skips by ``--resume``, the tokens and dollars
-    spent (when given: the batch's budget), seconds, output."""
+    frequent), values and rejected quotes, skips by ``--resume``, the model calls (and
+    those that failed), the tokens and dollars spent (when given: the batch's budget),
+    seconds, output."""
     table = Table(title="Contract extraction", show_header=True, header_style="bold")
     table.add_column("", no_wrap=True)
     table.add_column("count", justify="right")
@@ -502,6 +553,11 @@ def render_summary(
     for reason, count in summary.rejected.items():
         table.add_row(f"rejected: {reason}", str(count))
     table.add_section()
+    requests = int(summary.usage.get("requests") or 0)
+    failed = int(summary.usage.get("failed_requests") or 0)
+    table.add_row("model calls", f"{requests:,}")
+    if failed:
+        table.add_row("model calls failed", f"{failed:,}")
     if spent_tokens is not None:
         table.add_row("tokens (input + output)", f"{spent_tokens:,}")
     if spent_usd is not None:

@@ -6,10 +6,12 @@ The record (one JSON object per contract; ``plandag eval contracts`` reads it)::
     {"file": "path as given", "status": "ok" | "check_failed" | "error",
      "text_sha256": "hex SHA-256 of the UTF-8 extracted text",
      "extractor": {"name": "pypdf", "version": "5.x"}, "chars": 12027, "chunks": 3,
+     "usage": {"requests": 5, "failed_requests": 0, "input_tokens": 14765,
+               "output_tokens": 554, "cost_usd": 0.017535},
      "fields": {NAME: {"type": ..., "values": [{"value", "quote", "start", "end", "match"}],
                        "answer": ..., "rejected": [{"quote", "reason", "detail"?}]}},
      "checks": {"quote_exists": {"status": "pass" | "fail", "detail": "..."}},
-     "errors": [{"code": ..., "message": ...}]}
+     "errors": [{"code": ..., "message": ..., "failure": ...}]}
 
 ``status``: ``error`` when the file gave no text (``errors`` says why, ``fields`` is empty)
 or a field group's model calls failed (its fields have no values and a null answer;
@@ -22,6 +24,14 @@ by plandag. Each value is read from its own quote
 evidence with ``"value_normalized": false`` and ``detail``; rejected quotes carry their
 ``reason`` (``quote_not_found``, ``empty_quote``, ``value_not_in_quote``,
 ``quote_too_short``) and, for the last two, a ``detail``.
+
+``usage`` is what the contract's model calls used, as the provider reported it
+(:class:`plandag.executors.usage.ModelUsage`): requests sent (each attempt, re-asks and
+failed ones included), those that failed, input tokens (cached ones included), output
+tokens, and US dollars at the model's price (0.0 unpriced); all zeros for a file that gave
+no text. An error whose model calls failed also says why in ``failure``, in a person's
+words (``the model endpoint http://127.0.0.1:8765 could not be reached: connection
+refused``).
 
 A run that a batch-wide brake cut short (the cost or token cap, the deadline, a stall, an
 interruption) gives no record: :class:`BatchStopped` is raised, the batch stops, and
@@ -56,6 +66,7 @@ import anyio
 import anyio.to_thread
 
 from plandag.errors import PlandagError
+from plandag.executors.usage import ModelUsage, run_model_usage
 from plandag.jobs.contracts.chunks import DEFAULT_CHUNK_CHARS, chunk_text
 from plandag.jobs.contracts.fields import CUAD_FIELDS, FieldSpec, field_groups
 from plandag.jobs.contracts.plan import contract_plan
@@ -131,6 +142,7 @@ def contract_error_record(
         "extractor": contract.extractor if contract is not None else None,
         "chars": len(contract.text) if contract is not None else 0,
         "chunks": chunks,
+        "usage": ModelUsage().as_dict(),
         "fields": {},
         "checks": {},
         "errors": [{"code": code, "message": message}],
@@ -190,11 +202,19 @@ async def read_in_thread(
         stop.set()
 
 
-def _step_failure(step: StepRecord) -> tuple[str, str]:
+def _step_failure(step: StepRecord) -> tuple[str, str, str | None]:
+    """``(code, message, failure)``: the step's reason and message, and the words of its
+    last failed model call (None when it has none)."""
     code = step.reason or "tool_error"
+    failure: str | None = None
+    for attempt in step.attempt_log:
+        for child in attempt.children:
+            attrs = child.get("attrs") if child.get("kind") == "llm_call" else None
+            if isinstance(attrs, Mapping) and attrs.get("failure"):
+                failure = str(attrs["failure"])
     if step.error is not None:
-        return code, str(step.error.message)
-    return code, str(step.detail or f"step {step.id} {step.status}")
+        return code, str(step.error.message), failure
+    return code, str(step.detail or f"step {step.id} {step.status}"), failure
 
 
 def contract_record(
@@ -218,6 +238,7 @@ def contract_record(
     """
     merged: dict[str, dict[str, Any]] = {}
     errors: list[dict[str, str]] = []
+    usage = run_model_usage(result)
     check_detail: list[str] = []
     check_failed = False
     steps = [result.steps[key] for key in sorted(result.steps)]
@@ -243,9 +264,12 @@ def contract_record(
                 names = ", ".join(spec.name for spec in next(groups, []))
                 failed = [i for i, s in enumerate(group_steps) if s.status == "failed"]
                 culprit = group_steps[failed[0]] if failed else step
-                code, message = _step_failure(culprit)
+                code, message, failure = _step_failure(culprit)
                 where = f"chunk {failed[0] + 1} of {len(group_steps)}" if failed else "merge"
-                errors.append({"code": code, "message": f"fields {names}: {where}: {message}"})
+                error = {"code": code, "message": f"fields {names}: {where}: {message}"}
+                if failure is not None:
+                    error["failure"] = failure
+                errors.append(error)
             group_steps = []
         else:
             group_steps.append(step)
@@ -270,6 +294,7 @@ def contract_record(
         "extractor": contract.extractor,
         "chars": len(contract.text),
         "chunks": chunks,
+        "usage": usage.as_dict(),
         "fields": record_fields,
         "checks": checks,
         "errors": errors,
