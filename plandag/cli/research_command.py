@@ -490,10 +490,12 @@ def _run(
     _write(report, target)
     result = outcome.result
     status = result.status if result is not None else "interrupted"
+    failure = report.record.get("failure")
     stderr.print(
         f"{status}: run {run_id}, {len(report.record['subquestions'])} subquestion(s), "
         f"{len(report.record['replans'])} replan(s), {report.record['spend']['total_tokens']:,} "
-        f"tokens, ${report.record['spend']['total_usd']:.4f}",
+        f"tokens, ${report.record['spend']['total_usd']:.4f}"
+        + (f"; no answer came through: {failure}" if failure else ""),
         markup=False,
         highlight=False,
     )

@@ -23,6 +23,7 @@ The Markdown report has three parts:
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -284,9 +285,13 @@ def build_report(run: StoredRun, lookup: Callable[[str], Chunk | None] | None = 
         times in seconds from the run's start), ``synthesis_step``,
         ``synthesis_check_attached``,
         ``answers_at_once`` (the most answer steps running at one instant),
-        ``replans``, ``plan_versions`` and ``spend`` (``{"model_calls",
+        ``replans``, ``plan_versions``, ``spend`` (``{"model_calls",
         "model_input_tokens", "model_output_tokens", "model_cost_usd", "total_usd",
-        "total_tokens", "executor_usd", "executor_tokens", "seconds"}``).
+        "total_tokens", "executor_usd", "executor_tokens", "seconds"}``) and ``failure``:
+        why no answer came through when the planning failed (``planning failed: ... (3 of
+        3 planning calls failed)``) or every branch did (their most frequent failure, ``(N
+        of M branches)``), else None; the report's "What failed" section and ``plandag
+        research``'s summary line say it.
     """
     read_chunks = _chunks_read(run)
 
@@ -454,7 +459,47 @@ def build_report(run: StoredRun, lookup: Callable[[str], Chunk | None] | None = 
         "plan_versions": [{"version": v, "source": s} for v, s in run.versions],
         "spend": spend,
     }
+    record["failure"] = _failure(run, subquestions)
     return Report(_markdown(record), record)
+
+
+def _without_type(text: str) -> str:
+    """An error's text without its leading ``SomeError: ``, as a person reads it."""
+    head, separator, rest = text.partition(": ")
+    return rest if separator and head.isidentifier() and head[:1].isupper() else text
+
+
+def _failure(run: StoredRun, subquestions: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why the run got no answer, in a line, when nothing ran or every branch failed:
+    ``planning failed: ... (3 of 3 planning calls)``, or the branches' most frequent
+    failure with ``(N of M branches)``; None when a branch succeeded or the run did."""
+    if run.status == "succeeded":
+        return None
+    if not subquestions:
+        if run.status in ("interrupted", "awaiting_approval"):
+            return None
+        failed_calls = [call for call in run.model_calls if call.get("error")]
+        why = run.detail or (
+            _without_type(str(failed_calls[-1]["error"])) if failed_calls else run.status
+        )
+        counts = (
+            f" ({len(failed_calls)} of {len(run.model_calls)} planning calls failed)"
+            if failed_calls
+            else ""
+        )
+        return f"planning failed: {why}{counts}"
+    final = [item for item in subquestions if not item.get("superseded_by")] or list(subquestions)
+    failed = [item for item in final if item["status"] in ("failed", "skipped", "cancelled")]
+    if not failed or len(failed) < len(final):
+        return None
+    reasons = Counter(str(item["reason"] or item["status"]) for item in failed)
+    reason, times = reasons.most_common(1)[0]
+    first = next(item for item in failed if str(item["reason"] or item["status"]) == reason)
+    words = _without_type(str(first["detail"] or reason))
+    shown = f"{words} ({times} of {len(final)} branches)"
+    if times < len(failed):
+        shown += f"; {len(failed) - times} failed otherwise"
+    return shown
 
 
 _REF_KEYS = ("chunk_id", "document", "start", "end", "quote", "match")
@@ -564,7 +609,11 @@ def _methodology(record: Mapping[str, Any]) -> list[str]:
             ]
     lines += ["### What failed and was replanned", ""]
     failed = [item for item in subquestions if item["status"] in ("failed", "skipped", "cancelled")]
-    if not failed and not replans:
+    if record.get("failure"):
+        lines += [f"No answer came through: {record['failure']}.", ""]
+    elif not failed and not replans and record["status"] != "succeeded" and not subquestions:
+        lines += [f"Nothing ran: the run ended {record['status']}.", ""]
+    elif not failed and not replans:
         lines += ["Nothing failed; no replan.", ""]
     for item in failed:
         lines.append(
