@@ -304,3 +304,30 @@ def test_contracts_grounding_puts_another_tree_beside_this_one(
     rows = {" ".join(line.split()[:-2]): line.split()[-2:] for line in lines[1:]}
     assert rows["plandag eval = CUAD"] == ["True", "True"]
     assert rows["values accepted that their quote does not hold"] == ["0", "0"]
+
+
+def test_contracts_cpu_runs_at_a_tiny_size(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.contracts_cpu import EXAMPLES, in_flight, main
+
+    [(name, [run])] = main(
+        ["--contracts", str(EXAMPLES), "--copies", "1", "--runs", "1", "--reply-seconds", "0.01"]
+    )
+    assert name == "this checkout"
+    # three CUAD contracts of one chunk and the template of two: 5 field groups each
+    assert (run["contracts"], run["calls"], run["statuses"]) == (4, 25, {"ok": 4})
+    assert 1 <= run["in_flight_max"] <= 4
+    assert run["cpu_ms_per_call"] > 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("4 contracts")
+    assert [line.split("|")[1].strip() for line in lines[3:]] == [
+        "model calls",
+        "CPU ms per model call",
+        "CPU seconds",
+        "wall seconds",
+        "contracts in flight, most",
+        "contracts in flight, mean",
+        "% of the time with --jobs in flight",
+    ]
+    # a alone for 1 s, a and b together for 1 s, b alone for 1 s
+    log = [(0.0, 1, "a"), (1.0, 1, "b"), (2.0, -1, "a"), (3.0, -1, "b")]
+    assert in_flight(log, 2) == (2, 4.0 / 3.0, 1.0 / 3.0)
