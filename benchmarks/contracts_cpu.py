@@ -17,8 +17,8 @@ Figures:
   it made (a warm-up batch of one contract runs first, so imports are not counted);
 * **contracts in flight**: at each moment, the contracts with a request to the provider
   outstanding (a message, or the token count asked before it: sent, answer not yet read);
-  the most over the batch, its time-weighted mean from the first request to the last
-  answer, and the share of that time with ``--jobs`` of them. The mean cannot reach
+  the most over the batch, its time-weighted mean and median from the first request to
+  the last answer, and the share of that time with ``--jobs`` of them. The mean cannot reach
   ``--jobs``: a contract has no request out while its plan is built and its record made,
   and the batch's last contracts finish alone;
 * the wall-clock seconds of the batch (they move with the machine's load; CPU time less).
@@ -104,21 +104,19 @@ class _Watched:
         return await self._watched("count_tokens", request)
 
 
-def in_flight(log: Sequence[tuple[float, int, str]], jobs: int) -> tuple[int, float, float]:
+def in_flight(log: Sequence[tuple[float, int, str]], jobs: int) -> tuple[int, float, int, float]:
     """The contracts with a request outstanding, from the first request to the last answer
     of ``log`` (``(time, +1 sent | -1 read, contract)``): ``(most, time-weighted mean,
-    share of the time with at least jobs of them)``."""
+    time-weighted median, share of the time with at least jobs of them)``."""
     if not log:
-        return 0, 0.0, 0.0
+        return 0, 0.0, 0, 0.0
     ordered = sorted(log, key=lambda item: (item[0], item[1]))
     open_calls: dict[str, int] = {}
     most = 0
-    weighted = 0.0
-    full = 0.0
+    seconds_at: dict[int, float] = {}
     previous = ordered[0][0]
     for at, change, contract in ordered:
-        weighted += len(open_calls) * (at - previous)
-        full += (at - previous) if len(open_calls) >= jobs else 0.0
+        seconds_at[len(open_calls)] = seconds_at.get(len(open_calls), 0.0) + (at - previous)
         previous = at
         count = open_calls.get(contract, 0) + change
         if count:
@@ -128,8 +126,16 @@ def in_flight(log: Sequence[tuple[float, int, str]], jobs: int) -> tuple[int, fl
         most = max(most, len(open_calls))
     span = ordered[-1][0] - ordered[0][0]
     if span <= 0:
-        return most, float(most), 0.0
-    return most, weighted / span, full / span
+        return most, float(most), most, 0.0
+    mean = sum(count * seconds for count, seconds in seconds_at.items()) / span
+    median, below = 0, 0.0
+    for count in sorted(seconds_at):
+        below += seconds_at[count]
+        if below >= span / 2:
+            median = count
+            break
+    full = sum(seconds for count, seconds in seconds_at.items() if count >= jobs)
+    return most, mean, median, full / span
 
 
 def _inputs(source: Path, folder: Path, copies: int) -> list[Path]:
@@ -252,7 +258,7 @@ def measure(source: Path, copies: int, jobs: int, reply_seconds: float) -> dict[
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait(timeout=30)
-    most, mean, full = in_flight(log, jobs)
+    most, mean, median, full = in_flight(log, jobs)
     return {
         "contracts": len(inputs),
         "statuses": summary.by_status,
@@ -262,6 +268,7 @@ def measure(source: Path, copies: int, jobs: int, reply_seconds: float) -> dict[
         "wall_s": wall,
         "in_flight_max": most,
         "in_flight_mean": mean,
+        "in_flight_median": median,
         "in_flight_full": 100 * full,
     }
 
@@ -300,6 +307,7 @@ _ROWS = (
     ("wall seconds", "wall_s", "{:.2f}"),
     ("contracts in flight, most", "in_flight_max", "{:.0f}"),
     ("contracts in flight, mean", "in_flight_mean", "{:.2f}"),
+    ("contracts in flight, median", "in_flight_median", "{:.0f}"),
     ("% of the time with --jobs in flight", "in_flight_full", "{:.0f}"),
 )
 

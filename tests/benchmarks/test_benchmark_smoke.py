@@ -326,8 +326,9 @@ def test_contracts_cpu_runs_at_a_tiny_size(capsys: pytest.CaptureFixture[str]) -
         "wall seconds",
         "contracts in flight, most",
         "contracts in flight, mean",
+        "contracts in flight, median",
         "% of the time with --jobs in flight",
     ]
     # a alone for 1 s, a and b together for 1 s, b alone for 1 s
     log = [(0.0, 1, "a"), (1.0, 1, "b"), (2.0, -1, "a"), (3.0, -1, "b")]
-    assert in_flight(log, 2) == (2, 4.0 / 3.0, 1.0 / 3.0)
+    assert in_flight(log, 2) == (2, 4.0 / 3.0, 1, 1.0 / 3.0)
