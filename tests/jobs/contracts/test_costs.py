@@ -174,16 +174,19 @@ def test_each_contracts_bar_spans_its_own_run(tmp_path: Path) -> None:
     assert steps["b.txt"]["start"] < steps["a.txt"]["end"]
 
 
+@pytest.mark.parametrize(
+    ("provider", "path"), [(["--provider", "anthropic"], ""), (["--provider", "openai"], "/v1")]
+)
 def test_a_batch_whose_every_model_call_failed_exits_1_saying_why(
-    tmp_path: Path, closed_port: int
+    tmp_path: Path, closed_port: int, provider: list[str], path: str
 ) -> None:
     a, b, fields = two_contracts(tmp_path)
     out = tmp_path / "out.jsonl"
     store = tmp_path / "runs.sqlite3"
     url = f"http://127.0.0.1:{closed_port}"
     result = extract(
-        str(a), str(b), "--fields", str(fields), "-o", str(out), "--base-url", url,
-        "--store", str(store), "--retries", "0", "--json",
+        str(a), str(b), "--fields", str(fields), "-o", str(out), "--base-url", url + path,
+        "--store", str(store), "--retries", "0", "--json", *provider, "--model", "local-model",
     )  # fmt: skip
     assert result.exit_code == 1, result.output
     reason = f"the model endpoint {url} could not be reached: connection refused"
