@@ -26,11 +26,12 @@
   ``jsonschema`` library), the reply must be one JSON value that validates. Each distinct
   schema (by its canonical JSON) is checked against the metaschema and its validator built
   once per process (:func:`schema_validator`), however many steps and calls share it; each
-  reply is validated once. A reply that does not validate raises
-  :class:`~plandag.errors.InvalidOutputError` asking for a re-ask: the runner makes one
-  more attempt at once, which sends the conversation again with the reply and its
-  validation errors (quoted as data), as the planner's repair does. A second invalid reply
-  fails the step, reason ``invalid_output``.
+  reply is validated once: by the model client, which brings a structured answer back to
+  the schema's shape and checks it (``LLMResponse.schema_errors``), else here. A reply
+  that does not validate raises :class:`~plandag.errors.InvalidOutputError` asking for a
+  re-ask: the runner makes one more attempt at once, which sends the conversation again
+  with the reply and its validation errors (quoted as data), as the planner's repair does.
+  A second invalid reply fails the step, reason ``invalid_output``.
 
 Returns the validated JSON value with a schema, else the reply's text.
 """
@@ -52,7 +53,7 @@ from plandag.executors.access import call_model, require_models
 from plandag.tools.base import ToolContext, tool
 
 if TYPE_CHECKING:  # imported when a step runs: `plandag check` never loads the planner
-    from plandag.models.base import ChatMessage, LLMRequest
+    from plandag.models.base import ChatMessage, LLMRequest, LLMResponse
 
 __all__ = [
     "DATA_MAX_CHARS",
@@ -167,29 +168,35 @@ def build_request(
 
 
 SCHEMA_VALIDATORS = 256
-"""Validators kept by :func:`schema_validator` (least recently used dropped first): one
-per distinct schema, so a batch whose steps share a few schemas builds each once."""
+"""Schemas :func:`schema_validator` remembers as checked (least recently used dropped
+first): one per distinct schema, so a batch whose steps share a few schemas checks each
+once."""
 
 
 def canonical_schema(schema: Mapping[str, Any]) -> str:
     """The schema's canonical JSON (keys sorted, no spaces): the key of its validator, and
-    the text every request shows the model."""
-    return json.dumps(schema, separators=(",", ":"), sort_keys=True)
+    the text every request shows the model (:func:`plandag.models.schemas.canonical_json`)."""
+    from plandag.models.schemas import canonical_json
+
+    return canonical_json(schema)
 
 
 @functools.lru_cache(maxsize=SCHEMA_VALIDATORS)
 def _validator_of(canonical: str) -> Any:
     import jsonschema
 
+    from plandag.models.schemas import validator_for
+
     schema = json.loads(canonical)
     jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
+    return validator_for(schema, canonical)
 
 
 def schema_validator(schema: Mapping[str, Any], canonical: str | None = None) -> Any:
     """The validator of ``schema`` (JSON Schema Draft 2020-12, the ``jsonschema`` library's
-    ``Draft202012Validator``), built and checked against the metaschema once per distinct
-    schema: later calls with an equal schema (same canonical JSON) get the same validator.
+    ``Draft202012Validator``), checked against the metaschema once per distinct schema
+    (same canonical JSON); the validator is the one the model clients validate answers
+    with (:func:`plandag.models.schemas.validator_for`), built once per schema.
 
     Args:
         schema: a JSON Schema.
@@ -237,6 +244,24 @@ def parse_reply(
         for error in sorted(validator.iter_errors(value), key=lambda item: item.json_path)
     ]
     return value, errors
+
+
+def _validated(
+    response: LLMResponse, schema: Mapping[str, Any], canonical: str | None
+) -> tuple[Any, list[str]]:
+    """The reply's value and its violations of ``schema``, validated once: the client's
+    own validation when it made one (``schema_mode`` set: the answer brought back to the
+    schema's shape and checked, :mod:`plandag.models.structured`), else
+    :func:`parse_reply`'s (a client without structured output, or a reply that is not
+    JSON as it stands, such as one in a code fence)."""
+    if response.schema_mode is not None:
+        try:
+            value = json.loads(response.text)
+        except ValueError:
+            pass
+        else:
+            return value, list(response.schema_errors)
+    return parse_reply(response.text, schema, canonical=canonical)
 
 
 def _check_schema(schema: Mapping[str, Any], step_id: int, canonical: str) -> None:
@@ -344,7 +369,7 @@ async def llm(
     where = f"step {step_id}: llm {models.provider} {name}"
     if schema is None:
         return response.text
-    value, errors = parse_reply(response.text, schema, canonical=canonical)
+    value, errors = _validated(response, schema, canonical)
     if not errors:
         return value
     shown = "; ".join(errors[:5]) + (f" (and {len(errors) - 5} more)" if len(errors) > 5 else "")

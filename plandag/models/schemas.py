@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -59,10 +60,14 @@ __all__ = [
     "OPENAI_MAX_ENUM_VALUES",
     "OPENAI_MAX_PROPERTIES",
     "OPENAI_STRING_FORMATS",
+    "VALIDATORS_KEPT",
     "PreparedSchema",
     "SchemaProvider",
+    "canonical_json",
     "prepare_schema",
+    "schema_violations",
     "strict_problems",
+    "validator_for",
 ]
 
 SchemaProvider = Literal["openai", "anthropic"]
@@ -316,11 +321,43 @@ class PreparedSchema:
         return value
 
 
-def schema_violations(schema: Mapping[str, Any], value: Any) -> list[str]:
-    """``value``'s violations of ``schema`` (Draft 2020-12), one line each, at most 20."""
+VALIDATORS_KEPT = 256
+"""Validators :func:`validator_for` keeps (least recently used dropped first)."""
+
+
+def canonical_json(schema: Mapping[str, Any]) -> str:
+    """``schema`` as canonical JSON (keys sorted, no spaces): the key of its validator.
+
+    Raises:
+        TypeError: a value that is not JSON.
+    """
+    return json.dumps(schema, separators=(",", ":"), sort_keys=True)
+
+
+@functools.lru_cache(maxsize=VALIDATORS_KEPT)
+def _validator_of(canonical: str) -> Any:
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(dict(schema))
+    return jsonschema.Draft202012Validator(json.loads(canonical))
+
+
+def validator_for(schema: Mapping[str, Any], canonical: str | None = None) -> Any:
+    """The ``jsonschema`` Draft 2020-12 validator of ``schema``, built once per distinct
+    schema (its :func:`canonical_json`) for the process and shared by every caller: the
+    model clients validating answers, the ``llm`` step. The schema is not checked against
+    the metaschema here.
+
+    Args:
+        schema: a JSON Schema.
+        canonical: :func:`canonical_json` of ``schema`` when the caller has it.
+    """
+    return _validator_of(canonical if canonical is not None else canonical_json(schema))
+
+
+def schema_violations(schema: Mapping[str, Any], value: Any) -> list[str]:
+    """``value``'s violations of ``schema`` (Draft 2020-12), one line each, at most 20,
+    with the schema's shared validator (:func:`validator_for`)."""
+    validator = validator_for(schema)
     lines: list[str] = []
     for error in sorted(validator.iter_errors(value), key=lambda item: item.json_path):
         lines.append(f"{error.json_path}: {error.message}")
@@ -330,10 +367,7 @@ def schema_violations(schema: Mapping[str, Any], value: Any) -> list[str]:
 
 
 def _validates(root: Mapping[str, Any], branch: Any, value: Any) -> bool:
-    import jsonschema
-
-    validator = jsonschema.Draft202012Validator(dict(root))
-    return bool(validator.evolve(schema=branch).is_valid(value))
+    return bool(validator_for(root).evolve(schema=branch).is_valid(value))
 
 
 # -- preparing ------------------------------------------------------------------------------------

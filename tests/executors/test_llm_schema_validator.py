@@ -1,7 +1,8 @@
 """The llm tool's JSON Schema work per run: each distinct schema is checked against the
 metaschema and its validator built once, however many steps share it; each reply is
-validated once. Counted with the ``jsonschema`` library's own methods wrapped, in a run
-against the local Messages API server."""
+validated once (by the model client or by the step, never both). Counted with the
+``jsonschema`` library's own methods wrapped, in a run against the local Messages API
+server."""
 
 from __future__ import annotations
 
@@ -63,11 +64,15 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
 
 
 def clear_cache() -> None:
-    """Forget the validators built so far (each test counts from none)."""
-    module = importlib.import_module("plandag.executors.llm")  # the package's llm is the tool
-    cached = getattr(module, "_validator_of", None)
-    if cached is not None:
-        cached.cache_clear()
+    """Forget the validators built and the schemas checked so far (each test counts from
+    none)."""
+    for name, function in (
+        ("plandag.executors.llm", "_validator_of"),  # the package's llm is the tool
+        ("plandag.models.schemas", "_validator_of"),
+    ):
+        cached = getattr(importlib.import_module(name), function, None)
+        if cached is not None:
+            cached.cache_clear()
 
 
 def reply(body: dict[str, Any]) -> ScriptedResponse:
