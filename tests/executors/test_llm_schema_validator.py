@@ -19,9 +19,9 @@ import pytest
 from plandag.brakes.clock import VirtualClock
 from plandag.compiler import compile_plan
 from plandag.executors import ModelAccess
-from plandag.models import AnthropicClient
+from plandag.models import AnthropicClient, OpenAICompatibleClient
 from plandag.scheduler import RunLimits, run_plan
-from plandag.testing import MessagesServer, ScriptedResponse
+from plandag.testing import ChatCompletionsServer, MessagesServer, ScriptedResponse
 from plandag.tools.registry import default_registry
 
 TOTAL = {"type": "object", "properties": {"total": {"type": "number"}}, "required": ["total"]}
@@ -149,6 +149,52 @@ def test_a_reasked_reply_is_validated_once_more_with_the_same_validator(
         {"total": 3},
         2,
     )
+    assert counts_without_builds(counted) == {"metaschema checks": 1, "replies validated": 2}
+
+
+@pytest.mark.parametrize(
+    ("formats", "mode"),
+    [
+        (("json_schema", "json_object"), "strict"),
+        (("json_object",), "json"),
+        ((), "prompt"),
+    ],
+)
+def test_each_reply_is_validated_once_in_every_structured_output_mode(
+    counted: Counter[str], formats: tuple[str, ...], mode: str
+) -> None:
+    """Through the OpenAI-compatible server, whether it enforces the schema, speaks only
+    JSON mode or neither (the schema stated in the prompt): an invalid reply, its re-ask
+    and a valid reply in a Markdown fence, each validated once."""
+
+    async def main() -> Any:
+        with ChatCompletionsServer(response_formats=formats) as server:
+            server.push_json({"total": "three"})
+            server.push_text('```json\n{"total": 3}\n```')
+            client = OpenAICompatibleClient(server.url + "/v1", api_key=None)
+            try:
+                step = {"id": 1, "tool": "llm", "args": {"prompt": "Sum", "schema": TOTAL}}
+                document = {"version": 1, "goal": "g", "steps": [step], "output": None}
+                result = await run_plan(
+                    compile_plan(document, default_registry()),
+                    models=ModelAccess(client, "local-model"),
+                    limits=RunLimits(heartbeat_every=None),
+                    clock=VirtualClock(),
+                )
+            finally:
+                await client.aclose()
+            sent = [request.json for request in server.message_requests]
+        return result, sent
+
+    result, sent = anyio.run(main)
+    assert (result.status, result.steps[1].result, result.steps[1].attempts) == (
+        "succeeded",
+        {"total": 3},
+        2,
+    )
+    asked = {None: "prompt", "json_object": "json", "json_schema": "strict"}
+    last = sent[-1].get("response_format")
+    assert asked[last["type"] if isinstance(last, dict) else None] == mode
     assert counts_without_builds(counted) == {"metaschema checks": 1, "replies validated": 2}
 
 
