@@ -133,7 +133,10 @@ def test_the_default_limits_are_the_tables_and_print_as_the_cli_does() -> None:
         stall_after=limits.stall_after,
         stop_on_stall=limits.stop_on_stall,
         boundary="./",
-    ).startswith("brakes: cost $1.00, tokens 200,000, wall clock 15 min, stall 120 s (stop),")
+    ) == (
+        "brakes: $1.00, 200,000 tokens, 15 min, stall 120 s, writes ./ — plandag config shows "
+        "them all and how to lift each"
+    )
     assert repr(UNLIMITED) == "UNLIMITED"
     assert RunLimits(max_seconds=UNLIMITED).as_json()["max_seconds"] == "none"
     assert RunLimits.from_json({"max_seconds": "none", "max_cost_usd": None}) == RunLimits(

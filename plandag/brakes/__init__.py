@@ -197,30 +197,39 @@ def brakes_line(
     boundary: str,
     per: str = "run",
 ) -> str:
-    """The one line printed to stderr at the start of every run, and how to lift each brake.
+    """The short line printed to stderr when a run starts (after its plan compiled): each
+    brake's value, and where the full table with how to lift each is (``plandag config``).
 
     Args:
         max_cost_usd: the cost cap, US dollars (:data:`UNLIMITED` or None: lifted).
         max_tokens: the token cap.
         max_seconds: the wall-clock cap, seconds.
         stall_after: the stall threshold, seconds.
-        stop_on_stall: a stall stops the run.
+        stop_on_stall: a stall stops the run (else ``(report only)`` follows the stall).
         boundary: the write boundary, as shown (``./``, ``out/``...).
         per: ``run`` or ``batch`` (what one budget covers).
 
     Returns:
-        For example ``brakes: cost $1.00, tokens 200,000, wall clock 15 min, stall 120 s
-        (stop), boundary ./ — lift with --max-cost none, --max-tokens none, --max-seconds
-        none, --stall-after none; --no-stop-on-stall reports stalls without stopping``.
+        For example ``brakes: $1.00, 200,000 tokens, 15 min, stall 120 s, writes ./ —
+        plandag config shows them all and how to lift each``; a lifted brake reads ``no
+        cost cap``, ``no token cap``, ``no time cap`` or ``no stall check``.
     """
-    stall = describe_seconds(stall_after)
-    if cap_or_none(stall_after) is not None:
-        stall += " (stop)" if stop_on_stall else " (report only)"
+    cost = cap_or_none(max_cost_usd)
+    tokens = cap_or_none(max_tokens)
+    seconds = cap_or_none(max_seconds)
+    stall_value = cap_or_none(stall_after)
+    if stall_value is None:
+        stall = "no stall check"
+    else:
+        stall = f"stall {describe_seconds(stall_value)}"
+        if not stop_on_stall:
+            stall += " (report only)"
     scope = "" if per == "run" else f" per {per}"
-    return (
-        f"brakes{scope}: cost {describe_cost(max_cost_usd)}, tokens "
-        f"{describe_tokens(max_tokens)}, wall clock {describe_seconds(max_seconds)}, stall "
-        f"{stall}, boundary {boundary} — lift with --max-cost none, --max-tokens none, "
-        "--max-seconds none, --stall-after none; --no-stop-on-stall reports stalls without "
-        "stopping"
-    )
+    parts = [
+        "no cost cap" if cost is None else describe_cost(cost),
+        "no token cap" if tokens is None else f"{describe_tokens(tokens)} tokens",
+        "no time cap" if seconds is None else describe_seconds(seconds),
+        stall,
+        f"writes {boundary}",
+    ]
+    return f"brakes{scope}: {', '.join(parts)} — plandag config shows them all and how to lift each"

@@ -107,8 +107,9 @@ def command_settings(flags: dict[str, Any], job: str = "exec") -> Settings:
 
 
 def print_brakes(settings: Settings, boundary: str) -> None:
-    """Print the run's brakes on stderr, one line, with how to lift each (at the start of
-    every run: ``exec``, ``run``, ``extract``)."""
+    """Print the run's brakes on stderr, one short line (:func:`plandag.brakes.brakes_line`),
+    when a run starts: ``exec`` once its plan compiled, ``run``, ``research`` and
+    ``extract`` before their first model call. ``plandag config`` shows how to lift each."""
     stderr.print(
         brakes_line(
             max_cost_usd=settings["max_cost"],

@@ -75,6 +75,13 @@ def show_config(as_json: JsonOption = False) -> None:
         )
     stdout.print(brakes)
     stdout.print(
+        "lift a brake: --max-cost none, --max-tokens none, --max-seconds none, --stall-after "
+        'none (in a file: max_cost = "none"); --no-stop-on-stall reports a stall without '
+        "stopping.",
+        markup=False,
+        highlight=False,
+    )
+    stdout.print(
         "python: run_plan(...) and Agent(...) without brake arguments get the python row; "
         "lift with UNLIMITED (from plandag import UNLIMITED).",
         markup=False,

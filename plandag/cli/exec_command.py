@@ -182,7 +182,6 @@ def exec_command(
     boundary = write_boundary_for(settings["write_boundary"], Path.cwd())
     limits = run_limits_for(settings)
     plan_text = read_plan_file(plan_file, settings["max_plan_bytes"])
-    print_brakes(settings, boundary_words(settings["write_boundary"], Path.cwd()))
     compile_started = time.time()
     try:
         compiled = compile_plan(
@@ -202,6 +201,8 @@ def exec_command(
     executor = _executor_options(
         str(plan_file), compiled, planner, provider, model, base_url, settings["executor_model"]
     )
+    # the run starts here: its plan compiled and its models are known
+    print_brakes(settings, boundary_words(settings["write_boundary"], Path.cwd()))
     progress, observers = progress_observers(compiled, settings)
     options = run_options(
         settings,

@@ -201,6 +201,11 @@ def test_config_table(runner: CliRunner, cwd: Path) -> None:
     assert rows["stop_on_stall"] == ["│", "True", "│", "default", "│"]
     assert result.stdout.startswith("plandag configuration\n")
     assert "brakes by job (on by default; lift with none)" in result.stdout
+    assert (
+        "lift a brake: --max-cost none, --max-tokens none, --max-seconds none, --stall-after "
+        'none (in a file: max_cost = "none"); --no-stop-on-stall reports a stall without '
+        "stopping." in " ".join(result.stdout.split())
+    )
     jobs = {
         cells[1]: " ".join(cells[2:])
         for cells in lines
@@ -568,9 +573,8 @@ def test_every_brake_is_lifted_with_none(runner: CliRunner, cwd: Path, tools_fil
     )
     assert result.exit_code == 0, result.stderr
     assert result.stderr.splitlines()[0] == (
-        "brakes: cost none, tokens none, wall clock none, stall none, boundary ./ — lift with "
-        "--max-cost none, --max-tokens none, --max-seconds none, --stall-after none; "
-        "--no-stop-on-stall reports stalls without stopping"
+        "brakes: no cost cap, no token cap, no time cap, no stall check, writes ./ — plandag "
+        "config shows them all and how to lift each"
     )
 
 
@@ -581,9 +585,8 @@ def test_the_brakes_are_printed_at_the_start_of_every_run(
     result = runner.invoke(app, ["exec", str(plan), "--tools", str(tools_file), "--json"])
     assert result.exit_code == 0, result.stderr
     assert result.stderr.splitlines()[0] == (
-        "brakes: cost $1.00, tokens 200,000, wall clock 15 min, stall 120 s (stop), boundary "
-        "./ — lift with --max-cost none, --max-tokens none, --max-seconds none, --stall-after "
-        "none; --no-stop-on-stall reports stalls without stopping"
+        "brakes: $1.00, 200,000 tokens, 15 min, stall 120 s, writes ./ — plandag config shows "
+        "them all and how to lift each"
     )
     out = cwd / "out"
     out.mkdir()
@@ -602,9 +605,8 @@ def test_the_brakes_are_printed_at_the_start_of_every_run(
     )
     assert result.exit_code == 0, result.stderr
     assert result.stderr.splitlines()[0] == (
-        "brakes per batch: cost $2.50, tokens 1,000,000, wall clock none, stall 300 s (report "
-        "only), boundary out/ — lift with --max-cost none, --max-tokens none, --max-seconds "
-        "none, --stall-after none; --no-stop-on-stall reports stalls without stopping"
+        "brakes per batch: $2.50, 1,000,000 tokens, no time cap, stall 300 s (report only), "
+        "writes out/ — plandag config shows them all and how to lift each"
     )
 
 
@@ -762,6 +764,12 @@ def test_exec_json_invalid_plan(runner: CliRunner, cwd: Path) -> None:
     assert document["status"] == "invalid_plan"
     assert [(d["code"], d["step_id"]) for d in document["diagnostics"]] == [("unknown_tool", 1)]
     assert set(document) == {"status", "diagnostics"}
+    # a plan that does not compile starts no run: no brakes line
+    assert "brakes" not in result.stderr
+    text = runner.invoke(app, ["exec", str(plan)])
+    assert text.exit_code == 2
+    assert "unknown_tool" in text.stderr
+    assert "brakes" not in text.stderr
 
 
 def test_duplicate_param_exits_2(runner: CliRunner, cwd: Path) -> None:
@@ -834,7 +842,7 @@ def test_extract_resume_on_a_foreign_output_exits_2(runner: CliRunner, cwd: Path
     )
     assert result.exit_code == 2
     brakes, error = result.stderr.splitlines()
-    assert brakes.startswith("brakes per batch: cost $5.00, tokens 1,000,000, wall clock none")
+    assert brakes.startswith("brakes per batch: $5.00, 1,000,000 tokens, no time cap,")
     assert error.startswith(f"error: cannot resume: line 1 of {output} is not a JSON record (")
     assert error.endswith("); remove --resume to start the output afresh")
     assert output.read_text(encoding="utf-8") == "garbage\n"

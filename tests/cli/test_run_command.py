@@ -233,4 +233,4 @@ def test_the_planning_call_takes_planner_max_tokens(server: MessagesServer, tool
     assert server.message_requests[0].json["max_tokens"] == 1234
     assert "the output was cut off at max_tokens=1234" in " ".join(result.output.split())
     # and the brakes line came first
-    assert result.output.startswith("brakes: cost $1.00, tokens 200,000, wall clock 15 min")
+    assert result.output.startswith("brakes: $1.00, 200,000 tokens, 15 min, stall 120 s,")

@@ -54,7 +54,7 @@ def extract(*args: str) -> tuple[int, str, str]:
     """Exit code, stdout, and stderr after the brakes line every run starts with."""
     result = CliRunner().invoke(app, ["extract", "nfe", *args])
     brakes, _, rest = result.stderr.partition("\n")
-    assert brakes.startswith("brakes per batch: cost $5.00, tokens 1,000,000"), result.stderr
+    assert brakes.startswith("brakes per batch: $5.00, 1,000,000 tokens"), result.stderr
     return result.exit_code, result.stdout, rest
 
 
