@@ -6,7 +6,9 @@ run the program's main module again while they start, under the name ``__mp_main
 whose top level starts a batch without ``if __name__ == "__main__":`` therefore starts the
 batch again inside every worker, and the batch that started the workers waits for them
 forever. :func:`unguarded_main_line` finds that case before any worker starts, so that the
-caller gets an error at once.
+caller gets an error at once. :func:`main_not_importable` finds the other case where workers
+cannot start: a main module they cannot run again at all (a script read from standard input,
+``python - < script.py``, whose ``__file__`` is ``<stdin>``).
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from __future__ import annotations
 import ast
 import inspect
 import multiprocessing
+import os
 import sys
 from pathlib import Path
 
-__all__ = ["refuse_unguarded_main", "unguarded_main_line"]
+__all__ = ["main_not_importable", "refuse_unguarded_main", "unguarded_main_line"]
 
 
 def _is_main_test(test: ast.expr) -> bool:
@@ -30,6 +33,37 @@ def _is_main_test(test: ast.expr) -> bool:
     names = [side for side in sides if isinstance(side, ast.Name) and side.id == "__name__"]
     texts = [side for side in sides if isinstance(side, ast.Constant) and side.value == "__main__"]
     return len(names) == 1 and len(texts) == 1
+
+
+def main_not_importable() -> str | None:
+    """The main module's ``__file__`` when worker processes started by ``spawn`` or
+    ``forkserver`` would run it again from that path and cannot, because it is not a
+    readable file (``<stdin>`` for ``python - < script.py``; a file deleted since).
+
+    The rule is ``multiprocessing.spawn``'s (``get_preparation_data``): a main module with
+    a ``__spec__`` name is imported by that name, one without ``__file__`` (an interactive
+    session, ``python -c``) is not run again, and ``ipython`` is skipped; any other is run
+    from its path, relative paths taken from the folder the program started in.
+
+    Returns:
+        The path as the workers would open it, or None when they can run the main module
+        again (or need not).
+    """
+    main = sys.modules.get("__main__")
+    if main is None or getattr(getattr(main, "__spec__", None), "name", None) is not None:
+        return None
+    path = getattr(main, "__file__", None)
+    if not isinstance(path, str):
+        return None
+    if not os.path.isabs(path):
+        origin = getattr(multiprocessing.process, "ORIGINAL_DIR", None) or os.getcwd()
+        path = os.path.join(origin, path)
+    path = os.path.normpath(path)
+    if Path(path).stem == "ipython":
+        return None
+    if os.path.isfile(path) and os.access(path, os.R_OK):
+        return None
+    return path
 
 
 def unguarded_main_line() -> tuple[str, int] | None:

@@ -29,6 +29,12 @@ How it works (the choices, and why):
   budget, so every model call is paid from the one budget the parent holds. Only the
   parent writes files: with ``--save-repairs`` a worker's repair returns the plan files,
   and the parent writes them.
+- **Workers that cannot start.** When the main module is one worker processes cannot run
+  again (a script read from standard input:
+  :func:`~plandag.extract.main_guard.main_not_importable`), or the pool breaks before any
+  worker has answered (each worker died while starting), the batch says why in one warning
+  (logger ``plandag.extract``) and extracts in the parent process instead: the records are
+  those of ``--workers 1``.
 - **Nothing lost.** A worker process that dies (killed, out of memory) breaks the pool: the
   documents of every chunk in flight are sent again to a new pool, one document at a time
   (so a document that kills its worker takes no other with it again), each at most
@@ -43,6 +49,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import logging
 import multiprocessing
 import os
 import pickle
@@ -56,6 +63,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import anyio.to_thread
+
+_logger = logging.getLogger("plandag.extract")
 
 if TYPE_CHECKING:
     from plandag.extract.nfe.batch import Extractor
@@ -507,6 +516,8 @@ class ProcessBackend:
 
     Attributes:
         started: ``(process id, warmed up)`` of each worker that answered at the start.
+        start_error: the pool's break when it broke before any worker answered (its
+            workers died while starting), else None.
     """
 
     sends_bytes = False
@@ -520,11 +531,17 @@ class ProcessBackend:
         self._context = _context()
         self._pool = self._new_pool()
         self.started: list[tuple[int, bool]] = []
+        self.start_error: BrokenProcessPool | None = None
         # one task per worker: each submission finds no idle worker and starts a process
         answers = [self._pool.submit(_ready) for _ in range(workers)]
-        with contextlib.suppress(Exception):  # a failed start shows again on the first chunk
+        try:
             for answer in answers:
                 self.started.append(answer.result(timeout=start_timeout))
+        except BrokenProcessPool as error:
+            if not self.started:  # no worker ever answered: the pool cannot start
+                self.start_error = error
+        except Exception:  # a failed start shows again on the first chunk
+            pass
 
     def _new_pool(self) -> ProcessPoolExecutor:
         return ProcessPoolExecutor(
@@ -814,7 +831,10 @@ def open_mapper(
 
     Returns:
         A :class:`ChunkMapper` (close its backend when the batch ends), or None when one
-        process is enough (``workers`` 1, or at most one document) and no cluster is named.
+        process is enough (``workers`` 1, or at most one document) and no cluster is named,
+        or when worker processes cannot start (a main module they cannot run again, or
+        every worker dead while starting): then one warning on the ``plandag.extract``
+        logger says why, and the batch extracts in the parent process.
 
     Raises:
         InputError: ``workers`` < 1, or a ``cluster`` that is neither ``local`` nor a
@@ -823,7 +843,7 @@ def open_mapper(
             again (:func:`plandag.extract.main_guard.refuse_unguarded_main`).
     """
     from plandag.errors import InputError
-    from plandag.extract.main_guard import refuse_unguarded_main
+    from plandag.extract.main_guard import main_not_importable, refuse_unguarded_main
 
     if workers is not None and workers < 1:
         raise InputError(f"--workers must be at least 1, not {workers}")
@@ -844,8 +864,28 @@ def open_mapper(
         count = min(workers or default_workers(), documents)
         if count <= 1:
             return None
+        unimportable = main_not_importable()
+        if unimportable is not None:
+            _logger.warning(
+                "worker processes cannot start: each would run the main module %s again and "
+                "it is not a file (a script read from standard input?); extracting in this "
+                "process instead (run the script from a file to use %d workers)",
+                unimportable,
+                count,
+            )
+            return None
         refuse_unguarded_main()
-        backend = ProcessBackend(count, config)
+        process_backend = ProcessBackend(count, config)
+        if process_backend.start_error is not None:
+            process_backend.close()
+            _logger.warning(
+                "worker processes cannot start: all %d died while starting (%s); extracting "
+                "in this process instead",
+                count,
+                process_backend.start_error,
+            )
+            return None
+        backend = process_backend
     return ChunkMapper(
         backend,
         config,
