@@ -7,8 +7,10 @@ workload (default: all of ``compare2 movie8 parallelqa nfe``), interleaved, ``--
 and prints the settings, the table (success rate, median wall time, speed-up, LLM calls,
 input and output tokens, cost, replans, ideal time) and the targets. It writes
 ``RESULTS.md`` and ``bench.png`` (wall time and tokens per workload, both agents; needs
-matplotlib, from the optional ``bench`` extra) to ``--out``: default ``benchmarks/`` of the
-repository when plandag runs from a checkout, else the current folder.
+matplotlib, from the optional ``bench`` extra) to ``--out`` (default: the current folder; the
+repository's tracked ``benchmarks/RESULTS.md`` only when ``--out benchmarks`` asks for it).
+Piped (standard output not a terminal), the tables keep their full width, never cut to 80
+columns.
 
 The model is simulated (:mod:`plandag.bench.simulator`, calibrated to the LLMCompiler
 paper) unless ``--real``: then the Anthropic API is called with ``ANTHROPIC_API_KEY`` (a
@@ -20,7 +22,7 @@ second table puts the billed cost with and without caching side by side.
 ``plandag bench --tasks TASKS.jsonl --tools FILE.py [--real | --base-url URL]`` runs both
 agents on the user's own tasks instead (:mod:`plandag.bench.tasks`: one task a line, its
 goal and a check of the right answer), with the tools of ``FILE.py``, the same client and
-brakes: the same table, ``RESULTS.md`` (default: the current folder) and chart, with an
+brakes: the same table, ``RESULTS.md`` and chart, with an
 ``all tasks`` line, a line per task and a per-task table of checks and answers. A line
 that is not a usable task is reported (``TASKS.jsonl:LINE: what is wrong, what to write``)
 and the other tasks still run. Settings come from the calibration,
@@ -50,24 +52,16 @@ from plandag.bench.simulator import BenchSettings
 from plandag.bench.tasks import read_tasks, task_registry, task_workloads
 from plandag.bench.workloads import WORKLOADS, Workload
 from plandag.cli.common import stderr, stdout
+from plandag.cli.secret_output import SecretMaskingConsole
 from plandag.errors import ToolLoadError
 from plandag.models.anthropic import API_KEY_VARIABLE
 
-__all__ = ["BEGIN_MARK", "END_MARK", "QUICK_TIME_SCALE", "default_out", "register", "write_results"]
+__all__ = ["BEGIN_MARK", "END_MARK", "QUICK_TIME_SCALE", "register", "write_results"]
 
 QUICK_TIME_SCALE = 0.05
 """``--quick``: every latency times this."""
 
 EXIT_USAGE = 2
-
-
-def default_out() -> Path:
-    """``benchmarks/`` of the repository when plandag runs from a checkout (the package's
-    parent folder holds ``pyproject.toml`` and ``benchmarks/``), else the current folder."""
-    root = Path(__file__).resolve().parents[2]
-    if (root / "pyproject.toml").is_file() and (root / "benchmarks").is_dir():
-        return root / "benchmarks"
-    return Path.cwd()
 
 
 BEGIN_MARK = "<!-- plandag bench: begin -->"
@@ -107,13 +101,25 @@ def _read_settings(path: Path) -> dict[str, Any]:
     return dict(table)
 
 
+PIPED_WIDTH = 1000
+"""Columns a table may take when standard output is not a terminal (a pipe, a file): rich
+would otherwise fit it to 80 columns, cutting its cells."""
+
+
 def _print_table(console: Any, title: str, rows: list[list[str]]) -> None:
     table = Table(title=title)
     for name in rows[0]:
         table.add_column(name)
     for row in rows[1:]:
         table.add_row(*row)
-    console.print(table)
+    if console.is_terminal:
+        console.print(table)
+        return
+    # a table is as wide as its cells (never padded out), so a wide console cuts nothing
+    piped = SecretMaskingConsole(
+        file=console.file, width=PIPED_WIDTH, soft_wrap=True, highlight=False, color_system=None
+    )
+    piped.print(table)
 
 
 def register(app: typer.Typer) -> None:
@@ -141,7 +147,11 @@ def register(app: typer.Typer) -> None:
         ] = False,
         out: Annotated[
             Path | None,
-            typer.Option("--out", metavar="DIR", help="Where RESULTS.md and bench.png go."),
+            typer.Option(
+                "--out",
+                metavar="DIR",
+                help="Where RESULTS.md and bench.png go (default: the current folder).",
+            ),
         ] = None,
         quick: Annotated[
             bool, typer.Option("--quick", help=f"Every latency x{QUICK_TIME_SCALE}.")
@@ -301,7 +311,7 @@ def register(app: typer.Typer) -> None:
             _print_table(stdout, "per task", report.check_rows())
         for line in report.target_lines():
             stdout.print(f"- {line}", highlight=False)
-        folder = out if out is not None else (Path.cwd() if tasks_file else default_out())
+        folder = out if out is not None else Path.cwd()
         folder.mkdir(parents=True, exist_ok=True)
         note = write_chart(report, folder / "bench.png")
         write_results(

@@ -8,7 +8,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from plandag.cli.bench_command import BEGIN_MARK, END_MARK, default_out, register, write_results
+from plandag.cli.bench_command import BEGIN_MARK, END_MARK, register, write_results
+
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -89,9 +91,34 @@ def test_write_results_keeps_other_sections(tmp_path: Path) -> None:
     )
 
 
-def test_default_out_is_the_checkouts_benchmarks_folder() -> None:
-    repository = Path(__file__).resolve().parents[2]
-    assert default_out() == repository / "benchmarks"
+def test_bench_writes_into_the_current_folder_unless_told(tmp_path: Path) -> None:
+    tracked = REPOSITORY / "benchmarks" / "RESULTS.md"
+    before = tracked.read_bytes() if tracked.exists() else None
+    result = CliRunner().invoke(
+        bench_app(), ["bench", "compare2", "--time-scale", "0.01", "--no-prompt-cache"]
+    )
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "RESULTS.md").read_text(encoding="utf-8").startswith(BEGIN_MARK)
+    assert f"wrote {tmp_path / 'RESULTS.md'}" in result.output
+    # the repository's own results are written only when --out names their folder
+    assert (tracked.read_bytes() if tracked.exists() else None) == before
+
+
+def test_a_piped_table_keeps_its_full_width(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # standard output is not a terminal here; rich alone would fit tables to 80 columns
+    monkeypatch.delenv("COLUMNS", raising=False)
+    result = CliRunner().invoke(
+        bench_app(),
+        ["bench", "compare2", "--time-scale", "0.01", "--no-prompt-cache", "--out", "out"],
+    )
+    assert result.exit_code == 0, result.output
+    header = next(line for line in result.output.splitlines() if "workload" in line)
+    for name in ("agent", "success", "median wall s", "speed-up", "LLM calls", "wall/ideal"):
+        assert f" {name} " in header, header
+    assert len(header) > 80
+    assert "…" not in result.output
 
 
 def test_real_calls_the_api_named_by_the_environment_through_the_sdk(
