@@ -109,7 +109,7 @@ from plandag.errors import (
     describe_failure,
     error_message,
 )
-from plandag.scheduler import events
+from plandag.scheduler import events, spans
 from plandag.scheduler.breaker import (
     CircuitBreaker,
     Dependency,
@@ -129,9 +129,9 @@ from plandag.scheduler.result import (
     StepRecord,
 )
 from plandag.surrogates import ESCAPED_NOTE, escape_surrogates, escape_text, holds_surrogates
+from plandag.telemetry import LiveSpan, tracer_provider
 from plandag.tools.base import Tool, ToolContext
 from plandag.tools.boundary import WriteBoundary
-from plandag.trace import otel
 
 if TYPE_CHECKING:
     # what model-backed steps use (the engine's ``models``; run_plan passes it through)
@@ -438,25 +438,25 @@ class _AttemptOutcome:
 
 
 def _end_step_span(
-    span: otel.LiveSpan, args: Mapping[str, Any] | None, outcome: _AttemptOutcome | None
+    span: LiveSpan, args: Mapping[str, Any] | None, outcome: _AttemptOutcome | None
 ) -> None:
     """End a step attempt's span with what the attempt came to (``cancelled`` when it
     never returned an outcome)."""
     if outcome is None:
-        otel.end_step(span, args=args, reason="cancelled", detail="the attempt was cancelled")
+        spans.end_step(span, args=args, reason="cancelled", detail="the attempt was cancelled")
     elif outcome.refused is not None:
-        otel.end_step(span, args=args, reason="budget", detail=outcome.refused)
+        spans.end_step(span, args=args, reason="budget", detail=outcome.refused)
     elif outcome.error is not None:
         error = outcome.failure.error if outcome.failure is not None else outcome.error
-        otel.end_step(span, args=args, error=error, reason=_reason_of(error))
+        spans.end_step(span, args=args, error=error, reason=_reason_of(error))
     else:
-        otel.end_step(span, args=args, result=outcome.result)
+        spans.end_step(span, args=args, result=outcome.result)
 
 
 class _Run:
     """The state of one run; :func:`run_plan` is its public face."""
 
-    run_span: otel.LiveSpan | None = None
+    run_span: LiveSpan | None = None
     """The run's live trace span, parent of its steps' spans (None without tracing)."""
 
     _run_scope: anyio.CancelScope | None = None
@@ -945,14 +945,14 @@ class _Run:
 
     async def run(self) -> RunResult:
         """Run every step; return the complete result (see :func:`run_plan`), inside a
-        live ``plandag run`` span (:mod:`plandag.trace.otel`) when tracing is on."""
-        span = self.run_span = otel.start_run(self.run_id, len(self.records))
+        live ``plandag run`` span (:mod:`plandag.scheduler.spans`) when tracing is on."""
+        span = self.run_span = spans.start_run(self.run_id, len(self.records))
         result: RunResult | None = None
         try:
             result = await self.run_inside_span()
             return result
         finally:
-            otel.end_run(span, result.status if result is not None else "interrupted")
+            spans.end_run(span, result.status if result is not None else "interrupted")
 
     async def run_inside_span(self) -> RunResult:
         """:meth:`run` without its span."""
@@ -1519,8 +1519,8 @@ class _Run:
                 ),
             )
         span = (
-            otel.start_step(self.run_id, step_id, tool.name, record.attempts, parent=self.run_span)
-            if otel.tracer_provider() is not None  # what start_step asks first: no span without
+            spans.start_step(self.run_id, step_id, tool.name, record.attempts, parent=self.run_span)
+            if tracer_provider() is not None  # what start_step asks first: no span without
             else None
         )
         outcome: _AttemptOutcome | None = None

@@ -73,14 +73,13 @@ from plandag.compiler.diagnostics import Diagnostic
 from plandag.compiler.patch import PatchBase, check_output, compile_patch
 from plandag.dag.plan import Plan, Step
 from plandag.errors import Classifier, PlanBudgetError, classify_error
-from plandag.scheduler import events
+from plandag.scheduler import events, spans
 from plandag.scheduler.breaker import DownDependency
 from plandag.scheduler.estimate import PlanEstimate, estimate_steps
 from plandag.scheduler.result import EscalationMode, RunResult, StepErrorInfo, StepRecord
 from plandag.scheduler.runner import RunLimits, _Run
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
-from plandag.trace import otel
 
 if TYPE_CHECKING:
     from plandag.executors.access import ModelAccess
@@ -498,7 +497,7 @@ class _SessionRun(_Run):
         if self.pending_estimate is not None:
             estimate, measured = self.pending_estimate
             self.arm_plan_budget(estimate, measured)
-        self.run_span = otel.start_run(self.run_id, len(self.records))
+        self.run_span = spans.start_run(self.run_id, len(self.records))
         try:
             with self.run_scope:
                 async with anyio.create_task_group() as task_group:
@@ -512,7 +511,7 @@ class _SessionRun(_Run):
             self.ended_normally = not self.run_scope.cancel_called
         finally:
             # the run's outcome is the agent's to tell (its replans and joiner follow)
-            otel.end_run(self.run_span, "ended" if self.ended_normally else "stopped")
+            spans.end_run(self.run_span, "ended" if self.ended_normally else "stopped")
             self.host_done = True
             self.task_group = None
             self.monitor_scope.cancel()

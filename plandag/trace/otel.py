@@ -35,9 +35,11 @@ conventions for generative AI systems": spans of model calls, of tools, of agent
 A failure sets ``error.type`` (the failure's reason code, else the exception's class name)
 and the span's status ``ERROR`` with the message.
 
-The ``chat`` spans, the switches below and the span machinery are made in
-:mod:`plandag.models.telemetry` (the model layer makes its spans without knowing this
-package) and handed on here under the same names.
+The switches below and the span machinery live in :mod:`plandag.telemetry`, the
+``chat`` spans in :mod:`plandag.models.telemetry` and the run and step spans in
+:mod:`plandag.scheduler.spans` (the model layer and the scheduler make their spans with the
+OpenTelemetry API, without knowing this package); they are handed on here under the same
+names.
 
 **Nesting.** Each span is the current span (a context variable) while its work runs, so
 what runs inside it is its child: the steps of a run, the model calls of a step or of the
@@ -70,19 +72,18 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from plandag.models.telemetry import (
+from plandag.models.telemetry import end_model_call, sdk_options, start_model_call
+from plandag.scheduler.spans import end_run, end_step, start_run, start_step
+from plandag.telemetry import (
     CAPTURE_CONTENT_VARIABLE,
     LiveSpan,
     capture_content,
-    end_model_call,
     error_type,
     otel_attributes,
     redacting,
-    sdk_options,
     set_redact,
-    start_model_call,
     start_span,
     tracer,
     tracer_provider,
@@ -119,71 +120,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# -- the spans of runs, steps and agents ------------------------------------------------
-
-
-def start_step(
-    run_id: str, step_id: int, tool: str, attempt: int, parent: LiveSpan | None = None
-) -> LiveSpan | None:
-    """The ``execute_tool TOOL`` span of one attempt of one step (module docstring), under
-    ``parent`` (the run's span) whichever task started the step."""
-    return start_span(
-        parent=parent.context if parent is not None else None,
-        name=f"execute_tool {tool}",
-        attributes={
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": tool,
-            "gen_ai.tool.type": "function",
-            "gen_ai.tool.call.id": f"{run_id}:{step_id}",
-            "plandag.run_id": run_id,
-            "plandag.step.id": step_id,
-            "plandag.attempt": attempt,
-        },
-    )
-
-
-def end_step(
-    span: LiveSpan | None,
-    *,
-    args: Any = None,
-    result: Any = None,
-    error: BaseException | None = None,
-    reason: str | None = None,
-    detail: str = "",
-) -> None:
-    """End an ``execute_tool`` span: its arguments and result as content (when allowed),
-    or its failure (``reason``: the step's reason code; ``error``: the exception)."""
-    if span is None:
-        return
-    if args is not None:
-        span.content("gen_ai.tool.call.arguments", args)
-    if error is None and reason is None:
-        span.content("gen_ai.tool.call.result", result)
-    else:
-        kind = reason or (error_type(error) if error is not None else "_OTHER")
-        message = detail or (f"{type(error).__name__}: {error}" if error is not None else kind)
-        span.fail(kind, message)
-    span.end()
-
-
-def start_run(run_id: str, steps: int) -> LiveSpan | None:
-    """The ``plandag run`` span of one run of one plan."""
-    return start_span("plandag run", {"plandag.run_id": run_id, "plandag.steps": steps})
-
-
-_FAILED_RUN_STATUSES = frozenset({"failed", "gave_up", "timed_out", "budget_exceeded"})
-
-
-def end_run(span: LiveSpan | None, status: str, detail: str = "") -> None:
-    """End a ``plandag run`` (or ``invoke_agent``) span with the run's status (``failed``,
-    ``gave_up``, ``timed_out`` and ``budget_exceeded`` are errors, ``error.type`` the
-    status)."""
-    if span is None:
-        return
-    span.set({"plandag.status": status})
-    if status in _FAILED_RUN_STATUSES:
-        span.fail(status, detail or status)
-    span.end()
+# -- the spans of agents ------------------------------------------------------------
 
 
 def start_agent(model: str, goal: str) -> LiveSpan | None:
