@@ -25,6 +25,7 @@ from plandag.errors import (
 if TYPE_CHECKING:  # the planner's client layer is imported when a step calls a model
     import anyio
 
+    from plandag.access import ModelAccessProtocol
     from plandag.brakes.budget import Budget
     from plandag.models.base import LLMClient, LLMRequest, LLMResponse
     from plandag.models.pricing import PriceTable
@@ -111,8 +112,9 @@ class NoModelAccessError(PermanentStepError):
     reason = "no_model"
 
 
-def require_models(models: ModelAccess | None, tool: str, step_id: int) -> ModelAccess:
-    """``models``, or the error that says how to give a run one.
+def require_models(models: ModelAccessProtocol | None, tool: str, step_id: int) -> ModelAccess:
+    """``models`` as the :class:`ModelAccess` a model-backed tool calls through, or the
+    error that says how to give a run one.
 
     Args:
         models: ``ctx.models``.
@@ -120,13 +122,19 @@ def require_models(models: ModelAccess | None, tool: str, step_id: int) -> Model
         step_id: the step, for the message.
 
     Raises:
-        NoModelAccessError: ``models`` is None.
+        NoModelAccessError: ``models`` is None, or is not a :class:`ModelAccess`.
     """
     if models is None:
         raise NoModelAccessError(
             f"step {step_id}: tool {tool} calls a model, but this run was given none: pass "
             "--provider and --model (and --base-url for an OpenAI-compatible server) on the "
             "command line, or models=ModelAccess(client, model) to run_plan in Python"
+        )
+    if not isinstance(models, ModelAccess):
+        raise NoModelAccessError(
+            f"step {step_id}: tool {tool} calls a model through "
+            "plandag.executors.ModelAccess, but this run was given a "
+            f"{type(models).__name__}: pass models=ModelAccess(client, model) to run_plan"
         )
     return models
 

@@ -36,8 +36,8 @@ from plandag.scheduler.session import RunSession, open_session
 from plandag.tools.boundary import WriteBoundary
 
 if TYPE_CHECKING:
+    from plandag.access import ModelAccessProtocol
     from plandag.approval.gate import ApprovalRequest, ApproveArgument, Approver
-    from plandag.scheduler.runner import ModelAccess
 
 __all__ = ["run_plan", "run_plan_sync"]
 
@@ -82,7 +82,7 @@ async def run_plan(
     on_escalation: Callable[[dict[str, Any]], Any] | None = None,
     plan_estimate: PlanEstimate | None = None,
     tool_durations: Mapping[str, float] | None = None,
-    models: ModelAccess | None = None,
+    models: ModelAccessProtocol | None = None,
     escape_results: bool = True,
 ) -> RunResult:
     """Run a compiled plan: every step whose parents all succeeded starts at once.
@@ -149,8 +149,9 @@ async def run_plan(
             ``tool_durations`` (the steps of ``completed`` count nothing).
         tool_durations: seconds per tool name measured in the run store
             (:meth:`plandag.store.Store.tool_durations`), replacing declared figures.
-        models: what model-backed steps (``llm``, ``agent``) call:
-            :class:`plandag.executors.ModelAccess` (the client of a provider, the default
+        models: what model-backed steps (``llm``, ``agent``) call
+            (:class:`plandag.access.ModelAccessProtocol`; those tools take a
+            :class:`plandag.executors.ModelAccess`: the client of a provider, the default
             executor model, prices), given to tools as ``ctx.models``; None (default): a
             plan with such steps fails them with a message saying to pass it.
         escape_results: look through each step's result, and what its attempts recorded
@@ -407,7 +408,7 @@ def run_plan_sync(
     classify: Classifier = classify_error,
     clock: Clock | None = None,
     budget: Budget | None = None,
-    models: ModelAccess | None = None,
+    models: ModelAccessProtocol | None = None,
 ) -> RunResult:
     """:func:`run_plan` from synchronous code, on a new event loop (``anyio.run``, asyncio).
 

@@ -134,8 +134,7 @@ from plandag.tools.base import Tool, ToolContext
 from plandag.tools.boundary import WriteBoundary
 
 if TYPE_CHECKING:
-    # what model-backed steps use (the engine's ``models``; run_plan passes it through)
-    from plandag.executors.access import ModelAccess as ModelAccess
+    from plandag.access import ModelAccessProtocol
 
 __all__ = ["RunLimits", "one_line"]
 
@@ -494,7 +493,7 @@ class _Run:
         budget: Budget | None = None,
         completed: Mapping[int, Any] | None = None,
         boundary: WriteBoundary | None = None,
-        models: ModelAccess | None = None,
+        models: ModelAccessProtocol | None = None,
     ) -> None:
         if max_concurrency is not None and max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1 or None, not {max_concurrency}")

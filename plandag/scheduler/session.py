@@ -82,7 +82,7 @@ from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
 
 if TYPE_CHECKING:
-    from plandag.executors.access import ModelAccess
+    from plandag.access import ModelAccessProtocol
 
 __all__ = ["RunSession", "SessionState", "StepFailure", "open_session"]
 
@@ -1416,7 +1416,7 @@ async def open_session(
     completed: Mapping[int, Any] | None = None,
     plan_estimate: PlanEstimate | None = None,
     tool_durations: Mapping[str, float] | None = None,
-    models: ModelAccess | None = None,
+    models: ModelAccessProtocol | None = None,
 ) -> AsyncIterator[RunSession]:
     """Open a :class:`RunSession`: a run that takes steps while it runs.
 

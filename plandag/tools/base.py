@@ -44,7 +44,7 @@ from plandag.errors import PermanentStepError, StepTimeoutError, ToolDefinitionE
 from plandag.tools.boundary import WriteBoundary
 
 if TYPE_CHECKING:
-    from plandag.executors.access import ModelAccess
+    from plandag.access import ModelAccessProtocol
 
 __all__ = [
     "EFFECTS_ORDER",
@@ -107,9 +107,10 @@ class ToolContext:
             hosts its approved plan lists. The runner always sets it; None (a tool called
             outside a run) checks nothing.
         models: what the run gives its model-backed steps
-            (:class:`plandag.executors.ModelAccess`: the client of the run's provider, the
-            default executor model, prices), from ``run_plan(models=...)``; None when the
-            run has none (the ``llm`` and ``agent`` tools then fail and say so).
+            (:class:`plandag.access.ModelAccessProtocol`; the ``llm`` and ``agent`` tools
+            take a :class:`plandag.executors.ModelAccess`: the client of the run's provider,
+            the default executor model, prices), from ``run_plan(models=...)``; None when
+            the run has none (the ``llm`` and ``agent`` tools then fail and say so).
         step_state: a dict kept across the attempts of this step (empty on the first):
             what an attempt leaves for the next one (the reply a re-ask quotes).
         charged_usd: US dollars of this attempt already settled on the run's budget
@@ -139,7 +140,7 @@ class ToolContext:
     cost_reported: bool = False
     write_boundary: WriteBoundary | None = None
     http_allow: tuple[str, ...] | None = None
-    models: ModelAccess | None = None
+    models: ModelAccessProtocol | None = None
     step_state: dict[str, Any] = dataclasses.field(default_factory=dict)
     charged_usd: float = 0.0
     charged_tokens: int = 0

@@ -5,6 +5,7 @@ instruction."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -354,6 +355,33 @@ async def test_a_run_without_models_fails_the_step_saying_what_to_pass() -> None
     assert record.error is not None
     assert "--provider" in record.error.message
     assert "models=" in record.error.message
+
+
+@dataclasses.dataclass(frozen=True)
+class _PricesOnly:
+    """Model access that prices a plan's estimate but holds no client to call."""
+
+    model: str = "priced-only"
+    provider: str = "anthropic"
+
+    def tokens_cost(self, tokens: int) -> float | None:
+        return tokens * 1e-6
+
+
+@pytest.mark.anyio
+async def test_model_access_without_a_client_fails_the_step_saying_what_to_pass() -> None:
+    compiled = compile_plan(plan({"tool": "llm", "args": {"prompt": "Hi"}}), default_registry())
+    result = await run_plan(
+        compiled,
+        models=_PricesOnly(),
+        limits=RunLimits(heartbeat_every=None),
+        clock=VirtualClock(),
+    )
+    record = result.steps[1]
+    assert (record.status, record.reason) == ("failed", "no_model")
+    assert record.error is not None
+    assert "_PricesOnly" in record.error.message
+    assert "models=ModelAccess(client, model)" in record.error.message
 
 
 # -- OpenAI-compatible chat completions --------------------------------------------------------
