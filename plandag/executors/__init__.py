@@ -11,9 +11,12 @@
 * :class:`ModelAccess`: what a run gives these steps (``run_plan(models=...)``,
   ``ctx.models``).
 
-Both are built-ins of :func:`plandag.tools.registry.default_registry`.
+Both are built-ins of :func:`plandag.tools.registry.default_registry`, which finds them
+through the ``executors`` entry point of the ``plandag.tools`` group
+(:func:`plandag_tools`), as it finds applications.
 """
 
+from plandag.checks.base import CheckDefinition
 from plandag.executors.access import DEFAULT_EXECUTOR_MODEL as DEFAULT_EXECUTOR_MODEL
 from plandag.executors.access import ModelAccess as ModelAccess
 from plandag.executors.access import NoModelAccessError as NoModelAccessError
@@ -21,9 +24,17 @@ from plandag.executors.access import call_model as call_model
 from plandag.executors.access import connect as connect
 from plandag.executors.agent import agent as agent
 from plandag.executors.llm import llm as llm
+from plandag.tools.base import Tool
 
 EXECUTOR_TOOLS = (llm, agent)
 """The model-backed tools, in the order ``plandag tools`` lists them."""
+
+
+def plandag_tools() -> tuple[tuple[Tool, ...], tuple[CheckDefinition, ...]]:
+    """The ``executors`` entry point of the ``plandag.tools`` group: the model-backed tools
+    and no check."""
+    return EXECUTOR_TOOLS, ()
+
 
 __all__ = [
     "DEFAULT_EXECUTOR_MODEL",
@@ -34,4 +45,5 @@ __all__ = [
     "call_model",
     "connect",
     "llm",
+    "plandag_tools",
 ]

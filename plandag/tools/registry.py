@@ -17,7 +17,13 @@ from plandag.tools.base import Tool
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
 
-__all__ = ["ENTRY_POINT_GROUP", "Registry", "default_registry", "installed_applications"]
+__all__ = [
+    "BUILT_IN_APPLICATIONS",
+    "ENTRY_POINT_GROUP",
+    "Registry",
+    "default_registry",
+    "installed_applications",
+]
 
 
 class Registry:
@@ -252,10 +258,16 @@ class Registry:
 
 
 ENTRY_POINT_GROUP = "plandag.tools"
-"""The entry-point group through which applications (NF-e extraction, and any third-party
-package) add tools and checks: each entry point names a callable that takes no argument
-and returns ``(tools, checks)``, two iterables of :class:`Tool` and
-:class:`~plandag.checks.base.CheckDefinition`."""
+"""The entry-point group through which the model-backed executors, applications (NF-e
+extraction, and any third-party package) add tools and checks: each entry point names a
+callable that takes no argument and returns ``(tools, checks)``, two iterables of
+:class:`Tool` and :class:`~plandag.checks.base.CheckDefinition`."""
+
+BUILT_IN_APPLICATIONS = ("executors",)
+"""The entry points of :data:`ENTRY_POINT_GROUP` whose tools :func:`default_registry` holds
+among its built-ins: ``executors``, plandag's model-backed steps (``llm``, ``agent``:
+:mod:`plandag.executors`), discovered as applications are, so that this package imports
+none of them."""
 
 
 def installed_applications() -> tuple[str, ...]:
@@ -297,11 +309,11 @@ def _application(name: str) -> tuple[tuple[Tool, ...], tuple[CheckDefinition, ..
 def default_registry(
     applications: Iterable[str] | None = None, *, resolve_installed: bool = True
 ) -> Registry:
-    """A new registry with the built-in tools and checks (files, JSON/XML, HTTP, the
-    model-backed ``llm`` and ``agent`` of :mod:`plandag.executors`), the tools and checks of
-    the installed ``applications`` named, and, with ``resolve_installed``,
-    those of every other installed application found when a plan names them
-    (:meth:`Registry.find_tool`).
+    """A new registry with the built-in tools and checks (files, JSON/XML, HTTP, and the
+    model-backed ``llm`` and ``agent``, found through the ``executors`` entry point:
+    :data:`BUILT_IN_APPLICATIONS`), the tools and checks of the installed ``applications``
+    named, and, with ``resolve_installed``, those of every other installed application found
+    when a plan names them (:meth:`Registry.find_tool`).
 
     What a planner is shown is what is registered: the built-ins and the applications of
     the job at hand (ARCHITECTURE.md, "Layout": applications register through the
@@ -314,18 +326,27 @@ def default_registry(
             whose plans are written by a model that was shown that list).
 
     Raises:
-        ToolLoadError: a named application is not installed or cannot be loaded.
+        ToolLoadError: a named application is not installed or cannot be loaded, or a
+            built-in entry point is missing (plandag's metadata is older than its code:
+            install the package again, ``pip install -e .`` in a checkout).
     """
     from plandag.checks.builtins import BUILTIN_CHECKS
-    from plandag.executors import EXECUTOR_TOOLS
     from plandag.tools.builtins import BUILTIN_TOOLS
     from plandag.tools.http import HTTP_TOOLS
 
-    registry = Registry(
-        [*BUILTIN_TOOLS, *HTTP_TOOLS, *EXECUTOR_TOOLS],
-        BUILTIN_CHECKS,
-        resolve_installed=resolve_installed,
-    )
+    tools: list[Tool] = [*BUILTIN_TOOLS, *HTTP_TOOLS]
+    checks: list[CheckDefinition] = list(BUILTIN_CHECKS)
+    for name in BUILT_IN_APPLICATIONS:
+        if name not in installed_applications():
+            raise ToolLoadError(
+                f"the built-in {ENTRY_POINT_GROUP} entry point {name!r} is not installed: "
+                "plandag's package metadata is older than its code; install plandag again "
+                "(pip install -e . in a checkout)"
+            )
+        provided_tools, provided_checks = _application(name)
+        tools.extend(provided_tools)
+        checks.extend(provided_checks)
+    registry = Registry(tools, checks, resolve_installed=resolve_installed)
     for name in applications or ():
         registry.add_application(name)
     return registry

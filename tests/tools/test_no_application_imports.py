@@ -138,3 +138,34 @@ def test_a_planners_registry_refuses_it_and_says_how_to_give_it() -> None:
 def test_an_unknown_application_is_refused_with_the_installed_ones() -> None:
     with pytest.raises(ToolLoadError, match=r"no application named 'nope' is installed .*nfe"):
         default_registry(["nope"])
+
+
+def test_the_executors_register_through_the_entry_point_group_as_built_ins() -> None:
+    from importlib.metadata import entry_points
+
+    values = {entry.name: entry.value for entry in entry_points(group=ENTRY_POINT_GROUP)}
+    assert values["executors"] == "plandag.executors:plandag_tools"
+    registry = default_registry()
+    assert [name for name in registry.tools if name in ("llm", "agent")] == ["llm", "agent"]
+    assert registry.applications == []  # built-ins, not an application of the job at hand
+
+
+def test_the_tools_import_no_executor() -> None:
+    root = Path(plandag.__file__).parent
+    offending = [
+        f"{path.relative_to(root)}: {name}"
+        for path in sorted((root / "tools").rglob("*.py"))
+        for name in _imported_modules(path)
+        if name.startswith("plandag.executors")
+    ]
+    assert offending == []
+
+
+def test_metadata_without_the_executors_entry_point_says_to_install_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from plandag.tools import registry as registry_module
+
+    monkeypatch.setattr(registry_module, "installed_applications", lambda: ("nfe",))
+    with pytest.raises(ToolLoadError, match=r"'executors' is not installed.*install plandag"):
+        default_registry()
