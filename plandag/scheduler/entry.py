@@ -37,7 +37,7 @@ from plandag.tools.boundary import WriteBoundary
 
 if TYPE_CHECKING:
     from plandag.access import ModelAccessProtocol
-    from plandag.approval.gate import ApprovalRequest, ApproveArgument, Approver
+    from plandag.scheduler.gate import ApprovalRequest, ApproveArgument, Approver
 
 __all__ = ["run_plan", "run_plan_sync"]
 
@@ -306,7 +306,7 @@ def _approval_gate(
             break
     else:
         return None  # nothing with effects, nothing tainted sent out: nothing to approve
-    from plandag.approval.gate import (
+    from plandag.scheduler.gate import (
         ApprovalRequest,
         ApprovalRequiredError,
         approval_needed,
@@ -343,7 +343,7 @@ async def _decide(session: RunSession, gate: _Asking) -> None:
         StaleDecisionError: the decision names another plan hash.
         InvalidDecisionError: its step choices do not fit the plan or the run.
     """
-    from plandag.approval.gate import InvalidDecisionError
+    from plandag.scheduler.gate import InvalidDecisionError
 
     request = gate.request
     session.require_approval()  # only approve_effects() releases the held steps
