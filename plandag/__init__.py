@@ -13,6 +13,8 @@ import typing as _typing
 from plandag.lazy import lazy_exports as _lazy_exports
 
 if _typing.TYPE_CHECKING:
+    from plandag.api import run_plan as run_plan
+    from plandag.api import run_plan_sync as run_plan_sync
     from plandag.approval.gate import ApprovalRequest as ApprovalRequest
     from plandag.approval.gate import ApprovalRequiredError as ApprovalRequiredError
     from plandag.approval.gate import Decision as Decision
@@ -46,8 +48,6 @@ if _typing.TYPE_CHECKING:
     from plandag.scheduler import RunResult as RunResult
     from plandag.scheduler import StepRecord as StepRecord
     from plandag.scheduler import estimate_plan as estimate_plan
-    from plandag.scheduler import run_plan as run_plan
-    from plandag.scheduler import run_plan_sync as run_plan_sync
     from plandag.tools.base import Tool as Tool
     from plandag.tools.base import ToolContext as ToolContext
     from plandag.tools.base import tool as tool
@@ -139,8 +139,8 @@ if not _typing.TYPE_CHECKING:
             "RunResult": ("plandag.scheduler", "RunResult"),
             "StepRecord": ("plandag.scheduler", "StepRecord"),
             "estimate_plan": ("plandag.scheduler", "estimate_plan"),
-            "run_plan": ("plandag.scheduler", "run_plan"),
-            "run_plan_sync": ("plandag.scheduler", "run_plan_sync"),
+            "run_plan": ("plandag.api", "run_plan"),
+            "run_plan_sync": ("plandag.api", "run_plan_sync"),
             "Tool": ("plandag.tools.base", "Tool"),
             "ToolContext": ("plandag.tools.base", "ToolContext"),
             "tool": ("plandag.tools.base", "tool"),

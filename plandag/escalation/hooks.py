@@ -11,9 +11,12 @@ Each gets the case (:mod:`plandag.escalation.context`) as JSON:
   2xx answer is success. The HTTP allow-list applies (setting ``http_allow``,
   :func:`plandag.tools.allowlist.host_allowed`): a URL whose host it does not list is
   refused before any connection, and the refusal says which setting to change;
-* **callback** (``on_escalation=`` of :func:`~plandag.scheduler.run_plan`,
+* **callback** (``on_escalation=`` of :func:`plandag.run_plan`,
   :class:`~plandag.planner.agent.Agent` and the durable API): called with the case as a
   dict; it may be a coroutine function.
+
+:class:`EscalationHooks` is the :class:`~plandag.scheduler.services.EscalationHook` that
+:func:`plandag.scheduler.run_plan` is handed (:meth:`EscalationHooks.run_escalated`).
 
 A hook that fails never changes the run's outcome (it is escalated, and its case is in the
 store): each hook's :class:`HookOutcome` is returned, and the durable layer records it as
@@ -27,13 +30,17 @@ import inspect
 import json
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import anyio.abc
 import httpx
 
 from plandag.tools.allowlist import host_allowed
+
+if TYPE_CHECKING:
+    from plandag.compiler.compiled import CompiledPlan
+    from plandag.scheduler.result import RunResult
 
 __all__ = [
     "DEFAULT_HOOK_TIMEOUT_S",
@@ -127,6 +134,30 @@ class EscalationHooks:
     def empty(self) -> bool:
         """No hook is set."""
         return self.command is None and self.url is None and self.callback is None
+
+    async def run_escalated(self, result: RunResult, compiled: CompiledPlan) -> list[HookOutcome]:
+        """Call the hooks with the case of a run of :func:`plandag.run_plan` that ended
+        ``escalated`` (:func:`~plandag.escalation.run_context`, command ``run_plan``): the
+        :class:`~plandag.scheduler.services.EscalationHook` the scheduler calls.
+
+        Args:
+            result: the run's result.
+            compiled: the plan it ran.
+
+        Returns:
+            As :meth:`notify`.
+        """
+        from plandag.escalation.context import run_context
+
+        return await self.notify(
+            run_context(
+                result,
+                goal=compiled.plan.goal or None,
+                plans=[compiled.plan],
+                params=compiled.params,
+                command="run_plan",
+            )
+        )
 
     async def notify(self, context: Mapping[str, Any]) -> list[HookOutcome]:
         """Call every hook that is set, in the order command, URL, callback; never raises

@@ -14,9 +14,10 @@ a rejection drops every step not started (:meth:`~plandag.scheduler.session.RunS
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,7 @@ from plandag.scheduler import events
 from plandag.scheduler.estimate import PlanEstimate, estimate_plan
 from plandag.scheduler.result import EscalationMode, RunResult, RunStatus, StepRecord
 from plandag.scheduler.runner import RunLimits, _Run, one_line
+from plandag.scheduler.services import EscalationHook
 from plandag.scheduler.session import RunSession, open_session
 from plandag.tools.boundary import WriteBoundary
 
@@ -40,6 +42,8 @@ if TYPE_CHECKING:
     from plandag.scheduler.gate import ApprovalRequest, ApproveArgument, Approver
 
 __all__ = ["run_plan", "run_plan_sync"]
+
+logger = logging.getLogger("plandag.scheduler")
 
 _DEFAULT_LIMITS = RunLimits()
 
@@ -79,7 +83,7 @@ async def run_plan(
     budget: Budget | None = None,
     completed: Mapping[int, Any] | None = None,
     escalate: EscalationMode = "person",
-    on_escalation: Callable[[dict[str, Any]], Any] | None = None,
+    on_escalation: EscalationHook | None = None,
     plan_estimate: PlanEstimate | None = None,
     tool_durations: Mapping[str, float] | None = None,
     models: ModelAccessProtocol | None = None,
@@ -139,10 +143,12 @@ async def run_plan(
         escalate: what a run that cannot go on by itself comes to
             (:data:`~plandag.scheduler.result.EscalationMode`): ``person`` (default) ends
             ``escalated``, ``never`` ends ``gave_up``.
-        on_escalation: called once the run ended ``escalated``, with its case as a dict
-            (:func:`plandag.escalation.run_context`); a function or a coroutine function,
-            or a :class:`plandag.escalation.EscalationHooks`. Its failure does not change
-            the result.
+        on_escalation: the hook called once the run ended ``escalated``
+            (:class:`~plandag.scheduler.services.EscalationHook`, such as
+            :class:`plandag.escalation.EscalationHooks`, which calls its callback, command
+            and URL with the case as a dict: :func:`plandag.escalation.run_context`);
+            :func:`plandag.run_plan` takes a plain function too. Its failure does not
+            change the result.
         plan_estimate: the plan's estimate the plan-relative limits
             (``limits.plan_cost_factor``, ``limits.plan_time_factor``) are measured against;
             default: :func:`~plandag.scheduler.estimate.estimate_plan` of ``compiled`` with
@@ -193,9 +199,20 @@ async def run_plan(
             with effects ran, the steps that were running were cancelled.
         ValueError: ``max_concurrency`` or a ``tool_limits`` value below 1, a bad
             ``approve``, or a ``write_boundary`` for a plan compiled with its own.
+        TypeError: ``on_escalation`` is not an
+            :class:`~plandag.scheduler.services.EscalationHook` (a plain function: give it
+            to :func:`plandag.run_plan`, or wrap it in
+            ``plandag.escalation.EscalationHooks(callback=...)``); nothing ran.
 
     Step failures never raise: they are recorded on the step (see :class:`StepRecord`).
     """
+    if on_escalation is not None and not isinstance(on_escalation, EscalationHook):
+        raise TypeError(
+            f"on_escalation={on_escalation!r}: plandag.scheduler.run_plan is handed an "
+            "escalation hook (an object with async run_escalated(result, compiled), such as "
+            "plandag.escalation.EscalationHooks(callback=fn)); plandag.run_plan also takes "
+            "a plain function called with the case. Nothing ran."
+        )
     the_run_id = run_id if run_id is not None else _new_run_id()
     boundary: WriteBoundary | None = None
     if compiled.write_boundary is not None:
@@ -268,19 +285,10 @@ async def run_plan(
             await session.settled()
         result = session.result()
     if on_escalation is not None and result.status == "escalated":
-        from plandag.escalation import as_hooks, run_context
-
-        hooks = as_hooks(on_escalation)
-        assert hooks is not None
-        await hooks.notify(
-            run_context(
-                result,
-                goal=compiled.plan.goal or None,
-                plans=[compiled.plan],
-                params=compiled.params,
-                command="run_plan",
-            )
-        )
+        try:
+            await on_escalation.run_escalated(result, compiled)
+        except Exception:  # a hook's failure does not change the result
+            logger.exception("run %s: the escalation hook failed", the_run_id)
     return result
 
 

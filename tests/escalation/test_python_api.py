@@ -231,6 +231,113 @@ async def test_an_instruction_is_refused_for_a_run_without_a_planner(tmp_path: P
         store.close()
 
 
+# -- run_plan ---------------------------------------------------------------------------------
+
+RUN_CLOCK = VirtualClock()
+
+
+@tool(typical_seconds=2.0)
+def slow_lookup(seconds: float) -> str:
+    """Takes ``seconds`` on the run's virtual clock; declares 2 s."""
+    calls["slow_lookup"] += 1
+    RUN_CLOCK.advance(seconds)
+    return "found"
+
+
+def _slow_plan() -> Any:
+    plan = {
+        "goal": "look it up",
+        "steps": [{"id": 1, "tool": "slow_lookup", "args": {"seconds": 7.0}}],
+    }
+    return compile_plan(plan, Registry([slow_lookup]))
+
+
+def _limits() -> RunLimits:
+    return RunLimits(heartbeat_every=None)
+
+
+@pytest.mark.anyio
+async def test_run_plan_calls_a_plain_function_with_the_case() -> None:
+    import plandag
+
+    seen: list[dict[str, Any]] = []
+    # estimated 2 s, 3x is 6 s: the step's 7 s escalates the run (plan_budget)
+    result = await plandag.run_plan(
+        _slow_plan(), limits=_limits(), clock=RUN_CLOCK, on_escalation=seen.append
+    )
+
+    assert (result.status, result.escalation) == ("escalated", "plan_budget")
+    [case] = seen
+    assert (case["run_id"], case["status"], case["reason"]) == (
+        result.run_id,
+        "escalated",
+        "plan_budget",
+    )
+    assert (case["command"], case["goal"]) == ("run_plan", "look it up")
+    assert [version["plan"]["steps"][0]["tool"] for version in case["plan_versions"]] == [
+        "slow_lookup"
+    ]
+
+
+@pytest.mark.anyio
+async def test_the_schedulers_run_plan_is_handed_an_escalation_hook() -> None:
+    from plandag.escalation import EscalationHooks
+    from plandag.scheduler import run_plan
+
+    seen: list[dict[str, Any]] = []
+    result = await run_plan(
+        _slow_plan(),
+        limits=_limits(),
+        clock=RUN_CLOCK,
+        on_escalation=EscalationHooks(callback=seen.append),
+    )
+
+    assert result.status == "escalated"
+    assert [case["reason"] for case in seen] == ["plan_budget"]
+
+
+@pytest.mark.anyio
+async def test_a_hook_that_raises_leaves_the_result_escalated() -> None:
+    from plandag.scheduler import run_plan
+
+    class Failing:
+        async def run_escalated(self, result: Any, compiled: Any) -> None:
+            raise RuntimeError("the pager is down")
+
+    result = await run_plan(
+        _slow_plan(), limits=_limits(), clock=RUN_CLOCK, on_escalation=Failing()
+    )
+
+    assert result.status == "escalated"
+
+
+@pytest.mark.anyio
+async def test_the_schedulers_run_plan_refuses_a_plain_function_before_anything_runs() -> None:
+    from plandag.scheduler import run_plan
+
+    with pytest.raises(TypeError, match=r"EscalationHooks\(callback=fn\).*plandag.run_plan"):
+        await run_plan(_slow_plan(), limits=_limits(), clock=RUN_CLOCK, on_escalation=print)
+    assert calls["slow_lookup"] == 0
+
+
+def test_run_plan_takes_the_schedulers_arguments() -> None:
+    import inspect
+
+    import plandag
+    from plandag.scheduler import entry
+
+    for public, core in (
+        (plandag.run_plan, entry.run_plan),
+        (plandag.run_plan_sync, entry.run_plan_sync),
+    ):
+        ours = inspect.signature(public).parameters
+        theirs = inspect.signature(core).parameters
+        assert list(ours) == list(theirs)
+        assert [(p.kind, p.default) for p in ours.values()] == [
+            (p.kind, p.default) for p in theirs.values()
+        ]
+
+
 @pytest.mark.anyio
 async def test_approve_refused_on_a_run_without_a_planner_never_points_to_an_instruction(
     tmp_path: Path,

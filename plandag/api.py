@@ -1,0 +1,145 @@
+"""The Python API's convenience functions: :func:`run_plan` and :func:`run_plan_sync`
+(``plandag.run_plan``) with the services a caller gives by value wired in.
+
+:func:`plandag.scheduler.run_plan` is handed its services and imports none of them
+(ARCHITECTURE.md, "Layout"): its ``on_escalation`` is an
+:class:`~plandag.scheduler.services.EscalationHook`. Here ``on_escalation`` may also be a
+plain function called with the run's case as a dict
+(:class:`plandag.escalation.EscalationHooks` builds the case and calls it). Everything
+else is passed through unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from plandag.errors import Classifier, classify_error
+from plandag.escalation.hooks import EscalationCallback, EscalationHooks, as_hooks
+from plandag.scheduler import entry
+from plandag.scheduler.services import EscalationHook
+
+if TYPE_CHECKING:
+    from plandag.access import ModelAccessProtocol
+    from plandag.brakes import Unlimited
+    from plandag.brakes.budget import Budget
+    from plandag.brakes.clock import Clock
+    from plandag.brakes.retry import RetryPolicy
+    from plandag.compiler.compiled import CompiledPlan
+    from plandag.scheduler import events
+    from plandag.scheduler.estimate import PlanEstimate
+    from plandag.scheduler.gate import ApproveArgument
+    from plandag.scheduler.result import EscalationMode, RunResult
+    from plandag.scheduler.runner import RunLimits
+    from plandag.tools.boundary import WriteBoundary
+
+__all__ = ["run_plan", "run_plan_sync"]
+
+
+async def run_plan(
+    compiled: CompiledPlan,
+    *,
+    approve: ApproveArgument | None = None,
+    write_boundary: WriteBoundary | Unlimited | None = None,
+    run_id: str | None = None,
+    max_concurrency: int | None = None,
+    tool_limits: Mapping[str, int] | None = None,
+    observers: Sequence[events.Observer] = (),
+    limits: RunLimits | None = None,
+    retry: RetryPolicy | None = None,
+    classify: Classifier = classify_error,
+    clock: Clock | None = None,
+    budget: Budget | None = None,
+    completed: Mapping[int, Any] | None = None,
+    escalate: EscalationMode = "person",
+    on_escalation: EscalationHook | EscalationHooks | EscalationCallback | None = None,
+    plan_estimate: PlanEstimate | None = None,
+    tool_durations: Mapping[str, float] | None = None,
+    models: ModelAccessProtocol | None = None,
+    escape_results: bool = True,
+) -> RunResult:
+    """Run a compiled plan: :func:`plandag.scheduler.run_plan`, whose arguments, return
+    value and errors these are, with ``on_escalation`` also a plain function.
+
+    Args:
+        on_escalation: called once the run ended ``escalated``, with its case as a dict
+            (:func:`plandag.escalation.run_context`): a function or a coroutine function,
+            a :class:`plandag.escalation.EscalationHooks` (its command, URL and callback),
+            or any :class:`~plandag.scheduler.services.EscalationHook`. Its failure does
+            not change the result.
+        compiled, approve, write_boundary, run_id, max_concurrency, tool_limits, observers,
+        limits, retry, classify, clock, budget, completed, escalate, plan_estimate,
+        tool_durations, models, escape_results: as :func:`plandag.scheduler.run_plan`.
+    """
+    hook = (
+        on_escalation
+        if on_escalation is None or isinstance(on_escalation, EscalationHook)
+        else as_hooks(on_escalation)  # a plain function
+    )
+    return await entry.run_plan(
+        compiled,
+        approve=approve,
+        write_boundary=write_boundary,
+        run_id=run_id,
+        max_concurrency=max_concurrency,
+        tool_limits=tool_limits,
+        observers=observers,
+        limits=limits,
+        retry=retry,
+        classify=classify,
+        clock=clock,
+        budget=budget,
+        completed=completed,
+        escalate=escalate,
+        on_escalation=hook,
+        plan_estimate=plan_estimate,
+        tool_durations=tool_durations,
+        models=models,
+        escape_results=escape_results,
+    )
+
+
+def run_plan_sync(
+    compiled: CompiledPlan,
+    *,
+    approve: ApproveArgument | None = None,
+    write_boundary: WriteBoundary | Unlimited | None = None,
+    run_id: str | None = None,
+    max_concurrency: int | None = None,
+    tool_limits: Mapping[str, int] | None = None,
+    observers: Sequence[events.Observer] = (),
+    limits: RunLimits | None = None,
+    retry: RetryPolicy | None = None,
+    classify: Classifier = classify_error,
+    clock: Clock | None = None,
+    budget: Budget | None = None,
+    models: ModelAccessProtocol | None = None,
+) -> RunResult:
+    """:func:`run_plan` from synchronous code, on a new event loop (``anyio.run``, asyncio).
+
+    Arguments, return value and errors as :func:`plandag.scheduler.run_plan_sync`. Must not
+    be called from a thread that already runs an event loop.
+    """
+
+    # A closure, not functools.partial: anyio names the main task after repr(func), and a
+    # partial's repr would format the whole compiled plan (O(steps) before anything runs).
+    async def main() -> RunResult:
+        return await run_plan(
+            compiled,
+            approve=approve,
+            write_boundary=write_boundary,
+            run_id=run_id,
+            max_concurrency=max_concurrency,
+            tool_limits=tool_limits,
+            observers=observers,
+            limits=limits,
+            retry=retry,
+            classify=classify,
+            clock=clock,
+            budget=budget,
+            models=models,
+        )
+
+    return anyio.run(main)
