@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from plandag.scheduler import events
     from plandag.scheduler.estimate import PlanEstimate
     from plandag.scheduler.gate import ApproveArgument
+    from plandag.scheduler.limits import RunLimits
     from plandag.scheduler.result import EscalationMode, RunResult
-    from plandag.scheduler.runner import RunLimits
     from plandag.tools.boundary import WriteBoundary
 
 __all__ = ["run_plan", "run_plan_sync"]

@@ -24,7 +24,7 @@ long by nature) and rely on the stall detector and the cost and token caps.
 
 **Lifting a brake is explicit.** In Python a limit is a number, or :data:`UNLIMITED`;
 leaving an argument out gives the table's value, and ``None`` is refused as ambiguous
-(:class:`~plandag.scheduler.runner.RunLimits`). On the command line and in configuration
+(:class:`~plandag.scheduler.limits.RunLimits`). On the command line and in configuration
 files the word is ``none`` (:data:`LIFT`): ``--max-cost none``, ``max_cost = "none"`` in
 ``[tool.plandag]``; ``--no-stop-on-stall`` keeps the stall reports without stopping.
 """

@@ -17,6 +17,7 @@ if _typing.TYPE_CHECKING:
     from plandag.scheduler.estimate import estimate_plan as estimate_plan
     from plandag.scheduler.estimate import estimate_steps as estimate_steps
     from plandag.scheduler.heartbeat import JsonlHeartbeatWriter as JsonlHeartbeatWriter
+    from plandag.scheduler.limits import RunLimits as RunLimits
     from plandag.scheduler.result import AttemptRecord as AttemptRecord
     from plandag.scheduler.result import RunResult as RunResult
     from plandag.scheduler.result import RunStatus as RunStatus
@@ -24,7 +25,6 @@ if _typing.TYPE_CHECKING:
     from plandag.scheduler.result import StepRecord as StepRecord
     from plandag.scheduler.result import StepStatus as StepStatus
     from plandag.scheduler.result import to_jsonable as to_jsonable
-    from plandag.scheduler.runner import RunLimits as RunLimits
     from plandag.scheduler.session import RunSession as RunSession
     from plandag.scheduler.session import SessionState as SessionState
     from plandag.scheduler.session import open_session as open_session
@@ -70,7 +70,7 @@ if not _typing.TYPE_CHECKING:
             "StepRecord": ("plandag.scheduler.result", "StepRecord"),
             "StepStatus": ("plandag.scheduler.result", "StepStatus"),
             "to_jsonable": ("plandag.scheduler.result", "to_jsonable"),
-            "RunLimits": ("plandag.scheduler.runner", "RunLimits"),
+            "RunLimits": ("plandag.scheduler.limits", "RunLimits"),
             "run_plan": ("plandag.scheduler.entry", "run_plan"),
             "run_plan_sync": ("plandag.scheduler.entry", "run_plan_sync"),
             "RunSession": ("plandag.scheduler.session", "RunSession"),

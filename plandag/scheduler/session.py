@@ -76,8 +76,9 @@ from plandag.errors import Classifier, PlanBudgetError, classify_error
 from plandag.scheduler import events, spans
 from plandag.scheduler.breaker import DownDependency
 from plandag.scheduler.estimate import PlanEstimate, estimate_steps
+from plandag.scheduler.limits import RunLimits
 from plandag.scheduler.result import EscalationMode, RunResult, StepErrorInfo, StepRecord
-from plandag.scheduler.runner import RunLimits, _Run
+from plandag.scheduler.runner import _Run
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
 
@@ -1433,7 +1434,7 @@ async def open_session(
         read_only: allow only tools without effects, for every step added.
         write_boundary: where the run may write (checked at compile and at run time).
         run_id: the run's id (default: a random hex id).
-        limits: the brakes (:class:`~plandag.scheduler.runner.RunLimits`), over the whole
+        limits: the brakes (:class:`~plandag.scheduler.limits.RunLimits`), over the whole
             session from its opening.
         retry, observers, max_concurrency, tool_limits, budget, clock, classify, models:
             as :func:`~plandag.scheduler.run_plan`.
