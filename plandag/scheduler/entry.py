@@ -31,9 +31,10 @@ from plandag.compiler.compiled import CompiledPlan
 from plandag.errors import Classifier, classify_error
 from plandag.scheduler import events
 from plandag.scheduler.estimate import PlanEstimate, estimate_plan
+from plandag.scheduler.failures import one_line
 from plandag.scheduler.limits import RunLimits
 from plandag.scheduler.result import EscalationMode, RunResult, RunStatus, StepRecord
-from plandag.scheduler.runner import _Run, one_line
+from plandag.scheduler.runner import _Run
 from plandag.scheduler.services import EscalationHook
 from plandag.scheduler.session import RunSession, open_session
 from plandag.tools.boundary import WriteBoundary

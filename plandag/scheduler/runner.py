@@ -73,7 +73,6 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup
-from pydantic import ValidationError
 
 from plandag.brakes.budget import (
     Budget,
@@ -92,14 +91,11 @@ from plandag.dag.references import (
     resolve_value,
 )
 from plandag.errors import (
-    BoundaryError,
     BudgetRefusedError,
     CheckFailedError,
     Classifier,
-    DependencyDownError,
     FailureInfo,
     InvalidOutputError,
-    StepError,
     StepTimeoutError,
     describe_failure,
     error_message,
@@ -112,6 +108,8 @@ from plandag.scheduler.breaker import (
     step_dependencies,
 )
 from plandag.scheduler.estimate import PlanEstimate
+from plandag.scheduler.failures import detail_of, down_error, reason_of
+from plandag.scheduler.failures import one_line as one_line
 from plandag.scheduler.heartbeat import monitor
 from plandag.scheduler.limits import RunLimits as RunLimits
 from plandag.scheduler.overrun import LIVE_RUNS, await_abandonable
@@ -139,45 +137,6 @@ logger = logging.getLogger("plandag.scheduler")
 _YIELD_EVERY_S = 0.005
 """A task running a chain of steps yields to the event loop at least this often (seconds)."""
 
-_DETAIL_CHARACTERS = 300
-
-
-def one_line(text: str) -> str:
-    """``text`` on one line (runs of white space as one space), cut to 300 characters: a
-    step's ``detail``."""
-    line = " ".join(text.split())
-    if len(line) > _DETAIL_CHARACTERS:
-        return line[: _DETAIL_CHARACTERS - 1] + "…"
-    return line
-
-
-def _reason_of(error: BaseException) -> str:
-    """The stable reason code recorded for a step that failed with ``error``."""
-    if isinstance(error, StepError):
-        return error.reason
-    if isinstance(error, BoundaryError):
-        return "write_outside_boundary"
-    if isinstance(error, ValidationError):
-        return "invalid_args"
-    if isinstance(error, ReferenceResolutionError):
-        return "reference_error"
-    if isinstance(error, TimeoutError):
-        return "timeout"
-    return "tool_error"
-
-
-def _detail_of(error: BaseException) -> str:
-    """A one-line summary of ``error`` for a person."""
-    if isinstance(error, ValidationError):
-        problems = [
-            f"{'.'.join(str(part) for part in item['loc']) or '(args)'}: {item['msg']}"
-            for item in error.errors()
-        ]
-        return one_line("invalid arguments: " + "; ".join(problems))
-    if isinstance(error, CheckFailedError):
-        return one_line(error_message(error))
-    return one_line(f"{type(error).__name__}: {error_message(error)}")
-
 
 def _referenced_steps(output: Any) -> tuple[int, ...]:
     """The step ids ``output`` references, in order (a step once per reference)."""
@@ -194,14 +153,6 @@ def _output_template(output: str) -> tuple[tuple[int, ...], ArgsTemplate]:
     one string (``"<step_9_result>"``), computed once per distinct text: both depend on
     the text alone."""
     return _referenced_steps(output), compile_template(output)
-
-
-def _down_error(down: DownDependency) -> DependencyDownError:
-    """The error of a step not attempted because ``down`` is down."""
-    return DependencyDownError(
-        f"not attempted: {down.describe()}; the replanner is told to avoid it",
-        dependency=str(down.dependency),
-    )
 
 
 def _local_paths(targets: Iterable[str]) -> list[str]:
@@ -248,7 +199,7 @@ def _end_step_span(
         spans.end_step(span, args=args, reason="budget", detail=outcome.refused)
     elif outcome.error is not None:
         error = outcome.failure.error if outcome.failure is not None else outcome.error
-        spans.end_step(span, args=args, error=error, reason=_reason_of(error))
+        spans.end_step(span, args=args, error=error, reason=reason_of(error))
     else:
         spans.end_step(span, args=args, result=outcome.result)
 
@@ -1273,7 +1224,7 @@ class _Run:
         if breaker is not None and breaker.down:
             down = breaker.blocking(self.dependencies_of(step_id))
             if down is not None:
-                return _AttemptOutcome(error=_down_error(down), down=down)
+                return _AttemptOutcome(error=down_error(down), down=down)
         reservation: Reservation | None = None
         if self.capped:
             if tool.cost_estimate_usd or tool.tokens_estimate or tool.takes_context:
@@ -1500,7 +1451,7 @@ class _Run:
         message = error_message(leaf)
         escaped = escape_text(message)
         attempt_record.error = StepErrorInfo(type(leaf).__name__, escaped)
-        attempt_record.reason = _reason_of(leaf)
+        attempt_record.reason = reason_of(leaf)
         attempt_record.kind = failure.kind
         return _AttemptOutcome(error=leaf, failure=failure, escaped=escaped is not message)
 
@@ -1653,8 +1604,8 @@ class _Run:
         message = error_message(error)
         escaped = escape_text(message)
         record.error = StepErrorInfo(type(error).__name__, escaped)
-        record.reason = _reason_of(error)
-        detail = _detail_of(error)
+        record.reason = reason_of(error)
+        detail = detail_of(error)
         shown = escape_text(detail)
         if escaped is not message or shown is not detail:
             self.escaped_steps.add(step_id)
