@@ -64,25 +64,17 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import math
-import os
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 import anyio
 import anyio.lowlevel
-from anyio.abc import TaskGroup
 
-from plandag.brakes.budget import (
-    Budget,
-    PlanBudget,
-    Reservation,
-)
-from plandag.brakes.clock import Clock, SystemClock
+from plandag.brakes.budget import Reservation
 from plandag.brakes.retry import RetryPolicy
 from plandag.checks.base import CheckOutcome
-from plandag.compiler.compiled import CompiledPlan, CompiledStep, allowed_hosts
+from plandag.compiler.compiled import CompiledStep
 from plandag.dag.references import (
     ArgsTemplate,
     ReferenceResolutionError,
@@ -93,7 +85,6 @@ from plandag.dag.references import (
 from plandag.errors import (
     BudgetRefusedError,
     CheckFailedError,
-    Classifier,
     FailureInfo,
     InvalidOutputError,
     StepTimeoutError,
@@ -101,34 +92,23 @@ from plandag.errors import (
     error_message,
 )
 from plandag.scheduler import events, spans
-from plandag.scheduler.breaker import (
-    CircuitBreaker,
-    Dependency,
-    DownDependency,
-    step_dependencies,
-)
-from plandag.scheduler.estimate import PlanEstimate
+from plandag.scheduler.breaker import CircuitBreaker, Dependency, DownDependency, step_dependencies
 from plandag.scheduler.failures import detail_of, down_error, reason_of
 from plandag.scheduler.failures import one_line as one_line
 from plandag.scheduler.heartbeat import monitor
 from plandag.scheduler.limits import RunLimits as RunLimits
-from plandag.scheduler.overrun import LIVE_RUNS, await_abandonable
+from plandag.scheduler.overrun import await_abandonable
 from plandag.scheduler.result import (
-    ESCALATION_REASONS,
     AttemptRecord,
-    EscalationMode,
     RunResult,
     RunStatus,
     StepErrorInfo,
     StepRecord,
 )
+from plandag.scheduler.state import RunState, local_paths
 from plandag.surrogates import ESCAPED_NOTE, escape_surrogates, escape_text, holds_surrogates
 from plandag.telemetry import LiveSpan, tracer_provider
 from plandag.tools.base import Tool, ToolContext
-from plandag.tools.boundary import WriteBoundary
-
-if TYPE_CHECKING:
-    from plandag.access import ModelAccessProtocol
 
 __all__ = ["RunLimits", "one_line"]
 
@@ -153,20 +133,6 @@ def _output_template(output: str) -> tuple[tuple[int, ...], ArgsTemplate]:
     one string (``"<step_9_result>"``), computed once per distinct text: both depend on
     the text alone."""
     return _referenced_steps(output), compile_template(output)
-
-
-def _local_paths(targets: Iterable[str]) -> list[str]:
-    """The real paths of the local files among write targets (URLs left out)."""
-    return [_real_path(target) for target in targets if "://" not in target]
-
-
-def _real_path(path: str) -> str:
-    """``os.path.realpath(path)``, or the absolute path when a link on it changes while it
-    is resolved (``realpath`` then raises; the write itself checks the boundary again)."""
-    try:
-        return os.path.realpath(path)
-    except OSError:
-        return os.path.abspath(path)
 
 
 @dataclasses.dataclass(slots=True)
@@ -204,493 +170,9 @@ def _end_step_span(
         spans.end_step(span, args=args, result=outcome.result)
 
 
-class _Run:
-    """The state of one run; :func:`run_plan` is its public face."""
-
-    run_span: LiveSpan | None = None
-    """The run's live trace span, parent of its steps' spans (None without tracing)."""
-
-    _run_scope: anyio.CancelScope | None = None
-
-    @property
-    def run_scope(self) -> anyio.CancelScope:
-        """The cancel scope the steps run in, which :meth:`stop` and the deadlines cancel;
-        made on first use (a run that nothing can stop never needs one)."""
-        scope = self._run_scope
-        if scope is None:
-            scope = self._run_scope = anyio.CancelScope()
-        return scope
-
-    @run_scope.setter
-    def run_scope(self, scope: anyio.CancelScope) -> None:
-        self._run_scope = scope
-
-    @property
-    def stopping(self) -> bool:
-        """The run scope was cancelled (:meth:`stop`, a deadline): the run is stopping."""
-        scope = self._run_scope
-        return scope is not None and scope.cancel_called
-
-    def __init__(
-        self,
-        compiled: CompiledPlan,
-        run_id: str,
-        max_concurrency: int | None,
-        tool_limits: Mapping[str, int] | None,
-        observers: Sequence[events.Observer],
-        limits: RunLimits,
-        retry: RetryPolicy | None,
-        classify: Classifier,
-        clock: Clock | None,
-        budget: Budget | None = None,
-        completed: Mapping[int, Any] | None = None,
-        boundary: WriteBoundary | None = None,
-        models: ModelAccessProtocol | None = None,
-    ) -> None:
-        if max_concurrency is not None and max_concurrency < 1:
-            raise ValueError(f"max_concurrency must be >= 1 or None, not {max_concurrency}")
-        limits_by_name: dict[str, int | None] = dict(tool_limits or {})
-        for name, limit in limits_by_name.items():
-            if limit is None or limit < 1:
-                raise ValueError(f"tool_limits[{name!r}] must be >= 1, not {limit}")
-        self.compiled = compiled
-        self.run_id = run_id
-        # A session (plandag.scheduler.session) replaces this with a dict of its own that
-        # grows while it runs; a parent's CompiledStep is then replaced by one whose
-        # ``children`` include the new steps, so the hot path reads children as before.
-        self.steps: Mapping[int, CompiledStep] = compiled.steps
-        self.output: Any = compiled.plan.output
-        self.first_started_at: float | None = None
-        self.params = compiled.params
-        self.boundary = compiled.write_boundary if boundary is None else boundary
-        self.listed_hosts: set[str] = set()
-        self.http_allow: tuple[str, ...] = ()
-        """The run's HTTP allow-list, given to each step in ``ToolContext.http_allow``."""
-        self.taint_of: dict[int, bool] = {}
-        """Whether each started step's result is (or would be) tainted."""
-        self.clean_files: set[str] = set()
-        """Real paths of files this run wrote from untainted data."""
-        self.pending_clean: dict[int, list[str]] = {}
-        self.observers = tuple(observers)
-        self.broken_observers: set[int] = set()
-        self.limits = limits
-        self.retry = retry
-        self.classify = classify
-        self.clock: Clock = clock if clock is not None else SystemClock()
-        # The system clock's functions are called directly: a bound method per call would
-        # cost the hot path for nothing.
-        self.now: Callable[[], float]
-        self.monotonic: Callable[[], float]
-        if type(self.clock) is SystemClock:
-            self.now, self.monotonic = time.time, time.perf_counter
-        else:
-            self.now, self.monotonic = self.clock.time, self.clock.monotonic
-        self.budget = budget if budget is not None else limits.budget()
-        self.capped = self.budget.capped
-        self.budget_refused = False
-        self.rejected = False
-        """A person rejected the whole plan while steps without effects ran (the run ends
-        ``rejected``; :meth:`plandag.scheduler.session.RunSession.reject`)."""
-        self.stop_reason: str | None = None
-        self.started = 0.0
-        self.finished = False
-        """The run returned its result (a :class:`~.overrun.DeadlineGuard` reads it)."""
-        self.final_result: RunResult | None = None
-        """The result the run returned (a :class:`~.overrun.DeadlineGuard` reads it)."""
-        self.started_at = 0.0
-        """When the run started, seconds since the epoch."""
-        self.deadline: float | None = None
-        self.last_progress = 0.0
-        self.paused = False
-        self.waiting_for_person = 0
-        """How many approvals are being asked now (:meth:`pause`)."""
-        self.paused_at: float | None = None
-        self.paused_total = 0.0
-        self.loop_paused_at = 0.0
-        """When the clocks stopped for a person, on the event loop's clock."""
-        self.cap_loop_deadline: float | None = None
-        """The wall-clock cap's deadline on the event loop's clock, or None."""
-        self.plan_budget: PlanBudget | None = None
-        self.plan_loop_deadline: float | None = None
-        """The plan-relative time limit's deadline on the event loop's clock, or None."""
-        self.plan_measured: Mapping[str, float] = {}
-        self.plan_tokens_cost: Callable[[int], float | None] | None = None
-        self.step_spent_nanodollars = 0
-        """This run's own step spend (a shared batch budget also holds other runs')."""
-        self.plan_budget_detail: str | None = None
-        self.records: dict[int, StepRecord] = {}
-        self.models = models
-        """What model-backed steps use (``ToolContext.models``), or None."""
-        self.step_states: dict[int, dict[str, Any]] = {}
-        """``ToolContext.step_state`` of each step that took a context, kept across attempts."""
-        self.remaining: dict[int, int] = {}
-        self.active = 0
-        """Step tasks started and not yet ended (each may run a chain of steps)."""
-        self.idle_event: anyio.Event | None = None
-        """Set when ``active`` drops to 0 (a session's ``settled()`` waits on it)."""
-        self.gave_up = False
-        self.escalate_mode: EscalationMode = "person"
-        self.escalation: tuple[str, str] | None = None
-        """``(reason, detail)`` once the run was handed to a person (:meth:`escalate`)."""
-        self.breaker = (
-            CircuitBreaker(limits.breaker_after) if limits.breaker_after is not None else None
-        )
-        self.dependencies: dict[int, tuple[Dependency, ...]] = {}
-        self.results: dict[int, Any] = {}
-        self.escaped_steps: set[int] = set()
-        """Steps with a value that held lone surrogates, escaped (:mod:`plandag.surrogates`)."""
-        self.escape_results = True
-        """Whether each result is looked through for lone surrogates (``run_plan``)."""
-        self.started_monotonic: dict[int, float] = {}
-        self.failed_upstream: dict[int, list[int]] = {}
-        self.global_limiter = (
-            anyio.CapacityLimiter(max_concurrency) if max_concurrency is not None else None
-        )
-        self.tool_limiter: dict[int, anyio.CapacityLimiter | None] = {}
-        limiters_by_tool: dict[str, anyio.CapacityLimiter] = {}
-        self.limits_by_name = limits_by_name
-        self.limiters_by_tool = limiters_by_tool
-        # One pass over the steps (this runs once per run: a batch runs a plan per input).
-        steps = self.steps
-        records = self.records
-        remaining = self.remaining
-        tool_limiter = self.tool_limiter
-        hosts: set[str] = set()
-        all_inline = True
-        for step_id in compiled.order:
-            compiled_step = steps[step_id]
-            tool = compiled_step.tool
-            name = tool.name
-            records[step_id] = StepRecord(step_id, name)
-            remaining[step_id] = len(compiled_step.parents)
-            limit = limits_by_name.get(name, tool.max_concurrency)
-            if limit is not None and name not in limiters_by_tool:
-                limiters_by_tool[name] = anyio.CapacityLimiter(limit)
-            tool_limiter[step_id] = limiters_by_tool.get(name) if limiters_by_tool else None
-            if compiled_step.hosts:
-                hosts.update(compiled_step.hosts)
-            if all_inline and not (tool.inline and not tool.is_async):
-                all_inline = False
-        if len(records) != len(steps):  # the order does not name every step: ask each one
-            hosts = set(compiled.listed_hosts)
-            all_inline = all(step.tool.inline and not step.tool.is_async for step in steps.values())
-        listed: tuple[str, ...] = () if compiled.read_only else tuple(sorted(hosts))
-        self.listed_hosts = set(listed)
-        self.http_allow = allowed_hosts(compiled.http_allow, listed)
-        self.task_group: TaskGroup | None = None
-        self.in_order = not self.observers and all_inline
-        """Whether :meth:`run_steps` may run the steps one after another in plan order, in
-        one task (every tool inline, nobody observing: see :meth:`run_in_order`)."""
-        self.driving_in_order = False
-        self.pending_estimate: tuple[PlanEstimate, Mapping[str, float]] | None = None
-        """Armed when :meth:`run` starts (``run_plan``'s plan estimate)."""
-        self.completed: Mapping[int, Any] = {}
-        if completed:
-            unknown = sorted(set(completed) - set(self.records))
-            if unknown:
-                raise ValueError(f"completed names steps the plan does not have: {unknown}")
-            self.completed = completed
-
-    # -- the allow-list and taint ---------------------------------------------------------
-
-    def list_hosts(self, hosts: Iterable[str]) -> None:
-        """Add hosts an approved (or effect-free, untainted) part of the plan lists to the
-        run's HTTP allow-list; a read-only run lists none (ARCHITECTURE.md, "Untrusted
-        content")."""
-        if self.compiled.read_only:
-            return
-        new = set(hosts) - self.listed_hosts
-        if new:
-            self.listed_hosts |= new
-            self.http_allow = allowed_hosts(self.compiled.http_allow, self.listed_hosts)
-
-    def output_tainted(self, compiled_step: CompiledStep, args: Mapping[str, Any]) -> bool:
-        """Whether the step's result will be tainted, now that its args resolved.
-
-        The compile-time answer (``tainted_output``) is refined: an input counts as tainted
-        only when a parent's result really was, and a ``taint_source`` tool reading back a
-        file this run wrote from untainted data (its ``reads`` argument) gives untainted
-        data.
-        """
-        if not compiled_step.tainted_output:
-            return False
-        if compiled_step.tainted_literals:
-            return True
-        if compiled_step.tainted_input:
-            steps = self.steps
-            taint_of = self.taint_of
-            for parent in compiled_step.parents:
-                if taint_of.get(parent, True) and steps[parent].tainted_output:
-                    return True
-        tool = compiled_step.tool
-        if not tool.taint_source:
-            return False
-        if tool.reads is None or not self.clean_files:
-            return True
-        path = args.get(tool.reads)
-        return not isinstance(path, str) or _real_path(path) not in self.clean_files
-
-    # -- events --------------------------------------------------------------------------
-
-    def emit(self, event: events.Event) -> None:
-        """Send ``event`` to every observer; an observer that raises is logged once.
-
-        Raises:
-            StartVeto: an observer vetoed a ``StepStarted`` (the caller fails the attempt).
-        """
-        for observer in self.observers:
-            try:
-                observer(event)
-            except events.StartVeto:
-                if isinstance(event, events.StepStarted):
-                    raise
-                logger.warning(
-                    "run %s: observer %r vetoed a %s; only a StepStarted can be vetoed",
-                    self.run_id,
-                    observer,
-                    type(event).__name__,
-                )
-            except Exception:
-                if id(observer) not in self.broken_observers:
-                    self.broken_observers.add(id(observer))
-                    logger.warning(
-                        "run %s: observer %r raised on %s; the run goes on and later errors "
-                        "of this observer are not logged",
-                        self.run_id,
-                        observer,
-                        type(event).__name__,
-                        exc_info=True,
-                    )
-
-    def guard(self) -> None:
-        """Let a command line's :class:`~plandag.scheduler.overrun.DeadlineGuard` watch
-        this run (a run on the system clock with a wall-clock cap)."""
-        if type(self.clock) is SystemClock:
-            LIVE_RUNS.add(self)
-
-    def running_step_ids(self) -> tuple[int, ...]:
-        """Ids of the running steps, sorted."""
-        return self.running_steps()[0]
-
-    def deadline_result(self) -> RunResult:
-        """The run's result for a :class:`~plandag.scheduler.overrun.DeadlineGuard` that
-        ends the process past the deadline (called from the guard's thread): the result the
-        run returned when it has, else its records as they stand, each step still running
-        ``cancelled`` and each not started ``skipped`` (reason ``deadline``), the run
-        ``timed_out``; the records themselves are left as they are."""
-        if self.final_result is not None:
-            return self.final_result
-        now = self.now()
-        records: list[tuple[int, StepRecord]] = []
-        for _ in range(3):  # the loop may still add a step meanwhile
-            try:
-                records = list(self.records.items())
-                break
-            except RuntimeError:
-                continue
-        steps: dict[int, StepRecord] = {}
-        for step_id, record in records:
-            copy = dataclasses.replace(record)
-            if copy.status == "running":
-                copy.status, copy.reason, copy.ended_at = "cancelled", "deadline", now
-                copy.detail = (
-                    "the run reached its wall-clock cap while this step ignored cancellation"
-                )
-            elif copy.status == "pending":
-                copy.status, copy.reason, copy.ended_at = "skipped", "deadline", now
-                copy.detail = "the run reached its wall-clock cap before this step started"
-            steps[step_id] = copy
-        return RunResult(
-            run_id=self.run_id,
-            status="timed_out",
-            steps=steps,
-            started_at=self.started_at,
-            ended_at=now,
-            duration_s=self.monotonic() - self.started,
-            spent_usd=self.budget.spent_usd,
-            spent_tokens=self.budget.spent_tokens,
-            stop_reason="deadline",
-        )
-
-    def past_deadline(self) -> bool:
-        """The wall-clock cap has passed (and the run is not waiting for a person): what a
-        step that ignored cancellation, or blocked the event loop, finds when it returns."""
-        return self.deadline is not None and not self.paused and self.monotonic() >= self.deadline
-
-    def running_steps(self) -> tuple[tuple[int, ...], tuple[str, ...]]:
-        """Ids of the running steps (sorted) and their tools' names."""
-        running = sorted(
-            record.id for record in self.records.values() if record.status == "running"
-        )
-        return tuple(running), tuple(self.records[step_id].tool for step_id in running)
-
-    def heartbeat(self) -> events.Heartbeat:
-        """A :class:`~plandag.scheduler.events.Heartbeat` for now (O(steps))."""
-        counts = dict.fromkeys(
-            ("pending", "running", "succeeded", "failed", "skipped", "cancelled"), 0
-        )
-        for record in self.records.values():
-            counts[record.status] += 1
-        running_steps, running_tools = self.running_steps()
-        return events.Heartbeat(
-            run_id=self.run_id,
-            elapsed_s=self.monotonic() - self.started,
-            total=len(self.records),
-            succeeded=counts["succeeded"],
-            failed=counts["failed"],
-            skipped=counts["skipped"],
-            cancelled=counts["cancelled"],
-            running=counts["running"],
-            pending=counts["pending"],
-            spent_usd=self.budget.spent_usd,
-            spent_tokens=self.budget.spent_tokens,
-            running_steps=running_steps,
-            running_tools=running_tools,
-            time=self.now(),
-        )
-
-    def stall(self, idle_s: float, stopping: bool) -> events.Stall:
-        """A :class:`~plandag.scheduler.events.Stall` for now."""
-        running_steps, running_tools = self.running_steps()
-        return events.Stall(
-            run_id=self.run_id,
-            elapsed_s=self.monotonic() - self.started,
-            idle_s=idle_s,
-            running_steps=running_steps,
-            running_tools=running_tools,
-            stopping=stopping,
-            time=self.now(),
-        )
-
-    def escalate(self, reason: str, detail: str) -> bool:
-        """Hand the run to a person: it ends ``escalated`` with ``reason`` (one of
-        :data:`~plandag.scheduler.result.ESCALATION_REASONS`) and ``detail`` (a sentence for
-        that person); with escalation mode ``never`` it ends ``gave_up`` instead. The first
-        escalation's reason is kept. Returns True when the run escalates.
-
-        Raises:
-            ValueError: ``reason`` is not one of ``ESCALATION_REASONS``.
-        """
-        if reason not in ESCALATION_REASONS:
-            raise ValueError(
-                f"escalation reason {reason!r} is unknown; use one of "
-                f"{', '.join(sorted(ESCALATION_REASONS))}"
-            )
-        if self.escalate_mode == "never":
-            self.gave_up = True
-            return False
-        if self.escalation is None:
-            self.escalation = (reason, detail)
-        return True
-
-    def stop(self, reason: str) -> None:
-        """Stop the run now: running steps end cancelled, the others skipped (``reason``)."""
-        if self.stop_reason is None:
-            self.stop_reason = reason
-        self.run_scope.cancel()
-
-    def stop_cause(self) -> str:
-        """Why the run's steps are being cancelled: ``stalled``, ``deadline`` or
-        ``interrupted`` (from outside)."""
-        if self.stop_reason is not None:
-            return self.stop_reason
-        if self.stopping:
-            # only stop() and the deadlines cancel run_scope: the earlier deadline fired
-            plan_deadline = self.plan_loop_deadline
-            cap_deadline = self.cap_loop_deadline
-            budget = self.plan_budget
-            if (
-                budget is not None
-                and plan_deadline is not None
-                and (cap_deadline is None or plan_deadline < cap_deadline)
-            ):
-                limit = budget.time_limit_s or 0.0
-                detail = budget.time_words(max(self.plan_elapsed(), limit))
-                self.plan_budget_detail = detail
-                self.stop_reason = "plan_budget"
-                self.escalate("plan_budget", detail)
-                return "plan_budget"
-            return "deadline"
-        return "interrupted"
-
-    def remaining_s(self) -> float | None:
-        """Seconds left before the run's deadline (run's clock), or None without one."""
-        if self.deadline is None:
-            return None
-        return self.deadline - self.monotonic()
-
-    # -- the plan-relative budget ------------------------------------------------------------
-
-    def arm_plan_budget(
-        self,
-        estimate: PlanEstimate,
-        measured: Mapping[str, float] | None = None,
-        tokens_cost: Callable[[int], float | None] | None = None,
-    ) -> PlanBudget | None:
-        """Hold the run to ``limits.plan_cost_factor`` / ``plan_time_factor`` times
-        ``estimate``, counted from the run's start; call it inside the run, once its
-        deadline is set. ``measured`` and ``tokens_cost`` estimate later replan patches as
-        the plan was. Returns the budget, or None when no limit applies (factors lifted,
-        estimate unknown)."""
-        limits = self.limits
-        budget = PlanBudget(estimate, limits.plan_cost_factor, limits.plan_time_factor)
-        self.plan_measured = dict(measured or {})
-        self.plan_tokens_cost = tokens_cost
-        if not budget.enforced:
-            self.plan_budget = None
-            self.plan_loop_deadline = None
-            self.apply_deadlines()
-            return None
-        self.plan_budget = budget
-        if budget.time_limit_s is not None:
-            self.plan_loop_deadline = (
-                anyio.current_time() + budget.time_limit_s - self.plan_elapsed()
-            )
-        else:
-            self.plan_loop_deadline = None
-        self.apply_deadlines()
-        self.check_plan_budget()
-        return budget
-
-    def apply_deadlines(self) -> None:
-        """Set the run scope's deadline to the earlier of the wall-clock cap's and the
-        plan-relative limit's (none while paused for a person)."""
-        if self.paused:
-            return
-        deadlines = [
-            deadline
-            for deadline in (self.cap_loop_deadline, self.plan_loop_deadline)
-            if deadline is not None
-        ]
-        self.run_scope.deadline = min(deadlines) if deadlines else math.inf
-
-    def plan_elapsed(self) -> float:
-        """Seconds since the run started (run's clock), time waiting for a person left out."""
-        now = self.paused_at if self.paused_at is not None else self.monotonic()
-        return max(now - self.started - self.paused_total, 0.0)
-
-    def plan_spent(self) -> float:
-        """US dollars this run's steps spent (every attempt; a planner's own model calls
-        are not steps: the absolute caps and the replan caps hold them)."""
-        return self.step_spent_nanodollars / 1_000_000_000
-
-    def check_plan_budget(self) -> None:
-        """Stop the run (escalated, ``plan_budget``) when it is past a plan-relative limit."""
-        budget = self.plan_budget
-        if budget is None or self.stop_reason is not None or self.stopping:
-            return
-        if self.budget.exceeded:
-            return  # past an absolute cap: that brake acts (budget_exceeded) and comes first
-        detail = budget.passed(self.plan_spent(), self.plan_elapsed())
-        if detail is not None:
-            self.stop_plan_budget(detail)
-
-    def stop_plan_budget(self, detail: str) -> None:
-        """Stop the run now because of the plan-relative budget; ``detail`` says why."""
-        if self.stop_reason is None and not self.stopping:
-            self.plan_budget_detail = detail
-            self.escalate("plan_budget", detail)
-        self.stop("plan_budget")
+class _Run(RunState):
+    """One run: its steps started as they become ready, each to a terminal state, and its
+    result (:func:`~plandag.scheduler.run_plan` is its public face)."""
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -825,51 +307,6 @@ class _Run:
             if step_id not in self.completed and self.remaining[step_id] == 0
         ]
 
-    def pause(self) -> Callable[[], None]:
-        """A person is deciding: from now until the returned function is called, the
-        wall-clock cap and the stall detector stop whenever no step runs, and go on while
-        steps run (effect-free branches keep running during an approval, and their time
-        counts); each stop moves them on by the time it lasted."""
-        self.waiting_for_person += 1
-        self.update_pause()
-        done = False
-
-        def resume() -> None:
-            nonlocal done
-            if done:
-                return
-            done = True
-            self.waiting_for_person -= 1
-            self.update_pause()
-
-        return resume
-
-    def update_pause(self) -> None:
-        """Stop the clocks when a person is deciding and no step runs; start them again,
-        moved on by the time stopped, otherwise (the wall-clock cap's deadline and the
-        plan-relative limit's alike)."""
-        should = self.waiting_for_person > 0 and self.active == 0
-        if should and self.paused_at is None:
-            self.paused_at = self.monotonic()
-            self.loop_paused_at = anyio.current_time()
-            self.run_scope.deadline = math.inf
-            self.paused = True
-        elif not should and self.paused_at is not None:
-            waited = max(self.monotonic() - self.paused_at, 0.0)
-            loop_waited = max(anyio.current_time() - self.loop_paused_at, 0.0)
-            self.paused_at = None
-            self.paused_total += waited
-            self.last_progress += waited
-            if self.deadline is not None:
-                self.deadline += waited
-            if self.cap_loop_deadline is not None:
-                self.cap_loop_deadline += loop_waited
-            if self.plan_loop_deadline is not None:
-                self.plan_loop_deadline += loop_waited
-            self.paused = False
-            # one assignment: the old deadline, already past, would cancel the scope at once
-            self.apply_deadlines()
-
     def finish(self, started_at: float, started: float) -> RunResult:
         """Close every record still open, build the RunResult and emit RunFinished."""
         self.finished = True
@@ -958,20 +395,6 @@ class _Run:
         except ReferenceResolutionError as error:
             logger.warning("run %s: the plan's output did not resolve: %s", self.run_id, error)
             return None
-
-    def result_of(self, step_id: int) -> Any:
-        """The result of a succeeded step, for reference resolution.
-
-        Raises:
-            ReferenceResolutionError: the step has no result (it has not succeeded).
-        """
-        try:
-            return self.results[step_id]
-        except KeyError:
-            raise ReferenceResolutionError(
-                f"<step_{step_id}_result>: step {step_id} has no result (it has not "
-                "succeeded); add it to depends_on"
-            ) from None
 
     # -- one step --------------------------------------------------------------------------
 
@@ -1297,7 +720,7 @@ class _Run:
                     compiled_step.tainted_output and self.output_tainted(compiled_step, args)
                 )
                 if not tainted and tool.writes is not None and tool.effects != "none":
-                    self.pending_clean[step_id] = _local_paths(tool.write_targets(args))
+                    self.pending_clean[step_id] = local_paths(tool.write_targets(args))
                 if tool.inline and not tool.is_async:
                     # runs on the loop and never suspends: no cancel scope could interrupt it
                     # (Tool.invoke_inline discards a result that came past the timeout)
