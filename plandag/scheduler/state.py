@@ -25,23 +25,14 @@ from plandag.brakes.budget import Budget, PlanBudget
 from plandag.brakes.clock import Clock, SystemClock
 from plandag.brakes.retry import RetryPolicy
 from plandag.compiler.compiled import CompiledPlan, CompiledStep, allowed_hosts
-from plandag.dag.references import (
-    ReferenceResolutionError,
-)
-from plandag.errors import (
-    Classifier,
-)
+from plandag.dag.references import ReferenceResolutionError
+from plandag.errors import Classifier
 from plandag.scheduler import events
 from plandag.scheduler.breaker import CircuitBreaker, Dependency
 from plandag.scheduler.estimate import PlanEstimate
 from plandag.scheduler.limits import RunLimits
 from plandag.scheduler.overrun import LIVE_RUNS
-from plandag.scheduler.result import (
-    ESCALATION_REASONS,
-    EscalationMode,
-    RunResult,
-    StepRecord,
-)
+from plandag.scheduler.result import ESCALATION_REASONS, EscalationMode, RunResult, StepRecord
 from plandag.telemetry import LiveSpan
 from plandag.tools.boundary import WriteBoundary
 
