@@ -31,7 +31,8 @@ from plandag.cli.options import JsonOption
 from plandag.errors import InputError
 from plandag.trace.diff import diff_traces, render_diff
 from plandag.trace.html import write_html
-from plandag.trace.model import Trace, load_trace
+from plandag.trace.model import Trace
+from plandag.trace.reader import load_trace
 from plandag.trace.timeline import render_timeline
 
 __all__ = ["diff_command", "register", "resolve_trace_path", "trace_command"]

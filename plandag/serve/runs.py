@@ -163,7 +163,7 @@ def run_view(store: Store, run_id: str) -> dict[str, Any]:
         InputError: no such run.
     """
     from plandag.trace.html import dag_svg, gantt_svg, steps_table
-    from plandag.trace.model import load_trace
+    from plandag.trace.reader import load_trace
 
     row = store.run(run_id)
     versions = store.plan_versions(run_id)

@@ -2,7 +2,7 @@
 "People in the loop").
 
 * :class:`~plandag.trace.writer.TraceWriter` writes the file (and observes the scheduler);
-* :func:`~plandag.trace.model.load_trace` reads it into a :class:`~plandag.trace.model.Trace`;
+* :func:`~plandag.trace.reader.load_trace` reads it into a :class:`~plandag.trace.model.Trace`;
 * :func:`~plandag.trace.timeline.render_timeline` draws it in the terminal,
   :func:`~plandag.trace.html.write_html` as a self-contained page (DAG and Gantt chart);
 * :func:`~plandag.trace.diff.diff_traces` compares two runs.
@@ -18,7 +18,7 @@ if _typing.TYPE_CHECKING:
     from plandag.trace.diff import render_diff as render_diff
     from plandag.trace.html import write_html as write_html
     from plandag.trace.model import Trace as Trace
-    from plandag.trace.model import load_trace as load_trace
+    from plandag.trace.reader import load_trace as load_trace
     from plandag.trace.timeline import render_timeline as render_timeline
     from plandag.trace.writer import TraceWriter as TraceWriter
 
@@ -42,7 +42,7 @@ if not _typing.TYPE_CHECKING:
             "render_diff": ("plandag.trace.diff", "render_diff"),
             "write_html": ("plandag.trace.html", "write_html"),
             "Trace": ("plandag.trace.model", "Trace"),
-            "load_trace": ("plandag.trace.model", "load_trace"),
+            "load_trace": ("plandag.trace.reader", "load_trace"),
             "render_timeline": ("plandag.trace.timeline", "render_timeline"),
             "TraceWriter": ("plandag.trace.writer", "TraceWriter"),
         },

@@ -183,7 +183,7 @@ def diff_traces(a: Trace, b: Trace) -> TraceDiff:
     """Compare run A with run B (see the module docstring for how steps are matched).
 
     Args:
-        a, b: the two runs' traces (:func:`plandag.trace.model.load_trace`).
+        a, b: the two runs' traces (:func:`plandag.trace.reader.load_trace`).
 
     Returns:
         A :class:`TraceDiff`.

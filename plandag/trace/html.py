@@ -421,7 +421,7 @@ def write_html(trace: Trace, path: Path | str) -> Path:
     """Write ``trace``'s page to ``path`` (UTF-8), replacing it.
 
     Args:
-        trace: the run, from :func:`plandag.trace.model.load_trace`.
+        trace: the run, from :func:`plandag.trace.reader.load_trace`.
         path: the file to write; its folder must exist.
 
     Returns:

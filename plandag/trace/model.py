@@ -45,8 +45,6 @@ __all__ = [
     "StepTrace",
     "Trace",
     "Wait",
-    "load_trace",
-    "parse_trace",
 ]
 
 
@@ -616,43 +614,6 @@ def _as_json(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_as_json(item) for item in value]
     return value
-
-
-def load_trace(path: Path | str) -> Trace:
-    """Read a trace file into a :class:`Trace`: :func:`plandag.trace.reader.load_trace`,
-    re-exported here.
-
-    Args:
-        path: the ``.jsonl`` file a :class:`~plandag.trace.writer.TraceWriter` wrote.
-
-    Returns:
-        The :class:`Trace`; its ``notes`` say what was skipped.
-
-    Raises:
-        InputError: the file cannot be read, or holds no trace line at all.
-    """
-    from plandag.trace import reader  # the reader imports this module's types
-
-    return reader.load_trace(path)
-
-
-def parse_trace(text: str, *, source: str = "trace") -> Trace:
-    """Parse a trace's text, as :func:`load_trace` does:
-    :func:`plandag.trace.reader.parse_trace`, re-exported here.
-
-    Args:
-        text: the JSON Lines.
-        source: a name for messages (the file).
-
-    Returns:
-        The :class:`Trace`; its ``notes`` say what was skipped.
-
-    Raises:
-        InputError: no line is a trace record.
-    """
-    from plandag.trace import reader
-
-    return reader.parse_trace(text, source=source)
 
 
 def _number(value: Any, default: float = 0.0) -> float:

@@ -11,8 +11,7 @@ The reader is tolerant, because a trace is most needed after something went wron
 * a resumed run (several segments in one file) is one continued timeline: a step seen in
   several segments keeps its earlier attempts, and its latest state wins.
 
-The types it builds are in :mod:`plandag.trace.model` (which re-exports :func:`load_trace`
-and :func:`parse_trace`).
+The types it builds are in :mod:`plandag.trace.model`.
 
 Format: the trace file written by :class:`plandag.trace.writer.TraceWriter`, whose module
 docstring describes every record (README, "Durable runs: store, resume, traces, approval").

@@ -201,7 +201,7 @@ def render_timeline(trace: Trace, console: Console, width: int | None = None) ->
     """Print ``trace``'s timeline on ``console``.
 
     Args:
-        trace: the run, from :func:`plandag.trace.model.load_trace`.
+        trace: the run, from :func:`plandag.trace.reader.load_trace`.
         console: where to print (a ``Console(record=True)`` in tests).
         width: total characters per row (default the console's width); the bars get what
             the label (26) and status (30) columns leave, at least 10.

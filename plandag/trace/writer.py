@@ -3,7 +3,7 @@
 The file format, defined here (README, "Durable runs: store, resume, traces, approval"): every
 line is a JSON object with ``type``, ``run_id`` and ``time`` (wall-clock seconds since the
 epoch). A resumed run appends to the same file under a new ``segment`` number, so one file
-holds the whole story of a run; :func:`plandag.trace.model.load_trace` reads it back.
+holds the whole story of a run; :func:`plandag.trace.reader.load_trace` reads it back.
 
 :class:`TraceWriter` is also a scheduler observer (:mod:`plandag.scheduler.events`): live
 ``event`` lines while steps start and end (so a crash still leaves the steps that ran), then

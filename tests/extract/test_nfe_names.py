@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from plandag.cli import app
 from plandag.extract.names import display_name, escape_surrogates
 from plandag.store import open_store
-from plandag.trace.model import load_trace
+from plandag.trace.reader import load_trace
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "nfe"
 FIRST = EXAMPLES / "nfelib_35180834128745000152550010000476121675985748-nfe.xml"

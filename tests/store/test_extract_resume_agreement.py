@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from plandag.cli import app
 from plandag.store import open_store
-from plandag.trace.model import load_trace
+from plandag.trace.reader import load_trace
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "nfe"
 FIRST = EXAMPLES / "brnfe_without_proc.xml"

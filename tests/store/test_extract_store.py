@@ -45,7 +45,7 @@ def test_extract_records_one_row_per_document(tmp_path: Path) -> None:
 
 
 def test_extract_writes_a_trace_with_one_bar_per_document(tmp_path: Path) -> None:
-    from plandag.trace.model import load_trace
+    from plandag.trace.reader import load_trace
 
     store_path = tmp_path / "runs.sqlite3"
     inputs = sorted(str(path) for path in EXAMPLES.glob("*.xml"))
@@ -75,7 +75,7 @@ def test_extract_writes_a_trace_with_one_bar_per_document(tmp_path: Path) -> Non
 
 def _extract(tmp_path: Path, inputs: list[str], *options: str) -> tuple[list[Any], Any, Any]:
     """Run ``plandag extract nfe``; return (records of the JSONL, store documents, trace)."""
-    from plandag.trace.model import load_trace
+    from plandag.trace.reader import load_trace
 
     store_path = tmp_path / "runs.sqlite3"
     output = tmp_path / "out.jsonl"

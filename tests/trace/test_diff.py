@@ -9,7 +9,8 @@ from rich.console import Console
 
 from plandag.scheduler.result import AttemptRecord, RunResult, StepRecord
 from plandag.trace.diff import PlanChange, StepOutcome, diff_traces, render_diff
-from plandag.trace.model import Trace, load_trace
+from plandag.trace.model import Trace
+from plandag.trace.reader import load_trace
 from plandag.trace.writer import TraceWriter
 
 T = 1_700_000_000.0

@@ -7,7 +7,7 @@ from pathlib import Path
 import lxml.html
 
 from plandag.trace.html import write_html
-from plandag.trace.model import load_trace, parse_trace
+from plandag.trace.reader import load_trace, parse_trace
 
 
 def has_class(name: str) -> str:

@@ -19,7 +19,7 @@ import lxml.html
 import pytest
 
 from plandag.trace.html import STATUS_COLORS, write_html
-from plandag.trace.model import load_trace
+from plandag.trace.reader import load_trace
 
 CHROMIUM = shutil.which("chromium")
 

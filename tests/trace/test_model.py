@@ -10,7 +10,8 @@ import pytest
 from plandag.errors import InputError
 from plandag.scheduler import events
 from plandag.scheduler.result import AttemptRecord, RunResult, StepRecord
-from plandag.trace.model import ActivePeriod, Attempt, Wait, load_trace, parse_trace
+from plandag.trace.model import ActivePeriod, Attempt, Wait
+from plandag.trace.reader import load_trace, parse_trace
 from plandag.trace.writer import TraceWriter
 
 T = 1_700_000_000.0

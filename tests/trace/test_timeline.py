@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from plandag.trace.model import load_trace, parse_trace
+from plandag.trace.reader import load_trace, parse_trace
 from plandag.trace.timeline import format_seconds, render_timeline
 
 

@@ -17,7 +17,8 @@ from plandag.scheduler import events, run_plan_sync
 from plandag.scheduler.result import RunResult, StepRecord
 from plandag.tools.base import tool
 from plandag.tools.registry import Registry
-from plandag.trace.model import Attempt, CheckResult, load_trace
+from plandag.trace.model import Attempt, CheckResult
+from plandag.trace.reader import load_trace
 from plandag.trace.writer import RESULT_CHARACTERS, TraceWriter, plan_dependencies
 
 T = 1_700_000_000.0
