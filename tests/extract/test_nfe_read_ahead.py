@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from plandag.extract import parallel
-from plandag.extract.nfe import batch as batch_module
-from plandag.extract.nfe.batch import advise_read
+from plandag.extract.nfe import document as document_module
+from plandag.extract.nfe.document import advise_read
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "nfe"
 
@@ -43,7 +43,7 @@ def test_a_worker_advises_each_file_of_its_chunk_before_extracting_it(
     files = sorted(str(path) for path in EXAMPLES.glob("*.xml"))[:4]
     advised: list[str] = []
     extracted: list[str] = []
-    monkeypatch.setattr(batch_module, "advise_read", lambda path: advised.append(str(path)))
+    monkeypatch.setattr(document_module, "advise_read", lambda path: advised.append(str(path)))
     real = parallel._extract_one
 
     async def spy(source: str, data: bytes | None, *rest: Any) -> Any:

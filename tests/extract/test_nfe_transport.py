@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
-from plandag.extract import parallel
+from plandag.extract import mapper, parallel
 from plandag.extract.nfe import batch
 from plandag.extract.nfe.batch import expand_inputs, extract_batch
 from plandag.tools.boundary import WriteBoundary
@@ -108,7 +108,7 @@ def test_a_batch_duration_leaves_out_starting_and_stopping_its_workers(
         )
         return parallel.ChunkMapper(backend, config, options["local"], parallel.lost_record)
 
-    monkeypatch.setattr(parallel, "open_mapper", open_mapper)
+    monkeypatch.setattr(mapper, "open_mapper", open_mapper)
     summary = _run(_folder(tmp_path), tmp_path / "out.jsonl", workers=2, jobs=1)
     assert backends[0].closed == 1
     assert summary.start_seconds == 7.0
@@ -131,7 +131,7 @@ def test_a_chunk_the_backend_cannot_send_gives_error_rows_instead_of_a_hang(
             _Refusing(_Clock()), config, options["local"], parallel.lost_record
         )
 
-    monkeypatch.setattr(parallel, "open_mapper", open_mapper)
+    monkeypatch.setattr(mapper, "open_mapper", open_mapper)
     folder = tmp_path / "in"
     shutil.copytree(EXAMPLES, folder)
     summary = _run(folder, tmp_path / "out.jsonl", workers=2, jobs=1)
@@ -177,7 +177,7 @@ def test_the_last_chunks_of_a_batch_are_shared_out_between_the_workers(
             backend, config, options["local"], parallel.lost_record, documents=40
         )
 
-    monkeypatch.setattr(parallel, "open_mapper", open_mapper)
+    monkeypatch.setattr(mapper, "open_mapper", open_mapper)
     _run(folder, tmp_path / "one.jsonl", workers=1)
     _run(folder, tmp_path / "two.jsonl", workers=2, jobs=1)
     assert (tmp_path / "two.jsonl").read_bytes() == (tmp_path / "one.jsonl").read_bytes()

@@ -80,7 +80,7 @@ import os
 import stat
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -91,7 +91,7 @@ from rich.table import Table
 
 from plandag.errors import InputError
 from plandag.extract.names import display_name, escape_surrogates
-from plandag.extract.nfe.document import error_record
+from plandag.extract.nfe.document import Extractor, advise_read, error_record
 from plandag.extract.nfe.output import (
     OutputFormat,
     WrittenRecord,
@@ -122,9 +122,6 @@ __all__ = [
     "render_summary",
     "with_unique_in_batch",
 ]
-
-#: An async function from one input path to its records (one per invoice, or one error record).
-Extractor = Callable[[Path], Awaitable[list[dict[str, Any]]]]
 
 _GLOB_CHARACTERS = frozenset("*?[")
 
@@ -361,28 +358,6 @@ def expand_inputs(
             + "; ".join(display_name(r["errors"][0]["message"]) for r in missing)
         )
     return inputs, missing
-
-
-def advise_read(path: Path) -> None:
-    """Ask the kernel to read ``path`` into its page cache now, without waiting
-    (``posix_fadvise(POSIX_FADV_WILLNEED)``, POSIX.1-2001), so that the read of an input
-    further on finds its bytes in memory. Only a regular file is opened (a pipe or a device
-    never is); anything that fails is ignored: the read itself reports it."""
-    advise = getattr(os, "posix_fadvise", None)
-    if advise is None:
-        return
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
-    except OSError:
-        return
-    try:
-        advise(descriptor, 0, 0, os.POSIX_FADV_WILLNEED)
-    except OSError:
-        pass
-    finally:
-        os.close(descriptor)
 
 
 def not_a_regular_file(path: Path) -> tuple[str, str] | None:
@@ -840,7 +815,7 @@ async def extract_batch(
     tally = _Tally()
     mapper = None
     if extractor is None:  # the map: documents to worker processes or a cluster
-        from plandag.extract.parallel import open_mapper
+        from plandag.extract.mapper import open_mapper
 
         opened = time.perf_counter()
         mapper = open_mapper(

@@ -33,8 +33,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import re
-from collections.abc import Callable, Mapping
+import stat
+from collections.abc import Awaitable, Callable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,7 +65,9 @@ __all__ = [
     "PARSE_STEP",
     "PLACEHOLDER_VALUES",
     "RECORD_STEP",
+    "Extractor",
     "NfeDocument",
+    "advise_read",
     "error_record",
     "extract_document",
     "find_events",
@@ -78,6 +82,32 @@ __all__ = [
     "record_status",
     "takes_bytes",
 ]
+
+#: An async function from one input path to its records (one per invoice, or one error record).
+Extractor = Callable[[Path], Awaitable[list[dict[str, Any]]]]
+
+
+def advise_read(path: Path) -> None:
+    """Ask the kernel to read ``path`` into its page cache now, without waiting
+    (``posix_fadvise(POSIX_FADV_WILLNEED)``, POSIX.1-2001), so that the read of an input
+    further on finds its bytes in memory. Only a regular file is opened (a pipe or a device
+    never is); anything that fails is ignored: the read itself reports it."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is None:
+        return
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError:
+        return
+    try:
+        advise(descriptor, 0, 0, os.POSIX_FADV_WILLNEED)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
+
 
 #: Event types named in messages (MOC 7.0 and the event technical notes).
 EVENT_TYPES: dict[str, str] = {
