@@ -8,8 +8,8 @@ and the figures of each task type (README, "The plan library", "Figures for oper
   run, and saved when it may be;
 * :mod:`plandag.library.routing`: the routing call to the small executor model;
 * :mod:`plandag.library.stats`: runs, replans, escalations, spend and alerts per task type;
-* :mod:`plandag.library.alerts`: out-of-registry alerts (a tool or check the planner named
-  that is not registered).
+* out-of-registry alerts (a tool or check the planner named that is not registered) are the
+  planner's: :mod:`plandag.planner.alerts`.
 
 Runs that produced a kept version are kept by ``plandag gc`` (a keeper registered with
 :func:`plandag.store.gc.register_keeper` when this package is imported).

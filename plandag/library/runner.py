@@ -25,7 +25,7 @@ library:
    in the run store (task type, version reused, steps written after reading outside
    content) that :func:`plandag.library.stored.finish_stored_run` reads when the run is
    finished later (``plandag approve``, ``plandag resume``), and report its
-   out-of-registry alerts (:mod:`plandag.library.alerts`).
+   out-of-registry alerts (:mod:`plandag.planner.alerts`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Any, Literal
 from plandag.compiler.limits import DEFAULT_MAX_STEPS
 from plandag.dag.plan import Plan
 from plandag.errors import InputError, PlanError
-from plandag.library.alerts import report_alerts
 from plandag.library.catalog import LibraryPlan, TaskRun, check_task_type
 from plandag.library.routing import (
     DEFAULT_EXECUTOR_MODELS,
@@ -52,6 +51,7 @@ from plandag.library.routing import (
     routing_prompt,
     routing_schema,
 )
+from plandag.planner.alerts import report_alerts
 
 if TYPE_CHECKING:
     from plandag.models import CallRecord

@@ -529,7 +529,7 @@ class Agent:
             ``models`` when given, else ``claude-haiku-4-5`` with the Anthropic provider,
             else ``model`` (setting ``executor_model``).
         on_alert: called with each out-of-registry alert as a dict (the planner named a
-            tool or check that is not registered; :mod:`plandag.library.alerts`), like
+            tool or check that is not registered; :mod:`plandag.planner.alerts`), like
             ``on_escalation``; None: ``on_escalation``'s hooks, when given. Every alert
             is also a warning in the ``plandag.planner`` log, an OpenTelemetry metric
             (with the ``otel`` extra), and with a library an ``out_of_registry`` event in
@@ -865,7 +865,7 @@ class Agent:
             raise ValueError("Agent.run: give either plan= or task_type=, not both")
         result = await self.run_revised(goal, context, params, plan=plan, run_id=run_id)
         if result.alerts:
-            from plandag.library.alerts import report_alerts
+            from plandag.planner.alerts import report_alerts
 
             await report_alerts(result.alerts, run_id=result.run.run_id, hooks=self.alert_hooks())
         return result

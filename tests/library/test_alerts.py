@@ -12,7 +12,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from plandag.compiler.diagnostics import Diagnostic
-from plandag.library.alerts import METRIC_NAME, alert_payload, report_alerts
+from plandag.planner.alerts import METRIC_NAME, alert_payload, report_alerts
 from plandag.store import open_store
 
 UNKNOWN_TOOL = Diagnostic(
