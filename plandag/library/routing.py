@@ -29,7 +29,7 @@ from typing import Any
 
 from plandag.errors import InputError
 from plandag.executors.access import DEFAULT_EXECUTOR_MODEL
-from plandag.library.catalog import LibraryPlan, check_task_type
+from plandag.library.entries import LibraryPlan, check_task_type
 from plandag.models import LLMResponse, UnusableResponseError
 from plandag.planner.schema import JSON_TEXT_KEY, decode_json_text
 
