@@ -172,7 +172,7 @@ def _report(result: AgentResult, as_json: bool) -> None:
         f"${cost:.4f} on models{routing}",
         markup=False,
     )
-    if result.library is not None:
+    if isinstance(result.library, LibraryOutcome):  # what plandag.library.run_task reports
         for line in library_lines(result.library):
             stderr.print(line, markup=False, highlight=False)
     if result.answer is not None:
@@ -477,7 +477,11 @@ def register(app: typer.Typer) -> None:
             escalated = None
             if outcome.result is not None:
                 routed = outcome.result.library
-                if routed is not None and routed.how == "routed" and routed.routing is not None:
+                if (
+                    isinstance(routed, LibraryOutcome)
+                    and routed.how == "routed"
+                    and routed.routing is not None
+                ):
                     # the plan ran with the params the routing call filled: a later
                     # `plandag approve` or `resume` compiles it with them
                     params = {**routed.routing.params, **params}

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from plandag.dag.plan import Plan
 from plandag.errors import InputError
@@ -31,6 +31,9 @@ from plandag.library.entries import (
     check_task_type,
 )
 from plandag.store.store import Store, store_json
+
+if TYPE_CHECKING:
+    from plandag.planner.agent import Agent, AgentResult
 
 __all__ = [
     "HOW",
@@ -58,6 +61,23 @@ class PlanLibrary:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+
+    async def run_task(
+        self,
+        agent: Agent,
+        goal: str,
+        context: str = "",
+        params: Mapping[str, Any] | None = None,
+        *,
+        task_type: str | None = None,
+        run_id: str | None = None,
+    ) -> AgentResult:
+        """Run ``goal`` through ``agent`` and this library (what ``Agent(library=...).run``
+        does): :func:`plandag.library.runner.run_task`, whose arguments, result and errors
+        these are; ``agent.library`` is this library."""
+        from plandag.library.runner import run_task
+
+        return await run_task(agent, goal, context, params, task_type=task_type, run_id=run_id)
 
     # -- reading -------------------------------------------------------------------------------
 

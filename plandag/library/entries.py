@@ -7,15 +7,19 @@ them in the run store; the routing call and the library's runner read them.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from plandag.dag.plan import Plan
 from plandag.errors import InputError
+
+if TYPE_CHECKING:
+    from plandag.store.store import Store
 
 __all__ = [
     "HOW",
     "UNFINISHED",
     "LibraryPlan",
+    "LibraryTables",
     "TaskRun",
     "TaskTypeSummary",
     "VersionStatus",
@@ -211,3 +215,37 @@ class TaskRun:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready data."""
         return dataclasses.asdict(self)
+
+
+@runtime_checkable
+class LibraryTables(Protocol):
+    """What a run through the plan library reads and writes
+    (:class:`~plandag.library.catalog.PlanLibrary` is it; its methods say more)."""
+
+    store: Store
+
+    def latest(self, task_type: str) -> LibraryPlan | None:
+        """The latest admitted version of ``task_type``, or None."""
+        ...
+
+    def admitted(self) -> list[LibraryPlan]:
+        """The latest admitted version of every task type."""
+        ...
+
+    def save(
+        self,
+        task_type: str,
+        plan: Plan,
+        *,
+        status: VersionStatus,
+        reason: str | None = None,
+        source_run: str | None = None,
+        approved_by: str | None = None,
+        now: float | None = None,
+    ) -> LibraryPlan:
+        """Save ``plan`` as the next version of ``task_type``."""
+        ...
+
+    def record_run(self, run: TaskRun) -> None:
+        """Record one run of a task type."""
+        ...

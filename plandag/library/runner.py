@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from plandag.compiler.limits import DEFAULT_MAX_STEPS
 from plandag.dag.plan import Plan
 from plandag.errors import InputError, PlanError
-from plandag.library.entries import LibraryPlan, TaskRun, check_task_type
+from plandag.library.entries import LibraryPlan, LibraryTables, TaskRun, check_task_type
 from plandag.library.routing import (
     DEFAULT_EXECUTOR_MODELS,
     ROUTING_MAX_TOKENS,
@@ -383,7 +383,7 @@ async def run_task(
         ApprovalRequiredError: as :meth:`Agent.run`.
     """
     library = agent.library
-    assert library is not None
+    assert isinstance(library, LibraryTables)
     started = time.monotonic()
     given = dict(params or {})
     routing_calls: list[CallRecord] = []

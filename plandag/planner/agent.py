@@ -49,7 +49,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
 
@@ -140,14 +140,14 @@ from plandag.trace import otel
 
 if TYPE_CHECKING:
     from plandag.escalation import EscalationHooks
-    from plandag.library.catalog import PlanLibrary
-    from plandag.library.runner import LibraryOutcome
 
 __all__ = [
     "Agent",
     "AgentResult",
     "GaveUpReason",
+    "LibraryReport",
     "PlanAmendment",
+    "TaskLibrary",
     "deadline_reached",
     "revision_context",
 ]
@@ -196,6 +196,52 @@ class PlanAmendment:
     who: str
     feedback: str
     steps: tuple[StepDecision, ...]
+
+
+class LibraryReport(Protocol):
+    """What a plan library did in a run, as :attr:`AgentResult.library` carries it
+    (:class:`plandag.library.LibraryOutcome` is one, with the routing answer and the version
+    saved besides)."""
+
+    @property
+    def task_type(self) -> str | None:
+        """The run's task type, or None."""
+        ...
+
+    @property
+    def how(self) -> str:
+        """How the plan was found: ``library``, ``routed`` or ``planned``."""
+        ...
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready data (``plandag run --json``, ``"library"``)."""
+        ...
+
+
+class TaskLibrary(Protocol):
+    """The plan library an :class:`Agent` is handed (``library=``;
+    :class:`plandag.library.PlanLibrary` is one): the library wraps the planner, so that
+    :meth:`Agent.run` hands it a run without a plan and the planner imports no library."""
+
+    async def run_task(
+        self,
+        agent: Agent,
+        goal: str,
+        context: str = "",
+        params: Mapping[str, Any] | None = None,
+        *,
+        task_type: str | None = None,
+        run_id: str | None = None,
+    ) -> AgentResult:
+        """Run ``goal`` through ``agent`` and this library: the plan found by task type or
+        by a routing call, else planned; the result's ``library`` says what happened.
+
+        Raises:
+            InputError: ``task_type`` is not a valid name, or its plan uses tools that
+                ``agent``'s registry does not have (nothing ran).
+            PlanError: ``params`` do not fit the task type's plan (nothing ran).
+        """
+        ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -274,7 +320,7 @@ class AgentResult:
     tainted_steps: tuple[int, ...] = ()
     alerts: tuple[Diagnostic, ...] = ()
     routing_calls: tuple[CallRecord, ...] = ()
-    library: LibraryOutcome | None = None
+    library: LibraryReport | None = None
 
     @property
     def first_tool_start_s(self) -> float | None:
@@ -518,7 +564,8 @@ class Agent:
             the executor model (``executor_model``, else
             :data:`plandag.executors.DEFAULT_EXECUTOR_MODEL` for the ``anthropic``
             provider, else ``model``), ``prices`` and ``registry``.
-        library: the plan library (:class:`plandag.library.PlanLibrary`): a run reuses
+        library: the plan library (a :class:`TaskLibrary`: :class:`plandag.library.PlanLibrary`
+            is one, and a run without a plan is handed to it): a run reuses
             the latest plan of its task type with no model call (``run(task_type=...)``),
             or, without a task type, one routing call to ``executor_model`` picks a
             library entry and fills its params; the planner is called only for a new task
@@ -579,7 +626,7 @@ class Agent:
         on_escalation: Callable[[dict[str, Any]], Any] | None = None,
         tool_durations: Mapping[str, float] | None = None,
         models: ModelAccess | None = None,
-        library: PlanLibrary | None = None,
+        library: TaskLibrary | None = None,
         executor_model: str | None = None,
         on_alert: EscalationHooks | Callable[[dict[str, Any]], Any] | None = None,
     ) -> None:
@@ -844,7 +891,8 @@ class Agent:
         can (README, "The plan library"): ``task_type`` given, its latest admitted plan
         runs with no model call (a new task type is planned, and saved under it once it
         succeeded); no ``task_type``, one routing call to ``executor_model`` picks an
-        entry and fills its params (:func:`plandag.library.run_task`). The result's
+        entry and fills its params (the library's :meth:`TaskLibrary.run_task`:
+        :func:`plandag.library.run_task`). The result's
         ``library`` says what happened, ``routing_calls`` holds the routing call.
 
         Raises:
@@ -858,9 +906,9 @@ class Agent:
                 "to Agent"
             )
         if self.library is not None and plan is None:
-            from plandag.library.runner import run_task
-
-            return await run_task(self, goal, context, params, task_type=task_type, run_id=run_id)
+            return await self.library.run_task(
+                self, goal, context, params, task_type=task_type, run_id=run_id
+            )
         if task_type is not None:
             raise ValueError("Agent.run: give either plan= or task_type=, not both")
         result = await self.run_revised(goal, context, params, plan=plan, run_id=run_id)
