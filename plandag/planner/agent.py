@@ -53,23 +53,6 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
 
-from plandag.approval import (
-    DEFAULT_EXPIRY_S,
-    ApprovalMode,
-    ApprovalRequest,
-    ApprovalRequiredError,
-    ApproveArgument,
-    Approver,
-    Decision,
-    InvalidDecisionError,
-    StaleDecisionError,
-    approval_needed,
-    approval_reason,
-    resolve_approve,
-    tainted_egress_steps,
-)
-from plandag.approval.gate import downstream
-from plandag.approval.steps import StepDecision, step_decisions
 from plandag.brakes import Unlimited
 from plandag.brakes.budget import Budget
 from plandag.brakes.clock import Clock, SystemClock
@@ -124,7 +107,24 @@ from plandag.planner.triggers import (
     choose_strategy,
 )
 from plandag.scheduler import events
+from plandag.scheduler.decisions import StepDecision, step_decisions
 from plandag.scheduler.estimate import ModelCallEstimate, PlanEstimate, estimate_steps
+from plandag.scheduler.gate import (
+    DEFAULT_EXPIRY_S,
+    ApprovalMode,
+    ApprovalRequest,
+    ApprovalRequiredError,
+    ApproveArgument,
+    Approver,
+    Decision,
+    InvalidDecisionError,
+    StaleDecisionError,
+    approval_needed,
+    approval_reason,
+    downstream,
+    resolve_approve,
+    tainted_egress_steps,
+)
 from plandag.scheduler.result import (
     EscalationMode,
     RunResult,

@@ -26,7 +26,7 @@ the terminal, the web console, the run store's gate) lives above it, in
   step: approve it while rejecting some steps (``reject_steps``: they and every step
   downstream of them are dropped) and editing others' arguments (``edit_steps``). Such an
   answer makes a new plan version with its own hash, decided in the same request by the
-  same person (:mod:`plandag.approval.steps`).
+  same person (:mod:`plandag.scheduler.decisions`).
 * :class:`Approver` is what decides; :class:`CallbackApprover` makes one of a Python
   callable (sync or async), and :func:`resolve_approve` reads ``approve=``.
 """
