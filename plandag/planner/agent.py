@@ -98,6 +98,7 @@ from plandag.planner.replanner import (
     ReplanTrigger,
     failure_summary,
 )
+from plandag.planner.spans import start_agent
 from plandag.planner.streaming import StreamingPlanner
 from plandag.planner.triggers import (
     INSTRUCTION_POLL_S,
@@ -106,7 +107,7 @@ from plandag.planner.triggers import (
     StrategyChoice,
     choose_strategy,
 )
-from plandag.scheduler import events
+from plandag.scheduler import events, spans
 from plandag.scheduler.decisions import StepDecision, step_decisions
 from plandag.scheduler.estimate import ModelCallEstimate, PlanEstimate, estimate_steps
 from plandag.scheduler.gate import (
@@ -136,7 +137,6 @@ from plandag.scheduler.runner import RunLimits
 from plandag.scheduler.session import RunSession, SessionState, open_session
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
-from plandag.trace import otel
 
 if TYPE_CHECKING:
     from plandag.escalation import EscalationHooks
@@ -945,13 +945,13 @@ class Agent:
         With tracing on, all of it runs inside one live ``invoke_agent plandag`` span
         (:mod:`plandag.trace.otel`): the planner's calls, the run, replans, the joiner.
         """
-        span = otel.start_agent(self.model, goal)
+        span = start_agent(self.model, goal)
         result: AgentResult | None = None
         try:
             result = await self.run_with_revisions(goal, context, params, plan=plan, run_id=run_id)
             return result
         finally:
-            otel.end_run(span, result.status if result is not None else "interrupted")
+            spans.end_run(span, result.status if result is not None else "interrupted")
 
     async def run_with_revisions(
         self,

@@ -75,6 +75,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from plandag.models.telemetry import end_model_call, sdk_options, start_model_call
+from plandag.planner.spans import start_agent
 from plandag.scheduler.spans import end_run, end_step, start_run, start_step
 from plandag.telemetry import (
     CAPTURE_CONTENT_VARIABLE,
@@ -119,25 +120,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-# -- the spans of agents ------------------------------------------------------------
-
-
-def start_agent(model: str, goal: str) -> LiveSpan | None:
-    """The ``invoke_agent plandag`` span of one :meth:`Agent.run
-    <plandag.planner.agent.Agent.run>` (the goal is content)."""
-    span = start_span(
-        "invoke_agent plandag",
-        {
-            "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.agent.name": "plandag",
-            "gen_ai.request.model": model,
-        },
-    )
-    if span is not None:
-        span.content("gen_ai.input.messages", [{"role": "user", "content": goal}])
-    return span
-
 
 # -- export ------------------------------------------------------------------------------
 
