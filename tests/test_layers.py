@@ -84,13 +84,10 @@ KNOWN_CROSSINGS: frozenset[tuple[str, str]] = frozenset(
         ("plandag.executors.agent", "plandag.planner.data"),
         ("plandag.executors.agent", "plandag.react"),
         ("plandag.executors.llm", "plandag.planner.data"),
-        # the agent builds an escalated run's case and calls the escalation hooks itself,
-        # and out-of-registry alerts are recorded in the run store: the planner is not yet
-        # handed them as the scheduler is
+        # the agent builds an escalated run's case and its escalation hooks itself: the
+        # planner is not yet handed them as the scheduler is
         ("plandag.planner.agent", "plandag.escalation.context"),
         ("plandag.planner.agent", "plandag.escalation.hooks"),
-        ("plandag.planner.alerts", "plandag.escalation.hooks"),
-        ("plandag.planner.alerts", "plandag.store.store"),
     }
 )
 

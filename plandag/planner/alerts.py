@@ -22,18 +22,67 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from plandag.compiler.diagnostics import Diagnostic
 
-if TYPE_CHECKING:
-    from plandag.escalation import EscalationHooks
-    from plandag.store.store import Store
-
-__all__ = ["ALERT_EVENT", "METRIC_NAME", "alert_payload", "report_alerts"]
+__all__ = [
+    "ALERT_EVENT",
+    "METRIC_NAME",
+    "AlertHooks",
+    "EventRecorder",
+    "HookResult",
+    "alert_payload",
+    "report_alerts",
+]
 
 logger = logging.getLogger("plandag.planner")
+
+
+class EventRecorder(Protocol):
+    """Where alerts are recorded as events (:class:`plandag.store.store.Store` is one)."""
+
+    def record_event(self, run_id: str, kind: str, data: Mapping[str, Any], at: float) -> None:
+        """Record one event of ``run_id`` (``at``: seconds since the epoch)."""
+        ...
+
+    def flush(self) -> None:
+        """Write what was recorded."""
+        ...
+
+
+class HookResult(Protocol):
+    """How one hook went (:class:`plandag.escalation.HookOutcome` is one)."""
+
+    @property
+    def kind(self) -> str:
+        """The hook: ``command``, ``url`` or ``callback``."""
+        ...
+
+    @property
+    def ok(self) -> bool:
+        """It ran and succeeded."""
+        ...
+
+    @property
+    def detail(self) -> str:
+        """What happened, in a line."""
+        ...
+
+
+class AlertHooks(Protocol):
+    """The hooks an alert is sent to (:class:`plandag.escalation.EscalationHooks` is one)."""
+
+    @property
+    def empty(self) -> bool:
+        """No hook is set."""
+        ...
+
+    async def notify(self, context: Mapping[str, Any]) -> Sequence[HookResult]:
+        """Call every hook that is set with ``context``; never raises for a hook's failure."""
+        ...
+
 
 ALERT_EVENT = "out_of_registry"
 """The kind of the run store event, and the ``event`` field of the hook's JSON."""
@@ -92,8 +141,8 @@ async def report_alerts(
     *,
     run_id: str,
     task_type: str | None = None,
-    store: Store | None = None,
-    hooks: EscalationHooks | None = None,
+    store: EventRecorder | None = None,
+    hooks: AlertHooks | None = None,
     meter_provider: Any = None,
     now: float | None = None,
 ) -> list[dict[str, Any]]:
