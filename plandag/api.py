@@ -63,15 +63,11 @@ async def run_plan(
     """Run a compiled plan: :func:`plandag.scheduler.run_plan`, whose arguments, return
     value and errors these are, with ``on_escalation`` also a plain function.
 
-    Args:
-        on_escalation: called once the run ended ``escalated``, with its case as a dict
-            (:func:`plandag.escalation.run_context`): a function or a coroutine function,
-            a :class:`plandag.escalation.EscalationHooks` (its command, URL and callback),
-            or any :class:`~plandag.scheduler.services.EscalationHook`. Its failure does
-            not change the result.
-        compiled, approve, write_boundary, run_id, max_concurrency, tool_limits, observers,
-        limits, retry, classify, clock, budget, completed, escalate, plan_estimate,
-        tool_durations, models, escape_results: as :func:`plandag.scheduler.run_plan`.
+    ``on_escalation`` is called once the run ended ``escalated``, with its case as a dict
+    (:func:`plandag.escalation.run_context`): a function or a coroutine function, a
+    :class:`plandag.escalation.EscalationHooks` (its command, URL and callback), or any
+    :class:`~plandag.scheduler.services.EscalationHook`. Its failure does not change the
+    result.
     """
     hook = (
         on_escalation
