@@ -7,8 +7,9 @@ anywhere and can be mailed):
   between segments), cost, tokens, segments, the reader's notes;
 * the DAG (``<svg id="dag">``): one ``<g class="node">`` per step, laid out by topological
   generation (:func:`networkx.topological_generations`: a step's column is the length of
-  its longest chain of parents), one ``<path class="edge">`` per dependency, colored by
-  status; the critical path drawn thick;
+  its longest chain of parents), one ``<path class="edge">`` per dependency, the critical
+  path drawn thick; an edge that skips a column runs along a lane above the boxes, so that
+  no edge passes behind a box (:func:`dag_layout`);
 * a Gantt chart (``<svg id="gantt">``) over the run's active time
   (:meth:`plandag.trace.model.Trace.active_time`): one ``<rect class="bar">`` per step and
   active period it ran in (``data-period``; a step whose attempts lie in two segments gets
@@ -24,6 +25,7 @@ Every text from the trace is escaped with :func:`html.escape`.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import itertools
 from pathlib import Path
@@ -36,6 +38,8 @@ from plandag.trace.timeline import attempt_hulls, format_seconds, usage_text
 __all__ = [
     "PAGE_CSS",
     "STATUS_COLORS",
+    "DagLayout",
+    "dag_layout",
     "dag_svg",
     "gantt_svg",
     "render_html",
@@ -89,6 +93,11 @@ def _color(status: str) -> str:
     return STATUS_COLORS.get(status, "#607d8b")
 
 
+def _px(value: float) -> int | float:
+    """A coordinate as written in the SVG: a whole number without a decimal point."""
+    return int(value) if float(value).is_integer() else value
+
+
 def _generations(graph: nx.DiGraph) -> list[list[int]]:
     try:
         return [sorted(generation) for generation in nx.topological_generations(graph)]
@@ -96,21 +105,99 @@ def _generations(graph: nx.DiGraph) -> list[list[int]]:
         return [sorted(graph.nodes)]
 
 
+_LANE = 10
+"""Vertical distance, px, between the lanes above the boxes that carry the edges skipping a
+column."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DagLayout:
+    """Where the DAG's boxes and edges are drawn (px, y downwards).
+
+    Attributes:
+        boxes: step id → ``(x, y)`` of its box's top-left corner; every box is
+            ``_NODE_W`` x ``_NODE_H``.
+        edges: ``(parent, child)`` → the points of its path, in order. An edge between
+            neighbouring columns is a curve whose control points are these four (it stays
+            inside their hull, in the gap between the columns); an edge that skips a column
+            is the polyline through these points: out of the parent's right side into the
+            gap after it, up to a lane of its own above every box, along the lane, down the
+            gap before the child, into the child's left side. No edge crosses a box other
+            than its ends'.
+        width: the drawing's width.
+        height: the drawing's height.
+    """
+
+    boxes: dict[int, tuple[float, float]]
+    edges: dict[tuple[int, int], list[tuple[float, float]]]
+    width: float
+    height: float
+
+    def curved(self, edge: tuple[int, int]) -> bool:
+        """Whether ``edge`` is drawn as a curve (between neighbouring columns)."""
+        return len(self.edges[edge]) == 4
+
+
+def dag_layout(graph: nx.DiGraph) -> DagLayout:
+    """The DAG's layout: a column per topological generation
+    (:func:`networkx.topological_generations`), a row per step within it, and each edge
+    routed so that it is seen whole (:class:`DagLayout`).
+
+    Args:
+        graph: the steps (nodes, step ids) and their dependencies (edges parent → child).
+
+    Returns:
+        The boxes' places, the edges' paths and the drawing's size.
+    """
+    generations = _generations(graph)
+    column_of = {step: column for column, steps in enumerate(generations) for step in steps}
+    skipping = sorted(
+        (parent, child) for parent, child in graph.edges if column_of[child] - column_of[parent] > 1
+    )
+    top = _MARGIN + len(skipping) * _LANE + (_GAP_Y if skipping else 0)
+    boxes: dict[int, tuple[float, float]] = {}
+    for column, generation in enumerate(generations):
+        for row, step_id in enumerate(generation):
+            x = _MARGIN + column * (_NODE_W + _GAP_X)
+            boxes[step_id] = (float(x), float(top + row * (_NODE_H + _GAP_Y)))
+    rows = max((len(generation) for generation in generations), default=0)
+    width = _MARGIN * 2 + max(1, len(generations)) * (_NODE_W + _GAP_X) - _GAP_X
+    height = top + _MARGIN + max(1, rows) * (_NODE_H + _GAP_Y) - _GAP_Y
+    lanes = {edge: _MARGIN + index * _LANE for index, edge in enumerate(skipping)}
+    edges: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    for parent, child in sorted(graph.edges):
+        x1, y1 = boxes[parent]
+        x2, y2 = boxes[child]
+        start = (x1 + _NODE_W, y1 + _NODE_H / 2)
+        end = (x2, y2 + _NODE_H / 2)
+        lane = lanes.get((parent, child))
+        if lane is None:
+            middle = (start[0] + end[0]) / 2
+            edges[(parent, child)] = [start, (middle, start[1]), (middle, end[1]), end]
+            continue
+        # the gap channels: a little apart per edge, so that parallel ones stay apart
+        offset = 8 + (lane - _MARGIN) / _LANE % 5 * 6
+        out_x = start[0] + offset
+        in_x = end[0] - offset
+        edges[(parent, child)] = [
+            start,
+            (out_x, start[1]),
+            (out_x, lane),
+            (in_x, lane),
+            (in_x, end[1]),
+            end,
+        ]
+    return DagLayout(boxes, edges, float(width), float(height))
+
+
 def dag_svg(trace: Trace, critical: list[int]) -> str:
     """The DAG as inline SVG (``<svg id="dag">``, see the module docstring); ``critical``:
     the critical path's step ids (:meth:`Trace.critical_path`), drawn thick."""
     graph = trace.graph()
     active = trace.active_time()
-    generations = _generations(graph)
-    position: dict[int, tuple[int, int]] = {}
-    for column, generation in enumerate(generations):
-        for row, step_id in enumerate(generation):
-            x = _MARGIN + column * (_NODE_W + _GAP_X)
-            y = _MARGIN + row * (_NODE_H + _GAP_Y)
-            position[step_id] = (x, y)
-    rows = max((len(generation) for generation in generations), default=0)
-    width = _MARGIN * 2 + max(1, len(generations)) * (_NODE_W + _GAP_X) - _GAP_X
-    height = _MARGIN * 2 + max(1, rows) * (_NODE_H + _GAP_Y) - _GAP_Y
+    layout = dag_layout(graph)
+    position = {step: (_px(x), _px(y)) for step, (x, y) in layout.boxes.items()}
+    width, height = _px(layout.width), _px(layout.height)
     critical_edges = set(itertools.pairwise(critical))
     on_path = set(critical)
     parts = [
@@ -120,17 +207,17 @@ def dag_svg(trace: Trace, critical: list[int]) -> str:
         'markerHeight="9" markerUnits="userSpaceOnUse" orient="auto">'
         '<path d="M0,0 L10,5 L0,10 z" fill="#555"/></marker></defs>',
     ]
-    for parent, child in sorted(graph.edges):
-        x1, y1 = position[parent]
-        x2, y2 = position[child]
-        start_x, start_y = x1 + _NODE_W, y1 + _NODE_H / 2
-        end_x, end_y = x2, y2 + _NODE_H / 2
-        middle = (start_x + end_x) / 2
+    for (parent, child), points in sorted(layout.edges.items()):
         css = "edge critical" if (parent, child) in critical_edges else "edge"
+        (x0, y0), *rest = points
+        if layout.curved((parent, child)):
+            (ax, ay), (bx, by), (ex, ey) = rest
+            shape = f"M{x0:.1f},{y0:.1f} C{ax:.1f},{ay:.1f} {bx:.1f},{by:.1f} {ex:.1f},{ey:.1f}"
+        else:
+            shape = f"M{x0:.1f},{y0:.1f} " + " ".join(f"L{x:.1f},{y:.1f}" for x, y in rest)
         parts.append(
             f'<path class="{css}" data-from="{parent}" data-to="{child}" '
-            f'd="M{start_x:.1f},{start_y:.1f} C{middle:.1f},{start_y:.1f} {middle:.1f},'
-            f'{end_y:.1f} {end_x:.1f},{end_y:.1f}" marker-end="url(#arrow)"/>'
+            f'd="{shape}" marker-end="url(#arrow)"/>'
         )
     for step_id in sorted(position):
         step = trace.steps[step_id]
@@ -352,7 +439,7 @@ def render_html(trace: Trace) -> str:
         )
     waited = (
         f"<span>waited {_e(format_seconds(active.waited_s))} between segments (not drawn)</span>"
-        if active.waits
+        if active.waits and len(trace.segments) > 1
         else ""
     )
     parts = [

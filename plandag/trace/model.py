@@ -491,7 +491,10 @@ class Trace:
     def active_time(self) -> ActiveTime:
         """The run's active periods and the waits between them (see the module docstring):
         each segment's [start, end], and the model call, planning, compile and replan spans
-        (those outside every segment make periods of their own)."""
+        (those outside every segment make periods of their own). A run of one segment
+        has no wait: its gaps (between planning and the segment's start, say) are one
+        process's own time, so its active time is one period from its first span's start
+        to its last span's end."""
         intervals: list[tuple[float, float, int | None]] = [
             (segment.start, segment.end, segment.number) for segment in self.segments
         ]
@@ -504,6 +507,10 @@ class Trace:
         ]
         if not self.segments:
             intervals.append((self.start, self.end, None))
+        elif len(self.segments) == 1:
+            first = min(start for start, _, _ in intervals)
+            last = max(max(start, end) for start, end, _ in intervals)
+            intervals = [(first, last, self.segments[0].number)]
         return ActiveTime.from_intervals(intervals)
 
     def step_active_s(self, step: StepTrace, active: ActiveTime | None = None) -> float:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 from pathlib import Path
 
 import lxml.html
+import pytest
 
 from plandag.trace.html import write_html
 from plandag.trace.reader import load_trace, parse_trace
@@ -193,3 +196,121 @@ def test_the_page_shows_the_goal_escaped(tmp_path: Path) -> None:
     write_html(load_trace(path), page)
     document = lxml.html.fromstring(page.read_text(encoding="utf-8"))
     assert document.xpath("string(//p[@class='goal'])") == "total of <NF-e> & items"
+
+
+def _plan_trace(steps: str, extra: str = "") -> str:
+    """A one-segment run of the plan ``steps`` (a JSON list) from 1 s to 2 s, with ``extra``
+    lines right after ``run_started``."""
+    return "\n".join(
+        [
+            f'{{"type":"run_started","run_id":"r","time":{T + 1},"segment":0,"command":"exec"}}',
+            *([extra] if extra else []),
+            f'{{"type":"plan","run_id":"r","time":{T + 1},"version":1,"hash":"ab",'
+            f'"source":"stored","plan":{{"steps":{steps}}}}}',
+            event(1, "step_started", '{"step_id":3,"tool":"a","attempt":1}'),
+            event(2, "step_ended", '{"step_id":3,"status":"succeeded"}'),
+            f'{{"type":"run_finished","run_id":"r","time":{T + 2},"segment":0,'
+            '"status":"succeeded","spent_usd":0.0,"spent_tokens":0,"critical_path":[3]}',
+        ]
+    )
+
+
+def _points(shape: str) -> list[tuple[float, float]]:
+    """The points of an SVG path of M, L and C commands (a curve's control points: the
+    curve lies inside their hull)."""
+    points = []
+    for token in shape.replace("M", " ").replace("L", " ").replace("C", " ").split():
+        x, y = token.split(",")
+        points.append((float(x), float(y)))
+    return points
+
+
+def _crosses(
+    start: tuple[float, float], end: tuple[float, float], box: tuple[float, float, float, float]
+) -> bool:
+    """Whether the segment from ``start`` to ``end`` enters the inside of ``box`` (x, y,
+    width, height), its border excluded (Liang-Barsky clipping)."""
+    x, y, width, height = box
+    left, right, top, bottom = x + 0.5, x + width - 0.5, y + 0.5, y + height - 0.5
+    dx, dy = end[0] - start[0], end[1] - start[1]
+    low, high = 0.0, 1.0
+    for p, q in (
+        (-dx, start[0] - left),
+        (dx, right - start[0]),
+        (-dy, start[1] - top),
+        (dy, bottom - start[1]),
+    ):
+        if p == 0:
+            if q < 0:
+                return False
+            continue
+        t = q / p
+        if p < 0:
+            low = max(low, t)
+        else:
+            high = min(high, t)
+        if low > high:
+            return False
+    return True
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        # one row: 3 → 4 → 5 and 3 → 5, which skips box 4's column
+        '[{"id":3,"tool":"a","args":{}},{"id":4,"tool":"b","args":{},"depends_on":[3]},'
+        '{"id":5,"tool":"c","args":{},"depends_on":[3,4]}]',
+        # several rows, several edges skipping one or two columns
+        '[{"id":1,"tool":"a","args":{}},{"id":2,"tool":"b","args":{},"depends_on":[1]},'
+        '{"id":3,"tool":"b","args":{},"depends_on":[1]},{"id":4,"tool":"c","args":{},'
+        '"depends_on":[2,3,1]},{"id":5,"tool":"d","args":{},"depends_on":[4,1,2]},'
+        '{"id":6,"tool":"e","args":{},"depends_on":[1]}]',
+    ],
+)
+def test_no_edge_passes_behind_a_box(steps: str, tmp_path: Path) -> None:
+    page = write_html(parse_trace(_plan_trace(steps) + "\n"), tmp_path / "dag.html")
+    [dag] = lxml.html.fromstring(page.read_text(encoding="utf-8")).xpath('//svg[@id="dag"]')
+    boxes = {
+        int(node.get("data-step")): tuple(
+            float(node.xpath("./rect")[0].get(name)) for name in ("x", "y", "width", "height")
+        )
+        for node in dag.xpath(f".//g[{has_class('node')}]")
+    }
+    edges = dag.xpath(f".//path[{has_class('edge')}]")
+    plan = json.loads(steps)
+    assert len(edges) == sum(len(step.get("depends_on", [])) for step in plan)
+    for edge in edges:
+        ends = {int(edge.get("data-from")), int(edge.get("data-to"))}
+        points = _points(edge.get("d"))
+        for step_id, box in boxes.items():
+            if step_id in ends:
+                continue
+            assert not any(_crosses(a, b, box) for a, b in itertools.pairwise(points)), (
+                f"edge {edge.get('data-from')}→{edge.get('data-to')} crosses box {step_id}"
+            )
+    width, height = float(dag.get("width")), float(dag.get("height"))
+    for edge in edges:
+        assert all(0 <= x <= width and 0 <= y <= height for x, y in _points(edge.get("d")))
+
+
+def test_a_one_segment_run_has_no_wait_between_segments(tmp_path: Path) -> None:
+    # the plan compiled 0.5 s before the run's one segment started (its span is written
+    # once the run has started, as exec writes it)
+    compile_span = (
+        f'{{"type":"span","run_id":"r","time":{T + 1},"kind":"compile","start":{T},'
+        f'"end":{T + 0.5},"attrs":{{"version":1,"ok":true,"diagnostics":[]}}}}'
+    )
+    steps = '[{"id":3,"tool":"a","args":{}}]'
+    trace = parse_trace(_plan_trace(steps, compile_span) + "\n")
+    assert len(trace.segments) == 1
+    assert trace.active_time().waits == ()
+    page = write_html(trace, tmp_path / "one.html")
+    text = page.read_text(encoding="utf-8")
+    assert "between segments" not in text
+    document = lxml.html.fromstring(text)
+    [summary] = document.xpath('//p[@class="summary"]')
+    duration = summary.xpath("./span")[1].text_content()
+    assert duration.startswith("duration ")
+    assert "wall clock" not in duration
+    [gantt] = document.xpath('//svg[@id="gantt"]')
+    assert not gantt.xpath(f".//g[{has_class('wait')}]")
