@@ -63,7 +63,10 @@ def check_can_listen(host: str, port: int) -> str | None:
 
 def register(app: typer.Typer) -> None:
     """Add ``serve`` to the ``plandag`` app."""
-    from plandag.serve import DEFAULT_HOST, DEFAULT_PORT
+    try:
+        from plandag.serve import DEFAULT_HOST, DEFAULT_PORT
+    except ImportError:  # without the serve extra: the command says so when it runs
+        DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8765
 
     @app.command("serve")
     def serve_command(
@@ -145,15 +148,22 @@ def register(app: typer.Typer) -> None:
         decision. It answers only requests for 127.0.0.1, localhost, --host and each
         --allow-host NAME (400 otherwise), and no page runs an inline script.
         """
-        import uvicorn
+        try:
+            import uvicorn
+
+            from plandag.serve import ConsoleConfig, create_app, new_token
+            from plandag.serve.security import host_patterns
+        except ImportError as error:
+            fail(
+                f"plandag serve needs the serve extra (missing: {error.name}): pip install "
+                "'plandag[serve]'"
+            )
 
         from plandag.cli.common import command_registry
         from plandag.cli.models_options import has_key, key_variable, model_client, planner_model
         from plandag.conversation import planner_factory, planner_function
         from plandag.conversation.planmode import PlannerFunction
         from plandag.models import LLMClient
-        from plandag.serve import ConsoleConfig, create_app, new_token
-        from plandag.serve.security import host_patterns
         from plandag.store import default_store_path
         from plandag.tools.boundary import WriteBoundary
 

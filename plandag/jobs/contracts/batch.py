@@ -9,7 +9,8 @@ reuses):
   gets an error row (``no_such_input``); an entry that is not a regular file gets one
   (``not_a_file``) without being opened.
 - **Nothing is lost**: every input ends as a record or an error row (``unsupported_type``,
-  ``unreadable``, ``encrypted_pdf``, ``empty``, ``no_text``; ``internal_error`` for an
+  ``unreadable``, ``encrypted_pdf``, ``empty``, ``no_text``, ``missing_extra`` (a PDF or
+  DOCX without the ``documents`` extra); ``internal_error`` for an
   unexpected exception, with its type and text) and the batch goes on.
 - **Concurrency**: ``jobs`` contracts at once; within each, its plan's ``llm`` steps run in
   parallel (``run_options["max_concurrency"]`` bounds them).

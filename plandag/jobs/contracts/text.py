@@ -348,8 +348,14 @@ def _pdf_text(
 def _read_pdf_text(
     data: bytes, name: str, max_chars: int | None, stop: threading.Event | None
 ) -> ContractText:
-    from pypdf import PdfReader
-    from pypdf.errors import FileNotDecryptedError, PyPdfError
+    try:
+        from pypdf import PdfReader
+        from pypdf.errors import FileNotDecryptedError, PyPdfError
+    except ImportError:
+        raise ContractInputError(
+            "missing_extra",
+            f"{name}: reading a PDF needs the documents extra: pip install 'plandag[documents]'",
+        ) from None
 
     try:
         reader = PdfReader(io.BytesIO(data))
@@ -422,10 +428,16 @@ def _docx_text(
     max_chars: int | None,
     stop: threading.Event | None,
 ) -> ContractText:
-    import docx
-    from docx.opc.exceptions import PackageNotFoundError
-    from docx.table import Table
-    from docx.text.paragraph import Paragraph
+    try:
+        import docx
+        from docx.opc.exceptions import PackageNotFoundError
+        from docx.table import Table
+        from docx.text.paragraph import Paragraph
+    except ImportError:
+        raise ContractInputError(
+            "missing_extra",
+            f"{name}: reading a DOCX needs the documents extra: pip install 'plandag[documents]'",
+        ) from None
     from lxml.etree import XMLSyntaxError
 
     if data.startswith(_OLE_SIGNATURE):

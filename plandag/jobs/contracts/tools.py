@@ -71,7 +71,7 @@ def contract_text(path: str, chunk_chars: int = DEFAULT_CHUNK_CHARS) -> dict[str
 
     Raises:
         PermanentStepError: reason ``unsupported_type``, ``unreadable``, ``encrypted_pdf``,
-            ``empty``, ``no_text`` or ``too_large`` (past the default limits of
+            ``empty``, ``no_text``, ``missing_extra`` or ``too_large`` (past the default limits of
             :func:`~plandag.jobs.contracts.text.read_contract`); the message says what to
             do.
     """

@@ -219,8 +219,14 @@ def _html_text(data: bytes) -> str:
 
 
 def _pdf_text(path: Path) -> str:
-    from pypdf import PdfReader
-    from pypdf.errors import PyPdfError
+    try:
+        from pypdf import PdfReader
+        from pypdf.errors import PyPdfError
+    except ImportError:
+        raise CorpusFileError(
+            "missing_extra: reading a PDF needs the documents extra: pip install "
+            "'plandag[documents]'"
+        ) from None
 
     try:
         reader = PdfReader(path)

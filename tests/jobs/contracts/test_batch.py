@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -227,3 +228,35 @@ def test_a_brake_stops_the_batch_and_resume_goes_on(tmp_path: Path) -> None:
     assert [Path(r["file"]).name for r in read_jsonl(out)] == ["a.txt", "b.txt", "c.txt"]
     assert summary.skipped_by_resume == 1
     assert batch_exit_code(summary) == 0
+
+
+def test_a_pdf_or_docx_without_the_documents_extra_is_an_error_row_naming_it(
+    tmp_path: Path, make_pdf: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "a.txt").write_text("Delaware law governs.", encoding="utf-8")
+    shutil.move(make_pdf("b.pdf", [["Texas law governs."]]), folder / "b.pdf")
+    (folder / "c.docx").write_bytes(b"PK")
+    # as if the documents extra (pypdf, python-docx) were not installed
+    monkeypatch.setitem(sys.modules, "pypdf", None)
+    monkeypatch.setitem(sys.modules, "docx", None)
+    out = tmp_path / "out" / "contracts.jsonl"
+    out.parent.mkdir()
+    run([str(folder)], out, extractor=FakeExtractor(), jobs=2)
+    records = read_jsonl(out)
+    assert [(Path(r["file"]).name, r["status"]) for r in records] == [
+        ("a.txt", "ok"),
+        ("b.pdf", "error"),
+        ("c.docx", "error"),
+    ]
+    errors = [r["errors"][0] for r in records[1:]]
+    assert [error["code"] for error in errors] == ["missing_extra", "missing_extra"]
+    assert (
+        "reading a PDF needs the documents extra: pip install 'plandag[documents]'"
+        in (errors[0]["message"])
+    )
+    assert (
+        "reading a DOCX needs the documents extra: pip install 'plandag[documents]'"
+        in (errors[1]["message"])
+    )

@@ -4,6 +4,7 @@ index built once and refreshed only for files added, removed or modified."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -191,3 +192,19 @@ def test_binary_huge_and_unreadable_files_are_skipped_with_their_reason(
             "a binary file (it holds NUL bytes), not text; remove it from the folder",
         ),
     }
+
+
+def test_a_pdf_without_the_documents_extra_is_skipped_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "good.txt").write_text("Readable words here.", encoding="utf-8")
+    (tmp_path / "c.pdf").write_bytes(pdf_with_lines(["Alpha beta gamma."]))
+    monkeypatch.setitem(sys.modules, "pypdf", None)  # as if pypdf were not installed
+    with Corpus.open(tmp_path, index=tmp_path / ".index.sqlite3") as corpus:
+        found = {d.path: (d.status, d.error) for d in corpus.documents()}
+    assert found["good.txt"] == ("indexed", None)
+    assert found["c.pdf"][0] == "skipped"
+    assert "missing_extra: reading a PDF needs the documents extra: pip install " in str(
+        found["c.pdf"][1]
+    )
+    assert "'plandag[documents]'" in str(found["c.pdf"][1])
