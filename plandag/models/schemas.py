@@ -18,8 +18,10 @@ refs read too). Providers that enforce a schema while generating accept only a s
   outputs", "JSON Schema limitations", and the ``anthropic`` SDK's ``transform_schema``):
   every object sets ``additionalProperties: false``; one ``type`` per schema (a nullable
   value is ``anyOf`` with ``null``); no numeric bounds, no string lengths, an array's
-  ``minItems`` only 0 or 1, no ``maxItems``; ``pattern`` (simple regular expressions: no
-  backreferences or lookarounds); formats :data:`ANTHROPIC_STRING_FORMATS`; no recursion.
+  ``minItems`` only 0 or 1, no ``maxItems``; ``pattern`` with simple regular expressions
+  only (no backreferences, no lookahead or lookbehind, no word boundaries ``\\b``/``\\B``, no
+  ``{n,m}`` with a large range: :func:`pattern_problem`); formats
+  :data:`ANTHROPIC_STRING_FORMATS`; no recursion.
 
 :func:`prepare_schema` turns a schema into the one a provider accepts
 (:class:`PreparedSchema`). What it cannot state the provider cannot enforce, so plandag
@@ -51,10 +53,12 @@ import copy
 import dataclasses
 import functools
 import json
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
 __all__ = [
+    "ANTHROPIC_MAX_REPETITION",
     "ANTHROPIC_STRING_FORMATS",
     "OPENAI_MAX_DEPTH",
     "OPENAI_MAX_ENUM_VALUES",
@@ -64,6 +68,7 @@ __all__ = [
     "PreparedSchema",
     "SchemaProvider",
     "canonical_json",
+    "pattern_problem",
     "prepare_schema",
     "schema_violations",
     "strict_problems",
@@ -83,6 +88,11 @@ ANTHROPIC_STRING_FORMATS = frozenset(
     {"date-time", "time", "date", "duration", "email", "hostname", "uri", "ipv4", "ipv6", "uuid"}
 )
 """The string formats Anthropic's structured outputs accept."""
+
+ANTHROPIC_MAX_REPETITION = 100
+"""The largest bound of a ``{n}``/``{n,m}`` repetition in a ``pattern`` sent to Anthropic.
+Its documentation refuses "complex quantifiers with large ranges" without giving a number;
+plandag reads a bound above this one as large (:func:`pattern_problem`)."""
 
 OPENAI_MAX_DEPTH = 10
 """Levels of nested objects OpenAI's strict mode accepts."""
@@ -132,6 +142,7 @@ class _Profile:
     number: frozenset[str]
     array: frozenset[str]
     max_min_items: int | None
+    simple_patterns: bool
 
 
 _PROFILES: dict[str, _Profile] = {
@@ -146,6 +157,7 @@ _PROFILES: dict[str, _Profile] = {
         number=_NUMBER_BOUNDS,
         array=frozenset({"minItems", "maxItems"}),
         max_min_items=None,
+        simple_patterns=False,
     ),
     "anthropic": _Profile(
         provider="anthropic",
@@ -158,8 +170,71 @@ _PROFILES: dict[str, _Profile] = {
         number=frozenset(),
         array=frozenset({"minItems"}),
         max_min_items=1,
+        simple_patterns=True,
     ),
 }
+
+
+_REPETITION = re.compile(r"\{(\d+)(?:,(\d*))?\}")
+_LOOKAROUNDS = ("(?=", "(?!", "(?<=", "(?<!")
+
+
+def pattern_problem(pattern: Any) -> str | None:
+    """What Anthropic's structured outputs refuse in a ``pattern`` (Anthropic, "Structured
+    outputs", "JSON Schema limitations": full and partial matches, quantifiers, character
+    classes and groups are supported; backreferences, lookahead and lookbehind, word
+    boundaries and complex quantifiers with large ranges are not), or None.
+
+    Args:
+        pattern: the keyword's value.
+
+    Returns:
+        ``"a lookaround"``, ``"a backreference"``, ``"a word boundary (\\b, \\B)"``,
+        ``"a repetition above 100"`` (:data:`ANTHROPIC_MAX_REPETITION`),
+        ``"not a regular expression (...)"`` (not a string, or Python's ``re`` cannot read
+        it), or None for a simple one.
+    """
+    if not isinstance(pattern, str):
+        return "not a regular expression (not a string)"
+    try:
+        re.compile(pattern)
+    except re.error as error:
+        return f"not a regular expression ({error})"
+    index = 0
+    in_class = False
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "\\":
+            escaped = pattern[index + 1 : index + 2]
+            if not in_class and escaped in ("b", "B"):
+                return "a word boundary (\\b, \\B)"
+            if not in_class and escaped.isdigit() and escaped != "0":
+                return "a backreference"
+            index += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+            index += 1
+            continue
+        if char == "[":
+            index += 1
+            if pattern.startswith("^", index):
+                index += 1
+            if pattern.startswith("]", index):
+                index += 1  # a "]" first in a class is the character itself
+            in_class = True
+            continue
+        if pattern.startswith(_LOOKAROUNDS, index):
+            return "a lookaround"
+        if pattern.startswith("(?P=", index):
+            return "a backreference"
+        repetition = _REPETITION.match(pattern, index) if char == "{" else None
+        if repetition is not None and any(
+            bound and int(bound) > ANTHROPIC_MAX_REPETITION for bound in repetition.groups()
+        ):
+            return f"a repetition above {ANTHROPIC_MAX_REPETITION}"
+        index += 1
+    return None
 
 
 def _profile(provider: str) -> _Profile:
@@ -701,7 +776,10 @@ class _Preparer:
         for key, value in node.items():
             if key in _ANNOTATIONS or key == "type":
                 continue
-            if key in allowed and not (key == "format" and value not in self.profile.formats):
+            refused = (key == "format" and value not in self.profile.formats) or (
+                key == "pattern" and self.profile.simple_patterns and pattern_problem(value)
+            )
+            if key in allowed and not refused:
                 out[key] = value
             else:
                 rest[key] = value
@@ -912,6 +990,10 @@ class _Checker:
                     self.say(path, "enum values must be strings, numbers, booleans or null")
         if "string" in kinds and "format" in node and node["format"] not in self.profile.formats:
             self.say(path, f"format {node['format']!r} is not supported")
+        if "string" in kinds and "pattern" in node and self.profile.simple_patterns:
+            problem = pattern_problem(node["pattern"])
+            if problem is not None:
+                self.say(path, f"pattern {node['pattern']!r}: {problem} is not supported")
         if "array" in kinds:
             limit = self.profile.max_min_items
             if limit is not None and node.get("minItems", 0) > limit:

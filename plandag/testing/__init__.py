@@ -38,6 +38,7 @@ from plandag.testing.script import Responder as Responder
 from plandag.testing.script import Script as Script
 from plandag.testing.script import ScriptedResponse as ScriptedResponse
 from plandag.testing.script import estimate_tokens as estimate_tokens
+from plandag.testing.script import schema_text as schema_text
 from plandag.testing.server import MessagesServer as MessagesServer
 from plandag.testing.server import RecordedRequest as RecordedRequest
 from plandag.testing.server import system_text as system_text
@@ -57,5 +58,6 @@ __all__ = [
     "ScriptedResponse",
     "estimate_tokens",
     "random_instance",
+    "schema_text",
     "system_text",
 ]

@@ -36,7 +36,9 @@ speak it (https://platform.openai.com/docs/api-reference/chat)::
   strict schema as too large.
 
 Input tokens are counted as the Messages server counts them (four characters a token) over
-every message's content and the tool definitions; a reply's own ``usage``
+every message's content, the tool definitions and a ``json_schema`` response format's schema
+(its canonical JSON, :func:`~plandag.testing.script.schema_text`: OpenAI bills it among the
+prompt tokens; ``json_object`` carries none); a reply's own ``usage``
 (``input_tokens``, ``output_tokens``) replaces the estimate. There is no token-counting
 endpoint (OpenAI-compatible servers have none).
 """
@@ -55,6 +57,7 @@ from plandag.testing.script import (
     ScriptedResponse,
     estimate_tokens,
     resolve_reply,
+    schema_text,
 )
 from plandag.testing.server import (
     MAX_BODY_BYTES,
@@ -322,6 +325,11 @@ def _input_text(body: Mapping[str, Any]) -> str:
                 parts.append(json.dumps(message["tool_calls"]))
     if body.get("tools"):
         parts.append(json.dumps(body["tools"]))
+    response_format = body.get("response_format")
+    if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
+        spec = response_format.get("json_schema")
+        if isinstance(spec, dict) and spec.get("schema") is not None:
+            parts.append(schema_text(spec["schema"]))
     return "".join(parts)
 
 

@@ -17,6 +17,10 @@ the format is in :meth:`ScriptedResponse.from_mapping`), for ``python -m plandag
 Token counts are estimates by the usual rule of thumb for English text and JSON: one token
 per four characters, rounded up, at least one (Anthropic's documentation gives "about 3.5
 characters per token"; exact counts need the real tokenizer). :func:`estimate_tokens`.
+A structured-output schema a request carries is input too (providers bill it: Anthropic
+turns ``output_config.format`` into part of the prompt, OpenAI counts ``response_format``'s
+schema among the prompt tokens); the servers count it by the same rule over its canonical
+JSON, :func:`schema_text`.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ __all__ = [
     "Script",
     "ScriptedResponse",
     "estimate_tokens",
+    "schema_text",
 ]
 
 ERROR_STATUS: Mapping[str, int] = {
@@ -67,6 +72,23 @@ def estimate_tokens(text: str) -> int:
         The estimate, >= 1 (the API never reports zero output tokens, even for "").
     """
     return max(1, math.ceil(len(text) / CHARS_PER_TOKEN))
+
+
+def schema_text(schema: Any) -> str:
+    """The text a structured-output schema is counted as input from: its canonical JSON
+    (keys sorted, no whitespace, non-ASCII characters as they are), so the same schema
+    counts the same however its keys were ordered.
+
+    Args:
+        schema: the JSON Schema a request carries (Anthropic ``output_config.format.schema``,
+            OpenAI ``response_format.json_schema.schema``).
+
+    Returns:
+        The text; :func:`estimate_tokens` of it is the schema's input tokens.
+    """
+    return json.dumps(
+        schema, ensure_ascii=False, separators=(",", ":"), sort_keys=True, default=str
+    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -37,15 +37,18 @@ under "Messages", "Streaming Messages" and "Errors"):
   other path → 404 ``not_found_error``.
 
 Tokens are estimated at four characters a token (:func:`~plandag.testing.script.estimate_tokens`):
-input from the system prompt, the messages and the tool definitions; output from the text
-and tool inputs sent. A reply's own ``usage`` replaces the estimate. With
+input from the system prompt, the messages, the tool definitions and the structured-output
+schema (``output_config.format.schema``, counted over its canonical JSON,
+:func:`~plandag.testing.script.schema_text`, as the API bills the schema it compiles into the
+prompt); output from the text and tool inputs sent. A reply's own ``usage`` replaces the estimate. With
 ``enforce_max_tokens`` (default) an output longer than the request's ``max_tokens`` is cut
 to it and ends with stop reason ``max_tokens``, as the API does.
 
 Prompt caching (Anthropic, "Prompt caching"): a ``cache_control`` breakpoint on a tool, a
 system block or a message block caches the prompt up to it, in the API's order (tools,
 then system, then messages). A request whose prompt starts with a cached prefix of the same
-model reports those tokens as ``cache_read_input_tokens``; the tokens from there to its last
+model reports those tokens as ``cache_read_input_tokens`` (the schema sits between the tools
+and the system prompt, so a breakpoint on the system prompt caches it too); the tokens from there to its last
 breakpoint are written (``cache_creation_input_tokens``) when that prefix is at least
 ``cache_min_tokens`` long (the API's minimum: 1024 tokens for Sonnet and Opus 4.1, more for
 some models); ``input_tokens`` is the rest. An entry lives ``cache_ttl_s`` seconds (five
@@ -82,6 +85,7 @@ from plandag.testing.script import (
     Script,
     ScriptedResponse,
     estimate_tokens,
+    schema_text,
     resolve_reply,
 )
 
@@ -904,12 +908,17 @@ def _without_cache_control(value: Any) -> Any:
 
 
 def _cache_blocks(body: Mapping[str, Any]) -> list[tuple[str, bool]]:
-    """The prompt's blocks in the cache's order (tools, system, messages): each one's
-    counted text and whether it carries a ``cache_control`` breakpoint."""
+    """The prompt's blocks in the cache's order (tools, the structured-output schema,
+    system, messages): each one's counted text and whether it carries a ``cache_control``
+    breakpoint. The schema has no breakpoint of its own: a breakpoint after it caches it,
+    and another schema is another prefix."""
     blocks: list[tuple[str, bool]] = []
     for definition in body.get("tools") or []:
         marked = isinstance(definition, dict) and "cache_control" in definition
         blocks.append((json.dumps(_without_cache_control(definition)), marked))
+    schema = output_schema(body)
+    if schema is not None:
+        blocks.append((schema_text(schema), False))
     system = body.get("system", "")
     for block in system if isinstance(system, list) else [system]:
         marked = isinstance(block, dict) and "cache_control" in block
@@ -922,10 +931,22 @@ def _cache_blocks(body: Mapping[str, Any]) -> list[tuple[str, bool]]:
     return blocks
 
 
+def output_schema(body: Mapping[str, Any]) -> Any:
+    """The structured-output schema a request carries (``output_config.format.schema`` of a
+    ``json_schema`` format), or None."""
+    output = body.get("output_config")
+    form = output.get("format") if isinstance(output, Mapping) else None
+    if not isinstance(form, Mapping) or form.get("type") != "json_schema":
+        return None
+    return form.get("schema")
+
+
 def input_text(body: Mapping[str, Any]) -> str:
-    """What input tokens are counted from: system prompt, messages' content, tools.
-    ``POST /v1/messages/count_tokens`` and a message's ``usage.input_tokens`` count the
-    same text, so a count matches the bill, as the API's does."""
+    """What input tokens are counted from: system prompt, messages' content, tools, and the
+    structured-output schema (its canonical JSON, :func:`~plandag.testing.script.schema_text`:
+    the API bills the schema it compiles into the prompt). ``POST /v1/messages/count_tokens``
+    and a message's ``usage.input_tokens`` count the same text, so a count matches the bill,
+    as the API's does."""
     parts = [content_text(body.get("system", ""))]
     for message in body.get("messages", []):
         parts.append(
@@ -933,6 +954,9 @@ def input_text(body: Mapping[str, Any]) -> str:
         )
     if body.get("tools"):
         parts.append(json.dumps([_without_cache_control(tool) for tool in body["tools"]]))
+    schema = output_schema(body)
+    if schema is not None:
+        parts.append(schema_text(schema))
     return "".join(parts)
 
 

@@ -27,7 +27,7 @@ from plandag.models import (
     call_with_retries,
 )
 from plandag.models.schemas import prepare_schema, strict_problems
-from plandag.testing import MessagesServer, ScriptedResponse
+from plandag.testing import MessagesServer, ScriptedResponse, estimate_tokens, schema_text
 
 MODEL = "claude-opus-4-6"  # priced at $5 / $25 per million input / output tokens
 SCHEMA = {
@@ -469,10 +469,12 @@ async def test_budget_refuses_a_call_that_does_not_fit_and_sends_nothing(
             )
     assert caught.value.reason == "budget"
     # the input tokens come from the counting endpoint (the local server counts system 16
-    # + message 9 = 25 characters at four a token: 7), + 1000 output
-    assert caught.value.estimated_tokens == 1007
+    # + message 9 characters + the schema sent, at four characters a token), + 1000 output
+    sent = prepare_schema(SCHEMA, "anthropic").schema
+    counted = estimate_tokens("You write plans.Plan: 2+3" + schema_text(sent))
+    assert caught.value.estimated_tokens == counted + 1000
     # the input at the cache-write price (1.25 x $5 per million), the output at $25
-    assert caught.value.estimated_usd == pytest.approx(7 * 6.25e-6 + 1000 * 25e-6)
+    assert caught.value.estimated_usd == pytest.approx(counted * 6.25e-6 + 1000 * 25e-6)
     # one counting request, which is not an attempt: no message sent, nothing recorded
     assert [item.path for item in server.requests] == ["/v1/messages/count_tokens"]
     assert server.message_requests == []

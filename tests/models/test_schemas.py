@@ -5,10 +5,13 @@ caller's shape."""
 from __future__ import annotations
 
 import json
-from typing import Any
+import re
+from typing import Annotated, Any
 
 import pytest
+from pydantic import Field
 
+from plandag.bench.workloads import WORKLOADS, World
 from plandag.extract.nfe.record import nfe_record_json_schema
 from plandag.jobs.contracts.fields import FIELD_TYPES, FieldSpec
 from plandag.jobs.contracts.plan import group_schema
@@ -20,8 +23,10 @@ from plandag.models.schemas import (
     strict_problems,
 )
 from plandag.planner.joiner import JOIN_SCHEMA
-from plandag.planner.schema import plan_json_schema
-from plandag.tools.registry import default_registry
+from plandag.planner.schema import REFERENCE_PATTERN, plan_json_schema
+from plandag.testing import MessagesServer
+from plandag.tools import tool
+from plandag.tools.registry import Registry, default_registry
 
 PROVIDERS = ("openai", "anthropic")
 
@@ -410,3 +415,226 @@ def test_violations_of_the_callers_schema_are_reported() -> None:
 def test_unknown_provider_is_refused() -> None:
     with pytest.raises(ValueError, match="no schema rules for provider 'gemini'"):
         prepare_schema({"type": "object"}, "gemini")  # type: ignore[arg-type]
+
+
+# -- the plan's schema: one conversion for each provider ----------------------------------------
+
+BOUNDS = frozenset(
+    {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
+    | {"minItems", "maxItems"}
+)
+
+
+@tool
+def pick(
+    items: Annotated[list[str], Field(min_length=2, max_length=9)],
+    count: Annotated[int, Field(ge=1, le=20)] = 1,
+    ratio: Annotated[float, Field(gt=0, lt=1, multiple_of=0.05)] = 0.5,
+) -> list[str]:
+    "Pick some items."
+    return items[:count]
+
+
+def bounded_registry() -> Registry:
+    """The built-ins plus a tool whose arguments carry every kind of bound."""
+    registry = default_registry(resolve_installed=False)
+    registry.add_tool(pick)
+    return registry
+
+
+def plan_registries() -> dict[str, Registry]:
+    return {
+        "built-ins": default_registry(resolve_installed=False),
+        "built-ins + NF-e": default_registry(["nfe"], resolve_installed=False),
+        "movie8": WORKLOADS["movie8"].make_registry(World()),
+        "bounded": bounded_registry(),
+    }
+
+
+def every_property_required(schema: Any) -> Any:
+    """OpenAI's strict rule written plainly: every object lists all its properties as
+    required, an optional one as a union with ``null``."""
+    if isinstance(schema, list):
+        return [every_property_required(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    result = {key: every_property_required(value) for key, value in schema.items()}
+    properties = result.get("properties")
+    if result.get("type") == "object" and isinstance(properties, dict):
+        required = set(result.get("required") or ())
+        nullable = {}
+        for name, value in properties.items():
+            if name in required:
+                nullable[name] = value
+            elif list(value) == ["anyOf"]:
+                branches = [item for item in value["anyOf"] if item != {"type": "null"}]
+                nullable[name] = {"anyOf": [*branches, {"type": "null"}]}
+            else:
+                nullable[name] = {"anyOf": [value, {"type": "null"}]}
+        result["properties"] = nullable
+        result["required"] = list(properties)
+    return result
+
+
+def schema_nodes(schema: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """Every schema object in ``schema`` with its JSON Pointer (property maps and ``$defs``
+    walked, their keys being names)."""
+    if not isinstance(schema, dict):
+        return []
+    found = [(path, schema)]
+    for key, value in schema.items():
+        if key in ("properties", "$defs") and isinstance(value, dict):
+            for name, sub in value.items():
+                found += schema_nodes(sub, f"{path}/{key}/{name}")
+        elif isinstance(value, dict):
+            found += schema_nodes(value, f"{path}/{key}")
+        elif isinstance(value, list):
+            for index, sub in enumerate(value):
+                found += schema_nodes(sub, f"{path}/{key}/{index}")
+    return found
+
+
+def without_keywords(schema: Any, keywords: frozenset[str]) -> Any:
+    """``schema`` without ``keywords`` in any schema object (property names kept)."""
+    if isinstance(schema, list):
+        return [without_keywords(item, keywords) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    result = {}
+    for key, value in schema.items():
+        if key in ("properties", "$defs") and isinstance(value, dict):
+            result[key] = {name: without_keywords(sub, keywords) for name, sub in value.items()}
+        elif key not in keywords:
+            result[key] = without_keywords(value, keywords)
+    return result
+
+
+@pytest.mark.parametrize("name", sorted(plan_registries()))
+def test_openai_gets_every_plan_property_required_with_the_optional_ones_nullable(
+    name: str,
+) -> None:
+    plan = plan_json_schema(plan_registries()[name])
+    prepared = prepare_schema(plan, "openai")
+    assert prepared.schema == prepare_schema(every_property_required(plan), "openai").schema
+    assert prepared.moved == ()  # strict mode states every rule of the plan's schema
+    assert strict_problems(prepared.schema, "openai") == []
+
+
+@pytest.mark.parametrize("name", sorted(plan_registries()))
+def test_anthropic_gets_the_plan_schema_with_its_bounds_in_descriptions(name: str) -> None:
+    plan = plan_json_schema(plan_registries()[name])
+    assert not [path for path, node in schema_nodes(plan) if "description" in node]
+    prepared = prepare_schema(plan, "anthropic")
+    assert strict_problems(prepared.schema, "anthropic") == []
+    # the schema as sent is the plan's without its bounds, plus the descriptions stating them
+    assert without_keywords(prepared.schema, frozenset({"description"})) == without_keywords(
+        plan, BOUNDS
+    )
+    moved = {(path, keyword) for path, _, keyword in (m.partition(": ") for m in prepared.moved)}
+    bounds = {
+        (path or "/", keyword)
+        for path, node in schema_nodes(plan)
+        for keyword in node
+        if keyword in BOUNDS
+    }
+    assert moved == bounds
+    assert ("/properties/s/items/properties/i", "minimum") in bounds or any(
+        path.endswith("/properties/i") for path, _ in bounds
+    )  # a step id > 0, in every registry
+    for path, node in schema_nodes(prepared.schema):
+        if "description" in node:
+            stated = re.fullmatch(r"\{(.*)\}", node["description"])
+            assert stated is not None, path
+            assert {item.split(":")[0] for item in stated.group(1).split(", ")} <= BOUNDS
+
+
+def test_the_plan_bounds_anthropic_cannot_state_are_checked_on_the_answer() -> None:
+    prepared = prepare_schema(plan_json_schema(bounded_registry(), tools=["pick"]), "anthropic")
+    answer = {"g": "pick", "s": [{"i": 0, "t": "pick", "a": {"items": [], "count": 21}, "d": []}]}
+    violations = prepared.violations(answer)
+    assert "$.s[0].i: 0 is less than the minimum of 1" in violations
+    # an argument also takes a reference: the union says which value broke it
+    assert {line.split(":")[0] for line in violations} == {
+        "$.s[0].i",
+        "$.s[0].a.count",
+        "$.s[0].a.items",
+    }
+
+
+ANTHROPIC_REFUSED_PATTERNS = [
+    (r"^(?=.*\d)\w+$", "lookaround"),
+    (r"^(?!tmp)\w+$", "lookaround"),
+    (r"(?<=\$)\d+", "lookaround"),
+    (r"(?<!-)\d+", "lookaround"),
+    (r"^(a+)-\1$", "backreference"),
+    (r"^(?P<w>\w+) (?P=w)$", "backreference"),
+    (r"\bword\b", "word boundary"),
+    (r"^\B.*$", "word boundary"),
+    (r"^a{1,1000}$", "repetition"),
+    (r"^\d{250}$", "repetition"),
+    (r"^(unclosed$", "not a regular expression"),
+]
+
+ANTHROPIC_SIMPLE_PATTERNS = [
+    REFERENCE_PATTERN,
+    r"^[^\n]+$",
+    r"^\d{3}-\d{4}$",
+    r"^[a-z]{0,100}(\.[a-z]+)*$",
+    r"^[\b]$",  # a backspace in a class, not a word boundary
+    r"^\\b\\1$",  # escaped backslashes
+    r"^(?:ab|cd)+\s?$",
+]
+
+
+def pattern_schema(pattern: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {"s": {"type": "string", "pattern": pattern}},
+        "required": ["s"],
+        "additionalProperties": False,
+    }
+
+
+@pytest.mark.parametrize(("pattern", "why"), ANTHROPIC_REFUSED_PATTERNS)
+def test_a_pattern_anthropic_refuses_is_found_and_moved_into_the_description(
+    pattern: str, why: str
+) -> None:
+    schema = pattern_schema(pattern)
+    problems = strict_problems(schema, "anthropic")
+    assert any("pattern" in line and why in line for line in problems), problems
+    prepared = prepare_schema(schema, "anthropic")
+    assert strict_problems(prepared.schema, "anthropic") == []
+    assert prepared.moved == ("/properties/s: pattern",)
+    sent = prepared.schema["properties"]["s"]
+    assert "pattern" not in sent
+    assert json.dumps(pattern) in sent["description"]
+    # OpenAI's strict mode takes the pattern as it is (when Python reads it)
+    if why != "not a regular expression":
+        assert prepare_schema(schema, "openai").schema["properties"]["s"]["pattern"] == pattern
+
+
+@pytest.mark.parametrize("pattern", ANTHROPIC_SIMPLE_PATTERNS)
+def test_a_simple_pattern_stays_for_anthropic(pattern: str) -> None:
+    schema = pattern_schema(pattern)
+    assert strict_problems(schema, "anthropic") == []
+    prepared = prepare_schema(schema, "anthropic")
+    assert prepared.schema["properties"]["s"] == {"type": "string", "pattern": pattern}
+    assert prepared.moved == ()
+
+
+def test_the_local_server_refuses_a_pattern_anthropic_refuses() -> None:
+    import anthropic as sdk
+
+    with MessagesServer() as server:
+        client = sdk.Anthropic(api_key="test", base_url=server.url, max_retries=0)
+        with pytest.raises(sdk.BadRequestError) as caught:
+            client.messages.create(
+                model="m",
+                max_tokens=10,
+                messages=[{"role": "user", "content": "hi"}],
+                output_config={
+                    "format": {"type": "json_schema", "schema": pattern_schema(r"\bx\b")}
+                },
+            )
+        client.close()
+    assert "word boundary" in str(caught.value)

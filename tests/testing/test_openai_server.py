@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from plandag.testing import ChatCompletionsServer
+from plandag.testing import ChatCompletionsServer, estimate_tokens, schema_text
 
 BODY = {"model": "local", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}
 
@@ -45,6 +45,28 @@ def test_a_text_reply_is_a_chat_completion_with_usage(server: ChatCompletionsSer
     ]
     assert body["usage"] == {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
     assert reply.headers["x-request-id"] == body["id"]
+
+
+def test_a_json_schema_response_format_is_billed_as_input(
+    server: ChatCompletionsServer,
+) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "string"}},
+        "required": ["answer"],
+        "additionalProperties": False,
+    }
+    strict = {
+        "type": "json_schema",
+        "json_schema": {"name": "answer", "strict": True, "schema": schema},
+    }
+    for _ in range(3):
+        server.push_json({"answer": "x"})
+    billed = post(server, {**BODY, "response_format": strict}).json()["usage"]
+    plain = post(server, {**BODY, "response_format": {"type": "json_object"}}).json()["usage"]
+    bare = post(server, BODY).json()["usage"]
+    assert billed["prompt_tokens"] == estimate_tokens("hi" + schema_text(schema))
+    assert plain["prompt_tokens"] == bare["prompt_tokens"] == estimate_tokens("hi")
 
 
 def test_a_tool_use_reply_is_tool_calls(server: ChatCompletionsServer) -> None:

@@ -19,7 +19,13 @@ import pytest
 from anthropic.types import MessageParam
 
 from plandag.errors import InputError
-from plandag.testing import MessagesServer, Script, ScriptedResponse, estimate_tokens
+from plandag.testing import (
+    MessagesServer,
+    Script,
+    ScriptedResponse,
+    estimate_tokens,
+    schema_text,
+)
 
 MODEL = "claude-test-model"
 HELLO: list[MessageParam] = [{"role": "user", "content": "hi"}]
@@ -85,10 +91,79 @@ async def test_json_reply_through_the_sdk(server: MessagesServer) -> None:
     assert block.type == "text"
     assert block.text == '{"steps":[{"id":1,"tool":"add"}]}'
     assert json.loads(block.text) == {"steps": [{"id": 1, "tool": "add"}]}
-    # input: "You plan." (9) + "Plan: add 2 and 3" (17) = 26 chars → 7; output 33 chars → 9
-    assert message.usage.input_tokens == 7
+    # input: "You plan." (9) + "Plan: add 2 and 3" (17) + the schema's canonical JSON;
+    # output 33 chars → 9
+    assert message.usage.input_tokens == estimate_tokens(
+        "You plan.Plan: add 2 and 3" + schema_text(PLAN_SCHEMA)
+    )
     assert message.usage.output_tokens == 9
     assert message.usage.cache_read_input_tokens == 0
+
+
+def test_schema_text_is_the_canonical_compact_json() -> None:
+    assert schema_text({"type": "object", "properties": {}}) == (
+        '{"properties":{},"type":"object"}'
+    )
+    assert schema_text({"enum": ["ü"]}) == '{"enum":["ü"]}'
+
+
+@pytest.mark.anyio
+async def test_the_structured_output_schema_is_billed_and_counted_as_input(
+    server: MessagesServer,
+) -> None:
+    server.push_json({"steps": []})
+    server.push_json({"steps": []})
+    schema_format: Any = {"format": {"type": "json_schema", "schema": PLAN_SCHEMA}}
+    async with sdk(server) as client:
+        counted = await client.messages.count_tokens(
+            model=MODEL, system="You plan.", messages=HELLO, output_config=schema_format
+        )
+        with_schema = await client.messages.create(
+            model=MODEL,
+            max_tokens=100,
+            system="You plan.",
+            messages=HELLO,
+            output_config=schema_format,
+        )
+        without = await client.messages.create(
+            model=MODEL, max_tokens=100, system="You plan.", messages=HELLO
+        )
+    schema_tokens = estimate_tokens("You plan.hi" + schema_text(PLAN_SCHEMA))
+    assert with_schema.usage.input_tokens == schema_tokens
+    assert counted.input_tokens == schema_tokens
+    assert without.usage.input_tokens == estimate_tokens("You plan.hi")
+    assert schema_tokens > without.usage.input_tokens + 40
+
+
+@pytest.mark.anyio
+async def test_a_cached_prefix_holds_the_schema_before_the_system_prompt() -> None:
+    system: Any = [{"type": "text", "text": "s" * 4000, "cache_control": {"type": "ephemeral"}}]
+    schema_format: Any = {"format": {"type": "json_schema", "schema": PLAN_SCHEMA}}
+    other = {**PLAN_SCHEMA, "required": []}
+    with MessagesServer() as server:
+        for _ in range(3):
+            server.push_json({"steps": []})
+        async with sdk(server) as client:
+            first, second, changed = [
+                await client.messages.create(
+                    model=MODEL,
+                    max_tokens=100,
+                    system=system,
+                    messages=HELLO,
+                    output_config=output_config,
+                )
+                for output_config in (
+                    schema_format,
+                    schema_format,
+                    {"format": {"type": "json_schema", "schema": other}},
+                )
+            ]
+    prefix = estimate_tokens(schema_text(PLAN_SCHEMA) + "s" * 4000)
+    assert first.usage.cache_creation_input_tokens == prefix
+    assert second.usage.cache_read_input_tokens == prefix
+    assert second.usage.input_tokens == 1  # "hi"
+    # another schema is another prefix: nothing read
+    assert changed.usage.cache_read_input_tokens == 0
 
 
 @pytest.mark.anyio
