@@ -39,22 +39,23 @@ under "Messages", "Streaming Messages" and "Errors"):
 Tokens are estimated at four characters a token (:func:`~plandag.testing.script.estimate_tokens`):
 input from the system prompt, the messages, the tool definitions and the structured-output
 schema (``output_config.format.schema``, counted over its canonical JSON,
-:func:`~plandag.testing.script.schema_text`, as the API bills the schema it compiles into the
-prompt); output from the text and tool inputs sent. A reply's own ``usage`` replaces the
-estimate. With ``enforce_max_tokens`` (default) an output longer than the request's ``max_tokens`` is cut
-to it and ends with stop reason ``max_tokens``, as the API does.
+:func:`~plandag.testing.script.schema_text`, as the API bills the schema it compiles into
+the prompt); output from the text and tool inputs sent. A reply's own ``usage`` replaces
+the estimate. With ``enforce_max_tokens`` (default) an output longer than the request's
+``max_tokens`` is cut to it and ends with stop reason ``max_tokens``, as the API does.
 
 Prompt caching (Anthropic, "Prompt caching"): a ``cache_control`` breakpoint on a tool, a
-system block or a message block caches the prompt up to it, in the API's order (tools,
-then system, then messages). A request whose prompt starts with a cached prefix of the same
-model reports those tokens as ``cache_read_input_tokens`` (the schema sits between the
-tools and the system prompt, so a breakpoint on the system prompt caches it too); the
-tokens from there to its last breakpoint are written (``cache_creation_input_tokens``) when that prefix is at least
-``cache_min_tokens`` long (the API's minimum: 1024 tokens for Sonnet and Opus 4.1, more for
-some models); ``input_tokens`` is the rest. An entry lives ``cache_ttl_s`` seconds (five
-minutes), renewed by each read. :attr:`MessagesServer.cache_reads` and
-:attr:`~MessagesServer.cache_writes` count the tokens the cache read and wrote; a reply with
-a scripted ``usage`` reports that usage alone (no cache counts unless it scripts them).
+system block or a message block caches the prompt up to it, in the API's order (tools, the
+structured-output schema, system, messages: a breakpoint on the system prompt caches the
+schema too, and another schema is another prefix). A request whose prompt starts with a
+cached prefix of the same model reports those tokens as ``cache_read_input_tokens``; the
+tokens from there to its last breakpoint are written (``cache_creation_input_tokens``)
+when that prefix is at least ``cache_min_tokens`` long (the API's minimum: 1024 tokens for
+Sonnet and Opus 4.1, more for some models); ``input_tokens`` is the rest. An entry lives
+``cache_ttl_s`` seconds (five minutes), renewed by each read.
+:attr:`MessagesServer.cache_reads` and :attr:`~MessagesServer.cache_writes` count the
+tokens the cache read and wrote; a reply with a scripted ``usage`` reports that usage alone
+(no cache counts unless it scripts them).
 
 Latency: ``ttft`` seconds pass before the first content delta (a non-streamed reply waits
 ``ttft`` + output tokens / ``tokens_per_second``); streamed deltas of ``chunk_chars``
