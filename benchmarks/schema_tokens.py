@@ -8,8 +8,9 @@ JSON, for:
 
 * **before**: the assignment wire format's schema (tools and check kinds as enums, every
   argument a string), and the system prompt with that format's guide and example;
-* **after**: the typed schema (:func:`plandag.planner.schema.plan_json_schema`): as sent to
-  Anthropic (no numeric bounds) and to an OpenAI-compatible server (strict: every property
+* **after**: the typed schema (:func:`plandag.planner.schema.plan_json_schema`) as the
+  clients send it (:func:`plandag.models.schemas.prepare_schema`): to Anthropic (numeric
+  bounds in descriptions) and to an OpenAI-compatible server (strict: every property
   required, optional ones nullable), with today's system prompt.
 
 Registries: ``movie8`` (the bench's one search tool and the built-in checks), the built-ins
@@ -39,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from plandag.planner.planner import provider_schema  # noqa: E402
+from plandag.models.schemas import prepare_schema  # noqa: E402
 from plandag.planner.prompt import GOOD_EXAMPLE, WIRE_FORMAT_GUIDE, system_prompt  # noqa: E402
 from plandag.planner.schema import plan_json_schema  # noqa: E402
 from plandag.testing import estimate_tokens  # noqa: E402
@@ -196,7 +197,7 @@ def measure(registry: Registry) -> dict[str, int]:
     before_prompt = prompt.replace(WIRE_FORMAT_GUIDE, ASSIGNMENT_GUIDE).replace(
         GOOD_EXAMPLE, ASSIGNMENT_EXAMPLE
     )
-    typed = plan_json_schema(registry, bounds=False)
+    typed = plan_json_schema(registry)
     return {
         "tools": len(registry.tools),
         "checks": len(registry.checks),
@@ -204,10 +205,8 @@ def measure(registry: Registry) -> dict[str, int]:
         "prompt_after": _tokens(prompt),
         "schema_before": _tokens(assignment_schema(registry)),
         "schema_before_strict": _tokens(assignment_schema(registry, strict=True)),
-        "schema_after": _tokens(typed),
-        "schema_after_strict": _tokens(
-            provider_schema(plan_json_schema(registry, bounds=True), "openai")
-        ),
+        "schema_after": _tokens(prepare_schema(typed, "anthropic").schema),
+        "schema_after_strict": _tokens(prepare_schema(typed, "openai").schema),
     }
 
 

@@ -540,28 +540,41 @@ class BenchReport:
         react = self.summary(workload, "react").input_tokens
         return react / plandag if plandag else None
 
-    def schema_line(self, workload: str) -> str:
-        """What the typed plan schema of ``workload``'s registry costs: its text in tokens
-        (compact JSON, four characters a token) per planning call, which the simulated
-        server does not count as input, and the input-token ratio if one planning call's
-        schema were counted."""
+    def schema_tokens(self, workload: str) -> tuple[int, int]:
+        """The structured-output schemas' own input tokens for ``workload``: ``(plan, join)``,
+        the plan schema of its registry and the joiner's, each as sent to Anthropic
+        (:func:`~plandag.models.schemas.prepare_schema`), compact canonical JSON at four
+        characters a token (:func:`~plandag.testing.schema_text`): what one planning call
+        and one joiner call carry besides the prompt."""
+        from plandag.models.schemas import prepare_schema
+        from plandag.planner.joiner import JOIN_SCHEMA
         from plandag.planner.schema import plan_json_schema
-        from plandag.testing import estimate_tokens
+        from plandag.testing import estimate_tokens, schema_text
 
         registry = WORKLOADS[workload].make_registry(World())
-        schema = plan_json_schema(registry, bounds=False)
-        tokens = estimate_tokens(json.dumps(schema, separators=(",", ":")))
+        plan = prepare_schema(plan_json_schema(registry), "anthropic").schema
+        join = prepare_schema(JOIN_SCHEMA, "anthropic").schema
+        return estimate_tokens(schema_text(plan)), estimate_tokens(schema_text(join))
+
+    def schema_line(self, workload: str) -> str:
+        """What the structured-output schemas of ``workload`` cost (:meth:`schema_tokens`),
+        which the input count includes (the simulated server bills a request's schema as
+        the API does), and the input-token ratio without them (one planning and one joiner
+        call a question, no replan)."""
+        registry = WORKLOADS[workload].make_registry(World())
+        plan, join = self.schema_tokens(workload)
+        questions = self.questions.get(workload) or len(WORKLOADS[workload].questions)
         plandag = self.summary(workload, "plandag").input_tokens
         react = self.summary(workload, "react").input_tokens
-        counted = plandag + tokens  # one planning call (no replan)
-        return (
-            f"{workload} plan schema: {tokens} tokens of structured-output schema per planning "
-            f"call ({len(registry.tools)} tool(s), {len(registry.checks)} check kinds), not "
-            "in the input count above (the simulated server counts the prompt only); counted "
-            f"in, input tokens ReAct / plandag would be {react / counted:.2f}x"
-            if counted
-            else f"{workload} plan schema: {tokens} tokens per planning call"
+        without = plandag - (plan + join) * questions
+        line = (
+            f"{workload} structured-output schemas: {plan} tokens per planning call (the plan "
+            f"schema: {len(registry.tools)} tool(s), {len(registry.checks)} check kinds) and "
+            f"{join} per joiner call, counted in the input tokens above"
         )
+        if without > 0:
+            line += f"; without them, input tokens ReAct / plandag would be {react / without:.2f}x"
+        return line
 
     def ideal_ratio(self, workload: str) -> float | None:
         """plandag's median wall time over its median ideal time, or None."""

@@ -84,9 +84,10 @@ PAPER: Mapping[str, float] = {
 
 INPUT_TOKEN_RATIO_TARGET = 6.0
 """The bench's own target for movie8's input tokens, ReAct over plandag, without prompt
-caching: the paper's 6.7x less room for the prompt's cost of the typed plan schema (the
-format guide and example; the schema itself travels as structured output, reported apart by
-:meth:`plandag.bench.runner.BenchReport.target_lines`)."""
+caching: the paper's 6.7x less room for the typed plan schema. The structured-output
+schemas are input like the prompt (the simulated server bills them, as the API does), so
+the ratio counts them; their own cost is reported beside it
+(:meth:`plandag.bench.runner.BenchReport.schema_line`)."""
 
 _INTEGRATION_POINTS = 4000
 

@@ -324,14 +324,13 @@ async def _route(
 
     from plandag.models import LLMRequest, call_with_retries
     from plandag.models.calls import deadline_from
-    from plandag.planner.planner import provider_schema
 
     request = LLMRequest(
         model=_executor_model(agent),
         messages=[{"role": "user", "content": routing_prompt(goal, entries, given)}],
         max_tokens=ROUTING_MAX_TOKENS,
         system=ROUTING_SYSTEM_PROMPT,
-        json_schema=provider_schema(routing_schema(entries), agent.client.provider),
+        json_schema=routing_schema(entries),
         schema_name="plandag_route",
         temperature=0.0,
     )

@@ -58,7 +58,7 @@ from plandag.models import (
 )
 from plandag.models.calls import deadline_from
 from plandag.planner.prompt import repair_message, system_prompt, user_prompt
-from plandag.planner.schema import plan_json_schema, strict_schema
+from plandag.planner.schema import plan_json_schema
 from plandag.planner.wire import WIRE_SCHEMA_NAME, compile_wire
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
@@ -71,7 +71,6 @@ __all__ = [
     "PlanOutcome",
     "Planner",
     "PlannerGaveUp",
-    "provider_schema",
     "schema_too_large",
 ]
 
@@ -110,21 +109,6 @@ def schema_too_large(error: BaseException) -> bool:
     if not isinstance(error, PermanentStepError) or error.reason not in ("http_400", "http_422"):
         return False
     return _TOO_LARGE.search(str(error)) is not None
-
-
-def provider_schema(schema: Mapping[str, Any], provider: str) -> dict[str, Any]:
-    """``schema`` as a provider's structured output takes it: every property required, the
-    optional ones nullable, for OpenAI-compatible servers (strict mode); as it is otherwise.
-
-    Args:
-        schema: a schema from :func:`~plandag.planner.schema.plan_json_schema`.
-        provider: the client's provider (``anthropic``, ``openai``...).
-
-    Returns:
-        A new schema.
-    """
-    result: dict[str, Any] = strict_schema(dict(schema)) if provider == "openai" else dict(schema)
-    return result
 
 
 DEFAULT_PLAN_MAX_TOKENS = DEFAULT_PLANNER_MAX_TOKENS
@@ -284,22 +268,19 @@ class Planner:
 
     @property
     def json_schema(self) -> dict[str, Any]:
-        """The structured-output schema sent (:func:`plan_json_schema` of the registry, or of
-        :attr:`tool_subset` once a provider refused the whole union as too large).
+        """The structured-output schema asked for (:func:`plan_json_schema` of the registry,
+        or of :attr:`tool_subset` once a provider refused the whole union as too large).
 
-        Numeric and item-count bounds are left out for Anthropic, which refuses them (the
-        compiler checks them); OpenAI's strict mode gets every property required, the
-        optional ones nullable (:func:`provider_schema`).
+        The same for every provider: the client shapes it for its own
+        (:func:`plandag.models.schemas.prepare_schema`: every property required, the
+        optional ones nullable, for OpenAI's strict mode; the numeric bounds Anthropic
+        refuses in descriptions, the compiler checking them).
         """
-        provider = self.client.provider
-        schema = plan_json_schema(
-            self.registry, tools=self.tool_subset, bounds=provider != "anthropic"
-        )
-        return provider_schema(schema, provider)
+        return plan_json_schema(self.registry, tools=self.tool_subset)
 
     def tool_choice_schema(self) -> dict[str, Any]:
         """The schema of the call that names the plan's tools: ``{"tools": [names]}``."""
-        schema = {
+        return {
             "type": "object",
             "properties": {
                 "tools": {"type": "array", "items": {"enum": sorted(self.registry.tools)}}
@@ -307,7 +288,6 @@ class Planner:
             "required": ["tools"],
             "additionalProperties": False,
         }
-        return provider_schema(schema, self.client.provider)
 
     async def request_plan(
         self,

@@ -60,7 +60,7 @@ from plandag.models import (
 )
 from plandag.models.calls import deadline_from
 from plandag.planner.data import quote_data
-from plandag.planner.planner import provider_schema, schema_too_large
+from plandag.planner.planner import schema_too_large
 from plandag.planner.prompt import repair_message, system_prompt
 from plandag.planner.schema import plan_json_schema
 from plandag.planner.triggers import ReplanStrategy
@@ -459,11 +459,7 @@ class Replanner:
         """The structured-output schema of a patch: the planner's
         (:func:`~plandag.planner.schema.plan_json_schema`), of :attr:`tool_subset` once a
         provider refused the whole union as too large."""
-        provider = self.client.provider
-        schema = plan_json_schema(
-            self.registry, tools=self.tool_subset, bounds=provider != "anthropic"
-        )
-        return provider_schema(schema, provider)
+        return plan_json_schema(self.registry, tools=self.tool_subset)
 
     def request_for(self, prompt: str, previous: ReplanRecord | None = None) -> LLMRequest:
         """The model request for a replan ``prompt``: the plan writer's system prompt and

@@ -27,13 +27,14 @@ reference), and the wrapper's text is the value. Only such values do, plus the p
 output (``"o"``), whose shape is free. :func:`encode_arguments` writes a value that way,
 :func:`decode_json_text` reads it back.
 
-**Providers.** The schema keeps to what both structured-output APIs accept (``anyOf``,
-``const``, ``enum``, ``pattern``, local ``$ref``/``$defs``, every object closed).
-``bounds=False`` (Anthropic, which refuses numeric constraints) leaves the numeric and
-item-count bounds out, so the compiler alone checks them (string lengths and formats are
-never sent);
-:func:`strict_schema` makes every property required with the optional ones nullable
-(OpenAI's strict mode).
+**Providers.** The schema is the plan's, the same for every provider: it keeps to what
+structured outputs accept (``anyOf``, ``const``, ``enum``, ``pattern``, local
+``$ref``/``$defs``, every object closed) and carries the arguments' numeric and item-count
+bounds (string lengths and formats are never sent: the compiler checks them). The client
+shapes it for its provider, in one place, :func:`plandag.models.schemas.prepare_schema`:
+OpenAI's strict mode gets every property required, the optional ones nullable; Anthropic
+gets the bounds it refuses, and any pattern it cannot compile, moved into descriptions.
+What a provider cannot enforce the compiler still checks.
 """
 
 from __future__ import annotations
@@ -56,9 +57,7 @@ __all__ = [
     "encode_arguments",
     "encode_value",
     "is_json_text",
-    "nullable_optional",
     "plan_json_schema",
-    "strict_schema",
     "value_schema",
     "wrap_json_text",
 ]
@@ -86,9 +85,10 @@ BOUND_KEYWORDS = frozenset(
         "maxItems",
     }
 )
-"""The constraints ``bounds=False`` leaves out (the Anthropic API refuses them). String
-lengths and formats are never sent (neither strict mode documents them): the compiler checks
-them."""
+"""The constraints the schema carries from the arguments' own schemas (a provider that
+refuses them gets them in descriptions: :func:`plandag.models.schemas.prepare_schema`).
+String lengths and formats are never sent (neither strict mode documents them): the
+compiler checks them."""
 
 _REFERENCE = re.compile(REFERENCE_PATTERN)
 _REF_DEF = "ref"
@@ -118,12 +118,10 @@ class _Builder:
     """Turns pydantic's JSON schemas of arguments into wire schemas (the module docstring).
 
     Args:
-        bounds: keep numeric, length and item-count constraints.
         tool_names: the registered tool names (the enum of a ``names_tools`` argument).
     """
 
-    def __init__(self, *, bounds: bool, tool_names: Sequence[str] = ()) -> None:
-        self.bounds = bounds
+    def __init__(self, *, tool_names: Sequence[str] = ()) -> None:
         self.tool_names = list(tool_names)
         self.used: set[str] = set()
 
@@ -136,8 +134,6 @@ class _Builder:
         return _ref(_JSON_DEF)
 
     def _bounds_of(self, schema: Mapping[str, Any]) -> dict[str, Any]:
-        if not self.bounds:
-            return {}
         return {
             key: value
             for key, value in schema.items()
@@ -301,7 +297,6 @@ def _takes_any_string(schema: Mapping[str, Any]) -> bool:
 def arguments_schema(
     schema: Mapping[str, Any],
     *,
-    bounds: bool = True,
     names_tools: str | None = None,
     tool_names: Sequence[str] = (),
 ) -> dict[str, Any]:
@@ -309,7 +304,6 @@ def arguments_schema(
 
     Args:
         schema: the arguments' JSON schema (pydantic's ``model_json_schema()``).
-        bounds: keep numeric, length and item-count constraints.
         names_tools: the argument that lists tool names, or None.
         tool_names: the names it may list.
 
@@ -317,7 +311,7 @@ def arguments_schema(
         ``{"type": "object", "properties": ..., "required": ..., "additionalProperties":
         false}``, with ``$defs`` for the reference and JSON-text schemas when used.
     """
-    builder = _Builder(bounds=bounds, tool_names=tool_names)
+    builder = _Builder(tool_names=tool_names)
     result = builder.arguments(schema, names_tools)
     definitions = builder.definitions()
     if definitions:
@@ -325,17 +319,16 @@ def arguments_schema(
     return result
 
 
-def value_schema(schema: Mapping[str, Any], *, bounds: bool = True) -> dict[str, Any]:
+def value_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     """The wire schema of one value of ``schema`` (references accepted), standalone.
 
     Args:
         schema: a JSON schema (a param's type, a router param...).
-        bounds: keep numeric, length and item-count constraints.
 
     Returns:
         The schema, with ``$defs`` when a reference or JSON-text schema is used.
     """
-    builder = _Builder(bounds=bounds)
+    builder = _Builder()
     result = builder.value(schema, {})
     definitions = builder.definitions()
     if definitions:
@@ -372,7 +365,6 @@ def plan_json_schema(
     registry: Registry,
     *,
     tools: Collection[str] | None = None,
-    bounds: bool = True,
 ) -> dict[str, Any]:
     """The structured-output schema of a plan (or a replanner's patch) for ``registry``.
 
@@ -380,8 +372,6 @@ def plan_json_schema(
         registry: the run's tools and check kinds.
         tools: the tool names the steps may call (a subset of the registry's), or None for
             every registered tool.
-        bounds: keep numeric, length and item-count constraints (False for a provider that
-            refuses them: Anthropic).
 
     Returns:
         A new schema: ``{"g": goal, "p": [params], "s": [steps], "o": output}``, steps a
@@ -392,10 +382,8 @@ def plan_json_schema(
         KeyError: a name in ``tools`` is not registered.
     """
     names = sorted(registry.tools) if tools is None else sorted(set(tools))
-    builder = _Builder(bounds=bounds, tool_names=sorted(registry.tools))
-    step_id: dict[str, Any] = {"type": "integer"}
-    if bounds:
-        step_id["minimum"] = 1
+    builder = _Builder(tool_names=sorted(registry.tools))
+    step_id: dict[str, Any] = {"type": "integer", "minimum": 1}
     checks = []
     for kind in sorted(registry.checks):
         definition = registry.checks[kind]
@@ -456,48 +444,6 @@ def plan_json_schema(
         "additionalProperties": False,
         "$defs": definitions,
     }
-
-
-# -- strict mode -------------------------------------------------------------------------------
-
-
-def strict_schema(schema: Any) -> Any:
-    """``schema`` with every object's properties all required, the optional ones as a
-    union with ``null`` (OpenAI's strict mode: "all fields must be required").
-
-    A model answering it writes ``null`` for what it leaves out;
-    :func:`plandag.planner.wire.wire_to_document` drops those ``null`` values again.
-
-    Args:
-        schema: a JSON schema (dicts, lists, scalars); not changed.
-
-    Returns:
-        The new schema.
-    """
-    if isinstance(schema, list):
-        return [strict_schema(item) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    result = {key: strict_schema(value) for key, value in schema.items()}
-    properties = result.get("properties")
-    if result.get("type") == "object" and isinstance(properties, dict):
-        required = set(result.get("required") or ())
-        result["properties"] = {
-            name: value if name in required else nullable_optional(value)
-            for name, value in properties.items()
-        }
-        result["required"] = list(properties)
-    return result
-
-
-def nullable_optional(schema: Mapping[str, Any]) -> dict[str, Any]:
-    """``schema`` or ``null`` (an optional property under strict mode)."""
-    if list(schema) == ["anyOf"]:
-        branches = list(schema["anyOf"])
-        if {"type": "null"} not in branches:
-            branches.append({"type": "null"})
-        return {"anyOf": branches}
-    return {"anyOf": [dict(schema), {"type": "null"}]}
 
 
 # -- values ------------------------------------------------------------------------------------

@@ -31,9 +31,10 @@ is read as such a wrapper, at any depth of the arguments; text that is not JSON 
 ``invalid_json_text`` diagnostic.
 
 **Left-out values.** Under OpenAI's strict mode every property is required, the optional
-ones nullable (:func:`~plandag.planner.schema.strict_schema`), so a model writes ``null``
+ones nullable (:func:`plandag.models.schemas.prepare_schema`), so a model writes ``null``
 for what it leaves out: a ``null`` wire field is absent, and, given the registry, a
-``null`` argument whose type does not take ``null`` is left out.
+``null`` argument whose type does not take ``null`` is left out (the text streamed is read
+before the client restores the answer's shape, so the wire reader drops them itself).
 
 Malformed wire data raises :class:`~plandag.errors.PlanError` with every problem found:
 ``invalid_json`` when the text is not JSON, ``invalid_json_text`` for each wrapper whose

@@ -335,8 +335,11 @@ async def test_with_prompt_caching_both_agents_run_again_and_the_cost_is_side_by
     assert react.cache_read_tokens > 0
     assert react.cache_write_tokens > 0
     assert react.cost_usd < report.summary("movie8", "react").cost_usd
-    # the planner's fixed prefix is shorter than the 1024 tokens a Sonnet cache needs
-    assert report.summary("movie8", "plandag", prompt_cache=True).cache_write_tokens == 0
+    # the planner's fixed prefix (the plan schema, then the system prompt) passes the 1024
+    # tokens a Sonnet cache needs: the one plan of the run writes it
+    plandag_cached = report.summary("movie8", "plandag", prompt_cache=True)
+    assert plandag_cached.cache_write_tokens >= 1024
+    assert plandag_cached.cache_read_tokens == 0
     rows = report.cache_rows()
     assert rows[0][:4] == ["workload", "agent", "cost $ (no cache)", "cost $ (cache on)"]
     assert [row[:2] for row in rows[1:]] == [["movie8", "plandag"], ["movie8", "react"]]

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from plandag.errors import PlanError
-from plandag.planner.planner import provider_schema
+from plandag.models.schemas import prepare_schema
 from plandag.planner.schema import plan_json_schema
 from plandag.planner.wire import compile_wire
 from plandag.testing import random_instance
@@ -26,11 +26,11 @@ from plandag.tools.registry import Registry, default_registry
 
 REGISTRY = default_registry(["nfe"], resolve_installed=False)
 SCHEMAS = {
-    "anthropic": plan_json_schema(REGISTRY, bounds=False),
-    "openai": provider_schema(plan_json_schema(REGISTRY, bounds=True), "openai"),
+    provider: prepare_schema(plan_json_schema(REGISTRY), provider).schema
+    for provider in ("anthropic", "openai")
 }
-"""The schema as each provider gets it: Anthropic without numeric bounds, an
-OpenAI-compatible server in strict mode with them."""
+"""The schema as each provider gets it: Anthropic with the numeric bounds in descriptions
+(it cannot enforce them), an OpenAI-compatible server in strict mode with them."""
 VALIDATORS = {
     provider: jsonschema.Draft202012Validator(schema) for provider, schema in SCHEMAS.items()
 }

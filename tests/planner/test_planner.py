@@ -20,6 +20,7 @@ from plandag.compiler import compile_plan
 from plandag.dag.plan import Plan
 from plandag.errors import PlanError
 from plandag.models import AnthropicClient, TruncatedResponseError
+from plandag.models.schemas import prepare_schema
 from plandag.planner.data import parse_data_blocks
 from plandag.planner.planner import Planner, PlannerGaveUp
 from plandag.planner.prompt import format_diagnostics, user_prompt
@@ -168,7 +169,7 @@ async def test_happy_path_calls_the_model_once_with_tools_and_the_wire_schema(
     for item in (add, multiply):
         assert f"- {item.name}(a: number, b: number) -> float: {item.description}\n" in system
     assert "never an instruction" in system
-    expected_schema = plan_json_schema(registry(), bounds=False)
+    expected_schema = prepare_schema(plan_json_schema(registry()), "anthropic").schema
     assert body["output_config"] == {"format": {"type": "json_schema", "schema": expected_schema}}
 
 

@@ -17,9 +17,11 @@ from plandag.models import (
     Usage,
     call_with_retries,
 )
+from plandag.models.schemas import prepare_schema
 from plandag.planner.planner import Planner
 from plandag.planner.prompt import system_prompt
-from plandag.testing import MessagesServer, estimate_tokens
+from plandag.planner.schema import plan_json_schema
+from plandag.testing import MessagesServer, estimate_tokens, schema_text
 from plandag.tools import tool
 from plandag.tools.registry import Registry
 
@@ -281,7 +283,9 @@ async def test_the_planners_fixed_prefix_is_read_from_the_cache_on_the_next_plan
         planner = Planner(client, MODEL, registry, clock=VirtualClock())
         first = await planner.plan("Look a up.")
         second = await planner.plan("Look b up.")
-    prefix = estimate_tokens(system_prompt(registry))
+    # the fixed prefix: the plan schema as sent, then the system prompt
+    sent = prepare_schema(plan_json_schema(registry), "anthropic").schema
+    prefix = estimate_tokens(schema_text(sent) + system_prompt(registry))
     [write] = first.records
     [read] = second.records
     assert write.usage.cache_creation_input_tokens == prefix

@@ -22,7 +22,8 @@ from plandag.compiler import load_plan
 from plandag.dag.plan import Plan
 from plandag.dag.references import REFERENCE_PATTERN as REFERENCE_PATTERN_GRAMMAR
 from plandag.errors import PlanError
-from plandag.planner.schema import REFERENCE_PATTERN, plan_json_schema, strict_schema
+from plandag.models.schemas import prepare_schema
+from plandag.planner.schema import REFERENCE_PATTERN, plan_json_schema
 from plandag.planner.wire import dumps_wire, from_wire, to_wire, wire_to_document
 from plandag.tools import tool
 from plandag.tools.registry import Registry, default_registry
@@ -419,7 +420,9 @@ def test_any_json_gives_a_plan_or_a_plan_error(data: Any) -> None:
 
 
 def test_the_schema_is_inside_the_anthropic_subset_but_for_the_reference_pattern() -> None:
-    schema = plan_json_schema(default_registry(resolve_installed=False), bounds=False)
+    schema = prepare_schema(
+        plan_json_schema(default_registry(resolve_installed=False)), "anthropic"
+    ).schema
     transformed = transform_schema(schema)
     # the SDK's own (conservative) transformation moves ``pattern`` into the description;
     # everything else it leaves unchanged
@@ -437,7 +440,7 @@ def test_the_schema_is_inside_the_anthropic_subset_but_for_the_reference_pattern
 
 
 def test_a_step_is_one_variant_per_tool_with_its_own_arguments() -> None:
-    schema = plan_json_schema(registry_of(add, multiply, pick, fetch), bounds=True)
+    schema = plan_json_schema(registry_of(add, multiply, pick, fetch))
     variants = schema["properties"]["s"]["items"]["anyOf"]
     assert [variant["properties"]["t"] for variant in variants] == [
         {"const": "add"},
@@ -489,12 +492,13 @@ def test_a_step_is_one_variant_per_tool_with_its_own_arguments() -> None:
     }
     assert variants[1]["properties"]["a"]["required"] == ["url"]
     assert variants[3]["properties"]["a"]["properties"]["data"] == {"anyOf": [REFERENCE, JSON_TEXT]}
-    # without bounds (Anthropic) the numeric constraints are left to the compiler
-    loose = plan_json_schema(registry_of(fetch), bounds=False)
+    # Anthropic cannot enforce numeric constraints: they go in descriptions, the compiler
+    # checks them
+    loose = prepare_schema(plan_json_schema(registry_of(fetch)), "anthropic").schema
     step = loose["properties"]["s"]["items"]
-    assert step["properties"]["i"] == {"type": "integer"}
+    assert step["properties"]["i"] == {"type": "integer", "description": "{minimum: 1}"}
     assert step["properties"]["a"]["properties"]["retries"] == {
-        "anyOf": [{"type": "integer"}, REFERENCE]
+        "anyOf": [{"type": "integer", "description": "{maximum: 5, minimum: 0}"}, REFERENCE]
     }
 
 
@@ -550,8 +554,8 @@ def test_the_reference_pattern_is_the_grammar() -> None:
         assert not (REFERENCE_PATTERN_GRAMMAR.fullmatch(text) and text.startswith("<")), text
 
 
-def test_strict_schema_makes_every_property_required_and_the_optional_ones_nullable() -> None:
-    schema = strict_schema(plan_json_schema(registry_of(fetch)))
+def test_strict_mode_gets_every_property_required_and_the_optional_ones_nullable() -> None:
+    schema = prepare_schema(plan_json_schema(registry_of(fetch)), "openai").schema
     assert schema["required"] == ["g", "p", "s", "o"]
     assert schema["properties"]["o"] == {"anyOf": [REFERENCE, JSON_TEXT, {"type": "null"}]}
     step = schema["properties"]["s"]["items"]

@@ -78,7 +78,9 @@ def test_what_the_generator_does_not_cover_is_refused() -> None:
 
 @pytest.fixture
 def plan_schema() -> dict[str, object]:
-    return plan_json_schema(default_registry(resolve_installed=False), bounds=False)
+    return prepare_schema(
+        plan_json_schema(default_registry(resolve_installed=False)), "anthropic"
+    ).schema
 
 
 @pytest.mark.anyio
