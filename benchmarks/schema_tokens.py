@@ -6,6 +6,9 @@ input tokens of one planning request: the system prompt (the tools as signatures
 checks, the format guide and the example) and the structured-output schema, as compact
 JSON, for:
 
+* **typed** (system prompt only): the typed schema's prompt as it first was, repeating what
+  the schema states (the plan's shapes in the format guide, typed tool signatures);
+
 * **before**: the assignment wire format's schema (tools and check kinds as enums, every
   argument a string), and the system prompt with that format's guide and example;
 * **after**: the typed schema (:func:`plandag.planner.schema.plan_json_schema`) as the
@@ -41,7 +44,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from plandag.models.schemas import prepare_schema  # noqa: E402
-from plandag.planner.prompt import GOOD_EXAMPLE, WIRE_FORMAT_GUIDE, system_prompt  # noqa: E402
+from plandag.planner.prompt import (  # noqa: E402
+    GOOD_EXAMPLE,
+    WIRE_FORMAT_GUIDE,
+    signature,
+    system_prompt,
+)
 from plandag.planner.schema import plan_json_schema  # noqa: E402
 from plandag.testing import estimate_tokens  # noqa: E402
 from plandag.tools import Tool, tool  # noqa: E402
@@ -67,6 +75,19 @@ ASSIGNMENT_EXAMPLE = (
     '"o":"{\\"paid\\":\\"<step_2_result>\\",\\"refunded\\":\\"<step_3_result>\\"}"}'
 )
 """The format guide and example the system prompt held with the assignment wire format."""
+
+TYPED_GUIDE = """\
+Plan: {"g": goal, "p": [params], "s": [steps], "o": output}
+Step: {"i": unique id > 0, "t": tool, "a": {its args}, "d": [ids it uses], "c": [checks]}
+Check: {"k": kind, "a": {its args}}
+Param (declare each one used): {"n": name, "t": JSON type or any, "h": help, "v": default, \
+"r": required}
+JSON text: a value typed any or a free-form object, and "o", is one reference or \
+{"json": "<the value as JSON text>"}.
+"o": the result with references, built by code (no model call); omit it only when the \
+answer needs judgement."""
+"""The format guide the system prompt held when the typed schema came, before it left to
+the schema what the schema states (shapes, types; tool signatures were typed too)."""
 
 _PARAM_TYPES = ["string", "integer", "number", "boolean", "object", "array", "any"]
 
@@ -191,10 +212,22 @@ def _tokens(value: Any) -> int:
     return estimate_tokens(text)
 
 
+def _typed_signatures(prompt: str, registry: Registry) -> str:
+    """``prompt`` with each tool's signature typed (``name(arg: type, ...)``)."""
+    for name in sorted(registry.tools):
+        schema = registry.tools[name].json_schema()
+        untyped = signature(name, schema, typed=False).partition(" # ")[0]
+        typed = signature(name, schema).partition(" # ")[0]
+        prompt = prompt.replace(f"- {untyped} -> ", f"- {typed} -> ", 1)
+    return prompt
+
+
 def measure(registry: Registry) -> dict[str, int]:
-    """Input tokens of one planning request's prompt and schema, before and after."""
+    """Input tokens of one planning request's prompt and schema: before (assignments),
+    typed (the typed schema with the prompt repeating its shapes and types) and after."""
     prompt = system_prompt(registry)
-    before_prompt = prompt.replace(WIRE_FORMAT_GUIDE, ASSIGNMENT_GUIDE).replace(
+    typed_prompt = _typed_signatures(prompt.replace(WIRE_FORMAT_GUIDE, TYPED_GUIDE), registry)
+    before_prompt = typed_prompt.replace(TYPED_GUIDE, ASSIGNMENT_GUIDE).replace(
         GOOD_EXAMPLE, ASSIGNMENT_EXAMPLE
     )
     typed = plan_json_schema(registry)
@@ -202,6 +235,7 @@ def measure(registry: Registry) -> dict[str, int]:
         "tools": len(registry.tools),
         "checks": len(registry.checks),
         "prompt_before": _tokens(before_prompt),
+        "prompt_typed": _tokens(typed_prompt),
         "prompt_after": _tokens(prompt),
         "schema_before": _tokens(assignment_schema(registry)),
         "schema_before_strict": _tokens(assignment_schema(registry, strict=True)),
@@ -218,20 +252,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.tools < 1:
         parser.error("--tools must be >= 1")
     print(
-        "| registry | tools | checks | system prompt before → after | schema before → after "
-        "(Anthropic) | schema before → after (OpenAI strict) | prompt + schema before → after "
-        "(Anthropic) |"
+        "| registry | tools | checks | system prompt before → typed → after | schema before → "
+        "after (Anthropic) | schema before → after (OpenAI strict) | prompt + schema before → "
+        "typed → after (Anthropic) |"
     )
     print("|---|---|---|---|---|---|---|")
     for label, registry in registries(args.tools).items():
         m = measure(registry)
         total_before = m["prompt_before"] + m["schema_before"]
+        total_typed = m["prompt_typed"] + m["schema_after"]
         total_after = m["prompt_after"] + m["schema_after"]
         print(
             f"| {label} | {m['tools']} | {m['checks']} | {m['prompt_before']} → "
-            f"{m['prompt_after']} | {m['schema_before']} → {m['schema_after']} | "
-            f"{m['schema_before_strict']} → {m['schema_after_strict']} | {total_before} → "
-            f"{total_after} ({total_after / total_before:.2f}x) |"
+            f"{m['prompt_typed']} → {m['prompt_after']} | {m['schema_before']} → "
+            f"{m['schema_after']} | {m['schema_before_strict']} → {m['schema_after_strict']} | "
+            f"{total_before} → {total_typed} → {total_after} ({total_after / total_before:.2f}x) |"
         )
     return 0
 

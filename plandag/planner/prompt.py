@@ -2,13 +2,17 @@
 
 The system prompt holds everything that does not depend on the task, so it is the same for
 every task planned with the same registry and is the fixed prefix the provider caches
-(``cache_control``, :class:`~plandag.models.base.LLMRequest`): the role, the wire
-format (:mod:`plandag.planner.wire`), the reference grammar (:mod:`plandag.dag.references`),
-the rules with the data-block rule, every tool as a signature with its result type, effects
-and description (:func:`signature`: a third of its JSON schema's length), every check kind,
-and one example plan. The user message holds the task, the trusted context and the params
-given at run time. A plan that does not compile goes back with :func:`repair_message`: the
-full diagnostics list, formatted like ``plandag check``, as quoted data
+(``cache_control``, :class:`~plandag.models.base.LLMRequest`): the role, what the wire
+format's keys mean (:mod:`plandag.planner.wire`), the reference grammar
+(:mod:`plandag.dag.references`), the rules with the data-block rule, every tool with its
+arguments' names and defaults, result type, effects and description (:func:`signature`,
+untyped), every check kind likewise, and one example plan. What the structured-output
+schema each planning request carries already states (the plan's shapes, every argument's
+type, which are required, the tool and check names:
+:func:`plandag.planner.schema.plan_json_schema`) is not repeated: the schema's tokens are
+input too. The user message holds the task, the trusted context and the params given at
+run time. A plan that does not compile goes back with :func:`repair_message`: the full
+diagnostics list, formatted like ``plandag check``, as quoted data
 (:func:`plandag.planner.data.quote_data`).
 
 Every input token of the system prompt is paid on every planning call (LLMCompiler, Kim et
@@ -54,15 +58,16 @@ ROLE = (
 )
 
 WIRE_FORMAT_GUIDE = """\
-Plan: {"g": goal, "p": [params], "s": [steps], "o": output}
-Step: {"i": unique id > 0, "t": tool, "a": {its args}, "d": [ids it uses], "c": [checks]}
-Check: {"k": kind, "a": {its args}}
-Param (declare each one used): {"n": name, "t": JSON type or any, "h": help, "v": default, \
-"r": required}
-JSON text: a value typed any or a free-form object, and "o", is one reference or \
-{"json": "<the value as JSON text>"}.
-"o": the result with references, built by code (no model call); omit it only when the \
+Keys: "g" goal; "s" steps: "i" unique id, "t" tool, "a" args, "d" ids of the steps it \
+uses, "c" checks ("k" kind, "a" args); "p" params, declare each one used ("n" name, "t" \
+type, "h" help, "v" default, "r" required); "o" output.
+{"json": TEXT}: a value as JSON text.
+"o": the result, built by code from references (no model call); omit it only when the \
 answer needs judgement."""
+"""What the plan's keys mean. Their shapes, types and required fields, each tool's and
+check's arguments, and where JSON text goes are the structured-output schema's
+(:func:`plandag.planner.schema.plan_json_schema`), which every planning request carries:
+the prompt does not repeat them."""
 
 REFERENCE_GRAMMAR = """\
 References: <step_N_result>, <step_N_result.key.0.field>, <param.NAME>. A string that is \
@@ -268,7 +273,7 @@ def _tool_lines(registry: Registry) -> list[str]:
     for name in sorted(registry.tools):
         item = registry.tools[name]
         effects = "" if item.effects == "none" else f" [effects: {item.effects}]"
-        call, _, notes = signature(name, item.json_schema()).partition(" # ")
+        call, _, notes = signature(name, item.json_schema(), typed=False).partition(" # ")
         notes = f" ({notes})" if notes else ""
         lines.append(
             f"- {call} -> {describe_result_type(item.result_type)}{effects}: "

@@ -167,7 +167,7 @@ async def test_happy_path_calls_the_model_once_with_tools_and_the_wire_schema(
     ]
     system = sent.system_text
     for item in (add, multiply):
-        assert f"- {item.name}(a: number, b: number) -> float: {item.description}\n" in system
+        assert f"- {item.name}(a, b) -> float: {item.description}\n" in system
     assert "never an instruction" in system
     expected_schema = prepare_schema(plan_json_schema(registry()), "anthropic").schema
     assert body["output_config"] == {"format": {"type": "json_schema", "schema": expected_schema}}
@@ -406,7 +406,7 @@ def test_the_plan_command_writes_the_plan_and_prints_its_dag(
     assert (
         "Trusted context (from the user):\nNumbers are exact.\n" in first["messages"][0]["content"]
     )
-    assert "- add(a: number, b: number) -> float: Add two numbers." in system_text(first)
+    assert "- add(a, b) -> float: Add two numbers." in system_text(first)
 
 
 def test_the_plan_command_exits_2_with_the_diagnostics_when_it_gives_up(

@@ -42,14 +42,16 @@ def test_the_system_prompt_holds_every_tool_and_check_as_a_signature() -> None:
     for name, definition in registry.checks.items():
         assert f"- {name}(" in text
         assert definition.description.replace("``", "") in text
+    # argument types are the schema's (every planning request carries it): not repeated
     assert (
-        '- read_file(path: string, encoding: string = "utf-8", max_bytes: integer = 50000000)'
+        '- read_file(path, encoding="utf-8", max_bytes=50000000)'
         " -> str | bytes: Read a local file, as text or as raw bytes.\n"
     ) in text
     assert (
-        "- write_json(path: string, data: any, indent: integer = 2) -> "
-        "WriteResult {path: str, bytes: int} [effects: write]: "
+        "- write_json(path, data, indent=2) -> WriteResult {path: str, bytes: int} "
+        "[effects: write]: "
     ) in text
+    assert ": string" not in text
     assert "- jmespath(expr): The JMESPath expression expr over the result is truthy.\n" in text
     assert "- file_exists(path, non_empty=false): " in text
     assert text.endswith(f"\n{GOOD_EXAMPLE}\n")
