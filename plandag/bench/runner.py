@@ -43,6 +43,7 @@ from plandag.models.anthropic import API_KEY_VARIABLE
 from plandag.planner.agent import Agent, AgentResult
 from plandag.react import ReactAgent, ReactResult
 from plandag.scheduler.runner import RunLimits
+from plandag.tools.registry import Registry
 
 __all__ = [
     "AGENTS",
@@ -54,6 +55,7 @@ __all__ = [
     "run_bench",
     "run_plandag",
     "run_react",
+    "schema_tokens",
     "serial_seconds",
     "write_chart",
 ]
@@ -133,6 +135,22 @@ def _tokens(calls: Sequence[CallRecord]) -> tuple[int, int, float]:
         sum(call.usage.output_tokens for call in calls),
         sum(call.cost_usd for call in calls),
     )
+
+
+def schema_tokens(registry: Registry) -> tuple[int, int]:
+    """The structured-output schemas' own input tokens: ``(plan, join)``, the plan schema of
+    ``registry`` and the joiner's, each as sent to Anthropic
+    (:func:`~plandag.models.schemas.prepare_schema`), canonical compact JSON at four
+    characters a token (:func:`~plandag.testing.schema_text`): what one planning call and
+    one joiner call carry besides their prompts."""
+    from plandag.models.schemas import prepare_schema
+    from plandag.planner.joiner import JOIN_SCHEMA
+    from plandag.planner.schema import plan_json_schema
+    from plandag.testing import estimate_tokens, schema_text
+
+    plan = prepare_schema(plan_json_schema(registry), "anthropic").schema
+    join = prepare_schema(JOIN_SCHEMA, "anthropic").schema
+    return estimate_tokens(schema_text(plan)), estimate_tokens(schema_text(join))
 
 
 def ideal_seconds(result: AgentResult) -> float:
@@ -541,20 +559,8 @@ class BenchReport:
         return react / plandag if plandag else None
 
     def schema_tokens(self, workload: str) -> tuple[int, int]:
-        """The structured-output schemas' own input tokens for ``workload``: ``(plan, join)``,
-        the plan schema of its registry and the joiner's, each as sent to Anthropic
-        (:func:`~plandag.models.schemas.prepare_schema`), compact canonical JSON at four
-        characters a token (:func:`~plandag.testing.schema_text`): what one planning call
-        and one joiner call carry besides the prompt."""
-        from plandag.models.schemas import prepare_schema
-        from plandag.planner.joiner import JOIN_SCHEMA
-        from plandag.planner.schema import plan_json_schema
-        from plandag.testing import estimate_tokens, schema_text
-
-        registry = WORKLOADS[workload].make_registry(World())
-        plan = prepare_schema(plan_json_schema(registry), "anthropic").schema
-        join = prepare_schema(JOIN_SCHEMA, "anthropic").schema
-        return estimate_tokens(schema_text(plan)), estimate_tokens(schema_text(join))
+        """:func:`schema_tokens` of ``workload``'s registry."""
+        return schema_tokens(WORKLOADS[workload].make_registry(World()))
 
     def schema_line(self, workload: str) -> str:
         """What the structured-output schemas of ``workload`` cost (:meth:`schema_tokens`),
