@@ -359,6 +359,12 @@ class PreparedSchema:
         validates (Draft 2020-12, ``jsonschema``)."""
         return schema_violations(self.original, value)
 
+    @functools.cached_property
+    def _sent_validator(self) -> Any:
+        """The shared validator of the schema sent (:func:`validator_for`), looked up once:
+        its ``$defs`` resolve every branch."""
+        return validator_for(self.schema)
+
     def _apply(self, value: Any, node: _Restore | None, depth: int) -> Any:
         if node is None or depth > 200:
             return value
@@ -391,7 +397,7 @@ class PreparedSchema:
         if isinstance(node, _Ref):
             return self._apply(value, self._defs.get(node.name), depth + 1)
         for branch, inner in node.branches:
-            if _validates(self.schema, branch, value):
+            if self._sent_validator.evolve(schema=branch).is_valid(value):
                 return self._apply(value, inner, depth + 1)
         return value
 
@@ -439,10 +445,6 @@ def schema_violations(schema: Mapping[str, Any], value: Any) -> list[str]:
         if len(lines) >= _MAX_VIOLATIONS:
             break
     return lines
-
-
-def _validates(root: Mapping[str, Any], branch: Any, value: Any) -> bool:
-    return bool(validator_for(root).evolve(schema=branch).is_valid(value))
 
 
 # -- preparing ------------------------------------------------------------------------------------
