@@ -183,13 +183,18 @@ _BY_NAME = {entry.name: entry for entry in COMMANDS}
 
 def _module_commands(module_name: str) -> dict[str, Any]:
     """The click commands the module ``module_name`` adds with ``register(app)``, by name
-    (imports it)."""
+    (imports it), each given ``-q`` and ``-v`` (:mod:`plandag.cli.logging_options`)."""
     from typer.main import get_group
+
+    from plandag.cli.logging_options import add_verbosity
 
     module = importlib.import_module(module_name)
     holder = typer.Typer(rich_markup_mode=None)  # as the app: plain help, no panels
     module.register(holder)
-    return dict(get_group(holder).commands)
+    commands = dict(get_group(holder).commands)
+    for command in commands.values():
+        add_verbosity(command)  # -q and -v on every command, logging on stderr
+    return commands
 
 
 def _is_text(word: str) -> bool:

@@ -45,6 +45,7 @@ __all__ = [
     "PlanCostFactorOption",
     "PlanTimeFactorOption",
     "PlannerMaxTokensOption",
+    "QuietOption",
     "ReadOnlyOption",
     "RedactOption",
     "RetriesOption",
@@ -55,6 +56,7 @@ __all__ = [
     "StoreOption",
     "ToolsOption",
     "TotalReplanBelowOption",
+    "VerboseOption",
     "build_registry",
     "fail",
 ]
@@ -84,6 +86,25 @@ ToolsOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
+QuietOption = Annotated[
+    bool,
+    typer.Option(
+        "--quiet", "-q", help="Log only errors on stderr (default: warnings; PLANDAG_LOG)."
+    ),
+]
+"""``-q``: every command has it (:func:`plandag.cli.logging_options.add_verbosity`)."""
+VerboseOption = Annotated[
+    int,
+    typer.Option(
+        "--verbose",
+        "-v",
+        count=True,
+        show_default=False,
+        help="Log more on stderr: -v informational messages, -vv debugging ones too "
+        "(PLANDAG_LOG=debug|info|warning|error sets the level without a flag).",
+    ),
+]
+"""``-v``/``-vv``: every command has it (:func:`plandag.cli.logging_options.add_verbosity`)."""
 ParamOption = Annotated[
     list[str] | None,
     typer.Option(
