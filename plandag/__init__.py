@@ -41,8 +41,13 @@ if _typing.TYPE_CHECKING:
     from plandag.errors import StepTimeoutError as StepTimeoutError
     from plandag.errors import TransientStepError as TransientStepError
     from plandag.errors import classify_error as classify_error
+    from plandag.executors.access import ModelAccess as ModelAccess
     from plandag.jobs.research.run import ResearchResult as ResearchResult
     from plandag.jobs.research.run import research as research
+    from plandag.models import AnthropicClient as AnthropicClient
+    from plandag.models import OpenAICompatibleClient as OpenAICompatibleClient
+    from plandag.planner.agent import Agent as Agent
+    from plandag.planner.agent import AgentResult as AgentResult
     from plandag.scheduler import PlanEstimate as PlanEstimate
     from plandag.scheduler import RunLimits as RunLimits
     from plandag.scheduler import RunResult as RunResult
@@ -58,6 +63,9 @@ if _typing.TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [  # noqa: RUF022 (sorted by code point, as tests/test_exported_members.py checks)
+    "Agent",
+    "AgentResult",
+    "AnthropicClient",
     "ApprovalRequest",
     "ApprovalRequiredError",
     "BoundaryError",
@@ -68,7 +76,9 @@ __all__ = [  # noqa: RUF022 (sorted by code point, as tests/test_exported_member
     "Decision",
     "Diagnostic",
     "JOB_BRAKES",
+    "ModelAccess",
     "NotStartedError",
+    "OpenAICompatibleClient",
     "PermanentStepError",
     "Plan",
     "PlanBudgetError",
@@ -106,6 +116,11 @@ if not _typing.TYPE_CHECKING:
     __getattr__, __dir__ = _lazy_exports(
         __name__,
         {
+            "Agent": ("plandag.planner.agent", "Agent"),
+            "AgentResult": ("plandag.planner.agent", "AgentResult"),
+            "AnthropicClient": ("plandag.models.anthropic", "AnthropicClient"),
+            "OpenAICompatibleClient": ("plandag.models.openai", "OpenAICompatibleClient"),
+            "ModelAccess": ("plandag.executors.access", "ModelAccess"),
             "ApprovalRequest": ("plandag.approval.gate", "ApprovalRequest"),
             "ApprovalRequiredError": ("plandag.approval.gate", "ApprovalRequiredError"),
             "Decision": ("plandag.approval.gate", "Decision"),

@@ -54,3 +54,22 @@ def test_importing_the_package_imports_none_of_its_parts() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     ).stdout.strip()
     assert loaded == "['plandag.lazy']"
+
+
+def test_the_agent_its_clients_and_model_access_are_exported() -> None:
+    from plandag.executors.access import ModelAccess
+    from plandag.models import AnthropicClient, OpenAICompatibleClient
+    from plandag.planner.agent import Agent, AgentResult
+
+    assert plandag.Agent is Agent
+    assert plandag.AgentResult is AgentResult
+    assert plandag.AnthropicClient is AnthropicClient
+    assert plandag.OpenAICompatibleClient is OpenAICompatibleClient
+    assert plandag.ModelAccess is ModelAccess
+    assert {
+        "Agent",
+        "AgentResult",
+        "AnthropicClient",
+        "ModelAccess",
+        "OpenAICompatibleClient",
+    } <= set(plandag.__all__)

@@ -42,11 +42,14 @@ past its retries. :class:`AgentResult` carries the error and a status (``failed`
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -469,6 +472,28 @@ async def deadline_reached(session: RunSession, *, wait_for_steps: bool = True) 
         session.stop_at_deadline()
 
 
+def _close_sync_loop(runner: asyncio.Runner, clients: Sequence[LLMClient]) -> None:
+    """Close :meth:`Agent.run_sync`'s model clients on its event loop, then the loop (at
+    :meth:`Agent.close`, or when the agent is garbage-collected). While another loop runs
+    in the thread, nothing can run on this one: it is left to the garbage collector."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        return
+
+    async def close_clients() -> None:
+        for client in clients:
+            with contextlib.suppress(Exception):  # one that fails does not keep the others open
+                await client.aclose()
+
+    try:
+        runner.run(close_clients())
+    finally:
+        runner.close()
+
+
 class Agent:
     """Plans a task with a model, runs the plan, replans what fails, joins the result.
 
@@ -652,6 +677,8 @@ class Agent:
         self.client = client
         self.model = model
         self.registry = registry
+        self._runner: asyncio.Runner | None = None  # run_sync's event loop
+        self._closer: weakref.finalize[Any, Any] | None = None  # closes it (close, GC)
         if models is None:
             anthropic = getattr(client, "provider", "anthropic") == "anthropic"
             executor = executor_model or (DEFAULT_EXECUTOR_MODEL if anthropic else model)
@@ -917,6 +944,67 @@ class Agent:
 
             await report_alerts(result.alerts, run_id=result.run.run_id, hooks=self.alert_hooks())
         return result
+
+    def run_sync(
+        self,
+        goal: str,
+        context: str = "",
+        params: Mapping[str, Any] | None = None,
+        *,
+        plan: Plan | None = None,
+        run_id: str | None = None,
+        task_type: str | None = None,
+    ) -> AgentResult:
+        """:meth:`run` from synchronous code (a script, a notebook cell without ``await``,
+        a web handler that is not async): the same arguments, result and errors.
+
+        The run goes on an event loop (asyncio) that this agent keeps between calls, so
+        the model client's connections, opened on that loop, serve every later call too.
+        :meth:`close` (or ``with Agent(...) as agent:``) closes those connections and the
+        loop when the agent is no longer needed.
+
+        Raises:
+            RuntimeError: called while an event loop runs in this thread (inside ``async
+                def`` code, or Jupyter's own loop): ``await agent.run(...)`` there instead.
+            ValueError, InputError: as :meth:`run`.
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError(
+                "Agent.run_sync was called while an event loop runs in this thread; use "
+                "`await agent.run(...)` there instead"
+            )
+        return self._sync_runner().run(
+            self.run(goal, context, params, plan=plan, run_id=run_id, task_type=task_type)
+        )
+
+    def close(self) -> None:
+        """Close what :meth:`run_sync` opened: the model clients' connections (the agent's
+        client and its ``models``' client, closed on the loop that opened them), then that
+        loop; the agent cannot run after it. The same happens when an agent that ran with
+        :meth:`run_sync` is garbage-collected. Does nothing when :meth:`run_sync` was never
+        called (async code closes its client itself: ``await client.aclose()``); calling
+        it again does nothing.
+        """
+        if self._closer is not None:
+            self._closer()
+
+    def __enter__(self) -> Agent:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _sync_runner(self) -> asyncio.Runner:
+        """The event loop :meth:`run_sync` runs on (made on first use, one per agent)."""
+        if self._runner is None:
+            self._runner = asyncio.Runner()
+            clients = list({id(c): c for c in (self.client, self.models.client)}.values())
+            self._closer = weakref.finalize(self, _close_sync_loop, self._runner, clients)
+        return self._runner
 
     def alert_hooks(self) -> EscalationHooks | None:
         """The hooks an out-of-registry alert calls (``on_alert``, else ``on_escalation``),
