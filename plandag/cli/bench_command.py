@@ -38,7 +38,10 @@ file that does not load, ``--tasks`` without ``--tools`` or without a model to c
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
+import sys
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any
@@ -56,7 +59,14 @@ from plandag.cli.secret_output import SecretMaskingConsole
 from plandag.errors import ToolLoadError
 from plandag.models.anthropic import API_KEY_VARIABLE
 
-__all__ = ["BEGIN_MARK", "END_MARK", "QUICK_TIME_SCALE", "register", "write_results"]
+__all__ = [
+    "BEGIN_MARK",
+    "END_MARK",
+    "QUICK_TIME_SCALE",
+    "bench_document",
+    "register",
+    "write_results",
+]
 
 QUICK_TIME_SCALE = 0.05
 """``--quick``: every latency times this."""
@@ -120,6 +130,60 @@ def _print_table(console: Any, title: str, rows: list[list[str]]) -> None:
         file=console.file, width=PIPED_WIDTH, soft_wrap=True, highlight=False, color_system=None
     )
     piped.print(table)
+
+
+def bench_document(
+    report: BenchReport, *, results: Path, chart: Path | None, plandag_right: bool
+) -> dict[str, Any]:
+    """The ``plandag bench --json`` document.
+
+    Args:
+        report: the benchmark's runs.
+        results: the ``RESULTS.md`` written.
+        chart: the chart written, or None (matplotlib missing).
+        plandag_right: every run of plandag answered right.
+
+    Returns:
+        ``{"title", "real", "wall_s", "settings", "workloads", "summary", "runs",
+        "targets", "notes", "results", "chart", "plandag_right"}``: ``settings`` every
+        setting by name; ``summary`` one item per workload, agent and prompt caching
+        (``workload``, ``agent``, ``prompt_cache`` and the medians of
+        :class:`plandag.bench.runner.AgentSummary`: seconds, tokens, US dollars);
+        ``runs`` every run (:class:`plandag.bench.runner.RunRecord`'s fields); ``targets``
+        the lines the text prints under the tables.
+    """
+    summary = []
+    for workload in report.workloads:
+        for agent in ("plandag", "react"):
+            for cache in (False, True):
+                try:
+                    found = report.summary(workload, agent, prompt_cache=cache)
+                except KeyError:
+                    continue
+                summary.append(
+                    {
+                        "workload": workload,
+                        "agent": agent,
+                        "prompt_cache": cache,
+                        **dataclasses.asdict(found),
+                    }
+                )
+    document = {
+        "title": report.title,
+        "real": report.real,
+        "wall_s": report.wall_s,
+        "settings": dataclasses.asdict(report.settings),
+        "workloads": list(report.workloads),
+        "summary": summary,
+        "runs": [dataclasses.asdict(record) for record in report.records],
+        "targets": report.target_lines(),
+        "notes": list(report.notes),
+        "results": str(results),
+        "chart": None if chart is None else str(chart),
+        "plandag_right": plandag_right,
+    }
+    readable: dict[str, Any] = json.loads(json.dumps(document, ensure_ascii=False, default=str))
+    return readable
 
 
 def register(app: typer.Typer) -> None:
@@ -211,6 +275,14 @@ def register(app: typer.Typer) -> None:
                 help="Also run with prompt caching on for both agents; compare billed cost.",
             ),
         ] = True,
+        as_json: Annotated[
+            bool,
+            typer.Option(
+                "--json",
+                help="Print one JSON document on stdout instead of the tables (settings, "
+                "per workload and agent a summary, every run, the targets, files written).",
+            ),
+        ] = False,
     ) -> None:
         """Run plandag and a sequential ReAct agent on the same workloads; compare."""
 
@@ -277,7 +349,8 @@ def register(app: typer.Typer) -> None:
             settings = BenchSettings.calibrated().with_overrides(overrides)
         except (ValueError, TypeError) as error:
             raise fail(str(error)) from None
-        _print_table(stdout, "settings", [["setting", "value"], *map(list, settings.rows())])
+        if not as_json:
+            _print_table(stdout, "settings", [["setting", "value"], *map(list, settings.rows())])
 
         def progress(record: RunRecord) -> None:
             stderr.print(
@@ -304,13 +377,14 @@ def register(app: typer.Typer) -> None:
             report.title = f"plandag vs sequential ReAct on {tasks_file.name}"
             report.per_task = True
             report.notes.extend(f"unusable task line: {line}" for line in line_errors)
-        _print_table(stdout, "plandag vs ReAct", report.table_rows())
-        if report.cached:
-            _print_table(stdout, "billed cost, prompt caching off and on", report.cache_rows())
-        if report.per_task:
-            _print_table(stdout, "per task", report.check_rows())
-        for line in report.target_lines():
-            stdout.print(f"- {line}", highlight=False)
+        if not as_json:
+            _print_table(stdout, "plandag vs ReAct", report.table_rows())
+            if report.cached:
+                _print_table(stdout, "billed cost, prompt caching off and on", report.cache_rows())
+            if report.per_task:
+                _print_table(stdout, "per task", report.check_rows())
+            for line in report.target_lines():
+                stdout.print(f"- {line}", highlight=False)
         folder = out if out is not None else Path.cwd()
         folder.mkdir(parents=True, exist_ok=True)
         note = write_chart(report, folder / "bench.png")
@@ -318,10 +392,19 @@ def register(app: typer.Typer) -> None:
             folder / "RESULTS.md",
             report.markdown(chart=None if note else "bench.png", note=note or ""),
         )
-        stdout.print(f"wrote {folder / 'RESULTS.md'}", highlight=False)
+        said = stderr if as_json else stdout
+        said.print(f"wrote {folder / 'RESULTS.md'}", highlight=False)
         if note:
             stderr.print(note, markup=False, highlight=False)
         else:
-            stdout.print(f"wrote {folder / 'bench.png'}", highlight=False)
+            said.print(f"wrote {folder / 'bench.png'}", highlight=False)
         plandag_right = all(r.success for r in report.records if r.agent == "plandag")
+        if as_json:
+            document = bench_document(
+                report,
+                results=folder / "RESULTS.md",
+                chart=None if note else folder / "bench.png",
+                plandag_right=plandag_right,
+            )
+            sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
         raise typer.Exit(0 if plandag_right and not line_errors else 1)

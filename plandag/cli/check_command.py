@@ -127,16 +127,23 @@ def graph(
     tools: ToolsOption = None,
     max_steps: MaxStepsOption = None,
     max_plan_bytes: MaxPlanBytesOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Print the plan's DAG as Mermaid text, its critical path (by step count) marked, and
-    the plan's estimate of cost and time (from the tools' declared figures)."""
+    the plan's estimate of cost and time (from the tools' declared figures).
+
+    With --json, one document: ``steps`` (each ``id``, ``tool``, ``description``,
+    ``parents``: declared and implied), ``critical_path`` (``steps``, ``length`` in
+    steps), ``estimate`` (as stored with a plan version) and ``mermaid`` (the text);
+    a plan that does not compile gives ``{"status": "invalid_plan", "diagnostics"}``.
+    """
     registry = command_registry(tools)
     settings = command_settings({"max_steps": max_steps, "max_plan_bytes": max_plan_bytes})
     text = read_plan_file(plan_file, settings["max_plan_bytes"])
     try:
         compiled = compile_plan(text, registry, max_steps=settings["max_steps"])
     except PlanError as error:
-        report_plan_error(str(plan_file), error, as_json=False, tools=tools)
+        report_plan_error(str(plan_file), error, as_json=as_json, tools=tools)
     path, length = critical_path(compiled.graph)
     labels = {}
     for step_id, compiled_step in compiled.steps.items():
@@ -144,10 +151,30 @@ def graph(
         labels[step_id] = f"{step_id}: {compiled_step.step.tool}" + (
             f" - {description}" if description else ""
         )
-    sys.stdout.write(mermaid(compiled.graph, labels, highlight=path))
+    diagram = mermaid(compiled.graph, labels, highlight=path)
+    estimate = estimate_plan(compiled)
+    if as_json:
+        document = {
+            "plan": str(plan_file),
+            "steps": [
+                {
+                    "id": step_id,
+                    "tool": compiled.steps[step_id].step.tool,
+                    "description": compiled.steps[step_id].step.description,
+                    "parents": list(compiled.steps[step_id].parents),
+                }
+                for step_id in compiled.graph.nodes
+            ],
+            "critical_path": {"steps": list(path), "length": int(length)},
+            "estimate": estimate.as_json(),
+            "mermaid": diagram,
+        }
+        sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
+        return
+    sys.stdout.write(diagram)
     route = " -> ".join(map(str, path)) or "none (empty plan)"
     sys.stdout.write(f"%% critical path: {route} ({_count(int(length), 'step')})\n")
-    sys.stdout.write(f"%% {estimate_plan(compiled).describe()}\n")
+    sys.stdout.write(f"%% {estimate.describe()}\n")
 
 
 def register(app: typer.Typer) -> None:

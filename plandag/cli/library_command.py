@@ -172,9 +172,12 @@ def rm_command(
         ),
     ] = False,
     store_path: StoreOption = None,
+    as_json: JsonFlag = False,
 ) -> None:
     """Remove a task type (every version) or one of its versions; its runs' figures stay.
-    A version an unfinished run reuses is kept unless --force."""
+    A version an unfinished run reuses is kept unless --force. --json prints
+    ``{"task_type", "version", "removed"}`` (version None: every version; removed: how
+    many)."""
     from plandag.errors import InputError
 
     library = _existing_library(store_path, task_type)
@@ -184,6 +187,9 @@ def rm_command(
         fail(str(error))
     finally:
         library.store.close()
+    if as_json:
+        _write_json({"task_type": task_type, "version": version, "removed": removed})
+        return
     what = f"version {version} of {task_type}" if version is not None else task_type
     sys.stderr.write(f"removed {what} ({removed} version(s))\n")
 
@@ -268,9 +274,11 @@ def approve_command(
     version: VersionOption = None,
     who: Annotated[str | None, typer.Option("--who", help="Your name.")] = None,
     store_path: StoreOption = None,
+    as_json: JsonFlag = False,
 ) -> None:
     """Admit a version waiting for a person (default: the latest pending one): runs of
-    the task type reuse it from now on."""
+    the task type reuse it from now on. --json prints the version admitted, as an item of
+    `plandag library show --json`."""
     from plandag.approval.gate import current_user
     from plandag.errors import InputError
 
@@ -281,6 +289,9 @@ def approve_command(
         fail(str(error))
     finally:
         library.store.close()
+    if as_json:
+        _write_json(item.as_dict())
+        return
     sys.stderr.write(
         f"approved {task_type} version {item.version} (by {item.approved_by}); runs of "
         f"{task_type} reuse it\n"

@@ -28,6 +28,7 @@ off at ``max_tokens``.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -56,7 +57,7 @@ from plandag.planner.planner import Planner, PlanOutcome
 from plandag.planner.prompt import format_diagnostics
 from plandag.scheduler import RunLimits
 
-__all__ = ["plan_document", "register"]
+__all__ = ["plan_document", "plan_result", "register"]
 
 EXIT_FAILED = 1
 
@@ -80,18 +81,59 @@ def plan_document(outcome: PlanOutcome) -> dict[str, Any]:
 def _graph_text(outcome: PlanOutcome) -> str:
     compiled = outcome.compiled
     path, length = critical_path(compiled.graph)
+    return _mermaid(outcome) + _route_line(path, length)
+
+
+def _route_line(path: list[int], length: float) -> str:
+    route = " -> ".join(map(str, path)) or "none (empty plan)"
+    steps = int(length)
+    noun = "step" if steps == 1 else "steps"
+    return f"%% critical path: {route} ({steps} {noun})\n"
+
+
+def _mermaid(outcome: PlanOutcome) -> str:
+    compiled = outcome.compiled
+    path, _ = critical_path(compiled.graph)
     labels = {}
     for step_id, compiled_step in compiled.steps.items():
         description = compiled_step.step.description
         labels[step_id] = f"{step_id}: {compiled_step.step.tool}" + (
             f" - {description}" if description else ""
         )
-    route = " -> ".join(map(str, path)) or "none (empty plan)"
-    steps = int(length)
-    noun = "step" if steps == 1 else "steps"
-    return mermaid(compiled.graph, labels, highlight=path) + (
-        f"%% critical path: {route} ({steps} {noun})\n"
-    )
+    return mermaid(compiled.graph, labels, highlight=path)
+
+
+def plan_result(
+    outcome: PlanOutcome, output: Path, investigations: list[Investigation]
+) -> dict[str, Any]:
+    """The ``plandag plan --json`` document.
+
+    Args:
+        outcome: the planner's outcome.
+        output: where the plan was written (``-o``).
+        investigations: the ``--investigate`` run, when there was one.
+
+    Returns:
+        ``{"status": "planned", "output", "plan", "steps", "critical_path": {"steps",
+        "length"}, "mermaid", "plans_asked", "calls", "output_tokens", "cost_usd",
+        "investigation"}``: ``plan`` as written to ``output``, ``cost_usd`` in US dollars
+        over the planning calls, ``investigation`` the one-line summary of the
+        ``--investigate`` run or None.
+    """
+    path, length = critical_path(outcome.compiled.graph)
+    return {
+        "status": "planned",
+        "output": str(output),
+        "plan": plan_document(outcome),
+        "steps": len(outcome.plan.steps),
+        "critical_path": {"steps": list(path), "length": int(length)},
+        "mermaid": _mermaid(outcome),
+        "plans_asked": len(outcome.attempts),
+        "calls": len(outcome.records),
+        "output_tokens": outcome.output_tokens,
+        "cost_usd": sum(record.cost_usd for record in outcome.records),
+        "investigation": investigations[0].summary() if investigations else None,
+    }
 
 
 def register(app: typer.Typer) -> None:
@@ -170,6 +212,7 @@ def register(app: typer.Typer) -> None:
                 "planner_max_tokens in the config).",
             ),
         ] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
     ) -> None:
         """Ask a model for a plan for TASK and write it; nothing is executed.
 
@@ -178,7 +221,10 @@ def register(app: typer.Typer) -> None:
         tools without effects run first and their results reach the planner as quoted data;
         it reaches only the hosts of --http-allow (or http_allow in the config), and the
         plan written after it counts as written from outside content: its steps that send
-        data out need a person's approval when run.
+        data out need a person's approval when run. --json prints one document instead
+        of the plan and its DAG: status, output, plan, steps, critical_path, mermaid,
+        plans_asked, calls, output_tokens, cost_usd (US dollars) and investigation; a plan
+        that does not compile gives {"status": "invalid_plan", "diagnostics"} (exit 2).
         """
         try:
             settings = load_settings().with_flags(
@@ -244,6 +290,12 @@ def register(app: typer.Typer) -> None:
         try:
             outcome = anyio.run(make_plan)
         except PlanError as error:
+            if as_json:
+                document = {
+                    "status": "invalid_plan",
+                    "diagnostics": [diagnostic.as_dict() for diagnostic in error.diagnostics],
+                }
+                sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
             for line in format_diagnostics(error.diagnostics).splitlines():
                 stderr.print(line, markup=False)
             which = "investigation plan" if investigate_first and not investigations else "plan"
@@ -256,7 +308,11 @@ def register(app: typer.Typer) -> None:
             output.write_text(text, encoding="utf-8")
         except OSError as error:
             fail(f"cannot write {output}: {error}")
-        typer.echo(text + "\n" + _graph_text(outcome), nl=False)
+        if as_json:
+            document = plan_result(outcome, output, investigations)
+            sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
+        else:
+            typer.echo(text + "\n" + _graph_text(outcome), nl=False)
         steps = len(outcome.plan.steps)
         calls = len(outcome.records)
         cost = sum(record.cost_usd for record in outcome.records)

@@ -1001,11 +1001,16 @@ def register(app: typer.Typer) -> None:
         store_path: StoreOption = None,
         who: WhoOption = None,
         base_url: BaseUrlAgainOption = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
     ) -> None:
         """Reject the plan awaiting a decision, with feedback for the planner (exit 4).
 
         A run started by `plandag run` goes back to its planner with the feedback, in
         full, as the instruction for a revision; the revised plan then awaits a decision.
+        --json prints ``{"run_id", "decision": "rejected", "plan_hash", "who",
+        "feedback", "status", "revision"}``: ``status`` is the run's state after it,
+        ``revision`` the revised plan awaiting a decision (``version``, ``plan_hash``)
+        or None.
         """
         from plandag.runs.decisions import decide
         from plandag.runs.options import RunOptions
@@ -1032,14 +1037,33 @@ def register(app: typer.Typer) -> None:
         options = RunOptions.from_json(row.options)
         if options.planner is not None and row.command == "run":
             options = run_options_of(row, run_id, base_url)
-        with _trace_decision(
-            store, row, digest, "rejected", who or current_user(), feedback
-        ) as writer:
+        decider = who or current_user()
+        with _trace_decision(store, row, digest, "rejected", decider, feedback) as writer:
             if options.planner is not None and row.command == "run":
                 from plandag.cli.agent_store import revise
 
                 revise(store, run_id, row, options, writer)
         common.stderr.print(f"run {run_id} rejected (plan hash {digest})")
+        if as_json:
+            after = store.run(run_id)
+            latest = store.plan_versions(run_id)[-1]
+            revision = (
+                {"version": latest.version, "plan_hash": latest.hash}
+                if after.status == "awaiting_approval"
+                and latest.source == "revision"
+                and latest.hash != digest
+                else None
+            )
+            document = {
+                "run_id": run_id,
+                "decision": "rejected",
+                "plan_hash": digest,
+                "who": decider,
+                "feedback": feedback,
+                "status": after.status,
+                "revision": revision,
+            }
+            sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
         raise typer.Exit(4)
 
     @app.command("abandon")
@@ -1050,9 +1074,11 @@ def register(app: typer.Typer) -> None:
         ],
         store_path: StoreOption = None,
         who: WhoOption = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
     ) -> None:
         """Close an escalated run for good: its state becomes abandoned (exit 1) and it
-        leaves the inbox; the decision is recorded with who, when and the reason."""
+        leaves the inbox; the decision is recorded with who, when and the reason.
+        --json prints ``{"run_id", "status": "abandoned", "who", "reason"}``."""
         from plandag.runs.decisions import abandon
 
         store = open_cli_store(store_path)
@@ -1065,6 +1091,9 @@ def register(app: typer.Typer) -> None:
         common.stderr.print(
             f"run {run_id} abandoned by {decider}: {reason}", markup=False, highlight=False
         )
+        if as_json:
+            document = {"run_id": run_id, "status": "abandoned", "who": decider, "reason": reason}
+            sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
         raise typer.Exit(common.EXIT_CODES["abandoned"])
 
     @app.command("inbox")

@@ -17,6 +17,8 @@ crashed) is an error (exit 2) saying what to do instead.
 
 from __future__ import annotations
 
+import json
+import sys
 import time
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -77,12 +79,15 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         who: Annotated[str | None, typer.Option("--who", help="Your name.")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
     ) -> None:
         """Give a running `plandag run` new input: the steps it has not started are
         replanned with TEXT (verbatim); completed steps are kept, running steps finish.
 
         The instruction goes through the run store; the run looks for instructions every
-        0.5 s. A run that is not running is an error (exit 2).
+        0.5 s. A run that is not running is an error (exit 2). --json prints
+        ``{"run_id", "instruction", "new_goal", "taken"}``: the instruction's number in
+        the store, and whether the run took it within the wait.
         """
         from plandag.approval.gate import current_user
         from plandag.cli.common import stdout
@@ -143,7 +148,15 @@ def register(app: typer.Typer) -> None:
         finally:
             store.close()
         what = "new goal" if new_goal else "instruction"
-        if taken is not None:
+        if as_json:
+            document = {
+                "run_id": run_id,
+                "instruction": number,
+                "new_goal": new_goal,
+                "taken": taken is not None,
+            }
+            sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
+        elif taken is not None:
             stdout.print(
                 f"run {run_id} took the {what} (instruction {number}); the steps it had not "
                 "started are replanned with it",
