@@ -125,6 +125,8 @@ class LogHandler(RichHandler):
         )
         self.addFilter(SecretFilter())
         self.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        # off a terminal, a record's line is written whole (rich would wrap it at 80)
+        self.console.soft_wrap = not self.console.is_terminal
 
     def render(
         self,
@@ -140,8 +142,6 @@ class LogHandler(RichHandler):
             )
         line = Text(f"{record.levelname} ")
         line.append_text(message_renderable)
-        line.no_wrap = True
-        line.overflow = "ignore"
         return line
 
 

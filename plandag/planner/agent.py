@@ -961,7 +961,8 @@ class Agent:
         The run goes on an event loop (asyncio) that this agent keeps between calls, so
         the model client's connections, opened on that loop, serve every later call too.
         :meth:`close` (or ``with Agent(...) as agent:``) closes those connections and the
-        loop when the agent is no longer needed.
+        loop when the agent is no longer needed. One call at a time per agent: threads
+        that run at once need an agent (and a client) each.
 
         Raises:
             RuntimeError: called while an event loop runs in this thread (inside ``async

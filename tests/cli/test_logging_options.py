@@ -115,6 +115,18 @@ def test_a_record_is_one_line_with_its_level_and_logger(tools_file: Path) -> Non
     assert "WARNING plandag.tool: a warning line\n" in result.stderr
 
 
+def test_a_long_record_is_not_wrapped_off_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    monkeypatch.setenv("COLUMNS", "80")
+    stop = start_logging(logging.INFO)
+    try:
+        logging.getLogger("plandag.test_logging").info("word " * 40)
+    finally:
+        stop()
+    assert stream.getvalue() == "INFO plandag.test_logging: " + "word " * 40 + "\n"
+
+
 @pytest.mark.parametrize(("value", "line"), [("debug", "a debug line"), ("INFO", "an info line")])
 def test_plandag_log_sets_the_level(tools_file: Path, value: str, line: str) -> None:
     result = _invoke(["tools", "--tools", str(tools_file), "--json"], {"PLANDAG_LOG": value})
