@@ -252,10 +252,15 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
         "--factor", type=float, default=10.0, help="times the reserved tokens reported (10)"
     )
     options = parser.parse_args(argv)
-    logging.getLogger("plandag").setLevel(logging.ERROR)  # the breaker's warnings per run
-    rows = measure(
-        options.runs, options.reply_seconds, options.steps, options.max_cost, options.factor
-    )
+    plandag_log = logging.getLogger("plandag")
+    level = plandag_log.level
+    plandag_log.setLevel(logging.ERROR)  # the breaker's warnings per run
+    try:
+        rows = measure(
+            options.runs, options.reply_seconds, options.steps, options.max_cost, options.factor
+        )
+    finally:
+        plandag_log.setLevel(level)  # the caller's logging as it was
     print(
         f"{options.steps} llm steps, replies after {options.reply_seconds:g} s, lying server "
         f"reports {options.factor:g}x the reserved tokens, cap ${options.max_cost:g}"

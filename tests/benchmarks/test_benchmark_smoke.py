@@ -8,6 +8,7 @@ measures what it claims (the random DAGs: parents among the previous 12 steps,
 from __future__ import annotations
 
 import json
+import logging
 import math
 import statistics
 from collections import Counter
@@ -191,7 +192,9 @@ def test_render_prints_every_column() -> None:
 def test_budget_overshoot_runs_at_a_tiny_size(capsys: pytest.CaptureFixture[str]) -> None:
     from benchmarks.budget_overshoot import main
 
+    level = logging.getLogger("plandag").level
     rows = main(["--runs", "1", "--reply-seconds", "0.05", "--steps", "3"])
+    assert logging.getLogger("plandag").level == level  # the caller's logging is left alone
     [row] = rows
     # three calls of about $0.0007 reserve 4 % of the cap: all start with the slow start on
     # too, and each bills ten times its reservation
