@@ -14,7 +14,9 @@ first tool all count from the request):
    :class:`~plandag.planner.replanner.Replanner` gets the failed part at once, while
    independent branches keep running, and its patch joins the run. Caps: at most
    ``max_replans`` replans (3), at most ``max_replans_without_progress`` (2) in a row with
-   no step newly completed since the previous one, the cost caps (every model call is
+   no step newly completed, counted per failed subgraph
+   (:class:`~plandag.planner.progress.ProgressLedger`: the failed step and its
+   descendants, then the steps that replaced them), the cost caps (every model call is
    reserved on the session's budget) and the wall-clock cap (every model call is bounded by
    ``anyio.fail_after(session.remaining_s)``). A patch that does not compile is a replan
    too: its repair counts against the same caps. When a replan cap is hit the run ends
@@ -93,6 +95,7 @@ from plandag.planner.planner import (
     PlannerGaveUp,
     PlanOutcome,
 )
+from plandag.planner.progress import ProgressLedger
 from plandag.planner.replanner import (
     DEFAULT_REPLAN_MAX_CHARS,
     DEFAULT_REPLAN_MAX_TOKENS,
@@ -526,8 +529,9 @@ class Agent:
             default 500, the CLI's ``--max-steps``): a plan or replan past it does not
             compile (``too_many_steps``).
         max_replans: the most replans in a run (>= 0; ARCHITECTURE.md, "Replanning": 3).
-        max_replans_without_progress: the most replans in a row with no step newly
-            completed since the previous replan (>= 1; ARCHITECTURE.md, "Replanning": 2).
+        max_replans_without_progress: the most replans in a row of one failed subgraph
+            with no step of it newly completed since its previous replan (>= 1;
+            ARCHITECTURE.md, "Replanning": 2; :mod:`plandag.planner.progress`).
         max_repairs: repairs of a first plan that does not compile (default 2).
         plan_max_tokens: output tokens of a planning call.
         replan_max_tokens: output tokens of a replanning call.
@@ -1346,6 +1350,7 @@ class _AgentRun:
         self.amendments: list[PlanAmendment] = []
         self.original_goal = goal
         self.ledger = IntentLedger(agent.max_blocked)
+        self.progress = ProgressLedger(agent.max_replans_without_progress)
         self.received: list[Instruction] = []
         """Every instruction received, in order."""
         self.inbox: list[Instruction] = []
@@ -1789,8 +1794,6 @@ class _AgentRun:
     async def run_and_replan(self, session: RunSession, watch: _FailureWatch) -> None:
         """Wait for failures and instructions and replan them, within the caps; then join."""
         agent = self.agent
-        streak = 0
-        mark: int | None = None  # succeeded steps when the last replan was asked for
         previous: ReplanRecord | None = None
         while True:
             state = await _next_state(session, watch, self.has_news)
@@ -1824,15 +1827,12 @@ class _AgentRun:
                     )
                     return
             if trigger != "instruction":
-                if mark is not None:
-                    streak = 0 if len(state.succeeded) > mark else streak + 1
                 if self.counted_replans() >= agent.max_replans:
                     self.give_up(session, "max_replans")
                     return
-                if streak >= agent.max_replans_without_progress:
+                if self.progress.count(session.graph, state) >= agent.max_replans_without_progress:
                     self.give_up(session, "no_progress")
                     return
-                mark = len(state.succeeded)
             state, choice, withdrawn = self.prepare(session, state, told)
             try:
                 record = await self.replanner.replan(
@@ -1863,6 +1863,10 @@ class _AgentRun:
             self.replans.append(record)
             self.diagnostics = record.diagnostics
             previous = None if record.applied else record
+            if trigger == "instruction":
+                self.progress.joined(record.replaced, record.new_ids)
+            else:
+                self.progress.replanned(session.graph, state, record.new_ids)
             if record.applied:
                 self.join = None
                 self.add_version(self.plan_so_far(session), "replan")
@@ -1956,8 +1960,8 @@ class _AgentRun:
         else:
             session.escalate(
                 "replan_caps",
-                f"{agent.max_replans_without_progress} replans in a row completed no new "
-                f"step (the no-progress cap): {failing}",
+                f"{agent.max_replans_without_progress} replans in a row of the failing part "
+                f"of the plan completed none of its steps (the no-progress cap): {failing}",
             )
 
     # -- 3. join -------------------------------------------------------------------------------

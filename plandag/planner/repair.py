@@ -12,7 +12,8 @@ the caller's **trigger** says the failure is one a repair can fix, the
 (:meth:`Replanner.apply`: the same compiler and write boundary as the stored plan) and runs
 in the same run; completed steps keep their results and never run again. Caps, as
 ``plandag run``: at most ``max_replans`` (3) model replans, at most
-``max_replans_without_progress`` (2) in a row with no step newly completed; past a cap the
+``max_replans_without_progress`` (2) in a row with no step newly completed, counted per
+failed subgraph (:class:`~plandag.planner.progress.ProgressLedger`); past a cap the
 run ends ``escalated`` (handed to a person with its state; ``gave_up`` with
 ``escalate="never"``), never with an invented result. The cost caps pay the model
 calls (the session's budget, which a batch shares), and each call is bounded by the
@@ -79,6 +80,7 @@ from plandag.models import (
 from plandag.models.calls import deadline_from
 from plandag.planner.data import quote_data
 from plandag.planner.intents import IntentLedger
+from plandag.planner.progress import ProgressLedger
 from plandag.planner.replanner import (
     DEFAULT_REPLAN_MAX_CHARS,
     DEFAULT_REPLAN_MAX_TOKENS,
@@ -654,8 +656,9 @@ async def run_with_repairs(
                 await session.settled()  # the effect-free steps end; the effects wait
         elif approve_patch is not None:
             session.hold_effects()  # a patch's steps with effects wait for approve_patch
-        streak = 0
-        mark: int | None = None
+        progress = ProgressLedger(
+            repairer.max_replans_without_progress if repairer is not None else 1
+        )
         previous: ReplanRecord | None = None
         tried_reuse = False
         model_replans = 0
@@ -720,16 +723,13 @@ async def run_with_repairs(
                 ):
                     session.give_up()
                 break
-            if mark is not None:
-                streak = 0 if len(state.succeeded) > mark else streak + 1
             if model_replans >= repairer.max_replans:
                 gave_up = "max_replans"
-            elif streak >= repairer.max_replans_without_progress:
+            elif progress.count(session.graph, state) >= repairer.max_replans_without_progress:
                 gave_up = "no_progress"
             if gave_up is not None:
                 _escalate_caps(session, state, replans, gave_up, repairer)
                 break
-            mark = len(state.succeeded)
             newly_down, down_seen = state.down[down_seen:], len(state.down)
             live = [key for key, record in session.records.items() if record.superseded_by is None]
             choice = choose_strategy(
@@ -777,6 +777,7 @@ async def run_with_repairs(
                 session.give_up()
                 break
             model_replans += 1
+            progress.replanned(session.graph, state, record.new_ids)
             replans.append(record)
             bases[record.number] = max_id
             previous = None if record.applied else record
@@ -849,8 +850,8 @@ def _escalate_caps(
     else:
         session.escalate(
             "replan_caps",
-            f"{repairer.max_replans_without_progress} repairs in a row completed no new "
-            f"step (the no-progress cap): {failing}",
+            f"{repairer.max_replans_without_progress} repairs in a row of the failing part "
+            f"of the plan completed none of its steps (the no-progress cap): {failing}",
         )
 
 

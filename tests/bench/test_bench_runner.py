@@ -171,15 +171,17 @@ async def test_set_2_a_broken_tool_replans_up_to_the_cap_and_escalates_with_the_
     assert not record.success
     for result in results:
         # handed to a person: the search tool goes down after 3 failures in a row (its later
-        # steps fail at once, dependency_down) and 2 replans in a row complete nothing new;
-        # the NF-e plan's repairs keep failing the same check: a blocked intent
+        # steps fail at once, dependency_down) and the replan caps end the run: 2 replans
+        # in a row of one failed part complete nothing of it, or, when independent lookups
+        # fail in separate replans (each its own part), the run's 3 replans are used; the
+        # NF-e plan's repairs keep failing the same check: a blocked intent
         assert result.status == "escalated"
-        assert (result.gave_up, result.run.escalation) == (
-            ("blocked_intent", "blocked_intent")
-            if name == "nfe"
-            else ("no_progress", "replan_caps")
-        )
-        assert len(result.replans) == 2
+        if name == "nfe":
+            assert (result.gave_up, result.run.escalation) == ("blocked_intent", "blocked_intent")
+            assert len(result.replans) == 2
+        else:
+            assert result.run.escalation == "replan_caps"
+            assert (result.gave_up, len(result.replans)) in {("no_progress", 2), ("max_replans", 3)}
         assert result.answer is None  # never an invented result
         failed = [step for step in result.run.steps.values() if step.status == "failed"]
         assert failed
@@ -205,13 +207,10 @@ async def test_set_2_with_streaming_never_reports_success(
     )
     assert not record.success
     # a step written after its upstream already failed is pruned, never a compile error:
-    # the replans run to the no-progress cap, as without streaming
+    # the replans run to a replan cap, as without streaming
     assert result.plan_did_not_compile is False
-    assert (result.status, result.gave_up, len(result.replans)) == (
-        "escalated",
-        "no_progress",
-        2,
-    )
+    assert result.status == "escalated"
+    assert (result.gave_up, len(result.replans)) in {("no_progress", 2), ("max_replans", 3)}
     assert result.answer is None
 
 

@@ -105,7 +105,8 @@ def test_replan_caps_escalate_exit_5_and_the_inbox_lists_the_run(
     [item] = json.loads(inbox.stdout)
     assert (item["run_id"], item["reason"], item["goal"]) == (run_id, "replan_caps", "Score x")
     assert item["detail"] == (
-        "2 replans in a row completed no new step (the no-progress cap): step 3 failed "
+        "2 replans in a row of the failing part of the plan completed none of its steps (the "
+        "no-progress cap): step 3 failed "
         "(tool_error: ValueError: service down for z)"
     )
     assert item["spend"]["tokens"] > 0
