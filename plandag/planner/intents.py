@@ -17,8 +17,10 @@ The intent of a step (:func:`intent_of`):
   same intent. ``<param.NAME>`` references stay as they are.
 
 A failure counts once per failed step (after its retries), superseded or not. Steps that
-never ran do not count: those skipped, and those failed with ``dependency_down`` (the
-circuit breaker stopped them; :mod:`plandag.scheduler.breaker`).
+never ran do not count: those skipped, those failed with ``dependency_down`` (the circuit
+breaker stopped them; :mod:`plandag.scheduler.breaker`), and those whose model call the
+cost caps refused before sending it (``budget``, ``agent_budget``: the brake stopped them,
+the intent was never tried).
 """
 
 from __future__ import annotations
@@ -30,12 +32,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from plandag.dag.plan import Step
+from plandag.scheduler.breaker import BUDGET_REFUSALS
 from plandag.scheduler.result import StepRecord
 
 __all__ = ["BlockedIntent", "IntentLedger", "intent_of"]
 
 _STEP_REFERENCE = re.compile(r"<step_\d+_result")
-_NOT_COUNTED = frozenset({"dependency_down"})
+_NOT_COUNTED = frozenset({"dependency_down", *BUDGET_REFUSALS})
 
 
 def _normalised(value: Any) -> Any:

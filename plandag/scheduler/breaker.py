@@ -13,7 +13,11 @@ api.example.com``). The runner counts, per dependency, the steps that failed in 
 * failures that blame the step's own input rather than the dependency neither count nor
   reset (:data:`INPUT_FAILURES`: invalid arguments, an unresolved reference, a write outside
   the boundary, a failed check, an unusable URL, an HTTP 4xx answer other than 408 and 429,
-  which shows the host is up), nor do steps that never ran.
+  which shows the host is up), nor do steps that never ran;
+* a call the cost caps refused (:data:`BUDGET_REFUSALS`: the run's budget, or an agent
+  step's own, would not hold its estimate, so nothing was sent) is the run's brake, not the
+  dependency failing: it neither counts nor resets (three model steps refused by the
+  budget do not take ``llm`` down, and a replanner is not told that the model is down).
 
 After ``after`` failures in a row (``RunLimits.breaker_after``, 3 by default) the dependency
 is **down** for the rest of the run: a step that needs it fails at once with reason
@@ -30,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 __all__ = [
+    "BUDGET_REFUSALS",
     "INPUT_FAILURES",
     "CircuitBreaker",
     "Dependency",
@@ -53,6 +58,11 @@ INPUT_FAILURES: frozenset[str] = frozenset(
 )
 """Failure reasons that say nothing about the dependency: they neither count nor reset."""
 
+BUDGET_REFUSALS: frozenset[str] = frozenset({"budget", "agent_budget"})
+"""Failure reasons of a call the cost caps refused before sending it (the run's budget:
+``budget``; an ``agent`` step's own: ``agent_budget``): the brake stopped the step, the
+dependency was never asked; they neither count nor reset."""
+
 
 def counts_against_dependency(reason: str | None) -> bool:
     """Whether a failed step with ``reason`` counts towards its dependencies' breakers.
@@ -61,12 +71,13 @@ def counts_against_dependency(reason: str | None) -> bool:
         reason: the step's reason code (``tool_error``, ``timeout``, ``http_503``...).
 
     Returns:
-        False for :data:`INPUT_FAILURES` and HTTP 4xx answers other than 408 and 429
-        (``http_404``: the host answered, the request was wrong); True otherwise.
+        False for :data:`INPUT_FAILURES`, :data:`BUDGET_REFUSALS` and HTTP 4xx answers other
+        than 408 and 429 (``http_404``: the host answered, the request was wrong); True
+        otherwise.
     """
     if reason is None:
         return True
-    if reason in INPUT_FAILURES:
+    if reason in INPUT_FAILURES or reason in BUDGET_REFUSALS:
         return False
     return not (reason.startswith("http_4") and reason not in ("http_408", "http_429"))
 

@@ -571,3 +571,15 @@ async def test_tell_from_another_thread_reaches_the_run(server: MessagesServer) 
     assert result.status == "succeeded"
     assert [(item.text, item.who) for item in result.instructions] == [("use ccc", "bo")]
     assert "- use ccc" in user_text(server, 1)
+
+
+def test_a_call_the_budget_refused_is_not_a_failure_of_its_intent() -> None:
+    ledger = IntentLedger(2)
+    steps = {n: Step(id=n, tool="llm", args={"prompt": "Say ok"}) for n in (1, 2, 3)}
+    records = {
+        n: StepRecord(n, "llm", "failed", reason=reason, detail="call not sent")
+        for n, reason in ((1, "budget"), (2, "agent_budget"), (3, "budget"))
+    }
+    ledger.observe(steps, records)
+    assert ledger.blocked() == []
+    assert ledger.failures == {}

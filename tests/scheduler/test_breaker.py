@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -15,16 +16,19 @@ from plandag.brakes.retry import RetryPolicy
 from plandag.checks import BUILTIN_CHECKS
 from plandag.compiler import CompiledPlan, compile_plan
 from plandag.errors import TransientStepError
-from plandag.scheduler import RunLimits, events, run_plan_sync
+from plandag.executors import ModelAccess
+from plandag.models import AnthropicClient
+from plandag.scheduler import RunLimits, events, run_plan, run_plan_sync
 from plandag.scheduler.breaker import (
     CircuitBreaker,
     Dependency,
     counts_against_dependency,
     url_host,
 )
+from plandag.testing import MessagesServer
 from plandag.tools.base import Tool, tool
 from plandag.tools.http import http_get, use_transport
-from plandag.tools.registry import Registry
+from plandag.tools.registry import Registry, default_registry
 
 calls: Counter[str] = Counter()
 
@@ -328,3 +332,50 @@ def test_the_breaker_counts_in_a_row() -> None:
     assert breaker.failed(4, lookup, "tool_error", "d", 3.0) == []  # already down
     with pytest.raises(ValueError, match="breaker_after must be >= 1 or None, not 0"):
         CircuitBreaker(0)
+
+
+def test_calls_the_budget_refused_do_not_take_the_model_down(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Four llm steps whose calls the token cap refuses (nothing sent): each is refused by
+    the budget on its own; the breaker never opens, so no step fails dependency_down and
+    a replanner is never told that the model is down."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("all_proxy", raising=False)
+
+    async def scenario() -> Any:
+        with MessagesServer() as server:
+            client = AnthropicClient(api_key="test", base_url=server.url)
+            try:
+                plan = compile_plan(
+                    {
+                        "steps": [
+                            {"id": n, "tool": "llm", "args": {"prompt": f"Say {n}"}}
+                            for n in range(1, 5)
+                        ]
+                    },
+                    default_registry(),
+                )
+                return (
+                    await run_plan(
+                        plan,
+                        models=ModelAccess(client, "claude-haiku-4-5"),
+                        max_concurrency=1,
+                        limits=RunLimits(heartbeat_every=None, max_tokens=500),
+                        clock=VirtualClock(),
+                    ),
+                    len(server.message_requests),
+                )
+            finally:
+                await client.aclose()
+
+    result, requests = anyio.run(scenario)
+    assert requests == 0  # every call refused before sending
+    assert result.status == "budget_exceeded"
+    assert {
+        key: (record.status, record.reason) for key, record in result.steps.items()
+    } == dict.fromkeys(range(1, 5), ("failed", "budget"))
+    assert result.dependencies_down == ()
+    assert not counts_against_dependency("budget")
+    assert not counts_against_dependency("agent_budget")
