@@ -6,7 +6,7 @@ for (``plandag reject`` on a ``plandag run``)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -662,6 +662,65 @@ class RepairGate:
         self.store.close()
 
 
+def _model_unreachable(result: AgentResult) -> bool:
+    """Whether a resumed run ended because the replanner's call failed past its retries
+    before any patch joined: the person's instruction was never used."""
+    return (
+        result.gave_up == "replanner_error"
+        and result.error is not None
+        and not any(record.applied for record in result.replans)
+    )
+
+
+def _keep_escalated(store: Store, writer: Any, run_id: str, row: Any, result: AgentResult) -> None:
+    """Put a resumed run whose model could not be reached back as it was: ``escalated``,
+    its case open, its detail and spend unchanged; the failed calls recorded."""
+    for call in result.llm_calls:
+        store.record_llm_call(run_id, "model", call)
+        writer.llm_call(call, "model")
+    store.update_run(
+        run_id,
+        status="escalated",
+        detail=row.detail,
+        spent_usd=row.spent_usd + result.run.spent_usd,
+        spent_tokens=row.spent_tokens + result.run.spent_tokens,
+        pid=None,
+    )
+
+
+def _tell_unreachable(
+    run_id: str, planner: Mapping[str, Any], result: AgentResult, as_json: bool
+) -> NoReturn:
+    """Tell the person the model could not be reached and the escalation stays open;
+    exit 5 (the run is escalated)."""
+    import json
+    import sys
+
+    import typer
+
+    assert result.error is not None
+    where = planner.get("base_url") or f"the {planner.get('provider')} API"
+    unreachable = result.error.type == "NotStartedError"  # nothing was sent
+    what = "is unreachable" if unreachable else "failed the call"
+    if as_json:
+        document = {
+            "run_id": run_id,
+            "status": "escalated",
+            "instruction_used": False,
+            "error": {"type": result.error.type, "message": result.error.message},
+        }
+        sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
+    common.stderr.print(
+        f"error: run {run_id}: the model endpoint {where} {what} ({result.error.message}); your "
+        "instruction was not used and the run stays escalated: run the same command again "
+        f"when the model answers, or point the run at another endpoint with `plandag resume "
+        f"{run_id} --instruction TEXT --base-url URL` (or --provider, --model)",
+        markup=False,
+        highlight=False,
+    )
+    raise typer.Exit(common.EXIT_CODES["escalated"])
+
+
 def resume_with_planner(
     store: Store,
     run_id: str,
@@ -672,6 +731,7 @@ def resume_with_planner(
     who: str,
     hooks: EscalationHooks | None,
     as_json: bool,
+    keep_endpoint: Callable[[Store, str, Any, RunOptions], None] | None = None,
 ) -> NoReturn:
     """``plandag resume RUN_ID [--instruction TEXT]`` on an escalated run that has a
     planner (``plandag run``, ``exec --planner``): the planner is brought back.
@@ -679,9 +739,16 @@ def resume_with_planner(
     The run's completed steps are kept with their results; what did not succeed before is
     shown to the replanner (and superseded by its patch); the instruction reaches the
     replanner verbatim; the replan caps start again (:meth:`Agent.resume`). The run is
-    taken for this process, its escalation closed as ``resumed`` (who, when, the
-    instruction), and the new segment is recorded like ``plandag run``'s. Never returns:
-    prints the result and exits with its code.
+    taken for this process and the new segment is recorded like ``plandag run``'s. Its
+    escalation is closed as ``resumed`` (who, when, the instruction) once the replanner's
+    patch joined the run (``keep_endpoint``, when given, then stores the endpoint the run
+    was pointed at), or when the run ends otherwise.
+
+    When the replanner's call fails past its retries before any patch joined (the model
+    endpoint unreachable, or refusing the call), the instruction was never used: the run
+    goes back to ``escalated`` with its case open, its failed calls recorded, and the
+    person is told on stderr (exit 5, the run's state; ARCHITECTURE.md, "States and exit
+    codes"). Never returns: prints the result and exits with its code.
     """
     import os
 
@@ -743,7 +810,17 @@ def resume_with_planner(
         common.fail(f"run {run_id}: its plan has llm or agent steps: {error}")
     if not store.claim_run(run_id, ["escalated"], row.pid):
         common.fail(f"run {run_id}: another process took it first; `plandag runs` shows it")
-    close_escalation(store, run_id, "resumed", who=who, note=instruction)
+    closed: list[bool] = []
+
+    def close() -> None:
+        """The instruction was taken (or the run ended otherwise): close the case once."""
+        if closed:
+            return
+        closed.append(True)
+        close_escalation(store, run_id, "resumed", who=who, note=instruction)
+        if keep_endpoint is not None:
+            keep_endpoint(store, run_id, row, options)
+
     segment = row.segment + 1
     store.update_run(run_id, status="running", segment=segment, pid=os.getpid(), detail=None)
     writer = trace_factory(store, options.redact)(run_id, segment)
@@ -801,6 +878,7 @@ def resume_with_planner(
                 used_ids=used_ids,
                 params=params,
                 run_id=run_id,
+                on_resumed=close,
             )
         finally:
             with anyio.CancelScope(shield=True):
@@ -813,6 +891,10 @@ def resume_with_planner(
         with progress:
             outcome = Interruptible(work).run()
         result = outcome.result
+        if result is not None and not closed and _model_unreachable(result):
+            _keep_escalated(store, writer, run_id, row, result)
+            _tell_unreachable(run_id, planner_options, result, as_json)  # exits 5
+        close()
         if result is not None:
             first = next((r for r in result.replans if r.trigger == "resume" and r.applied), None)
             if first is not None:

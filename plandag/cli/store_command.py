@@ -795,7 +795,29 @@ def register(app: typer.Typer) -> None:
         ] = None,
         escalate: EscalateOption = None,
         who: WhoOption = None,
-        base_url: BaseUrlAgainOption = None,
+        provider: Annotated[
+            str | None,
+            typer.Option(
+                "--provider",
+                metavar="anthropic|openai",
+                help="Point the run at another model provider (default: the run's own).",
+            ),
+        ] = None,
+        model: Annotated[
+            str | None,
+            typer.Option(
+                "--model", metavar="NAME", help="Point the run at another model (the planner's)."
+            ),
+        ] = None,
+        base_url: Annotated[
+            str | None,
+            typer.Option(
+                "--base-url",
+                metavar="URL",
+                help="Point the run at another API base URL; or the run's own URL given "
+                "again with its user and password (the run store keeps it without them).",
+            ),
+        ] = None,
     ) -> None:
         """Continue a crashed or interrupted run: completed steps never run again; a step
         whose outcome is unknown runs again only if its tool is idempotent or takes the
@@ -805,7 +827,11 @@ def register(app: typer.Typer) -> None:
         An escalated run (see `plandag inbox`) goes on with your instruction: for a run
         made by `plandag run` or `exec --planner`, the planner is brought back and replans
         the remaining work with --instruction TEXT (verbatim), completed steps kept, the
-        replan caps fresh. The escalation is closed (who, when, the instruction). A
+        replan caps fresh. The escalation is closed (who, when, the instruction) once the
+        model took the instruction; when the model cannot be reached the run stays
+        escalated and its case open (exit 5): try again, or point the run at another
+        endpoint with --provider, --model, --base-url (each defaults to the run's own; the
+        run keeps the new endpoint once it goes on; its llm and agent steps follow). A
         `plandag research` run gets its corpus back and its report written again.
 
         A run started with --base-url http://<user>:<password>@host/ takes the user and
@@ -815,8 +841,9 @@ def register(app: typer.Typer) -> None:
         run_id, row = _stored_run(store, run)
         if instruction is not None and not instruction.strip():
             _fail("--instruction is empty: say what the planner should do now")
+        endpoint = Endpoint.given_for(row, provider, model, base_url)
         with _job_segment(store, run_id, row):
-            _resume(store, run_id, row, approve, instruction, escalate, who, as_json, base_url)
+            _resume(store, run_id, row, approve, instruction, escalate, who, as_json, endpoint)
 
     def _resume(
         store: Store,
@@ -827,7 +854,7 @@ def register(app: typer.Typer) -> None:
         escalate: str | None,
         who: str | None,
         as_json: bool,
-        base_url: str | None,
+        endpoint: Endpoint,
     ) -> None:
         from plandag.runs.options import RESUMABLE
 
@@ -841,7 +868,7 @@ def register(app: typer.Typer) -> None:
                 escalate=escalate,
                 who=who or current_user(),
                 as_json=as_json,
-                base_url=base_url,
+                endpoint=endpoint,
             )
         if instruction is not None:
             _fail(
@@ -871,10 +898,14 @@ def register(app: typer.Typer) -> None:
                 )
             _fail(f"run {run_id}: another process resumed it first; `plandag runs` shows it")
         try:
-            prepared = _with_escalate(_prepare(store, run_id, row, "resume", base_url), escalate)
+            prepared = _with_escalate(
+                _prepare(store, run_id, endpoint.row(row), "resume", endpoint.again), escalate
+            )
+            prepared = prepared[0], endpoint.apply(run_id, prepared[1])
         except BaseException:  # not resumed after all: give the run back as it was
             store.update_run(run_id, status=row.status, pid=row.pid, pid_started=row.pid_started)
             raise
+        endpoint.keep(store, run_id, row, prepared[1])
         _continue(
             store,
             run_id,
@@ -1196,6 +1227,134 @@ def _job_segment(store: Store, run_id: str, row: Any) -> contextlib.AbstractCont
     return contextlib.nullcontext()
 
 
+@dataclasses.dataclass(frozen=True)
+class Endpoint:
+    """``plandag resume --provider --model --base-url``: the model endpoint a resumed run is
+    pointed at; each value left out keeps the run's own.
+
+    Attributes:
+        provider: ``anthropic`` or ``openai``, or None.
+        model: the planner's model (and the model steps' with ``openai``), or None.
+        base_url: the API's base URL, or None.
+    """
+
+    provider: str | None = None
+    model: str | None = None
+    base_url: str | None = None
+    again: str | None = None
+
+    @classmethod
+    def given_for(
+        cls, row: Any, provider: str | None, model: str | None, base_url: str | None
+    ) -> Endpoint:
+        """The endpoint of ``resume``'s options for the stored run ``row``: a ``--base-url``
+        that is the run's own model server (user and password aside) is that URL given
+        again (``again``: :func:`run_options_of`), not a move; any other points the run
+        there."""
+        from plandag.store.base_urls import split_userinfo
+
+        if base_url is not None:
+            own = {
+                split_userinfo(str(section["base_url"]))[0].rstrip("/")
+                for name in ("planner", "executor")
+                if isinstance(section := row.options.get(name), Mapping) and section.get("base_url")
+            }
+            if split_userinfo(base_url)[0].rstrip("/") in own:
+                return cls(provider, model, None, again=base_url)
+        return cls(provider, model, base_url)
+
+    @property
+    def given(self) -> bool:
+        """Whether the run is pointed elsewhere (a provider, a model or another URL)."""
+        return (self.provider, self.model, self.base_url) != (None, None, None)
+
+    def row(self, row: Any) -> Any:
+        """``row`` as the run's options are read for this resume: when the run moves to
+        another base URL, what its old URL's user and password were is left out (they are
+        not needed any more, and an environment that lost them must not stop the move)."""
+        if self.base_url is None:
+            return row
+        from plandag.store.base_urls import CREDENTIALS_KEY
+
+        options = dict(row.options)
+        for name in ("planner", "executor"):
+            section = options.get(name)
+            if isinstance(section, Mapping) and CREDENTIALS_KEY in section:
+                options[name] = {k: v for k, v in section.items() if k != CREDENTIALS_KEY}
+        return dataclasses.replace(row, options=options)
+
+    def apply(self, run_id: str, options: RunOptions) -> RunOptions:
+        """``options`` with the planner and the model steps (``executor``) pointed here.
+
+        A new provider without ``--model`` takes that provider's default model (openai has
+        none: exit 2), its own base URL unless ``--base-url`` is given, and the model
+        steps' default executor model. Exit 2 when the run calls no model at all, or the
+        provider is unknown.
+        """
+        if not self.given:
+            return options
+        from plandag.cli.models_options import DEFAULT_MODELS, PROVIDERS
+        from plandag.executors.access import executor_model_for
+
+        if options.planner is None and options.executor is None:
+            _fail(
+                f"run {run_id} calls no model (no planner, no llm or agent step): "
+                "--provider, --model and --base-url do not apply to it"
+            )
+        if self.provider is not None and self.provider not in PROVIDERS:
+            _fail(f"--provider {self.provider!r}: choose anthropic or openai")
+        planner: dict[str, Any] | None = None
+        executor: dict[str, Any] | None = None
+        if options.planner is not None:
+            planner, changed = self._moved(options.planner)
+            name = self.model or (
+                DEFAULT_MODELS.get(str(planner["provider"])) if changed else planner.get("model")
+            )
+            if not name:
+                _fail(f"--model is required with --provider {planner['provider']}")
+            planner["model"] = name
+        if options.executor is not None:
+            executor, changed = self._moved(options.executor)
+            if self.model is not None:
+                executor["model"] = self.model
+            elif changed:
+                executor["model"] = planner["model"] if planner is not None else None
+            if changed:
+                executor["executor_model"] = None  # the new provider's default
+            try:
+                executor_model_for(
+                    str(executor["provider"]), executor.get("model"), executor.get("executor_model")
+                )
+            except InputError as error:
+                _fail(f"run {run_id}: its plan has llm or agent steps: {error}")
+        return dataclasses.replace(options, planner=planner, executor=executor)
+
+    def _moved(self, current: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+        """``current`` (a stored planner or executor) with the provider and base URL given;
+        whether the provider changed."""
+        updated = dict(current)
+        old = str(updated.get("provider") or "anthropic")
+        new = self.provider or old
+        updated["provider"] = new
+        if self.base_url is not None:
+            updated["base_url"] = self.base_url
+        elif new != old:
+            updated["base_url"] = None  # the new provider's own API
+        return updated, new != old
+
+    def keep(self, store: Store, run_id: str, row: Any, options: RunOptions) -> None:
+        """Store the endpoint in the run's options (the run goes on with it; later resumes
+        and approvals use it); nothing when none was given."""
+        if not self.given:
+            return
+        from plandag.store.base_urls import stored_model_options
+
+        stored = dict(row.options)
+        stored["planner"] = dict(options.planner) if options.planner is not None else None
+        stored["executor"] = dict(options.executor) if options.executor is not None else None
+        store.update_run(run_id, options=stored_model_options(stored))  # no user, password
+
+
 def _with_escalate(
     prepared: tuple[CompiledPlan, RunOptions], escalate: str | None
 ) -> tuple[CompiledPlan, RunOptions]:
@@ -1218,11 +1377,12 @@ def _resume_escalated(
     escalate: str | None,
     who: str,
     as_json: bool,
-    base_url: str | None = None,
+    endpoint: Endpoint,
 ) -> NoReturn:
     """``plandag resume`` on an escalated run: the planner is brought back when the run
     has one; otherwise the run continues as it is (an instruction is refused: nobody
-    could follow it). ``base_url``: the model server's URL given again."""
+    could follow it). ``endpoint``: where ``--provider``, ``--model``, ``--base-url`` point
+    it (or its own URL given again with its user and password)."""
     from plandag.runs.escalations import close_escalation
     from plandag.runs.options import RunOptions
 
@@ -1248,12 +1408,15 @@ def _resume_escalated(
         )
     settings = common.command_settings({})
     hooks = escalation_hooks(settings)
-    prepared = _with_escalate(_prepare(store, run_id, row, "resume", base_url), escalate)
+    prepared = _with_escalate(
+        _prepare(store, run_id, endpoint.row(row), "resume", endpoint.again), escalate
+    )
     if approve is not None:
         import dataclasses
 
         compiled, options = prepared
         prepared = compiled, dataclasses.replace(options, approve=approve_mode(approve))
+    prepared = prepared[0], endpoint.apply(run_id, prepared[1])
     options = prepared[1]
     if options.planner is not None:
         from plandag.cli.agent_store import resume_with_planner
@@ -1267,9 +1430,11 @@ def _resume_escalated(
             who=who,
             hooks=hooks,
             as_json=as_json,
+            keep_endpoint=endpoint.keep if endpoint.given else None,
         )
     if not store.claim_run(run_id, ["escalated"], row.pid):
         _fail(f"run {run_id}: another process resumed it first; `plandag runs` shows it")
+    endpoint.keep(store, run_id, row, options)
     close_escalation(store, run_id, "resumed", who=who)
     _continue(
         store,

@@ -1195,6 +1195,7 @@ class Agent:
         used_ids: int = 0,
         params: Mapping[str, Any] | None = None,
         run_id: str | None = None,
+        on_resumed: Callable[[], None] | None = None,
     ) -> AgentResult:
         """Go on with a run a person resumed (an escalated run: ``plandag resume RUN_ID
         --instruction TEXT``): its completed steps are kept, the replanner writes the
@@ -1219,6 +1220,10 @@ class Agent:
             used_ids: the largest step id the run used so far (new ids go above it).
             params: the run's param values, or None.
             run_id: the run's id.
+            on_resumed: called once, when the first patch joined the run (the instruction
+                was taken), as it joins; not called when the run ends before
+                (a model call failed past its retries, the endpoint unreachable: the
+                instruction was never used, the caller may keep the person's case open).
 
         Returns:
             The :class:`AgentResult` (``plan_versions``: the run's plan after each applied
@@ -1266,7 +1271,7 @@ class Agent:
                     session.require_approval()
                 else:
                     session.release_effects()
-                if await run.replan_remaining(session, instruction, earlier):
+                if await run.replan_remaining(session, instruction, earlier, on_resumed):
                     async with anyio.create_task_group() as listening:
                         listening.start_soon(run.listen)
                         await run.run_and_replan(session, watch)
@@ -1753,11 +1758,13 @@ class _AgentRun:
         session: RunSession,
         instruction: str | None,
         earlier: Sequence[Mapping[str, Any]],
+        on_resumed: Callable[[], None] | None = None,
     ) -> bool:
         """A resumed run's first replan (trigger ``resume``), repaired within the caps
         until its patch compiles. Returns True when a patch joined the run (and passed the
         approval gate); False when the run ended here (no valid replan: escalated; a
-        refused or failed call: gave_up; rejected or awaiting approval)."""
+        refused or failed call: gave_up; rejected or awaiting approval). ``on_resumed``
+        is called when the patch joined, before the approval gate."""
         agent = self.agent
         previous: ReplanRecord | None = None
         while len(self.replans) < max(agent.max_replans, 1):
@@ -1781,6 +1788,8 @@ class _AgentRun:
             if not record.applied:
                 previous = record
                 continue
+            if on_resumed is not None:
+                on_resumed()
             self.add_version(self.plan_so_far(session), "replan")
             if agent.approve is not None:
                 try:

@@ -459,3 +459,86 @@ def test_a_first_plan_that_never_compiles_still_exits_2_and_is_not_escalated(
     assert json.loads(plandag("inbox", "--json").stdout) == []
     [row] = json.loads(plandag("runs", "--json").stdout)
     assert row["status"] == "failed"
+
+
+def test_resume_with_the_model_unreachable_keeps_the_case_open_and_another_endpoint_goes_on(
+    tools: Path,
+) -> None:
+    with MessagesServer() as first:
+        run_id = run_id_of(escalate_by_caps(first, tools, "--json"))
+        down = first.url  # nothing listens there once the server stopped
+    before = open_store()
+    try:
+        [case] = before.escalations(run_id=run_id)
+        detail = before.run(run_id).detail
+    finally:
+        before.close()
+
+    refused = plandag("resume", run_id, "--instruction", INSTRUCTION, "--who", "maria")
+    assert refused.exit_code == 5, refused.output
+    [line] = [item for item in refused.stderr.splitlines() if item.startswith("error:")]
+    assert f"error: run {run_id}: the model endpoint {down} is unreachable (" in line
+    assert "cannot connect" in line
+    assert "your instruction was not used and the run stays escalated" in line
+    assert f"plandag resume {run_id} --instruction TEXT --base-url URL" in line
+    as_json = plandag("resume", run_id, "--instruction", INSTRUCTION, "--json")
+    assert as_json.exit_code == 5, as_json.output
+    document = json.loads(as_json.stdout)
+    assert (document["status"], document["instruction_used"]) == ("escalated", False)
+    assert document["error"]["type"] == "NotStartedError"
+
+    # the escalation is not used up: the same case is open, the run escalated as it was
+    [item] = json.loads(plandag("inbox", "--json").stdout)
+    assert (item["run_id"], item["reason"]) == (run_id, "replan_caps")
+    store = open_store()
+    try:
+        row = store.run(run_id)
+        assert (row.status, row.detail, row.pid) == ("escalated", detail, None)
+        assert row.options["planner"]["base_url"] == down
+        [still] = store.escalations(run_id=run_id, status=None)
+        assert (still.id, still.status, still.decision) == (case.id, "open", None)
+        assert not [d for d in store.decisions(run_id) if d.decision == "resumed"]
+        errors = [
+            error
+            for (error,) in store.connection.execute(
+                "SELECT error FROM llm_call WHERE run_id = ? AND error IS NOT NULL", (run_id,)
+            )
+        ]
+        assert len(errors) == 2  # one call per attempt to resume (no retries), recorded
+    finally:
+        store.close()
+
+    # pointed at another endpoint, the instruction is used and the run goes on
+    with MessagesServer() as second:
+        second.push_json(
+            {"g": "x", "s": [step(4, "lookup", ["name=x"], [])], "o": '"<step_4_result>"'}
+        )
+        resumed = plandag(
+            "resume", run_id, "--instruction", INSTRUCTION, "--base-url", second.url, "--json"
+        )
+        assert resumed.exit_code == 0, resumed.output
+        assert json.loads(resumed.stdout)["answer"] == {"name": "x", "score": 1}
+        [request] = second.message_requests
+        assert INSTRUCTION in request.json["messages"][0]["content"]
+    store = open_store()
+    try:
+        row = store.run(run_id)
+        assert row.status == "succeeded"
+        assert row.options["planner"]["base_url"] == second.url  # the run keeps it
+        assert row.options["planner"]["model"] == "claude-sonnet-4-6"
+        [closed] = store.escalations(run_id=run_id, status=None)
+        assert (closed.status, closed.decision, closed.note) == ("closed", "resumed", INSTRUCTION)
+    finally:
+        store.close()
+    assert json.loads(plandag("inbox", "--json").stdout) == []
+
+
+def test_resume_endpoint_options_are_checked(server: MessagesServer, tools: Path) -> None:
+    run_id = run_id_of(escalate_by_caps(server, tools, "--json"))
+    bad = plandag("resume", run_id, "--instruction", INSTRUCTION, "--provider", "mistral")
+    assert bad.exit_code == 2
+    assert "--provider 'mistral': choose anthropic or openai" in bad.stderr
+    no_model = plandag("resume", run_id, "--instruction", INSTRUCTION, "--provider", "openai")
+    assert no_model.exit_code == 2
+    assert "--model is required with --provider openai" in no_model.stderr
+    assert json.loads(plandag("inbox", "--json").stdout)[0]["run_id"] == run_id
