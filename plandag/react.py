@@ -27,7 +27,11 @@ with :class:`~plandag.planner.agent.Agent` everything but the orchestration:
   built with ``prompt_cache=False`` sends none.
 
 A tool that fails is an observation (its error, quoted as data), as in ReAct; the model
-decides what to do next. The answer is the text of the first turn without a tool call.
+decides what to do next. Tools with effects follow plandag's approval modes when ``approve``
+is given (nobody is asked: the loop runs unattended): ``never`` refuses every call with an
+effect, ``auto`` runs ``write`` effects, each write target checked against the write
+boundary first, and refuses ``irreversible`` ones (they need a person); a refused call is
+an error observation. The answer is the text of the first turn without a tool call.
 The Messages API's content blocks are read from the Anthropic client's ``raw`` message, or
 translated from an OpenAI-compatible chat completion's ``tool_calls``
 (:func:`content_blocks`), so the loop works with both clients.
@@ -39,6 +43,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 import anyio
@@ -59,6 +64,7 @@ from plandag.models import (
 from plandag.planner.data import DATA_BLOCK_RULE, DEFAULT_MAX_CHARS, quote_data
 from plandag.planner.prompt import compact_schema, describe_result_type
 from plandag.scheduler.runner import RunLimits
+from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
 
 __all__ = [
@@ -279,9 +285,14 @@ class ReactAgent:
         max_chars: characters of each observation shown before it is cut
             (:func:`~plandag.planner.data.quote_data`).
         read_only: refuse tools with effects (the call becomes an error observation).
+        approve: ``None`` (no gate: every tool runs, the baseline as measured), ``"never"``
+            (every call with an effect refused) or ``"auto"`` (``write`` effects run
+            within ``write_boundary``; ``irreversible`` ones refused: nobody approves).
+        write_boundary: where ``auto`` lets tools write; default the working directory.
 
     Raises:
-        ValueError: ``max_turns`` or ``max_tokens`` < 1.
+        ValueError: ``max_turns`` or ``max_tokens`` < 1, or ``approve`` not one of
+            ``None``, ``"auto"``, ``"never"``.
     """
 
     def __init__(
@@ -299,7 +310,11 @@ class ReactAgent:
         max_tokens: int = DEFAULT_REACT_MAX_TOKENS,
         max_chars: int = DEFAULT_MAX_CHARS,
         read_only: bool = False,
+        approve: Literal["auto", "never"] | None = None,
+        write_boundary: WriteBoundary | None = None,
     ) -> None:
+        if approve not in (None, "auto", "never"):
+            raise ValueError(f"approve must be None, 'auto' or 'never', not {approve!r}")
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, not {max_turns}")
         if max_tokens < 1:
@@ -316,6 +331,12 @@ class ReactAgent:
         self.max_tokens = max_tokens
         self.max_chars = max_chars
         self.read_only = read_only
+        self.approve = approve
+        self.write_boundary = (
+            write_boundary
+            if write_boundary is not None or approve != "auto"
+            else WriteBoundary.from_specs([Path.cwd()])
+        )
         self.system = react_system_prompt()
         self.tools = tool_definitions(registry)
 
@@ -426,6 +447,9 @@ class ReactAgent:
                 given,
                 error=f"Refused: {name} has effects ({item.effects}) and the run is read-only",
             )
+        refusal = self._refusal(name, given)
+        if refusal is not None:
+            return ReactStep(number, thought, name, given, error=refusal)
         started = time.monotonic()
         try:
             remaining = None if deadline is None else max(0.0, deadline - started)
@@ -443,6 +467,27 @@ class ReactAgent:
         return ReactStep(
             number, thought, name, given, result=result, duration_s=time.monotonic() - started
         )
+
+    def _refusal(self, name: str, given: Mapping[str, Any]) -> str | None:
+        """Why the approval mode refuses this call (an error observation), or None."""
+        item = self.registry.tools[name]
+        if self.approve is None or item.effects == "none":
+            return None
+        if self.approve == "never" or item.effects == "irreversible":
+            why = (
+                "no effect is approved in this run"
+                if self.approve == "never"
+                else "an irreversible effect needs a person's approval and nobody approves "
+                "in this run"
+            )
+            return f"Refused: {name} has effects ({item.effects}): {why}"
+        if self.write_boundary is not None and item.writes is not None:
+            try:
+                for target in item.write_targets(given):
+                    self.write_boundary.check(target)
+            except Exception as error:
+                return f"Refused: {type(error).__name__}: {error}"
+        return None
 
 
 def content_blocks(raw: Any) -> list[dict[str, Any]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -25,6 +26,7 @@ from plandag.react import (
 from plandag.scheduler.runner import RunLimits
 from plandag.testing import MessagesServer, system_text
 from plandag.tools import tool
+from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
 
 pytestmark = pytest.mark.anyio
@@ -209,6 +211,55 @@ async def test_read_only_refuses_effects(server: MessagesServer, client: Anthrop
     registry = Registry([save])
     result = await ReactAgent(client, "m", registry, read_only=True).run("Save.")
     assert result.steps[0].error == ("Refused: save has effects (write) and the run is read-only")
+
+
+async def test_the_approval_modes_gate_effects(
+    server: MessagesServer, client: AnthropicClient, tmp_path: Path
+) -> None:
+    written: list[str] = []
+
+    @tool(effects="write", writes="path")
+    def save(path: str) -> str:
+        """Write a file."""
+        written.append(path)
+        return path
+
+    @tool(effects="irreversible")
+    def send(to: str) -> str:
+        """Send a message."""
+        raise AssertionError("never called")
+
+    registry = Registry([save, send])
+    boundary = WriteBoundary.from_specs([tmp_path])
+    inside, outside = str(tmp_path / "a.txt"), str(tmp_path.parent / "b.txt")
+    for name, given in (
+        ("save", {"path": outside}),
+        ("send", {"to": "x"}),
+        ("save", {"path": inside}),
+    ):
+        server.push_tool_use(name, given)
+    server.push_text("Answer: done")
+    agent = ReactAgent(client, "m", registry, approve="auto", write_boundary=boundary)
+    result = await agent.run("Save and send.")
+    outside_error, send_error, inside_error = (step.error for step in result.steps)
+    assert outside_error is not None
+    assert outside_error.startswith("Refused: BoundaryError: ")
+    assert send_error == (
+        "Refused: send has effects (irreversible): an irreversible effect needs a person's "
+        "approval and nobody approves in this run"
+    )
+    assert inside_error is None
+    assert written == [inside]
+
+    server.push_tool_use("save", {"path": inside})
+    server.push_text("Answer: refused")
+    never = await ReactAgent(client, "m", registry, approve="never").run("Save.")
+    assert never.steps[0].error == (
+        "Refused: save has effects (write): no effect is approved in this run"
+    )
+    assert written == [inside]
+    with pytest.raises(ValueError, match="approve must be None, 'auto' or 'never'"):
+        ReactAgent(client, "m", registry, approve="ask")  # type: ignore[arg-type]
 
 
 def test_bad_arguments() -> None:

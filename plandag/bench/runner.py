@@ -16,6 +16,20 @@ joiner"), summed over the workload's questions.
 :class:`BenchReport` holds every run; :meth:`BenchReport.table_rows` gives the table
 (success rate, median wall time, speed-up, LLM calls, tokens, cost, replans, ideal time),
 :meth:`BenchReport.markdown` the ``RESULTS.md`` text, :func:`write_chart` the PNG.
+
+**Broken tools** (``run_bench(broken=True)``, ``plandag bench --broken-tools``): every run
+happens in the broken world of the workloads (:class:`~plandag.bench.workloads.World`
+``broken=True``: the lookups fail with a permanent error; the NF-e plan's total is read
+from a path the layout does not have), and :meth:`BenchReport.recovery_rows` says how each
+agent came out of it: its outcome (plandag's status with the cap or reason that ended it;
+ReAct's status), whether the answer was right, plandag's replans, the retries (plandag:
+step attempts after the first; ReAct: calls of a tool that had already failed), the tool
+calls that failed, the model calls, the tokens and the wall time.
+
+**Approval** (``approve``): with tools that have effects (the user's ``--tools``), plandag's
+agent runs under that approval mode (``auto``: writes approved within the write boundary,
+the working directory; ``never``: a plan with effects ends ``awaiting_approval``) and the
+ReAct agent under the same rules (:class:`~plandag.react.ReactAgent` ``approve``).
 """
 
 from __future__ import annotations
@@ -94,6 +108,14 @@ class RunRecord:
             0.1x the input price by Anthropic).
         cache_write_tokens: input tokens written to it (billed 1.25x).
         checks: per question, what its check of the right answer found.
+        outcomes: per question, how the run ended: its status, with what stopped it when
+            it did not succeed (plandag: the cap or reason it gave up or escalated for;
+            ReAct: its error's type).
+        retries: plandag: step attempts after each step's first; ReAct: calls of a tool
+            made after a call of that tool had failed.
+        failed_calls: tool calls that failed (plandag: failed step attempts; ReAct: calls
+            whose observation was an error, refusals included).
+        right: per question, whether its answer was right.
     """
 
     workload: str
@@ -114,6 +136,45 @@ class RunRecord:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     checks: tuple[str, ...] = ()
+    outcomes: tuple[str, ...] = ()
+    retries: int = 0
+    failed_calls: int = 0
+    right: tuple[bool, ...] = ()
+
+    def made_up(self) -> bool:
+        """Whether a question ended ``succeeded`` with a wrong answer."""
+        return any(
+            status == "succeeded" and not right
+            for status, right in zip(self.statuses, self.right, strict=False)
+        )
+
+
+def _plandag_outcome(result: AgentResult) -> str:
+    """``succeeded``, or the status with what stopped the run (``escalated
+    (no_progress)``, ``gave_up (replanner_error)``, ``awaiting_approval``)."""
+    why = result.gave_up or result.run.escalation or result.run.stop_reason
+    if result.status == "succeeded" or why is None:
+        return result.status
+    return f"{result.status} ({why})"
+
+
+def _react_outcome(result: ReactResult) -> str:
+    """``succeeded``, or the status with its error's type."""
+    if result.status == "succeeded" or result.error is None:
+        return result.status
+    return f"{result.status} ({result.error.split(':', 1)[0]})"
+
+
+def _react_retries(result: ReactResult) -> int:
+    """Calls of a tool made after a call of that tool had failed."""
+    failed: set[str] = set()
+    retries = 0
+    for step in result.steps:
+        if step.tool in failed:
+            retries += 1
+        if step.error is not None:
+            failed.add(step.tool)
+    return retries
 
 
 def _cached(calls: Sequence[CallRecord]) -> dict[str, int]:
@@ -184,6 +245,10 @@ def serial_seconds(result: AgentResult) -> float:
     return sum(record.duration_s or 0.0 for record in result.run.steps.values())
 
 
+ApproveMode = Literal["auto", "never"]
+"""How the benchmark runs tools with effects (nobody is asked: it runs unattended)."""
+
+
 def _limits(max_seconds: float | None) -> RunLimits:
     return RunLimits(
         max_seconds=UNLIMITED if max_seconds is None else max_seconds, heartbeat_every=None
@@ -201,6 +266,7 @@ async def run_plandag(
     on_question: Callable[[Question], None] | None = None,
     stream: bool = True,
     prompt_cache: bool = False,
+    approve: ApproveMode | None = None,
 ) -> tuple[RunRecord, list[AgentResult]]:
     """Run plandag's agent on every question of ``workload``.
 
@@ -214,9 +280,14 @@ async def run_plandag(
         on_question: called before each question (the simulator learns which it is).
         stream: streaming dispatch (the benchmark's default).
         prompt_cache: whether ``client`` sends ``cache_control`` (recorded as is).
+        approve: the approval mode of plans with effects (``auto``, ``never``), or None
+            (then the workload's tools must have none).
 
     Returns:
         The :class:`RunRecord` and every question's :class:`AgentResult`.
+
+    Raises:
+        ApprovalRequiredError: ``approve`` is None and a tool has effects.
     """
     registry = workload.make_registry(world)
     agent = Agent(
@@ -227,6 +298,7 @@ async def run_plandag(
         limits=_limits(max_seconds),
         retry=RetryPolicy(),
         max_chars=OBSERVATION_MAX_CHARS,
+        approve=approve,
     )
     # A stored plan is loaded once for the run's questions, as a batch loads it once
     # (``plandag extract nfe``); the agent compiles it once and reuses it.
@@ -268,6 +340,18 @@ async def run_plandag(
         steps_s=sum(serial_seconds(result) for result in results),
         prompt_cache=prompt_cache,
         checks=tuple(detail for _, detail in verdicts),
+        right=tuple(right for right, _ in verdicts),
+        outcomes=tuple(_plandag_outcome(result) for result in results),
+        retries=sum(
+            max(step.attempts - 1, 0) for result in results for step in result.run.steps.values()
+        ),
+        failed_calls=sum(
+            1
+            for result in results
+            for step in result.run.steps.values()
+            for attempt in step.attempt_log
+            if attempt.error is not None
+        ),
         **_cached(calls),
     )
     return record, results
@@ -283,9 +367,10 @@ async def run_react(
     max_seconds: float | None = None,
     on_question: Callable[[Question], None] | None = None,
     prompt_cache: bool = False,
+    approve: ApproveMode | None = None,
 ) -> tuple[RunRecord, list[ReactResult]]:
     """Run the ReAct baseline on every question of ``workload`` (arguments as
-    :func:`run_plandag`).
+    :func:`run_plandag`; ``approve`` sets :class:`~plandag.react.ReactAgent`'s).
 
     Returns:
         The :class:`RunRecord` and every question's :class:`ReactResult`.
@@ -298,6 +383,7 @@ async def run_react(
         limits=_limits(max_seconds),
         retry=RetryPolicy(),
         max_chars=OBSERVATION_MAX_CHARS,
+        approve=approve,
     )
     results: list[ReactResult] = []
     started = time.monotonic()
@@ -332,6 +418,12 @@ async def run_react(
         answers=tuple(result.answer for result in results),
         prompt_cache=prompt_cache,
         checks=tuple(detail for _, detail in verdicts),
+        right=tuple(right for right, _ in verdicts),
+        outcomes=tuple(_react_outcome(result) for result in results),
+        retries=sum(_react_retries(result) for result in results),
+        failed_calls=sum(
+            1 for result in results for step in result.steps if step.error is not None
+        ),
         **_cached(calls),
     )
     return record, results
@@ -404,6 +496,8 @@ class BenchReport:
         notes: lines added to ``RESULTS.md`` under "Notes" (unusable task lines...).
         per_task: ``RESULTS.md`` has the per-task table of checks and answers
             (:meth:`check_rows`; the user's tasks).
+        broken: the runs were made in the workloads' broken world
+            (:meth:`recovery_rows`, :meth:`recovery_markdown`).
     """
 
     settings: BenchSettings
@@ -416,6 +510,7 @@ class BenchReport:
     title: str = "plandag vs sequential ReAct"
     notes: list[str] = dataclasses.field(default_factory=list)
     per_task: bool = False
+    broken: bool = False
 
     def summary(
         self, workload: str, agent: AgentName, *, prompt_cache: bool = False
@@ -497,6 +592,96 @@ class BenchReport:
                     ]
                 )
         return rows
+
+    def recovery_rows(self) -> list[list[str]]:
+        """How each agent came out of each run (the broken world's table): header first,
+        then one row per workload, agent and run, prompt caching off."""
+        rows = [
+            [
+                "workload",
+                "agent",
+                "run",
+                "outcome",
+                "right",
+                "replans",
+                "retries",
+                "failed tool calls",
+                "LLM calls",
+                "input tok",
+                "output tok",
+                "wall s",
+            ]
+        ]
+        for name in self.workloads:
+            for agent in AGENTS:
+                for record in self.records:
+                    if record.workload != name or record.agent != agent or record.prompt_cache:
+                        continue
+                    counted: dict[str, int] = {}
+                    for outcome in record.outcomes:
+                        counted[outcome] = counted.get(outcome, 0) + 1
+                    rows.append(
+                        [
+                            name,
+                            agent,
+                            str(record.run + 1),
+                            ", ".join(
+                                outcome if times == 1 else f"{outcome} x{times}"
+                                for outcome, times in counted.items()
+                            ),
+                            "yes" if record.success else "no",
+                            str(record.replans) if agent == "plandag" else "-",
+                            str(record.retries),
+                            str(record.failed_calls),
+                            str(record.llm_calls),
+                            str(record.input_tokens),
+                            str(record.output_tokens),
+                            f"{record.wall_s:.3f}",
+                        ]
+                    )
+        return rows
+
+    def recovery_markdown(self) -> str:
+        """``RESULTS.md``'s section for the broken world: what was run, the recovery
+        table, what its columns mean, the settings."""
+        settings = self.settings
+        runs = max((record.run for record in self.records), default=-1) + 1
+        mode = self.source or ("the real Anthropic API" if self.real else "the simulated model")
+        rows = self.recovery_rows()
+        lines = [
+            f"# {self.title}",
+            "",
+            f"`plandag bench --broken-tools` against {mode}, model `{settings.model}`, {runs} "
+            f"run(s) per workload; the whole benchmark took {self.wall_s:.1f} s. Every tool "
+            "works as in the broken world of the tests: the lookups fail with a permanent "
+            "error (410 Gone), and the NF-e plan reads its total from a path the layout does "
+            "not have. A right answer is not expected; an honest end is: plandag replans up "
+            "to its caps and hands the run to a person, never with an invented result.",
+            "",
+            "| " + " | ".join(rows[0]) + " |",
+            "|" + "---|" * len(rows[0]),
+        ]
+        lines += [
+            "| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows[1:]
+        ]
+        lines += [
+            "",
+            "Outcome: plandag's status with the cap or reason that ended it (`no_progress`: 2 "
+            "replans in a row of one failed part without progress; `max_replans`: the run's 3 "
+            "replans; `blocked_intent`: the same call failed 3 times); ReAct's status (it "
+            "answers in text, so a run that ends with an answer is `succeeded` whatever the "
+            "answer says). Retries: plandag's step attempts after the first (permanent "
+            "errors are not retried); ReAct's calls of a tool that had already failed.",
+            "",
+            "## Settings",
+            "",
+            "| setting | value |",
+            "|---|---|",
+        ]
+        lines += [f"| {name} | {value} |" for name, value in settings.rows()]
+        if self.notes:
+            lines += ["", "## Notes", ""] + [f"- {line}" for line in self.notes]
+        return "\n".join(lines) + "\n"
 
     @property
     def cached(self) -> bool:
@@ -762,6 +947,8 @@ async def run_bench(
     max_seconds: float | None = 600.0,
     progress: Callable[[RunRecord], None] | None = None,
     prompt_cache: bool = False,
+    broken: bool = False,
+    approve: ApproveMode | None = None,
 ) -> BenchReport:
     """Run both agents on the workloads ``names``, ``runs`` times, interleaved.
 
@@ -781,6 +968,10 @@ async def run_bench(
         prompt_cache: after each run without prompt caching, run it again with prompt
             caching on for both agents (the planner's fixed prefix, ReAct's conversation):
             the billed cost side by side, :meth:`BenchReport.cache_rows`.
+        broken: run every workload in its broken world (module docstring): the report's
+            :meth:`~BenchReport.recovery_rows` say how each agent recovered.
+        approve: the approval mode both agents run tools with effects under (``auto``,
+            ``never``; module docstring), or None: no tool may have effects.
 
     Returns:
         The :class:`BenchReport`.
@@ -799,6 +990,7 @@ async def run_bench(
         real=real,
         questions={workload.name: len(workload.questions) for workload in workloads},
         source=f"the Messages API at {base_url}" if base_url is not None else "",
+        broken=broken,
     )
     started = time.monotonic()
     simulated = not real and base_url is None and client is None
@@ -824,7 +1016,7 @@ async def run_bench(
                 clients[cache] = AnthropicClient(prompt_cache=cache)
         for run in range(runs):
             for workload in workloads:
-                world = settings.world(run)
+                world = settings.world(run, broken=broken)
                 order = AGENTS if run % 2 == 0 else AGENTS[::-1]
 
                 def ask(question: Question, workload: Workload = workload) -> None:
@@ -844,6 +1036,7 @@ async def run_bench(
                             max_seconds=max_seconds,
                             on_question=ask,
                             prompt_cache=cache,
+                            approve=approve,
                         )
                     else:
                         record, _ = await run_react(
@@ -855,6 +1048,7 @@ async def run_bench(
                             max_seconds=max_seconds,
                             on_question=ask,
                             prompt_cache=cache,
+                            approve=approve,
                         )
                     report.records.append(record)
                     if progress is not None:

@@ -29,9 +29,28 @@ and the other tasks still run. Settings come from the calibration,
 then ``--settings`` (a TOML file of setting names, top level or under ``[bench]``), then
 the flags. ``--quick`` scales every latency by 0.05 (seconds instead of minutes).
 
+The benchmark runs unattended: tools with effects in ``--tools`` run only under an approval
+mode given with ``--approve``: ``auto`` (plandag approves writes, checked against the
+write boundary, the current folder; ReAct's calls follow the same rule; irreversible
+effects need a person, so a file that has them is refused) or ``never`` (plandag's plans
+with effects end ``awaiting_approval``; ReAct's calls with effects are refused). Without
+``--approve`` a tools file with effects is refused, naming the tools (``ask`` too: nobody
+answers).
+
+``plandag bench --broken-tools [WORKLOAD...]`` runs the workloads in their broken world,
+as the tests' second evaluation set does (the lookups fail for good; the NF-e plan reads
+its total from a path the layout does not have), and prints how each agent recovered: a
+table per workload, agent and run of the outcome (plandag's status with the cap that
+ended it), whether the answer was right, replans and retries, failed tool calls, model
+calls, tokens and wall time; written to ``RESULTS.md`` between marks of its own
+(:data:`BROKEN_BEGIN_MARK`), so the ordinary results stay.
+
 Exit codes: 0 when every run of plandag answered right (and, with ``--tasks``, every line
-was a usable task), 1 otherwise, 2 for unusable arguments (no usable task at all, a tools
-file that does not load, ``--tasks`` without ``--tools`` or without a model to call).
+was a usable task), 1 otherwise; with ``--broken-tools``, 0 when no run of plandag
+reported a success it did not have (a wrong answer with status ``succeeded``), 1
+otherwise; 2 for unusable arguments (no usable task at all, a tools file that does not
+load or has tools with effects and no ``--approve``, ``--tasks`` without ``--tools`` or
+without a model to call, ``--broken-tools`` with ``--tasks``).
 
 :func:`register` adds the command to the ``plandag`` typer app.
 """
@@ -44,13 +63,13 @@ import os
 import sys
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import anyio
 import typer
 from rich.table import Table
 
-from plandag.bench.runner import BenchReport, RunRecord, run_bench, write_chart
+from plandag.bench.runner import ApproveMode, BenchReport, RunRecord, run_bench, write_chart
 from plandag.bench.simulator import BenchSettings
 from plandag.bench.tasks import read_tasks, task_registry, task_workloads
 from plandag.bench.workloads import WORKLOADS, Workload
@@ -58,12 +77,16 @@ from plandag.cli.common import stderr, stdout
 from plandag.cli.secret_output import SecretMaskingConsole
 from plandag.errors import ToolLoadError
 from plandag.models.anthropic import API_KEY_VARIABLE
+from plandag.tools.registry import Registry
 
 __all__ = [
     "BEGIN_MARK",
+    "BROKEN_BEGIN_MARK",
+    "BROKEN_END_MARK",
     "END_MARK",
     "QUICK_TIME_SCALE",
     "bench_document",
+    "effects_refusal",
     "register",
     "write_results",
 ]
@@ -76,10 +99,15 @@ EXIT_USAGE = 2
 
 BEGIN_MARK = "<!-- plandag bench: begin -->"
 END_MARK = "<!-- plandag bench: end -->"
+BROKEN_BEGIN_MARK = "<!-- plandag bench --broken-tools: begin -->"
+BROKEN_END_MARK = "<!-- plandag bench --broken-tools: end -->"
 
 
-def write_results(path: Path, section: str) -> None:
-    """Write ``section`` into ``path`` between :data:`BEGIN_MARK` and :data:`END_MARK`.
+def write_results(
+    path: Path, section: str, *, begin: str = BEGIN_MARK, end: str = END_MARK
+) -> None:
+    """Write ``section`` into ``path`` between the marks ``begin`` and ``end`` (default
+    :data:`BEGIN_MARK` and :data:`END_MARK`; the broken-tools run has its own).
 
     What else the file holds (another benchmark's results) is kept: the marked section is
     replaced when present, else appended; a missing file is created.
@@ -87,14 +115,14 @@ def write_results(path: Path, section: str) -> None:
     Raises:
         OSError: the file cannot be read or written.
     """
-    block = f"{BEGIN_MARK}\n{section.rstrip()}\n{END_MARK}\n"
+    block = f"{begin}\n{section.rstrip()}\n{end}\n"
     if not path.exists():
         path.write_text(block, encoding="utf-8")
         return
     text = path.read_text(encoding="utf-8")
-    start, end = text.find(BEGIN_MARK), text.find(END_MARK)
-    if start != -1 and end > start:
-        text = text[:start] + block + text[end + len(END_MARK) :].lstrip("\n")
+    first, last = text.find(begin), text.find(end)
+    if first != -1 and last > first:
+        text = text[:first] + block + text[last + len(end) :].lstrip("\n")
     else:
         text = text.rstrip() + "\n\n" + block
     path.write_text(text, encoding="utf-8")
@@ -114,6 +142,49 @@ def _read_settings(path: Path) -> dict[str, Any]:
 PIPED_WIDTH = 1000
 """Columns a table may take when standard output is not a terminal (a pipe, a file): rich
 would otherwise fit it to 80 columns, cutting its cells."""
+
+
+def effects_refusal(registry: Registry, source: str, approve: str | None) -> str | None:
+    """Why the benchmark cannot run the tools of ``registry`` unattended, or None.
+
+    Args:
+        registry: the tools both agents would use.
+        source: where they come from, for the message (``--tools tools.py``).
+        approve: ``--approve`` as given (None, ``ask``, ``auto``, ``never``).
+
+    Returns:
+        One line naming the tools with effects when ``approve`` is None or ``ask``, those
+        with irreversible effects under ``auto``, an unknown mode; None when the run may go
+        on (no tool with effects, ``never``, or ``auto`` with writes only).
+    """
+    if approve not in (None, "ask", "auto", "never"):
+        return f"--approve {approve!r}: choose auto or never"
+    effects = {
+        name: item.effects
+        for name, item in sorted(registry.tools.items())
+        if item.effects != "none"
+    }
+    named = ", ".join(f"{name} ({kind})" for name, kind in effects.items())
+    if not effects or approve == "never":
+        return None
+    if approve in (None, "ask"):
+        asked = "--approve ask: nobody answers in a benchmark" if approve == "ask" else None
+        return (
+            f"{source}: {'tool' if len(effects) == 1 else 'tools'} {named} "
+            f"{'has' if len(effects) == 1 else 'have'} effects and the benchmark runs "
+            "unattended" + (f" ({asked})" if asked else "") + ": give --approve auto (writes "
+            "approved within the current folder, for both agents) or --approve never (no "
+            "effect runs), or leave those tools out"
+        )
+    irreversible = [name for name, kind in effects.items() if kind == "irreversible"]
+    if irreversible:
+        return (
+            f"{source}: {'tool' if len(irreversible) == 1 else 'tools'} "
+            f"{', '.join(irreversible)} {'has' if len(irreversible) == 1 else 'have'} "
+            "irreversible effects, which need a person's approval, and nobody approves in a "
+            "benchmark: leave them out, or give --approve never"
+        )
+    return None
 
 
 def _print_table(console: Any, title: str, rows: list[list[str]]) -> None:
@@ -184,6 +255,33 @@ def bench_document(
     }
     readable: dict[str, Any] = json.loads(json.dumps(document, ensure_ascii=False, default=str))
     return readable
+
+
+def _report_broken(report: BenchReport, out: Path | None) -> NoReturn:
+    """Print and write the broken-tools table; exit 0 unless plandag reported a success
+    it did not have."""
+    report.title = "plandag vs sequential ReAct with broken tools"
+    _print_table(stdout, "broken tools: how each agent recovered", report.recovery_rows())
+    folder = out if out is not None else Path.cwd()
+    folder.mkdir(parents=True, exist_ok=True)
+    write_results(
+        folder / "RESULTS.md",
+        report.recovery_markdown(),
+        begin=BROKEN_BEGIN_MARK,
+        end=BROKEN_END_MARK,
+    )
+    stdout.print(f"wrote {folder / 'RESULTS.md'}", highlight=False)
+    made_up = [
+        record for record in report.records if record.agent == "plandag" and record.made_up()
+    ]
+    for record in made_up:
+        stderr.print(
+            f"plandag reported success on {record.workload} (run {record.run + 1}) with a "
+            "wrong answer",
+            markup=False,
+            highlight=False,
+        )
+    raise typer.Exit(1 if made_up else 0)
 
 
 def register(app: typer.Typer) -> None:
@@ -283,6 +381,23 @@ def register(app: typer.Typer) -> None:
                 "per workload and agent a summary, every run, the targets, files written).",
             ),
         ] = False,
+        broken_tools: Annotated[
+            bool,
+            typer.Option(
+                "--broken-tools",
+                help="Run the workloads with their tools broken; report how each agent "
+                "recovered (outcome, replans, retries, tokens, time).",
+            ),
+        ] = False,
+        approve: Annotated[
+            str | None,
+            typer.Option(
+                "--approve",
+                metavar="auto|never",
+                help="Tools with effects (--tools): auto approves writes within the current "
+                "folder for both agents; never runs no effect. Required for such tools.",
+            ),
+        ] = None,
     ) -> None:
         """Run plandag and a sequential ReAct agent on the same workloads; compare."""
 
@@ -294,9 +409,24 @@ def register(app: typer.Typer) -> None:
             raise fail("give --real or --base-url URL, not both")
         if real and not os.environ.get(API_KEY_VARIABLE):
             raise fail(f"--real calls the Anthropic API: set {API_KEY_VARIABLE}")
+        if approve is not None and approve not in ("auto", "never"):
+            raise fail(
+                f"--approve {approve!r}: choose auto or never"
+                + (" (nobody answers in a benchmark)" if approve == "ask" else "")
+            )
+        mode: ApproveMode | None = "auto" if approve == "auto" else None
+        if approve == "never":
+            mode = "never"
+        if broken_tools and as_json:
+            raise fail("--broken-tools prints its recovery table; it does not go with --json")
         chosen: list[str | Workload]
         line_errors: list[str] = []
         if tasks_file is not None:
+            if broken_tools:
+                raise fail(
+                    "--broken-tools breaks the built-in workloads' tools; it does not go with "
+                    "--tasks (break your own tools in FILE.py instead)"
+                )
             if workloads:
                 raise fail("give workload names or --tasks TASKS.jsonl, not both")
             if tools_file is None:
@@ -319,6 +449,9 @@ def register(app: typer.Typer) -> None:
                 registry = task_registry(tools_file)
             except ToolLoadError as error:
                 raise fail(str(error)) from None
+            refusal = effects_refusal(registry, f"--tools {tools_file}", approve)
+            if refusal is not None:
+                raise fail(refusal)
             chosen = list(task_workloads(tasks, registry))
         else:
             if tools_file is not None:
@@ -369,9 +502,13 @@ def register(app: typer.Typer) -> None:
                 base_url=base_url,
                 max_seconds=max_seconds,
                 progress=progress,
-                prompt_cache=prompt_cache,
+                prompt_cache=prompt_cache and not broken_tools,
+                broken=broken_tools,
+                approve=mode,
             )
         )
+        if broken_tools:
+            _report_broken(report, out)
         if tasks_file is not None:
             report.add_total("all tasks")
             report.title = f"plandag vs sequential ReAct on {tasks_file.name}"

@@ -248,3 +248,139 @@ def test_a_file_without_a_usable_task_is_refused(tmp_path: Path) -> None:
         result.output
     )
     assert f"{tasks}: no usable task" in result.output
+
+
+# -- tools with effects ------------------------------------------------------------------------
+
+TOOLS_WITH_EFFECTS = '''
+from pathlib import Path
+
+from plandag.tools import tool
+
+
+@tool(effects="write", writes="path")
+def save(path: str, text: str) -> str:
+    """Write text to a file."""
+    Path(path).write_text(text, encoding="utf-8")
+    return path
+
+
+@tool(effects="irreversible")
+def send(to: str, text: str) -> str:
+    """Send a message."""
+    return "sent"
+'''
+
+NOTE_TASK = {
+    "id": "note",
+    "goal": "Write the word hi to note.txt.",
+    "check": {"kind": "file_exists", "path": "note.txt"},
+}
+
+
+def tools_file(tmp_path: Path, *, irreversible: bool) -> Path:
+    text = TOOLS_WITH_EFFECTS
+    if not irreversible:
+        text = text[: text.index('@tool(effects="irreversible")')]
+    path = tmp_path / "effects.py"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def writing_model(body: dict[str, Any]) -> ScriptedResponse:
+    """Plays a model that writes the note: ReAct first tries a path outside the folder,
+    then note.txt, then answers; plandag's planner plans one save, its joiner finishes."""
+    if body.get("tools"):
+        calls = sum(
+            1
+            for message in body["messages"]
+            if isinstance(message["content"], list)
+            for block in message["content"]
+            if block.get("type") == "tool_result"
+        )
+        if calls == 0:
+            return ScriptedResponse.tool_use("save", {"path": "../escape.txt", "text": "hi"})
+        if calls == 1:
+            return ScriptedResponse.tool_use("save", {"path": "note.txt", "text": "hi"})
+        return ScriptedResponse.text("Answer: written")
+    if system_text(body).startswith("You are the joiner"):
+        return ScriptedResponse.json({"decision": {"action": "finish", "answer": "Answer: ok"}})
+    step = {"i": 1, "t": "save", "a": ["path=note.txt", "text=hi"], "d": []}
+    return ScriptedResponse.json({"g": "write the note", "s": [step]})
+
+
+@pytest.mark.parametrize(
+    ("irreversible", "approve", "message"),
+    [
+        (False, [], "tool save (write) has effects and the benchmark runs unattended"),
+        (True, [], "tools save (write), send (irreversible) have effects"),
+        (False, ["--approve", "ask"], "--approve 'ask': choose auto or never (nobody answers"),
+        (True, ["--approve", "auto"], "tool send has irreversible effects, which need a person"),
+    ],
+)
+def test_tools_with_effects_are_refused_with_the_tool_named_unless_approved(
+    tmp_path: Path, irreversible: bool, approve: list[str], message: str
+) -> None:
+    tasks = write_lines(tmp_path / "t.jsonl", [NOTE_TASK])
+    tools = tools_file(tmp_path, irreversible=irreversible)
+    result = CliRunner().invoke(
+        bench_app(),
+        [
+            *("bench", "--tasks", str(tasks), "--tools", str(tools)),
+            *("--base-url", "http://127.0.0.1:9", *approve),
+        ],
+    )
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)  # a message, never a traceback
+    [line] = [text for text in result.output.splitlines() if text.startswith("error:")]
+    assert message in line
+    assert "Traceback" not in result.output
+
+
+def test_approve_auto_runs_writes_within_the_folder_for_both_agents(tmp_path: Path) -> None:
+    tasks = write_lines(tmp_path / "t.jsonl", [NOTE_TASK])
+    tools = tools_file(tmp_path, irreversible=False)
+    with MessagesServer(default=writing_model) as server:
+        result = CliRunner().invoke(
+            bench_app(),
+            [
+                *("bench", "--tasks", str(tasks), "--tools", str(tools), "--approve", "auto"),
+                *("--base-url", server.url, "--out", str(tmp_path / "out"), "--no-prompt-cache"),
+            ],
+        )
+    requests = server.message_requests
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "out" / "RESULTS.md").read_text(encoding="utf-8")
+    assert "| note | plandag | 100% |" in text
+    assert "| note | react | 100% |" in text
+    # ReAct's write outside the folder (the working one) was refused as an observation
+    assert not (tmp_path.parent / "escape.txt").exists()
+    observations = [
+        block["content"]
+        for request in requests
+        if "tools" in request.json
+        for message in request.json["messages"]
+        if isinstance(message["content"], list)
+        for block in message["content"]
+        if block.get("type") == "tool_result" and block.get("is_error")
+    ]
+    assert any("outside the write boundary" in str(item) for item in observations), observations
+
+
+def test_approve_never_runs_no_effect(tmp_path: Path) -> None:
+    tasks = write_lines(tmp_path / "t.jsonl", [NOTE_TASK])
+    tools = tools_file(tmp_path, irreversible=True)
+    with MessagesServer(default=writing_model) as server:
+        result = CliRunner().invoke(
+            bench_app(),
+            [
+                *("bench", "--tasks", str(tasks), "--tools", str(tools), "--approve", "never"),
+                *("--base-url", server.url, "--out", str(tmp_path / "out"), "--no-prompt-cache"),
+            ],
+        )
+    assert result.exit_code == 1, result.output  # neither agent could write the note
+    assert not (tmp_path / "note.txt").exists()
+    assert not (tmp_path.parent / "escape.txt").exists()
+    text = (tmp_path / "out" / "RESULTS.md").read_text(encoding="utf-8")
+    assert "| note | plandag | 0% |" in text
+    assert "| note | react | 0% |" in text

@@ -8,7 +8,14 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from plandag.cli.bench_command import BEGIN_MARK, END_MARK, register, write_results
+from plandag.cli.bench_command import (
+    BEGIN_MARK,
+    BROKEN_BEGIN_MARK,
+    BROKEN_END_MARK,
+    END_MARK,
+    register,
+    write_results,
+)
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 
@@ -159,3 +166,51 @@ def test_real_calls_the_api_named_by_the_environment_through_the_sdk(
     assert "the real Anthropic API" in text
     assert "| nfe | plandag | 100% |" in text
     assert "| nfe | react | 100% |" in text
+
+
+def test_broken_tools_reports_how_each_agent_recovered(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "RESULTS.md").write_text(f"{BEGIN_MARK}\nthe ordinary run\n{END_MARK}\n", "utf-8")
+    result = CliRunner().invoke(
+        bench_app(),
+        ["bench", "compare2", "nfe", "--broken-tools", "--time-scale", "0.01", "--out", str(out)],
+        env={"COLUMNS": "250"},
+    )
+    assert result.exit_code == 0, result.output  # plandag never reported a made-up success
+    assert "broken tools: how each agent recovered" in result.output
+    text = (out / "RESULTS.md").read_text(encoding="utf-8")
+    assert text.startswith(f"{BEGIN_MARK}\nthe ordinary run\n{END_MARK}\n")  # kept
+    assert f"{BROKEN_BEGIN_MARK}\n# plandag vs sequential ReAct with broken tools\n" in text
+    assert text.endswith(BROKEN_END_MARK + "\n")
+    assert (
+        "| workload | agent | run | outcome | right | replans | retries | failed tool calls "
+        "| LLM calls | input tok | output tok | wall s |"
+    ) in text
+    rows = {
+        (cells[1], cells[2]): cells
+        for line in text.splitlines()
+        if line.startswith(("| compare2 |", "| nfe |"))
+        for cells in [[cell.strip() for cell in line.split("|")]]
+    }
+    plandag_compare = rows[("compare2", "plandag")]
+    # the lookups fail for good: the replan caps hand the run to a person, no answer made up
+    assert plandag_compare[4] in ("escalated (no_progress)", "escalated (max_replans)")
+    assert plandag_compare[5] == "no"
+    assert int(plandag_compare[6]) in (2, 3)
+    assert int(plandag_compare[8]) >= 2  # failed lookups
+    assert int(plandag_compare[10]) > 0  # input tokens
+    assert float(plandag_compare[12]) > 0  # wall seconds
+    react_compare = rows[("compare2", "react")]
+    assert react_compare[4:7] == ["succeeded", "no", "-"]  # it answers "unknown"
+    assert int(react_compare[8]) >= 1
+    assert rows[("nfe", "plandag")][4] == "escalated (blocked_intent) x3"
+    assert rows[("nfe", "react")][4:6] == ["succeeded x3", "yes"]  # its reads still work
+
+
+def test_broken_tools_does_not_go_with_tasks(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        bench_app(), ["bench", "--broken-tools", "--tasks", "t.jsonl", "--tools", "x.py"]
+    )
+    assert result.exit_code == 2
+    assert "--broken-tools breaks the built-in workloads' tools" in result.output
