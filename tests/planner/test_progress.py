@@ -14,11 +14,13 @@ import anyio
 import networkx as nx
 import pytest
 
+from plandag.brakes.clock import VirtualClock
+from plandag.brakes.retry import RetryPolicy
 from plandag.checks.builtins import BUILTIN_CHECKS
+from plandag.models import AnthropicClient
 from plandag.planner.agent import Agent, AgentResult
-from plandag.planner.llm import AnthropicClient
 from plandag.planner.progress import ProgressLedger, failure_subgraph
-from plandag.scheduler import RetryPolicy, RunLimits, VirtualClock
+from plandag.scheduler import RunLimits
 from plandag.scheduler.session import SessionState, StepFailure
 from plandag.testing import MessagesServer
 from plandag.tools import tool
