@@ -656,9 +656,7 @@ async def run_with_repairs(
                 await session.settled()  # the effect-free steps end; the effects wait
         elif approve_patch is not None:
             session.hold_effects()  # a patch's steps with effects wait for approve_patch
-        progress = ProgressLedger(
-            repairer.max_replans_without_progress if repairer is not None else 1
-        )
+        progress: ProgressLedger | None = None  # made when a model replan is first weighed
         previous: ReplanRecord | None = None
         tried_reuse = False
         model_replans = 0
@@ -725,8 +723,11 @@ async def run_with_repairs(
                 break
             if model_replans >= repairer.max_replans:
                 gave_up = "max_replans"
-            elif progress.count(session.graph, state) >= repairer.max_replans_without_progress:
-                gave_up = "no_progress"
+            else:
+                if progress is None:
+                    progress = ProgressLedger(repairer.max_replans_without_progress)
+                if progress.count(session.graph, state) >= progress.max_without_progress:
+                    gave_up = "no_progress"
             if gave_up is not None:
                 _escalate_caps(session, state, replans, gave_up, repairer)
                 break
@@ -777,7 +778,8 @@ async def run_with_repairs(
                 session.give_up()
                 break
             model_replans += 1
-            progress.replanned(session.graph, state, record.new_ids)
+            if progress is not None:
+                progress.replanned(session.graph, state, record.new_ids)
             replans.append(record)
             bases[record.number] = max_id
             previous = None if record.applied else record
