@@ -1249,18 +1249,30 @@ class Endpoint:
     ) -> Endpoint:
         """The endpoint of ``resume``'s options for the stored run ``row``: a ``--base-url``
         that is the run's own model server (user and password aside) is that URL given
-        again (``again``: :func:`run_options_of`), not a move; any other points the run
-        there."""
+        again (``again``: :func:`run_options_of`), not a move; another one without a user
+        and password points the run there. One with a user and password must be the run's
+        own (so a mistyped host never gets them): exit 2 otherwise."""
         from plandag.store.base_urls import split_userinfo
 
-        if base_url is not None:
-            own = {
+        if base_url is None:
+            return cls(provider, model, None)
+        own = sorted(
+            {
                 split_userinfo(str(section["base_url"]))[0].rstrip("/")
                 for name in ("planner", "executor")
                 if isinstance(section := row.options.get(name), Mapping) and section.get("base_url")
             }
-            if split_userinfo(base_url)[0].rstrip("/") in own:
-                return cls(provider, model, None, again=base_url)
+        )
+        bare, userinfo = split_userinfo(base_url)
+        if bare.rstrip("/") in own:
+            return cls(provider, model, None, again=base_url)
+        if userinfo is not None:
+            servers = ", ".join(own) if own else "(its provider's own API)"
+            _fail(
+                f"--base-url {bare} is not the run's model server {servers}: a URL with a "
+                "user and password is the run's own given again; to point the run at "
+                "another server, give that server's URL without them"
+            )
         return cls(provider, model, base_url)
 
     @property

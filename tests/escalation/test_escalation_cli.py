@@ -541,4 +541,12 @@ def test_resume_endpoint_options_are_checked(server: MessagesServer, tools: Path
     no_model = plandag("resume", run_id, "--instruction", INSTRUCTION, "--provider", "openai")
     assert no_model.exit_code == 2
     assert "--model is required with --provider openai" in no_model.stderr
+    # a user and password go only to the run's own server, never to another one
+    elsewhere = plandag(
+        "resume", run_id, "--instruction", INSTRUCTION, "--base-url", "http://u:pw@127.0.0.1:1/"
+    )
+    assert elsewhere.exit_code == 2
+    assert "a URL with a user and password is the run's own given again" in " ".join(
+        elsewhere.stderr.split()
+    )
     assert json.loads(plandag("inbox", "--json").stdout)[0]["run_id"] == run_id
