@@ -305,7 +305,7 @@ def writing_model(body: dict[str, Any]) -> ScriptedResponse:
         return ScriptedResponse.text("Answer: written")
     if system_text(body).startswith("You are the joiner"):
         return ScriptedResponse.json({"decision": {"action": "finish", "answer": "Answer: ok"}})
-    step = {"i": 1, "t": "save", "a": ["path=note.txt", "text=hi"], "d": []}
+    step = {"i": 1, "t": "save", "a": {"path": "note.txt", "text": "hi"}, "d": []}
     return ScriptedResponse.json({"g": "write the note", "s": [step]})
 
 

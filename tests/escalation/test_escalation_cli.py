@@ -511,7 +511,7 @@ def test_resume_with_the_model_unreachable_keeps_the_case_open_and_another_endpo
     # pointed at another endpoint, the instruction is used and the run goes on
     with MessagesServer() as second:
         second.push_json(
-            {"g": "x", "s": [step(4, "lookup", ["name=x"], [])], "o": '"<step_4_result>"'}
+            {"g": "x", "s": [step(4, "lookup", {"name": "x"}, [])], "o": "<step_4_result>"}
         )
         resumed = plandag(
             "resume", run_id, "--instruction", INSTRUCTION, "--base-url", second.url, "--json"

@@ -225,16 +225,21 @@ async def run_agent(server: MessagesServer, **options: Any) -> AgentResult:
         await client.aclose()
 
 
-def step(i: int, tool_name: str, args: list[str], d: list[int]) -> dict[str, Any]:
+def step(i: int, tool_name: str, args: dict[str, Any], d: list[int]) -> dict[str, Any]:
     return {"i": i, "t": tool_name, "a": args, "d": d}
 
 
 def gated(i: int, name: str, after: str, *, fail: bool) -> dict[str, Any]:
-    return step(i, "gate", [f"name={name}", f"after={after}", f"fail:={str(fail).lower()}"], [])
+    return step(i, "gate", {"name": name, "after": after, "fail": fail}, [])
 
 
-def output(**steps: int) -> str:
-    return "{" + ",".join(f'"{key}":"<step_{value}_result>"' for key, value in steps.items()) + "}"
+def output(**steps: int) -> dict[str, str]:
+    """The output as a JSON template: each key the result of its step."""
+    return {
+        "json": "{"
+        + ",".join(f'"{key}":"<step_{value}_result>"' for key, value in steps.items())
+        + "}"
+    }
 
 
 @pytest.mark.anyio
@@ -248,7 +253,7 @@ async def test_three_independent_branches_each_failing_once_are_each_replanned(
         {
             "g": "Score",
             "s": [
-                step(1, "broken", ["name=a"], []),
+                step(1, "broken", {"name": "a"}, []),
                 gated(2, "b", "a2", fail=True),
                 gated(3, "c", "b2", fail=True),
             ],
@@ -285,7 +290,7 @@ async def test_two_independent_branches_do_not_share_a_cap_of_one(server: Messag
     server.push_json(
         {
             "g": "Score",
-            "s": [step(1, "broken", ["name=a"], []), gated(2, "b", "a2", fail=True)],
+            "s": [step(1, "broken", {"name": "a"}, []), gated(2, "b", "a2", fail=True)],
             "o": output(a=1, b=2),
         }
     )
@@ -301,10 +306,10 @@ async def test_two_independent_branches_do_not_share_a_cap_of_one(server: Messag
 async def test_the_same_subgraph_failing_twice_without_progress_escalates(
     server: MessagesServer,
 ) -> None:
-    server.push_json({"g": "Score", "s": [step(1, "broken", ["name=a"], [])], "o": output(a=1)})
-    server.push_json({"g": "Score", "s": [step(2, "broken", ["name=a2"], [])], "o": output(a=2)})
-    server.push_json({"g": "Score", "s": [step(3, "broken", ["name=a3"], [])], "o": output(a=3)})
-    server.push_json({"g": "Score", "s": [step(4, "lookup", ["name=a4"], [])], "o": output(a=4)})
+    server.push_json({"g": "Score", "s": [step(1, "broken", {"name": "a"}, [])], "o": output(a=1)})
+    server.push_json({"g": "Score", "s": [step(2, "broken", {"name": "a2"}, [])], "o": output(a=2)})
+    server.push_json({"g": "Score", "s": [step(3, "broken", {"name": "a3"}, [])], "o": output(a=3)})
+    server.push_json({"g": "Score", "s": [step(4, "lookup", {"name": "a4"}, [])], "o": output(a=4)})
     result = await run_agent(
         server, limits=RunLimits(heartbeat_every=None, breaker_after=None), max_blocked=None
     )
@@ -329,15 +334,15 @@ async def test_progress_in_another_branch_does_not_reset_the_count(
     server.push_json(
         {
             "g": "Score",
-            "s": [step(1, "broken", ["name=a"], []), gated(2, "b", "a2", fail=True)],
+            "s": [step(1, "broken", {"name": "a"}, []), gated(2, "b", "a2", fail=True)],
             "o": output(a=1, b=2),
         }
     )
     server.push_json({"g": "Score", "s": [gated(3, "a2", "b2", fail=True)], "o": output(a=3)})
     server.push_json({"g": "Score", "s": [gated(4, "b2", "b2", fail=False)], "o": output(a=3, b=4)})
-    server.push_json({"g": "Score", "s": [step(5, "broken", ["name=a3"], [])], "o": output(a=5)})
-    server.push_json({"g": "Score", "s": [step(6, "broken", ["name=a4"], [])], "o": output(a=6)})
-    server.push_json({"g": "Score", "s": [step(7, "lookup", ["name=a5"], [])], "o": output(a=7)})
+    server.push_json({"g": "Score", "s": [step(5, "broken", {"name": "a3"}, [])], "o": output(a=5)})
+    server.push_json({"g": "Score", "s": [step(6, "broken", {"name": "a4"}, [])], "o": output(a=6)})
+    server.push_json({"g": "Score", "s": [step(7, "lookup", {"name": "a5"}, [])], "o": output(a=7)})
     result = await run_agent(
         server,
         limits=RunLimits(heartbeat_every=None, breaker_after=None),
@@ -362,11 +367,13 @@ async def test_failures_whose_subgraphs_share_a_step_share_one_count(
         {
             "g": "Score",
             "s": [
-                step(1, "broken", ["name=a"], []),
+                step(1, "broken", {"name": "a"}, []),
                 gated(2, "b", "a2", fail=True),
-                step(3, "total", ["a=<step_1_result.score>", "b=<step_2_result.score>"], [1, 2]),
+                step(
+                    3, "total", {"a": "<step_1_result.score>", "b": "<step_2_result.score>"}, [1, 2]
+                ),
             ],
-            "o": '"<step_3_result>"',
+            "o": "<step_3_result>",
         }
     )
     server.push_json(
@@ -374,9 +381,11 @@ async def test_failures_whose_subgraphs_share_a_step_share_one_count(
             "g": "Score",
             "s": [
                 gated(4, "a2", "b2", fail=True),
-                step(5, "total", ["a=<step_4_result.score>", "b=<step_2_result.score>"], [4, 2]),
+                step(
+                    5, "total", {"a": "<step_4_result.score>", "b": "<step_2_result.score>"}, [4, 2]
+                ),
             ],
-            "o": '"<step_5_result>"',
+            "o": "<step_5_result>",
         }
     )
     server.push_json(
@@ -384,12 +393,12 @@ async def test_failures_whose_subgraphs_share_a_step_share_one_count(
             "g": "Score",
             "s": [
                 gated(6, "b2", "b2", fail=True),
-                step(7, "total", ["a:=1", "b=<step_6_result.score>"], [6]),
+                step(7, "total", {"a": 1, "b": "<step_6_result.score>"}, [6]),
             ],
-            "o": '"<step_7_result>"',
+            "o": "<step_7_result>",
         }
     )
-    server.push_json({"g": "Score", "s": [step(8, "lookup", ["name=c"], [])], "o": output(c=8)})
+    server.push_json({"g": "Score", "s": [step(8, "lookup", {"name": "c"}, [])], "o": output(c=8)})
     result = await run_agent(server, limits=RunLimits(heartbeat_every=None, breaker_after=None))
 
     assert (result.status, result.gave_up) == ("escalated", "no_progress")
