@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from plandag.cli.app import app
 from plandag.store import open_store
-from plandag.testing import MessagesServer
+from plandag.testing import ChatCompletionsServer, MessagesServer
 
 from .conftest import Recorder
 
@@ -550,3 +550,41 @@ def test_resume_endpoint_options_are_checked(server: MessagesServer, tools: Path
         elsewhere.stderr.split()
     )
     assert json.loads(plandag("inbox", "--json").stdout)[0]["run_id"] == run_id
+
+
+def test_resume_points_the_run_at_another_provider_and_model(
+    server: MessagesServer, tools: Path
+) -> None:
+    run_id = run_id_of(escalate_by_caps(server, tools, "--json"))
+    asked = len(server.message_requests)
+    with ChatCompletionsServer() as other:
+        other.push_json(
+            {"g": "x", "s": [step(4, "lookup", {"name": "x"}, [])], "o": "<step_4_result>"}
+        )
+        url = other.url + "/v1"
+        resumed = CliRunner().invoke(
+            app,
+            [
+                *("resume", run_id, "--instruction", INSTRUCTION, "--json"),
+                *("--provider", "openai", "--model", "local-model", "--base-url", url),
+            ],
+            env={"OPENAI_API_KEY": "test"},
+        )
+        assert resumed.exit_code == 0, resumed.output
+        assert json.loads(resumed.stdout)["answer"] == {"name": "x", "score": 1}
+        [request] = other.message_requests
+        assert request.json["model"] == "local-model"
+        assert INSTRUCTION in "".join(str(item["content"]) for item in request.json["messages"])
+    assert len(server.message_requests) == asked  # the run's first endpoint was not asked
+    store = open_store()
+    try:
+        row = store.run(run_id)
+        assert row.status == "succeeded"
+        planner = row.options["planner"]
+        assert (planner["provider"], planner["model"], planner["base_url"]) == (
+            "openai",
+            "local-model",
+            url,
+        )
+    finally:
+        store.close()

@@ -404,3 +404,41 @@ async def test_failures_whose_subgraphs_share_a_step_share_one_count(
     assert (result.status, result.gave_up) == ("escalated", "no_progress")
     assert [r.replaced for r in result.replans] == [(1, 3), (2, 5)]
     assert len(server.message_requests) == 1 + 2
+
+
+@pytest.mark.anyio
+async def test_the_run_wide_cap_of_three_replans_stays(server: MessagesServer) -> None:
+    # four independent branches, each failing once after the previous one's replacement
+    # started: each part's own count stays at 0, but the fourth replan would be the run's
+    # fourth, so the run is handed to a person with the max_replans cap
+    server.push_json(
+        {
+            "g": "Score",
+            "s": [
+                step(1, "broken", {"name": "a"}, []),
+                gated(2, "b", "a2", fail=True),
+                gated(3, "c", "b2", fail=True),
+                gated(4, "d", "c2", fail=True),
+            ],
+            "o": output(a=1, b=2, c=3, d=4),
+        }
+    )
+    server.push_json(
+        {"g": "Score", "s": [gated(5, "a2", "a2", fail=False)], "o": output(a=5, b=2, c=3, d=4)}
+    )
+    server.push_json(
+        {"g": "Score", "s": [gated(6, "b2", "b2", fail=False)], "o": output(a=5, b=6, c=3, d=4)}
+    )
+    server.push_json(
+        {"g": "Score", "s": [gated(7, "c2", "c2", fail=False)], "o": output(a=5, b=6, c=7, d=4)}
+    )
+    server.push_json(
+        {"g": "Score", "s": [gated(8, "d2", "d2", fail=False)], "o": output(a=5, b=6, c=7, d=8)}
+    )
+    result = await run_agent(server, limits=RunLimits(heartbeat_every=None, breaker_after=None))
+
+    assert (result.status, result.gave_up) == ("escalated", "max_replans")
+    assert result.run.escalation == "replan_caps"
+    assert [r.replaced for r in result.replans] == [(1,), (2,), (3,)]
+    assert len(server.message_requests) == 1 + 3  # the fifth answer is never asked for
+    assert [result.run.steps[key].status for key in (5, 6, 7)] == ["succeeded"] * 3

@@ -379,3 +379,57 @@ def test_calls_the_budget_refused_do_not_take_the_model_down(
     assert result.dependencies_down == ()
     assert not counts_against_dependency("budget")
     assert not counts_against_dependency("agent_budget")
+
+
+def test_agent_steps_their_own_cap_refused_do_not_take_the_agent_tool_down(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Four agent steps whose own token cap refuses their first turn (nothing sent, the
+    run's budget untouched): each is refused with agent_budget; the breaker never opens,
+    so the fourth is refused by its own cap too, not failed as dependency_down."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("all_proxy", raising=False)
+
+    async def scenario() -> Any:
+        with MessagesServer() as server:
+            client = AnthropicClient(api_key="test", base_url=server.url)
+            try:
+                registry = default_registry()
+                plan = compile_plan(
+                    {
+                        "steps": [
+                            {
+                                "id": n,
+                                "tool": "agent",
+                                "args": {
+                                    "task": f"Read note {n}",
+                                    "tools": ["read_file"],
+                                    "max_tokens": 200,
+                                },
+                            }
+                            for n in range(1, 5)
+                        ]
+                    },
+                    registry,
+                )
+                return (
+                    await run_plan(
+                        plan,
+                        models=ModelAccess(client, "claude-haiku-4-5", registry=registry),
+                        max_concurrency=1,
+                        limits=RunLimits(heartbeat_every=None),
+                        clock=VirtualClock(),
+                    ),
+                    len(server.message_requests),
+                )
+            finally:
+                await client.aclose()
+
+    result, requests = anyio.run(scenario)
+    assert requests == 0  # every turn refused by its step's own cap before sending
+    assert {
+        key: (record.status, record.reason) for key, record in result.steps.items()
+    } == dict.fromkeys(range(1, 5), ("failed", "agent_budget"))
+    assert result.dependencies_down == ()
+    assert result.status == "failed"  # the run's own caps never refused a call
