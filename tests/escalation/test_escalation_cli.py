@@ -478,7 +478,7 @@ def test_resume_with_the_model_unreachable_keeps_the_case_open_and_another_endpo
     assert refused.exit_code == 5, refused.output
     [line] = [item for item in refused.stderr.splitlines() if item.startswith("error:")]
     assert f"error: run {run_id}: the model endpoint {down} is unreachable (" in line
-    assert "cannot connect" in line
+    assert "could not be reached: connection refused" in line, line
     assert "your instruction was not used and the run stays escalated" in line
     assert f"plandag resume {run_id} --instruction TEXT --base-url URL" in line
     as_json = plandag("resume", run_id, "--instruction", INSTRUCTION, "--json")
