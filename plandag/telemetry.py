@@ -1,41 +1,69 @@
-"""Spans made with the OpenTelemetry API, and the switches that say where spans go and
-whether they may carry message content: below every part that makes spans (the model
-clients' ``chat`` spans, :mod:`plandag.models.telemetry`; the scheduler's run and step
-spans, :mod:`plandag.scheduler.spans`), which use the OpenTelemetry API through this module
-and never :mod:`plandag.trace`.
+"""Spans and metrics made with the OpenTelemetry API, and the switches that say where they
+go and whether spans may carry message content: below every part that makes spans (the
+model clients' ``chat`` spans and metrics, :mod:`plandag.models.telemetry`; the scheduler's
+run and step spans, :mod:`plandag.scheduler.spans`), which use the OpenTelemetry API through
+this module and never :mod:`plandag.trace`.
 
-The switches (:func:`use_tracer_provider`, :func:`set_redact`) are the ones
-:mod:`plandag.trace.otel` documents and hands on. With no provider configured no span is
-made at all (no cost per step), and nothing of OpenTelemetry is imported.
+**Conventions.** Names, attributes and values follow the OpenTelemetry semantic conventions
+for generative AI as the pinned ``opentelemetry-semantic-conventions`` package carries them
+(:data:`SEMCONV_PACKAGE`, the optional extra ``otel``: the GenAI conventions of semantic
+conventions 1.41, the last release that held them before they moved to their own
+repository); every key and well-known value is that package's constant
+(:func:`conventions`), never a string of plandag's own. Without the package, or with a
+version that lacks one of them, no span or metric is made (a warning says so once).
+
+**Content** (the conventions' opt-in attributes) only when :func:`capture_content` allows
+it, in the conventions' ``parts`` format (:func:`system_instructions`,
+:func:`input_messages`), as JSON text; each text is cut past :data:`CONTENT_CHARACTERS`
+characters (the JSON stays whole).
+
+The switches (:func:`use_tracer_provider`, :func:`use_meter_provider`, :func:`set_redact`)
+are the ones :mod:`plandag.trace.otel` documents and hands on. With no provider configured
+no span or metric is made at all (no cost per step), and nothing of OpenTelemetry is
+imported.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import sys
-from collections.abc import Mapping
+import types
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
+    from opentelemetry.metrics import Histogram, MeterProvider
     from opentelemetry.trace import Span, Tracer, TracerProvider
     from opentelemetry.util.types import AttributeValue
 
 __all__ = [
     "ATTRIBUTE_PREFIX",
     "CAPTURE_CONTENT_VARIABLE",
+    "CONTENT_CHARACTERS",
+    "DURATION_BUCKETS",
+    "SEMCONV_PACKAGE",
+    "TOKEN_BUCKETS",
     "LiveSpan",
+    "block_part",
     "capture_content",
+    "conventions",
     "error_type",
+    "histograms",
+    "input_messages",
+    "meter_provider",
     "otel_attributes",
     "provider_override",
     "redacting",
     "set_redact",
     "start_span",
+    "system_instructions",
     "tracer",
     "tracer_provider",
+    "use_meter_provider",
     "use_tracer_provider",
 ]
 
@@ -46,19 +74,86 @@ CAPTURE_CONTENT_VARIABLE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 """The environment switch (``true``) for message content in spans (OpenTelemetry GenAI
 instrumentations read the same one)."""
 
+SEMCONV_PACKAGE = "opentelemetry-semantic-conventions==0.66b2"
+"""The conventions' package and the one version whose constants plandag uses (the extra
+``otel`` pins it)."""
+
+CONTENT_CHARACTERS = 16_000
+"""A text in a content attribute is cut past this many characters."""
+
+TOKEN_BUCKETS: tuple[int, ...] = tuple(4**power for power in range(14))
+"""``gen_ai.client.token.usage``'s bucket boundaries, as the conventions advise (1, 4, 16...
+67,108,864: powers of 4)."""
+
+DURATION_BUCKETS: tuple[float, ...] = tuple(0.01 * 2**power for power in range(14))
+"""``gen_ai.client.operation.duration``'s bucket boundaries, seconds, as the conventions
+advise (0.01, 0.02, 0.04... 81.92: doubling from 0.01)."""
+
 _INT64 = range(-(2**63), 2**63)
-_CONTENT_CHARACTERS = 16_000  # an attribute of content is cut past this many characters
 
 _provider_override: TracerProvider | None = None
+_meter_override: MeterProvider | None = None
 _redact = False
 _cached: tuple[object, Tracer] | None = None
+_instruments: tuple[object, Histogram, Histogram] | None = None
+_missing_said = False
+
+
+@functools.cache
+def _load_conventions() -> types.SimpleNamespace | None:
+    try:
+        from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
+        from opentelemetry.semconv._incubating.metrics import gen_ai_metrics
+        from opentelemetry.semconv.attributes import error_attributes, server_attributes
+    except ImportError:
+        return None
+    try:
+        return types.SimpleNamespace(
+            gen_ai=gen_ai,
+            metrics=gen_ai_metrics,
+            ERROR_TYPE=error_attributes.ERROR_TYPE,
+            ERROR_TYPE_OTHER=error_attributes.ErrorTypeValues.OTHER.value,
+            SERVER_ADDRESS=server_attributes.SERVER_ADDRESS,
+            SERVER_PORT=server_attributes.SERVER_PORT,
+            CHAT=gen_ai.GenAiOperationNameValues.CHAT.value,
+            INVOKE_AGENT=gen_ai.GenAiOperationNameValues.INVOKE_AGENT.value,
+            INVOKE_WORKFLOW=gen_ai.GenAiOperationNameValues.INVOKE_WORKFLOW.value,
+            EXECUTE_TOOL=gen_ai.GenAiOperationNameValues.EXECUTE_TOOL.value,
+            OUTPUT_TEXT=gen_ai.GenAiOutputTypeValues.TEXT.value,
+            OUTPUT_JSON=gen_ai.GenAiOutputTypeValues.JSON.value,
+            TOKEN_INPUT=gen_ai.GenAiTokenTypeValues.INPUT.value,
+            TOKEN_OUTPUT=gen_ai.GenAiTokenTypeValues.OUTPUT.value,
+            PROVIDERS={value.value for value in gen_ai.GenAiProviderNameValues},
+            TOKEN_USAGE=gen_ai_metrics.GEN_AI_CLIENT_TOKEN_USAGE,
+            OPERATION_DURATION=gen_ai_metrics.GEN_AI_CLIENT_OPERATION_DURATION,
+        )
+    except AttributeError:  # another version, without one of the names
+        return None
+
+
+def conventions() -> types.SimpleNamespace | None:
+    """The constants of the pinned conventions (:data:`SEMCONV_PACKAGE`): ``gen_ai`` (its
+    ``gen_ai`` attribute module), ``metrics`` (its ``gen_ai`` metric module),
+    ``ERROR_TYPE``, ``SERVER_ADDRESS``, ``SERVER_PORT`` and the well-known values used here
+    (``CHAT``, ``INVOKE_AGENT``, ``INVOKE_WORKFLOW``, ``EXECUTE_TOOL``, ``OUTPUT_TEXT``,
+    ``OUTPUT_JSON``, ``TOKEN_INPUT``, ``TOKEN_OUTPUT``...); None when the package is
+    missing or lacks one of them (a warning is logged once)."""
+    global _missing_said
+    found = _load_conventions()
+    if found is None and not _missing_said:
+        _missing_said = True
+        logger.warning(
+            "OpenTelemetry is configured but %s is not installed (or another version is): "
+            "plandag makes no spans or metrics; install plandag[otel]",
+            SEMCONV_PACKAGE,
+        )
+    return found
 
 
 def use_tracer_provider(provider: TracerProvider | None) -> None:
     """Send plandag's spans to ``provider`` instead of the global one (None: the global).
 
-    Anthropic clients built afterwards send the SDK's spans there too. Tests and
-    applications that keep the global provider for something else use it.
+    Tests and applications that keep the global provider for something else use it.
     """
     global _provider_override, _cached
     _provider_override = provider
@@ -68,6 +163,14 @@ def use_tracer_provider(provider: TracerProvider | None) -> None:
 def provider_override() -> TracerProvider | None:
     """The provider given to :func:`use_tracer_provider`, or None (the global one is used)."""
     return _provider_override
+
+
+def use_meter_provider(provider: MeterProvider | None) -> None:
+    """Record plandag's metrics with ``provider`` instead of the global one (None: the
+    global)."""
+    global _meter_override, _instruments
+    _meter_override = provider
+    _instruments = None
 
 
 def set_redact(redact: bool) -> None:
@@ -108,11 +211,28 @@ def tracer_provider() -> TracerProvider | None:
     return provider
 
 
+def meter_provider() -> MeterProvider | None:
+    """The provider plandag's metrics are recorded with, or None when none is configured."""
+    if _meter_override is not None:
+        return _meter_override
+    if "opentelemetry.metrics" not in sys.modules:
+        return None
+    from opentelemetry import metrics
+
+    provider = metrics.get_meter_provider()
+    if isinstance(provider, metrics.NoOpMeterProvider) or type(provider).__name__.startswith(
+        "_Proxy"
+    ):
+        return None
+    return provider
+
+
 def tracer() -> Tracer | None:
-    """plandag's tracer (scope ``plandag``), or None when no provider is configured."""
+    """plandag's tracer (scope ``plandag``), or None when no provider is configured (or
+    the conventions' package is missing: :func:`conventions`)."""
     global _cached
     provider = tracer_provider()
-    if provider is None:
+    if provider is None or conventions() is None:
         return None
     if _cached is not None and _cached[0] is provider:
         return _cached[1]
@@ -121,6 +241,38 @@ def tracer() -> Tracer | None:
     made = provider.get_tracer("plandag", __version__)
     _cached = (provider, made)
     return made
+
+
+def histograms() -> tuple[Histogram, Histogram] | None:
+    """``gen_ai.client.token.usage`` and ``gen_ai.client.operation.duration`` of plandag's
+    meter, or None when no meter provider is configured (or the conventions' package is
+    missing)."""
+    global _instruments
+    provider = meter_provider()
+    if provider is None:
+        return None
+    names = conventions()
+    if names is None:
+        return None
+    if _instruments is not None and _instruments[0] is provider:
+        return _instruments[1], _instruments[2]
+    from plandag import __version__
+
+    meter = provider.get_meter("plandag", __version__)
+    tokens = meter.create_histogram(
+        names.TOKEN_USAGE,
+        unit="{token}",
+        description="Number of input and output tokens used.",
+        explicit_bucket_boundaries_advisory=TOKEN_BUCKETS,
+    )
+    duration = meter.create_histogram(
+        names.OPERATION_DURATION,
+        unit="s",
+        description="GenAI operation duration.",
+        explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+    )
+    _instruments = (provider, tokens, duration)
+    return tokens, duration
 
 
 def _json(value: Any) -> str:
@@ -178,8 +330,12 @@ def otel_attributes(
 
 
 def _content(value: Any) -> str:
-    text = value if isinstance(value, str) else _json(value)
-    return text if len(text) <= _CONTENT_CHARACTERS else text[: _CONTENT_CHARACTERS - 1] + "…"
+    """A content attribute's text: ``value`` as is when text, else its compact JSON."""
+    return value if isinstance(value, str) else _json(value)
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= CONTENT_CHARACTERS else text[: CONTENT_CHARACTERS - 1] + "…"
 
 
 class LiveSpan:
@@ -208,8 +364,8 @@ class LiveSpan:
                 self.span.set_attribute(key, converted)
 
     def content(self, key: str, value: Any) -> None:
-        """Add a content attribute (messages, tool arguments or results) only when
-        :func:`capture_content` allows it."""
+        """Add a content attribute (messages, tool arguments or results; JSON text unless
+        already text) only when :func:`capture_content` allows it."""
         if capture_content():
             self.span.set_attribute(key, _content(value))
 
@@ -217,7 +373,10 @@ class LiveSpan:
         """Mark the span failed: ``error.type`` and status ``ERROR`` with ``message``."""
         from opentelemetry.trace import Status, StatusCode
 
-        self.span.set_attribute("error.type", error_type or "_OTHER")
+        names = conventions()
+        key = names.ERROR_TYPE if names is not None else "error.type"
+        other = names.ERROR_TYPE_OTHER if names is not None else "_OTHER"
+        self.span.set_attribute(key, error_type or other)
         self.span.set_status(Status(StatusCode.ERROR, message))
 
     def end(self) -> None:
@@ -272,3 +431,61 @@ def error_type(error: BaseException) -> str:
     ``rate_limited``...), else its class name."""
     reason = getattr(error, "reason", None)
     return reason if isinstance(reason, str) and reason else type(error).__name__
+
+
+# -- content in the conventions' parts format -------------------------------------------------
+
+
+def _text_part(text: str) -> dict[str, Any]:
+    return {"type": "text", "content": _cut(text)}
+
+
+def block_part(block: Mapping[str, Any]) -> dict[str, Any]:
+    """One Messages API content block (``text``, ``tool_use``, ``tool_result``...) as a part
+    of the conventions' ``parts`` format."""
+    kind = block.get("type")
+    if kind == "text":
+        return _text_part(str(block.get("text", "")))
+    if kind == "tool_use":
+        return {
+            "type": "tool_call",
+            "id": block.get("id"),
+            "name": str(block.get("name", "")),
+            "arguments": block.get("input"),
+        }
+    if kind == "tool_result":
+        inner = block.get("content")
+        if isinstance(inner, list):
+            inner = "".join(
+                str(item.get("text", "")) for item in inner if isinstance(item, Mapping)
+            )
+        return {
+            "type": "tool_call_response",
+            "id": block.get("tool_use_id"),
+            "response": _cut(inner) if isinstance(inner, str) else inner,
+        }
+    return {key: value for key, value in block.items() if key != "cache_control"}
+
+
+def system_instructions(system: str) -> list[dict[str, Any]]:
+    """``gen_ai.system_instructions`` for a system prompt: one text part."""
+    return [_text_part(system)]
+
+
+def input_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``gen_ai.input.messages`` for a conversation (:class:`~plandag.models.base.
+    ChatMessage`\\ s): each message ``{"role", "parts"}``, text as a ``text`` part,
+    ``tool_use`` blocks as ``tool_call`` parts, ``tool_result`` blocks as
+    ``tool_call_response`` parts (other blocks as they are, the conventions' generic
+    part)."""
+    made: list[dict[str, Any]] = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            parts = [_text_part(content)]
+        elif isinstance(content, list):
+            parts = [block_part(block) for block in content if isinstance(block, Mapping)]
+        else:
+            parts = []
+        made.append({"role": str(message.get("role", "user")), "parts": parts})
+    return made

@@ -228,7 +228,7 @@ async def _call_model(
     failure: str | None = None
     error_reason: str | None = None
     stop: str | None = None
-    span = telemetry.start_model_call(models.provider, request, context.attempt)
+    span = telemetry.start_model_call(models.client, request, context.attempt)
     try:
         response = await models.client.complete(request)
     except BaseException as error:

@@ -77,11 +77,15 @@ class AnthropicClient:
 
     Attributes:
         provider: ``"anthropic"``.
-        sdk: the underlying ``anthropic.AsyncAnthropic`` (``max_retries=0``).
+        sdk: the underlying ``anthropic.AsyncAnthropic`` (``max_retries=0``, its own
+            OpenTelemetry spans off: :mod:`plandag.models.telemetry`).
+        base_url: the API's base URL as the SDK resolved it.
         schema_modes: the structured-output modes the server accepts, as learnt.
     """
 
     provider = "anthropic"
+    sends_temperature = False
+    """The SDK in use has no ``temperature`` parameter: none is sent (or recorded)."""
 
     def __init__(
         self,
@@ -104,32 +108,20 @@ class AnthropicClient:
             )
         import anthropic
 
-        # the SDK's spans: to plandag's provider when it has its own; content held back
-        # when plandag redacts (plandag.models.telemetry.sdk_options)
-        options = telemetry.sdk_options()
-        self._telemetry = options
-        extra: dict[str, Any] = {"open_telemetry": options} if options is not None else {}
         self.schema_modes = SchemaModes(
             "anthropic", ("strict", "prompt"), f"anthropic {base_url or 'API'}", notice
         )
+        # the SDK's own spans off: plandag's chat span is the one span of each call
+        # (plandag.models.telemetry)
         self.sdk: anthropic.AsyncAnthropic = anthropic.AsyncAnthropic(
             api_key=key,
             base_url=base_url,
             max_retries=0,
             timeout=timeout_s,
             http_client=http_client,
-            **extra,
+            open_telemetry=telemetry.sdk_options(),  # type: ignore[arg-type]
         )
-
-    def _current_sdk(self) -> anthropic.AsyncAnthropic:
-        """The SDK client, rebuilt (same connections) when plandag's tracing options changed
-        since it was built: ``--redact`` set after the client was made still keeps content
-        out of the SDK's spans."""
-        options = telemetry.sdk_options()
-        if options is not None and options != self._telemetry:
-            self.sdk = self.sdk.with_options(open_telemetry=options)  # type: ignore[arg-type]
-            self._telemetry = options
-        return self.sdk
+        self.base_url = str(self.sdk.base_url)
 
     async def __aenter__(self) -> AnthropicClient:
         return self
@@ -181,8 +173,10 @@ class AnthropicClient:
 
         where = self._where(request)
         try:
-            sdk = self._current_sdk()
-            return await sdk.messages.create(**_params(request, self.prompt_cache, attempt))
+            return await self.sdk.messages.create(
+                **_params(request, self.prompt_cache, attempt),
+                extra_headers=telemetry.trace_headers() or None,
+            )
         except anthropic.APIStatusError as error:
             mapped = _failure(error, where)
             if _schema_refusal(error, attempt):
@@ -213,7 +207,7 @@ class AnthropicClient:
         params.pop("max_tokens")
         params.pop("stop_sequences", None)
         try:
-            counted = await self._current_sdk().messages.count_tokens(**params)
+            counted = await self.sdk.messages.count_tokens(**params)
         except anthropic.APIError as error:
             raise _failure(error, where) from error
         except Exception as error:
@@ -241,8 +235,9 @@ class AnthropicClient:
         where = self._where(request)
         attempts = self.schema_modes.attempts(request)
         for number, attempt in enumerate(attempts):
-            manager = self._current_sdk().messages.stream(
-                **_params(request, self.prompt_cache, attempt)
+            manager = self.sdk.messages.stream(
+                **_params(request, self.prompt_cache, attempt),
+                extra_headers=telemetry.trace_headers() or None,
             )
             try:
                 sdk_stream = await manager.__aenter__()
@@ -417,6 +412,7 @@ def _response(message: Any, request_id: str | None) -> LLMResponse:
         model=message.model,
         request_id=request_id,
         raw=message,
+        response_id=getattr(message, "id", None),
     )
 
 

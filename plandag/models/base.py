@@ -215,6 +215,8 @@ class LLMResponse:
             provider did not enforce: bounds it refuses, or everything in ``json`` and
             ``prompt`` modes), one ``"$.path: message"`` line each; () when it validates
             or there is no schema.
+        response_id: the provider's id of the answer (Anthropic's message id
+            ``msg_...``, a chat completion's ``chatcmpl-...``), or None when not reported.
     """
 
     text: str
@@ -225,6 +227,7 @@ class LLMResponse:
     raw: Any = dataclasses.field(default=None, repr=False, compare=False)
     schema_mode: Literal["strict", "json", "prompt"] | None = None
     schema_errors: tuple[str, ...] = ()
+    response_id: str | None = None
 
 
 class LLMStream(Protocol):

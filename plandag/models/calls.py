@@ -222,7 +222,7 @@ async def call_with_retries(
         partial = Usage()
         # the attempt's live span is current while the client calls: the SDK's own span
         # of the request nests under it (plandag.models.telemetry)
-        span = telemetry.start_model_call(client.provider, request, attempts)
+        span = telemetry.start_model_call(client, request, attempts, streamed=streamed)
         try:
             if on_text is None:
                 response = await client.complete(request)
@@ -237,7 +237,7 @@ async def call_with_retries(
                     finally:
                         partial = stream.usage
         except BaseException as error:
-            telemetry.end_model_call(span, None, error)
+            telemetry.end_model_call(span, None, error, ttft_s=ttft_s)
             duration_s = clock.monotonic() - started
             usage = error.response.usage if isinstance(error, UnusableResponseError) else partial
             cost_usd = _settle(budget, reservation, price, usage)
@@ -291,7 +291,7 @@ async def call_with_retries(
             if on_restart is not None:
                 await on_restart()
             continue
-        telemetry.end_model_call(span, response, None)
+        telemetry.end_model_call(span, response, None, ttft_s=ttft_s)
         duration_s = clock.monotonic() - started
         cost_usd = _settle(budget, reservation, price, response.usage)
         if records is not None:

@@ -45,7 +45,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from plandag.errors import PermanentStepError, StepError
-from plandag.models import failures
+from plandag.models import failures, telemetry
 from plandag.models.base import (
     LLMRequest,
     LLMResponse,
@@ -88,12 +88,15 @@ class OpenAICompatibleClient:
 
     Attributes:
         provider: ``"openai"``.
+        base_url: the API root as given (without a trailing ``/``).
         url: the chat completions URL, ``{base_url}/chat/completions``.
         sdk: the underlying ``openai.AsyncOpenAI`` (``max_retries=0``).
         schema_modes: the structured-output modes this server accepts, as learnt.
     """
 
     provider = "openai"
+    sends_temperature = True
+    """A request's ``temperature`` is sent when it has one."""
 
     def __init__(
         self,
@@ -108,6 +111,7 @@ class OpenAICompatibleClient:
 
         key = api_key if api_key is not None else os.environ.get(API_KEY_VARIABLE)
         root = base_url.rstrip("/")
+        self.base_url = root
         self.url = root + "/chat/completions"
         self.sdk: openai.AsyncOpenAI = openai.AsyncOpenAI(
             api_key=key or _NO_KEY,
@@ -172,7 +176,9 @@ class OpenAICompatibleClient:
         where = self._where(request)
         params = body_of(request, stream, attempt)
         try:
-            return await self.sdk.chat.completions.create(**params, extra_headers=self._headers)
+            return await self.sdk.chat.completions.create(
+                **params, extra_headers={**self._headers, **telemetry.trace_headers()}
+            )
         except openai.APIStatusError as error:
             mapped = _failure(error, where)
             if _schema_refusal(error, attempt):
@@ -238,6 +244,7 @@ class _OpenAIStream:
         self._finish_reason: str | None = None
         self._model = request.model
         self._id: str | None = sdk_stream.response.headers.get("x-request-id")
+        self._response_id: str | None = None
         self._chunks = 0
         self._deltas = self._read()
 
@@ -276,6 +283,8 @@ class _OpenAIStream:
             self._usage = usage_of(chunk.usage.to_dict())
         if chunk.model:
             self._model = chunk.model
+        if chunk.id:
+            self._response_id = chunk.id
         if self._id is None and chunk.id:
             self._id = chunk.id
         if not chunk.choices:
@@ -299,6 +308,7 @@ class _OpenAIStream:
             usage=self._usage,
             model=self._model,
             request_id=self._id,
+            response_id=self._response_id,
             raw={
                 "id": self._id,
                 "model": self._model,
@@ -331,6 +341,7 @@ def _response(completion: Any, request: LLMRequest, where: str) -> LLMResponse:
     found = choice.get("message")
     message: dict[str, Any] = found if isinstance(found, dict) else {}
     request_id = getattr(completion, "_request_id", None) or body.get("id")
+    response_id = body.get("id")
     return LLMResponse(
         text=str(message.get("content") or ""),
         stop_reason=choice.get("finish_reason"),
@@ -338,6 +349,7 @@ def _response(completion: Any, request: LLMRequest, where: str) -> LLMResponse:
         model=str(body.get("model") or request.model),
         request_id=str(request_id) if request_id else None,
         raw=body,
+        response_id=str(response_id) if response_id else None,
     )
 
 

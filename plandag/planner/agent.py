@@ -1038,7 +1038,7 @@ class Agent:
         With tracing on, all of it runs inside one live ``invoke_agent plandag`` span
         (:mod:`plandag.trace.otel`): the planner's calls, the run, replans, the joiner.
         """
-        span = start_agent(self.model, goal)
+        span = start_agent(self.model, goal, self.client.provider)
         result: AgentResult | None = None
         try:
             result = await self.run_with_revisions(goal, context, params, plan=plan, run_id=run_id)

@@ -183,7 +183,14 @@ class StepAttempts(RunState):
                 ),
             )
         span = (
-            spans.start_step(self.run_id, step_id, tool.name, record.attempts, parent=self.run_span)
+            spans.start_step(
+                self.run_id,
+                step_id,
+                tool.name,
+                record.attempts,
+                parent=self.run_span,
+                description=tool.description,
+            )
             if tracer_provider() is not None  # what start_step asks first: no span without
             else None
         )

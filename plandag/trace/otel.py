@@ -1,70 +1,76 @@
-"""OpenTelemetry spans, live while the run goes (export: the optional extra ``otel``).
+"""OpenTelemetry spans and metrics, live while the run goes (export: the optional extra
+``otel``).
 
 Spans start when the work starts and end when it ends, so a tracing backend sees a step
-that is still running (and a crashed process leaves the spans it had already sent). Names
-and attributes follow the OpenTelemetry semantic conventions for generative AI ("Semantic
-conventions for generative AI systems": spans of model calls, of tools, of agents):
+that is still running (and a crashed process leaves the spans it had already sent). Names,
+attributes and values follow the OpenTelemetry semantic conventions for generative AI as
+the pinned ``opentelemetry-semantic-conventions`` package carries them (semantic
+conventions 1.41's "Semantic conventions for generative client AI spans" and "... GenAI
+agent and framework spans"; :mod:`plandag.telemetry` says which version and why),
+written with that package's constants:
 
 =====================================  ==================================================
-``invoke_agent plandag`` (INTERNAL)    :meth:`plandag.planner.agent.Agent.run`: planning,
-                                       the run, replans and the joiner, in one trace;
-                                       ``gen_ai.operation.name`` ``invoke_agent``,
-                                       ``gen_ai.agent.name`` ``plandag``.
-``plandag run`` (INTERNAL)             :func:`plandag.scheduler.run_plan`: the run of
-                                       one plan; ``plandag.run_id``, ``plandag.steps``,
+``invoke_agent plandag`` (INTERNAL)    :meth:`plandag.planner.agent.Agent.run`: planning
+                                       (its ``chat`` spans), the run, replans and the
+                                       joiner, in one trace; ``gen_ai.operation.name``
+                                       ``invoke_agent``, ``gen_ai.provider.name`` (the
+                                       planner's), ``gen_ai.agent.name`` ``plandag``,
+                                       ``gen_ai.agent.version``, ``gen_ai.request.model``.
+``invoke_workflow plandag``            :func:`plandag.scheduler.run_plan`: the run of one
+(INTERNAL)                             plan, a process of several tool and model calls
+                                       that plandag orchestrates (the conventions' workflow
+                                       span); ``gen_ai.operation.name``
+                                       ``invoke_workflow``, ``gen_ai.workflow.name``
+                                       ``plandag``, ``plandag.run_id``, ``plandag.steps``,
                                        ``plandag.status`` at the end.
 ``execute_tool TOOL`` (INTERNAL)       one attempt of one step: ``gen_ai.operation.name``
                                        ``execute_tool``, ``gen_ai.tool.name``,
                                        ``gen_ai.tool.type`` ``function``,
                                        ``gen_ai.tool.call.id`` (``RUN:STEP``, the step's
-                                       idempotency key), ``plandag.step.id``,
-                                       ``plandag.attempt``.
-``chat MODEL`` (CLIENT)                one attempt of one model call
-                                       (:func:`plandag.models.calls.call_with_retries`):
-                                       ``gen_ai.operation.name`` ``chat``,
-                                       ``gen_ai.provider.name``, ``gen_ai.request.model``,
-                                       ``gen_ai.request.max_tokens``, then
-                                       ``gen_ai.response.model``, ``gen_ai.response.id``,
-                                       ``gen_ai.response.finish_reasons``,
-                                       ``gen_ai.usage.input_tokens`` (every prompt token),
-                                       ``gen_ai.usage.output_tokens``,
-                                       ``gen_ai.usage.cache_read.input_tokens``,
-                                       ``gen_ai.usage.cache_creation.input_tokens``.
+                                       idempotency key), ``gen_ai.tool.description``,
+                                       ``plandag.step.id``, ``plandag.attempt``.
+``chat MODEL`` (CLIENT)                one attempt of one model call, the planner's or a
+                                       step's: the one span of the call that carries its
+                                       usage (:mod:`plandag.models.telemetry` lists its
+                                       attributes).
 =====================================  ==================================================
+
+The conventions (1.41) name no span of planning itself: the planner's and the joiner's
+model calls are ``chat`` spans under ``invoke_agent``. Usage is on the ``chat`` spans only,
+so a backend that adds usage up counts each token once.
 
 A failure sets ``error.type`` (the failure's reason code, else the exception's class name)
 and the span's status ``ERROR`` with the message.
 
-The switches below and the span machinery live in :mod:`plandag.telemetry`, the
-``chat`` spans in :mod:`plandag.models.telemetry` and the run and step spans in
-:mod:`plandag.scheduler.spans` (the model layer and the scheduler make their spans with the
-OpenTelemetry API, without knowing this package); they are handed on here under the same
-names.
+The switches below, the conventions' constants and the span machinery live in
+:mod:`plandag.telemetry`; the ``chat`` spans and the ``gen_ai.client.token.usage`` and
+``gen_ai.client.operation.duration`` metrics in :mod:`plandag.models.telemetry`; the run
+and step spans in :mod:`plandag.scheduler.spans` (the model layer and the scheduler make
+their spans with the OpenTelemetry API, without knowing this package); they are handed on
+here under the same names.
 
 **Nesting.** Each span is the current span (a context variable) while its work runs, so
 what runs inside it is its child: the steps of a run, the model calls of a step or of the
-planner, and the spans the ``anthropic`` SDK (1.14 and later) makes of its own requests
-(``anthropic.messages.create``, with the trace context sent in the request's headers).
-Sync tools run in worker threads with a copy of the step's context
-(:func:`plandag.tools.base.run_in_daemon_thread`), so a sync tool's own spans, and those
-of the SDK it calls, nest under its step too.
+planner. The ``anthropic`` SDK's own spans are off (plandag's ``chat`` span is the call's
+one span; the trace context goes in the request's headers). Sync tools run in worker
+threads with a copy of the step's context (:func:`plandag.tools.base.run_in_daemon_thread`),
+so a sync tool's own spans nest under its step too.
 
 **Content.** Spans carry no message content unless the standard switch
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`` asks for it: then
 ``gen_ai.input.messages`` / ``gen_ai.system_instructions`` / ``gen_ai.output.messages`` on
-model calls and ``gen_ai.tool.call.arguments`` / ``gen_ai.tool.call.result`` on steps.
-With ``--redact`` (:func:`set_redact`) no content reaches any span, whatever the
-environment says, the SDK's spans included (their content mode is held at
-``metadata_only``).
+model calls (the conventions' ``parts`` format) and ``gen_ai.tool.call.arguments`` /
+``gen_ai.tool.call.result`` on steps. With ``--redact`` (:func:`set_redact`) no content
+reaches any span, whatever the environment says.
 
-**Where spans go.** plandag's tracer comes from the provider given to
+**Where spans and metrics go.** plandag's tracer comes from the provider given to
 :func:`use_tracer_provider`, else from the global one when an application or
-:func:`exporter_from_env` has set it; with neither, no span is made at all (no cost per
-step). :func:`exporter_from_env` builds a provider from the standard ``OTEL_*``
-environment variables (OpenTelemetry specification, "Environment Variable Specification"
-and "OTLP Exporter Configuration") and registers it as the global provider, so the SDK's
-spans go to the same place; it imports nothing of the OpenTelemetry SDK unless an exporter
-is configured.
+:func:`exporter_from_env` has set it; its meter likewise (:func:`use_meter_provider`);
+with neither, no span or metric is made at all (no cost per step).
+:func:`exporter_from_env` builds providers from the standard ``OTEL_*`` environment
+variables (OpenTelemetry specification, "Environment Variable Specification" and "OTLP
+Exporter Configuration") and registers them as the global ones; it imports nothing of the
+OpenTelemetry SDK unless an exporter is configured.
 """
 
 from __future__ import annotations
@@ -72,22 +78,35 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from plandag.models.telemetry import end_model_call, sdk_options, start_model_call
+from plandag.models.telemetry import (
+    ModelCall,
+    end_model_call,
+    output_messages,
+    sdk_options,
+    start_model_call,
+    trace_headers,
+)
 from plandag.planner.spans import start_agent
-from plandag.scheduler.spans import end_run, end_step, start_run, start_step
+from plandag.scheduler.spans import WORKFLOW_NAME, end_run, end_step, start_run, start_step
 from plandag.telemetry import (
     CAPTURE_CONTENT_VARIABLE,
+    SEMCONV_PACKAGE,
     LiveSpan,
     capture_content,
+    conventions,
     error_type,
+    input_messages,
+    meter_provider,
     otel_attributes,
     redacting,
     set_redact,
     start_span,
+    system_instructions,
     tracer,
     tracer_provider,
+    use_meter_provider,
     use_tracer_provider,
 )
 
@@ -97,15 +116,22 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CAPTURE_CONTENT_VARIABLE",
+    "SEMCONV_PACKAGE",
+    "WORKFLOW_NAME",
     "LiveSpan",
+    "ModelCall",
     "OtelExporter",
     "capture_content",
+    "conventions",
     "end_model_call",
     "end_run",
     "end_step",
     "error_type",
     "exporter_from_env",
+    "input_messages",
+    "meter_provider",
     "otel_attributes",
+    "output_messages",
     "redacting",
     "sdk_options",
     "set_redact",
@@ -114,8 +140,11 @@ __all__ = [
     "start_run",
     "start_span",
     "start_step",
+    "system_instructions",
+    "trace_headers",
     "tracer",
     "tracer_provider",
+    "use_meter_provider",
     "use_tracer_provider",
 ]
 
@@ -125,37 +154,45 @@ logger = logging.getLogger(__name__)
 
 
 class OtelExporter:
-    """The provider :func:`exporter_from_env` built, and the way to flush it.
+    """The providers :func:`exporter_from_env` built, and the way to flush them.
 
     Args:
-        tracer_provider: the provider plandag's spans (and the SDK's) go to.
-        owns_provider: whether :meth:`close` shuts the provider down (flushing its batch
-            processors); True for a provider built for this process's export.
+        tracer_provider: the provider plandag's spans go to.
+        owns_provider: whether :meth:`close` shuts the providers down (flushing their
+            batch processors and metric readers); True for providers built for this
+            process's export.
+        meters: the meter provider built for plandag's metrics, or None.
 
     Attributes:
-        provider: the provider.
+        provider: the tracer provider.
+        meters: the meter provider, or None.
     """
 
-    def __init__(self, tracer_provider: TracerProvider, *, owns_provider: bool = False) -> None:
+    def __init__(
+        self, tracer_provider: TracerProvider, *, owns_provider: bool = False, meters: Any = None
+    ) -> None:
         self.provider = tracer_provider
+        self.meters = meters
         self._owns_provider = owns_provider
 
     def flush(self) -> None:
-        """Send the spans batched so far (never raises)."""
-        flush = getattr(self.provider, "force_flush", None)
-        if callable(flush):
-            try:
-                flush()
-            except Exception as error:
-                logger.warning("OpenTelemetry flush failed: %s", error)
+        """Send the spans batched so far, and the metrics (never raises)."""
+        for provider in (self.provider, self.meters):
+            flush = getattr(provider, "force_flush", None)
+            if callable(flush):
+                try:
+                    flush()
+                except Exception as error:
+                    logger.warning("OpenTelemetry flush failed: %s", error)
 
     def close(self) -> None:
-        """Flush; and, when the provider is this exporter's own, shut it down."""
+        """Flush; and, when the providers are this exporter's own, shut them down."""
         self.flush()
         if self._owns_provider:
-            shutdown = getattr(self.provider, "shutdown", None)
-            if callable(shutdown):
-                shutdown()
+            for provider in (self.provider, self.meters):
+                shutdown = getattr(provider, "shutdown", None)
+                if callable(shutdown):
+                    shutdown()
 
 
 def _otlp_exporter(environ: Mapping[str, str]) -> SpanExporter | None:
@@ -267,4 +304,55 @@ def exporter_from_env(environ: Mapping[str, str] | None = None) -> OtelExporter 
     from opentelemetry import trace
 
     trace.set_tracer_provider(provider)
-    return OtelExporter(provider, owns_provider=True)
+    meters = _meter_provider_from_env(env, resource, names or ["otlp"])
+    return OtelExporter(provider, owns_provider=True, meters=meters)
+
+
+def _meter_provider_from_env(
+    env: Mapping[str, str], resource: Any, trace_exporters: list[str]
+) -> Any:
+    """A meter provider for plandag's metrics, registered as the global one, or None.
+
+    ``OTEL_METRICS_EXPORTER`` names ``otlp`` or ``console`` (unset: the exporters the
+    traces use, otlp and console alike; ``none``: no metrics). The OTLP exporter reads its
+    endpoint from the environment, as the span exporter does.
+    """
+    names = [
+        name.strip().lower()
+        for name in env.get("OTEL_METRICS_EXPORTER", "").split(",")
+        if name.strip()
+    ] or [name for name in trace_exporters if name in ("otlp", "console")]
+    if "none" in names or not names or meter_provider() is not None:
+        return None
+    try:
+        from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
+        from opentelemetry.sdk.metrics.export import (
+            ConsoleMetricExporter,
+            MetricExporter,
+            PeriodicExportingMetricReader,
+        )
+    except ImportError:
+        return None
+    exporters: list[MetricExporter] = []
+    for name in names:
+        if name == "console":
+            exporters.append(ConsoleMetricExporter())
+        elif name == "otlp":
+            try:
+                from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+                    OTLPMetricExporter,
+                )
+            except ImportError:
+                logger.warning("no OTLP metric exporter installed; plandag records no metrics")
+                continue
+            exporters.append(OTLPMetricExporter())
+    if not exporters:
+        return None
+    made = SdkMeterProvider(
+        resource=resource,
+        metric_readers=[PeriodicExportingMetricReader(exporter) for exporter in exporters],
+    )
+    from opentelemetry import metrics
+
+    metrics.set_meter_provider(made)
+    return made

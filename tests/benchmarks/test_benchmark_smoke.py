@@ -335,3 +335,23 @@ def test_contracts_cpu_runs_at_a_tiny_size(capsys: pytest.CaptureFixture[str]) -
     # a alone for 1 s, a and b together for 1 s, b alone for 1 s
     log = [(0.0, 1, "a"), (1.0, 1, "b"), (2.0, -1, "a"), (3.0, -1, "b")]
     assert in_flight(log, 2) == (2, 4.0 / 3.0, 1, 1.0 / 3.0)
+
+
+# -- OpenTelemetry span table -------------------------------------------------------------------
+
+
+def test_otel_span_table_at_a_tiny_size() -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from benchmarks.otel_spans import capture, render, rows
+
+    seen = capture(steps=1)
+    kinds = {row.kind_name: row for row in rows(seen.anthropic, "anthropic")}
+    assert set(kinds) == {"invoke_agent *", "invoke_workflow *", "execute_tool *", "chat *"}
+    assert kinds["chat *"].count == 2
+    assert "gen_ai.usage.input_tokens" in kinds["chat *"].attributes
+    assert [row.count for row in rows(seen.openai, "openai") if row.kind_name == "chat *"] == [1]
+    assert {name for name, *_ in seen.metrics} == {
+        "gen_ai.client.token.usage",
+        "gen_ai.client.operation.duration",
+    }
+    assert "| `chat *` |" in render(seen)
