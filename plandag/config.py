@@ -17,6 +17,13 @@ The brakes (``max_cost``, ``max_tokens``, ``max_seconds``, ``stall_after``,
 is lifted with the string ``"none"`` (``max_cost = "none"``), as ``--max-cost none`` does on
 the command line; it is then :data:`~plandag.brakes.UNLIMITED` in :class:`Settings`.
 ``false`` or ``0`` do not lift anything (``false`` is refused, ``0`` is a cap of zero).
+
+Two tables sit beside the settings in the same files: ``[prices]`` (model name → ``input``,
+``output``, ``cache_read``, ``cache_write``, US dollars per million tokens; the entries of
+both files are merged, ``plandag.toml``'s winning per model: :attr:`Settings.prices`,
+checked and installed by :func:`plandag.models.pricing.configure_prices`) and
+``[rate_limit]`` (``rpm`` and ``tpm``, the settings of the same names: requests and tokens
+per minute to each model provider, off by default; :mod:`plandag.models.ratelimit`).
 """
 
 from __future__ import annotations
@@ -210,6 +217,28 @@ SETTINGS: tuple[Setting, ...] = (
         strict=True,
         nullable=True,
     ),
+    Setting(
+        "rpm",
+        float,
+        None,
+        "requests per minute to each model provider, shared by every model call of the "
+        "process (a batch's worker processes split it evenly); off by default ([rate_limit] "
+        "in a file)",
+        minimum=0.0,
+        strict=True,
+        nullable=True,
+    ),
+    Setting(
+        "tpm",
+        float,
+        None,
+        "tokens per minute to each model provider (each call's prompt estimate plus its "
+        "max_tokens, settled with the usage reported), shared like rpm; off by default "
+        "([rate_limit] in a file)",
+        minimum=0.0,
+        strict=True,
+        nullable=True,
+    ),
     Setting("jobs", int, 4, "documents at once for extract", minimum=1),
     Setting(
         "workers",
@@ -291,6 +320,10 @@ class Settings:
     values: dict[str, Any]
     sources: dict[str, str]
     job: str = "exec"
+    prices: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The ``[prices]`` tables of the project's files, merged (model name → prices)."""
+    prices_source: str = ""
+    """The file(s) ``prices`` came from, for messages."""
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
@@ -312,7 +345,7 @@ class Settings:
             sources[name] = "--" + name.replace("_", "-")
             if name == "http_allow" and isinstance(values[name], list):
                 _check_hosts(values[name], sources[name])
-        return Settings(values, sources, self.job)
+        return Settings(values, sources, self.job, self.prices, self.prices_source)
 
     def as_rows(self) -> list[tuple[str, Any, str]]:
         """``(name, value, source)`` for every setting, in declaration order."""
@@ -389,11 +422,38 @@ def _check_hosts(patterns: Sequence[Any], where: str) -> None:
             raise InputError(refusal)
 
 
+PRICES_KEY = "prices"
+RATE_LIMIT_KEY = "rate_limit"
+_RATE_LIMIT_SETTINGS = ("rpm", "tpm")
+
+
+def _flattened(table: Mapping[str, Any], where: str) -> list[tuple[str, Any]]:
+    """The table's settings as ``(key, value)``, those of its ``[rate_limit]`` table
+    included; ``[prices]`` left out (read apart)."""
+    items: list[tuple[str, Any]] = []
+    for raw_key, value in table.items():
+        if raw_key == PRICES_KEY:
+            continue
+        if raw_key.replace("-", "_") == RATE_LIMIT_KEY:
+            if not isinstance(value, Mapping):
+                raise InputError(f"{where}: rate_limit must be a table ([rate_limit])")
+            for inner, limit in value.items():
+                if inner.replace("-", "_") not in _RATE_LIMIT_SETTINGS:
+                    raise InputError(
+                        f"{where} [rate_limit]: unknown key {inner!r}; the keys are rpm "
+                        "(requests per minute) and tpm (tokens per minute)"
+                    )
+                items.append((inner, limit))
+            continue
+        items.append((raw_key, value))
+    return items
+
+
 def _read_table(path: Path, table: Mapping[str, Any], label: str) -> dict[str, Any]:
     where = f"{path} {label}" if label else str(path)
     values: dict[str, Any] = {}
     spelled: dict[str, str] = {}
-    for raw_key, value in table.items():
+    for raw_key, value in _flattened(table, where):
         key = raw_key.replace("-", "_")
         setting = _BY_NAME.get(key)
         if setting is None:
@@ -451,6 +511,8 @@ def load_settings(start: Path | None = None, *, job: str = "exec") -> Settings:
     for name, field in BRAKE_SETTINGS.items():
         values[name] = getattr(row, field)
     sources = {setting.name: "default" for setting in SETTINGS}
+    prices: dict[str, Any] = {}
+    price_files: list[str] = []
     pyproject = _nearest(folder, "pyproject.toml")
     if pyproject is not None:
         tool_table = _load_toml(pyproject).get("tool")
@@ -460,6 +522,7 @@ def load_settings(start: Path | None = None, *, job: str = "exec") -> Settings:
                 raise InputError(f"{pyproject}: tool.plandag must be a table ([tool.plandag])")
             for key, value in _read_table(pyproject, table, "[tool.plandag]").items():
                 values[key], sources[key] = value, f"{pyproject} [tool.plandag]"
+            _collect_prices(prices, price_files, table, f"{pyproject} [tool.plandag]")
     own = _nearest(folder, "plandag.toml")
     if own is not None:
         document = _load_toml(own)
@@ -476,7 +539,24 @@ def load_settings(start: Path | None = None, *, job: str = "exec") -> Settings:
                 )
         for key, value in _read_table(own, table, "").items():
             values[key], sources[key] = value, str(own)
-    return Settings(values, sources, job)
+        _collect_prices(prices, price_files, table, str(own))
+    return Settings(values, sources, job, prices, " and ".join(price_files))
+
+
+def _collect_prices(
+    prices: dict[str, Any], files: list[str], table: Mapping[str, Any], where: str
+) -> None:
+    """Merge the ``[prices]`` of ``table`` into ``prices`` (its entries win per model)."""
+    found = table.get(PRICES_KEY)
+    if found is None:
+        return
+    if not isinstance(found, Mapping):
+        raise InputError(
+            f'{where}: prices must be a table ([prices."MODEL"] with input and output in US '
+            "dollars per million tokens)"
+        )
+    prices.update(found)
+    files.append(where)
 
 
 def shown(value: Any) -> Any:

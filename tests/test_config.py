@@ -35,6 +35,8 @@ DEFAULTS = {
     "plan_cost_factor": 2.0,
     "plan_time_factor": 3.0,
     "slow_start": 0.15,
+    "rpm": None,
+    "tpm": None,
     "jobs": 4,
     "workers": None,
     "approve": "ask",
@@ -471,3 +473,41 @@ def test_a_choice_setting_outside_its_choices_names_the_file(
         f"{project / 'plandag.toml'}: {key} must be {choices}, got 'maybe'; "
         "see `plandag config` for every setting"
     )
+
+
+def test_rate_limit_table_sets_rpm_and_tpm(project: Path) -> None:
+    own = write(project / "plandag.toml", "[rate_limit]\nrpm = 50\ntpm = 40000\n")
+    settings = load_settings()
+    assert settings["rpm"] == 50.0
+    assert settings["tpm"] == 40000.0
+    assert settings.sources["rpm"] == str(own)
+    assert settings.with_flags({"rpm": 10.0})["rpm"] == 10.0
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[rate_limit]\nrps = 5\n", "unknown key 'rps'"),
+        ("[rate_limit]\nrpm = 0\n", "rpm must be a finite number > 0"),
+        ('rate_limit = "fast"\n', "rate_limit must be a table"),
+        ("rpm = 3\n[rate_limit]\nrpm = 5\n", "rpm is given twice"),
+    ],
+)
+def test_a_bad_rate_limit_table_says_what_is_wrong(project: Path, text: str, message: str) -> None:
+    write(project / "plandag.toml", text)
+    with pytest.raises(InputError, match=message):
+        load_settings()
+
+
+def test_prices_tables_of_both_files_merge_per_model(project: Path) -> None:
+    write(
+        project / "pyproject.toml",
+        '[tool.plandag.prices."a"]\ninput = 1\noutput = 2\n'
+        '[tool.plandag.prices."b"]\ninput = 3\noutput = 4\n',
+    )
+    own = write(project / "plandag.toml", '[prices."b"]\ninput = 5\noutput = 6\n')
+    settings = load_settings()
+    assert settings.prices == {"a": {"input": 1, "output": 2}, "b": {"input": 5, "output": 6}}
+    assert str(own) in settings.prices_source
+    assert settings.values == DEFAULTS  # no setting changed
+    assert settings.with_flags({"retries": 1}).prices == settings.prices

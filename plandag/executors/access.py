@@ -203,7 +203,11 @@ async def _call_model(
     from plandag.models.base import UnusableResponseError, Usage
     from plandag.models.calls import estimate_cost
 
-    price = models.prices.lookup(request.model)
+    price = models.prices.lookup(
+        request.model,
+        provider=models.client.provider,
+        base_url=getattr(models.client, "base_url", None),
+    )
     counted = await _count_tokens(models, request)
     usd, tokens = estimate_cost(request, price, counted)
     own = budget.reserve(usd, tokens) if budget is not None else None

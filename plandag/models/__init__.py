@@ -41,8 +41,11 @@ from plandag.models.calls import call_with_retries as call_with_retries
 from plandag.models.calls import estimate_cost as estimate_cost
 from plandag.models.openai import OpenAICompatibleClient as OpenAICompatibleClient
 from plandag.models.pricing import DEFAULT_PRICES as DEFAULT_PRICES
+from plandag.models.pricing import CatalogPrice as CatalogPrice
 from plandag.models.pricing import ModelPrice as ModelPrice
+from plandag.models.pricing import Price as Price
 from plandag.models.pricing import PriceTable as PriceTable
+from plandag.models.pricing import configure_prices as configure_prices
 from plandag.models.schemas import PreparedSchema as PreparedSchema
 from plandag.models.schemas import prepare_schema as prepare_schema
 from plandag.models.schemas import strict_problems as strict_problems
@@ -52,6 +55,7 @@ __all__ = [
     "AnthropicClient",
     "BudgetRefusedError",
     "CallRecord",
+    "CatalogPrice",
     "ChatMessage",
     "DeadlineReachedError",
     "LLMClient",
@@ -63,6 +67,7 @@ __all__ = [
     "ModelRefusalError",
     "OpenAICompatibleClient",
     "PreparedSchema",
+    "Price",
     "PriceTable",
     "PromptCache",
     "TruncatedResponseError",
@@ -71,6 +76,7 @@ __all__ = [
     "Usage",
     "call_with_retries",
     "check_stop_reason",
+    "configure_prices",
     "estimate_cost",
     "estimate_input_tokens",
     "prepare_schema",

@@ -59,7 +59,7 @@ from plandag.models.base import (
     Usage,
     estimate_input_tokens,
 )
-from plandag.models.pricing import DEFAULT_PRICES, ModelPrice, PriceTable
+from plandag.models.pricing import DEFAULT_PRICES, Price, PriceTable
 
 __all__ = ["CallRecord", "call_with_retries", "deadline_from", "estimate_cost"]
 
@@ -126,7 +126,7 @@ class CallRecord:
 
 
 def estimate_cost(
-    request: LLMRequest, price: ModelPrice | None, input_tokens: int | None = None
+    request: LLMRequest, price: Price | None, input_tokens: int | None = None
 ) -> tuple[float, int]:
     """The amount reserved before an attempt of ``request``.
 
@@ -201,7 +201,9 @@ async def call_with_retries(
         StepError: the last failure when the policy stops retrying (a note on it says why
             when retries ran out or the deadline or total delay was reached).
     """
-    price = prices.lookup(request.model)
+    price = prices.lookup(
+        request.model, provider=client.provider, base_url=getattr(client, "base_url", None)
+    )
     counted = await _count_input_tokens(client, request) if budget is not None else None
     estimate_usd, estimate_tokens = estimate_cost(request, price, counted)
     streamed = on_text is not None
@@ -353,7 +355,7 @@ async def _reserve(
 def _settle(
     budget: Budget | None,
     reservation: Reservation | None,
-    price: ModelPrice | None,
+    price: Price | None,
     usage: Usage,
 ) -> float:
     """Settle ``reservation`` with the real cost of ``usage``; return that cost, US dollars."""

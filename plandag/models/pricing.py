@@ -1,32 +1,69 @@
-"""What a model call costs: a price table, model → US dollars per million tokens.
+"""What a model call costs: model → US dollars per million tokens, from a maintained
+catalogue, overridden by the person's own prices.
 
-The defaults are plain data (:data:`DEFAULT_PRICES`), Anthropic's list prices for a few
-current Claude models (https://docs.anthropic.com/en/docs/about-claude/pricing: input and
-output per million tokens; a 5-minute cache write costs 1.25 times the input price, a cache
-read 0.1 times). Prices change: override or extend them from a mapping
-(:meth:`PriceTable.from_mapping`) or a TOML file (:meth:`PriceTable.from_toml`).
+Where a price comes from, in order (:meth:`PriceTable.lookup`):
 
-An unknown model is *not* an error here: :meth:`PriceTable.cost` returns None for it, and the
-call layer records it at 0.0 with ``priced=False``. The dollar cap counts priced models
-only; an unpriced one (a local vLLM, Ollama or llama.cpp model, a model newer than this
-table) is capped by the token cap alone, which every run has by default
-(:mod:`plandag.brakes`), and is never refused for having no price.
+1. the table's own entries (:meth:`PriceTable.from_mapping`, :meth:`PriceTable.from_toml`,
+   :meth:`PriceTable.with_prices`): model name → :class:`ModelPrice` (input, output, cache
+   write and cache read, US dollars per million tokens);
+2. the ``[prices]`` table of the project's configuration (``plandag.toml``, or
+   ``[tool.plandag.prices]`` in ``pyproject.toml``), installed for the process by
+   :func:`configure_prices` (the command line does it when a command starts);
+3. the catalogue of the ``genai-prices`` package (:data:`CATALOGUE`, pydantic's
+   maintained price data for every major provider), its **bundled** data only: plandag never
+   starts its updater (``UpdatePrices``), so no price is ever fetched at run time. A model
+   name it knows is priced wherever the model is reached: under the client's provider
+   first, else under any provider whose models match the name (a gateway or an
+   OpenAI-compatible server serving ``claude-...``); when the base URL is not that
+   provider's own API (``genai-prices``' own pattern of it), a warning says once that the
+   provider's list price is used;
+4. the table's ``default`` (``"*"`` in a mapping), else none.
+
+An unknown model is *not* an error: :meth:`PriceTable.lookup` returns None for it (a
+warning says so once per model), and the call layer records it at 0.0 with
+``priced=False``. The dollar cap counts priced models only; an unpriced one (a local vLLM,
+Ollama or llama.cpp model, a model newer than the catalogue) is capped by the token cap
+alone, which every run has by default (:mod:`plandag.brakes`), and is never refused for
+having no price. :func:`prices_source` says, for the brakes line, where a run's prices come
+from (``genai-prices 0.2.5``, ``config``, ``none (token cap only)``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib.metadata
+import logging
 import math
 import re
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from plandag.errors import InputError
 from plandag.models.base import UnpricedModelError, Usage
 
-__all__ = ["DEFAULT_PRICES", "ModelPrice", "PriceTable"]
+__all__ = [
+    "CATALOGUE",
+    "DEFAULT_PRICES",
+    "CatalogPrice",
+    "ModelPrice",
+    "Price",
+    "PriceTable",
+    "catalogue_version",
+    "configure_prices",
+    "configured_prices",
+    "prices_source",
+]
+
+logger = logging.getLogger("plandag.models")
+
+CATALOGUE = "genai-prices"
+"""The package whose bundled price data prices every model it knows."""
+
+NO_PRICE = "none (token cap only)"
+"""What :func:`prices_source` says of a model without a price."""
 
 _PER_TOKEN = 1_000_000
 _DATE_SUFFIX = re.compile(r"-\d{8}$")
@@ -43,6 +80,8 @@ class ModelPrice:
         output: per million output tokens.
         cache_write: per million tokens written to the prompt cache.
         cache_read: per million tokens read from the prompt cache.
+        source: where the price comes from, for the brakes line (``config``: given by a
+            person, in a configuration file or in Python).
 
     Raises:
         ValueError: a price that is negative or not finite.
@@ -52,6 +91,7 @@ class ModelPrice:
     output: float
     cache_write: float
     cache_read: float
+    source: str = dataclasses.field(default="config", compare=False)
 
     def __post_init__(self) -> None:
         for name in ("input", "output", "cache_write", "cache_read"):
@@ -96,23 +136,129 @@ class ModelPrice:
         ) / _PER_TOKEN
 
 
-class PriceTable(Mapping[str, ModelPrice]):
-    """Model name → :class:`ModelPrice`; a read-only mapping.
+class Price(Protocol):
+    """What the call layer needs of a price: the cost of a call's usage and where the price
+    comes from (:class:`ModelPrice`, :class:`CatalogPrice`)."""
 
-    A model is looked up by its exact name, then without a trailing ``-YYYYMMDD`` date
-    (``claude-haiku-4-5-20251001`` → ``claude-haiku-4-5``), then ``default``.
+    @property
+    def source(self) -> str:
+        """``config``, or ``genai-prices VERSION``."""
+        ...
+
+    def cost(self, usage: Usage) -> float:
+        """US dollars for ``usage``."""
+        ...
+
+
+@functools.cache
+def catalogue_version() -> str | None:
+    """The installed ``genai-prices`` version, or None when it is not installed."""
+    try:
+        return importlib.metadata.version(CATALOGUE)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CatalogPrice:
+    """A model's price from ``genai-prices``' bundled data (tiers and cache prices as the
+    catalogue has them).
+
+    Attributes:
+        model: the catalogue's id of the model (``claude-sonnet-4-6``).
+        provider: the catalogue's id of its provider (``anthropic``, ``openai``...).
+        source: ``genai-prices VERSION``.
+    """
+
+    model: str
+    provider: str
+    source: str
+    _info: Any = dataclasses.field(repr=False, compare=False)
+    _provider: Any = dataclasses.field(repr=False, compare=False)
+
+    def cost(self, usage: Usage) -> float:
+        """US dollars for ``usage``: the catalogue's calculation, the prompt tokens read
+        from and written to the cache at their own prices."""
+        from genai_prices import Usage as CatalogUsage
+
+        counted = CatalogUsage(
+            input_tokens=usage.input_tokens
+            + usage.cache_read_input_tokens
+            + usage.cache_creation_input_tokens,
+            cache_read_tokens=usage.cache_read_input_tokens,
+            cache_write_tokens=usage.cache_creation_input_tokens,
+            output_tokens=usage.output_tokens,
+        )
+        return float(self._info.calc_price(counted, self._provider).total_price)
+
+
+@functools.cache
+def _catalog_price(model: str, provider: str | None) -> CatalogPrice | None:
+    """``model``'s price in the bundled catalogue: under ``provider`` first, else under the
+    provider whose models match the name; None when it knows none."""
+    version = catalogue_version()
+    if version is None:
+        return None
+    from genai_prices import data_snapshot
+
+    snapshot = data_snapshot.get_snapshot()
+    attempts: list[str | None] = [provider, None] if provider else [None]
+    for provider_id in attempts:
+        try:
+            found, info = snapshot.find_provider_model(model, None, provider_id, None)
+        except LookupError:
+            continue
+        return CatalogPrice(info.id, found.id, f"{CATALOGUE} {version}", info, found)
+    return None
+
+
+@functools.cache
+def _own_api(provider: str, base_url: str) -> bool:
+    """Whether ``base_url`` is the catalogue ``provider``'s own API."""
+    from genai_prices import data_snapshot
+
+    for candidate in data_snapshot.get_snapshot().providers:
+        if candidate.id == provider:
+            return re.match(candidate.api_pattern, base_url) is not None
+    return False
+
+
+_said: set[tuple[str, ...]] = set()
+
+
+def _say_once(key: tuple[str, ...], message: str) -> None:
+    if key not in _said:
+        _said.add(key)
+        logger.warning("%s", message)
+
+
+class PriceTable(Mapping[str, ModelPrice]):
+    """Model name → price; a read-only mapping of the table's own entries.
+
+    A model is looked up (:meth:`lookup`) by its exact name, then without a trailing
+    ``-YYYYMMDD`` date (``claude-haiku-4-5-20251001`` → ``claude-haiku-4-5``), in the
+    table's own entries, then in the configuration's ``[prices]`` (:func:`configure_prices`),
+    then in the catalogue (when ``catalogue`` is on), then ``default``.
 
     Args:
         prices: model name → price.
-        default: the price of any model not in ``prices`` (say ``ModelPrice.of(0, 0)`` for a
-            local server under a dollar cap), or None: unknown models are unpriced.
+        default: the price of any model found nowhere else (say ``ModelPrice.of(0, 0)`` for
+            a local server under a dollar cap), or None: such models are unpriced.
+        catalogue: look models up in the configuration's prices and ``genai-prices``'
+            bundled data (:data:`DEFAULT_PRICES` does); False for a table of these
+            entries only.
     """
 
     def __init__(
-        self, prices: Mapping[str, ModelPrice], *, default: ModelPrice | None = None
+        self,
+        prices: Mapping[str, ModelPrice],
+        *,
+        default: ModelPrice | None = None,
+        catalogue: bool = False,
     ) -> None:
         self._prices = dict(prices)
         self.default = default
+        self.catalogue = catalogue
 
     def __getitem__(self, model: str) -> ModelPrice:
         return self._prices[model]
@@ -123,14 +269,48 @@ class PriceTable(Mapping[str, ModelPrice]):
     def __len__(self) -> int:
         return len(self._prices)
 
-    def lookup(self, model: str) -> ModelPrice | None:
-        """The price of ``model`` (rules in the class docstring), or None when unpriced."""
+    def _own(self, model: str) -> ModelPrice | None:
         price = self._prices.get(model)
-        if price is None:
-            price = self._prices.get(_DATE_SUFFIX.sub("", model))
-        return price if price is not None else self.default
+        return price if price is not None else self._prices.get(_DATE_SUFFIX.sub("", model))
 
-    def price(self, model: str) -> ModelPrice:
+    def lookup(
+        self, model: str, *, provider: str | None = None, base_url: str | None = None
+    ) -> Price | None:
+        """The price of ``model`` (order in the class docstring), or None when unpriced.
+
+        Args:
+            model: the model name as sent.
+            provider: the client's provider (``anthropic``, ``openai``): the catalogue
+                looks under it first.
+            base_url: where the model is reached; a catalogue price of a provider whose
+                own API this is not is used with a warning (once).
+        """
+        price: Price | None = self._own(model)
+        if price is None and self.catalogue:
+            price = _configured._own(model) if _configured is not None else None
+            if price is None:
+                found = _catalog_price(model.lower(), provider)
+                if found is not None and base_url and not _own_api(found.provider, base_url):
+                    _say_once(
+                        ("url", model, base_url),
+                        f"model {model} at {base_url} is priced at {found.provider}'s list "
+                        f"price ({found.source}), though that is not {found.provider}'s own "
+                        f'API; set [prices."{model}"] in plandag.toml if it charges otherwise',
+                    )
+                price = found
+        if price is None:
+            price = self.default
+        if price is None and self.catalogue:
+            _say_once(
+                ("unpriced", model),
+                f"no price for model {model} ({CATALOGUE} {catalogue_version() or '(missing)'} "
+                "does not know it and no [prices] entry names it): the cost cap does not "
+                'count its calls, the token cap does; set [prices."'
+                f'{model}"] input and output (US dollars per million tokens) to price it',
+            )
+        return price
+
+    def price(self, model: str) -> Price:
         """The price of ``model``.
 
         Raises:
@@ -154,7 +334,9 @@ class PriceTable(Mapping[str, ModelPrice]):
 
     def with_prices(self, prices: Mapping[str, ModelPrice]) -> PriceTable:
         """A new table: this one with ``prices`` added or replacing entries of the same name."""
-        return PriceTable({**self._prices, **prices}, default=self.default)
+        return PriceTable(
+            {**self._prices, **prices}, default=self.default, catalogue=self.catalogue
+        )
 
     @classmethod
     def from_mapping(
@@ -168,7 +350,7 @@ class PriceTable(Mapping[str, ModelPrice]):
                 prices are optional (default 1.25 × and 0.1 × input). The model name
                 ``"*"`` sets the default price for every other model.
             base: the table the entries extend or replace (pass :data:`DEFAULT_PRICES` to
-                keep the Claude defaults), or None for these entries only.
+                keep the catalogue behind them), or None for these entries only.
 
         Returns:
             The new table.
@@ -186,7 +368,7 @@ class PriceTable(Mapping[str, ModelPrice]):
             else:
                 prices[str(model)] = price
         merged = {**(dict(base) if base is not None else {}), **prices}
-        return cls(merged, default=default)
+        return cls(merged, default=default, catalogue=base.catalogue if base is not None else False)
 
     @classmethod
     def from_toml(cls, path: str | Path, *, base: PriceTable | None = None) -> PriceTable:
@@ -224,6 +406,70 @@ class PriceTable(Mapping[str, ModelPrice]):
         return cls.from_mapping(table, base=base)
 
 
+_configured: PriceTable | None = None
+
+
+def configure_prices(table: Mapping[str, Any] | None, where: str = "the configuration") -> None:
+    """Install the configuration's ``[prices]`` for the process: every catalogue-backed
+    table (:data:`DEFAULT_PRICES` and tables made from it) finds these entries before the
+    catalogue. None (or an empty table) removes them.
+
+    Args:
+        table: model name → ``{"input", "output", "cache_read", "cache_write"}`` (US
+            dollars per million tokens; as :meth:`PriceTable.from_mapping`; ``"*"`` is not
+            taken here: a default would hide the catalogue).
+        where: the file the table came from, for error messages.
+
+    Raises:
+        InputError: an entry is invalid (the message names ``where``).
+    """
+    global _configured
+    if not table:
+        _configured = None
+        return
+    if "*" in table:
+        raise InputError(
+            f'{where} [prices]: "*" is not taken in a configuration (it would hide the '
+            f"{CATALOGUE} prices of every other model); name each model"
+        )
+    try:
+        _configured = PriceTable.from_mapping(table)
+    except InputError as error:
+        raise InputError(f"{where} [prices]: {error}") from error
+
+
+def configured_prices() -> PriceTable | None:
+    """The configuration's prices installed by :func:`configure_prices`, or None."""
+    return _configured
+
+
+def prices_source(
+    models: Sequence[tuple[str, str | None, str | None]], prices: PriceTable | None = None
+) -> str:
+    """Where a run's prices come from, for the brakes line.
+
+    Args:
+        models: ``(model, provider, base_url)`` of each model the run may call (repeats
+            are taken once).
+        prices: the run's table (default :data:`DEFAULT_PRICES`).
+
+    Returns:
+        One source when every model has the same (``genai-prices 0.2.5``, ``config``,
+        ``none (token cap only)``), else ``MODEL SOURCE`` for each, comma-separated.
+    """
+    table = prices if prices is not None else DEFAULT_PRICES
+    sources: dict[str, str] = {}
+    for model, provider, base_url in models:
+        if model in sources:
+            continue
+        found = table.lookup(model, provider=provider, base_url=base_url)
+        sources[model] = found.source if found is not None else NO_PRICE
+    distinct = set(sources.values())
+    if len(distinct) == 1:
+        return distinct.pop()
+    return ", ".join(f"{model} {source}" for model, source in sources.items())
+
+
 def _price_from_entry(model: str, entry: object) -> ModelPrice:
     where = f"price of {model!r}"
     if not isinstance(entry, Mapping):
@@ -256,22 +502,7 @@ def _price_from_entry(model: str, entry: object) -> ModelPrice:
     )
 
 
-DEFAULT_PRICES = PriceTable(
-    {
-        "claude-opus-4-6": ModelPrice.of(5.0, 25.0),
-        "claude-opus-4-5": ModelPrice.of(5.0, 25.0),
-        "claude-opus-4-1": ModelPrice.of(15.0, 75.0),
-        "claude-opus-4-0": ModelPrice.of(15.0, 75.0),
-        "claude-opus-4": ModelPrice.of(15.0, 75.0),
-        "claude-sonnet-4-6": ModelPrice.of(3.0, 15.0),
-        "claude-sonnet-4-5": ModelPrice.of(3.0, 15.0),
-        "claude-sonnet-4-0": ModelPrice.of(3.0, 15.0),
-        "claude-sonnet-4": ModelPrice.of(3.0, 15.0),
-        "claude-haiku-4-5": ModelPrice.of(1.0, 5.0),
-        "claude-3-5-haiku": ModelPrice.of(0.8, 4.0),
-    }
-)
-"""Anthropic list prices, US dollars per million tokens (input, output; cache write 1.25 ×
-input, cache read 0.1 × input), for the Claude models whose prices were published when this
-table was written. Models missing here (newer ones included) are unpriced: add them with
-:meth:`PriceTable.from_mapping` or :meth:`PriceTable.from_toml`."""
+DEFAULT_PRICES = PriceTable({}, catalogue=True)
+"""Every model ``genai-prices``' bundled data knows, behind the configuration's
+``[prices]`` (:func:`configure_prices`); extend it with :meth:`PriceTable.with_prices` or
+:meth:`PriceTable.from_mapping` (``base=DEFAULT_PRICES``)."""

@@ -18,18 +18,41 @@ from plandag.models import (
     estimate_cost,
     estimate_input_tokens,
 )
+from plandag.models.pricing import catalogue_version
+
+MILLION = 1_000_000
 
 
-def test_default_prices_of_current_claude_models() -> None:
-    assert DEFAULT_PRICES["claude-opus-4-6"] == ModelPrice(5.0, 25.0, 6.25, 0.5)
-    assert DEFAULT_PRICES["claude-sonnet-4-6"] == ModelPrice(3.0, 15.0, 3.75, 0.3)
-    assert DEFAULT_PRICES["claude-haiku-4-5"] == ModelPrice(1.0, 5.0, 1.25, 0.1)
+def per_million(model: str) -> tuple[float, float, float, float]:
+    """The default table's price of ``model``: input, output, cache write, cache read."""
+    price = DEFAULT_PRICES.lookup(model)
+    assert price is not None
+    return (
+        price.cost(Usage(input_tokens=MILLION)),
+        price.cost(Usage(output_tokens=MILLION)),
+        price.cost(Usage(cache_creation_input_tokens=MILLION)),
+        price.cost(Usage(cache_read_input_tokens=MILLION)),
+    )
+
+
+def test_default_prices_of_current_claude_models_come_from_the_catalogue() -> None:
+    assert per_million("claude-opus-4-6") == pytest.approx((5.0, 25.0, 6.25, 0.5))
+    assert per_million("claude-sonnet-4-6") == pytest.approx((3.0, 15.0, 3.75, 0.3))
+    assert per_million("claude-haiku-4-5") == pytest.approx((1.0, 5.0, 1.25, 0.1))
+    price = DEFAULT_PRICES.lookup("claude-sonnet-4-6", provider="anthropic")
+    assert price is not None
+    assert price.source == f"genai-prices {catalogue_version()}"
+
+
+def test_models_of_other_providers_are_priced_too() -> None:
+    assert per_million("gpt-4o-mini")[:2] == pytest.approx((0.15, 0.6))
+    assert per_million("gpt-4.1")[:2] == pytest.approx((2.0, 8.0))
 
 
 def test_a_dated_model_id_finds_its_alias_price() -> None:
-    assert DEFAULT_PRICES.lookup("claude-haiku-4-5-20251001") == ModelPrice(1.0, 5.0, 1.25, 0.1)
-    assert DEFAULT_PRICES.lookup("claude-haiku-4-5-2025") is None
-    assert DEFAULT_PRICES.lookup("gpt-oss-20b") is None
+    assert per_million("claude-haiku-4-5-20251001") == pytest.approx((1.0, 5.0, 1.25, 0.1))
+    assert DEFAULT_PRICES.lookup("llama3.1:8b") is None
+    assert DEFAULT_PRICES.lookup("my-finetune-7b") is None
 
 
 def test_cost_counts_every_kind_of_token() -> None:
@@ -63,10 +86,10 @@ def test_from_mapping_extends_a_base_and_sets_a_default() -> None:
     )
     assert table["claude-opus-4-6"] == ModelPrice(4.0, 20.0, 5.0, 0.3)
     assert table["my-local"] == ModelPrice(0.0, 0.0, 0.0, 0.0)
-    assert table["claude-haiku-4-5"] == DEFAULT_PRICES["claude-haiku-4-5"]
+    assert table.lookup("claude-haiku-4-5") == DEFAULT_PRICES.lookup("claude-haiku-4-5")
     assert table.lookup("anything-else") == ModelPrice(1.0, 1.0, 1.25, 0.1)
     assert "*" not in table
-    assert DEFAULT_PRICES["claude-opus-4-6"].input == 5.0  # the base is not changed
+    assert per_million("claude-opus-4-6")[0] == pytest.approx(5.0)  # the base is unchanged
 
 
 @pytest.mark.parametrize(
@@ -91,7 +114,7 @@ def test_from_toml_reads_the_prices_table(tmp_path: Path) -> None:
     path.write_text('[prices."claude-opus-4-6"]\ninput = 6.0\noutput = 30.0\n', encoding="utf-8")
     table = PriceTable.from_toml(path, base=DEFAULT_PRICES)
     assert table["claude-opus-4-6"] == ModelPrice(6.0, 30.0, 7.5, 0.6)
-    assert table["claude-sonnet-4-6"] == DEFAULT_PRICES["claude-sonnet-4-6"]
+    assert table.lookup("claude-sonnet-4-6") == DEFAULT_PRICES.lookup("claude-sonnet-4-6")
 
 
 def test_from_toml_without_prices_or_unreadable_is_an_input_error(tmp_path: Path) -> None:
@@ -117,13 +140,13 @@ def test_estimate_counts_system_messages_and_schema_at_three_bytes_a_token() -> 
         json_schema={"type": "object"},  # {"type":"object"}: 17 bytes
     )
     assert estimate_input_tokens(request) == 16  # 48 bytes / 3
-    usd, tokens = estimate_cost(request, DEFAULT_PRICES["claude-opus-4-6"])
+    usd, tokens = estimate_cost(request, DEFAULT_PRICES.lookup("claude-opus-4-6"))
     assert tokens == 116
     # the input at the cache-write price (1.25 x $5 per million): the request lets the
     # provider cache its prompt, and an honest bill may charge the write
     assert usd == pytest.approx(16 * 6.25e-6 + 100 * 25e-6)
     uncached = dataclasses.replace(request, cache="none")
-    assert estimate_cost(uncached, DEFAULT_PRICES["claude-opus-4-6"])[0] == pytest.approx(
+    assert estimate_cost(uncached, DEFAULT_PRICES.lookup("claude-opus-4-6"))[0] == pytest.approx(
         16 * 5e-6 + 100 * 25e-6
     )
     assert estimate_cost(request, None) == (0.0, 116)

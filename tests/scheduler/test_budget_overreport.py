@@ -444,9 +444,9 @@ async def test_a_run_reports_the_over_report_and_keeps_the_bound(
 ) -> None:
     client = OverReporting(10.0)
     # 50 counted input tokens at the cache-write price, 100 output tokens: $0.0005625
-    reserved = DEFAULT_PRICES["claude-haiku-4-5"].cost(
-        Usage(cache_creation_input_tokens=50, output_tokens=100)
-    )
+    price = DEFAULT_PRICES.lookup("claude-haiku-4-5")
+    assert price is not None
+    reserved = price.cost(Usage(cache_creation_input_tokens=50, output_tokens=100))
     cap = 0.05
     with anyio.fail_after(10):
         result = await run_plan(
