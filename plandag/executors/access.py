@@ -201,7 +201,7 @@ async def _call_model(
     from plandag.errors import BudgetRefusedError
     from plandag.models import telemetry
     from plandag.models.base import UnusableResponseError, Usage
-    from plandag.models.calls import estimate_cost
+    from plandag.models.calls import estimate_cost, rate_slot
 
     price = models.prices.lookup(
         request.model,
@@ -223,6 +223,13 @@ async def _call_model(
     try:
         hold = await context.acquire(usd, tokens)
     except BaseException:
+        if budget is not None and own is not None:
+            budget.settle(own, 0.0, 0)
+        raise
+    try:
+        permit = await rate_slot(models.client, tokens)
+    except BaseException:
+        hold.settle(0.0, 0)
         if budget is not None and own is not None:
             budget.settle(own, 0.0, 0)
         raise
@@ -254,6 +261,8 @@ async def _call_model(
         stop = response.stop_reason
         return response
     finally:
+        if permit is not None:
+            permit.settle(usage.total_tokens)
         cost = price.cost(usage) if price is not None else 0.0
         hold.settle(cost, usage.total_tokens)
         if budget is not None and own is not None:

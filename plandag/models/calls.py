@@ -17,20 +17,23 @@
    fit raises :class:`BudgetRefusedError` and no request is sent. After the
    attempt, success or failure, the reservation is *settled* with the real usage, so
    parallel calls never push spend past the cap by more than their estimates were wrong;
-2. **the call**: :meth:`LLMClient.complete`, or :meth:`LLMClient.stream` when ``on_text``
+2. **the rate limit**: when the process has one for the client's provider
+   (:mod:`plandag.models.ratelimit`, off by default), the attempt waits for a slot (one
+   request and the estimate's tokens, settled with the usage reported afterwards);
+3. **the call**: :meth:`LLMClient.complete`, or :meth:`LLMClient.stream` when ``on_text``
    is given (each delta is handed to it as it arrives, and the time to first token is
    measured);
-3. **the deadline**: with ``deadline`` (the run's wall-clock cap on ``clock``), no attempt
+4. **the deadline**: with ``deadline`` (the run's wall-clock cap on ``clock``), no attempt
    starts past it and no delay is waited that would end past it: the call fails at once
    with :class:`DeadlineReachedError` (a 429 whose Retry-After is longer than the time
    left is not slept);
-4. **retries**: a failure goes through :func:`plandag.errors.describe_failure` and
+5. **retries**: a failure goes through :func:`plandag.errors.describe_failure` and
    :meth:`RetryPolicy.decide` exactly as a tool's would (a model call has no effect
    besides its cost, so it counts as idempotent): transient errors are retried after the
    policy's delay, raised to the server's Retry-After, slept on the injected
    :class:`~plandag.brakes.clock.Clock`; permanent ones (4xx, truncation, refusal) are
    raised at once;
-5. **records**: every attempt, failed ones included, appends a :class:`CallRecord` with the
+6. **records**: every attempt, failed ones included, appends a :class:`CallRecord` with the
    usage the provider reported (0 when it reported none), its cost and timings.
 
 An unknown model costs 0.0 (``priced=False``): the dollar cap does not see it, and it is
@@ -60,8 +63,9 @@ from plandag.models.base import (
     estimate_input_tokens,
 )
 from plandag.models.pricing import DEFAULT_PRICES, Price, PriceTable
+from plandag.models.ratelimit import Permit, limiter_for
 
-__all__ = ["CallRecord", "call_with_retries", "deadline_from", "estimate_cost"]
+__all__ = ["CallRecord", "call_with_retries", "deadline_from", "estimate_cost", "rate_slot"]
 
 logger = logging.getLogger("plandag.planner")
 
@@ -218,6 +222,11 @@ async def call_with_retries(
         reservation = await _reserve(
             budget, request, client.provider, estimate_usd, estimate_tokens
         )
+        try:
+            permit = await rate_slot(client, estimate_tokens)
+        except BaseException:
+            _settle(budget, reservation, price, Usage())
+            raise
         started_at = clock.time()
         started = clock.monotonic()
         ttft_s: float | None = None
@@ -242,6 +251,8 @@ async def call_with_retries(
             telemetry.end_model_call(span, None, error, ttft_s=ttft_s)
             duration_s = clock.monotonic() - started
             usage = error.response.usage if isinstance(error, UnusableResponseError) else partial
+            if permit is not None:
+                permit.settle(usage.total_tokens)
             cost_usd = _settle(budget, reservation, price, usage)
             failure = (
                 describe_failure(error, now=clock.time()) if isinstance(error, Exception) else None
@@ -295,6 +306,8 @@ async def call_with_retries(
             continue
         telemetry.end_model_call(span, response, None, ttft_s=ttft_s)
         duration_s = clock.monotonic() - started
+        if permit is not None:
+            permit.settle(response.usage.total_tokens)
         cost_usd = _settle(budget, reservation, price, response.usage)
         if records is not None:
             records.append(
@@ -314,6 +327,14 @@ async def call_with_retries(
                 )
             )
         return response
+
+
+async def rate_slot(client: LLMClient, tokens: int) -> Permit | None:
+    """Wait for a slot of the process's rate limit of ``client``'s provider
+    (:func:`plandag.models.ratelimit.limiter_for`): one request and ``tokens`` tokens; None
+    when no limit is set. Settle the permit with the usage once the attempt ends."""
+    limiter = limiter_for(client.provider)
+    return None if limiter is None else await limiter.acquire(tokens)
 
 
 async def _count_input_tokens(client: LLMClient, request: LLMRequest) -> int | None:

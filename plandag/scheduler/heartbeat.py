@@ -39,6 +39,12 @@ class MonitoredRun(Protocol):
     """The run waits for a person: no stall is reported (ARCHITECTURE.md, "People in the
     loop"); ``last_progress`` moves on by the time waited when the wait ends."""
 
+    @property
+    def waiting_for_slot(self) -> bool:
+        """A model call of the run waits for a rate-limit slot: no stall is reported
+        (:mod:`plandag.models.ratelimit`); ``last_progress`` moves on likewise."""
+        ...
+
     def heartbeat(self) -> events.Heartbeat:
         """A heartbeat for now."""
         ...
@@ -84,7 +90,8 @@ async def monitor(
     while True:
         now = clock.monotonic()
         wake = next_beat
-        if stall_after is not None and run.paused:
+        waiting = run.paused or run.waiting_for_slot
+        if stall_after is not None and waiting:
             wake = min(wake, now + min(stall_after, 1.0))  # look again once the wait ends
         elif stall_after is not None:
             if reported != run.last_progress:
@@ -104,7 +111,7 @@ async def monitor(
         last = run.last_progress
         if (
             stall_after is not None
-            and not run.paused
+            and not (run.paused or run.waiting_for_slot)
             and reported != last
             and now - last >= stall_after
         ):

@@ -70,6 +70,7 @@ import anyio
 import anyio.lowlevel
 
 from plandag.brakes.retry import RetryPolicy
+from plandag.brakes.waiting import observe_waits
 from plandag.dag.references import (
     ArgsTemplate,
     ReferenceResolutionError,
@@ -127,7 +128,8 @@ class _Run(StepAttempts):
         span = self.run_span = spans.start_run(self.run_id, len(self.records))
         result: RunResult | None = None
         try:
-            result = await self.run_inside_span()
+            with observe_waits(self):  # a wait for a rate-limit slot is not a stall
+                result = await self.run_inside_span()
             return result
         finally:
             spans.end_run(span, result.status if result is not None else "interrupted")

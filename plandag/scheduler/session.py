@@ -67,6 +67,7 @@ from anyio.abc import TaskStatus
 from plandag.brakes.budget import Budget, PlanBudget
 from plandag.brakes.clock import Clock
 from plandag.brakes.retry import RetryPolicy
+from plandag.brakes.waiting import observe_waits
 from plandag.compiler.compile import DEFAULT_MAX_ARG_BYTES, DEFAULT_MAX_STEPS, compile_plan
 from plandag.compiler.compiled import CompiledPlan, CompiledStep, allowed_hosts
 from plandag.compiler.diagnostics import Diagnostic
@@ -500,7 +501,7 @@ class _SessionRun(_Run):
             self.arm_plan_budget(estimate, measured)
         self.run_span = spans.start_run(self.run_id, len(self.records))
         try:
-            with self.run_scope:
+            with self.run_scope, observe_waits(self):
                 async with anyio.create_task_group() as task_group:
                     self.task_group = task_group
                     starts = self.seed() if self.completed else self.compiled.roots

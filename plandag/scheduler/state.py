@@ -160,6 +160,12 @@ class RunState:
         self.paused = False
         self.waiting_for_person = 0
         """How many approvals are being asked now (:meth:`pause`)."""
+        self.slot_waits = 0
+        """How many model calls of the run wait for a rate-limit slot now."""
+        self.slot_wait_since: float | None = None
+        """Since when (run's clock) at least one call waits for a slot, or None."""
+        self.slot_waited_total = 0.0
+        """Seconds during which at least one call of the run waited for a slot."""
         self.paused_at: float | None = None
         self.paused_total = 0.0
         self.loop_paused_at = 0.0
@@ -576,7 +582,7 @@ class RunState:
             loop_waited = max(anyio.current_time() - self.loop_paused_at, 0.0)
             self.paused_at = None
             self.paused_total += waited
-            self.last_progress += waited
+            self.stall_clock_moved(waited)
             if self.deadline is not None:
                 self.deadline += waited
             if self.cap_loop_deadline is not None:
@@ -586,6 +592,38 @@ class RunState:
             self.paused = False
             # one assignment: the old deadline, already past, would cancel the scope at once
             self.apply_deadlines()
+
+    @property
+    def waiting_for_slot(self) -> bool:
+        """A model call of the run waits for a slot of the process's rate limit
+        (:mod:`plandag.models.ratelimit`): the stall detector leaves that time out."""
+        return self.slot_waits > 0
+
+    def slot_wait_started(self) -> None:
+        """A model call of the run began to wait for a rate-limit slot."""
+        self.slot_waits += 1
+        if self.slot_waits == 1:
+            self.slot_wait_since = self.monotonic()
+
+    def slot_wait_ended(self) -> None:
+        """A model call of the run has its rate-limit slot (or stopped waiting)."""
+        self.slot_waits = max(self.slot_waits - 1, 0)
+        if self.slot_waits == 0 and self.slot_wait_since is not None:
+            waited = max(self.monotonic() - self.slot_wait_since, 0.0)
+            self.slot_wait_since = None
+            self.slot_waited_total += waited
+            if self.paused_at is None:
+                self.last_progress += waited
+            else:  # a person's pause moves the stall clock itself, from its start on
+                self.last_progress += max(self.paused_at - (self.monotonic() - waited), 0.0)
+
+    def stall_clock_moved(self, waited: float) -> None:
+        """Move the stall detector's last progress on by ``waited`` seconds of a person's
+        decision, less the part of it already left out while calls waited for a slot."""
+        since = self.slot_wait_since
+        if since is not None and self.paused_at is not None:
+            waited = max(waited - max(self.monotonic() - since, 0.0), 0.0)
+        self.last_progress += waited
 
     def result_of(self, step_id: int) -> Any:
         """The result of a succeeded step, for reference resolution.

@@ -69,6 +69,7 @@ from plandag.testing.server import (
     block_output,
     content_text,
     number_text,
+    retry_headers,
     send_json,
     text_chunks,
 )
@@ -155,6 +156,11 @@ class ChatCompletionsServer(MessagesServer):
             _send_error(
                 handler, 400, "invalid_request_error", refusal, request_id, param="response_format"
             )
+            return
+        wait = self._over_limit()
+        if wait is not None:
+            message = f"Rate limit reached: {self.rpm:g} requests per {self.rate_period_s:g} s"
+            _send_error(handler, 429, "requests", message, request_id, retry_headers(wait))
             return
         try:
             reply = self.script.next_reply(body)

@@ -236,6 +236,14 @@ class MessagesServer:
             the first problem in the message); default True.
         max_schema_bytes: a structured-output schema whose compact JSON is longer is
             refused as too large (400), or None for no limit.
+        rpm: requests per ``rate_period_s`` the server takes (message requests; token
+            counts are free), or None for no limit: a token bucket of ``rpm`` requests that
+            refills continuously (the algorithm Anthropic documents for its limits). A
+            request past it gets 429 (``rate_limit_error``) with ``retry-after`` (whole
+            seconds, rounded up) and ``retry-after-ms`` until a request would be taken, and
+            no scripted reply is used; :attr:`rate_limited` counts them.
+        rate_period_s: the period of ``rpm``, seconds (60: per minute; a test or a
+            benchmark gives a shorter one).
 
     Raises:
         ValueError: a negative or non-finite ``ttft``, a ``tokens_per_second`` that is not
@@ -262,7 +270,13 @@ class MessagesServer:
         clock: Callable[[], float] = time.monotonic,
         check_schemas: bool = True,
         max_schema_bytes: int | None = None,
+        rpm: float | None = None,
+        rate_period_s: float = 60.0,
     ) -> None:
+        if rpm is not None and (not math.isfinite(rpm) or rpm <= 0):
+            raise ValueError(f"rpm must be a finite number > 0, not {rpm}")
+        if not math.isfinite(rate_period_s) or rate_period_s <= 0:
+            raise ValueError(f"rate_period_s must be a finite number > 0, not {rate_period_s}")
         if not math.isfinite(ttft) or ttft < 0:
             raise ValueError(f"ttft must be a finite number of seconds >= 0, not {ttft}")
         if tokens_per_second is not None and (
@@ -285,6 +299,12 @@ class MessagesServer:
         self.clock = clock
         self.check_schemas = check_schemas
         self.max_schema_bytes = max_schema_bytes
+        self.rpm = rpm
+        self.rate_period_s = rate_period_s
+        self.rate_limited = 0
+        """How many requests got 429 for the ``rpm`` limit."""
+        self._bucket = float(rpm) if rpm is not None else 0.0
+        self._bucket_at = clock()
         self.cache_reads = 0
         self.cache_writes = 0
         self._cache: dict[str, float] = {}
@@ -465,6 +485,22 @@ class MessagesServer:
             self._requests.append(request)
             return next(self._count_counter if counting else self._counter)
 
+    def _over_limit(self) -> float | None:
+        """Take a request from the ``rpm`` bucket; the seconds until one would be there
+        when it is empty (the request is then refused), else None."""
+        if self.rpm is None:
+            return None
+        with self._lock:
+            now = self.clock()
+            rate = self.rpm / self.rate_period_s
+            self._bucket = min(self.rpm, self._bucket + max(now - self._bucket_at, 0.0) * rate)
+            self._bucket_at = now
+            if self._bucket >= 1.0:
+                self._bucket -= 1.0
+                return None
+            self.rate_limited += 1
+            return (1.0 - self._bucket) / rate
+
     def _wait(self, seconds: float) -> None:
         if seconds > 0 and self._stopping.wait(seconds):
             raise _Abort
@@ -515,6 +551,11 @@ class MessagesServer:
         input_tokens = estimate_tokens(input_text(body))
         if path.endswith("count_tokens"):
             send_json(handler, 200, {"input_tokens": input_tokens}, request_id)
+            return
+        wait = self._over_limit()
+        if wait is not None:
+            message = f"rate limit of {self.rpm:g} requests per {self.rate_period_s:g} s exceeded"
+            _send_error(handler, 429, "rate_limit_error", message, request_id, retry_headers(wait))
             return
         try:
             reply = self.script.next_reply(body)
@@ -857,6 +898,14 @@ def _send_error(
     if status == 429 or status >= 500:
         extra.setdefault("x-should-retry", "true")
     send_json(handler, status, _error_body(error_type, message, request_id), request_id, extra)
+
+
+def retry_headers(seconds: float) -> dict[str, str]:
+    """``retry-after`` (whole seconds, rounded up) and ``retry-after-ms`` for a wait."""
+    return {
+        "retry-after": str(max(math.ceil(seconds), 1)),
+        "retry-after-ms": str(max(math.ceil(seconds * 1000), 1)),
+    }
 
 
 def number_text(seconds: float) -> str:
