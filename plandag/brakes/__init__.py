@@ -196,6 +196,8 @@ def brakes_line(
     stop_on_stall: bool,
     boundary: str,
     per: str = "run",
+    prices: str | None = None,
+    rate_limit: str | None = None,
 ) -> str:
     """The short line printed to stderr when a run starts (after its plan compiled): each
     brake's value, and where the full table with how to lift each is (``plandag config``).
@@ -208,11 +210,18 @@ def brakes_line(
         stop_on_stall: a stall stops the run (else ``(report only)`` follows the stall).
         boundary: the write boundary, as shown (``./``, ``out/``...).
         per: ``run`` or ``batch`` (what one budget covers).
+        prices: where the run's prices come from (``genai-prices 0.2.5``, ``config``,
+            ``none (token cap only)``: :func:`plandag.models.pricing.prices_source`), or
+            None to leave it out.
+        rate_limit: the requests and tokens per minute to the provider (``50 rpm``), or
+            None when there is none.
 
     Returns:
         For example ``brakes: $1.00, 200,000 tokens, 15 min, stall 120 s, writes ./ —
         plandag config shows them all and how to lift each``; a lifted brake reads ``no
-        cost cap``, ``no token cap``, ``no time cap`` or ``no stall check``.
+        cost cap``, ``no token cap``, ``no time cap`` or ``no stall check``; ``prices
+        genai-prices 0.2.5`` and ``rate limit 50 rpm per provider`` follow the boundary when
+        given.
     """
     cost = cap_or_none(max_cost_usd)
     tokens = cap_or_none(max_tokens)
@@ -232,4 +241,8 @@ def brakes_line(
         stall,
         f"writes {boundary}",
     ]
+    if prices is not None:
+        parts.append(f"prices {prices}")
+    if rate_limit is not None:
+        parts.append(f"rate limit {rate_limit}")
     return f"brakes{scope}: {', '.join(parts)} — plandag config shows them all and how to lift each"

@@ -5,7 +5,7 @@ unusable argument."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +20,11 @@ if TYPE_CHECKING:
 __all__ = ["batch_progress", "batch_run_options", "close_batch"]
 
 
-def batch_run_options(settings: Settings, output: Path) -> dict[str, Any]:
+def batch_run_options(
+    settings: Settings,
+    output: Path,
+    models: Iterable[tuple[str, str | None, str | None]] = (),
+) -> dict[str, Any]:
     """Make the output's folder, print the batch's brakes line and return the options every
     input's run takes: the retry policy, the concurrency within an input, lifted per-run
     limits (the batch's own brakes govern every input) and the batch's one ``budget``.
@@ -28,6 +32,8 @@ def batch_run_options(settings: Settings, output: Path) -> dict[str, Any]:
     Args:
         settings: the command's resolved settings (:func:`plandag.cli.common.command_settings`).
         output: the ``-o`` file.
+        models: ``(model, provider, base_url)`` of each model the batch may call (the
+            brakes line says where their prices come from).
 
     Raises:
         typer.Exit: (exit 2) the output's folder cannot be created.
@@ -43,7 +49,7 @@ def batch_run_options(settings: Settings, output: Path) -> dict[str, Any]:
         cap_or_none(settings["max_tokens"]),
         slow_start=settings["slow_start"],
     )
-    print_brakes(settings, boundary_words(settings["write_boundary"], output.parent))
+    print_brakes(settings, boundary_words(settings["write_boundary"], output.parent), models)
     return {
         "retry": RetryPolicy(retries=settings["retries"]),
         "max_concurrency": settings["max_concurrency"],

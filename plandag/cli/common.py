@@ -45,6 +45,7 @@ __all__ = [
     "command_settings",
     "fail",
     "fraction_setting",
+    "install_model_settings",
     "parse_params",
     "plan_factor",
     "print_brakes",
@@ -101,15 +102,55 @@ def command_settings(flags: dict[str, Any], job: str = "exec") -> Settings:
     """The settings of a command: defaults, project files, then ``flags`` (each flag's
     text is valid UTF-8: :func:`plandag.cli.commands.refuse_words_not_utf8` saw it)."""
     try:
-        return load_settings(job=job).with_flags(flags)
+        settings = load_settings(job=job).with_flags(flags)
     except InputError as error:
         fail(str(error))
+    install_model_settings(settings)
+    return settings
 
 
-def print_brakes(settings: Settings, boundary: str) -> None:
+def install_model_settings(settings: Settings) -> None:
+    """Install the settings every model call of the process follows: the configuration's
+    ``[prices]`` (:func:`plandag.models.pricing.configure_prices`) and the rate limit
+    (``rpm``/``tpm``, :func:`plandag.models.ratelimit.configure_rate_limit`); exits 2 on a
+    bad price entry or limit."""
+    if not settings.prices and settings["rpm"] is None and settings["tpm"] is None:
+        return  # nothing to install: the model layer is not even imported
+    from plandag.models.pricing import configure_prices
+    from plandag.models.ratelimit import RateLimit, configure_rate_limit
+
+    try:
+        configure_prices(settings.prices, settings.prices_source or "the configuration")
+    except InputError as error:
+        fail(str(error))
+    try:
+        limit = RateLimit(settings["rpm"], settings["tpm"])
+    except ValueError as error:
+        fail(f"--rpm/--tpm (or [rate_limit] in the configuration): {error}")
+    configure_rate_limit(limit)
+
+
+def print_brakes(
+    settings: Settings,
+    boundary: str,
+    models: Iterable[tuple[str, str | None, str | None]] = (),
+) -> None:
     """Print the run's brakes on stderr, one short line (:func:`plandag.brakes.brakes_line`),
     when a run starts: ``exec`` once its plan compiled, ``run``, ``research`` and
-    ``extract`` before their first model call. ``plandag config`` shows how to lift each."""
+    ``extract`` before their first model call; with where the prices of ``models``
+    (``(model, provider, base_url)`` of each model the run may call) come from, and the
+    rate limit when one is set. ``plandag config`` shows how to lift each."""
+    called = list(models)
+    prices: str | None = None
+    if called:
+        from plandag.models.pricing import prices_source
+
+        prices = prices_source(called)
+    rate_limit: str | None = None
+    if settings["rpm"] is not None or settings["tpm"] is not None:
+        from plandag.models.ratelimit import RateLimit
+
+        rate_limit = RateLimit(settings["rpm"], settings["tpm"]).describe() + " per provider"
     stderr.print(
         brakes_line(
             max_cost_usd=settings["max_cost"],
@@ -119,6 +160,8 @@ def print_brakes(settings: Settings, boundary: str) -> None:
             stop_on_stall=settings["stop_on_stall"],
             boundary=boundary,
             per=JOB_BRAKES[settings.job].per,
+            prices=prices,
+            rate_limit=rate_limit,
         ),
         markup=False,
         highlight=False,

@@ -40,9 +40,11 @@ from plandag.cli.options import (
     MaxTokensOption,
     MaxUnpackedBytesOption,
     RetriesOption,
+    RpmOption,
     SlowStartOption,
     StallAfterOption,
     StopOnStallOption,
+    TpmOption,
 )
 from plandag.cli.signals import Interruptible, exit_code_for_signal
 from plandag.cli.store_command import RedactOption, StoreOption, open_cli_store, trace_factory
@@ -151,6 +153,8 @@ def extract_contracts_command(
     max_seconds: MaxSecondsOption = None,
     max_cost: MaxCostOption = None,
     max_tokens: MaxTokensOption = None,
+    rpm: RpmOption = None,
+    tpm: TpmOption = None,
     max_concurrency: MaxConcurrencyOption = None,
     retries: RetriesOption = None,
     heartbeat: HeartbeatOption = None,
@@ -207,6 +211,8 @@ def extract_contracts_command(
             "max_seconds": max_seconds,
             "max_cost": max_cost,
             "max_tokens": max_tokens,
+            "rpm": rpm,
+            "tpm": tpm,
             "max_concurrency": max_concurrency,
             "retries": retries,
             "heartbeat": str(heartbeat) if heartbeat is not None else None,
@@ -252,7 +258,7 @@ def extract_contracts_command(
     client = model_client(
         provider, base_url
     )  # a missing key stops here (exit 2), before anything runs
-    run_options = batch_run_options(settings, output)
+    run_options = batch_run_options(settings, output, [(model_name, provider, base_url)])
     calls = max_model_calls or default_model_calls(settings["jobs"], fields)
     run_options.update(model_options(client, model_name, calls))
     budget = run_options["budget"]

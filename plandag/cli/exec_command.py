@@ -66,6 +66,7 @@ from plandag.cli.options import (
     ReadOnlyOption,
     RedactOption,
     RetriesOption,
+    RpmOption,
     SaveRepairsOption,
     SlowStartOption,
     StallAfterOption,
@@ -73,6 +74,7 @@ from plandag.cli.options import (
     StoreOption,
     ToolsOption,
     TotalReplanBelowOption,
+    TpmOption,
 )
 from plandag.cli.signals import Interruptible, exit_code_for_signal
 from plandag.cli.store_command import durable_exec, escalation_hooks, run_options
@@ -97,6 +99,8 @@ def exec_command(
     max_seconds: MaxSecondsOption = None,
     max_cost: MaxCostOption = None,
     max_tokens: MaxTokensOption = None,
+    rpm: RpmOption = None,
+    tpm: TpmOption = None,
     max_concurrency: MaxConcurrencyOption = None,
     max_steps: MaxStepsOption = None,
     max_plan_bytes: MaxPlanBytesOption = None,
@@ -151,6 +155,8 @@ def exec_command(
             "max_seconds": max_seconds,
             "max_cost": max_cost,
             "max_tokens": max_tokens,
+            "rpm": rpm,
+            "tpm": tpm,
             "max_concurrency": max_concurrency,
             "max_steps": max_steps,
             "max_plan_bytes": max_plan_bytes,
@@ -202,7 +208,11 @@ def exec_command(
         str(plan_file), compiled, planner, provider, model, base_url, settings["executor_model"]
     )
     # the run starts here: its plan compiled and its models are known
-    print_brakes(settings, boundary_words(settings["write_boundary"], Path.cwd()))
+    print_brakes(
+        settings,
+        boundary_words(settings["write_boundary"], Path.cwd()),
+        [(model_name, planner, base_url)] if planner is not None and model_name else [],
+    )
     progress, observers = progress_observers(compiled, settings)
     options = run_options(
         settings,

@@ -47,10 +47,12 @@ from plandag.cli.options import (
     MaxSecondsOption,
     MaxTokensOption,
     RetriesOption,
+    RpmOption,
     SaveRepairsOption,
     SlowStartOption,
     StallAfterOption,
     StopOnStallOption,
+    TpmOption,
 )
 from plandag.cli.signals import Interruptible, exit_code_for_signal
 from plandag.cli.store_command import RedactOption, StoreOption, open_cli_store, trace_factory
@@ -110,6 +112,8 @@ def extract_nfe(
     max_seconds: MaxSecondsOption = None,
     max_cost: MaxCostOption = None,
     max_tokens: MaxTokensOption = None,
+    rpm: RpmOption = None,
+    tpm: TpmOption = None,
     max_concurrency: MaxConcurrencyOption = None,
     retries: RetriesOption = None,
     heartbeat: HeartbeatOption = None,
@@ -172,6 +176,8 @@ def extract_nfe(
             "max_seconds": max_seconds,
             "max_cost": max_cost,
             "max_tokens": max_tokens,
+            "rpm": rpm,
+            "tpm": tpm,
             "max_concurrency": max_concurrency,
             "retries": retries,
             "heartbeat": str(heartbeat) if heartbeat is not None else None,
@@ -206,7 +212,11 @@ def extract_nfe(
         from plandag.planner.repair import PlanRepairer
 
         repairer = PlanRepairer(client, model_name, command_registry(None, applications=("nfe",)))
-    run_options = batch_run_options(settings, output)
+    run_options = batch_run_options(
+        settings,
+        output,
+        [(model_name, planner, base_url)] if planner is not None and model_name else [],
+    )
     # the batch escapes each record (and each name it shows) once, where it keeps them
     run_options["escape_results"] = False
     budget = run_options["budget"]

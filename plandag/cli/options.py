@@ -49,6 +49,7 @@ __all__ = [
     "ReadOnlyOption",
     "RedactOption",
     "RetriesOption",
+    "RpmOption",
     "SaveRepairsOption",
     "SlowStartOption",
     "StallAfterOption",
@@ -56,6 +57,7 @@ __all__ = [
     "StoreOption",
     "ToolsOption",
     "TotalReplanBelowOption",
+    "TpmOption",
     "VerboseOption",
     "build_registry",
     "fail",
@@ -186,6 +188,24 @@ MaxTokensOption = Annotated[
         parser=_brake_parser("--max-tokens", "tokens", integer=True, strict=False),
         help="Token cap, every model (default 200,000 per run, 1,000,000 per extract batch; "
         "none lifts it).",
+    ),
+]
+RpmOption = Annotated[
+    float | None,
+    typer.Option(
+        "--rpm",
+        metavar="N",
+        help="Requests per minute to the model provider, shared by every model call of "
+        "the command (off by default; rpm in [rate_limit] of the config).",
+    ),
+]
+TpmOption = Annotated[
+    float | None,
+    typer.Option(
+        "--tpm",
+        metavar="N",
+        help="Tokens per minute to the model provider (each call's prompt estimate plus "
+        "its max_tokens), shared like --rpm (off by default; tpm in [rate_limit]).",
     ),
 ]
 MaxStepsOption = Annotated[

@@ -36,7 +36,7 @@ import anyio
 import typer
 
 from plandag.brakes.retry import RetryPolicy
-from plandag.cli.common import command_registry, fail, stderr
+from plandag.cli.common import command_registry, fail, install_model_settings, stderr
 from plandag.cli.models_options import (
     BaseUrlOption,
     ModelOption,
@@ -236,6 +236,7 @@ def register(app: typer.Typer) -> None:
             )
         except InputError as error:
             fail(str(error))
+        install_model_settings(settings)
         name = planner_model(provider, model)
         context_text = ""
         if context is not None:

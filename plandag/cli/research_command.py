@@ -65,10 +65,12 @@ from plandag.cli.options import (
     PlannerMaxTokensOption,
     PlanTimeFactorOption,
     RetriesOption,
+    RpmOption,
     SlowStartOption,
     StallAfterOption,
     StopOnStallOption,
     ToolsOption,
+    TpmOption,
 )
 
 if TYPE_CHECKING:
@@ -276,6 +278,8 @@ def register(app: typer.Typer) -> None:
         max_seconds: MaxSecondsOption = None,
         max_cost: MaxCostOption = None,
         max_tokens: MaxTokensOption = None,
+        rpm: RpmOption = None,
+        tpm: TpmOption = None,
         max_concurrency: MaxConcurrencyOption = None,
         max_steps: MaxStepsOption = None,
         retries: RetriesOption = None,
@@ -342,6 +346,8 @@ def register(app: typer.Typer) -> None:
                 "max_seconds": max_seconds,
                 "max_cost": max_cost,
                 "max_tokens": max_tokens,
+                "rpm": rpm,
+                "tpm": tpm,
                 "max_concurrency": max_concurrency,
                 "max_steps": max_steps,
                 "retries": retries,
@@ -437,7 +443,11 @@ def _run(
     )
     boundary = write_boundary_for(settings["write_boundary"], Path.cwd())
     limits = run_limits_for(settings)
-    print_brakes(settings, boundary_words(None, folder))
+    print_brakes(
+        settings,
+        boundary_words(None, folder),
+        [(name, provider, base_url), (executor, provider, base_url)],
+    )
     observers: list[Observer] = []
     if settings["heartbeat"]:
         heartbeat_file = Path(settings["heartbeat"])

@@ -91,11 +91,13 @@ from plandag.cli.options import (
     PlanTimeFactorOption,
     ReadOnlyOption,
     RetriesOption,
+    RpmOption,
     SlowStartOption,
     StallAfterOption,
     StopOnStallOption,
     ToolsOption,
     TotalReplanBelowOption,
+    TpmOption,
 )
 from plandag.cli.signals import Interruptible, exit_code_for_signal
 from plandag.cli.store_command import (
@@ -278,6 +280,8 @@ def register(app: typer.Typer) -> None:
         max_seconds: MaxSecondsOption = None,
         max_cost: MaxCostOption = None,
         max_tokens: MaxTokensOption = None,
+        rpm: RpmOption = None,
+        tpm: TpmOption = None,
         max_concurrency: MaxConcurrencyOption = None,
         max_steps: MaxStepsOption = None,
         retries: RetriesOption = None,
@@ -325,6 +329,8 @@ def register(app: typer.Typer) -> None:
                 "max_seconds": max_seconds,
                 "max_cost": max_cost,
                 "max_tokens": max_tokens,
+                "rpm": rpm,
+                "tpm": tpm,
                 "max_concurrency": max_concurrency,
                 "max_steps": max_steps,
                 "retries": retries,
@@ -368,17 +374,21 @@ def register(app: typer.Typer) -> None:
         require_text_folder(Path.cwd(), "the working folder")
         boundary = write_boundary_for(settings["write_boundary"], Path.cwd())
         limits = run_limits_for(settings)
-        print_brakes(settings, boundary_words(settings["write_boundary"], Path.cwd()))
+        try:
+            executor = executor_model_for(provider, name, settings["executor_model"])
+        except InputError as error:
+            fail(str(error))
+        print_brakes(
+            settings,
+            boundary_words(settings["write_boundary"], Path.cwd()),
+            [(name, provider, base_url), (executor, provider, base_url)],
+        )
         observers: list[Observer] = []
         if settings["heartbeat"]:
             heartbeat_file = Path(settings["heartbeat"])
             if not heartbeat_file.parent.is_dir():
                 fail(f"--heartbeat {heartbeat_file}: its folder does not exist")
             observers.append(JsonlHeartbeatWriter(heartbeat_file))
-        try:
-            executor = executor_model_for(provider, name, settings["executor_model"])
-        except InputError as error:
-            fail(str(error))
         client = model_client(provider, base_url)  # a missing key stops here, before any call
         run_store = open_cli_store(store)
         run_id = uuid.uuid4().hex[:16]

@@ -355,3 +355,17 @@ def test_otel_span_table_at_a_tiny_size() -> None:
         "gen_ai.client.operation.duration",
     }
     assert "| `chat *` |" in render(seen)
+
+
+# -- rate limits ------------------------------------------------------------------------------
+
+
+def test_rate_limit_429s_at_a_tiny_size() -> None:
+    from benchmarks.rate_limits import measure, render
+
+    without, limited = measure(steps=6, rpm=3, period_s=0.5)
+    assert without.http_429 >= 3  # 6 at once against 3 per half second
+    assert limited.http_429 <= 1  # a request's delay to the server may vary by a little
+    assert limited.succeeded == 6
+    assert limited.waited_calls >= 2
+    assert "| with --rpm 3 |" in render([without, limited], 6, 3, 0.5)

@@ -149,6 +149,8 @@ def test_config_json_values_and_sources(runner: CliRunner, cwd: Path) -> None:
         "plan_cost_factor": {"value": 2.0, "source": "default"},
         "plan_time_factor": {"value": 3.0, "source": "default"},
         "slow_start": {"value": 0.15, "source": "default"},
+        "rpm": {"value": None, "source": "default"},
+        "tpm": {"value": None, "source": "default"},
         "jobs": {"value": 4, "source": "default"},
         "workers": {"value": None, "source": "default"},
         "approve": {"value": "ask", "source": "default"},
