@@ -216,6 +216,7 @@ def test_every_diagnostic_code_is_documented() -> None:
 
 def test_the_brakes_page_prints_the_brakes_line_the_cli_prints() -> None:
     from plandag.brakes import JOB_BRAKES, brakes_line
+    from plandag.models.pricing import prices_source
 
     row = JOB_BRAKES["exec"]
     line = brakes_line(
@@ -225,6 +226,7 @@ def test_the_brakes_page_prints_the_brakes_line_the_cli_prints() -> None:
         stall_after=row.stall_after,
         stop_on_stall=row.stop_on_stall,
         boundary="./",
+        prices=prices_source([("claude-sonnet-4-5", "anthropic", None)]),
     )
     assert f"```text\n{line}\n```" in page("brakes.md")
 
