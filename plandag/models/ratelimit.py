@@ -201,25 +201,39 @@ class RateLimiter:
     async def acquire(self, tokens: int) -> Permit:
         """Wait for a request slot and ``tokens`` tokens (a call asking for more than a
         minute's tokens waits for a full bucket, then owes the rest), take them and return
-        the permit to settle.
+        the permit to settle. The observer of the current context
+        (:func:`plandag.brakes.waiting.current_observer`) is told when the call starts
+        waiting, for the bucket or behind earlier calls queued for theirs, and when it stops.
 
         Cancellable: a cancelled wait takes nothing.
         """
         tokens = max(int(tokens), 0)
         waited = 0.0
+        waiting = False
         observer: WaitObserver | None = None
-        async with self._lock:
-            try:
+
+        def wait_begins() -> None:
+            nonlocal waiting, observer
+            if not waiting:
+                waiting = True
+                self.waits += 1
+                observer = current_observer()
+                if observer is not None:
+                    observer.slot_wait_started()
+
+        queued_at = self.clock.monotonic()
+        try:
+            if self._lock.locked():  # queued behind a call that waits for its slot
+                wait_begins()
+            async with self._lock:
+                if waiting:
+                    waited += max(self.clock.monotonic() - queued_at, 0.0)
                 while True:
                     now = self.clock.monotonic()
                     wait = self._wait_s(tokens, now)
                     if wait <= 0:
                         break
-                    if observer is None:
-                        observer = current_observer()
-                        self.waits += 1
-                        if observer is not None:
-                            observer.slot_wait_started()
+                    wait_begins()
                     await self.clock.sleep(wait)
                     waited += max(self.clock.monotonic() - now, 0.0)
                 now = self.clock.monotonic()
@@ -227,10 +241,10 @@ class RateLimiter:
                     self._requests.take(1, now)
                 if self._tokens is not None:
                     self._tokens.take(tokens, now)
-            finally:
-                self.waited_s += waited
-                if observer is not None:
-                    observer.slot_wait_ended()
+        finally:
+            self.waited_s += waited
+            if observer is not None:
+                observer.slot_wait_ended()
         return Permit(self, tokens, waited)
 
     def settle(self, reserved: int, used: int) -> None:

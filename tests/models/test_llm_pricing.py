@@ -49,6 +49,55 @@ def test_models_of_other_providers_are_priced_too() -> None:
     assert per_million("gpt-4.1")[:2] == pytest.approx((2.0, 8.0))
 
 
+def test_every_model_name_the_catalogue_knows_is_priced_as_it_prices_it() -> None:
+    """Each model of the bundled data, by its id, under its own provider: priced exactly when
+    the catalogue finds it (under that provider, else under another whose names match), at
+    the catalogue's own price."""
+    from genai_prices import Usage as CatalogUsage
+    from genai_prices import data_snapshot
+
+    snapshot = data_snapshot.get_snapshot()
+    usage = Usage(input_tokens=1000, output_tokens=100)
+    checked = 0
+    for provider in snapshot.providers:
+        for model in provider.models:
+            try:
+                found, info = snapshot.find_provider_model(model.id, None, provider.id, None)
+            except LookupError:
+                try:
+                    found, info = snapshot.find_provider_model(model.id, None, None, None)
+                except LookupError:
+                    assert DEFAULT_PRICES.lookup(model.id, provider=provider.id) is None
+                    continue
+            price = DEFAULT_PRICES.lookup(model.id, provider=provider.id)
+            assert price is not None, (provider.id, model.id)
+            expected = info.calc_price(
+                CatalogUsage(input_tokens=1000, output_tokens=100), found
+            ).total_price
+            assert price.cost(usage) == pytest.approx(float(expected)), (provider.id, model.id)
+            checked += 1
+    assert checked > 2000
+
+
+def test_a_model_reached_through_another_providers_api_is_priced_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    price = DEFAULT_PRICES.lookup(
+        "claude-sonnet-4-6", provider="openai", base_url="http://127.0.0.1:9/v1"
+    )
+    assert price is not None
+    assert price.cost(Usage(input_tokens=MILLION)) == pytest.approx(3.0)
+    assert "is priced at anthropic's list price" in caplog.text
+    caplog.clear()
+    assert (
+        DEFAULT_PRICES.lookup(
+            "claude-sonnet-4-6", provider="anthropic", base_url="https://api.anthropic.com"
+        )
+        is not None
+    )
+    assert "list price" not in caplog.text
+
+
 def test_a_dated_model_id_finds_its_alias_price() -> None:
     assert per_million("claude-haiku-4-5-20251001") == pytest.approx((1.0, 5.0, 1.25, 0.1))
     assert DEFAULT_PRICES.lookup("llama3.1:8b") is None

@@ -231,7 +231,7 @@ class Events:
     def __init__(self) -> None:
         self.stalls: list[events.Stall] = []
 
-    def on_event(self, event: events.Event) -> None:
+    def __call__(self, event: events.Event) -> None:
         if isinstance(event, events.Stall):
             self.stalls.append(event)
 
@@ -252,3 +252,31 @@ async def test_waiting_for_a_slot_is_not_a_stall() -> None:
             )
     assert result.status == "succeeded"  # 3 s of waits for slots, a stall after 1 s
     assert seen.stalls == []
+
+
+@pytest.mark.anyio
+async def test_waiting_behind_another_runs_call_for_a_slot_is_not_a_stall() -> None:
+    """A call queued behind a call of another run (or of a planner) that waits for its own
+    slot is waiting for a slot too, from the moment it queues."""
+    seen = Events()
+    configure_rate_limit(RateLimit(rpm=1), period_s=3.0)  # one call every 3 s
+    limiter = limiter_for("openai")
+    assert limiter is not None
+    await limiter.acquire(0)  # the bucket is empty: the next call waits 3 s
+    with ChatCompletionsServer() as server, anyio.fail_after(30):
+        server.push_text("ok")
+        async with (
+            OpenAICompatibleClient(server.url + "/v1", api_key="k") as client,
+            anyio.create_task_group() as group,
+        ):
+            group.start_soon(limiter.acquire, 0)  # someone else's call: first in the queue
+            await anyio.sleep(0.1)
+            result = await run_plan(
+                compile_plan(llm_plan(1), Registry(EXECUTOR_TOOLS)),
+                models=ModelAccess(client, "local-model"),
+                observers=[seen],
+                limits=RunLimits(heartbeat_every=None, stall_after=1.0, stop_on_stall=True),
+            )
+    assert result.status == "succeeded"  # ~3 s queued behind the other call, then ~3 s own wait
+    assert seen.stalls == []
+    assert limiter.waits == 2

@@ -214,7 +214,7 @@ def check_chat(span: ReadableSpan, provider: str, model: str, port: int) -> None
 async def test_an_agent_run_on_anthropic_follows_the_conventions(
     captured: tuple[InMemorySpanExporter, InMemoryMetricReader],
 ) -> None:
-    exporter, _ = captured
+    exporter, reader = captured
     with MessagesServer() as server:
         assert await anthropic_agent_run(server) == "succeeded"
         port = server.port
@@ -240,6 +240,17 @@ async def test_an_agent_run_on_anthropic_follows_the_conventions(
         assert gen_ai.GEN_AI_REQUEST_TEMPERATURE not in attributes
         assert attributes[gen_ai.GEN_AI_OUTPUT_TYPE] == gen_ai.GenAiOutputTypeValues.JSON.value
         assert str(attributes[gen_ai.GEN_AI_RESPONSE_ID]).startswith("msg_")
+    check_metrics(
+        reader,
+        PROVIDER.ANTHROPIC.value,
+        MODEL,
+        port,
+        calls=2,
+        tokens=(
+            sum(int((chat.attributes or {})[gen_ai.GEN_AI_USAGE_INPUT_TOKENS]) for chat in chats),
+            sum(int((chat.attributes or {})[gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS]) for chat in chats),
+        ),
+    )
     # no content without the switch
     assert all(
         gen_ai.GEN_AI_INPUT_MESSAGES not in (span.attributes or {})
