@@ -202,7 +202,8 @@ SETTINGS: tuple[Setting, ...] = (
         float,
         3.0,
         "a run that takes more than this many times its plan's estimated time (never below "
-        "5 s; time waiting for a person left out) stops and escalates (none: no limit)",
+        "5 s; time waiting for a person or for rate-limit slots left out) stops and "
+        "escalates (none: no limit)",
         minimum=0.0,
         strict=True,
         nullable=True,

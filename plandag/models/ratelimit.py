@@ -23,8 +23,9 @@ Worker processes of a batch each take an even share (:meth:`RateLimit.split`).
 
 **Waiting is not a stall**: while a call waits for a slot, the observer of the current
 context (:func:`plandag.brakes.waiting.observe_waits`: a run's scheduler) is told when the
-wait starts and ends, so that its stall detector leaves that time out, as it does the time
-a person takes to decide.
+wait starts and ends, so that its stall detector and its plan-relative time limit leave
+that time out, as they do the time a person takes to decide. A call queued behind other
+calls waiting for their slots waits too, from the moment it queues.
 
 The limiter runs on anyio (asyncio or trio alike) and sleeps on an injectable
 :class:`~plandag.brakes.clock.Clock`, so tests drive it with a virtual one. (The maintained
@@ -222,6 +223,9 @@ class RateLimiter:
                     observer.slot_wait_started()
 
         queued_at = self.clock.monotonic()
+        if not self._lock.locked() and self._wait_s(tokens, queued_at) <= 0:
+            self._take(tokens, queued_at)  # no call queued and a slot free: no wait at all
+            return Permit(self, tokens, 0.0)
         try:
             if self._lock.locked():  # queued behind a call that waits for its slot
                 wait_begins()
@@ -236,16 +240,18 @@ class RateLimiter:
                     wait_begins()
                     await self.clock.sleep(wait)
                     waited += max(self.clock.monotonic() - now, 0.0)
-                now = self.clock.monotonic()
-                if self._requests is not None:
-                    self._requests.take(1, now)
-                if self._tokens is not None:
-                    self._tokens.take(tokens, now)
+                self._take(tokens, self.clock.monotonic())
         finally:
             self.waited_s += waited
             if observer is not None:
                 observer.slot_wait_ended()
         return Permit(self, tokens, waited)
+
+    def _take(self, tokens: int, now: float) -> None:
+        if self._requests is not None:
+            self._requests.take(1, now)
+        if self._tokens is not None:
+            self._tokens.take(tokens, now)
 
     def settle(self, reserved: int, used: int) -> None:
         """Put back the tokens a call took and did not use, or take those it used beyond."""

@@ -175,6 +175,13 @@ class RunState:
         self.plan_budget: PlanBudget | None = None
         self.plan_loop_deadline: float | None = None
         """The plan-relative time limit's deadline on the event loop's clock, or None."""
+        self.plan_stopped_at: float | None = None
+        """Since when (run's clock) the plan-relative clock stands still (a person deciding,
+        or calls waiting for rate-limit slots), or None."""
+        self.plan_loop_stopped_at = 0.0
+        """``plan_stopped_at`` on the event loop's clock."""
+        self.plan_stopped_total = 0.0
+        """Seconds the plan-relative clock stood still so far."""
         self.plan_measured: Mapping[str, float] = {}
         self.plan_tokens_cost: Callable[[int], float | None] | None = None
         self.step_spent_nanodollars = 0
@@ -499,9 +506,13 @@ class RunState:
             return None
         self.plan_budget = budget
         if budget.time_limit_s is not None:
-            self.plan_loop_deadline = (
-                anyio.current_time() + budget.time_limit_s - self.plan_elapsed()
+            # counted from when the clock stopped, if it stands still: it moves on from there
+            base = (
+                self.plan_loop_stopped_at
+                if self.plan_stopped_at is not None
+                else anyio.current_time()
             )
+            self.plan_loop_deadline = base + budget.time_limit_s - self.plan_elapsed()
         else:
             self.plan_loop_deadline = None
         self.apply_deadlines()
@@ -510,20 +521,37 @@ class RunState:
 
     def apply_deadlines(self) -> None:
         """Set the run scope's deadline to the earlier of the wall-clock cap's and the
-        plan-relative limit's (none while paused for a person)."""
+        plan-relative limit's (none while paused for a person; the plan-relative one not
+        while its clock stands still)."""
         if self.paused:
             return
+        plan_deadline = self.plan_loop_deadline if self.plan_stopped_at is None else None
         deadlines = [
-            deadline
-            for deadline in (self.cap_loop_deadline, self.plan_loop_deadline)
-            if deadline is not None
+            deadline for deadline in (self.cap_loop_deadline, plan_deadline) if deadline is not None
         ]
         self.run_scope.deadline = min(deadlines) if deadlines else math.inf
 
+    def update_plan_clock(self) -> None:
+        """Stop the plan-relative clock while a person decides or a model call of the run
+        waits for a rate-limit slot (either or both); start it again, its deadline moved on
+        by the time stopped, when neither does. The caller applies the deadlines."""
+        stopped = self.paused_at is not None or self.slot_waits > 0
+        if stopped and self.plan_stopped_at is None:
+            self.plan_stopped_at = self.monotonic()
+            self.plan_loop_stopped_at = anyio.current_time()
+        elif not stopped and self.plan_stopped_at is not None:
+            self.plan_stopped_total += max(self.monotonic() - self.plan_stopped_at, 0.0)
+            if self.plan_loop_deadline is not None:
+                self.plan_loop_deadline += max(
+                    anyio.current_time() - self.plan_loop_stopped_at, 0.0
+                )
+            self.plan_stopped_at = None
+
     def plan_elapsed(self) -> float:
-        """Seconds since the run started (run's clock), time waiting for a person left out."""
-        now = self.paused_at if self.paused_at is not None else self.monotonic()
-        return max(now - self.started - self.paused_total, 0.0)
+        """Seconds since the run started (run's clock), time waiting for a person and time
+        in which calls only waited for rate-limit slots left out."""
+        now = self.plan_stopped_at if self.plan_stopped_at is not None else self.monotonic()
+        return max(now - self.started - self.plan_stopped_total, 0.0)
 
     def plan_spent(self) -> float:
         """US dollars this run's steps spent (every attempt; a planner's own model calls
@@ -577,6 +605,7 @@ class RunState:
             self.loop_paused_at = anyio.current_time()
             self.run_scope.deadline = math.inf
             self.paused = True
+            self.update_plan_clock()
         elif not should and self.paused_at is not None:
             waited = max(self.monotonic() - self.paused_at, 0.0)
             loop_waited = max(anyio.current_time() - self.loop_paused_at, 0.0)
@@ -587,9 +616,8 @@ class RunState:
                 self.deadline += waited
             if self.cap_loop_deadline is not None:
                 self.cap_loop_deadline += loop_waited
-            if self.plan_loop_deadline is not None:
-                self.plan_loop_deadline += loop_waited
             self.paused = False
+            self.update_plan_clock()
             # one assignment: the old deadline, already past, would cancel the scope at once
             self.apply_deadlines()
 
@@ -600,10 +628,13 @@ class RunState:
         return self.slot_waits > 0
 
     def slot_wait_started(self) -> None:
-        """A model call of the run began to wait for a rate-limit slot."""
+        """A model call of the run began to wait for a rate-limit slot: the stall detector
+        and the plan-relative time limit stand still until no call of the run waits."""
         self.slot_waits += 1
         if self.slot_waits == 1:
             self.slot_wait_since = self.monotonic()
+            self.update_plan_clock()
+            self.apply_deadlines()
 
     def slot_wait_ended(self) -> None:
         """A model call of the run has its rate-limit slot (or stopped waiting)."""
@@ -616,6 +647,8 @@ class RunState:
                 self.last_progress += waited
             else:  # a person's pause moves the stall clock itself, from its start on
                 self.last_progress += max(self.paused_at - (self.monotonic() - waited), 0.0)
+            self.update_plan_clock()
+            self.apply_deadlines()
 
     def stall_clock_moved(self, waited: float) -> None:
         """Move the stall detector's last progress on by ``waited`` seconds of a person's

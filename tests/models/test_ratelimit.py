@@ -105,6 +105,35 @@ async def test_waiters_are_served_in_order() -> None:
     assert order == [0, 1, 2, 3, 4]
 
 
+def test_the_limiter_runs_on_trio_as_on_asyncio() -> None:
+    async def main() -> tuple[list[float], list[int]]:
+        clock = VirtualClock()
+        limiter = RateLimiter(RateLimit(rpm=6), clock=clock)
+        starts = []
+        for _ in range(8):
+            await limiter.acquire(0)
+            starts.append(round(clock.monotonic(), 6))
+        shared = RateLimiter(RateLimit(rpm=60), period_s=0.5)
+        order: list[int] = []
+
+        async def call(number: int) -> None:
+            await shared.acquire(0)
+            order.append(number)
+
+        with anyio.fail_after(10):
+            for _ in range(60):
+                await shared.acquire(0)
+            async with anyio.create_task_group() as group:
+                for number in range(3):
+                    group.start_soon(call, number)
+                    await anyio.lowlevel.checkpoint()
+        return starts, order
+
+    starts, order = anyio.run(main, backend="trio")
+    assert starts == [0, 0, 0, 0, 0, 0, 10, 20]
+    assert order == [0, 1, 2]
+
+
 def test_a_limit_splits_evenly_and_refuses_nonsense() -> None:
     assert RateLimit(rpm=50, tpm=40_000).split(4) == RateLimit(rpm=12.5, tpm=10_000)
     assert RateLimit(rpm=50, tpm=40_000).describe() == "50 rpm, 40,000 tpm"
@@ -280,3 +309,21 @@ async def test_waiting_behind_another_runs_call_for_a_slot_is_not_a_stall() -> N
     assert result.status == "succeeded"  # ~3 s queued behind the other call, then ~3 s own wait
     assert seen.stalls == []
     assert limiter.waits == 2
+
+
+@pytest.mark.anyio
+async def test_waiting_for_slots_does_not_count_against_the_plan_relative_time_limit() -> None:
+    """Three llm steps held to a tenth of their estimated time: the plan-relative limit is
+    its floor of 5 s; 7 s of waits for slots on top of the calls do not stop the run."""
+    configure_rate_limit(RateLimit(rpm=1), period_s=3.5)  # one call every 3.5 s
+    with ChatCompletionsServer() as server, anyio.fail_after(40):
+        for _ in range(3):
+            server.push_text("ok")
+        async with OpenAICompatibleClient(server.url + "/v1", api_key="k") as client:
+            result = await run_plan(
+                compile_plan(llm_plan(3), Registry(EXECUTOR_TOOLS)),
+                models=ModelAccess(client, "local-model"),
+                limits=RunLimits(heartbeat_every=None, plan_time_factor=0.1),
+            )
+    assert result.status == "succeeded", result.escalation
+    assert [record.status for record in result.steps.values()] == ["succeeded"] * 3

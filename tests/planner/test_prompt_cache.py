@@ -258,7 +258,9 @@ async def test_cached_tokens_are_priced_as_anthropic_bills_them(server: Messages
     assert read.cost_usd == pytest.approx((3 * 3.0 + 1 * 15.0 + 1000 * 0.3) / 1e6)
     price = DEFAULT_PRICES.lookup(MODEL)
     assert price is not None
-    assert (price.cache_write, price.cache_read) == (3.75, pytest.approx(0.3))
+    written = price.cost(Usage(cache_creation_input_tokens=1_000_000))
+    read_back = price.cost(Usage(cache_read_input_tokens=1_000_000))
+    assert (written, read_back) == (pytest.approx(3.75), pytest.approx(0.3))
 
 
 # -- the planner -----------------------------------------------------------------------------
