@@ -110,7 +110,7 @@ def _serve(
     with MessagesServer(default=responder, ttft=reply_seconds) as server:
         connection.send(server.url)
         connection.poll(_SERVER_LIFETIME_S)
-        price = DEFAULT_PRICES[MODEL]
+        price = DEFAULT_PRICES.price(MODEL)
         billed = 0.0
         for request in server.message_requests:
             usage = responder(request.json).usage

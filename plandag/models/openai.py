@@ -53,6 +53,7 @@ from plandag.models.base import (
     Usage,
     check_stop_reason,
 )
+from plandag.models.chat_completions import content_blocks
 from plandag.models.structured import Attempt, SchemaModes, SchemaRefusal, finish
 
 if TYPE_CHECKING:
@@ -461,50 +462,6 @@ def _chat_messages(role: str, content: str | list[dict[str, Any]]) -> list[dict[
     if text:
         out.append({"role": role, "content": text})
     return out
-
-
-def content_blocks(body: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """A chat completion's answer as Messages API content blocks: its text as a ``text``
-    block, each of its ``tool_calls`` as a ``tool_use`` block (``arguments`` decoded; an
-    argument text that is not a JSON object gives ``{"_invalid_arguments": text}``, which no
-    tool's schema accepts, so the call becomes an error the model reads).
-
-    Args:
-        body: the decoded chat completion (an :class:`~plandag.models.LLMResponse`'s
-            ``raw``).
-
-    Returns:
-        The blocks, text first.
-    """
-    choices = body.get("choices") or []
-    message = choices[0].get("message") if choices and isinstance(choices[0], Mapping) else None
-    if not isinstance(message, Mapping):
-        return []
-    blocks: list[dict[str, Any]] = []
-    if isinstance(message.get("content"), str) and message["content"]:
-        blocks.append({"type": "text", "text": message["content"]})
-    for call in message.get("tool_calls") or []:
-        if not isinstance(call, Mapping):
-            continue
-        function = call.get("function")
-        if not isinstance(function, Mapping):
-            function = {}
-        arguments = function.get("arguments", "{}")
-        try:
-            given = json.loads(arguments) if isinstance(arguments, str) else arguments
-        except ValueError:
-            given = None
-        if not isinstance(given, dict):
-            given = {"_invalid_arguments": arguments}
-        blocks.append(
-            {
-                "type": "tool_use",
-                "id": str(call.get("id", "")),
-                "name": str(function.get("name", "")),
-                "input": given,
-            }
-        )
-    return blocks
 
 
 def usage_of(usage: object) -> Usage:

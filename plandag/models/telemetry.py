@@ -64,6 +64,7 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from plandag.models.chat_completions import content_blocks
 from plandag.telemetry import (
     LiveSpan,
     block_part,
@@ -112,8 +113,6 @@ _FINISH_REASONS = {
 def _response_blocks(response: LLMResponse) -> list[dict[str, Any]]:
     raw = response.raw
     if isinstance(raw, Mapping):
-        from plandag.models.openai import content_blocks
-
         return content_blocks(raw)
     content = getattr(raw, "content", None)
     if not isinstance(content, list):

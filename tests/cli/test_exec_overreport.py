@@ -52,7 +52,7 @@ def lying(body: dict[str, Any]) -> ScriptedResponse:
 
 def billed(server: MessagesServer) -> float:
     """What the provider billed: every message request it answered, at its reported usage."""
-    price = DEFAULT_PRICES[HAIKU]
+    price = DEFAULT_PRICES.price(HAIKU)
     return sum(
         price.cost(Usage(**lying_usage(request.json))) for request in server.message_requests
     )

@@ -87,7 +87,9 @@ def test_subquestion_branches_run_at_the_same_time(tmp_path: Path, index: Path) 
     assert result.output.startswith(
         "corpus " + str(CORPUS) + ": 10 document(s), 135 chunk(s); index "
     )
-    assert "brakes: $2.00, 500,000 tokens, 30 min, stall 120 s, writes out/ — " in (result.output)
+    assert "brakes: $2.00, 500,000 tokens, 30 min, stall 120 s, writes out/, prices " in (
+        result.output
+    )
     assert scripted.answers == {0: 1, 1: 1, 2: 1, 3: 1}
     # the planner's model plans; the llm steps use the smaller executor model
     assert models == ["claude-haiku-4-5", "claude-sonnet-4-6"]
