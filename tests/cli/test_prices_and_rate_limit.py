@@ -141,13 +141,33 @@ def test_rpm_on_the_command_line_or_in_the_config_sets_the_rate_limit(tmp_path: 
         server.push_json(PLAN)
         server.push_json({"decision": {"action": "finish", "answer": "a"}})
         result = invoke(
-            ["look a up", "--tools", "tools.py", "--base-url", server.url, "--rpm", "50"],
+            [
+                "look a up",
+                "--tools",
+                "tools.py",
+                "--base-url",
+                server.url,
+                "--rpm",
+                "50",
+                "--tpm",
+                "40000",
+            ],
             {"ANTHROPIC_API_KEY": "k"},
         )
     assert result.exit_code == 0, result.output
-    assert "; rate limit: 50 rpm per provider" in brakes(result.output)
-    assert configured_rate_limit() == RateLimit(rpm=50)
+    assert "; rate limit: 50 rpm, 40,000 tpm per provider" in brakes(result.output)
+    assert configured_rate_limit() == RateLimit(rpm=50, tpm=40_000)
     (tmp_path / "plandag.toml").write_text("[rate_limit]\ntpm = 40000\n", encoding="utf-8")
+    with MessagesServer() as server:
+        server.push_json(PLAN)
+        server.push_json({"decision": {"action": "finish", "answer": "a"}})
+        result = invoke(  # a new store: no stored plan to route to
+            ["look a up", "--tools", "tools.py", "--base-url", server.url],
+            {"ANTHROPIC_API_KEY": "k", "PLANDAG_STORE": str(tmp_path / "second.db")},
+        )
+    assert result.exit_code == 0, result.output
+    assert "; rate limit: 40,000 tpm per provider" in brakes(result.output)
+    assert configured_rate_limit() == RateLimit(tpm=40_000)
     result = invoke(["look a up", "--tools", "tools.py", "--rpm", "0"], {"ANTHROPIC_API_KEY": "k"})
     assert result.exit_code == 2
     assert "rpm must be a finite number > 0" in result.output
