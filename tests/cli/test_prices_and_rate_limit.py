@@ -4,6 +4,8 @@ set the process's rate limit, and nothing reaches the network for a price."""
 
 from __future__ import annotations
 
+import importlib
+import logging
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +17,6 @@ from typer.testing import CliRunner
 
 from plandag.cli.run_command import register
 from plandag.models.pricing import DEFAULT_PRICES, catalogue_version, configure_prices
-from plandag.models.pricing import _said as pricing_said
 from plandag.models.ratelimit import RateLimit, configure_rate_limit, configured_rate_limit
 from plandag.testing import ChatCompletionsServer, MessagesServer
 
@@ -39,7 +40,7 @@ def clean(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PLANDAG_STORE", str(tmp_path / "runs.db"))
     (tmp_path / "tools.py").write_text(TOOLS_FILE, encoding="utf-8")
-    pricing_said.clear()  # each test sees its warnings
+    importlib.import_module("plandag.models.pricing")._said.clear()  # each test sees its warnings
     yield
     configure_prices(None)
     configure_rate_limit(None)
@@ -60,13 +61,37 @@ def brakes(output: str) -> str:
     return next(line for line in output.splitlines() if line.startswith("brakes:"))
 
 
-def warnings_of(caplog: pytest.LogCaptureFixture) -> str:
-    return "\n".join(record.getMessage() for record in caplog.records)
+class Said(logging.Handler):
+    """The model layer's warnings, taken on its own logger: whatever other tests did to the
+    root logger's level or handlers, they reach this handler."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
 
 
-def test_a_claude_run_is_priced_by_genai_prices_and_says_so(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+@pytest.fixture
+def said() -> Iterator[Said]:
+    handler = Said()
+    logger = logging.getLogger("plandag.models")
+    level, disabled = logger.level, logger.disabled
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+    logger.disabled = False
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+    logger.disabled = disabled
+
+
+def warnings_of(said: Said) -> str:
+    return "\n".join(said.messages)
+
+
+def test_a_claude_run_is_priced_by_genai_prices_and_says_so(said: Said) -> None:
     with MessagesServer() as server:
         server.push_json(PLAN)
         server.push_json({"decision": {"action": "finish", "answer": "a"}})
@@ -78,7 +103,7 @@ def test_a_claude_run_is_priced_by_genai_prices_and_says_so(
     line = brakes(result.output)
     assert f"; prices: genai-prices {catalogue_version()}" in line
     # the local server is not Anthropic's own API: said once per model
-    assert "is priced at anthropic's list price" in warnings_of(caplog)
+    assert "is priced at anthropic's list price" in warnings_of(said)
 
 
 def test_the_configurations_prices_override_the_catalogue(tmp_path: Path) -> None:
@@ -102,9 +127,7 @@ def test_the_configurations_prices_override_the_catalogue(tmp_path: Path) -> Non
     assert "priced at anthropic's list price" not in result.output
 
 
-def test_an_unknown_model_keeps_the_token_cap_with_a_warning(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+def test_an_unknown_model_keeps_the_token_cap_with_a_warning(said: Said) -> None:
     with ChatCompletionsServer() as server:
         server.push_json(PLAN)
         server.push_json({"decision": {"action": "finish", "answer": "a"}})
@@ -126,7 +149,7 @@ def test_an_unknown_model_keeps_the_token_cap_with_a_warning(
     line = brakes(result.output)
     assert "tokens 200,000" in line
     assert "; prices: none (token cap only)" in line
-    assert "no price for model my-local-model" in warnings_of(caplog)
+    assert "no price for model my-local-model" in warnings_of(said)
 
 
 def test_a_bad_price_entry_is_an_error_naming_the_file(tmp_path: Path) -> None:
