@@ -101,7 +101,7 @@ def test_a_claude_run_is_priced_by_genai_prices_and_says_so(said: Said) -> None:
         )
     assert result.exit_code == 0, result.output
     line = brakes(result.output)
-    assert f"; prices: genai-prices {catalogue_version()}" in line
+    assert f", prices genai-prices {catalogue_version()} — " in line
     # the local server is not Anthropic's own API: said once per model
     assert "is priced at anthropic's list price" in warnings_of(said)
 
@@ -120,7 +120,7 @@ def test_the_configurations_prices_override_the_catalogue(tmp_path: Path) -> Non
             {"ANTHROPIC_API_KEY": "k"},
         )
     assert result.exit_code == 0, result.output
-    assert "; prices: config" in brakes(result.output)
+    assert ", prices config — " in brakes(result.output)
     price = DEFAULT_PRICES.lookup("claude-sonnet-4-6")
     assert price is not None
     assert price.source == "config"
@@ -147,8 +147,8 @@ def test_an_unknown_model_keeps_the_token_cap_with_a_warning(said: Said) -> None
         )
     assert result.exit_code == 0, result.output
     line = brakes(result.output)
-    assert "tokens 200,000" in line
-    assert "; prices: none (token cap only)" in line
+    assert "200,000 tokens" in line
+    assert ", prices none (token cap only) — " in line
     assert "no price for model my-local-model" in warnings_of(said)
 
 
@@ -178,7 +178,7 @@ def test_rpm_on_the_command_line_or_in_the_config_sets_the_rate_limit(tmp_path: 
             {"ANTHROPIC_API_KEY": "k"},
         )
     assert result.exit_code == 0, result.output
-    assert "; rate limit: 50 rpm, 40,000 tpm per provider" in brakes(result.output)
+    assert ", rate limit 50 rpm, 40,000 tpm per provider — " in brakes(result.output)
     assert configured_rate_limit() == RateLimit(rpm=50, tpm=40_000)
     (tmp_path / "plandag.toml").write_text("[rate_limit]\ntpm = 40000\n", encoding="utf-8")
     with MessagesServer() as server:
@@ -189,7 +189,7 @@ def test_rpm_on_the_command_line_or_in_the_config_sets_the_rate_limit(tmp_path: 
             {"ANTHROPIC_API_KEY": "k", "PLANDAG_STORE": str(tmp_path / "second.db")},
         )
     assert result.exit_code == 0, result.output
-    assert "; rate limit: 40,000 tpm per provider" in brakes(result.output)
+    assert ", rate limit 40,000 tpm per provider — " in brakes(result.output)
     assert configured_rate_limit() == RateLimit(tpm=40_000)
     result = invoke(["look a up", "--tools", "tools.py", "--rpm", "0"], {"ANTHROPIC_API_KEY": "k"})
     assert result.exit_code == 2
