@@ -22,6 +22,7 @@ declared ``inline=True`` (cheap, non-blocking work that can run on the event loo
 from __future__ import annotations
 
 import contextvars
+import copy
 import dataclasses
 import functools
 import inspect
@@ -334,6 +335,22 @@ class Tool:
             scope): the compiler reports each name of a literal list that is not
             registered as ``unknown_tool`` with the nearest names, before anything runs.
             None: the tool takes no tool names.
+        input_schema: the JSON Schema of the arguments, for a tool described by one rather
+            than by a Python signature (an MCP server's tool, :mod:`plandag.tools.mcp`):
+            the arguments are validated against it (``args_model`` is built from it by
+            :func:`plandag.tools.schema_args.json_schema_args_model`), planners are shown
+            it, and the function is called with the arguments as given. None: the
+            signature's.
+        schema_sha256: SHA-256 of what a plan's approval relies on for a tool defined
+            outside the process (an MCP tool's name on its server, input and output
+            schemas, effects): part of the plan's hash
+            (:func:`plandag.approval.plan_hash`), so a tool that changes after a plan was
+            approved no longer matches it. None for Python tools (their files' hashes are
+            kept with the run).
+        origin: where a tool that is not Python code comes from, in words (``MCP server
+            weather (stdio: python weather.py)``), or None. Planners are shown the
+            description and argument descriptions of such a tool as quoted data, never as
+            instructions (ARCHITECTURE.md, "Untrusted content").
     """
 
     name: str
@@ -359,6 +376,9 @@ class Tool:
     estimate: CostEstimator | None = None
     effects_of: EffectsOf | None = None
     names_tools: str | None = None
+    input_schema: Mapping[str, Any] | None = None
+    schema_sha256: str | None = None
+    origin: str | None = None
 
     @functools.cached_property
     def is_async(self) -> bool:
@@ -381,8 +401,11 @@ class Tool:
         """JSON Schema of the arguments, as shown to planners.
 
         An argument of a Python-only type (a parsed document passed by reference) appears
-        as an unconstrained value whose description names the type.
+        as an unconstrained value whose description names the type. A tool described by a
+        JSON Schema (``input_schema``) gives a copy of that schema.
         """
+        if self.input_schema is not None:
+            return copy.deepcopy(dict(self.input_schema))
         return self.args_model.model_json_schema(schema_generator=_LenientJsonSchema)
 
     def write_targets(self, args: Mapping[str, Any]) -> list[str]:
@@ -416,6 +439,9 @@ class Tool:
             pydantic.ValidationError: an argument is missing, unknown or of the wrong type.
         """
         data = args if type(args) is dict else dict(args)
+        if self.input_schema is not None:  # validated against the JSON Schema, kept as given
+            self.args_model.model_validate(data)
+            return dict(data)
         fast = self._dict_validator
         if fast is not None:
             try:
