@@ -7,6 +7,10 @@ Precedence, lowest first (README, "The command line", "Brakes"):
 3. ``plandag.toml`` in the same search (its top-level keys, or a ``[plandag]`` table);
 4. command-line flags.
 
+The same files list the MCP servers a command starts (``[[mcp]]`` tables:
+:func:`load_mcp_config`, :class:`McpServerSpec`); they start only once the person trusts the
+file (:mod:`plandag.trust`).
+
 ``plandag config`` prints the effective values and the source of each. Keys use the flags'
 names with ``_`` or ``-`` (``max_seconds`` or ``max-seconds``). An unknown key or a value of
 the wrong type is an error naming the file, the key and what is expected.
@@ -31,7 +35,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
+import shlex
 import tomllib
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,7 +47,21 @@ from plandag.brakes import DEFAULT_PLANNER_MAX_TOKENS, JOB_BRAKES, LIFT, UNLIMIT
 from plandag.compiler.limits import DEFAULT_MAX_PLAN_BYTES, DEFAULT_MAX_STEPS
 from plandag.errors import InputError
 
-__all__ = ["BRAKE_SETTINGS", "SETTINGS", "Setting", "Settings", "load_settings", "shown"]
+__all__ = [
+    "BRAKE_SETTINGS",
+    "MCP_KEY",
+    "SETTINGS",
+    "McpConfig",
+    "McpServerSpec",
+    "McpToolPolicy",
+    "Setting",
+    "Settings",
+    "load_mcp_config",
+    "load_settings",
+    "mcp_server_spec",
+    "parse_mcp_flag",
+    "shown",
+]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -239,6 +260,15 @@ SETTINGS: tuple[Setting, ...] = (
         minimum=0.0,
         strict=True,
         nullable=True,
+    ),
+    Setting(
+        "mcp_timeout",
+        float,
+        60.0,
+        "seconds a call to an MCP server's tool may take (a [[mcp]] table's own timeout, or "
+        "a tool's, wins)",
+        minimum=0.0,
+        strict=True,
     ),
     Setting("jobs", int, 4, "documents at once for extract", minimum=1),
     Setting(
@@ -455,6 +485,8 @@ def _read_table(path: Path, table: Mapping[str, Any], label: str) -> dict[str, A
     values: dict[str, Any] = {}
     spelled: dict[str, str] = {}
     for raw_key, value in _flattened(table, where):
+        if raw_key == MCP_KEY:  # the MCP servers: load_mcp_config reads them
+            continue
         key = raw_key.replace("-", "_")
         setting = _BY_NAME.get(key)
         if setting is None:
@@ -514,6 +546,23 @@ def load_settings(start: Path | None = None, *, job: str = "exec") -> Settings:
     sources = {setting.name: "default" for setting in SETTINGS}
     prices: dict[str, Any] = {}
     price_files: list[str] = []
+    for path, table, label in _project_tables(folder):
+        where = f"{path} {label}" if label else str(path)
+        for key, value in _read_table(path, table, label).items():
+            values[key], sources[key] = value, where
+        _collect_prices(prices, price_files, table, where)
+    return Settings(values, sources, job, prices, " and ".join(price_files))
+
+
+def _project_tables(folder: Path) -> list[tuple[Path, Mapping[str, Any], str]]:
+    """The project's settings tables found from ``folder`` upwards, lowest precedence
+    first: ``(file, table, label)`` of ``[tool.plandag]`` in the nearest ``pyproject.toml``,
+    then of the nearest ``plandag.toml`` (its ``[plandag]`` table or its top level).
+
+    Raises:
+        InputError: a file is not valid TOML, or its plandag table is not a table.
+    """
+    found: list[tuple[Path, Mapping[str, Any], str]] = []
     pyproject = _nearest(folder, "pyproject.toml")
     if pyproject is not None:
         tool_table = _load_toml(pyproject).get("tool")
@@ -521,9 +570,7 @@ def load_settings(start: Path | None = None, *, job: str = "exec") -> Settings:
         if table is not None:
             if not isinstance(table, Mapping):
                 raise InputError(f"{pyproject}: tool.plandag must be a table ([tool.plandag])")
-            for key, value in _read_table(pyproject, table, "[tool.plandag]").items():
-                values[key], sources[key] = value, f"{pyproject} [tool.plandag]"
-            _collect_prices(prices, price_files, table, f"{pyproject} [tool.plandag]")
+            found.append((pyproject, table, "[tool.plandag]"))
     own = _nearest(folder, "plandag.toml")
     if own is not None:
         document = _load_toml(own)
@@ -538,10 +585,8 @@ def load_settings(start: Path | None = None, *, job: str = "exec") -> Settings:
                     f"{own}: {', '.join(map(repr, outside))} outside the [plandag] table; "
                     "put every setting in [plandag] or every one at the top level"
                 )
-        for key, value in _read_table(own, table, "").items():
-            values[key], sources[key] = value, str(own)
-        _collect_prices(prices, price_files, table, str(own))
-    return Settings(values, sources, job, prices, " and ".join(price_files))
+        found.append((own, table, ""))
+    return found
 
 
 def _collect_prices(
@@ -563,3 +608,370 @@ def _collect_prices(
 def shown(value: Any) -> Any:
     """A setting's value for display and JSON: a lifted brake is ``"none"``."""
     return LIFT if isinstance(value, Unlimited) else value
+
+
+# -- MCP servers ([[mcp]] tables) ------------------------------------------------------------
+
+MCP_KEY = "mcp"
+"""The key of the MCP server tables in a project file: ``[[mcp]]`` in ``plandag.toml``
+(``[[plandag.mcp]]`` under a ``[plandag]`` table), ``[[tool.plandag.mcp]]`` in
+``pyproject.toml``."""
+
+MCP_EFFECTS = ("none", "write", "irreversible")
+DEFAULT_MCP_STARTUP_TIMEOUT = 30.0
+"""Seconds an MCP server may take to start and list its tools."""
+DEFAULT_MCP_CHECK_TIMEOUT = 5.0
+"""Seconds an MCP server has to answer a listing of its tools after one of its calls ran past
+its timeout; a server that does not is hung, and down for the rest of the run."""
+
+_SERVER_KEYS = (
+    "name",
+    "command",
+    "args",
+    "url",
+    "env",
+    "timeout",
+    "startup_timeout",
+    "trust_annotations",
+    "tools",
+)
+_TOOL_KEYS = ("effects", "egress", "taint_source", "idempotent", "timeout")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class McpToolPolicy:
+    """What a person declares about one tool of an MCP server (``[mcp.tools.NAME]``); a
+    field left None keeps what the tool would count as without it (the safe default, or
+    the server's annotations when the server's ``trust_annotations`` is true).
+
+    Attributes:
+        effects: ``none``, ``write`` or ``irreversible``.
+        egress: the tool sends data out of the machine.
+        taint_source: its results bring outside content in (tainted).
+        idempotent: repeating a call is harmless (retries after an unknown outcome).
+        timeout: seconds one call may take.
+    """
+
+    effects: str | None = None
+    egress: bool | None = None
+    taint_source: bool | None = None
+    idempotent: bool | None = None
+    timeout: float | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """The declared fields (None left out)."""
+        return {key: value for key, value in dataclasses.asdict(self).items() if value is not None}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class McpServerSpec:
+    """One MCP server a command starts: ``--mcp`` on the command line, or a ``[[mcp]]``
+    table of a project file (:func:`load_mcp_config`).
+
+    Attributes:
+        name: the prefix of its tools' names (``NAME_TOOL``), or None for the name the
+            server gives itself (``serverInfo.name``).
+        command: the program and its arguments of a server over stdio (no shell), or ()
+            for a server over streamable HTTP.
+        url: the streamable HTTP endpoint, or None for a server over stdio.
+        env: names of environment variables passed on to a stdio server (it is given
+            only a few basic ones otherwise: ``HOME``, ``PATH``, ``USER``...); the values
+            are read when it starts, never stored.
+        cwd: the folder a stdio server starts in (relative paths of ``command`` mean what
+            they mean there): the project file's folder, or the working folder for
+            ``--mcp``.
+        timeout: seconds one call may take (None: the ``mcp_timeout`` setting, 60 s).
+        startup_timeout: seconds the server may take to start and list its tools.
+        trust_annotations: the server's annotations (``readOnlyHint``,
+            ``destructiveHint``, ``idempotentHint``, ``openWorldHint``) narrow what its
+            tools count as; without it they are ignored.
+        tools: what the person declares per tool, by the tool's name on the server.
+        source: where it was given: ``--mcp`` or the project file's path.
+    """
+
+    name: str | None = None
+    command: tuple[str, ...] = ()
+    url: str | None = None
+    env: tuple[str, ...] = ()
+    cwd: str | None = None
+    timeout: float | None = None
+    startup_timeout: float = DEFAULT_MCP_STARTUP_TIMEOUT
+    trust_annotations: bool = False
+    tools: Mapping[str, McpToolPolicy] = dataclasses.field(default_factory=dict)
+    source: str = "--mcp"
+
+    def describe(self) -> str:
+        """``stdio: python server.py`` or ``http: http://127.0.0.1:8000/mcp``."""
+        if self.url is not None:
+            return f"http: {self.url}"
+        return "stdio: " + shlex.join(self.command)
+
+    def as_json(self) -> dict[str, Any]:
+        """The spec as stored with a run (a resume starts the same server again)."""
+        return {
+            "name": self.name,
+            "command": list(self.command),
+            "url": self.url,
+            "env": list(self.env),
+            "cwd": self.cwd,
+            "timeout": self.timeout,
+            "startup_timeout": self.startup_timeout,
+            "trust_annotations": self.trust_annotations,
+            "tools": {name: policy.as_json() for name, policy in self.tools.items()},
+            "source": self.source,
+        }
+
+    @classmethod
+    def from_json(cls, document: Mapping[str, Any]) -> McpServerSpec:
+        """A spec from :meth:`as_json`."""
+        return cls(
+            name=document.get("name"),
+            command=tuple(document.get("command") or ()),
+            url=document.get("url"),
+            env=tuple(document.get("env") or ()),
+            cwd=document.get("cwd"),
+            timeout=document.get("timeout"),
+            startup_timeout=float(document.get("startup_timeout", DEFAULT_MCP_STARTUP_TIMEOUT)),
+            trust_annotations=bool(document.get("trust_annotations", False)),
+            tools={
+                name: McpToolPolicy(**policy)
+                for name, policy in (document.get("tools") or {}).items()
+            },
+            source=str(document.get("source", "--mcp")),
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class McpConfig:
+    """The MCP servers of a project file.
+
+    Attributes:
+        path: the file (``plandag.toml`` or ``pyproject.toml``), resolved.
+        servers: its ``[[mcp]]`` tables, in order.
+    """
+
+    path: Path
+    servers: tuple[McpServerSpec, ...]
+
+
+def _seconds(value: Any, where: str, key: str) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise InputError(f"{where}: {key} must be a number of seconds > 0, got {value!r}")
+    return float(value)
+
+
+def _unknown(where: str, key: str, known: Sequence[str], what: str) -> InputError:
+    nearest = difflib.get_close_matches(key, list(known), n=1)
+    hint = f"; did you mean {nearest[0]}?" if nearest else f" (known: {', '.join(known)})"
+    return InputError(f"{where}: unknown {what} key {key!r}{hint}")
+
+
+def _tool_policy(value: Any, where: str) -> McpToolPolicy:
+    if not isinstance(value, Mapping):
+        raise InputError(f"{where}: must be a table of effects, egress, taint_source, ...")
+    fields: dict[str, Any] = {}
+    for raw_key, item in value.items():
+        key = str(raw_key).replace("-", "_")
+        if key not in _TOOL_KEYS:
+            raise _unknown(where, str(raw_key), _TOOL_KEYS, "tool")
+        if key == "effects":
+            if item not in MCP_EFFECTS:
+                raise InputError(
+                    f"{where}: effects must be none, write or irreversible, got {item!r}"
+                )
+            fields[key] = item
+        elif key == "timeout":
+            fields[key] = _seconds(item, where, key)
+        else:
+            if not isinstance(item, bool):
+                raise InputError(f"{where}: {key} must be true or false, got {item!r}")
+            fields[key] = item
+    return McpToolPolicy(**fields)
+
+
+def mcp_server_spec(
+    table: Mapping[str, Any], where: str, *, folder: Path, source: str
+) -> McpServerSpec:
+    """A server spec from one ``[[mcp]]`` table.
+
+    Keys (``_`` or ``-``): ``name``; ``command`` (a string split like a shell line, or a
+    list of words) with optional ``args`` (a list appended to it), or ``url`` (an
+    ``http://`` or ``https://`` streamable HTTP endpoint); ``env`` (names of environment
+    variables passed on); ``timeout`` and ``startup_timeout`` (seconds);
+    ``trust_annotations`` (true or false); ``tools`` (a table per tool name of ``effects``,
+    ``egress``, ``taint_source``, ``idempotent``, ``timeout``).
+
+    Args:
+        table: the table.
+        where: its place for messages (``plandag.toml [[mcp]] #2``).
+        folder: the folder a stdio server starts in.
+        source: what :attr:`McpServerSpec.source` records.
+
+    Raises:
+        InputError: an unknown key, a value of the wrong type, neither or both of
+            ``command`` and ``url``.
+    """
+    if not isinstance(table, Mapping):
+        raise InputError(f"{where}: each mcp entry must be a table ([[mcp]])")
+    values: dict[str, Any] = {}
+    for raw_key, value in table.items():
+        key = str(raw_key).replace("-", "_")
+        if key not in _SERVER_KEYS:
+            raise _unknown(where, str(raw_key), _SERVER_KEYS, "[[mcp]]")
+        if key in values:
+            raise InputError(f"{where}: {key} is given twice; keep one")
+        values[key] = value
+    name = values.get("name")
+    if name is not None and (not isinstance(name, str) or not _NAME.fullmatch(name)):
+        raise InputError(
+            f"{where}: name must be a word of letters, digits, '_', '-' or '.' (at most 64), "
+            f"got {name!r}"
+        )
+    command: list[str] = []
+    raw_command = values.get("command")
+    if isinstance(raw_command, str):
+        try:
+            command = shlex.split(raw_command)
+        except ValueError as error:
+            raise InputError(
+                f"{where}: command {raw_command!r} cannot be split: {error}"
+            ) from error
+    elif isinstance(raw_command, list) and all(isinstance(word, str) for word in raw_command):
+        command = list(raw_command)
+    elif raw_command is not None:
+        raise InputError(f"{where}: command must be a string or a list of strings")
+    arguments = values.get("args", [])
+    if not isinstance(arguments, list) or not all(isinstance(word, str) for word in arguments):
+        raise InputError(f"{where}: args must be a list of strings")
+    command += arguments
+    url = values.get("url")
+    if url is not None and (not isinstance(url, str) or not _is_http_url(url)):
+        raise InputError(f"{where}: url must be an http:// or https:// URL, got {url!r}")
+    if bool(command) == (url is not None):
+        raise InputError(
+            f"{where}: give either command (a server over stdio) or url (a server over "
+            "streamable HTTP)"
+        )
+    if arguments and url is not None:
+        raise InputError(f"{where}: args goes with command, not with url")
+    env = values.get("env", [])
+    if not isinstance(env, list) or not all(
+        isinstance(item, str) and item.isidentifier() for item in env
+    ):
+        raise InputError(
+            f"{where}: env must be a list of environment variable names (their values are "
+            "read when the server starts, never written in the file)"
+        )
+    trust_annotations = values.get("trust_annotations", False)
+    if not isinstance(trust_annotations, bool):
+        raise InputError(f"{where}: trust_annotations must be true or false")
+    tools_table = values.get("tools", {})
+    if not isinstance(tools_table, Mapping):
+        raise InputError(f"{where}: tools must be a table of tables ([mcp.tools.NAME])")
+    return McpServerSpec(
+        name=name,
+        command=tuple(command),
+        url=url,
+        env=tuple(env),
+        cwd=str(folder) if url is None else None,
+        timeout=_seconds(values["timeout"], where, "timeout") if "timeout" in values else None,
+        startup_timeout=(
+            _seconds(values["startup_timeout"], where, "startup_timeout")
+            if "startup_timeout" in values
+            else DEFAULT_MCP_STARTUP_TIMEOUT
+        ),
+        trust_annotations=trust_annotations,
+        tools={
+            str(tool): _tool_policy(policy, f"{where} tools.{tool}")
+            for tool, policy in tools_table.items()
+        },
+        source=source,
+    )
+
+
+def _is_http_url(text: str) -> bool:
+    parts = urllib.parse.urlsplit(text)
+    return parts.scheme in ("http", "https") and bool(parts.netloc)
+
+
+def parse_mcp_flag(text: str, folder: Path | None = None) -> McpServerSpec:
+    """The server of one ``--mcp`` value: ``URL`` (streamable HTTP), ``COMMAND ARGS``
+    (stdio, split like a shell line; no shell runs it), either prefixed by ``NAME=``.
+
+    Args:
+        text: the flag's value.
+        folder: the folder a stdio server starts in (default: the working folder).
+
+    Raises:
+        InputError: an empty command, a line that cannot be split, a bad NAME.
+    """
+    where = f"--mcp {text!r}"
+    name: str | None = None
+    match = re.fullmatch(r"([^\s=:/]+)=(.*)", text, flags=re.DOTALL)
+    if match is not None:
+        name, text = match.group(1), match.group(2)
+        if not _NAME.fullmatch(name):
+            raise InputError(
+                f"{where}: NAME must be a word of letters, digits, '_', '-' or '.' (at most 64)"
+            )
+    text = text.strip()
+    if _is_http_url(text) and not any(character.isspace() for character in text):
+        return McpServerSpec(name=name, url=text)
+    try:
+        command = tuple(shlex.split(text))
+    except ValueError as error:
+        raise InputError(f"{where}: the command cannot be split: {error}") from error
+    if not command:
+        raise InputError(
+            f"{where}: give a command (--mcp 'python server.py') or a URL "
+            "(--mcp http://127.0.0.1:8000/mcp), optionally NAME=... before it"
+        )
+    return McpServerSpec(name=name, command=command, cwd=str(folder or Path.cwd()))
+
+
+def load_mcp_config(start: Path | None = None) -> McpConfig | None:
+    """The MCP servers of the project: the ``mcp`` tables of the nearest ``plandag.toml``,
+    else of ``[tool.plandag]`` in the nearest ``pyproject.toml`` (the same files as
+    :func:`load_settings`; a ``plandag.toml`` that lists servers replaces the
+    ``pyproject.toml``'s list, as any of its settings does).
+
+    The servers of a project file start only once the person trusts the file
+    (:mod:`plandag.trust`); this function only reads them.
+
+    Args:
+        start: the folder to search from (default: the working directory).
+
+    Returns:
+        The file and its servers, or None when no project file lists any.
+
+    Raises:
+        InputError: a file is not valid TOML, or an ``mcp`` table is malformed
+            (:func:`mcp_server_spec`).
+    """
+    folder = (start or Path.cwd()).resolve()
+    chosen: tuple[Path, Any, str] | None = None
+    for path, table, label in _project_tables(folder):
+        if MCP_KEY in table:
+            chosen = (path, table[MCP_KEY], label)
+    if chosen is None:
+        return None
+    path, entries, label = chosen
+    prefix = "[[tool.plandag.mcp]]" if label else "[[mcp]]"
+    if not isinstance(entries, list):
+        raise InputError(f"{path}: mcp must be an array of tables ({prefix})")
+    servers = tuple(
+        mcp_server_spec(
+            entry,
+            f"{path} {prefix} #{index}",
+            folder=path.parent.resolve(),
+            source=str(path.resolve()),
+        )
+        for index, entry in enumerate(entries, start=1)
+    )
+    return McpConfig(path.resolve(), servers) if servers else None

@@ -37,6 +37,7 @@ DEFAULTS = {
     "slow_start": 0.15,
     "rpm": None,
     "tpm": None,
+    "mcp_timeout": 60.0,
     "jobs": 4,
     "workers": None,
     "approve": "ask",

@@ -151,6 +151,7 @@ def test_config_json_values_and_sources(runner: CliRunner, cwd: Path) -> None:
         "slow_start": {"value": 0.15, "source": "default"},
         "rpm": {"value": None, "source": "default"},
         "tpm": {"value": None, "source": "default"},
+        "mcp_timeout": {"value": 60.0, "source": "default"},
         "jobs": {"value": 4, "source": "default"},
         "workers": {"value": None, "source": "default"},
         "approve": {"value": "ask", "source": "default"},
