@@ -17,6 +17,8 @@ from plandag.tools.base import Tool
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
 
+    from plandag.config import McpServerSpec
+
 __all__ = [
     "BUILT_IN_APPLICATIONS",
     "ENTRY_POINT_GROUP",
@@ -55,6 +57,9 @@ class Registry:
         """Names of the installed applications registered (:meth:`add_application`)."""
         self.withheld: dict[str, Tool] = {}
         """The tools taken out by :meth:`withhold`, by name."""
+        self.mcp_servers: list[McpServerSpec] = []
+        """The MCP servers whose tools are registered, as started (each with its name):
+        :meth:`plandag.tools.mcp.McpServers.register`."""
         for item in tools:
             self.add_tool(item)
         for definition in checks:
@@ -82,6 +87,7 @@ class Registry:
         )
         copied.applications = list(self.applications)
         copied.withheld = dict(self.withheld)
+        copied.mcp_servers = list(self.mcp_servers)
         return copied
 
     def withhold(self, names: Iterable[str]) -> list[str]:
