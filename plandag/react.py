@@ -62,7 +62,7 @@ from plandag.models import (
     call_with_retries,
 )
 from plandag.planner.data import DATA_BLOCK_RULE, DEFAULT_MAX_CHARS, quote_data
-from plandag.planner.prompt import compact_schema, describe_result_type
+from plandag.planner.prompt import compact_schema, describe_result_type, quoted_tool_text
 from plandag.scheduler.runner import RunLimits
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
@@ -136,12 +136,20 @@ def tool_description(registry: Registry, name: str) -> str:
 
     Returns:
         ``"(effects: none; returns TYPE): DOCSTRING"`` (the planner's tool line, without
-        the leading ``- NAME``).
+        the leading ``- NAME``); for a tool from outside (an MCP server's), its signature
+        and description as quoted data instead of the docstring
+        (:func:`plandag.planner.prompt.quoted_tool_text`).
 
     Raises:
         KeyError: no such tool.
     """
     item = registry.tools[name]
+    if item.origin is not None:
+        return (
+            f"(effects: {item.effects}; returns {describe_result_type(item.result_type)}): "
+            f"a tool from outside; its signature and description are quoted data:\n"
+            f"{quoted_tool_text(item)}"
+        )
     return (
         f"(effects: {item.effects}; returns {describe_result_type(item.result_type)}): "
         f"{item.description}"

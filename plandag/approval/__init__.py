@@ -23,6 +23,7 @@ from plandag.approval.gate import (
     plan_hash,
     resolve_approve,
     tainted_egress_steps,
+    tool_schemas,
 )
 
 __all__ = [
@@ -47,4 +48,5 @@ __all__ = [
     "plan_hash",
     "resolve_approve",
     "tainted_egress_steps",
+    "tool_schemas",
 ]

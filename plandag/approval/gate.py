@@ -39,6 +39,7 @@ from plandag.scheduler.gate import effect_summary as effect_summary
 from plandag.scheduler.gate import plan_hash as plan_hash
 from plandag.scheduler.gate import resolve_approve as resolve_approve
 from plandag.scheduler.gate import tainted_egress_steps as tainted_egress_steps
+from plandag.scheduler.gate import tool_schemas as tool_schemas
 from plandag.scheduler.result import to_jsonable
 
 __all__ = [
@@ -64,6 +65,7 @@ __all__ = [
     "plan_hash",
     "resolve_approve",
     "tainted_egress_steps",
+    "tool_schemas",
 ]
 
 

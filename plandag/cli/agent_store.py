@@ -50,7 +50,7 @@ def revise(store: Store, run_id: str, row: Any, options: RunOptions, writer: Any
     plan as a new version awaiting a decision, and show it."""
     import anyio
 
-    from plandag.approval import ApprovalRequest, plan_hash
+    from plandag.approval import ApprovalRequest, plan_hash, tool_schemas
     from plandag.cli.models_options import model_client
     from plandag.compiler.compiled import allowed_hosts
     from plandag.dag.plan import Plan
@@ -108,6 +108,7 @@ def revise(store: Store, run_id: str, row: Any, options: RunOptions, writer: Any
         allowed_hosts(
             compiled.http_allow, () if options.read_only else outcome.compiled.listed_hosts
         ),
+        tool_schemas(outcome.compiled.steps),
     )
     store.add_plan_version(
         run_id, version, plan.model_dump(mode="json", exclude_none=True), digest, "revision"

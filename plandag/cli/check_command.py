@@ -29,6 +29,7 @@ from plandag.cli.options import (
     JsonOption,
     MaxPlanBytesOption,
     MaxStepsOption,
+    McpOption,
     ParamOption,
     PlanArgument,
     ReadOnlyOption,
@@ -64,6 +65,7 @@ def schema(
 def check(
     plan_file: PlanArgument,
     tools: ToolsOption = None,
+    mcp: McpOption = None,
     param: ParamOption = None,
     read_only: ReadOnlyOption = False,
     write_boundary: BoundaryOption = None,
@@ -79,7 +81,7 @@ def check(
     and time is printed from the tools' declared figures (exec and run also use the
     durations measured in the run store).
     """
-    registry = command_registry(tools)
+    registry = command_registry(tools, mcp=mcp or [])
     settings = command_settings(
         {
             "write_boundary": write_boundary,
@@ -125,6 +127,7 @@ def _count(number: int, noun: str) -> str:
 def graph(
     plan_file: PlanArgument,
     tools: ToolsOption = None,
+    mcp: McpOption = None,
     max_steps: MaxStepsOption = None,
     max_plan_bytes: MaxPlanBytesOption = None,
     as_json: JsonOption = False,
@@ -137,7 +140,7 @@ def graph(
     steps), ``estimate`` (as stored with a plan version) and ``mermaid`` (the text);
     a plan that does not compile gives ``{"status": "invalid_plan", "diagnostics"}``.
     """
-    registry = command_registry(tools)
+    registry = command_registry(tools, mcp=mcp or [])
     settings = command_settings({"max_steps": max_steps, "max_plan_bytes": max_plan_bytes})
     text = read_plan_file(plan_file, settings["max_plan_bytes"])
     try:

@@ -85,6 +85,11 @@ COMMANDS: tuple[CommandEntry, ...] = (
         "Print the effective defaults of every brake and limit, and where each came",
     ),
     CommandEntry(
+        "trust",
+        "plandag.cli.trust_command",
+        "Trust a project file: the MCP servers its [[mcp]] tables name may start.",
+    ),
+    CommandEntry(
         "plan",
         "plandag.cli.plan_command",
         "Ask a model for a plan for TASK and write it; nothing is executed.",
@@ -393,6 +398,11 @@ def root_callback(
         sys.stdout, sys.stderr = before
 
     ctx.call_on_close(put_back)
+    # What the command starts for its own length (the MCP servers of its registry) stops
+    # when it ends, before the streams are put back.
+    from plandag.cli.options import command_lifetime
+
+    ctx.call_on_close(command_lifetime().close)
 
 
 launcher = typer.Typer(

@@ -16,7 +16,7 @@ import math
 import os
 import stat
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -24,7 +24,7 @@ import typer
 
 from plandag.brakes import JOB_BRAKES, brakes_line
 from plandag.cli.display import StepProgress, diagnostic_lines
-from plandag.cli.options import EXIT_USAGE, build_registry
+from plandag.cli.options import EXIT_USAGE, build_registry, mcp_servers
 from plandag.cli.secret_output import SecretMaskingConsole
 from plandag.config import Settings, load_settings
 from plandag.errors import InputError, PlanError, ToolLoadError
@@ -187,17 +187,36 @@ def command_registry(
     applications: Iterable[str] = (),
     resolve_installed: bool = True,
     withhold: Iterable[str] = (),
+    mcp: Sequence[str] | None = None,
+    servers: Sequence[Any] = (),
 ) -> Registry:
     """:func:`plandag.cli.options.build_registry`, exiting 2 with the reason when an entry
-    of ``--tools`` cannot be loaded."""
+    of ``--tools`` cannot be loaded, or an MCP server cannot be started or is not trusted.
+
+    Args:
+        tools: the ``--tools`` entries.
+        applications: installed applications to register.
+        resolve_installed: as :func:`~plandag.cli.options.build_registry`.
+        mcp: the ``--mcp`` flags of a command that takes them, as a list (``mcp or []``):
+            the servers of the project's ``[[mcp]]`` tables start with them; None for a
+            command that starts no MCP server of its own.
+        servers: the MCP servers a stored run recorded (JSON specs): a resume starts them
+            again, under the same names.
+    """
     try:
+        specs = (
+            mcp_servers(mcp, servers, project=mcp is not None) if mcp is not None or servers else []
+        )
+        timeout = command_settings({})["mcp_timeout"] if specs else 60.0
         return build_registry(
             tools,
             applications=applications,
             resolve_installed=resolve_installed,
             withhold=withhold,
+            mcp=specs,
+            mcp_timeout=timeout,
         )
-    except ToolLoadError as error:
+    except (ToolLoadError, InputError) as error:
         fail(str(error))
 
 

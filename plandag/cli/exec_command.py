@@ -59,6 +59,7 @@ from plandag.cli.options import (
     MaxSecondsOption,
     MaxStepsOption,
     MaxTokensOption,
+    McpOption,
     ParamOption,
     PlanArgument,
     PlanCostFactorOption,
@@ -92,6 +93,7 @@ __all__ = ["exec_command", "register"]
 def exec_command(
     plan_file: PlanArgument,
     tools: ToolsOption = None,
+    mcp: McpOption = None,
     param: ParamOption = None,
     read_only: ReadOnlyOption = False,
     write_boundary: BoundaryOption = None,
@@ -183,7 +185,7 @@ def exec_command(
     else:
         model_name = attached_planner_model(planner, model, base_url, save_repairs)
     require_text_folder(Path.cwd(), "the working folder")
-    registry = command_registry(tools)
+    registry = command_registry(tools, mcp=mcp or [])
     params = parse_params(param)
     boundary = write_boundary_for(settings["write_boundary"], Path.cwd())
     limits = run_limits_for(settings)
@@ -218,6 +220,7 @@ def exec_command(
         settings,
         limits,
         tools=tools,
+        registry=registry,
         read_only=read_only,
         redact=redact,
         planner=(

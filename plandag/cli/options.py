@@ -6,6 +6,9 @@ in :mod:`plandag.cli.models_options`."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import json
 import math
 import sys
 from pathlib import Path
@@ -14,8 +17,10 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
+    from plandag.config import McpServerSpec
+    from plandag.tools.mcp import McpServers
     from plandag.tools.registry import Registry
 
 __all__ = [
@@ -40,6 +45,7 @@ __all__ = [
     "MaxStepsOption",
     "MaxTokensOption",
     "MaxUnpackedBytesOption",
+    "McpOption",
     "ParamOption",
     "PlanArgument",
     "PlanCostFactorOption",
@@ -60,7 +66,9 @@ __all__ = [
     "TpmOption",
     "VerboseOption",
     "build_registry",
+    "command_lifetime",
     "fail",
+    "mcp_servers",
 ]
 
 EXIT_USAGE = 2
@@ -85,6 +93,17 @@ ToolsOption = Annotated[
         metavar="FILE.py|APP",
         help="A Python file whose @tool and @check functions are registered, or an installed "
         "application whose tools and checks are (nfe; see `plandag tools`) (repeatable).",
+    ),
+]
+McpOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--mcp",
+        metavar="[NAME=]COMMAND|URL",
+        help="An MCP server whose tools become plan tools named NAME_TOOL: a command started "
+        "over stdio ('python server.py', no shell) or a streamable HTTP URL; NAME= names it "
+        "(default: the name the server gives itself). Repeatable. The servers of the "
+        "project's [[mcp]] tables start too, once the file is trusted (`plandag trust FILE`).",
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
@@ -416,6 +435,81 @@ RedactOption = Annotated[
 ]
 
 
+class _Lifetime:
+    """What lives as long as one command: an exit stack closed when the command ends, and
+    the MCP servers started on it (by their specs, so a command starts each set once)."""
+
+    def __init__(self) -> None:
+        self.stack = contextlib.ExitStack()
+        self.servers: dict[str, McpServers] = {}
+
+
+_LIFETIME: contextvars.ContextVar[_Lifetime | None] = contextvars.ContextVar(
+    "plandag_command_lifetime", default=None
+)
+
+
+def command_lifetime() -> contextlib.ExitStack:
+    """A new lifetime for the command about to run (the root callback calls it and closes
+    the stack returned when the command ends): the MCP servers :func:`build_registry`
+    starts stop when it closes."""
+    lifetime = _Lifetime()
+    _LIFETIME.set(lifetime)
+    return lifetime.stack
+
+
+def _started(specs: Sequence[McpServerSpec], timeout: float) -> McpServers:
+    """The MCP servers of ``specs``, started once per command (ToolLoadError when one does
+    not start)."""
+    from plandag.errors import ToolLoadError
+    from plandag.tools.mcp import open_mcp_servers
+
+    lifetime = _LIFETIME.get()
+    if lifetime is None:
+        raise ToolLoadError(
+            "MCP servers are started by a plandag command; from Python, use "
+            "plandag.tools.mcp.McpServers (async with) or open_mcp_servers (with)"
+        )
+    key = json.dumps([spec.as_json() for spec in specs], sort_keys=True) + f"|{timeout}"
+    servers = lifetime.servers.get(key)
+    if servers is None:
+        servers = lifetime.stack.enter_context(open_mcp_servers(specs, default_timeout=timeout))
+        lifetime.servers[key] = servers
+    return servers
+
+
+def mcp_servers(
+    flags: Sequence[str] | None, stored: Sequence[Any] = (), *, project: bool = True
+) -> list[McpServerSpec]:
+    """The MCP servers a command starts: the project's ``[[mcp]]`` tables (with
+    ``project``; the file must be trusted), then each ``--mcp`` flag, then ``stored`` (the
+    specs a stored run recorded, as JSON: a resume starts the servers the run started).
+
+    Raises:
+        InputError: a flag or a table is malformed, or the project file that names servers
+            is not trusted (the message names ``plandag trust PATH``).
+    """
+    from plandag.config import McpServerSpec, load_mcp_config, parse_mcp_flag
+
+    specs: list[McpServerSpec] = []
+    if project:
+        config = load_mcp_config()
+        if config is not None:
+            from plandag.trust import require_trusted
+
+            named = ", ".join(
+                f"{spec.name or '(unnamed)'} ({spec.describe()})" for spec in config.servers
+            )
+            require_trusted(config.path, f"MCP servers to start: {named}")
+            specs.extend(config.servers)
+    specs.extend(parse_mcp_flag(flag) for flag in flags or ())
+    specs.extend(
+        spec if isinstance(spec, McpServerSpec) else McpServerSpec.from_json(spec)
+        for spec in stored
+    )
+    return specs
+
+
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     """Print ``error: message`` on standard error and exit with ``code`` (default 2)."""
     sys.stderr.write(f"error: {message}\n")
@@ -428,10 +522,14 @@ def build_registry(
     applications: Iterable[str] = (),
     resolve_installed: bool = True,
     withhold: Iterable[str] = (),
+    mcp: Sequence[McpServerSpec] = (),
+    mcp_timeout: float = 60.0,
 ) -> Registry:
     """The registry of a command: the built-in tools and checks less those ``withhold``
-    names, the installed ``applications`` of the job at hand, and each ``--tools`` entry: a
-    ``.py`` file, or the name of an installed application (``--tools nfe``).
+    names, the installed ``applications`` of the job at hand, each ``--tools`` entry (a
+    ``.py`` file, or the name of an installed application: ``--tools nfe``), and the tools
+    of the MCP servers ``mcp`` (started once per command, stopped when it ends:
+    :func:`command_lifetime`).
 
     Args:
         tools: the ``--tools`` entries, in order (repeats are loaded once).
@@ -442,9 +540,13 @@ def build_registry(
         withhold: built-in tools to leave out (:meth:`Registry.withhold`), before the
             ``--tools`` entries are loaded (a research run leaves out the file and HTTP
             tools).
+        mcp: the MCP servers (:func:`mcp_servers`).
+        mcp_timeout: seconds a call to an MCP tool may take when its server's table says
+            nothing (the ``mcp_timeout`` setting).
 
     Raises:
-        ToolLoadError: an entry is neither a loadable file nor an installed application.
+        ToolLoadError: an entry is neither a loadable file nor an installed application, an
+            MCP server did not start, or a tool's name clashes.
     """
     from plandag.errors import ToolLoadError
     from plandag.tools.registry import default_registry, installed_applications
@@ -462,4 +564,6 @@ def build_registry(
                 f"--tools {entry}: no such file, and no installed application of that name "
                 f"(installed: {installed}); give a .py file or an application's name"
             )
+    if mcp:
+        _started(mcp, mcp_timeout).register(registry)
     return registry

@@ -44,7 +44,7 @@ from plandag.cli.models_options import (
     model_client,
     planner_model,
 )
-from plandag.cli.options import ToolsOption
+from plandag.cli.options import McpOption, ToolsOption
 from plandag.config import load_settings
 from plandag.dag.graph import critical_path, mermaid
 from plandag.errors import InputError, PlanError, StepError
@@ -151,6 +151,7 @@ def register(app: typer.Typer) -> None:
             typer.Option("--output", "-o", metavar="PLAN.json", help="Where to write the plan."),
         ],
         tools: ToolsOption = None,
+        mcp: McpOption = None,
         context: Annotated[
             Path | None,
             typer.Option(
@@ -244,8 +245,9 @@ def register(app: typer.Typer) -> None:
                 context_text = context.read_text(encoding="utf-8-sig")
             except (OSError, UnicodeDecodeError) as error:
                 fail(f"cannot read --context {context}: {error}")
-        # the built-ins and --tools only: what the planner is shown is what the plan may use
-        registry = command_registry(tools, resolve_installed=False)
+        # the built-ins, --tools and the MCP servers' tools only: what the planner is shown
+        # is what the plan may use
+        registry = command_registry(tools, resolve_installed=False, mcp=mcp or [])
         # Check where the plan goes before paying for it: a folder, or a folder that cannot be
         # made, is an error now rather than after the model's answer.
         if output.is_dir():

@@ -61,6 +61,7 @@ from plandag.cli.options import (
     MaxSecondsOption,
     MaxStepsOption,
     MaxTokensOption,
+    McpOption,
     PlanCostFactorOption,
     PlannerMaxTokensOption,
     PlanTimeFactorOption,
@@ -274,6 +275,7 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         tools: ToolsOption = None,
+        mcp: McpOption = None,
         http_allow: HttpAllowOption = None,
         max_seconds: MaxSecondsOption = None,
         max_cost: MaxCostOption = None,
@@ -374,6 +376,7 @@ def register(app: typer.Typer) -> None:
             base_url=base_url,
             executor=executor_model_for(provider, name, settings["executor_model"]),
             tools=tools,
+            mcp=mcp or [],
             settings=settings,
             store=store,
             as_json=as_json,
@@ -392,6 +395,7 @@ def _run(
     base_url: str | None,
     executor: str,
     tools: list[Path] | None,
+    mcp: list[str],
     settings: Any,
     store: Path | None,
     as_json: bool,
@@ -404,6 +408,7 @@ def _run(
     from plandag.errors import InputError
     from plandag.jobs.research.corpus import Corpus
     from plandag.jobs.research.run import ResearchRun, research_options
+    from plandag.runs.options import mcp_fields
     from plandag.scheduler import JsonlHeartbeatWriter
     from plandag.scheduler.events import Observer
 
@@ -439,7 +444,11 @@ def _run(
     from plandag.jobs.research.planning import withheld_tools
 
     registry = command_registry(
-        tools, applications=("research",), resolve_installed=False, withhold=withheld_tools()
+        tools,
+        applications=("research",),
+        resolve_installed=False,
+        withhold=withheld_tools(),
+        mcp=mcp,
     )
     boundary = write_boundary_for(settings["write_boundary"], Path.cwd())
     limits = run_limits_for(settings)
@@ -471,6 +480,7 @@ def _run(
         max_steps=settings["max_steps"],
         http_allow=settings["http_allow"],
     )
+    options.update(mcp_fields(registry))
     run = ResearchRun(
         run_store,
         question,

@@ -85,6 +85,7 @@ from plandag.cli.options import (
     MaxSecondsOption,
     MaxStepsOption,
     MaxTokensOption,
+    McpOption,
     ParamOption,
     PlanCostFactorOption,
     PlannerMaxTokensOption,
@@ -230,6 +231,7 @@ def register(app: typer.Typer) -> None:
     def run_command(
         task: Annotated[str, typer.Argument(metavar="TASK", help="The task, in your words.")],
         tools: ToolsOption = None,
+        mcp: McpOption = None,
         stream: Annotated[
             bool,
             typer.Option("--stream", help="Start steps while the plan is still arriving."),
@@ -369,7 +371,7 @@ def register(app: typer.Typer) -> None:
                 fail(f"cannot read --context {context}: {error}")
         # The planner is shown the built-ins and --tools (files or installed applications),
         # and the run compiles exactly those (ARCHITECTURE.md, "Layout").
-        registry = command_registry(tools, resolve_installed=False)
+        registry = command_registry(tools, resolve_installed=False, mcp=mcp or [])
         params = parse_params(param)
         require_text_folder(Path.cwd(), "the working folder")
         boundary = write_boundary_for(settings["write_boundary"], Path.cwd())
@@ -396,6 +398,7 @@ def register(app: typer.Typer) -> None:
             settings,
             limits,
             tools=tools,
+            registry=registry,
             read_only=read_only,
             redact=redact,
             planner={

@@ -17,7 +17,7 @@ from typing import Annotated
 
 import typer
 
-from plandag.cli.options import StoreOption, fail
+from plandag.cli.options import McpOption, StoreOption, fail
 
 __all__ = ["check_can_listen", "is_loopback", "register"]
 
@@ -100,6 +100,7 @@ def register(app: typer.Typer) -> None:
                 help="A Python file whose @tool and @check functions are registered (repeatable).",
             ),
         ] = None,
+        mcp: McpOption = None,
         provider: Annotated[
             str,
             typer.Option("--provider", metavar="anthropic|openai", help="The model provider."),
@@ -174,7 +175,7 @@ def register(app: typer.Typer) -> None:
                 host_patterns(names)
             except ValueError as error:
                 fail(f"{flag}: {error}")
-        registry = command_registry(tools)
+        registry = command_registry(tools, mcp=mcp or [])
         base = Path.cwd()
         try:
             boundary = WriteBoundary.from_specs(write_boundary or [base])

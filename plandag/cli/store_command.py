@@ -119,10 +119,12 @@ def run_options(
     redact: bool,
     planner: Mapping[str, Any] | None = None,
     executor: Mapping[str, Any] | None = None,
+    registry: Registry | None = None,
 ) -> RunOptions:
     """The :class:`~plandag.runs.options.RunOptions` stored with a run, from the CLI's
-    effective settings (flags over config files) and its brakes."""
-    from plandag.runs.options import RunOptions
+    effective settings (flags over config files) and its brakes; ``registry``: the run's,
+    whose MCP servers and their tools' definition hashes are recorded."""
+    from plandag.runs.options import RunOptions, mcp_fields
 
     tool_files = tuple(str(Path(tool).resolve()) for tool in dict.fromkeys(tools or []))
     return RunOptions(
@@ -144,6 +146,7 @@ def run_options(
         escalate=escalate_mode(settings["escalate"]),
         http_allow=tuple(settings["http_allow"]) if settings["http_allow"] else None,
         executor=executor,
+        **(mcp_fields(registry) if registry is not None else {}),
     )
 
 
@@ -455,8 +458,9 @@ def job_registry(row: Any, options: RunOptions) -> Registry:
     run's is its job's (the ``research`` tools, no other installed application, the file
     and HTTP built-ins withheld, as its first segment had them; a run stored before
     ``withheld_tools`` was recorded gets them withheld all the same), any other run's the
-    built-ins and the installed applications; the run's ``--tools`` either way. Exits 2
-    when a tools entry cannot be loaded."""
+    built-ins and the installed applications; the run's ``--tools`` and the MCP servers it
+    started (``options.mcp``, started again under the same names) either way. Exits 2 when
+    a tools entry cannot be loaded or a server does not start."""
     tools = [Path(tool) for tool in options.tools]
     if row.command == "research":
         from plandag.jobs.research.planning import withheld_tools
@@ -466,8 +470,9 @@ def job_registry(row: Any, options: RunOptions) -> Registry:
             applications=("research",),
             resolve_installed=False,
             withhold=options.withheld_tools or withheld_tools(),
+            servers=options.mcp,
         )
-    return common.command_registry(tools, withhold=options.withheld_tools)
+    return common.command_registry(tools, withhold=options.withheld_tools, servers=options.mcp)
 
 
 def run_options_of(row: Any, run_id: str, base_url: str | None = None) -> RunOptions:
@@ -566,7 +571,13 @@ def _prepare(
                 f"(sha256 {expected[:12]}... -> {current[:12]}...): the plan was made and "
                 "approved for the old code; restore the file, or start a new run"
             )
-    return _rebuild(store, run_id, row, base_url)
+    from plandag.runs.options import changed_mcp_tools
+
+    prepared = _rebuild(store, run_id, row, base_url)
+    changed = changed_mcp_tools(*prepared)
+    if changed is not None:
+        _fail(f"run {run_id}: {changed}")
+    return prepared
 
 
 def file_sha256(path: str) -> str | None:
@@ -658,7 +669,7 @@ def library_after_continue(
     from plandag.library.stored import finish_stored_run
 
     store.flush()
-    registry = common.command_registry([Path(tool) for tool in options.tools])
+    registry = common.command_registry([Path(tool) for tool in options.tools], servers=options.mcp)
     finished = finish_stored_run(
         store,
         run_id,

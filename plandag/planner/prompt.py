@@ -38,6 +38,7 @@ from pydantic import BaseModel
 
 from plandag.compiler import Diagnostic
 from plandag.planner.data import DATA_BLOCK_RULE, quote_data
+from plandag.tools.base import Tool
 from plandag.tools.registry import Registry
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "compact_schema",
     "describe_result_type",
     "format_diagnostics",
+    "quoted_tool_text",
     "repair_message",
     "system_prompt",
     "user_prompt",
@@ -268,11 +270,37 @@ def _plain(text: str) -> str:
     return text.replace("``", "")
 
 
+def quoted_tool_text(item: Tool) -> str:
+    """What a tool defined outside the process (an MCP server's: ``origin`` set) says of
+    itself, as one quoted data block (:func:`plandag.planner.data.quote_data`): its
+    signature with the notes of its arguments, and its description. Every word of it comes
+    from the server, so it reaches a model as data, never as instructions (ARCHITECTURE.md,
+    "Untrusted content").
+
+    Args:
+        item: the tool.
+
+    Returns:
+        The block, labelled ``signature and description of tool NAME, from outside``.
+    """
+    return quote_data(
+        f"signature and description of tool {item.name}, from outside",
+        {"signature": signature(item.name, item.json_schema()), "description": item.description},
+    )
+
+
 def _tool_lines(registry: Registry) -> list[str]:
     lines = []
     for name in sorted(registry.tools):
         item = registry.tools[name]
         effects = "" if item.effects == "none" else f" [effects: {item.effects}]"
+        if item.origin is not None:
+            lines.append(
+                f"- {name} -> {describe_result_type(item.result_type)}{effects}: a tool from "
+                f"outside; its signature and description are quoted data:\n"
+                f"{quoted_tool_text(item)}"
+            )
+            continue
         call, _, notes = signature(name, item.json_schema(), typed=False).partition(" # ")
         notes = f" ({notes})" if notes else ""
         lines.append(

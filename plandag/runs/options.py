@@ -20,13 +20,17 @@ from plandag.scheduler.runner import RunLimits
 from plandag.store.base_urls import stored_model_options
 
 if TYPE_CHECKING:
+    from plandag.compiler.compiled import CompiledPlan
     from plandag.executors.access import ModelAccess
+    from plandag.tools.registry import Registry
 
 __all__ = [
     "RESUMABLE",
     "DurableOutcome",
     "RunOptions",
     "TraceFactory",
+    "changed_mcp_tools",
+    "mcp_fields",
 ]
 
 
@@ -67,6 +71,12 @@ class RunOptions:
         withheld_tools: built-in tools the run's registry leaves out
             (:meth:`~plandag.tools.registry.Registry.withhold`): a research run's file and
             HTTP tools; every later segment builds its registry without them too.
+        mcp: the MCP servers the run started (:meth:`plandag.config.McpServerSpec.as_json`,
+            each with its name): each segment starts them again.
+        mcp_tools: the definition hash of each of their tools when the run started
+            (:attr:`plandag.tools.base.Tool.schema_sha256`), by tool name: resume and
+            approve refuse to run a plan whose MCP tool changed since
+            (:func:`changed_mcp_tools`), as they refuse a changed tools file.
     """
 
     tools: tuple[str, ...] = ()
@@ -86,6 +96,8 @@ class RunOptions:
     http_allow: tuple[str, ...] | None = None
     executor: Mapping[str, Any] | None = None
     withheld_tools: tuple[str, ...] = ()
+    mcp: tuple[Mapping[str, Any], ...] = ()
+    mcp_tools: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         """The options as stored (``run.options``): a ``base_url`` of ``planner`` or
@@ -96,6 +108,8 @@ class RunOptions:
         document["tools_sha256"] = dict(self.tools_sha256)
         document["planner"] = dict(self.planner) if self.planner is not None else None
         document["executor"] = dict(self.executor) if self.executor is not None else None
+        document["mcp"] = [dict(spec) for spec in self.mcp]
+        document["mcp_tools"] = dict(self.mcp_tools)
         return stored_model_options(document)
 
     @classmethod
@@ -111,6 +125,8 @@ class RunOptions:
             values["http_allow"] = tuple(values["http_allow"])
         if values.get("withheld_tools") is not None:
             values["withheld_tools"] = tuple(values["withheld_tools"])
+        values["mcp"] = tuple(values.get("mcp") or ())
+        values["mcp_tools"] = dict(values.get("mcp_tools") or {})
         return cls(**values)
 
     @property
@@ -196,3 +212,53 @@ class DurableOutcome:
 TraceFactory = Callable[[str, int], Any]
 """``factory(run_id, segment)`` returning a trace writer (an observer with ``run_started``,
 ``plan``, ``approval`` and ``close`` methods), or None for no trace."""
+
+
+def mcp_fields(registry: Registry) -> dict[str, Any]:
+    """The :class:`RunOptions` fields ``mcp`` and ``mcp_tools`` of a run whose tools are
+    ``registry``'s: the MCP servers it started and the definition hash of each of their
+    tools."""
+    return {
+        "mcp": tuple(spec.as_json() for spec in registry.mcp_servers),
+        "mcp_tools": {
+            item.name: item.schema_sha256
+            for item in registry.tools.values()
+            if item.schema_sha256 is not None
+        },
+    }
+
+
+def changed_mcp_tools(compiled: CompiledPlan, options: RunOptions) -> str | None:
+    """Why the approval of a stored run no longer covers its plan because an MCP tool
+    changed, or None when none did.
+
+    Each tool of the plan defined outside the process (an MCP server's) must have the
+    definition hash (:attr:`~plandag.tools.base.Tool.schema_sha256`: its schemas and
+    effects) the run recorded when it started (:attr:`RunOptions.mcp_tools`); the plan's
+    hash covers it too (:func:`plandag.approval.plan_hash`).
+
+    Args:
+        compiled: the run's current plan version, compiled again with the servers started
+            again.
+        options: the run's stored options.
+
+    Returns:
+        One sentence naming each changed tool and its hashes (before -> now), or None.
+    """
+    changed: dict[str, tuple[str | None, str]] = {}
+    for step in compiled.steps.values():
+        tool = step.tool
+        before = options.mcp_tools.get(tool.name)
+        if tool.schema_sha256 is not None and before != tool.schema_sha256:
+            changed[tool.name] = (before, tool.schema_sha256)
+    if not changed:
+        return None
+    described = "; ".join(
+        f"{name} (definition sha256 {(before or 'none')[:12]}... -> {now[:12]}...)"
+        for name, (before, now) in sorted(changed.items())
+    )
+    return (
+        f"the MCP tool(s) {described} changed since the plan was made: the approval no "
+        "longer matches the plan (its hash covers each tool's schemas and effects); start a "
+        "new run, or put the server back as it was"
+    )

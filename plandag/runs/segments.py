@@ -51,6 +51,7 @@ from plandag.approval import (
 from plandag.approval.steps import Amendment, amend
 from plandag.brakes.retry import RetryPolicy
 from plandag.compiler.compiled import CompiledPlan
+from plandag.errors import InputError
 from plandag.escalation.hooks import EscalationCallback, EscalationHooks, as_hooks
 from plandag.runs.decisions import (
     ask_decision,
@@ -60,7 +61,7 @@ from plandag.runs.decisions import (
     save_rejected,
 )
 from plandag.runs.escalations import escalate_run
-from plandag.runs.options import DurableOutcome, RunOptions, TraceFactory
+from plandag.runs.options import DurableOutcome, RunOptions, TraceFactory, changed_mcp_tools
 from plandag.scheduler import events
 from plandag.scheduler.entry import run_plan
 from plandag.scheduler.estimate import PlanEstimate, estimate_plan
@@ -413,8 +414,12 @@ async def continue_run(
 
     Raises:
         InputError: the run cannot be continued (it ended, or waits for a decision and this
-            is not one).
+            is not one), or an MCP tool of its plan changed since it started
+            (:func:`~plandag.runs.options.changed_mcp_tools`).
     """
+    changed = changed_mcp_tools(compiled, options)
+    if changed is not None:
+        raise InputError(f"run {run_id}: {changed}")
     row = store.run(run_id)
     segment = row.segment + 1
     rows = store.steps(run_id)

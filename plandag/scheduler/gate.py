@@ -7,7 +7,8 @@ the terminal, the web console, the run store's gate) lives above it, in
 * :func:`plan_hash` binds a decision to one plan version: SHA-256 of the RFC 8785 (JSON
   Canonicalization Scheme) form of ``{"plan", "params", "write_boundary"}``, plus
   ``"http_allow"`` (the run's HTTP allow-list: configured patterns and the hosts the plan
-  lists) when that list is not empty; a decision carrying another hash is refused
+  lists) when that list is not empty, and ``"tool_schemas"`` (the definition hash of each
+  MCP tool the plan uses) when it has any; a decision carrying another hash is refused
   (:class:`StaleDecisionError`). A plan version that reaches no host and runs with no
   configured allow-list keeps the hash it had before allow-lists existed; a plan version
   stored earlier keeps the hash it was stored with (the run store's, which decisions use).
@@ -69,6 +70,7 @@ __all__ = [
     "plan_hash",
     "resolve_approve",
     "tainted_egress_steps",
+    "tool_schemas",
 ]
 
 
@@ -112,15 +114,28 @@ def boundary_spec(boundary: WriteBoundary | None) -> dict[str, list[str]] | None
     }
 
 
+def tool_schemas(steps: Mapping[int, CompiledStep]) -> dict[str, str]:
+    """The definition hashes of the tools ``steps`` use that are defined outside the
+    process (an MCP server's: :attr:`~plandag.tools.base.Tool.schema_sha256`), by tool
+    name; empty for a plan of Python tools only."""
+    return {
+        step.tool.name: step.tool.schema_sha256
+        for step in steps.values()
+        if step.tool.schema_sha256 is not None
+    }
+
+
 def plan_hash(
     plan: Plan | Mapping[str, Any],
     params: Mapping[str, Any] | None = None,
     write_boundary: WriteBoundary | None = None,
     http_allow: Sequence[str] | None = None,
+    schemas: Mapping[str, str] | None = None,
 ) -> str:
     """The plan version's hash: SHA-256 (hex) of the RFC 8785 canonical JSON of
     ``{"plan": plan, "params": params, "write_boundary": boundary_spec(...)}``, with
-    ``"http_allow": sorted(http_allow)`` added when ``http_allow`` is not empty.
+    ``"http_allow": sorted(http_allow)`` added when ``http_allow`` is not empty and
+    ``"tool_schemas": schemas`` when ``schemas`` is not empty.
 
     Args:
         plan: the plan (None fields left out) or its JSON dict.
@@ -128,6 +143,9 @@ def plan_hash(
         write_boundary: the run's write boundary, or None.
         http_allow: the run's HTTP allow-list (``CompiledPlan.allowed_hosts``: configured
             patterns and the hosts the plan lists), or None/empty for none.
+        schemas: the definition hash of each tool of the plan defined outside the process
+            (:func:`tool_schemas`: an MCP server's tools), by name, or None/empty for none:
+            a server that changes such a tool after the plan was approved changes the hash.
 
     Returns:
         64 lowercase hex characters. The same plan, params, boundary and allow-list give
@@ -141,15 +159,22 @@ def plan_hash(
     }
     if http_allow:
         hashed["http_allow"] = sorted(set(http_allow))
+    if schemas:
+        hashed["tool_schemas"] = dict(schemas)
     canonical = rfc8785.dumps(to_jsonable(hashed))
     return hashlib.sha256(canonical).hexdigest()
 
 
 def compiled_plan_hash(compiled: CompiledPlan) -> str:
-    """:func:`plan_hash` of a compiled plan: its plan, params, write boundary and HTTP
-    allow-list (:attr:`CompiledPlan.allowed_hosts`)."""
+    """:func:`plan_hash` of a compiled plan: its plan, params, write boundary, HTTP
+    allow-list (:attr:`CompiledPlan.allowed_hosts`) and the definitions of its MCP tools
+    (:func:`tool_schemas`)."""
     return plan_hash(
-        compiled.plan, compiled.params, compiled.write_boundary, compiled.allowed_hosts
+        compiled.plan,
+        compiled.params,
+        compiled.write_boundary,
+        compiled.allowed_hosts,
+        tool_schemas(compiled.steps),
     )
 
 
@@ -297,7 +322,9 @@ class ApprovalRequest:
         return cls(
             run_id=run_id,
             version=version,
-            plan_hash=plan_hash(plan, params, write_boundary, http_allow),
+            plan_hash=plan_hash(
+                plan, params, write_boundary, http_allow, tool_schemas(compiled_steps)
+            ),
             plan=plan,
             params=dict(params),
             effects=tuple(effects),

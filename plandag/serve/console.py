@@ -542,7 +542,7 @@ class Console:
         self, conversation: Conversation, plan: Plan, who: str | None, choices: Decision | None
     ) -> None:
         """Run ``plan`` in the run store and record its start and end in the conversation."""
-        from plandag.runs.options import RunOptions
+        from plandag.runs.options import RunOptions, mcp_fields
         from plandag.runs.segments import start_run
         from plandag.trace.redact import Redactor
         from plandag.trace.writer import TraceWriter
@@ -565,6 +565,7 @@ class Console:
             base=str(self.config.base),
             write_boundary=self.config.boundary_specs,
             approve="ask" if who is not None else "never",
+            **mcp_fields(self.config.registry),
         )
 
         def trace(run: str, segment: int) -> Any:
