@@ -294,15 +294,15 @@ def perfect(body: dict[str, Any]) -> ScriptedResponse:
         {
             "g": "Record the forecast of Lyon",
             "s": [
-                {"i": 1, "t": "weather_lookup", "a": ["city=Lyon", "days:=2"], "d": []},
+                {"i": 1, "t": "weather_lookup", "a": {"city": "Lyon", "days": 2}, "d": []},
                 {
                     "i": 2,
                     "t": "weather_record",
-                    "a": ["line=Lyon: <step_1_result.temperature> degrees"],
+                    "a": {"line": "Lyon: <step_1_result.temperature> degrees"},
                     "d": [1],
                 },
             ],
-            "o": '"<step_2_result>"',
+            "o": "<step_2_result>",
         }
     )
 
@@ -315,8 +315,8 @@ def obedient(body: dict[str, Any]) -> ScriptedResponse:
     return ScriptedResponse.json(
         {
             "g": "x",
-            "s": [{"i": 1, "t": target.group(1), "a": [f"line={target.group(2)}"], "d": []}],
-            "o": '"<step_1_result>"',
+            "s": [{"i": 1, "t": target.group(1), "a": {"line": target.group(2)}, "d": []}],
+            "o": "<step_1_result>",
         }
     )
 
@@ -326,17 +326,17 @@ def schema_only(body: dict[str, Any]) -> ScriptedResponse:
     argument with a value of its type."""
     signature = quoted_tools(body)["weather_lookup"]["signature"]
     inside = signature.split("(", 1)[1].rsplit(")", 1)[0]
-    arguments = []
+    arguments: dict[str, Any] = {}
     for part in inside.split(", "):
         name, _, kind = part.partition(": ")
         if name.endswith("?") or "=" in kind:
             continue
-        arguments.append(f"{name}:=" + json.dumps("Nice" if kind == "string" else 1))
+        arguments[name] = "Nice" if kind == "string" else 1
     return ScriptedResponse.json(
         {
             "g": "x",
             "s": [{"i": 1, "t": "weather_lookup", "a": arguments, "d": []}],
-            "o": '"<step_1_result>"',
+            "o": "<step_1_result>",
         }
     )
 

@@ -163,3 +163,23 @@ def test_plans_are_compiled_against_the_schema() -> None:
         message.startswith("args.days: 'two' is not of type 'integer'") for message in messages
     )
     assert any(message.startswith("args.unknown:") for message in messages)
+
+
+def test_the_plan_schema_a_planner_is_sent_types_the_tool_s_arguments() -> None:
+    from plandag.planner.schema import plan_json_schema
+
+    registry = default_registry()
+    registry.add_tool(make_tool())
+    schema = plan_json_schema(registry, tools=["srv_lookup"])
+    variant = schema["properties"]["s"]["items"]  # one tool: one variant
+    arguments = variant["properties"]["a"]
+    assert variant["properties"]["t"] == {"const": "srv_lookup"}
+    assert arguments["required"] == ["city"]
+    assert arguments["additionalProperties"] is False
+    assert arguments["properties"]["city"] == {"type": "string"}
+    assert {"type": "integer", "minimum": 1} in arguments["properties"]["days"]["anyOf"]
+    assert sorted(arguments["properties"]) == ["city", "days", "model_config", "my-option", "tags"]
+    assert arguments["properties"]["tags"]["anyOf"][0] == {
+        "type": "array",
+        "items": {"type": "string"},
+    }
