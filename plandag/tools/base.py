@@ -433,7 +433,8 @@ class Tool:
         A model of the plain shape :func:`dict_validator` accepts is validated without
         building a model instance (the same field validators, the same values); anything
         it refuses is validated again by the model itself, so that the error raised is the
-        model's own.
+        model's own. A tool described by a JSON Schema (``input_schema``) is validated
+        against it and gets the arguments as given (no default filled in).
 
         Raises:
             pydantic.ValidationError: an argument is missing, unknown or of the wrong type.
