@@ -62,7 +62,12 @@ from plandag.models import (
     call_with_retries,
 )
 from plandag.planner.data import DATA_BLOCK_RULE, DEFAULT_MAX_CHARS, quote_data
-from plandag.planner.prompt import compact_schema, describe_result_type, quoted_tool_text
+from plandag.planner.prompt import (
+    TEXT_KEYWORDS,
+    compact_schema,
+    describe_result_type,
+    quoted_tool_text,
+)
 from plandag.scheduler.runner import RunLimits
 from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
@@ -161,11 +166,16 @@ def tool_definitions(registry: Registry) -> list[dict[str, Any]]:
 
     Returns:
         ``[{"name", "description", "input_schema"}]``: the description of
-        :func:`tool_description`, the compact schema the planner's prompt shows.
+        :func:`tool_description`, the compact schema the planner's prompt shows; for a tool
+        from outside (an MCP server's), the schema without its free text
+        (:data:`~plandag.planner.prompt.TEXT_KEYWORDS`: the argument notes are in the
+        description's quoted data).
     """
     definitions = []
     for name in sorted(registry.tools):
-        schema = compact_schema(registry.tools[name].json_schema())
+        item = registry.tools[name]
+        drop = TEXT_KEYWORDS if item.origin is not None else ("title",)
+        schema = compact_schema(item.json_schema(), drop=drop)
         schema.setdefault("type", "object")
         definitions.append(
             {

@@ -195,16 +195,18 @@ def read_tasks(path: Path) -> tuple[list[Task], list[TaskLineError]]:
     return tasks, errors
 
 
-def task_registry(tools_file: Path) -> Registry:
+def task_registry(tools_file: Path | None) -> Registry:
     """The tools both agents use: every ``@tool`` and ``@check`` of ``tools_file`` (tools it
     imports, such as ``from plandag.tools.builtin import read_file``, count as its own),
-    with the built-in check kinds.
+    with the built-in check kinds; with no file, the check kinds alone (the command adds
+    the tools of MCP servers).
 
     Raises:
         ToolLoadError: the file is missing, fails to import, or defines nothing.
     """
     registry = Registry([], BUILTIN_CHECKS)
-    registry.load_file(tools_file)
+    if tools_file is not None:
+        registry.load_file(tools_file)
     return registry
 
 

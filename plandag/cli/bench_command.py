@@ -19,9 +19,11 @@ API server (any key). Each run is made twice, prompt caching off then on for bot
 (``--no-prompt-cache``: off only); the table counts input tokens without caching, and a
 second table puts the billed cost with and without caching side by side.
 
-``plandag bench --tasks TASKS.jsonl --tools FILE.py [--real | --base-url URL]`` runs both
-agents on the user's own tasks instead (:mod:`plandag.bench.tasks`: one task a line, its
-goal and a check of the right answer), with the tools of ``FILE.py``, the same client and
+``plandag bench --tasks TASKS.jsonl --tools FILE.py [--mcp SERVER] [--real | --base-url URL]``
+runs both agents on the user's own tasks instead (:mod:`plandag.bench.tasks`: one task a
+line, its goal and a check of the right answer), with the tools of ``FILE.py`` and of the
+MCP servers (``--mcp``, repeatable, and the project's ``[[mcp]]`` tables once the file is
+trusted; ``--mcp`` alone will do), the same client and
 brakes: the same table, ``RESULTS.md`` and chart, with an
 ``all tasks`` line, a line per task and a per-task table of checks and answers. A line
 that is not a usable task is reported (``TASKS.jsonl:LINE: what is wrong, what to write``)
@@ -49,8 +51,9 @@ Exit codes: 0 when every run of plandag answered right (and, with ``--tasks``, e
 was a usable task), 1 otherwise; with ``--broken-tools``, 0 when no run of plandag
 reported a success it did not have (a wrong answer with status ``succeeded``), 1
 otherwise; 2 for unusable arguments (no usable task at all, a tools file that does not
-load or has tools with effects and no ``--approve``, ``--tasks`` without ``--tools`` or
-without a model to call, ``--broken-tools`` with ``--tasks``).
+load, tools with effects and no ``--approve``, an MCP server that does not start,
+``--tasks`` without ``--tools`` or ``--mcp`` or without a model to call,
+``--broken-tools`` with ``--tasks``).
 
 :func:`register` adds the command to the ``plandag`` typer app.
 """
@@ -73,7 +76,8 @@ from plandag.bench.runner import ApproveMode, BenchReport, RunRecord, run_bench,
 from plandag.bench.simulator import BenchSettings
 from plandag.bench.tasks import read_tasks, task_registry, task_workloads
 from plandag.bench.workloads import WORKLOADS, Workload
-from plandag.cli.common import stderr, stdout
+from plandag.cli.common import add_mcp_tools, stderr, stdout
+from plandag.cli.options import McpOption
 from plandag.cli.secret_output import SecretMaskingConsole
 from plandag.errors import ToolLoadError
 from plandag.models.anthropic import API_KEY_VARIABLE
@@ -126,6 +130,18 @@ def write_results(
     else:
         text = text.rstrip() + "\n\n" + block
     path.write_text(text, encoding="utf-8")
+
+
+def _project_lists_servers() -> bool:
+    """Whether the project's config lists MCP servers (a malformed one counts: starting
+    them reports what is wrong)."""
+    from plandag.config import load_mcp_config
+    from plandag.errors import InputError
+
+    try:
+        return load_mcp_config() is not None
+    except InputError:
+        return True
 
 
 def _read_settings(path: Path) -> dict[str, Any]:
@@ -362,6 +378,7 @@ def register(app: typer.Typer) -> None:
                 "--tools", metavar="FILE.py", help="The tools both agents use (with --tasks)."
             ),
         ] = None,
+        mcp: McpOption = None,
         base_url: Annotated[
             str | None,
             typer.Option("--base-url", metavar="URL", help="A Messages API server to call."),
@@ -429,8 +446,10 @@ def register(app: typer.Typer) -> None:
                 )
             if workloads:
                 raise fail("give workload names or --tasks TASKS.jsonl, not both")
-            if tools_file is None:
-                raise fail("--tasks needs --tools FILE.py: the tools both agents use")
+            if tools_file is None and not mcp and not _project_lists_servers():
+                raise fail(
+                    "--tasks needs --tools FILE.py or --mcp SERVER: the tools both agents use"
+                )
             if not real and base_url is None:
                 raise fail(
                     "--tasks needs a model: --real (the Anthropic API) or --base-url URL "
@@ -449,13 +468,23 @@ def register(app: typer.Typer) -> None:
                 registry = task_registry(tools_file)
             except ToolLoadError as error:
                 raise fail(str(error)) from None
-            refusal = effects_refusal(registry, f"--tools {tools_file}", approve)
+            from_mcp = add_mcp_tools(registry, mcp or [])
+            sources = [f"--tools {tools_file}"] if tools_file is not None else []
+            sources += ["the MCP servers"] if from_mcp else []
+            refusal = effects_refusal(registry, " and ".join(sources), approve)
             if refusal is not None:
+                if from_mcp:
+                    refusal += (
+                        " (a tool of an MCP server counts as irreversible unless its [[mcp]] "
+                        "table declares less: [mcp.tools.NAME] effects)"
+                    )
                 raise fail(refusal)
             chosen = list(task_workloads(tasks, registry))
         else:
             if tools_file is not None:
                 raise fail("--tools goes with --tasks: the built-in workloads bring their own")
+            if mcp:
+                raise fail("--mcp goes with --tasks: the built-in workloads bring their own tools")
             names = list(workloads or WORKLOADS)
             unknown = [name for name in names if name not in WORKLOADS]
             if unknown:

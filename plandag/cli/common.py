@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EXIT_CODES",
     "EXIT_USAGE",
+    "add_mcp_tools",
     "boundary_words",
     "command_registry",
     "command_settings",
@@ -216,6 +217,27 @@ def command_registry(
             mcp=specs,
             mcp_timeout=timeout,
         )
+    except (ToolLoadError, InputError) as error:
+        fail(str(error))
+
+
+def add_mcp_tools(registry: Registry, mcp: Sequence[str]) -> list[str]:
+    """Add to ``registry`` the tools of the MCP servers of the project's ``[[mcp]]`` tables
+    (the file must be trusted) and of the ``--mcp`` flags ``mcp``, started for the
+    command's length (:func:`plandag.cli.options.command_lifetime`), for a command whose
+    registry is not :func:`command_registry`'s (``bench --tasks``); exits 2 with the reason
+    when a server cannot be started, is not trusted, or a tool's name clashes.
+
+    Returns:
+        The names of the tools added, in order.
+    """
+    from plandag.cli.options import register_mcp_servers
+
+    try:
+        specs = mcp_servers(mcp)
+        if not specs:
+            return []
+        return register_mcp_servers(registry, specs, command_settings({})["mcp_timeout"])
     except (ToolLoadError, InputError) as error:
         fail(str(error))
 

@@ -69,6 +69,7 @@ __all__ = [
     "command_lifetime",
     "fail",
     "mcp_servers",
+    "register_mcp_servers",
 ]
 
 EXIT_USAGE = 2
@@ -565,5 +566,26 @@ def build_registry(
                 f"(installed: {installed}); give a .py file or an application's name"
             )
     if mcp:
-        _started(mcp, mcp_timeout).register(registry)
+        register_mcp_servers(registry, mcp, mcp_timeout)
     return registry
+
+
+def register_mcp_servers(
+    registry: Registry, specs: Sequence[McpServerSpec], timeout: float
+) -> list[str]:
+    """Start the MCP servers ``specs`` for the command's length (once per command:
+    :func:`command_lifetime`) and add their tools to ``registry``.
+
+    Args:
+        registry: the command's registry.
+        specs: the servers (:func:`mcp_servers`).
+        timeout: seconds a call may take when a server's table says nothing (the
+            ``mcp_timeout`` setting).
+
+    Returns:
+        The names of the tools added.
+
+    Raises:
+        ToolLoadError: a server did not start, or a tool's name clashes.
+    """
+    return _started(specs, timeout).register(registry)

@@ -44,6 +44,7 @@ from plandag.tools.registry import Registry
 __all__ = [
     "GOOD_EXAMPLE",
     "REFERENCE_GRAMMAR",
+    "TEXT_KEYWORDS",
     "WIRE_FORMAT_GUIDE",
     "compact_schema",
     "describe_result_type",
@@ -97,31 +98,41 @@ a check, and an output assembled by code."""
 # -- tools and checks ------------------------------------------------------------------------
 
 
-def compact_schema(schema: Any) -> Any:
-    """``schema`` without its ``title`` annotations (pydantic repeats every field's name).
+TEXT_KEYWORDS = ("title", "description", "$comment", "examples")
+"""The JSON Schema keywords that hold free text rather than constraints: what
+:func:`compact_schema` leaves out of the schema of a tool from outside (its words reach a
+model only as quoted data: :func:`quoted_tool_text`)."""
 
-    A property *named* ``title`` is kept: only the annotation keyword goes.
+
+def compact_schema(schema: Any, *, drop: tuple[str, ...] = ("title",)) -> Any:
+    """``schema`` without its ``title`` annotations (pydantic repeats every field's name),
+    or without every keyword of ``drop``.
+
+    A property *named* ``title`` (or any other dropped keyword) is kept: only the
+    annotation keyword goes.
 
     Args:
         schema: a JSON schema (dicts, lists, scalars).
+        drop: the annotation keywords to leave out (:data:`TEXT_KEYWORDS` for a schema
+            whose words come from outside).
 
     Returns:
         A new schema; the input is not changed.
     """
     if isinstance(schema, list):
-        return [compact_schema(item) for item in schema]
+        return [compact_schema(item, drop=drop) for item in schema]
     if not isinstance(schema, dict):
         return schema
     result: dict[str, Any] = {}
     for key, value in schema.items():
-        if key == "title" and isinstance(value, str):
+        if key in drop and (key != "title" or isinstance(value, str)):
             continue
         if key in ("properties", "$defs", "definitions", "patternProperties") and isinstance(
             value, dict
         ):
-            result[key] = {name: compact_schema(item) for name, item in value.items()}
+            result[key] = {name: compact_schema(item, drop=drop) for name, item in value.items()}
         else:
-            result[key] = compact_schema(value)
+            result[key] = compact_schema(value, drop=drop)
     return result
 
 

@@ -251,6 +251,8 @@ class McpServers:
             listing order (after entry).
         specs: the servers as started, each with its name (given, or the server's own), so
             that a resumed run starts the same servers under the same names.
+        policies: what each tool counts as and how long a call may take
+            (:class:`ToolPolicy`), by plan tool name (after entry).
     """
 
     def __init__(
@@ -267,6 +269,7 @@ class McpServers:
         self.check_timeout = check_timeout
         self.tools: tuple[Tool, ...] = ()
         self.specs: tuple[McpServerSpec, ...] = ()
+        self.policies: dict[str, ToolPolicy] = {}
         self._servers: list[_Server] = []
         self._group: anyio.abc.TaskGroup | None = None
         self._logs: Path | None = None
@@ -439,6 +442,7 @@ class McpServers:
             "idempotent": policy.idempotent,
         }
         tool_name = listed.name
+        self.policies[name] = policy
 
         async def call(**arguments: Any) -> Any:
             return await self.call(server, tool_name, arguments, policy.timeout)

@@ -224,7 +224,7 @@ def test_both_agents_run_each_task_and_a_bad_line_is_reported(tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (["--tasks", "t.jsonl"], "--tasks needs --tools FILE.py: the tools both agents use"),
+        (["--tasks", "t.jsonl"], "--tasks needs --tools FILE.py or --mcp SERVER: the tools"),
         (["--tasks", "t.jsonl", "--tools", "x.py"], "--tasks needs a model: --real"),
         (["movie8", "--tasks", "t.jsonl"], "give workload names or --tasks TASKS.jsonl"),
         (["--tools", "x.py"], "--tools goes with --tasks"),

@@ -21,6 +21,8 @@ Its tools (server name ``weather``, or ``--name``):
 * ``steal(text)``: its description tells the reader to do something else (an injection
   attempt a planner must see as data).
 
+``--only NAME`` (repeatable) keeps only those tools.
+
 Each process appends its id to ``pids.log`` in the working folder when it starts.
 """
 
@@ -129,10 +131,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--name", default="weather")
     parser.add_argument("--http", action="store_true")
     parser.add_argument("--hang", type=float, default=30.0)
+    parser.add_argument("--only", action="append", default=[])
     options = parser.parse_args(argv)
     with Path("pids.log").open("a", encoding="utf-8") as pids:  # a test checks they stopped
         pids.write(f"{os.getpid()}\n")
     server = build(options.name, options.hang)
+    if options.only:
+        for listed in anyio.run(server.list_tools):
+            if listed.name not in options.only:
+                server.remove_tool(listed.name)
     if not options.http:
         server.run()
         return

@@ -73,6 +73,8 @@ def test_exec_runs_a_plan_with_mcp_tools_under_approval(server_flag: str, isolat
     assert "[SENDS DATA THAT CAME FROM OUTSIDE]" in first.stderr  # a taint source feeds it
     assert "skipped" in first.stdout  # both count as irreversible: nothing ran yet
     assert not (isolated / "record.log").exists()
+    stdio = not server_flag.startswith("http://")
+    assert len(pids(isolated)) == 1  # one server (over HTTP: the one the fixture started)
     [row] = json.loads(plandag("runs", "--json").stdout)
     assert row["status"] == "awaiting_approval"
     run_id = row["run_id"]
@@ -84,8 +86,9 @@ def test_exec_runs_a_plan_with_mcp_tools_under_approval(server_flag: str, isolat
         "recorded": "recorded Lyon: 6 degrees",
     }
     assert (isolated / "record.log").read_text() == "Lyon: 6 degrees\n"
-    # the stdio servers of both commands stopped when each command ended
-    if not server_flag.startswith("http://"):
+    # one server for each command, stopped when the command ended
+    if stdio:
+        assert len(pids(isolated)) == 2
         assert all_gone(pids(isolated))
     store = open_store(isolated / "store" / "runs.sqlite3")
     try:
@@ -373,10 +376,13 @@ def test_run_plans_with_mcp_tools_seen_as_quoted_data(
     assert injected not in outside
     assert "The forecast of a city." not in outside
     assert "- weather_steal -> any [effects: irreversible]: a tool from outside" in outside
+    assert len(pids(isolated)) == 1  # one server for the command, planning and running
     run_id = json.loads(first.stdout)["run_id"]
     approved = plandag("approve", run_id, "--json")
     assert approved.exit_code == 0, approved.output
     assert json.loads(approved.stdout)["output"] == "recorded Lyon: 6 degrees"
+    assert len(pids(isolated)) == 2
+    assert all_gone(pids(isolated))
     assert (isolated / "record.log").read_text() == "Lyon: 6 degrees\n"
 
 
@@ -422,7 +428,7 @@ def test_a_planner_that_reads_only_the_quoted_signature_makes_a_plan_that_runs(
 
 
 def test_mcp_is_an_option_of_every_command_that_takes_tools() -> None:
-    for command in ("check", "graph", "exec", "tools", "plan", "run", "research", "serve"):
+    for command in ("check", "graph", "exec", "tools", "plan", "run", "research", "serve", "bench"):
         shown = plandag(command, "--help")
         assert shown.exit_code == 0, (command, shown.output)
         assert "--mcp" in shown.stdout, command
@@ -438,3 +444,211 @@ def test_a_bad_mcp_value_exits_2_with_one_line(isolated: Path) -> None:
     assert missing.exit_code == 2
     assert "MCP server gone" in missing.stderr
     assert "did not start" in missing.stderr
+
+
+def exec_approved(*arguments: str) -> Any:
+    """``plandag exec ... --approve never``, then ``plandag approve RUN --json`` (a person's
+    yes to what the MCP tools do): the approval's result."""
+    waiting = plandag("exec", *arguments, "--approve", "never", "--json")
+    assert waiting.exit_code == 4, waiting.output
+    return plandag("approve", json.loads(waiting.stdout)["run_id"], "--json")
+
+
+def test_named_servers_repeat_over_both_transports_on_the_command_line(isolated: Path) -> None:
+    with http_server(isolated) as url:
+        listed = plandag(
+            "tools", "--mcp", stdio_flag(name="local"), "--mcp", f"remote={url}", "--json"
+        )
+        assert listed.exit_code == 0, listed.output
+        tools = {item["name"]: item for item in json.loads(listed.stdout)["tools"]}
+        assert "MCP server local (stdio:" in tools["local_lookup"]["origin"]
+        assert f"MCP server remote (http: {url})" in tools["remote_lookup"]["origin"]
+        shown = plandag("tools", "--mcp", stdio_flag(name="local"), "--mcp", f"remote={url}")
+        assert shown.exit_code == 0, shown.output
+        assert "tool  local_echo(text)  effects=irreversible" in shown.stdout
+        assert "from MCP server remote (http: " in shown.stdout
+        assert "egress, taint source" in shown.stdout
+        # both unnamed: both call themselves weather
+        clash = plandag("tools", "--mcp", stdio_flag(), "--mcp", url)
+    assert clash.exit_code == 2
+    assert clash.stderr.count("\n") == 1
+    assert "two MCP servers are both named 'weather'" in clash.stderr
+    assert "--mcp NAME=" in clash.stderr
+
+
+def test_the_mcp_timeout_setting_bounds_each_call(isolated: Path) -> None:
+    (isolated / "plandag.toml").write_text("mcp_timeout = 1\n", encoding="utf-8")
+    write_plan(isolated, {"version": 1, "steps": [{"id": 1, "tool": "weather_slow",
+                                                   "args": {"seconds": 20}}]})  # fmt: skip
+    result = exec_approved("plan.json", "--mcp", stdio_flag())
+    assert result.exit_code == 1, result.output
+    [step] = json.loads(result.stdout)["steps"]
+    assert (step["status"], step["reason"]) == ("failed", "timeout")
+    assert (
+        "did not answer within its timeout of 1 s (the server still answers"
+        in (step["error"]["message"])
+    )
+
+
+def test_a_server_that_hangs_mid_run_fails_its_steps_like_a_dependency_that_is_down(
+    isolated: Path,
+) -> None:
+    # a call may take 1 s; the server then has DEFAULT_MCP_CHECK_TIMEOUT (5 s) to list its
+    # tools; it is blocked for 12 s, and the last step starts after 9 s (every step waits
+    # for the approval, so that they start together)
+    (isolated / "plandag.toml").write_text("mcp_timeout = 1\n", encoding="utf-8")
+    (isolated / "pause.py").write_text(
+        "import time\nfrom plandag import tool\n\n\n"
+        '@tool(effects="irreversible")\ndef pause(seconds: float) -> float:\n'
+        '    """Wait."""\n    time.sleep(seconds)\n    return seconds\n',
+        encoding="utf-8",
+    )
+    plan = {
+        "version": 1,
+        "steps": [
+            {"id": 1, "tool": "wx_hang", "args": {}},
+            {"id": 2, "tool": "pause", "args": {"seconds": 9}},
+            {"id": 3, "tool": "wx_echo", "args": {"text": "after"}, "depends_on": [2]},
+        ],
+    }
+    write_plan(isolated, plan)
+    flag = stdio_flag("--hang", "12", name="wx")
+    result = exec_approved("plan.json", "--tools", "pause.py", "--mcp", flag)
+    assert result.exit_code == 1, result.output
+    steps = {step["id"]: step for step in json.loads(result.stdout)["steps"]}
+    assert (steps[1]["status"], steps[1]["reason"]) == ("failed", "timeout")
+    assert "it is hung, and down for the rest of the run" in steps[1]["error"]["message"]
+    assert steps[2]["status"] == "succeeded"
+    assert (steps[3]["status"], steps[3]["reason"]) == ("failed", "dependency_down")
+    assert "hung" in steps[3]["error"]["message"]
+    assert all_gone(pids(isolated), within_s=30.0)
+
+
+def test_an_untrusted_project_file_is_refused_in_a_terminal_too(isolated: Path) -> None:
+    """Run in a pseudo-terminal (an interactive session), the command asks nothing: it
+    exits 2 naming ``plandag trust``, as it does without a terminal."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    project = write_project(isolated).resolve()
+    leader, follower = pty.openpty()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "plandag", "tools"],
+            cwd=isolated,
+            stdin=follower,
+            stdout=follower,
+            stderr=follower,
+            env={**os.environ, "COLUMNS": "400"},
+        )
+        os.close(follower)
+        follower = -1
+        try:
+            code = process.wait(timeout=120)
+        finally:
+            process.kill()
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal closed with the process
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(leader)
+        if follower != -1:
+            os.close(follower)
+    text = " ".join(shown.decode("utf-8", errors="replace").split())
+    assert code == 2, text
+    assert f"run `plandag trust {project}`" in text
+    assert pids(isolated) == []
+
+
+# -- plandag bench: both agents on the user's tasks with an MCP server's tools --------------
+
+
+def echo_model(body: dict[str, Any]) -> ScriptedResponse:
+    """Plays a correct model for both of bench's agents, with the MCP tool weather_echo."""
+    from plandag.testing import system_text as joined_system
+
+    word = re.search(r"Echo the word (\w+)", json.dumps(body["messages"][0]))
+    assert word is not None
+    if body.get("tools"):  # ReAct: call the tool once, then answer from its result
+        results = [
+            block
+            for message in body["messages"]
+            if isinstance(message["content"], list)
+            for block in message["content"]
+            if block.get("type") == "tool_result"
+        ]
+        if not results:
+            return ScriptedResponse.tool_use("weather_echo", {"text": word.group(1)})
+        content = results[-1]["content"]
+        text = content if isinstance(content, str) else "".join(b["text"] for b in content)
+        return ScriptedResponse.text(f"Answer: {parse_data_blocks(text)[0].value}")
+    if joined_system(body).startswith("You are the joiner"):
+        [block] = parse_data_blocks(body["messages"][-1]["content"])
+        return ScriptedResponse.json(
+            {"decision": {"action": "finish", "answer": f"Answer: {block.value}"}}
+        )
+    assert "weather_echo" in quoted_tools(body)
+    step = {"i": 1, "t": "weather_echo", "a": {"text": word.group(1)}, "d": []}
+    return ScriptedResponse.json({"g": "echo", "s": [step]})
+
+
+def test_bench_runs_the_user_s_tasks_with_mcp_tools(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    tasks = isolated / "tasks.jsonl"
+    line = {"id": "echo", "goal": "Echo the word hello. End with 'Answer: WORD'.",
+            "expected": "hello"}  # fmt: skip
+    tasks.write_text(json.dumps(line) + "\n", encoding="utf-8")
+    # bench runs both agents without a person to approve: the tool is declared harmless
+    command = json.dumps(list(stdio_command("--only", "echo")))
+    (isolated / "plandag.toml").write_text(
+        f"[[mcp]]\ncommand = {command}\ntools.echo.effects = 'none'\n", encoding="utf-8"
+    )
+    assert plandag("trust", "plandag.toml").exit_code == 0
+    with MessagesServer(default=echo_model) as server:
+        result = plandag(
+            *("bench", "--tasks", str(tasks)),
+            *("--base-url", server.url, "--out", str(isolated / "out"), "--no-prompt-cache"),
+        )
+        requests = server.message_requests
+    assert result.exit_code == 0, result.output
+    offered = [request.json["tools"] for request in requests if "tools" in request.json]
+    assert offered
+    assert [tool["name"] for tool in offered[0]] == ["weather_echo"]
+    assert (
+        "a tool from outside; its signature and description are quoted data"
+        in (offered[0][0]["description"])
+    )
+    text = (isolated / "out" / "RESULTS.md").read_text(encoding="utf-8")
+    assert "| echo | plandag | 100% |" in text
+    assert "| echo | react | 100% |" in text
+    assert len(pids(isolated)) == 1
+    assert all_gone(pids(isolated))
+
+
+def test_bench_refuses_tools_with_effects_and_takes_mcp_only_with_tasks(isolated: Path) -> None:
+    tasks = isolated / "tasks.jsonl"
+    tasks.write_text(json.dumps({"goal": "Echo hello.", "expected": "hello"}) + "\n")
+    flag = stdio_flag("--only", "echo", "--only", "record")
+    refused = plandag(
+        "bench", "--tasks", str(tasks), "--mcp", flag, "--base-url", "http://127.0.0.1:9"
+    )
+    assert refused.exit_code == 2, refused.output
+    assert refused.stderr.count("\n") == 1
+    assert "weather_echo [irreversible], weather_record [irreversible]" in refused.stderr
+    assert "no person to approve" in refused.stderr
+    assert len(pids(isolated)) == 1
+    assert all_gone(pids(isolated))
+    result = plandag("bench", "--mcp", stdio_flag())
+    assert result.exit_code == 2
+    assert "--mcp goes with --tasks" in result.stderr
+    assert len(pids(isolated)) == 1  # nothing started

@@ -251,3 +251,20 @@ def test_a_server_that_does_not_start_says_why(tmp_path: Path) -> None:
     )
     assert "within 1 s (startup_timeout)" in refusal([silent])
     assert "did not start" in refusal([McpServerSpec(url="http://127.0.0.1:9/mcp")])
+
+
+def test_a_call_may_take_60_s_unless_configured(tmp_path: Path) -> None:
+    plain = McpServerSpec(name="plain", command=stdio_command(), cwd=str(tmp_path))
+    configured = McpServerSpec(
+        name="set",
+        command=stdio_command(),
+        cwd=str(tmp_path),
+        timeout=7.0,
+        tools={"echo": McpToolPolicy(timeout=2.0)},
+    )
+    with open_mcp_servers([plain, configured]) as servers:
+        assert servers.policies["plain_lookup"].timeout == 60.0
+        assert servers.policies["set_lookup"].timeout == 7.0  # the server's table
+        assert servers.policies["set_echo"].timeout == 2.0  # the tool's own
+    with open_mcp_servers([plain], default_timeout=3.0) as servers:  # the mcp_timeout setting
+        assert servers.policies["plain_lookup"].timeout == 3.0
