@@ -29,7 +29,18 @@ ROOT = Path(__file__).resolve().parent.parent
 #: layer or below. Each name is a part of ``plandag`` (a subpackage or a module); ``plandag``
 #: itself is its package face, which defines the version and imports its names lazily.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("plandag", "dag", "errors", "config", "lazy", "surrogates", "brakes", "access", "telemetry"),
+    (
+        "plandag",
+        "dag",
+        "errors",
+        "config",
+        "trust",
+        "lazy",
+        "surrogates",
+        "brakes",
+        "access",
+        "telemetry",
+    ),
     ("tools", "checks"),
     ("compiler",),
     ("models",),
