@@ -644,8 +644,9 @@ def test_bench_refuses_tools_with_effects_and_takes_mcp_only_with_tasks(isolated
     )
     assert refused.exit_code == 2, refused.output
     assert refused.stderr.count("\n") == 1
-    assert "weather_echo [irreversible], weather_record [irreversible]" in refused.stderr
-    assert "no person to approve" in refused.stderr
+    assert "tools weather_echo (irreversible), weather_record (irreversible)" in refused.stderr
+    assert "the benchmark runs unattended" in refused.stderr
+    assert "[mcp.tools.NAME] effects" in refused.stderr
     assert len(pids(isolated)) == 1
     assert all_gone(pids(isolated))
     result = plandag("bench", "--mcp", stdio_flag())
