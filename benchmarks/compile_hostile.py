@@ -36,19 +36,21 @@ CASES = ("dup-default", "dup-raised", "refs-5mb")
 REPEATS = 3
 
 
-def _plan(case: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def _plan(case: str, scale: float = 1.0) -> tuple[dict[str, Any], dict[str, Any]]:
     step = {"id": 1, "tool": "json_select", "args": {"data": {"n": 1}, "expr": "n"}}
+    steps = max(1, round(10_000 * scale))
     if case == "dup-default":
-        return {"version": 1, "goal": "dup", "steps": [step] * 10_000}, {}
+        return {"version": 1, "goal": "dup", "steps": [step] * steps}, {}
     if case == "dup-raised":
-        return {"version": 1, "goal": "dup", "steps": [step] * 10_000}, {"max_steps": 10_000}
-    data = "<step_x_result>" * 333_334
+        return {"version": 1, "goal": "dup", "steps": [step] * steps}, {"max_steps": steps}
+    data = "<step_x_result>" * max(1, round(333_334 * scale))
     refs = {"id": 1, "tool": "json_select", "args": {"data": data, "expr": "n"}}
     return {"version": 1, "goal": "refs", "steps": [refs]}, {}
 
 
-def measure() -> dict[str, Any]:
-    """Run every case in this process (with whatever plandag is importable)."""
+def measure(scale: float = 1.0) -> dict[str, Any]:
+    """Run every case in this process (with whatever plandag is importable); ``scale``:
+    the fraction of the steps and references the cases hold (1.0: as described above)."""
     from plandag.compiler import compile_plan
     from plandag.errors import PlanError
     from plandag.tools.registry import default_registry
@@ -56,7 +58,7 @@ def measure() -> dict[str, Any]:
     registry = default_registry()
     results: dict[str, Any] = {}
     for case in CASES:
-        plan, options = _plan(case)
+        plan, options = _plan(case, scale)
         text = json.dumps(plan)
         compile_s: list[float] = []
         report_s: list[float] = []
@@ -83,10 +85,10 @@ def measure() -> dict[str, Any]:
     return results
 
 
-def _run_side(source: Path) -> dict[str, Any]:
+def _run_side(source: Path, scale: float = 1.0) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=str(source))
     done = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--measure"],
+        [sys.executable, str(Path(__file__).resolve()), "--measure", "--scale", str(scale)],
         env=env,
         capture_output=True,
         text=True,
@@ -126,19 +128,22 @@ def _shown(side: dict[str, Any] | None, case: str, key: str) -> str:
     return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", metavar="REV", help="a git revision to compare with")
+    parser.add_argument(
+        "--scale", type=float, default=1.0, help="fraction of the cases' sizes (default 1)"
+    )
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
-    arguments = parser.parse_args()
+    arguments = parser.parse_args(argv)
     if arguments.measure:
-        print(json.dumps(measure()))
+        print(json.dumps(measure(arguments.scale)))
         return
-    after = _run_side(ROOT)
+    after = _run_side(ROOT, arguments.scale)
     before: dict[str, Any] | None = None
     if arguments.before:
         with tempfile.TemporaryDirectory() as folder:
-            before = _run_side(_export(arguments.before, Path(folder)))
+            before = _run_side(_export(arguments.before, Path(folder)), arguments.scale)
     rows = [("case", "figure", f"before ({arguments.before})" if before else "-", "after")]
     for case in CASES:
         for key, label in (

@@ -8,12 +8,13 @@ estimates (characters / 4: system prompt and messages in, the reply out), counte
 contract; a real model's tokenizer and replies differ, so these are estimates. Dollars at
 Claude Haiku 4.5's price ($1 / $5 per million input / output tokens).
 
-Run: ``.venv/bin/python benchmarks/contracts_tokens.py``; prints one JSON line per contract,
-then the totals.
+Run: ``.venv/bin/python benchmarks/contracts_tokens.py [--contracts N]`` (``N``: the first N
+of the four, all by default); prints one JSON line per contract, then the totals.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import tempfile
 from pathlib import Path
@@ -31,9 +32,12 @@ from plandag.testing import MessagesServer
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "contracts"
 
 
-async def measure() -> dict[str, dict[str, int]]:
+async def measure(contracts: int | None = None) -> dict[str, dict[str, int]]:
+    """Extract the first ``contracts`` shipped contracts (None: all four) against the
+    scripted server; return the server's token counts per contract."""
     scripted = ScriptedContracts(EXAMPLES / "cuad_labels.jsonl")
     inputs = [*sorted(EXAMPLES.glob("cuad_*.txt")), EXAMPLES / "apsantos_modelo-de-contrato.md"]
+    inputs = inputs[:contracts]
     with MessagesServer(default=scripted) as server, tempfile.TemporaryDirectory() as folder:
         client = AnthropicClient(api_key="local", base_url=server.url)
         try:
@@ -54,8 +58,12 @@ async def measure() -> dict[str, dict[str, int]]:
     return scripted.usage
 
 
-def main() -> None:
-    usage = anyio.run(measure)
+def main(argv: list[str] | None = None) -> None:
+    """Parse ``--contracts``, measure, print the JSON lines."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--contracts", type=int, help="the first N contracts only")
+    options = parser.parse_args(argv)
+    usage = anyio.run(measure, options.contracts)
     totals = {"calls": 0, "input_tokens": 0, "output_tokens": 0}
     for name, counts in sorted(usage.items()):
         shown = "apsantos_modelo-de-contrato.md (no labels)" if name == "(unlabelled)" else name

@@ -7,9 +7,11 @@ token 0.5 s, 50 output tokens per second; input tokens are the server's estimate
 prompt, characters / 4, priced as claude-sonnet-4-6 and claude-haiku-4-5), then run again on
 two other invoices: once with ``task_type`` (no model call), once routed (one call to the
 executor model). Prints one JSON line per run: requests the server received, model calls,
-US dollars on models, seconds. Run: ``.venv/bin/python benchmarks/library_reuse.py``.
+US dollars on models, seconds. Run: ``.venv/bin/python benchmarks/library_reuse.py
+[--ttft SECONDS] [--tokens-per-second N]`` (the server's speed; 0.5 and 50 by default).
 """
 
+import argparse
 import json
 import tempfile
 import time
@@ -64,10 +66,11 @@ def figures(label: str, result: AgentResult, requests: int, seconds: float) -> d
     }
 
 
-async def main() -> None:
+async def measure(ttft: float = 0.5, tokens_per_second: float = 50.0) -> None:
+    """Plan once, reuse twice against the server at this speed; print a JSON line per run."""
     with (
         tempfile.TemporaryDirectory() as folder,
-        MessagesServer(ttft=0.5, tokens_per_second=50.0) as server,
+        MessagesServer(ttft=ttft, tokens_per_second=tokens_per_second) as server,
     ):
         store = open_store(Path(folder) / "runs.sqlite3")
         client = AnthropicClient(api_key="local", base_url=server.url)
@@ -80,8 +83,14 @@ async def main() -> None:
             library=PlanLibrary(store),
         )
         server.push_json(PLAN)
-        server.push_json(
-            {"task_type": "invoice_total", "new": False, "params": [f"input={INVOICES[2]}"]}
+        server.push_json(  # the routing call's answer (plandag.library.routing)
+            {
+                "route": {
+                    "task_type": "invoice_total",
+                    "new": False,
+                    "params": {"input": str(INVOICES[2])},
+                }
+            }
         )
         runs = (
             ("first (planned)", f"Total of {INVOICES[0].name}", INVOICES[0], "invoice_total"),
@@ -101,5 +110,14 @@ async def main() -> None:
             store.close()
 
 
+def main(argv: list[str] | None = None) -> None:
+    """Parse the server's speed, measure, print."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--ttft", type=float, default=0.5, help="seconds to the first token")
+    parser.add_argument("--tokens-per-second", type=float, default=50.0, help="output speed")
+    options = parser.parse_args(argv)
+    anyio.run(measure, options.ttft, options.tokens_per_second)
+
+
 if __name__ == "__main__":
-    anyio.run(main)
+    main()

@@ -81,16 +81,23 @@ def once(delay: float, sequential: bool, folder: Path) -> dict[str, Any]:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Parse ``--delay``, run both modes, print them and the ratio."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--delay", type=float, default=0.5, help="seconds before each reply")
-    options = parser.parse_args()
+    options = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="plandag-research-bench-") as name:
         folder = Path(name)
+        saved = os.environ.get("PLANDAG_STORE")
         os.environ["PLANDAG_STORE"] = str(folder / "default.sqlite3")
-        parallel = once(options.delay, False, folder)
-        sequential = once(options.delay, True, folder)
+        try:
+            parallel = once(options.delay, False, folder)
+            sequential = once(options.delay, True, folder)
+        finally:
+            if saved is None:
+                os.environ.pop("PLANDAG_STORE", None)
+            else:
+                os.environ["PLANDAG_STORE"] = saved
     print(json.dumps(parallel))
     print(json.dumps(sequential))
     ratio = sequential["makespan_s"] / parallel["makespan_s"]

@@ -2,14 +2,16 @@
 
 Usage (from the repository root)::
 
-    .venv/bin/python benchmarks/run.py            # full run, about 2.5 minutes with langgraph
-    .venv/bin/python benchmarks/run.py --quick    # smaller sizes, fewer repetitions, < 40 s
+    .venv/bin/python benchmarks/run.py            # full run, about 4 minutes with langgraph
+    .venv/bin/python benchmarks/run.py --quick    # smaller sizes, fewer repetitions, about 1 min
+    .venv/bin/python benchmarks/run.py --tiny     # a few steps: the harness runs (seconds)
     .venv/bin/python benchmarks/run.py --json figures.json   # also write every raw figure
 
-Columns: ``measurement``, ``plandag``, ``baseline`` (the bare anyio loop, plain lxml
-code, or a LangGraph ``StateGraph`` when the optional ``bench`` group is installed),
-``ratio`` (plandag / baseline), ``target`` and ``met?``. Each figure is the median over
-the repetitions. See ``benchmarks/README.md`` for what each row means.
+Columns: ``measurement``, ``measured`` (plandag's figure, or the contender the row names),
+``baseline`` (the bare anyio loop, plain lxml code, or a LangGraph ``StateGraph`` when the
+optional ``bench`` group is installed), ``ratio`` (measured / baseline), ``target`` and
+``met?``. Each figure is the median over the repetitions. The load average is printed
+before and after the run. See ``benchmarks/README.md`` for what each row means.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import json
 import os
 import platform
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +32,13 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make ``benchmarks`` and ``plandag`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.cpu_bench import (
+    CONTENDERS,
+    CpuFigures,
+    load_average,
+    measure_cpu,
+    measure_durable_makespan,
+)
 from benchmarks.extract_bench import measure_extract, valid_invoice_files
 from benchmarks.langgraph_bench import (
     LANGGRAPH_MISSING,
@@ -46,6 +56,10 @@ from benchmarks.scheduler_bench import (
 MAKESPAN_TARGET = 1.02
 EXTRACT_TARGET = 0.5
 BRAKES_TARGET = 1.5
+#: store+trace on (as ``exec`` wires them): CPU per step at most this × the bare loop's
+DURABLE_CPU_TARGET = 3.0
+#: store+trace on: makespan ÷ critical path of the random DAG
+DURABLE_MAKESPAN_TARGET = 1.01
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,10 +75,20 @@ class Settings:
     #: runs of each system in the plandag-vs-LangGraph comparison (same DAG size and seed
     #: as the makespan rows); about 15 s per repetition at 1000 steps
     langgraph_repetitions: int = 3
+    #: chain length and fan-out width of the CPU rows (``benchmarks/cpu_bench.py``)
+    cpu_size: int = 1000
+    #: interleaved repetitions of the CPU rows and of the durable makespan
+    cpu_repetitions: int = 5
+    #: NF-e files extracted (None: every valid one)
+    extract_files: int | None = None
 
 
 FULL = Settings(1000, 15, 1000, 5, 15)
-QUICK = Settings(1000, 5, 300, 1, 5, langgraph_repetitions=1)
+QUICK = Settings(1000, 5, 300, 1, 5, langgraph_repetitions=1, cpu_repetitions=2)
+#: a few steps and one repetition of everything: proves the harness runs, figures meaningless
+TINY = Settings(
+    20, 1, 12, 1, 1, langgraph_repetitions=1, cpu_size=20, cpu_repetitions=1, extract_files=2
+)
 
 
 @dataclasses.dataclass
@@ -97,13 +121,17 @@ def _median(values: list[float]) -> float:
 
 
 def run(settings: Settings, progress: bool = True) -> tuple[list[Row], dict[str, Any]]:
-    """Run the three benchmarks; return the table rows and every raw figure."""
+    """Run the benchmarks; return the table rows and every raw figure."""
     rows: list[Row] = []
     raw: dict[str, Any] = {"settings": dataclasses.asdict(settings)}
 
     def say(text: str) -> None:
         if progress:
             print(text, file=sys.stderr, flush=True)
+
+    # 0. CPU per step of the whole process, store+trace on and off, LangGraph, bare anyio.
+    with tempfile.TemporaryDirectory(prefix="plandag-run-bench-") as folder:
+        rows.extend(_cpu_rows(settings, raw, say, Path(folder)))
 
     # 1. Per-step dispatch overhead.
     raw["dispatch"] = []
@@ -186,7 +214,124 @@ def run(settings: Settings, progress: bool = True) -> tuple[list[Row], dict[str,
     rows.extend(_langgraph_rows(settings, raw, say))
 
     # 3. NF-e documents per second, one core.
-    files = valid_invoice_files()
+    rows.append(_extract_row(settings, raw, say))
+    raw["rows"] = [dataclasses.asdict(row) | {"ratio": row.ratio} for row in rows]
+    return rows, raw
+
+
+def _cpu_rows(
+    settings: Settings, raw: dict[str, Any], say: Callable[[str], None], folder: Path
+) -> list[Row]:
+    """CPU µs per step of every contender of ``benchmarks/cpu_bench.py`` on the chain and
+    the fan-out, against the bare loop (and store+trace on against LangGraph), then the
+    durable makespan ÷ critical path; fills ``raw["cpu"]`` and ``raw["durable_makespan"]``."""
+    rows: list[Row] = []
+    raw["cpu"] = []
+    shapes: tuple[Shape, ...] = ("chain", "wide")
+    for shape in shapes:
+        say(
+            f"cpu: {shape} of {settings.cpu_size} no-op steps, {len(CONTENDERS)} contenders "
+            f"× {settings.cpu_repetitions}, interleaved..."
+        )
+        figures = measure_cpu(shape, folder, settings.cpu_size, settings.cpu_repetitions)
+        raw["cpu"].append(dataclasses.asdict(figures))
+        rows.extend(_cpu_shape_rows(figures))
+    say(
+        f"durable makespan: {settings.makespan_size}-step random DAG, store+trace on and "
+        f"bare, {settings.cpu_repetitions} run(s) of each..."
+    )
+    makespan = measure_durable_makespan(
+        folder, settings.makespan_size, settings.seed, settings.cpu_repetitions
+    )
+    raw["durable_makespan"] = dataclasses.asdict(makespan) | {
+        "whole_ratios": makespan.whole_ratios(),
+        "run_ratios": makespan.run_ratios(),
+        "bare_ratios": makespan.bare_ratios(),
+    }
+    bare = _median(makespan.bare_ratios())
+    label = (
+        f"makespan / critical path, {makespan.steps}-step random DAG, store+trace on "
+        f"(critical path ≈ {_median(makespan.critical_path_s):.2f} s)"
+    )
+    for ratios, what in (
+        (makespan.whole_ratios(), "start_run's wall time"),
+        (makespan.run_ratios(), "the run's own duration"),
+    ):
+        ratio = _median(ratios)
+        rows.append(
+            Row(
+                f"{label}, {what}",
+                ratio,
+                bare,
+                "×",
+                f"≤ {DURABLE_MAKESPAN_TARGET}",
+                ratio <= DURABLE_MAKESPAN_TARGET,
+            )
+        )
+    return rows
+
+
+def _cpu_shape_rows(figures: CpuFigures) -> list[Row]:
+    size = figures.steps if figures.shape == "chain" else figures.steps - 2
+    label = f"{size}-step chain" if figures.shape == "chain" else f"wide 1→{size}→1"
+    bare = figures.cpu_us("bare")
+    durable = figures.cpu_us("durable")
+    rows = [
+        Row(
+            f"CPU, {label}, store+trace on (as exec)",
+            durable,
+            bare,
+            "µs/step",
+            f"ratio ≤ {DURABLE_CPU_TARGET:g}",
+            durable / bare <= DURABLE_CPU_TARGET,
+        )
+    ]
+    if "langgraph" in figures.cpu_s:
+        langgraph = figures.cpu_us("langgraph")
+        rows.append(
+            Row(
+                f"CPU, {label}, store+trace on (as exec), baseline LangGraph in memory",
+                durable,
+                langgraph,
+                "µs/step",
+                "ratio < 1",
+                durable < langgraph,
+            )
+        )
+    else:
+        rows.append(
+            Row(
+                f"CPU, {label}, store+trace on (as exec), baseline LangGraph in memory",
+                durable,
+                None,
+                "µs/step",
+                "ratio < 1",
+                None,
+                LANGGRAPH_MISSING,
+            )
+        )
+    for contender, what in (
+        ("inline", "store+trace off, inline no-op"),
+        ("async", "store+trace off, async no-op"),
+        ("langgraph", "LangGraph StateGraph in memory (not plandag)"),
+    ):
+        if contender in figures.cpu_s:
+            rows.append(Row(f"CPU, {label}, {what}", figures.cpu_us(contender), bare, "µs/step"))
+    return rows
+
+
+def _extract_row(settings: Settings, raw: dict[str, Any], say: Callable[[str], None]) -> Row:
+    """NF-e documents per second, plandag against the plain lxml loop; fills
+    ``raw["extract"]`` (None, and a row saying so, when the shared data is missing)."""
+    label = "NF-e extraction"
+    try:
+        files = valid_invoice_files()
+    except FileNotFoundError as error:
+        say(f"extract: {error}")
+        raw["extract"] = None
+        return Row(label, None, None, "docs/s", f"ratio ≥ {EXTRACT_TARGET}", None, "no data")
+    if settings.extract_files is not None:
+        files = files[: settings.extract_files]
     say(f"extract: {len(files)} NF-e files, {settings.extract_repetitions} passes of each...")
     extract = measure_extract(files, settings.extract_repetitions)
     raw["extract"] = dataclasses.asdict(extract) | {
@@ -196,18 +341,14 @@ def run(settings: Settings, progress: bool = True) -> tuple[list[Row], dict[str,
     }
     plandag_rate = extract.rate(extract.plandag_s)
     plain_rate = extract.rate(extract.plain_s)
-    rows.append(
-        Row(
-            f"NF-e extraction, {len(files)} files, jobs=1",
-            plandag_rate,
-            plain_rate,
-            "docs/s",
-            f"ratio ≥ {EXTRACT_TARGET}",
-            plandag_rate / plain_rate >= EXTRACT_TARGET,
-        )
+    return Row(
+        f"{label}, {len(files)} files, jobs=1",
+        plandag_rate,
+        plain_rate,
+        "docs/s",
+        f"ratio ≥ {EXTRACT_TARGET}",
+        plandag_rate / plain_rate >= EXTRACT_TARGET,
     )
-    raw["rows"] = [dataclasses.asdict(row) | {"ratio": row.ratio} for row in rows]
-    return rows, raw
 
 
 def _langgraph_rows(
@@ -265,9 +406,13 @@ def _number(value: float | None, unit: str) -> str:
     return f"{value:.1f} {unit}"
 
 
+def _loads(loads: tuple[float, float, float]) -> str:
+    return " ".join(f"{load:.2f}" for load in loads)
+
+
 def render(rows: list[Row]) -> str:
     """The rows as a Markdown table."""
-    header = ["measurement", "plandag", "baseline", "ratio", "target", "met?"]
+    header = ["measurement", "measured", "baseline", "ratio", "target", "met?"]
     lines = [header]
     for row in rows:
         ratio = row.ratio
@@ -297,17 +442,23 @@ def render(rows: list[Row]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line, run, print the table (and the JSON); return 0."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions")
+    sizes = parser.add_mutually_exclusive_group()
+    sizes.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions")
+    sizes.add_argument("--tiny", action="store_true", help="a few steps: the harness runs")
     parser.add_argument("--json", type=Path, metavar="FILE", help="write every raw figure here")
     options = parser.parse_args(argv)
-    settings = QUICK if options.quick else FULL
+    kind = "tiny" if options.tiny else "quick" if options.quick else "full"
+    settings = {"tiny": TINY, "quick": QUICK, "full": FULL}[kind]
+    before = load_average()
     started = time.perf_counter()
     rows, raw = run(settings)
     elapsed = time.perf_counter() - started
+    after = load_average()
     environment = (
         f"Python {platform.python_version()} on {platform.system()} {platform.machine()}, "
-        f"{os.cpu_count()} CPU(s); {'quick' if options.quick else 'full'} run in "
+        f"{os.cpu_count()} CPU(s); {kind} run in "
         f"{elapsed:.0f} s; medians of {settings.dispatch_repetitions} (dispatch), "
+        f"{settings.cpu_repetitions} (CPU, durable makespan), "
         f"{settings.makespan_repetitions} (makespan), {settings.extract_repetitions} "
         f"(extract), {settings.langgraph_repetitions} (LangGraph) repetitions"
         + (
@@ -315,7 +466,9 @@ def main(argv: list[str] | None = None) -> int:
             if langgraph_available()
             else ""
         )
+        + f"; load average before {_loads(before)}, after {_loads(after)}"
     )
+    raw["load_average"] = {"before": list(before), "after": list(after)}
     print(render(rows))
     print()
     print(environment)

@@ -78,12 +78,12 @@ def compile_bytecode() -> None:
     compileall.compile_dir(ROOT / "plandag", quiet=1)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Print the table."""
-    compile_bytecode()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="runs per command (default 5)")
-    runs = parser.parse_args().runs
+    runs = parser.parse_args(argv).runs
+    compile_bytecode()
     load_before = os.getloadavg()[0]
     medians = {label: median_seconds(command, runs) for label, command in commands().items()}
     load_after = os.getloadavg()[0]

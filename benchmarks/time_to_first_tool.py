@@ -4,9 +4,12 @@ An 8-way fan-out plan (eight 0.5 s searches feeding one comparison) is played by
 Messages API server at the LLMCompiler paper's planner speed (time to first token 0.5 s,
 50 output tokens per second; token counts are the server's estimate, characters / 4).
 Prints one JSON line per mode: plan call seconds, time to first tool start, whole run,
-output tokens per step. Run: ``.venv/bin/python benchmarks/time_to_first_tool.py``.
+output tokens per step. Run: ``.venv/bin/python benchmarks/time_to_first_tool.py
+[--ttft SECONDS] [--tokens-per-second N] [--search-seconds SECONDS]`` (0.5, 50 and 0.5 by
+default).
 """
 
+import argparse
 import json
 import time
 from typing import Any
@@ -21,11 +24,14 @@ from plandag.testing import MessagesServer
 from plandag.tools import tool
 from plandag.tools.registry import Registry
 
+#: seconds each search sleeps (``--search-seconds``)
+SEARCH_SECONDS = {"value": 0.5}
+
 
 @tool
 async def search(query: str) -> dict[str, Any]:
     """Search an encyclopedia for a movie; returns its genres."""
-    await anyio.sleep(0.5)
+    await anyio.sleep(SEARCH_SECONDS["value"])
     return {"query": query, "genres": ["drama"]}
 
 
@@ -57,8 +63,9 @@ steps.append(
 PLAN = {"g": "Which movie is most similar to the others?", "s": steps, "o": "<step_9_result>"}
 
 
-async def once(stream: bool) -> dict[str, Any]:
-    with MessagesServer(ttft=0.5, tokens_per_second=50.0) as server:
+async def once(stream: bool, ttft: float = 0.5, tokens_per_second: float = 50.0) -> dict[str, Any]:
+    """One run of the plan, streamed or not, against the server at this speed."""
+    with MessagesServer(ttft=ttft, tokens_per_second=tokens_per_second) as server:
         server.push_json(PLAN)
         client = AnthropicClient(api_key="t", base_url=server.url)
         agent = Agent(
@@ -87,6 +94,17 @@ async def once(stream: bool) -> dict[str, Any]:
         }
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> None:
+    """Parse the speeds, run without and with ``--stream``, print a JSON line each."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--ttft", type=float, default=0.5, help="seconds to the first token")
+    parser.add_argument("--tokens-per-second", type=float, default=50.0, help="output speed")
+    parser.add_argument("--search-seconds", type=float, default=0.5, help="each search's sleep")
+    options = parser.parse_args(argv)
+    SEARCH_SECONDS["value"] = options.search_seconds
     for stream in (False, True):
-        print(json.dumps(anyio.run(once, stream)))
+        print(json.dumps(anyio.run(once, stream, options.ttft, options.tokens_per_second)))
+
+
+if __name__ == "__main__":
+    main()

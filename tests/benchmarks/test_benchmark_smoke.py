@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import statistics
+import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -182,7 +185,7 @@ def test_render_prints_every_column() -> None:
         Row("compile", 12.345, None, "µs/step"),
     ]
     assert render(rows).splitlines() == [
-        "| measurement     | plandag      | baseline     | ratio | target      | met? |",
+        "| measurement     | measured     | baseline     | ratio | target      | met? |",
         "|-----------------|--------------|--------------|-------|-------------|------|",
         "| NF-e extraction | 500 docs/s   | 1,000 docs/s | 0.50  | ratio ≥ 0.5 | yes  |",
         "| compile         | 12.3 µs/step | —            | —     | —           | —    |",
@@ -204,6 +207,208 @@ def test_budget_overshoot_runs_at_a_tiny_size(capsys: pytest.CaptureFixture[str]
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("3 llm steps, replies after 0.05 s")
     assert [line.split()[0] for line in lines[3:]] == ["1", "median", "max"]
+
+
+# -- every script, tiny --------------------------------------------------------------------
+
+
+@pytest.mark.timeout(180)
+def test_run_py_tiny_prints_every_row(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.run import main
+
+    assert main(["--tiny", "--json", str(tmp_path / "figures.json")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [cell.strip() for cell in lines[0].split("|")[1:-1]] == [
+        "measurement",
+        "measured",
+        "baseline",
+        "ratio",
+        "target",
+        "met?",
+    ]
+    labels = [line.split("|")[1].strip() for line in lines[2:] if line.startswith("|")]
+    for expected in (
+        "CPU, 20-step chain, store+trace on (as exec)",
+        "CPU, 20-step chain, store+trace off, inline no-op",
+        "CPU, 20-step chain, store+trace off, async no-op",
+        "CPU, wide 1→20→1, store+trace on (as exec)",
+        "dispatch, 20-step chain, inline no-op",
+    ):
+        assert expected in labels
+    assert any(
+        label.startswith("makespan / critical path, 12-step random DAG, store+trace on")
+        for label in labels
+    )
+    assert "load average before " in lines[-1]
+    raw = json.loads((tmp_path / "figures.json").read_text("utf-8"))
+    assert len(raw["load_average"]["before"]) == 3
+    assert [item["shape"] for item in raw["cpu"]] == ["chain", "wide"]
+    assert all(ratio >= 1.0 for ratio in raw["durable_makespan"]["run_ratios"])
+
+
+def test_cpu_bench_runs_at_a_tiny_size(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.cpu_bench import main
+
+    assert main(["--size", "8", "--repetitions", "1", "--makespan-size", "6", "--profile"]) == 0
+    out = capsys.readouterr().out
+    assert "| store+trace on, as `plandag exec` wires them, async no-op |" in out
+    assert "store+trace on, start_run's wall time" in out
+    assert "load average before" in out
+    assert "cProfile: 3 durable runs of the chain of 8 async no-op steps" in out
+    assert out.count("Ordered by:") == 2
+
+
+def test_cpu_bench_durable_runs_are_stored_as_exec_stores_them(tmp_path: Path) -> None:
+    import anyio
+
+    from benchmarks.cpu_bench import ExecWiring, _compile
+
+    compiled = _compile(chain(3), "noop_async")
+    wiring = ExecWiring(tmp_path)
+    try:
+        outcome = anyio.run(wiring.run, compiled)
+        [run] = wiring.store.runs()
+        assert (run.run_id, run.command, run.status) == (outcome.run_id, "exec", "succeeded")
+        steps = wiring.store.steps(run.run_id)
+        assert {step.status for step in steps.values()} == {"succeeded"}
+        assert wiring.store.trace_path(run.run_id).is_file()
+    finally:
+        wiring.close()
+
+
+def test_measure_cpu_counts_every_thread_of_the_process(tmp_path: Path) -> None:
+    import threading
+
+    from benchmarks.cpu_bench import _cpu_seconds
+
+    def spin() -> None:
+        deadline = time.thread_time() + 0.05
+        while time.thread_time() < deadline:
+            pass
+
+    before = _cpu_seconds()
+    worker = threading.Thread(target=spin)
+    worker.start()
+    worker.join()
+    assert _cpu_seconds() - before >= 0.05
+
+
+def test_compile_hostile_runs_at_a_tiny_size(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.compile_hostile import main
+
+    main(["--scale", "0.001"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["case", "figure", "-", "after"]
+    assert sum(1 for line in lines if line.startswith("refs-5mb")) == 4
+
+
+def test_contracts_tokens_runs_at_a_tiny_size(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.contracts_tokens import main
+
+    main(["--contracts", "1"])
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert lines[-1]["contracts"] == 1
+    assert lines[-1]["total"]["calls"] > 0
+    assert lines[0]["contract"].startswith("cuad_")
+
+
+def test_library_reuse_runs_fast_and_every_run_succeeds(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from benchmarks.library_reuse import main
+
+    main(["--ttft", "0.01", "--tokens-per-second", "100000"])
+    runs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(run["run"], run["status"]) for run in runs] == [
+        ("first (planned)", "succeeded"),
+        ("reused (--task-type)", "succeeded"),
+        ("reused (routed)", "succeeded"),
+    ]
+    assert runs[1]["model_calls"] == 0
+    assert runs[2]["model_calls"] == 1
+
+
+def test_time_to_first_tool_runs_fast(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.time_to_first_tool import SEARCH_SECONDS, main
+
+    try:
+        main(["--ttft", "0.01", "--tokens-per-second", "100000", "--search-seconds", "0.01"])
+    finally:
+        SEARCH_SECONDS["value"] = 0.5
+    runs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(run["stream"], run["status"], run["steps"]) for run in runs] == [
+        (False, "succeeded", 9),
+        (True, "succeeded", 9),
+    ]
+
+
+def test_research_makespan_runs_at_a_tiny_size(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from benchmarks.research_makespan import main
+
+    monkeypatch.delenv("PLANDAG_STORE", raising=False)
+    main(["--delay", "0.01"])
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line.get("mode") for line in lines[:2]] == ["parallel", "sequential"]
+    assert lines[0]["steps"] == lines[1]["steps"] > 0
+    assert lines[2]["makespan_ratio_sequential_over_parallel"] > 0
+    assert "PLANDAG_STORE" not in os.environ
+
+
+def test_nfe_scheduler_overhead_runs_at_a_tiny_size(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.nfe_scheduler_overhead import main
+
+    assert main(["--documents", "2", "--repetitions", "1"]) == 0
+    assert "us CPU per document" in capsys.readouterr().out
+
+
+@needs_data
+def test_profile_extract_runs_at_a_tiny_size(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.profile_extract import main
+
+    assert main(["--passes", "1", "--top", "3"]) == 0
+    assert capsys.readouterr().out.count("Ordered by:") == 2
+
+
+@pytest.mark.timeout(120)
+def test_startup_runs_once(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.startup import main
+
+    main(["--runs", "1"])
+    rows = [line.split()[:2] for line in capsys.readouterr().out.splitlines()[3:]]
+    assert [row[0] for row in rows] == ["python", "plandag", "plandag", "plandag"]
+
+
+@pytest.mark.timeout(180)
+def test_workers_bench_runs_at_a_tiny_size(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.workers_bench import PLANDAG, main
+
+    if not PLANDAG.exists():
+        pytest.skip("no plandag console script beside this interpreter")
+    assert main(["--count", "2", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    for configuration in ("--workers 1", "--workers 2", "--cluster local (2 workers)"):
+        assert f"\n{configuration} " in out
+
+
+def test_the_pytest_benchmark_suites_run_once() -> None:
+    """The suites of ``benchmarks/test_bench_*.py``, each test once (as with
+    ``--benchmark-disable``), with a stand-in for pytest-benchmark's fixture."""
+    from benchmarks import test_bench_extract, test_bench_scheduler
+
+    def benchmark(function: Any, *args: Any, **kwargs: Any) -> Any:
+        return function(*args, **kwargs)
+
+    for shape in sorted(test_bench_scheduler.SHAPES):
+        for tool_name in ("noop_inline", "noop_async"):
+            test_bench_scheduler.test_plandag_dispatch(benchmark, shape, tool_name)
+        test_bench_scheduler.test_bare_dispatch(benchmark, shape)
+        test_bench_scheduler.test_compile(benchmark, shape)
+    if (DEFAULT_DATA_DIR / "SOURCES.md").is_file():
+        files = valid_invoice_files()[:2]
+        test_bench_extract.test_plandag_extract(benchmark, files)
+        test_bench_extract.test_plain_lxml_extract(benchmark, files)
 
 
 # -- the plan schema ------------------------------------------------------------------------

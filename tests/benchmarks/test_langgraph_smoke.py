@@ -88,7 +88,7 @@ def test_the_table_says_langgraph_is_not_installed(monkeypatch: pytest.MonkeyPat
         )
     ]
     assert render(rows).splitlines()[2] == (
-        "| makespan / critical path, baseline LangGraph StateGraph | —       "
+        "| makespan / critical path, baseline LangGraph StateGraph | —        "
         "| not installed (pip install -e '.[bench]') | —     | ≤ 1.02 | —    |"
     )
 
