@@ -13,6 +13,7 @@ import typing as _typing
 from plandag.lazy import lazy_exports as _lazy_exports
 
 if _typing.TYPE_CHECKING:
+    from plandag.api import Agent as Agent
     from plandag.api import run_plan as run_plan
     from plandag.api import run_plan_sync as run_plan_sync
     from plandag.approval.gate import ApprovalRequest as ApprovalRequest
@@ -46,7 +47,6 @@ if _typing.TYPE_CHECKING:
     from plandag.jobs.research.run import research as research
     from plandag.models import AnthropicClient as AnthropicClient
     from plandag.models import OpenAICompatibleClient as OpenAICompatibleClient
-    from plandag.planner.agent import Agent as Agent
     from plandag.planner.agent import AgentResult as AgentResult
     from plandag.scheduler import PlanEstimate as PlanEstimate
     from plandag.scheduler import RunLimits as RunLimits
@@ -116,7 +116,7 @@ if not _typing.TYPE_CHECKING:
     __getattr__, __dir__ = _lazy_exports(
         __name__,
         {
-            "Agent": ("plandag.planner.agent", "Agent"),
+            "Agent": ("plandag.api", "Agent"),
             "AgentResult": ("plandag.planner.agent", "AgentResult"),
             "AnthropicClient": ("plandag.models.anthropic", "AnthropicClient"),
             "OpenAICompatibleClient": ("plandag.models.openai", "OpenAICompatibleClient"),

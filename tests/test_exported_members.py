@@ -57,11 +57,14 @@ def test_importing_the_package_imports_none_of_its_parts() -> None:
 
 
 def test_the_agent_its_clients_and_model_access_are_exported() -> None:
+    from plandag.api import Agent
     from plandag.executors.access import ModelAccess
     from plandag.models import AnthropicClient, OpenAICompatibleClient
-    from plandag.planner.agent import Agent, AgentResult
+    from plandag.planner import agent
+    from plandag.planner.agent import AgentResult
 
     assert plandag.Agent is Agent
+    assert issubclass(Agent, agent.Agent)  # the planner's, with plain functions as hooks
     assert plandag.AgentResult is AgentResult
     assert plandag.AnthropicClient is AnthropicClient
     assert plandag.OpenAICompatibleClient is OpenAICompatibleClient

@@ -95,10 +95,6 @@ KNOWN_CROSSINGS: frozenset[tuple[str, str]] = frozenset(
         ("plandag.executors.agent", "plandag.planner.data"),
         ("plandag.executors.agent", "plandag.react"),
         ("plandag.executors.llm", "plandag.planner.data"),
-        # the agent builds an escalated run's case and its escalation hooks itself: the
-        # planner is not yet handed them as the scheduler is
-        ("plandag.planner.agent", "plandag.escalation.context"),
-        ("plandag.planner.agent", "plandag.escalation.hooks"),
     }
 )
 

@@ -16,7 +16,10 @@ Each gets the case (:mod:`plandag.escalation.context`) as JSON:
   dict; it may be a coroutine function.
 
 :class:`EscalationHooks` is the :class:`~plandag.scheduler.services.EscalationHook` that
-:func:`plandag.scheduler.run_plan` is handed (:meth:`EscalationHooks.run_escalated`).
+:func:`plandag.scheduler.run_plan` is handed (:meth:`EscalationHooks.run_escalated`), and
+the :class:`~plandag.planner.services.AgentEscalationHook` and
+:class:`~plandag.planner.alerts.AlertHooks` that :class:`~plandag.planner.agent.Agent` is
+handed (:meth:`EscalationHooks.agent_escalated`, :meth:`EscalationHooks.notify`).
 
 A hook that fails never changes the run's outcome (it is escalated, and its case is in the
 store): each hook's :class:`HookOutcome` is returned, and the durable layer records it as
@@ -40,6 +43,7 @@ from plandag.tools.allowlist import host_allowed
 
 if TYPE_CHECKING:
     from plandag.compiler.compiled import CompiledPlan
+    from plandag.dag.plan import Plan
     from plandag.scheduler.result import RunResult
 
 __all__ = [
@@ -157,6 +161,34 @@ class EscalationHooks:
                 params=compiled.params,
                 command="run_plan",
             )
+        )
+
+    async def agent_escalated(
+        self,
+        result: RunResult,
+        *,
+        goal: str,
+        plans: Sequence[Plan],
+        params: Mapping[str, Any] | None,
+    ) -> list[HookOutcome]:
+        """Call the hooks with the case of a run of
+        :class:`~plandag.planner.agent.Agent` that ended ``escalated``
+        (:func:`~plandag.escalation.run_context`, command ``Agent``): the
+        :class:`~plandag.planner.services.AgentEscalationHook` the agent calls.
+
+        Args:
+            result: the run's result.
+            goal: the run's goal.
+            plans: every plan version of the run, oldest first.
+            params: the run's param values, or None.
+
+        Returns:
+            As :meth:`notify`.
+        """
+        from plandag.escalation.context import run_context
+
+        return await self.notify(
+            run_context(result, goal=goal, plans=plans, params=params, command="Agent")
         )
 
     async def notify(self, context: Mapping[str, Any]) -> list[HookOutcome]:

@@ -145,7 +145,8 @@ from plandag.tools.boundary import WriteBoundary
 from plandag.tools.registry import Registry
 
 if TYPE_CHECKING:
-    from plandag.escalation import EscalationHooks
+    from plandag.planner.alerts import AlertHooks
+    from plandag.planner.services import AgentEscalationHook
 
 __all__ = [
     "Agent",
@@ -580,11 +581,13 @@ class Agent:
             runs (``plandag run`` reads the run store's ``instruction`` table); each one
             replans the steps not started (:mod:`plandag.planner.triggers`). None: only
             :meth:`tell`.
-        on_escalation: called once a run ended ``escalated``, with its case as a dict
-            (:func:`plandag.escalation.run_context`: goal, plan versions, completed
-            results, failures, spend, reason); a function or a coroutine function, or a
-            :class:`plandag.escalation.EscalationHooks`. Its failure does not change the
-            result.
+        on_escalation: the hook called once a run ended ``escalated``
+            (:class:`~plandag.planner.services.AgentEscalationHook`, such as
+            :class:`plandag.escalation.EscalationHooks`: its command, URL and callback get
+            the case, :func:`plandag.escalation.run_context`: goal, plan versions, completed
+            results, failures, spend, reason). A plain function is taken by
+            :class:`plandag.Agent` (the Python API's face), which wraps it. Its failure does
+            not change the result.
         tool_durations: seconds per tool name measured in a run store
             (:meth:`plandag.store.Store.tool_durations`), replacing the tools' declared
             ``typical_seconds`` in the plan's estimate; None: declared figures only.
@@ -604,9 +607,12 @@ class Agent:
         executor_model: the small model of the routing call; None: the model of
             ``models`` when given, else ``claude-haiku-4-5`` with the Anthropic provider,
             else ``model`` (setting ``executor_model``).
-        on_alert: called with each out-of-registry alert as a dict (the planner named a
-            tool or check that is not registered; :mod:`plandag.planner.alerts`), like
-            ``on_escalation``; None: ``on_escalation``'s hooks, when given. Every alert
+        on_alert: the hooks called with each out-of-registry alert as a dict (the planner
+            named a tool or check that is not registered; :mod:`plandag.planner.alerts`):
+            an :class:`~plandag.planner.alerts.AlertHooks` such as
+            :class:`plandag.escalation.EscalationHooks` (a plain function: through
+            :class:`plandag.Agent`); None: ``on_escalation``'s hooks, when they are alert
+            hooks too. Every alert
             is also a warning in the ``plandag.planner`` log, an OpenTelemetry metric
             (with the ``otel`` extra), and with a library an ``out_of_registry`` event in
             its store.
@@ -614,6 +620,11 @@ class Agent:
     Raises:
         ValueError: a cap out of range, or an ``approve`` that is neither an approver nor
             a mode.
+        TypeError: ``on_escalation`` is not an
+            :class:`~plandag.planner.services.AgentEscalationHook`, or ``on_alert`` not an
+            :class:`~plandag.planner.alerts.AlertHooks` (a plain function: give it to
+            :class:`plandag.Agent`, or wrap it:
+            ``plandag.escalation.EscalationHooks(callback=fn)``).
     """
 
     def __init__(
@@ -652,13 +663,14 @@ class Agent:
         max_blocked: int | None = 3,
         total_replan_below: float | None = None,
         instructions: InstructionSource | None = None,
-        on_escalation: Callable[[dict[str, Any]], Any] | None = None,
+        on_escalation: AgentEscalationHook | None = None,
         tool_durations: Mapping[str, float] | None = None,
         models: ModelAccess | None = None,
         library: TaskLibrary | None = None,
         executor_model: str | None = None,
-        on_alert: EscalationHooks | Callable[[dict[str, Any]], Any] | None = None,
+        on_alert: AlertHooks | None = None,
     ) -> None:
+        _check_hooks(on_escalation, on_alert)
         if max_blocked is not None and max_blocked < 1:
             raise ValueError(f"max_blocked must be >= 1 or None, not {max_blocked}")
         if total_replan_below is not None and not 0 <= total_replan_below <= 1:
@@ -793,20 +805,15 @@ class Agent:
     async def _notify(
         self, result: AgentResult, goal: str, params: Mapping[str, Any] | None
     ) -> None:
-        """Call ``on_escalation`` with the case of an escalated run."""
-        from plandag.escalation import as_hooks, run_context
-
-        hooks = as_hooks(self.on_escalation)
-        assert hooks is not None
-        await hooks.notify(
-            run_context(
-                result.run,
-                goal=goal,
-                plans=result.plan_versions,
-                params=params,
-                command="Agent",
+        """Call ``on_escalation`` with an escalated run; a hook's failure is logged and
+        changes nothing."""
+        assert self.on_escalation is not None
+        try:
+            await self.on_escalation.agent_escalated(
+                result.run, goal=goal, plans=result.plan_versions, params=params
             )
-        )
+        except Exception:  # a hook's failure does not change the result
+            logger.exception("run %s: the escalation hook failed", result.run.run_id)
 
     def _check_approver(self, plan: Plan | None) -> None:
         """Refuse to start without an approver when a plan could have effects.
@@ -1011,12 +1018,15 @@ class Agent:
             self._closer = weakref.finalize(self, _close_sync_loop, self._runner, clients)
         return self._runner
 
-    def alert_hooks(self) -> EscalationHooks | None:
-        """The hooks an out-of-registry alert calls (``on_alert``, else ``on_escalation``),
-        as :class:`plandag.escalation.EscalationHooks`, or None."""
-        from plandag.escalation import as_hooks
+    def alert_hooks(self) -> AlertHooks | None:
+        """The hooks an out-of-registry alert calls: ``on_alert``, else ``on_escalation``
+        when it is an :class:`~plandag.planner.alerts.AlertHooks` too (as
+        :class:`plandag.escalation.EscalationHooks` is), else None."""
+        from plandag.planner.alerts import AlertHooks
 
-        return as_hooks(self.on_alert if self.on_alert is not None else self.on_escalation)
+        if self.on_alert is not None:
+            return self.on_alert
+        return self.on_escalation if isinstance(self.on_escalation, AlertHooks) else None
 
     async def run_revised(
         self,
@@ -1290,6 +1300,27 @@ class Agent:
         if result.status == "escalated" and self.on_escalation is not None:
             await self._notify(result, goal, params)
         return result
+
+
+def _check_hooks(on_escalation: object, on_alert: object) -> None:
+    """Refuse hooks that are not the protocols the agent calls (a plain function).
+
+    Raises:
+        TypeError: as :class:`Agent` says.
+    """
+    from plandag.planner.alerts import AlertHooks
+    from plandag.planner.services import AgentEscalationHook
+
+    for name, value, kind in (
+        ("on_escalation", on_escalation, AgentEscalationHook),
+        ("on_alert", on_alert, AlertHooks),
+    ):
+        if value is not None and not isinstance(value, kind):
+            raise TypeError(
+                f"{name}={value!r}: plandag.planner.agent.Agent is handed its hooks (a "
+                f"{kind.__module__}.{kind.__name__}); for a plain function use plandag.Agent, "
+                "or wrap it: plandag.escalation.EscalationHooks(callback=fn)"
+            )
 
 
 def revision_context(context: str, rejected: Plan | None, feedback: Sequence[str]) -> str:

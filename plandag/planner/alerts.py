@@ -23,7 +23,7 @@ import logging
 import re
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from plandag.compiler.diagnostics import Diagnostic
 
@@ -71,6 +71,7 @@ class HookResult(Protocol):
         ...
 
 
+@runtime_checkable
 class AlertHooks(Protocol):
     """The hooks an alert is sent to (:class:`plandag.escalation.EscalationHooks` is one)."""
 

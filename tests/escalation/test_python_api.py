@@ -11,13 +11,14 @@ from typing import Any
 
 import pytest
 
+from plandag import Agent
 from plandag.approval import ApprovalRequest, CallbackApprover, Decision
 from plandag.brakes.clock import VirtualClock
 from plandag.brakes.retry import RetryPolicy
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.compiler import compile_plan
 from plandag.models import AnthropicClient
-from plandag.planner.agent import Agent
+from plandag.planner import agent as planner_agent
 from plandag.runs.options import RunOptions
 from plandag.runs.segments import continue_run, start_run
 from plandag.scheduler import RunLimits
@@ -103,6 +104,76 @@ async def test_the_agent_calls_on_escalation_with_the_case(server: MessagesServe
     ]
     assert case["spend"] == {"usd": result.run.spent_usd, "tokens": result.run.spent_tokens}
     assert case["actions"] is None  # no run store: no commands to close it
+
+
+@pytest.mark.anyio
+async def test_the_planners_agent_is_handed_its_hooks(server: MessagesServer) -> None:
+    from plandag.escalation import EscalationHooks
+
+    for number, name in ((1, "x"), (2, "y"), (3, "z")):
+        server.push_json(
+            {"g": "Score x", "s": [step(number, "broken", {"name": f"{name}"})], "o": None}
+        )
+    seen: list[dict[str, Any]] = []
+    client = AnthropicClient(api_key="test", base_url=server.url)
+    agent = planner_agent.Agent(
+        client,
+        "claude-sonnet-4-6",
+        registry(),
+        retry=RetryPolicy(retries=0),
+        clock=VirtualClock(),
+        limits=RunLimits(heartbeat_every=None),
+        approve="never",  # the registry has an irreversible tool; these plans do not use it
+        on_escalation=EscalationHooks(callback=seen.append),
+    )
+    try:
+        result = await agent.run("Score x")
+    finally:
+        await client.aclose()
+    assert result.status == "escalated"
+    assert [(case["command"], case["reason"]) for case in seen] == [("Agent", "replan_caps")]
+    assert agent.alert_hooks() is agent.on_escalation  # EscalationHooks are alert hooks too
+
+
+@pytest.mark.anyio
+async def test_an_agents_hook_that_raises_leaves_the_result_escalated(
+    server: MessagesServer,
+) -> None:
+    for number, name in ((1, "x"), (2, "y"), (3, "z")):
+        server.push_json(
+            {"g": "Score x", "s": [step(number, "broken", {"name": f"{name}"})], "o": None}
+        )
+    goals: list[str] = []
+
+    class Failing:
+        async def agent_escalated(self, result: Any, *, goal: str, plans: Any, params: Any) -> None:
+            goals.append(goal)
+            raise RuntimeError("the pager is down")
+
+    client = AnthropicClient(api_key="test", base_url=server.url)
+    agent = planner_agent.Agent(
+        client,
+        "claude-sonnet-4-6",
+        registry(),
+        retry=RetryPolicy(retries=0),
+        clock=VirtualClock(),
+        limits=RunLimits(heartbeat_every=None),
+        approve="never",  # the registry has an irreversible tool; these plans do not use it
+        on_escalation=Failing(),
+    )
+    try:
+        result = await agent.run("Score x")
+    finally:
+        await client.aclose()
+    assert (result.status, goals) == ("escalated", ["Score x"])
+    assert agent.alert_hooks() is None  # not alert hooks: alerts call nothing
+
+
+def test_the_planners_agent_refuses_a_plain_function() -> None:
+    client = AnthropicClient(api_key="test", base_url="http://127.0.0.1:9")
+    for argument in ("on_escalation", "on_alert"):
+        with pytest.raises(TypeError, match=r"plandag\.Agent.*EscalationHooks\(callback=fn\)"):
+            planner_agent.Agent(client, "claude-sonnet-4-6", registry(), **{argument: print})
 
 
 @pytest.mark.anyio

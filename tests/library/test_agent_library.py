@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+import plandag
 from plandag.brakes.clock import VirtualClock
 from plandag.brakes.retry import RetryPolicy
 from plandag.checks.builtins import BUILTIN_CHECKS
@@ -452,7 +453,7 @@ async def test_an_agent_without_a_library_calls_on_alert_for_a_repaired_unknown_
     server.push_json(score_plan())
     received: list[dict[str, Any]] = []
     client = AnthropicClient(api_key="test", base_url=server.url)
-    agent = Agent(
+    agent = plandag.Agent(  # the Python API's face: a plain function as the hook
         client,
         MODEL,
         registry(),
