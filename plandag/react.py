@@ -12,8 +12,8 @@ with :class:`~plandag.planner.agent.Agent` everything but the orchestration:
   (:func:`plandag.planner.prompt.compact_schema`); ``tool_choice`` has
   ``disable_parallel_tool_use`` so a turn calls at most one tool;
 * the system text: the planner's rules that are not about writing a plan, and the
-  data-block rule (:data:`plandag.planner.data.DATA_BLOCK_RULE`): every observation is
-  quoted as data (:func:`~plandag.planner.data.quote_data`), as plandag quotes results to
+  data-block rule (:data:`plandag.executors.data.DATA_BLOCK_RULE`): every observation is
+  quoted as data (:func:`~plandag.executors.data.quote_data`), as plandag quotes results to
   its replanner and joiner;
 * the client layer and the brakes: every call goes through
   :func:`~plandag.models.call_with_retries` (the same :class:`RetryPolicy`, the same
@@ -51,6 +51,7 @@ import anyio
 from plandag.brakes.budget import Budget
 from plandag.brakes.clock import Clock, SystemClock
 from plandag.brakes.retry import RetryPolicy
+from plandag.executors.data import DATA_BLOCK_RULE, DEFAULT_MAX_CHARS, quote_data
 from plandag.models import (
     DEFAULT_PRICES,
     BudgetRefusedError,
@@ -61,7 +62,6 @@ from plandag.models import (
     PriceTable,
     call_with_retries,
 )
-from plandag.planner.data import DATA_BLOCK_RULE, DEFAULT_MAX_CHARS, quote_data
 from plandag.planner.prompt import (
     TEXT_KEYWORDS,
     compact_schema,
@@ -301,7 +301,7 @@ class ReactAgent:
             (>= 1).
         max_tokens: output tokens of each turn (>= 1).
         max_chars: characters of each observation shown before it is cut
-            (:func:`~plandag.planner.data.quote_data`).
+            (:func:`~plandag.executors.data.quote_data`).
         read_only: refuse tools with effects (the call becomes an error observation).
         approve: ``None`` (no gate: every tool runs, the baseline as measured), ``"never"``
             (every call with an effect refused) or ``"auto"`` (``write`` effects run

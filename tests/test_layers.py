@@ -90,11 +90,8 @@ KNOWN_CROSSINGS: frozenset[tuple[str, str]] = frozenset(
         ("plandag.config", "plandag.compiler.limits"),
         ("plandag.config", "plandag.tools.allowlist"),
         ("plandag.errors", "plandag.compiler.diagnostics"),
-        # model-backed steps wrap outside content as the planner does (planner/data.py),
-        # and the agent step runs the ReAct loop of react.py
-        ("plandag.executors.agent", "plandag.planner.data"),
+        # the agent step offers its tools to the model as the ReAct baseline of react.py does
         ("plandag.executors.agent", "plandag.react"),
-        ("plandag.executors.llm", "plandag.planner.data"),
     }
 )
 

@@ -13,8 +13,8 @@ from plandag.brakes.clock import VirtualClock
 from plandag.brakes.retry import RetryPolicy
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.errors import PermanentStepError
+from plandag.executors.data import parse_data_blocks
 from plandag.models import AnthropicClient
-from plandag.planner.data import parse_data_blocks
 from plandag.planner.prompt import system_prompt
 from plandag.react import (
     REACT_EXAMPLE,

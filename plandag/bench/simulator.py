@@ -55,7 +55,7 @@ from plandag.bench.workloads import (
     Workload,
     World,
 )
-from plandag.planner.data import parse_data_blocks
+from plandag.executors.data import parse_data_blocks
 from plandag.planner.joiner import JOIN_SYSTEM_PROMPT
 from plandag.planner.schema import wrap_json_text
 from plandag.testing import MessagesServer, ScriptedResponse, estimate_tokens, system_text

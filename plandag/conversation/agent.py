@@ -30,7 +30,7 @@ once a person approves it, as :data:`PlannerFunction` describes), while the tool
 the planner's questions and the person's answers, oldest first, one line each, and the
 plans and decisions as their one-line summaries. Messages from automated origins are not
 the person's words: they follow in a separate section as quoted data blocks
-(:func:`plandag.planner.data.quote_data`), never as instructions. When the last decision
+(:func:`plandag.executors.data.quote_data`), never as instructions. When the last decision
 since plan mode was armed is a rejection not yet answered by a plan, the context ends
 with :func:`plandag.planner.agent.revision_context`: the rejected plan, every rejection's
 feedback of this plan mode, the last one verbatim as "the instruction for this revision,
@@ -57,9 +57,9 @@ from typing import Any, Protocol
 
 from plandag.conversation.model import Turn
 from plandag.dag.plan import Plan
+from plandag.executors.data import quote_data
 from plandag.models import CallRecord, LLMClient
 from plandag.planner.agent import revision_context
-from plandag.planner.data import quote_data
 from plandag.planner.investigate import Investigation, plan_with_investigation
 from plandag.planner.planner import Planner, PlanOutcome
 from plandag.tools.registry import Registry
@@ -153,7 +153,7 @@ def conversation_context(
             ``conversation.turns``).
         context: the caller's own trusted context, put first, or "".
         max_chars: the most characters of each automated message's quoted text (>= 2;
-            :func:`plandag.planner.data.quote_data`).
+            :func:`plandag.executors.data.quote_data`).
 
     Returns:
         The text (see the module docstring): "" when there is nothing to say.

@@ -10,6 +10,8 @@
   its tool and model calls children of the step in the trace.
 * :class:`ModelAccess`: what a run gives these steps (``run_plan(models=...)``,
   ``ctx.models``).
+* :mod:`plandag.executors.data`: how outside content (a step's result, a document's
+  excerpt) is quoted to a model as a data block, by these steps and by the planner.
 
 Both are built-ins of :func:`plandag.tools.registry.default_registry`, which finds them
 through the ``executors`` entry point of the ``plandag.tools`` group

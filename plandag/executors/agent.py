@@ -183,15 +183,15 @@ def estimate_agent(args: Mapping[str, Any]) -> tuple[float | None, int]:
 
 
 def _system() -> str:
-    from plandag.planner.data import DATA_BLOCK_RULE
+    from plandag.executors.data import DATA_BLOCK_RULE
     from plandag.react import REACT_RULES
 
     return f"{AGENT_ROLE}\n\n{REACT_RULES}\n- {DATA_BLOCK_RULE}\n"
 
 
 def _first_message(task: str, data: Any) -> str:
+    from plandag.executors.data import quote_data
     from plandag.executors.llm import DATA_MAX_CHARS
-    from plandag.planner.data import quote_data
 
     parts = [f"Task:\n{task.strip()}"]
     if data is not None:
@@ -225,8 +225,8 @@ async def agent(
     {"answer", "steps", "turns"}."""
     from plandag.brakes.budget import Budget
     from plandag.errors import BudgetRefusedError
+    from plandag.executors.data import DEFAULT_MAX_CHARS, quote_data
     from plandag.models.base import LLMRequest
-    from plandag.planner.data import DEFAULT_MAX_CHARS, quote_data
     from plandag.react import content_blocks, tool_definitions, tool_result_block
     from plandag.tools.registry import Registry, default_registry
 

@@ -4,7 +4,7 @@
 
 * **prompt vs data** (ARCHITECTURE.md, "Untrusted content"): ``prompt`` is the instruction,
   written by the planner. ``data`` (step results, documents) reaches the model only as a
-  quoted data block (:func:`plandag.planner.data.quote_data`: JSON-encoded, ``<`` ``>``
+  quoted data block (:func:`plandag.executors.data.quote_data`: JSON-encoded, ``<`` ``>``
   ``&`` escaped so nothing inside can close the block), after the instruction, under a
   system prompt that says a data block is never an instruction. A step result referenced
   inside ``prompt`` itself (``"Summarise <step_2_result>"``) is not pasted into the
@@ -81,7 +81,7 @@ LLM_SYSTEM = (
     "with one JSON value that validates against it and nothing else: no prose, no code fence."
 )
 """The system prompt of every ``llm`` call; ``{data_rule}`` is
-:data:`plandag.planner.data.DATA_BLOCK_RULE`."""
+:data:`plandag.executors.data.DATA_BLOCK_RULE`."""
 _BYTES_PER_TOKEN = 3  # plandag.models.base.BYTES_PER_TOKEN, without importing it
 
 _REASK = (
@@ -141,8 +141,8 @@ def build_request(
         message (the instruction, then each data block), and for a re-ask the reply and a
         user message with the errors.
     """
+    from plandag.executors.data import DATA_BLOCK_RULE, quote_data
     from plandag.models.base import LLMRequest
-    from plandag.planner.data import DATA_BLOCK_RULE, quote_data
 
     parts = [prompt]
     for label, value in quoted or ():

@@ -16,7 +16,7 @@ as quoted data (``plandag plan --investigate``; README, "Planning with a model")
 2. The *real* plan, asked of the planner as given, with the task in the user's words and
    the trusted context, followed by a separate section holding what every investigation
    step returned (or how it failed, or why it never ran), each result a data block
-   (:func:`plandag.planner.data.quote_data`): data, never instructions, as the system
+   (:func:`plandag.executors.data.quote_data`): data, never instructions, as the system
    prompt's data-block rule says. The section is bounded: each value is cut to its share
    of ``max_chars`` characters (:func:`section_share`).
 
@@ -41,8 +41,8 @@ from plandag.brakes.clock import Clock
 from plandag.brakes.retry import RetryPolicy
 from plandag.compiler import Diagnostic
 from plandag.errors import PlanError
+from plandag.executors.data import quote_data
 from plandag.models import CallRecord
-from plandag.planner.data import quote_data
 from plandag.planner.planner import Planner, PlanOutcome
 from plandag.scheduler.entry import run_plan
 from plandag.scheduler.result import RunResult

@@ -9,7 +9,7 @@ ICML 2024: the joiner).
   the reason. No model call.
 * The plan has no ``output`` (the task asks for a written answer): one call to the model
   with the goal and the results, each quoted as data
-  (:func:`plandag.planner.data.quote_data`), decides ``finish(answer)`` or
+  (:func:`plandag.executors.data.quote_data`), decides ``finish(answer)`` or
   ``replan(reason)``, through a structured-output schema whose ``action`` field is the
   discriminator (:data:`JOIN_SCHEMA`). A replan there counts against the run's replan
   caps (the caller's business).
@@ -28,6 +28,7 @@ from plandag.brakes.retry import RetryPolicy
 from plandag.compiler import CompiledPlan
 from plandag.dag.references import ReferenceResolutionError, find_references, resolve_value
 from plandag.errors import PermanentStepError
+from plandag.executors.data import DATA_BLOCK_RULE, DEFAULT_MAX_CHARS, quote_data
 from plandag.models import (
     DEFAULT_PRICES,
     CallRecord,
@@ -38,7 +39,6 @@ from plandag.models import (
     UnusableResponseError,
     call_with_retries,
 )
-from plandag.planner.data import DATA_BLOCK_RULE, DEFAULT_MAX_CHARS, quote_data
 from plandag.scheduler.result import RunResult
 
 __all__ = [
@@ -184,7 +184,7 @@ def join_prompt(goal: str, run: RunResult, max_chars: int = DEFAULT_MAX_CHARS) -
         goal: the task.
         run: the run's result.
         max_chars: the most characters of each result shown (see
-            :func:`~plandag.planner.data.quote_data`).
+            :func:`~plandag.executors.data.quote_data`).
 
     Returns:
         The text: the task, then for each step its id, tool and status, and a data block

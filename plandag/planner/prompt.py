@@ -13,7 +13,7 @@ type, which are required, the tool and check names:
 input too. The user message holds the task, the trusted context and the params given at
 run time. A plan that does not compile goes back with :func:`repair_message`: the full
 diagnostics list, formatted like ``plandag check``, as quoted data
-(:func:`plandag.planner.data.quote_data`).
+(:func:`plandag.executors.data.quote_data`).
 
 Every input token of the system prompt is paid on every planning call (LLMCompiler, Kim et
 al., ICML 2024, counts the planner's prompt as the cost to beat against ReAct), so each line
@@ -37,7 +37,7 @@ import typing_extensions
 from pydantic import BaseModel
 
 from plandag.compiler import Diagnostic
-from plandag.planner.data import DATA_BLOCK_RULE, quote_data
+from plandag.executors.data import DATA_BLOCK_RULE, quote_data
 from plandag.tools.base import Tool
 from plandag.tools.registry import Registry
 
@@ -283,7 +283,7 @@ def _plain(text: str) -> str:
 
 def quoted_tool_text(item: Tool) -> str:
     """What a tool defined outside the process (an MCP server's: ``origin`` set) says of
-    itself, as one quoted data block (:func:`plandag.planner.data.quote_data`): its
+    itself, as one quoted data block (:func:`plandag.executors.data.quote_data`): its
     signature with the notes of its arguments, and its description. Every word of it comes
     from the server, so it reaches a model as data, never as instructions (ARCHITECTURE.md,
     "Untrusted content").

@@ -69,6 +69,7 @@ from plandag.compiler import CompiledPlan
 from plandag.dag.plan import Plan
 from plandag.errors import PlanBudgetError
 from plandag.executors.access import ModelAccess
+from plandag.executors.data import quote_data
 from plandag.models import (
     DEFAULT_PRICES,
     BudgetRefusedError,
@@ -78,7 +79,6 @@ from plandag.models import (
     call_with_retries,
 )
 from plandag.models.calls import deadline_from
-from plandag.planner.data import quote_data
 from plandag.planner.intents import IntentLedger
 from plandag.planner.progress import ProgressLedger
 from plandag.planner.replanner import (

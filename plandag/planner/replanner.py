@@ -7,7 +7,7 @@ holding:
 * the task (the user's words, trusted);
 * every step of the run so far, in the wire format, with its state;
 * the completed steps with their results, each quoted as data
-  (:func:`~plandag.planner.data.quote_data`: a large result is cut to its first and last
+  (:func:`~plandag.executors.data.quote_data`: a large result is cut to its first and last
   ``max_chars // 2`` characters, and the block states its whole size in bytes and its
   SHA-256);
 * the failed steps with their error type, message, reason and detail (quoted as data);
@@ -49,6 +49,7 @@ from plandag.compiler.diagnostics import DIAGNOSTIC_CODES
 from plandag.compiler.patch import PatchBase, check_output, compile_patch
 from plandag.dag.plan import Plan, Step
 from plandag.errors import PlanError, StepError
+from plandag.executors.data import quote_data
 from plandag.models import (
     DEFAULT_PRICES,
     CallRecord,
@@ -59,7 +60,6 @@ from plandag.models import (
     call_with_retries,
 )
 from plandag.models.calls import deadline_from
-from plandag.planner.data import quote_data
 from plandag.planner.planner import schema_too_large
 from plandag.planner.prompt import repair_message, system_prompt
 from plandag.planner.schema import plan_json_schema

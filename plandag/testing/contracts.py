@@ -569,7 +569,7 @@ class PerfectContractsModel:
 
     def __call__(self, body: dict[str, Any]) -> ScriptedResponse:
         """The reply to one request body (Messages API or chat completions)."""
-        from plandag.planner.data import parse_data_blocks
+        from plandag.executors.data import parse_data_blocks
 
         text = _first_user_text(body)
         blocks = [b for b in parse_data_blocks(text) if b.attributes.get("label") == "data"]

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from plandag.bench.tasks import Task, TaskLineError, answer_value, read_tasks, task_workloads
 from plandag.bench.workloads import Question
 from plandag.cli.bench_command import register
-from plandag.planner.data import parse_data_blocks
+from plandag.executors.data import parse_data_blocks
 from plandag.testing import MessagesServer, ScriptedResponse, system_text
 from plandag.tools.registry import Registry
 

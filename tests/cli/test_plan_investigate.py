@@ -15,7 +15,7 @@ import typer
 from typer.testing import CliRunner
 
 from plandag.cli.plan_command import register
-from plandag.planner.data import parse_data_blocks, quote_data
+from plandag.executors.data import parse_data_blocks, quote_data
 from plandag.planner.investigate import INVESTIGATION_HEADING
 from plandag.testing import MessagesServer
 

@@ -18,8 +18,8 @@ from plandag.brakes.retry import RetryPolicy
 from plandag.compiler import compile_plan
 from plandag.errors import PlanError
 from plandag.executors import ModelAccess
+from plandag.executors.data import parse_data_blocks
 from plandag.models import AnthropicClient, LLMClient, OpenAICompatibleClient
-from plandag.planner.data import parse_data_blocks
 from plandag.scheduler import RunLimits, run_plan
 from plandag.scheduler.result import RunResult
 from plandag.testing import MessagesServer, ScriptedResponse

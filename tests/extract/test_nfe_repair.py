@@ -18,12 +18,12 @@ from plandag.brakes.budget import Budget
 from plandag.brakes.clock import VirtualClock
 from plandag.brakes.retry import RetryPolicy
 from plandag.compiler import compile_plan
+from plandag.executors.data import parse_data_blocks
 from plandag.extract.nfe import load_plan_text
 from plandag.extract.nfe.batch import extract_batch
 from plandag.extract.nfe.document import extract_document, nfe_needs_repair
 from plandag.extract.nfe.validators import key_check_digit
 from plandag.models import AnthropicClient
-from plandag.planner.data import parse_data_blocks
 from plandag.planner.repair import PlanRepairer
 from plandag.scheduler import RunLimits
 from plandag.testing import MessagesServer

@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from plandag.cli import app
-from plandag.planner.data import parse_data_blocks
+from plandag.executors.data import parse_data_blocks
 from plandag.store import open_store
 from plandag.testing import MessagesServer
 from plandag.testing.script import ScriptedResponse

@@ -189,7 +189,7 @@ def test_the_react_baseline_sees_a_server_s_words_only_as_quoted_data() -> None:
     import json
     import re
 
-    from plandag.planner.data import parse_data_blocks
+    from plandag.executors.data import parse_data_blocks
     from plandag.react import tool_definitions
 
     schema = {

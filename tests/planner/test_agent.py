@@ -14,9 +14,9 @@ import pytest
 from plandag.brakes.clock import VirtualClock
 from plandag.brakes.retry import RetryPolicy
 from plandag.checks.builtins import BUILTIN_CHECKS
+from plandag.executors.data import parse_data_blocks
 from plandag.models import AnthropicClient
 from plandag.planner.agent import Agent, AgentResult
-from plandag.planner.data import parse_data_blocks
 from plandag.scheduler import RunLimits
 from plandag.testing import MessagesServer
 from plandag.tools import tool

@@ -15,8 +15,8 @@ from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.compiler import compile_plan
 from plandag.dag.plan import Plan
 from plandag.errors import PlanError
+from plandag.executors.data import parse_data_blocks, quote_data
 from plandag.models import AnthropicClient
-from plandag.planner.data import parse_data_blocks, quote_data
 from plandag.planner.investigate import (
     INVESTIGATION_GOAL,
     INVESTIGATION_HEADING,

@@ -13,8 +13,8 @@ from plandag.brakes.clock import VirtualClock
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.compiler import CompiledPlan, compile_plan
 from plandag.errors import PermanentStepError
+from plandag.executors.data import parse_data_blocks
 from plandag.models import AnthropicClient, UnusableResponseError
-from plandag.planner.data import parse_data_blocks
 from plandag.planner.joiner import (
     JOIN_SCHEMA,
     JOIN_SYSTEM_PROMPT,

@@ -19,9 +19,9 @@ from plandag.cli.plan_command import register
 from plandag.compiler import compile_plan
 from plandag.dag.plan import Plan
 from plandag.errors import PlanError
+from plandag.executors.data import parse_data_blocks
 from plandag.models import AnthropicClient, TruncatedResponseError
 from plandag.models.schemas import prepare_schema
-from plandag.planner.data import parse_data_blocks
 from plandag.planner.planner import Planner, PlannerGaveUp
 from plandag.planner.prompt import format_diagnostics, user_prompt
 from plandag.planner.schema import plan_json_schema

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 from plandag.compiler import Diagnostic, compile_plan
-from plandag.planner.data import DATA_BLOCK_RULE, parse_data_blocks
+from plandag.executors.data import DATA_BLOCK_RULE, parse_data_blocks
 from plandag.planner.prompt import (
     GOOD_EXAMPLE,
     REFERENCE_GRAMMAR,

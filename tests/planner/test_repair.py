@@ -18,8 +18,8 @@ from plandag.brakes.retry import RetryPolicy
 from plandag.checks.builtins import BUILTIN_CHECKS
 from plandag.compiler import CompiledPlan, compile_plan
 from plandag.errors import PermanentStepError
+from plandag.executors.data import parse_data_blocks
 from plandag.models import AnthropicClient
-from plandag.planner.data import parse_data_blocks
 from plandag.planner.repair import PlanRepairer, RepairedRun, run_with_repairs, save_repair
 from plandag.scheduler import RunLimits
 from plandag.scheduler.result import EscalationMode

@@ -27,8 +27,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from plandag.executors.data import parse_data_blocks
 from plandag.jobs.contracts.evidence import locate_quote
-from plandag.planner.data import parse_data_blocks
 from plandag.testing.script import ScriptedResponse, estimate_tokens
 
 __all__ = ["FABRICATED_QUOTE", "ScriptedContracts", "main"]

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from plandag.planner.data import parse_data_blocks
+from plandag.executors.data import parse_data_blocks
 from plandag.testing.script import ScriptedResponse
 
 __all__ = [

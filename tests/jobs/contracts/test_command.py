@@ -16,8 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from plandag.cli import app
+from plandag.executors.data import parse_data_blocks
 from plandag.jobs.contracts.evidence import locate_quote
-from plandag.planner.data import parse_data_blocks
 from plandag.store import open_store
 from plandag.testing import MessagesServer, ScriptedResponse
 

@@ -12,12 +12,12 @@ import pytest
 
 from plandag.brakes.budget import Budget
 from plandag.executors import ModelAccess
+from plandag.executors.data import parse_data_blocks
 from plandag.jobs.contracts.chunks import chunk_text
 from plandag.jobs.contracts.document import extract_contract
 from plandag.jobs.contracts.fields import FieldSpec
 from plandag.jobs.contracts.text import read_contract
 from plandag.models import AnthropicClient
-from plandag.planner.data import parse_data_blocks
 from plandag.scheduler import RunLimits
 from plandag.testing import MessagesServer, ScriptedResponse
 

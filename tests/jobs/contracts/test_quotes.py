@@ -292,7 +292,7 @@ def test_malformed_replies_give_no_value(reply: Any) -> None:
 def responder_for(scripts: list[Scripted]) -> Any:
     """A scripted model: finds the contract and chunk from the request's data block and the
     field group from its schema, and replies with that contract's scripted quotes."""
-    from plandag.planner.data import parse_data_blocks
+    from plandag.executors.data import parse_data_blocks
     from plandag.testing import ScriptedResponse
 
     def reply(body: dict[str, Any]) -> ScriptedResponse:
