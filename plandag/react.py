@@ -9,7 +9,7 @@ with :class:`~plandag.planner.agent.Agent` everything but the orchestration:
   the Messages API's native tool use (``tools``, ``tool_use`` / ``tool_result`` blocks),
   with the same name, the same docstring the planner's system prompt shows (its
   effects and result type in the description line) and the same compact JSON schema
-  (:func:`plandag.planner.prompt.compact_schema`); ``tool_choice`` has
+  (:func:`plandag.executors.tool_use.compact_schema`); ``tool_choice`` has
   ``disable_parallel_tool_use`` so a turn calls at most one tool;
 * the system text: the planner's rules that are not about writing a plan, and the
   data-block rule (:data:`plandag.executors.data.DATA_BLOCK_RULE`): every observation is
@@ -52,6 +52,11 @@ from plandag.brakes.budget import Budget
 from plandag.brakes.clock import Clock, SystemClock
 from plandag.brakes.retry import RetryPolicy
 from plandag.executors.data import DATA_BLOCK_RULE, DEFAULT_MAX_CHARS, quote_data
+from plandag.executors.tool_use import REACT_RULES as REACT_RULES
+from plandag.executors.tool_use import content_blocks as content_blocks
+from plandag.executors.tool_use import tool_definitions as tool_definitions
+from plandag.executors.tool_use import tool_description as tool_description
+from plandag.executors.tool_use import tool_result_block as tool_result_block
 from plandag.models import (
     DEFAULT_PRICES,
     BudgetRefusedError,
@@ -61,12 +66,6 @@ from plandag.models import (
     LLMRequest,
     PriceTable,
     call_with_retries,
-)
-from plandag.planner.prompt import (
-    TEXT_KEYWORDS,
-    compact_schema,
-    describe_result_type,
-    quoted_tool_text,
 )
 from plandag.scheduler.runner import RunLimits
 from plandag.tools.boundary import WriteBoundary
@@ -100,13 +99,6 @@ REACT_ROLE = (
 """The first paragraph of the ReAct system prompt (the planner's is
 :data:`plandag.planner.prompt.ROLE`)."""
 
-REACT_RULES = """\
-Rules:
-- Use only the tools provided, with arguments that fit their schemas.
-- One tool call per turn: its result comes back before your next turn.
-- Use tools with effects (write, irreversible) only when the task asks for that effect.
-- Never invent a result that no tool produced."""
-
 REACT_EXAMPLE = """\
 An example (it uses built-in tools; use only the tools provided). It solves the task of \
 the planner's good example, one tool call per turn.
@@ -130,61 +122,6 @@ Answer: paid 120.5, refunded 20.0, written to out/summary.json."""
 ReactStatus = Literal["succeeded", "failed", "gave_up", "budget_exceeded", "timed_out"]
 """How a ReAct run ended: answered; a model call failed past its retries; ``max_turns``
 reached without an answer; the budget refused a call; the wall-clock cap passed."""
-
-
-def tool_description(registry: Registry, name: str) -> str:
-    """The description of tool ``name`` as the planner's system prompt gives it.
-
-    Args:
-        registry: the tools.
-        name: a registered tool's name.
-
-    Returns:
-        ``"(effects: none; returns TYPE): DOCSTRING"`` (the planner's tool line, without
-        the leading ``- NAME``); for a tool from outside (an MCP server's), its signature
-        and description as quoted data instead of the docstring
-        (:func:`plandag.planner.prompt.quoted_tool_text`).
-
-    Raises:
-        KeyError: no such tool.
-    """
-    item = registry.tools[name]
-    if item.origin is not None:
-        return (
-            f"(effects: {item.effects}; returns {describe_result_type(item.result_type)}): "
-            f"a tool from outside; its signature and description are quoted data:\n"
-            f"{quoted_tool_text(item)}"
-        )
-    return (
-        f"(effects: {item.effects}; returns {describe_result_type(item.result_type)}): "
-        f"{item.description}"
-    )
-
-
-def tool_definitions(registry: Registry) -> list[dict[str, Any]]:
-    """Every tool of ``registry`` as a Messages API tool definition, sorted by name.
-
-    Returns:
-        ``[{"name", "description", "input_schema"}]``: the description of
-        :func:`tool_description`, the compact schema the planner's prompt shows; for a tool
-        from outside (an MCP server's), the schema without its free text
-        (:data:`~plandag.planner.prompt.TEXT_KEYWORDS`: the argument notes are in the
-        description's quoted data).
-    """
-    definitions = []
-    for name in sorted(registry.tools):
-        item = registry.tools[name]
-        drop = TEXT_KEYWORDS if item.origin is not None else ("title",)
-        schema = compact_schema(item.json_schema(), drop=drop)
-        schema.setdefault("type", "object")
-        definitions.append(
-            {
-                "name": name,
-                "description": tool_description(registry, name),
-                "input_schema": schema,
-            }
-        )
-    return definitions
 
 
 def react_system_prompt() -> str:
@@ -506,45 +443,3 @@ class ReactAgent:
             except Exception as error:
                 return f"Refused: {type(error).__name__}: {error}"
         return None
-
-
-def content_blocks(raw: Any) -> list[dict[str, Any]]:
-    """The response's content blocks as Messages API JSON (text and tool_use): those of the
-    Anthropic SDK's message, or those of an OpenAI-compatible chat completion (a dict;
-    :func:`plandag.models.openai.content_blocks`).
-
-    Args:
-        raw: an :class:`~plandag.models.LLMResponse`'s ``raw``.
-
-    Raises:
-        TypeError: the response carries no content blocks (neither client's answer).
-    """
-    if isinstance(raw, Mapping):
-        from plandag.models.openai import content_blocks as chat_blocks
-
-        return chat_blocks(raw)
-    content = getattr(raw, "content", None)
-    if content is None:
-        raise TypeError(
-            "the ReAct loop needs Messages API content blocks or a chat completion in the "
-            "response (use AnthropicClient or OpenAICompatibleClient)"
-        )
-    blocks: list[dict[str, Any]] = []
-    for block in content:
-        kind = getattr(block, "type", None)
-        if kind == "text":
-            blocks.append({"type": "text", "text": str(block.text)})
-        elif kind == "tool_use":
-            blocks.append(
-                {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
-            )
-    return blocks
-
-
-def tool_result_block(use: Mapping[str, Any], content: str, is_error: bool) -> dict[str, Any]:
-    """The ``tool_result`` block answering tool call ``use`` with ``content`` (text; a data
-    block for a result), ``is_error`` set for a failed or refused call."""
-    result: dict[str, Any] = {"type": "tool_result", "tool_use_id": use["id"], "content": content}
-    if is_error:
-        result["is_error"] = True
-    return result

@@ -90,8 +90,6 @@ KNOWN_CROSSINGS: frozenset[tuple[str, str]] = frozenset(
         ("plandag.config", "plandag.compiler.limits"),
         ("plandag.config", "plandag.tools.allowlist"),
         ("plandag.errors", "plandag.compiler.diagnostics"),
-        # the agent step offers its tools to the model as the ReAct baseline of react.py does
-        ("plandag.executors.agent", "plandag.react"),
     }
 )
 

@@ -1,11 +1,12 @@
 """The ``agent`` tool: a short scoped ReAct agent for one step.
 
 ``agent(task, tools, data=None, model=None, max_turns=6, max_tokens=20000,
-max_cost_usd=0.10, max_seconds=120)``: the ReAct loop of :mod:`plandag.react` (Yao et al.,
-ICLR 2023: think, call one tool, read its result, again, until it answers), with the same
-role and rules, the same tool descriptions and the data-block rule, through the native
-tool use of either client (the Messages API's ``tool_use`` blocks, or an OpenAI-compatible
-server's ``tool_calls``), inside one step of a plan:
+max_cost_usd=0.10, max_seconds=120)``: the ReAct loop (Yao et al., ICLR 2023: think, call
+one tool, read its result, again, until it answers) of the baseline in :mod:`plandag.react`,
+with the same rules, the same tool descriptions and the data-block rule
+(:mod:`plandag.executors.tool_use`), through the native tool use of either client (the
+Messages API's ``tool_use`` blocks, or an OpenAI-compatible server's ``tool_calls``), inside
+one step of a plan:
 
 * **scoped tools**: ``tools`` lists the tool names the agent may call, from the run's
   registry (``ModelAccess.registry``, default :func:`~plandag.tools.registry.default_registry`).
@@ -80,7 +81,7 @@ AGENT_ROLE = (
     "text, with no tool call. You have few turns: answer as soon as you can."
 )
 """The first paragraph of the agent's system prompt (the rules follow, from
-:data:`plandag.react.REACT_RULES`, with the data-block rule)."""
+:data:`plandag.executors.tool_use.REACT_RULES`, with the data-block rule)."""
 
 
 def agent_effects(args: Mapping[str, Any], tools: Mapping[str, Tool]) -> Effects:
@@ -184,7 +185,7 @@ def estimate_agent(args: Mapping[str, Any]) -> tuple[float | None, int]:
 
 def _system() -> str:
     from plandag.executors.data import DATA_BLOCK_RULE
-    from plandag.react import REACT_RULES
+    from plandag.executors.tool_use import REACT_RULES
 
     return f"{AGENT_ROLE}\n\n{REACT_RULES}\n- {DATA_BLOCK_RULE}\n"
 
@@ -226,8 +227,8 @@ async def agent(
     from plandag.brakes.budget import Budget
     from plandag.errors import BudgetRefusedError
     from plandag.executors.data import DEFAULT_MAX_CHARS, quote_data
+    from plandag.executors.tool_use import content_blocks, tool_definitions, tool_result_block
     from plandag.models.base import LLMRequest
-    from plandag.react import content_blocks, tool_definitions, tool_result_block
     from plandag.tools.registry import Registry, default_registry
 
     context = ctx or ToolContext(run_id="adhoc", step_id=0)
