@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from plandag.brakes import DEFAULT_PLANNER_MAX_TOKENS, JOB_BRAKES, LIFT, UNLIMITED, Unlimited
-from plandag.compiler.limits import DEFAULT_MAX_PLAN_BYTES, DEFAULT_MAX_STEPS
+from plandag.dag.limits import DEFAULT_MAX_PLAN_BYTES, DEFAULT_MAX_STEPS
 from plandag.errors import InputError
 
 __all__ = [

@@ -87,7 +87,6 @@ KNOWN_CROSSINGS: frozenset[tuple[str, str]] = frozenset(
         # the configuration and the error hierarchy name the compiler's limits, its
         # Diagnostic type and the allow-list's pattern check (leaf modules of the
         # compiler and the tools)
-        ("plandag.config", "plandag.compiler.limits"),
         ("plandag.config", "plandag.tools.allowlist"),
         ("plandag.errors", "plandag.compiler.diagnostics"),
     }

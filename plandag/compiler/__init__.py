@@ -11,12 +11,12 @@ if _typing.TYPE_CHECKING:
     from plandag.compiler.compiled import CompiledStep as CompiledStep
     from plandag.compiler.diagnostics import DIAGNOSTIC_CODES as DIAGNOSTIC_CODES
     from plandag.compiler.diagnostics import Diagnostic as Diagnostic
-    from plandag.compiler.limits import DEFAULT_MAX_ARG_BYTES as DEFAULT_MAX_ARG_BYTES
-    from plandag.compiler.limits import DEFAULT_MAX_PLAN_BYTES as DEFAULT_MAX_PLAN_BYTES
-    from plandag.compiler.limits import DEFAULT_MAX_STEPS as DEFAULT_MAX_STEPS
     from plandag.compiler.load import load_plan as load_plan
     from plandag.compiler.patch import PatchResult as PatchResult
     from plandag.compiler.patch import compile_patch as compile_patch
+    from plandag.dag.limits import DEFAULT_MAX_ARG_BYTES as DEFAULT_MAX_ARG_BYTES
+    from plandag.dag.limits import DEFAULT_MAX_PLAN_BYTES as DEFAULT_MAX_PLAN_BYTES
+    from plandag.dag.limits import DEFAULT_MAX_STEPS as DEFAULT_MAX_STEPS
 
 __all__ = [
     "DEFAULT_MAX_ARG_BYTES",
@@ -43,9 +43,9 @@ if not _typing.TYPE_CHECKING:
             "CompiledStep": ("plandag.compiler.compiled", "CompiledStep"),
             "DIAGNOSTIC_CODES": ("plandag.compiler.diagnostics", "DIAGNOSTIC_CODES"),
             "Diagnostic": ("plandag.compiler.diagnostics", "Diagnostic"),
-            "DEFAULT_MAX_ARG_BYTES": ("plandag.compiler.limits", "DEFAULT_MAX_ARG_BYTES"),
-            "DEFAULT_MAX_PLAN_BYTES": ("plandag.compiler.limits", "DEFAULT_MAX_PLAN_BYTES"),
-            "DEFAULT_MAX_STEPS": ("plandag.compiler.limits", "DEFAULT_MAX_STEPS"),
+            "DEFAULT_MAX_ARG_BYTES": ("plandag.dag.limits", "DEFAULT_MAX_ARG_BYTES"),
+            "DEFAULT_MAX_PLAN_BYTES": ("plandag.dag.limits", "DEFAULT_MAX_PLAN_BYTES"),
+            "DEFAULT_MAX_STEPS": ("plandag.dag.limits", "DEFAULT_MAX_STEPS"),
             "load_plan": ("plandag.compiler.load", "load_plan"),
             "PatchResult": ("plandag.compiler.patch", "PatchResult"),
             "compile_patch": ("plandag.compiler.patch", "compile_patch"),

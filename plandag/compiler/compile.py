@@ -18,7 +18,6 @@ import pydantic
 from plandag.compiler.compiled import CompiledCheck, CompiledPlan, CompiledStep
 from plandag.compiler.diagnostics import DiagnosticCollector
 from plandag.compiler.egress import StepTaint, check_egress
-from plandag.compiler.limits import DEFAULT_MAX_ARG_BYTES, DEFAULT_MAX_STEPS, MAX_NESTING
 from plandag.compiler.load import decode_plan, load_plan, location, step_count, validate_plan
 from plandag.compiler.params import check_params
 from plandag.compiler.required import attach_required_checks
@@ -26,6 +25,7 @@ from plandag.compiler.targets import check_literal_targets, holds_reference
 from plandag.compiler.types import path_problem
 from plandag.compiler.values import check_header, check_values
 from plandag.dag.graph import dependency_order
+from plandag.dag.limits import DEFAULT_MAX_ARG_BYTES, DEFAULT_MAX_STEPS, MAX_NESTING
 from plandag.dag.plan import Plan, Step
 from plandag.dag.references import (
     find_references,

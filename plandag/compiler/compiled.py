@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from plandag.checks.base import CheckDefinition
 from plandag.compiler.diagnostics import Diagnostic
-from plandag.compiler.limits import DEFAULT_MAX_STEPS
+from plandag.dag.limits import DEFAULT_MAX_STEPS
 from plandag.dag.plan import Plan, Step
 from plandag.dag.references import ArgsTemplate, compile_template, find_references, is_constant
 from plandag.tools.base import Tool

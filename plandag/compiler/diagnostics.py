@@ -61,7 +61,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Literal
 
-from plandag.compiler.limits import MAX_DIAGNOSTICS
+from plandag.dag.limits import MAX_DIAGNOSTICS
 
 __all__ = [
     "DIAGNOSTIC_CODES",
@@ -165,7 +165,7 @@ class Diagnostic:
 Text = str | Callable[[], str]
 """A message or hint, or a function that makes it: called only for a diagnostic that is
 listed, so the cost of a long hint (the existing ids, the nearest names) is paid at most
-:data:`~plandag.compiler.limits.MAX_DIAGNOSTICS` times."""
+:data:`~plandag.dag.limits.MAX_DIAGNOSTICS` times."""
 
 
 class DiagnosticCollector:
@@ -179,7 +179,7 @@ class DiagnosticCollector:
 
     Args:
         limit: how many diagnostics to list (>= 1; default
-            :data:`~plandag.compiler.limits.MAX_DIAGNOSTICS`, 100).
+            :data:`~plandag.dag.limits.MAX_DIAGNOSTICS`, 100).
     """
 
     def __init__(self, limit: int = MAX_DIAGNOSTICS) -> None:

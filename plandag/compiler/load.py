@@ -16,7 +16,7 @@ from typing import Any
 import pydantic
 
 from plandag.compiler.diagnostics import DiagnosticCollector
-from plandag.compiler.limits import MAX_NESTING
+from plandag.dag.limits import MAX_NESTING
 from plandag.dag.plan import Plan
 from plandag.errors import PlanError
 
@@ -89,7 +89,7 @@ def decode_plan(source: Any, diagnostics: DiagnosticCollector) -> Plan | Mapping
 
     Returns:
         The Plan or the JSON object; None when the text is not JSON, the value not an
-        object, or it nests more than :data:`~plandag.compiler.limits.MAX_NESTING` deep
+        object, or it nests more than :data:`~plandag.dag.limits.MAX_NESTING` deep
         (``invalid_json`` / ``invalid_schema`` recorded).
     """
     if isinstance(source, Plan):

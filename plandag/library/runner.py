@@ -38,7 +38,7 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from plandag.compiler.limits import DEFAULT_MAX_STEPS
+from plandag.dag.limits import DEFAULT_MAX_STEPS
 from plandag.dag.plan import Plan
 from plandag.errors import InputError, PlanError
 from plandag.library.entries import LibraryPlan, LibraryTables, TaskRun, check_task_type

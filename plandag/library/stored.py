@@ -18,7 +18,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from plandag.compiler.limits import DEFAULT_MAX_STEPS
+from plandag.dag.limits import DEFAULT_MAX_STEPS
 from plandag.dag.plan import Plan
 from plandag.library.catalog import LibraryPlan, PlanLibrary
 from plandag.library.runner import Admission, decide_admission

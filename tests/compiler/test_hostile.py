@@ -17,8 +17,8 @@ import pytest
 import plandag.compiler.compile as compile_module
 from plandag.approval.gate import plan_hash
 from plandag.compiler import DEFAULT_MAX_STEPS, Diagnostic, compile_patch, compile_plan
-from plandag.compiler.limits import MAX_DIAGNOSTICS
 from plandag.compiler.values import MAX_SAFE_INTEGER
+from plandag.dag.limits import MAX_DIAGNOSTICS
 from plandag.errors import PlanError
 from plandag.tools.registry import Registry
 
