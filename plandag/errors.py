@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from plandag.compiler.diagnostics import Diagnostic
+    from plandag.dag.diagnostics import Diagnostic
 
 __all__ = [
     "BoundaryError",

@@ -88,7 +88,6 @@ KNOWN_CROSSINGS: frozenset[tuple[str, str]] = frozenset(
         # Diagnostic type and the allow-list's pattern check (leaf modules of the
         # compiler and the tools)
         ("plandag.config", "plandag.tools.allowlist"),
-        ("plandag.errors", "plandag.compiler.diagnostics"),
     }
 )
 

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from plandag.compiler.diagnostics import Diagnostic
+from plandag.dag.diagnostics import Diagnostic
 from plandag.scheduler.result import RunResult, to_jsonable
 from plandag.trace.redact import scrub_secrets
 

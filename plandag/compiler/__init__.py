@@ -9,11 +9,11 @@ if _typing.TYPE_CHECKING:
     from plandag.compiler.compiled import CompiledCheck as CompiledCheck
     from plandag.compiler.compiled import CompiledPlan as CompiledPlan
     from plandag.compiler.compiled import CompiledStep as CompiledStep
-    from plandag.compiler.diagnostics import DIAGNOSTIC_CODES as DIAGNOSTIC_CODES
-    from plandag.compiler.diagnostics import Diagnostic as Diagnostic
     from plandag.compiler.load import load_plan as load_plan
     from plandag.compiler.patch import PatchResult as PatchResult
     from plandag.compiler.patch import compile_patch as compile_patch
+    from plandag.dag.diagnostics import DIAGNOSTIC_CODES as DIAGNOSTIC_CODES
+    from plandag.dag.diagnostics import Diagnostic as Diagnostic
     from plandag.dag.limits import DEFAULT_MAX_ARG_BYTES as DEFAULT_MAX_ARG_BYTES
     from plandag.dag.limits import DEFAULT_MAX_PLAN_BYTES as DEFAULT_MAX_PLAN_BYTES
     from plandag.dag.limits import DEFAULT_MAX_STEPS as DEFAULT_MAX_STEPS
@@ -41,8 +41,8 @@ if not _typing.TYPE_CHECKING:
             "CompiledCheck": ("plandag.compiler.compiled", "CompiledCheck"),
             "CompiledPlan": ("plandag.compiler.compiled", "CompiledPlan"),
             "CompiledStep": ("plandag.compiler.compiled", "CompiledStep"),
-            "DIAGNOSTIC_CODES": ("plandag.compiler.diagnostics", "DIAGNOSTIC_CODES"),
-            "Diagnostic": ("plandag.compiler.diagnostics", "Diagnostic"),
+            "DIAGNOSTIC_CODES": ("plandag.dag.diagnostics", "DIAGNOSTIC_CODES"),
+            "Diagnostic": ("plandag.dag.diagnostics", "Diagnostic"),
             "DEFAULT_MAX_ARG_BYTES": ("plandag.dag.limits", "DEFAULT_MAX_ARG_BYTES"),
             "DEFAULT_MAX_PLAN_BYTES": ("plandag.dag.limits", "DEFAULT_MAX_PLAN_BYTES"),
             "DEFAULT_MAX_STEPS": ("plandag.dag.limits", "DEFAULT_MAX_STEPS"),

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 
 from plandag.compiler.compiled import CompiledCheck, CompiledPlan, CompiledStep
-from plandag.compiler.diagnostics import DiagnosticCollector
 from plandag.compiler.egress import StepTaint, check_egress
 from plandag.compiler.load import decode_plan, load_plan, location, step_count, validate_plan
 from plandag.compiler.params import check_params
@@ -24,6 +23,7 @@ from plandag.compiler.required import attach_required_checks
 from plandag.compiler.targets import check_literal_targets, holds_reference
 from plandag.compiler.types import path_problem
 from plandag.compiler.values import check_header, check_values
+from plandag.dag.diagnostics import DiagnosticCollector
 from plandag.dag.graph import dependency_order
 from plandag.dag.limits import DEFAULT_MAX_ARG_BYTES, DEFAULT_MAX_STEPS, MAX_NESTING
 from plandag.dag.plan import Plan, Step
@@ -148,7 +148,7 @@ def compile_plan(
     Raises:
         ValueError: ``max_steps`` is not an integer >= 1.
         PlanError: carrying every Diagnostic found (codes in
-            :mod:`plandag.compiler.diagnostics`), when any has severity ``error``; past
+            :mod:`plandag.dag.diagnostics`), when any has severity ``error``; past
             100 the first 100 and a ``diagnostics_omitted`` summary counting the rest
             (compile time stays linear in the plan's size). Integers outside ±(2^53 - 1)
             and lone UTF-16 surrogates anywhere in the plan or its params are errors

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from plandag.checks.base import CheckDefinition
-from plandag.compiler.diagnostics import Diagnostic
+from plandag.dag.diagnostics import Diagnostic
 from plandag.dag.limits import DEFAULT_MAX_STEPS
 from plandag.dag.plan import Plan, Step
 from plandag.dag.references import ArgsTemplate, compile_template, find_references, is_constant

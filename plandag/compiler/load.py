@@ -15,7 +15,7 @@ from typing import Any
 
 import pydantic
 
-from plandag.compiler.diagnostics import DiagnosticCollector
+from plandag.dag.diagnostics import DiagnosticCollector
 from plandag.dag.limits import MAX_NESTING
 from plandag.dag.plan import Plan
 from plandag.errors import PlanError

@@ -13,8 +13,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from plandag.compiler.diagnostics import DiagnosticCollector
 from plandag.compiler.values import check_values
+from plandag.dag.diagnostics import DiagnosticCollector
 from plandag.dag.plan import ParamSpec, Plan
 
 __all__ = ["check_params", "coerce_param"]

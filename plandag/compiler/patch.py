@@ -47,11 +47,11 @@ from plandag.compiler.compile import (
     step_limit_diagnostic,
 )
 from plandag.compiler.compiled import CompiledCheck, CompiledPlan, CompiledStep
-from plandag.compiler.diagnostics import Diagnostic, DiagnosticCollector
 from plandag.compiler.egress import StepTaint, check_egress
 from plandag.compiler.load import decode_plan, step_count, validate_plan
 from plandag.compiler.required import attach_required_checks
 from plandag.compiler.values import check_values
+from plandag.dag.diagnostics import Diagnostic, DiagnosticCollector
 from plandag.dag.limits import DEFAULT_MAX_ARG_BYTES, DEFAULT_MAX_STEPS
 from plandag.dag.plan import Plan, Step
 from plandag.dag.references import find_references

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
 
-from plandag.compiler.diagnostics import DiagnosticCollector
+from plandag.dag.diagnostics import DiagnosticCollector
 from plandag.dag.plan import CheckSpec, Step
 from plandag.tools.registry import Registry
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from plandag.compiler.diagnostics import DiagnosticCollector
+from plandag.dag.diagnostics import DiagnosticCollector
 from plandag.dag.plan import Step
 from plandag.dag.references import (
     REFERENCE_PATTERN,

@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
-from plandag.compiler.diagnostics import DiagnosticCollector
+from plandag.dag.diagnostics import DiagnosticCollector
 from plandag.dag.plan import Plan
 
 __all__ = [

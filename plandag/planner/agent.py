@@ -64,7 +64,7 @@ from plandag.brakes.clock import Clock, SystemClock
 from plandag.brakes.retry import RetryPolicy
 from plandag.compiler import DEFAULT_MAX_STEPS, CompiledPlan, Diagnostic, compile_plan
 from plandag.compiler.compiled import allowed_hosts
-from plandag.compiler.diagnostics import OUT_OF_REGISTRY_CODES
+from plandag.dag.diagnostics import OUT_OF_REGISTRY_CODES
 from plandag.dag.plan import ParamSpec, Plan
 from plandag.dag.references import find_references
 from plandag.errors import PlanBudgetError, PlanError

@@ -2,7 +2,7 @@
 (README, "Figures for operations").
 
 The compiler reports it as ``unknown_tool`` or ``unknown_check``
-(:data:`plandag.compiler.diagnostics.OUT_OF_REGISTRY_CODES`) on every plan, repair and
+(:data:`plandag.dag.diagnostics.OUT_OF_REGISTRY_CODES`) on every plan, repair and
 replan a model wrote; each such diagnostic is an alert, counted even when a repair fixed it
 (the model expected a capability the registry does not have: an operator may want to add
 it). Each alert is, at once:
@@ -25,7 +25,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from plandag.compiler.diagnostics import Diagnostic
+from plandag.dag.diagnostics import Diagnostic
 
 __all__ = [
     "ALERT_EVENT",

@@ -45,8 +45,8 @@ from plandag.brakes.budget import Budget
 from plandag.brakes.clock import Clock, SystemClock
 from plandag.brakes.retry import RetryPolicy
 from plandag.compiler import Diagnostic
-from plandag.compiler.diagnostics import DIAGNOSTIC_CODES
 from plandag.compiler.patch import PatchBase, check_output, compile_patch
+from plandag.dag.diagnostics import DIAGNOSTIC_CODES
 from plandag.dag.plan import Plan, Step
 from plandag.errors import PlanError, StepError
 from plandag.executors.data import quote_data

@@ -65,7 +65,7 @@ from typing import Any
 import anyio
 
 from plandag.compiler import Diagnostic
-from plandag.compiler.diagnostics import DIAGNOSTIC_CODES
+from plandag.dag.diagnostics import DIAGNOSTIC_CODES
 from plandag.dag.references import find_references
 from plandag.errors import PlanError
 from plandag.models import CallRecord, ChatMessage

@@ -50,7 +50,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, get_args
 
 from plandag.compiler import CompiledPlan, Diagnostic, compile_plan, load_plan
-from plandag.compiler.diagnostics import DIAGNOSTIC_CODES
+from plandag.dag.diagnostics import DIAGNOSTIC_CODES
 from plandag.dag.plan import ParamSpec, ParamType, Plan
 from plandag.errors import PlanError
 from plandag.planner.schema import (

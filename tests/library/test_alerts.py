@@ -11,7 +11,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from plandag.compiler.diagnostics import Diagnostic
+from plandag.dag.diagnostics import Diagnostic
 from plandag.planner.alerts import METRIC_NAME, alert_payload, report_alerts
 from plandag.store import open_store
 
