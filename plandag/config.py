@@ -364,7 +364,7 @@ class Settings:
 
         Raises:
             InputError: an ``--http-allow`` pattern can never match a host
-                (:func:`plandag.tools.allowlist.pattern_problem`).
+                (:func:`plandag.allowlist.pattern_problem`).
         """
         values, sources = dict(self.values), dict(self.sources)
         for name, value in flags.items():
@@ -445,7 +445,7 @@ def _coerce(setting: Setting, value: Any, where: str) -> Any:
 
 def _check_hosts(patterns: Sequence[Any], where: str) -> None:
     """Refuse an ``http_allow`` pattern that can never match a host (InputError)."""
-    from plandag.tools.allowlist import pattern_refusal
+    from plandag.allowlist import pattern_refusal
 
     for pattern in patterns:
         refusal = pattern_refusal(pattern, where) if isinstance(pattern, str) else None

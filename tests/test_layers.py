@@ -40,6 +40,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "brakes",
         "access",
         "telemetry",
+        "allowlist",
     ),
     ("tools", "checks"),
     ("compiler",),
@@ -84,10 +85,6 @@ KNOWN_CROSSINGS: frozenset[tuple[str, str]] = frozenset(
         ("plandag.jobs.contracts.scripted", "plandag.testing.server"),
         ("plandag.jobs.research.scripted", "plandag.testing.script"),
         ("plandag.jobs.research.scripted", "plandag.testing.server"),
-        # the configuration and the error hierarchy name the compiler's limits, its
-        # Diagnostic type and the allow-list's pattern check (leaf modules of the
-        # compiler and the tools)
-        ("plandag.config", "plandag.tools.allowlist"),
     }
 )
 

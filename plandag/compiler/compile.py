@@ -132,7 +132,7 @@ def compile_plan(
             sessions opened on the compiled plan keep the limit for the steps they add.
         max_arg_bytes: the most bytes a step's args may take as JSON.
         http_allow: the configured HTTP allow-list (host globs,
-            :mod:`plandag.tools.allowlist`), or None for none. The run's allow-list is
+            :mod:`plandag.allowlist`), or None for none. The run's allow-list is
             these and the hosts of the plan's literal URLs
             (:attr:`CompiledPlan.allowed_hosts`); a read-only run gets only these, and a
             literal URL on another host is a ``host_not_allowed`` error.

@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Container, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from plandag.allowlist import host_allowed, host_pattern
 from plandag.compiler.targets import holds_reference, resolve_params_only
 from plandag.dag.diagnostics import DiagnosticCollector
 from plandag.dag.plan import Step
 from plandag.dag.references import find_references
-from plandag.tools.allowlist import host_allowed, host_pattern
 from plandag.tools.registry import Registry
 
 __all__ = ["StepTaint", "check_egress"]

@@ -9,7 +9,7 @@ Each gets the case (:mod:`plandag.escalation.context`) as JSON:
 * **URL** (setting ``escalation_url``): one ``POST`` with the case as its JSON body
   (``Content-Type: application/json``), no redirects followed, within ``timeout_s``; a
   2xx answer is success. The HTTP allow-list applies (setting ``http_allow``,
-  :func:`plandag.tools.allowlist.host_allowed`): a URL whose host it does not list is
+  :func:`plandag.allowlist.host_allowed`): a URL whose host it does not list is
   refused before any connection, and the refusal says which setting to change;
 * **callback** (``on_escalation=`` of :func:`plandag.run_plan`,
   :class:`~plandag.planner.agent.Agent` and the durable API): called with the case as a
@@ -39,7 +39,7 @@ import anyio
 import anyio.abc
 import httpx
 
-from plandag.tools.allowlist import host_allowed
+from plandag.allowlist import host_allowed
 
 if TYPE_CHECKING:
     from plandag.compiler.compiled import CompiledPlan

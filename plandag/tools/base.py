@@ -104,7 +104,7 @@ class ToolContext:
             :func:`plandag.tools.writing.write_atomic` or
             :func:`~plandag.tools.writing.open_for_write`, which check and write in one.
         http_allow: the hosts this step's HTTP requests may reach (host globs, see
-            :mod:`plandag.tools.allowlist`): the run's configured ``http_allow`` and the
+            :mod:`plandag.allowlist`): the run's configured ``http_allow`` and the
             hosts its approved plan lists. The runner always sets it; None (a tool called
             outside a run) checks nothing.
         models: what the run gives its model-backed steps

@@ -70,6 +70,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypedDict
 import anyio
 from pydantic import Field
 
+from plandag.allowlist import host_allowed
 from plandag.errors import (
     NotStartedError,
     PermanentStepError,
@@ -77,7 +78,6 @@ from plandag.errors import (
     TransientStepError,
     parse_retry_after,
 )
-from plandag.tools.allowlist import host_allowed
 from plandag.tools.base import ToolContext, tool
 
 if TYPE_CHECKING:

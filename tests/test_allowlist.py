@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from plandag.tools.allowlist import host_allowed, host_pattern, pattern_problem
+from plandag.allowlist import host_allowed, host_pattern, pattern_problem
 
 
 @pytest.mark.parametrize(
