@@ -24,6 +24,7 @@ several megabytes is handled in linear time.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -228,6 +229,166 @@ def may_hold_word(text: str, words: Iterable[str]) -> bool:
 
 _AUTH_WORDS = ("bearer", "basic")
 
+# The text rules of :func:`scrub_secrets`, in the order they apply. Each needs, to match, what
+# its guard finds in the text (a literal, or a word in any case: the text lowered once; a
+# letter only ``re.IGNORECASE`` folds to ASCII, CASE_LOOKALIKES, counts as every word).
+_ANTHROPIC, _OPENAI, _JWT, _URL, _AUTH, _PAIR, _COOKIE_RULE = (1 << bit for bit in range(7))
+_RULE_PATTERNS = (
+    (_ANTHROPIC, _ANTHROPIC_KEY),
+    (_OPENAI, _OPENAI_KEY),
+    (_JWT, _JSON_WEB_TOKEN),
+    (_URL, _URL_PASSWORD),
+    (_AUTH, _AUTH_SCHEME),
+    (_PAIR, _KEY_VALUE),
+    (_COOKIE_RULE, _COOKIE),
+)
+_VALUE_RULES = _ANTHROPIC | _OPENAI | _JWT | _URL | _AUTH
+_TEXT_RULES = _VALUE_RULES | _PAIR | _COOKIE_RULE
+# The words of a secret name in a ``name: value`` pair (every spelling _SECRET_NAMES allows
+# holds one of them).
+_PAIR_WORDS = ("api", "auth", "token", "secret", "passw")
+_PAIR_CHARACTERS = (":", "=", ",")
+
+#: The shortest text any rule of :func:`scrub_secrets` can change: ``://:p@`` (a URL's
+#: password of one character); every other rule needs more (a ``token=x`` pair 7, an
+#: environment's secret value 8). Shorter strings are never scanned.
+SHORTEST_SECRET_TEXT = 6
+
+
+def _rules_in(text: str, rules: int) -> int:
+    """The rules among ``rules`` that may match in ``text``: those whose literal or word it
+    holds (a necessary condition of a match, never a sufficient one)."""
+    found = 0
+    if "sk-" in text:
+        found |= _ANTHROPIC | _OPENAI
+    if "eyJ" in text:
+        found |= _JWT
+    if "://" in text:
+        found |= _URL
+    if any(letter in text for letter in CASE_LOOKALIKES):
+        return found | _AUTH | _PAIR | _COOKIE_RULE
+    lowered = text.lower()
+    if "bearer" in lowered or "basic" in lowered:
+        found |= _AUTH
+    if rules & _PAIR and any(character in text for character in _PAIR_CHARACTERS):
+        if any(word in lowered for word in _PAIR_WORDS):
+            found |= _PAIR
+        if "cookie" in lowered:
+            found |= _COOKIE_RULE
+    return found & rules
+
+
+def _flagged(pattern: re.Pattern[str]) -> str:
+    source = pattern.pattern
+    return f"(?i:{source[4:]})" if source.startswith("(?i)") else f"(?:{source})"
+
+
+@functools.cache  # at most one per subset of the seven rules
+def _combined(rules: int) -> re.Pattern[str]:
+    """One expression that matches where any of ``rules`` matches: a text is scanned once
+    to learn whether it holds a credential at all."""
+    return re.compile(
+        "|".join(_flagged(pattern) for rule, pattern in _RULE_PATTERNS if rule & rules)
+    )
+
+
+def _mask_by_rules(text: str, rules: int) -> str:
+    """``text`` with the matches of ``rules`` masked, the rules applied one after the other
+    in their order (each sees what the ones before it masked)."""
+    if rules & (_ANTHROPIC | _OPENAI) and "sk-" in text:
+        text = _ANTHROPIC_KEY.sub(SECRET_MASK, text)
+        text = _OPENAI_KEY.sub(SECRET_MASK, text)
+    if rules & _JWT and "eyJ" in text:
+        text = _JSON_WEB_TOKEN.sub(SECRET_MASK, text)
+    if rules & _URL:
+        text = _mask_url_passwords(text)
+    if rules & _AUTH and may_hold_word(text, _AUTH_WORDS):
+        text = _AUTH_SCHEME.sub(_mask_auth_scheme, text)
+    if rules & _PAIR:
+        text = _KEY_VALUE.sub(_mask_pair_value, text)
+    if rules & _COOKIE_RULE:
+        text = _COOKIE.sub(_mask_pair_value, text)
+    return text
+
+
+def _mask_pair_value(match: re.Match[str]) -> str:
+    return f"{match.group(1)}{match.group(2)}{SECRET_MASK}"
+
+
+class _SecretScrubber:
+    """The secret rules for one set of secret values, and the texts it masked lately.
+
+    Strings are masked in two steps: the secret values (each looked for with ``in``, C's
+    substring search: on CPython it beats one regular expression alternating the values
+    and an Aho-Corasick automaton, ``benchmarks/trace_bench.py --matchers``; the values
+    found are replaced longest first), then the rules that find a credential by its form:
+    the text is scanned once by one expression combining every rule whose word it holds
+    (:func:`_combined`), and only a text with a match is masked rule by rule. Results are
+    remembered by text (up to :data:`_REMEMBERED` texts of at most
+    :data:`_REMEMBERED_CHARACTERS` characters each), so a text seen again (a tool's
+    name, a key, a value the store and the trace both record) is not scanned again.
+    """
+
+    def __init__(self, environment: tuple[str, ...]) -> None:
+        self.environment = environment
+        self.shortest = min(
+            (len(value) for value in environment if value), default=SHORTEST_SECRET_TEXT
+        )
+        self.shortest = min(self.shortest, SHORTEST_SECRET_TEXT)
+        self._texts: dict[str, str] = {}
+        self._values: dict[str, str] = {}
+
+    def _replace_values(self, text: str) -> str:
+        for value in self.environment:
+            if value in text:
+                text = text.replace(value, SECRET_MASK)
+        return text
+
+    def text(self, text: str) -> str:
+        """``text`` masked by every rule (:func:`scrub_secret_text`)."""
+        if len(text) < self.shortest:
+            return text
+        remembered = self._texts.get(text)
+        if remembered is not None:
+            return remembered
+        masked = self._replace_values(text)
+        rules = _rules_in(masked, _TEXT_RULES)
+        if rules and _combined(rules).search(masked) is not None:
+            masked = _mask_by_rules(masked, _TEXT_RULES)
+        _remember(self._texts, text, masked)
+        return masked
+
+    def values(self, text: str) -> str:
+        """``text`` masked by the rules for credential values (:func:`scrub_secret_values`)."""
+        if len(text) < self.shortest:
+            return text
+        remembered = self._values.get(text)
+        if remembered is not None:
+            return remembered
+        masked = self._replace_values(text)
+        rules = _rules_in(masked, _VALUE_RULES)
+        if rules and _combined(rules).search(masked) is not None:
+            masked = _mask_by_rules(masked, _VALUE_RULES)
+        _remember(self._values, text, masked)
+        return masked
+
+
+_REMEMBERED = 8192
+_REMEMBERED_CHARACTERS = 2048
+
+
+def _remember(texts: dict[str, str], text: str, masked: str) -> None:
+    if len(text) > _REMEMBERED_CHARACTERS:
+        return
+    if len(texts) >= _REMEMBERED:
+        texts.clear()
+    texts[text] = masked
+
+
+@functools.lru_cache(maxsize=8)
+def _scrubber(environment: tuple[str, ...]) -> _SecretScrubber:
+    return _SecretScrubber(environment)
+
 
 def scrub_secret_values(text: str, environment: Iterable[str] | None = None) -> str:
     """``text`` with credential values masked as ``[secret]``, its structure left alone.
@@ -247,18 +408,7 @@ def scrub_secret_values(text: str, environment: Iterable[str] | None = None) -> 
         The masked text (the same object when nothing matched).
     """
     values = tuple(environment_secrets() if environment is None else environment)
-    for value in values:
-        if value in text:
-            text = text.replace(value, SECRET_MASK)
-    if "sk-" in text:
-        text = _ANTHROPIC_KEY.sub(SECRET_MASK, text)
-        text = _OPENAI_KEY.sub(SECRET_MASK, text)
-    if "eyJ" in text:
-        text = _JSON_WEB_TOKEN.sub(SECRET_MASK, text)
-    text = _mask_url_passwords(text)
-    if not may_hold_word(text, _AUTH_WORDS):
-        return text
-    return _AUTH_SCHEME.sub(_mask_auth_scheme, text)
+    return _scrubber(values).values(text)
 
 
 def scrub_secret_text(text: str, environment: Iterable[str] = ()) -> str:
@@ -272,7 +422,7 @@ def scrub_secret_text(text: str, environment: Iterable[str] = ()) -> str:
     Returns:
         The masked text.
     """
-    return _scrub_secret_text(text, tuple(environment))
+    return _scrubber(tuple(environment)).text(text)
 
 
 def _environment_secrets() -> tuple[str, ...]:
@@ -294,31 +444,6 @@ def _mask_auth_scheme(match: re.Match[str]) -> str:
     if not _looks_like_credential(match.group(3)):
         return match.group(0)
     return f"{match.group(1)}{match.group(2)}{SECRET_MASK}"
-
-
-# Every pattern below needs one of these words (in any case) or characters: a text without
-# any is left as it is, unscanned.
-_CREDENTIAL_WORDS = ("sk-", "eyj", "bearer", "basic")
-_PAIR_CHARACTERS = (":", "=", ",")
-
-
-def _scrub_secret_text(text: str, environment: tuple[str, ...]) -> str:
-    for value in environment:
-        if value in text:
-            text = text.replace(value, SECRET_MASK)
-    if not any(character in text for character in _PAIR_CHARACTERS) and not may_hold_word(
-        text, _CREDENTIAL_WORDS
-    ):
-        return text
-    if "sk-" in text:
-        text = _ANTHROPIC_KEY.sub(SECRET_MASK, text)
-        text = _OPENAI_KEY.sub(SECRET_MASK, text)
-    if "eyJ" in text:
-        text = _JSON_WEB_TOKEN.sub(SECRET_MASK, text)
-    text = _mask_url_passwords(text)
-    text = _AUTH_SCHEME.sub(_mask_auth_scheme, text)
-    text = _KEY_VALUE.sub(lambda match: f"{match.group(1)}{match.group(2)}{SECRET_MASK}", text)
-    return _COOKIE.sub(lambda match: f"{match.group(1)}{match.group(2)}{SECRET_MASK}", text)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -545,6 +670,17 @@ def _local_name(key: str) -> str:
     return key.rpartition(":")[2]
 
 
+@functools.lru_cache(maxsize=4096)
+def _key_facts(key: str) -> tuple[str, bool]:
+    """A mapping key's local name and whether it names a credential (records repeat the
+    same few hundred keys)."""
+    return _local_name(key), is_secret_key(key)
+
+
+#: Values returned as they are: they hold no text to scan.
+_SCALARS = frozenset({int, float, bool, type(None)})
+
+
 class _Walk:
     """One pass over a value: secrets always, personal data when ``personal``."""
 
@@ -557,16 +693,22 @@ class _Walk:
             self.environment: tuple[str, ...] = ()
         else:
             self.environment = environment if environment is not None else _environment_secrets()
+        self.scrubber = _scrubber(self.environment)
         self._path: set[int] = set()
 
     def text(self, text: str, *, personal: bool) -> str:
         if self.secrets:
-            text = _scrub_secret_text(text, self.environment)
+            text = self.scrubber.text(text)
         if personal:
             text = _redact_personal_text(text)
         return text
 
     def value(self, value: Any, *, personal: bool) -> Any:
+        kind = type(value)
+        if kind is str:
+            return self.text(value, personal=personal)
+        if kind in _SCALARS:
+            return value
         if isinstance(value, str):
             return self.text(value, personal=personal)
         if isinstance(value, Mapping):
@@ -589,17 +731,22 @@ class _Walk:
         individual = personal and _is_individual_party(mapping)
         result: dict[Any, Any] = {}
         for key, item in mapping.items():
-            name = _local_name(key) if isinstance(key, str) else None
-            new_key = self.text(key, personal=personal) if isinstance(key, str) else key
+            if isinstance(key, str):
+                name, secret = _key_facts(key)
+                new_key = self.text(key, personal=personal)
+            else:
+                name, secret, new_key = None, False, key
             if new_key in result:  # two keys masked alike: keep both values
                 new_key = f"{new_key}#{len(result)}"
-            result[new_key] = self._field(name, item, personal, individual)
+            result[new_key] = self._field(name, secret, item, personal, individual)
         return result
 
-    def _field(self, name: str | None, item: Any, personal: bool, individual: bool) -> Any:
+    def _field(
+        self, name: str | None, secret: bool, item: Any, personal: bool, individual: bool
+    ) -> Any:
         if name is None:
             return self.value(item, personal=personal)
-        if self.secrets and item is not None and is_secret_key(name):
+        if secret and self.secrets and item is not None:
             return SECRET_MASK
         if personal and isinstance(item, str | int) and item not in ("", None):
             if name.upper() == "CPF":
@@ -619,7 +766,7 @@ class _Walk:
                 and len(item) == 2
                 and isinstance(item[0], str)
                 and item[1] is not None
-                and is_secret_key(item[0])
+                and _key_facts(item[0])[1]
             ):  # a header pair: ("Authorization", "Bearer ...")
                 result.append([item[0], SECRET_MASK])
             else:
