@@ -574,3 +574,22 @@ def test_rate_limit_429s_at_a_tiny_size() -> None:
     assert limited.succeeded == 6
     assert limited.waited_calls >= 2
     assert "| with --rpm 3 |" in render([without, limited], 6, 3, 0.5)
+
+
+# -- trace and compile CPU per step -----------------------------------------------------------
+
+
+def test_trace_bench_at_a_tiny_size(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.trace_bench import VARIANTS, main, measure_matchers, measure_once, render
+
+    figures = measure_once(4, (4,), tmp_path, 1)
+    assert set(figures) == {*VARIANTS, "compile 4"}
+    assert all(value >= 0 for value in figures.values())
+    table = render({"this": [figures]})
+    assert "| store+trace - store |" in table
+    assert "| compile 4 |" in table
+    assert measure_matchers(1).count("\n") == 10  # a header, a rule, nine rows
+    main(["--steps", "3", "--compile-sizes", "3", "--repetitions", "1", "--profile"])
+    printed = capsys.readouterr().out
+    assert "| trace - plain |" in printed
+    assert "cProfile of store+trace (this)" in printed
