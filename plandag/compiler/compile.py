@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pydantic
 
+from plandag.compiler.collector import collector_paused
 from plandag.compiler.compiled import CompiledCheck, CompiledPlan, CompiledStep
 from plandag.compiler.egress import StepTaint, check_egress
 from plandag.compiler.load import decode_plan, load_plan, location, step_count, validate_plan
@@ -103,6 +104,7 @@ def _errors_outside_references(
     return kept
 
 
+@collector_paused
 def compile_plan(
     plan: Plan | str | bytes | Mapping[str, Any],
     registry: Registry,

@@ -37,6 +37,7 @@ from typing import Any, cast
 
 import networkx as nx
 
+from plandag.compiler.collector import collector_paused
 from plandag.compiler.compile import (
     _check_cycles,
     _check_output,
@@ -167,6 +168,7 @@ def _ended_problem(
     )
 
 
+@collector_paused
 def compile_patch(
     base: PatchBase | CompiledPlan,
     new_steps: Sequence[Step | Mapping[str, Any]],
