@@ -549,22 +549,11 @@ def build_registry(
         ToolLoadError: an entry is neither a loadable file nor an installed application, an
             MCP server did not start, or a tool's name clashes.
     """
-    from plandag.errors import ToolLoadError
-    from plandag.tools.registry import default_registry, installed_applications
+    from plandag.tools.registry import registry_with
 
-    registry = default_registry(applications, resolve_installed=resolve_installed)
-    registry.withhold(withhold)
-    for entry in dict.fromkeys(tools or []):
-        if entry.suffix == ".py" or entry.exists():
-            registry.load_file(entry)
-        elif str(entry) in installed_applications():
-            registry.add_application(str(entry))
-        else:
-            installed = ", ".join(installed_applications()) or "none"
-            raise ToolLoadError(
-                f"--tools {entry}: no such file, and no installed application of that name "
-                f"(installed: {installed}); give a .py file or an application's name"
-            )
+    registry = registry_with(
+        tools, applications=applications, resolve_installed=resolve_installed, withhold=withhold
+    )
     if mcp:
         register_mcp_servers(registry, mcp, mcp_timeout)
     return registry

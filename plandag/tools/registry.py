@@ -25,6 +25,7 @@ __all__ = [
     "Registry",
     "default_registry",
     "installed_applications",
+    "registry_with",
 ]
 
 
@@ -355,4 +356,37 @@ def default_registry(
     registry = Registry(tools, checks, resolve_installed=resolve_installed)
     for name in applications or ():
         registry.add_application(name)
+    return registry
+
+
+def registry_with(
+    entries: Iterable[str | Path] | None = None,
+    *,
+    applications: Iterable[str] = (),
+    resolve_installed: bool = True,
+    withhold: Iterable[str] = (),
+) -> Registry:
+    """:func:`default_registry` with ``applications``, less the built-ins named in
+    ``withhold`` (:meth:`Registry.withhold`), plus each of ``entries`` (a command's
+    ``--tools``, or a stored run's tools): a ``.py`` file whose ``@tool`` and ``@check``
+    functions are registered, or the name of an installed application (``nfe``). Each entry
+    is loaded once, in order.
+
+    Raises:
+        ToolLoadError: an entry is neither a loadable file nor an installed application,
+            or an application cannot be loaded.
+    """
+    registry = default_registry(applications, resolve_installed=resolve_installed)
+    registry.withhold(withhold)
+    for entry in dict.fromkeys(Path(item) for item in entries or ()):
+        if entry.suffix == ".py" or entry.exists():
+            registry.load_file(entry)
+        elif str(entry) in installed_applications():
+            registry.add_application(str(entry))
+        else:
+            installed = ", ".join(installed_applications()) or "none"
+            raise ToolLoadError(
+                f"--tools {entry}: no such file, and no installed application of that name "
+                f"(installed: {installed}); give a .py file or an application's name"
+            )
     return registry
