@@ -25,6 +25,12 @@ from plandag.cli.common import (
     stdout,
     write_boundary_for,
 )
+from plandag.cli.models_options import (
+    BaseUrlOption,
+    ContractsExecutorModelOption,
+    ContractsModelOption,
+    ProviderOption,
+)
 from plandag.cli.options import (
     BoundaryOption,
     FollowLinksOption,
@@ -103,32 +109,10 @@ def extract_contracts_command(
         ),
     ] = False,
     follow_links: FollowLinksOption = False,
-    provider: Annotated[
-        str,
-        typer.Option("--provider", metavar="anthropic|openai", help="The model provider."),
-    ] = "anthropic",
-    model: Annotated[
-        str | None,
-        typer.Option(
-            "--model",
-            metavar="NAME",
-            help="The run's model: the llm steps use it unless --executor-model (or the "
-            "executor_model setting) names another.",
-        ),
-    ] = None,
-    base_url: Annotated[
-        str | None,
-        typer.Option("--base-url", metavar="URL", help="The provider API's base URL."),
-    ] = None,
-    executor_model: Annotated[
-        str | None,
-        typer.Option(
-            "--executor-model",
-            metavar="NAME",
-            help="The model of the llm steps (default: setting executor_model, else --model, "
-            "else claude-haiku-4-5 with anthropic).",
-        ),
-    ] = None,
+    provider: ProviderOption = "anthropic",
+    model: ContractsModelOption = None,
+    base_url: BaseUrlOption = None,
+    executor_model: ContractsExecutorModelOption = None,
     max_model_calls: Annotated[
         int | None,
         typer.Option(

@@ -51,6 +51,12 @@ from plandag.cli.common import (
     stderr,
     stdout,
 )
+from plandag.cli.models_options import (
+    BaseUrlOption,
+    PlannerModelOption,
+    ProviderOption,
+    ResearchExecutorModelOption,
+)
 from plandag.cli.options import (
     HeartbeatEveryOption,
     HeartbeatOption,
@@ -250,30 +256,10 @@ def register(app: typer.Typer) -> None:
                 help="Build the report of a stored research run again; nothing runs.",
             ),
         ] = None,
-        provider: Annotated[
-            str,
-            typer.Option("--provider", metavar="anthropic|openai", help="The model provider."),
-        ] = "anthropic",
-        model: Annotated[
-            str | None,
-            typer.Option(
-                "--model",
-                metavar="NAME",
-                help="The planner's model (anthropic: claude-sonnet-4-6).",
-            ),
-        ] = None,
-        base_url: Annotated[
-            str | None,
-            typer.Option("--base-url", metavar="URL", help="The provider API's base URL."),
-        ] = None,
-        executor_model: Annotated[
-            str | None,
-            typer.Option(
-                "--executor-model",
-                metavar="NAME",
-                help="The model of the llm steps (anthropic: claude-haiku-4-5; openai: --model).",
-            ),
-        ] = None,
+        provider: ProviderOption = "anthropic",
+        model: PlannerModelOption = None,
+        base_url: BaseUrlOption = None,
+        executor_model: ResearchExecutorModelOption = None,
         tools: ToolsOption = None,
         mcp: McpOption = None,
         http_allow: HttpAllowOption = None,

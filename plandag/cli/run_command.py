@@ -71,7 +71,14 @@ from plandag.cli.common import (
     write_boundary_for,
 )
 from plandag.cli.display import run_table
-from plandag.cli.models_options import model_client, planner_model
+from plandag.cli.models_options import (
+    BaseUrlOption,
+    ModelOption,
+    ProviderOption,
+    RunExecutorModelOption,
+    model_client,
+    planner_model,
+)
 from plandag.cli.options import (
     BoundaryOption,
     BreakerAfterOption,
@@ -242,20 +249,9 @@ def register(app: typer.Typer) -> None:
                 "--context", metavar="FILE", help="Trusted context for the planner (a text file)."
             ),
         ] = None,
-        provider: Annotated[
-            str,
-            typer.Option("--provider", metavar="anthropic|openai", help="The model provider."),
-        ] = "anthropic",
-        model: Annotated[
-            str | None,
-            typer.Option(
-                "--model", metavar="NAME", help="The model (anthropic: claude-sonnet-4-6)."
-            ),
-        ] = None,
-        base_url: Annotated[
-            str | None,
-            typer.Option("--base-url", metavar="URL", help="The provider API's base URL."),
-        ] = None,
+        provider: ProviderOption = "anthropic",
+        model: ModelOption = None,
+        base_url: BaseUrlOption = None,
         param: ParamOption = None,
         task_type: Annotated[
             str | None,
@@ -266,16 +262,7 @@ def register(app: typer.Typer) -> None:
                 "new task type is planned and saved under NAME once it succeeds).",
             ),
         ] = None,
-        executor_model: Annotated[
-            str | None,
-            typer.Option(
-                "--executor-model",
-                metavar="NAME",
-                help="The small model of the plan's llm and agent steps that name none and "
-                "of the library's routing call (claude-haiku-4-5 with anthropic, --model with "
-                "openai; executor_model in the config).",
-            ),
-        ] = None,
+        executor_model: RunExecutorModelOption = None,
         read_only: ReadOnlyOption = False,
         write_boundary: BoundaryOption = None,
         http_allow: HttpAllowOption = None,

@@ -17,6 +17,7 @@ from typing import Annotated
 
 import typer
 
+from plandag.cli.models_options import BaseUrlOption, ModelOption, ProviderOption
 from plandag.cli.options import McpOption, StoreOption, fail
 
 __all__ = ["check_can_listen", "is_loopback", "register"]
@@ -101,20 +102,9 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         mcp: McpOption = None,
-        provider: Annotated[
-            str,
-            typer.Option("--provider", metavar="anthropic|openai", help="The model provider."),
-        ] = "anthropic",
-        model: Annotated[
-            str | None,
-            typer.Option(
-                "--model", metavar="NAME", help="The model (anthropic: claude-sonnet-4-6)."
-            ),
-        ] = None,
-        base_url: Annotated[
-            str | None,
-            typer.Option("--base-url", metavar="URL", help="The provider API's base URL."),
-        ] = None,
+        provider: ProviderOption = "anthropic",
+        model: ModelOption = None,
+        base_url: BaseUrlOption = None,
         write_boundary: Annotated[
             list[str] | None,
             typer.Option(
