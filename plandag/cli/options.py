@@ -7,8 +7,6 @@ in :mod:`plandag.cli.models_options`."""
 from __future__ import annotations
 
 import contextlib
-import contextvars
-import json
 import math
 import sys
 from pathlib import Path
@@ -20,7 +18,6 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
     from plandag.config import McpServerSpec
-    from plandag.tools.mcp import McpServers
     from plandag.tools.registry import Registry
 
 __all__ = [
@@ -436,47 +433,13 @@ RedactOption = Annotated[
 ]
 
 
-class _Lifetime:
-    """What lives as long as one command: an exit stack closed when the command ends, and
-    the MCP servers started on it (by their specs, so a command starts each set once)."""
-
-    def __init__(self) -> None:
-        self.stack = contextlib.ExitStack()
-        self.servers: dict[str, McpServers] = {}
-
-
-_LIFETIME: contextvars.ContextVar[_Lifetime | None] = contextvars.ContextVar(
-    "plandag_command_lifetime", default=None
-)
-
-
 def command_lifetime() -> contextlib.ExitStack:
     """A new lifetime for the command about to run (the root callback calls it and closes
     the stack returned when the command ends): the MCP servers :func:`build_registry`
-    starts stop when it closes."""
-    lifetime = _Lifetime()
-    _LIFETIME.set(lifetime)
-    return lifetime.stack
+    starts stop when it closes (:func:`plandag.tools.lifetime.operation_lifetime`)."""
+    from plandag.tools.lifetime import operation_lifetime
 
-
-def _started(specs: Sequence[McpServerSpec], timeout: float) -> McpServers:
-    """The MCP servers of ``specs``, started once per command (ToolLoadError when one does
-    not start)."""
-    from plandag.errors import ToolLoadError
-    from plandag.tools.mcp import open_mcp_servers
-
-    lifetime = _LIFETIME.get()
-    if lifetime is None:
-        raise ToolLoadError(
-            "MCP servers are started by a plandag command; from Python, use "
-            "plandag.tools.mcp.McpServers (async with) or open_mcp_servers (with)"
-        )
-    key = json.dumps([spec.as_json() for spec in specs], sort_keys=True) + f"|{timeout}"
-    servers = lifetime.servers.get(key)
-    if servers is None:
-        servers = lifetime.stack.enter_context(open_mcp_servers(specs, default_timeout=timeout))
-        lifetime.servers[key] = servers
-    return servers
+    return operation_lifetime()
 
 
 def mcp_servers(
@@ -563,18 +526,12 @@ def register_mcp_servers(
     registry: Registry, specs: Sequence[McpServerSpec], timeout: float
 ) -> list[str]:
     """Start the MCP servers ``specs`` for the command's length (once per command:
-    :func:`command_lifetime`) and add their tools to ``registry``.
-
-    Args:
-        registry: the command's registry.
-        specs: the servers (:func:`mcp_servers`).
-        timeout: seconds a call may take when a server's table says nothing (the
-            ``mcp_timeout`` setting).
-
-    Returns:
-        The names of the tools added.
+    :func:`command_lifetime`) and add their tools to ``registry``
+    (:func:`plandag.tools.lifetime.register_mcp_servers`).
 
     Raises:
         ToolLoadError: a server did not start, or a tool's name clashes.
     """
-    return _started(specs, timeout).register(registry)
+    from plandag.tools.lifetime import register_mcp_servers as register
+
+    return register(registry, specs, timeout)
