@@ -111,7 +111,7 @@ def _cpu_seconds() -> float:
 class ExecWiring:
     """The run store, trace and run options of ``plandag exec`` without flags, built by
     the same functions the command calls (``plandag/cli/exec_command.py``,
-    ``plandag/cli/store_command.py``), with the store in ``folder``.
+    ``plandag/cli/durable.py``, ``plandag/runs/traces.py``), with the store in ``folder``.
 
     The settings are :func:`plandag.cli.common.command_settings` of no flag: the defaults,
     then the project files of the working folder, as for ``exec``. The trace masks secrets
@@ -121,7 +121,8 @@ class ExecWiring:
 
     def __init__(self, folder: Path, redact: bool = False) -> None:
         from plandag.cli.common import command_settings, run_limits_for
-        from plandag.cli.store_command import open_cli_store, run_options, trace_factory
+        from plandag.cli.durable import open_cli_store, run_options
+        from plandag.runs.traces import trace_factory
 
         self.settings = command_settings({})
         limits = run_limits_for(self.settings)

@@ -17,7 +17,7 @@ one process (the order rotates every repetition so that drift hits all of them):
 * ``b``: with a :class:`plandag.store.StoreRecorder` (the store in a temporary folder):
   steps without effects, so their transitions are written in batches;
 * ``c``: ``b`` plus a :class:`plandag.trace.writer.TraceWriter` masking secrets, as the
-  CLI wires them (``plandag/store/durable.py``, ``plandag/cli/store_command.py``);
+  runs service wires them (``plandag/runs/segments.py``, ``plandag/runs/traces.py``);
 * ``d``: the ``effects="write"`` tool under a ``StoreRecorder``: every start and every end
   is committed (``synchronous=FULL``: an fsync of the WAL) before the run goes on.
 

@@ -17,7 +17,7 @@ repetition:
   (the store off);
 * ``store``: :func:`plandag.runs.segments.start_run` with the run store and no trace;
 * ``store+trace``: ``start_run`` with the store and the trace writer factory the CLI's
-  ``exec`` uses (:func:`plandag.cli.store_command.trace_factory`).
+  ``exec`` uses (:func:`plandag.runs.traces.trace_factory`).
 
 Figures are CPU time of the whole process (``time.process_time``: every thread), in µs per
 step, the median over the repetitions; the trace's own cost is ``trace - plain`` (store off)
@@ -74,10 +74,10 @@ def measure_once(
     """
     import anyio
 
-    from plandag.cli.store_command import trace_factory
     from plandag.compiler import compile_plan
     from plandag.runs.options import RunOptions
     from plandag.runs.segments import start_run
+    from plandag.runs.traces import trace_factory
     from plandag.scheduler import run_plan
     from plandag.store import Store
     from plandag.tools.base import tool
@@ -221,10 +221,10 @@ def profile_once(steps: int, folder: Path, top: int = 25) -> str:
 
     import anyio
 
-    from plandag.cli.store_command import trace_factory
     from plandag.compiler import compile_plan
     from plandag.runs.options import RunOptions
     from plandag.runs.segments import start_run
+    from plandag.runs.traces import trace_factory
     from plandag.store import Store
     from plandag.tools.base import tool
     from plandag.tools.registry import Registry

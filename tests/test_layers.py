@@ -56,26 +56,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 
 #: Circles of files that are left, each as the sorted tuple of its files.
-KNOWN_CIRCLES: frozenset[tuple[str, ...]] = frozenset(
-    {
-        # the research job records its runs through the command line's run store helpers;
-        # they move into the runs service with the rest of the command line's bookkeeping
-        (
-            "plandag.cli.agent_store",
-            "plandag.cli.research_command",
-            "plandag.cli.run_command",
-            "plandag.cli.store_command",
-            "plandag.jobs.research.run",
-        ),
-    }
-)
+KNOWN_CIRCLES: frozenset[tuple[str, ...]] = frozenset()
 
 #: Imports against the layer order that are left, as (importer, imported) files.
 KNOWN_CROSSINGS: frozenset[tuple[str, str]] = frozenset(
     {
-        # the research job uses the command line's run store helpers (see KNOWN_CIRCLES)
-        ("plandag.jobs.research.run", "plandag.cli.agent_store"),
-        ("plandag.jobs.research.run", "plandag.cli.store_command"),
         # the scripted (offline) modes of the jobs and the bench run on the local stand-in
         # model servers of plandag.testing, which sits above them
         ("plandag.bench.runner", "plandag.testing.script"),

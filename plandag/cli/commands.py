@@ -52,7 +52,8 @@ class CommandEntry:
     summary: str
 
 
-_STORE = "plandag.cli.store_command"
+_RUNS = "plandag.cli.runs_command"
+_RESUME = "plandag.cli.resume_command"
 _TRACE = "plandag.cli.trace_command"
 
 COMMANDS: tuple[CommandEntry, ...] = (
@@ -126,32 +127,32 @@ COMMANDS: tuple[CommandEntry, ...] = (
     ),
     CommandEntry(
         "runs",
-        _STORE,
+        _RUNS,
         "List the runs in the store, newest first, with their ids and states.",
     ),
     CommandEntry(
         "resume",
-        _STORE,
+        _RESUME,
         "Continue a crashed or interrupted run: completed steps never run again; a",
     ),
     CommandEntry(
         "approve",
-        _STORE,
+        _RESUME,
         "Approve the plan awaiting a decision and run it now, in the same run.",
     ),
     CommandEntry(
         "reject",
-        _STORE,
+        _RESUME,
         "Reject the plan awaiting a decision, with feedback for the planner (exit 4).",
     ),
     CommandEntry(
         "abandon",
-        _STORE,
+        _RESUME,
         "Close an escalated run for good: its state becomes abandoned (exit 1) and it",
     ),
     CommandEntry(
         "inbox",
-        _STORE,
+        _RUNS,
         "List the escalated runs waiting for a person, and the crashed runs (their",
     ),
     CommandEntry(

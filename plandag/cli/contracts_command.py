@@ -25,6 +25,7 @@ from plandag.cli.common import (
     stdout,
     write_boundary_for,
 )
+from plandag.cli.durable import open_cli_store
 from plandag.cli.models_options import (
     BaseUrlOption,
     ContractsExecutorModelOption,
@@ -45,16 +46,18 @@ from plandag.cli.options import (
     MaxSecondsOption,
     MaxTokensOption,
     MaxUnpackedBytesOption,
+    RedactOption,
     RetriesOption,
     RpmOption,
     SlowStartOption,
     StallAfterOption,
     StopOnStallOption,
+    StoreOption,
     TpmOption,
 )
 from plandag.cli.signals import Interruptible, exit_code_for_signal
-from plandag.cli.store_command import RedactOption, StoreOption, open_cli_store, trace_factory
 from plandag.errors import InputError
+from plandag.runs.traces import trace_factory
 
 __all__ = ["extract_contracts_command", "model_options", "register"]
 

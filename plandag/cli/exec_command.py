@@ -34,6 +34,14 @@ from plandag.cli.common import (
     write_boundary_for,
 )
 from plandag.cli.display import diagnostic_lines, run_table
+from plandag.cli.durable import (
+    durable_exec,
+    escalation_hooks,
+    open_cli_store,
+    report,
+    run_options,
+    terminal_approver,
+)
 from plandag.cli.models_options import (
     ExecModelOption,
     ExecProviderOption,
@@ -78,7 +86,6 @@ from plandag.cli.options import (
     TpmOption,
 )
 from plandag.cli.signals import Interruptible, exit_code_for_signal
-from plandag.cli.store_command import durable_exec, escalation_hooks, run_options
 from plandag.compiler import CompiledPlan, compile_plan
 from plandag.config import Settings
 from plandag.errors import InputError, PlanError
@@ -314,8 +321,8 @@ def _exec_with_planner(
     run, its steps, decisions and repairs go to the run store and the trace, and a repair
     that adds steps with effects passes the same approval as the plan."""
     from plandag.brakes.retry import RetryPolicy
-    from plandag.cli.agent_store import RepairGate
     from plandag.planner.repair import PlanRepairer, RepairedRun, run_with_repairs, save_repair
+    from plandag.runs.repairs import RepairGate
 
     progress, observers = progress_observers(compiled, settings)
     client = model_client(planner, base_url)  # a missing key stops here (exit 2)
@@ -328,11 +335,13 @@ def _exec_with_planner(
     )
     params = dict(compiled.params)
     gate = RepairGate(
-        store_path,
+        open_cli_store(store_path),
         compiled,
         options,
         compile_span=compile_span,
         hooks=escalation_hooks(settings),
+        approver=terminal_approver() if options.approve == "ask" else None,
+        say=lambda line: stderr.print(line, markup=False, highlight=False),
     )
 
     def excerpt(session: Any, state: Any) -> Any:
@@ -370,8 +379,6 @@ def _exec_with_planner(
             outcome = Interruptible(work).run()
         if outcome.result is None and gate.outcome is not None:
             gate.close()
-            from plandag.cli.store_command import report
-
             report(gate.outcome, as_json=as_json, store=gate.store)
         repaired = outcome.result
         if repaired is None:

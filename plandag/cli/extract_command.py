@@ -29,6 +29,7 @@ from plandag.cli.common import (
     stdout,
     write_boundary_for,
 )
+from plandag.cli.durable import open_cli_store
 from plandag.cli.models_options import (
     PlannerModelOption,
     PlannerOption,
@@ -46,17 +47,19 @@ from plandag.cli.options import (
     MaxCostOption,
     MaxSecondsOption,
     MaxTokensOption,
+    RedactOption,
     RetriesOption,
     RpmOption,
     SaveRepairsOption,
     SlowStartOption,
     StallAfterOption,
     StopOnStallOption,
+    StoreOption,
     TpmOption,
 )
 from plandag.cli.signals import Interruptible, exit_code_for_signal
-from plandag.cli.store_command import RedactOption, StoreOption, open_cli_store, trace_factory
 from plandag.errors import InputError
+from plandag.runs.traces import trace_factory
 
 if TYPE_CHECKING:
     pass

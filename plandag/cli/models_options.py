@@ -1,5 +1,6 @@
 """The model options of the commands that call a model (``plan``, ``run``, ``research``,
-``exec``, ``extract nfe``, ``extract contracts``, ``serve``) and the client set-up they
+``exec``, ``extract nfe``, ``extract contracts``, ``serve``, and ``resume``, ``approve``,
+``reject`` of a stored run) and the client set-up they
 share, written once: ``--provider`` (anthropic unless given), ``--model`` (the provider's
 default planner model, :data:`DEFAULT_MODELS`; openai has none), ``--base-url``,
 ``--executor-model`` and ``exec``'s ``--planner``; the key read from the provider's
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MODELS",
     "PROVIDERS",
+    "BaseUrlAgainOption",
     "BaseUrlOption",
     "ContractsExecutorModelOption",
     "ContractsModelOption",
@@ -70,6 +72,15 @@ PlannerModelOption = Annotated[
 BaseUrlOption = Annotated[
     str | None,
     typer.Option("--base-url", metavar="URL", help="The provider API's base URL."),
+]
+BaseUrlAgainOption = Annotated[
+    str | None,
+    typer.Option(
+        "--base-url",
+        metavar="URL",
+        help="The run's model server URL given again with its user and password "
+        "(http://<user>:<password>@host/): the run store keeps the URL without them.",
+    ),
 ]
 RunExecutorModelOption = Annotated[
     str | None,

@@ -15,7 +15,7 @@ corpus, every citation checked in code, a Markdown report and a JSON record (REA
    ``.json``) are built from the run store: ``plandag research --from-run RUN_ID`` builds
    them again at any later time. ``plandag resume RUN_ID [--instruction TEXT]`` goes on
    with an escalated (or crashed, interrupted) research run: its corpus, index, models and
-   report path are stored with it (:func:`research_segment`).
+   report path are stored with it (:func:`plandag.jobs.research.run.research_segment`).
 
 Brakes: the ``research`` row of :data:`plandag.brakes.JOB_BRAKES` ($2.00, 500,000 tokens,
 30 min, stall 120 s), printed at the start; the write boundary is the report's folder, and
@@ -29,10 +29,8 @@ escalated (the replan caps); 130/143 interrupted. A report is written whatever t
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -84,7 +82,7 @@ if TYPE_CHECKING:
     from plandag.jobs.research.report import Report
     from plandag.store import Store
 
-__all__ = ["register", "research_segment", "write_report"]
+__all__ = ["register", "write_report"]
 
 
 def write_report(report: Report, output: Path) -> Path:
@@ -131,71 +129,6 @@ def _rebuild(store: Store, run_text: str, output: Path | None, as_json: bool) ->
     _write(report, target)
     if as_json:
         stdout.print_json(json.dumps(report.record, ensure_ascii=False))
-
-
-@contextlib.contextmanager
-def research_segment(store: Store, run_id: str, row: Any) -> Iterator[None]:
-    """A later segment of a research run (``plandag resume RUN_ID``, ``plandag approve``):
-    its corpus opened again from the run's options and bound for the research tools and
-    checks while the segment runs; when it ends, however it ends, the report and its
-    record are built again from the store and written to the run's report path.
-
-    Exits 2 before anything runs when the corpus folder or its index is gone (what, where,
-    what to do).
-    """
-    from plandag.errors import InputError
-    from plandag.jobs.research.corpus import Corpus
-    from plandag.jobs.research.report import build_report, load_run
-    from plandag.jobs.research.tools import use_corpus
-
-    research = row.options.get("research") or {}
-    folder = research.get("corpus")
-    if not folder:
-        fail(
-            f"run {run_id}: a research run that did not store its corpus folder (made by an "
-            "older plandag); start it again with `plandag research QUESTION --corpus DIR`"
-        )
-    if not Path(folder).is_dir():
-        fail(
-            f"run {run_id}: its corpus folder {folder} does not exist any more; put it back "
-            f"there, then run `plandag resume {run_id}` again (or start a new `plandag "
-            "research` run on the folder where it is now)"
-        )
-    try:
-        corpus = Corpus.open(folder, index=research.get("index"))
-    except InputError as error:
-        fail(f"run {run_id}: {error}")
-    output = Path(research.get("output") or "research.md")
-    try:
-        with use_corpus(corpus):
-            yield
-    finally:
-        try:
-            after = store.run(run_id)
-            ran = (after.status, after.segment, after.updated) != (
-                row.status,
-                row.segment,
-                row.updated,
-            )
-            report = build_report(load_run(store, run_id), corpus.chunk) if ran else None
-        finally:
-            corpus.close()
-        if report is not None:  # written whatever ended the segment (its exit code stands)
-            _write_after_segment(report, output, run_id)
-
-
-def _write_after_segment(report: Report, output: Path, run_id: str) -> None:
-    try:
-        record = write_report(report, output)
-    except OSError as error:
-        stderr.print(
-            f"cannot write the report {output}: {error.strerror or error}; `plandag "
-            f"research --from-run {run_id} --output FILE` writes it elsewhere",
-            markup=False,
-            highlight=False,
-        )
-    else:
-        stderr.print(f"report: {output} (record: {record})", markup=False, highlight=False)
 
 
 def _write(report: Report, output: Path) -> None:
@@ -301,7 +234,7 @@ def register(app: typer.Typer) -> None:
         JSON record is written beside it. `plandag research --from-run RUN_ID` builds the
         report of a stored run again.
         """
-        from plandag.cli.store_command import open_cli_store
+        from plandag.cli.durable import open_cli_store
 
         if from_run is not None:
             if question is not None or corpus is not None:
@@ -387,9 +320,9 @@ def _run(
     as_json: bool,
 ) -> None:
     from plandag.cli.common import command_registry, write_boundary_for
+    from plandag.cli.durable import open_cli_store
     from plandag.cli.models_options import model_client, require_model_key
     from plandag.cli.signals import Interruptible, exit_code_for_signal
-    from plandag.cli.store_command import open_cli_store
     from plandag.cli.watchdog import deadline_guard
     from plandag.errors import InputError
     from plandag.jobs.research.corpus import Corpus

@@ -40,8 +40,6 @@ interrupted by SIGINT/SIGTERM.
 from __future__ import annotations
 
 import functools
-import json
-import sys
 import uuid
 from pathlib import Path
 from typing import Annotated
@@ -50,10 +48,7 @@ import anyio
 import typer
 
 from plandag.brakes.retry import RetryPolicy
-from plandag.cli.agent_store import SessionRecorder, record_agent_run
 from plandag.cli.common import (
-    EXIT_CODES,
-    EXIT_USAGE,
     boundary_words,
     command_registry,
     command_settings,
@@ -62,15 +57,23 @@ from plandag.cli.common import (
     parse_params,
     plan_factor,
     print_brakes,
-    print_progress,
     require_text_folder,
     run_limits_for,
     slow_start_value,
     stderr,
-    stdout,
     write_boundary_for,
 )
-from plandag.cli.display import run_table
+from plandag.cli.durable import (
+    approve_mode,
+    escalation_hooks,
+    json_at_deadline,
+    open_cli_store,
+    planned_at_deadline,
+    planned_exit_code,
+    report_planned,
+    run_options,
+    terminal_approver,
+)
 from plandag.cli.models_options import (
     BaseUrlOption,
     ModelOption,
@@ -80,8 +83,10 @@ from plandag.cli.models_options import (
     planner_model,
 )
 from plandag.cli.options import (
+    ApproveOption,
     BoundaryOption,
     BreakerAfterOption,
+    EscalateOption,
     HeartbeatEveryOption,
     HeartbeatOption,
     HttpAllowOption,
@@ -98,30 +103,18 @@ from plandag.cli.options import (
     PlannerMaxTokensOption,
     PlanTimeFactorOption,
     ReadOnlyOption,
+    RedactOption,
     RetriesOption,
     RpmOption,
     SlowStartOption,
     StallAfterOption,
     StopOnStallOption,
+    StoreOption,
     ToolsOption,
     TotalReplanBelowOption,
     TpmOption,
 )
 from plandag.cli.signals import Interruptible, exit_code_for_signal
-from plandag.cli.store_command import (
-    ApproveOption,
-    EscalateOption,
-    RedactOption,
-    StoreOption,
-    approve_mode,
-    escalation_hooks,
-    json_at_deadline,
-    open_cli_store,
-    planned_at_deadline,
-    run_options,
-    terminal_approver,
-    trace_factory,
-)
 from plandag.cli.watchdog import deadline_guard
 from plandag.errors import InputError, PlanError
 from plandag.executors.access import ModelAccess, executor_model_for
@@ -130,101 +123,12 @@ from plandag.library.catalog import check_task_type
 from plandag.planner.agent import Agent, AgentResult
 from plandag.planner.prompt import format_diagnostics
 from plandag.planner.triggers import Instruction
+from plandag.runs.planned import SessionRecorder, record_agent_run
+from plandag.runs.traces import trace_factory
 from plandag.scheduler import JsonlHeartbeatWriter
 from plandag.scheduler.events import Observer
-from plandag.scheduler.result import to_jsonable
-from plandag.trace.redact import scrub_secrets
 
-__all__ = ["exit_code", "register"]
-
-
-def exit_code(result: AgentResult) -> int:
-    """The exit code of ``plandag run`` for ``result``: as ``exec`` for its status, and 2
-    when the plan never compiled."""
-    if result.plan_did_not_compile:
-        return EXIT_USAGE
-    return EXIT_CODES.get(result.status, 1)
-
-
-def _report(result: AgentResult, as_json: bool) -> None:
-    if as_json:
-        document = scrub_secrets(result.to_json_dict())  # values under secret-named keys too
-        sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
-        return
-    if result.diagnostics and (result.plan_did_not_compile or result.gave_up):
-        for line in format_diagnostics(result.diagnostics).splitlines():
-            stderr.print(line, markup=False)
-    if result.run.steps:
-        stdout.print(run_table(result.run, console_width=stdout.width, status=result.status))
-        print_progress(result.run)
-    if result.error is not None:
-        stderr.print(f"error: {result.error.type}: {result.error.message}", markup=False)
-    if result.status == "escalated":
-        stderr.print(
-            f"escalated ({result.run.escalation}) after {len(result.replans)} replan(s): "
-            f"{result.run.escalation_detail}; no answer was made up",
-            markup=False,
-        )
-    elif result.gave_up is not None:
-        stderr.print(
-            f"gave up ({result.gave_up}) after {len(result.replans)} replan(s); no answer "
-            "was made up",
-            markup=False,
-        )
-    calls = len(result.llm_calls)
-    cost = sum(record.cost_usd for record in result.llm_calls)
-    routing = ""
-    if result.routing_calls:
-        routing_cost = sum(record.cost_usd for record in result.routing_calls)
-        routing = f" (planner), {len(result.routing_calls)} routing call(s) ${routing_cost:.4f}"
-    stderr.print(
-        f"{result.status}: {calls} model call(s), {len(result.replans)} replan(s), "
-        f"${cost:.4f} on models{routing}",
-        markup=False,
-    )
-    if isinstance(result.library, LibraryOutcome):  # what plandag.library.run_task reports
-        for line in library_lines(result.library):
-            stderr.print(line, markup=False, highlight=False)
-    if result.answer is not None:
-        if isinstance(result.answer, str):
-            stdout.print(result.answer, markup=False, highlight=False)
-        else:
-            shown = scrub_secrets(to_jsonable(result.answer))
-            stdout.print_json(json.dumps(shown, ensure_ascii=False))
-
-
-def library_lines(outcome: LibraryOutcome) -> list[str]:
-    """What the plan library did, in words (on standard error after the run)."""
-    lines = []
-    if outcome.routing_error is not None:
-        lines.append(f"library: the routing answer was not used ({outcome.routing_error})")
-    if outcome.how == "library":
-        lines.append(
-            f"library: reused {outcome.task_type} version {outcome.version} (no model call)"
-        )
-    elif outcome.how == "routed":
-        lines.append(
-            f"library: routed to {outcome.task_type} version {outcome.version} (one routing call)"
-        )
-    saved = outcome.saved
-    if saved is not None:
-        if saved.status == "admitted":
-            lines.append(f"library: saved {saved.task_type} version {saved.version}")
-        else:
-            lines.append(
-                f"library: saved {saved.task_type} version {saved.version}, pending: "
-                f"{saved.reason}; `plandag library approve {saved.task_type} --version "
-                f"{saved.version}` lets runs reuse it"
-            )
-    elif outcome.not_saved is not None and outcome.task_type is not None:
-        lines.append(f"library: nothing saved for {outcome.task_type}: {outcome.not_saved}")
-    if outcome.derived and outcome.task_type is not None:
-        lines.append(
-            f"library: task type {outcome.task_type} was named from the plan (no --task-type "
-            "and nothing in the library to route to); later runs of this kind are routed to "
-            "it, `--task-type NAME` names a task type yourself"
-        )
-    return lines
+__all__ = ["register"]
 
 
 def register(app: typer.Typer) -> None:
@@ -503,7 +407,7 @@ def register(app: typer.Typer) -> None:
         if outcome.result is None:
             code = exit_code_for_signal(outcome.signal) if outcome.signal is not None else 130
             fail("the run was interrupted before it could report", code)
-        _report(outcome.result, as_json)
+        report_planned(outcome.result, as_json)
         if escalated is not None and escalated.message:
             stderr.print(escalated.message, markup=False, highlight=False)
         if outcome.result.status == "awaiting_approval" and outcome.result.approval is not None:
@@ -516,4 +420,4 @@ def register(app: typer.Typer) -> None:
             )
         if outcome.signal is not None:
             raise typer.Exit(exit_code_for_signal(outcome.signal))
-        raise typer.Exit(exit_code(outcome.result))
+        raise typer.Exit(planned_exit_code(outcome.result))

@@ -9,7 +9,18 @@ start, resume, decide on and finish their runs through it.
 * :mod:`plandag.runs.decisions`: a person's decisions (:func:`decide`,
   :func:`approve_escalated`, :func:`abandon`);
 * :mod:`plandag.runs.escalations`: a run handed to a person (:func:`escalate_run`,
-  :func:`close_escalation`).
+  :func:`close_escalation`);
+* :mod:`plandag.runs.planned`: a run whose plan a model writes, recorded as it goes
+  (``SessionRecorder``, ``record_agent_run``), revised after a rejection (``revise``) and
+  brought back by a person (``PlannerResume``);
+* :mod:`plandag.runs.repairs`: ``exec --planner``'s stored run (``RepairGate``);
+* :mod:`plandag.runs.stored`: a stored run read back for a later segment (its options,
+  tools and plan: ``prepare``, ``rebuild``, ``run_registry``);
+* :mod:`plandag.runs.traces`: a run's trace writers (``trace_factory``) and the lines a
+  decision between segments appends;
+* :mod:`plandag.runs.library`: the plan library's bookkeeping after a later segment;
+* :mod:`plandag.runs.listing`: the runs and the open cases as ``runs`` and ``inbox`` list
+  them.
 
 Importing this package imports none of its parts: each name is imported on first use.
 """

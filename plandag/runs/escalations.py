@@ -1,20 +1,29 @@
 """A durable run handed to a person (ARCHITECTURE.md, "People in the loop"): its case stored
 for the inbox and the escalation hooks called (:func:`escalate_run`), the message the person
 reads (:func:`escalation_message`), and a person's decision closing the case
-(:func:`close_escalation`)."""
+(:func:`close_escalation`); the case of a run recorded outside the runs service's own
+segments (:func:`escalate_recorded`), and of any escalated outcome whose case is missing
+(:func:`with_case_stored`)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from plandag.escalation.hooks import EscalationHooks
 from plandag.store.store import Store
 
+if TYPE_CHECKING:
+    from plandag.runs.options import DurableOutcome
+    from plandag.scheduler.result import RunResult
+
 __all__ = [
     "close_escalation",
+    "escalate_recorded",
     "escalate_run",
     "escalation_message",
+    "with_case_stored",
 ]
 
 
@@ -109,3 +118,65 @@ def close_escalation(
         store.record_decision(
             run_id, current.version, current.hash, decision, who=who, feedback=note
         )
+
+
+def escalate_recorded(
+    store: Store,
+    run_id: str,
+    run: RunResult,
+    *,
+    hooks: EscalationHooks | None,
+) -> DurableOutcome:
+    """Persist the case of a run recorded outside the runs service's own segments (a
+    planned run: ``plandag run``, ``exec --planner``, research) that ended ``escalated``,
+    and call the hooks (:func:`escalate_run`, on an event loop of its own: the run's loop
+    has ended). Returns the outcome with the message for the person."""
+    import functools
+
+    import anyio
+
+    from plandag.runs.options import DurableOutcome
+
+    reason = run.escalation or "replan_caps"
+    message = anyio.run(
+        functools.partial(escalate_run, store, run_id, reason, run.escalation_detail, hooks=hooks)
+    )
+    return DurableOutcome(
+        run_id,
+        "escalated",
+        result=run,
+        message=message,
+        escalation=reason,
+        escalation_detail=run.escalation_detail,
+    )
+
+
+def with_case_stored(
+    store: Store,
+    outcome: DurableOutcome,
+    hooks: Callable[[], EscalationHooks | None],
+) -> DurableOutcome:
+    """``outcome`` with its case in the store: an escalated outcome whose case is not there
+    yet (a code path that ended the run escalated without :func:`escalate_run`) gets it
+    stored now, with the hooks ``hooks()`` gives called, so that every escalated run
+    reaches the inbox; any other outcome is returned as it is."""
+    if outcome.status != "escalated" or store.escalations(run_id=outcome.run_id):
+        return outcome
+    import dataclasses
+    import functools
+
+    import anyio
+
+    result = outcome.result
+    reason = outcome.escalation or (result.escalation if result is not None else None)
+    detail = outcome.escalation_detail or (result.escalation_detail if result is not None else None)
+    reason = reason or "replan_caps"
+    message = anyio.run(
+        functools.partial(escalate_run, store, outcome.run_id, reason, detail, hooks=hooks())
+    )
+    return dataclasses.replace(
+        outcome,
+        message=outcome.message or message,
+        escalation=reason,
+        escalation_detail=detail,
+    )

@@ -25,6 +25,7 @@ __all__ = [
     "Registry",
     "default_registry",
     "installed_applications",
+    "outside_builtins",
     "registry_with",
 ]
 
@@ -390,3 +391,19 @@ def registry_with(
                 f"(installed: {installed}); give a .py file or an application's name"
             )
     return registry
+
+
+def outside_builtins() -> tuple[str, ...]:
+    """The built-in tools that reach outside a run, by what each declares: a path it reads
+    or writes, the network, or any effect (``read_file``, ``write_json``, ``http_get``,
+    ``http_post``). A research run leaves them out of its registry
+    (:func:`plandag.jobs.research.planning.withheld_tools`)."""
+    builtins = default_registry(resolve_installed=False).tools.items()
+    return tuple(
+        name
+        for name, item in builtins
+        if item.reads is not None
+        or item.writes is not None
+        or item.egress
+        or item.effects != "none"
+    )

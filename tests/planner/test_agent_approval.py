@@ -310,7 +310,7 @@ async def test_an_edit_in_the_request_makes_a_new_version_approved_at_once(
     assert result.approval.plan_hash == amendment.new_plan_hash
 
     # what plandag run stores of it: both versions, the decisions, one per step
-    from plandag.cli.agent_store import record_agent_run
+    from plandag.runs.planned import record_agent_run
     from plandag.store import open_store
 
     store = open_store(tmp_path / "runs.sqlite3")

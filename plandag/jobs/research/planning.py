@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from plandag.jobs.research.citations import ANSWER_SCHEMA, SYNTHESIS_SCHEMA
-from plandag.tools.registry import Registry, default_registry
+from plandag.tools.registry import Registry, default_registry, outside_builtins
 
 __all__ = [
     "RESEARCH_CONTEXT",
@@ -76,16 +76,8 @@ def withheld_tools() -> tuple[str, ...]:
     reached through ``search`` and ``read`` only, so a plan or replan that a document's
     text talked into naming ``read_file /etc/shadow`` does not compile (``unknown_tool``).
     A user's own tools (``--tools``) are not withheld: they stay under the approval and
-    taint rules."""
-    builtins = default_registry(resolve_installed=False).tools.items()
-    return tuple(
-        name
-        for name, item in builtins
-        if item.reads is not None
-        or item.writes is not None
-        or item.egress
-        or item.effects != "none"
-    )
+    taint rules (:func:`plandag.tools.registry.outside_builtins`)."""
+    return outside_builtins()
 
 
 def research_registry() -> Registry:

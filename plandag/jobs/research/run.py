@@ -15,15 +15,16 @@ A research run is a planned run (the :class:`~plandag.planner.agent.Agent`) with
 * everything a later segment needs stored with the run (``run.options``): the planner's
   and the executor model's provider, model and base URL (never a key), and the corpus
   folder, its index and the report's path (``research``), so ``plandag resume RUN_ID``
-  and ``plandag research --from-run RUN_ID`` work on it.
+  (:func:`research_segment`) and ``plandag research --from-run RUN_ID`` work on it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +46,7 @@ __all__ = [
     "model_client",
     "research",
     "research_options",
+    "research_segment",
     "write_report",
 ]
 
@@ -142,15 +144,15 @@ def research_options(
     ``executor``: provider, model, base URL; never a key; ``withheld_tools``: the file and
     HTTP tools, left out of every segment's registry) plus ``research``: ``{"corpus",
     "index", "output"}`` (absolute paths), which a later segment re-binds."""
-    from plandag.cli.store_command import file_sha256
     from plandag.compiler.limits import DEFAULT_MAX_STEPS
     from plandag.jobs.research.planning import RESEARCH_CONTEXT, withheld_tools
     from plandag.runs.options import RunOptions
+    from plandag.runs.stored import tools_record
 
-    files = tuple(str(Path(item).resolve()) for item in dict.fromkeys(tools))
+    files, tools_sha256 = tools_record(tools)
     options = RunOptions(
         tools=files,
-        tools_sha256={item: digest for item in files if (digest := file_sha256(item)) is not None},
+        tools_sha256=tools_sha256,
         write_boundary=(str(folder),),
         base=str(Path.cwd()),
         read_only=True,
@@ -234,12 +236,12 @@ class ResearchRun:
     ) -> None:
         from plandag.brakes import DEFAULT_PLANNER_MAX_TOKENS
         from plandag.brakes.retry import RetryPolicy
-        from plandag.cli.agent_store import SessionRecorder
-        from plandag.cli.store_command import trace_factory
         from plandag.compiler.limits import DEFAULT_MAX_STEPS
         from plandag.executors import ModelAccess
         from plandag.jobs.research.planning import research_params
         from plandag.planner.agent import Agent
+        from plandag.runs.planned import SessionRecorder
+        from plandag.runs.traces import trace_factory
 
         self.store = store
         self.question = question
@@ -300,8 +302,8 @@ class ResearchRun:
     def finish(self, result: AgentResult | None) -> Report:
         """Record what the run produced (``interrupted`` when ``result`` is None), close the
         trace, and build the report from the store."""
-        from plandag.cli.agent_store import record_agent_run
         from plandag.jobs.research.report import build_report, load_run
+        from plandag.runs.planned import record_agent_run
 
         try:
             if result is not None:
@@ -509,3 +511,65 @@ def research(
         record_path=record_path,
         result=result,
     )
+
+
+@contextlib.contextmanager
+def research_segment(
+    store: Store, run_id: str, row: Any, *, say: Callable[[str], None]
+) -> Iterator[None]:
+    """A later segment of a research run (``plandag resume RUN_ID``): its corpus opened
+    again from the run's options and bound for the research tools and checks while the
+    segment runs; when it ends, however it ends, the report and its record are built again
+    from the store and written to the run's report path (``say`` is given where they were
+    written, or why they could not be).
+
+    Raises:
+        InputError: (on entering, before anything runs) the run stored no corpus folder,
+            or the folder or its index is gone: what, where, what to do.
+    """
+    from plandag.jobs.research.corpus import Corpus
+    from plandag.jobs.research.report import build_report, load_run
+    from plandag.jobs.research.tools import use_corpus
+
+    research = row.options.get("research") or {}
+    folder = research.get("corpus")
+    if not folder:
+        raise InputError(
+            f"run {run_id}: a research run that did not store its corpus folder (made by an "
+            "older plandag); start it again with `plandag research QUESTION --corpus DIR`"
+        )
+    if not Path(folder).is_dir():
+        raise InputError(
+            f"run {run_id}: its corpus folder {folder} does not exist any more; put it back "
+            f"there, then run `plandag resume {run_id}` again (or start a new `plandag "
+            "research` run on the folder where it is now)"
+        )
+    try:
+        corpus = Corpus.open(folder, index=research.get("index"))
+    except InputError as error:
+        raise InputError(f"run {run_id}: {error}") from error
+    output = Path(research.get("output") or "research.md")
+    try:
+        with use_corpus(corpus):
+            yield
+    finally:
+        try:
+            after = store.run(run_id)
+            ran = (after.status, after.segment, after.updated) != (
+                row.status,
+                row.segment,
+                row.updated,
+            )
+            report = build_report(load_run(store, run_id), corpus.chunk) if ran else None
+        finally:
+            corpus.close()
+        if report is not None:  # written whatever ended the segment (its exit code stands)
+            try:
+                record = write_report(report, output)
+            except OSError as error:
+                say(
+                    f"cannot write the report {output}: {error.strerror or error}; `plandag "
+                    f"research --from-run {run_id} --output FILE` writes it elsewhere"
+                )
+            else:
+                say(f"report: {output} (record: {record})")

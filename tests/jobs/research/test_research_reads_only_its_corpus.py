@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import types
 from pathlib import Path
 from typing import Any
 
@@ -93,16 +92,14 @@ def test_tools_files_stay_and_do_not_bring_a_withheld_tool_back(tmp_path: Path) 
 def test_later_segments_of_a_research_run_withhold_them_too(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from plandag.cli.store_command import job_registry
+    from plandag.runs.stored import run_registry
 
-    research_run = types.SimpleNamespace(command="research")
     # stored before the options recorded what was withheld: withheld all the same
-    assert not FILE_AND_HTTP & set(job_registry(research_run, RunOptions()).tools)
+    assert not FILE_AND_HTTP & set(run_registry(RunOptions(), "research").tools)
     stored = RunOptions(withheld_tools=withheld_tools())
-    assert not FILE_AND_HTTP & set(job_registry(research_run, stored).tools)
-    assert "contract_text" not in job_registry(research_run, stored).tools  # no other job's
-    other = types.SimpleNamespace(command="exec")
-    assert set(job_registry(other, RunOptions()).tools) >= FILE_AND_HTTP
+    assert not FILE_AND_HTTP & set(run_registry(stored, "research").tools)
+    assert "contract_text" not in run_registry(stored, "research").tools  # no other job's
+    assert set(run_registry(RunOptions(), "exec").tools) >= FILE_AND_HTTP
     # the agent steps of a resumed segment list tools from the same registry
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test")
     executor = {"provider": "anthropic", "model": "claude-haiku-4-5", "base_url": None}
