@@ -42,6 +42,7 @@ __all__ = [
     "EXIT_USAGE",
     "add_mcp_tools",
     "boundary_words",
+    "brake_flags",
     "command_registry",
     "command_settings",
     "fail",
@@ -365,6 +366,62 @@ def slow_start_value(value: str | None) -> float | str | None:
             "(e.g. 0.15), or none"
         )
     return number
+
+
+def brake_flags(
+    *,
+    max_seconds: Any = None,
+    max_cost: Any = None,
+    max_tokens: Any = None,
+    rpm: float | None = None,
+    tpm: float | None = None,
+    max_concurrency: int | None = None,
+    max_steps: int | None = None,
+    max_plan_bytes: int | None = None,
+    retries: int | None = None,
+    heartbeat: Path | None = None,
+    heartbeat_every: float | None = None,
+    stall_after: Any = None,
+    stop_on_stall: bool | None = None,
+    breaker_after: int | None = None,
+    max_blocked: int | None = None,
+    total_replan_below: float | None = None,
+    plan_cost_factor: str | None = None,
+    plan_time_factor: str | None = None,
+    slow_start: str | None = None,
+) -> dict[str, Any]:
+    """The flags of a command's brake options as :func:`command_settings` takes them
+    (:meth:`plandag.config.Settings.with_flags`: a flag left None was not given, and a
+    command passes only the options it has).
+
+    ``--heartbeat`` becomes its path's text; ``--plan-cost-factor``,
+    ``--plan-time-factor`` (:func:`plan_factor`) and ``--slow-start``
+    (:func:`slow_start_value`) are read here, in that order: a bad value exits 2.
+
+    Returns:
+        The flags by setting name, in the order of the settings' brakes.
+    """
+    return {
+        "max_seconds": max_seconds,
+        "max_cost": max_cost,
+        "max_tokens": max_tokens,
+        "rpm": rpm,
+        "tpm": tpm,
+        "max_concurrency": max_concurrency,
+        "max_steps": max_steps,
+        "max_plan_bytes": max_plan_bytes,
+        "retries": retries,
+        "heartbeat": str(heartbeat) if heartbeat is not None else None,
+        "heartbeat_every": heartbeat_every,
+        "stall_after": stall_after,
+        "stop_on_stall": stop_on_stall,
+        "breaker_after": breaker_after,
+        "max_blocked": max_blocked,
+        "total_replan_below": total_replan_below,
+        "plan_cost_factor": plan_factor(plan_cost_factor, "--plan-cost-factor"),
+        "plan_time_factor": plan_factor(plan_time_factor, "--plan-time-factor"),
+        "slow_start": slow_start_value(slow_start),
+    }
 
 
 def run_limits_for(settings: Settings) -> RunLimits:

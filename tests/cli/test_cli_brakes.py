@@ -884,3 +884,27 @@ def test_extract_batch_brakes(runner: CliRunner, cwd: Path) -> None:
     lines = [json.loads(line) for line in beats.read_text(encoding="utf-8").splitlines()]
     assert [lines[0]["event"], lines[-1]["event"]] == ["batch_started", "batch_finished"]
     assert (lines[-1]["status"], lines[-1]["done"], lines[-1]["total"]) == ("finished", 7, 7)
+
+
+def test_brake_flags_read_as_settings_flags() -> None:
+    import typer
+
+    from plandag.cli.common import brake_flags
+
+    flags = brake_flags(
+        max_cost=0.5,
+        heartbeat=Path("beat.jsonl"),
+        plan_cost_factor="2",
+        plan_time_factor="none",
+        slow_start="0.25",
+    )
+    assert flags["max_cost"] == 0.5
+    assert flags["heartbeat"] == "beat.jsonl"
+    assert flags["plan_cost_factor"] == 2.0
+    assert flags["plan_time_factor"] == "none"
+    assert flags["slow_start"] == 0.25
+    assert flags["max_steps"] is None  # not given: the configuration's value stays
+    for bad in ({"plan_cost_factor": "0"}, {"slow_start": "2"}):
+        with pytest.raises(typer.Exit) as exit_info:
+            brake_flags(**bad)
+        assert exit_info.value.exit_code == 2
