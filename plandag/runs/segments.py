@@ -212,6 +212,35 @@ class _Gate:
     mode: ApprovalMode
 
 
+@dataclasses.dataclass(frozen=True)
+class _Segment:
+    """One segment of a stored run, to run (:func:`_run_segment`).
+
+    Attributes:
+        store, run_id: the run store and the run.
+        compiled, options: the plan this segment runs and the run's options.
+        segment: the segment's number (0 for a run's first).
+        completed: the results of the steps that succeeded before, by step id.
+        observers: more run event observers (after the store's recorder).
+        writer: the segment's trace writer, or None.
+        elapsed_s: seconds the run's earlier segments ran (the wall-clock cap's share).
+        gate: an approval to ask while the effect-free steps run, or None.
+        hooks: called when the segment ends ``escalated``, or None.
+    """
+
+    store: Store
+    run_id: str
+    compiled: CompiledPlan
+    options: RunOptions
+    segment: int
+    completed: Mapping[int, Any]
+    observers: Sequence[Observer]
+    writer: Any
+    elapsed_s: float
+    gate: _Gate | None = None
+    hooks: EscalationHooks | None = None
+
+
 def record_run(
     store: Store,
     run_id: str,
@@ -359,17 +388,19 @@ async def start_run(
             compile_span=compile_span,
         )
         return await _run_segment(
-            store,
-            run_id,
-            compiled,
-            options,
-            segment=0,
-            completed={},
-            observers=observers,
-            writer=writer,
-            elapsed_s=0.0,
-            gate=_Gate(request, approver, options.approve) if request is not None else None,
-            hooks=as_hooks(on_escalation),
+            _Segment(
+                store,
+                run_id,
+                compiled,
+                options,
+                segment=0,
+                completed={},
+                observers=observers,
+                writer=writer,
+                elapsed_s=0.0,
+                gate=_Gate(request, approver, options.approve) if request is not None else None,
+                hooks=as_hooks(on_escalation),
+            )
         )
     finally:
         if writer is not None:
@@ -489,17 +520,19 @@ async def continue_run(
                 return save_rejected(store, request, decision.feedback, writer)
         elapsed = float(row.options.get("elapsed_s", 0.0))
         return await _run_segment(
-            store,
-            run_id,
-            compiled,
-            options,
-            segment=segment,
-            completed=completed,
-            observers=observers,
-            writer=writer,
-            elapsed_s=elapsed,
-            gate=gate,
-            hooks=as_hooks(on_escalation),
+            _Segment(
+                store,
+                run_id,
+                compiled,
+                options,
+                segment=segment,
+                completed=completed,
+                observers=observers,
+                writer=writer,
+                elapsed_s=elapsed,
+                gate=gate,
+                hooks=as_hooks(on_escalation),
+            )
         )
     finally:
         if writer is not None:
@@ -553,66 +586,29 @@ class _ForwardAllButEnd:
             self.writer(event)
 
 
-async def _run_segment(
-    store: Store,
-    run_id: str,
-    compiled: CompiledPlan,
-    options: RunOptions,
-    *,
-    segment: int,
-    completed: Mapping[int, Any],
-    observers: Sequence[Observer],
-    writer: Any,
-    elapsed_s: float,
-    gate: _Gate | None = None,
-    hooks: EscalationHooks | None = None,
-) -> DurableOutcome:
+async def _run_segment(part: _Segment) -> DurableOutcome:
     """Run one segment (:func:`_run_segment_with`) with the model client of
     ``options.executor`` when the plan has model steps, closed after it."""
     from plandag.executors.access import model_steps
 
-    models = options.models() if model_steps(compiled.steps) else None
+    models = part.options.models() if model_steps(part.compiled.steps) else None
     try:
-        return await _run_segment_with(
-            store,
-            run_id,
-            compiled,
-            options,
-            segment=segment,
-            completed=completed,
-            observers=observers,
-            writer=writer,
-            elapsed_s=elapsed_s,
-            gate=gate,
-            hooks=hooks,
-            models=models,
-        )
+        return await _run_segment_with(part, models)
     finally:
         if models is not None:
             with anyio.CancelScope(shield=True):
                 await models.client.aclose()
 
 
-async def _run_segment_with(
-    store: Store,
-    run_id: str,
-    compiled: CompiledPlan,
-    options: RunOptions,
-    *,
-    segment: int,
-    completed: Mapping[int, Any],
-    observers: Sequence[Observer],
-    writer: Any,
-    elapsed_s: float,
-    gate: _Gate | None = None,
-    hooks: EscalationHooks | None = None,
-    models: ModelAccess | None = None,
-) -> DurableOutcome:
-    """Run one segment; with ``gate``, ask for the approval while the steps without effects
-    run (a pending approval never holds them): steps with effects start once a person
-    approves; with nobody to decide, the segment ends ``awaiting_approval`` once the
-    effect-free steps have all ended (their results saved: ``plandag approve`` goes on
-    from them)."""
+async def _run_segment_with(part: _Segment, models: ModelAccess | None) -> DurableOutcome:
+    """Run one segment, its model steps calling ``models``; with ``part.gate``, ask for the
+    approval while the steps without effects run (a pending approval never holds them):
+    steps with effects start once a person approves; with nobody to decide, the segment
+    ends ``awaiting_approval`` once the effect-free steps have all ended (their results
+    saved: ``plandag approve`` goes on from them)."""
+    store, run_id, compiled, options = part.store, part.run_id, part.compiled, part.options
+    segment, completed, writer = part.segment, part.completed, part.writer
+    observers, elapsed_s, gate, hooks = part.observers, part.elapsed_s, part.gate, part.hooks
     recorder = StoreRecorder(
         store, run_id, compiled.steps, compiled.params, segment=segment, completed=completed
     )
@@ -706,15 +702,14 @@ async def _run_segment_with(
                 spent_tokens=spent.spent_tokens + result.spent_tokens,
             )
             return await _run_segment(
-                store,
-                run_id,
-                amendment.compiled,
-                options,
-                segment=segment,
-                completed=carried,
-                observers=observers,
-                writer=writer,
-                elapsed_s=elapsed_s + (time.monotonic() - started) - paused,
+                dataclasses.replace(
+                    part,
+                    compiled=amendment.compiled,
+                    completed=carried,
+                    elapsed_s=elapsed_s + (time.monotonic() - started) - paused,
+                    gate=None,
+                    hooks=None,
+                )
             )
         if decision is None or not decision.approved:
             result = dataclasses.replace(
