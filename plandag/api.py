@@ -78,32 +78,10 @@ async def run_plan(
     :class:`~plandag.scheduler.services.EscalationHook`. Its failure does not change the
     result.
     """
-    hook = (
-        on_escalation
-        if on_escalation is None or isinstance(on_escalation, EscalationHook)
-        else as_hooks(on_escalation)  # a plain function
-    )
-    return await entry.run_plan(
-        compiled,
-        approve=approve,
-        write_boundary=write_boundary,
-        run_id=run_id,
-        max_concurrency=max_concurrency,
-        tool_limits=tool_limits,
-        observers=observers,
-        limits=limits,
-        retry=retry,
-        classify=classify,
-        clock=clock,
-        budget=budget,
-        completed=completed,
-        escalate=escalate,
-        on_escalation=hook,
-        plan_estimate=plan_estimate,
-        tool_durations=tool_durations,
-        models=models,
-        escape_results=escape_results,
-    )
+    arguments = dict(locals())  # every parameter above by name, passed on as given
+    if on_escalation is not None and not isinstance(on_escalation, EscalationHook):
+        arguments["on_escalation"] = as_hooks(on_escalation)  # a plain function
+    return await entry.run_plan(**arguments)
 
 
 def run_plan_sync(
@@ -127,25 +105,12 @@ def run_plan_sync(
     Arguments, return value and errors as :func:`plandag.scheduler.run_plan_sync`. Must not
     be called from a thread that already runs an event loop.
     """
+    arguments = dict(locals())  # every parameter above by name, passed on as given
 
     # A closure, not functools.partial: anyio names the main task after repr(func), and a
     # partial's repr would format the whole compiled plan (O(steps) before anything runs).
     async def main() -> RunResult:
-        return await run_plan(
-            compiled,
-            approve=approve,
-            write_boundary=write_boundary,
-            run_id=run_id,
-            max_concurrency=max_concurrency,
-            tool_limits=tool_limits,
-            observers=observers,
-            limits=limits,
-            retry=retry,
-            classify=classify,
-            clock=clock,
-            budget=budget,
-            models=models,
-        )
+        return await run_plan(**arguments)
 
     return anyio.run(main)
 
