@@ -46,8 +46,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import json
 import logging
 import time
 import weakref
@@ -59,31 +57,33 @@ from plandag.brakes import Unlimited
 from plandag.brakes.budget import Budget
 from plandag.brakes.clock import Clock, SystemClock
 from plandag.brakes.retry import RetryPolicy
-from plandag.compiler import DEFAULT_MAX_STEPS, CompiledPlan, compile_plan
-from plandag.dag.plan import ParamSpec, Plan
-from plandag.errors import PlanError
+from plandag.compiler import DEFAULT_MAX_STEPS, CompiledPlan
+from plandag.dag.plan import Plan
 from plandag.executors.access import DEFAULT_EXECUTOR_MODEL, ModelAccess
 from plandag.models import DEFAULT_PRICES, LLMClient, PriceTable
+from plandag.planner.agent_approval import require_approver
 from plandag.planner.agent_replan import AgentRun
 from plandag.planner.agent_result import AgentResult as AgentResult
 from plandag.planner.agent_result import GaveUpReason as GaveUpReason
 from plandag.planner.agent_result import LibraryReport as LibraryReport
 from plandag.planner.agent_result import PlanAmendment as PlanAmendment
+from plandag.planner.agent_run import StoredPlans, run_header
 from plandag.planner.agent_run import deadline_reached as deadline_reached
 from plandag.planner.agent_settings import RunningRuns
 from plandag.planner.joiner import DEFAULT_JOIN_MAX_TOKENS
 from plandag.planner.planner import DEFAULT_PLAN_MAX_TOKENS
 from plandag.planner.replanner import DEFAULT_REPLAN_MAX_CHARS, DEFAULT_REPLAN_MAX_TOKENS
+from plandag.planner.revisions import revision_context as revision_context
+from plandag.planner.revisions import run_with_revisions
+from plandag.planner.services import check_hooks
 from plandag.planner.spans import start_agent
 from plandag.planner.triggers import Instruction, InstructionSource
 from plandag.scheduler import events, spans
 from plandag.scheduler.gate import (
     DEFAULT_EXPIRY_S,
     ApprovalMode,
-    ApprovalRequiredError,
     ApproveArgument,
     Approver,
-    Decision,
     resolve_approve,
 )
 from plandag.scheduler.result import EscalationMode
@@ -108,28 +108,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("plandag.planner")
-
-_STORED_KEPT = 8
-"""Compiled stored plans an :class:`Agent` keeps (the oldest is dropped first)."""
-
-_PARAM_TYPES: tuple[tuple[type, str], ...] = (
-    (bool, "boolean"),
-    (int, "integer"),
-    (float, "number"),
-    (str, "string"),
-    (dict, "object"),
-    (list, "array"),
-)
-
-
-def _header(goal: str, params: Mapping[str, Any]) -> Plan:
-    """The run's header: the goal, and each given param declared (its type from its value,
-    ``any`` when none fits). Steps join later."""
-    specs = {}
-    for name, value in params.items():
-        kind = next((label for cls, label in _PARAM_TYPES if isinstance(value, cls)), "any")
-        specs[name] = ParamSpec.model_validate({"type": kind})
-    return Plan(goal=goal, params=specs, steps=[])
 
 
 class TaskLibrary(Protocol):
@@ -352,7 +330,7 @@ class Agent:
         executor_model: str | None = None,
         on_alert: AlertHooks | None = None,
     ) -> None:
-        _check_hooks(on_escalation, on_alert)
+        check_hooks(on_escalation, on_alert)
         if max_blocked is not None and max_blocked < 1:
             raise ValueError(f"max_blocked must be >= 1 or None, not {max_blocked}")
         if total_replan_below is not None and not 0 <= total_replan_below <= 1:
@@ -427,7 +405,7 @@ class Agent:
         self.library = library
         self.executor_model = executor_model
         self.on_alert = on_alert
-        self._stored: dict[tuple[Registry, bool, int, str], CompiledPlan] = {}
+        self._stored = StoredPlans()
         self.running = RunningRuns()
 
     def tell(
@@ -460,26 +438,7 @@ class Agent:
         """
         if not text.strip():
             raise ValueError("Agent.tell: the text is empty; say what the run should do")
-        running = self.running.snapshot()
-        if run_id is not None:
-            target = running.get(run_id)
-            if target is None:
-                raise RuntimeError(
-                    f"Agent.tell: run {run_id} is not running in this agent (running: "
-                    f"{', '.join(sorted(running)) or 'none'})"
-                )
-        elif len(running) == 1:
-            target = next(iter(running.values()))
-        elif not running:
-            raise RuntimeError(
-                "Agent.tell: no run of this agent is running; an instruction reaches a run "
-                "only while Agent.run is running it"
-            )
-        else:
-            raise RuntimeError(
-                f"Agent.tell: {len(running)} runs of this agent are running; pass run_id= "
-                f"(one of {', '.join(sorted(running))})"
-            )
+        target = self.running.target(run_id)
         target.deliver([Instruction(text, goal_changed, who, time.time())])
 
     async def _notify(
@@ -494,103 +453,6 @@ class Agent:
             )
         except Exception:  # a hook's failure does not change the result
             logger.exception("run %s: the escalation hook failed", result.run.run_id)
-
-    def _check_approver(self, plan: Plan | None) -> None:
-        """Refuse to start without an approver when a plan could have effects.
-
-        Raises:
-            ApprovalRequiredError: no ``approve`` and, unless ``read_only``, a stored plan
-                with a step whose tool has effects, or (a model plans) a registry with such
-                a tool.
-        """
-        if self.approve is not None or self.read_only:
-            return
-        tools = self.registry.tools
-        if plan is not None:
-            names = [step.tool for step in plan.steps]
-            where = "the plan has steps with effects"
-        else:
-            names = list(tools)
-            where = "the model may plan steps with effects (the registry has tools with effects"
-        effects = sorted(
-            {
-                f"{name} [{tools[name].effects}]"
-                for name in names
-                if name in tools and tools[name].effects != "none"
-            }
-        )
-        if not effects:
-            return
-        shown = ", ".join(effects[:5]) + (
-            f" and {len(effects) - 5} more" if len(effects) > 5 else ""
-        )
-        closing = ")" if plan is None else ""
-        raise ApprovalRequiredError(
-            f"Agent: {where}: {shown}{closing} and no approver; pass approve= an approver (a "
-            'callable taking an ApprovalRequest and returning a Decision), "auto" (write '
-            'effects approved, irreversible ones need an approver) or "never" (a plan with '
-            "effects ends awaiting_approval), or read_only=True. Nothing ran."
-        )
-
-    def _stored_header(self, goal: str, plan: Plan, given: Mapping[str, Any]) -> CompiledPlan:
-        """The session header of a run of the stored ``plan``: its steps already compiled.
-
-        The header (``goal``, the plan's params, no steps) is compiled with ``given`` as
-        :func:`~plandag.scheduler.session.open_session` would compile it (so a bad param
-        raises the same :class:`~plandag.errors.PlanError`). The plan's steps are compiled
-        once per plan (its JSON), against this agent's registry and ``read_only`` flag, and
-        reused by every later run of an equal plan with only the params swapped in, as
-        ``plandag extract nfe`` does: a step's compilation does not depend on param values
-        except for literal write targets, so a plan one of whose tools writes is compiled
-        afresh when a write boundary is set (the boundary's answer depends on the file
-        system). A plan whose steps do not compile is not kept: the returned header then
-        has no steps, and ``session.add`` reports the error as for any stored plan.
-
-        Args:
-            goal: the run's goal.
-            plan: the stored plan.
-            given: the run's param values by name.
-
-        Returns:
-            A compiled header: the session's plan is the header (goal, params, no steps,
-            no output) and its steps are the stored plan's, compiled, or none.
-
-        Raises:
-            PlanError: the header does not compile (a missing, unknown or invalid param).
-        """
-        header = compile_plan(
-            Plan(goal=goal, params=plan.params, steps=[]),
-            self.registry,
-            params=given,
-            read_only=self.read_only,
-            write_boundary=self.write_boundary,
-            http_allow=self.http_allow,
-            max_steps=self.max_steps,
-        )
-        tools = self.registry.tools
-        if self.write_boundary is not None and any(
-            step.tool not in tools or tools[step.tool].writes is not None for step in plan.steps
-        ):
-            return header  # write targets are checked against the file system: each run
-        key = (self.registry, self.read_only, self.max_steps, plan.model_dump_json())
-        steps = self._stored.get(key)
-        if steps is None:
-            try:
-                steps = compile_plan(
-                    plan,
-                    self.registry,
-                    params=header.params,
-                    read_only=self.read_only,
-                    write_boundary=self.write_boundary,
-                    http_allow=self.http_allow,
-                    max_steps=self.max_steps,
-                )
-            except PlanError:
-                return header  # session.add reports it, with the same diagnostics
-            if len(self._stored) >= _STORED_KEPT:
-                self._stored.pop(next(iter(self._stored)))
-            self._stored[key] = steps
-        return dataclasses.replace(header, steps=steps.steps, order=steps.order)
 
     async def run(
         self,
@@ -746,36 +608,18 @@ class Agent:
         run_id: str | None = None,
     ) -> AgentResult:
         """:meth:`run` without its span."""
-        revisions: list[str] = []
-        decisions: list[Decision] = []
-        rejected: Plan | None = None
-        while True:
-            this_context = context
-            if revisions:
-                this_context = revision_context(context, rejected, revisions)
-            result = await self.run_once(
-                goal,
-                this_context,
-                params,
-                plan=plan if not revisions else None,
-                run_id=run_id,
-            )
-            decisions.extend(result.decisions)
-            result = dataclasses.replace(
-                result, decisions=tuple(decisions), revisions=tuple(revisions)
-            )
-            last = result.decisions[-1] if result.decisions else None
-            if (
-                result.status != "rejected"
-                or last is None
-                or last.approved
-                or len(revisions) >= self.max_revisions
-            ):
-                if result.status == "escalated" and self.on_escalation is not None:
-                    await self._notify(result, goal, params)
-                return result
-            revisions.append(last.feedback)
-            rejected = result.plan_versions[-1] if result.plan_versions else None
+        result = await run_with_revisions(
+            self.run_once,
+            goal,
+            context,
+            params,
+            plan=plan,
+            run_id=run_id,
+            max_revisions=self.max_revisions,
+        )
+        if result.status == "escalated" and self.on_escalation is not None:
+            await self._notify(result, goal, params)
+        return result
 
     async def run_once(
         self,
@@ -793,11 +637,12 @@ class Agent:
             context: trusted context from the user, or "".
             params: values given to the run by name (``<param.NAME>``), or None.
             plan: a stored plan to run instead of asking the planner (README, "Planning
-                with a model"): no planning call; its params and steps
-                join the run at once, and only a failure brings in the replanner. Its
-                steps are compiled once per agent and reused by later runs of an equal
-                plan (see :meth:`_stored_header`); the session then opens with them
-                (``RunStarted.step_count`` counts them; no ``StepsAdded`` event).
+                with a model"): no planning call; its params and steps join the run at
+                once, and only a failure brings in the replanner. Its steps are compiled
+                once per agent and reused by later runs of an equal plan
+                (:meth:`~plandag.planner.agent_run.StoredPlans.header`); the session then
+                opens with them (``RunStarted.step_count`` counts them; no ``StepsAdded``
+                event).
 
         Returns:
             The :class:`AgentResult`; never raises for a failed plan, call or step (the
@@ -810,13 +655,15 @@ class Agent:
             ApprovalRequiredError: no ``approve`` while plans can have effects (see
                 :class:`Agent`); nothing ran.
         """
-        self._check_approver(plan)
+        require_approver(self, plan)
         budget = self.budget if self.budget is not None else self.limits.budget()
         given = dict(params or {})
         run = AgentRun(self, goal, context, given, budget)
         run.stored = plan
         header: Plan | CompiledPlan = (
-            _header(goal, given) if plan is None else self._stored_header(goal, plan, given)
+            run_header(goal, given)
+            if plan is None
+            else self._stored.header(self, goal, plan, given)
         )
         return await run.start(header, run_id)
 
@@ -883,54 +730,3 @@ class Agent:
         if result.status == "escalated" and self.on_escalation is not None:
             await self._notify(result, goal, params)
         return result
-
-
-def _check_hooks(on_escalation: object, on_alert: object) -> None:
-    """Refuse hooks that are not the protocols the agent calls (a plain function).
-
-    Raises:
-        TypeError: as :class:`Agent` says.
-    """
-    from plandag.planner.alerts import AlertHooks
-    from plandag.planner.services import AgentEscalationHook
-
-    for name, value, kind in (
-        ("on_escalation", on_escalation, AgentEscalationHook),
-        ("on_alert", on_alert, AlertHooks),
-    ):
-        if value is not None and not isinstance(value, kind):
-            raise TypeError(
-                f"{name}={value!r}: plandag.planner.agent.Agent is handed its hooks (a "
-                f"{kind.__module__}.{kind.__name__}); for a plain function use plandag.Agent, "
-                "or wrap it: plandag.escalation.EscalationHooks(callback=fn)"
-            )
-
-
-def revision_context(context: str, rejected: Plan | None, feedback: Sequence[str]) -> str:
-    """Trusted context for a revision: the user's context, the rejected plan, and the
-    person's feedback in full (the last is the instruction for this revision).
-
-    Args:
-        context: the user's trusted context, or "".
-        rejected: the plan the person rejected last, or None.
-        feedback: every rejection's text so far, oldest first.
-
-    Returns:
-        The context text for the planner's revision call.
-    """
-    parts = [context] if context else []
-    if rejected is not None:
-        parts.append(
-            "A person rejected the previous plan:\n"
-            + json.dumps(rejected.model_dump(mode="json", exclude_none=True), ensure_ascii=False)
-        )
-    for number, text in enumerate(feedback, start=1):
-        latest = number == len(feedback)
-        parts.append(
-            f"The person's feedback on plan {number}"
-            + (" (the instruction for this revision, in full)" if latest else "")
-            + ":\n"
-            + text
-        )
-    parts.append("Write a revised plan that follows the feedback.")
-    return "\n\n".join(parts)

@@ -12,9 +12,11 @@ from plandag.dag.plan import Plan
 from plandag.dag.references import find_references
 from plandag.planner.agent_result import PlanAmendment
 from plandag.planner.agent_run import PlanningFailed, RunState
+from plandag.planner.agent_settings import AgentSettings
 from plandag.scheduler.decisions import step_decisions
 from plandag.scheduler.gate import (
     ApprovalRequest,
+    ApprovalRequiredError,
     Decision,
     InvalidDecisionError,
     StaleDecisionError,
@@ -25,7 +27,7 @@ from plandag.scheduler.gate import (
 )
 from plandag.scheduler.session import RunSession
 
-__all__ = ["ApprovingRun"]
+__all__ = ["ApprovingRun", "require_approver"]
 
 logger = logging.getLogger("plandag.planner")
 
@@ -160,3 +162,44 @@ class ApprovingRun(RunState):
                 steps=step_decisions(request.plan, decision, dropped),
             )
         )
+
+
+def require_approver(agent: AgentSettings, plan: Plan | None) -> None:
+    """Refuse to start a run of ``agent`` without an approver when a plan could have
+    effects.
+
+    Args:
+        agent: the agent.
+        plan: the stored plan the run runs, or None (a model plans).
+
+    Raises:
+        ApprovalRequiredError: no ``approve`` and, unless ``read_only``, a stored plan
+            with a step whose tool has effects, or (a model plans) a registry with such
+            a tool.
+    """
+    if agent.approve is not None or agent.read_only:
+        return
+    tools = agent.registry.tools
+    if plan is not None:
+        names = [step.tool for step in plan.steps]
+        where = "the plan has steps with effects"
+    else:
+        names = list(tools)
+        where = "the model may plan steps with effects (the registry has tools with effects"
+    effects = sorted(
+        {
+            f"{name} [{tools[name].effects}]"
+            for name in names
+            if name in tools and tools[name].effects != "none"
+        }
+    )
+    if not effects:
+        return
+    shown = ", ".join(effects[:5]) + (f" and {len(effects) - 5} more" if len(effects) > 5 else "")
+    closing = ")" if plan is None else ""
+    raise ApprovalRequiredError(
+        f"Agent: {where}: {shown}{closing} and no approver; pass approve= an approver (a "
+        'callable taking an ApprovalRequest and returning a Decision), "auto" (write '
+        'effects approved, irreversible ones need an approver) or "never" (a plan with '
+        "effects ends awaiting_approval), or read_only=True. Nothing ran."
+    )

@@ -14,14 +14,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
 
 from plandag.brakes.budget import Budget
-from plandag.compiler import Diagnostic
-from plandag.dag.plan import Plan
+from plandag.compiler import CompiledPlan, Diagnostic, compile_plan
+from plandag.dag.plan import ParamSpec, Plan
 from plandag.errors import PlanError
 from plandag.models import BudgetRefusedError, CallRecord, Usage
 from plandag.planner.agent_result import GaveUpReason, PlanAmendment
@@ -38,10 +38,124 @@ from plandag.scheduler.estimate import ModelCallEstimate, PlanEstimate, estimate
 from plandag.scheduler.gate import ApprovalRequest, Decision
 from plandag.scheduler.result import RunResult, RunStatus, StepErrorInfo
 from plandag.scheduler.session import RunSession, SessionState
+from plandag.tools.registry import Registry
 
-__all__ = ["FailureWatch", "PlanningFailed", "RunState", "deadline_reached", "next_state"]
+__all__ = [
+    "STORED_KEPT",
+    "FailureWatch",
+    "PlanningFailed",
+    "RunState",
+    "StoredPlans",
+    "deadline_reached",
+    "next_state",
+    "run_header",
+]
 
 logger = logging.getLogger("plandag.planner")
+
+
+_PARAM_TYPES: tuple[tuple[type, str], ...] = (
+    (bool, "boolean"),
+    (int, "integer"),
+    (float, "number"),
+    (str, "string"),
+    (dict, "object"),
+    (list, "array"),
+)
+
+
+def run_header(goal: str, params: Mapping[str, Any]) -> Plan:
+    """The header a run of the agent opens its session with: the goal, and each given
+    param declared (its type from its value, ``any`` when none fits). Steps join later.
+
+    Args:
+        goal: the run's goal.
+        params: the run's param values by name.
+
+    Returns:
+        A plan with no steps.
+    """
+    specs = {}
+    for name, value in params.items():
+        kind = next((label for cls, label in _PARAM_TYPES if isinstance(value, cls)), "any")
+        specs[name] = ParamSpec.model_validate({"type": kind})
+    return Plan(goal=goal, params=specs, steps=[])
+
+
+STORED_KEPT = 8
+"""Compiled stored plans an agent keeps (the oldest is dropped first)."""
+
+
+class StoredPlans:
+    """The stored plans an agent ran, their steps compiled once per plan (:meth:`header`)."""
+
+    def __init__(self) -> None:
+        self.compiled: dict[tuple[Registry, bool, int, str], CompiledPlan] = {}
+        """The compiled steps by (registry, read-only, step cap, the plan's JSON); at most
+        :data:`STORED_KEPT`, the oldest dropped first."""
+
+    def header(
+        self, agent: AgentSettings, goal: str, plan: Plan, given: Mapping[str, Any]
+    ) -> CompiledPlan:
+        """The session header of a run of the stored ``plan``: its steps already compiled.
+
+        The header (``goal``, the plan's params, no steps) is compiled with ``given`` as
+        :func:`~plandag.scheduler.session.open_session` would compile it (so a bad param
+        raises the same :class:`~plandag.errors.PlanError`). The plan's steps are compiled
+        once per plan (its JSON), against the agent's registry and ``read_only`` flag, and
+        reused by every later run of an equal plan with only the params swapped in, as
+        ``plandag extract nfe`` does: a step's compilation does not depend on param values
+        except for literal write targets, so a plan one of whose tools writes is compiled
+        afresh when a write boundary is set (the boundary's answer depends on the file
+        system). A plan whose steps do not compile is not kept: the returned header then
+        has no steps, and ``session.add`` reports the error as for any stored plan.
+
+        Args:
+            agent: the agent that runs it.
+            goal: the run's goal.
+            plan: the stored plan.
+            given: the run's param values by name.
+
+        Returns:
+            A compiled header: the session's plan is the header (goal, params, no steps,
+            no output) and its steps are the stored plan's, compiled, or none.
+
+        Raises:
+            PlanError: the header does not compile (a missing, unknown or invalid param).
+        """
+        header = compile_plan(
+            Plan(goal=goal, params=plan.params, steps=[]),
+            agent.registry,
+            params=given,
+            read_only=agent.read_only,
+            write_boundary=agent.write_boundary,
+            http_allow=agent.http_allow,
+            max_steps=agent.max_steps,
+        )
+        tools = agent.registry.tools
+        if agent.write_boundary is not None and any(
+            step.tool not in tools or tools[step.tool].writes is not None for step in plan.steps
+        ):
+            return header  # write targets are checked against the file system: each run
+        key = (agent.registry, agent.read_only, agent.max_steps, plan.model_dump_json())
+        steps = self.compiled.get(key)
+        if steps is None:
+            try:
+                steps = compile_plan(
+                    plan,
+                    agent.registry,
+                    params=header.params,
+                    read_only=agent.read_only,
+                    write_boundary=agent.write_boundary,
+                    http_allow=agent.http_allow,
+                    max_steps=agent.max_steps,
+                )
+            except PlanError:
+                return header  # session.add reports it, with the same diagnostics
+            if len(self.compiled) >= STORED_KEPT:
+                self.compiled.pop(next(iter(self.compiled)))
+            self.compiled[key] = steps
+        return dataclasses.replace(header, steps=steps.steps, order=steps.order)
 
 
 class PlanningFailed(Exception):
@@ -188,7 +302,7 @@ class RunState:
         """Write the plan into ``session``; raise :class:`PlanningFailed` when it fails."""
         if self.stored is not None:  # a stored plan: no planning call
             try:
-                if not session.steps:  # not compiled with the header (Agent._stored_header)
+                if not session.steps:  # not compiled with the header (StoredPlans.header)
                     session.add(self.stored.steps)
                 session.set_output(self.stored.output)
             except PlanError as error:

@@ -55,6 +55,35 @@ class RunningRuns:
         with self._lock:
             self._runs.pop(run_id, None)
 
+    def target(self, run_id: str | None) -> InstructionTarget:
+        """The run an instruction goes to (:meth:`Agent.tell
+        <plandag.planner.agent.Agent.tell>`): ``run_id``, or the only one running.
+
+        Raises:
+            RuntimeError: ``run_id`` is not running, or none runs, or several do and
+                ``run_id`` is None.
+        """
+        running = self.snapshot()
+        if run_id is not None:
+            target = running.get(run_id)
+            if target is None:
+                raise RuntimeError(
+                    f"Agent.tell: run {run_id} is not running in this agent (running: "
+                    f"{', '.join(sorted(running)) or 'none'})"
+                )
+            return target
+        if len(running) == 1:
+            return next(iter(running.values()))
+        if not running:
+            raise RuntimeError(
+                "Agent.tell: no run of this agent is running; an instruction reaches a run "
+                "only while Agent.run is running it"
+            )
+        raise RuntimeError(
+            f"Agent.tell: {len(running)} runs of this agent are running; pass run_id= "
+            f"(one of {', '.join(sorted(running))})"
+        )
+
     def snapshot(self) -> dict[str, InstructionTarget]:
         """The runs running now, by run id (a copy)."""
         with self._lock:

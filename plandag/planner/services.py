@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from plandag.dag.plan import Plan
     from plandag.scheduler.result import RunResult
 
-__all__ = ["AgentEscalationHook"]
+__all__ = ["AgentEscalationHook", "check_hooks"]
 
 
 @runtime_checkable
@@ -51,3 +51,29 @@ class AgentEscalationHook(Protocol):
             Anything (not read). A failure here does not change the result.
         """
         ...
+
+
+def check_hooks(on_escalation: object, on_alert: object) -> None:
+    """Refuse hooks that are not the protocols the agent calls (a plain function).
+
+    Args:
+        on_escalation: the agent's ``on_escalation``, or None.
+        on_alert: the agent's ``on_alert``, or None.
+
+    Raises:
+        TypeError: either is given and is not an :class:`AgentEscalationHook`
+            (``on_escalation``) or a :class:`~plandag.planner.alerts.AlertHooks`
+            (``on_alert``).
+    """
+    from plandag.planner.alerts import AlertHooks
+
+    for name, value, kind in (
+        ("on_escalation", on_escalation, AgentEscalationHook),
+        ("on_alert", on_alert, AlertHooks),
+    ):
+        if value is not None and not isinstance(value, kind):
+            raise TypeError(
+                f"{name}={value!r}: plandag.planner.agent.Agent is handed its hooks (a "
+                f"{kind.__module__}.{kind.__name__}); for a plain function use plandag.Agent, "
+                "or wrap it: plandag.escalation.EscalationHooks(callback=fn)"
+            )

@@ -18,7 +18,7 @@ from plandag.compiler import CompiledPlan, compile_plan
 from plandag.dag.plan import Plan
 from plandag.errors import PlanError
 from plandag.models import LLMClient
-from plandag.planner import agent as agent_module
+from plandag.planner import agent_run
 from plandag.planner.agent import Agent
 from plandag.scheduler import RunLimits, events
 from plandag.tools.boundary import WriteBoundary
@@ -45,7 +45,7 @@ def compiles(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         seen.append(len(plan.steps))
         return compile_plan(plan, *args, **kwargs)
 
-    monkeypatch.setattr(agent_module, "compile_plan", counting)
+    monkeypatch.setattr(agent_run, "compile_plan", counting)
     return seen
 
 
