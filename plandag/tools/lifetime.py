@@ -46,7 +46,11 @@ def _started(specs: Sequence[McpServerSpec], timeout: float) -> McpServers:
     """The MCP servers of ``specs``, started once per operation (ToolLoadError when one
     does not start)."""
     from plandag.errors import ToolLoadError
-    from plandag.tools.mcp import open_mcp_servers
+
+    try:
+        from plandag.tools.mcp import open_mcp_servers
+    except ImportError as error:  # without plandag[mcp]: the message names the extra
+        raise ToolLoadError(str(error)) from error
 
     lifetime = _LIFETIME.get()
     if lifetime is None:
@@ -79,6 +83,7 @@ def register_mcp_servers(
 
     Raises:
         ToolLoadError: a server did not start (or none can be started outside an
-            operation), or a tool's name clashes.
+            operation), a tool's name clashes, or the ``mcp`` extra (the official SDK) is
+            not installed: ``pip install 'plandag[mcp]'``.
     """
     return _started(specs, timeout).register(registry)

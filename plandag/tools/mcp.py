@@ -1,4 +1,6 @@
-"""Tools of MCP servers (the Model Context Protocol, through the official ``mcp`` SDK).
+"""Tools of MCP servers (the Model Context Protocol, through the official ``mcp`` SDK, which
+the ``mcp`` extra installs: ``pip install 'plandag[mcp]'``; importing this module without it
+raises ImportError naming the extra).
 
 :class:`McpServers` starts the servers a command names (``--mcp``, ``[[mcp]]`` tables:
 :class:`plandag.config.McpServerSpec`), once for the whole run, and turns each tool a server
@@ -67,10 +69,18 @@ import anyio
 import anyio.abc
 import anyio.from_thread
 import anyio.to_thread
-import mcp.types
 import rfc8785
-from mcp import Client, MCPError, StdioServerParameters
-from mcp.client.stdio import stdio_client
+
+try:
+    import mcp.types
+    from mcp import Client, MCPError, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+except ImportError as error:  # the base install: the SDK comes with plandag[mcp]
+    missing = (error.name or "mcp").partition(".")[0]
+    raise ImportError(
+        f"MCP servers need the mcp extra (missing: {missing}): pip install 'plandag[mcp]'",
+        name=missing,
+    ) from error
 
 from plandag.config import (
     DEFAULT_MCP_CHECK_TIMEOUT,

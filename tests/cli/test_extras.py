@@ -1,6 +1,7 @@
-"""The optional extras: ``plandag serve`` without ``plandag[serve]`` exits 2 naming it, and
-the base install (neither ``serve`` nor ``documents``) runs ``plandag extract nfe``. A
-missing extra is simulated by making its modules fail to import."""
+"""The optional extras: ``plandag serve`` without ``plandag[serve]`` and ``--mcp`` without
+``plandag[mcp]`` exit 2 naming them, and the base install (no ``serve``, ``documents`` or
+``mcp``) runs ``plandag extract nfe``. A missing extra is simulated by making its modules
+fail to import."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ EXTRA_MODULES = (
     "python_multipart",
     "pypdf",
     "docx",
+    "mcp",
 )
 
 
@@ -39,6 +41,32 @@ def test_serve_without_the_serve_extra_exits_2_naming_it(
         "error: plandag serve needs the serve extra (missing: uvicorn): pip install "
         "'plandag[serve]'"
     )
+
+
+def test_mcp_servers_without_the_mcp_extra_exit_2_naming_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "mcp", None)
+    monkeypatch.delitem(sys.modules, "plandag.tools.mcp", raising=False)
+    plan = {"steps": [{"id": "s1", "tool": "echo", "args": {"value": "x"}}]}
+    (tmp_path / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
+    for command in (["check", "plan.json"], ["tools"]):
+        result = CliRunner().invoke(app, [*command, "--mcp", "python server.py"])
+        assert result.exit_code == 2, result.output
+        assert result.stderr.strip() == (
+            "error: MCP servers need the mcp extra (missing: mcp): pip install 'plandag[mcp]'"
+        ), command
+        assert "Traceback" not in result.output
+
+
+def test_importing_the_mcp_tools_without_the_extra_names_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "mcp", None)
+    monkeypatch.delitem(sys.modules, "plandag.tools.mcp", raising=False)
+    with pytest.raises(ImportError, match=r"pip install 'plandag\[mcp\]'"):
+        import plandag.tools.mcp  # noqa: F401
 
 
 def test_the_base_install_extracts_the_nfe_examples(tmp_path: Path) -> None:
