@@ -59,7 +59,15 @@ def figures(label: str, result: AgentResult, requests: int, seconds: float) -> d
         "answer": result.answer,
         "requests": requests,
         "model_calls": len(calls),
-        "input_tokens": sum(call.input_tokens for call in calls),
+        # every prompt token: billed at the input price, written to or read from the cache
+        "input_tokens": sum(
+            call.usage.input_tokens
+            + call.usage.cache_creation_input_tokens
+            + call.usage.cache_read_input_tokens
+            for call in calls
+        ),
+        "cache_write_tokens": sum(call.usage.cache_creation_input_tokens for call in calls),
+        "cache_read_tokens": sum(call.usage.cache_read_input_tokens for call in calls),
         "output_tokens": sum(call.output_tokens for call in calls),
         "usd_on_models": round(sum(call.cost_usd for call in calls), 6),
         "seconds": round(seconds, 3),

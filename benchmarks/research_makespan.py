@@ -7,7 +7,8 @@ by default: the planner's, each answer's and the synthesis'). The same run twice
 in parallel (the default) and one step at a time (``--max-concurrency 1``). The makespan
 is the time from the first step's start to the last step's end, from the run store; the
 ratio is sequential / parallel. Tokens per question (the run's whole spend: planning,
-answers, synthesis) are the server's estimates (characters / 4).
+answers, synthesis; then the planner's calls, in and out, and the steps' share) are the
+server's estimates (characters / 4).
 
 Run: ``.venv/bin/python benchmarks/research_makespan.py [--delay SECONDS]``; prints one
 JSON line per mode, then the ratio.
@@ -70,6 +71,11 @@ def once(delay: float, sequential: bool, folder: Path) -> dict[str, Any]:
     with open_store(store) as opened:
         [run] = opened.runs()
         steps = opened.steps(run.run_id).values()
+        planning = opened.connection.execute(
+            "SELECT coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0) "
+            "FROM llm_call WHERE run_id = ?",
+            (run.run_id,),
+        ).fetchone()
     starts = [step.started_at for step in steps if step.started_at is not None]
     ends = [step.ended_at for step in steps if step.ended_at is not None]
     return {
@@ -78,6 +84,10 @@ def once(delay: float, sequential: bool, folder: Path) -> dict[str, Any]:
         "steps": len(starts),
         "makespan_s": round(max(ends) - min(starts), 3),
         "tokens_per_question": run.spent_tokens,
+        # the planner's calls (the run's llm_call rows), in and out; the rest is the steps'
+        "planning_tokens": [int(planning[0]), int(planning[1])],
+        "steps_tokens": run.spent_tokens - int(planning[0]) - int(planning[1]),
+        "usd": round(run.spent_usd, 4),
     }
 
 
