@@ -326,6 +326,8 @@ def test_library_reuse_runs_fast_and_every_run_succeeds(
     ]
     assert runs[1]["model_calls"] == 0
     assert runs[2]["model_calls"] == 1
+    # every prompt token is counted, those written to the prompt cache too
+    assert runs[0]["input_tokens"] >= runs[0]["cache_write_tokens"] > 0
 
 
 def test_time_to_first_tool_runs_fast(capsys: pytest.CaptureFixture[str]) -> None:
@@ -352,6 +354,10 @@ def test_research_makespan_runs_at_a_tiny_size(
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line.get("mode") for line in lines[:2]] == ["parallel", "sequential"]
     assert lines[0]["steps"] == lines[1]["steps"] > 0
+    planned_in, planned_out = lines[0]["planning_tokens"]
+    assert planned_in > 0
+    assert planned_out > 0
+    assert lines[0]["tokens_per_question"] == planned_in + planned_out + lines[0]["steps_tokens"]
     assert lines[2]["makespan_ratio_sequential_over_parallel"] > 0
     assert "PLANDAG_STORE" not in os.environ
 
