@@ -6,6 +6,7 @@ Usage (from the repository root)::
     .venv/bin/python benchmarks/cpu_bench.py               # 5 repetitions, about a minute
     .venv/bin/python benchmarks/cpu_bench.py --profile     # also cProfile the durable chain
     .venv/bin/python benchmarks/cpu_bench.py --size 100 --repetitions 2 --makespan-size 50
+    .venv/bin/python benchmarks/cpu_bench.py --json figures.json    # also every raw figure
 
 On the graphs of ``benchmarks/dags.py`` (a chain of ``--size`` no-op steps; one root →
 ``--size`` children → one sink), each repetition runs every contender once, the order
@@ -45,6 +46,7 @@ import argparse
 import cProfile
 import dataclasses
 import gc
+import json
 import os
 import platform
 import pstats
@@ -513,6 +515,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dir", type=Path, help="folder for the stores (default: a temp one)")
     parser.add_argument("--profile", action="store_true", help="also cProfile the durable chain")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="also write every raw figure")
     options = parser.parse_args(argv)
     parent = options.dir if options.dir is not None else Path(tempfile.gettempdir())
     parent.mkdir(parents=True, exist_ok=True)
@@ -541,6 +544,18 @@ def main(argv: list[str] | None = None) -> int:
             f"{elapsed:.0f} s; load average before {before[0]:.2f} {before[1]:.2f} "
             f"{before[2]:.2f}, after {after[0]:.2f} {after[1]:.2f} {after[2]:.2f}"
         )
+        if options.json is not None:
+            raw: dict[str, Any] = {
+                "cpu": [dataclasses.asdict(item) for item in figures],
+                "load_average": {"before": list(before), "after": list(after)},
+            }
+            if makespan is not None:
+                raw["durable_makespan"] = dataclasses.asdict(makespan) | {
+                    "whole_ratios": makespan.whole_ratios(),
+                    "run_ratios": makespan.run_ratios(),
+                    "bare_ratios": makespan.bare_ratios(),
+                }
+            options.json.write_text(json.dumps(raw, indent=2) + "\n", "utf-8")
         if options.profile:
             print()
             print(profile_durable(folder, options.size))
