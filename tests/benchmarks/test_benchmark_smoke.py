@@ -246,10 +246,15 @@ def test_run_py_tiny_prints_every_row(tmp_path: Path, capsys: pytest.CaptureFixt
     assert all(ratio >= 1.0 for ratio in raw["durable_makespan"]["run_ratios"])
 
 
-def test_cpu_bench_runs_at_a_tiny_size(capsys: pytest.CaptureFixture[str]) -> None:
+def test_cpu_bench_runs_at_a_tiny_size(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from benchmarks.cpu_bench import main
 
-    assert main(["--size", "8", "--repetitions", "1", "--makespan-size", "6", "--profile"]) == 0
+    figures = tmp_path / "figures.json"
+    arguments = ["--size", "8", "--repetitions", "1", "--makespan-size", "6", "--profile"]
+    assert main([*arguments, "--json", str(figures)]) == 0
+    raw = json.loads(figures.read_text("utf-8"))
+    assert [item["steps"] for item in raw["cpu"]] == [8, 10]
+    assert len(raw["durable_makespan"]["whole_ratios"]) == 1
     out = capsys.readouterr().out
     assert "| store+trace on, as `plandag exec` wires them, async no-op |" in out
     assert "store+trace on, start_run's wall time" in out
