@@ -113,6 +113,14 @@ def extract_contracts_command(
     ] = False,
     follow_links: FollowLinksOption = False,
     provider: ProviderOption = "anthropic",
+    offline: Annotated[
+        bool,
+        typer.Option(
+            "--offline",
+            help="Answer offline with extracts of each excerpt (no key, no network; every "
+            "record says offline). Same as --provider offline.",
+        ),
+    ] = False,
     model: ContractsModelOption = None,
     base_url: BaseUrlOption = None,
     executor_model: ContractsExecutorModelOption = None,
@@ -170,14 +178,24 @@ def extract_contracts_command(
     value, and a clause quote of fewer than 5 words is rejected as too short.
 
     The key comes from ANTHROPIC_API_KEY (--provider anthropic) or OPENAI_API_KEY
-    (--provider openai; not needed with --base-url), checked before anything runs.
+    (--provider openai; not needed with --base-url), checked before anything runs. --offline
+    needs none: each field gets the excerpt's sentence that best matches it, its value read
+    from that sentence (offline-extractive, in every record).
 
     Brakes apply to the whole batch (the "extract contracts" row: $20.00 and 5,000,000
     tokens per batch, stop after 300 s without a finished contract); --max-concurrency and
     --retries apply within each contract's plan. The batch is recorded in the run store as
     one run with one row per contract; `plandag trace` shows one bar per contract.
     """
-    from plandag.cli.models_options import PROVIDERS, model_client
+    from plandag.cli.models_options import (
+        OFFLINE,
+        OFFLINE_MODEL,
+        PROVIDERS,
+        model_client,
+        offline_provider,
+        planner_model,
+        print_offline_note,
+    )
     from plandag.extract.names import display_name
     from plandag.jobs.contracts.batch import (
         batch_exit_code,
@@ -219,9 +237,13 @@ def extract_contracts_command(
         fail(f"--format must be jsonl or csv, not {output_format!r}")
     if output.is_dir():
         fail(f"-o {output} is a folder; name the output file, e.g. {output / 'contracts.jsonl'}")
+    provider = offline_provider(provider, offline, base_url)
     if provider not in PROVIDERS:
-        fail(f"--provider {provider!r}: choose anthropic or openai")
-    model_name = settings["executor_model"] or model
+        fail(f"--provider {provider!r}: choose anthropic, openai or offline")
+    if provider == OFFLINE:
+        planner_model(provider, model, executor_model=executor_model)  # no other model
+        print_offline_note()
+    model_name = OFFLINE_MODEL if provider == OFFLINE else settings["executor_model"] or model
     if model_name is None and provider == "anthropic":
         from plandag.executors import DEFAULT_EXECUTOR_MODEL
 

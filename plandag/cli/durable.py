@@ -33,6 +33,7 @@ from plandag.approval import (
 from plandag.cli import common
 from plandag.cli.common import fail
 from plandag.cli.display import run_table
+from plandag.cli.models_options import OFFLINE_SUMMARY
 from plandag.errors import InputError
 from plandag.runs.escalations import with_case_stored
 from plandag.runs.traces import trace_factory
@@ -516,11 +517,18 @@ def planned_exit_code(result: AgentResult) -> int:
 
 def report_planned(result: AgentResult, as_json: bool) -> None:
     """Print what a planned run came to (``plandag run``, a resumed planned run): its
-    ``--json`` document, or its diagnostics, table, error, spend, library lines and answer."""
+    ``--json`` document, or its diagnostics, table, error, spend, library lines and answer;
+    a run planned by the offline model says so (``"offline": true``, the summary line)."""
     from plandag.planner.prompt import format_diagnostics
 
+    from plandag.models.offline import OFFLINE_MODEL
+
+    calls = len(result.llm_calls)
+    offline = calls > 0 and all(record.model == OFFLINE_MODEL for record in result.llm_calls)
     if as_json:
         document = scrub_secrets(result.to_json_dict())  # values under secret-named keys too
+        if offline:
+            document["offline"] = True
         sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
         return
     if result.diagnostics and (result.plan_did_not_compile or result.gave_up):
@@ -545,7 +553,6 @@ def report_planned(result: AgentResult, as_json: bool) -> None:
             "was made up",
             markup=False,
         )
-    calls = len(result.llm_calls)
     cost = sum(record.cost_usd for record in result.llm_calls)
     routing = ""
     if result.routing_calls:
@@ -553,7 +560,7 @@ def report_planned(result: AgentResult, as_json: bool) -> None:
         routing = f" (planner), {len(result.routing_calls)} routing call(s) ${routing_cost:.4f}"
     common.stderr.print(
         f"{result.status}: {calls} model call(s), {len(result.replans)} replan(s), "
-        f"${cost:.4f} on models{routing}",
+        f"${cost:.4f} on models{routing}" + (f"; {OFFLINE_SUMMARY}" if offline else ""),
         markup=False,
     )
     from plandag.library import LibraryOutcome

@@ -42,13 +42,19 @@ from plandag.cli.durable import (
     terminal_approver,
 )
 from plandag.cli.models_options import (
+    OFFLINE,
+    OFFLINE_MODEL,
     ExecModelOption,
     ExecProviderOption,
     ExecUrlOption,
     ExecutorModelOption,
+    OfflineOption,
     PlannerOption,
     attached_planner_model,
     model_client,
+    offline_provider,
+    planner_model,
+    print_offline_note,
 )
 from plandag.cli.options import (
     ApproveOption,
@@ -126,6 +132,7 @@ def exec_command(
     as_json: JsonOption = False,
     planner: PlannerOption = None,
     provider: ExecProviderOption = None,
+    offline: OfflineOption = False,
     model: ExecModelOption = None,
     base_url: ExecUrlOption = None,
     executor_model: ExecutorModelOption = None,
@@ -155,6 +162,8 @@ def exec_command(
     anthropic, also when only --model or --base-url is given, as for `run`), --model and
     --base-url choose it as for `run`, --executor-model the model of
     steps that name none; the key is checked before anything runs (exit 2 without it).
+    --offline (--provider offline) answers them in the process with extracts of their data
+    (offline-extractive), no key needed.
     """
     settings = command_settings(
         {
@@ -186,6 +195,10 @@ def exec_command(
             "executor_model": executor_model,
         }
     )
+    if offline or provider == OFFLINE:
+        provider = offline_provider(provider or "anthropic", offline, base_url)
+        planner_model(provider, model, executor_model=executor_model)  # no other model
+        model = model or OFFLINE_MODEL
     if planner is None and provider is None and (model is not None or base_url is not None):
         provider = "anthropic"  # as `plandag run`: --model and --base-url default to anthropic
     if planner is None and provider is not None:
@@ -218,6 +231,8 @@ def exec_command(
         str(plan_file), compiled, planner, provider, model, base_url, settings["executor_model"]
     )
     # the run starts here: its plan compiled and its models are known
+    if executor is not None and executor["provider"] == OFFLINE:
+        print_offline_note()
     print_brakes(
         settings,
         boundary_words(settings["write_boundary"], Path.cwd()),

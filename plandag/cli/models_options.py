@@ -1,7 +1,9 @@
 """The model options of the commands that call a model (``plan``, ``run``, ``research``,
 ``exec``, ``extract nfe``, ``extract contracts``, ``serve``, and ``resume``, ``approve``,
 ``reject`` of a stored run) and the client set-up they
-share, written once: ``--provider`` (anthropic unless given), ``--model`` (the provider's
+share, written once: ``--provider`` (anthropic unless given), ``--offline`` (the same as
+``--provider offline``: the offline model of :mod:`plandag.testing.offline`, answers built
+from the request's own documents, no key, no network), ``--model`` (the provider's
 default planner model, :data:`DEFAULT_MODELS`; openai has none), ``--base-url``,
 ``--executor-model`` and ``exec``'s ``--planner``; the key read from the provider's
 variable (:data:`plandag.executors.access.KEY_VARIABLES`) and checked before anything runs
@@ -20,9 +22,14 @@ import typer
 
 if TYPE_CHECKING:
     from plandag.models import LLMClient
+    from plandag.tools.registry import Registry
 
 __all__ = [
     "DEFAULT_MODELS",
+    "OFFLINE",
+    "OFFLINE_MODEL",
+    "OFFLINE_NOTE",
+    "OFFLINE_SUMMARY",
     "PROVIDERS",
     "BaseUrlAgainOption",
     "BaseUrlOption",
@@ -33,6 +40,7 @@ __all__ = [
     "ExecUrlOption",
     "ExecutorModelOption",
     "ModelOption",
+    "OfflineOption",
     "PlannerModelOption",
     "PlannerOption",
     "PlannerUrlOption",
@@ -40,24 +48,53 @@ __all__ = [
     "ResearchExecutorModelOption",
     "RunExecutorModelOption",
     "attached_planner_model",
+    "executor_for",
     "has_key",
     "key_variable",
     "model_client",
+    "offline_provider",
     "planner_model",
+    "print_offline_note",
     "require_model_key",
 ]
 
-PROVIDERS = ("anthropic", "openai")
-"""The providers a command can call: Anthropic's Messages API, and OpenAI's chat
-completions (or an OpenAI-compatible server at ``--base-url``)."""
+PROVIDERS = ("anthropic", "openai", "offline")
+"""The providers a command can call: Anthropic's Messages API, OpenAI's chat completions
+(or an OpenAI-compatible server at ``--base-url``), and the offline model (in the process:
+extracts of the request's own documents; :mod:`plandag.testing.offline`)."""
 
-DEFAULT_MODELS = {"anthropic": "claude-sonnet-4-6"}
+OFFLINE = "offline"
+"""The offline model's provider name (``--offline``, ``--provider offline``)."""
+
+OFFLINE_MODEL = "offline-extractive"
+"""The offline model's name, in every record of an offline run
+(:data:`plandag.models.offline.OFFLINE_MODEL`)."""
+
+OFFLINE_NOTE = (
+    "offline: no model is called; every answer is an extract of the request's own documents "
+    f"({OFFLINE_MODEL}), not a model's"
+)
+"""The line an offline command prints on stderr before it starts."""
+
+OFFLINE_SUMMARY = f"offline ({OFFLINE_MODEL}): the answers are extracts, not a model's"
+"""What an offline command's summary line adds."""
+
+DEFAULT_MODELS = {"anthropic": "claude-sonnet-4-6", OFFLINE: OFFLINE_MODEL}
 """The planner's model when ``--model`` is not given, by provider (openai has none: local
 servers name their own)."""
 
 ProviderOption = Annotated[
     str,
-    typer.Option("--provider", metavar="anthropic|openai", help="The model provider."),
+    typer.Option("--provider", metavar="anthropic|openai|offline", help="The model provider."),
+]
+OfflineOption = Annotated[
+    bool,
+    typer.Option(
+        "--offline",
+        help="Answer every model request offline with extracts of the request's own documents "
+        "(no key, no network; labelled offline-extractive in every output). Same as "
+        "--provider offline.",
+    ),
 ]
 ModelOption = Annotated[
     str | None,
@@ -136,7 +173,7 @@ ExecProviderOption = Annotated[
     str | None,
     typer.Option(
         "--provider",
-        metavar="anthropic|openai",
+        metavar="anthropic|openai|offline",
         help="The model provider of the plan's llm and agent steps (default: --planner's, "
         "else anthropic); its key (ANTHROPIC_API_KEY, OPENAI_API_KEY) is checked before "
         "anything runs.",
@@ -176,16 +213,64 @@ def _fail(message: str) -> NoReturn:
     fail(message)
 
 
-def planner_model(provider: str, model: str | None, flag: str = "--provider") -> str:
+def offline_provider(provider: str, offline: bool, base_url: str | None = None) -> str:
+    """The provider a command calls once ``--offline`` is read: ``offline`` with
+    ``--offline``, else ``provider`` as given; exits 2 for ``--offline`` with another
+    ``--provider`` than the default (anthropic) or with ``--base-url``, and for
+    ``--provider offline`` with ``--base-url`` (the offline model is in the process)."""
+    if offline:
+        if provider not in ("anthropic", OFFLINE):
+            _fail(f"--offline is --provider offline: leave out --provider {provider}")
+        provider = OFFLINE
+    if provider == OFFLINE and base_url is not None:
+        _fail("--offline needs no --base-url: the offline model runs in the process")
+    return provider
+
+
+def print_offline_note() -> None:
+    """Print :data:`OFFLINE_NOTE` on stderr (an offline command, before it starts)."""
+    import sys
+
+    sys.stderr.write(OFFLINE_NOTE + "\n")
+
+
+def planner_model(
+    provider: str, model: str | None, flag: str = "--provider", executor_model: str | None = None
+) -> str:
     """The model a command plans with: ``--model``, else the provider's default
     (:data:`DEFAULT_MODELS`); exits 2 for an unknown provider (``flag`` names the option
-    that gave it) or ``openai`` without ``--model``."""
+    that gave it), ``openai`` without ``--model``, or ``offline`` with a ``--model``
+    (or ``executor_model``, the command's ``--executor-model``) other than
+    :data:`OFFLINE_MODEL`."""
     if provider not in PROVIDERS:
-        _fail(f"{flag} {provider!r}: choose anthropic or openai")
+        _fail(f"{flag} {provider!r}: choose anthropic, openai or offline")
+    if provider == OFFLINE and model not in (None, OFFLINE_MODEL):
+        _fail(f"--model {model}: the offline model is {OFFLINE_MODEL}; leave out --model")
+    if provider == OFFLINE and executor_model not in (None, OFFLINE_MODEL):
+        _fail(
+            f"--executor-model {executor_model}: the offline model is {OFFLINE_MODEL}; leave "
+            "out --executor-model"
+        )
     name = model or DEFAULT_MODELS.get(provider)
     if name is None:
         _fail(f"--model is required with {flag} {provider}")
     return name
+
+
+def executor_for(provider: str, model: str, executor_model: str | None) -> str:
+    """The model of a run's ``llm`` and ``agent`` steps:
+    :func:`plandag.executors.access.executor_model_for`, or :data:`OFFLINE_MODEL` for the
+    offline model (a configured ``executor_model`` does not apply to it); exits 2 when
+    there is none."""
+    from plandag.errors import InputError
+    from plandag.executors.access import executor_model_for
+
+    if provider == OFFLINE:
+        return OFFLINE_MODEL
+    try:
+        return executor_model_for(provider, model, executor_model)
+    except InputError as error:
+        _fail(str(error))
 
 
 def key_variable(provider: str) -> str:
@@ -197,29 +282,43 @@ def key_variable(provider: str) -> str:
 
 
 def has_key(provider: str) -> bool:
-    """Whether ``provider``'s key variable is set (not empty)."""
+    """Whether ``provider``'s key variable is set (not empty); always True for the offline
+    model, which needs none."""
     import os
 
+    if provider == OFFLINE:
+        return True
     return bool(os.environ.get(key_variable(provider)))
 
 
 def require_model_key(provider: str, base_url: str | None) -> str | None:
     """``provider``'s key, read before anything runs (an OpenAI-compatible server at
     ``base_url`` needs none); exits 2 saying which variable to set when it is missing
-    (:func:`plandag.executors.access.require_key`)."""
+    (:func:`plandag.executors.access.require_key`); the offline model needs none."""
     from plandag.errors import InputError
     from plandag.executors.access import require_key
 
+    if provider == OFFLINE:
+        return None
     try:
         return require_key(provider, base_url)
     except InputError as error:
         _fail(str(error))
 
 
-def model_client(provider: str, base_url: str | None) -> LLMClient:
+def model_client(
+    provider: str, base_url: str | None, registry: Registry | None = None
+) -> LLMClient:
     """The provider's client (``max_retries=0``: plandag's retry policy decides), its key
-    checked first: a missing key exits 2 here, before anything runs."""
+    checked first: a missing key exits 2 here, before anything runs. ``offline``: the
+    offline model's in-process client (:func:`plandag.testing.offline.offline_client`),
+    whose plans use ``registry``'s tools (None: the default registry)."""
     from plandag.executors.access import provider_client
+
+    if provider == OFFLINE:
+        from plandag.testing.offline import offline_client
+
+        return offline_client(registry)
 
     return provider_client(provider, base_url, require_model_key(provider, base_url))
 
@@ -242,7 +341,7 @@ def attached_planner_model(
             if value is not None
         ]
         if given:
-            _fail(f"{', '.join(given)} needs --planner anthropic|openai")
+            _fail(f"{', '.join(given)} needs --planner anthropic|openai|offline")
         return None
     name = planner_model(planner, model, "--planner")
     if save_repairs is not None and save_repairs.exists() and not save_repairs.is_dir():

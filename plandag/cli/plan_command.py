@@ -38,11 +38,15 @@ import typer
 from plandag.brakes.retry import RetryPolicy
 from plandag.cli.common import command_registry, fail, install_model_settings, stderr
 from plandag.cli.models_options import (
+    OFFLINE,
     BaseUrlOption,
     ModelOption,
+    OfflineOption,
     ProviderOption,
     model_client,
+    offline_provider,
     planner_model,
+    print_offline_note,
 )
 from plandag.cli.options import McpOption, ToolsOption
 from plandag.config import load_settings
@@ -60,6 +64,12 @@ from plandag.scheduler import RunLimits
 __all__ = ["plan_document", "plan_result", "register"]
 
 EXIT_FAILED = 1
+
+
+OFFLINE_PLAN = (
+    "offline (offline-extractive): the plan was built from the task's words, not by a model"
+)
+"""What the summary line of ``plan --offline`` adds."""
 
 
 def plan_document(outcome: PlanOutcome) -> dict[str, Any]:
@@ -159,6 +169,7 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         provider: ProviderOption = "anthropic",
+        offline: OfflineOption = False,
         model: ModelOption = None,
         base_url: BaseUrlOption = None,
         max_repairs: Annotated[
@@ -238,7 +249,10 @@ def register(app: typer.Typer) -> None:
         except InputError as error:
             fail(str(error))
         install_model_settings(settings)
+        provider = offline_provider(provider, offline, base_url)
         name = planner_model(provider, model)
+        if provider == OFFLINE:
+            print_offline_note()
         context_text = ""
         if context is not None:
             try:
@@ -256,7 +270,7 @@ def register(app: typer.Typer) -> None:
             output.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             fail(f"-o {output}: cannot create its folder ({error.strerror or error})")
-        client = model_client(provider, base_url)
+        client = model_client(provider, base_url, registry)
 
         investigations: list[Investigation] = []
 
@@ -312,8 +326,10 @@ def register(app: typer.Typer) -> None:
         except OSError as error:
             fail(f"cannot write {output}: {error}")
         if as_json:
-            document = plan_result(outcome, output, investigations)
-            sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
+            planned: dict[str, Any] = dict(plan_result(outcome, output, investigations))
+            if provider == OFFLINE:
+                planned["offline"] = True
+            sys.stdout.write(json.dumps(planned, ensure_ascii=False, indent=2) + "\n")
         else:
             typer.echo(text + "\n" + _graph_text(outcome), nl=False)
         steps = len(outcome.plan.steps)
@@ -323,6 +339,7 @@ def register(app: typer.Typer) -> None:
             f"{output}: {steps} step{'' if steps == 1 else 's'}, "
             f"{len(outcome.attempts)} plan(s) asked, {calls} call(s), "
             f"{outcome.output_tokens} output tokens "
-            f"({outcome.output_tokens_per_step:.1f} per step), ${cost:.4f}",
+            f"({outcome.output_tokens_per_step:.1f} per step), ${cost:.4f}"
+            + (f"; {OFFLINE_PLAN}" if provider == OFFLINE else ""),
             markup=False,
         )

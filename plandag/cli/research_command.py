@@ -50,6 +50,7 @@ from plandag.cli.common import (
 )
 from plandag.cli.models_options import (
     BaseUrlOption,
+    OfflineOption,
     PlannerModelOption,
     ProviderOption,
     ResearchExecutorModelOption,
@@ -189,6 +190,7 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         provider: ProviderOption = "anthropic",
+        offline: OfflineOption = False,
         model: PlannerModelOption = None,
         base_url: BaseUrlOption = None,
         executor_model: ResearchExecutorModelOption = None,
@@ -248,11 +250,11 @@ def register(app: typer.Typer) -> None:
             fail("give the research QUESTION (or --from-run RUN_ID to rebuild a report)")
         if corpus is None:
             fail("--corpus DIR is required: the folder of documents to research")
-        from plandag.cli.models_options import planner_model
+        from plandag.cli.models_options import executor_for, offline_provider, planner_model
         from plandag.errors import InputError
-        from plandag.executors.access import executor_model_for
 
-        name = planner_model(provider, model)
+        provider = offline_provider(provider, offline, base_url)
+        name = planner_model(provider, model, executor_model=executor_model)
         from plandag.jobs.research.run import check_output
 
         try:
@@ -294,7 +296,7 @@ def register(app: typer.Typer) -> None:
             provider=provider,
             name=name,
             base_url=base_url,
-            executor=executor_model_for(provider, name, settings["executor_model"]),
+            executor=executor_for(provider, name, settings["executor_model"]),
             tools=tools,
             mcp=mcp or [],
             settings=settings,
@@ -322,7 +324,12 @@ def _run(
 ) -> None:
     from plandag.cli.common import command_registry, write_boundary_for
     from plandag.cli.durable import open_cli_store
-    from plandag.cli.models_options import model_client, require_model_key
+    from plandag.cli.models_options import (
+        OFFLINE,
+        model_client,
+        print_offline_note,
+        require_model_key,
+    )
     from plandag.cli.signals import Interruptible, exit_code_for_signal
     from plandag.cli.watchdog import deadline_guard
     from plandag.errors import InputError
@@ -333,6 +340,8 @@ def _run(
     from plandag.scheduler.events import Observer
 
     require_model_key(provider, base_url)  # before the corpus is indexed
+    if provider == OFFLINE:
+        print_offline_note()
     try:
         opened = Corpus.open(corpus_folder, index=index)
     except InputError as error:
@@ -383,7 +392,7 @@ def _run(
         if not heartbeat_file.parent.is_dir():
             fail(f"--heartbeat {heartbeat_file}: its folder does not exist")
         observers.append(JsonlHeartbeatWriter(heartbeat_file))
-    client = model_client(provider, base_url)  # a missing key stops here, before any call
+    client = model_client(provider, base_url, registry)  # a missing key stops here
     run_store = open_cli_store(store)
     options = research_options(
         limits=limits,

@@ -24,7 +24,10 @@ instruction given with ``plandag tell RUN_ID "TEXT"`` replans the steps not star
 
 The API key comes from ``ANTHROPIC_API_KEY`` (``--provider anthropic``, the default) or
 ``OPENAI_API_KEY`` (``--provider openai``; not needed with ``--base-url``). A missing key is
-an error before anything runs (exit 2).
+an error before anything runs (exit 2). ``--offline`` (``--provider offline``) needs none:
+the offline model answers in the process with extracts of the request's own documents
+(:mod:`plandag.testing.offline`), and the output says so (``"offline": true`` with
+``--json``).
 
 Exit codes as ``exec`` (ARCHITECTURE.md, "States and exit codes"): 0 succeeded; 1 failed or
 gave_up (a model call that failed past its retries, a plan cut at ``max_tokens``, the replan
@@ -74,12 +77,17 @@ from plandag.cli.durable import (
     terminal_approver,
 )
 from plandag.cli.models_options import (
+    OFFLINE,
     BaseUrlOption,
     ModelOption,
+    OfflineOption,
     ProviderOption,
     RunExecutorModelOption,
+    executor_for,
     model_client,
+    offline_provider,
     planner_model,
+    print_offline_note,
 )
 from plandag.cli.options import (
     ApproveOption,
@@ -116,7 +124,7 @@ from plandag.cli.options import (
 from plandag.cli.signals import Interruptible, exit_code_for_signal
 from plandag.cli.watchdog import deadline_guard
 from plandag.errors import InputError, PlanError
-from plandag.executors.access import ModelAccess, executor_model_for
+from plandag.executors.access import ModelAccess
 from plandag.library import LibraryOutcome, PlanLibrary
 from plandag.library.catalog import check_task_type
 from plandag.planner.agent import Agent, AgentResult
@@ -153,6 +161,7 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         provider: ProviderOption = "anthropic",
+        offline: OfflineOption = False,
         model: ModelOption = None,
         base_url: BaseUrlOption = None,
         param: ParamOption = None,
@@ -250,11 +259,12 @@ def register(app: typer.Typer) -> None:
                 check_task_type(task_type)
             except InputError as error:
                 fail(f"--task-type: {error}")
+        provider = offline_provider(provider, offline, base_url)
         routing_model: str | None = settings["executor_model"]  # None: by provider
         mode = approve_mode(settings["approve"])
         replan_below = fraction_setting(settings, "total_replan_below")
         hooks = escalation_hooks(settings)
-        name = planner_model(provider, model)
+        name = planner_model(provider, model, executor_model=executor_model)
         context_text = ""
         if context is not None:
             try:
@@ -268,10 +278,10 @@ def register(app: typer.Typer) -> None:
         require_text_folder(Path.cwd(), "the working folder")
         boundary = write_boundary_for(settings["write_boundary"], Path.cwd())
         limits = run_limits_for(settings)
-        try:
-            executor = executor_model_for(provider, name, settings["executor_model"])
-        except InputError as error:
-            fail(str(error))
+        executor = executor_for(provider, name, settings["executor_model"])
+        if provider == OFFLINE:
+            routing_model = executor
+            print_offline_note()
         print_brakes(
             settings,
             boundary_words(settings["write_boundary"], Path.cwd()),
@@ -283,7 +293,7 @@ def register(app: typer.Typer) -> None:
             if not heartbeat_file.parent.is_dir():
                 fail(f"--heartbeat {heartbeat_file}: its folder does not exist")
             observers.append(JsonlHeartbeatWriter(heartbeat_file))
-        client = model_client(provider, base_url)  # a missing key stops here, before any call
+        client = model_client(provider, base_url, registry)  # a missing key stops here
         run_store = open_cli_store(store)
         run_id = uuid.uuid4().hex[:16]
         options = run_options(

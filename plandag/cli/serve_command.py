@@ -5,6 +5,8 @@ elsewhere), prints its address with a new random access token, and serves until 
 The planner of conversations is the model of ``plandag run`` (``--provider``, ``--model``,
 ``--base-url``; the key from ``ANTHROPIC_API_KEY`` or ``OPENAI_API_KEY``); without a key
 the console still shows runs and the inbox, and records messages without planning them.
+``--offline`` plans with the offline model instead (no key; plans built from the message's
+words, answers extracted from the data: :mod:`plandag.testing.offline`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,12 @@ from typing import Annotated
 
 import typer
 
-from plandag.cli.models_options import BaseUrlOption, ModelOption, ProviderOption
+from plandag.cli.models_options import (
+    BaseUrlOption,
+    ModelOption,
+    OfflineOption,
+    ProviderOption,
+)
 from plandag.cli.options import McpOption, StoreOption, fail
 
 __all__ = ["check_can_listen", "is_loopback", "register"]
@@ -103,6 +110,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         mcp: McpOption = None,
         provider: ProviderOption = "anthropic",
+        offline: OfflineOption = False,
         model: ModelOption = None,
         base_url: BaseUrlOption = None,
         write_boundary: Annotated[
@@ -151,14 +159,25 @@ def register(app: typer.Typer) -> None:
             )
 
         from plandag.cli.common import command_registry
-        from plandag.cli.models_options import has_key, key_variable, model_client, planner_model
+        from plandag.cli.models_options import (
+            OFFLINE,
+            has_key,
+            key_variable,
+            model_client,
+            offline_provider,
+            planner_model,
+            print_offline_note,
+        )
         from plandag.conversation import planner_factory, planner_function
         from plandag.conversation.planmode import PlannerFunction
         from plandag.models import LLMClient
         from plandag.store import default_store_path
         from plandag.tools.boundary import WriteBoundary
 
+        provider = offline_provider(provider, offline, base_url)
         name = planner_model(provider, model)
+        if provider == OFFLINE:
+            print_offline_note()
         hosts = [host, *(allow_host or [])]
         for flag, names in (("--host", [host]), ("--allow-host", allow_host or [])):
             try:
@@ -174,7 +193,7 @@ def register(app: typer.Typer) -> None:
         planner: PlannerFunction | None = None
         client: LLMClient | None = None
         if has_key(provider) or (provider == "openai" and base_url is not None):
-            client = model_client(provider, base_url)
+            client = model_client(provider, base_url, registry)
             planner = planner_function(
                 planner_factory(client, name), full_registry=registry, investigate=investigate
             )

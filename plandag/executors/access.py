@@ -299,6 +299,10 @@ async def _count_tokens(models: ModelAccess, request: LLMRequest) -> int | None:
     return counted if isinstance(counted, int) and counted >= 0 else None
 
 
+OFFLINE_PROVIDER = "offline"
+"""The offline model's provider (:mod:`plandag.models.offline`): in the process, no key."""
+OFFLINE_MODEL = "offline-extractive"
+"""The offline model's name (:data:`plandag.models.offline.OFFLINE_MODEL`)."""
 KEY_VARIABLES = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
 """The environment variable each provider's API key is read from."""
 OPENAI_URL = "https://api.openai.com/v1"
@@ -317,13 +321,16 @@ def model_steps(steps: Mapping[int, Any]) -> list[int]:
 
 
 def executor_model_for(provider: str, model: str | None, executor_model: str | None) -> str:
-    """The model a run's model steps use when they name none: ``executor_model`` when given,
-    else :data:`DEFAULT_EXECUTOR_MODEL` for ``anthropic``, else ``model`` (an
-    OpenAI-compatible server names its own models).
+    """The model a run's model steps use when they name none: ``offline-extractive`` for the
+    offline model (``offline``), else ``executor_model`` when given, else
+    :data:`DEFAULT_EXECUTOR_MODEL` for ``anthropic``, else ``model`` (an OpenAI-compatible
+    server names its own models).
 
     Raises:
         InputError: ``openai`` with neither name.
     """
+    if provider == OFFLINE_PROVIDER:
+        return OFFLINE_MODEL
     if executor_model:
         return executor_model
     if provider == "anthropic":
@@ -352,11 +359,12 @@ def connect(
     ``base_url`` needs none.
 
     Args:
-        provider: ``anthropic`` or ``openai``.
+        provider: ``anthropic``, ``openai`` or ``offline`` (the offline model, in the
+            process: :func:`plandag.models.offline.load_offline_client`; no key).
         model: the run's ``--model`` (the executor model's default with ``openai``).
         base_url: the API's base URL, or None for the provider's own.
         executor_model: ``--executor-model`` / setting ``executor_model``, or None.
-        registry: the tools ``agent`` steps may list.
+        registry: the tools ``agent`` steps may list (and the offline model's plans use).
 
     Returns:
         The :class:`ModelAccess`; close its client (``await access.client.aclose()``).
@@ -367,6 +375,10 @@ def connect(
             ``base_url``).
     """
     name = executor_model_for(provider, model, executor_model)
+    if provider == OFFLINE_PROVIDER:
+        from plandag.models.offline import load_offline_client
+
+        return ModelAccess(load_offline_client(registry), name, registry=registry)
     client = provider_client(provider, base_url, require_key(provider, base_url))
     return ModelAccess(client, name, registry=registry)
 
@@ -389,12 +401,12 @@ def require_key(provider: str, base_url: str | None) -> str | None:
     checked before anything runs.
 
     Args:
-        provider: ``anthropic`` or ``openai``.
+        provider: ``anthropic``, ``openai`` or ``offline``.
         base_url: the API's base URL, or None; an OpenAI-compatible server given here
             needs no key.
 
     Returns:
-        The key, or None (``openai`` with a ``base_url`` and no key).
+        The key, or None (``openai`` with a ``base_url`` and no key; ``offline``).
 
     Raises:
         InputError: an unknown provider.
@@ -404,8 +416,10 @@ def require_key(provider: str, base_url: str | None) -> str | None:
 
     from plandag.models.base import MissingAPIKeyError
 
+    if provider == OFFLINE_PROVIDER:
+        return None  # the offline model runs in the process
     if provider not in KEY_VARIABLES:
-        raise InputError(f"--provider {provider!r}: choose anthropic or openai")
+        raise InputError(f"--provider {provider!r}: choose anthropic, openai or offline")
     variable = KEY_VARIABLES[provider]
     key = os.environ.get(variable) or None
     if provider == "anthropic" and key is None:

@@ -19,6 +19,9 @@ Where a price comes from, in order (:meth:`PriceTable.lookup`):
    provider's list price is used;
 4. the table's ``default`` (``"*"`` in a mapping), else none.
 
+The offline model (:data:`plandag.models.offline.OFFLINE_MODEL`) runs in the process and
+costs nothing: it is priced at 0.0 (source ``offline``) unless the table names it.
+
 An unknown model is *not* an error: :meth:`PriceTable.lookup` returns None for it (a
 warning says so once per model), and the call layer records it at 0.0 with
 ``priced=False``. The dollar cap counts priced models only; an unpriced one (a local vLLM,
@@ -43,6 +46,7 @@ from typing import Any, Protocol
 
 from plandag.errors import InputError
 from plandag.models.base import UnpricedModelError, Usage
+from plandag.models.offline import OFFLINE_MODEL
 
 __all__ = [
     "CATALOGUE",
@@ -134,6 +138,10 @@ class ModelPrice:
             + usage.cache_creation_input_tokens * self.cache_write
             + usage.cache_read_input_tokens * self.cache_read
         ) / _PER_TOKEN
+
+
+_OFFLINE_PRICE = ModelPrice(0.0, 0.0, 0.0, 0.0, source="offline")
+"""The offline model's price: nothing."""
 
 
 class Price(Protocol):
@@ -286,6 +294,8 @@ class PriceTable(Mapping[str, ModelPrice]):
                 own API this is not is used with a warning (once).
         """
         price: Price | None = self._own(model)
+        if price is None and model == OFFLINE_MODEL:
+            return _OFFLINE_PRICE
         if price is None and self.catalogue:
             price = _configured._own(model) if _configured is not None else None
             if price is None:

@@ -245,7 +245,7 @@ def test_planner_options_need_planner(files: tuple[Path, Path]) -> None:
     assert "--save-repairs needs --planner anthropic|openai" in result.output
     result = invoke(exec_args(files, "bb", "--planner", "mistral"), key=None)
     assert result.exit_code == 2
-    assert "--planner 'mistral': choose anthropic or openai" in result.output
+    assert "--planner 'mistral': choose anthropic, openai or offline" in result.output
 
 
 NFE = """<?xml version="1.0" encoding="UTF-8"?>

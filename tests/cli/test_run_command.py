@@ -199,7 +199,7 @@ def test_brake_options_are_checked_like_exec(server: MessagesServer, tools: Path
 def test_an_unknown_provider_exits_2(server: MessagesServer) -> None:
     result = invoke(["Score a", "--provider", "mistral", "--base-url", server.url])
     assert result.exit_code == 2
-    assert "--provider 'mistral': choose anthropic or openai" in result.output
+    assert "--provider 'mistral': choose anthropic, openai or offline" in result.output
 
 
 def test_the_plan_version_is_stored_with_its_estimate(

@@ -201,3 +201,13 @@ def test_an_allowed_name_that_could_never_match_exits_2(started: list[dict[str, 
     assert result.exit_code == 2
     assert result.stderr.startswith("error: --allow-host: allowed host 'console.lan:8765': give")
     assert started == []
+
+
+def test_offline_it_plans_with_the_offline_model_and_says_so(
+    started: list[dict[str, Any]],
+) -> None:
+    result = invoke("--offline")
+    assert result.exit_code == 0, result.output
+    assert "offline: no model is called" in result.stderr
+    assert "warning: no ANTHROPIC_API_KEY" not in result.stderr
+    assert started[0]["app"].state.console.config.planner is not None

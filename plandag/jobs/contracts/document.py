@@ -79,6 +79,7 @@ from plandag.jobs.contracts.text import (
     read_contract,
 )
 from plandag.jobs.contracts.tools import quote_exists
+from plandag.models.offline import OFFLINE_MODEL, OFFLINE_PROVIDER
 
 if TYPE_CHECKING:
     from plandag.compiler.compiled import CompiledPlan
@@ -475,4 +476,9 @@ async def extract_contract(
         return planned
     chunks, compiled = planned
     result = await run_plan(compiled, **dict(run_options or {}))
-    return contract_record(file, contract, chunks, fields, result)
+    record = contract_record(file, contract, chunks, fields, result)
+    models = (run_options or {}).get("models")
+    if getattr(models, "provider", None) == OFFLINE_PROVIDER:
+        record["offline"] = True  # every value is an extract of the text, not a model's
+        record["model"] = OFFLINE_MODEL
+    return record

@@ -36,6 +36,7 @@ from plandag.jobs.research.citations import (
 )
 from plandag.jobs.research.corpus import Chunk
 from plandag.jobs.research.planning import SUBQUESTION_PREFIX
+from plandag.models.offline import OFFLINE_MODEL
 
 __all__ = ["Report", "StoredRun", "build_report", "load_run"]
 
@@ -291,7 +292,9 @@ def build_report(run: StoredRun, lookup: Callable[[str], Chunk | None] | None = 
         why no answer came through when the planning failed (``planning failed: ... (3 of
         3 planning calls failed)``) or every branch did (their most frequent failure, ``(N
         of M branches)``), else None; the report's "What failed" section and ``plandag
-        research``'s summary line say it.
+        research``'s summary line say it; ``models``: the planner's models called, sorted;
+        ``offline``: True when the offline model (``offline-extractive``) made the plan
+        (every answer is then an extract of the documents, and the methodology says so).
     """
     read_chunks = _chunks_read(run)
 
@@ -459,6 +462,9 @@ def build_report(run: StoredRun, lookup: Callable[[str], Chunk | None] | None = 
         "plan_versions": [{"version": v, "source": s} for v, s in run.versions],
         "spend": spend,
     }
+    models = sorted({str(call.get("model")) for call in run.model_calls if call.get("model")})
+    record["models"] = models
+    record["offline"] = bool(models) and models == [OFFLINE_MODEL]
     record["failure"] = _failure(run, subquestions)
     return Report(_markdown(record), record)
 
@@ -561,6 +567,14 @@ def _methodology(record: Mapping[str, Any]) -> list[str]:
         f"{len(replans)} replan(s), final state {record['status']})."
     )
     lines.append("")
+    if record.get("offline"):
+        lines += [
+            f"Made offline ({OFFLINE_MODEL}): no model wrote this report. The plan was "
+            "cut from the question's own words and every answer is an extract: the "
+            "sentences of the chunks read that share the most words with the subquestion "
+            "(BM25). Its citations were checked like any model's.",
+            "",
+        ]
     lines += ["### Subquestions", ""]
     for number, item in enumerate(subquestions, start=1):
         origin = _added_by_replan(item, replans)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from plandag.errors import InputError
+from plandag.models.offline import OFFLINE_MODEL, OFFLINE_PROVIDER
 
 if TYPE_CHECKING:
     from plandag.approval import Approver
@@ -50,7 +51,10 @@ __all__ = [
     "write_report",
 ]
 
-DEFAULT_PLANNER_MODELS: Mapping[str, str] = {"anthropic": "claude-sonnet-4-6"}
+DEFAULT_PLANNER_MODELS: Mapping[str, str] = {
+    "anthropic": "claude-sonnet-4-6",
+    OFFLINE_PROVIDER: OFFLINE_MODEL,
+}
 """The planner's model by provider when none is given (``openai`` needs one)."""
 
 
@@ -392,7 +396,9 @@ def research(
     Args:
         question: the research question (not empty).
         corpus: the folder of ``.md``, ``.txt``, ``.html`` and ``.pdf`` documents.
-        provider: ``anthropic`` or ``openai`` (an OpenAI-compatible server).
+        provider: ``anthropic``, ``openai`` (an OpenAI-compatible server) or ``offline``
+            (the offline model: answers are extracts of the chunks read, no key; the report
+            says so).
         model: the planner's model (default ``claude-sonnet-4-6`` with ``anthropic``;
             required with ``openai``).
         base_url: the provider API's base URL (a local server), or None.
@@ -418,7 +424,8 @@ def research(
         A :class:`ResearchResult`.
 
     Raises:
-        ValueError: an empty question, an unknown provider, or no model for ``openai``.
+        ValueError: an empty question, an unknown provider, no model for ``openai``, or a
+            ``base_url`` or another model with ``offline``.
         InputError: the corpus folder is missing, empty or holds no readable document; the
             output is a folder, or its folder cannot be created or written; the store
             cannot be opened.
@@ -432,14 +439,22 @@ def research(
     from plandag.executors.access import executor_model_for, require_key
     from plandag.jobs.research.corpus import Corpus
     from plandag.jobs.research.planning import research_registry
+    from plandag.models.offline import load_offline_client
     from plandag.scheduler import RunLimits
     from plandag.store import open_store
     from plandag.tools.boundary import WriteBoundary
 
     if not question or not question.strip():
         raise ValueError("research: the question is empty; give the question to research")
-    if provider not in ("anthropic", "openai"):
-        raise ValueError(f"research: provider {provider!r}: choose anthropic or openai")
+    if provider not in ("anthropic", "openai", OFFLINE_PROVIDER):
+        raise ValueError(f"research: provider {provider!r}: choose anthropic, openai or offline")
+    if provider == OFFLINE_PROVIDER and (
+        base_url is not None or model not in (None, OFFLINE_MODEL)
+    ):
+        raise ValueError(
+            f"research: provider {OFFLINE_PROVIDER!r} runs in the process: give no base_url "
+            f"and no model other than {OFFLINE_MODEL!r}"
+        )
     name = model or DEFAULT_PLANNER_MODELS.get(provider)
     if name is None:
         raise ValueError(f"research: give model= with provider {provider!r}")
@@ -472,7 +487,11 @@ def research(
             max_steps=max_steps,
             http_allow=http_allow,
         )
-        client = model_client(provider, base_url, key)
+        client = (
+            load_offline_client(registry)
+            if provider == OFFLINE_PROVIDER
+            else model_client(provider, base_url, key)
+        )
         with open_store(store) as run_store:
             run = ResearchRun(
                 run_store,
