@@ -519,9 +519,8 @@ def report_planned(result: AgentResult, as_json: bool) -> None:
     """Print what a planned run came to (``plandag run``, a resumed planned run): its
     ``--json`` document, or its diagnostics, table, error, spend, library lines and answer;
     a run planned by the offline model says so (``"offline": true``, the summary line)."""
-    from plandag.planner.prompt import format_diagnostics
-
     from plandag.models.offline import OFFLINE_MODEL
+    from plandag.planner.prompt import format_diagnostics
 
     calls = len(result.llm_calls)
     offline = calls > 0 and all(record.model == OFFLINE_MODEL for record in result.llm_calls)

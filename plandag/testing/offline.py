@@ -56,10 +56,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from plandag.executors.data import parse_data_blocks
 from plandag.jobs.research.scripted import Subquestion, research_plan
 from plandag.models.base import LLMRequest
 from plandag.models.offline import OfflineClient
-from plandag.executors.data import parse_data_blocks
 from plandag.testing.schema_model import UnsupportedSchemaError, random_instance
 
 if TYPE_CHECKING:

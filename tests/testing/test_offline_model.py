@@ -10,11 +10,11 @@ from typing import Any
 import jsonschema
 import pytest
 
+from plandag.executors.data import quote_data
 from plandag.jobs.contracts.fields import CUAD_FIELDS, FieldSpec
 from plandag.jobs.contracts.plan import group_prompt, group_schema
 from plandag.jobs.research.citations import ANSWER_SCHEMA
 from plandag.models import LLMRequest
-from plandag.executors.data import quote_data
 from plandag.planner.prompt import system_prompt, user_prompt
 from plandag.planner.schema import plan_json_schema
 from plandag.planner.wire import compile_wire
