@@ -62,7 +62,7 @@ from plandag.errors import InputError
 from plandag.runs.traces import trace_factory
 
 if TYPE_CHECKING:
-    pass
+    from plandag.extract.nfe.encoded import EncodedRecord
 
 __all__ = ["extract_nfe", "register"]
 
@@ -258,12 +258,56 @@ def extract_nfe(
             record_json=record_json,
         )
 
-    def on_record(record: Mapping[str, Any], record_json: str | None) -> None:
+    # Records wait here, already encoded (by the worker that extracted them, with workers),
+    # until the batch writes its group (on_flush): then their trace lines go out in one
+    # write and their rows in one transaction.
+    waiting: list[tuple[int, EncodedRecord, float, float]] = []
+
+    def on_encoded(record: EncodedRecord) -> None:
         now = time.time()
-        record_document(stored_count[0], record, last_record_at[0], now, record_json)
+        waiting.append((stored_count[0], record, last_record_at[0], now))
         spans.extend((last_record_at[0], now))
         last_record_at[0] = now
         stored_count[0] += 1
+
+    def on_flush() -> None:
+        if not waiting:
+            return
+        group = list(waiting)
+        waiting.clear()
+        rows: list[tuple[int, str, str, str | None, bool, str | None]] = []
+        with writers[0].grouped():
+            for index, record, start, end in group:
+                full = trace_detail == "full"
+                writers[0].document(
+                    index,
+                    record.source,
+                    record.status,
+                    record.record() if full else None,
+                    start,
+                    end,
+                    detail=trace_detail,
+                    summary=None if full else record.summary,
+                )
+                error = (
+                    store_json(record.record().get("errors")) if record.status == "error" else None
+                )
+                if record.compact is None:  # not JSON data: stored as before
+                    run_store.record_document(
+                        batch_id, index, record.source, record.status, record.value, error=error
+                    )
+                    continue
+                rows.append(
+                    (
+                        index,
+                        record.source,
+                        record.status,
+                        record.compact,
+                        record.sealing_rules,
+                        error,
+                    )
+                )
+        run_store.record_document_texts(batch_id, rows)
 
     stored: dict[int, Any] = {}
 
@@ -326,7 +370,8 @@ def extract_nfe(
             jobs=settings["jobs"],
             resume=resume,
             missing=missing,
-            on_record_json=on_record,
+            on_encoded=on_encoded,
+            on_flush=on_flush,
             on_progress=on_progress,
             on_correction=on_correction,
             on_previous_correction=on_previous_correction,

@@ -8,6 +8,11 @@ How it works (the choices, and why):
   records as they are written) and every write (output, store, trace) in the parent; the
   mapper only sends documents out and brings their records back. The output is therefore the
   same, byte for byte, as with ``--workers 1``.
+- **A thin parent.** The batch hands the mapper whole chunks (:meth:`ChunkMapper.map_chunk`:
+  one task and one wait per chunk, not per document), and each worker returns its records
+  already encoded (:mod:`plandag.extract.nfe.encoded`: the output line, the store's text,
+  the trace summary, what the batch counts), so that the parent's work per document is to
+  append texts, written in groups.
 - **Chunks.** Documents waiting for a worker are grouped into chunks of up to
   :data:`CHUNK_JOBS` x ``jobs`` documents (one task each, so a task's overhead is shared by
   several documents); a worker extracts a chunk's documents ``jobs`` at a time (``--jobs``
@@ -70,6 +75,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHUNK_JOBS",
+    "LOCAL",
     "MAX_ATTEMPTS",
     "Backend",
     "ChunkMapper",
@@ -88,6 +94,9 @@ CHUNK_JOBS = 8
 
 #: Times a document is sent to a worker before it gets an ``internal_error`` record.
 MAX_ATTEMPTS = 3
+
+#: :meth:`ChunkMapper.map_chunk`'s answer for a document the parent extracts itself.
+LOCAL = "local"
 
 #: One document sent to a worker: its source (the path as the parent names it) and, for
 #: workers without the parent's filesystem, its bytes (None: the worker reads the path).
@@ -134,6 +143,11 @@ class WorkerConfig:
             one of these itself, with no model call, where the parent would reuse it.
         save_repairs: True when the parent saves repaired plans (``--save-repairs``): a
             worker that repairs a document returns the plan files for the parent to write.
+        encode: True: each record is returned encoded
+            (:func:`plandag.extract.nfe.encoded.encode_first`: its output line, its store
+            text and what the batch counts, made here), so that the parent only writes
+            texts; a record that cannot be encoded is returned as it is. False: records as
+            dicts.
     """
 
     jobs: int = 1
@@ -144,6 +158,7 @@ class WorkerConfig:
     model: str = ""
     repairs: tuple[KnownRepair, ...] = ()
     save_repairs: bool = False
+    encode: bool = False
 
 
 class _NeedsParent(Exception):
@@ -377,7 +392,8 @@ def extract_chunk(items: Sequence[Item], config: WorkerConfig) -> list[Outcome]:
 
         async def one(position: int, source: str, data: bytes | None) -> None:
             async with limiter:
-                outcomes[position] = await _extract_one(source, data, config, boundary)
+                outcome = await _extract_one(source, data, config, boundary)
+                outcomes[position] = _encoded(outcome) if config.encode else outcome
 
         async with anyio.create_task_group() as group:
             for position, (source, data) in enumerate(items):
@@ -387,6 +403,20 @@ def extract_chunk(items: Sequence[Item], config: WorkerConfig) -> list[Outcome]:
     return anyio.run(run_all)
 
 
+def _encoded(outcome: Outcome) -> Outcome:
+    """``outcome`` with its records encoded (:func:`plandag.extract.nfe.encoded.encode_first`;
+    a record that cannot be stays as it is)."""
+    from plandag.extract.nfe.encoded import encode_first
+
+    kind, value = outcome
+    if kind == "records":
+        return kind, [encode_first(record) or record for record in value]
+    if kind == "repaired":
+        records, files = value
+        return kind, ([encode_first(record) or record for record in records], files)
+    return outcome
+
+
 def warm_up(config: WorkerConfig) -> None:
     """Make a worker ready before its first chunk: the registry built and the plan compiled
     for ``config``'s boundary (a process pool's initializer; on a cluster, run on every
@@ -394,6 +424,9 @@ def warm_up(config: WorkerConfig) -> None:
     from plandag.extract.nfe.document import takes_bytes
 
     takes_bytes(_worker_registry(), _same_boundary(config.write_boundary), config.plan_text, 0)
+    if config.encode:  # what encoding a record needs, imported before the first chunk
+        import plandag.store.sealing
+        import plandag.trace.writer  # noqa: F401
 
 
 #: The function a worker runs on a chunk (tests replace it to kill a worker mid-batch).
@@ -454,7 +487,14 @@ def _context() -> Any:
         context = multiprocessing.get_context("forkserver")
         # imported once by the fork server, so that each worker starts warm
         context.set_forkserver_preload(
-            ["plandag.extract.parallel", "plandag.extract.nfe.document", "plandag.scheduler"]
+            [
+                "plandag.extract.parallel",
+                "plandag.extract.nfe.document",
+                "plandag.extract.nfe.encoded",
+                "plandag.scheduler",
+                "plandag.store.sealing",
+                "plandag.trace.writer",
+            ]
         )
         return context
     return multiprocessing.get_context("spawn")
@@ -687,6 +727,49 @@ class ChunkMapper:
             return self.lost_record(path)
         self.handed_back += 1
         return await self.local(path)
+
+    async def map_chunk(self, paths: Sequence[Path]) -> list[Any]:
+        """Extract ``paths`` as one chunk (the batch's chunk driver: one task and one wait
+        per chunk, not per document; size it with :meth:`chunk_now`).
+
+        Returns:
+            Per path, in order: its records (a list: dicts, or encoded records); the
+            exception its extraction raised (the batch turns it into an
+            ``internal_error`` record); or :data:`LOCAL` when the parent must extract it
+            itself (with ``local``: a model repair is needed, or its bytes could not be
+            read to send).
+        """
+        self._handed += len(paths)
+        answers: list[Any] = [LOCAL] * len(paths)
+        slots: list[tuple[int, _Slot]] = []
+        for position, path in enumerate(paths):
+            slot = _Slot(path, sent=True)
+            if self.backend.sends_bytes:
+                try:
+                    slot.data = _read(path)
+                except OSError:
+                    continue  # the parent writes the error record it sees
+            slots.append((position, slot))
+        if slots:
+            await self._run([slot for _, slot in slots])
+        for position, slot in slots:
+            outcome: Outcome = slot.outcome if slot.outcome is not None else ("parent", None)
+            kind, value = outcome
+            if kind == "records":
+                answers[position] = list(value)
+            elif kind == "raise" and isinstance(value, BaseException):
+                answers[position] = value
+            elif kind == "repaired":
+                records, files = value
+                if self.save_repairs is not None:  # a worker returns files only when asked
+                    for name, text in files:
+                        _write_atomically(self.save_repairs, name, text)
+                answers[position] = list(records)
+            elif kind == "lost":
+                answers[position] = self.lost_record(slot.path)
+            else:
+                self.handed_back += 1
+        return answers
 
     def _config_now(self) -> WorkerConfig:
         """The worker config with the repairer's repairs that worked so far."""

@@ -54,8 +54,11 @@ from plandag.trace.redact import (
 __all__ = [
     "ScrubbedText",
     "SecretMaskingConnection",
+    "may_need_sealing_by_rules",
+    "scrubbed_text",
     "seal",
     "sealed_json",
+    "sealed_store_json_text",
     "sealed_store_text",
     "unseal",
 ]
@@ -193,12 +196,13 @@ _GUARDED: tuple[tuple[str, tuple[str, ...]], ...] = tuple(
 _COOKIE_PAIR = re.compile(r"(?i)cookie(?:\\?['\"]|[ \t]|\\t)*[:=,]")
 
 
-def _may_need_sealing(text: str, secrets: Iterable[str]) -> bool:
-    """Whether :func:`seal` may change the value whose JSON text is ``text``: it holds one of
-    ``_SEALING_WORDS``, a URL with a password, or a cookie pair (in any case, as
-    :func:`~plandag.trace.redact.may_hold_word` finds them: one lowering of the text for
-    every word, each word looked for only where its guard is), or the JSON form of one of
-    the ``secrets``."""
+def may_need_sealing_by_rules(text: str) -> bool:
+    """Whether a rule of :func:`seal` other than the environment's secret values may change
+    the value whose JSON text is ``text``: it holds one of ``_SEALING_WORDS``, a URL with a
+    password, or a cookie pair (in any case, as :func:`~plandag.trace.redact.may_hold_word`
+    finds them: one lowering of the text for every word, each word looked for only where its
+    guard is). The answer depends on ``text`` alone, so another process (a batch's worker)
+    may give it; :func:`sealed_store_json_text` takes it."""
     if any(letter in text for letter in CASE_LOOKALIKES):
         return True
     lowered = text.lower()
@@ -207,9 +211,19 @@ def _may_need_sealing(text: str, secrets: Iterable[str]) -> bool:
             return True
     if "cookie" in lowered and _COOKIE_PAIR.search(text):
         return True
-    if holds_url_password(text):  # matches in JSON text exactly as in its strings
-        return True
+    return holds_url_password(text)  # matches in JSON text exactly as in its strings
+
+
+def _holds_secret_json(text: str, secrets: Iterable[str]) -> bool:
+    """Whether ``text`` holds the JSON form of one of the ``secrets``."""
     return any(json.dumps(secret, ensure_ascii=False)[1:-1] in text for secret in secrets)
+
+
+def _may_need_sealing(text: str, secrets: Iterable[str]) -> bool:
+    """Whether :func:`seal` may change the value whose JSON text is ``text``: a rule may
+    (:func:`may_need_sealing_by_rules`), or it holds the JSON form of one of the
+    ``secrets``."""
+    return may_need_sealing_by_rules(text) or _holds_secret_json(text, secrets)
 
 
 def sealed_json(
@@ -300,6 +314,52 @@ def sealed_store_text(value: Any, *, text: str | None = None) -> str:
     scrubbed = ScrubbedText(sealed)
     scrubbed.environment = tuple(secrets)
     return scrubbed
+
+
+def sealed_store_json_text(text: str, rules: bool, secrets: Mapping[str, str] | None = None) -> str:
+    """:func:`sealed_store_text` of the JSON value whose compact text is ``text``, the value
+    decoded only when sealing may change it.
+
+    Args:
+        text: ``json.dumps(value, ensure_ascii=False, separators=(",", ":"),
+            allow_nan=False)`` of JSON data.
+        rules: :func:`may_need_sealing_by_rules` of ``text`` (made where the text was, a
+            batch's worker; False only when no rule applies).
+        secrets: :func:`~plandag.trace.redact.environment_secrets` when the caller read them
+            for several texts at once, else None (read here).
+
+    Returns:
+        The same text as ``sealed_store_text(json.loads(text), text=text)``, a
+        :class:`ScrubbedText` under the same conditions.
+
+    Raises:
+        ValueError: ``text`` is not JSON.
+    """
+    secrets = environment_secrets() if secrets is None else secrets
+    if rules or _holds_secret_json(text, secrets):
+        return sealed_store_text(json.loads(text), text=text)
+    sealed = escape_json_text(text)
+    if any(
+        secret in sealed
+        for secret in secrets
+        if json.dumps(secret, ensure_ascii=False)[1:-1] != secret
+    ):
+        return sealed
+    scrubbed = ScrubbedText(sealed)
+    scrubbed.environment = tuple(secrets)
+    return scrubbed
+
+
+def scrubbed_text(text: str, secrets: Mapping[str, str] | None = None) -> str:
+    """``text`` as :class:`SecretMaskingConnection` binds it (credential values masked,
+    lone surrogates escaped), as a :class:`ScrubbedText` checked against ``secrets`` (the
+    environment's, :func:`~plandag.trace.redact.environment_secrets`, when None): for a
+    text bound many times (a batch's id on each of its rows), scanned once."""
+    environment = tuple(environment_secrets() if secrets is None else secrets)
+    masked = _masked_item(text, environment)
+    checked = ScrubbedText(masked)
+    checked.environment = environment
+    return checked
 
 
 def unseal(value: Any, environ: Mapping[str, str] | None = None, *, run_id: str = "") -> Any:

@@ -49,9 +49,15 @@ from plandag.scheduler.estimate import MEASURED_MIN_RUNS
 from plandag.scheduler.result import to_jsonable
 from plandag.store.migrations import migrate
 from plandag.store.owner import process_started, this_process_started
-from plandag.store.sealing import SecretMaskingConnection, seal, sealed_store_text
+from plandag.store.sealing import (
+    SecretMaskingConnection,
+    scrubbed_text,
+    seal,
+    sealed_store_json_text,
+    sealed_store_text,
+)
 from plandag.surrogates import escape_json_text
-from plandag.trace.redact import scrub_secret_values
+from plandag.trace.redact import environment_secrets, scrub_secret_values
 
 __all__ = [
     "BLOB_THRESHOLD_BYTES",
@@ -1222,6 +1228,61 @@ class Store:
             (batch_id, idx, input_path, status, inline, digest, error, time.time(), *counts),
             durable=False,
         )
+
+    def record_document_texts(
+        self,
+        batch_id: str,
+        documents: Iterable[tuple[int, str, str, str | None, bool, str | None]],
+    ) -> None:
+        """Record a group of documents of an ``extract`` batch, committed together in one
+        transaction (one ``executemany``, with whatever else is queued), not synced (the
+        batch's last durable write syncs it, as :meth:`record_document`'s rows).
+
+        Args:
+            batch_id: the batch's run id.
+            documents: per document ``(idx, input, status, record_json, sealing_rules,
+                error)``: ``record_json`` is the record's compact JSON text
+                (``json.dumps(record, ensure_ascii=False, separators=(",", ":"),
+                allow_nan=False)``, made where the record was, a batch's worker) or None;
+                ``sealing_rules`` is :func:`plandag.store.sealing.may_need_sealing_by_rules`
+                of that text; the text is sealed here, under this process's environment
+                (:func:`plandag.store.sealing.sealed_store_json_text`), and stored as
+                :meth:`record_document` stores a record; ``error``: the error column's
+                text, or None.
+
+        Raises:
+            sqlite3.Error: the commit failed (the rows stay queued and the next flush tries
+                them again, as :meth:`flush` says).
+        """
+        secrets = environment_secrets()
+        now = time.time()
+        nothing = (None,) * len(_USAGE_COLUMNS)
+        # the batch's id and the few statuses repeat on every row: checked once
+        known: dict[str, str] = {}
+
+        def once(text: str) -> str:
+            checked = known.get(text)
+            if checked is None:
+                checked = known[text] = scrubbed_text(text, secrets)
+            return checked
+
+        sql = (
+            "INSERT OR REPLACE INTO document (batch_id, idx, input, status, record, "
+            "result_hash, error, time, requests, failed_requests, input_tokens, "
+            "output_tokens, cost_usd) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        )
+        for idx, input_path, status, record_json, rules, error in documents:
+            inline: str | None = None
+            digest: str | None = None
+            if record_json is not None:
+                text = sealed_store_json_text(record_json, rules, secrets)
+                if len(text) > BLOB_THRESHOLD_BYTES:
+                    digest = self.put_blob(text)
+                else:
+                    inline = text
+            row = (once(batch_id), idx, input_path, once(status), inline, digest, error, now)
+            self._queue.append((sql, (*row, *nothing)))
+        self.flush(durable=False)
 
     def documents(self, batch_id: str) -> list[DocumentRow]:
         """The batch's documents in input order."""

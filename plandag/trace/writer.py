@@ -12,6 +12,7 @@ at ``RunFinished`` one ``step`` span per step and a ``run_finished`` line.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -19,7 +20,7 @@ import logging
 import math
 import threading
 import time as _time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -299,6 +300,7 @@ class TraceWriter:
         self._parents: dict[int, list[int]] = {}
         self._lock = threading.Lock()
         self._warned: set[str] = set()
+        self._held: list[str] | None = None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         needs_newline = False
         if self.path.exists() and self.path.stat().st_size > 0:
@@ -352,8 +354,11 @@ class TraceWriter:
         with self._lock:
             if self._file is None:
                 raise ValueError(f"trace {self.path} is closed")
-            self._file.write(text + "\n")
-            self._file.flush()
+            if self._held is not None:
+                self._held.append(text + "\n")
+            else:
+                self._file.write(text + "\n")
+                self._file.flush()
         for exporter in self._exporters:
             try:
                 exporter(line)
@@ -381,6 +386,22 @@ class TraceWriter:
                 "attrs": self._clean(dict(attrs)),
             }
         )
+
+    @contextlib.contextmanager
+    def grouped(self) -> Iterator[None]:
+        """Lines written inside the block go to the file in one write when it ends (also
+        when it raises), then flushed: a batch writing many lines at once makes one system
+        call instead of one per line. Blocks do not nest."""
+        with self._lock:
+            self._held = []
+        try:
+            yield
+        finally:
+            with self._lock:
+                held, self._held = self._held, None
+                if held and self._file is not None:
+                    self._file.write("".join(held))
+                    self._file.flush()
 
     def close(self) -> None:
         """Close the file (idempotent). Later writes raise ``ValueError``."""
@@ -675,6 +696,7 @@ class TraceWriter:
         *,
         detail: str = "summary",
         usage: Any = None,
+        summary: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Write one ``extract`` document as a ``step`` span (step id ``index + 1``, tool
         ``extract``): ``succeeded`` when it got a record (``ok`` or ``check_failed``, in
@@ -696,6 +718,9 @@ class TraceWriter:
             usage: what the document's model calls used (``{"requests",
                 "failed_requests", "input_tokens", "output_tokens", "cost_usd"}``, numbers
                 only), kept as the span's ``usage``; None for none.
+            summary: :func:`document_summary` of the record when the caller made it
+                already (a batch's worker does), else None (made here); only used with
+                ``detail="summary"``, where ``record`` is then not read.
 
         Raises:
             ValueError: ``detail`` is neither ``summary`` nor ``full``; the writer is closed.
@@ -731,7 +756,7 @@ class TraceWriter:
         else:
             shown = self._clean({"detail": cut})["detail"]
         attrs["detail"], attrs["args"] = shown, {"path": shown}
-        attrs["result"] = document_summary(record)
+        attrs["result"] = dict(summary) if summary is not None else document_summary(record)
         # Every value here is JSON already (strings, numbers, lists of strings): the line is
         # dumped as it is, without to_jsonable's walk, which gives the same text.
         line: dict[str, Any] = {"type": "span", "run_id": self.run_id, "time": end}

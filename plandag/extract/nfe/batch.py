@@ -75,7 +75,6 @@ import functools
 import glob
 import hashlib
 import itertools
-import json
 import os
 import stat
 import time
@@ -86,12 +85,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
+from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream
 from rich.table import Table
 
 from plandag.errors import InputError
-from plandag.extract.names import display_name, escape_surrogates
+from plandag.extract.names import display_name
 from plandag.extract.nfe.document import Extractor, advise_read, error_record
+from plandag.extract.nfe.encoded import (
+    FIRST_OF_KEY,
+    NO_KEY,
+    EncodedRecord,
+    encode_ready,
+    escaped,
+    with_unique,
+)
 from plandag.extract.nfe.output import (
     OutputFormat,
     WrittenRecord,
@@ -102,7 +110,6 @@ from plandag.extract.nfe.output import (
     output_format_for,
     record_identity,
     record_json_texts,
-    restatus,
     rewrite_unique_in_batch,
 )
 from plandag.tools.boundary import WriteBoundary
@@ -128,6 +135,13 @@ _GLOB_CHARACTERS = frozenset("*?[")
 #: How many other sources a failing unique_in_batch detail names before "and N more".
 _NAMED_DUPLICATES = 3
 
+#: Seconds a written record waits at most before its group goes to the output file (and a
+#: caller's ``on_flush`` commits its own rows): the console and ``plandag runs`` read the
+#: store while a batch runs.
+FLUSH_SECONDS = 0.2
+#: Records in a group at most.
+FLUSH_RECORDS = 256
+
 
 def _folder_entries(folder: Path) -> list[tuple[Path, bool]]:
     """Every entry of ``folder`` (recursively, hidden names skipped, sorted) that is not a
@@ -151,8 +165,14 @@ def _folder_entries(folder: Path) -> list[tuple[Path, bool]]:
                         found.append((Path(entry.path), link))
         except OSError:
             continue
-    found.sort(key=lambda item: item[0])
+    found.sort(key=_path_order)
     return found
+
+
+def _path_order(item: tuple[Path, bool]) -> Any:
+    """The sort key of a folder entry: its path's components (on POSIX the order of
+    ``Path`` itself, whose comparison is slower; elsewhere the ``Path``)."""
+    return os.fspath(item[0]).split(os.sep) if os.name == "posix" else item[0]
 
 
 def _glob_root(pattern: str) -> Path:
@@ -457,24 +477,17 @@ class _Tally:
         self.repairs: Counter[str] = Counter()
         self.records = 0
 
-    def add(self, record: Mapping[str, Any]) -> None:
-        # ``(dict, Mapping)``: the same answer as Mapping alone, the records' usual dicts
-        # answered before the Mapping ABC's check
+    def add(self, record: EncodedRecord) -> None:
         self.records += 1
-        self.by_status[str(record.get("status"))] += 1
-        checks = record.get("checks")
-        if isinstance(checks, (dict, Mapping)):
-            for name, outcome in checks.items():
-                if isinstance(outcome, (dict, Mapping)) and outcome.get("status") == "fail":
-                    self.failing_checks[name] += 1
-        for error in record.get("errors") or []:
-            if isinstance(error, (dict, Mapping)):
-                self.error_codes[str(error.get("code"))] += 1
-        repair = record.get("repair")
-        if repair is not None and isinstance(repair, Mapping):
-            outcome = str(repair.get("outcome"))
-            self.repairs["reused" if repair.get("reused") else outcome] += 1
-            self.repairs["model_calls"] += int(repair.get("model_calls") or 0)
+        self.by_status[record.status] += 1
+        for name in record.failed_checks:
+            self.failing_checks[name] += 1
+        for code in record.error_codes:
+            self.error_codes[code] += 1
+        if record.repair is not None:
+            outcome, calls = record.repair
+            self.repairs[outcome] += 1
+            self.repairs["model_calls"] += calls
 
 
 class _Uniqueness:
@@ -506,10 +519,22 @@ class _Uniqueness:
         """Register a new record; return it with unique_in_batch as known so far."""
         position = self._add(*record_identity(record))
         outcome = self.outcome(position)
-        ready = _with_unique(dict(record), outcome)
+        ready = with_unique(dict(record), outcome)
         self.written.append(outcome)
         self.statuses.append(str(ready["status"]))
         return ready
+
+    def add_first(self, record: EncodedRecord) -> bool:
+        """Register a record encoded as the first of its key
+        (:func:`~plandag.extract.nfe.encoded.encode_first`) when that is what it is (no
+        earlier record has its key): True; otherwise register nothing and return False."""
+        key = record.key
+        if key is not None and key in self.positions:
+            return False
+        self._add(key, record.source, record.sha256)
+        self.written.append(FIRST_OF_KEY if key is not None else NO_KEY)
+        self.statuses.append(record.status)
+        return True
 
     def discard_last(self) -> None:
         """Forget the record :meth:`add_new` registered last, as if it never had been."""
@@ -532,10 +557,10 @@ class _Uniqueness:
         """
         key = self.keys[position]
         if key is None:
-            return "not_applicable", "the record has no chNFe"
+            return NO_KEY
         positions = self.positions[key]
         if len(positions) == 1:
-            return "pass", "no other record in the batch has this chNFe"
+            return FIRST_OF_KEY
         names: list[str] = []
         for other in positions:
             if len(names) == _NAMED_DUPLICATES:
@@ -561,30 +586,12 @@ class _Uniqueness:
         return changes
 
 
-def _escaped(record: Mapping[str, Any]) -> Any:
-    """:func:`~plandag.extract.names.escape_surrogates` of ``record``, with a fast path: a
-    record that encodes as strict UTF-8 JSON (the usual case) holds no lone surrogate."""
-    try:
-        json.dumps(record, ensure_ascii=False, check_circular=False).encode("utf-8")
-    except (UnicodeEncodeError, TypeError, ValueError, RecursionError):
-        return escape_surrogates(record)
-    return record
-
-
 def with_unique_in_batch(record: Mapping[str, Any], change: Mapping[str, Any]) -> dict[str, Any]:
     """``record`` with the ``unique_in_batch`` outcome of an ``on_correction`` ``change`` of
     :func:`extract_batch` and its status restated (NFE.md "Status"): what the output file
     holds for that record once the batch ended."""
     outcome = change["unique_in_batch"]
-    return _with_unique(dict(record), (str(outcome["status"]), str(outcome["detail"])))
-
-
-def _with_unique(record: dict[str, Any], outcome: tuple[str, str]) -> dict[str, Any]:
-    checks = record.get("checks")
-    checks = dict(checks) if isinstance(checks, Mapping) else {}
-    checks["unique_in_batch"] = {"status": outcome[0], "detail": outcome[1]}
-    statuses = [str(c.get("status")) for c in checks.values() if isinstance(c, Mapping)]
-    return {**record, "checks": checks, "status": restatus(str(record.get("status")), statuses)}
+    return with_unique(dict(record), (str(outcome["status"]), str(outcome["detail"])))
 
 
 def _sha256(path: Path) -> str:
@@ -687,6 +694,10 @@ async def extract_batch(
     on_progress: Callable[[int, int], None] | None = None,
     on_correction: Callable[[int, Mapping[str, Any]], None] | None = None,
     on_previous_correction: Callable[[WrittenRecord, Mapping[str, Any]], None] | None = None,
+    on_encoded: Callable[[EncodedRecord], None] | None = None,
+    on_flush: Callable[[], None] | None = None,
+    flush_seconds: float = FLUSH_SECONDS,
+    flush_records: int = FLUSH_RECORDS,
     extractor: Extractor | None = None,
     window: int | None = None,
     run_options: Mapping[str, Any] | None = None,
@@ -737,6 +748,19 @@ async def extract_batch(
             repeats its key), with ``(kept, change)``: ``kept`` says which record
             (``source``, ``sha256``, ``chNFe``), so that the store row and trace bar of the
             run that recorded it can take the file's outcome too.
+        on_encoded: called like ``on_record`` (after it and ``on_record_json``) with the
+            record as an :class:`~plandag.extract.nfe.encoded.EncodedRecord`: its texts,
+            made once (in the worker that extracted it, with workers), so that a caller
+            that stores each record (``plandag extract nfe``'s run store and trace) need
+            not encode it again.
+        on_flush: called each time the batch writes a group of records: the records passed
+            to the callbacks so far are in the output file (a caller that keeps its own
+            group, rows of a store, commits it then). A group is written once
+            ``flush_records`` records wait, at least every ``flush_seconds`` while any
+            wait, and at the end (also when the batch is cut short); an interrupted batch
+            still leaves whole inputs, in order.
+        flush_seconds: seconds a record waits at most before its group is written (> 0).
+        flush_records: records in a group at most (>= 1).
         extractor: ``async (path) -> list[record]``; defaults to
             :func:`plandag.extract.nfe.document.extract_document`.
         window: inputs in flight or waiting to be written at most (default ``max(8 * jobs,
@@ -755,7 +779,8 @@ async def extract_batch(
             has ``jobs`` documents in flight. The records, their order and every write
             (output, store, trace) stay in this process, so the output is the same as with
             1 (see :mod:`plandag.extract.parallel`). Only used by the default extractor.
-        cluster: ``"local"`` (a Dask LocalCluster of ``workers`` processes on 127.0.0.1)
+        cluster: ``"local"`` (a Dask scheduler and ``workers`` worker processes on 127.0.0.1,
+            outside this process)
             or ``"tcp://HOST:PORT"`` (an existing Dask scheduler) to extract there instead
             (:mod:`plandag.extract.cluster`; the ``dask`` extra); None: this machine.
 
@@ -774,6 +799,11 @@ async def extract_batch(
         raise InputError(f"--jobs must be at least 1, not {jobs}")
     if workers is not None and workers < 1:
         raise InputError(f"--workers must be at least 1, not {workers}")
+    if not flush_seconds > 0 or flush_records < 1:
+        raise InputError(
+            f"flush_seconds must be above 0 and flush_records at least 1, not {flush_seconds} "
+            f"and {flush_records}"
+        )
     output_format = output_format_for(output, format)
     extract = (
         extractor
@@ -835,22 +865,28 @@ async def extract_batch(
             extract = mapper
             summary.start_seconds = time.perf_counter() - opened
     try:
-        writer = open_writer(output, output_format, append=resume)
+        writer = open_writer(output, output_format, append=resume, grouped=True)
     except BaseException:
         if mapper is not None:
             mapper.backend.close()
         raise
     first_new = len(previous)
     total = len(paths)
-    results: dict[int, list[dict[str, Any]]] = {}
+    results: dict[int, Sequence[Mapping[str, Any] | EncodedRecord]] = {}
     next_to_write = 0
     finished = 0
+    held = 0  # records passed to the writer since the last group was written
+    all_written = anyio.Event()
 
-    def write_input(records: Sequence[Mapping[str, Any]]) -> None:
-        ready: list[dict[str, Any]] = []
-        lines: list[str | None] = []
-        compact: list[str | None] = []
+    def write_input(records: Sequence[Mapping[str, Any] | EncodedRecord]) -> None:
+        nonlocal held
+        encoded: list[EncodedRecord] = []
         for record in records:
+            if isinstance(record, EncodedRecord):
+                if uniqueness.add_first(record):  # its texts hold its outcome: written as is
+                    encoded.append(record)
+                    continue
+                record = record.record()  # a repeated key: encoded again with its outcome
             entry = uniqueness.add_new(record)
             texts = record_json_texts(entry)
             if texts is None:
@@ -858,18 +894,40 @@ async def extract_batch(
                 # UTF-8 is shown with its bytes escaped, everywhere. Registered again from
                 # the escaped record, as if the first registration had never been.
                 uniqueness.discard_last()
-                entry = uniqueness.add_new(_escaped(record))
+                entry = uniqueness.add_new(escaped(record))
                 texts = record_json_texts(entry)
-            ready.append(entry)
-            lines.append(texts[0] if texts is not None else None)
-            compact.append(texts[1] if texts is not None else None)
-        writer.write_input(ready, lines)
-        for record, text in zip(ready, compact, strict=True):
-            tally.add(record)
-            if on_record is not None:
-                on_record(record)
-            if on_record_json is not None:
-                on_record_json(record, text)
+            encoded.append(encode_ready(entry, texts, keep=True))
+        writer.write_encoded(encoded)
+        for item in encoded:
+            tally.add(item)
+            if on_record is not None or on_record_json is not None:
+                record = item.record()
+                if on_record is not None:
+                    on_record(record)
+                if on_record_json is not None:
+                    on_record_json(record, item.compact)
+            if on_encoded is not None:
+                on_encoded(item)
+        held += len(encoded)
+        if held >= flush_records:
+            write_group()
+
+    def write_group() -> None:
+        """The records written so far into the file, then the caller's ``on_flush``."""
+        nonlocal held
+        held = 0
+        writer.flush()
+        if on_flush is not None:
+            on_flush()
+
+    async def write_groups() -> None:
+        """A group at least every ``flush_seconds`` while records wait, until every input
+        is written."""
+        while not all_written.is_set():
+            with anyio.move_on_after(flush_seconds):
+                await all_written.wait()
+            if held:
+                write_group()
 
     def flush_ready() -> None:
         nonlocal next_to_write, finished
@@ -883,20 +941,103 @@ async def extract_batch(
             slots.release()
             if on_progress is not None:
                 on_progress(finished, total)
+        if finished >= total:
+            all_written.set()
 
-    async def run_one(index: int, path: Path) -> None:
+    def settled(index: int, path: Path) -> tuple[bool, str]:
+        """``(True, "")`` when input ``index`` needs no extraction (not a regular file:
+        its error record placed; already recorded, with ``resume``: skipped), else
+        ``(False, its sha256 when resume needs it)``."""
         problem = not_a_regular_file(path)
         sha = _sha256(path) if resume and problem is None else ""
-        records: list[dict[str, Any]] = []
         if problem is not None:
-            records = [error_record(str(path), "", *problem)]
+            results[index] = [error_record(str(path), "", *problem)]
         elif sha and (sha, display_name(path)) in done:
             summary.skipped_by_resume += 1
             summary.inputs_with_record += 1
+            results[index] = []
         else:
-            records = await _extract_safely(extract, path, sha)
-        results[index] = records
+            return False, sha
+        return True, ""
+
+    async def run_one(index: int, path: Path) -> None:
+        ready, sha = settled(index, path)
+        if not ready:
+            results[index] = await _extract_safely(extract, path, sha)
         flush_ready()
+
+    async def run_chunk(chunk: list[tuple[int, Path, str]], group: TaskGroup) -> None:
+        """One chunk through the mapper (one wait for the whole chunk); the documents it
+        hands back are extracted here by the parent's own extractor, ``jobs`` at a time."""
+        assert mapper is not None
+        try:
+            answers: list[Any] = await mapper.map_chunk([path for _, path, _ in chunk])
+        except Exception as error:  # each input still gets its row
+            answers = [error] * len(chunk)
+        finally:
+            chunks_in_flight.release()
+        for (index, path, sha), answer in zip(chunk, answers, strict=True):
+            if isinstance(answer, list):
+                results[index] = _checked(answer, path, sha)
+            elif isinstance(answer, BaseException):
+                results[index] = [_internal_error(path, sha, answer)]
+            else:
+                group.start_soon(run_local, index, path, sha)
+        flush_ready()
+
+    async def run_local(index: int, path: Path, sha: str) -> None:
+        assert mapper is not None
+        async with local_limiter:
+            results[index] = await _extract_safely(mapper.local, path, sha)
+        flush_ready()
+
+    async def send_inputs(group: TaskGroup) -> None:
+        """Every input to ``in_flight`` tasks that extract one at a time (the extractor in
+        this process)."""
+        send, receive = anyio.create_memory_object_stream[tuple[int, Path]]()
+        async with send:
+            for _ in range(min(in_flight, len(paths))):
+                group.start_soon(take_inputs, receive.clone())
+            receive.close()
+            for index, path in enumerate(paths):
+                await slots.acquire()
+                waiting = placed.get(os.fspath(path))
+                if waiting:
+                    results[index] = [dict(waiting.pop(0))]
+                    flush_ready()
+                else:
+                    await send.send((index, path))
+
+    async def send_chunks(group: TaskGroup) -> None:
+        """Every input to the mapper in chunks of :meth:`ChunkMapper.chunk_now` documents,
+        at most two chunks per worker in flight; inputs that need no extraction placed as
+        they are met."""
+        assert mapper is not None
+        chunk: list[tuple[int, Path, str]] = []
+
+        async def send() -> None:
+            nonlocal chunk
+            await chunks_in_flight.acquire()
+            group.start_soon(run_chunk, chunk, group)
+            chunk = []
+
+        for index, path in enumerate(paths):
+            if chunk and slots.value == 0:  # the window is full: what waits goes now
+                await send()
+            await slots.acquire()
+            waiting = placed.get(os.fspath(path))
+            if waiting:
+                results[index] = [dict(waiting.pop(0))]
+            else:
+                ready, sha = settled(index, path)
+                if not ready:
+                    chunk.append((index, path, sha))
+                    if len(chunk) >= mapper.chunk_now():
+                        await send()
+                    continue
+            flush_ready()
+        if chunk:
+            await send()
 
     async def take_inputs(receive: MemoryObjectReceiveStream[tuple[int, Path]]) -> None:
         # one of ``in_flight`` tasks, each extracting one input at a time, in the order
@@ -944,29 +1085,27 @@ async def extract_batch(
 
     in_flight = mapper.capacity if mapper is not None else jobs
     slots = anyio.Semaphore(window if window is not None else max(8 * in_flight, 64))
+    chunks_in_flight = anyio.Semaphore(2 * max(1, mapper.backend.workers) if mapper else 1)
+    local_limiter = anyio.CapacityLimiter(jobs)
     try:
         if unplaced:
             write_input(unplaced)
             summary.inputs_with_record += len(unplaced)
         if on_progress is not None:
             on_progress(0, total)
+        if total == 0:
+            all_written.set()
         async with anyio.create_task_group() as group:
-            send, receive = anyio.create_memory_object_stream[tuple[int, Path]]()
-            async with send:
-                for _ in range(min(in_flight, len(paths))):
-                    group.start_soon(take_inputs, receive.clone())
-                receive.close()
-                for index, path in enumerate(paths):
-                    await slots.acquire()
-                    waiting = placed.get(os.fspath(path))
-                    if waiting:
-                        results[index] = [dict(waiting.pop(0))]
-                        flush_ready()
-                    else:
-                        await send.send((index, path))
+            group.start_soon(write_groups)
+            if mapper is not None:
+                await send_chunks(group)
+            else:
+                await send_inputs(group)
     finally:
         try:
             writer.close()
+            if on_flush is not None:
+                on_flush()  # the last group; its rows are there before any correction
             apply_corrections()
             ended = time.perf_counter()
         finally:
@@ -984,25 +1123,38 @@ async def extract_batch(
     return summary
 
 
-async def _extract_safely(extract: Extractor, path: Path, sha: str) -> list[dict[str, Any]]:
-    """Run the extractor on one input; any exception becomes an ``internal_error`` record."""
+def _internal_error(path: Path, sha: str, error: BaseException) -> dict[str, Any]:
+    """The ``internal_error`` record of an input whose extraction raised ``error``."""
+    return error_record(
+        str(path), sha or _sha256(path), "internal_error", f"{type(error).__name__}: {error}"
+    )
+
+
+def _checked(records: Any, path: Path, sha: str) -> Sequence[Mapping[str, Any] | EncodedRecord]:
+    """``records`` when they are a non-empty list of records (dicts, or encoded), else the
+    ``internal_error`` record saying what the extractor returned instead."""
     try:
-        records = await extract(path)
         if not isinstance(records, list) or not records:
             raise TypeError(f"the extractor returned {records!r} instead of a list of records")
         for record in records:
-            if not isinstance(record, dict):
+            if not isinstance(record, dict | EncodedRecord):
                 raise TypeError(f"the extractor returned a {type(record).__name__}, not a record")
-    except Exception as exc:
-        return [
-            error_record(
-                str(path),
-                sha or _sha256(path),
-                "internal_error",
-                f"{type(exc).__name__}: {exc}",
-            )
-        ]
+    except TypeError as error:
+        return [_internal_error(path, sha, error)]
     return records
+
+
+async def _extract_safely(
+    extract: Extractor, path: Path, sha: str
+) -> Sequence[Mapping[str, Any] | EncodedRecord]:
+    """Run the extractor on one input; any exception becomes an ``internal_error`` record.
+    Records come as dicts, or encoded (:class:`~plandag.extract.nfe.encoded.EncodedRecord`,
+    from a worker)."""
+    try:
+        records: Any = await extract(path)
+    except Exception as exc:
+        return [_internal_error(path, sha, exc)]
+    return _checked(records, path, sha)
 
 
 def batch_exit_code(summary: BatchSummary) -> int:

@@ -28,6 +28,7 @@ import io
 import json
 import os
 import re
+import typing
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ __all__ = [
     "INVOICE_COLUMNS",
     "ITEM_COLUMNS",
     "CsvRecordWriter",
+    "EncodedLine",
     "JsonlRecordWriter",
     "OutputFormat",
     "RecordWriter",
@@ -323,11 +325,26 @@ def restatus(status: str, check_statuses: Sequence[str]) -> str:
     return "check_failed" if "fail" in check_statuses else "ok"
 
 
+class EncodedLine(typing.Protocol):
+    """What a writer reads of an encoded record
+    (:class:`plandag.extract.nfe.encoded.EncodedRecord`): its JSONL line (None when it has
+    none) and the record itself."""
+
+    @property
+    def line(self) -> str | None:
+        """The record's JSONL line without the newline, or None."""
+
+    def record(self) -> Any:
+        """The record."""
+
+
 class RecordWriter:
     """Appends records to an output file. Use :func:`open_writer` to get one.
 
-    ``write_input(records)`` writes every record of one input and flushes, so an interrupted
-    batch leaves whole inputs behind. ``close()`` closes the file(s).
+    ``write_input(records)`` writes every record of one input and flushes (a grouped writer,
+    ``open_writer(..., grouped=True)``, keeps them until :meth:`flush`: one write per group),
+    so an interrupted batch leaves whole inputs behind. ``close()`` flushes and closes the
+    file(s).
     """
 
     def write_input(
@@ -343,6 +360,15 @@ class RecordWriter:
                 writes it instead of encoding the record again. Other writers ignore it.
         """
         raise NotImplementedError
+
+    def write_encoded(self, records: Sequence[EncodedLine]) -> None:
+        """Write the records of one input given as
+        :class:`~plandag.extract.nfe.encoded.EncodedRecord` (their lines where the format
+        is JSONL)."""
+        self.write_input([record.record() for record in records])
+
+    def flush(self) -> None:
+        """Write what a grouped writer holds (nothing to do for the others)."""
 
     def close(self) -> None:
         """Flush and close the file(s)."""
@@ -398,10 +424,17 @@ def record_json_texts(record: Mapping[str, Any]) -> tuple[str, str] | None:
 
 
 class JsonlRecordWriter(RecordWriter):
-    """One JSON record per line, UTF-8 (``ensure_ascii=False``)."""
+    """One JSON record per line, UTF-8 (``ensure_ascii=False``).
 
-    def __init__(self, path: Path, *, append: bool) -> None:
+    Args:
+        path: the file; append: keep what it holds.
+        grouped: hold each input's lines until :meth:`flush` (one write for the group;
+            whole inputs, in order), instead of writing and flushing each input at once.
+    """
+
+    def __init__(self, path: Path, *, append: bool, grouped: bool = False) -> None:
         self._file: IO[str] = path.open("a" if append else "w", encoding="utf-8", newline="\n")
+        self._held: list[str] | None = [] if grouped else None
 
     def write_input(
         self, records: Sequence[Mapping[str, Any]], lines: Sequence[str | None] | None = None
@@ -416,12 +449,40 @@ class JsonlRecordWriter(RecordWriter):
                     (_dumps(record) if line is None else line) + "\n"
                     for record, line in zip(records, lines, strict=True)
                 )
+            self._emit(text)
+
+    def write_encoded(self, records: Sequence[EncodedLine]) -> None:
+        """Write the lines of one input's encoded records (see
+        :meth:`RecordWriter.write_encoded`)."""
+        if records:
+            self._emit(
+                "".join(
+                    (_dumps(record.record()) if record.line is None else record.line) + "\n"
+                    for record in records
+                )
+            )
+
+    def _emit(self, text: str) -> None:
+        if self._held is not None:
+            self._held.append(text)
+            return
+        self._file.write(text)
+        self._file.flush()
+
+    def flush(self) -> None:
+        """Write the lines held (a grouped writer) in one write, and flush."""
+        if self._held:
+            text = "".join(self._held)
+            self._held.clear()
             self._file.write(text)
             self._file.flush()
 
     def close(self) -> None:
-        """Close the file."""
-        self._file.close()
+        """Write what is held, and close the file."""
+        try:
+            self.flush()
+        finally:
+            self._file.close()
 
 
 class CsvRecordWriter(RecordWriter):
@@ -464,15 +525,19 @@ class CsvRecordWriter(RecordWriter):
         self._items_file.close()
 
 
-def open_writer(output: Path, format: OutputFormat, *, append: bool) -> RecordWriter:
-    """A writer for ``output`` in ``format``; ``append`` keeps what the file(s) already hold.
+def open_writer(
+    output: Path, format: OutputFormat, *, append: bool, grouped: bool = False
+) -> RecordWriter:
+    """A writer for ``output`` in ``format``; ``append`` keeps what the file(s) already hold;
+    ``grouped``: a JSONL writer holds the lines until :meth:`RecordWriter.flush` (CSV
+    writes each input at once either way).
 
     Creates the output's folder when missing. Raises OSError when the file cannot be opened.
     """
     output.parent.mkdir(parents=True, exist_ok=True)
     if format == "csv":
         return CsvRecordWriter(output, append=append)
-    return JsonlRecordWriter(output, append=append)
+    return JsonlRecordWriter(output, append=append, grouped=grouped)
 
 
 def _replace_atomically(path: Path, lines: Iterator[str]) -> None:
