@@ -3,13 +3,19 @@
 The same map as :mod:`plandag.extract.parallel` (the parent keeps the order, the batch-wide
 checks, the budget, the model repairs and every write), with chunks of documents as Dask tasks:
 
-- ``--cluster local`` starts a ``distributed.LocalCluster`` on 127.0.0.1 (worker processes,
-  one thread each, no dashboard nor what only a dashboard shows: :data:`LOCAL_CLUSTER_CONFIG`)
-  for the batch; ``--cluster tcp://HOST:PORT`` connects to an
-  existing scheduler (``dask scheduler`` / ``dask worker tcp://HOST:PORT``) and leaves it
-  running.
-- Each document travels as its bytes: workers need no shared filesystem, only plandag
-  installed (the same version).
+- ``--cluster local`` starts, for the batch, a Dask scheduler and its workers on 127.0.0.1,
+  each in a process of its own (:class:`LocalDaskProcesses`: Dask's own ``dask scheduler``
+  and ``dask worker`` commands; worker processes of one thread each, no dashboard nor what
+  only a dashboard shows: :data:`LOCAL_CLUSTER_CONFIG`), so that the command's process
+  only submits chunks and receives their records (a ``distributed.LocalCluster`` would
+  run the scheduler, and its nannies, in the command's own process). They are stopped when
+  the batch ends, fails or is interrupted, and end by themselves when the command is
+  killed (:mod:`plandag.extract.cluster_watch`). ``--cluster tcp://HOST:PORT`` connects
+  to an existing scheduler (``dask scheduler`` / ``dask worker tcp://HOST:PORT``) and
+  leaves it running.
+- On an existing scheduler each document travels as its bytes: workers need no shared
+  filesystem, only plandag installed (the same version). The local workers read the files
+  themselves.
 - Each chunk is one task submitted with ``retries=2``; when a worker dies, the scheduler
   runs its tasks again elsewhere, and a chunk the scheduler gives up on
   (``KilledWorker``) is sent again by the mapper, document by document, a bounded number
@@ -24,18 +30,32 @@ Needs the ``dask`` extra (``pip install 'plandag[dask]'``).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import os
+import shutil
+import signal
 import socket
 import struct
+import subprocess
+import sys
+import tempfile
 import time
 import urllib.parse
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from plandag.errors import InputError
 from plandag.extract import parallel
 
-__all__ = ["LOCAL_CLUSTER_CONFIG", "DaskBackend", "probe_scheduler", "scheduler_address"]
+__all__ = [
+    "LOCAL_CLUSTER_CONFIG",
+    "DaskBackend",
+    "LocalDaskProcesses",
+    "probe_scheduler",
+    "scheduler_address",
+]
 
 logger = logging.getLogger("plandag.extract")
 
@@ -185,15 +205,15 @@ def probe_scheduler(cluster: str, timeout: float) -> None:
             ) from None
 
 
-#: Dask settings of the LocalCluster that ``--cluster local`` starts, so that its cores
-#: extract documents rather than measure themselves: idle, Dask's defaults cost about 13 % of
-#: a core (the command's process, which runs the scheduler and the nannies, 5 %, each worker
-#: 4 %), these about 1.5 %. Off: each worker's statistical profiler (a stack sample every
-#: 10 ms, shown only on a dashboard). Less often: the event loop's responsiveness tick (20 ms
-#: to 1 s; a blocked loop is still reported), the system monitor's samples (500 ms to 5 s)
-#: and the nannies' memory monitor (100 ms to 500 ms; a worker past its memory limit is
-#: still restarted). The keys are Dask's (``distributed.yaml``); an existing scheduler
-#: (``tcp://``) keeps its own settings.
+#: Dask settings of the cluster that ``--cluster local`` starts (given to its processes as
+#: ``DASK_*`` environment variables), so that its cores extract documents rather than
+#: measure themselves: idle, Dask's defaults cost about 13 % of a core (the scheduler and the
+#: nannies 5 %, each worker 4 %), these about 1.5 %. Off: each worker's statistical
+#: profiler (a stack sample every 10 ms, shown only on a dashboard). Less often: the event
+#: loop's responsiveness tick (20 ms to 1 s; a blocked loop is still reported), the system
+#: monitor's samples (500 ms to 5 s) and the nannies' memory monitor (100 ms to 500 ms; a
+#: worker past its memory limit is still restarted). The keys are Dask's
+#: (``distributed.yaml``); an existing scheduler (``tcp://``) keeps its own settings.
 LOCAL_CLUSTER_CONFIG: dict[str, Any] = {
     "distributed.worker.profile.enabled": False,
     "distributed.admin.tick.interval": "1s",
@@ -202,21 +222,158 @@ LOCAL_CLUSTER_CONFIG: dict[str, Any] = {
 }
 
 
+#: Seconds ``--cluster local`` waits for its scheduler and workers to start.
+LOCAL_START_TIMEOUT = 120.0
+#: Seconds each of its processes has to end once asked, before it is killed.
+LOCAL_STOP_TIMEOUT = 10.0
+
+
+def _environment_name(key: str) -> str:
+    """The ``DASK_*`` environment variable that sets the Dask setting ``key`` (Dask's rule:
+    ``.`` as ``__``, upper case)."""
+    return "DASK_" + key.replace(".", "__").replace("-", "_").upper()
+
+
+class LocalDaskProcesses:
+    """A Dask scheduler and ``workers`` worker processes on 127.0.0.1, none of them in this
+    process: ``dask scheduler`` and ``dask worker --nworkers N --nthreads 1`` (a nanny per
+    worker, which restarts a worker that dies), started with this Python.
+
+    Each runs in a session of its own, so that Ctrl-C in the terminal reaches the command
+    alone, which then stops them (:meth:`close`); each also ends by itself when the command
+    ends without stopping them (:mod:`plandag.extract.cluster_watch`). Their logs go to a
+    file in a temporary folder (removed by :meth:`close`), quoted in the error when they do
+    not start.
+
+    Args:
+        workers: worker processes (>= 1).
+        timeout: seconds to wait for the scheduler's address.
+
+    Attributes:
+        address: the scheduler's ``tcp://127.0.0.1:PORT``.
+        processes: the scheduler's and the workers' ``subprocess.Popen``.
+
+    Raises:
+        InputError: the scheduler did not start (its log's last lines in the message).
+    """
+
+    def __init__(self, workers: int, *, timeout: float = LOCAL_START_TIMEOUT) -> None:
+        self._folder = Path(tempfile.mkdtemp(prefix="plandag-dask-"))
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self._log = (self._folder / "dask.log").open("ab")
+        environment = dict(os.environ)
+        for key, value in LOCAL_CLUSTER_CONFIG.items():
+            environment[_environment_name(key)] = str(value)
+        scheduler_file = self._folder / "scheduler.json"
+        watch = "plandag.extract.cluster_watch"
+        try:
+            scheduler = ["scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard"]
+            scheduler += ["--scheduler-file", str(scheduler_file), "--preload", watch]
+            self._start(scheduler, environment)
+            self.address = self._scheduler_address(scheduler_file, timeout)
+            worker = ["worker", self.address, "--nworkers", str(workers), "--nthreads", "1"]
+            worker += ["--host", "127.0.0.1", "--no-dashboard", "--preload-nanny", watch]
+            worker += ["--death-timeout", "60", "--local-directory", str(self._folder)]
+            self._start(worker, environment)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, arguments: list[str], environment: dict[str, str]) -> None:
+        self.processes.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "dask", *arguments],
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=self._log,
+                env=environment,
+                start_new_session=True,
+            )
+        )
+
+    def _scheduler_address(self, scheduler_file: Path, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        scheduler = self.processes[0]
+        while time.monotonic() < deadline and scheduler.poll() is None:
+            try:
+                address = json.loads(scheduler_file.read_text("utf-8"))["address"]
+            except (OSError, ValueError, KeyError, TypeError):
+                time.sleep(0.05)
+                continue
+            return str(address)
+        why = (
+            f"it exited with code {scheduler.returncode}"
+            if scheduler.poll() is not None
+            else f"it gave no address within {timeout:g} s"
+        )
+        raise InputError(f"--cluster local: the Dask scheduler did not start ({why}){self._tail()}")
+
+    def _tail(self) -> str:
+        try:
+            self._log.flush()
+            lines = (self._folder / "dask.log").read_text("utf-8", "replace").splitlines()
+        except OSError:
+            return ""
+        return ("; its log ends: " + " | ".join(lines[-5:])) if lines else ""
+
+    def close(self, timeout: float = LOCAL_STOP_TIMEOUT, *, asked: bool = False) -> None:
+        """Stop the workers and the scheduler and wait for them; then remove the temporary
+        folder. Idempotent.
+
+        Args:
+            timeout: seconds each stage may take: with ``asked``, the processes' own end;
+                then, for those still running, their end once sent SIGTERM (which Dask
+                handles by closing cleanly); past that, each one's process group is killed.
+            asked: the scheduler was already told to shut down with its workers
+                (``Client.shutdown``): they are given ``timeout`` seconds to end first.
+        """
+        if asked:
+            _wait_all(self.processes, timeout)
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.terminate()
+        _wait_all(self.processes, timeout)
+        for process in self.processes:
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout)
+        self.processes.clear()
+        if not self._log.closed:
+            self._log.close()
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+
+def _wait_all(processes: Sequence[subprocess.Popen[bytes]], timeout: float) -> None:
+    """Wait until every process has ended or ``timeout`` seconds have passed."""
+    deadline = time.monotonic() + timeout
+    for process in processes:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(max(0.0, deadline - time.monotonic()))
+
+
 class DaskBackend:
     """Chunks as tasks on a Dask cluster.
 
     Args:
-        cluster: ``"local"`` (a LocalCluster of ``workers`` processes on 127.0.0.1, closed
-            with the batch) or ``"tcp://HOST:PORT"`` (an existing scheduler).
-        workers: the LocalCluster's worker processes (>= 1); for an existing scheduler, the
-            expected count when it has no worker yet.
+        cluster: ``"local"`` (a scheduler and ``workers`` worker processes on 127.0.0.1,
+            outside this process: :class:`LocalDaskProcesses`, stopped with the batch) or
+            ``"tcp://HOST:PORT"`` (an existing scheduler).
+        workers: the local cluster's worker processes (>= 1); for an existing scheduler,
+            the expected count when it has no worker yet.
         config: what the chunks will need: every worker present is made ready for it
             (:func:`plandag.extract.parallel.warm_up`) before the first chunk, or None.
 
     Raises:
         InputError: ``cluster`` is neither ``local`` nor ``tcp://HOST:PORT``, the ``dask``
-            extra is not installed, or no Dask scheduler answers at the address within
-            :data:`CONNECT_TIMEOUT` (:func:`probe_scheduler`).
+            extra is not installed, no Dask scheduler answers at the address within
+            :data:`CONNECT_TIMEOUT` (:func:`probe_scheduler`), or the local cluster did
+            not start within :data:`LOCAL_START_TIMEOUT`.
+
+    Attributes:
+        sends_bytes: True for an existing scheduler (each document travels as its bytes);
+            False for the local cluster, whose workers read the files themselves.
     """
 
     sends_bytes = True
@@ -239,27 +396,25 @@ class DaskBackend:
                 "pip install 'plandag[dask]'"
             ) from None
         client_class: Any = distributed.Client
-        cluster_class: Any = distributed.LocalCluster
-        self._local: Any = None
+        self._local: LocalDaskProcesses | None = None
         if cluster == "local":
-            import dask
-
-            # read when the scheduler, nannies and workers are made (each worker gets the
-            # nanny's copy), so the batch's own Dask settings stay as they were
-            with dask.config.set(LOCAL_CLUSTER_CONFIG):
-                self._local = cluster_class(
-                    n_workers=workers,
-                    threads_per_worker=1,
-                    processes=True,
-                    host="127.0.0.1",
-                    # no dashboard; the scheduler's HTTP server (metrics) on a free loopback
-                    # port: with None it takes :8787, shared by every LocalCluster
-                    dashboard_address="127.0.0.1:0",
-                    scheduler_kwargs={"dashboard": False},
+            self.sends_bytes = False  # the workers share this machine's files
+            self._local = LocalDaskProcesses(workers)
+            try:
+                # records come back from the workers straight to this process, not
+                # through the scheduler
+                self.client: Any = client_class(
+                    self._local.address, timeout=CONNECT_TIMEOUT, direct_to_workers=True
                 )
-            # records come back from the workers straight to this process, not through the
-            # scheduler (which a LocalCluster runs here too)
-            self.client: Any = client_class(self._local, direct_to_workers=True)
+                self.client.wait_for_workers(workers, timeout=LOCAL_START_TIMEOUT)
+            except BaseException as error:
+                tail = self._local._tail()
+                self._close_local()
+                if isinstance(error, Exception):
+                    raise InputError(
+                        f"--cluster local: the Dask workers did not start ({error}){tail}"
+                    ) from None
+                raise
         else:
             probe_scheduler(cluster, CONNECT_TIMEOUT)
             try:
@@ -297,10 +452,28 @@ class DaskBackend:
         return isinstance(error, KilledWorker)
 
     def renew(self, handle: Any) -> None:
-        """Nothing to do: the scheduler replaces lost workers (a LocalCluster's nannies
+        """Nothing to do: the scheduler replaces lost workers (the local cluster's nannies
         restart them)."""
 
     def close(self) -> None:
-        self.client.close()
+        """Disconnect; the local cluster's scheduler and workers are stopped and waited
+        for (no process left behind)."""
         if self._local is not None:
-            self._local.close()
+            self._close_local()
+            return
+        self.client.close()
+
+    def _close_local(self) -> None:
+        client = getattr(self, "client", None)
+        asked = False
+        try:
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    # the scheduler stops its workers, then itself
+                    client.shutdown()
+                    asked = True
+                with contextlib.suppress(Exception):
+                    client.close()
+        finally:
+            if self._local is not None:
+                self._local.close(asked=asked)

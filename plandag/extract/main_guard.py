@@ -1,6 +1,6 @@
 """Refuse a batch with worker processes started from an unguarded main module.
 
-Worker processes made by ``forkserver`` or ``spawn`` (``--workers N``, a Dask LocalCluster)
+Worker processes made by ``forkserver`` or ``spawn`` (``--workers N``)
 run the program's main module again while they start, under the name ``__mp_main__``
 (Python's ``multiprocessing`` documentation, "Safe importing of main module"). A script
 whose top level starts a batch without ``if __name__ == "__main__":`` therefore starts the

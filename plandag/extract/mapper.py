@@ -54,8 +54,8 @@ def open_mapper(
 
     Args:
         workers: worker processes (None: :func:`default_workers`); with ``cluster``, the
-            LocalCluster's workers.
-        cluster: ``"local"`` (a Dask LocalCluster on 127.0.0.1), ``"tcp://HOST:PORT"`` (an
+            local cluster's workers.
+        cluster: ``"local"`` (a Dask cluster on 127.0.0.1), ``"tcp://HOST:PORT"`` (an
             existing Dask scheduler), or None (worker processes on this machine).
         documents: documents the batch will extract; no more processes than that start.
         jobs: documents in flight per worker (the chunk size).
@@ -93,11 +93,10 @@ def open_mapper(
         run_options={k: v for k, v in (run_options or {}).items() if k != "budget"},
         write_boundary=write_boundary or _output_boundary(output),
         probe_repairs=repairs,
+        encode=True,
     )
     if cluster is not None:
-        if cluster == "local":
-            refuse_unguarded_main()
-
+        # a local cluster's processes run Dask's own commands, never this main module again
         backend: Backend = DaskBackend(cluster, workers or default_workers(), config)
     else:
         count = min(workers or default_workers(), documents)
