@@ -1,9 +1,9 @@
-"""NF-e throughput, side by side in one run: documents per second on N generated invoices.
+"""NF-e throughput, side by side in one run: documents per second and CPU per document.
 
 Usage (from the repository root)::
 
-    .venv/bin/python benchmarks/nfe_throughput.py [--n 5000] [--repetitions 3]
-        [--corpus DIR] [--seed 0] [--plandag PATH] [--compare PATH]
+    .venv/bin/python benchmarks/nfe_throughput.py [--n 2000] [--repetitions 5]
+        [--corpus DIR] [--seed 0] [--plandag PATH] [--compare CHECKOUT_OR_COMMAND]
 
 Rows, measured in interleaved repetitions (each repetition runs every row once, in turn, so
 that the shared machine's noise hits all of them), medians reported:
@@ -12,29 +12,38 @@ that the shared machine's noise hits all of them), medians reported:
   this process;
 * ``plandag per-document loop``: :func:`plandag.extract.nfe.extract_document` on each file in
   turn, one event loop, in this process (no store, no trace, no output file);
-* ``plandag extract nfe --workers 1``: the command with its defaults (store and trace on, a
-  fresh store each repetition), in a child process; its rate is documents over the batch's
-  own ``seconds`` (``--json``) less the seconds it spent starting its workers or cluster
-  (``start_seconds``), so the command's start-up is left out and reported apart;
-* ``--workers 2`` and ``--cluster local`` (2 workers): measured when the command has those
-  options, otherwise shown ``n/a``; the LocalCluster's start (seconds, median) is named in
-  the row's note;
-* with ``--compare PATH``: another ``plandag`` (an older checkout's) with its defaults, timed
-  like the ``--workers 1`` row in the same turns: a before/after in one run.
+* ``plandag extract nfe --workers 1``, ``--workers 2`` and ``--cluster local`` (2 workers):
+  the command with its defaults (store and trace on, a fresh store each repetition), in a
+  child process; its rate is documents over the batch's own ``seconds`` (``--json``) less
+  the seconds it spent starting its workers or cluster (``start_seconds``), so the
+  command's start-up is left out and reported apart; an option the command lacks is shown
+  ``n/a``;
+* with ``--compare``: the same command rows of another plandag (a checkout's folder, run
+  with this Python and that folder first on ``PYTHONPATH``, or a ``plandag`` command), in
+  the same turns: before and after in one run.
 
-Ratios are to the lxml loop; each command row also shows its target (README, "Every core and
-a cluster"): ``--workers 1`` at least 0.5x the lxml loop, ``--workers 2`` at least 1.7x
-``--workers 1``, the LocalCluster at least 0.85x ``--workers 2``, with the measured ratio of
-medians. ``CPU ms/doc``: CPU time of the command and the processes it reaped (user +
-system, start-up included), per document, median: less moved by a loaded machine than the
-wall-clock rates, and for ``--workers 1`` the per-core cost to size a deployment with. The
-machine's load (``uptime``) is printed before and after. Start-up: the median
-wall time of ``plandag --version`` and of ``python -c pass`` (5 each). The store's bytes per
-document: (database + WAL + blobs) / documents of the last ``--workers 1`` store
-(``plandag.store.gc.store_size``), traces apart.
+Ratios are to the lxml loop; each command row shows its target (``--workers 1`` at least
+0.6x the lxml loop, ``--workers 2`` at least 1.7x ``--workers 1``, the local cluster at least
+0.85x ``--workers 2``) with the measured ratio of medians.
+
+CPU (the second table), per document, median: each command row also runs on the first
+``--start-documents`` files (start-up and little else), and the difference of the two runs
+over the difference of their documents is the CPU one more document costs, start-up left
+out. ``tree``: the command and every process it started (worker processes, Dask's
+scheduler, nannies and workers), counted through Linux's child subreaper (each run is made
+in a small runner process that adopts every orphan and reaps it, then reads
+``RUSAGE_CHILDREN``); ``parent``: the command's own process (all its threads), read from
+``/proc/PID/stat`` before it is reaped. The parent's share of the tree is the serial
+fraction ``f`` of the batch (Amdahl): however many cores, the batch goes at most ``1 / f``
+times as fast as on one, and ``1 / (f + (1 - f) / n)`` on ``n`` cores, printed for 2, 8 and
+32. Targets: the parent at most 0.15 ms per document with ``--workers 2``, the command's
+process at most 0.3 ms with ``--cluster local``. The machine's load (``uptime``) is printed
+before and after. Start-up: the median wall time of ``plandag --version`` and of ``python -c
+pass`` (5 each). The store's bytes per document: (database + WAL + blobs) / documents of the
+last ``--workers 1`` store (``plandag.store.gc.store_size``), traces apart.
 
 The invoices are made by ``benchmarks/generate_nfe.py`` (``--seed``) into a temporary folder,
-or read from ``--corpus`` (generated there when it holds fewer than N ``.xml`` files).
+or read from ``--corpus`` (generated there when it holds no ``.xml`` file).
 """
 
 from __future__ import annotations
@@ -43,16 +52,16 @@ import argparse
 import gc
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make ``benchmarks`` and ``plandag`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -62,19 +71,86 @@ import anyio
 from benchmarks.generate_nfe import generate
 from benchmarks.plain_lxml_nfe import extract_file
 
-__all__ = ["Row", "main", "measure"]
+__all__ = ["Command", "Row", "amdahl", "main", "measure", "render", "render_cpu", "run_measured"]
 
 LXML = "lxml loop (benchmarks/plain_lxml_nfe.py)"
 PER_DOCUMENT = "plandag per-document loop (extract_document)"
 CLI_WORKERS = "plandag extract nfe --workers {workers}"
 CLI_CLUSTER = "plandag extract nfe --cluster local (2 workers)"
+#: Cores for which the speed-up ceiling is printed.
+CORES = (2, 8, 32)
+
+# Runs one command and prints, as JSON, its own CPU seconds (read from /proc before it is
+# reaped), the CPU seconds of its whole process tree (every orphan adopted: Linux's child
+# subreaper), its wall seconds, exit code and standard output.
+_RUNNER = r"""
+import ctypes, json, os, resource, subprocess, sys, tempfile, time
+
+def cpu_of(pid):
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+argv = json.loads(sys.argv[1])
+try:
+    subreaper = ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0
+except (OSError, AttributeError):
+    subreaper = False
+before = resource.getrusage(resource.RUSAGE_CHILDREN)
+with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    started = time.perf_counter()
+    child = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+    parent = None
+    if hasattr(os, "waitid"):
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
+        parent = cpu_of(child.pid)
+    code = child.wait()
+    wall = time.perf_counter() - started
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            time.sleep(0.05)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out.seek(0)
+    err.seek(0)
+    print(json.dumps({
+        "parent": parent,
+        "tree": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
+        "complete_tree": subreaper,
+        "wall": wall,
+        "code": code,
+        "stdout": out.read().decode("utf-8", "replace"),
+        "stderr": err.read().decode("utf-8", "replace")[-2000:],
+    }))
+"""
+
+
+@dataclass
+class Command:
+    """A ``plandag`` to run: its argv prefix and the environment it needs (a checkout's
+    folder on ``PYTHONPATH``), and the name shown in the table."""
+
+    argv: list[str]
+    environment: dict[str, str] = field(default_factory=dict)
+    name: str = ""
 
 
 @dataclass
 class Row:
     """One line of the table: its label, the seconds of each repetition (empty: n/a), the
     seconds spent starting workers or a cluster in each (left out of the rate), and the
-    target: at least ``target`` times the rate of the row labelled ``target_of``."""
+    target: at least ``target`` times the rate of the row labelled ``target_of``.
+
+    ``cpu`` and ``parent``: per repetition, the CPU seconds ``documents`` more documents cost
+    the whole process tree and the command's own process (start-up left out);
+    ``parent_target``: the most milliseconds per document the parent may take."""
 
     label: str
     seconds: list[float] = field(default_factory=list)
@@ -83,73 +159,98 @@ class Row:
     cpu: list[float] = field(default_factory=list)
     target: float | None = None
     target_of: str = ""
+    parent: list[float] = field(default_factory=list)
+    parent_target: float | None = None
 
     def rate(self, documents: int) -> float | None:
         """Documents per second at the median, or None when not measured."""
         return documents / statistics.median(self.seconds) if self.seconds else None
 
 
-def _plandag_command(explicit: str | None) -> list[str]:
+def _plandag_command(explicit: str | None) -> Command:
     if explicit:
-        return [explicit]
+        return Command([explicit], name=explicit)
     beside = Path(sys.executable).with_name("plandag")
     if beside.is_file():
-        return [str(beside)]
+        return Command([str(beside)], name="this checkout")
     found = shutil.which("plandag")
     if found is None:
         raise SystemExit("plandag not found: give --plandag PATH")
-    return [found]
+    return Command([found], name="this checkout")
 
 
-def _help_mentions(command: list[str], option: str) -> bool:
+def _compare_command(given: str) -> Command:
+    """``--compare``: a checkout's folder (run as ``python -m plandag`` with the folder first
+    on ``PYTHONPATH``, so that its worker processes use it too) or a ``plandag`` command."""
+    folder = Path(given)
+    if folder.is_dir():
+        if not (folder / "plandag" / "__init__.py").is_file():
+            raise SystemExit(f"--compare {given}: not a plandag checkout (no plandag/)")
+        path = os.pathsep.join([str(folder.resolve()), os.environ.get("PYTHONPATH", "")])
+        return Command(
+            [sys.executable, "-m", "plandag"], {"PYTHONPATH": path.rstrip(os.pathsep)}, given
+        )
+    return Command([given], name=given)
+
+
+def _help_mentions(command: Command, option: str) -> bool:
     shown = subprocess.run(
-        [*command, "extract", "nfe", "--help"], capture_output=True, text=True, check=False
+        [*command.argv, "extract", "nfe", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, **command.environment},
     )
     return option in shown.stdout
 
 
-def _wall(argv: Sequence[str]) -> float:
+def _wall(argv: Sequence[str], environment: Mapping[str, str]) -> float:
     started = time.perf_counter()
-    subprocess.run(list(argv), capture_output=True, check=True)
+    subprocess.run(list(argv), capture_output=True, check=True, env={**os.environ, **environment})
     return time.perf_counter() - started
 
 
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+def run_measured(
+    argv: Sequence[str], environment: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """Run ``argv`` in a runner process and return what it measured: ``parent`` (the
+    command's own CPU seconds, None where ``/proc`` is missing), ``tree`` (CPU seconds of the
+    command and every process it started; ``complete_tree``: False where orphans could not be
+    adopted), ``wall``, ``code`` and ``stdout``/``stderr``."""
+    done = subprocess.run(
+        [sys.executable, "-c", _RUNNER, json.dumps(list(argv))],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, **(environment or {})},
+    )
+    measured: dict[str, Any] = json.loads(done.stdout)
+    return measured
 
 
-def _cli_pass(
-    command: list[str], corpus: Path, folder: Path, extra: Sequence[str]
-) -> tuple[float, float, Path, float]:
-    """One ``extract nfe`` run into a fresh folder: (the batch's own seconds without the
-    start of its workers or cluster, those start seconds, store path, CPU seconds of the
-    command and the processes it reaped, start-up included)."""
+@dataclass
+class _Pass:
+    seconds: float
+    start: float
+    parent: float | None
+    tree: float
+    store: Path
+
+
+def _cli_pass(command: Command, corpus: Path, folder: Path, extra: Sequence[str]) -> _Pass:
+    """One ``extract nfe`` run into a fresh folder."""
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     store = folder / "runs.sqlite3"
-    cpu_before = _children_cpu()
-    done = subprocess.run(
-        [
-            *command,
-            "extract",
-            "nfe",
-            str(corpus),
-            "-o",
-            str(folder / "out.jsonl"),
-            "--store",
-            str(store),
-            "--json",
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"extract nfe {' '.join(extra)} exited {done.returncode}: {done.stderr}")
-    summary = json.loads(done.stdout)
+    argv = [*command.argv, "extract", "nfe", str(corpus), "-o", str(folder / "out.jsonl")]
+    measured = run_measured([*argv, "--store", str(store), "--json", *extra], command.environment)
+    if measured["code"] != 0:
+        raise RuntimeError(
+            f"{command.name}: extract nfe {' '.join(extra)} exited {measured['code']}: "
+            f"{measured['stderr']}"
+        )
+    summary = json.loads(measured["stdout"])
     if summary["by_status"].get("ok") != summary["records"]:
         # every generated invoice is valid: anything else is the command's doing; say so
         print(
@@ -158,20 +259,50 @@ def _cli_pass(
             file=sys.stderr,
         )
     start = float(summary.get("start_seconds", 0.0))
-    return float(summary["duration"]) - start, start, store, _children_cpu() - cpu_before
+    return _Pass(
+        float(summary["duration"]) - start, start, measured["parent"], measured["tree"], store
+    )
+
+
+def _command_rows(command: Command, prefix: str) -> list[tuple[Row, list[str]]]:
+    """The command rows of one ``plandag``: ``(row, extra arguments)``, or a row with a note
+    and None arguments for an option the command lacks."""
+    has_workers = _help_mentions(command, "--workers")
+    has_cluster = _help_mentions(command, "--cluster")
+    one = Row(prefix + CLI_WORKERS.format(workers=1), target=0.6, target_of=LXML)
+    two = Row(
+        prefix + CLI_WORKERS.format(workers=2),
+        target=1.7,
+        target_of=one.label,
+        parent_target=0.15,
+    )
+    cluster = Row(prefix + CLI_CLUSTER, target=0.85, target_of=two.label, parent_target=0.3)
+    rows: list[tuple[Row, list[str]]] = [(one, ["--workers", "1"] if has_workers else [])]
+    if not has_workers:
+        one.note = "the command has no --workers option: one process"
+        two.note = "n/a: the command has no --workers option"
+    rows.append((two, ["--workers", "2"] if has_workers else []))
+    if not has_cluster:
+        cluster.note = "n/a: the command has no --cluster option"
+    rows.append((cluster, ["--cluster", "local", "--workers", "2"] if has_cluster else []))
+    return [(row, ["n/a"] if row.note.startswith("n/a") else extra) for row, extra in rows]
 
 
 def measure(
     files: Sequence[Path],
     corpus: Path,
-    command: list[str],
+    command: Command,
     repetitions: int,
     scratch: Path,
-    compare: list[str] | None = None,
+    compare: Command | None = None,
+    start_documents: int = 16,
+    rows: Sequence[str] = ("w1", "w2", "cluster"),
 ) -> tuple[list[Row], Path | None]:
     """Run every row ``repetitions`` times, interleaved. Returns the rows and the last
-    ``--workers 1`` store (None when it did not run). ``compare``: another ``plandag``
-    command (an older version) timed like the ``--workers 1`` row, in the same turns."""
+    ``--workers 1`` store (None when it did not run). ``compare``: another ``plandag`` whose
+    command rows run in the same turns. ``start_documents``: the files of the start-up runs
+    (the first ones), whose CPU is taken off each command row's (see the module's text).
+    ``rows``: the command rows to run (``w1``, ``w2``, ``cluster``)."""
     from plandag.extract.nfe import extract_document
 
     async def per_document() -> None:
@@ -182,19 +313,26 @@ def measure(
         for path in files:
             extract_file(path)
 
-    has_workers = _help_mentions(command, "--workers")
-    has_cluster = _help_mentions(command, "--cluster")
+    small = scratch / "start-corpus"
+    small.mkdir(parents=True, exist_ok=True)
+    start_files = list(files[: max(1, min(start_documents, len(files) - 1))])
+    for path in start_files:
+        shutil.copy(path, small / path.name)
+    extra_documents = len(files) - len(start_files)
+
     lxml = Row(LXML)
     loop = Row(PER_DOCUMENT)
-    one = Row(CLI_WORKERS.format(workers=1), target=0.5, target_of=LXML)
-    two = Row(CLI_WORKERS.format(workers=2), target=1.7, target_of=one.label)
-    cluster = Row(CLI_CLUSTER, target=0.85, target_of=two.label)
-    other = Row(f"plandag extract nfe, defaults ({compare[0]})" if compare else "")
-    if not has_workers:
-        one.note = "today's command (no --workers option: one process)"
-        two.note = "n/a: the command has no --workers option"
-    if not has_cluster:
-        cluster.note = "n/a: the command has no --cluster option"
+    keys = ("w1", "w2", "cluster")
+    owners: dict[int, Command] = {}
+    command_rows: list[tuple[Row, list[str]]] = []
+    contenders = [(command, "")]
+    if compare is not None:
+        contenders.append((compare, f"before ({compare.name}): "))
+    for owner, prefix in contenders:
+        for key, (row, extra) in zip(keys, _command_rows(owner, prefix), strict=True):
+            if key in rows:
+                owners[id(row)] = owner
+                command_rows.append((row, extra))
 
     def timed(action: Callable[[], object]) -> float:
         gc.collect()
@@ -209,32 +347,21 @@ def measure(
     for repetition in range(repetitions):
         lxml.seconds.append(timed(lxml_loop))
         loop.seconds.append(timed(lambda: anyio.run(per_document)))
-        seconds, start, store, cpu = _cli_pass(
-            command, corpus, scratch / f"w1-{repetition}", ["--workers", "1"] if has_workers else []
-        )
-        one.seconds.append(seconds)
-        one.start.append(start)
-        one.cpu.append(cpu)
-        if compare:
-            other.seconds.append(_cli_pass(compare, corpus, scratch / f"cmp-{repetition}", [])[0])
-        if has_workers:
-            seconds, start, _, cpu = _cli_pass(
-                command, corpus, scratch / f"w2-{repetition}", ["--workers", "2"]
-            )
-            two.seconds.append(seconds)
-            two.start.append(start)
-            two.cpu.append(cpu)
-        if has_cluster:
-            seconds, start, _, cpu = _cli_pass(
-                command,
-                corpus,
-                scratch / f"cl-{repetition}",
-                ["--cluster", "local", *(["--workers", "2"] if has_workers else [])],
-            )
-            cluster.seconds.append(seconds)
-            cluster.start.append(start)
-            cluster.cpu.append(cpu)
-    return [lxml, loop, one, *([other] if compare else []), two, cluster], store
+        for number, (row, extra) in enumerate(command_rows):
+            if extra == ["n/a"]:
+                continue
+            owner = owners[id(row)]
+            full = _cli_pass(owner, corpus, scratch / f"{number}-{repetition}", extra)
+            start = _cli_pass(owner, small, scratch / f"{number}-{repetition}-start", extra)
+            row.seconds.append(full.seconds)
+            row.start.append(full.start)
+            scale = len(files) / extra_documents if extra_documents else 0.0
+            row.cpu.append((full.tree - start.tree) * scale)
+            if full.parent is not None and start.parent is not None:
+                row.parent.append((full.parent - start.parent) * scale)
+            if row.label == CLI_WORKERS.format(workers=1):
+                store = full.store
+    return [lxml, loop, *(row for row, _ in command_rows)], store
 
 
 def _uptime() -> str:
@@ -248,16 +375,17 @@ def _uptime() -> str:
     return shown.stdout.strip()
 
 
-def _startup(command: list[str], times: int = 5) -> tuple[float, float]:
+def _startup(command: Command, times: int = 5) -> tuple[float, float]:
     """Median wall seconds of ``plandag --version`` and of ``python -c pass``."""
-    version = [_wall([*command, "--version"]) for _ in range(times)]
-    bare = [_wall([sys.executable, "-c", "pass"]) for _ in range(times)]
+    version = [_wall([*command.argv, "--version"], command.environment) for _ in range(times)]
+    bare = [_wall([sys.executable, "-c", "pass"], {}) for _ in range(times)]
     return statistics.median(version), statistics.median(bare)
 
 
 def render(rows: Sequence[Row], documents: int) -> str:
     """The table as Markdown: label, documents/s (median), ratio to the lxml loop, the target
-    (a ratio to another row) with its measured ratio, the spread, and the note."""
+    (a ratio to another row) with its measured ratio, the spread, the whole tree's CPU per
+    document and the note."""
     base = rows[0].rate(documents)
     by_label = {row.label: row for row in rows}
     lines = [
@@ -292,33 +420,84 @@ def render(rows: Sequence[Row], documents: int) -> str:
     return "\n".join(lines)
 
 
+def amdahl(serial: float, cores: int) -> float:
+    """The speed-up on ``cores`` cores of work whose ``serial`` fraction (0-1) runs on one
+    core only (Amdahl's law): ``1 / (serial + (1 - serial) / cores)``."""
+    return 1.0 / (serial + (1.0 - serial) / cores)
+
+
+def render_cpu(rows: Sequence[Row], documents: int) -> str:
+    """The CPU table as Markdown: per command row, the tree's and the parent's CPU per
+    document (medians, start-up left out), the parent's target, the parent's share of the
+    tree (the serial fraction ``f``) and the speed-up ceiling it implies on 2, 8 and 32
+    cores and on any number (``1 / f``)."""
+    lines = [
+        "| path | tree CPU ms/doc | parent CPU ms/doc | parent min-max | parent target | met? "
+        "| serial fraction f | "
+        + " | ".join(f"ceiling {cores} cores" for cores in CORES)
+        + " | 1/f |",
+        "|---|---|---|---|---|---|---|" + "---|" * len(CORES) + "---|",
+    ]
+    for row in rows:
+        if not row.cpu:
+            continue
+        tree = statistics.median(row.cpu) / documents * 1000
+        if not row.parent:
+            lines.append(f"| {row.label} | {tree:.3f} | n/a | | | | |" + " |" * len(CORES) + " |")
+            continue
+        parent = statistics.median(row.parent) / documents * 1000
+        low, high = (min(row.parent) / documents * 1000, max(row.parent) / documents * 1000)
+        target = met = ""
+        if row.parent_target is not None:
+            target = f"≤ {row.parent_target:g}"
+            met = "yes" if parent <= row.parent_target else "no"
+        serial = min(1.0, max(parent / tree, 1e-9)) if tree > 0 else 1.0
+        ceilings = " | ".join(f"{amdahl(serial, cores):.2f}×" for cores in CORES)
+        lines.append(
+            f"| {row.label} | {tree:.3f} | {parent:.3f} | {low:.3f}-{high:.3f} | {target} "
+            f"| {met} | {serial:.3f} "
+            f"| {ceilings} | {1 / serial:.1f}× |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Generate (or reuse) the corpus, measure every row, print the table."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, default=5000, help="invoices (default 5000)")
-    parser.add_argument("--repetitions", type=int, default=3, help="interleaved repetitions")
-    parser.add_argument("--corpus", type=Path, help="folder of invoices (generated if short)")
+    """Generate (or reuse) the corpus, measure every row, print both tables."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=2000, help="invoices (default 2000)")
+    parser.add_argument("--repetitions", type=int, default=5, help="interleaved repetitions")
+    parser.add_argument("--corpus", type=Path, help="folder of invoices (generated if empty)")
     parser.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
     parser.add_argument("--plandag", help="the plandag command to time (default: this venv's)")
     parser.add_argument(
-        "--compare", help="another plandag command (e.g. an older version) timed alongside"
+        "--compare",
+        help="another plandag timed alongside: a checkout's folder, or a plandag command",
+    )
+    parser.add_argument(
+        "--rows",
+        default="w1,w2,cluster",
+        help="command rows to run, of w1, w2, cluster (default all three)",
+    )
+    parser.add_argument(
+        "--start-documents",
+        type=int,
+        default=16,
+        help="files of the start-up runs, taken off each command row's CPU (default 16)",
     )
     options = parser.parse_args(argv)
-    if options.n < 1 or options.repetitions < 1:
-        parser.error("--n and --repetitions must be at least 1")
+    if options.n < 2 or options.repetitions < 1 or options.start_documents < 1:
+        parser.error("--n must be at least 2, --repetitions and --start-documents at least 1")
     command = _plandag_command(options.plandag)
+    compare = _compare_command(options.compare) if options.compare else None
     with tempfile.TemporaryDirectory(prefix="nfe-throughput-") as temporary:
         scratch = Path(temporary)
         corpus = options.corpus or scratch / "corpus"
         files = sorted(corpus.glob("*.xml")) if corpus.is_dir() else []
-        if len(files) < options.n:
-            if files:
-                raise SystemExit(f"--corpus {corpus} holds {len(files)} files, fewer than --n")
+        if not files:
             generate(options.n, corpus, seed=options.seed)
             files = sorted(corpus.glob("*.xml"))
-        files = files[: options.n]
-        if len(files) != len(list(corpus.glob("*.xml"))):
-            raise SystemExit(f"--corpus {corpus} holds more files than --n {options.n}")
+        if len(files) != options.n:
+            raise SystemExit(f"--corpus {corpus} holds {len(files)} files, not --n {options.n}")
         load_before = _uptime()
         started = time.perf_counter()
         rows, store = measure(
@@ -327,9 +506,12 @@ def main(argv: list[str] | None = None) -> int:
             command,
             options.repetitions,
             scratch,
-            [options.compare] if options.compare else None,
+            compare,
+            start_documents=options.start_documents,
+            rows=tuple(options.rows.split(",")),
         )
         elapsed = time.perf_counter() - started
+        load_after = _uptime()
         version, bare = _startup(command)
         size_line = ""
         if store is not None:
@@ -352,9 +534,17 @@ def main(argv: list[str] | None = None) -> int:
         "shared, noisy machine read the ratios."
     )
     print(f"uptime before: {load_before}")
-    print(f"uptime after:  {_uptime()}")
+    print(f"uptime after:  {load_after}")
     print()
     print(render(rows, len(files)))
+    print()
+    print(
+        f"CPU per document (the difference between {len(files)} documents and the first "
+        f"{min(options.start_documents, len(files) - 1)}: start-up left out; tree = the "
+        "command and every process it started; parent = the command's own process):"
+    )
+    print()
+    print(render_cpu(rows, len(files)))
     print()
     print(
         f"start-up (median of 5, wall): plandag --version {version:.3f} s, python -c pass "

@@ -604,3 +604,44 @@ def test_trace_bench_at_a_tiny_size(tmp_path: Path, capsys: pytest.CaptureFixtur
     printed = capsys.readouterr().out
     assert "| trace - plain |" in printed
     assert "cProfile of store+trace (this)" in printed
+
+
+# -- NF-e throughput ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_nfe_throughput_runs_at_a_tiny_size(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benchmarks.nfe_throughput import main
+
+    # three invoices made from the shipped examples (benchmarks/generate_nfe.py)
+    corpus = tmp_path / "corpus"
+    arguments = ["--corpus", str(corpus), "--n", "3", "--repetitions", "1"]
+    assert main([*arguments, "--start-documents", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "uptime before:" in out
+    assert "uptime after:" in out
+    rows = [line.split(" | ")[0].lstrip("| ") for line in out.splitlines() if line.startswith("| ")]
+    for label in (
+        "lxml loop (benchmarks/plain_lxml_nfe.py)",
+        "plandag extract nfe --workers 1",
+        "plandag extract nfe --workers 2",
+        "plandag extract nfe --cluster local (2 workers)",
+    ):
+        assert label in rows
+    assert "ceiling 32 cores" in out
+
+
+def test_nfe_throughput_cpu_table_gives_the_amdahl_ceilings() -> None:
+    from benchmarks.nfe_throughput import Row, amdahl, render_cpu
+
+    assert amdahl(0.1, 2) == pytest.approx(1 / 0.55)
+    assert amdahl(0.0, 8) == pytest.approx(8.0)
+    row = Row("w2", [1.0], cpu=[2.0], parent=[0.2], parent_target=0.15)
+    lines = render_cpu([Row("lxml", [1.0]), row], 1000).splitlines()
+    assert lines[2] == (
+        "| w2 | 2.000 | 0.200 | 0.200-0.200 | ≤ 0.15 | no | 0.100 | 1.82× | 4.71× | 7.80× | 10.0× |"
+    )
+    assert len(lines) == 3  # a row without CPU figures is left out
