@@ -261,3 +261,13 @@ def test_a_chunk_that_fails_in_the_parent_gives_each_of_its_inputs_an_error_row(
     assert [row["source"] for row in rows] == [str(path) for path in files]
     assert {row["errors"][0]["message"] for row in rows} == {"RuntimeError: the mapper broke"}
     assert summary.inputs_with_record == summary.inputs == len(files)
+
+
+def test_a_window_smaller_than_a_chunk_still_sends_every_input(tmp_path: Path) -> None:
+    files, _ = expand_inputs([str(EXAMPLES)])
+    anyio.run(functools.partial(extract_batch, files, tmp_path / "one.jsonl", workers=1))
+    summary = anyio.run(
+        functools.partial(extract_batch, files, tmp_path / "two.jsonl", workers=2, window=2)
+    )
+    assert summary.inputs_with_record == len(files)
+    assert (tmp_path / "two.jsonl").read_bytes() == (tmp_path / "one.jsonl").read_bytes()

@@ -85,6 +85,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream
 from rich.table import Table
@@ -141,6 +142,8 @@ _NAMED_DUPLICATES = 3
 FLUSH_SECONDS = 0.2
 #: Records in a group at most.
 FLUSH_RECORDS = 256
+#: The chunk driver lets the event loop's other tasks run at least once per this many inputs.
+_YIELD_EVERY = 64
 
 
 def _folder_entries(folder: Path) -> list[tuple[Path, bool]]:
@@ -1022,9 +1025,14 @@ async def extract_batch(
             chunk = []
 
         for index, path in enumerate(paths):
-            if chunk and slots.value == 0:  # the window is full: what waits goes now
-                await send()
-            await slots.acquire()
+            if slots.value == 0:
+                if chunk:  # the window is full: what waits goes now
+                    await send()
+                await slots.acquire()
+            else:  # a free place: taken without a trip through the event loop
+                slots.acquire_nowait()
+                if index % _YIELD_EVERY == 0:
+                    await anyio.lowlevel.checkpoint()  # the loop's other tasks run too
             waiting = placed.get(os.fspath(path))
             if waiting:
                 results[index] = [dict(waiting.pop(0))]
