@@ -691,7 +691,12 @@ class ChunkMapper:
         out as ``2 x workers`` chunks (rounded up, at least 1)."""
         if self.documents is None:
             return self.chunk
-        left = max(0, self.documents - self._handed) + len(self._pending)
+        return self.chunk_for(max(0, self.documents - self._handed) + len(self._pending))
+
+    def chunk_for(self, left: int) -> int:
+        """The size of the next chunk when ``left`` of the batch's documents are still to
+        be sent: ``chunk``, or, once fewer than ``2 x workers`` chunks' worth are left,
+        those shared out as ``2 x workers`` chunks (rounded up, at least 1)."""
         shares = 2 * max(1, self.backend.workers)
         return max(1, min(self.chunk, -(-left // shares)))
 
@@ -730,7 +735,7 @@ class ChunkMapper:
 
     async def map_chunk(self, paths: Sequence[Path]) -> list[Any]:
         """Extract ``paths`` as one chunk (the batch's chunk driver: one task and one wait
-        per chunk, not per document; size it with :meth:`chunk_now`).
+        per chunk, not per document; size it with :meth:`chunk_for`).
 
         Returns:
             Per path, in order: its records (a list: dicts, or encoded records); the

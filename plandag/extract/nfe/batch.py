@@ -1012,14 +1012,16 @@ async def extract_batch(
                     await send.send((index, path))
 
     async def send_chunks(group: TaskGroup) -> None:
-        """Every input to the mapper in chunks of :meth:`ChunkMapper.chunk_now` documents,
+        """Every input to the mapper in chunks of :meth:`ChunkMapper.chunk_for` documents,
         at most two chunks per worker in flight; inputs that need no extraction placed as
         they are met."""
         assert mapper is not None
         chunk: list[tuple[int, Path, str]] = []
+        sent = 0  # inputs in the chunks sent so far
 
         async def send() -> None:
-            nonlocal chunk
+            nonlocal chunk, sent
+            sent += len(chunk)
             await chunks_in_flight.acquire()
             group.start_soon(run_chunk, chunk, group)
             chunk = []
@@ -1040,7 +1042,7 @@ async def extract_batch(
                 ready, sha = settled(index, path)
                 if not ready:
                     chunk.append((index, path, sha))
-                    if len(chunk) >= mapper.chunk_now():
+                    if len(chunk) >= mapper.chunk_for(len(paths) - sent):
                         await send()
                     continue
             flush_ready()
