@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from plandag.checks.base import CheckOutcome
-from plandag.scheduler.result import RunResult, StepErrorInfo
+from plandag.scheduler.result import RunResult, StepErrorInfo, StepRecord
 
 __all__ = [
     "CheckEvaluated",
@@ -85,24 +85,29 @@ class StepStarted:
 class StepSucceeded:
     """A step's tool returned and every check passed. ``duration_s``: monotonic seconds;
     ``result``: what the tool returned (a reference, not a copy: observers must not change
-    it; the run store records it for resume)."""
+    it; the run store records it for resume); ``record``: the step's record, complete as
+    the step ended (the same object: observers read it, never change it; a later replan
+    may still mark it superseded), or None."""
 
     run_id: str
     step_id: int
     duration_s: float
     time: float
     result: Any = dataclasses.field(default=None, repr=False, compare=False)
+    record: StepRecord | None = dataclasses.field(default=None, repr=False, compare=False)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class StepFailed:
-    """A step failed. ``reason``: the stable code; ``error``: type and message."""
+    """A step failed. ``reason``: the stable code; ``error``: type and message;
+    ``record``: the step's record as it ended (as for :class:`StepSucceeded`), or None."""
 
     run_id: str
     step_id: int
     reason: str
     error: StepErrorInfo | None
     time: float
+    record: StepRecord | None = dataclasses.field(default=None, repr=False, compare=False)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -133,12 +138,14 @@ class StepSkipped:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class StepCancelled:
-    """A running step was stopped: ``reason`` ``deadline``, ``stalled`` or ``interrupted``."""
+    """A running step was stopped: ``reason`` ``deadline``, ``stalled`` or ``interrupted``;
+    ``record``: the step's record as it ended (as for :class:`StepSucceeded`), or None."""
 
     run_id: str
     step_id: int
     reason: str
     time: float
+    record: StepRecord | None = dataclasses.field(default=None, repr=False, compare=False)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

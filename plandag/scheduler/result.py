@@ -21,6 +21,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Literal
@@ -40,6 +42,7 @@ __all__ = [
     "StepErrorInfo",
     "StepRecord",
     "StepStatus",
+    "jsonable_result",
     "to_jsonable",
 ]
 
@@ -403,10 +406,77 @@ def to_jsonable(value: Any) -> Any:
     return _jsonable(value, budget, set())
 
 
+_RESULTS_KEPT = 64
+_results_lock = threading.Lock()
+_results: OrderedDict[int, tuple[Any, Any]] = OrderedDict()
+
+
+def jsonable_result(value: Any) -> Any:
+    """:func:`to_jsonable` of a step's result, converted once for all who record it.
+
+    The trace writer and the run store both record a step's result as it ends; the second
+    to ask gets the first one's conversion. The last 64 results converted are remembered
+    by identity (each kept alive while remembered, so its ``id`` is its own). A result is
+    not to be changed once its step ended (observers share it,
+    :class:`~plandag.scheduler.events.StepSucceeded`); one changed later anyway is
+    recorded as it was when it was first converted.
+
+    Args:
+        value: a step's result (any object).
+
+    Returns:
+        The JSON-safe value (shared: callers must not change it). Never raises.
+    """
+    if type(value) in _PLAIN:
+        return value
+    key = id(value)
+    with _results_lock:
+        remembered = _results.get(key)
+        if remembered is not None and remembered[0] is value:
+            _results.move_to_end(key)
+            return remembered[1]
+    converted = to_jsonable(value)
+    with _results_lock:
+        _results[key] = (value, converted)
+        if len(_results) > _RESULTS_KEPT:
+            _results.popitem(last=False)
+    return converted
+
+
+_PLAIN = frozenset({str, int, bool, type(None)})
+"""Types :func:`to_jsonable` returns as they are (exactly these: a subclass takes the long
+way, where ``isinstance`` decides)."""
+
+
+def _item(value: Any, budget: list[int], path: set[int]) -> Any:
+    """:func:`_jsonable` of a container's item; a plain one (or a finite float) without the
+    call."""
+    kind = type(value)
+    if kind in _PLAIN or (kind is float and math.isfinite(value)):
+        budget[0] -= 1
+        return value if budget[0] >= 0 else "<truncated>"
+    return _jsonable(value, budget, path)
+
+
 def _jsonable(value: Any, budget: list[int], path: set[int]) -> Any:
     budget[0] -= 1
     if budget[0] < 0:
         return "<truncated>"
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    if kind is dict or kind is list:  # the usual containers: plain items inline
+        if id(value) in path:
+            return "<cycle>"
+        if len(path) >= _JSONABLE_DEPTH:
+            return "<too deep>"
+        path.add(id(value))
+        try:
+            if kind is dict:
+                return {str(key): _item(item, budget, path) for key, item in value.items()}
+            return [_item(item, budget, path) for item in value]
+        finally:
+            path.discard(id(value))
     if value is None or isinstance(value, str | bool | int):
         return value
     if isinstance(value, float):

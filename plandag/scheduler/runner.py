@@ -578,6 +578,7 @@ class _Run(StepAttempts):
                     record.duration_s or 0.0,
                     record.ended_at or 0.0,
                     outcome.result,
+                    record,
                 )
             )
         remaining = self.remaining
@@ -623,7 +624,12 @@ class _Run(StepAttempts):
         if self.observers:
             self.emit(
                 events.StepFailed(
-                    self.run_id, step_id, record.reason, record.error, record.ended_at or 0.0
+                    self.run_id,
+                    step_id,
+                    record.reason,
+                    record.error,
+                    record.ended_at or 0.0,
+                    record,
                 )
             )
         self.skip_descendants(step_id)
@@ -700,7 +706,7 @@ class _Run(StepAttempts):
                 record.attempt_log[-1].reason = reason
             self.close(record.id, record)
             if self.observers:
-                self.emit(events.StepCancelled(self.run_id, record.id, reason, now))
+                self.emit(events.StepCancelled(self.run_id, record.id, reason, now, record))
         elif record.status == "pending":
             record.status = "skipped"
             record.reason = reason

@@ -426,7 +426,7 @@ class _SessionRun(_Run):
         )
         self.close(record.id, record)
         if self.observers:
-            self.emit(events.StepCancelled(self.run_id, record.id, "discarded", now))
+            self.emit(events.StepCancelled(self.run_id, record.id, "discarded", now, record))
 
     async def discard(self, step_ids: Collection[int]) -> tuple[int, ...]:
         """Remove steps and their descendants from the run whole: running ones are

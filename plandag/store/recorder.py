@@ -19,7 +19,7 @@ from typing import Any
 from plandag.compiler.compiled import CompiledStep
 from plandag.errors import NotStartedError
 from plandag.scheduler import events
-from plandag.scheduler.result import RunResult
+from plandag.scheduler.result import RunResult, jsonable_result
 from plandag.store.store import Store, store_json
 from plandag.trace.redact import Redactor
 
@@ -136,7 +136,7 @@ class StoreRecorder:
             step = self.steps.get(step_id)
             inline, digest = (None, None)
             if record.status == "succeeded":
-                inline, digest = self.store.value_columns(record.result)
+                inline, digest = self.store.value_columns(jsonable_result(record.result))
             rows.append(
                 (
                     step_id,
@@ -188,7 +188,7 @@ class StoreRecorder:
                 event.time,
                 attempt=self.attempts.get(event.step_id, 0),
                 duration_s=event.duration_s,
-                result=event.result,
+                result=jsonable_result(event.result),  # converted once, with the trace
                 segment=segment,
                 durable=self._effects(event.step_id),
             )

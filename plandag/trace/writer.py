@@ -6,8 +6,11 @@ epoch). A resumed run appends to the same file under a new ``segment`` number, s
 holds the whole story of a run; :func:`plandag.trace.reader.load_trace` reads it back.
 
 :class:`TraceWriter` is also a scheduler observer (:mod:`plandag.scheduler.events`): live
-``event`` lines while steps start and end (so a crash still leaves the steps that ran), then
-at ``RunFinished`` one ``step`` span per step and a ``run_finished`` line.
+``event`` lines while steps start and end (so a crash still leaves the steps that ran), the
+``step`` span of each step that ran as it ends (succeeded, failed or cancelled), then at
+``RunFinished`` the spans of the other steps (skipped ones, steps restored from an earlier
+segment), a step's span again when its record changed since (a replan superseded it, its
+upstream failures were counted again), and a ``run_finished`` line.
 """
 
 from __future__ import annotations
@@ -30,7 +33,13 @@ from plandag.dag.graph import critical_path
 from plandag.dag.plan import Plan
 from plandag.dag.references import find_references
 from plandag.scheduler import events
-from plandag.scheduler.result import AttemptRecord, RunResult, StepRecord, to_jsonable
+from plandag.scheduler.result import (
+    AttemptRecord,
+    RunResult,
+    StepRecord,
+    jsonable_result,
+    to_jsonable,
+)
 from plandag.surrogates import escape_json_text
 from plandag.trace.redact import Redactor
 
@@ -105,10 +114,20 @@ def plan_dependencies(plan: Plan | Mapping[str, Any]) -> dict[int, list[int]]:
     return parents
 
 
+# json.dumps(..., ensure_ascii=False, separators=(",", ":")), built once.
+_LINE_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def _bounded(value: Any) -> Any:
-    """``value`` JSON-safe, or a preview when its JSON is longer than RESULT_CHARACTERS."""
-    data = to_jsonable(value)
-    text = escape_json_text(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
+    """``value`` JSON-safe (:func:`~plandag.scheduler.result.jsonable_result`: converted
+    once, with the run store), or a preview when its JSON is longer than
+    RESULT_CHARACTERS."""
+    data = jsonable_result(value)
+    if data is None or isinstance(data, bool | int | float):
+        return data
+    if isinstance(data, str) and len(data) <= RESULT_CHARACTERS // 6 - 2:
+        return data  # even all escapes (six characters each) and quotes cannot make it longer
+    text = escape_json_text(_LINE_ENCODER.encode(data))
     if len(text) <= RESULT_CHARACTERS:
         return data  # a lone surrogate in it is escaped when the line is written (_emit)
     return {
@@ -298,6 +317,10 @@ class TraceWriter:
         self._clock = clock
         self._args: dict[int, Any] = dict(args or {})
         self._parents: dict[int, list[int]] = {}
+        # what each step's span written so far showed (:func:`_span_state`), and the steps
+        # whose step_child spans are written
+        self._spans: dict[int, tuple[Any, ...]] = {}
+        self._children: set[int] = set()
         self._lock = threading.Lock()
         self._warned: set[str] = set()
         self._held: list[str] | None = None
@@ -342,9 +365,19 @@ class TraceWriter:
         line: dict[str, Any] = {"type": record["type"], "run_id": self.run_id}
         line["time"] = self._clock()
         line.update({key: value for key, value in record.items() if key != "type"})
-        return self._emit(
-            line, json.dumps(to_jsonable(line), ensure_ascii=False, separators=(",", ":"))
-        )
+        return self._emit(line, _LINE_ENCODER.encode(to_jsonable(line)))
+
+    def _write_ready(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        """:meth:`write` of a record whose values are JSON-safe already (``attrs`` made so
+        by :meth:`_clean`, the other fields strings and numbers), without converting it
+        again; a time that is not a finite number takes :meth:`write`'s way."""
+        line: dict[str, Any] = {"type": record["type"], "run_id": self.run_id}
+        line["time"] = self._clock()
+        line.update({key: value for key, value in record.items() if key != "type"})
+        for value in line.values():
+            if type(value) is float and not math.isfinite(value):
+                return self.write(record)
+        return self._emit(line, _LINE_ENCODER.encode(line))
 
     def _emit(self, line: dict[str, Any], text: str) -> dict[str, Any]:
         """Write ``text`` (``line`` as JSON; a lone surrogate in its strings escaped,
@@ -375,7 +408,13 @@ class TraceWriter:
     def _span(
         self, kind: str, name: str, start: float, end: float, attrs: Mapping[str, Any]
     ) -> dict[str, Any]:
-        return self.write(
+        return self._span_of(kind, name, start, end, self._clean(dict(attrs)))
+
+    def _span_of(
+        self, kind: str, name: str, start: float, end: float, clean: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Write a span whose ``attrs`` are :meth:`_clean` already."""
+        return self._write_ready(
             {
                 "type": "span",
                 "time": end,
@@ -383,7 +422,7 @@ class TraceWriter:
                 "name": name,
                 "start": start,
                 "end": end,
-                "attrs": self._clean(dict(attrs)),
+                "attrs": clean,
             }
         )
 
@@ -638,7 +677,9 @@ class TraceWriter:
             )
 
     def _event(self, kind: str, time: float, attrs: Mapping[str, Any]) -> None:
-        self.write({"type": "event", "time": time, "kind": kind, "attrs": self._clean(attrs)})
+        self._write_ready(
+            {"type": "event", "time": time, "kind": kind, "attrs": self._clean(attrs)}
+        )
 
     def _observe(self, event: events.Event) -> None:
         if isinstance(event, events.StepStarted):
@@ -650,14 +691,20 @@ class TraceWriter:
                 event.time,
                 {"step_id": event.step_id, "status": "succeeded", "reason": None},
             )
+            if event.record is not None:
+                self._step_span(event.record, event.record.started_at, event.record.ended_at)
         elif isinstance(event, events.StepFailed):
             attrs = {"step_id": event.step_id, "status": "failed", "reason": event.reason}
             if event.error is not None:
                 attrs["error"] = event.error.as_dict()
             self._event("step_ended", event.time, attrs)
+            if event.record is not None:
+                self._step_span(event.record, event.record.started_at, event.record.ended_at)
         elif isinstance(event, events.StepCancelled):
             attrs = {"step_id": event.step_id, "status": "cancelled", "reason": event.reason}
             self._event("step_ended", event.time, attrs)
+            if event.record is not None:
+                self._step_span(event.record, event.record.started_at, event.record.ended_at)
         elif isinstance(event, events.StepSkipped):
             attrs = {
                 "step_id": event.step_id,
@@ -799,7 +846,7 @@ class TraceWriter:
             time: the ``run_finished`` line's time (default ``result.ended_at``).
         """
         for step_id in sorted(result.steps):
-            self._step_span(result.steps[step_id], result)
+            self._step_span(result.steps[step_id], result.started_at, result.ended_at)
         graph = nx.DiGraph()
         graph.add_nodes_from(result.steps)
         for step_id in result.steps:
@@ -840,14 +887,24 @@ class TraceWriter:
             }
         )
 
-    def _step_span(self, record: StepRecord, result: RunResult) -> None:
+    def _step_span(
+        self, record: StepRecord, run_start: float | None, run_end: float | None
+    ) -> None:
+        """Write ``record``'s ``step`` span, unless the span written for it last showed the
+        same (:func:`_span_state`); its ``step_child`` spans the first time only.
+        ``run_start``, ``run_end``: the segment's times, for a step with no time of its own.
+        """
+        state = _span_state(record, self._parents.get(record.id), self._args.get(record.id))
+        if self._spans.get(record.id) == state:
+            return
+        self._spans[record.id] = state
         # A step that succeeded without an attempt of this segment was restored from an
         # earlier one (``run_plan(completed=...)``): it is placed at the segment's start.
         restored = record.status == "succeeded" and not record.attempt_log
         if record.ended_at is not None:
             end = record.ended_at
         else:
-            end = result.started_at if restored else result.ended_at
+            end = (run_start if restored else run_end) or 0.0
         start = record.started_at if record.started_at is not None else end
         attempts = []
         for attempt in record.attempt_log:
@@ -884,12 +941,22 @@ class TraceWriter:
             "attempts": attempts,
             "checks": checks,
             "args": self._args.get(record.id),
-            "result": _bounded(record.result),
+            "result": None,
             "superseded_by": record.superseded_by,
             "segment": self.segment,
             "restored": restored,
         }
-        self._span("step", f"step {record.id} {record.tool}", start, end, attrs)
+        result = _bounded(record.result)  # JSON-safe: converted once, not again with attrs
+        if self._redact is None or isinstance(self._redact, Redactor):
+            clean = self._clean(attrs)
+            clean["result"] = self._redact(result) if self._redact is not None else result
+        else:  # a redactor of the caller's: given the whole attrs, as always
+            attrs["result"] = result
+            clean = self._clean(attrs)
+        self._span_of("step", f"step {record.id} {record.tool}", start, end, clean)
+        if record.id in self._children:
+            return
+        self._children.add(record.id)
         for attempt in record.attempt_log:
             for child in attempt.children:
                 # what the attempt did inside (a model call, an agent's tool call): a span
@@ -907,6 +974,29 @@ class TraceWriter:
                         "segment": self.segment,
                     },
                 )
+
+
+def _span_state(record: StepRecord, parents: Any, args: Any) -> tuple[Any, ...]:
+    """What a step's span shows, compared by value or by identity (a result, args): equal
+    states give the same span."""
+    last = record.attempt_log[-1] if record.attempt_log else None
+    return (
+        record.status,
+        record.reason,
+        record.detail,
+        record.error,
+        record.started_at,
+        record.ended_at,
+        tuple(parents) if parents is not None else None,
+        id(args),
+        id(record.result),
+        record.superseded_by,
+        len(record.checks),
+        len(record.attempt_log),
+        (last.ended_at, last.reason, last.error, last.retry, len(last.children))
+        if last is not None
+        else None,
+    )
 
 
 def _diagnostic_dict(diagnostic: Any) -> dict[str, Any]:
