@@ -728,6 +728,8 @@ class _Walk:
             self._path.discard(marker)
 
     def _mapping(self, mapping: Mapping[Any, Any], personal: bool) -> dict[Any, Any]:
+        if not personal and self.secrets:
+            return self._secret_mapping(mapping)
         individual = personal and _is_individual_party(mapping)
         result: dict[Any, Any] = {}
         for key, item in mapping.items():
@@ -739,6 +741,33 @@ class _Walk:
             if new_key in result:  # two keys masked alike: keep both values
                 new_key = f"{new_key}#{len(result)}"
             result[new_key] = self._field(name, secret, item, personal, individual)
+        return result
+
+    def _secret_mapping(self, mapping: Mapping[Any, Any]) -> dict[Any, Any]:
+        """:meth:`_mapping` for secrets alone: the same rules, strings and plain values
+        handled in the loop (a trace line's attrs are mostly those)."""
+        scrub = self.scrubber.text
+        shortest = self.scrubber.shortest
+        result: dict[Any, Any] = {}
+        for key, item in mapping.items():
+            if type(key) is str:
+                secret = _key_facts(key)[1]
+                new_key = scrub(key) if len(key) >= shortest else key
+            elif isinstance(key, str):
+                secret, new_key = _key_facts(key)[1], scrub(key)
+            else:
+                secret, new_key = False, key
+            if new_key in result:  # two keys masked alike: keep both values
+                new_key = f"{new_key}#{len(result)}"
+            kind = type(item)
+            if secret and item is not None:
+                result[new_key] = SECRET_MASK
+            elif kind is str:
+                result[new_key] = scrub(item) if len(item) >= shortest else item
+            elif kind in _SCALARS:
+                result[new_key] = item
+            else:
+                result[new_key] = self.value(item, personal=False)
         return result
 
     def _field(

@@ -4,9 +4,10 @@ one-pass scrub of ``plandag.trace.redact`` is compared with (same rules, same ma
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-from plandag.trace.redact import SECRET_MASK, environment_secrets
+from plandag.trace.redact import SECRET_MASK, environment_secrets, is_secret_key
 
 _ANTHROPIC_KEY = re.compile(r"(?<![A-Za-z0-9])sk-ant-[A-Za-z0-9_-]{8,}")
 _OPENAI_KEY = re.compile(r"(?<![A-Za-z0-9])sk-[A-Za-z0-9_-]{20,}")
@@ -167,3 +168,54 @@ def _scrub_secret_text(text: str, environment: tuple[str, ...]) -> str:
     text = _AUTH_SCHEME.sub(_mask_auth_scheme, text)
     text = _KEY_VALUE.sub(lambda match: f"{match.group(1)}{match.group(2)}{SECRET_MASK}", text)
     return _COOKIE.sub(lambda match: f"{match.group(1)}{match.group(2)}{SECRET_MASK}", text)
+
+
+def _local_name(key: str) -> str:
+    if key.startswith("{"):
+        key = key.rpartition("}")[2]
+    return key.rpartition(":")[2]
+
+
+def scrub_secrets(value: Any, environment: tuple[str, ...]) -> Any:
+    """A copy of ``value`` with secrets masked, walked one item at a time (secret-named keys,
+    header pairs, strings by :func:`_scrub_secret_text`, cycles cut)."""
+    path: set[int] = set()
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, str):
+            return _scrub_secret_text(item, environment)
+        if isinstance(item, Mapping | list | tuple):
+            if id(item) in path:
+                return "[cycle]"
+            path.add(id(item))
+            try:
+                return mapping(item) if isinstance(item, Mapping) else sequence(item)
+            finally:
+                path.discard(id(item))
+        return item
+
+    def mapping(items: Mapping[Any, Any]) -> dict[Any, Any]:
+        result: dict[Any, Any] = {}
+        for key, item in items.items():
+            new_key = _scrub_secret_text(key, environment) if isinstance(key, str) else key
+            if new_key in result:
+                new_key = f"{new_key}#{len(result)}"
+            if isinstance(key, str) and item is not None and is_secret_key(key):
+                result[new_key] = SECRET_MASK
+            else:
+                result[new_key] = walk(item)
+        return result
+
+    def sequence(items: Any) -> list[Any]:
+        return [
+            [item[0], SECRET_MASK]
+            if isinstance(item, list | tuple)
+            and len(item) == 2
+            and isinstance(item[0], str)
+            and item[1] is not None
+            and is_secret_key(item[0])
+            else walk(item)
+            for item in items
+        ]
+
+    return walk(value)

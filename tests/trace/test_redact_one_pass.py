@@ -213,3 +213,32 @@ def test_case_lookalike_letters_reach_the_case_insensitive_rules() -> None:
     assert scrub_secret_text("ſecret=hunter2x") == f"ſecret={SECRET_MASK}"
     assert scrub_secret_text("baſic dXNlcjpwYXNz") == f"baſic {SECRET_MASK}"
     assert scrub_secret_values("baſic dXNlcjpwYXNz") == f"baſic {SECRET_MASK}"
+
+
+_KEYS = st.one_of(
+    st.sampled_from(
+        ["note", "token", "Authorization", "x-api-key", "input_tokens", "{urn:x}password", "id"]
+    ),
+    st.integers(min_value=0, max_value=3),
+    _FRAGMENTS,
+)
+_LEAVES = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), _FRAGMENTS)
+_NESTED = st.recursive(
+    _LEAVES,
+    lambda children: st.one_of(
+        st.lists(children, max_size=4),
+        st.tuples(st.sampled_from(["Authorization", "Cookie", "accept"]), children),
+        st.dictionaries(_KEYS, children, max_size=5),
+    ),
+    max_leaves=25,
+)
+
+
+@given(_NESTED, st.lists(_SECRET_VALUE, max_size=2, unique=True))
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_values_are_walked_as_one_item_at_a_time(value: Any, secrets: list[str]) -> None:
+    environment = tuple(sorted(secrets, key=lambda secret: (-len(secret), secret)))
+    walked = redact._Walk(secrets=True, personal=False, environment=environment).value(
+        value, personal=False
+    )
+    assert walked == reference.scrub_secrets(value, environment)
