@@ -788,8 +788,16 @@ class _Walk:
 
     def _sequence(self, items: Iterable[Any], personal: bool) -> list[Any]:
         result: list[Any] = []
+        plain = self.secrets and not personal  # strings need only the secret rules
+        scrub = self.scrubber.text
+        shortest = self.scrubber.shortest
         for item in items:
-            if (
+            kind = type(item)
+            if kind in _SCALARS:
+                result.append(item)
+            elif plain and kind is str:
+                result.append(scrub(item) if len(item) >= shortest else item)
+            elif (
                 self.secrets
                 and isinstance(item, list | tuple)
                 and len(item) == 2
