@@ -28,6 +28,7 @@ import functools
 import logging
 import os
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -316,29 +317,23 @@ def _mask_pair_value(match: re.Match[str]) -> str:
 
 
 class _SecretScrubber:
-    """The secret rules for one set of secret values, and the texts it masked lately.
+    """The secret rules for one set of secret values.
 
     Strings are masked in two steps: the secret values (each looked for with ``in``, C's
     substring search: on CPython it beats one regular expression alternating the values
     and an Aho-Corasick automaton, ``benchmarks/trace_bench.py --matchers``; the values
-    found are replaced longest first), then the rules that find a credential by its form:
-    the text is scanned once by one expression combining every rule whose word it holds
-    (:func:`_combined`), and only a text with a match is masked rule by rule. Results are
-    remembered by text (up to :data:`_REMEMBERED` texts of at most
-    :data:`_REMEMBERED_CHARACTERS` characters each), so a text seen again (a tool's
-    name, a key, a value the store and the trace both record) is not scanned again.
+    found are replaced longest first), then the rules that find a credential by its form
+    (:func:`_masked_by_rules`: one scan, each text once).
     """
 
     def __init__(self, environment: tuple[str, ...]) -> None:
         self.environment = environment
-        self.shortest = min(
-            (len(value) for value in environment if value), default=SHORTEST_SECRET_TEXT
-        )
-        self.shortest = min(self.shortest, SHORTEST_SECRET_TEXT)
-        self._texts: dict[str, str] = {}
-        self._values: dict[str, str] = {}
+        self.shortest_value = min((len(value) for value in environment), default=sys.maxsize)
+        self.shortest = min(self.shortest_value, SHORTEST_SECRET_TEXT)
 
     def _replace_values(self, text: str) -> str:
+        if len(text) < self.shortest_value:
+            return text
         for value in self.environment:
             if value in text:
                 text = text.replace(value, SECRET_MASK)
@@ -348,44 +343,49 @@ class _SecretScrubber:
         """``text`` masked by every rule (:func:`scrub_secret_text`)."""
         if len(text) < self.shortest:
             return text
-        remembered = self._texts.get(text)
-        if remembered is not None:
-            return remembered
-        masked = self._replace_values(text)
-        rules = _rules_in(masked, _TEXT_RULES)
-        if rules and _combined(rules).search(masked) is not None:
-            masked = _mask_by_rules(masked, _TEXT_RULES)
-        _remember(self._texts, text, masked)
-        return masked
+        return _masked_by_rules(self._replace_values(text), _TEXT_RULES, _REMEMBERED_TEXTS)
 
     def values(self, text: str) -> str:
         """``text`` masked by the rules for credential values (:func:`scrub_secret_values`)."""
         if len(text) < self.shortest:
             return text
-        remembered = self._values.get(text)
-        if remembered is not None:
-            return remembered
-        masked = self._replace_values(text)
-        rules = _rules_in(masked, _VALUE_RULES)
-        if rules and _combined(rules).search(masked) is not None:
-            masked = _mask_by_rules(masked, _VALUE_RULES)
-        _remember(self._values, text, masked)
+        return _masked_by_rules(self._replace_values(text), _VALUE_RULES, _REMEMBERED_VALUES)
+
+
+#: Texts the rules were applied to lately, and what they gave (one mapping for the rules of
+#: :func:`scrub_secret_text`, one for those of :func:`scrub_secret_values`): at most
+#: :data:`_REMEMBERED` texts of at most :data:`_REMEMBERED_CHARACTERS` characters each
+#: (then forgotten all at once). The rules do not depend on the environment, so a text is
+#: scanned once whoever masks it: the trace's redactor, the run store's sealing and its
+#: connection, the command line's output.
+_REMEMBERED = 4096
+_REMEMBERED_CHARACTERS = 512
+_REMEMBERED_TEXTS: dict[str, str] = {}
+_REMEMBERED_VALUES: dict[str, str] = {}
+
+
+def _masked_by_rules(text: str, rules: int, remembered: dict[str, str]) -> str:
+    """``text`` with the matches of ``rules`` masked: the rules whose words it holds are
+    tried by one combined expression (:func:`_combined`) in one scan, and only a text with
+    a match is masked rule by rule (:func:`_mask_by_rules`); a text seen lately is not
+    scanned again."""
+    if len(text) < SHORTEST_SECRET_TEXT:
+        return text
+    masked = remembered.get(text)
+    if masked is not None:
         return masked
+    masked = text
+    present = _rules_in(text, rules)
+    if present and _combined(present).search(text) is not None:
+        masked = _mask_by_rules(text, rules)
+    if len(text) <= _REMEMBERED_CHARACTERS:
+        if len(remembered) >= _REMEMBERED:
+            remembered.clear()
+        remembered[text] = masked
+    return masked
 
 
-_REMEMBERED = 8192
-_REMEMBERED_CHARACTERS = 2048
-
-
-def _remember(texts: dict[str, str], text: str, masked: str) -> None:
-    if len(text) > _REMEMBERED_CHARACTERS:
-        return
-    if len(texts) >= _REMEMBERED:
-        texts.clear()
-    texts[text] = masked
-
-
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=4)
 def _scrubber(environment: tuple[str, ...]) -> _SecretScrubber:
     return _SecretScrubber(environment)
 

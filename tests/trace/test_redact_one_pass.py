@@ -192,6 +192,27 @@ def test_the_same_text_is_scanned_once(
     assert "note" not in seen  # a text shorter than any secret is not scanned either
 
 
+def test_the_store_and_the_trace_scan_a_text_once(
+    monkeypatch: pytest.MonkeyPatch, secret_environment: str
+) -> None:
+    from plandag.store.sealing import seal, sealed_json
+
+    seen: list[str] = []
+    rules_in = redact._rules_in
+
+    def counting(text: str, rules: int) -> int:
+        seen.append(text)
+        return rules_in(text, rules)
+
+    monkeypatch.setattr(redact, "_rules_in", counting)
+    text = "the tool's answer, as recorded by the store: 42 rows, token count 7"
+    assert seal({"answer": [text]}) == {"answer": [text]}
+    assert Redactor()({"answer": [text]}) == {"answer": [text]}
+    assert scrub_secrets(text) == text
+    assert sealed_json({"answer": text, "x": "token: abc"}).startswith('{"answer":')
+    assert seen.count(text) == 1
+
+
 def test_a_remembered_text_is_masked_again_once_the_environment_holds_a_new_secret(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
