@@ -377,7 +377,11 @@ class TraceWriter:
         for value in line.values():
             if type(value) is float and not math.isfinite(value):
                 return self.write(record)
-        return self._emit(line, _LINE_ENCODER.encode(line))
+        try:
+            text = _LINE_ENCODER.encode(line)
+        except (TypeError, ValueError):  # a field that is not JSON after all: converted
+            return self.write(record)
+        return self._emit(line, text)
 
     def _emit(self, line: dict[str, Any], text: str) -> dict[str, Any]:
         """Write ``text`` (``line`` as JSON; a lone surrogate in its strings escaped,
@@ -467,7 +471,7 @@ class TraceWriter:
             goal: the task or the plan's goal, or None.
             params: the run's param values (redacted when a redactor is set).
         """
-        return self.write(
+        return self._write_ready(
             {
                 "type": "run_started",
                 "segment": self.segment,
@@ -491,7 +495,7 @@ class TraceWriter:
         """
         data = plan.model_dump(mode="json", exclude_none=True) if isinstance(plan, Plan) else plan
         self.set_dependencies(plan_dependencies(plan))
-        return self.write(
+        return self._write_ready(
             {
                 "type": "plan",
                 "version": version,
