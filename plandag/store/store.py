@@ -15,10 +15,14 @@ read back.
 Durability (SQLite in WAL mode with ``synchronous=FULL``: a committed transaction survives
 a crash, a torn one is rolled back — https://www.sqlite.org/wal.html): every write happens
 inside a transaction, so a crash at any moment leaves a consistent store. Writes that may be
-lost in a crash (transitions of steps without effects) are queued and written in batches
-(:meth:`Store.write` with ``durable=False``); a step with effects is committed as started
-before its tool is called and as ended as soon as it ends (``durable=True``), so resume
-knows which effects may have happened.
+lost in a crash (transitions and results of steps without effects, events, documents) are
+queued and committed in groups by a thread of the store's own, off the event loop, within
+0.2 s (:meth:`Store.write` with ``durable=False``; :mod:`plandag.store.writer`). Plan
+versions, decisions, escalations and the run's state are committed before the call returns,
+after the queue (so the store never holds a later write without an earlier one); a step with
+effects is committed as started before its tool is called and as ended as soon as it ends
+(``durable=True``), so resume knows which effects may have happened. Every read commits the
+queue first, so it sees every write made before it in this process.
 
 The default database is ``$PLANDAG_STORE`` when set, else ``runs.sqlite3`` in the user's
 data folder (``platformdirs.user_data_path("plandag")``: ``~/.local/share/plandag`` on
@@ -56,6 +60,7 @@ from plandag.store.sealing import (
     sealed_store_json_text,
     sealed_store_text,
 )
+from plandag.store.writer import FLUSH_INTERVAL_S, GroupWriter, flush_writers
 from plandag.surrogates import escape_json_text
 from plandag.trace.redact import environment_secrets, scrub_secret_values
 
@@ -77,10 +82,6 @@ __all__ = [
 
 BLOB_THRESHOLD_BYTES = 64 * 1024
 """Results whose JSON is larger than this are written as files beside the database."""
-BATCH_ROWS = 64
-"""Queued (non-durable) writes are flushed once this many wait..."""
-BATCH_SECONDS = 0.5
-"""...or once the oldest has waited this long (checked on each write), and at close."""
 
 
 _USAGE_COLUMNS: tuple[tuple[str, bool], ...] = (
@@ -312,18 +313,27 @@ class InstructionRow:
 
 class Store:
     """The run store (see the module docstring). Not thread-safe: use it from one thread
-    (the event loop's); open another ``Store`` in another process.
+    (the event loop's); open another ``Store`` in another process. The writes that may wait
+    are committed by a thread of the store's own (:class:`~plandag.store.writer.GroupWriter`).
 
     Args:
         path: the database file; its folder is created when missing.
         busy_timeout_s: how long a write waits for another process's lock before it fails
             (SQLite's busy timeout), seconds.
+        flush_interval_s: the longest a queued write waits before it is committed, seconds
+            (default 0.2: :data:`plandag.store.writer.FLUSH_INTERVAL_S`).
 
     Raises:
         InputError: the database cannot be opened or created there.
     """
 
-    def __init__(self, path: Path, *, busy_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        busy_timeout_s: float = 10.0,
+        flush_interval_s: float = FLUSH_INTERVAL_S,
+    ) -> None:
         self.path = path
         self.root = path.parent
         try:
@@ -344,15 +354,22 @@ class Store:
                 f"run store {path}: cannot open it ({error}); pick another file with "
                 "--store PATH or the PLANDAG_STORE environment variable"
             ) from error
-        self._queue: list[tuple[str, tuple[Any, ...]]] = []
-        self._queued_since = 0.0
+        self.writer = GroupWriter(path, busy_timeout_s=busy_timeout_s, interval_s=flush_interval_s)
+        """The thread that commits the queued writes in groups."""
 
     # -- plumbing --------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Write what is queued and close the database."""
-        self.flush()
-        self.connection.close()
+        """Commit what is queued, stop the writer's thread and close the database.
+
+        Raises:
+            sqlite3.Error: the queued writes could not be committed (the database is closed
+                all the same).
+        """
+        try:
+            self.writer.close()
+        finally:
+            self.connection.close()
 
     def __enter__(self) -> Store:
         return self
@@ -362,7 +379,10 @@ class Store:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction (``BEGIN IMMEDIATE`` … ``COMMIT``; rolled back on error)."""
+        """A write transaction (``BEGIN IMMEDIATE`` … ``COMMIT``; rolled back on error),
+        after every queued write is committed (:meth:`flush`: the store never holds a later
+        write without an earlier one)."""
+        self.writer.flush()
         connection = self.connection
         connection.execute("BEGIN IMMEDIATE")
         try:
@@ -373,56 +393,32 @@ class Store:
         connection.execute("COMMIT")
 
     def write(self, sql: str, args: tuple[Any, ...], *, durable: bool) -> None:
-        """Run one write. ``durable``: commit it (and everything queued before it) now;
-        otherwise queue it for the next batch (lost in a crash before then)."""
-        self._queue.append((sql, args))
+        """Run one write. ``durable``: committed (with everything queued before it) before
+        this returns; otherwise queued for the writer's next group (committed within
+        ``flush_interval_s``; lost in a crash before then)."""
+        self.writer.submit(sql, args)
         if durable:
-            self.flush()
-            return
-        now = time.monotonic()
-        if len(self._queue) == 1:
-            self._queued_since = now
-        if len(self._queue) >= BATCH_ROWS or now - self._queued_since >= BATCH_SECONDS:
-            self.flush(durable=False)
+            self.writer.flush()
 
     def flush(self, *, durable: bool = True) -> None:
-        """Commit every queued write in one transaction.
-
-        A commit that fails (the database is locked past the busy timeout, the disk is full)
-        keeps the writes queued, so the next flush tries them again, and raises.
+        """Return once every queued write is committed (in one or more groups, each one
+        transaction with ``synchronous=FULL``).
 
         Args:
-            durable: fsync the commit (``synchronous=FULL``). A batch of writes that may be
-                lost in a crash is committed with ``synchronous=NORMAL`` instead: in WAL mode
-                that commit is still atomic and survives the process being killed, only a
-                power loss can roll it back, and the next durable commit syncs it too (the
-                WAL is written in order; https://www.sqlite.org/pragma.html#pragma_synchronous).
+            durable: kept for callers of an earlier version; every group is synced.
+
+        Raises:
+            sqlite3.Error: a commit failed (the database is locked past the busy timeout,
+                the disk is full); the writes stay queued and are tried again.
         """
-        if not self._queue:
-            return
-        queue = self._queue
-        if not durable:
-            self.connection.execute("PRAGMA synchronous=NORMAL")
-        try:
-            with self.transaction() as connection:
-                # consecutive writes of one statement go in one executemany: the rows of a
-                # batch's documents cost one call (and one reading of the environment's
-                # secrets by the masking connection) instead of one each
-                start = 0
-                while start < len(queue):
-                    sql = queue[start][0]
-                    end = start + 1
-                    while end < len(queue) and queue[end][0] == sql:
-                        end += 1
-                    if end - start == 1:
-                        connection.execute(sql, queue[start][1])
-                    else:
-                        connection.executemany(sql, [args for _, args in queue[start:end]])
-                    start = end
-            self._queue = self._queue[len(queue) :]  # kept when the commit failed: retried
-        finally:
-            if not durable:
-                self.connection.execute("PRAGMA synchronous=FULL")
+        del durable
+        self.writer.flush()
+
+    def _visible(self) -> None:
+        """Before a read: commit what this store and the other stores of this process on
+        the same database have queued, so the read sees it."""
+        self.writer.flush()
+        flush_writers(self.path, besides=self.writer)
 
     def trace_path(self, run_id: str) -> Path:
         """The run's trace file (``traces/RUN_ID.jsonl`` beside the database)."""
@@ -580,7 +576,6 @@ class Store:
             True when this process took it; False when another did first or its state
             changed.
         """
-        self.flush()
         marks = ", ".join("?" for _ in statuses)
         with self.transaction() as connection:
             cursor = connection.execute(
@@ -596,7 +591,7 @@ class Store:
         Raises:
             InputError: no such run.
         """
-        self.flush(durable=False)  # visible to reads; synced later
+        self._visible()
         row = self.connection.execute("SELECT * FROM run WHERE run_id = ?", (run_id,)).fetchone()
         if row is None:
             raise InputError(f"no run {run_id} in {self.path}; `plandag runs` lists the runs there")
@@ -611,7 +606,7 @@ class Store:
 
     def runs(self, limit: int | None = None) -> list[RunRow]:
         """Every run, newest first (at most ``limit``)."""
-        self.flush(durable=False)  # visible to reads; synced later
+        self._visible()
         sql = "SELECT * FROM run ORDER BY created DESC, rowid DESC"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
@@ -620,7 +615,7 @@ class Store:
     def crashed_runs(self) -> list[RunRow]:
         """The runs whose process died while running them (:attr:`RunRow.crashed`), oldest
         first: ``plandag resume`` goes on with each."""
-        self.flush(durable=False)  # visible to reads; synced later
+        self._visible()
         rows = self.connection.execute(
             "SELECT * FROM run WHERE status = 'running' ORDER BY updated, rowid"
         )
@@ -632,7 +627,7 @@ class Store:
         Raises:
             InputError: no run matches, or the prefix matches several.
         """
-        self.flush(durable=False)  # visible to reads; synced later
+        self._visible()
         text = text.strip()
         exact = self.connection.execute("SELECT run_id FROM run WHERE run_id = ?", (text,))
         if exact.fetchone() is not None:
@@ -708,7 +703,7 @@ class Store:
 
     def plan_versions(self, run_id: str) -> list[PlanVersionRow]:
         """Every plan version of the run, oldest first."""
-        self.flush(durable=False)  # visible to reads; synced later
+        self._visible()
         rows = self.connection.execute(
             "SELECT run_id, version, hash, plan, source, created, approved_by, approved_at, "
             "shown_at, estimate FROM plan_version WHERE run_id = ? ORDER BY version",
@@ -769,7 +764,7 @@ class Store:
         Returns:
             Seconds per tool name; tools with fewer runs are left out.
         """
-        self.flush(durable=False)  # visible to reads; synced later
+        self._visible()
         wanted = sorted(set(tools)) if tools is not None else None
         if wanted is not None and not wanted:
             return {}
@@ -806,7 +801,6 @@ class Store:
         ``approved`` one also marks the version approved by ``who``. ``asked`` (a request
         made) marks the version shown (:meth:`mark_shown`) at that moment."""
         now = time.time()
-        self.flush()
         with self.transaction() as connection:
             connection.execute(
                 "INSERT INTO decision (run_id, version, plan_hash, decision, who, feedback, "
@@ -859,7 +853,7 @@ class Store:
 
     def step_decisions(self, run_id: str) -> list[StepDecisionRow]:
         """Every per-step decision on the run, in the order taken."""
-        self.flush(durable=False)  # visible to reads; synced later
+        self._visible()
         rows = self.connection.execute(
             "SELECT run_id, version, step_id, decision, args, who, time FROM step_decision "
             "WHERE run_id = ? ORDER BY id",
@@ -880,7 +874,7 @@ class Store:
 
     def decisions(self, run_id: str) -> list[DecisionRow]:
         """Every decision on the run, oldest first."""
-        self.flush(durable=False)  # visible to reads; synced later
+        self._visible()
         rows = self.connection.execute(
             "SELECT run_id, version, plan_hash, decision, who, feedback, time FROM decision "
             "WHERE run_id = ? ORDER BY id",
@@ -1020,7 +1014,6 @@ class Store:
     def reset_steps(self, run_id: str, keep: Sequence[int] = ()) -> None:
         """Forget the run's step rows but those of ``keep`` (a revised plan replaces them;
         transitions stay as history). Committed at once."""
-        self.flush()
         with self.transaction() as connection:
             marks = ", ".join("?" for _ in keep)
             connection.execute(
@@ -1035,7 +1028,6 @@ class Store:
         the same id gets a fresh row)."""
         if not step_ids:
             return
-        self.flush()
         marks = ", ".join("?" for _ in step_ids)
         with self.transaction() as connection:
             connection.execute(
@@ -1053,7 +1045,7 @@ class Store:
 
     def steps(self, run_id: str) -> dict[int, StepRow]:
         """The run's steps by id, with results loaded (blobs read)."""
-        self.flush(durable=False)  # visible to reads; synced later
+        self._visible()
         rows = self.connection.execute(
             "SELECT run_id, step_id, tool, effects, status, reason, detail, attempts, "
             "started_at, ended_at, duration_s, args, result, result_hash, error, "
@@ -1075,7 +1067,7 @@ class Store:
 
     def transitions(self, run_id: str) -> list[tuple[int, int, str, str | None, float, int]]:
         """Every transition ``(step_id, attempt, state, reason, time, segment)``, in order."""
-        self.flush(durable=False)  # visible to reads; synced later
+        self._visible()
         return list(
             self.connection.execute(
                 "SELECT step_id, attempt, state, reason, time, segment FROM transition "
@@ -1098,7 +1090,6 @@ class Store:
             context: the case (JSON-safe; secrets already masked).
             at: when (seconds since the epoch; default now).
         """
-        self.flush()
         with self.transaction() as connection:
             cursor = connection.execute(
                 "INSERT INTO escalation (run_id, time, reason, context, status) "
@@ -1112,7 +1103,7 @@ class Store:
     ) -> list[EscalationRow]:
         """Escalations, oldest first: those in ``status`` (``open``, ``closed``; None:
         any), of run ``run_id`` only when given."""
-        self.flush(durable=False)  # visible to reads; synced later
+        self._visible()
         where, args = [], []
         if status is not None:
             where.append("status = ?")
@@ -1137,7 +1128,6 @@ class Store:
         """Close the run's open escalations with a person's ``decision`` (``resumed``,
         ``approved``, ``abandoned``), who took it, now, and their ``note``; committed at
         once. Returns how many were closed (0: none was open)."""
-        self.flush()
         with self.transaction() as connection:
             cursor = connection.execute(
                 "UPDATE escalation SET status = 'closed', decision = ?, who = ?, "
@@ -1183,7 +1173,7 @@ class Store:
 
     def events(self, run_id: str) -> list[tuple[float, str, dict[str, Any]]]:
         """The run's events ``(time, kind, data)``, in order."""
-        self.flush(durable=False)  # visible to reads; synced later
+        self._visible()
         rows = self.connection.execute(
             "SELECT time, kind, data FROM event WHERE run_id = ? ORDER BY id", (run_id,)
         )
@@ -1234,9 +1224,9 @@ class Store:
         batch_id: str,
         documents: Iterable[tuple[int, str, str, str | None, bool, str | None]],
     ) -> None:
-        """Record a group of documents of an ``extract`` batch, committed together in one
-        transaction (one ``executemany``, with whatever else is queued), not synced (the
-        batch's last durable write syncs it, as :meth:`record_document`'s rows).
+        """Record a group of documents of an ``extract`` batch: queued together (one
+        ``executemany`` in the writer's group, with whatever else is queued) and committed
+        before this returns.
 
         Args:
             batch_id: the batch's run id.
@@ -1271,6 +1261,7 @@ class Store:
             "result_hash, error, time, requests, failed_requests, input_tokens, "
             "output_tokens, cost_usd) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         )
+        rows: list[tuple[str, tuple[Any, ...]]] = []
         for idx, input_path, status, record_json, rules, error in documents:
             inline: str | None = None
             digest: str | None = None
@@ -1281,12 +1272,13 @@ class Store:
                 else:
                     inline = text
             row = (once(batch_id), idx, input_path, once(status), inline, digest, error, now)
-            self._queue.append((sql, (*row, *nothing)))
-        self.flush(durable=False)
+            rows.append((sql, (*row, *nothing)))
+        self.writer.submit_many(rows)
+        self.writer.flush()
 
     def documents(self, batch_id: str) -> list[DocumentRow]:
         """The batch's documents in input order."""
-        self.flush(durable=False)  # visible to reads; synced later
+        self._visible()
         rows = self.connection.execute(
             f"SELECT {_DOCUMENT_COLUMNS} FROM document WHERE batch_id = ? ORDER BY idx",
             (batch_id,),
@@ -1316,7 +1308,7 @@ class Store:
     def input_documents(self, input_path: str) -> list[DocumentRow]:
         """Every batch's documents of the input ``input_path`` (as recorded: the path as
         given), the latest recorded first."""
-        self.flush(durable=False)  # visible to reads; synced later
+        self._visible()
         rows = self.connection.execute(
             f"SELECT {_DOCUMENT_COLUMNS} FROM document WHERE input = ? ORDER BY time DESC",
             (input_path,),
@@ -1330,7 +1322,6 @@ class Store:
     ) -> int:
         """Record an instruction for run ``run_id`` (committed at once); the process running
         the run picks it up (:meth:`take_instructions`). Returns its id."""
-        self.flush()
         with self.transaction() as connection:
             cursor = connection.execute(
                 "INSERT INTO instruction (run_id, time, who, text, new_goal) "
@@ -1343,7 +1334,7 @@ class Store:
         """The instructions for ``run_id`` not taken yet, oldest first, now marked taken
         (``consumed_at``), so each is taken once. A poll that finds none only reads (an
         indexed ``SELECT``, no write lock)."""
-        self.flush(durable=False)
+        self._visible()
         rows = self.connection.execute(
             "SELECT id, run_id, time, who, text, new_goal FROM instruction "
             "WHERE run_id = ? AND consumed_at IS NULL ORDER BY id",
@@ -1364,7 +1355,7 @@ class Store:
 
     def instructions(self, run_id: str) -> list[InstructionRow]:
         """Every instruction given to ``run_id``, oldest first."""
-        self.flush(durable=False)  # visible to reads; synced later
+        self._visible()
         rows = self.connection.execute(
             "SELECT id, run_id, time, who, text, new_goal, consumed_at FROM instruction "
             "WHERE run_id = ? ORDER BY id",
