@@ -6,6 +6,8 @@ Usage (from the repository root)::
     .venv/bin/python benchmarks/store_bench.py --quick      # 3 repetitions, about 15 s
     .venv/bin/python benchmarks/store_bench.py --profile    # also cProfile variant (c)
     .venv/bin/python benchmarks/store_bench.py --dir PATH   # the stores on another disk
+    .venv/bin/python benchmarks/store_bench.py --before /tmp/main-checkout --rounds 5
+                                                  # that tree's plandag beside this one's
 
 On the graphs of ``benchmarks/scheduler_bench.py`` (a chain of 1000 inline no-op steps; one
 root → 1000 children → one sink), each repetition runs these variants one after the other in
@@ -21,12 +23,21 @@ one process (the order rotates every repetition so that drift hits all of them):
 * ``d``: the ``effects="write"`` tool under a ``StoreRecorder``: every start and every end
   is committed (``synchronous=FULL``: an fsync of the WAL) before the run goes on.
 
-Timed per run: the recorder's construction (it declares the steps in one transaction), the
+Timed per run, in wall-clock time and in CPU time of the whole process (every thread,
+``time.process_time``: the store's writer thread counts): the recorder's construction (it declares the steps in one transaction), the
 trace writer's opening, ``run_plan`` (the recorder's last batch is committed at
-``RunFinished``) and the writer's closing; not timed: ``create_run`` and the check that
+``RunFinished``), the writer's closing and a last :meth:`~plandag.store.Store.flush`; not timed: ``create_run`` and the check that
 every step was stored as succeeded. Figures: the median over the repetitions, in µs per
 step, and its ratio to ``a``'s median. Apart: the latency of one durable
-:meth:`plandag.store.Store.step_started` (median and 95th percentile) and of a batched one.
+:meth:`plandag.store.Store.step_started` (median and 95th percentile) and of a batched one;
+with ``--makespan N``, makespan ÷ critical path of ``benchmarks/run.py``'s random DAG of
+``N`` sleeping steps with the store and the trace on (wired as in ``c``; the critical path
+from the durations each run measured).
+
+``--before PATH`` runs this script in child processes, alternately with the ``plandag`` (and
+``benchmarks``) of the source tree ``PATH`` and with this one, ``--rounds`` times, and
+prints both side by side: medians over every repetition of every round, CPU µs per step,
+wall µs per step, makespan ÷ critical path, and the load average before and after.
 
 The figures depend on the disk under ``--dir`` (the default temporary folder is
 ``tempfile.gettempdir()``; on a tmpfs an fsync costs nothing). No figure here is asserted
@@ -40,12 +51,14 @@ import cProfile
 import dataclasses
 import gc
 import itertools
+import json
 import os
 import platform
 import pstats
 import shutil
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -55,12 +68,15 @@ from typing import Literal
 
 if __package__ in (None, ""):  # run as a script: make ``benchmarks`` and ``plandag`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    if "--tree" in sys.argv[:-1]:  # a child of --before: that tree's plandag and benchmarks
+        sys.path.insert(0, str(Path(sys.argv[sys.argv.index("--tree") + 1]).resolve()))
 
 import anyio
 
-from benchmarks.dags import BenchmarkDag, chain, plan_document, wide
+from benchmarks.dags import BenchmarkDag, chain, plan_document, random_dag, wide
 from benchmarks.scheduler_bench import Shape, noop_async, noop_inline, sleep_for
 from plandag.compiler import CompiledPlan, compile_plan
+from plandag.dag.graph import critical_path
 from plandag.scheduler import events, run_plan
 from plandag.store import Store, StoreRecorder
 from plandag.tools.base import tool
@@ -69,15 +85,18 @@ from plandag.trace.redact import Redactor
 from plandag.trace.writer import TraceWriter
 
 __all__ = [
+    "SIDE_BY_SIDE",
     "VARIANTS",
     "CommitFigures",
     "StoreFigures",
     "Variant",
     "main",
     "measure_commit_latency",
+    "measure_makespan",
     "measure_store",
     "profile_trace_variant",
     "render",
+    "side_by_side",
 ]
 
 Variant = Literal["a", "a/w", "b", "c", "d"]
@@ -103,8 +122,12 @@ def _registry() -> Registry:
     return Registry([noop_inline, noop_async, sleep_for, noop_write])
 
 
-def _compile(dag: BenchmarkDag, tool_name: str) -> CompiledPlan:
-    return compile_plan(plan_document(dag, tool_name), _registry(), max_steps=dag.size)
+def _compile(dag: BenchmarkDag, tool_name: str, *, with_durations: bool = False) -> CompiledPlan:
+    return compile_plan(
+        plan_document(dag, tool_name, with_durations=with_durations),
+        _registry(),
+        max_steps=dag.size,
+    )
 
 
 def _graph(shape: Shape, size: int) -> BenchmarkDag:
@@ -120,6 +143,7 @@ class StoreFigures:
         steps: steps in the graph.
         seconds: the run times of each variant (see the module docstring), one per
             repetition, in seconds.
+        cpu: the CPU time of the whole process (every thread) during those runs, seconds.
     """
 
     shape: Shape
@@ -127,10 +151,17 @@ class StoreFigures:
     seconds: dict[Variant, list[float]] = dataclasses.field(
         default_factory=lambda: {variant: [] for variant in VARIANTS}
     )
+    cpu: dict[Variant, list[float]] = dataclasses.field(
+        default_factory=lambda: {variant: [] for variant in VARIANTS}
+    )
 
     def per_step_us(self, variant: Variant) -> float:
         """The median run time of ``variant`` in microseconds per step."""
         return statistics.median(self.seconds[variant]) / self.steps * 1e6
+
+    def cpu_per_step_us(self, variant: Variant) -> float:
+        """The median CPU time of ``variant`` in microseconds per step."""
+        return statistics.median(self.cpu[variant]) / self.steps * 1e6
 
     def ratio(self, variant: Variant) -> float:
         """``variant``'s median over variant ``a``'s median (1.0: costs nothing)."""
@@ -165,8 +196,9 @@ class _Bench:
         if rows != [("succeeded", self.steps)] or transitions != 2 * self.steps:
             raise RuntimeError(f"run {run_id} was not stored whole: {rows}, {transitions}")
 
-    async def run(self, variant: Variant) -> float:
-        """Run ``variant`` once; return its time in seconds (see the module docstring)."""
+    async def run(self, variant: Variant) -> tuple[float, float]:
+        """Run ``variant`` once; return its wall-clock and CPU times in seconds (see the
+        module docstring)."""
         compiled = self.writing if variant in ("a/w", "d") else self.plain
         store = self.stores.get(variant)
         run_id = f"{variant.replace('/', '')}-{next(self.runs)}"
@@ -174,6 +206,7 @@ class _Bench:
             store.create_run(run_id, command="bench", goal=None, params={}, options={})
         gc.collect()
         started = time.perf_counter()
+        cpu_started = time.process_time()
         observers: list[events.Observer] = []
         writer: TraceWriter | None = None
         if store is not None:
@@ -182,15 +215,23 @@ class _Bench:
             writer = TraceWriter(store.trace_path(run_id), run_id, redact=Redactor(personal=False))
             writer.set_graph(compiled.graph)
             observers.append(writer)
-        result = await run_plan(compiled, run_id=run_id, observers=observers)
+        result = await run_plan(
+            compiled,
+            run_id=run_id,
+            observers=observers,
+            approve="auto" if compiled is self.writing else None,
+        )
         if writer is not None:
             writer.close()
+        if store is not None:
+            store.flush()
         elapsed = time.perf_counter() - started
+        cpu = time.process_time() - cpu_started
         if not result.succeeded:
             raise RuntimeError(f"benchmark run {run_id} failed: {result.failed_steps()[:1]}")
         if store is not None:
             self._check(store, run_id)
-        return elapsed
+        return elapsed, cpu
 
 
 def measure_store(
@@ -220,13 +261,16 @@ def measure_store(
             shift = repetition % len(order)
             rotated = order[shift:] + order[:shift]
 
-            async def round_(variants: Sequence[Variant] = rotated) -> dict[Variant, float]:
+            async def round_(
+                variants: Sequence[Variant] = rotated,
+            ) -> dict[Variant, tuple[float, float]]:
                 return {variant: await bench.run(variant) for variant in variants}
 
             times = anyio.run(round_)
             if repetition:
-                for variant, seconds in times.items():
+                for variant, (seconds, cpu) in times.items():
                     figures.seconds[variant].append(seconds)
+                    figures.cpu[variant].append(cpu)
     finally:
         bench.close()
     return figures
@@ -304,29 +348,29 @@ def render(figures: Sequence[StoreFigures], commits: CommitFigures) -> str:
     """The figures as Markdown tables (µs/step and ratio to ``a`` per graph; latencies)."""
     header = ["variant"]
     for item in figures:
-        header += [f"{item.shape} {item.steps} µs/step", "× a"]
+        header += [f"{item.shape} {item.steps} µs/step", "× a", "CPU µs/step"]
     lines = [header]
     for variant, label in VARIANTS.items():
         cells = [f"({variant}) {label}"]
         for item in figures:
-            cells += [f"{item.per_step_us(variant):.1f}", f"{item.ratio(variant):.2f}"]
+            cells += [
+                f"{item.per_step_us(variant):.1f}",
+                f"{item.ratio(variant):.2f}",
+                f"{item.cpu_per_step_us(variant):.1f}",
+            ]
         lines.append(cells)
-    lines.append(
-        ["(c)−(b): the trace alone, µs/step"]
-        + [
-            cell
-            for item in figures
-            for cell in (f"{item.per_step_us('c') - item.per_step_us('b'):.1f}", "")
-        ]
-    )
-    lines.append(
-        ["(d)−(a/w): two fsynced commits, µs/step"]
-        + [
-            cell
-            for item in figures
-            for cell in (f"{item.per_step_us('d') - item.per_step_us('a/w'):.1f}", "")
-        ]
-    )
+    for name, (more, less) in {
+        "(c)−(b): the trace alone, µs/step": ("c", "b"),
+        "(d)−(a/w): two fsynced commits, µs/step": ("d", "a/w"),
+    }.items():
+        row = [name]
+        for item in figures:
+            row += [
+                f"{item.per_step_us(more) - item.per_step_us(less):.1f}",
+                "",
+                f"{item.cpu_per_step_us(more) - item.cpu_per_step_us(less):.1f}",
+            ]
+        lines.append(row)
     table = _markdown(lines)
     latency = _markdown(
         [
@@ -379,6 +423,166 @@ def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
+def measure_makespan(
+    folder: Path, size: int = 1000, seed: int = 2024, repetitions: int = 3
+) -> list[float]:
+    """Makespan ÷ critical path of the random DAG of ``benchmarks/run.py``
+    (:func:`benchmarks.dags.random_dag`: ``size`` sleeping steps, seeded) with the store
+    and the trace on, wired as in variant ``c``.
+
+    The critical path is computed from the durations each run measured, so a late timer
+    lengthens it too and only the time between a parent's end and a child's start counts.
+
+    Returns:
+        One ratio per repetition (1.0: no overhead on the critical path).
+    """
+    dag = random_dag(size, seed)
+    compiled = _compile(dag, "sleep_for", with_durations=True)
+    store = Store(folder / "makespan" / "runs.sqlite3")
+    ratios = []
+    try:
+        for repetition in range(repetitions):
+            run_id = f"makespan-{repetition}"
+            store.create_run(run_id, command="bench", goal=None, params={}, options={})
+
+            async def timed(run_id: str = run_id) -> tuple[float, dict[int, float]]:
+                gc.collect()
+                started = time.perf_counter()
+                writer = TraceWriter(
+                    store.trace_path(run_id), run_id, redact=Redactor(personal=False)
+                )
+                writer.set_graph(compiled.graph)
+                recorder = StoreRecorder(store, run_id, compiled.steps, compiled.params)
+                result = await run_plan(compiled, run_id=run_id, observers=[recorder, writer])
+                writer.close()
+                store.flush()
+                elapsed = time.perf_counter() - started
+                if not result.succeeded:
+                    raise RuntimeError(f"makespan run failed: {result.failed_steps()[:1]}")
+                return elapsed, {
+                    step_id: record.duration_s or 0.0 for step_id, record in result.steps.items()
+                }
+
+            makespan, durations = anyio.run(timed)
+            ratios.append(makespan / critical_path(compiled.graph, durations)[1])
+    finally:
+        store.close()
+    return ratios
+
+
+def _measure_here(options: argparse.Namespace, folder: Path) -> dict[str, object]:
+    """Every figure of this process's ``plandag``, as JSON-ready data."""
+    figures = [
+        measure_store(shape, folder, options.size, options.repetitions)
+        for shape in ("chain", "wide")
+    ]
+    return {
+        "figures": [dataclasses.asdict(item) for item in figures],
+        "makespan": measure_makespan(folder, options.makespan, repetitions=options.repetitions)
+        if options.makespan
+        else [],
+    }
+
+
+#: The rows of the side-by-side table: (label, shape, variant).
+SIDE_BY_SIDE: tuple[tuple[str, Shape, Variant], ...] = (
+    ("chain, store (b)", "chain", "b"),
+    ("chain, store + trace (c)", "chain", "c"),
+    ("chain, effects: every start/end synced (d)", "chain", "d"),
+    ("chain, no store (a)", "chain", "a"),
+    ("wide, store (b)", "wide", "b"),
+    ("wide, store + trace (c)", "wide", "c"),
+    ("wide, effects: every start/end synced (d)", "wide", "d"),
+    ("wide, no store (a)", "wide", "a"),
+)
+
+
+def side_by_side(columns: Sequence[tuple[str, Sequence[dict[str, object]]]]) -> str:
+    """The figures of several trees as one Markdown table: per row of
+    :data:`SIDE_BY_SIDE`, CPU then wall µs per step, the median over every repetition of
+    every round; then makespan ÷ critical path (median, min–max).
+
+    Args:
+        columns: (tree's name, its rounds: each :func:`_measure_here`'s data).
+    """
+    header = ["µs per step (median)"]
+    for name, _ in columns:
+        header += [f"{name}: CPU", f"{name}: wall"]
+    if len(columns) == 2:
+        header.append("CPU after ÷ before")
+    lines = [header]
+    for label, shape, variant in SIDE_BY_SIDE:
+        row = [label]
+        cpus = []
+        for _, rounds in columns:
+            cpu: list[float] = []
+            wall: list[float] = []
+            for data in rounds:
+                for item in data["figures"]:  # type: ignore[attr-defined]
+                    if item["shape"] == shape:
+                        cpu += [value / item["steps"] * 1e6 for value in item["cpu"][variant]]
+                        wall += [value / item["steps"] * 1e6 for value in item["seconds"][variant]]
+            cpus.append(statistics.median(cpu))
+            row += [f"{cpus[-1]:.1f}", f"{statistics.median(wall):.1f}"]
+        if len(columns) == 2:
+            row.append(f"{cpus[1] / cpus[0]:.2f}")
+        lines.append(row)
+    ratios = [
+        [value for data in rounds for value in data["makespan"]]  # type: ignore[attr-defined]
+        for _, rounds in columns
+    ]
+    if all(ratios):
+        row = ["makespan ÷ critical path, store + trace"]
+        for values in ratios:
+            row += [f"{statistics.median(values):.4f}", f"{min(values):.3f}–{max(values):.3f}"]
+        if len(columns) == 2:
+            row.append("")
+        lines.append(row)
+    return _markdown(lines)
+
+
+def _load() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def _compare(options: argparse.Namespace, argv: Sequence[str]) -> int:
+    """Run the children of ``--before`` alternately, print the side-by-side table."""
+    trees = [(f"before ({options.before})", options.before), ("this checkout", None)]
+    columns: list[tuple[str, list[dict[str, object]]]] = [(name, []) for name, _ in trees]
+    script = Path(__file__).resolve()
+    passed = [
+        argument
+        for argument in argv
+        if not argument.startswith(("--before", "--rounds")) and argument != str(options.before)
+    ]
+    passed = [a for a, b in zip(passed, [None, *passed], strict=False) if b != "--rounds"]
+    load_before = _load()
+    started = time.perf_counter()
+    for number in range(options.rounds):
+        order = list(zip(trees, columns, strict=True))
+        if number % 2:
+            order.reverse()  # drift hits both sides alike
+        for (name, tree), (_, rounds) in order:
+            _say(f"round {number + 1}/{options.rounds}: {name}...")
+            command = [sys.executable, str(script), "--measure", *passed]
+            if tree is not None:
+                command += ["--tree", str(tree)]
+            done = subprocess.run(command, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise RuntimeError(f"{name}: the measuring child failed: {done.stderr[-2000:]}")
+            rounds.append(json.loads(done.stdout))
+    print(side_by_side(columns))
+    print()
+    print(
+        f"load average (1, 5, 15 min) before: {load_before}; after: {_load()}; "
+        f"{options.rounds} round(s) × {options.repetitions} repetition(s) per tree, "
+        f"size {options.size}, makespan DAG {options.makespan or 'not run'}; "
+        f"Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}, "
+        f"{os.cpu_count()} CPU(s); {time.perf_counter() - started:.0f} s"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line, run, print the tables (and the profile); return 0."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
@@ -387,28 +591,55 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=1000, help="chain length, graph width")
     parser.add_argument("--dir", type=Path, help="folder for the stores (default: a temp one)")
     parser.add_argument("--profile", action="store_true", help="also cProfile variant c")
-    options = parser.parse_args(argv)
-    repetitions = options.repetitions or (3 if options.quick else 15)
+    parser.add_argument(
+        "--makespan", type=int, default=0, help="also makespan ÷ critical path on N steps"
+    )
+    parser.add_argument("--before", type=Path, help="a source tree to measure beside this one")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating runs of each tree")
+    parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--tree", type=Path, help=argparse.SUPPRESS)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    options = parser.parse_args(arguments)
+    options.repetitions = options.repetitions or (3 if options.quick else 15)
+    if options.before is not None:
+        return _compare(options, arguments)
     parent = options.dir if options.dir is not None else Path(tempfile.gettempdir())
     parent.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="plandag-store-bench-", dir=parent))
     started = time.perf_counter()
     try:
+        if options.measure:
+            print(json.dumps(_measure_here(options, folder)))
+            return 0
         figures = []
         shapes: tuple[Shape, ...] = ("chain", "wide")
         for shape in shapes:
-            _say(f"{shape}: {len(VARIANTS)} variants × {repetitions} repetitions, interleaved...")
-            figures.append(measure_store(shape, folder, options.size, repetitions))
+            _say(
+                f"{shape}: {len(VARIANTS)} variants × {options.repetitions} repetitions, "
+                "interleaved..."
+            )
+            figures.append(measure_store(shape, folder, options.size, options.repetitions))
         _say("Store.step_started latency...")
         commits = measure_commit_latency(folder, 300 if not options.quick else 100)
+        ratios = (
+            measure_makespan(folder, options.makespan, repetitions=options.repetitions)
+            if options.makespan
+            else []
+        )
         elapsed = time.perf_counter() - started
         print(render(figures, commits))
+        if ratios:
+            print(
+                f"\nmakespan ÷ critical path, {options.makespan}-step random DAG, store + "
+                f"trace: median {statistics.median(ratios):.4f} "
+                f"({min(ratios):.3f}–{max(ratios):.3f})"
+            )
         print()
         print(
             f"Python {platform.python_version()}, SQLite {sqlite3.sqlite_version} on "
             f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU(s); stores on "
-            f"{_filesystem(folder)} ({parent}); medians of {repetitions} repetitions; "
-            f"{elapsed:.0f} s"
+            f"{_filesystem(folder)} ({parent}); medians of {options.repetitions} "
+            f"repetitions; {elapsed:.0f} s"
         )
         if options.profile:
             profile_trace_variant(folder)

@@ -4,6 +4,7 @@ plan hash, expiry, and resume of a stored run."""
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -342,14 +343,22 @@ def test_run_ids_resolve_by_prefix_and_unknown_ones_say_what_to_do(store: Store)
 
 def test_batched_writes_survive_only_when_flushed(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite3"
-    first = Store(path)
+    first = Store(path, flush_interval_s=60.0)
     first.create_run("r", command="exec", goal=None, params={}, options={})
     first.declare_steps("r", [(1, "t", "none"), (2, "t", "write")])
     first.step_started("r", 1, 1, 1.0, durable=False)
-    other = Store(path)
-    assert other.steps("r")[1].status == "pending"  # queued, not committed yet
+    outside = sqlite3.connect(path)  # another process's view
+    status = "SELECT status FROM step WHERE run_id = 'r' AND step_id = ?"
+    assert outside.execute(status, (1,)).fetchone() == ("pending",)  # queued, not committed
     first.step_started("r", 2, 1, 2.0, durable=True)  # commits everything queued before it
-    assert [other.steps("r")[i].status for i in (1, 2)] == ["running", "running"]
+    assert [outside.execute(status, (i,)).fetchone()[0] for i in (1, 2)] == [
+        "running",
+        "running",
+    ]
+    first.step_started("r", 1, 2, 3.0, durable=False)
+    other = Store(path)  # another store of this process: its reads commit the queue first
+    assert other.steps("r")[1].attempts == 2
+    outside.close()
     first.close()
     other.close()
 
