@@ -24,9 +24,10 @@ one process (the order rotates every repetition so that drift hits all of them):
   is committed (``synchronous=FULL``: an fsync of the WAL) before the run goes on.
 
 Timed per run, in wall-clock time and in CPU time of the whole process (every thread,
-``time.process_time``: the store's writer thread counts): the recorder's construction (it declares the steps in one transaction), the
-trace writer's opening, ``run_plan`` (the recorder's last batch is committed at
-``RunFinished``), the writer's closing and a last :meth:`~plandag.store.Store.flush`; not timed: ``create_run`` and the check that
+``time.process_time``: the store's writer thread counts): the recorder's construction (it
+declares the steps in one transaction), the trace writer's opening, ``run_plan`` (the
+recorder commits what is queued at ``RunFinished``), the writer's closing and a last
+:meth:`~plandag.store.Store.flush`; not timed: ``create_run`` and the check that
 every step was stored as succeeded. Figures: the median over the repetitions, in µs per
 step, and its ratio to ``a``'s median. Apart: the latency of one durable
 :meth:`plandag.store.Store.step_started` (median and 95th percentile) and of a batched one;
@@ -545,17 +546,17 @@ def _load() -> str:
     return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
-def _compare(options: argparse.Namespace, argv: Sequence[str]) -> int:
+def _compare(options: argparse.Namespace) -> int:
     """Run the children of ``--before`` alternately, print the side-by-side table."""
     trees = [(f"before ({options.before})", options.before), ("this checkout", None)]
     columns: list[tuple[str, list[dict[str, object]]]] = [(name, []) for name, _ in trees]
     script = Path(__file__).resolve()
     passed = [
-        argument
-        for argument in argv
-        if not argument.startswith(("--before", "--rounds")) and argument != str(options.before)
+        f"--size={options.size}",
+        f"--repetitions={options.repetitions}",
+        f"--makespan={options.makespan}",
+        *([f"--dir={options.dir}"] if options.dir is not None else []),
     ]
-    passed = [a for a, b in zip(passed, [None, *passed], strict=False) if b != "--rounds"]
     load_before = _load()
     started = time.perf_counter()
     for number in range(options.rounds):
@@ -602,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(arguments)
     options.repetitions = options.repetitions or (3 if options.quick else 15)
     if options.before is not None:
-        return _compare(options, arguments)
+        return _compare(options)
     parent = options.dir if options.dir is not None else Path(tempfile.gettempdir())
     parent.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="plandag-store-bench-", dir=parent))

@@ -27,6 +27,13 @@ __all__ = ["StoreRecorder"]
 
 logger = logging.getLogger(__name__)
 
+_ENDS: dict[type[events.Event], str] = {
+    events.StepSucceeded: "succeeded",
+    events.StepFailed: "failed",
+    events.StepCancelled: "cancelled",
+    events.StepSkipped: "skipped",
+}
+
 
 class StoreRecorder:
     """Record every step event of one run segment into ``store``.
@@ -63,6 +70,10 @@ class StoreRecorder:
         """The error of the final :meth:`reconcile` when it could not be written."""
         self._scrub = Redactor(personal=False)  # secrets only; the environment read once
         self.attempts: dict[int, int] = {}
+        # per step, the final state and successors queued for it (reconcile skips those)
+        self._written: dict[int, tuple[str, tuple[int, ...]]] = dict.fromkeys(
+            self.results, ("succeeded", ())
+        )
         store.declare_steps(
             run_id,
             [(step_id, step.tool.name, step.tool.effects) for step_id, step in steps.items()],
@@ -101,6 +112,7 @@ class StoreRecorder:
         """
         try:
             self._record(event)
+            self._note(event)
         except sqlite3.Error as error:
             if isinstance(event, events.StepStarted) and self._effects(event.step_id):
                 raise events.StartVeto(
@@ -122,8 +134,10 @@ class StoreRecorder:
             self.reconcile(event.result)
 
     def reconcile(self, result: RunResult, *, attempts: int = 5, pause_s: float = 0.5) -> None:
-        """Write every step's final state from ``result`` in one durable transaction (the
-        steps' rows then match the run whatever writes failed during it).
+        """Commit what is queued, then write the final state of every step whose final
+        state this recorder did not write already (every step when a write failed during
+        the run) from ``result``, in one durable transaction: the steps' rows then match
+        the run whatever writes failed during it.
 
         Args:
             result: the run's complete result.
@@ -133,6 +147,11 @@ class StoreRecorder:
         """
         rows = []
         for step_id, record in result.steps.items():
+            if not self.errors and self._written.get(step_id) == (
+                record.status,
+                tuple(sorted(record.superseded_by or ())),
+            ):
+                continue
             step = self.steps.get(step_id)
             inline, digest = (None, None)
             if record.status == "succeeded":
@@ -158,13 +177,31 @@ class StoreRecorder:
         for attempt in range(1, attempts + 1):
             try:
                 self.store.flush()
-                self.store.write_steps(self.run_id, rows, self.segment)
+                if rows:
+                    self.store.write_steps(self.run_id, rows, self.segment)
                 self.failure = None
                 return
             except sqlite3.Error as error:
                 self.failure = error
                 if attempt < attempts:
                     time.sleep(pause_s)
+
+    def _note(self, event: events.Event) -> None:
+        """Remember the final state queued for a step (what :meth:`reconcile` may skip)."""
+        if isinstance(event, events.StepStarted):
+            self._written.pop(event.step_id, None)
+        elif isinstance(
+            event,
+            events.StepSucceeded | events.StepFailed | events.StepCancelled | events.StepSkipped,
+        ):
+            previous = self._written.get(event.step_id, ("", ()))
+            self._written[event.step_id] = (_ENDS[type(event)], previous[1])
+        elif isinstance(event, events.StepSuperseded):
+            status = self._written.get(event.step_id, ("", ()))[0]
+            self._written[event.step_id] = (status, tuple(sorted(event.superseded_by)))
+        elif isinstance(event, events.StepsDiscarded):
+            for step_id in event.step_ids:
+                self._written.pop(step_id, None)
 
     def _record(self, event: events.Event) -> None:
         store, run_id, segment = self.store, self.run_id, self.segment

@@ -132,8 +132,13 @@ def store_json(value: Any) -> str:
     """``value`` as the store's JSON text: sealed first (no secret; the rules are
     :mod:`plandag.store.sealing`'s), compact, UTF-8 kept, lone surrogates escaped
     (:func:`plandag.surrogates.escape_json_text`). Every JSON column is written so."""
-    text = json.dumps(seal(to_jsonable(value)), ensure_ascii=False, separators=(",", ":"))
-    return escape_json_text(text)
+    jsonable = to_jsonable(value)
+    try:
+        # the same text, marked as checked: the masking connection does not scan it again
+        return sealed_store_text(jsonable)
+    except (TypeError, ValueError):
+        text = json.dumps(seal(jsonable), ensure_ascii=False, separators=(",", ":"))
+        return escape_json_text(text)
 
 
 _dumps = store_json

@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import logging
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -286,25 +288,56 @@ class GroupWriter:
 
 
 def _commit(connection: sqlite3.Connection, group: Sequence[Row]) -> None:
-    """Write ``group`` in one transaction; consecutive rows of one statement in one
-    ``executemany`` (one reading of the environment's secrets by the masking connection)."""
+    """Write ``group`` in one transaction, a statement's rows in one ``executemany`` (one
+    reading of the environment's secrets by the masking connection; :func:`_batches`)."""
     connection.execute("BEGIN IMMEDIATE")
     try:
-        start = 0
-        while start < len(group):
-            sql = group[start][0]
-            end = start + 1
-            while end < len(group) and group[end][0] == sql:
-                end += 1
-            if end - start == 1:
-                connection.execute(sql, group[start][1])
+        for sql, rows in _batches(group):
+            if len(rows) == 1:
+                connection.execute(sql, rows[0])
             else:
-                connection.executemany(sql, [args for _, args in group[start:end]])
-            start = end
+                connection.executemany(sql, rows)
     except BaseException:
         connection.execute("ROLLBACK")
         raise
     connection.execute("COMMIT")
+
+
+_TABLE = re.compile(r"^\s*(?:INSERT(?:\s+OR\s+\w+)?\s+INTO|UPDATE|DELETE\s+FROM)\s+\"?(\w+)", re.I)
+
+
+@functools.lru_cache(maxsize=256)
+def _table(sql: str) -> str | None:
+    """The table a write statement changes (None: not one this can tell)."""
+    found = _TABLE.match(sql)
+    return found.group(1).lower() if found is not None else None
+
+
+def _batches(group: Sequence[Row]) -> list[tuple[str, list[tuple[Any, ...]]]]:
+    """``group``'s rows gathered by statement, with the same effect as running them in
+    order: a row joins the earlier batch of its statement only when no batch begun since
+    changes the same table (writes to different tables commute: a step's row and its
+    transitions are written alternately, and run as two ``executemany``); a statement whose
+    table is unknown starts a batch of its own and is never moved past."""
+    batches: list[tuple[str, list[tuple[Any, ...]]]] = []
+    open_batch: dict[str, int] = {}  # statement -> index of the batch it may join
+    last_of_table: dict[str | None, int] = {}  # table -> index of its latest batch
+    for sql, args in group:
+        table = _table(sql)
+        index = open_batch.get(sql)
+        if (
+            index is not None
+            and table is not None
+            and last_of_table.get(table, -1) <= index
+            and last_of_table.get(None, -1) < index
+        ):
+            batches[index][1].append(args)
+            continue
+        batches.append((sql, [args]))
+        index = len(batches) - 1
+        open_batch[sql] = index
+        last_of_table[table] = index
+    return batches
 
 
 _LIVE: weakref.WeakSet[GroupWriter] = weakref.WeakSet()

@@ -71,7 +71,7 @@ def append_keyed(label: str, ctx: ToolContext) -> str:
     return label
 '''
 
-CHILD = '''
+CHILD = """
 import json
 import os
 import sys
@@ -127,7 +127,7 @@ from plandag.cli import main
 
 sys.argv = ["plandag", *sys.argv[1:]]
 main()
-'''
+"""
 
 EFFECTS = (5, 10)
 POINTS = ["before_commit", "mid_group", "after_commit", "effect_started", "effect_done"]

@@ -120,9 +120,9 @@ def test_a_step_with_effects_is_committed_as_started_before_the_call_returns(
                 "SELECT step_id, state FROM transition ORDER BY id"
             ).fetchall()
             assert rows == [(1, "running"), (1, "succeeded"), (2, "running")]
-            assert connection.execute(
-                "SELECT status FROM step WHERE step_id = 2"
-            ).fetchone() == ("running",)
+            assert connection.execute("SELECT status FROM step WHERE step_id = 2").fetchone() == (
+                "running",
+            )
     finally:
         store.close()
 
@@ -162,11 +162,15 @@ def test_a_group_is_committed_once_its_interval_passes_on_the_writers_clock(
     now = [100.0]
     writer = GroupWriter(path, interval_s=0.2, clock=lambda: now[0])
     try:
-        writer.submit("INSERT INTO event (run_id, time, kind, data) VALUES ('r1', 1, 'a', '{}')", ())
+        writer.submit(
+            "INSERT INTO event (run_id, time, kind, data) VALUES ('r1', 1, 'a', '{}')", ()
+        )
         assert writer.due() == pytest.approx(100.2)
         now[0] = 100.1
         writer.wake()
-        writer.submit("INSERT INTO event (run_id, time, kind, data) VALUES ('r1', 2, 'b', '{}')", ())
+        writer.submit(
+            "INSERT INTO event (run_id, time, kind, data) VALUES ('r1', 2, 'b', '{}')", ()
+        )
         assert writer.due() == pytest.approx(100.2)  # the oldest write sets the bound
         assert writer.groups == 0
         now[0] = 100.2
@@ -283,9 +287,7 @@ def test_a_writer_failure_during_a_run_is_an_error_of_the_run(tmp_path: Path) ->
             original(result, attempts=1, pause_s=0.0)  # type: ignore[arg-type]
 
         recorder.reconcile = reconcile_fast  # type: ignore[method-assign]
-        result = anyio.run(
-            lambda: run_plan(compiled, run_id="r1", observers=[recorder])
-        )
+        result = anyio.run(lambda: run_plan(compiled, run_id="r1", observers=[recorder]))
         assert result.succeeded
         assert isinstance(recorder.failure, sqlite3.OperationalError)
     finally:
@@ -295,3 +297,30 @@ def test_a_writer_failure_during_a_run_is_an_error_of_the_run(tmp_path: Path) ->
     store.flush()  # the lock released: the writes kept are committed now
     assert {row.status for row in store.steps("r1").values()} == {"succeeded"}
     store.close()
+
+
+def test_rows_of_one_statement_are_gathered_only_past_writes_to_other_tables() -> None:
+    from plandag.store.writer import _batches
+
+    step = "UPDATE step SET status = ? WHERE step_id = ?"
+    transition = "INSERT INTO transition (step_id, state) VALUES (?, ?)"
+    declare = "INSERT OR IGNORE INTO step (step_id) VALUES (?)"
+    group = [
+        (step, ("running", 1)),
+        (transition, (1, "running")),
+        (step, ("succeeded", 1)),
+        (transition, (1, "succeeded")),
+        (declare, (2,)),  # the step table again: the next update may not move before it
+        (step, ("running", 2)),
+        (transition, (2, "running")),
+        ("PRAGMA user_version = 1", ()),  # unknown: nothing moves past it
+        (transition, (3, "running")),
+    ]
+    assert _batches(group) == [
+        (step, [("running", 1), ("succeeded", 1)]),
+        (transition, [(1, "running"), (1, "succeeded"), (2, "running")]),
+        (declare, [(2,)]),
+        (step, [("running", 2)]),
+        ("PRAGMA user_version = 1", [()]),
+        (transition, [(3, "running")]),
+    ]
