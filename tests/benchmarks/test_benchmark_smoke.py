@@ -645,3 +645,34 @@ def test_nfe_throughput_cpu_table_gives_the_amdahl_ceilings() -> None:
         "| w2 | 2.000 | 0.200 | 0.200-0.200 | ≤ 0.15 | no | 0.100 | 1.82× | 4.71× | 7.80× | 10.0× |"
     )
     assert len(lines) == 3  # a row without CPU figures is left out
+
+
+# -- the run store's cost per step --------------------------------------------------------------
+
+
+def test_store_bench_runs_at_a_tiny_size(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.store_bench import VARIANTS, main
+
+    assert main(["--size", "5", "--repetitions", "1", "--makespan", "5"]) == 0
+    out = capsys.readouterr().out
+    for variant in VARIANTS:
+        assert f"| ({variant}) " in out
+    assert "CPU µs/step" in out
+    assert "makespan ÷ critical path, 5-step random DAG, store + trace: median" in out
+
+
+def test_store_bench_puts_another_tree_beside_this_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from benchmarks.store_bench import SIDE_BY_SIDE, main
+
+    this_tree = Path(__file__).resolve().parents[2]
+    arguments = ["--size", "3", "--repetitions", "1", "--makespan", "3", "--rounds", "1"]
+    assert main([*arguments, "--before", str(this_tree)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"before ({this_tree}): CPU" in lines[0]
+    labels = [line.split("|")[1].strip() for line in lines[2:] if line.startswith("|")]
+    assert labels == [label for label, _, _ in SIDE_BY_SIDE] + [
+        "makespan ÷ critical path, store + trace"
+    ]
+    assert any(line.startswith("load average (1, 5, 15 min) before:") for line in lines)
