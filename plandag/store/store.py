@@ -84,6 +84,27 @@ BLOB_THRESHOLD_BYTES = 64 * 1024
 """Results whose JSON is larger than this are written as files beside the database."""
 
 
+_STEP_STATE = (
+    "UPDATE step SET status = ?1, attempts = COALESCE(?2, attempts), "
+    "started_at = COALESCE(started_at, ?3), args = COALESCE(?4, args), "
+    "reason = CASE WHEN ?5 THEN ?6 ELSE reason END, "
+    "detail = CASE WHEN ?5 THEN ?7 ELSE detail END, "
+    "ended_at = CASE WHEN ?5 THEN ?8 ELSE ended_at END, "
+    "duration_s = CASE WHEN ?5 THEN ?9 ELSE duration_s END, "
+    "result = CASE WHEN ?5 THEN ?10 ELSE result END, "
+    "result_hash = CASE WHEN ?5 THEN ?11 ELSE result_hash END, "
+    "error = CASE WHEN ?5 THEN ?12 ELSE error END, "
+    "segment = ?13 WHERE run_id = ?14 AND step_id = ?15"
+)
+"""A step's start (``?5`` 0: state, attempt, start time, inputs) or end (``?5`` 1: state,
+reason, detail, end time, duration, result, error): one statement for both, so the writer
+commits a group's step rows in one ``executemany``."""
+_TRANSITION = (
+    "INSERT INTO transition (run_id, step_id, attempt, state, reason, time, segment) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+
+
 _USAGE_COLUMNS: tuple[tuple[str, bool], ...] = (
     ("requests", True),
     ("failed_requests", True),
@@ -402,6 +423,12 @@ class Store:
         this returns; otherwise queued for the writer's next group (committed within
         ``flush_interval_s``; lost in a crash before then)."""
         self.writer.submit(sql, args)
+        if durable:
+            self.writer.flush()
+
+    def writes(self, rows: Sequence[tuple[str, tuple[Any, ...]]], *, durable: bool) -> None:
+        """:meth:`write` of several ``(sql, args)`` rows, in order, queued at once."""
+        self.writer.submit_many(rows)
         if durable:
             self.writer.flush()
 
@@ -917,17 +944,18 @@ class Store:
         if args is not None:
             inline, digest = self.value_columns(args)
             args_json = inline if inline is not None else json.dumps({"blob": digest})
-        self.write(
-            "UPDATE step SET status = 'running', attempts = ?, "
-            "started_at = COALESCE(started_at, ?), args = COALESCE(?, args), segment = ? "
-            "WHERE run_id = ? AND step_id = ?",
-            (attempt, at, args_json, segment, run_id, step_id),
-            durable=False,
-        )
-        self.write(
-            "INSERT INTO transition (run_id, step_id, attempt, state, time, segment) "
-            "VALUES (?, ?, ?, 'running', ?, ?)",
-            (run_id, step_id, attempt, at, segment),
+        self.writes(
+            [
+                (
+                    _STEP_STATE,
+                    (
+                        *("running", attempt, at, args_json, 0),
+                        *(None, None, None, None, None, None, None),
+                        *(segment, run_id, step_id),
+                    ),
+                ),
+                (_TRANSITION, (run_id, step_id, attempt, "running", None, at, segment)),
+            ],
             durable=durable,
         )
 
@@ -949,29 +977,18 @@ class Store:
     ) -> None:
         """Record a step's terminal state (with its result when it succeeded)."""
         inline, digest = self.value_columns(result) if status == "succeeded" else (None, None)
-        self.write(
-            "UPDATE step SET status = ?, reason = ?, detail = ?, ended_at = ?, duration_s = ?, "
-            "result = ?, result_hash = ?, error = ?, segment = ? "
-            "WHERE run_id = ? AND step_id = ?",
-            (
-                status,
-                reason,
-                detail,
-                at,
-                duration_s,
-                inline,
-                digest,
-                _dumps(dict(error)) if error is not None else None,
-                segment,
-                run_id,
-                step_id,
-            ),
-            durable=False,
-        )
-        self.write(
-            "INSERT INTO transition (run_id, step_id, attempt, state, reason, time, segment) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (run_id, step_id, attempt, status, reason, at, segment),
+        error_json = _dumps(dict(error)) if error is not None else None
+        self.writes(
+            [
+                (
+                    _STEP_STATE,
+                    (
+                        *(status, None, None, None, 1, reason, detail, at, duration_s),
+                        *(inline, digest, error_json, segment, run_id, step_id),
+                    ),
+                ),
+                (_TRANSITION, (run_id, step_id, attempt, status, reason, at, segment)),
+            ],
             durable=durable,
         )
 

@@ -127,6 +127,21 @@ class GroupWriter:
             elif first or len(self._pending) >= self.max_rows:
                 self._condition.notify_all()  # the thread sets its deadline, or commits
 
+    def submit_many(self, rows: Sequence[Row]) -> None:
+        """:meth:`submit` every ``(sql, args)`` of ``rows``, in order, at once."""
+        with self._condition:
+            if self._closing:
+                raise RuntimeError(f"run store {self.path}: the group writer is closed")
+            first = not self._pending
+            if first:
+                self._since = self.clock()
+            self._pending.extend(rows)
+            self._submitted += len(rows)
+            if self._thread is None:
+                self._start()
+            elif first or len(self._pending) >= self.max_rows:
+                self._condition.notify_all()  # the thread sets its deadline, or commits
+
     def flush(self) -> None:
         """Return once every write queued before this call is committed.
 

@@ -90,10 +90,8 @@ def _transitions(group):
     found = []
     for sql, args in group:
         if sql.startswith("INSERT INTO transition"):
-            if len(args) == 5:  # a start: (run, step, attempt, time, segment)
-                found.append([args[1], args[2], "running", args[3]])
-            else:  # an end: (run, step, attempt, state, reason, time, segment)
-                found.append([args[1], args[2], args[3], args[5]])
+            # (run, step, attempt, state, reason, time, segment)
+            found.append([args[1], args[2], args[3], args[5]])
     return found
 
 
