@@ -42,7 +42,7 @@ from typing import Any
 
 from plandag.store.sealing import SecretMaskingConnection
 
-__all__ = ["FLUSH_INTERVAL_S", "GROUP_ROWS", "GroupWriter", "flush_writers"]
+__all__ = ["FLUSH_INTERVAL_S", "GROUP_ROWS", "IDLE_SECONDS", "GroupWriter", "flush_writers"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,9 @@ FLUSH_INTERVAL_S = 0.2
 """A queued write is committed at most this many seconds after it was queued."""
 GROUP_ROWS = 512
 """A group is committed as soon as this many writes wait."""
+IDLE_SECONDS = 5.0
+"""The thread ends after this long with nothing to write (the next write starts another),
+so a store left open holds no thread."""
 
 Row = tuple[str, tuple[Any, ...]]
 """A write: an SQL statement and its parameters."""
@@ -70,8 +73,9 @@ class GroupWriter:
         clock: the clock ``interval_s`` is measured on (seconds, monotonic); tests pass a
             fake one and :meth:`wake` the thread after moving it.
 
-    The thread starts with the first write and ends at :meth:`close` (or at the
-    interpreter's exit, after a last flush). Thread-safe.
+    The thread starts with the first write and ends at :meth:`close`, at the
+    interpreter's exit (after a last flush), or after :data:`IDLE_SECONDS` with nothing to
+    write (the next write starts another). Thread-safe.
     """
 
     def __init__(
@@ -238,6 +242,7 @@ class GroupWriter:
             with self._condition:
                 self._error = error
                 self._failures += 1
+                self._thread = None  # the next write starts another
                 self._condition.notify_all()
             return
         try:
@@ -247,10 +252,17 @@ class GroupWriter:
 
     def _loop(self, connection: sqlite3.Connection) -> None:
         while True:
+            idle_since = time.monotonic()
             with self._condition:
                 while not self._ready():
                     if self._closing and not self._pending:
                         return
+                    if not self._pending:
+                        if time.monotonic() - idle_since >= IDLE_SECONDS:
+                            self._thread = None  # the next write starts another
+                            return
+                        self._condition.wait(IDLE_SECONDS)
+                        continue
                     timeout = None
                     if self._since is not None:
                         timeout = max(0.0, self._since + self.interval_s - self.clock())

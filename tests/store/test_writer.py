@@ -324,3 +324,62 @@ def test_rows_of_one_statement_are_gathered_only_past_writes_to_other_tables() -
         ("PRAGMA user_version = 1", [()]),
         (transition, [(3, "running")]),
     ]
+
+
+def test_an_idle_writer_ends_its_thread_and_the_next_write_starts_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import plandag.store.writer as writer_module
+
+    monkeypatch.setattr(writer_module, "IDLE_SECONDS", 0.05)
+    path = tmp_path / "runs.sqlite3"
+    store = _new_store(tmp_path, flush_interval_s=60.0)  # left open, as a caller may
+    try:
+        first = store.writer._thread
+        assert first is not None
+        assert _wait_for(lambda: not first.is_alive())
+        assert store.writer._thread is None
+        store.record_event("r1", "later", {}, 1.0)
+        assert store.writer._thread is not None
+        store.flush()
+        assert _events(path, "r1") == ["later"]
+    finally:
+        store.close()
+
+
+def test_a_cancelled_run_s_writes_are_committed_when_its_store_closes(tmp_path: Path) -> None:
+    path = tmp_path / "runs.sqlite3"
+    store = _new_store(tmp_path, flush_interval_s=60.0)
+
+    @tool
+    async def _slow(n: int) -> int:
+        """Wait, then return n."""
+        if n == 3:
+            await anyio.sleep(60)
+        return n
+
+    plan = {
+        "version": 1,
+        "steps": [
+            {"id": n, "tool": "_slow", "args": {"n": n}, "depends_on": [n - 1] if n > 1 else []}
+            for n in (1, 2, 3)
+        ],
+    }
+    compiled = compile_plan(plan, Registry([_slow]))
+
+    async def cancelled() -> None:
+        recorder = StoreRecorder(store, "r1", compiled.steps, compiled.params)
+        with anyio.move_on_after(0.5):
+            await run_plan(compiled, run_id="r1", observers=[recorder])
+
+    anyio.run(cancelled)
+    store.close()
+    with _raw(path) as connection:
+        rows = connection.execute("SELECT step_id, state FROM transition ORDER BY id").fetchall()
+    assert rows[:5] == [
+        (1, "running"),
+        (1, "succeeded"),
+        (2, "running"),
+        (2, "succeeded"),
+        (3, "running"),
+    ]
