@@ -27,12 +27,9 @@ __all__ = ["StoreRecorder"]
 
 logger = logging.getLogger(__name__)
 
-_ENDS: dict[type[events.Event], str] = {
-    events.StepSucceeded: "succeeded",
-    events.StepFailed: "failed",
-    events.StepCancelled: "cancelled",
-    events.StepSkipped: "skipped",
-}
+_Written = tuple[str, str | None, str | None, float | None, float | None, bool, int]
+"""What a step's end wrote: state, reason, detail, end time, duration, whether an error was
+written, attempts (0: not known)."""
 
 
 class StoreRecorder:
@@ -70,10 +67,9 @@ class StoreRecorder:
         """The error of the final :meth:`reconcile` when it could not be written."""
         self._scrub = Redactor(personal=False)  # secrets only; the environment read once
         self.attempts: dict[int, int] = {}
-        # per step, the final state and successors queued for it (reconcile skips those)
-        self._written: dict[int, tuple[str, tuple[int, ...]]] = dict.fromkeys(
-            self.results, ("succeeded", ())
-        )
+        # per step, the final row queued for it and its successors (reconcile skips those
+        # whose record says the same)
+        self._written: dict[int, tuple[_Written, tuple[int, ...]]] = {}
         store.declare_steps(
             run_id,
             [(step_id, step.tool.name, step.tool.effects) for step_id, step in steps.items()],
@@ -148,7 +144,15 @@ class StoreRecorder:
         rows = []
         for step_id, record in result.steps.items():
             if not self.errors and self._written.get(step_id) == (
-                record.status,
+                (
+                    record.status,
+                    record.reason,
+                    record.detail,
+                    record.ended_at,
+                    record.duration_s,
+                    record.error is not None,
+                    record.attempts,
+                ),
                 tuple(sorted(record.superseded_by or ())),
             ):
                 continue
@@ -187,21 +191,30 @@ class StoreRecorder:
                     time.sleep(pause_s)
 
     def _note(self, event: events.Event) -> None:
-        """Remember the final state queued for a step (what :meth:`reconcile` may skip)."""
+        """Remember the final row queued for a step (what :meth:`reconcile` may skip)."""
+        written: _Written | None = None
+        attempts = self.attempts.get(getattr(event, "step_id", 0), 0)
         if isinstance(event, events.StepStarted):
             self._written.pop(event.step_id, None)
-        elif isinstance(
-            event,
-            events.StepSucceeded | events.StepFailed | events.StepCancelled | events.StepSkipped,
-        ):
-            previous = self._written.get(event.step_id, ("", ()))
-            self._written[event.step_id] = (_ENDS[type(event)], previous[1])
+        elif isinstance(event, events.StepSucceeded):
+            written = ("succeeded", None, None, event.time, event.duration_s, False, attempts)
+        elif isinstance(event, events.StepFailed):
+            error = event.error is not None
+            written = ("failed", event.reason, None, event.time, None, error, attempts)
+        elif isinstance(event, events.StepCancelled):
+            written = ("cancelled", event.reason, None, event.time, None, False, attempts)
+        elif isinstance(event, events.StepSkipped):
+            written = ("skipped", event.reason, event.detail, event.time, None, False, 0)
         elif isinstance(event, events.StepSuperseded):
-            status = self._written.get(event.step_id, ("", ()))[0]
-            self._written[event.step_id] = (status, tuple(sorted(event.superseded_by)))
+            if event.step_id in self._written:
+                end = self._written[event.step_id][0]
+                self._written[event.step_id] = (end, tuple(sorted(event.superseded_by)))
         elif isinstance(event, events.StepsDiscarded):
             for step_id in event.step_ids:
                 self._written.pop(step_id, None)
+        if written is not None:
+            step_id = getattr(event, "step_id", 0)
+            self._written[step_id] = (written, self._written.get(step_id, (written, ()))[1])
 
     def _record(self, event: events.Event) -> None:
         store, run_id, segment = self.store, self.run_id, self.segment
