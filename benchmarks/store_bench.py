@@ -7,6 +7,7 @@ Usage (from the repository root)::
     .venv/bin/python benchmarks/store_bench.py --profile    # also cProfile variant (c)
     .venv/bin/python benchmarks/store_bench.py --dir PATH   # the stores on another disk
     .venv/bin/python benchmarks/store_bench.py --before /tmp/main-checkout --rounds 5
+                                                  # (--before again: a third tree)
                                                   # that tree's plandag beside this one's
 
 On the graphs of ``benchmarks/scheduler_bench.py`` (a chain of 1000 inline no-op steps; one
@@ -426,37 +427,44 @@ def _say(text: str) -> None:
 
 def measure_makespan(
     folder: Path, size: int = 1000, seed: int = 2024, repetitions: int = 3
-) -> list[float]:
+) -> tuple[list[float], list[float]]:
     """Makespan ÷ critical path of the random DAG of ``benchmarks/run.py``
     (:func:`benchmarks.dags.random_dag`: ``size`` sleeping steps, seeded) with the store
-    and the trace on, wired as in variant ``c``.
+    and the trace on, wired as in variant ``c``, and without them (alternately).
 
     The critical path is computed from the durations each run measured, so a late timer
     lengthens it too and only the time between a parent's end and a child's start counts.
 
     Returns:
-        One ratio per repetition (1.0: no overhead on the critical path).
+        (with the store and the trace, without): one ratio per repetition each (1.0: no
+        overhead on the critical path).
     """
     dag = random_dag(size, seed)
     compiled = _compile(dag, "sleep_for", with_durations=True)
     store = Store(folder / "makespan" / "runs.sqlite3")
-    ratios = []
+    stored: list[float] = []
+    plain: list[float] = []
     try:
         for repetition in range(repetitions):
             run_id = f"makespan-{repetition}"
             store.create_run(run_id, command="bench", goal=None, params={}, options={})
 
-            async def timed(run_id: str = run_id) -> tuple[float, dict[int, float]]:
+            async def timed(durable: bool, run_id: str = run_id) -> tuple[float, dict[int, float]]:
                 gc.collect()
                 started = time.perf_counter()
-                writer = TraceWriter(
-                    store.trace_path(run_id), run_id, redact=Redactor(personal=False)
-                )
-                writer.set_graph(compiled.graph)
-                recorder = StoreRecorder(store, run_id, compiled.steps, compiled.params)
-                result = await run_plan(compiled, run_id=run_id, observers=[recorder, writer])
-                writer.close()
-                store.flush()
+                observers: list[events.Observer] = []
+                writer: TraceWriter | None = None
+                if durable:
+                    writer = TraceWriter(
+                        store.trace_path(run_id), run_id, redact=Redactor(personal=False)
+                    )
+                    writer.set_graph(compiled.graph)
+                    observers = [StoreRecorder(store, run_id, compiled.steps, compiled.params)]
+                    observers.append(writer)
+                result = await run_plan(compiled, run_id=run_id, observers=observers)
+                if writer is not None:
+                    writer.close()
+                    store.flush()
                 elapsed = time.perf_counter() - started
                 if not result.succeeded:
                     raise RuntimeError(f"makespan run failed: {result.failed_steps()[:1]}")
@@ -464,11 +472,14 @@ def measure_makespan(
                     step_id: record.duration_s or 0.0 for step_id, record in result.steps.items()
                 }
 
-            makespan, durations = anyio.run(timed)
-            ratios.append(makespan / critical_path(compiled.graph, durations)[1])
+            order = (True, False) if repetition % 2 == 0 else (False, True)
+            for durable in order:
+                makespan, durations = anyio.run(timed, durable)
+                ratio = makespan / critical_path(compiled.graph, durations)[1]
+                (stored if durable else plain).append(ratio)
     finally:
         store.close()
-    return ratios
+    return stored, plain
 
 
 def _measure_here(options: argparse.Namespace, folder: Path) -> dict[str, object]:
@@ -477,11 +488,15 @@ def _measure_here(options: argparse.Namespace, folder: Path) -> dict[str, object
         measure_store(shape, folder, options.size, options.repetitions)
         for shape in ("chain", "wide")
     ]
+    stored, plain = (
+        measure_makespan(folder, options.makespan, repetitions=options.repetitions)
+        if options.makespan
+        else ([], [])
+    )
     return {
         "figures": [dataclasses.asdict(item) for item in figures],
-        "makespan": measure_makespan(folder, options.makespan, repetitions=options.repetitions)
-        if options.makespan
-        else [],
+        "makespan": stored,
+        "makespan_plain": plain,
     }
 
 
@@ -509,8 +524,8 @@ def side_by_side(columns: Sequence[tuple[str, Sequence[dict[str, object]]]]) -> 
     header = ["µs per step (median)"]
     for name, _ in columns:
         header += [f"{name}: CPU", f"{name}: wall"]
-    if len(columns) == 2:
-        header.append("CPU after ÷ before")
+    if len(columns) >= 2:
+        header.append(f"CPU {columns[-1][0]} ÷ {columns[0][0]}")
     lines = [header]
     for label, shape, variant in SIDE_BY_SIDE:
         row = [label]
@@ -525,20 +540,24 @@ def side_by_side(columns: Sequence[tuple[str, Sequence[dict[str, object]]]]) -> 
                         wall += [value / item["steps"] * 1e6 for value in item["seconds"][variant]]
             cpus.append(statistics.median(cpu))
             row += [f"{cpus[-1]:.1f}", f"{statistics.median(wall):.1f}"]
-        if len(columns) == 2:
-            row.append(f"{cpus[1] / cpus[0]:.2f}")
+        if len(columns) >= 2:
+            row.append(f"{cpus[-1] / cpus[0]:.2f}")
         lines.append(row)
-    ratios = [
-        [value for data in rounds for value in data["makespan"]]  # type: ignore[attr-defined]
-        for _, rounds in columns
-    ]
-    if all(ratios):
-        row = ["makespan ÷ critical path, store + trace"]
-        for values in ratios:
-            row += [f"{statistics.median(values):.4f}", f"{min(values):.3f}–{max(values):.3f}"]
-        if len(columns) == 2:
-            row.append("")
-        lines.append(row)
+    for key, label in (
+        ("makespan", "makespan ÷ critical path, store + trace"),
+        ("makespan_plain", "makespan ÷ critical path, no store"),
+    ):
+        ratios = [
+            [value for data in rounds for value in data.get(key, [])]  # type: ignore[attr-defined]
+            for _, rounds in columns
+        ]
+        if all(ratios):
+            row = [label]
+            for values in ratios:
+                row += [f"{statistics.median(values):.4f}", f"{min(values):.3f}–{max(values):.3f}"]
+            if len(columns) >= 2:
+                row.append("")
+            lines.append(row)
     return _markdown(lines)
 
 
@@ -548,7 +567,8 @@ def _load() -> str:
 
 def _compare(options: argparse.Namespace) -> int:
     """Run the children of ``--before`` alternately, print the side-by-side table."""
-    trees = [(f"before ({options.before})", options.before), ("this checkout", None)]
+    trees: list[tuple[str, Path | None]] = [(f"before ({tree})", tree) for tree in options.before]
+    trees.append(("this checkout", None))
     columns: list[tuple[str, list[dict[str, object]]]] = [(name, []) for name, _ in trees]
     script = Path(__file__).resolve()
     passed = [
@@ -595,7 +615,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--makespan", type=int, default=0, help="also makespan ÷ critical path on N steps"
     )
-    parser.add_argument("--before", type=Path, help="a source tree to measure beside this one")
+    parser.add_argument(
+        "--before",
+        type=Path,
+        action="append",
+        help="a source tree to measure beside this one (repeatable)",
+    )
     parser.add_argument("--rounds", type=int, default=5, help="alternating runs of each tree")
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tree", type=Path, help=argparse.SUPPRESS)
@@ -622,10 +647,10 @@ def main(argv: list[str] | None = None) -> int:
             figures.append(measure_store(shape, folder, options.size, options.repetitions))
         _say("Store.step_started latency...")
         commits = measure_commit_latency(folder, 300 if not options.quick else 100)
-        ratios = (
+        ratios, plain = (
             measure_makespan(folder, options.makespan, repetitions=options.repetitions)
             if options.makespan
-            else []
+            else ([], [])
         )
         elapsed = time.perf_counter() - started
         print(render(figures, commits))
@@ -633,7 +658,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"\nmakespan ÷ critical path, {options.makespan}-step random DAG, store + "
                 f"trace: median {statistics.median(ratios):.4f} "
-                f"({min(ratios):.3f}–{max(ratios):.3f})"
+                f"({min(ratios):.3f}–{max(ratios):.3f}); without the store and the trace: "
+                f"median {statistics.median(plain):.4f}"
             )
         print()
         print(

@@ -673,6 +673,7 @@ def test_store_bench_puts_another_tree_beside_this_one(
     assert f"before ({this_tree}): CPU" in lines[0]
     labels = [line.split("|")[1].strip() for line in lines[2:] if line.startswith("|")]
     assert labels == [label for label, _, _ in SIDE_BY_SIDE] + [
-        "makespan ÷ critical path, store + trace"
+        "makespan ÷ critical path, store + trace",
+        "makespan ÷ critical path, no store",
     ]
     assert any(line.startswith("load average (1, 5, 15 min) before:") for line in lines)
