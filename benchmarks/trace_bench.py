@@ -59,6 +59,16 @@ def _noop() -> None:
     """Do nothing."""
 
 
+def _trace_factory() -> Any:
+    """``exec``'s trace writer factory, where this checkout of plandag keeps it (an older
+    one, measured with ``--against``, has it in the command line's package)."""
+    try:
+        from plandag.runs.traces import trace_factory
+    except ImportError:
+        from plandag.cli.store_command import trace_factory  # type: ignore[no-redef]
+    return trace_factory
+
+
 def measure_once(
     steps: int, compile_sizes: tuple[int, ...], folder: Path, repetition: int
 ) -> dict[str, float]:
@@ -78,7 +88,8 @@ def measure_once(
     from plandag.compiler import compile_plan
     from plandag.runs.options import RunOptions
     from plandag.runs.segments import start_run
-    from plandag.runs.traces import trace_factory
+
+    trace_factory = _trace_factory()
     from plandag.scheduler import run_plan
     from plandag.store import Store
     from plandag.tools.base import tool
@@ -228,7 +239,8 @@ def profile_once(steps: int, folder: Path, top: int = 25) -> str:
     from plandag.compiler import compile_plan
     from plandag.runs.options import RunOptions
     from plandag.runs.segments import start_run
-    from plandag.runs.traces import trace_factory
+
+    trace_factory = _trace_factory()
     from plandag.store import Store
     from plandag.tools.base import tool
     from plandag.tools.registry import Registry
