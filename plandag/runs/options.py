@@ -13,7 +13,7 @@ from plandag.approval import (
     ApprovalMode,
     ApprovalRequest,
 )
-from plandag.compiler.limits import DEFAULT_MAX_STEPS
+from plandag.dag.limits import DEFAULT_MAX_STEPS
 from plandag.errors import InputError
 from plandag.scheduler.result import EscalationMode, RunResult, RunStatus
 from plandag.scheduler.runner import RunLimits

@@ -538,7 +538,7 @@ class TraceWriter:
         Args:
             version: the plan version compiled.
             start, end: wall-clock seconds since the epoch.
-            diagnostics: :class:`~plandag.compiler.diagnostics.Diagnostic` objects or
+            diagnostics: :class:`~plandag.dag.diagnostics.Diagnostic` objects or
                 mappings with ``code``, ``severity``, ``step_id`` and ``message``.
             ok: whether it compiled; default: no diagnostic has severity ``error``.
         """

@@ -148,7 +148,7 @@ def research_options(
     ``executor``: provider, model, base URL; never a key; ``withheld_tools``: the file and
     HTTP tools, left out of every segment's registry) plus ``research``: ``{"corpus",
     "index", "output"}`` (absolute paths), which a later segment re-binds."""
-    from plandag.compiler.limits import DEFAULT_MAX_STEPS
+    from plandag.dag.limits import DEFAULT_MAX_STEPS
     from plandag.jobs.research.planning import RESEARCH_CONTEXT, withheld_tools
     from plandag.runs.options import RunOptions
     from plandag.runs.stored import tools_record
@@ -240,7 +240,7 @@ class ResearchRun:
     ) -> None:
         from plandag.brakes import DEFAULT_PLANNER_MAX_TOKENS
         from plandag.brakes.retry import RetryPolicy
-        from plandag.compiler.limits import DEFAULT_MAX_STEPS
+        from plandag.dag.limits import DEFAULT_MAX_STEPS
         from plandag.executors import ModelAccess
         from plandag.jobs.research.planning import research_params
         from plandag.planner.agent import Agent
