@@ -707,8 +707,7 @@ async def _run_segment_with(part: _Segment, models: ModelAccess | None) -> Durab
                     compiled=amendment.compiled,
                     completed=carried,
                     elapsed_s=elapsed_s + (time.monotonic() - started) - paused,
-                    gate=None,
-                    hooks=None,
+                    gate=None,  # decided: the amended plan runs without asking again
                 )
             )
         if decision is None or not decision.approved:

@@ -24,7 +24,7 @@ from plandag.runs.segments import continue_run, start_run
 from plandag.scheduler import RunLimits
 from plandag.store import open_store
 from plandag.testing import MessagesServer
-from plandag.tools import tool
+from plandag.tools import ToolContext, tool
 from plandag.tools.registry import Registry
 
 calls: collections.Counter[str] = collections.Counter()
@@ -449,3 +449,66 @@ async def test_approve_refused_on_a_run_without_a_planner_never_points_to_an_ins
     assert "--instruction" not in message
     assert f"`plandag resume {first.run_id}`" in message
     assert f"`plandag abandon {first.run_id} --reason TEXT`" in message
+
+
+# -- an amended plan's run --------------------------------------------------------------------
+
+
+@tool(effects="write", typical_seconds=0.1, cost_estimate_usd=0.01)
+def order(item: str, ctx: ToolContext) -> str:
+    """Order ITEM: estimated $0.01, costs $0.05 (past 2x the plan's estimated cost)."""
+    calls["order"] += 1
+    ctx.report_cost(usd=0.05)
+    return f"ordered {item}"
+
+
+@tool(effects="irreversible", typical_seconds=0.1, cost_estimate_usd=0.0)
+def wire(amount: float) -> str:
+    """Wire AMOUNT (cannot be undone)."""
+    calls["wire"] += 1
+    return f"wired {amount}"
+
+
+def _order_plan() -> Any:
+    plan = {
+        "version": 1,
+        "goal": "order a chair, wire the deposit",
+        "steps": [
+            {"id": 1, "tool": "order", "args": {"item": "chair"}},
+            {"id": 2, "tool": "wire", "args": {"amount": 40.0}},
+        ],
+    }
+    return compile_plan(plan, Registry([order, wire]))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "choices",
+    [{"reject_steps": (2,)}, {"edit_steps": {2: {"amount": 20.0}}}],
+    ids=["reject_steps", "edit_steps"],
+)
+async def test_an_amended_plans_escalation_calls_the_hooks_once(
+    tmp_path: Path, choices: dict[str, Any]
+) -> None:
+    def amend_and_approve(request: ApprovalRequest) -> Decision:
+        return Decision(True, request.plan_hash, who="ana", **choices)
+
+    seen: list[dict[str, Any]] = []
+    store = open_store(tmp_path / "runs.sqlite3")
+    try:
+        outcome = await start_run(
+            store,
+            _order_plan(),
+            RunOptions(retries=0),
+            command="exec",
+            approver=CallbackApprover(amend_and_approve),
+            on_escalation=seen.append,
+        )
+        assert (outcome.status, outcome.escalation) == ("escalated", "plan_budget")
+        assert calls["order"] == 1
+        assert [v.source for v in store.plan_versions(outcome.run_id)] == ["stored", "amended"]
+        [case] = store.escalations()
+        assert (case.run_id, case.reason) == (outcome.run_id, "plan_budget")
+        assert seen == [case.context]  # called for the amended run, and only once
+    finally:
+        store.close()
