@@ -137,10 +137,11 @@ def conventions() -> types.SimpleNamespace | None:
     ``ERROR_TYPE``, ``SERVER_ADDRESS``, ``SERVER_PORT`` and the well-known values used here
     (``CHAT``, ``INVOKE_AGENT``, ``INVOKE_WORKFLOW``, ``EXECUTE_TOOL``, ``OUTPUT_TEXT``,
     ``OUTPUT_JSON``, ``TOKEN_INPUT``, ``TOKEN_OUTPUT``...); None when the package is
-    missing or lacks one of them (a warning is logged once)."""
+    missing or lacks one of them (a warning is logged once, when a span or metric provider
+    is configured: without one nothing would be made anyway)."""
     global _missing_said
     found = _load_conventions()
-    if found is None and not _missing_said:
+    if found is None and not _missing_said and _configured():
         _missing_said = True
         logger.warning(
             "OpenTelemetry is configured but %s is not installed (or another version is): "
@@ -148,6 +149,12 @@ def conventions() -> types.SimpleNamespace | None:
             SEMCONV_PACKAGE,
         )
     return found
+
+
+def _configured() -> bool:
+    """Whether a span or metric provider is configured (only then is a missing conventions'
+    package worth a warning)."""
+    return tracer_provider() is not None or meter_provider() is not None
 
 
 def use_tracer_provider(provider: TracerProvider | None) -> None:

@@ -156,8 +156,8 @@ def test_the_use_it_from_python_examples_make_what_they_say(
     (tmp_path / "examples").symlink_to(REPO / "examples")
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    for example in examples:
-        exec(compile(example, "python.md", "exec"), {"__name__": "__docs__"})
+    for example in examples:  # each as the script a reader saves and runs
+        exec(compile(example, "python.md", "exec"), {"__name__": "__main__"})
     assert json.loads((tmp_path / "out" / "total.json").read_text(encoding="utf-8"))["total"] == (
         "203.51"
     )

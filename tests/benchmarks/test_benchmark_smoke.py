@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import statistics
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -489,7 +490,9 @@ def test_contracts_hostile_runs_at_a_tiny_size(
     assert (case, before) == ("txt-50mb", "-")
     assert "too_many_chunks" in after
     assert "no row" not in after
-    assert lines[-1].startswith("txt-50mb: python -m plandag extract contracts ")
+    # the command as run, named by the interpreter's own name (python or python3)
+    python = Path(sys.executable).name
+    assert lines[-1].startswith(f"txt-50mb: {python} -m plandag extract contracts ")
     assert lines[-1].endswith(" --max-chunks 2")
 
 

@@ -6,6 +6,8 @@ each span and metric, written with that package's constants)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -446,3 +448,45 @@ async def test_the_planners_temperature_is_recorded_where_it_is_sent(
     )
     recorded = [(chat.attributes or {}).get(gen_ai.GEN_AI_REQUEST_TEMPERATURE) for chat in chats]
     assert recorded == sent
+
+
+def _warnings_of(script: str) -> str:
+    """The standard error of a process that cannot import the conventions' package and then
+    runs ``script``."""
+    prelude = (
+        "import sys, logging\n"
+        "sys.modules['opentelemetry.semconv._incubating.attributes.gen_ai_attributes'] = None\n"
+        "logging.basicConfig(level=logging.WARNING)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", prelude + script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stderr
+
+
+def test_no_warning_about_the_conventions_when_nothing_is_configured() -> None:
+    # the base install: no provider set, the conventions' package missing
+    stderr = _warnings_of(
+        "from plandag import telemetry\n"
+        "from plandag.planner import spans\n"
+        "assert telemetry.conventions() is None\n"
+        "assert spans.start_agent('m', 'g', 'anthropic') is None\n"
+    )
+    assert "OpenTelemetry is configured" not in stderr
+
+
+def test_one_warning_about_the_conventions_when_a_provider_is_configured() -> None:
+    stderr = _warnings_of(
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from plandag import telemetry\n"
+        "telemetry.use_tracer_provider(TracerProvider())\n"
+        "assert telemetry.conventions() is None\n"
+        "assert telemetry.conventions() is None\n"
+    )
+    assert stderr.count("OpenTelemetry is configured but") == 1
+    assert "install plandag[otel]" in stderr
