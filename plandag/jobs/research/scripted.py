@@ -182,11 +182,22 @@ def synthesis_patch(
 
 
 def _first_sentence(text: str) -> str:
-    """The first sentence of ``text`` with at least six words (or its first 12 words)."""
+    """The first sentence of ``text`` with at least six words (or its first 12 words), as it
+    stands in ``text`` (a citation's quote must be found there)."""
     for sentence in re.split(r"(?<=[.;:?!])\s+", text):
         if len(sentence.split()) >= 6:
             return sentence.strip()
-    return " ".join(text.split()[:12])
+    found = re.match(r"\s*((?:\S+\s+){0,11}\S+)", text)
+    return found.group(1) if found else ""
+
+
+def _shortened(sentence: str, limit: int = 200) -> str:
+    """``sentence`` whole when it has at most ``limit`` characters, else its words that fit
+    in ``limit`` characters followed by "…" (a cut never falls inside a word)."""
+    if len(sentence) <= limit:
+        return sentence
+    kept = sentence[: limit + 1].rsplit(" ", 1)[0].rstrip(" ,;:")
+    return f"{kept or sentence[:limit]}…"
 
 
 class ScriptedResearch:
@@ -289,7 +300,7 @@ class ScriptedResearch:
             quote = FABRICATED_QUOTE if fabricated else sentence
             claims.append(
                 {
-                    "claim": f"The text says: {sentence[:100]}",
+                    "claim": f"The text says: {_shortened(sentence)}",
                     "citations": [{"chunk_id": str(chunk.get("chunk_id")), "quote": quote}],
                 }
             )

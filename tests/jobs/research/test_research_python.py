@@ -152,3 +152,38 @@ def test_each_plan_version_is_in_the_store_before_its_steps_start(
     late = [(step_id, stored) for step_id, stored in seen if stored < made_in[step_id]]
     assert seen
     assert late == []  # (step, versions stored) for steps started before theirs
+
+
+def test_the_scripted_answer_quotes_whole_sentences_or_cuts_them_at_a_word(
+    tmp_path: Path, index: Path
+) -> None:
+    with MessagesServer(default=ScriptedResearch()) as server:
+        outcome = plandag.research(
+            QUESTION, corpus=CORPUS, index=index, base_url=server.url, output="out/report.md"
+        )
+    assert outcome.status == "succeeded"
+    claims = outcome.report.record["claims"]
+    assert claims
+    for claim in claims:
+        text = claim["claim"].removeprefix("The text says: ")
+        quote = claim["citations"][0]["quote"]
+        assert claim["citations"][0]["match"] == "exact"
+        if text.endswith("…"):
+            kept = text.removesuffix("…")
+            assert quote.startswith(kept)
+            assert not quote[len(kept)].isalnum()
+        else:
+            assert text == quote
+            assert text[-1] in ".;:?!"
+        assert claim["claim"] in (outcome.answer or "")
+
+
+def test_a_long_scripted_sentence_is_cut_after_a_whole_word() -> None:
+    from plandag.jobs.research.scripted import _shortened
+
+    sentence = "word " * 60 + "end."
+    short = _shortened(sentence)
+    assert short.endswith("word…")
+    assert len(short) <= 201
+    assert sentence.startswith(short.removesuffix("…") + " ")
+    assert _shortened("A short one.") == "A short one."
