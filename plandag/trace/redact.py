@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import re
 import sys
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -696,6 +698,10 @@ class _Walk:
         self.scrubber = _scrubber(self.environment)
         self._path: set[int] = set()
 
+    def busy(self) -> bool:
+        """Whether this walk is inside a value now (a walk started from within another)."""
+        return bool(self._path)
+
     def text(self, text: str, *, personal: bool) -> str:
         if self.secrets:
             text = self.scrubber.text(text)
@@ -811,6 +817,55 @@ class _Walk:
         return result
 
 
+#: How deep and how many items :func:`_kept_as_is` looks before it gives up (the walk then
+#: copies the value as always).
+_KEPT_DEPTH = 8
+_KEPT_ITEMS = 256
+
+
+def _kept_as_is(value: Any, scrubber: _SecretScrubber, budget: list[int], depth: int) -> bool:
+    """Whether the secrets-only walk would return an equal copy of ``value`` and
+    ``to_jsonable`` would too: exactly ``dict`` (``str`` keys), ``list``, ``str``, ``int``,
+    ``bool``, None and finite ``float``; no key that names a credential over a value that is
+    not None, no header pair, no text a rule masks (the walk's own tests, cached by text)."""
+    budget[0] -= 1
+    if budget[0] < 0 or depth > _KEPT_DEPTH:
+        return False
+    kind = type(value)
+    if kind is str:
+        return len(value) < scrubber.shortest or scrubber.text(value) == value
+    if kind is float:
+        return math.isfinite(value)
+    if kind in _SCALARS:
+        return True
+    shortest = scrubber.shortest
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str:
+                return False
+            if len(key) >= shortest and scrubber.text(key) != key:
+                return False
+            if item is not None and _key_facts(key)[1]:
+                return False
+            if not _kept_as_is(item, scrubber, budget, depth + 1):
+                return False
+        return True
+    if kind is list:
+        for item in value:
+            if (
+                type(item) is list
+                and len(item) == 2
+                and isinstance(item[0], str)
+                and item[1] is not None
+                and _key_facts(item[0])[1]
+            ):  # a header pair: masked by the walk
+                return False
+            if not _kept_as_is(item, scrubber, budget, depth + 1):
+                return False
+        return True
+    return False
+
+
 def scrub_secrets(value: Any) -> Any:
     """A copy of ``value`` with every credential masked as ``[secret]``.
 
@@ -896,11 +951,32 @@ class Redactor:
         self.personal = personal
         self._environment: tuple[str, ...] | None = None
         self._environment_size = -1
+        # each thread's walk over the current environment's values, made once (a walk keeps
+        # the containers it is inside, so a thread never shares one)
+        self._walks = threading.local()
 
     def __call__(self, value: Any) -> Any:
         """Return a copy of ``value`` with secrets (and with ``personal``, personal data)
         masked."""
         return self._walk().value(value, personal=self.personal)
+
+    def kept_as_is(self, value: Any) -> bool:
+        """Whether ``value`` needs neither masking nor conversion: calling this redactor on
+        it, and :func:`plandag.scheduler.result.to_jsonable`, would both return an equal copy.
+
+        Args:
+            value: any value.
+
+        Returns:
+            True only for a value built of exactly ``dict`` with ``str`` keys, ``list``,
+            ``str``, ``int``, ``bool``, None and finite ``float`` (at most 8 levels and 256
+            items), with no key naming a credential over a value that is not None, no
+            ``(name, value)`` header pair and no text a secret rule masks; always False with
+            ``personal``. A caller that owns ``value`` may then use it instead of a copy.
+        """
+        if self.personal:
+            return False
+        return _kept_as_is(value, self._walk().scrubber, [_KEPT_ITEMS], 0)
 
     def text(self, text: str) -> str:
         """``text`` masked as a string value under a key that names nothing special:
@@ -920,7 +996,14 @@ class Redactor:
         size = len(os.environ)
         if self._environment is None or size != self._environment_size:
             self._environment, self._environment_size = _environment_secrets(), size
-        return _Walk(secrets=True, personal=self.personal, environment=self._environment)
+        walk: _Walk | None = getattr(self._walks, "walk", None)
+        if walk is None or walk.environment is not self._environment or walk.busy():
+            walk = _Walk(secrets=True, personal=self.personal, environment=self._environment)
+            self._walks.walk = walk
+        return walk
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Redactor, (self.personal,))
 
     def __repr__(self) -> str:
         return f"Redactor(personal={self.personal!r})"

@@ -342,7 +342,12 @@ class TraceWriter:
             self._warned.add(key)
             logger.warning(message, *arguments)
 
-    def _clean(self, value: Any) -> Any:
+    def _clean(self, value: Any, *, owned: bool = False) -> Any:
+        """``value`` JSON-safe and masked: a copy; with ``owned`` (a value the writer built
+        for this line alone), ``value`` itself when neither would change it
+        (:meth:`Redactor.kept_as_is`)."""
+        if owned and type(self._redact) is Redactor and self._redact.kept_as_is(value):
+            return value
         data = to_jsonable(value)
         if self._redact is not None:
             data = self._redact(data)  # JSON-ready in, JSON-ready out
@@ -682,7 +687,7 @@ class TraceWriter:
 
     def _event(self, kind: str, time: float, attrs: Mapping[str, Any]) -> None:
         self._write_ready(
-            {"type": "event", "time": time, "kind": kind, "attrs": self._clean(attrs)}
+            {"type": "event", "time": time, "kind": kind, "attrs": self._clean(attrs, owned=True)}
         )
 
     def _observe(self, event: events.Event) -> None:
@@ -952,7 +957,7 @@ class TraceWriter:
         }
         result = _bounded(record.result)  # JSON-safe: converted once, not again with attrs
         if self._redact is None or isinstance(self._redact, Redactor):
-            clean = self._clean(attrs)
+            clean = self._clean(attrs, owned=True)
             clean["result"] = self._redact(result) if self._redact is not None else result
         else:  # a redactor of the caller's: given the whole attrs, as always
             attrs["result"] = result

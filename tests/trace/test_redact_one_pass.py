@@ -263,3 +263,95 @@ def test_values_are_walked_as_one_item_at_a_time(value: Any, secrets: list[str])
         value, personal=False
     )
     assert walked == reference.scrub_secrets(value, environment)
+
+
+_PAIRS = st.builds(
+    lambda name, item: [name, item],
+    st.sampled_from(["Authorization", "Cookie", "accept"]),
+    _LEAVES,
+)
+_PLAIN_NESTED = st.recursive(
+    st.one_of(_LEAVES, _PAIRS),
+    lambda children: st.one_of(
+        st.lists(children, max_size=4), st.dictionaries(_KEYS, children, max_size=5)
+    ),
+    max_leaves=25,
+)
+
+
+@given(_PLAIN_NESTED, st.lists(_SECRET_VALUE, max_size=2, unique=True))
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_value_kept_as_is_is_what_the_walk_and_the_conversion_give(
+    value: Any, secrets: list[str]
+) -> None:
+    from plandag.scheduler.result import to_jsonable
+
+    environment = tuple(sorted(secrets, key=lambda secret: (-len(secret), secret)))
+    walked = redact._Walk(secrets=True, personal=False, environment=environment).value(
+        value, personal=False
+    )
+    kept = redact._kept_as_is(value, redact._scrubber(environment), [redact._KEPT_ITEMS], 0)
+    if kept:
+        assert walked == value
+        assert to_jsonable(value) == value
+    elif walked == value and to_jsonable(value) == value and not _has_float(value):
+        # only size, depth or a non-string key may send a plain value the long way
+        assert not isinstance(value, dict | list) or _too_big_or_keyed(value)
+
+
+def _has_float(value: Any) -> bool:
+    if isinstance(value, float):
+        return True
+    if isinstance(value, dict):
+        return any(_has_float(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_has_float(item) for item in value)
+    return False
+
+
+def _too_big_or_keyed(value: Any, depth: int = 0) -> bool:
+    if depth > redact._KEPT_DEPTH:
+        return True
+    if isinstance(value, dict):
+        return any(not isinstance(key, str) for key in value) or any(
+            _too_big_or_keyed(item, depth + 1) for item in value.values()
+        )
+    if isinstance(value, list):
+        return any(_too_big_or_keyed(item, depth + 1) for item in value)
+    return False
+
+
+def test_a_redactor_keeps_a_plain_value_and_never_one_to_mask(monkeypatch: Any) -> None:
+    monkeypatch.setenv("PLANDAG_TEST_SECRET", "Hx72KdPq91Lz")
+    redactor = Redactor()
+    assert redactor.kept_as_is({"step_id": 1, "tool": "noop_async", "reason": None})
+    assert redactor.kept_as_is({"attempts": [{"start": 1.5, "error": None}], "token": None})
+    assert not redactor.kept_as_is({"note": "key Hx72KdPq91Lz"})
+    assert not redactor.kept_as_is({"token": "abc"})
+    assert not redactor.kept_as_is({"headers": [["Authorization", "x"]]})
+    assert not redactor.kept_as_is({"when": float("nan")})
+    assert not redactor.kept_as_is({"pair": ("a", "b")})
+    assert not redactor.kept_as_is({1: "a"})
+    assert not Redactor(personal=True).kept_as_is({"step_id": 1})
+    deep: Any = "x"
+    for _ in range(redact._KEPT_DEPTH + 2):
+        deep = [deep]
+    assert not redactor.kept_as_is(deep)
+    assert not redactor.kept_as_is(list(range(redact._KEPT_ITEMS + 1)))
+
+
+def test_a_redactor_walks_alike_in_threads_and_after_pickling() -> None:
+    import pickle
+    import threading
+
+    redactor = Redactor()
+    value = {"note": "Bearer abcdefghijklmnopqrstuvwxyz", "n": [1, 2, {"token": "t"}]}
+    expected = scrub_secrets(value)
+    results: list[Any] = []
+    threads = [threading.Thread(target=lambda: results.append(redactor(value))) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert results == [expected] * 4
+    assert pickle.loads(pickle.dumps(redactor))(value) == expected
