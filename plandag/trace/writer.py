@@ -324,6 +324,8 @@ class TraceWriter:
         self._lock = threading.Lock()
         self._warned: set[str] = set()
         self._held: list[str] | None = None
+        # lines a thread gathers to write at once (:meth:`_together`)
+        self._gathering = threading.local()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         needs_newline = False
         if self.path.exists() and self.path.stat().st_size > 0:
@@ -396,8 +398,11 @@ class TraceWriter:
         with self._lock:
             if self._file is None:
                 raise ValueError(f"trace {self.path} is closed")
+            gathered: list[str] | None = getattr(self._gathering, "lines", None)
             if self._held is not None:
                 self._held.append(text + "\n")
+            elif gathered is not None:
+                gathered.append(text + "\n")
             else:
                 self._file.write(text + "\n")
                 self._file.flush()
@@ -450,6 +455,26 @@ class TraceWriter:
                 if held and self._file is not None:
                     self._file.write("".join(held))
                     self._file.flush()
+
+    @contextlib.contextmanager
+    def _together(self) -> Iterator[None]:
+        """The lines this thread writes inside the block go to the file in one write when
+        it ends (one system call for a step's end and its span)."""
+        if getattr(self._gathering, "lines", None) is not None:
+            yield  # the outer block writes them
+            return
+        self._gathering.lines = []
+        try:
+            yield
+        finally:
+            lines, self._gathering.lines = self._gathering.lines, None
+            if lines:
+                with self._lock:
+                    if self._held is not None:  # a batch's block began meanwhile
+                        self._held.extend(lines)
+                    elif self._file is not None:
+                        self._file.write("".join(lines))
+                        self._file.flush()
 
     def close(self) -> None:
         """Close the file (idempotent). Later writes raise ``ValueError``."""
@@ -690,30 +715,31 @@ class TraceWriter:
             {"type": "event", "time": time, "kind": kind, "attrs": self._clean(attrs, owned=True)}
         )
 
+    def _step_end(self, time: float, attrs: dict[str, Any], record: StepRecord | None) -> None:
+        """A step's ``step_ended`` event, then its span (when the event carries its record),
+        in one write."""
+        if record is None:
+            self._event("step_ended", time, attrs)
+            return
+        with self._together():
+            self._event("step_ended", time, attrs)
+            self._step_span(record, record.started_at, record.ended_at)
+
     def _observe(self, event: events.Event) -> None:
         if isinstance(event, events.StepStarted):
             attrs = {"step_id": event.step_id, "tool": event.tool, "attempt": event.attempt}
             self._event("step_started", event.time, attrs)
         elif isinstance(event, events.StepSucceeded):
-            self._event(
-                "step_ended",
-                event.time,
-                {"step_id": event.step_id, "status": "succeeded", "reason": None},
-            )
-            if event.record is not None:
-                self._step_span(event.record, event.record.started_at, event.record.ended_at)
+            attrs = {"step_id": event.step_id, "status": "succeeded", "reason": None}
+            self._step_end(event.time, attrs, event.record)
         elif isinstance(event, events.StepFailed):
             attrs = {"step_id": event.step_id, "status": "failed", "reason": event.reason}
             if event.error is not None:
                 attrs["error"] = event.error.as_dict()
-            self._event("step_ended", event.time, attrs)
-            if event.record is not None:
-                self._step_span(event.record, event.record.started_at, event.record.ended_at)
+            self._step_end(event.time, attrs, event.record)
         elif isinstance(event, events.StepCancelled):
             attrs = {"step_id": event.step_id, "status": "cancelled", "reason": event.reason}
-            self._event("step_ended", event.time, attrs)
-            if event.record is not None:
-                self._step_span(event.record, event.record.started_at, event.record.ended_at)
+            self._step_end(event.time, attrs, event.record)
         elif isinstance(event, events.StepSkipped):
             attrs = {
                 "step_id": event.step_id,

@@ -501,3 +501,38 @@ def test_a_document_line_is_the_same_through_any_redactor(
     assert shown[6] == "/data/in/[secret].xml"
     assert ("[cpf]" in shown[4]) is personal
     assert all(len(line.encode("utf-8")) <= 1024 for line in lines[0].splitlines())
+
+
+def test_a_step_end_and_its_span_go_to_the_file_in_one_write(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    writer = TraceWriter(path, "r", clock=lambda: T)
+    assert writer._file is not None
+    file = writer._file
+    writes: list[str] = []
+
+    class Counting:
+        def write(self, text: str) -> int:
+            writes.append(text)
+            return file.write(text)
+
+        def flush(self) -> None:
+            file.flush()
+
+        def close(self) -> None:
+            file.close()
+
+    writer._file = Counting()  # type: ignore[assignment]
+    record = StepRecord(id=1, tool="echo", status="succeeded", started_at=T, ended_at=T + 1)
+    writer(events.StepStarted("r", 1, "echo", 1, T))
+    writer(events.StepSucceeded("r", 1, 1.0, T + 1, record=record))
+    writer(events.StepSucceeded("r", 1, 1.0, T + 1))  # no record: the event alone
+    writer.close()
+    assert len(writes) == 3
+    assert writes[1].count("\n") == 2
+    kinds = [(line["type"], line["kind"]) for line in lines(path)]
+    assert kinds == [
+        ("event", "step_started"),
+        ("event", "step_ended"),
+        ("span", "step"),
+        ("event", "step_ended"),
+    ]
