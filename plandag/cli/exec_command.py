@@ -43,6 +43,7 @@ from plandag.cli.durable import (
 )
 from plandag.cli.models_options import (
     OFFLINE,
+    OFFLINE_HINT,
     OFFLINE_MODEL,
     ExecModelOption,
     ExecProviderOption,
@@ -293,6 +294,7 @@ def _executor_options(
     """The model of the plan's llm and agent steps, as stored with the run, or None when
     the plan has none; exit 2 (before anything runs) on a missing key or model."""
     from plandag.executors.access import executor_model_for, model_steps, require_key
+    from plandag.models.base import MissingAPIKeyError
 
     if planner is not None and provider is not None and planner != provider:
         fail(
@@ -307,6 +309,8 @@ def _executor_options(
     try:
         require_key(chosen, base_url)
         executor_model_for(chosen, model, executor_model)
+    except MissingAPIKeyError as error:
+        fail(f"{source}: steps {where} call a model: {error}{OFFLINE_HINT}")
     except InputError as error:
         fail(f"{source}: steps {where} call a model: {error}")
     return {

@@ -210,7 +210,7 @@ def extract_nfe(
     )
     model_name = attached_planner_model(planner, model, base_url, save_repairs)
     client = (
-        model_client(planner, base_url) if planner is not None else None
+        model_client(planner, base_url, offline_hint=False) if planner is not None else None
     )  # a missing key stops here (exit 2), before anything runs
     repairer = None
     if client is not None and model_name is not None:

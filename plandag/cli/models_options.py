@@ -291,26 +291,41 @@ def has_key(provider: str) -> bool:
     return bool(os.environ.get(key_variable(provider)))
 
 
-def require_model_key(provider: str, base_url: str | None) -> str | None:
+OFFLINE_HINT = "; or --offline to try it with no key (extracts of your own files, labelled offline)"
+"""What a missing-key error adds on a command that has ``--offline``."""
+
+
+def require_model_key(
+    provider: str, base_url: str | None, *, offline_hint: bool = True
+) -> str | None:
     """``provider``'s key, read before anything runs (an OpenAI-compatible server at
     ``base_url`` needs none); exits 2 saying which variable to set when it is missing
-    (:func:`plandag.executors.access.require_key`); the offline model needs none."""
+    (:func:`plandag.executors.access.require_key`), and, with ``offline_hint`` (a command
+    that has ``--offline``), that ``--offline`` needs none; the offline model needs none."""
     from plandag.errors import InputError
     from plandag.executors.access import require_key
+    from plandag.models.base import MissingAPIKeyError
 
     if provider == OFFLINE:
         return None
     try:
         return require_key(provider, base_url)
+    except MissingAPIKeyError as error:
+        _fail(f"{error}{OFFLINE_HINT}" if offline_hint else str(error))
     except InputError as error:
         _fail(str(error))
 
 
 def model_client(
-    provider: str, base_url: str | None, registry: Registry | None = None
+    provider: str,
+    base_url: str | None,
+    registry: Registry | None = None,
+    *,
+    offline_hint: bool = True,
 ) -> LLMClient:
     """The provider's client (``max_retries=0``: plandag's retry policy decides), its key
-    checked first: a missing key exits 2 here, before anything runs. ``offline``: the
+    checked first: a missing key exits 2 here, before anything runs (saying ``--offline``
+    needs none when ``offline_hint``: the command has ``--offline``). ``offline``: the
     offline model's in-process client (:func:`plandag.testing.offline.offline_client`),
     whose plans use ``registry``'s tools (None: the default registry)."""
     from plandag.executors.access import provider_client
@@ -320,7 +335,8 @@ def model_client(
 
         return offline_client(registry)
 
-    return provider_client(provider, base_url, require_model_key(provider, base_url))
+    key = require_model_key(provider, base_url, offline_hint=offline_hint)
+    return provider_client(provider, base_url, key)
 
 
 def attached_planner_model(

@@ -269,6 +269,7 @@ def test_extract_planner_needs_a_key_and_calls_no_model_when_nothing_fails(
     missing = invoke([*args, "--base-url", server.url], key=None)
     assert missing.exit_code == 2
     assert "no Anthropic API key" in missing.output
+    assert "--offline" not in missing.output  # extract nfe has no offline model
     assert not output.exists()
     result = invoke([*args, "--base-url", server.url, "--json"])
     assert result.exit_code == 0, result.output

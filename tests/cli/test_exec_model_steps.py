@@ -75,6 +75,7 @@ def test_a_plan_with_model_steps_and_no_key_stops_before_anything_runs(plan_file
     assert result.exit_code == 2
     assert "steps 1 (llm), 2 (llm) call a model" in result.stderr
     assert "no Anthropic API key: set ANTHROPIC_API_KEY" in result.stderr
+    assert "or --offline to try it with no key" in result.stderr
 
 
 def test_openai_without_a_model_is_refused(plan_file: Path) -> None:

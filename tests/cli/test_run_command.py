@@ -98,6 +98,7 @@ def test_a_missing_key_is_an_error_before_anything_runs(
     result = invoke(["Score a and bb", "--tools", str(tools), "--base-url", server.url], key=None)
     assert result.exit_code == 2
     assert "no Anthropic API key: set ANTHROPIC_API_KEY" in result.output
+    assert "or --offline to try it with no key" in result.output
     assert server.message_requests == []
 
 
@@ -234,3 +235,16 @@ def test_the_planning_call_takes_planner_max_tokens(server: MessagesServer, tool
     assert "the output was cut off at max_tokens=1234" in " ".join(result.output.split())
     # and the brakes line came first
     assert result.output.startswith("brakes: $1.00, 200,000 tokens, 15 min, stall 120 s,")
+
+
+def test_the_troubleshooting_page_quotes_the_missing_key_error(
+    server: MessagesServer, tools: Path
+) -> None:
+    result = invoke(["Score a and bb", "--tools", str(tools), "--base-url", server.url], key=None)
+    assert result.exit_code == 2
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: no Anthropic API key")
+    page = (Path(__file__).resolve().parents[2] / "docs" / "troubleshooting.md").read_text(
+        encoding="utf-8"
+    )
+    assert f"\n{line}\n" in page

@@ -438,6 +438,7 @@ def test_the_plan_command_needs_a_key_before_anything_runs(
     )
     assert result.exit_code == 2
     assert "error: no Anthropic API key: set ANTHROPIC_API_KEY" in result.stderr
+    assert "or --offline to try it with no key" in result.stderr
     result = CliRunner().invoke(
         plan_app(), ["plan", "Sum", "-o", str(target), "--provider", "openai", "--model", "m"]
     )

@@ -179,6 +179,7 @@ def test_the_key_is_checked_before_anything_runs(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.exit_code == 2
     assert "no Anthropic API key: set ANTHROPIC_API_KEY" in result.output
+    assert "or --offline to try it with no key" in result.output
     assert not out.exists()
     result = CliRunner().invoke(
         app,

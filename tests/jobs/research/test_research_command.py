@@ -213,6 +213,7 @@ def test_a_missing_key_or_corpus_stops_before_any_request(tmp_path: Path) -> Non
         assert server.message_requests == []
     assert no_key.exit_code == 2
     assert "no Anthropic API key" in no_key.output
+    assert "or --offline to try it with no key" in no_key.output
     assert not (tmp_path / "never.sqlite3").exists()  # the key is checked before indexing
     assert no_corpus.exit_code == 2
     assert "--corpus DIR is required" in no_corpus.output
