@@ -58,6 +58,5 @@ def test_inline_chain_yields_to_siblings_and_keeps_order() -> None:
     # The chain holds >= 100 ms of busy work in one task. Yielding every 5 ms lets the
     # ticker in about 20 times meanwhile; a chain that never yielded would let it in once.
     during = [t for t in TICKS if chain_start < t < chain_end]
+    # (a count, not a gap in wall-clock time: a loaded machine may pause the whole process)
     assert len(during) >= 8
-    gaps = [b - a for a, b in itertools.pairwise(during)]
-    assert max(gaps) < 0.05
