@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from plandag.errors import InputError
 from plandag.executors.data import parse_data_blocks
 from plandag.jobs.contracts.evidence import locate_quote
 from plandag.testing.script import ScriptedResponse, estimate_tokens
@@ -68,18 +69,48 @@ class ScriptedContracts:
         fabricate: add :data:`FABRICATED_QUOTE` to each labelled contract's first excerpt.
 
     Raises:
-        OSError: the labels file or a contract it names cannot be read.
+        InputError: the labels file or a contract it names cannot be read, or a line is not
+            an object with ``"file"`` (a string) and ``"labels"`` (an object); the message
+            names the file and the line.
     """
 
     def __init__(self, labels: Path, *, fabricate: bool = False) -> None:
         self.fabricate = fabricate
         self.contracts: list[tuple[str, str, dict[str, Any]]] = []
-        with labels.open(encoding="utf-8") as handle:
-            for line in handle:
-                if line.strip():
-                    row = json.loads(line)
-                    text = (labels.parent / row["file"]).read_text(encoding="utf-8")
-                    self.contracts.append((row["file"], text, row["labels"]))
+        try:
+            lines = labels.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as error:
+            raise InputError(
+                f"{labels}: cannot be read ({_reason(error)}): give a CUAD-shaped labels file "
+                "(JSONL), such as examples/contracts/cuad_labels.jsonl"
+            ) from None
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            where = f"{labels} line {number}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                row = error
+            if not isinstance(row, dict):
+                raise InputError(
+                    f'{where}: not a JSON object: each line is {{"file": NAME, "labels": '
+                    "{CATEGORY: {...}}}"
+                )
+            if not isinstance(row.get("file"), str) or not isinstance(row.get("labels"), dict):
+                raise InputError(
+                    f'{where}: needs "file" (a contract in the same folder) and "labels" '
+                    "(an object of categories)"
+                )
+            try:
+                text = (labels.parent / row["file"]).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as error:
+                raise InputError(
+                    f"{where}: contract {row['file']} cannot be read ({_reason(error)}): put it "
+                    "next "
+                    "to the labels file"
+                ) from None
+            self.contracts.append((row["file"], text, row["labels"]))
         self.usage: dict[str, dict[str, int]] = {}
         self._lock = threading.Lock()
 
@@ -146,6 +177,11 @@ def _text(content: Any) -> str:
     return "".join(str(block.get("text", "")) for block in content if isinstance(block, dict))
 
 
+def _reason(error: Exception) -> str:
+    """Why a file could not be read, without repeating its path."""
+    return str(getattr(error, "strerror", None) or error)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m plandag.jobs.contracts.scripted --labels FILE [--port N] [--fabricate]``:
     serve the scripted replies on 127.0.0.1 until interrupted (the README's offline
@@ -170,7 +206,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="also answer Governing Law with a quote that is in no contract",
     )
     options = parser.parse_args(argv)
-    scripted = ScriptedContracts(options.labels, fabricate=options.fabricate)
+    try:
+        scripted = ScriptedContracts(options.labels, fabricate=options.fabricate)
+    except InputError as error:
+        sys.stderr.write(f"error: --labels {error}\n")
+        raise SystemExit(2) from None
     server = MessagesServer(default=scripted, port=options.port)
     try:
         server.start()

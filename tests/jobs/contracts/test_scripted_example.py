@@ -83,3 +83,34 @@ def test_a_local_openai_compatible_server_works_the_same(tmp_path: Path) -> None
     rows = out.read_text(encoding="utf-8").splitlines()
     assert len(rows) == 2
     assert ",ok," in rows[1]
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, "cannot be read"),
+        ("{not json\n", "line 1: not a JSON object"),
+        ('["a list"]\n', "line 1: not a JSON object"),
+        ('{"file": "a.txt"}\n', 'line 1: needs "file" (a contract in the same folder)'),
+        ('{"file": "absent.txt", "labels": {}}\n', "line 1: contract absent.txt"),
+    ],
+)
+def test_the_scripted_server_refuses_a_bad_labels_file_in_one_line(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    content: str | None,
+    expected: str,
+) -> None:
+    from plandag.jobs.contracts.scripted import main
+
+    labels = tmp_path / "labels.jsonl"
+    if content is not None:
+        labels.write_text(content, encoding="utf-8")
+    with pytest.raises(SystemExit) as stopped:
+        main(["--labels", str(labels), "--port", "0"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"error: --labels {labels}")
+    assert expected in err
+    assert "Traceback" not in err
