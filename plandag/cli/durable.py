@@ -249,8 +249,11 @@ def report(outcome: DurableOutcome, *, as_json: bool, store: Store) -> None:
         store, outcome, lambda: escalation_hooks(common.command_settings({}))
     )
     result = outcome.result
+    offline = _stored_offline(store, outcome.run_id)
     if as_json:
         document = result_document(result, outcome.status, outcome.run_id, store.path)
+        if offline:
+            document["offline"] = True
         if outcome.request is not None:
             document["approval"] = {
                 "version": outcome.request.version,
@@ -290,11 +293,27 @@ def report(outcome: DurableOutcome, *, as_json: bool, store: Store) -> None:
                 common.stderr.print(line, markup=False, highlight=False)
         if outcome.message:
             common.stderr.print(outcome.message, markup=False, highlight=False)
-        common.stderr.print(f"run {outcome.run_id} ({outcome.status}); store {store.path}")
+        common.stderr.print(
+            f"run {outcome.run_id} ({outcome.status}); store {store.path}"
+            + (f"; {OFFLINE_SUMMARY}" if offline else ""),
+            markup=False,
+            highlight=False,
+        )
     if outcome.store_error is not None:
         common.stderr.print(f"[red]error:[/] {escape(outcome.store_error)}")
         raise typer.Exit(1)
     raise typer.Exit(common.EXIT_CODES.get(outcome.status, 1))
+
+
+def _stored_offline(store: Store, run_id: str) -> bool:
+    """Whether stored run ``run_id`` ran with the offline model (its options say so;
+    False when the run is not in the store)."""
+    from plandag.runs.options import ran_offline
+
+    try:
+        return ran_offline(store.run(run_id).options)
+    except InputError:
+        return False
 
 
 def quiet_report(outcome: DurableOutcome, *, as_json: bool, store: Store) -> None:
@@ -515,15 +534,19 @@ def planned_exit_code(result: AgentResult) -> int:
     return common.EXIT_CODES.get(result.status, 1)
 
 
-def report_planned(result: AgentResult, as_json: bool) -> None:
+def report_planned(result: AgentResult, as_json: bool, *, offline: bool = False) -> None:
     """Print what a planned run came to (``plandag run``, a resumed planned run): its
     ``--json`` document, or its diagnostics, table, error, spend, library lines and answer;
-    a run planned by the offline model says so (``"offline": true``, the summary line)."""
+    a run with the offline model (``offline``: its stored options say so, or every model
+    call of the run was the offline model's) says so (``"offline": true``, the summary
+    line)."""
     from plandag.models.offline import OFFLINE_MODEL
     from plandag.planner.prompt import format_diagnostics
 
     calls = len(result.llm_calls)
-    offline = calls > 0 and all(record.model == OFFLINE_MODEL for record in result.llm_calls)
+    offline = offline or (
+        calls > 0 and all(record.model == OFFLINE_MODEL for record in result.llm_calls)
+    )
     if as_json:
         document = scrub_secrets(result.to_json_dict())  # values under secret-named keys too
         if offline:

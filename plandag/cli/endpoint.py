@@ -24,7 +24,7 @@ class Endpoint:
     pointed at; each value left out keeps the run's own.
 
     Attributes:
-        provider: ``anthropic`` or ``openai``, or None.
+        provider: ``anthropic``, ``openai`` or ``offline``, or None.
         model: the planner's model (and the model steps' with ``openai``), or None.
         base_url: the API's base URL, or None.
     """
@@ -106,7 +106,8 @@ class Endpoint:
                 "--provider, --model and --base-url do not apply to it"
             )
         if self.provider is not None and self.provider not in PROVIDERS:
-            fail(f"--provider {self.provider!r}: choose anthropic or openai")
+            accepted = ", ".join(PROVIDERS[:-1]) + f" or {PROVIDERS[-1]}"
+            fail(f"--provider {self.provider!r}: choose {accepted}")
         planner: dict[str, Any] | None = None
         executor: dict[str, Any] | None = None
         if options.planner is not None:

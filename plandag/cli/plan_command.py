@@ -61,7 +61,7 @@ from plandag.planner.planner import Planner, PlanOutcome
 from plandag.planner.prompt import format_diagnostics
 from plandag.scheduler import RunLimits
 
-__all__ = ["plan_document", "plan_result", "register"]
+__all__ = ["OFFLINE_GOAL_MARK", "offline_marked", "plan_document", "plan_result", "register"]
 
 EXIT_FAILED = 1
 
@@ -70,6 +70,23 @@ OFFLINE_PLAN = (
     "offline (offline-extractive): the plan was built from the task's words, not by a model"
 )
 """What the summary line of ``plan --offline`` adds."""
+
+
+OFFLINE_GOAL_MARK = "[offline plan: offline-extractive, not a model's] "
+"""What the goal of a plan written by ``plan --offline`` starts with: the plan file, and
+every run of it (``exec``, ``plandag runs``), says it was made offline."""
+
+
+def offline_marked(outcome: PlanOutcome) -> PlanOutcome:
+    """``outcome`` with its plan's goal starting with :data:`OFFLINE_GOAL_MARK` (the plan
+    schema has no other free field; ``check`` and ``exec`` read the goal as any goal)."""
+    import dataclasses
+
+    goal = outcome.plan.goal
+    if goal.startswith(OFFLINE_GOAL_MARK):
+        return outcome
+    plan = outcome.plan.model_copy(update={"goal": OFFLINE_GOAL_MARK + goal})
+    return dataclasses.replace(outcome, plan=plan)
 
 
 def plan_document(outcome: PlanOutcome) -> dict[str, Any]:
@@ -319,6 +336,8 @@ def register(app: typer.Typer) -> None:
             fail(f"the model's {which} does not compile; nothing was written to {output}")
         except StepError as error:
             fail(f"{provider} {name}: {error}", EXIT_FAILED)
+        if provider == OFFLINE:  # the plan file itself says it was made offline
+            outcome = offline_marked(outcome)
         text = json.dumps(plan_document(outcome), ensure_ascii=False, indent=2) + "\n"
         try:
             output.parent.mkdir(parents=True, exist_ok=True)

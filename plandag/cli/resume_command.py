@@ -108,7 +108,7 @@ def resume_command(
         str | None,
         typer.Option(
             "--provider",
-            metavar="anthropic|openai",
+            metavar="anthropic|openai|offline",
             help="Point the run at another model provider (default: the run's own).",
         ),
     ] = None,
@@ -570,7 +570,7 @@ def _resume_planned(
     if result is None:
         code = exit_code_for_signal(outcome.signal) if outcome.signal is not None else 130
         fail("the run was interrupted before it could report", code)
-    report_planned(result, as_json)
+    report_planned(result, as_json, offline=options.offline)
     if escalated is not None and escalated.message:
         common.stderr.print(escalated.message, markup=False, highlight=False)
     common.stderr.print(f"run {run_id} ({result.status}); store {store.path}")

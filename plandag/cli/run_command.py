@@ -27,7 +27,8 @@ The API key comes from ``ANTHROPIC_API_KEY`` (``--provider anthropic``, the defa
 an error before anything runs (exit 2). ``--offline`` (``--provider offline``) needs none:
 the offline model answers in the process with extracts of the request's own documents
 (:mod:`plandag.testing.offline`), and the output says so (``"offline": true`` with
-``--json``).
+``--json``). An offline run does not use the plan library: its plan is never saved where a
+model's run could be routed to it, and ``--task-type`` is refused (exit 2).
 
 Exit codes as ``exec`` (ARCHITECTURE.md, "States and exit codes"): 0 succeeded; 1 failed or
 gave_up (a model call that failed past its retries, a plan cut at ``max_tokens``, the replan
@@ -135,7 +136,12 @@ from plandag.runs.traces import trace_factory
 from plandag.scheduler import JsonlHeartbeatWriter
 from plandag.scheduler.events import Observer
 
-__all__ = ["register"]
+__all__ = ["OFFLINE_LIBRARY", "register"]
+
+OFFLINE_LIBRARY = (
+    "library: not used offline (an offline plan is never saved where a model's run could reuse it)"
+)
+"""What an offline ``plandag run`` says about the plan library (on stderr)."""
 
 
 def register(app: typer.Typer) -> None:
@@ -260,6 +266,12 @@ def register(app: typer.Typer) -> None:
             except InputError as error:
                 fail(f"--task-type: {error}")
         provider = offline_provider(provider, offline, base_url)
+        if provider == OFFLINE and task_type is not None:
+            fail(
+                "--task-type with --offline: the plan library is not used offline (an "
+                "offline plan is never saved where a model's run could reuse it); drop "
+                "--task-type, or run with a model"
+            )
         routing_model: str | None = settings["executor_model"]  # None: by provider
         mode = approve_mode(settings["approve"])
         replan_below = fraction_setting(settings, "total_replan_below")
@@ -357,7 +369,8 @@ def register(app: typer.Typer) -> None:
             total_replan_below=replan_below,
             instructions=instruction_reader,
             tool_durations=run_store.tool_durations(registry.tools),
-            library=PlanLibrary(run_store),
+            # an offline plan never enters the library a model's runs are routed to
+            library=None if provider == OFFLINE else PlanLibrary(run_store),
             executor_model=routing_model,
             on_alert=hooks,
             models=ModelAccess(client, executor, registry=registry),
@@ -418,7 +431,9 @@ def register(app: typer.Typer) -> None:
         if outcome.result is None:
             code = exit_code_for_signal(outcome.signal) if outcome.signal is not None else 130
             fail("the run was interrupted before it could report", code)
-        report_planned(outcome.result, as_json)
+        report_planned(outcome.result, as_json, offline=provider == OFFLINE)
+        if provider == OFFLINE and not as_json:
+            stderr.print(OFFLINE_LIBRARY, markup=False, highlight=False)
         if escalated is not None and escalated.message:
             stderr.print(escalated.message, markup=False, highlight=False)
         if outcome.result.status == "awaiting_approval" and outcome.result.approval is not None:

@@ -14,8 +14,10 @@ from rich.text import Text
 
 from plandag.cli import common
 from plandag.cli.durable import open_cli_store
+from plandag.cli.models_options import OFFLINE_SUMMARY
 from plandag.cli.options import StoreOption
 from plandag.runs.listing import inbox_items, run_document, shown_goal, shown_status
+from plandag.runs.options import ran_offline
 
 __all__ = ["inbox_command", "register", "runs_command"]
 
@@ -46,7 +48,7 @@ def runs_command(
         table.add_row(
             Text(row.run_id),
             Text(shown_status(row, reasons.get(row.run_id))),
-            Text(row.command),
+            Text(row.command + (" (offline)" if ran_offline(row.options) else "")),
             Text(_when(row.created)),
             Text(shown_goal(row.goal)[:60]),
         )
@@ -83,6 +85,8 @@ def inbox_command(
             highlight=False,
         )
         out.print(f"  goal: {item['goal'] or '-'}", markup=False, highlight=False)
+        if item.get("offline"):
+            out.print(f"  {OFFLINE_SUMMARY}", markup=False, highlight=False)
         if item["detail"]:
             out.print(f"  why: {item['detail']}", markup=False, highlight=False)
         out.print(

@@ -83,9 +83,30 @@ def _load(run: str | None, trace_file: Path | None, store: Path | None, flag: st
             return load_trace(trace_file)
         if run is None:
             fail(f"give a RUN_ID or {flag} FILE")
-        return load_trace(resolve_trace_path(run, store))
+        trace = load_trace(resolve_trace_path(run, store))
     except InputError as error:
         fail(str(error))
+    if not trace.offline and not (run.endswith(".jsonl") and Path(run).is_file()):
+        trace.offline = _stored_offline(trace.run_id, store)
+    return trace
+
+
+def _stored_offline(run_id: str, store: Path | None) -> bool:
+    """Whether run ``run_id``'s stored options say its model answers were the offline
+    model's (its model steps' calls are not in the trace); False when it is not stored."""
+    from plandag.runs.options import ran_offline
+    from plandag.store import open_store
+
+    try:
+        opened = open_store(store)
+    except InputError:
+        return False
+    try:
+        return ran_offline(opened.run(run_id).options)
+    except InputError:
+        return False
+    finally:
+        opened.close()
 
 
 def trace_command(

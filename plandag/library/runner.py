@@ -20,7 +20,9 @@ library:
 3. **save** (:func:`admission`): a plan is admitted only when its run succeeded, it was
    approved (a person, or ``--approve auto`` for writes) or is read-only, and no model that
    had read outside content wrote any of its steps; otherwise it is saved ``pending``, for a
-   person (``plandag library approve``). A reused plan that ran unchanged is not saved again.
+   person (``plandag library approve``). A reused plan that ran unchanged is not saved again,
+   nor is a plan of the offline model (:mod:`plandag.models.offline`): a model's run is
+   never routed to a plan no model made.
 4. **record** the run (:class:`~plandag.library.catalog.TaskRun`), with a ``library`` event
    in the run store (task type, version reused, steps written after reading outside
    content) that :func:`plandag.library.stored.finish_stored_run` reads when the run is
@@ -51,6 +53,7 @@ from plandag.library.routing import (
     routing_prompt,
     routing_schema,
 )
+from plandag.models.offline import OFFLINE_PROVIDER
 from plandag.planner.alerts import report_alerts
 
 if TYPE_CHECKING:
@@ -439,6 +442,9 @@ async def run_task(
     replanned = len(result.plan_versions) > 1 or bool(result.amendments or result.revisions)
     if task_type is None:
         not_saved = "the run has no task type (give one to keep its plan in the library)"
+    elif agent.client.provider == OFFLINE_PROVIDER:
+        # a model's run routed to it would run a plan no model made
+        not_saved = "the offline model made this plan, not a model: it is not kept"
     elif entry is None or replanned:
         decided = admission(result, agent, given)
         if decided.plan is None or decided.status is None:

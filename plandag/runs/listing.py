@@ -11,6 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from plandag.errors import InputError
+from plandag.runs.options import ran_offline
 
 if TYPE_CHECKING:
     from plandag.store import Store
@@ -67,7 +68,7 @@ def shown_status(row: Any, escalation: str | None = None) -> str:
 
 def run_document(row: Any, escalation: str | None) -> dict[str, Any]:
     """One run as ``plandag runs --json`` lists it (``escalation``: the reason of its open
-    case, or None)."""
+    case, or None; ``offline``: its model answers are the offline model's extracts)."""
     return {
         "run_id": row.run_id,
         "status": row.status,
@@ -85,6 +86,7 @@ def run_document(row: Any, escalation: str | None) -> dict[str, Any]:
         "expires_at": row.expires_at,
         "escalation": escalation if row.status == "escalated" else None,
         "detail": row.detail if row.status in ("escalated", "abandoned") else None,
+        "offline": ran_offline(row.options),
     }
 
 
@@ -92,11 +94,17 @@ def inbox_items(store: Store) -> list[dict[str, Any]]:
     """The open escalations and the crashed runs of ``store``, oldest first, as ``plandag
     inbox --json`` lists them: ``run_id``, ``reason`` (``crashed`` for a crashed run),
     ``detail``, ``time``, ``goal``, ``command``, ``spend`` (``usd``, ``tokens``),
-    ``plan_hash`` and ``actions`` (the commands that close it: ``resume``, ``approve``,
-    ``abandon``, each None where it does not apply)."""
+    ``plan_hash``, ``actions`` (the commands that close it: ``resume``, ``approve``,
+    ``abandon``, each None where it does not apply) and ``offline`` (its model answers
+    are the offline model's extracts: :func:`plandag.runs.options.ran_offline`)."""
     items = [_escalated_item(case) for case in store.escalations()]
     items += [_crashed_item(store, row) for row in store.crashed_runs()]
     items.sort(key=lambda item: item["time"])
+    for item in items:
+        try:
+            item["offline"] = ran_offline(store.run(item["run_id"]).options)
+        except InputError:  # deleted since (plandag gc)
+            item["offline"] = False
     return items
 
 

@@ -31,11 +31,32 @@ __all__ = [
     "TraceFactory",
     "changed_mcp_tools",
     "mcp_fields",
+    "ran_offline",
 ]
 
 
 RESUMABLE = frozenset({"running", "interrupted", "timed_out", "budget_exceeded"})
 """Run states ``plandag resume`` continues (``running``: the process died)."""
+
+
+def ran_offline(options: Mapping[str, Any] | None) -> bool:
+    """Whether a run's model answers are the offline model's extracts, not a model's.
+
+    Args:
+        options: the run's stored options (``run.options``, :meth:`RunOptions.as_json`),
+            or None.
+
+    Returns:
+        True when its planner or the model of its ``llm`` and ``agent`` steps is the
+        offline provider (:data:`plandag.models.offline.OFFLINE_PROVIDER`).
+    """
+    from plandag.models.offline import OFFLINE_PROVIDER
+
+    if not options:
+        return False
+    planner = options.get("planner") or {}
+    executor = options.get("executor") or {}
+    return OFFLINE_PROVIDER in (planner.get("provider"), executor.get("provider"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +149,12 @@ class RunOptions:
         values["mcp"] = tuple(values.get("mcp") or ())
         values["mcp_tools"] = dict(values.get("mcp_tools") or {})
         return cls(**values)
+
+    @property
+    def offline(self) -> bool:
+        """Whether the run's model answers are the offline model's extracts
+        (:func:`ran_offline`)."""
+        return ran_offline(self.as_json())
 
     @property
     def executor_model(self) -> str | None:

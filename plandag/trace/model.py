@@ -435,6 +435,9 @@ class Trace:
         dependencies_down: the tools and HTTP hosts the circuit breaker took out of the run
             (``{"kind", "name", "step_ids", "detail", "time"}``), in order.
         notes: what the reader skipped or guessed (a cut last line...).
+        offline: the run's model answers are the offline model's extracts, not a model's
+            (:mod:`plandag.models.offline`): one of its model calls is of provider
+            ``offline``, or its stored options say so (``plandag trace`` reads them).
     """
 
     run_id: str
@@ -451,6 +454,7 @@ class Trace:
     heartbeats: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     stalls: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
+    offline: bool = False
 
     @property
     def status(self) -> str:

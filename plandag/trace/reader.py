@@ -452,6 +452,7 @@ class _Builder:
             trace.notes.append(
                 f"segment {last} has no run_finished: the run crashed or is still running"
             )
+        trace.offline = any(call.provider == "offline" for call in trace.llm_calls)
         return trace
 
 

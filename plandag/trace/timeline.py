@@ -232,6 +232,14 @@ def render_timeline(trace: Trace, console: Console, width: int | None = None) ->
     if len(trace.segments) > 1:
         header.append(f"  {len(trace.segments)} segments")
     console.print(header, soft_wrap=True)
+    if trace.offline:
+        console.print(
+            Text(
+                "offline (offline-extractive): the model answers are extracts, not a model's",
+                style="yellow",
+            ),
+            soft_wrap=True,
+        )
     warning = over_reservation_warning(trace.usage_over_reservation)
     if warning is not None:
         console.print(Text(warning, style="yellow"), soft_wrap=True)

@@ -537,7 +537,7 @@ def test_resume_endpoint_options_are_checked(server: MessagesServer, tools: Path
     run_id = run_id_of(escalate_by_caps(server, tools, "--json"))
     bad = plandag("resume", run_id, "--instruction", INSTRUCTION, "--provider", "mistral")
     assert bad.exit_code == 2
-    assert "--provider 'mistral': choose anthropic or openai" in bad.stderr
+    assert "--provider 'mistral': choose anthropic, openai or offline" in bad.stderr
     no_model = plandag("resume", run_id, "--instruction", INSTRUCTION, "--provider", "openai")
     assert no_model.exit_code == 2
     assert "--model is required with --provider openai" in no_model.stderr
