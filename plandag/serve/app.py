@@ -53,6 +53,7 @@ from starlette.staticfiles import StaticFiles
 
 from plandag.conversation import Conversation, PlanModeError
 from plandag.errors import InputError
+from plandag.runs.options import ran_offline
 from plandag.serve.console import Console, ConsoleConfig, ConsoleError
 from plandag.serve.runs import TRACE_SVG_CSS, run_rows, run_view
 from plandag.serve.security import (
@@ -86,6 +87,8 @@ def _environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
     )
     environment.filters["when"] = _when
+    # `row is offline`: the run's model answers are the offline model's extracts
+    environment.tests["offline"] = lambda row: ran_offline(row.options)
     return environment
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import networkx as nx
 
+from plandag.runs.options import ran_offline
 from plandag.store import RunRow, Store
 from plandag.trace.html import PAGE_CSS
 
@@ -52,8 +53,9 @@ def progress(store: Store, row: RunRow) -> tuple[int, int]:
 def run_rows(store: Store, limit: int = 100) -> list[dict[str, Any]]:
     """The newest ``limit`` runs as the runs list shows them: ``run_id``, ``status`` (the
     run's :attr:`~plandag.store.RunRow.state`: ``crashed`` for a run whose process died),
-    ``command``, ``goal``, ``created`` (seconds since the epoch), ``done`` and ``total``
-    steps (for an ``extract`` batch: documents recorded, and its inputs), ``spent_usd``,
+    ``command``, ``offline`` (its model answers are the offline model's extracts:
+    :func:`plandag.runs.options.ran_offline`), ``goal``, ``created`` (seconds since the
+    epoch), ``done`` and ``total`` steps (for an ``extract`` batch: documents recorded, and its inputs), ``spent_usd``,
     ``spent_tokens``."""
     rows = []
     for row in store.runs(limit):
@@ -63,6 +65,7 @@ def run_rows(store: Store, limit: int = 100) -> list[dict[str, Any]]:
                 "run_id": row.run_id,
                 "status": row.state,
                 "command": row.command,
+                "offline": ran_offline(row.options),
                 "goal": row.goal or "",
                 "created": row.created,
                 "done": done,
