@@ -57,6 +57,7 @@ from plandag.cli.options import (
 )
 from plandag.cli.signals import Interruptible, exit_code_for_signal
 from plandag.errors import InputError
+from plandag.models.offline import OFFLINE_PROVIDER
 from plandag.runs.traces import trace_factory
 
 __all__ = ["extract_contracts_command", "model_options", "register"]
@@ -317,7 +318,13 @@ def extract_contracts_command(
             command="extract",
             goal=goal,
             params=batch_params,
-            options={"jobs": settings["jobs"], "resume": resume, "redact": redact},
+            # the provider, so that listings say a batch ran offline
+            options={
+                "jobs": settings["jobs"],
+                "resume": resume,
+                "redact": redact,
+                "provider": provider,
+            },
         )
         writers.append(trace_factory(run_store, redact)(batch_id, 0))
         writers[0].run_started("extract", goal, batch_params)
@@ -424,15 +431,27 @@ def extract_contracts_command(
         )
         raise typer.Exit(code)
     monitor.close("interrupted" if outcome.signal is not None else "finished")
+    offline = provider == OFFLINE_PROVIDER
     if as_json:
         document = summary.to_json_dict()
         document["spent_usd"], document["spent_tokens"] = budget.spent_usd, budget.spent_tokens
+        if offline:
+            document["offline"] = True
         sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
     else:
         stdout.print(
             render_summary(summary, spent_tokens=budget.spent_tokens, spent_usd=budget.spent_usd)
         )
-        stdout.print(f"records written to {display_name(output)}")
+        stdout.print(
+            f"records written to {display_name(output)}"
+            + (
+                f"; offline ({OFFLINE_MODEL}): the values are extracts, not a model's"
+                if offline
+                else ""
+            ),
+            markup=False,
+            highlight=False,
+        )
     if summary.failure is not None:
         stderr.print(f"every model call failed: {summary.failure}", markup=False)
     if outcome.signal is not None:

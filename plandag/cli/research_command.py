@@ -49,6 +49,7 @@ from plandag.cli.common import (
     stdout,
 )
 from plandag.cli.models_options import (
+    OFFLINE_SUMMARY,
     BaseUrlOption,
     OfflineOption,
     PlannerModelOption,
@@ -444,7 +445,8 @@ def _run(
         f"{status}: run {run_id}, {len(report.record['subquestions'])} subquestion(s), "
         f"{len(report.record['replans'])} replan(s), {report.record['spend']['total_tokens']:,} "
         f"tokens, ${report.record['spend']['total_usd']:.4f}"
-        + (f"; no answer came through: {failure}" if failure else ""),
+        + (f"; no answer came through: {failure}" if failure else "")
+        + (f"; {OFFLINE_SUMMARY}" if report.record.get("offline") else ""),
         markup=False,
         highlight=False,
     )

@@ -47,8 +47,9 @@ def ran_offline(options: Mapping[str, Any] | None) -> bool:
             or None.
 
     Returns:
-        True when its planner or the model of its ``llm`` and ``agent`` steps is the
-        offline provider (:data:`plandag.models.offline.OFFLINE_PROVIDER`).
+        True when its planner, the model of its ``llm`` and ``agent`` steps, or its
+        ``provider`` (an ``extract contracts`` batch's) is the offline provider
+        (:data:`plandag.models.offline.OFFLINE_PROVIDER`).
     """
     from plandag.models.offline import OFFLINE_PROVIDER
 
@@ -56,7 +57,8 @@ def ran_offline(options: Mapping[str, Any] | None) -> bool:
         return False
     planner = options.get("planner") or {}
     executor = options.get("executor") or {}
-    return OFFLINE_PROVIDER in (planner.get("provider"), executor.get("provider"))
+    providers = (planner.get("provider"), executor.get("provider"), options.get("provider"))
+    return OFFLINE_PROVIDER in providers
 
 
 @dataclasses.dataclass(frozen=True)

@@ -55,8 +55,8 @@ def run_rows(store: Store, limit: int = 100) -> list[dict[str, Any]]:
     run's :attr:`~plandag.store.RunRow.state`: ``crashed`` for a run whose process died),
     ``command``, ``offline`` (its model answers are the offline model's extracts:
     :func:`plandag.runs.options.ran_offline`), ``goal``, ``created`` (seconds since the
-    epoch), ``done`` and ``total`` steps (for an ``extract`` batch: documents recorded, and its inputs), ``spent_usd``,
-    ``spent_tokens``."""
+    epoch), ``done`` and ``total`` steps (for an ``extract`` batch: documents recorded,
+    and its inputs), ``spent_usd``, ``spent_tokens``."""
     rows = []
     for row in store.runs(limit):
         done, total = progress(store, row)

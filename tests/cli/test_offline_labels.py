@@ -257,3 +257,48 @@ def test_ran_offline_reads_the_planner_or_the_model_steps() -> None:
     assert not ran_offline({"planner": {"provider": "anthropic"}, "executor": None})
     assert not ran_offline({})
     assert not ran_offline(None)
+
+
+BEES = {
+    "winter.md": "Honey bees survive the winter in a cluster. They eat the honey they stored.\n",
+    "keeping.md": "A beekeeper should leave enough honey in the hive for the bees to eat.\n",
+}
+
+
+def test_research_offline_says_so_in_its_summary_json_and_runs(tmp_path: Path) -> None:
+    corpus = tmp_path / "bees"
+    corpus.mkdir()
+    for name, text in BEES.items():
+        (corpus / name).write_text(text)
+    common = ("--corpus", str(corpus), "--index", str(tmp_path / "index.sqlite3"), "--offline")
+    question = "How do honey bees survive the winter?"
+    shown = invoke("research", question, *common, "--output", "out/a.md")
+    assert shown.exit_code == 0, shown.output
+    (summary,) = [line for line in shown.stderr.splitlines() if line.startswith("succeeded:")]
+    assert LABEL in summary
+    as_json = invoke("research", question, *common, "--output", "out/b.md", "--json")
+    assert as_json.exit_code == 0, as_json.output
+    assert json.loads(as_json.stdout)["offline"] is True
+    assert json.loads((tmp_path / "out" / "b.json").read_text())["offline"] is True
+    rows = json.loads(invoke("runs", "--json").stdout)
+    assert [row["offline"] for row in rows] == [True, True]
+
+
+LEASE = (
+    "This Lease is made January 15, 2024 between Northwind Rentals Ltd. and Harbor Bakery "
+    "LLC. The laws of the State of Oregon govern this Agreement.\n"
+)
+
+
+def test_extract_contracts_offline_says_so_in_its_summary_json_and_runs(tmp_path: Path) -> None:
+    (tmp_path / "lease.txt").write_text(LEASE)
+    shown = invoke("extract", "contracts", "lease.txt", "--offline", "-o", "a.jsonl")
+    assert shown.exit_code == 0, shown.output
+    assert "records written to a.jsonl; offline (offline-extractive)" in shown.stdout
+    as_json = invoke("extract", "contracts", "lease.txt", "--offline", "-o", "b.jsonl", "--json")
+    assert as_json.exit_code == 0, as_json.output
+    assert json.loads(as_json.stdout)["offline"] is True
+    (record,) = [json.loads(line) for line in (tmp_path / "b.jsonl").read_text().splitlines()]
+    assert record["offline"] is True
+    rows = json.loads(invoke("runs", "--json").stdout)
+    assert [row["offline"] for row in rows] == [True, True]
