@@ -32,7 +32,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from plandag.trace.model import ActiveTime, Trace
+from plandag.trace.model import OFFLINE_LINE, ActiveTime, Trace
 from plandag.trace.timeline import attempt_hulls, format_seconds, usage_text
 
 __all__ = [
@@ -463,6 +463,8 @@ def render_html(trace: Trace) -> str:
         f"<span>{len(trace.steps)} step(s)</span>",
         f"<span>{len(trace.segments)} segment(s)</span></p>",
     ]
+    if trace.offline:
+        parts.append(f'<p class="note offline">{_e(OFFLINE_LINE)}</p>')
     if critical:
         parts.append(f"<p>critical path: {_e(' → '.join(map(str, critical)))}</p>")
     parts.extend(f'<p class="note">note: {_e(note)}</p>' for note in trace.notes)

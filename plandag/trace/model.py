@@ -31,6 +31,7 @@ import networkx as nx
 from plandag.dag.graph import critical_path
 
 __all__ = [
+    "OFFLINE_LINE",
     "ActivePeriod",
     "ActiveTime",
     "ApprovalSpan",
@@ -206,6 +207,11 @@ class CompileSpan:
     diagnostics: list[dict[str, Any]]
     start: float
     end: float
+
+
+OFFLINE_LINE = "offline (offline-extractive): the model answers are extracts, not a model's"
+"""What the timeline and the HTML page of a run with the offline model say
+(:attr:`Trace.offline`)."""
 
 
 @dataclasses.dataclass(slots=True)

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.text import Text
 
 from plandag.brakes.budget import over_reservation_warning
-from plandag.trace.model import ActiveTime, Trace
+from plandag.trace.model import OFFLINE_LINE, ActiveTime, Trace
 
 __all__ = ["STATUS_STYLES", "attempt_hulls", "format_seconds", "render_timeline", "usage_text"]
 
@@ -233,13 +233,7 @@ def render_timeline(trace: Trace, console: Console, width: int | None = None) ->
         header.append(f"  {len(trace.segments)} segments")
     console.print(header, soft_wrap=True)
     if trace.offline:
-        console.print(
-            Text(
-                "offline (offline-extractive): the model answers are extracts, not a model's",
-                style="yellow",
-            ),
-            soft_wrap=True,
-        )
+        console.print(Text(OFFLINE_LINE, style="yellow"), soft_wrap=True)
     warning = over_reservation_warning(trace.usage_over_reservation)
     if warning is not None:
         console.print(Text(warning, style="yellow"), soft_wrap=True)

@@ -104,6 +104,9 @@ def test_runs_trace_and_the_stored_options_say_an_exec_ran_offline(tmp_path: Pat
     shown = invoke("trace", run_id)
     assert shown.exit_code == 0, shown.output
     assert LABEL in shown.stdout
+    page = invoke("trace", run_id, "--html", "trace.html")
+    assert page.exit_code == 0, page.output
+    assert LABEL in (tmp_path / "trace.html").read_text()
 
 
 def test_a_model_run_is_not_labelled_offline(server: MessagesServer) -> None:
