@@ -143,12 +143,13 @@ def test_the_brakes_hold_the_offline_model_too() -> None:
     assert "would take the run past its cap of 2000 tokens" in result.stderr  # type: ignore[attr-defined]
 
 
-def test_the_plan_librarys_routing_is_never_guessed_offline() -> None:
+def test_an_offline_run_is_never_routed_to_another_offline_runs_plan() -> None:
     first = invoke("run", "Count the words of notes.txt", "--offline", "--tools", str(TEXT_TOOLS))
     assert first.exit_code == 0, first.output  # type: ignore[attr-defined]
     other = invoke(
         "run", "Make the words of notes.txt upper case", "--offline", "--tools", str(TEXT_TOOLS)
     )
     assert other.exit_code == 0, other.output  # type: ignore[attr-defined]
-    assert "library: saved offline_make_words_notes_txt" in other.stderr  # type: ignore[attr-defined]
-    assert "routed to" not in other.stderr  # type: ignore[attr-defined]
+    assert "library: not used offline" in other.stderr  # type: ignore[attr-defined]
+    assert "library: routed to" not in other.stderr  # type: ignore[attr-defined]
+    assert "library: saved" not in other.stderr  # type: ignore[attr-defined]

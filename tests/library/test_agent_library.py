@@ -534,3 +534,33 @@ def test_the_routing_schema_types_each_entrys_params_and_the_answer_is_read_type
             ),
             [entry],
         )
+
+
+@pytest.mark.anyio
+async def test_an_offline_models_plan_is_never_kept(store: Store, tmp_path: Path) -> None:
+    from plandag.executors import ModelAccess
+    from plandag.testing.offline import offline_client
+    from plandag.tools.registry import default_registry
+
+    (tmp_path / "notes.txt").write_text("Bees make honey in summer.\n")
+    tools = default_registry()
+    client = offline_client(tools)
+    agent = Agent(
+        client,
+        "offline-extractive",
+        tools,
+        limits=RunLimits(max_seconds=60, heartbeat_every=None),
+        write_boundary=[tmp_path],
+        read_only=True,
+        library=PlanLibrary(store),
+        models=ModelAccess(client, "offline-extractive", registry=tools),
+    )
+    try:
+        result = await agent.run(f"Summarise {tmp_path / 'notes.txt'}", task_type="summary")
+    finally:
+        await client.aclose()
+    assert result.status == "succeeded", result
+    assert result.library is not None
+    assert result.library.saved is None
+    assert "offline model made this plan" in (result.library.not_saved or "")
+    assert PlanLibrary(store).task_types() == []
