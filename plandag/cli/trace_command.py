@@ -61,20 +61,29 @@ def resolve_trace_path(run: str, store: Path | None) -> Path:
     Raises:
         InputError: no such run in the store, or the run has no trace file.
     """
+    return _resolve(run, store)[0]
+
+
+def _resolve(run: str, store: Path | None) -> tuple[Path, bool]:
+    """:func:`resolve_trace_path` and whether the run's stored options say its model
+    answers were the offline model's (False for a trace file given by path): the model
+    calls of its ``llm`` and ``agent`` steps are not in the trace."""
     candidate = Path(run)
     if run.endswith(".jsonl") and candidate.is_file():
-        return candidate
+        return candidate, False
+    from plandag.runs.options import ran_offline
     from plandag.store import open_store
 
     opened = open_store(store)
     try:
         run_id = opened.resolve_run_id(run)
         path = Path(opened.trace_path(run_id))
+        offline = ran_offline(opened.run(run_id).options)
     finally:
         opened.close()
     if not path.is_file():
         raise InputError(f"run {run_id} has no trace (expected {path})")
-    return path
+    return path, offline
 
 
 def _load(run: str | None, trace_file: Path | None, store: Path | None, flag: str) -> Trace:
@@ -83,30 +92,12 @@ def _load(run: str | None, trace_file: Path | None, store: Path | None, flag: st
             return load_trace(trace_file)
         if run is None:
             fail(f"give a RUN_ID or {flag} FILE")
-        trace = load_trace(resolve_trace_path(run, store))
+        path, offline = _resolve(run, store)
+        trace = load_trace(path)
     except InputError as error:
         fail(str(error))
-    if not trace.offline and not (run.endswith(".jsonl") and Path(run).is_file()):
-        trace.offline = _stored_offline(trace.run_id, store)
+    trace.offline = trace.offline or offline
     return trace
-
-
-def _stored_offline(run_id: str, store: Path | None) -> bool:
-    """Whether run ``run_id``'s stored options say its model answers were the offline
-    model's (its model steps' calls are not in the trace); False when it is not stored."""
-    from plandag.runs.options import ran_offline
-    from plandag.store import open_store
-
-    try:
-        opened = open_store(store)
-    except InputError:
-        return False
-    try:
-        return ran_offline(opened.run(run_id).options)
-    except InputError:
-        return False
-    finally:
-        opened.close()
 
 
 def trace_command(

@@ -29,7 +29,8 @@ def invoke(*args: str) -> Any:
 
 
 class FakeStore:
-    """What the trace commands need of the run store: resolve_run_id and trace_path."""
+    """What the trace commands need of the run store: resolve_run_id, trace_path and run
+    (its options)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -42,6 +43,9 @@ class FakeStore:
 
     def trace_path(self, run_id: str) -> Path:
         return self.root / "traces" / f"{run_id}.jsonl"
+
+    def run(self, run_id: str) -> Any:
+        return types.SimpleNamespace(run_id=run_id, options={})
 
     def close(self) -> None:
         pass
