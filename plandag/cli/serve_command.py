@@ -212,6 +212,7 @@ def register(app: typer.Typer) -> None:
             boundary_specs=tuple(write_boundary) if write_boundary else None,
             card_chars=card_chars,
             on_close=client.aclose if client is not None else None,
+            offline=provider == OFFLINE,
         )
         reason = check_can_listen(host, port)
         if reason is not None:

@@ -49,12 +49,14 @@ def ran_offline(options: Mapping[str, Any] | None) -> bool:
     Returns:
         True when its planner, the model of its ``llm`` and ``agent`` steps, or its
         ``provider`` (an ``extract contracts`` batch's) is the offline provider
-        (:data:`plandag.models.offline.OFFLINE_PROVIDER`).
+        (:data:`plandag.models.offline.OFFLINE_PROVIDER`), or it says ``planned_offline``.
     """
     from plandag.models.offline import OFFLINE_PROVIDER
 
     if not options:
         return False
+    if options.get("planned_offline"):
+        return True
     planner = options.get("planner") or {}
     executor = options.get("executor") or {}
     providers = (planner.get("provider"), executor.get("provider"), options.get("provider"))
@@ -96,6 +98,8 @@ class RunOptions:
             HTTP tools; every later segment builds its registry without them too.
         mcp: the MCP servers the run started (:meth:`plandag.config.McpServerSpec.as_json`,
             each with its name): each segment starts them again.
+        planned_offline: the offline model planned the run though no planner is stored
+            with it (a console run of ``plandag serve --offline``): :func:`ran_offline`.
         mcp_tools: the definition hash of each of their tools when the run started
             (:attr:`plandag.tools.base.Tool.schema_sha256`), by tool name: resume and
             approve refuse to run a plan whose MCP tool changed since
@@ -121,6 +125,7 @@ class RunOptions:
     withheld_tools: tuple[str, ...] = ()
     mcp: tuple[Mapping[str, Any], ...] = ()
     mcp_tools: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    planned_offline: bool = False
 
     def as_json(self) -> dict[str, Any]:
         """The options as stored (``run.options``): a ``base_url`` of ``planner`` or

@@ -133,6 +133,8 @@ class ConsoleConfig:
             with ``-m plandag``).
         on_close: awaited when the console stops, on its event loop (say, the model
             client's ``aclose``), or None.
+        offline: the planner is the offline model (``serve --offline``): every run is
+            stored as planned offline, and its pages say so.
     """
 
     store_path: Path
@@ -147,6 +149,7 @@ class ConsoleConfig:
     stream_s: float = 300.0
     clock: Callable[[], float] = time.time
     spawn: Spawn = spawn_process
+    offline: bool = False
     plandag_command: tuple[str, ...] = (sys.executable, "-m", "plandag")
     on_close: Callable[[], Awaitable[None]] | None = None
 
@@ -565,6 +568,7 @@ class Console:
             base=str(self.config.base),
             write_boundary=self.config.boundary_specs,
             approve="ask" if who is not None else "never",
+            planned_offline=self.config.offline,
             **mcp_fields(self.config.registry),
         )
 

@@ -4,6 +4,7 @@ and the inbox."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from starlette.testclient import TestClient
@@ -50,3 +51,24 @@ def test_the_console_labels_an_offline_run(tmp_path: Path) -> None:
     assert LABEL in offline_page
     assert LABEL not in model_page
     assert inbox.count(LABEL) == 1
+
+
+def test_a_run_the_offline_model_planned_in_the_console_says_so(tmp_path: Path) -> None:
+    from plandag.checks.builtins import BUILTIN_CHECKS
+    from plandag.tools.registry import Registry
+    from tests.serve.test_console_http import card_hash, eventually, start
+    from tests.serve.test_console_run_page import PLAN, priced
+
+    registry = Registry([priced], BUILTIN_CHECKS)
+    config = make_config(tmp_path, ScriptedPlanner(PLAN), registry=registry, offline=True)
+    app = create_app(config, TOKEN)
+    with TestClient(app, base_url=BASE) as client:
+        csrf = signed_in(client)
+        path = start(client, csrf)
+        digest = card_hash(eventually(client, path, lambda text: 'id="card"' in text))
+        client.post(f"{path}/decide", data={"csrf": csrf, "hash": digest, "action": "approve"})
+        page = eventually(client, path, lambda text: "</a> failed" in text)
+        run_id = re.findall(r'href="/runs/([0-9a-f]{16})"', page)[0]
+        assert LABEL in client.get(f"/runs/{run_id}").text
+    with open_store(tmp_path / "runs.sqlite3") as store:
+        assert RunOptions.from_json(store.run(run_id).options).offline

@@ -211,3 +211,4 @@ def test_offline_it_plans_with_the_offline_model_and_says_so(
     assert "offline: no model is called" in result.stderr
     assert "warning: no ANTHROPIC_API_KEY" not in result.stderr
     assert started[0]["app"].state.console.config.planner is not None
+    assert started[0]["app"].state.console.config.offline  # its runs are stored as offline
