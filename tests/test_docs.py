@@ -356,3 +356,24 @@ def test_the_site_builds_with_strict(tmp_path: Path) -> None:
     api = (tmp_path / "site" / "reference" / "api" / "index.html").read_text(encoding="utf-8")
     assert "compile_plan" in api
     assert "run_plan_sync" in api
+
+
+def test_the_scripted_servers_of_the_examples_leave_the_console_port_free() -> None:
+    from plandag.serve import DEFAULT_PORT
+
+    texts = [("README.md", README), *PAGES.items()]
+    started = [
+        (where, module, int(port))
+        for where, text in texts
+        for module, port in re.findall(r"python -m (plandag[\w.]*) [^\n`]*--port (\d+)", text)
+    ]
+    assert {module for _, module, _ in started} >= {
+        "plandag.jobs.research.scripted",
+        "plandag.jobs.contracts.scripted",
+    }
+    for where, module, port in started:
+        assert port != DEFAULT_PORT, (where, module)  # `plandag serve` would find it taken
+    for where, block in everywhere("bash"):
+        ports = set(re.findall(r"--port (\d+) &", block))
+        for url_port in re.findall(r"--base-url http://127\.0\.0\.1:(\d+)", block):
+            assert url_port in ports, (where, url_port)

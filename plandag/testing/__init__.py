@@ -23,7 +23,7 @@ server: :class:`PerfectContractsModel` (the labelled clauses, values read from t
 passages) and :class:`AdversarialContractsModel` (a set share of those answers altered:
 changed values, fabricated quotes, one- or two-word quotes, shifted windows and offsets).
 
-From a shell: ``python -m plandag.testing --port 8765 --script replies.jsonl``.
+From a shell: ``python -m plandag.testing --port 8767 --script replies.jsonl``.
 """
 
 from plandag.testing.contracts import ALTERATION_KINDS as ALTERATION_KINDS

@@ -3,7 +3,7 @@ openai``, the OpenAI-compatible chat completions server) until interrupted.
 
 Usage::
 
-    python -m plandag.testing [--port 8765] --script replies.jsonl [--ttft 0.5]
+    python -m plandag.testing [--port 8767] --script replies.jsonl [--ttft 0.5]
         [--tokens-per-second 80] [--default-text TEXT] [--exit-after SECONDS]
         [--protocol messages|openai] [--schema-follower SEED]
 
