@@ -7,6 +7,7 @@ measures what it claims (the random DAGs: parents among the previous 12 steps,
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
 import math
@@ -25,6 +26,8 @@ from benchmarks.extract_bench import DEFAULT_DATA_DIR, measure_extract, valid_in
 from benchmarks.plain_lxml_nfe import extract_file
 from benchmarks.run import Row, render
 from benchmarks.scheduler_bench import measure_brakes, measure_dispatch, measure_makespan
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 needs_data = pytest.mark.skipif(
     not (DEFAULT_DATA_DIR / "SOURCES.md").is_file(), reason="shared NF-e data not found"
@@ -211,6 +214,73 @@ def test_budget_overshoot_runs_at_a_tiny_size(capsys: pytest.CaptureFixture[str]
 
 
 # -- every script, tiny --------------------------------------------------------------------
+
+
+#: Each file of ``benchmarks/`` and the test that runs it at a tiny size (for a helper
+#: module: a test that runs a script importing it).
+SMOKED = {
+    "bare_anyio.py": "test_measure_dispatch_runs",
+    "budget_overshoot.py": "test_budget_overshoot_runs_at_a_tiny_size",
+    "compile_hostile.py": "test_compile_hostile_runs_at_a_tiny_size",
+    "conftest.py": "test_the_pytest_benchmark_suites_run_once",
+    "contracts_cpu.py": "test_contracts_cpu_runs_at_a_tiny_size",
+    "contracts_grounding.py": "test_contracts_grounding_runs_at_a_tiny_size",
+    "contracts_hostile.py": "test_contracts_hostile_runs_at_a_tiny_size",
+    "contracts_tokens.py": "test_contracts_tokens_runs_at_a_tiny_size",
+    "cpu_bench.py": "test_cpu_bench_runs_at_a_tiny_size",
+    "cuad_reference.py": "test_contracts_grounding_runs_at_a_tiny_size",
+    "dags.py": "test_chain_and_wide_shapes",
+    "extract_bench.py": "test_measure_extract_runs_on_two_documents",
+    "generate_nfe.py": "test_generate_50_gives_distinct_keys_with_their_sources_statuses",
+    "langgraph_bench.py": "test_run_py_tiny_prints_every_row",
+    "library_reuse.py": "test_library_reuse_runs_fast_and_every_run_succeeds",
+    "nfe_scheduler_overhead.py": "test_nfe_scheduler_overhead_runs_at_a_tiny_size",
+    "nfe_throughput.py": "test_nfe_throughput_runs_at_a_tiny_size",
+    "otel_spans.py": "test_otel_span_table_at_a_tiny_size",
+    "plain_lxml_nfe.py": "test_plain_extractor_reads_the_record_fields",
+    "plan_validity.py": "test_plan_validity_runs_and_no_first_answer_breaks_a_schema_rule",
+    "profile_extract.py": "test_profile_extract_runs_at_a_tiny_size",
+    "rate_limits.py": "test_rate_limit_429s_at_a_tiny_size",
+    "research_makespan.py": "test_research_makespan_runs_at_a_tiny_size",
+    "run.py": "test_run_py_tiny_prints_every_row",
+    "scheduler_bench.py": "test_measure_makespan_never_beats_the_critical_path",
+    "schema_tokens.py": "test_schema_tokens_runs",
+    "startup.py": "test_startup_runs_once",
+    "store_bench.py": "test_store_bench_runs_at_a_tiny_size",
+    "test_bench_extract.py": "test_the_pytest_benchmark_suites_run_once",
+    "test_bench_scheduler.py": "test_the_pytest_benchmark_suites_run_once",
+    "time_to_first_tool.py": "test_time_to_first_tool_runs_fast",
+    "trace_bench.py": "test_trace_bench_at_a_tiny_size",
+    "wire_tokens.py": "test_wire_tokens_runs",
+    "workers_bench.py": "test_workers_bench_runs_at_a_tiny_size",
+}
+
+
+def _smoke_tests() -> set[str]:
+    """The names of the test functions in every file of ``tests/benchmarks/``."""
+    names: set[str] = set()
+    for path in Path(__file__).parent.glob("test_*.py"):
+        tree = ast.parse(path.read_text("utf-8"))
+        names |= {
+            node.name
+            for node in tree.body
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")
+        }
+    return names
+
+
+def test_every_benchmark_file_runs_in_a_smoke_test() -> None:
+    scripts = sorted(path.name for path in BENCHMARKS.glob("*.py"))
+    missing = [name for name in scripts if name not in SMOKED]
+    assert not missing, (
+        f"benchmarks/{', '.join(missing)}: run each at a tiny size in a test of tests/benchmarks/ "
+        "and name that test in SMOKED"
+    )
+    gone = sorted(set(SMOKED) - set(scripts))
+    assert not gone, f"SMOKED names files benchmarks/ no longer has: {gone}"
+    tests = _smoke_tests()
+    unknown = {name: test for name, test in SMOKED.items() if test not in tests}
+    assert not unknown, f"SMOKED names tests that tests/benchmarks/ does not have: {unknown}"
 
 
 @pytest.mark.timeout(180)
