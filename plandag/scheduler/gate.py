@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import inspect
+import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol
@@ -161,8 +162,57 @@ def plan_hash(
         hashed["http_allow"] = sorted(set(http_allow))
     if schemas:
         hashed["tool_schemas"] = dict(schemas)
-    canonical = rfc8785.dumps(to_jsonable(hashed))
+    canonical = _canonical_json(to_jsonable(hashed))
     return hashlib.sha256(canonical).hexdigest()
+
+
+_CANONICAL_ENCODER = json.JSONEncoder(
+    ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
+)
+_SAFE_INTEGER = 2**53 - 1
+
+
+def _same_in_both(value: Any) -> bool:
+    """Whether the standard encoder writes ``value`` as RFC 8785 does: exactly ``dict``
+    with ASCII ``str`` keys (sorted alike by code point and by UTF-16 unit), ``list``,
+    ``str``, ``bool``, None and ``int`` within ±(2**53 - 1); no ``float`` (RFC 8785 writes
+    numbers as ECMAScript does). Strings are escaped alike by both (RFC 8785, 3.2.2.2)."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        return bool(-_SAFE_INTEGER <= value <= _SAFE_INTEGER)
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or not key.isascii() or not _same_in_both(item):
+                return False
+        return True
+    if kind is list:
+        return all(_same_in_both(item) for item in value)
+    return False
+
+
+def _canonical_json(value: Any) -> bytes:
+    """The RFC 8785 canonical JSON of ``value`` (UTF-8), as ``rfc8785.dumps`` gives it:
+    written by the standard library's C encoder when that gives the same bytes (no
+    floats, ASCII keys, safe integers), by ``rfc8785`` otherwise.
+
+    Args:
+        value: a JSON value (``to_jsonable``'s output).
+
+    Returns:
+        The canonical bytes.
+
+    Raises:
+        rfc8785.CanonicalizationError: a value RFC 8785 cannot write (a lone surrogate, an
+            integer beyond ±(2**53 - 1), NaN or an infinity, a key that is not a string).
+    """
+    if _same_in_both(value):
+        try:
+            return _CANONICAL_ENCODER.encode(value).encode("utf-8")
+        except (UnicodeEncodeError, RecursionError):  # rfc8785 says why
+            pass
+    return rfc8785.dumps(value)
 
 
 def compiled_plan_hash(compiled: CompiledPlan) -> str:
