@@ -103,3 +103,19 @@ def test_the_stored_text_is_the_same_with_and_without_the_callers_text(
     (tmp_path / "two").mkdir()
     assert _stored(tmp_path / "one", record) == compact
     assert _stored(tmp_path / "two", record, compact) == compact
+
+
+@pytest.mark.parametrize("value", [None, {}, [], {"a": 1}, ["token=abcdefgh"]])
+def test_store_json_of_an_empty_value_is_its_json_under_any_environment(
+    value: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from plandag.store.store import store_json
+
+    monkeypatch.setenv("PLANDAG_TEST_TOKEN", "abcdefgh12")
+    expected = json.dumps(value, separators=(",", ":"))
+    text = store_json(value)
+    if value == ["token=abcdefgh"]:
+        assert "abcdefgh" not in text
+    else:
+        assert text == expected
+        assert scrub_secret_values(text) == text
