@@ -498,7 +498,8 @@ def progress_observers(
     observers: the display and the ``--heartbeat`` file's writer; exits 2 when the heartbeat
     file's folder does not exist."""
     progress = StepProgress(stderr, len(compiled.steps), enabled=stderr.is_terminal)
-    observers: list[Observer] = [progress]
+    # a bar that draws nothing (stderr is not a terminal) is not given the events
+    observers: list[Observer] = [progress] if stderr.is_terminal else []
     if settings["heartbeat"]:
         heartbeat_file = Path(settings["heartbeat"])
         if not heartbeat_file.parent.is_dir():

@@ -48,3 +48,17 @@ def test_the_run_table_masks_a_secret_before_it_can_be_wrapped(
     text = out.getvalue()
     assert "[secret]" in text
     assert not any(secret[i : i + 8] in text for i in range(len(secret) - 7))
+
+
+def test_a_bar_that_draws_nothing_is_not_given_the_events() -> None:
+    from plandag.cli import common
+
+    compiled = compile_plan(
+        {"steps": [{"id": 1, "tool": "json_select", "args": {"data": {"k": 1}, "expr": "k"}}]},
+        default_registry(),
+    )
+    assert not common.stderr.is_terminal  # pytest captures stderr
+    progress, observers = common.progress_observers(compiled, common.command_settings({}))
+    assert progress not in observers
+    with progress:
+        run_plan_sync(compiled, observers=observers)
