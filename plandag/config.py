@@ -1,6 +1,6 @@
 """Run settings: defaults, project files and command-line flags, with where each came from.
 
-Precedence, lowest first (README, "The command line", "Brakes"):
+Precedence, lowest first (docs/reference/cli.md, docs/brakes.md):
 
 1. plandag's own defaults;
 2. ``[tool.plandag]`` in the nearest ``pyproject.toml`` (the working directory or a parent);

@@ -1,5 +1,5 @@
 """The simulated model: one local Messages API server plays a correct model for both agents
-(README, "Testing against a model without a key").
+(docs/testing.md).
 
 **Latency.** :class:`~plandag.testing.MessagesServer` makes every answer, to either agent,
 take ``ttft_s`` seconds to the first token plus output tokens at ``tokens_per_second``

@@ -1,5 +1,5 @@
 """``plandag extract contracts``: fields of contracts in batches, each value with its evidence
-(README, "Contracts"), recorded in the run store as one run with one row per contract and a
+(docs/guides/contracts.md), recorded in the run store as one run with one row per contract and a
 trace with one bar per contract."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Durable runs on the command line (README, "Durable runs: store, resume, traces,
-approval"): the run store a command opens, a run's options from the command's settings, its
+"""Durable runs on the command line (docs/durable-runs.md): the run store a command opens, a
+run's options from the command's settings, its
 approver (the terminal) and escalation hooks, a stored run read back or continued in this
 process, and how a durable or planned run's outcome is printed (``--json`` included) and
 turned into the exit code. The runs themselves are the runs service's

@@ -1,5 +1,5 @@
 """``plandag extract nfe``: batch extraction of NF-e/NFC-e invoices through the stored plan
-(README, "The main job: NF-e extraction"; docs/NFE.md), recorded in the run store as one run
+(docs/guides/nfe.md; docs/NFE.md), recorded in the run store as one run
 with one row per document and a trace with one bar per document."""
 
 from __future__ import annotations

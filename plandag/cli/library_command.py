@@ -1,6 +1,5 @@
 """``plandag library list | show | rm | export | approve`` and ``plandag stats``: the plan
-library and the figures per task type (README, "The plan library", "Figures for
-operations").
+library and the figures per task type (docs/library.md, docs/operations.md).
 
 The rules (what is admitted, what waits for a person) are :mod:`plandag.library`'s; this
 module reads the options and prints. Importing it imports typer and nothing of plandag's

@@ -1,5 +1,5 @@
 """``plandag plan "TASK" -o PLAN.json``: a model writes the plan; nothing is executed
-(README, "Planning with a model").
+(docs/planning.md).
 
 The planner (:class:`plandag.planner.planner.Planner`) asks the model for the plan in the
 wire format with structured output, repairs it from the compiler's diagnostics at most twice,

@@ -1,6 +1,6 @@
 """``plandag research QUESTION --corpus DIR``: subquestions as parallel branches over a
-corpus, every citation checked in code, a Markdown report and a JSON record (README,
-"Research over a corpus").
+corpus, every citation checked in code, a Markdown report and a JSON record
+(docs/guides/research.md).
 
 1. The corpus folder is indexed, or its index reused
    (:class:`~plandag.jobs.research.corpus.Corpus`);

@@ -1,5 +1,5 @@
 """``plandag resume``, ``approve``, ``reject`` and ``abandon``: a stored run continued, or
-decided on, from any shell (README, "Durable runs: store, resume, traces, approval").
+decided on, from any shell (docs/durable-runs.md).
 
 * ``plandag resume RUN_ID``: continues a crashed or interrupted run (completed steps never
   run again; see :mod:`plandag.runs.segments`).

@@ -1,5 +1,5 @@
 """``plandag run "TASK"``: a model plans, plandag runs, replans what fails, joins
-(README, "Planning with a model").
+(docs/planning.md).
 
 The :class:`~plandag.planner.agent.Agent` does the work: one planning call (``--stream``:
 steps start while the plan arrives), the run with every brake of ``exec`` (the same options,
@@ -10,7 +10,7 @@ of ``exec --json`` (its ``status`` the agent's) plus ``answer``, ``replans``,
 ``plan_versions``, ``llm_calls``, ``join``, ``error``, ``gave_up``, ``diagnostics``,
 ``output_tokens_per_step`` and ``instructions`` (what ``plandag tell`` brought in).
 
-The plan library (README, "The plan library"): with ``--task-type NAME`` the latest plan
+The plan library (docs/library.md): with ``--task-type NAME`` the latest plan
 of that task type runs with no model call at all (a new task type is planned, and saved
 under NAME once it succeeded); without it, when the library has plans, one routing call to
 the executor model (``--executor-model``, setting ``executor_model``) picks one and fills

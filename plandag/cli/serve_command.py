@@ -1,4 +1,4 @@
-"""``plandag serve``: the web console (README, "plandag serve: a web console").
+"""``plandag serve``: the web console (docs/console.md).
 
 Starts the console (:mod:`plandag.serve`) with uvicorn on 127.0.0.1 (``--host`` to listen
 elsewhere), prints its address with a new random access token, and serves until Ctrl-C.

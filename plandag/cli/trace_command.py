@@ -1,5 +1,4 @@
-"""``plandag trace RUN_ID`` and ``plandag diff RUN_A RUN_B`` (README, "Durable runs:
-store, resume, traces, approval").
+"""``plandag trace RUN_ID`` and ``plandag diff RUN_A RUN_B`` (docs/durable-runs.md).
 
 ``trace`` prints a run's timeline in the terminal (steps as bars over time, the critical
 path marked with ``*``); ``--html FILE`` writes a self-contained page (inline SVG: the DAG

@@ -1,4 +1,4 @@
-"""Conversations and their plan mode (README, "Plan mode for conversations").
+"""Conversations and their plan mode (docs/durable-runs.md, "Plan mode for conversations").
 
 :class:`Conversation` (in :mod:`plandag.conversation.model`, where the rules are written
 out), persisted by :class:`ConversationStore`; :func:`plan_turn` and

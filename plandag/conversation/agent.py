@@ -1,4 +1,4 @@
-"""The real planner behind a conversation's turns (README, "Plan mode for
+"""The real planner behind a conversation's turns (docs/durable-runs.md, "Plan mode for
 conversations").
 
 :func:`planner_function` turns :class:`plandag.planner.planner.Planner` into the

@@ -1,4 +1,4 @@
-"""A conversation and its plan mode (README, "Plan mode for conversations").
+"""A conversation and its plan mode (docs/durable-runs.md, "Plan mode for conversations").
 
 A :class:`Conversation` is a sequence of :class:`Turn` s (user messages, planner questions,
 answers to them, plans shown for decision, decisions, and the mode changes) with an
@@ -11,7 +11,8 @@ reload from the database (:class:`plandag.conversation.store.ConversationStore`)
 reloaded conversation behaves exactly as the one that was saved. Each change records its
 turns before it changes the object, all the turns of one change in one transaction.
 
-Plan mode, the rules (README, "Plan mode for conversations") and how they are read here:
+Plan mode, the rules (docs/durable-runs.md, "Plan mode for conversations") and how they are
+read here:
 
 * **Who can arm it.** Only a conversation whose own ``origin`` is ``person`` can be armed
   (:meth:`Conversation.arm`); arming any other raises :class:`PlanModeError`. "A

@@ -2,7 +2,7 @@
 replanners key on. In the lowest layer, beside the plan's models, so that the error
 hierarchy (:class:`plandag.errors.PlanError`) names them without importing the compiler.
 
-Every code, its severity and meaning (also listed in the README):
+Every code, its severity and meaning (also listed in docs/plan-format.md):
 
 =========================  ========  ======================================================
 code                       severity  meaning
@@ -111,7 +111,7 @@ DIAGNOSTIC_CODES: dict[str, Severity] = {
 
 OUT_OF_REGISTRY_CODES = frozenset({"unknown_tool", "unknown_check"})
 """The codes of a plan that names a tool or a check kind the registry does not have: on a
-model's plan, an out-of-registry alert (README, "Figures for operations")."""
+model's plan, an out-of-registry alert (docs/operations.md)."""
 
 
 def printable(text: str) -> str:

@@ -1,5 +1,5 @@
 """The plan library: plans that worked, kept by task type and reused without a model call,
-and the figures of each task type (README, "The plan library", "Figures for operations").
+and the figures of each task type (docs/library.md, docs/operations.md).
 
 * :class:`PlanLibrary` (:mod:`plandag.library.catalog`): versions of plans by task type in
   the run store, with each version's uses and success rate;

@@ -1,5 +1,5 @@
 """The plan library's tables in the run store: versions of plans by task type, and the runs
-of each task type (README, "The plan library").
+of each task type (docs/library.md).
 
 A *task type* is a name for a kind of task (``invoice_total``). Each of its *versions* is a
 whole plan (the plan format, with its ``params``) saved once a run of it succeeded; a version

@@ -1,5 +1,5 @@
 """The routing call: one call to the small executor model picks the plan library entry that
-does a task and fills its params (README, "The plan library").
+does a task and fills its params (docs/library.md).
 
 The model is shown the task, the params the user gave, and every task type with an
 admitted plan (its name, the goal it was first written for, its params with their types and

@@ -1,5 +1,4 @@
-"""A run through the plan library: find the plan, run it, save what succeeded (README, "The
-plan library").
+"""A run through the plan library: find the plan, run it, save what succeeded (docs/library.md).
 
 :func:`run_task` is what :meth:`plandag.planner.agent.Agent.run` does when the agent has a
 library:

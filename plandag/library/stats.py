@@ -1,4 +1,4 @@
-"""Figures per task type, for operations (README, "Figures for operations"; ``plandag
+"""Figures per task type, for operations (docs/operations.md; ``plandag
 stats``).
 
 Read from the runs recorded by the plan library (:class:`~plandag.library.catalog.TaskRun`,

@@ -1,5 +1,5 @@
 """A library run finished later: ``plandag approve`` or ``plandag resume`` on a run that went
-through the plan library (README, "The plan library").
+through the plan library (docs/library.md).
 
 A run that ends ``awaiting_approval`` (a plan with effects and nobody at the terminal), is
 interrupted, or is escalated leaves its ``task_run`` row with that status and nothing

@@ -262,7 +262,7 @@ class Agent:
             or, without a task type, one routing call to ``executor_model`` picks a
             library entry and fills its params; the planner is called only for a new task
             type or when a reused plan fails, and a plan that succeeded is saved there
-            under its task type (README, "The plan library"). None (the default): every
+            under its task type (docs/library.md). None (the default): every
             run is planned, nothing is saved.
         executor_model: the small model of the routing call; None: the model of
             ``models`` when given, else ``claude-haiku-4-5`` with the Anthropic provider,
@@ -468,7 +468,7 @@ class Agent:
         fails within the caps, join (arguments and result as :meth:`run_once`).
 
         With a plan library (``library=``) and no ``plan``, the plan comes from it when it
-        can (README, "The plan library"): ``task_type`` given, its latest admitted plan
+        can (docs/library.md): ``task_type`` given, its latest admitted plan
         runs with no model call (a new task type is planned, and saved under it once it
         succeeded); no ``task_type``, one routing call to ``executor_model`` picks an
         entry and fills its params (the library's :meth:`TaskLibrary.run_task`:
@@ -636,10 +636,10 @@ class Agent:
             goal: the task, in the user's words.
             context: trusted context from the user, or "".
             params: values given to the run by name (``<param.NAME>``), or None.
-            plan: a stored plan to run instead of asking the planner (README, "Planning
-                with a model"): no planning call; its params and steps join the run at
-                once, and only a failure brings in the replanner. Its steps are compiled
-                once per agent and reused by later runs of an equal plan
+            plan: a stored plan to run instead of asking the planner (docs/planning.md): no
+                planning call; its params and steps join the run at once, and only a
+                failure brings in the replanner. Its steps are compiled once per agent
+                and reused by later runs of an equal plan
                 (:meth:`~plandag.planner.agent_run.StoredPlans.header`); the session then
                 opens with them (``RunStarted.step_count`` counts them; no ``StepsAdded``
                 event).

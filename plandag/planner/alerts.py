@@ -1,5 +1,5 @@
 """Out-of-registry alerts: the planner named a tool or a check kind that is not registered
-(README, "Figures for operations").
+(docs/operations.md).
 
 The compiler reports it as ``unknown_tool`` or ``unknown_check``
 (:data:`plandag.dag.diagnostics.OUT_OF_REGISTRY_CODES`) on every plan, repair and

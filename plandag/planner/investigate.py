@@ -1,5 +1,5 @@
 """Investigate before planning: run tools without effects first, then plan with their results
-as quoted data (``plandag plan --investigate``; README, "Planning with a model").
+as quoted data (``plandag plan --investigate``; docs/planning.md).
 
 :func:`plan_with_investigation` makes two plans with the same model:
 

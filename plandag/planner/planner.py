@@ -1,5 +1,4 @@
-"""The planner: a model writes the whole plan, the compiler checks it (README, "Planning
-with a model").
+"""The planner: a model writes the whole plan, the compiler checks it (docs/planning.md).
 
 :meth:`Planner.plan` asks the model once for the plan, with structured output (the plan
 schema built from the registry, :func:`plandag.planner.schema.plan_json_schema`: each step

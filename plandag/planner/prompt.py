@@ -1,4 +1,4 @@
-"""The planner's prompt (README, "Planning with a model").
+"""The planner's prompt (docs/planning.md).
 
 The system prompt holds everything that does not depend on the task, so it is the same for
 every task planned with the same registry and is the fixed prefix the provider caches

@@ -1,6 +1,6 @@
 """Stored plans with a planner attached: the plan runs with no model call, and only a step
 that fails on an input is shown to the replanner, with that input's excerpt
-(README, "Planning with a model"; ARCHITECTURE.md, "Retry vs replan", "Replanning",
+(docs/planning.md; ARCHITECTURE.md, "Retry vs replan", "Replanning",
 "Untrusted content").
 
 :func:`run_with_repairs` runs a compiled stored plan in a run session

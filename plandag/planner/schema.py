@@ -1,5 +1,4 @@
-"""The plan's structured-output schema, built from the run's registry (README, "Planning
-with a model").
+"""The plan's structured-output schema, built from the run's registry (docs/planning.md).
 
 A model with structured output can only write what the schema it is sent allows, so the
 schema states every rule JSON Schema can state about a plan of *this* run:

@@ -1,4 +1,4 @@
-"""The wire format: the encoding of a plan a model writes (README, "Planning with a model").
+"""The wire format: the encoding of a plan a model writes (docs/planning.md).
 
 The model writes a plan with one-letter keys, which :func:`from_wire` turns into the
 :class:`~plandag.dag.plan.Plan` model (:func:`to_wire` goes back); its structured-output

@@ -1,6 +1,6 @@
 """The runs service: a plan run recorded in the run store, behind the approval gate,
-resumable after a crash without doing anything twice (README, "Durable runs: store, resume,
-traces, approval"); the command line, the web console, the Python API and the jobs all
+resumable after a crash without doing anything twice (docs/durable-runs.md); the command line,
+the web console, the Python API and the jobs all
 start, resume, decide on and finish their runs through it.
 
 * :mod:`plandag.runs.options`: :class:`RunOptions` (stored with a run) and

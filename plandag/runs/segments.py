@@ -1,6 +1,5 @@
 """Durable runs: a plan run recorded in the run store, behind the approval gate, resumable
-after a crash without doing anything twice (README, "Durable runs: store, resume, traces,
-approval").
+after a crash without doing anything twice (docs/durable-runs.md).
 
 :func:`start_run` records a new run (its plan as version 1, its options), asks for approval
 when the plan needs it (:func:`plandag.approval.approval_needed`), then runs it with a

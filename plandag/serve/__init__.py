@@ -1,5 +1,4 @@
-"""``plandag serve``: the web console for the people in the loop (README, "plandag serve: a
-web console").
+"""``plandag serve``: the web console for the people in the loop (docs/console.md).
 
 :func:`create_app` builds the ASGI app over a :class:`ConsoleConfig` (the run store, the
 registry, the conversation planner); :mod:`plandag.serve.security` holds the access token,

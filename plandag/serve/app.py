@@ -1,6 +1,5 @@
 """The console's web app: Starlette routes, Jinja2 pages rendered on the server, and
-server-sent events for what changes while a page is open (README, "plandag serve: a web
-console").
+server-sent events for what changes while a page is open (docs/console.md).
 
 Pages (every one behind the access token, :class:`~plandag.serve.security.TokenMiddleware`;
 every one but ``/name`` asks for the person's name first; every form carries the CSRF

@@ -1,5 +1,5 @@
 """The console's work behind the pages: conversations in plan mode, decisions, the runs they
-start, and the inbox's decisions (README, "plandag serve: a web console").
+start, and the inbox's decisions (docs/console.md).
 
 :class:`Console` holds the run store (conversations live in its database,
 :class:`~plandag.conversation.ConversationStore`) and the conversation planner, and does

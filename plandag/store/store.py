@@ -1,5 +1,4 @@
-"""The run store: an embedded SQLite database of every run (README, "Durable runs:
-store, resume, traces, approval").
+"""The run store: an embedded SQLite database of every run (docs/durable-runs.md).
 
 What it holds, per run: the run (command, goal, params, the options needed to run it again,
 status, spend), every plan version (hash, text, who approved it), every step (tool, state,

@@ -1,5 +1,4 @@
-"""A stand-in model that follows the schema and nothing else (README, "Testing against a
-model without a key").
+"""A stand-in model that follows the schema and nothing else (docs/testing.md).
 
 :class:`SchemaFollower` is a :data:`~plandag.testing.script.Responder`: given as a server's
 ``default`` (or pushed), it answers every structured-output request with a random instance

@@ -1,5 +1,4 @@
-"""Scripted replies for the local Messages API server (README, "Testing
-against a model without a key").
+"""Scripted replies for the local Messages API server (docs/testing.md).
 
 A :class:`Script` is a first-in, first-out queue of replies. Each request to
 ``POST /v1/messages`` takes the next one: a :class:`ScriptedResponse` (a message, an error,

@@ -1,4 +1,4 @@
-"""HTTP tools: ``http_get`` and ``http_post`` on httpx (README, "Tools").
+"""HTTP tools: ``http_get`` and ``http_post`` on httpx (docs/tools.md).
 
 Both send one request (plus, for GET, up to ``max_redirects`` redirects) and return an
 :class:`HttpResponse`. What they guarantee:

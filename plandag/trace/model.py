@@ -15,7 +15,7 @@ wall-clock time with the :class:`Wait` between those periods cut out. The timeli
 Gantt chart, step durations and the critical path are measured in it.
 
 Format: the trace file written by :class:`plandag.trace.writer.TraceWriter`, whose module
-docstring describes every record (README, "Durable runs: store, resume, traces, approval").
+docstring describes every record (docs/durable-runs.md).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ The reader is tolerant, because a trace is most needed after something went wron
 The types it builds are in :mod:`plandag.trace.model`.
 
 Format: the trace file written by :class:`plandag.trace.writer.TraceWriter`, whose module
-docstring describes every record (README, "Durable runs: store, resume, traces, approval").
+docstring describes every record (docs/durable-runs.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The trace writer: one JSON line per record, appended and flushed as the run goes.
 
-The file format, defined here (README, "Durable runs: store, resume, traces, approval"): every
+The file format, defined here (docs/durable-runs.md): every
 line is a JSON object with ``type``, ``run_id`` and ``time`` (wall-clock seconds since the
 epoch). A resumed run appends to the same file under a new ``segment`` number, so one file
 holds the whole story of a run; :func:`plandag.trace.reader.load_trace` reads it back.

@@ -57,7 +57,7 @@ How a batch runs (the choices, and why):
   :func:`~plandag.extract.nfe.output.load_existing`).
 - **unique_in_batch details** name at most three other sources, then "and N more", so a
   key copied thousands of times keeps each record small.
-- **Repairs** (``--planner``; README, "Planning with a model"): with a ``repairer`` each
+- **Repairs** (``--planner``; docs/planning.md): with a ``repairer`` each
   document's run may ask the model to repair the stored plan for that input only (the trigger is
   :func:`~plandag.extract.nfe.document.nfe_needs_repair`); other inputs never call the
   model. The shared batch budget (``run_options["budget"]``) pays the calls. A repair

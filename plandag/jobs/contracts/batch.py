@@ -1,5 +1,5 @@
 """Batch extraction of contracts: many files → one output file, one record or error row per
-file, in input order (README, "Contracts").
+file, in input order (docs/guides/contracts.md).
 
 How a batch runs (as NF-e's, :mod:`plandag.extract.nfe.batch`, whose input expansion it
 reuses):

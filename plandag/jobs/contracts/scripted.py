@@ -1,5 +1,6 @@
 """Scripted model replies for contract extraction, built from CUAD-shaped labels, for the
-README's offline example and token figures, served by :class:`plandag.testing.MessagesServer`.
+contracts guide's example and token figures (docs/guides/contracts.md), served by
+:class:`plandag.testing.MessagesServer`.
 
 :class:`ScriptedContracts` is a responder (``MessagesServer(default=scripted)``) that plays
 the model of every ``llm`` step of ``plandag extract contracts``, whatever order the
@@ -184,8 +185,8 @@ def _reason(error: Exception) -> str:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m plandag.jobs.contracts.scripted --labels FILE [--port N] [--fabricate]``:
-    serve the scripted replies on 127.0.0.1 until interrupted (the README's offline
-    example)."""
+    serve the scripted replies on 127.0.0.1 until interrupted (the contracts
+    guide's example, docs/guides/contracts.md)."""
     import argparse
 
     from plandag.testing import MessagesServer

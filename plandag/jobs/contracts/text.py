@@ -23,7 +23,7 @@ byte, or only whitespace, or a PDF whose pages hold neither text nor images), ``
 (a scanned PDF: its pages hold images but no text layer; OCR it first), ``too_large`` and
 ``too_many_chunks`` (the limits below).
 
-Limits, each on by default and lifted with None (README, "Contracts"):
+Limits, each on by default and lifted with None (docs/guides/contracts.md):
 
 * ``max_bytes`` (:data:`MAX_INPUT_BYTES`, 64 MiB, as a research corpus's documents): a
   larger file is ``too_large``, told from its size before a byte is read, and never more

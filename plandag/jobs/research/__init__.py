@@ -1,5 +1,4 @@
-"""Research over a corpus: ``plandag research QUESTION --corpus DIR`` (README, "Research
-over a corpus").
+"""Research over a corpus: ``plandag research QUESTION --corpus DIR`` (docs/guides/research.md).
 
 The parts: :mod:`~plandag.jobs.research.corpus` (the folder's documents, chunked and
 indexed for BM25), :mod:`~plandag.jobs.research.tools` (``search``, ``read`` and the

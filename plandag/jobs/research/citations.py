@@ -1,5 +1,5 @@
-"""Citations checked in code: every quote must occur in the chunk it names (README,
-"Research over a corpus").
+"""Citations checked in code: every quote must occur in the chunk it names
+(docs/guides/research.md).
 
 An answer is a list of claims, each with its citations (:data:`ANSWER_SCHEMA`)::
 

@@ -1,5 +1,5 @@
 """A corpus: a folder of documents, cut into chunks with stable ids and character offsets,
-searched with BM25 through SQLite FTS5 (README, "Research over a corpus").
+searched with BM25 through SQLite FTS5 (docs/guides/research.md).
 
 * **Documents**: every ``.md``, ``.markdown``, ``.txt``, ``.html``, ``.htm`` and ``.pdf``
   file under the folder (sub-folders included, hidden ones skipped). The text of a ``.md``

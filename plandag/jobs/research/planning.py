@@ -1,5 +1,5 @@
-"""What the planner is told for a research question, and the tools it is given (README,
-"Research over a corpus").
+"""What the planner is told for a research question, and the tools it is given
+(docs/guides/research.md).
 
 The planner (the same :class:`~plandag.planner.agent.Agent` as ``plandag run``) gets the
 question as its task and :data:`RESEARCH_CONTEXT` as trusted context: write 2 to 5

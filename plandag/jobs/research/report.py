@@ -1,5 +1,5 @@
-"""The research report: Markdown and a JSON record, built from the run store (README,
-"Research over a corpus").
+"""The research report: Markdown and a JSON record, built from the run store
+(docs/guides/research.md).
 
 Everything comes from what the run store holds for the run — the plan's last version (every
 step, superseded ones included), each step's record (resolved arguments, result, state,

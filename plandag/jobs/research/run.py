@@ -1,5 +1,5 @@
 """Research from Python: :func:`research` (``plandag.research``), and the run both it and
-``plandag research`` make (:class:`ResearchRun`) (README, "Research over a corpus").
+``plandag research`` make (:class:`ResearchRun`) (docs/guides/research.md).
 
 A research run is a planned run (the :class:`~plandag.planner.agent.Agent`) with:
 

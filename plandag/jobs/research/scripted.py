@@ -1,6 +1,7 @@
 """Scripted model replies for a research run over the shipped corpus
 (``examples/research/corpus``), for the tests, ``benchmarks/research_makespan.py`` and the
-README's token figures, served by :class:`plandag.testing.MessagesServer`.
+research guide's token figures (docs/guides/research.md), served by
+:class:`plandag.testing.MessagesServer`.
 
 :class:`ScriptedResearch` is a responder (``MessagesServer(default=scripted)``) that plays
 every model of a research run, whatever order the requests arrive in (branches run at once):
@@ -221,7 +222,7 @@ class ScriptedResearch:
         syntheses: synthesis replies given in the current run.
 
     A run's first planning request starts a new run (the counts start again), so one server
-    answers run after run (README, "Research over a corpus").
+    answers run after run (docs/guides/research.md).
     """
 
     def __init__(
@@ -365,8 +366,8 @@ def _text_of(body: Mapping[str, Any], role: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m plandag.jobs.research.scripted [--port N] [--delay S] [--fabricate I]``:
-    serve the scripted research replies on 127.0.0.1 until interrupted (the README's
-    offline example)."""
+    serve the scripted research replies on 127.0.0.1 until interrupted (the research
+    guide's example, docs/guides/research.md)."""
     import argparse
 
     from plandag.testing import MessagesServer

@@ -1,5 +1,5 @@
 """The research tools and checks, registered through the ``plandag.tools`` entry point
-``research`` (README, "Research over a corpus").
+``research`` (docs/guides/research.md).
 
 * ``search(query, k=5)``: the ``k`` chunks of the corpus that best match ``query`` (BM25),
   best first: ``{"query", "hits": [{"chunk_id", "document", "start", "end", "score",
@@ -29,7 +29,7 @@ it for its run), or the folder given as the optional ``corpus`` argument (a plan
 
 Web search is not built in: a user plugs one in as a tool of their own (``--tools
 web.py``) whose requests go through :func:`plandag.tools.http` helpers and so reach only
-the hosts of the HTTP allow-list (``--http-allow``); README, "Research over a corpus",
+the hosts of the HTTP allow-list (``--http-allow``); docs/guides/research.md,
 shows one.
 """
 
