@@ -46,6 +46,16 @@ class AgentRun(ApprovingRun):
 
     # -- the run's session ----------------------------------------------------------------------
 
+    def attach(self, session: RunSession, watch: FailureWatch) -> None:
+        """Make ``session`` this run's, watched by ``watch``: the agent counts it as running
+        (a person's instruction finds it) and its ``on_session`` callback is given it."""
+        self.session = session
+        self.watch = watch
+        self.loop_thread = threading.get_ident()
+        self.agent.running.add(session.run_id, self)
+        if self.agent.on_session is not None:
+            self.agent.on_session(session)
+
     async def start(self, header: Plan | CompiledPlan, run_id: str | None) -> AgentResult:
         """Open the run's session on ``header`` (the goal and params, or a stored plan's
         compiled header) and plan, approve, run, replan and join in it
@@ -82,12 +92,7 @@ class AgentRun(ApprovingRun):
                 models=agent.models,
             ) as session:
                 session_ref.append(session)
-                self.session = session
-                self.watch = watch
-                self.loop_thread = threading.get_ident()
-                agent.running.add(session.run_id, self)
-                if agent.on_session is not None:
-                    agent.on_session(session)
+                self.attach(session, watch)
                 if agent.approve is not None:
                     session.require_approval()
                 await self.plan(session)
@@ -154,12 +159,7 @@ class AgentRun(ApprovingRun):
                 models=agent.models,
             ) as session:
                 session_ref.append(session)
-                self.session = session
-                self.watch = watch
-                self.loop_thread = threading.get_ident()
-                agent.running.add(session.run_id, self)
-                if agent.on_session is not None:
-                    agent.on_session(session)
+                self.attach(session, watch)
                 session.seal()
                 if agent.approve is not None:
                     session.require_approval()
