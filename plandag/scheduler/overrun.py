@@ -115,20 +115,17 @@ async def await_abandonable(coroutine: Coroutine[Any, Any, Any], grace_s: float 
         Whatever the call raises; the caller's cancellation.
     """
     try:
-        asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
     except RuntimeError:  # another event loop (trio)
         return await coroutine
     scopes: list[anyio.CancelScope] = []
-
-    async def call() -> Any:
-        with anyio.CancelScope() as scope:
-            scopes.append(scope)
-            return await coroutine
-        raise anyio.get_cancelled_exc_class()  # cancelled before it returned
-
-    task = asyncio.ensure_future(call())
+    # The caller waits on a future of its own, which the call sets as it ends: awaiting
+    # the task would cancel it natively with the caller, asyncio.shield costs a second
+    # future, two callbacks and a loop turn more per call.
+    waiter = loop.create_future()
+    task = loop.create_task(_call_in_scope(coroutine, scopes, waiter))
     try:
-        return await asyncio.shield(task)
+        await waiter
     except asyncio.CancelledError:
         # Cancelled the anyio way, so that a shield the tool holds is respected (a native
         # task.cancel() would pierce it); a tool that swallows it is waited for a while.
@@ -149,6 +146,25 @@ async def await_abandonable(coroutine: Coroutine[Any, Any, Any], grace_s: float 
         elif not task.cancelled():
             task.exception()  # retrieved: its outcome no longer matters
         raise
+    return task.result()
+
+
+async def _call_in_scope(
+    coroutine: Coroutine[Any, Any, Any],
+    scopes: list[anyio.CancelScope],
+    waiter: asyncio.Future[None],
+) -> Any:
+    """Await ``coroutine`` inside a cancel scope of its own, appended to ``scopes``
+    (:func:`await_abandonable` cancels it the anyio way); set ``waiter`` as it ends, unless
+    the caller stopped waiting."""
+    try:
+        with anyio.CancelScope() as scope:
+            scopes.append(scope)
+            return await coroutine
+        raise anyio.get_cancelled_exc_class()  # cancelled before it returned
+    finally:
+        if not waiter.done():
+            waiter.set_result(None)
 
 
 def _forget(task: asyncio.Task[Any]) -> None:

@@ -8,10 +8,11 @@ import contextlib
 import time
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from plandag import RunLimits, compile_plan, run_plan_sync, tool
-from plandag.scheduler.overrun import ABANDONED, GRACE_S
+from plandag.scheduler.overrun import ABANDONED, GRACE_S, await_abandonable
 from plandag.tools.registry import Registry
 
 
@@ -84,3 +85,66 @@ def test_an_async_tool_that_swallows_cancellation_is_abandoned_after_the_grace()
     assert GRACE_S == 1.0
     assert result.duration_s < 3.0  # type: ignore[attr-defined]
     assert set() == ABANDONED  # it ended when the loop shut down
+
+
+@tool
+async def shielded(seconds: float) -> float:
+    """Holds an anyio shield for ``seconds``: no cancellation reaches it meanwhile."""
+    with anyio.CancelScope(shield=True):
+        await anyio.sleep(seconds)
+    return seconds
+
+
+def test_an_async_tool_holding_a_shield_is_abandoned_after_the_grace() -> None:
+    compiled = compile_plan(
+        {"steps": [{"id": 1, "tool": "shielded", "args": {"seconds": 4.0}}]},
+        Registry([shielded]),
+    )
+    result = run_plan_sync(compiled, limits=RunLimits(max_seconds=0.3, heartbeat_every=None))
+    assert (result.status, result.stop_reason) == ("timed_out", "deadline")
+    assert (result.steps[1].status, result.steps[1].reason) == ("cancelled", "deadline")
+    assert result.duration_s < 3.0  # the 0.3 s cap plus the 1 s grace, on a shared machine
+
+
+def test_a_timeout_waits_for_the_shield_a_tool_holds_then_cancels_it() -> None:
+    reached: list[str] = []
+
+    @tool(name="careful", timeout=0.05)
+    async def careful() -> str:
+        """Finishes a shielded part, then sleeps long."""
+        with anyio.CancelScope(shield=True):
+            await anyio.sleep(0.2)
+            reached.append("shielded part done")
+        await anyio.sleep(5)
+        reached.append("never")
+        return "late"
+
+    compiled = compile_plan(
+        {"steps": [{"id": 1, "tool": "careful", "args": {}}]}, Registry([careful])
+    )
+    result = run_plan_sync(compiled)  # the default limits: a deadline, so the call is abandonable
+    record = result.steps[1]
+    assert (record.status, record.reason) == ("failed", "timeout")
+    assert reached == ["shielded part done"]  # the shield was not pierced, nor the rest run
+
+
+def test_an_abandonable_call_returns_its_value_and_raises_its_error() -> None:
+    async def value() -> int:
+        await anyio.lowlevel.checkpoint()
+        return 7
+
+    async def error() -> None:
+        await anyio.lowlevel.checkpoint()
+        raise LookupError("missing")
+
+    async def main() -> None:
+        assert await await_abandonable(value()) == 7
+        with pytest.raises(LookupError, match="missing"):
+            await await_abandonable(error())
+        # cancelled from outside: the call is cancelled with it, and the cancellation goes on
+        with anyio.move_on_after(0.05) as scope:
+            await await_abandonable(anyio.sleep(5))
+        assert scope.cancelled_caught
+
+    anyio.run(main)
+    assert set() == ABANDONED
