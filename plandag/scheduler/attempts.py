@@ -38,7 +38,7 @@ from plandag.scheduler.overrun import await_abandonable
 from plandag.scheduler.result import AttemptRecord, StepErrorInfo, StepRecord
 from plandag.scheduler.state import RunState, local_paths
 from plandag.surrogates import escape_surrogates, escape_text, holds_surrogates
-from plandag.telemetry import LiveSpan, tracer_provider
+from plandag.telemetry import LiveSpan
 from plandag.tools.base import Tool, ToolContext
 
 logger = logging.getLogger("plandag.scheduler")
@@ -191,7 +191,7 @@ class StepAttempts(RunState):
                 parent=self.run_span,
                 description=tool.description,
             )
-            if tracer_provider() is not None  # what start_step asks first: no span without
+            if self.tracing  # a tracer provider was configured when the run started
             else None
         )
         outcome: AttemptOutcome | None = None
@@ -222,8 +222,13 @@ class StepAttempts(RunState):
                     # runs on the loop and never suspends: no cancel scope could interrupt it
                     # (Tool.invoke_inline discards a result that came past the timeout)
                     result = tool.invoke_inline(args, context)
-                else:
+                elif tool.timeout is not None:
                     result = await self.call_tool(step_id, tool, args, context)
+                elif tool.is_async and self.deadline is not None:
+                    # call_tool without a timeout, one coroutine fewer per attempt
+                    result = await await_abandonable(tool.invoke(args, context))
+                else:
+                    result = await tool.invoke(args, context)
             except Exception as error:
                 outcome = self.failed_attempt(error, attempt_record)
             except BaseExceptionGroup as group:

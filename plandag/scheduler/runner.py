@@ -380,8 +380,11 @@ class _Run(StepAttempts):
         record = self.records[step_id]
         breaker = self.breaker
         try:
-            # attempt_or_reask, without its coroutine for the attempt that succeeds
-            if self.driving_in_order:
+            # attempt_or_reask, without its coroutine for the attempt that succeeds (nor
+            # attempt_within_limits' for a step no concurrency limit applies to)
+            if self.driving_in_order or (
+                self.global_limiter is None and self.tool_limiter[step_id] is None
+            ):
                 outcome = await self.attempt(step_id, record, 0.0)
             else:
                 outcome = await self.attempt_within_limits(step_id, record, 0.0)
