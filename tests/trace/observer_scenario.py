@@ -26,7 +26,9 @@ SECRET_NAME, SECRET_VALUE = "OBSERVER_SCENARIO_API_KEY", "scenario-secret-4f9a1c
 LATE_NAME, LATE_VALUE = "OBSERVER_LATE_TOKEN", "late-secret-88d2e0b7"
 
 _OPENAI = "sk-" + "a1B2c3D4e5F6g7H8i9J0k1L2"
-_JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
+_JWT = (
+    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
+)
 
 
 @dataclasses.dataclass
@@ -137,10 +139,12 @@ def steps() -> list[tuple[StepRecord, str, dict[str, Any]]]:
                 T + 4,
                 result=f"key {SECRET_VALUE} and {_OPENAI} and token={_JWT}",
                 attempts=[
-                    _attempt(
-                        1, T + 3, T + 3.5, error=timeout, reason="timeout", retry="retried"
-                    ),
+                    _attempt(1, T + 3, T + 3.5, error=timeout, reason="timeout", retry="retried"),
                     _attempt(2, T + 3.6, T + 4),
+                ],
+                checks=[
+                    CheckOutcome("regex", "pass", "matched"),
+                    CheckOutcome("length", "not_applicable", ""),
                 ],
             ),
             "succeeded",
@@ -156,7 +160,11 @@ def steps() -> list[tuple[StepRecord, str, dict[str, Any]]]:
                 T + 5,
                 T + 5.5,
                 result={
-                    "dest": {"CPF": "123.456.789-09", "xNome": "Maria Silva", "fone": "11912345678"},
+                    "dest": {
+                        "CPF": "123.456.789-09",
+                        "xNome": "Maria Silva",
+                        "fone": "11912345678",
+                    },
                     "contact": "maria@example.com, (11) 91234-5678, cpf 52998224725",
                     "emit": {"CNPJ": "11222333000181", "xNome": "Empresa SA"},
                     "password": "hunter22",
@@ -271,7 +279,7 @@ def steps() -> list[tuple[StepRecord, str, dict[str, Any]]]:
                 "succeeded",
                 T + 12,
                 T + 13,
-                result="done: ünïcödé ✓ \"quoted\" \\ back\nline",
+                result='done: ünïcödé ✓ "quoted" \\ back\nline',
                 attempts=[
                     _attempt(
                         1,
@@ -347,7 +355,8 @@ ARGS: dict[int, Any] = {
     1: {"url": "https://user:pw12345@example.com/x", "n": 3},
     3: {"text": "plain", "opts": {"depth": 2, "tags": ["a", "b"]}},
     4: {"query": "cpf 529.982.247-25", "token": "abcdefgh"},
-    7: ("tuple", 1),
+    5: ("tuple", 1),
+    7: {"expected": "y", "when": [1, 2]},
     12: {"seen": f"before {LATE_VALUE}", "n": 1},
     8: {"seen": f"before {LATE_VALUE}", "n": 1},
     13: {"nested": [[{"deep": [1, 2, {"x": "y"}]}]]},
@@ -373,11 +382,21 @@ def write_scenario(
             if record.id == 11:
                 os.environ[LATE_NAME] = LATE_VALUE
             for attempt in record.attempt_log:
-                writer(events.StepStarted(RUN, record.id, record.tool, attempt.number, attempt.started_at))
+                writer(
+                    events.StepStarted(
+                        RUN, record.id, record.tool, attempt.number, attempt.started_at
+                    )
+                )
                 if attempt.number == 1 and attempt.retry is not None:
                     writer(
                         events.StepRetrying(
-                            RUN, record.id, 1, attempt.reason or "", attempt.error, 0.1, T  # type: ignore[arg-type]
+                            RUN,
+                            record.id,
+                            1,
+                            attempt.reason or "",
+                            attempt.error,
+                            0.1,
+                            T,  # type: ignore[arg-type]
                         )
                     )
             time = record.ended_at if record.ended_at is not None else T + 20
@@ -392,9 +411,7 @@ def write_scenario(
             elif ended == "cancelled":
                 writer(events.StepCancelled(RUN, record.id, fields["reason"], time, record))
             else:
-                writer(
-                    events.StepSkipped(RUN, record.id, fields["reason"], fields["detail"], time)
-                )
+                writer(events.StepSkipped(RUN, record.id, fields["reason"], fields["detail"], time))
             records[record.id] = record
             if record.id == 4:
                 writer(
