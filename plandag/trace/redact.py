@@ -38,6 +38,8 @@ __all__ = [
     "CASE_LOOKALIKES",
     "CPF_MASK",
     "EMAIL_MASK",
+    "KEY_NUMBERS",
+    "KEY_PLAIN",
     "NAME_MASK",
     "PHONE_MASK",
     "SECRET_MASK",
@@ -682,6 +684,13 @@ def _key_facts(key: str) -> tuple[str, bool]:
 #: Values returned as they are: they hold no text to scan.
 _SCALARS = frozenset({int, float, bool, type(None)})
 
+#: :meth:`Redactor.key_kind`: a key written as it is, a value under it masked as anywhere.
+KEY_PLAIN = 1
+#: :meth:`Redactor.key_kind`: a key written as it is, a number, boolean or None under it too.
+KEY_NUMBERS = 2
+# The keys whose presence decides whether an NF-e party is a person (_is_individual_party).
+_PARTY_KEYS = frozenset({"CPF", "CNPJ", "idEstrangeiro"})
+
 
 class _Walk:
     """One pass over a value: secrets always, personal data when ``personal``."""
@@ -991,6 +1000,44 @@ class Redactor:
             The masked text.
         """
         return self._walk().text(text, personal=self.personal)
+
+    def rules(self) -> tuple[str, ...]:
+        """What this redactor masks with now: the environment's secret values it read last
+        (a new tuple each time it reads them again, when the number of environment
+        variables changed). Answers of :meth:`text` and :meth:`key_kind` hold while
+        ``rules()`` returns the same object."""
+        environment = self._environment
+        if environment is None or len(os.environ) != self._environment_size:
+            return self._walk().environment
+        return environment
+
+    def key_kind(self, key: str) -> int:
+        """How a value under mapping key ``key`` is masked.
+
+        Args:
+            key: a mapping key.
+
+        Returns:
+            :data:`KEY_PLAIN` (1): the key is written as it is and a value under it is
+            masked as the same value anywhere else (a string as :meth:`text` masks it,
+            lists and mappings walked alike); :data:`KEY_NUMBERS` (2, personal data on):
+            the key is written as it is and a number, boolean or None under it too (an
+            identifier's key, ``step_id``, ``CNPJ``..., whose strings are not looked at for
+            personal data); 0 otherwise: a key that is no ``str``, that names a credential,
+            that masking changes, a person's field (``CPF``, ``xNome``, ``fone``,
+            ``email``) or a party's identifier (``CNPJ``, ``idEstrangeiro``), which make a
+            mapping an individual's.
+        """
+        if type(key) is not str:
+            return 0
+        name, secret = _key_facts(key)
+        if secret or self.text(key) != key:
+            return 0
+        if not self.personal:
+            return KEY_PLAIN
+        if name.upper() == "CPF" or name in _FIELD_MASKS or name in _PARTY_KEYS:
+            return 0
+        return KEY_NUMBERS if name in _NOT_PERSONAL_KEYS else KEY_PLAIN
 
     def _walk(self) -> _Walk:
         size = len(os.environ)

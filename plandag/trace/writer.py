@@ -34,13 +34,13 @@ from plandag.dag.plan import Plan
 from plandag.dag.references import find_references
 from plandag.scheduler import events
 from plandag.scheduler.result import (
-    AttemptRecord,
     RunResult,
     StepRecord,
     jsonable_result,
     to_jsonable,
 )
 from plandag.surrogates import escape_json_text
+from plandag.trace.lines import LINE_ENCODER, StepLines, attempt_status
 from plandag.trace.redact import Redactor
 
 if TYPE_CHECKING:
@@ -62,23 +62,8 @@ RESULT_CHARACTERS = 4000
 """A step's result longer than this (as compact JSON) is written as a preview: the first
 ``RESULT_CHARACTERS // 4`` characters with its length and SHA-256 (traces stay readable)."""
 
-_CANCEL_REASONS = frozenset({"deadline", "stalled", "interrupted"})
-
 RedactFunction = Callable[[Any], Any]
 Exporter = Callable[[dict[str, Any]], None]
-
-
-def attempt_status(attempt: AttemptRecord) -> str:
-    """The outcome of one attempt: ``running`` (no end yet), ``succeeded`` (no reason),
-    ``cancelled`` (reason ``deadline`` / ``stalled`` / ``interrupted`` without an error) or
-    ``failed``."""
-    if attempt.ended_at is None:
-        return "running"
-    if attempt.reason is None and attempt.error is None:
-        return "succeeded"
-    if attempt.reason in _CANCEL_REASONS and attempt.error is None:
-        return "cancelled"
-    return "failed"
 
 
 def plan_dependencies(plan: Plan | Mapping[str, Any]) -> dict[int, list[int]]:
@@ -114,8 +99,7 @@ def plan_dependencies(plan: Plan | Mapping[str, Any]) -> dict[int, list[int]]:
     return parents
 
 
-# json.dumps(..., ensure_ascii=False, separators=(",", ":")), built once.
-_LINE_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_LINE_ENCODER = LINE_ENCODER
 
 
 def _bounded(value: Any) -> Any:
@@ -321,6 +305,13 @@ class TraceWriter:
         # whose step_child spans are written
         self._spans: dict[int, tuple[Any, ...]] = {}
         self._children: set[int] = set()
+        # the text of the step lines assembled from their parts (plandag.trace.lines), for
+        # the redactors whose rules it follows
+        self._lines = (
+            StepLines(run_id, segment, redact)
+            if (redact is None or type(redact) is Redactor) and type(segment) is int
+            else None
+        )
         self._lock = threading.Lock()
         self._warned: set[str] = set()
         self._held: list[str] | None = None
@@ -418,6 +409,30 @@ class TraceWriter:
                     error,
                 )
         return line
+
+    def _write_text(self, text: str) -> None:
+        """Write lines' JSON ``text`` (escaped, each line ending in a newline) as
+        :meth:`_emit` writes one: held, gathered or written and flushed."""
+        with self._lock:
+            if self._file is None:
+                raise ValueError(f"trace {self.path} is closed")
+            if self._held is not None:
+                self._held.append(text)
+                return
+            gathered: list[str] | None = getattr(self._gathering, "lines", None)
+            if gathered is not None:
+                gathered.append(text)
+            else:
+                self._file.write(text)
+                self._file.flush()
+
+    def _step_lines(self) -> StepLines | None:
+        """The step lines' assembler when it can write them now (no exporter: they get the
+        lines as dicts)."""
+        lines = self._lines
+        if lines is None or self._exporters or not lines.ready():
+            return None
+        return lines
 
     def _span(
         self, kind: str, name: str, start: float, end: float, attrs: Mapping[str, Any]
@@ -715,18 +730,52 @@ class TraceWriter:
             {"type": "event", "time": time, "kind": kind, "attrs": self._clean(attrs, owned=True)}
         )
 
+    def _ended_text(self, lines: StepLines, time: float, attrs: dict[str, Any]) -> str | None:
+        """A ``step_ended`` event's text (``attrs``: ``step_id``, ``status``, ``reason``,
+        then ``error`` or ``detail`` or neither), or None: the general way writes it."""
+        extra: str | None = ""
+        if "error" in attrs:
+            extra = lines.value(attrs["error"])
+            extra = None if extra is None else ',"error":' + extra
+        elif "detail" in attrs:
+            extra = lines.value(attrs["detail"])
+            extra = None if extra is None else ',"detail":' + extra
+        if extra is None:
+            return None
+        return lines.ended(attrs["step_id"], attrs["status"], attrs["reason"], time, extra)
+
     def _step_end(self, time: float, attrs: dict[str, Any], record: StepRecord | None) -> None:
         """A step's ``step_ended`` event, then its span (when the event carries its record),
         in one write."""
+        lines = self._step_lines()
+        ended = self._ended_text(lines, time, attrs) if lines is not None else None
+        if ended is not None:
+            span = (
+                self._span_text(record, record.started_at, record.ended_at, lines)
+                if record is not None and lines is not None
+                else ""
+            )
+            if span is not None:
+                self._write_text(ended + span)
+                return
         if record is None:
             self._event("step_ended", time, attrs)
             return
         with self._together():
-            self._event("step_ended", time, attrs)
+            if ended is not None:
+                self._write_text(ended)
+            else:
+                self._event("step_ended", time, attrs)
             self._step_span(record, record.started_at, record.ended_at)
 
     def _observe(self, event: events.Event) -> None:
         if isinstance(event, events.StepStarted):
+            lines = self._step_lines()
+            if lines is not None:
+                text = lines.started(event.step_id, event.tool, event.attempt, event.time)
+                if text is not None:
+                    self._write_text(text)
+                    return
             attrs = {"step_id": event.step_id, "tool": event.tool, "attempt": event.attempt}
             self._event("step_started", event.time, attrs)
         elif isinstance(event, events.StepSucceeded):
@@ -747,7 +796,7 @@ class TraceWriter:
                 "reason": event.reason,
                 "detail": event.detail,
             }
-            self._event("step_ended", event.time, attrs)
+            self._step_end(event.time, attrs, None)
         elif isinstance(event, events.Heartbeat | events.Stall):
             kind = "heartbeat" if isinstance(event, events.Heartbeat) else "stall"
             fields = {
@@ -932,7 +981,19 @@ class TraceWriter:
         state = _span_state(record, self._parents.get(record.id), self._args.get(record.id))
         if self._spans.get(record.id) == state:
             return
-        self._spans[record.id] = state
+        lines = self._step_lines()
+        text = (
+            self._span_text(record, run_start, run_end, lines, state) if lines is not None else None
+        )
+        if text is None:
+            self._general_step_span(record, run_start, run_end, state)
+        else:
+            self._write_text(text)
+
+    def _span_times(
+        self, record: StepRecord, run_start: float | None, run_end: float | None
+    ) -> tuple[bool, float, float]:
+        """Whether ``record`` was restored, and its span's start and end."""
         # A step that succeeded without an attempt of this segment was restored from an
         # earlier one (``run_plan(completed=...)``): it is placed at the segment's start.
         restored = record.status == "succeeded" and not record.attempt_log
@@ -941,6 +1002,82 @@ class TraceWriter:
         else:
             end = (run_start if restored else run_end) or 0.0
         start = record.started_at if record.started_at is not None else end
+        return restored, start, end
+
+    def _span_text(
+        self,
+        record: StepRecord,
+        run_start: float | None,
+        run_end: float | None,
+        lines: StepLines,
+        state: tuple[Any, ...] | None = None,
+    ) -> str | None:
+        """:meth:`_step_span`'s line as text assembled by ``lines``: ``""`` when the span
+        written last showed the same (``state``: :func:`_span_state` of ``record``, when
+        known), None when the general way must write it (step_child spans to write, a value
+        ``lines`` cannot vouch for); nothing is recorded then."""
+        if state is None:
+            state = _span_state(record, self._parents.get(record.id), self._args.get(record.id))
+            if self._spans.get(record.id) == state:
+                return ""
+        if record.id not in self._children:
+            for attempt in record.attempt_log:
+                if attempt.children:
+                    return None
+        restored, start, end = self._span_times(record, run_start, run_end)
+        text = lines.span(
+            record,
+            start,
+            end,
+            self._parents.get(record.id, []),
+            self._args.get(record.id),
+            _bounded(record.result),
+            restored,
+        )
+        if text is not None:
+            self._spans[record.id] = state
+            self._children.add(record.id)
+        return text
+
+    def _general_step_span(
+        self,
+        record: StepRecord,
+        run_start: float | None,
+        run_end: float | None,
+        state: tuple[Any, ...],
+    ) -> None:
+        """:meth:`_step_span` the general way, the attrs built, converted and masked whole
+        (``state``: :func:`_span_state` of ``record``, a new one)."""
+        self._spans[record.id] = state
+        restored, start, end = self._span_times(record, run_start, run_end)
+        result = _bounded(record.result)  # JSON-safe: converted once, not again with attrs
+        self._write_step_span(record, start, end, restored, result)
+        if record.id in self._children:
+            return
+        self._children.add(record.id)
+        for attempt in record.attempt_log:
+            for child in attempt.children:
+                # what the attempt did inside (a model call, an agent's tool call): a span
+                # of its own whose parent is the step
+                self._span(
+                    "step_child",
+                    str(child.get("name", "")),
+                    float(child.get("start", start)),
+                    float(child.get("end", end)),
+                    {
+                        **dict(child.get("attrs", {})),
+                        "child_kind": str(child.get("kind", "")),
+                        "parent_step": record.id,
+                        "attempt": attempt.number,
+                        "segment": self.segment,
+                    },
+                )
+
+    def _write_step_span(
+        self, record: StepRecord, start: float, end: float, restored: bool, result: Any
+    ) -> None:
+        """Write ``record``'s ``step`` span the general way: its attrs built, converted and
+        masked whole (``result``: its result, JSON-safe and bounded already)."""
         attempts = []
         for attempt in record.attempt_log:
             item: dict[str, Any] = {
@@ -981,7 +1118,6 @@ class TraceWriter:
             "segment": self.segment,
             "restored": restored,
         }
-        result = _bounded(record.result)  # JSON-safe: converted once, not again with attrs
         if self._redact is None or isinstance(self._redact, Redactor):
             clean = self._clean(attrs, owned=True)
             clean["result"] = self._redact(result) if self._redact is not None else result
@@ -989,26 +1125,6 @@ class TraceWriter:
             attrs["result"] = result
             clean = self._clean(attrs)
         self._span_of("step", f"step {record.id} {record.tool}", start, end, clean)
-        if record.id in self._children:
-            return
-        self._children.add(record.id)
-        for attempt in record.attempt_log:
-            for child in attempt.children:
-                # what the attempt did inside (a model call, an agent's tool call): a span
-                # of its own whose parent is the step
-                self._span(
-                    "step_child",
-                    str(child.get("name", "")),
-                    float(child.get("start", start)),
-                    float(child.get("end", end)),
-                    {
-                        **dict(child.get("attrs", {})),
-                        "child_kind": str(child.get("kind", "")),
-                        "parent_step": record.id,
-                        "attempt": attempt.number,
-                        "segment": self.segment,
-                    },
-                )
 
 
 def _span_state(record: StepRecord, parents: Any, args: Any) -> tuple[Any, ...]:

@@ -1,0 +1,429 @@
+"""The JSON text of the trace lines a run writes for every step, assembled from its parts.
+
+:class:`~plandag.trace.writer.TraceWriter` writes a line by building a dict, converting it
+(:func:`~plandag.scheduler.result.to_jsonable`), masking it (:mod:`plandag.trace.redact`)
+and encoding it whole. For the three lines of each step (``step_started``, ``step_ended``,
+the ``step`` span) :class:`StepLines` writes the same text from the parts: the keys and the
+words that come back at every step (tool names, statuses, reasons) are masked and encoded
+once per environment of secrets, numbers are written as the JSON encoder writes them,
+and a result, args or error is encoded by the C encoder as it is when masking and
+conversion would keep it (a walk with the same rules). Whatever it cannot vouch for (a value
+that masking or conversion would change, a time that is not a finite number, a redactor
+other than :class:`~plandag.trace.redact.Redactor`) makes it answer None, and the writer
+takes its general way for that line: the text is the same either way.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from json.encoder import encode_basestring
+from typing import Any
+
+from plandag.scheduler.result import AttemptRecord, StepRecord
+from plandag.surrogates import escape_json_text
+from plandag.trace.redact import KEY_NUMBERS, KEY_PLAIN, Redactor, is_secret_key
+
+__all__ = ["LINE_ENCODER", "StepLines", "attempt_status"]
+
+#: ``json.dumps(..., ensure_ascii=False, separators=(",", ":"))``, built once: the encoder
+#: of every trace line.
+LINE_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+_CANCEL_REASONS = frozenset({"deadline", "stalled", "interrupted"})
+
+# The keys of the lines StepLines writes (the writer's _observe and _step_span).
+_FIXED_KEYS = (
+    "attempt",
+    "tool",
+    "status",
+    "reason",
+    "detail",
+    "error",
+    "depends_on",
+    "attempts",
+    "checks",
+    "args",
+    "result",
+    "superseded_by",
+    "segment",
+    "restored",
+    "start",
+    "end",
+    "retry",
+    "children",
+    "kind",
+    "passed",
+    "message",
+)
+
+#: Texts remembered (their JSON once masked): at most this many, of at most
+#: :data:`_TEXT_CHARACTERS` characters each; then forgotten all at once.
+_TEXTS = 4096
+_TEXT_CHARACTERS = 256
+#: How deep and how many items a value is looked at before the general way is taken
+#: (far within to_jsonable's own limits, so that it never cuts what is looked at here).
+_DEPTH = 16
+_ITEMS = 4096
+
+
+def _string(text: str) -> str:
+    """``text`` as a JSON string in a trace line (lone surrogates escaped)."""
+    return escape_json_text(encode_basestring(text))
+
+
+_float = float.__repr__
+
+
+def _ints(values: Any) -> str | None:
+    """The JSON text of a list of ints (a step's parents), or None for anything else."""
+    if type(values) is not list:
+        return None
+    for item in values:
+        if type(item) is not int:
+            return None
+    return "[" + ",".join(map(int.__repr__, values)) + "]"
+
+
+def _number_text(value: Any) -> str | None:
+    """:func:`_number`, and ``null``, ``true``, ``false`` for None and booleans."""
+    if value is None:
+        return "null"
+    if type(value) is bool:
+        return "true" if value else "false"
+    return _number(value)
+
+
+def _number(value: Any) -> str | None:
+    """A number's JSON text (the encoder's: ``float.__repr__``, ``int.__repr__``), or None
+    for a value that is not exactly an int or a finite float (converted otherwise)."""
+    kind = type(value)
+    if kind is float:
+        return float.__repr__(value) if math.isfinite(value) else None
+    if kind is int:
+        return int.__repr__(value)
+    return None
+
+
+class StepLines:
+    """The text of one run's step lines, as :class:`~plandag.trace.writer.TraceWriter`'s
+    general way writes them.
+
+    Args:
+        run_id: the run's id, on every line.
+        segment: the writer's segment number.
+        redact: the writer's redactor: a :class:`~plandag.trace.redact.Redactor` or None
+            (nothing masked).
+
+    Call :meth:`ready` before each group of lines: it forgets what was learnt when the
+    redactor's secrets changed, and says whether the lines can be written here at all.
+    """
+
+    def __init__(self, run_id: str, segment: int, redact: Redactor | None) -> None:
+        self._redact = redact
+        self._segment = str(int(segment))
+        run = _string(run_id)
+        self._event_head = '{"type":"event","run_id":' + run + ',"time":'
+        self._span_head = '{"type":"span","run_id":' + run + ',"time":'
+        self._rules: object = None
+        self._fixed = redact is None
+        # text -> its JSON once masked; text -> whether masking keeps it
+        self._texts: dict[str, str] = {}
+        self._kept_texts: dict[str, bool] = {}
+        self._keys: dict[str, int] = {}
+        # tool name -> the end of a span name's JSON text (names are written as they are)
+        self._names: dict[str, str] = {}
+
+    def ready(self) -> bool:
+        """Whether the step lines can be written here now (the redactor's rules keep every
+        key of them); learns the redactor's current rules first."""
+        redact = self._redact
+        if redact is None:
+            return True
+        rules = redact.rules()
+        if rules is not self._rules:
+            self._rules = rules
+            self._texts.clear()
+            self._kept_texts.clear()
+            self._keys.clear()
+            self._fixed = all(self._key_kind(key) == KEY_PLAIN for key in _FIXED_KEYS) and (
+                self._key_kind("step_id") in (KEY_PLAIN, KEY_NUMBERS)
+            )
+        return self._fixed
+
+    # -- parts -------------------------------------------------------------------------
+
+    def _learn(self, text: str) -> tuple[str, bool]:
+        masked = text if self._redact is None else self._redact.text(text)
+        encoded = _string(masked)
+        kept = masked == text
+        if len(text) <= _TEXT_CHARACTERS:
+            if len(self._texts) >= _TEXTS:
+                self._texts.clear()
+                self._kept_texts.clear()
+            self._texts[text] = encoded
+            self._kept_texts[text] = kept
+        return encoded, kept
+
+    def text(self, text: str) -> str:
+        """``text`` masked (as a string value under a key that names nothing special) and
+        encoded as a JSON string."""
+        encoded = self._texts.get(text)
+        return encoded if encoded is not None else self._learn(text)[0]
+
+    def _key_kind(self, key: Any) -> int:
+        if type(key) is not str:
+            return 0
+        kind = self._keys.get(key)
+        if kind is None:
+            kind = KEY_PLAIN if self._redact is None else self._redact.key_kind(key)
+            if len(key) <= _TEXT_CHARACTERS:
+                if len(self._keys) >= _TEXTS:
+                    self._keys.clear()
+                self._keys[key] = kind
+        return kind
+
+    def _kept(self, value: Any, depth: int, budget: list[int]) -> bool:
+        """Whether masking and conversion keep ``value`` (under a plain key) as it is;
+        ``budget``: how many more items may be looked at."""
+        kind = type(value)
+        if kind is str:
+            kept = self._kept_texts.get(value)
+            return kept if kept is not None else self._learn(value)[1]
+        if value is None or kind is int or kind is bool:
+            return True
+        if kind is float:
+            return math.isfinite(value)
+        if depth > _DEPTH:
+            return False
+        if kind is dict:
+            budget[0] -= len(value)
+            if budget[0] < 0:
+                return False
+            for key, item in value.items():
+                key_kind = self._key_kind(key)
+                if key_kind == KEY_PLAIN:
+                    if not self._kept(item, depth + 1, budget):
+                        return False
+                elif key_kind != KEY_NUMBERS or _number_text(item) is None:
+                    return False  # under KEY_NUMBERS: a number, a boolean or None only
+            return True
+        if kind is list:
+            budget[0] -= len(value)
+            if budget[0] < 0:
+                return False
+            secrets = self._redact is not None
+            for item in value:
+                if (
+                    secrets
+                    and type(item) is list
+                    and len(item) == 2
+                    and isinstance(item[0], str)
+                    and item[1] is not None
+                    and is_secret_key(item[0])
+                ):  # a header pair: masked
+                    return False
+                if not self._kept(item, depth + 1, budget):
+                    return False
+            return True
+        return False
+
+    def _container(self, value: Any) -> str | None:
+        """The JSON text of a dict or list that masking and conversion keep, else None."""
+        if not self._kept(value, 1, [_ITEMS]):
+            return None
+        return escape_json_text(LINE_ENCODER.encode(value))
+
+    def value(self, value: Any) -> str | None:
+        """``value``'s JSON text under a key that names nothing special, when masking and
+        conversion keep it as it is; None otherwise."""
+        kind = type(value)
+        if kind is str:
+            encoded = self._texts.get(value)
+            if encoded is not None:
+                return encoded
+            return self._learn(value)[0]
+        if value is None:
+            return "null"
+        if kind is bool:
+            return "true" if value else "false"
+        if kind is int or kind is float:
+            return _number(value)
+        if kind is dict or kind is list:
+            return self._container(value)
+        return None
+
+    def result(self, result: Any) -> str:
+        """The JSON text of a step's result (JSON-safe already, bounded): as it is when
+        masking keeps it, else masked by the redactor."""
+        kind = type(result)
+        if result is None:
+            return "null"
+        if kind is str:
+            return self.text(result)
+        if kind is dict or kind is list:
+            encoded = self._container(result)
+            if encoded is not None:
+                return encoded
+        elif kind is bool or kind is int or (kind is float and math.isfinite(result)):
+            return LINE_ENCODER.encode(result)
+        masked = self._redact(result) if self._redact is not None else result
+        return escape_json_text(LINE_ENCODER.encode(masked))
+
+    # -- lines -------------------------------------------------------------------------
+
+    def event(self, kind: str, time: float, attrs: str) -> str | None:
+        """An ``event`` line (with its newline) of ``kind`` (JSON text) at ``time`` whose
+        ``attrs`` are the JSON text given; None when the time is not a finite number."""
+        when = _float(time) if type(time) is float and time - time == 0.0 else _number(time)
+        if when is None:
+            return None
+        return f'{self._event_head}{when},"kind":{kind},"attrs":{attrs}}}\n'
+
+    def started(self, step_id: Any, tool: Any, attempt: Any, time: float) -> str | None:
+        """The ``step_started`` line, or None (the general way writes it)."""
+        if type(step_id) is not int or type(tool) is not str or type(attempt) is not int:
+            return None
+        masked = self._texts.get(tool)
+        if masked is None:
+            masked = self._learn(tool)[0]
+        attrs = f'{{"step_id":{step_id},"tool":{masked},"attempt":{attempt}}}'
+        return self.event('"step_started"', time, attrs)
+
+    def ended(
+        self, step_id: Any, status: str, reason: Any, time: float, extra: str = ""
+    ) -> str | None:
+        """The ``step_ended`` line (``extra``: the JSON text of the fields after
+        ``reason``, each with its leading comma), or None."""
+        reason_text = self.value(reason) if reason is None or type(reason) is str else None
+        if type(step_id) is not int or reason_text is None:
+            return None
+        attrs = (
+            f'{{"step_id":{step_id},"status":{self.text(status)},"reason":{reason_text}{extra}}}'
+        )
+        return self.event('"step_ended"', time, attrs)
+
+    def span(
+        self,
+        record: StepRecord,
+        start: Any,
+        end: Any,
+        depends_on: Any,
+        args: Any,
+        result: Any,
+        restored: bool,
+    ) -> str | None:
+        """The ``step`` span line of ``record`` (with its newline), or None.
+
+        Args:
+            record: the step's record.
+            start, end: the span's times.
+            depends_on: the step's parents; args: its args (or None).
+            result: its result, JSON-safe and bounded already (the writer's ``_bounded``).
+            restored: whether it was restored from an earlier segment.
+        """
+        step_id, tool, status = record.id, record.tool, record.status
+        if type(step_id) is not int or type(tool) is not str or type(status) is not str:
+            return None
+        when = _float(end) if type(end) is float and end - end == 0.0 else _number(end)
+        since = _float(start) if type(start) is float and start - start == 0.0 else _number(start)
+        if when is None or since is None:
+            return None
+        value = self.value
+        reason = "null" if record.reason is None else value(record.reason)
+        detail = "null" if record.detail is None else value(record.detail)
+        error = "null" if record.error is None else value(record.error.as_dict())
+        parents = _ints(depends_on)
+        if parents is None:
+            parents = value(depends_on)
+        given = "null" if args is None else value(args)
+        superseded = "null" if record.superseded_by is None else value(record.superseded_by)
+        if (
+            reason is None
+            or detail is None
+            or error is None
+            or parents is None
+            or given is None
+            or superseded is None
+        ):
+            return None
+        attempts = []
+        for attempt in record.attempt_log:
+            item = self._attempt(attempt)
+            if item is None:
+                return None
+            attempts.append(item)
+        checks = []
+        for outcome in record.checks:
+            kind, message = value(outcome.kind), value(outcome.detail)
+            outcome_status = value(outcome.status)
+            if kind is None or message is None or outcome_status is None:
+                return None
+            passed = "false" if outcome.status == "fail" else "true"
+            checks.append(
+                f'{{"kind":{kind},"passed":{passed},"status":{outcome_status},"message":{message}}}'
+            )
+        named = self._names.get(tool)
+        if named is None:
+            named = self._name(tool)
+        masked = self._texts.get(tool)
+        if masked is None:
+            masked = self._learn(tool)[0]
+        return (
+            f'{self._span_head}{when},"kind":"step","name":"step {step_id} {named},'
+            f'"start":{since},"end":{when},'
+            f'"attrs":{{"step_id":{step_id},"tool":{masked},"status":{self.text(status)},'
+            f'"reason":{reason},"detail":{detail},"error":{error},"depends_on":{parents},'
+            f'"attempts":[{",".join(attempts)}],"checks":[{",".join(checks)}],'
+            f'"args":{given},"result":{self.result(result)},"superseded_by":{superseded},'
+            f'"segment":{self._segment},"restored":{"true" if restored else "false"}}}}}\n'
+        )
+
+    def _name(self, tool: str) -> str:
+        """The JSON text of a span name ``step N TOOL`` after its opening ``"step N ``: the
+        tool's name as it is (a name is not masked), escaped, and the closing quote."""
+        named = _string(tool)[1:]
+        if len(tool) <= _TEXT_CHARACTERS:
+            if len(self._names) >= _TEXTS:
+                self._names.clear()
+            self._names[tool] = named
+        return named
+
+    def _attempt(self, attempt: AttemptRecord) -> str | None:
+        number, start, end = attempt.number, attempt.started_at, attempt.ended_at
+        if type(number) is not int:
+            return None
+        since = _float(start) if type(start) is float and start - start == 0.0 else _number(start)
+        if end is None:
+            when: str | None = "null"
+        else:
+            when = _float(end) if type(end) is float and end - end == 0.0 else _number(end)
+        reason = "null" if attempt.reason is None else self.value(attempt.reason)
+        error = "null" if attempt.error is None else self.value(attempt.error.as_dict())
+        if since is None or when is None or reason is None or error is None:
+            return None
+        text = (
+            f'{{"attempt":{number},"start":{since},"end":{when},'
+            f'"status":{self.text(attempt_status(attempt))},"reason":{reason},"error":{error}'
+        )
+        if attempt.retry is not None:
+            retry = self.value(attempt.retry)
+            if retry is None:
+                return None
+            text += f',"retry":{retry}'
+        if attempt.children:
+            text += f',"children":{len(attempt.children)}'
+        return text + "}"
+
+
+def attempt_status(attempt: AttemptRecord) -> str:
+    """The outcome of one attempt: ``running`` (no end yet), ``succeeded`` (no reason),
+    ``cancelled`` (reason ``deadline`` / ``stalled`` / ``interrupted`` without an error) or
+    ``failed``."""
+    if attempt.ended_at is None:
+        return "running"
+    if attempt.reason is None and attempt.error is None:
+        return "succeeded"
+    if attempt.reason in _CANCEL_REASONS and attempt.error is None:
+        return "cancelled"
+    return "failed"
