@@ -294,14 +294,22 @@ class StepLines:
         self, step_id: Any, status: str, reason: Any, time: float, extra: str = ""
     ) -> str | None:
         """The ``step_ended`` line (``extra``: the JSON text of the fields after
-        ``reason``, each with its leading comma), or None."""
-        reason_text = self.value(reason) if reason is None or type(reason) is str else None
-        if type(step_id) is not int or reason_text is None:
+        ``reason``, each with its leading comma), or None (the general way writes it)."""
+        if reason is None:
+            reason_text = "null"
+        elif type(reason) is str:
+            reason_text = self.text(reason)
+        else:
             return None
-        attrs = (
-            f'{{"step_id":{step_id},"status":{self.text(status)},"reason":{reason_text}{extra}}}'
+        if type(step_id) is not int or type(status) is not str:
+            return None
+        when = _float(time) if type(time) is float and time - time == 0.0 else _number(time)
+        if when is None:
+            return None
+        return (
+            f'{self._event_head}{when},"kind":"step_ended","attrs":{{"step_id":{step_id},'
+            f'"status":{self.text(status)},"reason":{reason_text}{extra}}}}}\n'
         )
-        return self.event('"step_ended"', time, attrs)
 
     def span(
         self,

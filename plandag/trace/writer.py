@@ -35,6 +35,7 @@ from plandag.dag.references import find_references
 from plandag.scheduler import events
 from plandag.scheduler.result import (
     RunResult,
+    StepErrorInfo,
     StepRecord,
     jsonable_result,
     to_jsonable,
@@ -63,6 +64,7 @@ RESULT_CHARACTERS = 4000
 ``RESULT_CHARACTERS // 4`` characters with its length and SHA-256 (traces stay readable)."""
 
 RedactFunction = Callable[[Any], Any]
+_NO_DETAIL: Any = object()  # a step_ended line without a detail
 Exporter = Callable[[dict[str, Any]], None]
 
 
@@ -730,42 +732,49 @@ class TraceWriter:
             {"type": "event", "time": time, "kind": kind, "attrs": self._clean(attrs, owned=True)}
         )
 
-    def _ended_text(self, lines: StepLines, time: float, attrs: dict[str, Any]) -> str | None:
-        """A ``step_ended`` event's text (``attrs``: ``step_id``, ``status``, ``reason``,
-        then ``error`` or ``detail`` or neither), or None: the general way writes it."""
-        extra: str | None = ""
-        if "error" in attrs:
-            extra = lines.value(attrs["error"])
-            extra = None if extra is None else ',"error":' + extra
-        elif "detail" in attrs:
-            extra = lines.value(attrs["detail"])
-            extra = None if extra is None else ',"detail":' + extra
-        if extra is None:
-            return None
-        return lines.ended(attrs["step_id"], attrs["status"], attrs["reason"], time, extra)
-
-    def _step_end(self, time: float, attrs: dict[str, Any], record: StepRecord | None) -> None:
-        """A step's ``step_ended`` event, then its span (when the event carries its record),
-        in one write."""
+    def _step_end(
+        self,
+        time: float,
+        step_id: int,
+        status: str,
+        reason: str | None,
+        record: StepRecord | None,
+        *,
+        error: StepErrorInfo | None = None,
+        detail: Any = _NO_DETAIL,
+    ) -> None:
+        """A step's ``step_ended`` event (attrs ``step_id``, ``status``, ``reason``, then
+        ``error`` when there is one, ``detail`` when given), then its span when the event
+        carries its record, in one write."""
         lines = self._step_lines()
-        ended = self._ended_text(lines, time, attrs) if lines is not None else None
-        if ended is not None:
-            span = (
-                self._span_text(record, record.started_at, record.ended_at, lines)
-                if record is not None and lines is not None
-                else ""
-            )
-            if span is not None:
-                self._write_text(ended + span)
-                return
+        if lines is not None:
+            extra: str | None = ""
+            if error is not None:
+                extra = lines.value(error.as_dict())
+                extra = None if extra is None else ',"error":' + extra
+            elif detail is not _NO_DETAIL:
+                extra = lines.value(detail)
+                extra = None if extra is None else ',"detail":' + extra
+            ended = lines.ended(step_id, status, reason, time, extra) if extra is not None else None
+            if ended is not None:
+                span = (
+                    ""
+                    if record is None
+                    else self._span_text(record, record.started_at, record.ended_at, lines)
+                )
+                if span is not None:
+                    self._write_text(ended + span)
+                    return
+        attrs: dict[str, Any] = {"step_id": step_id, "status": status, "reason": reason}
+        if error is not None:
+            attrs["error"] = error.as_dict()
+        elif detail is not _NO_DETAIL:
+            attrs["detail"] = detail
         if record is None:
             self._event("step_ended", time, attrs)
             return
         with self._together():
-            if ended is not None:
-                self._write_text(ended)
-            else:
-                self._event("step_ended", time, attrs)
+            self._event("step_ended", time, attrs)
             self._step_span(record, record.started_at, record.ended_at)
 
     def _observe(self, event: events.Event) -> None:
@@ -779,24 +788,17 @@ class TraceWriter:
             attrs = {"step_id": event.step_id, "tool": event.tool, "attempt": event.attempt}
             self._event("step_started", event.time, attrs)
         elif isinstance(event, events.StepSucceeded):
-            attrs = {"step_id": event.step_id, "status": "succeeded", "reason": None}
-            self._step_end(event.time, attrs, event.record)
+            self._step_end(event.time, event.step_id, "succeeded", None, event.record)
         elif isinstance(event, events.StepFailed):
-            attrs = {"step_id": event.step_id, "status": "failed", "reason": event.reason}
-            if event.error is not None:
-                attrs["error"] = event.error.as_dict()
-            self._step_end(event.time, attrs, event.record)
+            self._step_end(
+                event.time, event.step_id, "failed", event.reason, event.record, error=event.error
+            )
         elif isinstance(event, events.StepCancelled):
-            attrs = {"step_id": event.step_id, "status": "cancelled", "reason": event.reason}
-            self._step_end(event.time, attrs, event.record)
+            self._step_end(event.time, event.step_id, "cancelled", event.reason, event.record)
         elif isinstance(event, events.StepSkipped):
-            attrs = {
-                "step_id": event.step_id,
-                "status": "skipped",
-                "reason": event.reason,
-                "detail": event.detail,
-            }
-            self._step_end(event.time, attrs, None)
+            self._step_end(
+                event.time, event.step_id, "skipped", event.reason, None, detail=event.detail
+            )
         elif isinstance(event, events.Heartbeat | events.Stall):
             kind = "heartbeat" if isinstance(event, events.Heartbeat) else "stall"
             fields = {
@@ -1020,23 +1022,31 @@ class TraceWriter:
             state = _span_state(record, self._parents.get(record.id), self._args.get(record.id))
             if self._spans.get(record.id) == state:
                 return ""
-        if record.id not in self._children:
-            for attempt in record.attempt_log:
+        step_id, attempts = record.id, record.attempt_log
+        if step_id not in self._children:
+            for attempt in attempts:
                 if attempt.children:
                     return None
-        restored, start, end = self._span_times(record, run_start, run_end)
+        # as _span_times
+        restored = not attempts and record.status == "succeeded"
+        end = record.ended_at
+        if end is None:
+            end = (run_start if restored else run_end) or 0.0
+        start = record.started_at
+        if start is None:
+            start = end
         text = lines.span(
             record,
             start,
             end,
-            self._parents.get(record.id, []),
-            self._args.get(record.id),
+            self._parents.get(step_id, []),
+            self._args.get(step_id),
             _bounded(record.result),
             restored,
         )
         if text is not None:
-            self._spans[record.id] = state
-            self._children.add(record.id)
+            self._spans[step_id] = state
+            self._children.add(step_id)
         return text
 
     def _general_step_span(
