@@ -79,6 +79,9 @@ def _ints(values: Any) -> str | None:
     """The JSON text of a list of ints (a step's parents), or None for anything else."""
     if type(values) is not list:
         return None
+    if len(values) == 1:  # a chain's step
+        only = values[0]
+        return f"[{only}]" if type(only) is int else None
     for item in values:
         if type(item) is not int:
             return None
@@ -406,13 +409,18 @@ class StepLines:
             when: str | None = "null"
         else:
             when = _float(end) if type(end) is float and end - end == 0.0 else _number(end)
-        reason = "null" if attempt.reason is None else self.value(attempt.reason)
-        error = "null" if attempt.error is None else self.value(attempt.error.as_dict())
+        if attempt.reason is None and attempt.error is None:  # as attempt_status
+            status = self.text("running" if end is None else "succeeded")
+            reason = error = "null"
+        else:
+            status = self.text(attempt_status(attempt))
+            reason = "null" if attempt.reason is None else self.value(attempt.reason)
+            error = "null" if attempt.error is None else self.value(attempt.error.as_dict())
         if since is None or when is None or reason is None or error is None:
             return None
         text = (
             f'{{"attempt":{number},"start":{since},"end":{when},'
-            f'"status":{self.text(attempt_status(attempt))},"reason":{reason},"error":{error}'
+            f'"status":{status},"reason":{reason},"error":{error}'
         )
         if attempt.retry is not None:
             retry = self.value(attempt.retry)
