@@ -409,6 +409,8 @@ class StepLines:
             when: str | None = "null"
         else:
             when = _float(end) if type(end) is float and end - end == 0.0 else _number(end)
+        reason: str | None
+        error: str | None
         if attempt.reason is None and attempt.error is None:  # as attempt_status
             status = self.text("running" if end is None else "succeeded")
             reason = error = "null"
