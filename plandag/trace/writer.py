@@ -1035,15 +1035,18 @@ class TraceWriter:
         start = record.started_at
         if start is None:
             start = end
-        text = lines.span(
-            record,
-            start,
-            end,
-            self._parents.get(step_id, []),
-            self._args.get(step_id),
-            _bounded(record.result),
-            restored,
-        )
+        try:
+            text = lines.span(
+                record,
+                start,
+                end,
+                self._parents.get(step_id, []),
+                self._args.get(step_id),
+                _bounded(record.result),
+                restored,
+            )
+        except ValueError:  # an int too long to write, say: the general way says so
+            return None
         if text is not None:
             self._spans[step_id] = state
             self._children.add(step_id)

@@ -244,3 +244,22 @@ def test_numbers_are_written_as_the_encoder_writes_them() -> None:
         assert lines.value(number) == __import__("json").dumps(number)
     for odd in (math.nan, math.inf, -math.inf):
         assert lines.value(odd) is None
+
+
+def test_a_span_that_cannot_be_written_leaves_its_step_end_written(tmp_path: Path) -> None:
+    # an int too long for str() (Python's limit on integer digits) cannot be encoded: the
+    # span is lost as the general way loses it, the step_ended line before it is kept
+    record = StepRecord(
+        id=1, tool="t", status="succeeded", result=[10**5000], started_at=1.0, ended_at=2.0
+    )
+    texts = []
+    for assembled in (False, True):
+        path = tmp_path / f"{assembled}.jsonl"
+        writer = TraceWriter(path, "r", redact=Redactor(), clock=lambda: 5.0)
+        if not assembled:
+            writer._lines = None
+        writer(events.StepSucceeded("r", 1, 1.0, 2.0, record.result, record))
+        writer.close()
+        texts.append(path.read_text(encoding="utf-8"))
+    assert texts[0] == texts[1]
+    assert '"kind":"step_ended"' in texts[1]
