@@ -203,13 +203,26 @@ class StepLines:
             budget[0] -= len(value)
             if budget[0] < 0:
                 return False
+            keys, texts = self._keys, self._kept_texts
             for key, item in value.items():
-                key_kind = self._key_kind(key)
-                if key_kind == KEY_PLAIN:
-                    if not self._kept(item, depth + 1, budget):
+                key_kind = keys.get(key) if type(key) is str else 0
+                if key_kind is None:
+                    key_kind = self._key_kind(key)
+                if key_kind != KEY_PLAIN:
+                    if key_kind != KEY_NUMBERS or _number_text(item) is None:
+                        return False  # under KEY_NUMBERS: a number, a boolean or None only
+                    continue
+                item_kind = type(item)
+                if item_kind is str:  # as below, without the call
+                    kept = texts.get(item)
+                    if kept is None:
+                        kept = self._learn(item)[1]
+                    if not kept:
                         return False
-                elif key_kind != KEY_NUMBERS or _number_text(item) is None:
-                    return False  # under KEY_NUMBERS: a number, a boolean or None only
+                elif item is None or item_kind is int or item_kind is bool:
+                    continue
+                elif not self._kept(item, depth + 1, budget):
+                    return False
             return True
         if kind is list:
             budget[0] -= len(value)
@@ -256,18 +269,18 @@ class StepLines:
             return self._container(value)
         return None
 
-    def result(self, result: Any) -> str:
+    def result(self, result: Any, text: str | None = None) -> str:
         """The JSON text of a step's result (JSON-safe already, bounded): as it is when
-        masking keeps it, else masked by the redactor."""
+        masking keeps it, else masked by the redactor. ``text``: the result's JSON text
+        (lone surrogates escaped) when known."""
         kind = type(result)
         if result is None:
             return "null"
         if kind is str:
             return self.text(result)
         if kind is dict or kind is list:
-            encoded = self._container(result)
-            if encoded is not None:
-                return encoded
+            if self._kept(result, 1, [_ITEMS]):
+                return text if text is not None else escape_json_text(LINE_ENCODER.encode(result))
         elif kind is bool or kind is int or (kind is float and math.isfinite(result)):
             return LINE_ENCODER.encode(result)
         masked = self._redact(result) if self._redact is not None else result
@@ -323,6 +336,7 @@ class StepLines:
         args: Any,
         result: Any,
         restored: bool,
+        result_text: str | None = None,
     ) -> str | None:
         """The ``step`` span line of ``record`` (with its newline), or None.
 
@@ -332,6 +346,7 @@ class StepLines:
             depends_on: the step's parents; args: its args (or None).
             result: its result, JSON-safe and bounded already (the writer's ``_bounded``).
             restored: whether it was restored from an earlier segment.
+            result_text: the result's JSON text (lone surrogates escaped), when known.
         """
         step_id, tool, status = record.id, record.tool, record.status
         if type(step_id) is not int or type(tool) is not str or type(status) is not str:
@@ -386,7 +401,8 @@ class StepLines:
             f'"attrs":{{"step_id":{step_id},"tool":{masked},"status":{self.text(status)},'
             f'"reason":{reason},"detail":{detail},"error":{error},"depends_on":{parents},'
             f'"attempts":[{",".join(attempts)}],"checks":[{",".join(checks)}],'
-            f'"args":{given},"result":{self.result(result)},"superseded_by":{superseded},'
+            f'"args":{given},"result":{self.result(result, result_text)},'
+            f'"superseded_by":{superseded},'
             f'"segment":{self._segment},"restored":{"true" if restored else "false"}}}}}\n'
         )
 

@@ -108,20 +108,28 @@ def _bounded(value: Any) -> Any:
     """``value`` JSON-safe (:func:`~plandag.scheduler.result.jsonable_result`: converted
     once, with the run store), or a preview when its JSON is longer than
     RESULT_CHARACTERS."""
+    return _bounded_text(value)[0]
+
+
+def _bounded_text(value: Any) -> tuple[Any, str | None]:
+    """:func:`_bounded` of ``value``, and the JSON text of what it gives (lone surrogates
+    escaped) when it was encoded to be measured (a mapping, a list, a long string), else
+    None."""
     data = jsonable_result(value)
     if data is None or isinstance(data, bool | int | float):
-        return data
+        return data, None
     if isinstance(data, str) and len(data) <= RESULT_CHARACTERS // 6 - 2:
-        return data  # even all escapes (six characters each) and quotes cannot make it longer
+        return data, None  # even all escapes (six characters each) and quotes cannot make it longer
     text = escape_json_text(_LINE_ENCODER.encode(data))
     if len(text) <= RESULT_CHARACTERS:
-        return data  # a lone surrogate in it is escaped when the line is written (_emit)
-    return {
+        return data, text  # a lone surrogate in it is escaped when the line is written (_emit)
+    preview = {
         "truncated": True,
         "chars": len(text),
         "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
         "preview": text[: RESULT_CHARACTERS // 4],
     }
+    return preview, None
 
 
 #: The most bytes (UTF-8) of an input's path a ``summary`` document line shows (then ``…``).
@@ -1036,14 +1044,16 @@ class TraceWriter:
         if start is None:
             start = end
         try:
+            result, result_text = _bounded_text(record.result)
             text = lines.span(
                 record,
                 start,
                 end,
                 self._parents.get(step_id, []),
                 self._args.get(step_id),
-                _bounded(record.result),
+                result,
                 restored,
+                result_text,
             )
         except ValueError:  # an int too long to write, say: the general way says so
             return None
