@@ -34,7 +34,6 @@ from plandag.errors import (
 from plandag.scheduler import events, spans
 from plandag.scheduler.breaker import Dependency, DownDependency, step_dependencies
 from plandag.scheduler.failures import down_error, reason_of
-from plandag.scheduler.overrun import await_abandonable
 from plandag.scheduler.result import AttemptRecord, StepErrorInfo, StepRecord
 from plandag.scheduler.state import RunState, local_paths
 from plandag.surrogates import escape_surrogates, escape_text, holds_surrogates
@@ -226,7 +225,7 @@ class StepAttempts(RunState):
                     result = await self.call_tool(step_id, tool, args, context)
                 elif tool.is_async and self.deadline is not None:
                     # call_tool without a timeout, one coroutine fewer per attempt
-                    result = await await_abandonable(tool.invoke(args, context))
+                    result = await self.tool_calls.call(tool.invoke(args, context))
                 else:
                     result = await tool.invoke(args, context)
             except Exception as error:
@@ -274,7 +273,7 @@ class StepAttempts(RunState):
         if tool.is_async and self.deadline is not None:
             # an async tool that swallows its cancellation cannot hold the run
             # past its deadline: it is abandoned after a grace period
-            call: Any = await_abandonable(tool.invoke(args, context))
+            call: Any = self.tool_calls.call(tool.invoke(args, context))
         else:
             call = tool.invoke(args, context)
         if tool.timeout is None:

@@ -33,9 +33,11 @@ the one of a deadline stop.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import threading
 import time
+import types
 import weakref
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -51,6 +53,7 @@ __all__ = [
     "LIVE_RUNS",
     "DeadlineGuard",
     "GuardedRun",
+    "ToolCalls",
     "await_abandonable",
 ]
 
@@ -96,7 +99,8 @@ removes them; a :class:`DeadlineGuard` watches them)."""
 
 
 async def await_abandonable(coroutine: Coroutine[Any, Any, Any], grace_s: float = GRACE_S) -> Any:
-    """Await an async tool's call so that a tool swallowing cancellation cannot hold the run.
+    """Await an async tool's call so that a tool swallowing cancellation cannot hold the run
+    (one call: :class:`ToolCalls` serves a run's calls).
 
     On asyncio, the call runs in a task of its own; when the caller is cancelled (the
     run's deadline, a stall, the tool's timeout, Ctrl-C), the task is cancelled and given
@@ -114,25 +118,142 @@ async def await_abandonable(coroutine: Coroutine[Any, Any, Any], grace_s: float 
     Raises:
         Whatever the call raises; the caller's cancellation.
     """
+    calls = ToolCalls(grace_s)
     try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:  # another event loop (trio)
-        return await coroutine
-    scopes: list[anyio.CancelScope] = []
-    # The caller waits on a future of its own, which the call sets as it ends: awaiting
-    # the task would cancel it natively with the caller, asyncio.shield costs a second
-    # future, two callbacks and a loop turn more per call.
-    waiter = loop.create_future()
-    task = loop.create_task(_call_in_scope(coroutine, scopes, waiter))
-    try:
-        await waiter
-    except asyncio.CancelledError:
-        # Cancelled the anyio way, so that a shield the tool holds is respected (a native
-        # task.cancel() would pierce it); a tool that swallows it is waited for a while.
-        for scope in scopes:
-            scope.cancel()
-        if not scopes:
-            task.cancel()
+        return await calls.call(coroutine)
+    finally:
+        calls.close()
+
+
+class ToolCalls:
+    """The async tool calls of one run, each awaited as :func:`await_abandonable` says:
+    in a task other than the caller's, cancelled the anyio way when the caller is (so that
+    a shield the tool holds is respected), abandoned when it has not ended ``grace_s``
+    seconds later.
+
+    The task that ran a call runs the next one too (one at a time), until a cancellation
+    reaches it: a chain of steps makes one such task, not one per call. Each call still
+    runs in a copy of its caller's context, as in a task of its own.
+
+    Args:
+        grace_s: seconds a cancelled call has to end.
+    """
+
+    def __init__(self, grace_s: float = GRACE_S) -> None:
+        self.grace_s = grace_s
+        self._idle: list[_CallTask] = []
+
+    async def call(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
+        """Await ``coroutine`` (module docstring).
+
+        Returns:
+            What the call returned.
+
+        Raises:
+            Whatever the call raises; the caller's cancellation.
+        """
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # another event loop (trio)
+            return await coroutine
+        # The caller waits on a future of its own, which the call's task sets as the call
+        # ends: awaiting that task would cancel it natively with the caller.
+        waiter: asyncio.Future[None] = loop.create_future()
+        idle = self._idle
+        runner = idle.pop() if idle else None
+        if runner is None or runner.task.done():
+            runner = _CallTask(loop, coroutine, waiter)
+        else:
+            runner.job.set_result((coroutine, contextvars.copy_context(), waiter))
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            await runner.cancel(self.grace_s)
+            raise
+        value, error = runner.value, runner.error
+        runner.value = runner.error = None
+        if not runner.retired:
+            idle.append(runner)
+        if error is not None:
+            raise error
+        return value
+
+    def close(self) -> None:
+        """End the tasks waiting for a call (the run is over)."""
+        idle, self._idle = self._idle, []
+        for runner in idle:
+            if not runner.job.done():
+                runner.job.set_result(None)
+
+
+class _CallTask:
+    """A task running calls one at a time (:class:`ToolCalls`), from its first."""
+
+    __slots__ = ("error", "job", "loop", "retired", "scope", "task", "value")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        coroutine: Coroutine[Any, Any, Any],
+        waiter: asyncio.Future[None],
+    ) -> None:
+        self.loop = loop
+        self.scope: anyio.CancelScope | None = None
+        self.job: asyncio.Future[Any] = loop.create_future()
+        """Set to the next call (coroutine, context, waiter), or None to end."""
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.retired = False
+        """No further call is given to it (it was cancelled, or a call raised more than
+        an Exception)."""
+        self.task = loop.create_task(self.serve(coroutine, waiter))
+
+    async def serve(
+        self, coroutine: Coroutine[Any, Any, Any], waiter: asyncio.Future[None]
+    ) -> None:
+        """Run the first call, then each call handed in ``job``, until told to end,
+        cancelled, or retired."""
+        # the first call runs in the task's own context: a copy of its caller's
+        context: contextvars.Context | None = None
+        with anyio.CancelScope() as scope:
+            self.scope = scope
+            while True:
+                try:
+                    if context is None:
+                        self.value = await coroutine
+                    else:
+                        self.value = await _drive(coroutine, context)
+                except Exception as error:
+                    self.error = error
+                except BaseException as error:
+                    if self.retired:  # cancelled by cancel(): the scope takes it
+                        raise
+                    self.retired = True
+                    self.error = error
+                    if isinstance(error, KeyboardInterrupt | SystemExit):
+                        if not waiter.done():
+                            waiter.set_result(None)
+                        raise  # on to the event loop, as from a task of its own
+                if not waiter.done():
+                    waiter.set_result(None)
+                if self.retired:
+                    return
+                job = await self.job
+                if job is None:
+                    return
+                coroutine, context, waiter = job
+                self.job = self.loop.create_future()
+
+    async def cancel(self, grace_s: float) -> None:
+        """The caller was cancelled: cancel the call the anyio way (a shield the tool holds
+        is respected) and wait up to ``grace_s`` seconds for it to end; a call still
+        running then is abandoned (:data:`ABANDONED`)."""
+        self.retired = True
+        task = self.task
+        if self.scope is not None:
+            self.scope.cancel()
+        else:
+            task.cancel()  # it has not started: nothing of the tool's ran yet
         with anyio.CancelScope(shield=True):
             await asyncio.wait({task}, timeout=grace_s)
         if not task.done():
@@ -145,26 +266,29 @@ async def await_abandonable(coroutine: Coroutine[Any, Any, Any], grace_s: float 
             )
         elif not task.cancelled():
             task.exception()  # retrieved: its outcome no longer matters
-        raise
-    return task.result()
+        self.value = self.error = None
 
 
-async def _call_in_scope(
-    coroutine: Coroutine[Any, Any, Any],
-    scopes: list[anyio.CancelScope],
-    waiter: asyncio.Future[None],
-) -> Any:
-    """Await ``coroutine`` inside a cancel scope of its own, appended to ``scopes``
-    (:func:`await_abandonable` cancels it the anyio way); set ``waiter`` as it ends, unless
-    the caller stopped waiting."""
-    try:
-        with anyio.CancelScope() as scope:
-            scopes.append(scope)
-            return await coroutine
-        raise anyio.get_cancelled_exc_class()  # cancelled before it returned
-    finally:
-        if not waiter.done():
-            waiter.set_result(None)
+@types.coroutine
+def _drive(coroutine: Coroutine[Any, Any, Any], context: contextvars.Context) -> Any:
+    """Await ``coroutine`` with each of its steps run in ``context``, as a task of its own
+    made in that context would run it (what it sets stays in ``context``)."""
+    send, throw = coroutine.send, coroutine.throw
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            if error is None:
+                yielded = context.run(send, value)
+            else:
+                yielded = context.run(throw, error)
+        except StopIteration as stop:
+            return stop.value
+        error = None
+        try:
+            value = yield yielded
+        except BaseException as thrown:  # a cancellation (or anything) thrown into the task
+            error, value = thrown, None
 
 
 def _forget(task: asyncio.Task[Any]) -> None:

@@ -132,6 +132,7 @@ class _Run(StepAttempts):
                 result = await self.run_inside_span()
             return result
         finally:
+            self.tool_calls.close()
             spans.end_run(span, result.status if result is not None else "interrupted")
 
     async def run_inside_span(self) -> RunResult:

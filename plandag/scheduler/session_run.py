@@ -483,6 +483,7 @@ class SessionRun(_Run):
 
     def close_session(self) -> RunResult:
         """End the records still open and build the result (after the host ended)."""
+        self.tool_calls.close()
         if self.ended_normally:
             now = self.now()
             for step_id, record in self.records.items():

@@ -31,7 +31,7 @@ from plandag.scheduler import events
 from plandag.scheduler.breaker import CircuitBreaker, Dependency
 from plandag.scheduler.estimate import PlanEstimate
 from plandag.scheduler.limits import RunLimits
-from plandag.scheduler.overrun import LIVE_RUNS
+from plandag.scheduler.overrun import LIVE_RUNS, ToolCalls
 from plandag.scheduler.result import ESCALATION_REASONS, EscalationMode, RunResult, StepRecord
 from plandag.telemetry import LiveSpan, tracer_provider
 from plandag.tools.boundary import WriteBoundary
@@ -128,6 +128,9 @@ class RunState:
         """Real paths of files this run wrote from untainted data."""
         self.pending_clean: dict[int, list[str]] = {}
         self.observers = tuple(observers)
+        self.tool_calls = ToolCalls()
+        """Where async tools are called when the run has a deadline (abandoned if they
+        ignore their cancellation; :mod:`plandag.scheduler.overrun`)."""
         self.tracing = tracer_provider() is not None
         """Whether steps get live trace spans: a tracer provider was configured when the
         run was made (asked once per run, not per attempt)."""
