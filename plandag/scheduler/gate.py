@@ -37,16 +37,19 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import inspect
-import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
-import rfc8785
-
 from plandag.compiler.compiled import CompiledPlan, CompiledStep
 from plandag.dag.plan import Plan
 from plandag.errors import PlandagError
+from plandag.scheduler.canonical import (
+    NOT_PLAIN,
+    canonical_bytes,
+    canonical_json,
+    json_form,
+)
 from plandag.scheduler.estimate import PlanEstimate, estimate_steps
 from plandag.scheduler.result import to_jsonable
 from plandag.tools.boundary import WriteBoundary
@@ -61,10 +64,12 @@ __all__ = [
     "CallbackApprover",
     "Decision",
     "InvalidDecisionError",
+    "PlanDocument",
     "StaleDecisionError",
     "approval_needed",
     "approval_reason",
     "boundary_spec",
+    "compiled_plan_document",
     "compiled_plan_hash",
     "downstream",
     "effect_summary",
@@ -153,6 +158,19 @@ def plan_hash(
         the same hash whatever the key order or number formatting (RFC 8785, section 3.2).
     """
     document = plan.model_dump(mode="json", exclude_none=True) if isinstance(plan, Plan) else plan
+    return _hashed(document, params, write_boundary, http_allow, schemas)[0]
+
+
+def _hashed(
+    document: Mapping[str, Any],
+    params: Mapping[str, Any] | None,
+    write_boundary: WriteBoundary | None,
+    http_allow: Sequence[str] | None,
+    schemas: Mapping[str, str] | None,
+) -> tuple[str, bool]:
+    """:func:`plan_hash` of a plan's JSON ``document``, and whether everything hashed is
+    JSON data that ``to_jsonable`` returns as it is
+    (:func:`~plandag.scheduler.canonical.json_form`)."""
     hashed: dict[str, Any] = {
         "plan": document,
         "params": dict(params or {}),
@@ -162,70 +180,51 @@ def plan_hash(
         hashed["http_allow"] = sorted(set(http_allow))
     if schemas:
         hashed["tool_schemas"] = dict(schemas)
-    canonical = _canonical_json(to_jsonable(hashed))
-    return hashlib.sha256(canonical).hexdigest()
+    form = json_form(hashed)
+    if form == NOT_PLAIN:
+        return hashlib.sha256(canonical_json(to_jsonable(hashed))).hexdigest(), False
+    return hashlib.sha256(canonical_bytes(hashed, form)).hexdigest(), True
 
 
-_CANONICAL_ENCODER = json.JSONEncoder(
-    ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
-)
-_SAFE_INTEGER = 2**53 - 1
+@dataclasses.dataclass(frozen=True)
+class PlanDocument:
+    """A compiled plan's JSON and hash, made once for everything that records the plan
+    (the run store's plan version, the trace's ``plan`` line, a decision's hash).
 
-
-def _same_in_both(value: Any) -> bool:
-    """Whether the standard encoder writes ``value`` as RFC 8785 does: exactly ``dict``
-    with ASCII ``str`` keys (sorted alike by code point and by UTF-16 unit), ``list``,
-    ``str``, ``bool``, None and ``int`` within ±(2**53 - 1); no ``float`` (RFC 8785 writes
-    numbers as ECMAScript does). Strings are escaped alike by both (RFC 8785, 3.2.2.2)."""
-    kind = type(value)
-    if kind is str or kind is bool or value is None:
-        return True
-    if kind is int:
-        return bool(-_SAFE_INTEGER <= value <= _SAFE_INTEGER)
-    if kind is dict:
-        for key, item in value.items():
-            if type(key) is not str or not key.isascii() or not _same_in_both(item):
-                return False
-        return True
-    if kind is list:
-        return all(_same_in_both(item) for item in value)
-    return False
-
-
-def _canonical_json(value: Any) -> bytes:
-    """The RFC 8785 canonical JSON of ``value`` (UTF-8), as ``rfc8785.dumps`` gives it:
-    written by the standard library's C encoder when that gives the same bytes (no
-    floats, ASCII keys, safe integers), by ``rfc8785`` otherwise.
-
-    Args:
-        value: a JSON value (``to_jsonable``'s output).
-
-    Returns:
-        The canonical bytes.
-
-    Raises:
-        rfc8785.CanonicalizationError: a value RFC 8785 cannot write (a lone surrogate, an
-            integer beyond ±(2**53 - 1), NaN or an infinity, a key that is not a string).
+    Attributes:
+        json: ``plan.model_dump(mode="json", exclude_none=True)``.
+        hash: :func:`compiled_plan_hash` of the plan.
+        plain: whether ``json`` is JSON data that
+            :func:`~plandag.scheduler.result.to_jsonable` returns as it is (exactly
+            ``dict`` with ``str`` keys, ``list``, ``str``, ``int``, ``bool``, None and
+            finite ``float``, well within its depth and size limits): a recorder may then
+            write it without converting it again.
     """
-    if _same_in_both(value):
-        try:
-            return _CANONICAL_ENCODER.encode(value).encode("utf-8")
-        except (UnicodeEncodeError, RecursionError):  # rfc8785 says why
-            pass
-    return rfc8785.dumps(value)
+
+    json: dict[str, Any]
+    hash: str
+    plain: bool
+
+
+def compiled_plan_document(compiled: CompiledPlan) -> PlanDocument:
+    """The :class:`PlanDocument` of ``compiled``: its plan dumped once, hashed as
+    :func:`compiled_plan_hash` hashes it."""
+    document = compiled.plan.model_dump(mode="json", exclude_none=True)
+    digest, plain = _hashed(
+        document,
+        compiled.params,
+        compiled.write_boundary,
+        compiled.allowed_hosts,
+        tool_schemas(compiled.steps),
+    )
+    return PlanDocument(document, digest, plain)
 
 
 def compiled_plan_hash(compiled: CompiledPlan) -> str:
     """:func:`plan_hash` of a compiled plan: its plan, params, write boundary, HTTP
     allow-list (:attr:`CompiledPlan.allowed_hosts`) and the definitions of its MCP tools
     (:func:`tool_schemas`)."""
-    return plan_hash(
-        compiled.plan,
-        compiled.params,
-        compiled.write_boundary,
-        compiled.allowed_hosts,
-        tool_schemas(compiled.steps),
-    )
+    return compiled_plan_document(compiled).hash
 
 
 def approval_needed(

@@ -10,7 +10,7 @@ import rfc8785
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from plandag.scheduler.gate import _canonical_json
+from plandag.scheduler.canonical import canonical_json as _canonical_json
 
 _KEYS = st.one_of(
     st.text(max_size=6),

@@ -1,0 +1,128 @@
+"""RFC 8785 canonical JSON (the JSON Canonicalization Scheme) of JSON data, written by
+the standard library's C encoder whenever that gives the same bytes as ``rfc8785``, and the
+test of JSON data that :func:`~plandag.scheduler.result.to_jsonable` returns as it is
+(a recorder may then write it without converting it again)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import rfc8785
+
+__all__ = [
+    "NOT_PLAIN",
+    "PLAIN",
+    "STANDARD",
+    "canonical_bytes",
+    "canonical_json",
+    "is_plain_json",
+    "json_form",
+]
+
+_CANONICAL_ENCODER = json.JSONEncoder(
+    ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
+)
+_SAFE_INTEGER = 2**53 - 1
+# How deep and how large a value :func:`json_form` calls plain: well within
+# ``to_jsonable``'s limits (200 levels, a million values), so that it never cuts one.
+_PLAIN_DEPTH = 100
+_PLAIN_VALUES = 500_000
+# What :func:`json_form` finds: not plain JSON; plain JSON that only ``rfc8785`` writes as
+# RFC 8785 does; plain JSON that the standard encoder writes so too.
+NOT_PLAIN, PLAIN, STANDARD = 0, 1, 2
+
+
+def json_form(value: Any) -> int:
+    """What ``value`` is, as :data:`NOT_PLAIN`, :data:`PLAIN` or :data:`STANDARD`.
+
+    Plain: exactly ``dict`` with ``str`` keys, ``list``, ``str``, ``bool``, None, ``int``
+    and finite ``float``, nested less than 100 levels, 500,000 values at most
+    (``to_jsonable`` returns such a value as it is). Standard: plain, and the standard
+    encoder writes it as RFC 8785 does: ASCII keys (sorted alike by code point and by
+    UTF-16 unit), integers within ±(2**53 - 1), and floats that Python's ``repr`` writes
+    as ECMAScript does (RFC 8785, 3.2.2.3): not a whole number (``repr`` adds ``.0``), and
+    at least 1e-4 in magnitude (``repr`` writes an exponent below that; a float that is
+    not whole is below 2**52, so never written with one above). Strings are escaped alike
+    by both (RFC 8785, 3.2.2.2).
+    """
+    budget = [_PLAIN_VALUES]
+    return _form_of(value, 0, budget) if budget[0] >= 0 else NOT_PLAIN
+
+
+def _form_of(value: Any, depth: int, budget: list[int]) -> int:
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return STANDARD
+    if kind is int:
+        return STANDARD if -_SAFE_INTEGER <= value <= _SAFE_INTEGER else PLAIN
+    if kind is float:
+        if not math.isfinite(value):
+            return NOT_PLAIN
+        return STANDARD if abs(value) >= 1e-4 and not value.is_integer() else PLAIN
+    if (kind is not dict and kind is not list) or depth >= _PLAIN_DEPTH:
+        return NOT_PLAIN
+    budget[0] -= len(value)
+    if budget[0] < 0:
+        return NOT_PLAIN
+    form = STANDARD
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str:
+                return NOT_PLAIN
+            if not key.isascii():
+                form = PLAIN
+            if type(item) is not str:
+                found = _form_of(item, depth + 1, budget)
+                if found < form:
+                    if found == NOT_PLAIN:
+                        return NOT_PLAIN
+                    form = found
+        return form
+    for item in value:
+        if type(item) is not str:
+            found = _form_of(item, depth + 1, budget)
+            if found < form:
+                if found == NOT_PLAIN:
+                    return NOT_PLAIN
+                form = found
+    return form
+
+
+def canonical_bytes(value: Any, form: int) -> bytes:
+    """The RFC 8785 canonical JSON of a plain ``value`` whose :func:`json_form` is
+    ``form``: written by the standard library's C encoder when that gives the same bytes,
+    by ``rfc8785`` otherwise (and for its errors: a lone surrogate)."""
+    if form == STANDARD:
+        try:
+            return _CANONICAL_ENCODER.encode(value).encode("utf-8")
+        except (UnicodeEncodeError, RecursionError):  # rfc8785 says why
+            pass
+    return rfc8785.dumps(value)
+
+
+def canonical_json(value: Any) -> bytes:
+    """The RFC 8785 canonical JSON of ``value`` (UTF-8), as ``rfc8785.dumps`` gives it:
+    written by the standard library's C encoder when that gives the same bytes
+    (:func:`json_form`), by ``rfc8785`` otherwise.
+
+    Args:
+        value: a JSON value (``to_jsonable``'s output).
+
+    Returns:
+        The canonical bytes.
+
+    Raises:
+        rfc8785.CanonicalizationError: a value RFC 8785 cannot write (a lone surrogate, an
+            integer beyond ±(2**53 - 1), NaN or an infinity, a key that is not a string).
+    """
+    return canonical_bytes(value, json_form(value))
+
+
+def is_plain_json(value: Any) -> bool:
+    """Whether ``value`` is plain JSON data (:func:`json_form`): exactly ``dict`` with
+    ``str`` keys, ``list``, ``str``, ``bool``, None, ``int`` and finite ``float``, nested
+    less than 100 levels, 500,000 values at most; ``to_jsonable`` returns such a value as
+    it is (an equal copy)."""
+    return json_form(value) != NOT_PLAIN
