@@ -25,6 +25,7 @@ several megabytes is handled in linear time.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import math
 import os
@@ -210,10 +211,13 @@ def is_secret_environment_name(name: str) -> bool:
     return name.upper().endswith(_SECRET_ENV_SUFFIXES)
 
 
-#: The letters that ``re.IGNORECASE`` matches with an ASCII letter but ``str.lower`` does not
-#: turn into one (Python's ``re`` documentation: U+0131 and U+017F; U+0130 and U+212A lower
-#: to text holding the ASCII letter). A text holding one may hold a word in any case.
-CASE_LOOKALIKES = ("\u0131", "\u017f")
+#: The letters that ``re.IGNORECASE`` matches with an ASCII letter while ``str.lower`` does
+#: not put that letter where a word needs it: U+0131 (dotless i) and U+017F (long s) are not
+#: lowered to one, and U+0130 (capital I with a dot) is lowered to ``i`` and a combining dot,
+#: which breaks the word (``authorİzation`` lowers to no ``authorization``); U+212A (the
+#: Kelvin sign) lowers to ``k`` and needs nothing. A text holding one may hold a word in any
+#: case.
+CASE_LOOKALIKES = ("\u0131", "\u017f", "\u0130")
 
 
 def may_hold_word(text: str, words: Iterable[str]) -> bool:
@@ -942,6 +946,26 @@ def redact_personal(value: Any) -> Any:
     return _Walk(secrets=False, personal=True).value(value, personal=True)
 
 
+#: Words one of which (in any case) is in the JSON text of every value the secrets-only walk
+#: changes by a rule: each name :func:`is_secret_key` and the ``name: value`` rule know holds
+#: one (``api_key`` and ``x-api-key`` hold ``api_key``/``api-key``, ``access_token``
+#: ``token``, ``passwd`` ``passw``...), and so does each credential found by its form.
+_JSON_TEXT_WORDS = (
+    "sk-",
+    "eyj",
+    "bearer",
+    "basic",
+    "apikey",
+    "api_key",
+    "api-key",
+    "authorization",
+    "token",
+    "secret",
+    "passw",
+    "cookie",
+)
+
+
 class Redactor:
     """The redactor the trace writer applies to every recorded value.
 
@@ -986,6 +1010,36 @@ class Redactor:
         if self.personal:
             return False
         return _kept_as_is(value, self._walk().scrubber, [_KEPT_ITEMS], 0)
+
+    def keeps_json_text(self, text: str) -> bool:
+        """Whether calling this redactor on JSON data whose compact JSON text is ``text``
+        (``json.dumps(value, ensure_ascii=False, separators=(",", ":"))``) returns an equal
+        copy, told from the text alone (no walk over the value).
+
+        Every change the walk makes needs, in that text: a word of
+        :data:`_JSON_TEXT_WORDS` in any case (a secret-named key or header pair, a
+        ``name: value`` pair, a cookie, ``Bearer``/``Basic``, ``sk-`` keys, a JSON Web
+        Token's ``eyJ``), a letter only ``re.IGNORECASE`` folds to ASCII, a URL with a
+        password (matched alike in a string and in its JSON text), or the JSON form of an
+        environment secret value (a string holding the value holds it so in its JSON).
+
+        Args:
+            text: the value's compact JSON text.
+
+        Returns:
+            True when none of those is in ``text``; always False with ``personal``.
+        """
+        if self.personal:
+            return False
+        if any(letter in text for letter in CASE_LOOKALIKES):
+            return False
+        lowered = text.lower()
+        if any(word in lowered for word in _JSON_TEXT_WORDS) or holds_url_password(text):
+            return False
+        return not any(
+            json.dumps(value, ensure_ascii=False)[1:-1] in text
+            for value in self._walk().environment
+        )
 
     def text(self, text: str) -> str:
         """``text`` masked as a string value under a key that names nothing special:
