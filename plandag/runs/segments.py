@@ -28,6 +28,7 @@ has to run (ARCHITECTURE.md, "Brakes")."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import sqlite3
 import time
 import uuid
@@ -45,7 +46,6 @@ from plandag.approval import (
     InvalidDecisionError,
     approval_needed,
     approval_reason,
-    compiled_plan_hash,
 )
 from plandag.approval.steps import Amendment, amend
 from plandag.brakes.retry import RetryPolicy
@@ -65,10 +65,11 @@ from plandag.scheduler import events
 from plandag.scheduler.entry import run_plan
 from plandag.scheduler.estimate import PlanEstimate, estimate_plan
 from plandag.scheduler.events import Observer
+from plandag.scheduler.gate import compiled_plan_document
 from plandag.scheduler.result import RunResult
 from plandag.scheduler.session import open_session
 from plandag.store.recorder import StoreRecorder
-from plandag.store.sealing import unseal
+from plandag.store.sealing import sealed_store_text, unseal
 from plandag.store.store import StepRow, Store
 from plandag.tools.registry import Registry
 
@@ -238,6 +239,18 @@ class _Segment:
     elapsed_s: float
     gate: _Gate | None = None
     hooks: EscalationHooks | None = None
+    recorded: _Recorded | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Recorded:
+    """What :func:`record_run` made as it created the run, for its first segment: the run's
+    row says ``running``, segment 0, held by this process (nothing to update), and the
+    plan's estimate was made from ``measured`` with ``executor_model``."""
+
+    measured: dict[str, float]
+    executor_model: str | None
+    estimate: PlanEstimate
 
 
 def record_run(
@@ -254,34 +267,79 @@ def record_run(
     """Record a new run of ``compiled`` (the run, its plan as version 1, the trace's first
     lines); return the approval request when the plan needs a person (recording an
     automatic approval otherwise)."""
+    return _record_run(
+        store,
+        run_id,
+        compiled,
+        options,
+        command=command,
+        writer=writer,
+        source=source,
+        compile_span=compile_span,
+    )[0]
+
+
+def _record_run(
+    store: Store,
+    run_id: str,
+    compiled: CompiledPlan,
+    options: RunOptions,
+    *,
+    command: str,
+    writer: Any,
+    source: str,
+    compile_span: tuple[float, float] | None,
+) -> tuple[ApprovalRequest | None, _Recorded]:
+    """:func:`record_run`, and what it made that the first segment needs again."""
     plan = compiled.plan
-    plan_json = plan.model_dump(mode="json", exclude_none=True)
-    digest = compiled_plan_hash(compiled)
-    store.create_run(
+    document = compiled_plan_document(compiled)  # dumped and hashed once for all below
+    plan_json, digest = document.json, document.hash
+    # a plain plan is JSON already: its text is made once, for the store and the trace
+    text = (
+        json.dumps(plan_json, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        if document.plain
+        else None
+    )
+    measured = store.tool_durations({step.tool.name for step in compiled.steps.values()})
+    estimate = estimate_plan(compiled, measured=measured, executor_model=options.executor_model)
+    store.create_run_with_plan(
         run_id,
         command=command,
         goal=plan.goal or None,
         params=compiled.params,
         options=options.as_json(),
+        plan=plan_json,
+        plan_hash=digest,
+        source=source,
+        estimate=estimate.as_json(),
+        # store_json(plan_json): to_jsonable returns a plain plan as it is
+        text=sealed_store_text(plan_json, text=text) if text is not None else None,
     )
-    estimate = plan_estimate(store, compiled, executor_model=options.executor_model)
-    store.add_plan_version(run_id, 1, plan_json, digest, source, estimate=estimate.as_json())
+    recorded = _Recorded(measured, options.executor_model, estimate)
     if writer is not None:
         writer.run_started(command, plan.goal or None, dict(compiled.params))
-        writer.plan(1, plan_json, digest, source)
+        writer.plan(
+            1,
+            plan_json,
+            digest,
+            source,
+            text=text,
+            parents={step_id: step.parents for step_id, step in compiled.steps.items()},
+        )
         if compile_span is not None:
             writer.compile(1, compile_span[0], compile_span[1], list(compiled.diagnostics))
     effects = {step.tool.effects for step in compiled.steps.values()}
     if approval_needed(compiled, options.approve):
         reason = approval_reason(compiled.steps)
-        return ApprovalRequest.for_plan(
+        request = ApprovalRequest.for_plan(
             run_id, 1, compiled, reason=reason, expiry_s=options.expiry_s, estimate=estimate
         )
+        return request, recorded
     if effects - {"none"}:
         store.record_decision(run_id, 1, digest, "approved", who="auto")
         if writer is not None:
             writer.approval(1, digest, "approved", "auto", None)
-    return None
+    return None, recorded
 
 
 async def open_run(
@@ -376,7 +434,7 @@ async def start_run(
     run_id = run_id if run_id is not None else uuid.uuid4().hex[:16]
     writer = trace(run_id, 0) if trace is not None else None
     try:
-        request = record_run(
+        request, recorded = _record_run(
             store,
             run_id,
             compiled,
@@ -399,6 +457,7 @@ async def start_run(
                 elapsed_s=0.0,
                 gate=_Gate(request, approver, options.approve) if request is not None else None,
                 hooks=as_hooks(on_escalation),
+                recorded=recorded,
             )
         )
     finally:
@@ -611,7 +670,9 @@ async def _run_segment_with(part: _Segment, models: ModelAccess | None) -> Durab
     recorder = StoreRecorder(
         store, run_id, compiled.steps, compiled.params, segment=segment, completed=completed
     )
-    store.update_run(run_id, status="running", segment=segment, pid=_pid())
+    recorded = part.recorded
+    if recorded is None:  # else the run was created so just now (_Recorded)
+        store.update_run(run_id, status="running", segment=segment, pid=_pid())
     all_observers: list[Observer] = [recorder, *observers]
     if writer is not None:
         all_observers.append(writer if gate is None else _ForwardAllButEnd(writer))
@@ -620,14 +681,21 @@ async def _run_segment_with(part: _Segment, models: ModelAccess | None) -> Durab
     decision: Decision | None = None
     amendment: Amendment | None = None
     invalid: str | None = None
-    tools = {step.tool.name for step in compiled.steps.values()}
-    measured = store.tool_durations(tools)
-    estimate = estimate_plan(
-        compiled,
-        measured=measured,
-        done=tuple(completed),
-        executor_model=models.model if models is not None else None,
-    )
+    executor_model = models.model if models is not None else None
+    if recorded is not None:  # measured as the run began (no step of it has run since)
+        measured = recorded.measured
+    else:
+        measured = store.tool_durations({step.tool.name for step in compiled.steps.values()})
+    if recorded is not None and (
+        recorded.executor_model == executor_model
+        # the executor's model only prices steps whose tool estimates its own cost
+        or all(step.tool.estimate is None for step in compiled.steps.values())
+    ):
+        estimate = recorded.estimate
+    else:
+        estimate = estimate_plan(
+            compiled, measured=measured, done=tuple(completed), executor_model=executor_model
+        )
     if gate is None:
         result = await run_plan(
             compiled,
@@ -707,6 +775,7 @@ async def _run_segment_with(part: _Segment, models: ModelAccess | None) -> Durab
                     completed=carried,
                     elapsed_s=elapsed_s + (time.monotonic() - started) - paused,
                     gate=None,  # decided: the amended plan runs without asking again
+                    recorded=None,
                 )
             )
         if decision is None or not decision.approved:

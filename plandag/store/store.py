@@ -48,6 +48,7 @@ from typing import Any
 import platformdirs
 
 from plandag.errors import InputError
+from plandag.scheduler.canonical import is_plain_json
 from plandag.scheduler.estimate import MEASURED_MIN_RUNS
 from plandag.scheduler.result import to_jsonable
 from plandag.store.migrations import migrate
@@ -167,6 +168,80 @@ def store_json(value: Any) -> str:
 
 
 _dumps = store_json
+
+_Row = tuple[str, tuple[Any, ...]]
+
+
+def _run_row(
+    run_id: str,
+    command: str,
+    goal: str | None,
+    params: Mapping[str, Any],
+    options: Mapping[str, Any],
+    status: str,
+    now: float,
+) -> _Row:
+    """The statement that records a new run held by this process (:meth:`Store.create_run`)."""
+    return (
+        "INSERT INTO run (run_id, created, updated, command, goal, status, params, "
+        "options, pid, pid_started) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            run_id,
+            now,
+            now,
+            command,
+            goal,
+            status,
+            _dumps(dict(params)),
+            _dumps(dict(options)),
+            os.getpid(),
+            this_process_started(),
+        ),
+    )
+
+
+def _plan_version_rows(
+    run_id: str,
+    version: int,
+    plan: Mapping[str, Any],
+    plan_hash: str,
+    source: str,
+    estimate: Mapping[str, Any] | None,
+    text: str | None,
+    now: float,
+) -> list[_Row]:
+    """The statements that record a plan version and make it the run's current one
+    (:meth:`Store.add_plan_version`)."""
+    return [
+        (
+            "INSERT INTO plan_version (run_id, version, hash, plan, source, created, "
+            "estimate) VALUES (?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (run_id, version) DO UPDATE SET hash = excluded.hash, "
+            "plan = excluded.plan, source = excluded.source, "
+            "estimate = COALESCE(excluded.estimate, plan_version.estimate)",
+            (
+                run_id,
+                version,
+                plan_hash,
+                text if text is not None else _record_json(plan),
+                source,
+                now,
+                _record_json(estimate) if estimate is not None else None,
+            ),
+        ),
+        ("UPDATE run SET version = ?, updated = ? WHERE run_id = ?", (version, now, run_id)),
+    ]
+
+
+def _record_json(value: Mapping[str, Any]) -> str:
+    """:func:`store_json` of a mapping recorded once per run (a plan version, its estimate):
+    written without converting it first when it is plain JSON data
+    (:func:`~plandag.scheduler.canonical.is_plain_json`: ``to_jsonable`` would return an
+    equal copy)."""
+    value = dict(value)
+    if value and is_plain_json(value):
+        return sealed_store_text(value)
+    return store_json(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -536,24 +611,33 @@ class Store:
         status: str = "running",
     ) -> None:
         """Record a new run, held by this process (committed at once)."""
-        now = time.time()
         self.write(
-            "INSERT INTO run (run_id, created, updated, command, goal, status, params, "
-            "options, pid, pid_started) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                run_id,
-                now,
-                now,
-                command,
-                goal,
-                status,
-                _dumps(dict(params)),
-                _dumps(dict(options)),
-                os.getpid(),
-                this_process_started(),
-            ),
-            durable=True,
+            *_run_row(run_id, command, goal, params, options, status, time.time()), durable=True
         )
+
+    def create_run_with_plan(
+        self,
+        run_id: str,
+        *,
+        command: str,
+        goal: str | None,
+        params: Mapping[str, Any],
+        options: Mapping[str, Any],
+        plan: Mapping[str, Any],
+        plan_hash: str,
+        source: str,
+        estimate: Mapping[str, Any] | None = None,
+        text: str | None = None,
+    ) -> None:
+        """:meth:`create_run` (status ``running``) and :meth:`add_plan_version` of its
+        version 1, in one transaction (committed at once: one sync of the disk instead of
+        two; the run is never stored without its plan). Arguments as those methods take
+        them."""
+        now = time.time()
+        with self.transaction() as connection:
+            connection.execute(*_run_row(run_id, command, goal, params, options, "running", now))
+            for row in _plan_version_rows(run_id, 1, plan, plan_hash, source, estimate, text, now):
+                connection.execute(*row)
 
     def update_run(self, run_id: str, **fields: Any) -> None:
         """Set columns of a run (``status``, ``segment``, ``spent_usd``, ``awaiting_since``,
@@ -699,34 +783,23 @@ class Store:
         plan_hash: str,
         source: str,
         estimate: Mapping[str, Any] | None = None,
+        *,
+        text: str | None = None,
     ) -> None:
         """Record version ``version`` of the run's plan (committed at once) and make it the
         run's current version; ``estimate``: the plan's estimate as JSON
-        (:meth:`plandag.scheduler.estimate.PlanEstimate.as_json`), or None. A version
-        recorded again (a run keeps each version as it compiles, then records it whole at
-        its end) gets the new plan, hash and source, and keeps its estimate when none is
-        given, its creation time, approval and the time it was shown."""
+        (:meth:`plandag.scheduler.estimate.PlanEstimate.as_json`), or None; ``text``:
+        ``store_json(plan)`` when the caller made it already (it is stored as it is), or
+        None. A version recorded again (a run keeps each version as it compiles, then
+        records it whole at its end) gets the new plan, hash and source, and keeps its
+        estimate when none is given, its creation time, approval and the time it was
+        shown."""
         now = time.time()
         with self.transaction() as connection:
-            connection.execute(
-                "INSERT INTO plan_version (run_id, version, hash, plan, source, created, "
-                "estimate) VALUES (?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (run_id, version) DO UPDATE SET hash = excluded.hash, "
-                "plan = excluded.plan, source = excluded.source, "
-                "estimate = COALESCE(excluded.estimate, plan_version.estimate)",
-                (
-                    run_id,
-                    version,
-                    plan_hash,
-                    _dumps(dict(plan)),
-                    source,
-                    now,
-                    _dumps(dict(estimate)) if estimate is not None else None,
-                ),
-            )
-            connection.execute(
-                "UPDATE run SET version = ?, updated = ? WHERE run_id = ?", (version, now, run_id)
-            )
+            for row in _plan_version_rows(
+                run_id, version, plan, plan_hash, source, estimate, text, now
+            ):
+                connection.execute(*row)
 
     def set_plan_estimate(self, run_id: str, version: int, estimate: Mapping[str, Any]) -> None:
         """Record the estimate of plan version ``version`` (committed at once), as JSON

@@ -29,7 +29,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import networkx as nx
 
-from plandag.dag.graph import critical_path
+from plandag.dag.graph import dependency_order, longest_path
 from plandag.dag.plan import Plan
 from plandag.dag.references import find_references
 from plandag.scheduler import events
@@ -391,6 +391,24 @@ class TraceWriter:
             return self.write(record)
         return self._emit(line, text)
 
+    def _write_with_text(self, record: Mapping[str, Any], field: str, text: str) -> dict[str, Any]:
+        """:meth:`_write_ready` of ``record`` whose ``field`` is JSON data written as
+        ``text`` already (its compact JSON text): the line's text is made of each field's
+        text (as the encoder joins them), ``field``'s not encoded again."""
+        line: dict[str, Any] = {"type": record["type"], "run_id": self.run_id}
+        line["time"] = self._clock()
+        line.update({key: value for key, value in record.items() if key != "type"})
+        encode = _LINE_ENCODER.encode
+        parts = []
+        try:
+            for key, value in line.items():
+                if type(value) is float and not math.isfinite(value):
+                    return self.write(record)
+                parts.append(f"{encode(key)}:{text if key == field else encode(value)}")
+        except (TypeError, ValueError):  # a field that is not JSON after all: converted
+            return self.write(record)
+        return self._emit(line, "{" + ",".join(parts) + "}")
+
     def _emit(self, line: dict[str, Any], text: str) -> dict[str, Any]:
         """Write ``text`` (``line`` as JSON; a lone surrogate in its strings escaped,
         :func:`plandag.surrogates.escape_json_text`, so the write never fails) and give
@@ -537,7 +555,14 @@ class TraceWriter:
         )
 
     def plan(
-        self, version: int, plan: Plan | Mapping[str, Any], hash: str, source: str
+        self,
+        version: int,
+        plan: Plan | Mapping[str, Any],
+        hash: str,
+        source: str,
+        *,
+        text: str | None = None,
+        parents: Mapping[int, Sequence[int]] | None = None,
     ) -> dict[str, Any]:
         """Write a ``plan`` line and learn its steps' dependencies for the step spans.
 
@@ -547,18 +572,32 @@ class TraceWriter:
             hash: its SHA-256 hex (``plandag.approval.plan_hash``), computed by the caller
                 on the unredacted plan.
             source: ``stored``, ``planner``, ``replan`` or ``revision``.
+            text: when ``plan`` is JSON data that
+                :func:`~plandag.scheduler.result.to_jsonable` returns as it is
+                (:attr:`plandag.scheduler.gate.PlanDocument.plain`), its compact JSON text
+                (``json.dumps(plan, ensure_ascii=False, separators=(",", ":"))``): the plan
+                is then written as it is when the redactor keeps that text
+                (:meth:`~plandag.trace.redact.Redactor.keeps_json_text`), and the text goes
+                into the line without encoding the plan again. None: the plan is converted
+                and redacted as every value.
+            parents: every step's parents, sorted, when the caller has them (the plan
+                compiled: :attr:`~plandag.compiler.compiled.CompiledStep.parents`, which
+                :func:`plan_dependencies` of a plan that compiles gives too); None: read
+                from the plan.
         """
         data = plan.model_dump(mode="json", exclude_none=True) if isinstance(plan, Plan) else plan
-        self.set_dependencies(plan_dependencies(plan))
-        return self._write_ready(
-            {
-                "type": "plan",
-                "version": version,
-                "hash": hash,
-                "plan": self._clean(data),
-                "source": source,
-            }
-        )
+        if parents is None:
+            self.set_dependencies(plan_dependencies(data))
+        else:
+            self._parents.update({step_id: list(ids) for step_id, ids in parents.items()})
+        record = {"type": "plan", "version": version, "hash": hash, "plan": data, "source": source}
+        if text is not None and (
+            self._redact is None
+            or (type(self._redact) is Redactor and self._redact.keeps_json_text(text))
+        ):
+            return self._write_with_text(record, "plan", text)
+        record["plan"] = self._clean(data)
+        return self._write_ready(record)
 
     def set_dependencies(self, parents: Mapping[int, Sequence[int]]) -> None:
         """Record the parents of steps (say ``compiled.graph``'s), replacing known ones.
@@ -941,17 +980,20 @@ class TraceWriter:
         """
         for step_id in sorted(result.steps):
             self._step_span(result.steps[step_id], result.started_at, result.ended_at)
-        graph = nx.DiGraph()
-        graph.add_nodes_from(result.steps)
-        for step_id in result.steps:
-            for parent in self._parents.get(step_id, ()):
-                if parent in result.steps:
-                    graph.add_edge(parent, step_id)
-        durations = {step_id: record.duration_s or 0.0 for step_id, record in result.steps.items()}
-        try:
-            path, _ = critical_path(graph, durations)
-        except nx.NetworkXUnfeasible:  # the plan said otherwise; never break the trace
-            path = []
+        steps = result.steps
+        known = self._parents
+        parents = {
+            step_id: [parent for parent in known.get(step_id, ()) if parent in steps]
+            for step_id in steps
+        }
+        durations = {step_id: record.duration_s or 0.0 for step_id, record in steps.items()}
+        # critical_path's answer over the graph of these parents, without building it
+        order = dependency_order(parents)
+        path = (
+            longest_path(order, parents.__getitem__, durations)[0]
+            if order is not None
+            else []  # a cycle: the plan said otherwise; never break the trace
+        )
         self.write(
             {
                 "type": "run_finished",
