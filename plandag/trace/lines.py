@@ -269,16 +269,29 @@ class StepLines:
             return self._container(value)
         return None
 
-    def result(self, result: Any, text: str | None = None) -> str:
+    def result(self, result: Any, text: str | None = None, compact: bool = False) -> str:
         """The JSON text of a step's result (JSON-safe already, bounded): as it is when
-        masking keeps it, else masked by the redactor. ``text``: the result's JSON text
-        (lone surrogates escaped) when known."""
+        masking keeps it, else masked by the redactor.
+
+        Args:
+            result: the result.
+            text: its JSON text (lone surrogates escaped) when known, else None.
+            compact: ``text`` is its compact JSON as the encoder wrote it (no surrogate
+                escaped): masking secrets alone is then told from the text
+                (:meth:`~plandag.trace.redact.Redactor.keeps_json_text`), without a walk.
+        """
         kind = type(result)
         if result is None:
             return "null"
         if kind is str:
             return self.text(result)
         if kind is dict or kind is list:
+            if text is not None:
+                redact = self._redact
+                if redact is None:
+                    return text
+                if compact and not redact.personal and redact.keeps_json_text(text):
+                    return text
             if self._kept(result, 1, [_ITEMS]):
                 return text if text is not None else escape_json_text(LINE_ENCODER.encode(result))
         elif kind is bool or kind is int or (kind is float and math.isfinite(result)):
@@ -337,6 +350,7 @@ class StepLines:
         result: Any,
         restored: bool,
         result_text: str | None = None,
+        compact: bool = False,
     ) -> str | None:
         """The ``step`` span line of ``record`` (with its newline), or None.
 
@@ -346,7 +360,8 @@ class StepLines:
             depends_on: the step's parents; args: its args (or None).
             result: its result, JSON-safe and bounded already (the writer's ``_bounded``).
             restored: whether it was restored from an earlier segment.
-            result_text: the result's JSON text (lone surrogates escaped), when known.
+            result_text: the result's JSON text (lone surrogates escaped), when known;
+            compact: whether it needed no escape (:meth:`result`).
         """
         step_id, tool, status = record.id, record.tool, record.status
         if type(step_id) is not int or type(tool) is not str or type(status) is not str:
@@ -401,7 +416,7 @@ class StepLines:
             f'"attrs":{{"step_id":{step_id},"tool":{masked},"status":{self.text(status)},'
             f'"reason":{reason},"detail":{detail},"error":{error},"depends_on":{parents},'
             f'"attempts":[{",".join(attempts)}],"checks":[{",".join(checks)}],'
-            f'"args":{given},"result":{self.result(result, result_text)},'
+            f'"args":{given},"result":{self.result(result, result_text, compact)},'
             f'"superseded_by":{superseded},'
             f'"segment":{self._segment},"restored":{"true" if restored else "false"}}}}}\n'
         )

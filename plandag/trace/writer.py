@@ -111,25 +111,31 @@ def _bounded(value: Any) -> Any:
     return _bounded_text(value)[0]
 
 
-def _bounded_text(value: Any) -> tuple[Any, str | None]:
-    """:func:`_bounded` of ``value``, and the JSON text of what it gives (lone surrogates
+def _bounded_text(value: Any) -> tuple[Any, str | None, bool]:
+    """:func:`_bounded` of ``value``; the JSON text of what it gives (lone surrogates
     escaped) when it was encoded to be measured (a mapping, a list, a long string), else
-    None."""
+    None; and whether that text needed no escape (it is the value's compact JSON)."""
     data = jsonable_result(value)
     if data is None or isinstance(data, bool | int | float):
-        return data, None
+        return data, None, False
     if isinstance(data, str) and len(data) <= RESULT_CHARACTERS // 6 - 2:
-        return data, None  # even all escapes (six characters each) and quotes cannot make it longer
-    text = escape_json_text(_LINE_ENCODER.encode(data))
+        return (
+            data,
+            None,
+            False,
+        )  # even all escapes (six characters each) and quotes cannot make it longer
+    encoded = _LINE_ENCODER.encode(data)
+    text = escape_json_text(encoded)
     if len(text) <= RESULT_CHARACTERS:
-        return data, text  # a lone surrogate in it is escaped when the line is written (_emit)
+        # a lone surrogate in it is escaped when the line is written (_emit)
+        return data, text, text is encoded
     preview = {
         "truncated": True,
         "chars": len(text),
         "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
         "preview": text[: RESULT_CHARACTERS // 4],
     }
-    return preview, None
+    return preview, None, False
 
 
 #: The most bytes (UTF-8) of an input's path a ``summary`` document line shows (then ``…``).
@@ -1086,7 +1092,7 @@ class TraceWriter:
         if start is None:
             start = end
         try:
-            result, result_text = _bounded_text(record.result)
+            result, result_text, compact = _bounded_text(record.result)
             text = lines.span(
                 record,
                 start,
@@ -1096,6 +1102,7 @@ class TraceWriter:
                 result,
                 restored,
                 result_text,
+                compact,
             )
         except ValueError:  # an int too long to write, say: the general way says so
             return None

@@ -263,3 +263,34 @@ def test_a_span_that_cannot_be_written_leaves_its_step_end_written(tmp_path: Pat
         texts.append(path.read_text(encoding="utf-8"))
     assert texts[0] == texts[1]
     assert '"kind":"step_ended"' in texts[1]
+
+
+def test_an_environment_secret_holding_an_undecodable_byte_is_masked_in_a_result(
+    tmp_path: Path,
+) -> None:
+    # the result's JSON text has the byte escaped (\\xff), the secret's own JSON has it raw:
+    # the text alone cannot tell, so the result is walked
+    value = "undecodable-\udcff-value99"
+    os.environ["STEP_LINES_BYTE_SECRET"] = value
+    try:
+        record = StepRecord(
+            id=1,
+            tool="t",
+            status="succeeded",
+            result={"said": f"it is {value} here"},
+            started_at=1.0,
+            ended_at=2.0,
+        )
+        texts = []
+        for assembled in (False, True):
+            path = tmp_path / f"{assembled}.jsonl"
+            writer = TraceWriter(path, "r", redact=Redactor(), clock=lambda: 5.0)
+            if not assembled:
+                writer._lines = None
+            writer(events.StepSucceeded("r", 1, 1.0, 2.0, record.result, record))
+            writer.close()
+            texts.append(path.read_text(encoding="utf-8"))
+    finally:
+        os.environ.pop("STEP_LINES_BYTE_SECRET")
+    assert texts[0] == texts[1]
+    assert '"said":"it is [secret] here"' in texts[1]
