@@ -67,26 +67,33 @@ def _form_of(value: Any, depth: int, budget: list[int]) -> int:
     if budget[0] < 0:
         return NOT_PLAIN
     form = STANDARD
+    items: Any
     if kind is dict:
-        for key, item in value.items():
+        for key in value:
             if type(key) is not str:
                 return NOT_PLAIN
-            if not key.isascii():
+            if form == STANDARD and not key.isascii():
                 form = PLAIN
-            if type(item) is not str:
-                found = _form_of(item, depth + 1, budget)
-                if found < form:
-                    if found == NOT_PLAIN:
-                        return NOT_PLAIN
-                    form = found
-        return form
-    for item in value:
-        if type(item) is not str:
-            found = _form_of(item, depth + 1, budget)
-            if found < form:
-                if found == NOT_PLAIN:
-                    return NOT_PLAIN
-                form = found
+        items = value.values()
+    else:
+        items = value
+    inner = depth + 1
+    for item in items:
+        # the usual leaves and empty containers here, without a call
+        kind = type(item)
+        if kind is str or kind is bool or item is None:
+            continue
+        if kind is int:
+            if form == STANDARD and not -_SAFE_INTEGER <= item <= _SAFE_INTEGER:
+                form = PLAIN
+            continue
+        if not item and (kind is dict or kind is list) and inner < _PLAIN_DEPTH:
+            continue
+        found = _form_of(item, inner, budget)
+        if found < form:
+            if found == NOT_PLAIN:
+                return NOT_PLAIN
+            form = found
     return form
 
 

@@ -3,6 +3,7 @@ writes them."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -11,6 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from plandag.scheduler.canonical import canonical_json as _canonical_json
+from plandag.scheduler.canonical import is_plain_json
+from plandag.scheduler.result import to_jsonable
 
 _KEYS = st.one_of(
     st.text(max_size=6),
@@ -59,3 +62,37 @@ def test_the_canonical_json_is_rfc8785s(value: Any) -> None:
 )
 def test_examples_are_written_as_rfc8785_writes_them(value: Any) -> None:
     assert _outcome(_canonical_json, value) == _outcome(rfc8785.dumps, value)
+
+
+class _Text(str):
+    """A str subclass (to_jsonable keeps it; it is not plain)."""
+
+
+_ANY = st.recursive(
+    st.one_of(
+        _LEAVES,
+        st.sampled_from([_Text("x"), float("inf"), 2**60, (1, 2), b"b", {1: 2}, {"k": {3}}]),
+    ),
+    lambda children: st.one_of(
+        st.lists(children, max_size=4),
+        st.dictionaries(_KEYS, children, max_size=5),
+        st.tuples(children),
+    ),
+    max_leaves=30,
+)
+
+
+@given(_ANY)
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_plain_value_is_what_to_jsonable_makes_of_it(value: Any) -> None:
+    if is_plain_json(value):
+        assert to_jsonable(value) == value
+        assert json.loads(json.dumps(value)) == value
+
+
+def test_a_value_too_deep_is_not_plain() -> None:
+    deep: Any = []
+    for _ in range(120):
+        deep = [deep]
+    assert not is_plain_json(deep)
+    assert is_plain_json([[[]]])
