@@ -87,6 +87,12 @@ def _form_of(value: Any, depth: int, budget: list[int]) -> int:
             if form == STANDARD and not -_SAFE_INTEGER <= item <= _SAFE_INTEGER:
                 form = PLAIN
             continue
+        if kind is float:
+            if not math.isfinite(item):
+                return NOT_PLAIN
+            if form == STANDARD and (abs(item) < 1e-4 or item.is_integer()):
+                form = PLAIN
+            continue
         if not item and (kind is dict or kind is list) and inner < _PLAIN_DEPTH:
             continue
         found = _form_of(item, inner, budget)
