@@ -429,20 +429,59 @@ class SecretMaskingConnection(sqlite3.Connection):
     statement.
     """
 
+    _environment: tuple[str, ...] | None = None
+    _known: dict[str, str]
+
+    def _checked(self) -> tuple[tuple[str, ...], dict[str, str]]:
+        """The environment's secret values now, and the texts this connection bound under
+        them (forgotten when they change)."""
+        environment = tuple(environment_secrets())
+        if environment != self._environment:
+            self._environment = environment
+            self._known = {}
+        return environment, self._known
+
     def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
         """``sqlite3.Connection.execute`` with text parameters masked."""
-        return super().execute(sql, _masked(parameters, tuple(environment_secrets())))
+        return super().execute(sql, _masked(parameters, *self._checked()))
 
     def executemany(self, sql: str, parameters: Iterable[Any], /) -> sqlite3.Cursor:
         """``sqlite3.Connection.executemany`` with text parameters masked."""
-        environment = tuple(environment_secrets())
-        return super().executemany(sql, (_masked(row, environment) for row in parameters))
+        environment, known = self._checked()
+        return super().executemany(sql, (_masked(row, environment, known) for row in parameters))
 
 
-def _masked(parameters: Any, environment: tuple[str, ...]) -> Any:
+_KNOWN_TEXTS = 4096
+"""The most texts a :class:`SecretMaskingConnection` remembers having bound (then it forgets
+them all at once)."""
+_KNOWN_CHARACTERS = 512
+"""Texts longer than this are masked at every binding, never remembered."""
+
+
+def _masked(parameters: Any, environment: tuple[str, ...], known: dict[str, str]) -> Any:
+    """``parameters`` with every text masked (:func:`_masked_item`); a sequence comes back
+    as it is when no text changed. ``known``: texts bound lately under ``environment`` and
+    what they were bound as (a run's id, a step's state, a tool's name recur on every row)."""
     if isinstance(parameters, Mapping):
         return {key: _masked_item(item, environment) for key, item in parameters.items()}
-    return tuple(_masked_item(item, environment) for item in parameters)
+    changed: list[Any] | None = None
+    for index, item in enumerate(parameters):
+        if not isinstance(item, str):
+            continue
+        if type(item) is ScrubbedText and item.environment == environment:
+            continue  # checked against these very secrets (sealed_store_text), and escaped
+        bound = known.get(item)
+        if bound is None:
+            bound = _masked_item(item, environment)
+            if len(item) <= _KNOWN_CHARACTERS:
+                if len(known) >= _KNOWN_TEXTS:
+                    known.clear()
+                known[item] = bound
+        if bound is not item:
+            if changed is None:
+                changed = list(parameters)
+            changed[index] = bound
+    return parameters if changed is None else changed
 
 
 def _masked_item(item: Any, environment: tuple[str, ...]) -> Any:

@@ -60,7 +60,13 @@ from plandag.store.sealing import (
     sealed_store_json_text,
     sealed_store_text,
 )
-from plandag.store.writer import FLUSH_INTERVAL_S, GroupWriter, flush_writers
+from plandag.store.writer import (
+    FLUSH_INTERVAL_S,
+    GroupWriter,
+    Row,
+    flush_writers,
+    statement_table,
+)
 from plandag.surrogates import escape_json_text
 from plandag.trace.redact import environment_secrets, scrub_secret_values
 
@@ -99,6 +105,45 @@ _STEP_STATE = (
 """A step's start (``?5`` 0: state, attempt, start time, inputs) or end (``?5`` 1: state,
 reason, detail, end time, duration, result, error): one statement for both, so the writer
 commits a group's step rows in one ``executemany``."""
+_STARTED = 0
+_ENDED = 1
+"""``?5`` of :data:`_STEP_STATE`."""
+
+
+def _merged_step_rows(group: list[Row]) -> list[Row]:
+    """``group`` with each step's start merged into its end when both are in it: one
+    :data:`_STEP_STATE` row with the start's attempt, start time and inputs and the end's
+    state, in the end's place (an update of the step's row costs SQLite more than the rest
+    of the step's writes together). The same rows result: both set the state, the start
+    sets only the attempt, the start time (when none is set) and the inputs, the end only
+    its own columns; a start is merged only when no other write to the ``step`` table
+    comes between the two (a start never moves past one). Each group is one transaction,
+    so no reader ever saw the state between them."""
+    starts: dict[tuple[Any, Any], int] = {}
+    merged: list[Row | None] = []
+    dropped = False
+    for sql, args in group:
+        if sql == _STEP_STATE:
+            key = (args[13], args[14])
+            if args[4] == _STARTED:
+                starts[key] = len(merged)
+            else:
+                start = starts.pop(key, None)
+                if start is not None:
+                    started = merged[start]
+                    assert started is not None
+                    merged[start] = None
+                    dropped = True
+                    begun = started[1]
+                    args = (args[0], begun[1], begun[2], begun[3], *args[4:])
+        elif starts and statement_table(sql) in ("step", None):
+            starts.clear()
+        merged.append((sql, args))
+    if not dropped:
+        return group
+    return [row for row in merged if row is not None]
+
+
 _TRANSITION = (
     "INSERT INTO transition (run_id, step_id, attempt, state, reason, time, segment) "
     "VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -459,7 +504,12 @@ class Store:
                 f"run store {path}: cannot open it ({error}); pick another file with "
                 "--store PATH or the PLANDAG_STORE environment variable"
             ) from error
-        self.writer = GroupWriter(path, busy_timeout_s=busy_timeout_s, interval_s=flush_interval_s)
+        self.writer = GroupWriter(
+            path,
+            busy_timeout_s=busy_timeout_s,
+            interval_s=flush_interval_s,
+            coalesce=_merged_step_rows,
+        )
         """The thread that commits the queued writes in groups."""
 
     # -- plumbing --------------------------------------------------------------------------
@@ -1026,7 +1076,7 @@ class Store:
                 (
                     _STEP_STATE,
                     (
-                        *("running", attempt, at, args_json, 0),
+                        *("running", attempt, at, args_json, _STARTED),
                         *(None, None, None, None, None, None, None),
                         *(segment, run_id, step_id),
                     ),
@@ -1060,7 +1110,7 @@ class Store:
                 (
                     _STEP_STATE,
                     (
-                        *(status, None, None, None, 1, reason, detail, at, duration_s),
+                        *(status, None, None, None, _ENDED, reason, detail, at, duration_s),
                         *(inline, digest, error_json, segment, run_id, step_id),
                     ),
                 ),

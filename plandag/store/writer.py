@@ -36,13 +36,22 @@ import sqlite3
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from plandag.store.sealing import SecretMaskingConnection
 
-__all__ = ["FLUSH_INTERVAL_S", "GROUP_ROWS", "IDLE_SECONDS", "GroupWriter", "flush_writers"]
+__all__ = [
+    "FLUSH_INTERVAL_S",
+    "GROUP_ROWS",
+    "IDLE_SECONDS",
+    "GroupWriter",
+    "Row",
+    "flush_writers",
+    "statement_table",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +65,21 @@ so a store left open holds no thread."""
 
 Row = tuple[str, tuple[Any, ...]]
 """A write: an SQL statement and its parameters."""
+
+
+class _Barrier:
+    """A flush's place in the queue: set once every write queued before it is committed,
+    or a try to commit them failed (``error``)."""
+
+    __slots__ = ("done", "error")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+    def resolve(self, error: BaseException | None = None) -> None:
+        self.error = error
+        self.done.set()
 
 
 class GroupWriter:
@@ -72,10 +96,15 @@ class GroupWriter:
             :data:`GROUP_ROWS`).
         clock: the clock ``interval_s`` is measured on (seconds, monotonic); tests pass a
             fake one and :meth:`wake` the thread after moving it.
+        coalesce: rewrites a group's rows before they are written, into rows with the same
+            effect (the store merges a step's start and end queued in one group into one
+            update); None writes them as they were queued.
 
     The thread starts with the first write and ends at :meth:`close`, at the
     interpreter's exit (after a last flush), or after :data:`IDLE_SECONDS` with nothing to
-    write (the next write starts another). Thread-safe.
+    write (the next write starts another). Thread-safe: a write is handed over by appending
+    it to a deque (atomic in CPython), without a lock; the thread is woken only for the
+    first write of a group, a full group, a flush or the close.
     """
 
     def __init__(
@@ -86,6 +115,7 @@ class GroupWriter:
         interval_s: float = FLUSH_INTERVAL_S,
         max_rows: int = GROUP_ROWS,
         clock: Callable[[], float] = time.monotonic,
+        coalesce: Callable[[list[Row]], list[Row]] | None = None,
     ) -> None:
         if interval_s <= 0 or max_rows < 1:
             raise ValueError("interval_s must be > 0 and max_rows >= 1")
@@ -95,16 +125,17 @@ class GroupWriter:
         self.interval_s = interval_s
         self.max_rows = max_rows
         self.clock = clock
+        self.coalesce = coalesce
         self.groups = 0
         """Groups committed so far."""
-        self._condition = threading.Condition(threading.Lock())
-        self._pending: list[Row] = []
-        self._since: float | None = None  # when the oldest pending write was queued
-        self._submitted = 0
-        self._committed = 0
-        self._failures = 0
+        self._queue: deque[Row | _Barrier] = deque()
+        self._since: float | None = None  # when the oldest queued write was queued
+        self._taken = 0  # writes the thread took from the queue and has not committed yet
+        self._barriers = 0  # flushes waiting in the queue
+        self._wake = threading.Event()
+        self._asleep = False  # the thread waits for a first write (submit wakes it)
+        self._lock = threading.Lock()  # the thread's start and end, flushes
         self._error: BaseException | None = None
-        self._wanted = False  # a flush waits for the pending writes
         self._closing = False
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -118,33 +149,35 @@ class GroupWriter:
         Raises:
             RuntimeError: the writer is closed.
         """
-        with self._condition:
-            if self._closing:
-                raise RuntimeError(f"run store {self.path}: the group writer is closed")
-            first = not self._pending
-            if first:
-                self._since = self.clock()
-            self._pending.append((sql, args))
-            self._submitted += 1
-            if self._thread is None:
-                self._start()
-            elif first or len(self._pending) >= self.max_rows:
-                self._condition.notify_all()  # the thread sets its deadline, or commits
+        if self._closing:
+            raise RuntimeError(f"run store {self.path}: the group writer is closed")
+        queue = self._queue
+        if not queue:
+            self._since = self.clock()
+        queue.append((sql, args))
+        self._queued(len(queue))
 
     def submit_many(self, rows: Sequence[Row]) -> None:
         """:meth:`submit` every ``(sql, args)`` of ``rows``, in order, at once."""
-        with self._condition:
-            if self._closing:
-                raise RuntimeError(f"run store {self.path}: the group writer is closed")
-            first = not self._pending
-            if first:
-                self._since = self.clock()
-            self._pending.extend(rows)
-            self._submitted += len(rows)
-            if self._thread is None:
-                self._start()
-            elif first or len(self._pending) >= self.max_rows:
-                self._condition.notify_all()  # the thread sets its deadline, or commits
+        if self._closing:
+            raise RuntimeError(f"run store {self.path}: the group writer is closed")
+        queue = self._queue
+        if not queue:
+            self._since = self.clock()
+        queue.extend(rows)
+        self._queued(len(queue))
+
+    def _queued(self, waiting: int) -> None:
+        """After a write was appended: start the thread, or wake it for a first write or a
+        full group."""
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None and not self._closed:
+                    self._start()
+                    return
+        if self._asleep or waiting >= self.max_rows:
+            self._asleep = False
+            self._wake.set()
 
     def flush(self) -> None:
         """Return once every write queued before this call is committed.
@@ -154,46 +187,57 @@ class GroupWriter:
                 while this call waited; the writes stay queued, in order, and are tried
                 again.
         """
-        with self._condition:
-            target = self._submitted
-            failures = self._failures
-            while self._committed < target:
-                if self._failures > failures and self._error is not None:
+        if not self._queue and not self._taken:
+            return
+        barrier = _Barrier()
+        with self._lock:
+            self._barriers += 1
+            self._queue.append(barrier)
+            if self._thread is None and not self._closed:
+                self._start()
+        self._wake.set()
+        while not barrier.done.wait(1.0):
+            thread = self._thread
+            if (thread is None or not thread.is_alive()) and not barrier.done.is_set():
+                self._drop(barrier)
+                if self._error is not None:
                     raise self._error
-                thread = self._thread
-                if thread is None or not thread.is_alive():
-                    if self._error is not None:
-                        raise self._error
-                    raise RuntimeError(
-                        f"run store {self.path}: the group writer stopped with "
-                        f"{target - self._committed} writes not committed"
-                    )
-                self._wanted = True
-                self._condition.notify_all()
-                self._condition.wait(1.0)
+                raise RuntimeError(
+                    f"run store {self.path}: the group writer stopped with "
+                    f"{self.pending} writes not committed"
+                )
+        if barrier.error is not None:
+            raise barrier.error
+
+    def _drop(self, barrier: _Barrier) -> None:
+        with self._lock, contextlib.suppress(ValueError):
+            self._queue.remove(barrier)
+            self._barriers -= 1
 
     def due(self) -> float | None:
         """The :attr:`clock` time by which the queued writes will be committed (None:
         nothing is queued)."""
-        with self._condition:
-            return None if self._since is None else self._since + self.interval_s
+        since = self._since
+        if since is None:
+            return None if not self.pending else self.clock() + self.interval_s
+        return since + self.interval_s
 
     @property
     def pending(self) -> int:
         """Writes queued and not committed yet."""
-        with self._condition:
-            return self._submitted - self._committed
+        queued = len(self._queue)
+        if queued and self._barriers:
+            queued = sum(1 for item in list(self._queue) if type(item) is not _Barrier)
+        return queued + self._taken
 
     @property
     def error(self) -> BaseException | None:
         """The error of the last try to commit, when it failed (None once one succeeds)."""
-        with self._condition:
-            return self._error
+        return self._error
 
     def wake(self) -> None:
         """Have the thread look at :attr:`clock` again (after a test moved a fake clock)."""
-        with self._condition:
-            self._condition.notify_all()
+        self._wake.set()
 
     def close(self) -> None:
         """Commit what is queued, stop the thread and close its connection.
@@ -202,17 +246,17 @@ class GroupWriter:
             sqlite3.Error: (or whatever else the commit raised) the last writes could not be
                 committed; they are lost, and the error says so. Closing again does nothing.
         """
-        with self._condition:
+        with self._lock:
             if self._closed:
                 return
             self._closing = True
-            self._condition.notify_all()
             thread = self._thread
+        self._wake.set()
         if thread is not None:
             thread.join()
-        with self._condition:
+        with self._lock:
             self._closed = True
-            lost = self._submitted - self._committed
+            lost = self.pending
             error = self._error
         _LIVE.discard(self)
         if lost:
@@ -223,67 +267,104 @@ class GroupWriter:
     # -- the thread's side -------------------------------------------------------------------
 
     def _start(self) -> None:
+        """Start the thread (with :attr:`_lock` held)."""
         self._thread = threading.Thread(
             target=self._run, name=f"plandag-store-writer {self.path.name}", daemon=True
         )
         self._thread.start()
 
-    def _ready(self) -> bool:
-        if not self._pending:
-            return False
-        if self._closing or self._wanted or len(self._pending) >= self.max_rows:
-            return True
-        return self._since is not None and self.clock() >= self._since + self.interval_s
-
     def _run(self) -> None:
         try:
             connection = self._connect()
         except BaseException as error:  # the rows stay queued; flush and close raise it
-            with self._condition:
-                self._error = error
-                self._failures += 1
+            self._error = error
+            with self._lock:
                 self._thread = None  # the next write starts another
-                self._condition.notify_all()
+                self._resolve_barriers(error)
             return
         try:
             self._loop(connection)
         finally:
             connection.close()
 
-    def _loop(self, connection: sqlite3.Connection) -> None:
+    def _resolve_barriers(self, error: BaseException) -> None:
+        """Answer every flush waiting in the queue with ``error`` (with :attr:`_lock`
+        held); the writes stay queued."""
+        if not self._barriers:
+            return
+        kept: list[Row | _Barrier] = []
+        queue = self._queue
+        for _ in range(len(queue)):
+            item = queue.popleft()
+            if type(item) is _Barrier:
+                self._barriers -= 1
+                item.resolve(error)
+            else:
+                kept.append(item)
+        queue.extendleft(reversed(kept))
+
+    def _wait(self) -> bool:
+        """Wait until a group is due; False: end the thread (closing with nothing queued,
+        or idle for :data:`IDLE_SECONDS`)."""
+        queue = self._queue
+        idle_since = time.monotonic()
+        wake = self._wake
         while True:
-            idle_since = time.monotonic()
-            with self._condition:
-                while not self._ready():
-                    if self._closing and not self._pending:
-                        return
-                    if not self._pending:
-                        if time.monotonic() - idle_since >= IDLE_SECONDS:
-                            self._thread = None  # the next write starts another
-                            return
-                        self._condition.wait(IDLE_SECONDS)
-                        continue
-                    timeout = None
-                    if self._since is not None:
-                        timeout = max(0.0, self._since + self.interval_s - self.clock())
-                        # a fake clock that does not move must not make this spin
-                        timeout = max(timeout, 0.001)
-                    self._condition.wait(timeout)
-                group = self._pending
+            wake.clear()
+            if queue:
+                if self._closing or self._barriers or len(queue) >= self.max_rows:
+                    return True
                 since = self._since
-                self._pending = []
-                self._since = None
-                self._wanted = False
-                closing = self._closing
+                if since is None:
+                    since = self._since = self.clock()
+                timeout = since + self.interval_s - self.clock()
+                if timeout <= 0:
+                    return True
+                wake.wait(max(timeout, 0.001))  # a fake clock that does not move: no spin
+                continue
+            if self._closing:
+                return False
+            if time.monotonic() - idle_since >= IDLE_SECONDS:
+                with self._lock:
+                    self._thread = None  # the next write starts another
+                    if not queue and not self._closing:
+                        return False
+                    self._thread = threading.current_thread()
+                continue
+            self._asleep = True
+            if not queue:
+                wake.wait(IDLE_SECONDS)
+            self._asleep = False
+
+    def _loop(self, connection: sqlite3.Connection) -> None:
+        queue = self._queue
+        while self._wait():
+            count = len(queue)
+            self._taken = count
+            self._since = None
+            group: list[Row] = []
+            barriers: list[_Barrier] = []
+            for _ in range(count):
+                item = queue.popleft()
+                if type(item) is _Barrier:
+                    barriers.append(item)
+                else:
+                    group.append(item)  # type: ignore[arg-type]
+            if barriers:
+                with self._lock:
+                    self._barriers -= len(barriers)
+            self._taken = len(group)
+            closing = self._closing
             try:
-                _commit(connection, group)
+                if group:
+                    _commit(connection, group if self.coalesce is None else self.coalesce(group))
             except BaseException as error:
-                with self._condition:
-                    self._pending[:0] = group  # tried again, before what came after
-                    self._since = since if closing else self.clock()
-                    self._error = error
-                    self._failures += 1
-                    self._condition.notify_all()
+                queue.extendleft(reversed(group))  # tried again, before what came after
+                self._taken = 0
+                self._since = self.clock()
+                self._error = error
+                for barrier in barriers:
+                    barrier.resolve(error)
                 if closing:  # close() raises it; nothing retries after the last try
                     return
                 logger.warning(
@@ -293,11 +374,12 @@ class GroupWriter:
                     error,
                 )
                 continue
-            with self._condition:
-                self._committed += len(group)
+            self._taken = 0
+            if group:
                 self.groups += 1
-                self._error = None
-                self._condition.notify_all()
+            self._error = None
+            for barrier in barriers:
+                barrier.resolve()
 
     def _connect(self) -> sqlite3.Connection:
         connection = sqlite3.connect(
@@ -334,8 +416,8 @@ _TABLE = re.compile(r"^\s*(?:INSERT(?:\s+OR\s+\w+)?\s+INTO|UPDATE|DELETE\s+FROM)
 
 
 @functools.lru_cache(maxsize=256)
-def _table(sql: str) -> str | None:
-    """The table a write statement changes (None: not one this can tell)."""
+def statement_table(sql: str) -> str | None:
+    """The table a write statement changes, lower-case (None: not one this can tell)."""
     found = _TABLE.match(sql)
     return found.group(1).lower() if found is not None else None
 
@@ -350,7 +432,7 @@ def _batches(group: Sequence[Row]) -> list[tuple[str, list[tuple[Any, ...]]]]:
     open_batch: dict[str, int] = {}  # statement -> index of the batch it may join
     last_of_table: dict[str | None, int] = {}  # table -> index of its latest batch
     for sql, args in group:
-        table = _table(sql)
+        table = statement_table(sql)
         index = open_batch.get(sql)
         if (
             index is not None
