@@ -13,8 +13,8 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 from plandag.compiler.compiled import CompiledStep
 from plandag.errors import NotStartedError
@@ -91,6 +91,17 @@ class StoreRecorder:
         except Exception:  # a reference the runner will report on the step
             return None
 
+    def _recorded_args(self, step_id: int) -> tuple[Any, bool]:
+        """The step's inputs as recorded (secrets masked), and whether they are JSON data
+        already (:func:`~plandag.scheduler.result.to_jsonable` would return them as they
+        are): inputs the redactor keeps as they are are not copied, nor converted."""
+        args = self._args(step_id)
+        if args is None or (type(args) is dict and not args):
+            return args, True
+        if self._scrub.kept_as_is(args):
+            return args, True
+        return self._scrub(args), False
+
     def __call__(self, event: events.Event) -> None:
         """Write ``event`` (step events, heartbeats and stalls; others are ignored).
 
@@ -106,9 +117,12 @@ class StoreRecorder:
           result (:meth:`reconcile`); :attr:`failure` holds the error when even that
           failed, and the caller reports it.
         """
+        kind = type(event)
+        handler = self._handlers.get(kind)
+        if handler is None:
+            handler = self._handlers[kind] = _handler_for(kind)
         try:
-            self._record(event)
-            self._note(event)
+            handler(self, event)
         except sqlite3.Error as error:
             if isinstance(event, events.StepStarted) and self._effects(event.step_id):
                 raise events.StartVeto(
@@ -126,7 +140,7 @@ class StoreRecorder:
                     type(event).__name__,
                     error,
                 )
-        if isinstance(event, events.RunFinished):
+        if handler is _ignored and isinstance(event, events.RunFinished):
             self.reconcile(event.result)
 
     def reconcile(self, result: RunResult, *, attempts: int = 5, pause_s: float = 0.5) -> None:
@@ -159,7 +173,9 @@ class StoreRecorder:
             step = self.steps.get(step_id)
             inline, digest = (None, None)
             if record.status == "succeeded":
-                inline, digest = self.store.value_columns(jsonable_result(record.result))
+                inline, digest = self.store.value_columns(
+                    jsonable_result(record.result), jsonable=True
+                )
             rows.append(
                 (
                     step_id,
@@ -190,112 +206,155 @@ class StoreRecorder:
                 if attempt < attempts:
                     time.sleep(pause_s)
 
-    def _note(self, event: events.Event) -> None:
+    def _ended(self, step_id: int, written: _Written) -> None:
         """Remember the final row queued for a step (what :meth:`reconcile` may skip)."""
-        written: _Written | None = None
-        attempts = self.attempts.get(getattr(event, "step_id", 0), 0)
-        if isinstance(event, events.StepStarted):
-            self._written.pop(event.step_id, None)
-        elif isinstance(event, events.StepSucceeded):
-            written = ("succeeded", None, None, event.time, event.duration_s, False, attempts)
-        elif isinstance(event, events.StepFailed):
-            error = event.error is not None
-            written = ("failed", event.reason, None, event.time, None, error, attempts)
-        elif isinstance(event, events.StepCancelled):
-            written = ("cancelled", event.reason, None, event.time, None, False, attempts)
-        elif isinstance(event, events.StepSkipped):
-            written = ("skipped", event.reason, event.detail, event.time, None, False, 0)
-        elif isinstance(event, events.StepSuperseded):
-            if event.step_id in self._written:
-                end = self._written[event.step_id][0]
-                self._written[event.step_id] = (end, tuple(sorted(event.superseded_by)))
-        elif isinstance(event, events.StepsDiscarded):
-            for step_id in event.step_ids:
-                self._written.pop(step_id, None)
-        if written is not None:
-            step_id = getattr(event, "step_id", 0)
-            self._written[step_id] = (written, self._written.get(step_id, (written, ()))[1])
+        before = self._written.get(step_id)
+        self._written[step_id] = (written, before[1] if before is not None else ())
 
-    def _record(self, event: events.Event) -> None:
-        store, run_id, segment = self.store, self.run_id, self.segment
-        if isinstance(event, events.StepStarted):
-            self.attempts[event.step_id] = event.attempt
-            store.step_started(
-                run_id,
-                event.step_id,
-                event.attempt,
-                event.time,
-                args=self._scrub(self._args(event.step_id)),
-                segment=segment,
-                durable=self._effects(event.step_id),
-            )
-        elif isinstance(event, events.StepSucceeded):
-            self.results[event.step_id] = event.result
-            store.step_ended(
-                run_id,
-                event.step_id,
-                "succeeded",
-                event.time,
-                attempt=self.attempts.get(event.step_id, 0),
-                duration_s=event.duration_s,
-                result=jsonable_result(event.result),  # converted once, with the trace
-                segment=segment,
-                durable=self._effects(event.step_id),
-            )
-        elif isinstance(event, events.StepFailed):
-            store.step_ended(
-                run_id,
-                event.step_id,
-                "failed",
-                event.time,
-                attempt=self.attempts.get(event.step_id, 0),
-                reason=event.reason,
-                error=event.error.as_dict() if event.error is not None else None,
-                segment=segment,
-                durable=self._effects(event.step_id),
-            )
-        elif isinstance(event, events.StepCancelled):
-            store.step_ended(
-                run_id,
-                event.step_id,
-                "cancelled",
-                event.time,
-                attempt=self.attempts.get(event.step_id, 0),
-                reason=event.reason,
-                segment=segment,
-                durable=self._effects(event.step_id),
-            )
-        elif isinstance(event, events.StepSkipped):
-            store.step_ended(
-                run_id,
-                event.step_id,
-                "skipped",
-                event.time,
-                reason=event.reason,
-                detail=event.detail,
-                segment=segment,
-                durable=False,
-            )
-        elif isinstance(event, events.StepsAdded):
-            store.declare_steps(
-                run_id,
-                [
-                    (step_id, self.steps[step_id].tool.name, self.steps[step_id].tool.effects)
-                    for step_id in event.step_ids
-                    if step_id in self.steps
-                ],
-                segment,
-            )
-        elif isinstance(event, events.StepSuperseded):
-            store.supersede(run_id, event.step_id, event.superseded_by)
-        elif isinstance(event, events.StepsDiscarded):
-            for step_id in event.step_ids:
-                self.results.pop(step_id, None)
-                self.attempts.pop(step_id, None)
-            store.discard_steps(run_id, event.step_ids)
-        elif isinstance(event, events.Heartbeat):
-            store.record_event(
-                run_id, "heartbeat", {"done": event.done, "total": event.total}, event.time
-            )
-        elif isinstance(event, events.Stall):
-            store.record_event(run_id, "stall", {"idle_s": event.idle_s}, event.time)
+    def _step_started(self, event: events.StepStarted) -> None:
+        step_id = event.step_id
+        self.attempts[step_id] = event.attempt
+        args, jsonable = self._recorded_args(step_id)
+        self.store.step_started(
+            self.run_id,
+            step_id,
+            event.attempt,
+            event.time,
+            args=args,
+            args_jsonable=jsonable,
+            segment=self.segment,
+            durable=self._effects(step_id),
+        )
+        self._written.pop(step_id, None)
+
+    def _step_succeeded(self, event: events.StepSucceeded) -> None:
+        step_id = event.step_id
+        self.results[step_id] = event.result
+        attempts = self.attempts.get(step_id, 0)
+        self.store.step_ended(
+            self.run_id,
+            step_id,
+            "succeeded",
+            event.time,
+            attempt=attempts,
+            duration_s=event.duration_s,
+            result=jsonable_result(event.result),  # converted once, with the trace
+            result_jsonable=True,
+            segment=self.segment,
+            durable=self._effects(step_id),
+        )
+        self._ended(
+            step_id, ("succeeded", None, None, event.time, event.duration_s, False, attempts)
+        )
+
+    def _step_failed(self, event: events.StepFailed) -> None:
+        step_id = event.step_id
+        attempts = self.attempts.get(step_id, 0)
+        self.store.step_ended(
+            self.run_id,
+            step_id,
+            "failed",
+            event.time,
+            attempt=attempts,
+            reason=event.reason,
+            error=event.error.as_dict() if event.error is not None else None,
+            segment=self.segment,
+            durable=self._effects(step_id),
+        )
+        error = event.error is not None
+        self._ended(step_id, ("failed", event.reason, None, event.time, None, error, attempts))
+
+    def _step_cancelled(self, event: events.StepCancelled) -> None:
+        step_id = event.step_id
+        attempts = self.attempts.get(step_id, 0)
+        self.store.step_ended(
+            self.run_id,
+            step_id,
+            "cancelled",
+            event.time,
+            attempt=attempts,
+            reason=event.reason,
+            segment=self.segment,
+            durable=self._effects(step_id),
+        )
+        self._ended(step_id, ("cancelled", event.reason, None, event.time, None, False, attempts))
+
+    def _step_skipped(self, event: events.StepSkipped) -> None:
+        self.store.step_ended(
+            self.run_id,
+            event.step_id,
+            "skipped",
+            event.time,
+            reason=event.reason,
+            detail=event.detail,
+            segment=self.segment,
+            durable=False,
+        )
+        self._ended(
+            event.step_id, ("skipped", event.reason, event.detail, event.time, None, False, 0)
+        )
+
+    def _steps_added(self, event: events.StepsAdded) -> None:
+        self.store.declare_steps(
+            self.run_id,
+            [
+                (step_id, self.steps[step_id].tool.name, self.steps[step_id].tool.effects)
+                for step_id in event.step_ids
+                if step_id in self.steps
+            ],
+            self.segment,
+        )
+
+    def _step_superseded(self, event: events.StepSuperseded) -> None:
+        self.store.supersede(self.run_id, event.step_id, event.superseded_by)
+        if event.step_id in self._written:
+            end = self._written[event.step_id][0]
+            self._written[event.step_id] = (end, tuple(sorted(event.superseded_by)))
+
+    def _steps_discarded(self, event: events.StepsDiscarded) -> None:
+        for step_id in event.step_ids:
+            self.results.pop(step_id, None)
+            self.attempts.pop(step_id, None)
+        self.store.discard_steps(self.run_id, event.step_ids)
+        for step_id in event.step_ids:
+            self._written.pop(step_id, None)
+
+    def _heartbeat(self, event: events.Heartbeat) -> None:
+        self.store.record_event(
+            self.run_id, "heartbeat", {"done": event.done, "total": event.total}, event.time
+        )
+
+    def _stall(self, event: events.Stall) -> None:
+        self.store.record_event(self.run_id, "stall", {"idle_s": event.idle_s}, event.time)
+
+    _handlers: ClassVar[dict[type[Any], Callable[[StoreRecorder, Any], None]]] = {}
+    """Per event type, what records it (filled below, and by :func:`_handler_for` for a
+    subclass)."""
+
+
+def _ignored(recorder: StoreRecorder, event: Any) -> None:
+    """Record nothing (an event the store does not keep)."""
+
+
+def _handler_for(kind: type[Any]) -> Callable[[StoreRecorder, Any], None]:
+    """What records events of ``kind``: the handler of the first event class it derives
+    from, else nothing."""
+    for base, handler in list(_HANDLERS.items()):
+        if issubclass(kind, base):
+            return handler
+    return _ignored
+
+
+_HANDLERS: dict[type[Any], Callable[[StoreRecorder, Any], None]] = {
+    events.StepStarted: StoreRecorder._step_started,
+    events.StepSucceeded: StoreRecorder._step_succeeded,
+    events.StepFailed: StoreRecorder._step_failed,
+    events.StepCancelled: StoreRecorder._step_cancelled,
+    events.StepSkipped: StoreRecorder._step_skipped,
+    events.StepsAdded: StoreRecorder._steps_added,
+    events.StepSuperseded: StoreRecorder._step_superseded,
+    events.StepsDiscarded: StoreRecorder._steps_discarded,
+    events.Heartbeat: StoreRecorder._heartbeat,
+    events.Stall: StoreRecorder._stall,
+}
+StoreRecorder._handlers.update(_HANDLERS)

@@ -214,9 +214,30 @@ def may_need_sealing_by_rules(text: str) -> bool:
     return holds_url_password(text)  # matches in JSON text exactly as in its strings
 
 
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+"""``json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)``, with
+its encoder made once."""
+
+
+@functools.lru_cache(maxsize=8)
+def _secret_forms(secrets: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The JSON forms (inside the quotes) of the ``secrets``, and the secrets JSON writes
+    otherwise than as they are (holding a quote, a backslash or a control character)."""
+    forms = tuple(json.dumps(secret, ensure_ascii=False)[1:-1] for secret in secrets)
+    return forms, tuple(
+        secret for secret, form in zip(secrets, forms, strict=True) if form != secret
+    )
+
+
 def _holds_secret_json(text: str, secrets: Iterable[str]) -> bool:
     """Whether ``text`` holds the JSON form of one of the ``secrets``."""
-    return any(json.dumps(secret, ensure_ascii=False)[1:-1] in text for secret in secrets)
+    return any(form in text for form in _secret_forms(tuple(secrets))[0])
+
+
+def _holds_escaped_secret(text: str, secrets: Iterable[str]) -> bool:
+    """Whether ``text`` holds, as it is, one of the ``secrets`` that JSON writes otherwise
+    (so a secret outside the JSON text's strings; the masking connection would mask it)."""
+    return any(secret in text for secret in _secret_forms(tuple(secrets))[1])
 
 
 def _may_need_sealing(text: str, secrets: Iterable[str]) -> bool:
@@ -259,11 +280,11 @@ def _sealed_json(value: Any, secrets: Mapping[str, str], text: str | None) -> tu
     """:func:`sealed_json`'s text, and whether it is the text of ``value`` itself (no
     sealing rule applied: ``_may_need_sealing`` said no)."""
     if text is None:
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text = _encode(value)
     if not _may_need_sealing(text, secrets):
         return escape_json_text(text), True
     sealed = _Sealer(secrets).value(value)
-    dumped = json.dumps(sealed, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    dumped = _encode(sealed)
     return escape_json_text(dumped), False
 
 
@@ -305,11 +326,7 @@ def sealed_store_text(value: Any, *, text: str | None = None) -> str:
     """
     secrets = environment_secrets()
     sealed, unchanged = _sealed_json(value, secrets, text)
-    if not unchanged or any(
-        secret in sealed
-        for secret in secrets
-        if json.dumps(secret, ensure_ascii=False)[1:-1] != secret
-    ):
+    if not unchanged or _holds_escaped_secret(sealed, secrets):
         return sealed
     scrubbed = ScrubbedText(sealed)
     scrubbed.environment = tuple(secrets)
@@ -339,11 +356,7 @@ def sealed_store_json_text(text: str, rules: bool, secrets: Mapping[str, str] | 
     if rules or _holds_secret_json(text, secrets):
         return sealed_store_text(json.loads(text), text=text)
     sealed = escape_json_text(text)
-    if any(
-        secret in sealed
-        for secret in secrets
-        if json.dumps(secret, ensure_ascii=False)[1:-1] != secret
-    ):
+    if _holds_escaped_secret(sealed, secrets):
         return sealed
     scrubbed = ScrubbedText(sealed)
     scrubbed.environment = tuple(secrets)

@@ -194,16 +194,22 @@ def open_store(path: Path | str | None = None) -> Store:
     return Store(Path(path) if path is not None else default_store_path())
 
 
-def store_json(value: Any) -> str:
+def store_json(value: Any, *, jsonable: bool = False) -> str:
     """``value`` as the store's JSON text: sealed first (no secret; the rules are
     :mod:`plandag.store.sealing`'s), compact, UTF-8 kept, lone surrogates escaped
-    (:func:`plandag.surrogates.escape_json_text`). Every JSON column is written so."""
+    (:func:`plandag.surrogates.escape_json_text`). Every JSON column is written so.
+
+    Args:
+        value: any value (converted by :func:`~plandag.scheduler.result.to_jsonable`).
+        jsonable: ``value`` is JSON data already, as ``to_jsonable`` returns it (its
+            output, or a value it returns unchanged): not converted again.
+    """
     if value is None:  # texts too short for any rule (SHORTEST_SECRET_TEXT): as they are
         return "null"
     kind = type(value)
     if (kind is dict or kind is list) and not value:
         return "{}" if kind is dict else "[]"
-    jsonable = to_jsonable(value)
+    jsonable = value if jsonable else to_jsonable(value)
     try:
         # the same text, marked as checked: the masking connection does not scan it again
         return sealed_store_text(jsonable)
@@ -641,9 +647,10 @@ class Store:
             return None, self.put_blob(text)
         return text, None
 
-    def value_columns(self, value: Any) -> tuple[str | None, str | None]:
-        """(inline JSON, blob hash): large values go to a blob file."""
-        text = _dumps(value)
+    def value_columns(self, value: Any, *, jsonable: bool = False) -> tuple[str | None, str | None]:
+        """(inline JSON, blob hash): large values go to a blob file. ``jsonable``: as for
+        :func:`store_json`."""
+        text = _dumps(value, jsonable=jsonable)
         if len(text) > BLOB_THRESHOLD_BYTES:
             return None, self.put_blob(text)
         return text, None
@@ -1062,14 +1069,16 @@ class Store:
         at: float,
         *,
         args: Any = None,
+        args_jsonable: bool = False,
         segment: int = 0,
         durable: bool,
     ) -> None:
         """Record that attempt ``attempt`` of a step started (``durable``: committed before
-        returning, so before the tool runs)."""
+        returning, so before the tool runs). ``args_jsonable``: ``args`` is JSON data
+        already (:func:`store_json`'s ``jsonable``)."""
         args_json: str | None = None
         if args is not None:
-            inline, digest = self.value_columns(args)
+            inline, digest = self.value_columns(args, jsonable=args_jsonable)
             args_json = inline if inline is not None else json.dumps({"blob": digest})
         self.writes(
             [
@@ -1098,12 +1107,19 @@ class Store:
         detail: str | None = None,
         duration_s: float | None = None,
         result: Any = None,
+        result_jsonable: bool = False,
         error: Mapping[str, Any] | None = None,
         segment: int = 0,
         durable: bool,
     ) -> None:
-        """Record a step's terminal state (with its result when it succeeded)."""
-        inline, digest = self.value_columns(result) if status == "succeeded" else (None, None)
+        """Record a step's terminal state (with its result when it succeeded).
+        ``result_jsonable``: ``result`` is JSON data already (:func:`store_json`'s
+        ``jsonable``)."""
+        inline, digest = (
+            self.value_columns(result, jsonable=result_jsonable)
+            if status == "succeeded"
+            else (None, None)
+        )
         error_json = _dumps(dict(error)) if error is not None else None
         self.writes(
             [

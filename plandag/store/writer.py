@@ -175,9 +175,9 @@ class GroupWriter:
                 if self._thread is None and not self._closed:
                     self._start()
                     return
-        if self._asleep or waiting >= self.max_rows:
+        if self._asleep or (waiting >= self.max_rows and not self._wake.is_set()):
             self._asleep = False
-            self._wake.set()
+            self._wake.set()  # once: setting it takes the event's lock
 
     def flush(self) -> None:
         """Return once every write queued before this call is committed.
