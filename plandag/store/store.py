@@ -1391,7 +1391,10 @@ class Store:
     ) -> None:
         """Record a group of documents of an ``extract`` batch: queued together (one
         ``executemany`` in the writer's group, with whatever else is queued) and committed
-        before this returns.
+        with the writer's next group, within ``flush_interval_s`` (0.2 s by default), as
+        other writes that may wait: the event loop does not wait for the commit. A crash
+        before then loses these rows, never a part of the group; every read of this store,
+        :meth:`flush` and :meth:`close` commit them first.
 
         Args:
             batch_id: the batch's run id.
@@ -1405,9 +1408,8 @@ class Store:
                 :meth:`record_document` stores a record; ``error``: the error column's
                 text, or None.
 
-        Raises:
-            sqlite3.Error: the commit failed (the rows stay queued and the next flush tries
-                them again, as :meth:`flush` says).
+        A failed commit is raised by the next :meth:`flush`, read or :meth:`close` (the rows
+        stay queued and are tried again, as :meth:`flush` says).
         """
         secrets = environment_secrets()
         now = time.time()
@@ -1439,7 +1441,6 @@ class Store:
             row = (once(batch_id), idx, input_path, once(status), inline, digest, error, now)
             rows.append((sql, (*row, *nothing)))
         self.writer.submit_many(rows)
-        self.writer.flush()
 
     def documents(self, batch_id: str) -> list[DocumentRow]:
         """The batch's documents in input order."""

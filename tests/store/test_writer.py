@@ -383,3 +383,26 @@ def test_a_cancelled_run_s_writes_are_committed_when_its_store_closes(tmp_path: 
         (2, "succeeded"),
         (3, "running"),
     ]
+
+
+def test_a_group_of_documents_is_queued_and_committed_with_the_writers_next_group(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "runs.sqlite3"
+    store = _new_store(tmp_path, flush_interval_s=60.0)
+    try:
+        store.record_document_texts(
+            "r1",
+            [(0, "a.xml", "ok", '{"n":1}', False, None), (1, "b.xml", "error", None, False, "e")],
+        )
+        with _raw(path) as connection:  # the event loop did not wait for the commit
+            assert connection.execute("SELECT count(*) FROM document").fetchone() == (0,)
+        assert store.writer.pending == 2
+        assert [(row.idx, row.status, row.record) for row in store.documents("r1")] == [
+            (0, "ok", {"n": 1}),
+            (1, "error", None),
+        ]
+        with _raw(path) as connection:  # the read committed them first
+            assert connection.execute("SELECT count(*) FROM document").fetchone() == (2,)
+    finally:
+        store.close()
