@@ -398,18 +398,70 @@ class GroupWriter:
 
 def _commit(connection: sqlite3.Connection, group: Sequence[Row]) -> None:
     """Write ``group`` in one transaction, a statement's rows in one ``executemany`` (one
-    reading of the environment's secrets by the masking connection; :func:`_batches`)."""
+    reading of the environment's secrets by the masking connection; :func:`_batches`), or,
+    for an ``INSERT`` of one row of values, :data:`VALUES_ROWS` rows at a time in one
+    statement of that many rows of values (:func:`_values_rows`)."""
     connection.execute("BEGIN IMMEDIATE")
     try:
         for sql, rows in _batches(group):
             if len(rows) == 1:
                 connection.execute(sql, rows[0])
-            else:
+                continue
+            many = _values_rows(sql, len(rows))
+            if many is None:
                 connection.executemany(sql, rows)
+                continue
+            statement, size = many
+            whole = len(rows) - len(rows) % size
+            for start in range(0, whole, size):
+                connection.execute(
+                    statement, [item for row in rows[start : start + size] for item in row]
+                )
+            if whole < len(rows):
+                connection.executemany(sql, rows[whole:])
     except BaseException:
         connection.execute("ROLLBACK")
         raise
     connection.execute("COMMIT")
+
+
+VALUES_ROWS = 64
+"""Rows of values an ``INSERT`` of many rows writes in one statement at most."""
+_PARAMETERS = 999
+"""The most parameters one statement binds (SQLite's SQLITE_MAX_VARIABLE_NUMBER before
+3.32.0)."""
+_ONE_ROW = re.compile(
+    r"^(\s*INSERT(?:\s+OR\s+\w+)?\s+INTO\s+\"?\w+\"?\s*\([^()]*\)\s*VALUES\s*)"
+    r"(\(\s*\?(?:\s*,\s*\?)*\s*\))\s*$",
+    re.I,
+)
+
+
+@functools.lru_cache(maxsize=64)
+def _many_rows(sql: str) -> tuple[str, int] | None:
+    """``sql`` rewritten to insert several rows of values at once, and that many rows; None
+    when ``sql`` is not an ``INSERT`` of one row of plain ``?`` parameters (or has too many
+    of them for more than one row)."""
+    found = _ONE_ROW.match(sql)
+    if found is None:
+        return None
+    values = found.group(2)
+    size = min(VALUES_ROWS, _PARAMETERS // values.count("?"))
+    if size < 2:
+        return None
+    return found.group(1) + ", ".join([values] * size), size
+
+
+def _values_rows(sql: str, rows: int) -> tuple[str, int] | None:
+    """:func:`_many_rows` of ``sql`` when ``rows`` rows fill at least one statement of
+    them. Rows of values inserted in one statement are inserted one after the other, in
+    order, as by one statement each (https://www.sqlite.org/lang_insert.html); the
+    statement runs once instead of once per row (the sqlite3 module also lets go of the
+    interpreter lock once per statement run)."""
+    if rows < 2:
+        return None
+    many = _many_rows(sql)
+    return many if many is not None and rows >= many[1] else None
 
 
 _TABLE = re.compile(r"^\s*(?:INSERT(?:\s+OR\s+\w+)?\s+INTO|UPDATE|DELETE\s+FROM)\s+\"?(\w+)", re.I)

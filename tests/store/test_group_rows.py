@@ -206,3 +206,40 @@ def test_a_text_bound_before_is_masked_again_once_the_environment_holds_it(
         ("calls made with [secret]", 3),
         ("calls made with [secret]", 4),
     ]
+
+
+def test_rows_of_an_insert_written_many_to_a_statement_are_those_written_one_by_one(
+    tmp_path: Path,
+) -> None:
+    from plandag.store.writer import VALUES_ROWS, _commit, _many_rows
+
+    insert = "INSERT INTO t (k, v) VALUES (?, ?)"
+    replace = "INSERT OR REPLACE INTO u (k, v) VALUES (?, ?)"
+    assert _many_rows(insert) is not None
+    assert _many_rows(_STEP_STATE) is None  # an update: row by row
+    # more rows than a statement takes, keys repeated within one statement, a secret
+    group = [(insert, (n, f"v{n}")) for n in range(VALUES_ROWS * 2 + 5)]
+    group += [(replace, (n % 7, f"w{n}")) for n in range(VALUES_ROWS + 3)]
+    group.append((insert, (-1, "key sk-ant-abcdefgh12345678")))
+    tables = []
+    for name, commit in (("many", _commit), ("one_by_one", None)):
+        connection = sqlite3.connect(
+            tmp_path / f"{name}.sqlite3", isolation_level=None, factory=SecretMaskingConnection
+        )
+        connection.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, k INTEGER, v TEXT)")
+        connection.execute("CREATE TABLE u (k INTEGER PRIMARY KEY, v TEXT)")
+        if commit is not None:
+            commit(connection, group)
+        else:
+            for sql, args in group:
+                connection.execute(sql, args)
+        tables.append(
+            (
+                connection.execute("SELECT * FROM t ORDER BY id").fetchall(),
+                connection.execute("SELECT * FROM u ORDER BY k").fetchall(),
+            )
+        )
+        connection.close()
+    assert tables[0] == tables[1]
+    assert tables[0][0][-1] == (VALUES_ROWS * 2 + 6, -1, "key [secret]")
+    assert len(tables[0][1]) == 7
