@@ -557,15 +557,17 @@ class Store:
         """Run one write. ``durable``: committed (with everything queued before it) before
         this returns; otherwise queued for the writer's next group (committed within
         ``flush_interval_s``; lost in a crash before then)."""
-        self.writer.submit(sql, args)
         if durable:
-            self.writer.flush()
+            self.writer.commit(((sql, args),))
+        else:
+            self.writer.submit(sql, args)
 
     def writes(self, rows: Sequence[tuple[str, tuple[Any, ...]]], *, durable: bool) -> None:
         """:meth:`write` of several ``(sql, args)`` rows, in order, queued at once."""
-        self.writer.submit_many(rows)
         if durable:
-            self.writer.flush()
+            self.writer.commit(rows)
+        else:
+            self.writer.submit_many(rows)
 
     def flush(self, *, durable: bool = True) -> None:
         """Return once every queued write is committed (in one or more groups, each one

@@ -68,18 +68,30 @@ Row = tuple[str, tuple[Any, ...]]
 
 
 class _Barrier:
-    """A flush's place in the queue: set once every write queued before it is committed,
-    or a try to commit them failed (``error``)."""
+    """A flush's place in the queue: resolved once every write queued before it is
+    committed, or a try to commit them failed (``error``). Waited on through a lock held
+    from the start and released by the writer's thread (cheaper to make than an event)."""
 
-    __slots__ = ("done", "error")
+    __slots__ = ("_latch", "done", "error")
 
     def __init__(self) -> None:
-        self.done = threading.Event()
+        self._latch = threading.Lock()
+        self._latch.acquire()
+        self.done = False
         self.error: BaseException | None = None
 
     def resolve(self, error: BaseException | None = None) -> None:
+        """Answer the flush (once)."""
         self.error = error
-        self.done.set()
+        self.done = True
+        self._latch.release()
+
+    def wait(self, timeout: float) -> bool:
+        """Whether it was resolved within ``timeout`` seconds."""
+        if self._latch.acquire(timeout=timeout):
+            self._latch.release()
+            return True
+        return self.done
 
 
 class GroupWriter:
@@ -189,16 +201,38 @@ class GroupWriter:
         """
         if not self._queue and not self._taken:
             return
+        self._wait_for(())
+
+    def commit(self, rows: Sequence[Row]) -> None:
+        """Queue ``rows`` (as :meth:`submit_many`) and return once they are committed, with
+        every write queued before them (the thread is woken once, for the flush).
+
+        Raises:
+            RuntimeError: the writer is closed.
+            sqlite3.Error: as :meth:`flush`.
+        """
+        if self._closing:
+            raise RuntimeError(f"run store {self.path}: the group writer is closed")
+        self._wait_for(rows)
+
+    def _wait_for(self, rows: Sequence[Row]) -> None:
+        """Queue ``rows`` and a barrier after them; wait until the barrier is resolved."""
         barrier = _Barrier()
         with self._lock:
+            queue = self._queue
+            if rows:
+                if not queue:
+                    self._since = self.clock()
+                queue.extend(rows)
             self._barriers += 1
-            self._queue.append(barrier)
+            queue.append(barrier)
             if self._thread is None and not self._closed:
                 self._start()
+        self._asleep = False
         self._wake.set()
-        while not barrier.done.wait(1.0):
+        while not barrier.wait(1.0):
             thread = self._thread
-            if (thread is None or not thread.is_alive()) and not barrier.done.is_set():
+            if (thread is None or not thread.is_alive()) and not barrier.done:
                 self._drop(barrier)
                 if self._error is not None:
                     raise self._error
