@@ -64,6 +64,7 @@ from plandag.store.writer import (
     FLUSH_INTERVAL_S,
     GroupWriter,
     Row,
+    execute_rows,
     flush_writers,
     statement_table,
 )
@@ -1057,7 +1058,8 @@ class Store:
     ) -> None:
         """Record steps ``(step_id, tool, effects)`` as ``pending`` (existing rows are kept)."""
         with self.transaction() as connection:
-            connection.executemany(
+            execute_rows(
+                connection,
                 "INSERT OR IGNORE INTO step (run_id, step_id, tool, effects, segment) "
                 "VALUES (?, ?, ?, ?, ?)",
                 [(run_id, step_id, tool, effects, segment) for step_id, tool, effects in steps],

@@ -49,6 +49,7 @@ __all__ = [
     "IDLE_SECONDS",
     "GroupWriter",
     "Row",
+    "execute_rows",
     "flush_writers",
     "statement_table",
 ]
@@ -438,25 +439,31 @@ def _commit(connection: sqlite3.Connection, group: Sequence[Row]) -> None:
     connection.execute("BEGIN IMMEDIATE")
     try:
         for sql, rows in _batches(group):
-            if len(rows) == 1:
-                connection.execute(sql, rows[0])
-                continue
-            many = _values_rows(sql, len(rows))
-            if many is None:
-                connection.executemany(sql, rows)
-                continue
-            statement, size = many
-            whole = len(rows) - len(rows) % size
-            for start in range(0, whole, size):
-                connection.execute(
-                    statement, [item for row in rows[start : start + size] for item in row]
-                )
-            if whole < len(rows):
-                connection.executemany(sql, rows[whole:])
+            execute_rows(connection, sql, rows)
     except BaseException:
         connection.execute("ROLLBACK")
         raise
     connection.execute("COMMIT")
+
+
+def execute_rows(connection: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+    """Run ``sql`` once for each of ``rows`` (its parameters), in order: one ``execute``
+    for one row, an ``INSERT`` of one row of values :data:`VALUES_ROWS` rows at a time in
+    one statement of that many rows of values (:func:`_values_rows`), else one
+    ``executemany``."""
+    if len(rows) == 1:
+        connection.execute(sql, rows[0])
+        return
+    many = _values_rows(sql, len(rows))
+    if many is None:
+        connection.executemany(sql, rows)
+        return
+    statement, size = many
+    whole = len(rows) - len(rows) % size
+    for start in range(0, whole, size):
+        connection.execute(statement, [item for row in rows[start : start + size] for item in row])
+    if whole < len(rows):
+        connection.executemany(sql, rows[whole:])
 
 
 VALUES_ROWS = 64
