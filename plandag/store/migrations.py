@@ -262,6 +262,15 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE document ADD COLUMN cost_usd REAL",
         ),
     ),
+    Migration(
+        8,
+        "the steps' durations by tool and state in an index (measured durations are counted "
+        "and their median found there, without reading every stored step)",
+        (
+            "CREATE INDEX step_durations ON step (tool, status, duration_s, run_id)",
+            "DROP INDEX step_tool",  # the new index begins with its columns
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 """The schema version this release writes."""

@@ -3,6 +3,8 @@ each plan version is stored with its estimate, approval requests show it."""
 
 from __future__ import annotations
 
+import random
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -133,3 +135,60 @@ def test_a_stored_run_past_its_plan_budget_is_escalated(store: Store) -> None:
     assert outcome.result is not None
     assert outcome.result.escalation == "plan_budget"
     assert store.run(outcome.run_id).status == "escalated"
+
+
+def _durations_row_by_row(store: Store, tools: list[str] | None, min_runs: int) -> dict[str, float]:
+    """Per tool, the median of its succeeded steps' durations, read row by row: what
+    Store.tool_durations answers."""
+    durations: dict[str, list[float]] = {}
+    runs: dict[str, set[str]] = {}
+    for tool_name, run_id, duration in store.connection.execute(
+        "SELECT tool, run_id, duration_s FROM step WHERE status = 'succeeded' "
+        "AND duration_s IS NOT NULL"
+    ):
+        if tools is None or tool_name in tools:
+            durations.setdefault(tool_name, []).append(float(duration))
+            runs.setdefault(tool_name, set()).add(run_id)
+    return {
+        name: statistics.median(values)
+        for name, values in sorted(durations.items())
+        if len(runs[name]) >= min_runs
+    }
+
+
+def test_measured_durations_are_the_medians_of_every_stored_run(store: Store) -> None:
+    chooser = random.Random(7)
+    tools = ["fetch", "parse", "rare", "ünïcode", "Zed"]
+    for number in range(12):
+        run_id = f"r{number}"
+        store.create_run(run_id, command="exec", goal=None, params={}, options={})
+        steps = [(step, chooser.choice(tools), "none") for step in range(chooser.randint(1, 9))]
+        if number > 1:
+            steps = [step for step in steps if step[1] != "rare"]
+        store.declare_steps(run_id, steps)
+        for step, _, _ in steps:
+            status = chooser.choice(["succeeded", "succeeded", "succeeded", "failed"])
+            seconds = chooser.choice([None, 0, 1, chooser.random() * 10, 2.5, 2.5])
+            store.step_ended(run_id, step, status, 1.0, duration_s=seconds, durable=False)
+    for wanted in (None, ["fetch"], ["rare", "Zed", "missing"], tools, []):
+        for min_runs in (0, 1, 2, 5, 13):
+            expected = _durations_row_by_row(store, wanted, min_runs)
+            assert store.tool_durations(wanted, min_runs=min_runs) == expected
+            assert list(store.tool_durations(wanted, min_runs=min_runs)) == list(expected)
+    assert set(store.tool_durations(min_runs=5)) >= {"fetch", "parse"}
+
+
+def test_measured_durations_read_only_the_index_of_durations(store: Store) -> None:
+    plans = [
+        " ".join(
+            str(row[3]) for row in store.connection.execute(f"EXPLAIN QUERY PLAN {query}", ("t", 5))
+        )
+        for query in (
+            "SELECT count(*) FROM (SELECT DISTINCT run_id FROM step WHERE tool = ? AND "
+            "status = 'succeeded' AND duration_s IS NOT NULL LIMIT ?)",
+            "SELECT duration_s FROM step WHERE tool = ? AND status = 'succeeded' "
+            "AND duration_s IS NOT NULL ORDER BY duration_s LIMIT ? OFFSET 1",
+        )
+    ]
+    assert all("COVERING INDEX step_durations" in plan for plan in plans), plans
+    assert "TEMP B-TREE FOR ORDER BY" not in plans[1]
