@@ -359,6 +359,8 @@ class _Run(StepAttempts):
         try:
             while next_step is not None:
                 next_step = await self.run_one_step(next_step)
+                if next_step is None and self.ready_here and not self.stopping:
+                    next_step = self.ready_here.popleft()  # left there when stopping: skipped
                 if next_step is not None and time.perf_counter() - last_yield > _YIELD_EVERY_S:
                     # A chain of inline steps never suspends on its own: let other tasks
                     # (siblings, the heartbeat, the deadline) in at least every few ms.
@@ -473,6 +475,7 @@ class _Run(StepAttempts):
                     outcome.explanation = f"not retried: {down.dependency} is down"
                     return outcome  # not waiting a backoff for nothing
             last.retry = "retried"
+            self.hand_over_queue()  # the steps queued in this task do not wait for the backoff
             if self.observers:
                 error = record.attempt_log[-1].error
                 assert error is not None
@@ -502,6 +505,15 @@ class _Run(StepAttempts):
             if following.error is None:
                 return following
             outcome = following
+
+    def hand_over_queue(self) -> None:
+        """Start a task of its own for the steps queued in :attr:`ready_here` (this task
+        is about to wait)."""
+        here = self.ready_here
+        task_group = self.task_group
+        if here and task_group is not None and not self.driving_in_order and not self.stopping:
+            self.active += 1
+            task_group.start_soon(self.run_step, here.popleft())
 
     async def attempt_or_reask(
         self, step_id: int, record: StepRecord, delay_before: float
@@ -559,9 +571,14 @@ class _Run(StepAttempts):
     def succeed(self, step_id: int, record: StepRecord, outcome: AttemptOutcome) -> int | None:
         """Record success, then start every child whose parents have all succeeded.
 
+        Ready children whose tool is inline (sync code that never suspends) and under
+        no concurrency limit are queued in :attr:`ready_here`, to run one after another
+        in the tasks already running (they would never overlap in tasks of their own
+        either); every other ready child is started in a new task here, except one the
+        caller runs next itself when nothing is queued.
+
         Returns:
-            The first ready child, which the caller runs next in its own task; every
-            other ready child is started in a new task here.
+            The step the caller runs next in its own task (a queued one first), or None.
         """
         record.status = "succeeded"
         record.result = outcome.result
@@ -593,16 +610,33 @@ class _Run(StepAttempts):
         task_group = self.task_group
         assert task_group is not None
         records = self.records
+        steps = self.steps
+        here = self.ready_here
         continue_with: int | None = None
         stopped = self.stopping  # children left pending end skipped
-        for child in self.steps[step_id].children:
+        for child in steps[step_id].children:
             remaining[child] -= 1
             if remaining[child] == 0 and records[child].status == "pending" and not stopped:
-                if continue_with is None:
+                tool = steps[child].tool
+                if (
+                    self.queues_inline_steps
+                    and tool.inline
+                    and not tool.is_async
+                    and self.global_limiter is None
+                    and self.tool_limiter.get(child) is None
+                ):
+                    here.append(child)  # never suspends: run in this task, no task spawned
+                elif continue_with is None:
                     continue_with = child
                 else:
                     self.active += 1
                     task_group.start_soon(self.run_step, child)
+        if here:
+            if continue_with is not None:
+                # a step that may suspend would hold up the steps queued here: its own task
+                self.active += 1
+                task_group.start_soon(self.run_step, continue_with)
+            return here.popleft()
         return continue_with
 
     def fail(self, step_id: int, record: StepRecord, outcome: AttemptOutcome) -> None:

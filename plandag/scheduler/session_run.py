@@ -160,6 +160,9 @@ class SessionRun(_Run):
         self, compiled: CompiledPlan, *args: Any, hold_effects: bool, **kwargs: Any
     ) -> None:
         super().__init__(compiled, *args, **kwargs)
+        # Each ready step in a task of its own: whoever holds the session (an agent setting
+        # a stored plan's output, a person's decision) gets its turn between the steps'.
+        self.queues_inline_steps = False
         self.steps: dict[int, CompiledStep] = dict(compiled.steps)
         self.plan_steps: dict[int, Step] = {key: item.step for key, item in self.steps.items()}
         self.graph: nx.DiGraph = compiled.graph.copy()

@@ -9,6 +9,7 @@ stalls, stops and escalations.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import math
@@ -253,6 +254,14 @@ class RunState:
         self.listed_hosts = set(listed)
         self.http_allow = allowed_hosts(compiled.http_allow, listed)
         self.task_group: TaskGroup | None = None
+        self.queues_inline_steps = True
+        """Whether ready steps of inline tools are queued in :attr:`ready_here` (a session
+        starts each ready step in a task of its own: its caller works on the session
+        between the steps' turns, and that order is kept)."""
+        self.ready_here: collections.deque[int] = collections.deque()
+        """Ready steps of inline tools under no concurrency limit, waiting to run in a
+        task already running steps (the one that queued them runs them when its chain
+        ends; :meth:`~plandag.scheduler.runner._Run.succeed`)."""
         self.in_order = not self.observers and all_inline
         """Whether :meth:`run_steps` may run the steps one after another in plan order, in
         one task (every tool inline, nobody observing: see :meth:`run_in_order`)."""
