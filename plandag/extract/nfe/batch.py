@@ -79,7 +79,7 @@ import os
 import stat
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -87,7 +87,6 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup
-from anyio.streams.memory import MemoryObjectReceiveStream
 from rich.table import Table
 
 from plandag.errors import InputError
@@ -996,20 +995,10 @@ async def extract_batch(
 
     async def send_inputs(group: TaskGroup) -> None:
         """Every input to ``in_flight`` tasks that extract one at a time (the extractor in
-        this process)."""
-        send, receive = anyio.create_memory_object_stream[tuple[int, Path]]()
-        async with send:
-            for _ in range(min(in_flight, len(paths))):
-                group.start_soon(take_inputs, receive.clone())
-            receive.close()
-            for index, path in enumerate(paths):
-                await slots.acquire()
-                waiting = placed.get(os.fspath(path))
-                if waiting:
-                    results[index] = [dict(waiting.pop(0))]
-                    flush_ready()
-                else:
-                    await send.send((index, path))
+        this process), each taking the next input once a place in the window is free."""
+        queue = iter(enumerate(paths))
+        for _ in range(min(in_flight, len(paths))):
+            group.start_soon(take_inputs, queue)
 
     async def send_chunks(group: TaskGroup) -> None:
         """Every input to the mapper in chunks of :meth:`ChunkMapper.chunk_for` documents,
@@ -1049,12 +1038,31 @@ async def extract_batch(
         if chunk:
             await send()
 
-    async def take_inputs(receive: MemoryObjectReceiveStream[tuple[int, Path]]) -> None:
-        # one of ``in_flight`` tasks, each extracting one input at a time, in the order
-        # they are handed over: the same as a task per input behind a limiter of
-        # ``in_flight``, without starting a task per input
-        async with receive:
-            async for index, path in receive:
+    async def take_inputs(queue: Iterator[tuple[int, Path]]) -> None:
+        """One of ``in_flight`` tasks sharing ``queue``: a place in the window, then the next
+        input, extracted before the next one is taken. Inputs go in order, each to one
+        task, as from one queue, with no hand-over between tasks; a free place is taken
+        without a trip through the event loop (which the task still lets run at least once
+        per :data:`_YIELD_EVERY` inputs)."""
+        taken = 0
+        while True:
+            if slots.value == 0:
+                await slots.acquire()
+            else:
+                slots.acquire_nowait()
+                taken += 1
+                if taken % _YIELD_EVERY == 0:
+                    await anyio.lowlevel.checkpoint()  # the loop's other tasks run too
+            item = next(queue, None)
+            if item is None:
+                slots.release()
+                return
+            index, path = item
+            waiting = placed.get(os.fspath(path))
+            if waiting:
+                results[index] = [dict(waiting.pop(0))]
+                flush_ready()
+            else:
                 await run_one(index, path)
 
     def apply_corrections() -> None:
