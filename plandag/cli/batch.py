@@ -92,7 +92,8 @@ def batch_progress(
 
     def on_progress(finished: int, total: int) -> None:
         monitor.update(finished, total)
-        progress.update(task, completed=finished, total=total)
+        if not progress.disable:  # a bar that draws nothing (stderr is no terminal) is left be
+            progress.update(task, completed=finished, total=total)
 
     return monitor, progress, on_progress
 

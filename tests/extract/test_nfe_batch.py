@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 from rich.console import Console
 
@@ -576,3 +577,94 @@ def test_records_of_the_shipped_examples_are_byte_identical_to_the_reference(
     assert result.exit_code == 0, result.output
     reference = Path(__file__).parent / "data" / "examples_nfe_records.jsonl"
     assert output.read_bytes() == reference.read_bytes()
+
+
+class _Immediate(FakeExtractor):
+    """:class:`FakeExtractor` that never suspends: the batch's own tasks must still let the
+    event loop's other tasks run."""
+
+    async def __call__(self, path: Path) -> list[dict[str, Any]]:
+        self.calls.append(path)
+        data = path.read_bytes()  # noqa: ASYNC240 - never suspending is the point
+        spec = json.loads(data)
+        return [
+            {
+                "source": str(path),
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "status": "ok",
+                "errors": [],
+                "checks": {},
+                "ide": {"chNFe": key},
+                "items": [],
+            }
+            for key in spec["keys"]
+        ]
+
+
+def _with_gaps(tmp_path: Path) -> tuple[list[Path], list[dict[str, Any]]]:
+    """30 inputs, one key repeated, and three patterns that matched nothing placed among
+    them (the placeholders :func:`expand_inputs` leaves)."""
+    specs = [{"keys": [_key(n % 25)]} for n in range(30)]
+    paths = _inputs(tmp_path / "in", specs)
+    patterns = [str(paths[0])]
+    for number, path in enumerate(paths[1:], start=1):
+        if number in (4, 17, 29):
+            patterns.append(str(tmp_path / "in" / f"gone{number}.json"))
+        patterns.append(str(path))
+    return expand_inputs(patterns)
+
+
+@pytest.mark.parametrize(
+    ("jobs", "window", "extractor"),
+    [(1, 1, _Immediate), (3, 2, _Immediate), (4, None, _Immediate), (5, 3, FakeExtractor)],
+)
+def test_inputs_taken_by_several_tasks_give_the_file_of_one(
+    tmp_path: Path, jobs: int, window: int | None, extractor: type[FakeExtractor]
+) -> None:
+    files, missing = _with_gaps(tmp_path)
+    reference = tmp_path / "one.jsonl"
+    _run(files, reference, jobs=1, missing=missing, extractor=extractor())
+    output = tmp_path / "many.jsonl"
+    fake = extractor()
+    progress: list[int] = []
+    summary = _run(
+        files,
+        output,
+        jobs=jobs,
+        window=window,
+        missing=missing,
+        extractor=fake,
+        on_progress=lambda done, total: progress.append(done),
+    )
+    assert output.read_bytes() == reference.read_bytes()
+    assert len(_jsonl(output)) == 33
+    assert sorted(fake.calls) == sorted(path for path in files if path.exists())
+    assert progress == list(range(34))
+    assert summary.records == 33
+    assert summary.error_codes == {"no_such_input": 3}
+
+
+def test_an_extractor_that_never_suspends_leaves_the_loop_to_other_tasks(tmp_path: Path) -> None:
+    paths = _inputs(tmp_path / "in", [{"keys": [_key(n)]} for n in range(640)])
+    turns: list[int] = []
+
+    async def main() -> None:
+        done = anyio.Event()
+
+        async def count_turns() -> None:
+            while not done.is_set():
+                turns.append(len(turns))
+                await anyio.lowlevel.checkpoint()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(count_turns)
+            await extract_batch(
+                paths, tmp_path / "out.jsonl", jobs=1, window=1000, extractor=_Immediate()
+            )
+            done.set()
+
+    anyio.run(main)
+    # the batch's task takes a free place without a loop trip, but yields at least once per
+    # 64 inputs: another task gets the loop at least ten times during 640 inputs
+    assert len(turns) >= 640 // 64
+    assert [r["source"] for r in _jsonl(tmp_path / "out.jsonl")] == [str(p) for p in paths]

@@ -199,7 +199,7 @@ def _items(result: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
     items = result.get("items")
     if not isinstance(items, list):
         return []
-    return [item for item in items if isinstance(item, Mapping)]
+    return [item for item in items if type(item) is dict or isinstance(item, Mapping)]
 
 
 @check

@@ -93,9 +93,11 @@ def with_unique(record: dict[str, Any], outcome: tuple[str, str]) -> dict[str, A
     """``record`` with ``checks.unique_in_batch`` set to ``outcome`` (``(status, detail)``)
     and its status restated (NFE.md "Status")."""
     checks = record.get("checks")
-    checks = dict(checks) if isinstance(checks, Mapping) else {}
+    checks = dict(checks) if type(checks) is dict or isinstance(checks, Mapping) else {}
     checks["unique_in_batch"] = {"status": outcome[0], "detail": outcome[1]}
-    statuses = [str(c.get("status")) for c in checks.values() if isinstance(c, Mapping)]
+    statuses = [
+        str(c.get("status")) for c in checks.values() if type(c) is dict or isinstance(c, Mapping)
+    ]
     return {**record, "checks": checks, "status": restatus(str(record.get("status")), statuses)}
 
 
@@ -115,17 +117,22 @@ def tally_fields(
     """What a batch's summary counts of a record: ``(status, failed check names, error
     codes, (repair outcome, model calls) or None)``."""
     checks = record.get("checks")
-    failed = (
+    failed: tuple[str, ...] = ()
+    if type(checks) is dict or isinstance(checks, Mapping):
+        for name, outcome in checks.items():
+            if (type(outcome) is dict or isinstance(outcome, Mapping)) and outcome.get(
+                "status"
+            ) == "fail":
+                failed += (name,)
+    errors = record.get("errors")
+    codes = (
         tuple(
-            name
-            for name, outcome in checks.items()
-            if isinstance(outcome, Mapping) and outcome.get("status") == "fail"
+            str(error.get("code"))
+            for error in errors
+            if type(error) is dict or isinstance(error, Mapping)
         )
-        if isinstance(checks, Mapping)
+        if errors
         else ()
-    )
-    codes = tuple(
-        str(error.get("code")) for error in record.get("errors") or [] if isinstance(error, Mapping)
     )
     repair = record.get("repair")
     noted = None

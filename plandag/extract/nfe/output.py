@@ -202,7 +202,7 @@ def restore_cell(text: str) -> str:
 
 def _group(record: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     value = record.get(name)
-    return value if isinstance(value, Mapping) else {}
+    return value if type(value) is dict or isinstance(value, Mapping) else {}
 
 
 def record_chNFe(record: Mapping[str, Any]) -> str | None:
