@@ -11,7 +11,12 @@ that the shared machine's noise hits all of them), medians reported:
 * ``lxml loop``: the bare lxml loop of ``benchmarks/plain_lxml_nfe.py`` over the files, in
   this process;
 * ``plandag per-document loop``: :func:`plandag.extract.nfe.extract_document` on each file in
-  turn, one event loop, in this process (no store, no trace, no output file);
+  turn, one event loop, in this process (no store, no trace, no output file), with
+  ``run_plan``'s defaults; and the same loop with the run options ``plandag extract nfe``
+  gives each document (:func:`plandag.cli.batch.batch_run_options`: lifted per-run limits,
+  2 retries, the batch's budget, results not escaped): the extraction as the command runs
+  it, so that the command rows' distance to it is the batch's own cost (output, store,
+  trace, dispatch);
 * ``plandag extract nfe --workers 1``, ``--workers 2`` and ``--cluster local`` (2 workers):
   the command with its defaults (store and trace on, a fresh store each repetition), in a
   child process; its rate is documents over the batch's own ``seconds`` (``--json``) less
@@ -75,6 +80,7 @@ __all__ = ["Command", "Row", "amdahl", "main", "measure", "render", "render_cpu"
 
 LXML = "lxml loop (benchmarks/plain_lxml_nfe.py)"
 PER_DOCUMENT = "plandag per-document loop (extract_document)"
+PER_DOCUMENT_AS_COMMAND = "plandag per-document loop, the command's run options"
 CLI_WORKERS = "plandag extract nfe --workers {workers}"
 CLI_CLUSTER = "plandag extract nfe --cluster local (2 workers)"
 #: Cores for which the speed-up ceiling is printed.
@@ -303,11 +309,27 @@ def measure(
     command rows run in the same turns. ``start_documents``: the files of the start-up runs
     (the first ones), whose CPU is taken off each command row's (see the module's text).
     ``rows``: the command rows to run (``w1``, ``w2``, ``cluster``)."""
+    from plandag.brakes.budget import Budget
+    from plandag.brakes.retry import RetryPolicy
     from plandag.extract.nfe import extract_document
+    from plandag.scheduler import RunLimits
 
     async def per_document() -> None:
         for path in files:
             await extract_document(path)
+
+    async def per_document_as_command() -> None:
+        # what plandag.cli.batch.batch_run_options gives each document with the defaults
+        # (and extract_command's escape_results=False: the batch escapes each record once)
+        options = {
+            "retry": RetryPolicy(retries=2),
+            "max_concurrency": None,
+            "limits": RunLimits.lifted(),
+            "budget": Budget(5.0, 1_000_000),
+            "escape_results": False,
+        }
+        for path in files:
+            await extract_document(path, run_options=options)
 
     def lxml_loop() -> None:
         for path in files:
@@ -322,6 +344,7 @@ def measure(
 
     lxml = Row(LXML)
     loop = Row(PER_DOCUMENT)
+    loop_as_command = Row(PER_DOCUMENT_AS_COMMAND)
     keys = ("w1", "w2", "cluster")
     owners: dict[int, Command] = {}
     command_rows: list[tuple[Row, list[str]]] = []
@@ -347,6 +370,7 @@ def measure(
     for repetition in range(repetitions):
         lxml.seconds.append(timed(lxml_loop))
         loop.seconds.append(timed(lambda: anyio.run(per_document)))
+        loop_as_command.seconds.append(timed(lambda: anyio.run(per_document_as_command)))
         for number, (row, extra) in enumerate(command_rows):
             if extra == ["n/a"]:
                 continue
@@ -361,7 +385,7 @@ def measure(
                 row.parent.append((full.parent - start.parent) * scale)
             if row.label == CLI_WORKERS.format(workers=1):
                 store = full.store
-    return [lxml, loop, *(row for row, _ in command_rows)], store
+    return [lxml, loop, loop_as_command, *(row for row, _ in command_rows)], store
 
 
 def _uptime() -> str:

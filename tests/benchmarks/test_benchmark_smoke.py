@@ -699,6 +699,8 @@ def test_nfe_throughput_runs_at_a_tiny_size(
     rows = [line.split(" | ")[0].lstrip("| ") for line in out.splitlines() if line.startswith("| ")]
     for label in (
         "lxml loop (benchmarks/plain_lxml_nfe.py)",
+        "plandag per-document loop (extract_document)",
+        "plandag per-document loop, the command's run options",
         "plandag extract nfe --workers 1",
         "plandag extract nfe --workers 2",
         "plandag extract nfe --cluster local (2 workers)",
