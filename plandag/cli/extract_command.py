@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import array
 import collections
+import contextlib
 import functools
 import json
 import signal
@@ -437,6 +438,11 @@ def extract_nfe(
     except OSError as error:
         close_batch(run_store, writers[0] if writers else None, batch_id, "failed")
         fail(f"-o {output}: cannot write it ({error.strerror or error})")
+    except Exception:
+        # anything else (a store that cannot take a group's rows): the batch recorded as
+        # failed where the store still can, its trace and the store closed, the error raised
+        _close_failed(run_store, writers[0] if writers else None, batch_id)
+        raise
     summary = outcome.result
     batch_status = (
         "interrupted"
@@ -487,6 +493,20 @@ def extract_nfe(
     if outcome.signal is not None:
         raise typer.Exit(exit_code_for_signal(outcome.signal))
     raise typer.Exit(batch_exit_code(summary))
+
+
+def _close_failed(store: Any, writer: Any, batch_id: str) -> None:
+    """End a batch that stopped on an unexpected error: each step tried on its own, none of
+    their own errors raised (the batch's error is the one to report)."""
+    if writer is not None:
+        with contextlib.suppress(Exception):
+            writer.segment_ended("failed")
+        with contextlib.suppress(Exception):
+            writer.close()
+    with contextlib.suppress(Exception):
+        store.update_run(batch_id, status="failed", pid=None)
+    with contextlib.suppress(Exception):
+        store.close()
 
 
 class _InOrder:
