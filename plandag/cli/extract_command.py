@@ -5,7 +5,6 @@ with one row per document and a trace with one bar per document."""
 from __future__ import annotations
 
 import array
-import collections
 import contextlib
 import functools
 import json
@@ -13,8 +12,7 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -273,18 +271,12 @@ def extract_nfe(
         last_record_at[0] = now
         stored_count[0] += 1
 
-    # A group's store rows are committed by a thread of their own, in order: the commit's
-    # wait for the disk (synchronous=FULL) overlaps the next documents instead of holding
-    # the event loop. Whatever reads the rows, or ends the batch, waits for them first.
-    committer = _InOrder()
-
     def on_flush() -> None:
         if not waiting:
             return
         group = list(waiting)
         waiting.clear()
         rows: list[tuple[int, str, str, str | None, bool, str | None]] = []
-        singles: list[tuple[int, EncodedRecord, str | None]] = []
         with writers[0].grouped():
             for index, record, start, end in group:
                 full = trace_detail == "full"
@@ -302,7 +294,9 @@ def extract_nfe(
                     store_json(record.record().get("errors")) if record.status == "error" else None
                 )
                 if record.compact is None:  # not JSON data: stored as before
-                    singles.append((index, record, error))
+                    run_store.record_document(
+                        batch_id, index, record.source, record.status, record.value, error=error
+                    )
                     continue
                 rows.append(
                     (
@@ -314,16 +308,6 @@ def extract_nfe(
                         error,
                     )
                 )
-        committer.submit(store_group, rows, singles)
-
-    def store_group(
-        rows: list[tuple[int, str, str, str | None, bool, str | None]],
-        singles: list[tuple[int, EncodedRecord, str | None]],
-    ) -> None:
-        for index, record, error in singles:
-            run_store.record_document(
-                batch_id, index, record.source, record.status, record.value, error=error
-            )
         run_store.record_document_texts(batch_id, rows)
 
     stored: dict[int, Any] = {}
@@ -334,8 +318,6 @@ def extract_nfe(
         # --resume: a record of an earlier run of this output that a new input duplicates;
         # that run's store row and trace bar take the file's final outcome.
         from plandag.extract.nfe.batch import with_unique_in_batch
-
-        committer.wait()
         from plandag.extract.nfe.output import written_record
 
         for row in run_store.input_documents(kept.source):
@@ -353,8 +335,6 @@ def extract_nfe(
         # unique_in_batch decided after the record was stored and traced: the store's row
         # and the trace's bar take the file's final outcome.
         from plandag.extract.nfe.batch import with_unique_in_batch
-
-        committer.wait()
 
         if not stored:
             stored.update((row.idx, row.record) for row in run_store.documents(batch_id))
@@ -427,10 +407,7 @@ def extract_nfe(
             return summary
 
         with progress:
-            try:
-                outcome = Interruptible(bounded).run()
-            finally:
-                committer.close()  # every group's rows committed (or the first error raised)
+            outcome = Interruptible(bounded).run()
         _correct_documents(run_store, previous_corrections)
     except InputError as error:
         close_batch(run_store, writers[0] if writers else None, batch_id, "failed")
@@ -507,33 +484,6 @@ def _close_failed(store: Any, writer: Any, batch_id: str) -> None:
         store.update_run(batch_id, status="failed", pid=None)
     with contextlib.suppress(Exception):
         store.close()
-
-
-class _InOrder:
-    """Calls run one after the other by a thread of their own, in the order submitted:
-    :meth:`submit` returns at once (raising first the error of an earlier call that has
-    ended), :meth:`wait` once every call submitted has ended (raising the first error)."""
-
-    def __init__(self) -> None:
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="plandag-rows")
-        self._pending: collections.deque[Future[None]] = collections.deque()
-
-    def submit(self, function: Callable[..., None], *args: Any) -> None:
-        while self._pending and self._pending[0].done():
-            self._pending.popleft().result()
-        self._pending.append(self._executor.submit(function, *args))
-
-    def wait(self) -> None:
-        while self._pending:
-            self._pending.popleft().result()
-
-    def close(self) -> None:
-        """:meth:`wait`, then stop the thread (also when a call failed)."""
-        try:
-            self.wait()
-        finally:
-            self._pending.clear()
-            self._executor.shutdown(wait=True)
 
 
 def _same_output(recorded: Any, output: Path) -> bool:

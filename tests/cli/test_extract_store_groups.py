@@ -1,12 +1,11 @@
-"""``plandag extract nfe`` commits each group's store rows from a thread of its own, in
-order; nothing is lost or reordered, and a group that cannot be stored still fails the
-command."""
+"""``plandag extract nfe`` stores its documents in groups, in the file's order; every row
+is there when the command ends, and a group that cannot be stored fails the command, which
+records the batch as failed and closes its trace and the store."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -14,55 +13,11 @@ import pytest
 from typer.testing import CliRunner
 
 from plandag.cli import app
-from plandag.cli.extract_command import _InOrder
 from plandag.extract.nfe.batch import extract_batch
 from plandag.store import open_store
 from plandag.store.store import Store
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "nfe"
-
-
-def test_calls_run_in_order_on_one_other_thread_and_submit_does_not_wait() -> None:
-    in_order = _InOrder()
-    release = threading.Event()
-    seen: list[tuple[int, str]] = []
-
-    def call(number: int) -> None:
-        if number == 0:
-            assert release.wait(30)
-        seen.append((number, threading.current_thread().name))
-
-    try:
-        for number in range(5):
-            in_order.submit(call, number)  # the first call blocks; submit returns anyway
-        assert seen == []
-        release.set()
-        in_order.wait()
-    finally:
-        in_order.close()
-    assert [number for number, _ in seen] == [0, 1, 2, 3, 4]
-    assert len({name for _, name in seen}) == 1
-    assert seen[0][1] != threading.current_thread().name
-
-
-def test_an_earlier_failure_is_raised_by_the_next_submit_and_by_wait() -> None:
-    in_order = _InOrder()
-    after = threading.Event()
-
-    def fail() -> None:
-        raise sqlite3.OperationalError("disk I/O error")
-
-    try:
-        in_order.submit(fail)
-        with pytest.raises(sqlite3.OperationalError):
-            in_order.wait()
-        in_order.submit(fail)
-        in_order.submit(after.set)
-        assert after.wait(30)  # the failed call has ended: the next submit raises its error
-        with pytest.raises(sqlite3.OperationalError):
-            in_order.submit(after.set)
-    finally:
-        in_order.close()
 
 
 def _extract(tmp_path: Path, *extra: str) -> Any:
@@ -87,13 +42,11 @@ def _extract(tmp_path: Path, *extra: str) -> Any:
 def test_every_group_is_stored_by_the_end_in_the_files_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    threads: set[str] = set()
     groups: list[list[int]] = []
     record_document_texts = Store.record_document_texts
 
     def recording(self: Store, batch_id: str, documents: Any) -> None:
         documents = list(documents)
-        threads.add(threading.current_thread().name)
         groups.append([document[0] for document in documents])
         record_document_texts(self, batch_id, documents)
 
@@ -105,8 +58,6 @@ def test_every_group_is_stored_by_the_end_in_the_files_order(
     records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [index for group in groups for index in group] == list(range(len(records)))
     assert len(groups) > 1
-    assert threads
-    assert threading.current_thread().name not in threads
     store = open_store(tmp_path / "runs.sqlite3")
     try:
         (run,) = store.runs()
