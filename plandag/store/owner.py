@@ -21,10 +21,11 @@ import os
 
 __all__ = ["START_TOLERANCE_S", "owner_alive", "process_started", "this_process_started"]
 
-START_TOLERANCE_S = 1.0
-"""Seconds two readings of one process's start time may differ by (the system derives it
-from the boot time, which clock adjustments move); a process whose id was reused started
-later than that."""
+START_TOLERANCE_S = 2.0
+"""Seconds two readings of one process's start time may differ by: the system derives it
+from the boot time, which Linux gives in whole seconds (``btime`` in ``/proc/stat``,
+proc(5)) and clock adjustments move, so two readings of one process can be a second and a
+hair apart; a process given a reused id starts later than that."""
 
 
 def process_started(pid: int) -> float | None:

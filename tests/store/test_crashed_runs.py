@@ -74,6 +74,15 @@ def test_a_reused_process_id_is_not_the_runs_owner(store: Store) -> None:
     assert store.run("reused").crashed
 
 
+def test_a_start_time_read_across_a_boot_time_second_is_still_the_owners() -> None:
+    # the boot time is whole seconds: a reading after it ticks over is a second (and a
+    # float's rounding) later than the one recorded
+    started = this_process_started()
+    assert started is not None
+    for apart in (1.0000005, -1.0000005, 1.5):
+        assert owner_alive(os.getpid(), started + apart)
+
+
 def test_a_new_run_records_its_process_and_start_time(store: Store) -> None:
     store.create_run("r", command="exec", goal="g", params={}, options={})
     row = store.run("r")
