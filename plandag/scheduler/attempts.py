@@ -201,7 +201,7 @@ class StepAttempts(RunState):
                     try:
                         self.emit(
                             events.StepStarted(
-                                self.run_id, step_id, tool.name, record.attempts, now
+                                self.run_id, step_id, tool.name, record.attempts, now, tool.effects
                             )
                         )
                     except events.StartVeto as veto:

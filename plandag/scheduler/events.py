@@ -72,13 +72,17 @@ class RunStarted:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class StepStarted:
-    """A step's attempt began running (after it acquired its concurrency limits)."""
+    """A step's attempt began running (after it acquired its concurrency limits).
+    ``effects``: its tool's effects (``none``, ``write`` or ``irreversible``; the runner
+    always says), None when the sender did not say (observers then treat the step as one
+    with effects)."""
 
     run_id: str
     step_id: int
     tool: str
     attempt: int
     time: float
+    effects: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
