@@ -539,6 +539,9 @@ _SUMMARY_KEYS = frozenset({"status", "failed_checks", "errors", "more"})
 def _document_spans(path: Path, step_ids: set[int]) -> dict[int, tuple[float, float, str]]:
     """The last ``extract`` document span of each of ``step_ids`` in the trace at ``path``:
     step id → (start, end, ``summary`` or ``full``); {} when there is no trace."""
+    from plandag.trace.writer import flush_traces
+
+    flush_traces(path)  # the lines a writer of this process holds back are read too
     found: dict[int, tuple[float, float, str]] = {}
     try:
         handle = path.open(encoding="utf-8", errors="replace")

@@ -38,7 +38,7 @@ from plandag.trace.model import (
     Trace,
     _number,
 )
-from plandag.trace.writer import plan_dependencies
+from plandag.trace.writer import flush_traces, plan_dependencies
 
 __all__ = ["load_trace", "parse_trace"]
 
@@ -56,6 +56,7 @@ def load_trace(path: Path | str) -> Trace:
         InputError: the file cannot be read, or holds no trace line at all.
     """
     file = Path(path)
+    flush_traces(file)  # the lines a writer of this process holds back are read too
     try:
         text = file.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:

@@ -1,4 +1,4 @@
-"""The trace writer: one JSON line per record, appended and flushed as the run goes.
+"""The trace writer: one JSON line per record, appended as the run goes.
 
 The file format, defined here (docs/durable-runs.md): every
 line is a JSON object with ``type``, ``run_id`` and ``time`` (wall-clock seconds since the
@@ -11,6 +11,20 @@ holds the whole story of a run; :func:`plandag.trace.reader.load_trace` reads it
 ``RunFinished`` the spans of the other steps (skipped ones, steps restored from an earlier
 segment), a step's span again when its record changed since (a replan superseded it, its
 upstream failures were counted again), and a ``run_finished`` line.
+
+When lines reach the file: the lines of steps without effects (``step_started``,
+``step_ended``, their spans, ``heartbeat``, ``stall`` and ``dependency_down``) wait in memory
+and are written together, at the latest :data:`FLUSH_INTERVAL_S` seconds after the oldest
+of them (a thread of the writer's own writes them while the run is idle), or as soon as
+:data:`PENDING_CHARACTERS` characters wait. Everything else is written at once, after
+what waits, in order: the lines of a step with effects (its start is in the file before
+its tool is called), every line written by an explicit method (``run_started``, ``plan``,
+``approval``, ``segment_ended``, ``run_finished`` ...), :meth:`TraceWriter.flush`,
+:meth:`TraceWriter.close`, and any read of the file in this process
+(:func:`flush_traces`, which :func:`plandag.trace.reader.load_trace` calls). A process
+killed outright (SIGKILL) loses at most the last :data:`FLUSH_INTERVAL_S` seconds of lines
+of steps without effects; a run that raises, is cancelled or interrupted closes its writer,
+which writes them all.
 """
 
 from __future__ import annotations
@@ -21,8 +35,10 @@ import hashlib
 import json
 import logging
 import math
+import os
 import threading
 import time as _time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -48,12 +64,15 @@ if TYPE_CHECKING:
     from plandag.models.calls import CallRecord
 
 __all__ = [
+    "FLUSH_INTERVAL_S",
+    "PENDING_CHARACTERS",
     "RESULT_CHARACTERS",
     "SUMMARY_LINE_BYTES",
     "SUMMARY_SOURCE_BYTES",
     "TraceWriter",
     "attempt_status",
     "document_summary",
+    "flush_traces",
     "plan_dependencies",
 ]
 
@@ -62,6 +81,15 @@ logger = logging.getLogger("plandag.trace")
 RESULT_CHARACTERS = 4000
 """A step's result longer than this (as compact JSON) is written as a preview: the first
 ``RESULT_CHARACTERS // 4`` characters with its length and SHA-256 (traces stay readable)."""
+
+FLUSH_INTERVAL_S = 0.2
+"""A line that may wait (a step without effects) reaches the file at most this many seconds
+after it was written (the run store's :data:`plandag.store.writer.FLUSH_INTERVAL_S`)."""
+
+PENDING_CHARACTERS = 1 << 18
+"""Lines waiting to be written are written as soon as they hold this many characters."""
+
+_IDLE_SECONDS = 5.0  # the flushing thread ends after this long with nothing to write
 
 RedactFunction = Callable[[Any], Any]
 _NO_DETAIL: Any = object()  # a step_ended line without a detail
@@ -292,10 +320,18 @@ class TraceWriter:
             for a step without them); :meth:`step_args` adds more.
         clock: wall-clock seconds since the epoch for records that carry no time of their
             own (default :func:`time.time`).
+        flush_interval_s: the longest a line of a step without effects waits before it is
+            written, seconds (default :data:`FLUSH_INTERVAL_S`; see the module docstring).
+        flush_clock: the clock ``flush_interval_s`` is measured on (seconds, monotonic;
+            default :func:`time.monotonic`); tests pass a fake one.
 
-    Every line is flushed as soon as it is written, so a crash keeps every complete line.
-    The observer side (:meth:`__call__`) never raises; the explicit methods raise
-    ``OSError`` when the file cannot be written, and ``ValueError`` after :meth:`close`.
+    Lines are written whole (a crash keeps every complete line), at once or within
+    ``flush_interval_s`` (the module docstring says which). The observer side
+    (:meth:`__call__`) never raises; the explicit methods raise ``OSError`` when the file
+    cannot be written, and ``ValueError`` after :meth:`close`.
+
+    Raises:
+        ValueError: ``flush_interval_s`` is not above 0.
     """
 
     def __init__(
@@ -308,7 +344,11 @@ class TraceWriter:
         exporters: Sequence[Exporter] = (),
         args: Mapping[int, Any] | None = None,
         clock: Callable[[], float] = _time.time,
+        flush_interval_s: float = FLUSH_INTERVAL_S,
+        flush_clock: Callable[[], float] = _time.monotonic,
     ) -> None:
+        if not flush_interval_s > 0:
+            raise ValueError(f"flush_interval_s must be above 0, not {flush_interval_s!r}")
         self.path = Path(path)
         self.run_id = run_id
         self.segment = segment
@@ -333,7 +373,18 @@ class TraceWriter:
         self._held: list[str] | None = None
         # lines a thread gathers to write at once (:meth:`_together`)
         self._gathering = threading.local()
+        # lines that may wait (steps without effects), in order, their characters, and when
+        # the oldest was written (on flush_clock); the steps with effects seen starting
+        self._pending: list[str] = []
+        self._pending_characters = 0
+        self._since = 0.0
+        self._interval = float(flush_interval_s)
+        self._flush_clock = flush_clock
+        self._wakeup = threading.Condition(self._lock)
+        self._flusher: threading.Thread | None = None
+        self._acting: set[int] = set()
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        flush_traces(self.path)  # another writer's waiting lines come first
         needs_newline = False
         if self.path.exists() and self.path.stat().st_size > 0:
             with self.path.open("rb") as existing:
@@ -343,6 +394,12 @@ class TraceWriter:
         if needs_newline:  # a crash cut the last line: start ours on a line of its own
             self._file.write("\n")
             self._file.flush()
+        self._key = os.path.realpath(self.path)
+        # what waits is written when the writer is dropped unclosed, or at the interpreter's exit
+        self._finalizer = weakref.finalize(
+            self, _write_pending, self._lock, self._pending, self._file
+        )
+        _LIVE.add(self)
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -429,8 +486,7 @@ class TraceWriter:
             elif gathered is not None:
                 gathered.append(text + "\n")
             else:
-                self._file.write(text + "\n")
-                self._file.flush()
+                self._write_now(self._file, text + "\n")
         for exporter in self._exporters:
             try:
                 exporter(line)
@@ -444,11 +500,14 @@ class TraceWriter:
                 )
         return line
 
-    def _write_text(self, text: str) -> None:
+    def _write_text(self, text: str, wait: bool = False) -> None:
         """Write lines' JSON ``text`` (escaped, each line ending in a newline) as
-        :meth:`_emit` writes one: held, gathered or written and flushed."""
+        :meth:`_emit` writes one: held, gathered, or written after what waits; with
+        ``wait`` (lines of a step without effects), put with what waits
+        (:meth:`_wait`)."""
         with self._lock:
-            if self._file is None:
+            file = self._file
+            if file is None:
                 raise ValueError(f"trace {self.path} is closed")
             if self._held is not None:
                 self._held.append(text)
@@ -456,9 +515,99 @@ class TraceWriter:
             gathered: list[str] | None = getattr(self._gathering, "lines", None)
             if gathered is not None:
                 gathered.append(text)
+            elif wait:
+                self._wait(file, text)
             else:
-                self._file.write(text)
-                self._file.flush()
+                self._write_now(file, text)
+
+    def _write_now(self, file: IO[str], text: str) -> None:
+        """Write what waits, then ``text``, in one write, and flush (the lock held)."""
+        pending = self._pending
+        if pending:
+            pending.append(text)
+            text = "".join(pending)
+            pending.clear()
+            self._pending_characters = 0
+        file.write(text)
+        file.flush()
+
+    def _wait(self, file: IO[str], text: str) -> None:
+        """Put ``text`` with the lines that wait (the lock held): written with them within
+        the flush interval, by the flushing thread, or at once when they grow past
+        :data:`PENDING_CHARACTERS`."""
+        pending = self._pending
+        pending.append(text)
+        if len(pending) == 1:
+            self._since = self._flush_clock()
+            if self._flusher is None:
+                self._flusher = threading.Thread(
+                    target=self._flush_loop, name=f"plandag-trace {self.path.name}", daemon=True
+                )
+                self._flusher.start()
+            else:
+                self._wakeup.notify()
+            self._pending_characters = len(text)
+            return
+        self._pending_characters += len(text)
+        if self._pending_characters >= PENDING_CHARACTERS:
+            self._write_now(file, "")
+
+    def _flush_due(self) -> bool:
+        """Write what waits when its oldest line has waited the flush interval (on the flush
+        clock); whether anything was written. Takes the lock."""
+        with self._lock:
+            file = self._file
+            if (
+                file is None
+                or not self._pending
+                or self._flush_clock() < self._since + self._interval
+            ):
+                return False
+            self._write_now(file, "")
+            return True
+
+    def _flush_loop(self) -> None:
+        """The flushing thread: writes what waits once it is due; ends when the writer
+        closes, or after a while with nothing waiting (the next line starts another)."""
+        idle_since: float | None = None
+        while True:
+            try:
+                self._flush_due()
+            except Exception as error:  # the next write or close() meets it again
+                self._warn_once(
+                    "flush",
+                    "trace %s: could not write (%s: %s)",
+                    self.path,
+                    type(error).__name__,
+                    error,
+                )
+            with self._lock:
+                if self._file is None:
+                    self._flusher = None
+                    return
+                if self._pending:
+                    idle_since = None
+                    left = self._since + self._interval - self._flush_clock()
+                    # measured on the flush clock, looked at again at least every interval
+                    self._wakeup.wait(min(max(left, 0.001), self._interval))
+                    continue
+                now = _time.monotonic()
+                if idle_since is None:
+                    idle_since = now
+                elif now - idle_since >= _IDLE_SECONDS:
+                    self._flusher = None
+                    return
+                self._wakeup.wait(_IDLE_SECONDS)
+
+    def flush(self) -> None:
+        """Write every line that waits (see the module docstring) now.
+
+        Raises:
+            OSError: the file cannot be written.
+        """
+        with self._lock:
+            if self._file is not None and self._pending:
+                self._write_now(self._file, "")
 
     def _step_lines(self) -> StepLines | None:
         """The step lines' assembler when it can write them now (no exporter: they get the
@@ -502,13 +651,13 @@ class TraceWriter:
             with self._lock:
                 held, self._held = self._held, None
                 if held and self._file is not None:
-                    self._file.write("".join(held))
-                    self._file.flush()
+                    self._write_now(self._file, "".join(held))
 
     @contextlib.contextmanager
-    def _together(self) -> Iterator[None]:
+    def _together(self, wait: bool = False) -> Iterator[None]:
         """The lines this thread writes inside the block go to the file in one write when
-        it ends (one system call for a step's end and its span)."""
+        it ends (one system call for a step's end and its span); with ``wait``, they are
+        put with what waits instead (:meth:`_wait`)."""
         if getattr(self._gathering, "lines", None) is not None:
             yield  # the outer block writes them
             return
@@ -522,15 +671,27 @@ class TraceWriter:
                     if self._held is not None:  # a batch's block began meanwhile
                         self._held.extend(lines)
                     elif self._file is not None:
-                        self._file.write("".join(lines))
-                        self._file.flush()
+                        if wait:
+                            self._wait(self._file, "".join(lines))
+                        else:
+                            self._write_now(self._file, "".join(lines))
 
     def close(self) -> None:
-        """Close the file (idempotent). Later writes raise ``ValueError``."""
+        """Write what waits and close the file (idempotent). Later writes raise
+        ``ValueError``."""
         with self._lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+            file = self._file
+            if file is not None:
+                try:
+                    if self._pending:
+                        self._write_now(file, "")
+                finally:
+                    self._file = None
+                    self._pending.clear()
+                    self._finalizer.detach()
+                    _LIVE.discard(self)
+                    self._wakeup.notify_all()
+                    file.close()
 
     def __enter__(self) -> TraceWriter:
         return self
@@ -781,6 +942,8 @@ class TraceWriter:
             )
 
     def _event(self, kind: str, time: float, attrs: Mapping[str, Any]) -> None:
+        """Write an ``event`` line (gathered, then put with what waits, when the observer
+        says so: :meth:`_together`)."""
         self._write_ready(
             {"type": "event", "time": time, "kind": kind, "attrs": self._clean(attrs, owned=True)}
         )
@@ -798,7 +961,12 @@ class TraceWriter:
     ) -> None:
         """A step's ``step_ended`` event (attrs ``step_id``, ``status``, ``reason``, then
         ``error`` when there is one, ``detail`` when given), then its span when the event
-        carries its record, in one write."""
+        carries its record, in one write; put with what waits unless the step has effects
+        (its start said so)."""
+        acting = self._acting
+        wait = not acting or step_id not in acting
+        if not wait:
+            acting.discard(step_id)
         lines = self._step_lines()
         if lines is not None:
             extra: str | None = ""
@@ -816,30 +984,34 @@ class TraceWriter:
                     else self._span_text(record, record.started_at, record.ended_at, lines)
                 )
                 if span is not None:
-                    self._write_text(ended + span)
+                    self._write_text(ended + span, wait)
                     return
         attrs: dict[str, Any] = {"step_id": step_id, "status": status, "reason": reason}
         if error is not None:
             attrs["error"] = error.as_dict()
         elif detail is not _NO_DETAIL:
             attrs["detail"] = detail
-        if record is None:
+        with self._together(wait):
             self._event("step_ended", time, attrs)
-            return
-        with self._together():
-            self._event("step_ended", time, attrs)
-            self._step_span(record, record.started_at, record.ended_at)
+            if record is not None:
+                self._step_span(record, record.started_at, record.ended_at)
 
     def _observe(self, event: events.Event) -> None:
         if isinstance(event, events.StepStarted):
+            # a step with effects (or whose effects the sender did not say): its lines are
+            # in the file before its tool is called, and when it ends
+            wait = event.effects == "none"
+            if not wait:
+                self._acting.add(event.step_id)
             lines = self._step_lines()
             if lines is not None:
                 text = lines.started(event.step_id, event.tool, event.attempt, event.time)
                 if text is not None:
-                    self._write_text(text)
+                    self._write_text(text, wait)
                     return
             attrs = {"step_id": event.step_id, "tool": event.tool, "attempt": event.attempt}
-            self._event("step_started", event.time, attrs)
+            with self._together(wait):
+                self._event("step_started", event.time, attrs)
         elif isinstance(event, events.StepSucceeded):
             self._step_end(event.time, event.step_id, "succeeded", None, event.record)
         elif isinstance(event, events.StepFailed):
@@ -859,7 +1031,8 @@ class TraceWriter:
                 for field in dataclasses.fields(event)
                 if field.name not in ("run_id", "time")
             }
-            self._event(kind, event.time, fields)
+            with self._together(True):
+                self._event(kind, event.time, fields)
         elif isinstance(event, events.DependencyDown):
             attrs = {
                 "kind": event.kind,
@@ -867,7 +1040,8 @@ class TraceWriter:
                 "step_ids": list(event.step_ids),
                 "detail": event.detail,
             }
-            self._event("dependency_down", event.time, attrs)
+            with self._together(True):
+                self._event("dependency_down", event.time, attrs)
         elif isinstance(event, events.RunFinished):
             self.run_finished(event.result, time=event.time)
 
@@ -1197,6 +1371,34 @@ class TraceWriter:
             attrs["result"] = result
             clean = self._clean(attrs)
         self._span_of("step", f"step {record.id} {record.tool}", start, end, clean)
+
+
+_LIVE: weakref.WeakSet[TraceWriter] = weakref.WeakSet()
+
+
+def flush_traces(path: Path | str) -> None:
+    """Write the lines that wait in every open :class:`TraceWriter` of this process on the
+    trace file ``path`` (call it before reading the file; a writer that cannot write is
+    left to report it where it writes)."""
+    key = os.path.realpath(path)
+    for writer in list(_LIVE):
+        if writer._key != key or not writer._pending:
+            continue
+        try:
+            writer.flush()
+        except Exception as error:  # its own writes raise it where the run sees it
+            logger.debug("trace %s: another writer's flush failed (%s)", path, error)
+
+
+def _write_pending(lock: threading.Lock, pending: list[str], file: IO[str]) -> None:
+    """Write ``pending`` to ``file`` (a writer dropped unclosed, or the interpreter's
+    exit)."""
+    with lock:
+        if pending and not file.closed:
+            with contextlib.suppress(Exception):
+                file.write("".join(pending))
+                file.flush()
+            pending.clear()
 
 
 def _span_state(record: StepRecord, parents: Any, args: Any) -> tuple[Any, ...]:

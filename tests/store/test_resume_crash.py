@@ -166,6 +166,20 @@ def _start_and_kill(tmp_path: Path, tool: str) -> tuple[dict[str, str], str]:
         ]
     finally:
         store.close()
+    # the lines of steps with effects are in the trace before their tools are called
+    trace = [
+        json.loads(line)
+        for line in (tmp_path / "store" / "traces" / f"{run.run_id}.jsonl").read_text().splitlines()
+    ]
+    assert [
+        (line["kind"], line["attrs"]["step_id"]) for line in trace if line["type"] == "event"
+    ] == [
+        ("step_started", 1),
+        ("step_ended", 1),
+        ("step_started", 2),
+        ("step_ended", 2),
+        ("step_started", 3),
+    ]
     return env, run.run_id
 
 

@@ -367,10 +367,12 @@ def write_scenario(
     path: Path,
     redact: Callable[[Any], Any] | None,
     exporters: Sequence[Callable[[dict[str, Any]], None]] = (),
+    effects: Callable[[int], str | None] = lambda step_id: None,
 ) -> None:
     """Write the scenario's lines to ``path`` through a fresh writer (``redact`` and
-    ``exporters`` as given). Sets and removes :data:`LATE_NAME` in ``os.environ`` while
-    it runs; :data:`SECRET_NAME` is the caller's to set."""
+    ``exporters`` as given; ``effects``: what each step's ``StepStarted`` says of its
+    effects, by step id). Sets and removes :data:`LATE_NAME` in ``os.environ`` while it
+    runs; :data:`SECRET_NAME` is the caller's to set."""
     writer = TraceWriter(path, RUN, redact=redact, exporters=exporters, clock=lambda: T)
     writer.set_dependencies({1: [], 2: [1], 3: [1], 4: [3], 5: [], 6: [2], 7: [4, 5]})
     for step_id, args in ARGS.items():
@@ -384,7 +386,12 @@ def write_scenario(
             for attempt in record.attempt_log:
                 writer(
                     events.StepStarted(
-                        RUN, record.id, record.tool, attempt.number, attempt.started_at
+                        RUN,
+                        record.id,
+                        record.tool,
+                        attempt.number,
+                        attempt.started_at,
+                        effects(record.id),
                     )
                 )
                 if attempt.number == 1 and attempt.retry is not None:
@@ -424,7 +431,7 @@ def write_scenario(
                         RUN, "host", "api.example.com", (5, 6), "token=abcdefghij refused", T + 5.7
                     )
                 )
-        writer(events.StepStarted(RUN, 14, "fetch", 1, float("nan")))
+        writer(events.StepStarted(RUN, 14, "fetch", 1, float("nan"), effects(14)))
         # at the run's end: a step restored from an earlier segment, one superseded since
         records[15] = _record(15, "fetch", "succeeded", None, None, result={"kept": 1})
         records[2].superseded_by = [16]

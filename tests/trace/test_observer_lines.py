@@ -43,6 +43,22 @@ def test_the_lines_are_the_pinned_ones(tmp_path: Path, name: str) -> None:
         assert line == expected, f"line {number + 1}"
 
 
+EFFECTS: dict[str, Callable[[int], str | None]] = {
+    "none": lambda step_id: "none",
+    "mixed": lambda step_id: ("write", "irreversible", "none", None)[step_id % 4],
+}
+
+
+@pytest.mark.parametrize("effects", sorted(EFFECTS))
+@pytest.mark.parametrize("name", sorted(REDACTORS))
+def test_lines_that_waited_are_the_pinned_ones(tmp_path: Path, name: str, effects: str) -> None:
+    # the lines of steps without effects wait and are written together: the same bytes
+    path = tmp_path / "trace.jsonl"
+    scenario.write_scenario(path, REDACTORS[name](), effects=EFFECTS[effects])
+    pinned = (DATA / f"observer_{name}.jsonl").read_text(encoding="utf-8")
+    assert path.read_text(encoding="utf-8") == pinned
+
+
 def test_the_exporter_receives_the_pinned_records(tmp_path: Path) -> None:
     exported: list[dict[str, Any]] = []
     scenario.write_scenario(tmp_path / "trace.jsonl", Redactor(), [exported.append])

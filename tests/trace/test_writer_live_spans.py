@@ -21,7 +21,7 @@ from plandag.tools.base import tool
 from plandag.tools.registry import Registry
 from plandag.trace.reader import load_trace
 from plandag.trace.redact import Redactor
-from plandag.trace.writer import TraceWriter
+from plandag.trace.writer import TraceWriter, flush_traces
 
 T = 1_700_000_000.0
 
@@ -62,6 +62,7 @@ def test_a_step_span_is_in_the_file_when_the_next_step_starts(tmp_path: Path) ->
 
     def watch(event: events.Event) -> None:
         if isinstance(event, events.StepStarted):
+            flush_traces(path)  # as every reader in the process does
             seen[event.step_id] = [span["attrs"]["step_id"] for span in _step_spans(path)]
 
     run_plan_sync(_chain(3), run_id="live", observers=[writer, watch])
