@@ -1409,11 +1409,12 @@ class Store:
         documents: Iterable[tuple[int, str, str, str | None, bool, str | None]],
     ) -> None:
         """Record a group of documents of an ``extract`` batch: queued together (one
-        ``executemany`` in the writer's group, with whatever else is queued) and committed
-        with the writer's next group, within ``flush_interval_s`` (0.2 s by default), as
-        other writes that may wait: the event loop does not wait for the commit. A crash
-        before then loses these rows, never a part of the group; every read of this store,
-        :meth:`flush` and :meth:`close` commit them first.
+        statement in the writer's group, with whatever else is queued) and committed before
+        this returns. The batch writes a group to its output file first, then here: a
+        crash leaves committed rows that are the file's records at their places (the
+        unique-in-batch corrections that follow the batch's end come after every group's
+        rows are committed); a group left to the writer's next commit would let the end's
+        corrections reach the file while the rows they correct still wait.
 
         Args:
             batch_id: the batch's run id.
@@ -1427,8 +1428,9 @@ class Store:
                 :meth:`record_document` stores a record; ``error``: the error column's
                 text, or None.
 
-        A failed commit is raised by the next :meth:`flush`, read or :meth:`close` (the rows
-        stay queued and are tried again, as :meth:`flush` says).
+        Raises:
+            sqlite3.Error: the commit failed (the rows stay queued and the next flush tries
+                them again, as :meth:`flush` says).
         """
         secrets = environment_secrets()
         now = time.time()
@@ -1459,7 +1461,7 @@ class Store:
                     inline = text
             row = (once(batch_id), idx, input_path, once(status), inline, digest, error, now)
             rows.append((sql, (*row, *nothing)))
-        self.writer.submit_many(rows)
+        self.writer.commit(rows)
 
     def documents(self, batch_id: str) -> list[DocumentRow]:
         """The batch's documents in input order."""
