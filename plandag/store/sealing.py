@@ -43,7 +43,6 @@ from plandag.surrogates import escape_json_text, escape_text, has_surrogates
 from plandag.trace.redact import (
     CASE_LOOKALIKES,
     SECRET_MASK,
-    SECRET_RULE_WORDS,
     environment_secrets,
     holds_url_password,
     is_secret_environment_name,
@@ -154,14 +153,27 @@ def seal(value: Any, environment: Mapping[str, str] | None = None) -> Any:
     return _Sealer(environment_secrets() if environment is None else environment).value(value)
 
 
-# Every rule of seal() needs one of these words in the JSON text of what it changes (the
-# secrets-only walk's words, plandag.trace.redact.SECRET_RULE_WORDS, and two markers): a
+# Every rule of seal() needs one of these words in the JSON text of what it changes: a
 # secret-named key or a ``name: value`` pair names an api key, authorization, a token, a
 # secret, a password or passwd, or a cookie; a credential by its form holds ``sk-``, ``eyJ``,
 # ``Bearer`` or ``Basic``; a marker mapping holds ``$env`` or ``$literal``. Found in any
 # case, as the rules find them. (A URL's password, the one rule without a word, is looked
 # for by its own pattern: plandag.trace.redact.holds_url_password.)
-_SEALING_WORDS = (*SECRET_RULE_WORDS, "$env", "$literal")
+_SEALING_WORDS = (
+    "sk-",
+    "eyj",
+    "bearer",
+    "basic",
+    "apikey",
+    "api_key",
+    "api-key",
+    "authorization",
+    "token",
+    "secret",
+    "passw",
+    "$env",
+    "$literal",
+)
 # The words by a shorter text each holds, found first (a single character is found at
 # memchr's speed): a text without "api" holds no spelling of an api key, without "$" no
 # marker, without "j" no JSON Web Token's "eyJ".

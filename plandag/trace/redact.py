@@ -44,7 +44,6 @@ __all__ = [
     "NAME_MASK",
     "PHONE_MASK",
     "SECRET_MASK",
-    "SECRET_RULE_WORDS",
     "Redactor",
     "SecretFilter",
     "environment_secrets",
@@ -951,7 +950,7 @@ def redact_personal(value: Any) -> Any:
 #: changes by a rule: each name :func:`is_secret_key` and the ``name: value`` rule know holds
 #: one (``api_key`` and ``x-api-key`` hold ``api_key``/``api-key``, ``access_token``
 #: ``token``, ``passwd`` ``passw``...), and so does each credential found by its form.
-SECRET_RULE_WORDS = (
+_JSON_TEXT_WORDS = (
     "sk-",
     "eyj",
     "bearer",
@@ -1018,7 +1017,7 @@ class Redactor:
         copy, told from the text alone (no walk over the value).
 
         Every change the walk makes needs, in that text: a word of
-        :data:`SECRET_RULE_WORDS` in any case (a secret-named key or header pair, a
+        :data:`_JSON_TEXT_WORDS` in any case (a secret-named key or header pair, a
         ``name: value`` pair, a cookie, ``Bearer``/``Basic``, ``sk-`` keys, a JSON Web
         Token's ``eyJ``), a letter only ``re.IGNORECASE`` folds to ASCII, a URL with a
         password (matched alike in a string and in its JSON text), or the JSON form of an
@@ -1035,7 +1034,7 @@ class Redactor:
         if any(letter in text for letter in CASE_LOOKALIKES):
             return False
         lowered = text.lower()
-        if any(word in lowered for word in SECRET_RULE_WORDS) or holds_url_password(text):
+        if any(word in lowered for word in _JSON_TEXT_WORDS) or holds_url_password(text):
             return False
         return not any(
             json.dumps(value, ensure_ascii=False)[1:-1] in text
