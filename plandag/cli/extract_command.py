@@ -428,14 +428,22 @@ def extract_nfe(
         if summary is not None
         else "timed_out"
     )
-    run_store.update_run(
-        batch_id,
-        status=batch_status,
-        spent_usd=budget.spent_usd,
-        spent_tokens=budget.spent_tokens,
-        pid=None,
+    try:
+        run_store.update_run(
+            batch_id,
+            status=batch_status,
+            spent_usd=budget.spent_usd,
+            spent_tokens=budget.spent_tokens,
+            pid=None,
+        )
+    except Exception:
+        # the batch's end could not be stored (a delayed commit failure): recorded as
+        # failed where the store still can, its trace and the store closed, the error raised
+        _close_failed(run_store, writers[0], batch_id)
+        raise
+    writers[0].segment_ended(
+        batch_status, spent_usd=budget.spent_usd, spent_tokens=budget.spent_tokens
     )
-    writers[0].segment_ended(batch_status)
     writers[0].close()
     run_store.close()
     if summary is None:

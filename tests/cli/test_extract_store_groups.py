@@ -86,3 +86,36 @@ def test_a_group_that_cannot_be_stored_fails_the_command(
         assert store.documents(run.run_id) == []
     finally:
         store.close()
+
+
+def test_a_batch_end_that_cannot_be_stored_fails_the_command_and_closes_the_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    update_run = Store.update_run
+    closed: list[str] = []
+    close = Store.close
+
+    def failing(self: Store, run_id: str, **changes: Any) -> None:
+        if changes.get("status") == "succeeded":
+            raise sqlite3.OperationalError("disk I/O error")
+        update_run(self, run_id, **changes)
+
+    def closing(self: Store) -> None:
+        closed.append("store")
+        close(self)
+
+    monkeypatch.setattr(Store, "update_run", failing)
+    monkeypatch.setattr(Store, "close", closing)
+    result = _extract(tmp_path)
+    assert result.exit_code != 0
+    assert isinstance(result.exception, sqlite3.OperationalError)
+    assert closed  # the command's store closed: its writer thread ended, its rows committed
+    store = open_store(tmp_path / "runs.sqlite3")
+    try:
+        (run,) = store.runs()
+        assert run.status == "failed"
+        trace = [json.loads(line) for line in store.trace_path(run.run_id).read_text().splitlines()]
+    finally:
+        store.close()
+    assert trace[-1]["type"] == "run_finished"
+    assert trace[-1]["status"] == "failed"

@@ -521,3 +521,38 @@ def test_a_worker_given_bytes_applies_a_known_repair_as_the_parent_would(
     unknown = dataclasses.replace(config, repairs=())
     assert extract_chunk([(str(later), later.read_bytes())], unknown) == [("parent", None)]
     assert len(server.message_requests) == 2
+
+
+def test_the_batch_trace_ends_with_what_the_repairs_spent(
+    server: MessagesServer, inputs: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from plandag.cli import app
+    from plandag.extract.nfe import document
+    from plandag.store import open_store
+
+    plan = broken_plan()
+    monkeypatch.setattr(document, "load_plan_text", lambda: plan)
+    server.push_json(PATCH, usage={"input_tokens": 6000, "output_tokens": 300})
+    store_path = tmp_path / "runs.sqlite3"
+    args = [*map(str, inputs), "-o", str(tmp_path / "out.jsonl"), "--store", str(store_path)]
+    planner = ["--planner", "anthropic", "--base-url", server.url]
+    result = CliRunner().invoke(
+        app,
+        ["extract", "nfe", *args, "--workers", "1", *planner, "--save-repairs", str(tmp_path)],
+        env={"ANTHROPIC_API_KEY": "test"},
+    )
+    assert result.exit_code == 0, result.output
+    assert len(server.message_requests) == 1
+    store = open_store(store_path)
+    try:
+        (run,) = store.runs()
+        lines = store.trace_path(run.run_id).read_text("utf-8").splitlines()
+    finally:
+        store.close()
+    spent = 6000 * 3e-6 + 300 * 15e-6
+    assert run.spent_usd == pytest.approx(spent)
+    end = json.loads(lines[-1])
+    assert end["type"] == "run_finished"
+    assert (end["spent_usd"], end["spent_tokens"]) == (pytest.approx(spent), 6300)
