@@ -76,7 +76,8 @@ def check(
 ) -> None:
     """Compile a plan without running it; print every diagnostic like a compiler.
 
-    With --param, param values are checked too (missing, unknown, wrong type). At most
+    With --param, param values are checked too (missing, unknown, wrong type); without,
+    the params a run must be given are listed after ``ok``. At most
     100 diagnostics are listed, then one that counts the rest. The plan's estimate of cost
     and time is printed from the tools' declared figures (exec and run also use the
     durations measured in the run store).
@@ -118,6 +119,13 @@ def check(
         f"{plan_file}: ok, {_count(len(compiled.steps), 'step')}, "
         f"{_count(len(compiled.diagnostics), 'warning')}"
     )
+    required = [
+        f"--param {name}=VALUE ({spec.type})"
+        for name, spec in compiled.plan.params.items()
+        if spec.is_required and not param
+    ]
+    if required:  # not an error here: values are given when the plan runs
+        stderr.print(f"{plan_file}: a run needs {', '.join(required)}", markup=False)
 
 
 def _count(number: int, noun: str) -> str:

@@ -94,6 +94,25 @@ def test_check_ok_plan_exits_0_and_reports_warnings(runner: CliRunner, tmp_path:
     )
 
 
+def test_check_without_params_lists_the_ones_a_run_needs(runner: CliRunner, tmp_path: Path) -> None:
+    plan = {
+        "params": {"path": {"type": "string"}, "depth": {"type": "integer", "default": 2}},
+        "steps": [{"id": 1, "tool": "read_file", "args": {"path": "<param.path>"}}],
+    }
+    path = str(write_plan(tmp_path, plan))
+    result = runner.invoke(app, ["check", path])
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.endswith(
+        f"{path}: ok, 1 step, 0 warnings\n{path}: a run needs --param path=VALUE (string)\n"
+    )
+    given = runner.invoke(app, ["check", path, "--param", "path=notes.txt"])
+    assert given.exit_code == 0, given.stderr
+    assert given.stderr.endswith("plan.json: ok, 1 step, 0 warnings\n")
+    other = runner.invoke(app, ["check", path, "--param", "depth=3"])
+    assert other.exit_code == 2
+    assert "error[missing_param]: param 'path' is required" in other.stderr
+
+
 def test_check_prints_every_diagnostic_and_exits_2(runner: CliRunner, tmp_path: Path) -> None:
     plan = {
         "steps": [
