@@ -136,6 +136,8 @@ class StepLines:
         self._keys: dict[str, int] = {}
         # tool name -> the end of a span name's JSON text (names are written as they are)
         self._names: dict[str, str] = {}
+        # step id -> the time of its last step_started line and that time's JSON text
+        self._starts: dict[int, tuple[Any, str]] = {}
 
     def ready(self) -> bool:
         """Whether the step lines can be written here now (the redactor's rules keep every
@@ -316,8 +318,16 @@ class StepLines:
         masked = self._texts.get(tool)
         if masked is None:
             masked = self._learn(tool)[0]
-        attrs = f'{{"step_id":{step_id},"tool":{masked},"attempt":{attempt}}}'
-        return self.event('"step_started"', time, attrs)
+        when = _float(time) if type(time) is float and time - time == 0.0 else _number(time)
+        if when is None:
+            return None
+        if len(self._starts) >= _TEXTS:
+            self._starts.clear()
+        self._starts[step_id] = (time, when)  # the span's start, when the step ends
+        return (
+            f'{self._event_head}{when},"kind":"step_started","attrs":{{"step_id":{step_id},'
+            f'"tool":{masked},"attempt":{attempt}}}}}\n'
+        )
 
     def ended(
         self, step_id: Any, status: str, reason: Any, time: float, extra: str = ""
@@ -419,6 +429,106 @@ class StepLines:
             f'"args":{given},"result":{self.result(result, result_text, compact)},'
             f'"superseded_by":{superseded},'
             f'"segment":{self._segment},"restored":{"true" if restored else "false"}}}}}\n'
+        )
+
+    def succeeded(
+        self, step_id: Any, time: Any, record: StepRecord, depends_on: Any, args: Any, result: str
+    ) -> str | None:
+        """The ``step_ended`` line and the ``step`` span (each with its newline) of a step
+        that succeeded plainly: at one attempt, with no reason, detail, error, retry, check,
+        step_child or replacement; None for any other step (:meth:`ended` and :meth:`span`
+        write it), or a time that is not a finite number.
+
+        Args:
+            step_id: the event's step id (the record's); time: the event's time.
+            record: the step's record.
+            depends_on: the step's parents; args: its args (or None).
+            result: the JSON text of its result (:meth:`result`).
+        """
+        if (
+            type(step_id) is not int
+            or type(record.id) is not int
+            or record.id != step_id
+            or record.status != "succeeded"
+            or record.reason is not None
+            or record.detail is not None
+            or record.error is not None
+            or record.superseded_by is not None
+            or record.checks
+            or len(record.attempt_log) != 1
+        ):
+            return None
+        attempt = record.attempt_log[0]
+        number, tool = attempt.number, record.tool
+        if (
+            attempt.reason is not None
+            or attempt.error is not None
+            or attempt.retry is not None
+            or attempt.children
+            or type(number) is not int
+            or type(tool) is not str
+        ):
+            return None
+        start, end, began, finish = (
+            record.started_at,
+            record.ended_at,
+            attempt.started_at,
+            attempt.ended_at,
+        )
+        # the same time is written once: the event's is the span's end, the attempt's start
+        # the span's start (the runner's own objects)
+        when = _float(end) if type(end) is float and end - end == 0.0 else _number(end)
+        known = self._starts.pop(step_id, None)
+        if known is not None and known[0] is start:  # written by its step_started line
+            since: str | None = known[1]
+        else:
+            since = (
+                _float(start) if type(start) is float and start - start == 0.0 else _number(start)
+            )
+        ended = (
+            when
+            if time is end
+            else (_float(time) if type(time) is float and time - time == 0.0 else _number(time))
+        )
+        first = (
+            since
+            if began is start
+            else (
+                _float(began) if type(began) is float and began - began == 0.0 else _number(began)
+            )
+        )
+        last = (
+            _float(finish) if type(finish) is float and finish - finish == 0.0 else _number(finish)
+        )
+        if when is None or since is None or ended is None or first is None or last is None:
+            return None
+        parents = _ints(depends_on)
+        if parents is None:
+            parents = self.value(depends_on)
+        given = "null" if args is None else self.value(args)
+        if parents is None or given is None:
+            return None
+        texts = self._texts
+        status = texts.get("succeeded")
+        if status is None:
+            status = self._learn("succeeded")[0]
+        masked = texts.get(tool)
+        if masked is None:
+            masked = self._learn(tool)[0]
+        named = self._names.get(tool)
+        if named is None:
+            named = self._name(tool)
+        return (
+            f'{self._event_head}{ended},"kind":"step_ended","attrs":{{"step_id":{step_id},'
+            f'"status":{status},"reason":null}}}}\n'
+            f'{self._span_head}{when},"kind":"step","name":"step {step_id} {named},'
+            f'"start":{since},"end":{when},'
+            f'"attrs":{{"step_id":{step_id},"tool":{masked},"status":{status},'
+            f'"reason":null,"detail":null,"error":null,"depends_on":{parents},'
+            f'"attempts":[{{"attempt":{number},"start":{first},"end":{last},'
+            f'"status":{status},"reason":null,"error":null}}],"checks":[],'
+            f'"args":{given},"result":{result},"superseded_by":null,'
+            f'"segment":{self._segment},"restored":false}}}}\n'
         )
 
     def _name(self, tool: str) -> str:

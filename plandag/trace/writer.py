@@ -520,6 +520,25 @@ class TraceWriter:
             else:
                 self._write_now(file, text)
 
+    def _put(self, text: str, wait: bool) -> None:
+        """:meth:`_write_text` of lines the observer assembled in one go (never inside a
+        :meth:`_together` block, which only the general way opens)."""
+        with self._lock:
+            file = self._file
+            if file is None:
+                raise ValueError(f"trace {self.path} is closed")
+            if self._held is not None:
+                self._held.append(text)
+            elif not wait:
+                self._write_now(file, text)
+            elif self._pending:  # as _wait, the oldest line's time known already
+                self._pending.append(text)
+                self._pending_characters += len(text)
+                if self._pending_characters >= PENDING_CHARACTERS:
+                    self._write_now(file, "")
+            else:
+                self._wait(file, text)
+
     def _write_now(self, file: IO[str], text: str) -> None:
         """Write what waits, then ``text``, in one write, and flush (the lock held)."""
         pending = self._pending
@@ -930,6 +949,13 @@ class TraceWriter:
         """Observe one scheduler event (see the module docstring). Never raises: a failure
         is logged once and the run goes on."""
         try:
+            # the lines of every step, assembled in one go when they can be (_started,
+            # _succeeded); any other event, or a step they cannot vouch for, goes below
+            if isinstance(event, events.StepSucceeded):
+                if self._succeeded(event):
+                    return
+            elif isinstance(event, events.StepStarted) and self._started(event):
+                return
             self._observe(event)
         except Exception as error:
             self._warn_once(
@@ -940,6 +966,81 @@ class TraceWriter:
                 type(error).__name__,
                 error,
             )
+
+    def _started(self, event: events.StepStarted) -> bool:
+        """Write ``event``'s ``step_started`` line assembled (:meth:`StepLines.started`);
+        False, having done nothing, when it cannot be."""
+        lines = self._lines
+        if lines is None or self._exporters or not lines.ready():
+            return False
+        text = lines.started(event.step_id, event.tool, event.attempt, event.time)
+        if text is None:
+            return False
+        # a step with effects (or whose effects the sender did not say): its lines are in
+        # the file before its tool is called, and when it ends
+        wait = event.effects == "none"
+        if not wait:
+            self._acting.add(event.step_id)
+        self._put(text, wait)
+        return True
+
+    def _succeeded(self, event: events.StepSucceeded) -> bool:
+        """Write the ``step_ended`` line and the span of a step that succeeded plainly
+        (:meth:`StepLines.succeeded`), in one go; False, having done nothing, for any other
+        step (:meth:`_step_end` writes it)."""
+        record = event.record
+        lines = self._lines
+        step_id = event.step_id
+        if (
+            record is None
+            or lines is None
+            or self._exporters
+            or step_id in self._spans
+            or not lines.ready()
+        ):
+            return False
+        value = record.result
+        parents = self._parents.get(step_id)
+        args = self._args.get(step_id)
+        try:
+            if value is None:
+                result = "null"
+            else:
+                data, text, compact = _bounded_text(value)
+                result = lines.result(data, text, compact)
+            line = lines.succeeded(
+                step_id, event.time, record, parents if parents is not None else [], args, result
+            )
+        except ValueError:  # an int too long to write, say: the general way says so
+            return False
+        if line is None:
+            return False
+        attempt = record.attempt_log[0]
+        # _span_state of the record: what its span shows (lines.succeeded vouched for the
+        # fields left None)
+        self._spans[step_id] = (
+            record.status,
+            None,
+            None,
+            None,
+            record.started_at,
+            record.ended_at,
+            tuple(parents) if parents is not None else None,
+            id(args),
+            id(value),
+            None,
+            0,
+            1,
+            (attempt.ended_at, None, None, None, 0),
+        )
+        self._children.add(step_id)
+        acting = self._acting
+        if acting and step_id in acting:
+            acting.discard(step_id)
+            self._put(line, False)
+        else:
+            self._put(line, True)
+        return True
 
     def _event(self, kind: str, time: float, attrs: Mapping[str, Any]) -> None:
         """Write an ``event`` line (gathered, then put with what waits, when the observer

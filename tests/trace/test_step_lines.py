@@ -294,3 +294,65 @@ def test_an_environment_secret_holding_an_undecodable_byte_is_masked_in_a_result
         os.environ.pop("STEP_LINES_BYTE_SECRET")
     assert texts[0] == texts[1]
     assert '"said":"it is [secret] here"' in texts[1]
+
+
+@st.composite
+def plain_steps(draw: st.DrawFn) -> tuple[StepRecord, Any, float | int]:
+    """A step that succeeded at one attempt with nothing else to say (the lines most runs
+    write), its args, and its step_started time (mostly the record's own start)."""
+    start, end = draw(times), draw(times)
+    attempt = AttemptRecord(number=draw(st.integers(1, 3)), started_at=start)
+    attempt.started_at = draw(st.one_of(st.just(start), times))
+    attempt.ended_at = draw(times)
+    record = StepRecord(
+        id=draw(st.integers(1, 3)),
+        tool=draw(st.one_of(st.sampled_from(["fetch", "noop_async", "succeeded"]), texts)),
+        status="succeeded",
+        result=draw(st.one_of(st.none(), values)),
+        started_at=start,
+        ended_at=end,
+        attempt_log=[attempt],
+    )
+    started = draw(st.one_of(st.just(start), times))
+    return record, draw(st.one_of(st.none(), values)), started
+
+
+@pytest.mark.parametrize("name", sorted(REDACTORS))
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    steps=st.lists(
+        st.tuples(plain_steps(), st.sampled_from(["none", "write", None])),
+        min_size=1,
+        max_size=4,
+    ),
+    end_at_start=st.booleans(),
+)
+def test_the_lines_of_plain_steps_equal_the_general_ones(
+    name: str,
+    steps: list[tuple[tuple[StepRecord, Any, float | int], str | None]],
+    end_at_start: bool,
+) -> None:
+    # the lines of a step that succeeded at one attempt are assembled in one go: the same
+    # text as the general way's, the step_ended time the record's end or another, the
+    # step_started time the record's start or another; the span not written again at the
+    # run's end
+    texts = []
+    for assembled in (False, True):
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "t.jsonl"
+            writer = TraceWriter(path, "run\ud800-x", redact=REDACTORS[name](), clock=lambda: 5.0)
+            if not assembled:
+                writer._lines = None
+            for step_id in range(1, 3):
+                writer.set_dependencies({step_id: list(range(1, step_id))})
+            for (record, args, started), effects in steps:
+                if args is not None:
+                    writer.step_args(record.id, args)
+                writer(events.StepStarted("r", record.id, record.tool, 1, started, effects))
+                end = record.ended_at if end_at_start else 7.5
+                writer(events.StepSucceeded("r", record.id, 0.1, end, record.result, record))
+            for (record, _, _), _ in steps:
+                writer._step_span(record, 1.0, 3.0)  # the run's end: nothing new
+            writer.close()
+            texts.append(path.read_bytes().decode("utf-8"))
+    assert texts[1] == texts[0]
