@@ -1259,22 +1259,16 @@ class TraceWriter:
             result: the run's outcome.
             time: the ``run_finished`` line's time (default ``result.ended_at``).
         """
-        for step_id in sorted(result.steps):
-            self._step_span(result.steps[step_id], result.started_at, result.ended_at)
         steps = result.steps
-        known = self._parents
-        parents = {
-            step_id: [parent for parent in known.get(step_id, ()) if parent in steps]
-            for step_id in steps
-        }
-        durations = {step_id: record.duration_s or 0.0 for step_id, record in steps.items()}
-        # critical_path's answer over the graph of these parents, without building it
-        order = dependency_order(parents)
-        path = (
-            longest_path(order, parents.__getitem__, durations)[0]
-            if order is not None
-            else []  # a cycle: the plan said otherwise; never break the trace
-        )
+        known, given, spans = self._parents, self._args, self._spans
+        run_start, run_end = result.started_at, result.ended_at
+        ids = sorted(steps)
+        for step_id in ids:
+            record = steps[step_id]
+            state = _span_state(record, known.get(record.id), given.get(record.id))
+            if spans.get(record.id) != state:  # as _step_span, its state made once
+                self._step_span(record, run_start, run_end, state)
+        path = _critical_path(ids, steps, known)
         self.write(
             {
                 "type": "run_finished",
@@ -1305,13 +1299,19 @@ class TraceWriter:
         )
 
     def _step_span(
-        self, record: StepRecord, run_start: float | None, run_end: float | None
+        self,
+        record: StepRecord,
+        run_start: float | None,
+        run_end: float | None,
+        state: tuple[Any, ...] | None = None,
     ) -> None:
         """Write ``record``'s ``step`` span, unless the span written for it last showed the
-        same (:func:`_span_state`); its ``step_child`` spans the first time only.
-        ``run_start``, ``run_end``: the segment's times, for a step with no time of its own.
+        same (:func:`_span_state`, given as ``state`` when made already); its
+        ``step_child`` spans the first time only. ``run_start``, ``run_end``: the segment's
+        times, for a step with no time of its own.
         """
-        state = _span_state(record, self._parents.get(record.id), self._args.get(record.id))
+        if state is None:
+            state = _span_state(record, self._parents.get(record.id), self._args.get(record.id))
         if self._spans.get(record.id) == state:
             return
         lines = self._step_lines()
@@ -1500,6 +1500,69 @@ def _write_pending(lock: threading.Lock, pending: list[str], file: IO[str]) -> N
                 file.write("".join(pending))
                 file.flush()
             pending.clear()
+
+
+def _critical_path(
+    ids: Sequence[int], steps: Mapping[int, StepRecord], known: Mapping[int, Sequence[int]]
+) -> list[int]:
+    """The critical path of a run's steps (:func:`plandag.dag.graph.critical_path`'s answer
+    over the graph of their parents among them, each weighted by its ``duration_s``, None
+    counting 0), without building the graph: ``[]`` for a cycle (never breaks the trace).
+
+    Args:
+        ids: the steps' ids, sorted; steps: each step's record; known: each step's parents
+            (a step without any may be missing).
+    """
+    # ids ascending are a topological order when every parent has a smaller id (plans
+    # usually number them so): longest_path's loop over them, in one pass
+    finish: dict[int, float] = {}
+    previous: dict[int, int | None] = {}
+    end: int | None = None
+    end_finish = 0.0
+    for node in ids:
+        best_parent: int | None = None
+        best = 0.0
+        of = known.get(node)
+        if of:
+            try:
+                of = sorted(of)
+            except TypeError:  # parents that are not all ids: those among the steps count
+                return _ordered_critical_path(steps, known)
+            for parent in of:
+                done = finish.get(parent)
+                if done is None:
+                    if parent not in steps:
+                        continue
+                    return _ordered_critical_path(steps, known)  # not numbered in order
+                if done > best or best_parent is None:
+                    best, best_parent = done, parent
+        done = best + float(steps[node].duration_s or 0.0)
+        finish[node] = done
+        previous[node] = best_parent
+        if end is None or done > end_finish:  # max() of (finish, -id): the first kept on ties
+            end, end_finish = node, done
+    if end is None:
+        return []
+    path = [end]
+    while (before := previous[path[-1]]) is not None:
+        path.append(before)
+    path.reverse()
+    return path
+
+
+def _ordered_critical_path(
+    steps: Mapping[int, StepRecord], known: Mapping[int, Sequence[int]]
+) -> list[int]:
+    """:func:`_critical_path` in the steps' dependency order."""
+    parents = {
+        step_id: [parent for parent in known.get(step_id, ()) if parent in steps]
+        for step_id in steps
+    }
+    durations = {step_id: record.duration_s or 0.0 for step_id, record in steps.items()}
+    order = dependency_order(parents)
+    if order is None:  # a cycle: the plan said otherwise
+        return []
+    return longest_path(order, parents.__getitem__, durations)[0]
 
 
 def _span_state(record: StepRecord, parents: Any, args: Any) -> tuple[Any, ...]:
