@@ -384,7 +384,8 @@ class TraceWriter:
         self._flusher: threading.Thread | None = None
         self._acting: set[int] = set()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        flush_traces(self.path)  # another writer's waiting lines come first
+        self._key = os.path.realpath(self.path)
+        _flush_key(self._key, self.path)  # another writer's waiting lines come first
         needs_newline = False
         if self.path.exists() and self.path.stat().st_size > 0:
             with self.path.open("rb") as existing:
@@ -394,7 +395,6 @@ class TraceWriter:
         if needs_newline:  # a crash cut the last line: start ours on a line of its own
             self._file.write("\n")
             self._file.flush()
-        self._key = os.path.realpath(self.path)
         # what waits is written when the writer is dropped unclosed, or at the interpreter's exit
         self._finalizer = weakref.finalize(
             self, _write_pending, self._lock, self._pending, self._file
@@ -1481,7 +1481,11 @@ def flush_traces(path: Path | str) -> None:
     """Write the lines that wait in every open :class:`TraceWriter` of this process on the
     trace file ``path`` (call it before reading the file; a writer that cannot write is
     left to report it where it writes)."""
-    key = os.path.realpath(path)
+    _flush_key(os.path.realpath(path), path)
+
+
+def _flush_key(key: str, path: Path | str) -> None:
+    """:func:`flush_traces` of the file whose real path is ``key``."""
     for writer in list(_LIVE):
         if writer._key != key or not writer._pending:
             continue
