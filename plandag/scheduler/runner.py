@@ -2,8 +2,9 @@
 
 No polling loop: every step keeps a count of parents that have not succeeded yet. When a
 step succeeds, each child's count drops by one, and every child at zero is started at once
-(``TaskGroup.start_soon``). When a step fails, its descendants are marked ``skipped`` with
-``reason="upstream_failed"``; independent branches run to the end. This is the scheduler
+(``start_soon`` of the run's task group, :mod:`plandag.scheduler.tasks`). When a step
+fails, its descendants are marked ``skipped`` with ``reason="upstream_failed"``;
+independent branches run to the end. This is the scheduler
 LLMCompiler (Kim et al., ICML 2024) describes, without its 10 ms polling loop.
 
 Per step:
@@ -89,6 +90,7 @@ from plandag.scheduler.failures import one_line as one_line
 from plandag.scheduler.heartbeat import monitor
 from plandag.scheduler.limits import RunLimits as RunLimits
 from plandag.scheduler.result import RunResult, RunStatus, StepErrorInfo, StepRecord
+from plandag.scheduler.tasks import step_tasks
 from plandag.surrogates import ESCAPED_NOTE, escape_text
 
 __all__ = ["RunLimits", "one_line"]
@@ -192,7 +194,7 @@ class _Run(StepAttempts):
             if self.in_order:
                 await self.run_in_order()
                 return
-            async with anyio.create_task_group() as task_group:
+            async with step_tasks() as task_group:
                 self.task_group = task_group
                 starts = self.seed() if self.completed else self.compiled.roots
                 for step_id in starts:

@@ -34,6 +34,7 @@ from plandag.scheduler.estimate import PlanEstimate
 from plandag.scheduler.limits import RunLimits
 from plandag.scheduler.overrun import LIVE_RUNS, ToolCalls
 from plandag.scheduler.result import ESCALATION_REASONS, EscalationMode, RunResult, StepRecord
+from plandag.scheduler.tasks import StepTasks
 from plandag.telemetry import LiveSpan, tracer_provider
 from plandag.tools.boundary import WriteBoundary
 
@@ -253,7 +254,7 @@ class RunState:
         listed: tuple[str, ...] = () if compiled.read_only else tuple(sorted(hosts))
         self.listed_hosts = set(listed)
         self.http_allow = allowed_hosts(compiled.http_allow, listed)
-        self.task_group: TaskGroup | None = None
+        self.task_group: TaskGroup | StepTasks | None = None
         self.queues_inline_steps = True
         """Whether ready steps of inline tools are queued in :attr:`ready_here` (a session
         starts each ready step in a task of its own: its caller works on the session
@@ -468,6 +469,9 @@ class RunState:
         if self.stop_reason is None:
             self.stop_reason = reason
         self.run_scope.cancel()
+        task_group = self.task_group
+        if type(task_group) is StepTasks:  # its tasks are outside the run scope's tree
+            task_group.cancel()
 
     def stop_cause(self) -> str:
         """Why the run's steps are being cancelled: ``stalled``, ``deadline`` or

@@ -17,14 +17,15 @@ from plandag.errors import TransientStepError
 from plandag.scheduler import events
 from plandag.tools.registry import Registry
 
-ran: list[tuple[int, int, float]] = []
-"""(step, id of the task that ran it, time.monotonic() when it ended)."""
+ran: list[tuple[int, object, float]] = []
+"""(step, the task that ran it, time.monotonic() when it ended); the task itself, not its
+id: a task that ended may be freed and its id given to a later one."""
 failures: dict[int, int] = {}
 
 
 def _mark(step: int) -> int:
     task = asyncio.current_task()
-    ran.append((step, id(task), time.monotonic()))
+    ran.append((step, task, time.monotonic()))
     return step
 
 

@@ -1,0 +1,139 @@
+"""The tasks of a run's steps: a task group lighter than anyio's, for steps on asyncio.
+
+anyio's ``TaskGroup.start_soon`` gives every task a handle with a cancel scope and an event
+of its own, a wrapping coroutine, a task state and a done callback; a fan-out of a thousand
+steps pays that a thousand times. :class:`StepTasks` gives each task one cancel scope (the
+anyio way of cancelling applies inside it: a shield a step holds is respected) and keeps
+the rules of a task group the runner relies on:
+
+* leaving its ``async with`` block waits until every task it started has ended;
+* when the host (the task in that block) is cancelled — the run's cancel scope at a
+  deadline or a stop, or a cancellation from outside — every task is cancelled the anyio
+  way (a task started later too), the host waits for them all, then its cancellation goes
+  on; :meth:`StepTasks.cancel` does the same at once, from anywhere;
+* a task that raises (anything but its own cancellation) cancels the others, and the host
+  raises a ``BaseExceptionGroup`` of the errors as it leaves; ``KeyboardInterrupt`` and
+  ``SystemExit`` go on to the event loop, as from any asyncio task.
+
+Tasks are started in a copy of the caller's context, as asyncio and anyio start them. On
+another event loop (trio), :func:`step_tasks` gives anyio's own task group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+__all__ = ["StepTasks", "step_tasks"]
+
+
+def step_tasks() -> StepTasks | TaskGroup:
+    """A :class:`StepTasks` on asyncio; anyio's task group on any other event loop."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # another event loop (trio)
+        return anyio.create_task_group()
+    return StepTasks(loop)
+
+
+class StepTasks:
+    """A task group for a run's steps (module docstring), used as ``async with``.
+
+    Args:
+        loop: the running asyncio event loop.
+    """
+
+    __slots__ = ("_cancelled", "_errors", "_loop", "_scopes", "_tasks", "_wake")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._tasks: set[asyncio.Task[None]] = set()
+        """Tasks started and not yet ended (held here: the event loop holds them weakly)."""
+        self._scopes: set[anyio.CancelScope] = set()
+        """The cancel scope of each running task."""
+        self._errors: list[BaseException] = []
+        self._wake: asyncio.Future[None] | None = None
+        """What the host waits on while tasks run (set when the last one ends)."""
+        self._cancelled = False
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the group was cancelled (its tasks are, and any started later)."""
+        return self._cancelled
+
+    def start_soon(self, func: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Start ``func(*args)`` in a task of the group (it runs from the loop's next turn).
+
+        Args:
+            func: an async function.
+            args: its positional arguments.
+        """
+        self._tasks.add(self._loop.create_task(self._run(func, args)))
+
+    def cancel(self) -> None:
+        """Cancel every task of the group the anyio way, and every task started later."""
+        self._cancelled = True
+        for scope in list(self._scopes):
+            scope.cancel()
+
+    async def _run(self, func: Callable[..., Awaitable[Any]], args: tuple[Any, ...]) -> None:
+        scopes = self._scopes
+        try:
+            with anyio.CancelScope() as scope:
+                scopes.add(scope)
+                if self._cancelled:
+                    scope.cancel()
+                try:
+                    await func(*args)
+                finally:
+                    scopes.discard(scope)
+        except (KeyboardInterrupt, SystemExit):
+            self.cancel()
+            raise  # on to the event loop, as from any task
+        except asyncio.CancelledError:
+            self.cancel()  # cancelled natively (the loop shutting down): the others too
+            raise
+        except BaseException as error:
+            self._errors.append(error)
+            self.cancel()
+        finally:
+            tasks = self._tasks
+            tasks.discard(asyncio.current_task())
+            wake = self._wake
+            if not tasks and wake is not None and not wake.done():
+                wake.set_result(None)
+
+    async def __aenter__(self) -> StepTasks:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
+        cancelled: BaseException | None = None
+        if exc is not None:
+            self.cancel()  # the block itself failed or was cancelled: stop the tasks
+        while self._tasks:
+            wake = self._wake = self._loop.create_future()
+            try:
+                await wake
+            except asyncio.CancelledError as error:
+                if cancelled is None:
+                    cancelled = error
+                self.cancel()
+        self._wake = None
+        if self._errors:
+            errors, self._errors = self._errors, []
+            if exc is not None and not isinstance(exc, asyncio.CancelledError):
+                errors.insert(0, exc)
+            raise BaseExceptionGroup("unhandled errors in a step task", errors)
+        if cancelled is not None and exc is None:
+            raise cancelled
+        return False
