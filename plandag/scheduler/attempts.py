@@ -7,6 +7,8 @@ live span, a failure described, and the step's checks evaluated on the result.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import dataclasses
 import functools
 import logging
@@ -34,6 +36,7 @@ from plandag.errors import (
 from plandag.scheduler import events, spans
 from plandag.scheduler.breaker import Dependency, DownDependency, step_dependencies
 from plandag.scheduler.failures import down_error, reason_of
+from plandag.scheduler.overrun import run_in_context
 from plandag.scheduler.result import AttemptRecord, StepErrorInfo, StepRecord
 from plandag.scheduler.state import RunState, local_paths
 from plandag.surrogates import escape_surrogates, escape_text, holds_surrogates
@@ -42,7 +45,10 @@ from plandag.tools.base import Tool, ToolContext
 
 logger = logging.getLogger("plandag.scheduler")
 
-__all__ = ["AttemptOutcome", "StepAttempts", "end_step_span"]
+__all__ = ["ABANDONED_CALL", "AttemptOutcome", "StepAttempts", "end_step_span"]
+
+ABANDONED_CALL = "the step's call was abandoned: it ignored its cancellation"
+"""The message of the cancellation an abandoned step's task ends with when its call ends."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -195,6 +201,7 @@ class StepAttempts(RunState):
         )
         outcome: AttemptOutcome | None = None
         args: Mapping[str, Any] | None = None
+        abandoned = False
         try:
             try:
                 if self.observers:
@@ -224,8 +231,31 @@ class StepAttempts(RunState):
                 elif tool.timeout is not None:
                     result = await self.call_tool(step_id, tool, args, context)
                 elif tool.is_async and self.deadline is not None:
-                    # call_tool without a timeout, one coroutine fewer per attempt
-                    result = await self.tool_calls.call(tool.invoke(args, context))
+                    calling = self.calling
+                    if calling is not None:
+                        # The run's task group abandons this task itself if the call ignores
+                        # its cancellation (plandag.scheduler.tasks): the call runs here, in
+                        # a copy of the context, as in a task of its own.
+                        calling[step_id] = (
+                            tool,
+                            attempt_record,
+                            held,
+                            reservation,
+                            context,
+                            span,
+                            args,
+                        )
+                        try:
+                            result = await run_in_context(
+                                tool.invoke(args, context), contextvars.copy_context()
+                            )
+                        finally:
+                            if calling.pop(step_id, None) is None:
+                                # abandoned: the attempt was ended for it, its outcome dropped
+                                abandoned = True
+                                raise asyncio.CancelledError(ABANDONED_CALL)
+                    else:  # call_tool without a timeout, one coroutine fewer per attempt
+                        result = await self.tool_calls.call(tool.invoke(args, context))
                 else:
                     result = await tool.invoke(args, context)
             except Exception as error:
@@ -239,25 +269,54 @@ class StepAttempts(RunState):
                 outcome = self.check_attempt(step_id, compiled_step, result, attempt_record)
                 outcome.escaped = outcome.escaped or escaped
         finally:
-            attempt_record.ended_at = self.now()
-            children = attempt_record.children
-            if children and self.escape_results and holds_surrogates(children):
-                children[:] = escape_surrogates(children)
-                self.escaped_steps.add(step_id)
-            if outcome is not None and outcome.escaped:
-                self.escaped_steps.add(step_id)
-            for item in held:
-                self.budget.settle(item, 0.0, 0)  # a hold the tool left: nothing was spent
-            if (
-                reservation is not None
-                or context is not None
-                or tool.cost_estimate_usd
-                or tool.tokens_estimate
-            ):
-                self.settle(tool, reservation, context, attempt_record)
-            if span is not None:
-                end_step_span(span, args, outcome)
+            if not abandoned:
+                self.end_attempt(
+                    step_id, tool, attempt_record, held, reservation, context, span, args, outcome
+                )
         return outcome
+
+    def end_attempt(
+        self,
+        step_id: int,
+        tool: Tool,
+        attempt_record: AttemptRecord,
+        held: list[Reservation],
+        reservation: Reservation | None,
+        context: ToolContext | None,
+        span: LiveSpan | None,
+        args: Mapping[str, Any] | None,
+        outcome: AttemptOutcome | None,
+    ) -> None:
+        """Close an attempt: its end time, what it left to escape, its cost settled, its
+        span ended (``outcome`` None: it never returned one, it was cancelled)."""
+        attempt_record.ended_at = self.now()
+        children = attempt_record.children
+        if children and self.escape_results and holds_surrogates(children):
+            children[:] = escape_surrogates(children)
+            self.escaped_steps.add(step_id)
+        if outcome is not None and outcome.escaped:
+            self.escaped_steps.add(step_id)
+        for item in held:
+            self.budget.settle(item, 0.0, 0)  # a hold the tool left: nothing was spent
+        if (
+            reservation is not None
+            or context is not None
+            or tool.cost_estimate_usd
+            or tool.tokens_estimate
+        ):
+            self.settle(tool, reservation, context, attempt_record)
+        if span is not None:
+            end_step_span(span, args, outcome)
+
+    def abandon_attempts(self, calls: dict[Any, Any]) -> None:
+        """Close the attempts whose calls the run's task group abandoned (their tasks keep
+        running; each drops its outcome when its call ends): ``calls`` maps a step id to
+        what :meth:`end_attempt` takes besides it, the outcome left out."""
+        for step_id, call in calls.items():
+            tool, attempt_record, held, reservation, context, span, args = call
+            self.end_attempt(
+                step_id, tool, attempt_record, held, reservation, context, span, args, None
+            )
 
     async def call_tool(
         self, step_id: int, tool: Tool, args: Mapping[str, Any], context: ToolContext | None

@@ -54,7 +54,9 @@ __all__ = [
     "DeadlineGuard",
     "GuardedRun",
     "ToolCalls",
+    "abandon",
     "await_abandonable",
+    "run_in_context",
 ]
 
 logger = logging.getLogger("plandag.scheduler")
@@ -222,7 +224,7 @@ class _CallTask:
                     if context is None:
                         self.value = await coroutine
                     else:
-                        self.value = await _drive(coroutine, context)
+                        self.value = await run_in_context(coroutine, context)
                 except Exception as error:
                     self.error = error
                 except BaseException as error:
@@ -257,20 +259,25 @@ class _CallTask:
         with anyio.CancelScope(shield=True):
             await asyncio.wait({task}, timeout=grace_s)
         if not task.done():
-            ABANDONED.add(task)
-            task.add_done_callback(_forget)
-            logger.warning(
-                "a tool ignored its cancellation for %.3g s and was abandoned; its late result "
-                "is dropped",
-                grace_s,
-            )
+            abandon(task, grace_s)
         elif not task.cancelled():
             task.exception()  # retrieved: its outcome no longer matters
         self.value = self.error = None
 
 
+def abandon(task: asyncio.Task[Any], grace_s: float) -> None:
+    """Leave ``task`` running, cancelled ``grace_s`` seconds ago and still going: kept in
+    :data:`ABANDONED` until it ends (its outcome then dropped), and a warning logged."""
+    ABANDONED.add(task)
+    task.add_done_callback(_forget)
+    logger.warning(
+        "a tool ignored its cancellation for %.3g s and was abandoned; its late result is dropped",
+        grace_s,
+    )
+
+
 @types.coroutine
-def _drive(coroutine: Coroutine[Any, Any, Any], context: contextvars.Context) -> Any:
+def run_in_context(coroutine: Coroutine[Any, Any, Any], context: contextvars.Context) -> Any:
     """Await ``coroutine`` with each of its steps run in ``context``, as a task of its own
     made in that context would run it (what it sets stays in ``context``)."""
     send, throw = coroutine.send, coroutine.throw

@@ -90,7 +90,7 @@ from plandag.scheduler.failures import one_line as one_line
 from plandag.scheduler.heartbeat import monitor
 from plandag.scheduler.limits import RunLimits as RunLimits
 from plandag.scheduler.result import RunResult, RunStatus, StepErrorInfo, StepRecord
-from plandag.scheduler.tasks import step_tasks
+from plandag.scheduler.tasks import StepTasks, step_tasks
 from plandag.surrogates import ESCAPED_NOTE, escape_text
 
 __all__ = ["RunLimits", "one_line"]
@@ -196,6 +196,9 @@ class _Run(StepAttempts):
                 return
             async with step_tasks() as task_group:
                 self.task_group = task_group
+                if type(task_group) is StepTasks and self.deadline is not None:
+                    self.calling = task_group.calling
+                    task_group.on_abandon = self.abandon_attempts
                 starts = self.seed() if self.completed else self.compiled.roots
                 for step_id in starts:
                     self.active += 1

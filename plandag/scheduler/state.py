@@ -255,6 +255,11 @@ class RunState:
         self.listed_hosts = set(listed)
         self.http_allow = allowed_hosts(compiled.http_allow, listed)
         self.task_group: TaskGroup | StepTasks | None = None
+        self.calling: dict[Any, Any] | None = None
+        """The abandonable calls of the run's task group (:attr:`StepTasks.calling`): set
+        when the run has a deadline and its steps run in a :class:`StepTasks`, whose host
+        abandons a step's task whose async tool ignores its cancellation; None otherwise
+        (async tools are then called through :attr:`tool_calls`)."""
         self.queues_inline_steps = True
         """Whether ready steps of inline tools are queued in :attr:`ready_here` (a session
         starts each ready step in a task of its own: its caller works on the session

@@ -13,7 +13,15 @@ the rules of a task group the runner relies on:
   on; :meth:`StepTasks.cancel` does the same at once, from anywhere;
 * a task that raises (anything but its own cancellation) cancels the others, and the host
   raises a ``BaseExceptionGroup`` of the errors as it leaves; ``KeyboardInterrupt`` and
-  ``SystemExit`` go on to the event loop, as from any asyncio task.
+  ``SystemExit`` also go on to the event loop, as from any asyncio task;
+* a task may run a call that ignores its cancellation (an async tool that swallows it, or
+  holds a shield): while it runs one, the task names it in :attr:`StepTasks.calling`. Once
+  the group was cancelled ``grace_s`` seconds ago and every task left is in such a call,
+  the host abandons them (:func:`~plandag.scheduler.overrun.abandon`: they keep running,
+  in :data:`~plandag.scheduler.overrun.ABANDONED`), hands the calls to
+  :attr:`StepTasks.on_abandon` and leaves; a call that ends later finds itself gone from
+  :attr:`StepTasks.calling` and drops its outcome (ARCHITECTURE.md, "Brakes": "the run
+  stops at its deadline wherever it is").
 
 Tasks are started in a copy of the caller's context, as asyncio and anyio start them. On
 another event loop (trio), :func:`step_tasks` gives anyio's own task group.
@@ -29,7 +37,14 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
+from plandag.scheduler.overrun import GRACE_S, abandon
+
 __all__ = ["StepTasks", "step_tasks"]
+
+_RECHECK_S = 0.01
+"""Past the grace period, while a task left is not in an abandonable call, the host looks
+again this often (seconds): such a task ends soon (it is cancelled and waits on nothing
+that ignores it)."""
 
 
 def step_tasks() -> StepTasks | TaskGroup:
@@ -46,12 +61,30 @@ class StepTasks:
 
     Args:
         loop: the running asyncio event loop.
+        grace_s: seconds a cancelled task in an abandonable call has to end.
     """
 
-    __slots__ = ("_cancelled", "_errors", "_loop", "_scopes", "_tasks", "_wake")
+    __slots__ = (
+        "_cancelled_at",
+        "_errors",
+        "_loop",
+        "_scopes",
+        "_tasks",
+        "_wake",
+        "calling",
+        "grace_s",
+        "on_abandon",
+    )
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, grace_s: float = GRACE_S) -> None:
         self._loop = loop
+        self.grace_s = grace_s
+        self.calling: dict[Any, Any] = {}
+        """The abandonable calls running in the group's tasks, one entry per task in such
+        a call (the key and value are the caller's: what :attr:`on_abandon` needs)."""
+        self.on_abandon: Callable[[dict[Any, Any]], None] | None = None
+        """Called by the host with :attr:`calling` when it abandons their tasks (then
+        :attr:`calling` is emptied)."""
         self._tasks: set[asyncio.Task[None]] = set()
         """Tasks started and not yet ended (held here: the event loop holds them weakly)."""
         self._scopes: set[anyio.CancelScope] = set()
@@ -59,12 +92,13 @@ class StepTasks:
         self._errors: list[BaseException] = []
         self._wake: asyncio.Future[None] | None = None
         """What the host waits on while tasks run (set when the last one ends)."""
-        self._cancelled = False
+        self._cancelled_at: float | None = None
+        """When the group was first cancelled (the loop's clock), or None."""
 
     @property
     def cancelled(self) -> bool:
         """Whether the group was cancelled (its tasks are, and any started later)."""
-        return self._cancelled
+        return self._cancelled_at is not None
 
     def start_soon(self, func: Callable[..., Awaitable[Any]], *args: Any) -> None:
         """Start ``func(*args)`` in a task of the group (it runs from the loop's next turn).
@@ -77,7 +111,8 @@ class StepTasks:
 
     def cancel(self) -> None:
         """Cancel every task of the group the anyio way, and every task started later."""
-        self._cancelled = True
+        if self._cancelled_at is None:
+            self._cancelled_at = self._loop.time()
         for scope in list(self._scopes):
             scope.cancel()
 
@@ -86,15 +121,20 @@ class StepTasks:
         try:
             with anyio.CancelScope() as scope:
                 scopes.add(scope)
-                if self._cancelled:
+                if self._cancelled_at is not None:
                     scope.cancel()
                 try:
                     await func(*args)
                 finally:
                     scopes.discard(scope)
-        except (KeyboardInterrupt, SystemExit):
+        except (KeyboardInterrupt, SystemExit) as error:
+            # on to the event loop, as from any task; the host raises it too (in its group)
+            self._errors.append(error)
             self.cancel()
-            raise  # on to the event loop, as from any task
+            task = asyncio.current_task()
+            if task is not None:
+                task.add_done_callback(_retrieve)
+            raise
         except asyncio.CancelledError:
             self.cancel()  # cancelled natively (the loop shutting down): the others too
             raise
@@ -108,6 +148,17 @@ class StepTasks:
             if not tasks and wake is not None and not wake.done():
                 wake.set_result(None)
 
+    def _abandon(self) -> None:
+        """Abandon the tasks left (each in an abandonable call) and hand their calls over."""
+        tasks = self._tasks
+        for task in tasks:
+            abandon(task, self.grace_s)
+        tasks.clear()
+        calling = self.calling
+        if self.on_abandon is not None:
+            self.on_abandon(calling)
+        calling.clear()
+
     async def __aenter__(self) -> StepTasks:
         return self
 
@@ -120,14 +171,27 @@ class StepTasks:
         cancelled: BaseException | None = None
         if exc is not None:
             self.cancel()  # the block itself failed or was cancelled: stop the tasks
-        while self._tasks:
-            wake = self._wake = self._loop.create_future()
+        loop = self._loop
+        tasks = self._tasks
+        while tasks:
+            wake = self._wake = loop.create_future()
+            timer: asyncio.TimerHandle | None = None
+            since = self._cancelled_at
+            if since is not None:
+                left = since + self.grace_s - loop.time()
+                if left <= 0 and len(self.calling) >= len(tasks):
+                    self._abandon()
+                    break
+                timer = loop.call_later(max(left, _RECHECK_S), _wake_up, wake)
             try:
                 await wake
             except asyncio.CancelledError as error:
                 if cancelled is None:
                     cancelled = error
                 self.cancel()
+            finally:
+                if timer is not None:
+                    timer.cancel()
         self._wake = None
         if self._errors:
             errors, self._errors = self._errors, []
@@ -137,3 +201,15 @@ class StepTasks:
         if cancelled is not None and exc is None:
             raise cancelled
         return False
+
+
+def _wake_up(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    """Mark the exception of a task that raised it on to the event loop as retrieved: the
+    host raises it in its group."""
+    if not task.cancelled():
+        task.exception()

@@ -5,13 +5,14 @@ worker thread. The step ends ``cancelled`` (never ``succeeded``) and the run ``t
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import time
 
 import anyio
 import anyio.lowlevel
 import pytest
 
-from plandag import RunLimits, compile_plan, run_plan_sync, tool
+from plandag import RunLimits, compile_plan, run_plan, run_plan_sync, tool
 from plandag.scheduler.overrun import ABANDONED, GRACE_S, await_abandonable
 from plandag.tools.registry import Registry
 
@@ -148,3 +149,82 @@ def test_an_abandonable_call_returns_its_value_and_raises_its_error() -> None:
 
     anyio.run(main)
     assert set() == ABANDONED
+
+
+@tool(cost_estimate_usd=0.25)
+async def stubborn_paid(seconds: float) -> float:
+    """Swallows every cancellation for ``seconds``, then returns; costs its estimate."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        with contextlib.suppress(BaseException):
+            await anyio.sleep(0.02)
+    return seconds
+
+
+@tool
+async def nap(seconds: float) -> float:
+    """Sleeps ``seconds``."""
+    await anyio.sleep(seconds)
+    return seconds
+
+
+def test_stubborn_steps_of_a_fan_out_are_abandoned_closed_and_their_late_results_dropped() -> None:
+    steps: list[dict[str, object]] = [{"id": 1, "tool": "quick", "args": {"value": 1}}]
+    steps += [
+        {"id": n, "tool": "stubborn_paid", "args": {"seconds": 3.0}, "depends_on": [1]}
+        for n in (2, 3)
+    ]
+    steps += [{"id": 4, "tool": "nap", "args": {"seconds": 5}, "depends_on": [1]}]
+    steps += [{"id": 5, "tool": "quick", "args": {"value": 5}, "depends_on": [2, 3, 4]}]
+    compiled = compile_plan({"steps": steps}, Registry([quick, stubborn_paid, nap]))
+    seen: list[object] = []
+
+    async def main() -> object:
+        result = await run_plan(
+            compiled,
+            observers=[seen.append],
+            limits=RunLimits(max_seconds=0.3, heartbeat_every=None),
+        )
+        assert len(ABANDONED) == 2
+        finished = len(seen)
+        await anyio.sleep(2.2)  # the stubborn calls end meanwhile, their steps long closed
+        assert len(seen) == finished  # nothing sent after RunFinished
+        return result
+
+    result = anyio.run(main)
+    assert set() == ABANDONED
+    assert (result.status, result.stop_reason) == ("timed_out", "deadline")  # type: ignore[attr-defined]
+    # the 0.3 s cap plus the 1 s grace, not the 3 s calls (generous: the machine is shared)
+    assert result.duration_s < 2.5  # type: ignore[attr-defined]
+    for n in (2, 3, 4):
+        record = result.steps[n]  # type: ignore[attr-defined]
+        assert (record.status, record.reason, record.result) == ("cancelled", "deadline", None)
+        assert record.attempts == 1
+        assert record.attempt_log[0].ended_at is not None  # the attempt was closed
+    assert (result.steps[5].status, result.steps[5].reason) == ("skipped", "deadline")  # type: ignore[attr-defined]
+    assert result.spent_usd == 0.5  # type: ignore[attr-defined]  # each abandoned call charged its estimate
+    assert [type(event).__name__ for event in seen].count("StepCancelled") == 3
+
+
+counter: contextvars.ContextVar[int] = contextvars.ContextVar("counter", default=0)
+
+
+@tool
+async def bump() -> int:
+    """Sets ``counter`` one higher than it sees it; returns what it set."""
+    counter.set(counter.get() + 1)
+    return counter.get()
+
+
+def test_what_an_async_tool_sets_in_its_context_stays_its_own() -> None:
+    compiled = compile_plan(
+        {
+            "steps": [
+                {"id": n, "tool": "bump", "args": {}, **({"depends_on": [n - 1]} if n > 1 else {})}
+                for n in range(1, 6)
+            ]
+        },
+        Registry([bump]),
+    )
+    result = run_plan_sync(compiled)  # the default limits: a deadline
+    assert [result.steps[n].result for n in range(1, 6)] == [1] * 5

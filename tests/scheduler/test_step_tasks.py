@@ -5,6 +5,8 @@ reaches the host in a group; on trio the run still works (anyio's own task group
 
 from __future__ import annotations
 
+import time
+
 import anyio
 import pytest
 
@@ -169,3 +171,19 @@ def test_a_fan_out_runs_on_trio_with_anyio_task_groups() -> None:
         return result.status
 
     assert anyio.run(main, backend="trio") == "succeeded"
+
+
+def test_a_keyboard_interrupt_in_a_task_goes_on_to_the_event_loop() -> None:
+    async def main() -> None:
+        async def interrupted() -> None:
+            await anyio.sleep(0.01)
+            raise KeyboardInterrupt
+
+        async with step_tasks() as group:
+            group.start_soon(interrupted)
+            group.start_soon(anyio.sleep, 5)
+
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        anyio.run(main)
+    assert time.monotonic() - started < 4  # the sleeping task did not hold it up
