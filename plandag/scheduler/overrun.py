@@ -7,10 +7,13 @@ a run past it, each handled here or in the runner:
 * **a sync tool in a worker thread**: the wait for the thread is cancelled at once and the
   daemon thread abandoned (:func:`plandag.tools.base.run_in_daemon_thread`); it never keeps
   the process alive;
-* **an async tool that swallows the cancellation** and goes on: the runner awaits async
-  tools through :func:`await_abandonable`, which asks the tool to stop, waits
-  :data:`GRACE_S`, then abandons its task (kept in :data:`ABANDONED`) so the run ends
-  ``timed_out`` at the deadline with the step ``cancelled``;
+* **an async tool that swallows the cancellation** and goes on: the runner asks the tool to
+  stop, waits :data:`GRACE_S`, then abandons the task it runs in (kept in
+  :data:`ABANDONED`) so the run ends ``timed_out`` at the deadline with the step
+  ``cancelled``. A run's step task is abandoned by the run's task group
+  (:class:`plandag.scheduler.tasks.StepTasks`); a tool with a timeout, or a step of a
+  session, is called through :class:`ToolCalls` (:func:`await_abandonable` for one call),
+  whose call task is abandoned;
 * **an inline tool that blocks the event loop** (``time.sleep`` in a tool declared
   ``inline=True``): nothing on the loop can run until it returns. When it does, its late
   result is discarded and the step recorded ``cancelled`` (never ``succeeded``,
