@@ -23,6 +23,7 @@ __all__ = [
     "descendants",
     "longest_path",
     "mermaid",
+    "parents_first_order",
     "topological_order",
 ]
 
@@ -78,6 +79,28 @@ def dependency_order(parents: Mapping[int, Iterable[int]]) -> list[int] | None:
             if waiting[child] == 0:
                 heapq.heappush(ready, child)
     return order if len(order) == len(waiting) else None
+
+
+def parents_first_order(parents: Mapping[int, Iterable[int]]) -> list[int] | None:
+    """An order of the steps with every step after its parents, for :func:`longest_path`
+    (whose answer is the same in any such order): the keys of ``parents`` in their own
+    order when it is one (a plan's steps usually come after their parents: one pass over
+    the edges), else :func:`dependency_order`'s.
+
+    Args:
+        parents: each step's parents; a parent that is not a key is a step of its own
+            (with no parents).
+
+    Returns:
+        Every step (keys and parents), or None when the dependencies form a cycle.
+    """
+    seen: set[int] = set()
+    for node, of in parents.items():
+        for parent in of:
+            if parent not in seen:
+                return dependency_order(parents)
+        seen.add(node)
+    return list(parents)
 
 
 def _unit_weight(node: int) -> float:

@@ -32,7 +32,7 @@ import json
 import sqlite3
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -50,6 +50,7 @@ from plandag.approval import (
 from plandag.approval.steps import Amendment, amend
 from plandag.brakes.retry import RetryPolicy
 from plandag.compiler.compiled import CompiledPlan
+from plandag.dag.plan import Plan
 from plandag.errors import InputError
 from plandag.escalation.hooks import EscalationCallback, EscalationHooks, as_hooks
 from plandag.runs.decisions import (
@@ -245,8 +246,9 @@ class _Segment:
 @dataclasses.dataclass(frozen=True)
 class _Recorded:
     """What :func:`record_run` made as it created the run, for its first segment: the run's
-    row says ``running``, segment 0, held by this process (nothing to update), and the
-    plan's estimate was made from ``measured`` with ``executor_model``."""
+    row says ``running``, segment 0, held by this process (nothing to update), its steps
+    are recorded ``pending`` (nothing to declare), and the plan's estimate was made from
+    ``measured`` with ``executor_model``."""
 
     measured: dict[str, float]
     executor_model: str | None
@@ -292,16 +294,18 @@ def _record_run(
 ) -> tuple[ApprovalRequest | None, _Recorded]:
     """:func:`record_run`, and what it made that the first segment needs again."""
     plan = compiled.plan
+    steps = compiled.steps
     document = compiled_plan_document(compiled)  # dumped and hashed once for all below
     plan_json, digest = document.json, document.hash
     # a plain plan is JSON already: its text is made once, for the store and the trace
-    text = (
-        json.dumps(plan_json, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        if document.plain
-        else None
-    )
+    text = _plan_text(plan, plan_json, document.standard) if document.plain else None
     measured = store.tool_durations({step.tool.name for step in compiled.steps.values()})
     estimate = estimate_plan(compiled, measured=measured, executor_model=options.executor_model)
+    estimate_json = estimate.as_json()
+    try:  # as_json's text (made entry by entry), for store_json(estimate_json)
+        estimate_text: str | None = sealed_store_text(estimate_json, text=estimate.json_text())
+    except (TypeError, ValueError):  # a figure NaN, infinite or not a number: converted
+        estimate_text = None
     store.create_run_with_plan(
         run_id,
         command=command,
@@ -311,9 +315,14 @@ def _record_run(
         plan=plan_json,
         plan_hash=digest,
         source=source,
-        estimate=estimate.as_json(),
+        estimate=estimate_json,
+        # store_json(estimate_json): as_json holds str keys, lists, strings, numbers and
+        # None, which to_jsonable returns as they are when every number is finite
+        estimate_text=estimate_text,
         # store_json(plan_json): to_jsonable returns a plain plan as it is
         text=sealed_store_text(plan_json, text=text) if text is not None else None,
+        # declared with the run: one synced transaction before the first step
+        steps=[(step_id, step.tool.name, step.tool.effects) for step_id, step in steps.items()],
     )
     recorded = _Recorded(measured, options.executor_model, estimate)
     if writer is not None:
@@ -340,6 +349,22 @@ def _record_run(
         if writer is not None:
             writer.approval(1, digest, "approved", "auto", None)
     return None, recorded
+
+
+def _plan_text(plan: Plan, plan_json: dict[str, Any], standard: bool) -> str:
+    """``json.dumps(plan_json, ensure_ascii=False, separators=(",", ":"),
+    allow_nan=False)`` of a plain plan, ``plan_json`` being ``plan``'s
+    ``model_dump(mode="json", exclude_none=True)``: written by pydantic from the plan
+    (``model_dump_json``, without a pass over ``plan_json``) when its form is
+    :data:`~plandag.scheduler.canonical.STANDARD` (every float not whole and at least 1e-4
+    in magnitude, where both write a float's shortest form alike; strings escaped alike),
+    else by the standard library."""
+    if standard:
+        try:
+            return str(plan.model_dump_json(exclude_none=True))
+        except Exception:  # never expected: written as below
+            pass
+    return json.dumps(plan_json, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 async def open_run(
@@ -632,6 +657,70 @@ def _pid() -> int:
     return os.getpid()
 
 
+def _record_end(
+    store: Store, run_id: str, result: RunResult, elapsed_s: float, *, soon: bool = False
+) -> Callable[[], None] | None:
+    """Record the run's final state (its status, every segment's spend, the seconds its
+    segments ran, no process), committed with every write queued before it (the
+    recorder's last rows). ``soon``: handed to the store's writer thread
+    (:meth:`Store.update_run_soon`); the function returned waits for that commit."""
+    # the row as committed: only writes committed at once change it (no wait for the
+    # queue, which the update commits with it)
+    before = store.run(run_id, flush=False)
+    stored_options = before.options
+    stored_options["elapsed_s"] = elapsed_s
+    fields: dict[str, Any] = {
+        "status": result.status,
+        "spent_usd": before.spent_usd + result.spent_usd,  # every segment's spend
+        "spent_tokens": before.spent_tokens + result.spent_tokens,
+        "options": stored_options,
+        "pid": None,
+    }
+    if result.status == "escalated":
+        fields["detail"] = result.escalation_detail
+    if soon:
+        return store.update_run_soon(run_id, **fields)
+    store.update_run(run_id, **fields)
+    return None
+
+
+class _RunEnd:
+    """An observer that, at ``RunFinished``, hands the run's final state to the store's
+    writer thread (:func:`_record_end` with ``soon``): it is committed, with the
+    recorder's last rows, in one transaction and one sync of the disk, while the trace
+    writes the run's end. The segment then waits for it (:attr:`wait`); when it could
+    not be handed over (:attr:`wait` None), the segment records the end itself.
+
+    Args:
+        store, run_id: the run store and the run.
+        elapsed_s: seconds the run's earlier segments ran.
+        started: when this segment started (``time.monotonic()``).
+    """
+
+    def __init__(self, store: Store, run_id: str, elapsed_s: float, started: float) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.elapsed_s = elapsed_s
+        self.started = started
+        self.result: RunResult | None = None
+        self.wait: Callable[[], None] | None = None
+
+    def __call__(self, event: events.Event) -> None:
+        if not isinstance(event, events.RunFinished):
+            return
+        self.result = event.result
+        try:
+            self.wait = _record_end(
+                self.store,
+                self.run_id,
+                event.result,
+                self.elapsed_s + (time.monotonic() - self.started),
+                soon=True,
+            )
+        except Exception:  # the segment records the end itself, and reports what fails
+            self.wait = None
+
+
 class _ForwardAllButEnd:
     """An observer passing every event but ``RunFinished`` to the trace writer (a gated
     segment writes its own end, with the status the decision gave it)."""
@@ -667,10 +756,18 @@ async def _run_segment_with(part: _Segment, models: ModelAccess | None) -> Durab
     store, run_id, compiled, options = part.store, part.run_id, part.compiled, part.options
     segment, completed, writer = part.segment, part.completed, part.writer
     observers, elapsed_s, gate, hooks = part.observers, part.elapsed_s, part.gate, part.hooks
-    recorder = StoreRecorder(
-        store, run_id, compiled.steps, compiled.params, segment=segment, completed=completed
-    )
     recorded = part.recorded
+    recorder = StoreRecorder(
+        store,
+        run_id,
+        compiled.steps,
+        compiled.params,
+        segment=segment,
+        completed=completed,
+        declared=recorded is not None,  # with the run (_record_run)
+        # the run's final state below commits the recorder's last rows with it
+        commit_at_end=False,
+    )
     if recorded is None:  # else the run was created so just now (_Recorded)
         store.update_run(run_id, status="running", segment=segment, pid=_pid())
     all_observers: list[Observer] = [recorder, *observers]
@@ -696,7 +793,10 @@ async def _run_segment_with(part: _Segment, models: ModelAccess | None) -> Durab
         estimate = estimate_plan(
             compiled, measured=measured, done=tuple(completed), executor_model=executor_model
         )
+    end: _RunEnd | None = None
     if gate is None:
+        end = _RunEnd(store, run_id, elapsed_s, started)
+        all_observers.insert(1, end)  # after the recorder's last rows, before the trace
         result = await run_plan(
             compiled,
             approve=ApprovedElsewhere("the run store's approval gate"),
@@ -788,18 +888,12 @@ async def _run_segment_with(part: _Segment, models: ModelAccess | None) -> Durab
     try:
         if recorder.failure is not None:
             raise recorder.failure
-        before = store.run(run_id)
-        stored_options = before.options
-        stored_options["elapsed_s"] = elapsed_s + (time.monotonic() - started) - paused
-        store.update_run(
-            run_id,
-            status=result.status,
-            spent_usd=before.spent_usd + result.spent_usd,  # every segment's spend
-            spent_tokens=before.spent_tokens + result.spent_tokens,
-            options=stored_options,
-            pid=None,
-            **({"detail": result.escalation_detail} if result.status == "escalated" else {}),
-        )
+        # the row as committed: only writes committed at once change it (no wait for
+        # the queue, which the update below commits with it)
+        if end is not None and end.result is result and end.wait is not None:
+            end.wait()  # committed while the trace wrote the run's end
+        else:
+            _record_end(store, run_id, result, elapsed_s + (time.monotonic() - started) - paused)
         if result.status == "escalated":
             reason = result.escalation or "replan_caps"
             message = await escalate_run(

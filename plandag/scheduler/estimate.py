@@ -28,12 +28,13 @@ which steps, and only the absolute caps apply to the run.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from plandag.compiler.compiled import CompiledPlan, CompiledStep
-from plandag.dag.graph import dependency_order, longest_path
+from plandag.dag.graph import longest_path, parents_first_order
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -52,6 +53,9 @@ MEASURED_MIN_RUNS = 5
 in this many distinct runs of the store."""
 
 TimeSource = Literal["measured", "declared"]
+
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+"""``json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)``."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -169,6 +173,39 @@ class PlanEstimate:
         ``{"cost_usd", "seconds", "critical_path", "inline_seconds", "unknown",
         "unknown_cost", "calls", "steps"}``, numbers in US dollars and seconds, None where
         unknown."""
+        return {**self._head_json(), "steps": self._steps_json()}
+
+    def json_text(self) -> str:
+        """``json.dumps(self.as_json(), ensure_ascii=False, separators=(",", ":"),
+        allow_nan=False)``, made with each distinct step entry written once (the steps of a
+        plan mostly share their tool and figures).
+
+        Raises:
+            ValueError: a figure is NaN or an infinity (as ``json.dumps`` raises it).
+        """
+        head = _encode(self._head_json())
+        written: dict[tuple[Any, ...], str] = {}
+        parts: list[str] = []
+        for step_id, item in sorted(self.steps.items()):
+            tool, cost, seconds, source = item.tool, item.cost_usd, item.seconds, item.source
+            # with the types, and a zero's text: what == does not tell apart is written
+            # otherwise (0 and 0.0, 0.0 and -0.0, 1 and True)
+            key = (
+                *(tool, type(tool), source),
+                *(cost, type(cost), cost == 0 and str(cost)),
+                *(seconds, type(seconds), seconds == 0 and str(seconds)),
+            )
+            entry = written.get(key)
+            if entry is None:
+                entry = written[key] = _encode(
+                    {"tool": tool, "cost_usd": cost, "seconds": seconds, "source": source}
+                )
+            parts.append(f'"{step_id}":{entry}')
+        # "steps" is the last key of as_json's object
+        return f'{head[:-1]},"steps":{{{",".join(parts)}}}}}'
+
+    def _head_json(self) -> dict[str, Any]:
+        """:meth:`as_json` but its ``steps``."""
         return {
             "cost_usd": self.cost_usd,
             "seconds": self.seconds,
@@ -180,15 +217,18 @@ class PlanEstimate:
                 {"label": call.label, "cost_usd": call.cost_usd, "seconds": call.seconds}
                 for call in self.calls
             ],
-            "steps": {
-                str(step_id): {
-                    "tool": item.tool,
-                    "cost_usd": item.cost_usd,
-                    "seconds": item.seconds,
-                    "source": item.source,
-                }
-                for step_id, item in sorted(self.steps.items())
-            },
+        }
+
+    def _steps_json(self) -> dict[str, Any]:
+        """:meth:`as_json`'s ``steps``."""
+        return {
+            str(step_id): {
+                "tool": item.tool,
+                "cost_usd": item.cost_usd,
+                "seconds": item.seconds,
+                "source": item.source,
+            }
+            for step_id, item in sorted(self.steps.items())
         }
 
     def with_calls(self, calls: Sequence[ModelCallEstimate]) -> PlanEstimate:
@@ -307,7 +347,7 @@ def estimate_steps(
             ]
             for node in per_step
         }
-        order = dependency_order(parents)
+        order = parents_first_order(parents)
         if order is None:
             raise ValueError("the steps' dependencies form a cycle; a compiled plan has none")
         nodes, seconds = longest_path(

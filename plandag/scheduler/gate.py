@@ -46,6 +46,7 @@ from plandag.dag.plan import Plan
 from plandag.errors import PlandagError
 from plandag.scheduler.canonical import (
     NOT_PLAIN,
+    STANDARD,
     canonical_bytes,
     canonical_json,
     json_form,
@@ -167,10 +168,10 @@ def _hashed(
     write_boundary: WriteBoundary | None,
     http_allow: Sequence[str] | None,
     schemas: Mapping[str, str] | None,
-) -> tuple[str, bool]:
-    """:func:`plan_hash` of a plan's JSON ``document``, and whether everything hashed is
-    JSON data that ``to_jsonable`` returns as it is
-    (:func:`~plandag.scheduler.canonical.json_form`)."""
+) -> tuple[str, int]:
+    """:func:`plan_hash` of a plan's JSON ``document``, and the
+    :func:`~plandag.scheduler.canonical.json_form` of everything hashed (``NOT_PLAIN``:
+    not JSON data that ``to_jsonable`` returns as it is)."""
     hashed: dict[str, Any] = {
         "plan": document,
         "params": dict(params or {}),
@@ -182,8 +183,8 @@ def _hashed(
         hashed["tool_schemas"] = dict(schemas)
     form = json_form(hashed)
     if form == NOT_PLAIN:
-        return hashlib.sha256(canonical_json(to_jsonable(hashed))).hexdigest(), False
-    return hashlib.sha256(canonical_bytes(hashed, form)).hexdigest(), True
+        return hashlib.sha256(canonical_json(to_jsonable(hashed))).hexdigest(), form
+    return hashlib.sha256(canonical_bytes(hashed, form)).hexdigest(), form
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,25 +200,30 @@ class PlanDocument:
             ``dict`` with ``str`` keys, ``list``, ``str``, ``int``, ``bool``, None and
             finite ``float``, well within its depth and size limits): a recorder may then
             write it without converting it again.
+        standard: plain, and of the :data:`~plandag.scheduler.canonical.STANDARD` form
+            (ASCII keys, integers within ±(2**53 - 1), every float not whole and at least
+            1e-4 in magnitude): pydantic's ``model_dump_json(exclude_none=True)`` of the
+            plan is then the text ``json.dumps`` writes of ``json`` (compact, UTF-8 kept).
     """
 
     json: dict[str, Any]
     hash: str
     plain: bool
+    standard: bool = False
 
 
 def compiled_plan_document(compiled: CompiledPlan) -> PlanDocument:
     """The :class:`PlanDocument` of ``compiled``: its plan dumped once, hashed as
     :func:`compiled_plan_hash` hashes it."""
     document = compiled.plan.model_dump(mode="json", exclude_none=True)
-    digest, plain = _hashed(
+    digest, form = _hashed(
         document,
         compiled.params,
         compiled.write_boundary,
         compiled.allowed_hosts,
         tool_schemas(compiled.steps),
     )
-    return PlanDocument(document, digest, plain)
+    return PlanDocument(document, digest, form != NOT_PLAIN, form == STANDARD)
 
 
 def compiled_plan_hash(compiled: CompiledPlan) -> str:

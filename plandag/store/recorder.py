@@ -43,6 +43,12 @@ class StoreRecorder:
         params: the run's param values (to record each step's resolved inputs).
         segment: 0 for the first process to run it, one more per resume.
         completed: results of steps that succeeded in earlier segments.
+        declared: the steps are recorded already (:meth:`Store.create_run_with_plan` with
+            its ``steps``): they are not declared again.
+        commit_at_end: True: at ``RunFinished`` the final rows are committed
+            (:meth:`reconcile`); False: they are queued, for the caller's next write
+            committed at once (the run's final state) to commit them with it, in one
+            transaction and one sync of the disk.
     """
 
     def __init__(
@@ -54,6 +60,8 @@ class StoreRecorder:
         *,
         segment: int = 0,
         completed: Mapping[int, Any] | None = None,
+        declared: bool = False,
+        commit_at_end: bool = True,
     ) -> None:
         self.store = store
         self.run_id = run_id
@@ -70,11 +78,13 @@ class StoreRecorder:
         # per step, the final row queued for it and its successors (reconcile skips those
         # whose record says the same)
         self._written: dict[int, tuple[_Written, tuple[int, ...]]] = {}
-        store.declare_steps(
-            run_id,
-            [(step_id, step.tool.name, step.tool.effects) for step_id, step in steps.items()],
-            segment,
-        )
+        self.commit_at_end = commit_at_end
+        if not declared:
+            store.declare_steps(
+                run_id,
+                [(step_id, step.tool.name, step.tool.effects) for step_id, step in steps.items()],
+                segment,
+            )
 
     def _effects(self, step_id: int) -> bool:
         step = self.steps.get(step_id)
@@ -141,9 +151,16 @@ class StoreRecorder:
                     error,
                 )
         if handler is _ignored and isinstance(event, events.RunFinished):
-            self.reconcile(event.result)
+            self.reconcile(event.result, commit=self.commit_at_end)
 
-    def reconcile(self, result: RunResult, *, attempts: int = 5, pause_s: float = 0.5) -> None:
+    def reconcile(
+        self,
+        result: RunResult,
+        *,
+        attempts: int = 5,
+        pause_s: float = 0.5,
+        commit: bool = True,
+    ) -> None:
         """Commit what is queued, then write the final state of every step whose final
         state this recorder did not write already (every step when a write failed during
         the run) from ``result``, in one durable transaction: the steps' rows then match
@@ -152,6 +169,8 @@ class StoreRecorder:
         Args:
             result: the run's complete result.
             attempts: tries, ``pause_s`` seconds apart (blocking: the run is over).
+            commit: False: queue those final states after what is queued, uncommitted
+                (the caller's next write committed at once commits them, in order).
 
         Sets :attr:`failure` to the last error when every try failed.
         """
@@ -194,6 +213,10 @@ class StoreRecorder:
                     json.dumps(record.superseded_by) if record.superseded_by else None,
                 )
             )
+        if not commit:
+            if rows:
+                self.store.write_steps(self.run_id, rows, self.segment, durable=False)
+            return
         for attempt in range(1, attempts + 1):
             try:
                 self.store.flush()

@@ -40,7 +40,7 @@ import sqlite3
 import statistics
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -261,9 +261,13 @@ def _plan_version_rows(
     estimate: Mapping[str, Any] | None,
     text: str | None,
     now: float,
+    estimate_text: str | None = None,
 ) -> list[_Row]:
     """The statements that record a plan version and make it the run's current one
-    (:meth:`Store.add_plan_version`)."""
+    (:meth:`Store.add_plan_version`); ``estimate_text``: ``store_json(estimate)`` when the
+    caller made it already."""
+    if estimate_text is None and estimate is not None:
+        estimate_text = _record_json(estimate)
     return [
         (
             "INSERT INTO plan_version (run_id, version, hash, plan, source, created, "
@@ -278,11 +282,27 @@ def _plan_version_rows(
                 text if text is not None else _record_json(plan),
                 source,
                 now,
-                _record_json(estimate) if estimate is not None else None,
+                estimate_text,
             ),
         ),
         ("UPDATE run SET version = ?, updated = ? WHERE run_id = ?", (version, now, run_id)),
     ]
+
+
+def _declare(
+    connection: sqlite3.Connection,
+    run_id: str,
+    steps: Sequence[tuple[int, str, str]],
+    segment: int,
+) -> None:
+    """Insert steps ``(step_id, tool, effects)`` as ``pending`` in the transaction under way
+    (existing rows are kept: :meth:`Store.declare_steps`)."""
+    execute_rows(
+        connection,
+        "INSERT OR IGNORE INTO step (run_id, step_id, tool, effects, segment) "
+        "VALUES (?, ?, ?, ?, ?)",
+        [(run_id, step_id, tool, effects, segment) for step_id, tool, effects in steps],
+    )
 
 
 def _record_json(value: Mapping[str, Any]) -> str:
@@ -688,22 +708,51 @@ class Store:
         source: str,
         estimate: Mapping[str, Any] | None = None,
         text: str | None = None,
+        steps: Sequence[tuple[int, str, str]] = (),
+        estimate_text: str | None = None,
     ) -> None:
-        """:meth:`create_run` (status ``running``) and :meth:`add_plan_version` of its
-        version 1, in one transaction (committed at once: one sync of the disk instead of
-        two; the run is never stored without its plan). Arguments as those methods take
-        them."""
+        """:meth:`create_run` (status ``running``), :meth:`add_plan_version` of its
+        version 1 and :meth:`declare_steps` of ``steps`` (segment 0), in one transaction
+        (committed at once: one sync of the disk instead of three; the run is never stored
+        without its plan and its steps). Arguments as those methods take them;
+        ``estimate_text``: ``store_json(estimate)`` when the caller made it already (it is
+        stored as it is), or None."""
         now = time.time()
+        rows = _plan_version_rows(
+            run_id, 1, plan, plan_hash, source, estimate, text, now, estimate_text
+        )
         with self.transaction() as connection:
             connection.execute(*_run_row(run_id, command, goal, params, options, "running", now))
-            for row in _plan_version_rows(run_id, 1, plan, plan_hash, source, estimate, text, now):
+            for row in rows:
                 connection.execute(*row)
+            if steps:
+                _declare(connection, run_id, steps, 0)
 
     def update_run(self, run_id: str, **fields: Any) -> None:
         """Set columns of a run (``status``, ``segment``, ``spent_usd``, ``awaiting_since``,
         ``expires_at``, ``awaiting_reason``, ``detail``, ``pid``, ``version``, ``options``,
         ``params``), committed at once. Setting ``pid`` records that process's start time
         with it (None with None) unless ``pid_started`` is given too."""
+        self.write(*self._run_update(run_id, fields), durable=True)
+
+    def update_run_soon(self, run_id: str, **fields: Any) -> Callable[[], None]:
+        """:meth:`update_run`, handed to the writer's thread to commit now (with every
+        write queued before it, in one transaction) while the caller goes on.
+
+        Returns:
+            A function that returns once the update is committed, and raises
+            :class:`sqlite3.Error` when its commit failed (the writes stay queued and are
+            tried again, as :meth:`flush` says).
+
+        Raises:
+            ValueError: an unknown column.
+            RuntimeError: the store is closed.
+        """
+        return self.writer.commit_soon((self._run_update(run_id, fields),))
+
+    @staticmethod
+    def _run_update(run_id: str, fields: dict[str, Any]) -> _Row:
+        """The statement of :meth:`update_run`."""
         allowed = {
             "status",
             "segment",
@@ -735,10 +784,9 @@ class Store:
                 else process_started(pid)
             )
         columns = ", ".join(f"{name} = ?" for name in fields)
-        self.write(
+        return (
             f"UPDATE run SET {columns}, updated = ? WHERE run_id = ?",
             (*fields.values(), time.time(), run_id),
-            durable=True,
         )
 
     def claim_run(self, run_id: str, statuses: Sequence[str], pid: int | None) -> bool:
@@ -765,13 +813,21 @@ class Store:
             )
             return cursor.rowcount == 1
 
-    def run(self, run_id: str) -> RunRow:
+    def run(self, run_id: str, *, flush: bool = True) -> RunRow:
         """The run ``run_id`` (exact id).
+
+        Args:
+            run_id: the run.
+            flush: commit the writes queued in this process first (:meth:`flush`); False
+                reads the row as committed, which is the same row (a run's row is only
+                written by writes committed at once: :meth:`create_run`,
+                :meth:`update_run`...) without waiting for the queue.
 
         Raises:
             InputError: no such run.
         """
-        self._visible()
+        if flush:
+            self._visible()
         row = self.connection.execute("SELECT * FROM run WHERE run_id = ?", (run_id,)).fetchone()
         if row is None:
             raise InputError(f"no run {run_id} in {self.path}; `plandag runs` lists the runs there")
@@ -1073,12 +1129,7 @@ class Store:
     ) -> None:
         """Record steps ``(step_id, tool, effects)`` as ``pending`` (existing rows are kept)."""
         with self.transaction() as connection:
-            execute_rows(
-                connection,
-                "INSERT OR IGNORE INTO step (run_id, step_id, tool, effects, segment) "
-                "VALUES (?, ?, ?, ?, ?)",
-                [(run_id, step_id, tool, effects, segment) for step_id, tool, effects in steps],
-            )
+            _declare(connection, run_id, steps, segment)
 
     def step_started(
         self,
@@ -1154,20 +1205,36 @@ class Store:
             durable=durable,
         )
 
-    def write_steps(self, run_id: str, rows: Sequence[tuple[Any, ...]], segment: int = 0) -> None:
-        """Write steps' final states in one durable transaction (a run's reconciliation at
-        its end). Each row: ``(step_id, tool, effects, status, reason, detail, attempts,
-        started_at, ended_at, duration_s, result JSON, result blob hash, error JSON,
-        superseded_by JSON)``; a step that did not run in this segment keeps its segment."""
-        with self.transaction() as connection:
-            for row in rows:
-                step_id, tool, effects, status = row[:4]
-                connection.execute(
+    def write_steps(
+        self,
+        run_id: str,
+        rows: Sequence[tuple[Any, ...]],
+        segment: int = 0,
+        *,
+        durable: bool = True,
+    ) -> None:
+        """Write steps' final states (a run's reconciliation at its end). Each row:
+        ``(step_id, tool, effects, status, reason, detail, attempts, started_at, ended_at,
+        duration_s, result JSON, result blob hash, error JSON, superseded_by JSON)``; a step
+        that did not run in this segment keeps its segment.
+
+        Args:
+            run_id, rows, segment: as above.
+            durable: True: in one transaction, committed before this returns; False: queued
+                (:meth:`write`), committed with the next group or write committed at once.
+        """
+        writes: list[_Row] = []
+        for row in rows:
+            step_id, tool, effects, status = row[:4]
+            writes.append(
+                (
                     "INSERT OR IGNORE INTO step (run_id, step_id, tool, effects, segment) "
                     "VALUES (?, ?, ?, ?, ?)",
                     (run_id, step_id, tool, effects, segment),
                 )
-                connection.execute(
+            )
+            writes.append(
+                (
                     "UPDATE step SET status = ?, reason = ?, detail = ?, attempts = "
                     "CASE WHEN ? > 0 THEN ? ELSE attempts END, "
                     "started_at = COALESCE(?, started_at), ended_at = COALESCE(?, ended_at), "
@@ -1194,6 +1261,13 @@ class Store:
                         step_id,
                     ),
                 )
+            )
+        if not durable:
+            self.writes(writes, durable=False)
+            return
+        with self.transaction() as connection:
+            for write in writes:
+                connection.execute(*write)
 
     def reset_steps(self, run_id: str, keep: Sequence[int] = ()) -> None:
         """Forget the run's step rows but those of ``keep`` (a revised plan replaces them;

@@ -218,8 +218,29 @@ class GroupWriter:
             raise RuntimeError(f"run store {self.path}: the group writer is closed")
         self._wait_for(rows)
 
+    def commit_soon(self, rows: Sequence[Row]) -> Callable[[], None]:
+        """Queue ``rows`` (as :meth:`submit_many`) and have the thread commit them now, with
+        every write queued before them, without waiting: the caller goes on while the
+        thread writes and syncs the disk.
+
+        Returns:
+            A function that returns once they are committed (at once when they are), and
+            raises as :meth:`commit` does when that commit failed.
+
+        Raises:
+            RuntimeError: the writer is closed.
+        """
+        if self._closing:
+            raise RuntimeError(f"run store {self.path}: the group writer is closed")
+        barrier = self._barrier_after(rows)
+        return lambda: self._await(barrier)
+
     def _wait_for(self, rows: Sequence[Row]) -> None:
         """Queue ``rows`` and a barrier after them; wait until the barrier is resolved."""
+        self._await(self._barrier_after(rows))
+
+    def _barrier_after(self, rows: Sequence[Row]) -> _Barrier:
+        """Queue ``rows`` and a barrier after them, and wake the thread for it."""
         barrier = _Barrier()
         with self._lock:
             queue = self._queue
@@ -233,6 +254,11 @@ class GroupWriter:
                 self._start()
         self._asleep = False
         self._wake.set()
+        return barrier
+
+    def _await(self, barrier: _Barrier) -> None:
+        """Wait until ``barrier`` is resolved; raise the error of the commit that resolved
+        it, or why it never will be (the thread stopped)."""
         while not barrier.wait(1.0):
             thread = self._thread
             if (thread is None or not thread.is_alive()) and not barrier.done:

@@ -406,3 +406,43 @@ def test_a_group_of_documents_is_committed_before_record_document_texts_returns(
         ]
     finally:
         store.close()
+
+
+def test_an_update_handed_to_the_writer_is_committed_with_what_was_queued_before_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "runs.sqlite3"
+    store = _new_store(tmp_path, flush_interval_s=60.0)
+    try:
+        store.record_event("r1", "before", {}, 1.0)
+        wait = store.update_run_soon("r1", status="succeeded", pid=None)
+        wait()
+        with _raw(path) as connection:
+            (status,) = connection.execute("SELECT status FROM run WHERE run_id = 'r1'").fetchone()
+        assert status == "succeeded"
+        assert _events(path, "r1") == ["before"]
+        assert store.writer.pending == 0
+        wait()  # waiting again returns at once
+    finally:
+        store.close()
+
+
+def test_an_update_handed_to_the_writer_returns_before_it_is_committed_and_raises_on_waiting(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "runs.sqlite3"
+    store = _new_store(tmp_path, busy_timeout_s=0.2, flush_interval_s=60.0)
+    holder = _hold_write_lock(path)
+    try:
+        wait = store.update_run_soon("r1", status="succeeded", pid=None)
+        assert store.writer.pending == 1  # handed over, not committed: the lock holds it
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            wait()
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    try:
+        store.flush()  # kept and committed once the lock is gone
+        assert store.run("r1").status == "succeeded"
+    finally:
+        store.close()

@@ -1,0 +1,52 @@
+"""``parents_first_order``: every step after its parents (the mapping's own order when it is
+one), None for a cycle; ``longest_path`` over it answers as over ``dependency_order``'s."""
+
+from __future__ import annotations
+
+import random
+
+from plandag.dag.graph import dependency_order, longest_path, parents_first_order
+
+
+def _random_parents(rng: random.Random, size: int) -> dict[int, list[int]]:
+    ids = rng.sample(range(1, 10 * size), size)  # ids not in a topological order
+    parents = {ids[i]: rng.sample(ids[:i], min(i, rng.randint(0, 3))) for i in range(size)}
+    keys = list(parents)
+    if rng.random() < 0.5:
+        rng.shuffle(keys)  # the mapping's own order is then rarely one
+    return {key: parents[key] for key in keys}
+
+
+def _is_parents_first(order: list[int], parents: dict[int, list[int]]) -> bool:
+    place = {node: index for index, node in enumerate(order)}
+    return all(place[parent] < place[node] for node, of in parents.items() for parent in of)
+
+
+def test_the_order_puts_parents_first_and_the_longest_path_is_dependency_orders() -> None:
+    rng = random.Random(7)
+    for _ in range(300):
+        parents = _random_parents(rng, rng.randint(0, 40))
+        order = parents_first_order(parents)
+        assert order is not None
+        assert sorted(order) == sorted(parents)
+        assert _is_parents_first(order, parents)
+        expected = dependency_order(parents)
+        assert expected is not None
+        durations = {node: rng.choice([0.0, 0.5, 1.0, rng.random()]) for node in parents}
+        assert longest_path(order, parents.__getitem__, durations) == longest_path(
+            expected, parents.__getitem__, durations
+        )
+
+
+def test_the_mappings_own_order_is_kept_when_it_puts_parents_first() -> None:
+    parents = {5: [], 2: [5], 9: [5, 2], 1: [9]}
+    assert parents_first_order(parents) == [5, 2, 9, 1]
+
+
+def test_a_parent_that_is_not_a_key_is_a_step_of_its_own() -> None:
+    assert parents_first_order({2: [1], 3: [2]}) == [1, 2, 3]
+
+
+def test_a_cycle_has_no_order() -> None:
+    assert parents_first_order({1: [2], 2: [1]}) is None
+    assert parents_first_order({1: [1]}) is None
