@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from plandag.checks.base import CheckOutcome
 from plandag.scheduler.result import RunResult, StepErrorInfo, StepRecord
@@ -49,6 +49,43 @@ __all__ = [
 ]
 
 
+_T = TypeVar("_T")
+
+
+def _set_through_slots(cls: type[_T]) -> type[_T]:
+    """Give a frozen, slotted dataclass an ``__init__`` that sets each field through its
+    slot's descriptor: the one dataclasses writes calls ``object.__setattr__`` per field
+    (frozen), about twice the cost of an event made once or twice per step. Everything else
+    (fields, defaults, signature, repr, equality, hash, frozenness, ``replace``, pickling)
+    stays the dataclass's own. Fields need a plain default or none (no default factory,
+    no ``init=False``, no keyword-only field).
+
+    Raises:
+        TypeError: a field this does not handle.
+    """
+    namespace: dict[str, Any] = {}
+    parameters: list[str] = []
+    body: list[str] = []
+    for field in dataclasses.fields(cls):  # type: ignore[arg-type]
+        name = field.name
+        if not field.init or field.kw_only or field.default_factory is not dataclasses.MISSING:
+            raise TypeError(f"{cls.__name__}.{name}: only plain fields are set through slots")
+        if field.default is dataclasses.MISSING:
+            parameters.append(name)
+        else:
+            namespace[f"_default_{name}"] = field.default
+            parameters.append(f"{name}=_default_{name}")
+        namespace[f"_set_{name}"] = getattr(cls, name).__set__
+        body.append(f"    _set_{name}(self, {name})")
+    source = f"def __init__(self, {', '.join(parameters)}):\n" + "\n".join(body) + "\n"
+    exec(source, namespace)  # the way dataclasses makes its own __init__
+    init = namespace["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__doc__ = cls.__init__.__doc__
+    cls.__init__ = init  # type: ignore[method-assign]
+    return cls
+
+
 class StartVeto(Exception):
     """Raised by an observer on :class:`StepStarted` to keep the attempt's tool from being
     called: the attempt fails with ``error`` (a run store that cannot durably record that a
@@ -70,6 +107,7 @@ class RunStarted:
     time: float
 
 
+@_set_through_slots
 @dataclasses.dataclass(frozen=True, slots=True)
 class StepStarted:
     """A step's attempt began running (after it acquired its concurrency limits).
@@ -85,6 +123,7 @@ class StepStarted:
     effects: str | None = None
 
 
+@_set_through_slots
 @dataclasses.dataclass(frozen=True, slots=True)
 class StepSucceeded:
     """A step's tool returned and every check passed. ``duration_s``: monotonic seconds;
@@ -101,6 +140,7 @@ class StepSucceeded:
     record: StepRecord | None = dataclasses.field(default=None, repr=False, compare=False)
 
 
+@_set_through_slots
 @dataclasses.dataclass(frozen=True, slots=True)
 class StepFailed:
     """A step failed. ``reason``: the stable code; ``error``: type and message;
@@ -114,6 +154,7 @@ class StepFailed:
     record: StepRecord | None = dataclasses.field(default=None, repr=False, compare=False)
 
 
+@_set_through_slots
 @dataclasses.dataclass(frozen=True, slots=True)
 class StepRetrying:
     """Attempt ``attempt`` of a step failed transiently; the next starts in ``delay_s``
@@ -128,6 +169,7 @@ class StepRetrying:
     time: float
 
 
+@_set_through_slots
 @dataclasses.dataclass(frozen=True, slots=True)
 class StepSkipped:
     """A step will never start: ``reason`` ``upstream_failed`` (``detail`` names the failed
@@ -140,6 +182,7 @@ class StepSkipped:
     time: float
 
 
+@_set_through_slots
 @dataclasses.dataclass(frozen=True, slots=True)
 class StepCancelled:
     """A running step was stopped: ``reason`` ``deadline``, ``stalled`` or ``interrupted``;
@@ -152,6 +195,7 @@ class StepCancelled:
     record: StepRecord | None = dataclasses.field(default=None, repr=False, compare=False)
 
 
+@_set_through_slots
 @dataclasses.dataclass(frozen=True, slots=True)
 class CheckEvaluated:
     """One check of a step was evaluated on its result."""

@@ -68,6 +68,7 @@ class StepTasks:
         "_cancelled_at",
         "_errors",
         "_loop",
+        "_scope_class",
         "_scopes",
         "_tasks",
         "_wake",
@@ -78,6 +79,10 @@ class StepTasks:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, grace_s: float = GRACE_S) -> None:
         self._loop = loop
+        self._scope_class = type(anyio.CancelScope())
+        """The class of the cancel scopes anyio makes on this loop: each task makes its
+        scope from it directly (``anyio.CancelScope()`` asks which event loop runs, each
+        time)."""
         self.grace_s = grace_s
         self.calling: dict[Any, Any] = {}
         """The abandonable calls running in the group's tasks, one entry per task in such
@@ -119,7 +124,7 @@ class StepTasks:
     async def _run(self, func: Callable[..., Awaitable[Any]], args: tuple[Any, ...]) -> None:
         scopes = self._scopes
         try:
-            with anyio.CancelScope() as scope:
+            with self._scope_class() as scope:
                 scopes.add(scope)
                 if self._cancelled_at is not None:
                     scope.cancel()
