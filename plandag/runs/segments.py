@@ -685,11 +685,12 @@ def _record_end(
 
 
 class _RunEnd:
-    """An observer that, at ``RunFinished``, hands the run's final state to the store's
-    writer thread (:func:`_record_end` with ``soon``): it is committed, with the
-    recorder's last rows, in one transaction and one sync of the disk, while the trace
-    writes the run's end. The segment then waits for it (:attr:`wait`); when it could
-    not be handed over (:attr:`wait` None), the segment records the end itself.
+    """Called by the store's recorder at ``RunFinished`` (its ``at_end``, after its last
+    rows are queued), :meth:`finished` hands the run's final state to the store's writer
+    thread (:func:`_record_end` with ``soon``): it is committed, with those rows, in one
+    transaction and one sync of the disk, while the trace writes the run's end. The
+    segment then waits for it (:attr:`wait`); when it could not be handed over
+    (:attr:`wait` None), the segment records the end itself.
 
     Args:
         store, run_id: the run store and the run.
@@ -705,15 +706,14 @@ class _RunEnd:
         self.result: RunResult | None = None
         self.wait: Callable[[], None] | None = None
 
-    def __call__(self, event: events.Event) -> None:
-        if not isinstance(event, events.RunFinished):
-            return
-        self.result = event.result
+    def finished(self, result: RunResult) -> None:
+        """Hand the final state of the run that ended with ``result`` to the writer."""
+        self.result = result
         try:
             self.wait = _record_end(
                 self.store,
                 self.run_id,
-                event.result,
+                result,
                 self.elapsed_s + (time.monotonic() - self.started),
                 soon=True,
             )
@@ -796,7 +796,7 @@ async def _run_segment_with(part: _Segment, models: ModelAccess | None) -> Durab
     end: _RunEnd | None = None
     if gate is None:
         end = _RunEnd(store, run_id, elapsed_s, started)
-        all_observers.insert(1, end)  # after the recorder's last rows, before the trace
+        recorder.at_end = end.finished  # after the recorder's last rows, before the trace
         result = await run_plan(
             compiled,
             approve=ApprovedElsewhere("the run store's approval gate"),

@@ -49,6 +49,10 @@ class StoreRecorder:
             (:meth:`reconcile`); False: they are queued, for the caller's next write
             committed at once (the run's final state) to commit them with it, in one
             transaction and one sync of the disk.
+
+    Attributes:
+        at_end: called with the run's result at ``RunFinished``, after the final rows are
+            committed or queued (the caller records the run's end there), or None.
     """
 
     def __init__(
@@ -79,6 +83,7 @@ class StoreRecorder:
         # whose record says the same)
         self._written: dict[int, tuple[_Written, tuple[int, ...]]] = {}
         self.commit_at_end = commit_at_end
+        self.at_end: Callable[[RunResult], None] | None = None
         if not declared:
             store.declare_steps(
                 run_id,
@@ -152,6 +157,8 @@ class StoreRecorder:
                 )
         if handler is _ignored and isinstance(event, events.RunFinished):
             self.reconcile(event.result, commit=self.commit_at_end)
+            if self.at_end is not None:
+                self.at_end(event.result)
 
     def reconcile(
         self,
