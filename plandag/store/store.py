@@ -18,7 +18,9 @@ lost in a crash (transitions and results of steps without effects, events, docum
 queued and committed in groups by a thread of the store's own, off the event loop, within
 0.2 s (:meth:`Store.write` with ``durable=False``; :mod:`plandag.store.writer`). Plan
 versions, decisions, escalations and the run's state are committed before the call returns,
-after the queue (so the store never holds a later write without an earlier one); a step with
+after the queue (so the store never holds a later write without an earlier one; a run's
+final state may instead be handed to the writer's thread, :meth:`Store.update_run_soon`,
+and waited for before the run is reported ended); a step with
 effects is committed as started before its tool is called and as ended as soon as it ends
 (``durable=True``), so resume knows which effects may have happened. Every read commits the
 queue first, so it sees every write made before it in this process.
