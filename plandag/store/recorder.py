@@ -243,38 +243,57 @@ class StoreRecorder:
 
     def _step_started(self, event: events.StepStarted) -> None:
         step_id = event.step_id
-        self.attempts[step_id] = event.attempt
-        args, jsonable = self._recorded_args(step_id)
-        self.store.step_started(
-            self.run_id,
-            step_id,
-            event.attempt,
-            event.time,
-            args=args,
-            args_jsonable=jsonable,
-            segment=self.segment,
-            durable=self._effects(step_id),
+        attempt = event.attempt
+        self.attempts[step_id] = attempt
+        step = self.steps.get(step_id)
+        if step is None:
+            args_text, durable = None, False
+        else:
+            durable = step.tool.effects != "none"
+            plain = step.step.args
+            if not step.args_have_references and (
+                plain is None or (type(plain) is dict and not plain)
+            ):
+                args_text = None if plain is None else "{}"
+            else:
+                args, jsonable = self._recorded_args(step_id)
+                args_text = self.store.args_text(args, jsonable)
+        self.store.queue_step_start(
+            self.run_id, step_id, attempt, event.time, args_text, self.segment, durable
         )
         self._written.pop(step_id, None)
 
     def _step_succeeded(self, event: events.StepSucceeded) -> None:
         step_id = event.step_id
-        self.results[step_id] = event.result
+        result = event.result
+        self.results[step_id] = result
         attempts = self.attempts.get(step_id, 0)
-        self.store.step_ended(
+        if result is None:
+            inline: str | None = "null"
+            digest = None
+        else:  # converted once, with the trace
+            inline, digest = self.store.value_columns(jsonable_result(result), jsonable=True)
+        at = event.time
+        duration_s = event.duration_s
+        self.store.queue_step_end(
             self.run_id,
             step_id,
             "succeeded",
-            event.time,
-            attempt=attempts,
-            duration_s=event.duration_s,
-            result=jsonable_result(event.result),  # converted once, with the trace
-            result_jsonable=True,
-            segment=self.segment,
-            durable=self._effects(step_id),
+            at,
+            attempts,
+            None,
+            None,
+            duration_s,
+            inline,
+            digest,
+            None,
+            self.segment,
+            self._effects(step_id),
         )
-        self._ended(
-            step_id, ("succeeded", None, None, event.time, event.duration_s, False, attempts)
+        before = self._written.get(step_id)
+        self._written[step_id] = (
+            ("succeeded", None, None, at, duration_s, False, attempts),
+            before[1] if before is not None else (),
         )
 
     def _step_failed(self, event: events.StepFailed) -> None:

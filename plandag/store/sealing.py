@@ -471,18 +471,30 @@ _KNOWN_CHARACTERS = 512
 """Texts longer than this are masked at every binding, never remembered."""
 
 
+_NOT_TEXT: frozenset[type[Any]] = frozenset({int, float, bool, type(None), bytes})
+"""Parameter types that are never text (bound as they are)."""
+
+
 def _masked(parameters: Any, environment: tuple[str, ...], known: dict[str, str]) -> Any:
     """``parameters`` with every text masked (:func:`_masked_item`); a sequence comes back
     as it is when no text changed. ``known``: texts bound lately under ``environment`` and
     what they were bound as (a run's id, a step's state, a tool's name recur on every row)."""
-    if isinstance(parameters, Mapping):
+    kind = type(parameters)
+    if kind is not tuple and kind is not list and isinstance(parameters, Mapping):
         return {key: _masked_item(item, environment) for key, item in parameters.items()}
     changed: list[Any] | None = None
-    for index, item in enumerate(parameters):
-        if not isinstance(item, str):
+    index = -1
+    not_text = _NOT_TEXT
+    for item in parameters:
+        index += 1
+        kind = type(item)
+        if kind in not_text:
             continue
-        if type(item) is ScrubbedText and item.environment == environment:
-            continue  # checked against these very secrets (sealed_store_text), and escaped
+        if kind is ScrubbedText:
+            if item.environment == environment:
+                continue  # checked against these very secrets (sealed_store_text), and escaped
+        elif kind is not str and not isinstance(item, str):
+            continue
         bound = known.get(item)
         if bound is None:
             bound = _masked_item(item, environment)

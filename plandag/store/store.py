@@ -1148,24 +1148,61 @@ class Store:
         """Record that attempt ``attempt`` of a step started (``durable``: committed before
         returning, so before the tool runs). ``args_jsonable``: ``args`` is JSON data
         already (:func:`store_json`'s ``jsonable``)."""
-        args_json: str | None = None
-        if args is not None:
-            inline, digest = self.value_columns(args, jsonable=args_jsonable)
-            args_json = inline if inline is not None else json.dumps({"blob": digest})
-        self.writes(
-            [
-                (
-                    _STEP_STATE,
-                    (
-                        *("running", attempt, at, args_json, _STARTED),
-                        *(None, None, None, None, None, None, None),
-                        *(segment, run_id, step_id),
-                    ),
-                ),
-                (_TRANSITION, (run_id, step_id, attempt, "running", None, at, segment)),
-            ],
-            durable=durable,
+        self.queue_step_start(
+            run_id, step_id, attempt, at, self.args_text(args, args_jsonable), segment, durable
         )
+
+    def args_text(self, args: Any, jsonable: bool = False) -> str | None:
+        """A step's inputs as the ``args`` column holds them: their JSON (:func:`store_json`),
+        ``{"blob": HASH}`` for inputs written as a blob file, None for None. ``jsonable``:
+        as for :func:`store_json`."""
+        if args is None:
+            return None
+        if type(args) is dict and not args:
+            return "{}"
+        inline, digest = self.value_columns(args, jsonable=jsonable)
+        return inline if inline is not None else json.dumps({"blob": digest})
+
+    def queue_step_start(
+        self,
+        run_id: str,
+        step_id: int,
+        attempt: int,
+        at: float,
+        args_text: str | None,
+        segment: int,
+        durable: bool,
+    ) -> None:
+        """:meth:`step_started` with the inputs' column text made already
+        (:meth:`args_text`): the step's row and its transition, queued (``durable``:
+        committed before this returns)."""
+        rows = (
+            (
+                _STEP_STATE,
+                (
+                    "running",
+                    attempt,
+                    at,
+                    args_text,
+                    _STARTED,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    segment,
+                    run_id,
+                    step_id,
+                ),
+            ),
+            (_TRANSITION, (run_id, step_id, attempt, "running", None, at, segment)),
+        )
+        if durable:
+            self.writer.commit(rows)
+        else:
+            self.writer.submit_many(rows)
 
     def step_ended(
         self,
@@ -1192,20 +1229,68 @@ class Store:
             if status == "succeeded"
             else (None, None)
         )
-        error_json = _dumps(dict(error)) if error is not None else None
-        self.writes(
-            [
-                (
-                    _STEP_STATE,
-                    (
-                        *(status, None, None, None, _ENDED, reason, detail, at, duration_s),
-                        *(inline, digest, error_json, segment, run_id, step_id),
-                    ),
-                ),
-                (_TRANSITION, (run_id, step_id, attempt, status, reason, at, segment)),
-            ],
-            durable=durable,
+        self.queue_step_end(
+            run_id,
+            step_id,
+            status,
+            at,
+            attempt,
+            reason,
+            detail,
+            duration_s,
+            inline,
+            digest,
+            _dumps(dict(error)) if error is not None else None,
+            segment,
+            durable,
         )
+
+    def queue_step_end(
+        self,
+        run_id: str,
+        step_id: int,
+        status: str,
+        at: float,
+        attempt: int,
+        reason: str | None,
+        detail: str | None,
+        duration_s: float | None,
+        result: str | None,
+        result_hash: str | None,
+        error: str | None,
+        segment: int,
+        durable: bool,
+    ) -> None:
+        """:meth:`step_ended` with the result's columns (:meth:`value_columns`) and the
+        error's JSON (:func:`store_json`) made already: the step's row and its transition,
+        queued (``durable``: committed before this returns)."""
+        rows = (
+            (
+                _STEP_STATE,
+                (
+                    status,
+                    None,
+                    None,
+                    None,
+                    _ENDED,
+                    reason,
+                    detail,
+                    at,
+                    duration_s,
+                    result,
+                    result_hash,
+                    error,
+                    segment,
+                    run_id,
+                    step_id,
+                ),
+            ),
+            (_TRANSITION, (run_id, step_id, attempt, status, reason, at, segment)),
+        )
+        if durable:
+            self.writer.commit(rows)
+        else:
+            self.writer.submit_many(rows)
 
     def write_steps(
         self,

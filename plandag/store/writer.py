@@ -180,6 +180,8 @@ class GroupWriter:
         if not queue:
             self._since = self.clock()
         queue.extend(rows)
+        if self._thread is not None and not self._asleep and len(queue) < self.max_rows:
+            return  # the thread is up and will take them with its group
         self._queued(len(queue))
 
     def _queued(self, waiting: int) -> None:
@@ -407,12 +409,16 @@ class GroupWriter:
             self._since = None
             group: list[Row] = []
             barriers: list[_Barrier] = []
-            for _ in range(count):
-                item = queue.popleft()
-                if type(item) is _Barrier:
-                    barriers.append(item)
-                else:
-                    group.append(item)  # type: ignore[arg-type]
+            if not self._barriers:  # read after count: a flush among them is counted
+                popleft = queue.popleft
+                group = [popleft() for _ in range(count)]  # type: ignore[misc]
+            else:
+                for _ in range(count):
+                    item = queue.popleft()
+                    if type(item) is _Barrier:
+                        barriers.append(item)
+                    else:
+                        group.append(item)  # type: ignore[arg-type]
             if barriers:
                 with self._lock:
                     self._barriers -= len(barriers)
@@ -552,8 +558,12 @@ def _batches(group: Sequence[Row]) -> list[tuple[str, list[tuple[Any, ...]]]]:
     batches: list[tuple[str, list[tuple[Any, ...]]]] = []
     open_batch: dict[str, int] = {}  # statement -> index of the batch it may join
     last_of_table: dict[str | None, int] = {}  # table -> index of its latest batch
+    tables: dict[str, str | None] = {}  # statement -> its table
     for sql, args in group:
-        table = statement_table(sql)
+        try:
+            table = tables[sql]
+        except KeyError:
+            table = tables[sql] = statement_table(sql)
         index = open_batch.get(sql)
         if (
             index is not None
