@@ -325,11 +325,17 @@ def sealed_store_text(value: Any, *, text: str | None = None) -> str:
         TypeError, ValueError: ``value`` is not JSON data (an object, NaN or infinity).
     """
     secrets = environment_secrets()
-    sealed, unchanged = _sealed_json(value, secrets, text)
-    if not unchanged or _holds_escaped_secret(sealed, secrets):
+    environment = tuple(secrets)
+    forms, escaped = _secret_forms(environment)  # looked up once for both tests below
+    if text is None:
+        text = _encode(value)
+    if may_need_sealing_by_rules(text) or (forms and any(form in text for form in forms)):
+        return escape_json_text(_encode(_Sealer(secrets).value(value)))  # as _sealed_json
+    sealed = escape_json_text(text)
+    if escaped and any(secret in sealed for secret in escaped):
         return sealed
     scrubbed = ScrubbedText(sealed)
-    scrubbed.environment = tuple(secrets)
+    scrubbed.environment = environment
     return scrubbed
 
 
