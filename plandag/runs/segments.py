@@ -888,8 +888,6 @@ async def _run_segment_with(part: _Segment, models: ModelAccess | None) -> Durab
     try:
         if recorder.failure is not None:
             raise recorder.failure
-        # the row as committed: only writes committed at once change it (no wait for
-        # the queue, which the update below commits with it)
         if end is not None and end.result is result and end.wait is not None:
             end.wait()  # committed while the trace wrote the run's end
         else:

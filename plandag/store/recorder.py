@@ -290,11 +290,7 @@ class StoreRecorder:
             self.segment,
             self._effects(step_id),
         )
-        before = self._written.get(step_id)
-        self._written[step_id] = (
-            ("succeeded", None, None, at, duration_s, False, attempts),
-            before[1] if before is not None else (),
-        )
+        self._ended(step_id, ("succeeded", None, None, at, duration_s, False, attempts))
 
     def _step_failed(self, event: events.StepFailed) -> None:
         step_id = event.step_id

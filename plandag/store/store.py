@@ -1199,10 +1199,7 @@ class Store:
             ),
             (_TRANSITION, (run_id, step_id, attempt, "running", None, at, segment)),
         )
-        if durable:
-            self.writer.commit(rows)
-        else:
-            self.writer.submit_many(rows)
+        self.writes(rows, durable=durable)
 
     def step_ended(
         self,
@@ -1287,10 +1284,7 @@ class Store:
             ),
             (_TRANSITION, (run_id, step_id, attempt, status, reason, at, segment)),
         )
-        if durable:
-            self.writer.commit(rows)
-        else:
-            self.writer.submit_many(rows)
+        self.writes(rows, durable=durable)
 
     def write_steps(
         self,
