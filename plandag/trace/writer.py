@@ -45,7 +45,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import networkx as nx
 
-from plandag.dag.graph import dependency_order, longest_path
+from plandag.dag.graph import longest_path, parents_first_order
 from plandag.dag.plan import Plan
 from plandag.dag.references import find_references
 from plandag.scheduler import events
@@ -1517,55 +1517,14 @@ def _critical_path(
         ids: the steps' ids, sorted; steps: each step's record; known: each step's parents
             (a step without any may be missing).
     """
-    # ids ascending are a topological order when every parent has a smaller id (plans
-    # usually number them so): longest_path's loop over them, in one pass
-    finish: dict[int, float] = {}
-    previous: dict[int, int | None] = {}
-    end: int | None = None
-    end_finish = 0.0
-    for node in ids:
-        best_parent: int | None = None
-        best = 0.0
-        of = known.get(node)
-        if of:
-            try:
-                of = sorted(of)
-            except TypeError:  # parents that are not all ids: those among the steps count
-                return _ordered_critical_path(steps, known)
-            for parent in of:
-                done = finish.get(parent)
-                if done is None:
-                    if parent not in steps:
-                        continue
-                    return _ordered_critical_path(steps, known)  # not numbered in order
-                if done > best or best_parent is None:
-                    best, best_parent = done, parent
-        done = best + float(steps[node].duration_s or 0.0)
-        finish[node] = done
-        previous[node] = best_parent
-        if end is None or done > end_finish:  # max() of (finish, -id): the first kept on ties
-            end, end_finish = node, done
-    if end is None:
-        return []
-    path = [end]
-    while (before := previous[path[-1]]) is not None:
-        path.append(before)
-    path.reverse()
-    return path
-
-
-def _ordered_critical_path(
-    steps: Mapping[int, StepRecord], known: Mapping[int, Sequence[int]]
-) -> list[int]:
-    """:func:`_critical_path` in the steps' dependency order."""
     parents = {
-        step_id: [parent for parent in known.get(step_id, ()) if parent in steps]
-        for step_id in steps
+        step_id: [parent for parent in known.get(step_id, ()) if parent in steps] for step_id in ids
     }
-    durations = {step_id: record.duration_s or 0.0 for step_id, record in steps.items()}
-    order = dependency_order(parents)
+    # the ids' own order when every parent has a smaller id (plans usually number them so)
+    order = parents_first_order(parents)
     if order is None:  # a cycle: the plan said otherwise
         return []
+    durations = {step_id: float(steps[step_id].duration_s or 0.0) for step_id in ids}
     return longest_path(order, parents.__getitem__, durations)[0]
 
 
