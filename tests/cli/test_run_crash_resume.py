@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ import pytest
 
 from plandag.store import open_store
 from plandag.testing import MessagesServer
+from tests.sigkill import kill_at_mark
 
 TOOLS = '''
 import os
@@ -130,21 +129,7 @@ def _kill_and_resume(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    try:
-        deadline = time.monotonic() + 30
-        while not (tmp_path / "hanging").exists():
-            assert process.poll() is None, process.stderr.read() if process.stderr else ""
-            assert time.monotonic() < deadline, f"{hang_at} never started"
-            time.sleep(0.02)
-        process.send_signal(signal.SIGKILL)
-        process.wait(timeout=10)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=10)
-        if process.stderr is not None:
-            process.stderr.close()
-    assert process.returncode == -signal.SIGKILL
+    kill_at_mark(process, tmp_path / "hanging", hang_at, seconds=30)
     store = open_store(env["PLANDAG_STORE"])
     try:
         (run,) = store.runs()

@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from plandag.store import open_store
+from tests.sigkill import kill_at_mark
 
 TOOLS = '''
 import os
@@ -165,9 +164,11 @@ def _stored_transitions(path: Path) -> set[tuple[int, int, str, float]]:
         connection.close()
 
 
-def _kill_at(tmp_path: Path, point: str) -> tuple[dict[str, str], Path]:
+def _kill_at(tmp_path: Path, point: str, child: str = CHILD) -> tuple[dict[str, str], Path]:
+    """Run the chain in ``plandag exec`` started by ``child`` (a script that patches the
+    store to stop at ``point``), SIGKILL it there; returns its environment and store path."""
     (tmp_path / "crash_tools.py").write_text(TOOLS, encoding="utf-8")
-    (tmp_path / "child.py").write_text(CHILD, encoding="utf-8")
+    (tmp_path / "child.py").write_text(child, encoding="utf-8")
     (tmp_path / "plan.json").write_text(json.dumps(_plan()), encoding="utf-8")
     database = tmp_path / "store" / "runs.sqlite3"
     env = dict(os.environ)
@@ -198,21 +199,7 @@ def _kill_at(tmp_path: Path, point: str) -> tuple[dict[str, str], Path]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    try:
-        deadline = time.monotonic() + 60
-        while not (tmp_path / "hanging").exists():
-            assert process.poll() is None, process.stderr.read() if process.stderr else ""
-            assert time.monotonic() < deadline, f"the run never reached {point}"
-            time.sleep(0.02)
-        process.send_signal(signal.SIGKILL)
-        process.wait(timeout=10)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=10)
-        if process.stderr is not None:
-            process.stderr.close()
-    assert process.returncode == -signal.SIGKILL
+    kill_at_mark(process, tmp_path / "hanging", point)
     return env, database
 
 

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from plandag.store import open_store
+from tests.sigkill import kill_at_mark
 
 TOOLS = '''
 import os
@@ -137,21 +136,7 @@ def _start_and_kill(tmp_path: Path, tool: str) -> tuple[dict[str, str], str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    try:
-        deadline = time.monotonic() + 30
-        while not (tmp_path / "hanging").exists():
-            assert process.poll() is None, process.stderr.read() if process.stderr else ""
-            assert time.monotonic() < deadline, "step 3 never started"
-            time.sleep(0.05)
-        process.send_signal(signal.SIGKILL)
-        process.wait(timeout=10)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=10)
-        if process.stderr is not None:
-            process.stderr.close()
-    assert process.returncode == -signal.SIGKILL
+    kill_at_mark(process, tmp_path / "hanging", "step 3", seconds=30)
     store = open_store(env["PLANDAG_STORE"])
     try:
         (run,) = store.runs()
@@ -301,21 +286,7 @@ def _approve_and_kill(tmp_path: Path, tool: str) -> tuple[dict[str, str], str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    try:
-        deadline = time.monotonic() + 30
-        while not (tmp_path / "hanging").exists():
-            assert process.poll() is None, process.stderr.read() if process.stderr else ""
-            assert time.monotonic() < deadline, "step 3 never started"
-            time.sleep(0.05)
-        process.send_signal(signal.SIGKILL)
-        process.wait(timeout=10)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=10)
-        if process.stderr is not None:
-            process.stderr.close()
-    assert process.returncode == -signal.SIGKILL
+    kill_at_mark(process, tmp_path / "hanging", "step 3", seconds=30)
     return env, run_id
 
 

@@ -19,17 +19,15 @@ nothing; a run killed as it ended is ``crashed`` with every effect in the log on
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from plandag.store import open_store
-from tests.store.test_group_crash import TOOLS, _integrity, _plan
+from tests.store import test_group_crash as group_crash
+from tests.store.test_group_crash import _integrity
 
 CHILD = """
 import os
@@ -81,59 +79,9 @@ main()
 """
 
 
-def _kill_at(tmp_path: Path, point: str) -> tuple[dict[str, str], Path]:
-    (tmp_path / "crash_tools.py").write_text(TOOLS, encoding="utf-8")
-    (tmp_path / "child.py").write_text(CHILD, encoding="utf-8")
-    (tmp_path / "plan.json").write_text(json.dumps(_plan()), encoding="utf-8")
-    database = tmp_path / "store" / "runs.sqlite3"
-    env = dict(os.environ)
-    env.update(
-        {
-            "PLANDAG_STORE": str(database),
-            "EFFECT_LOG": str(tmp_path / "effects.log"),
-            "HANG_MARK": str(tmp_path / "hanging"),
-            "KILL_AT": point,
-        }
-    )
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "child.py",
-            "exec",
-            "plan.json",
-            "--tools",
-            "crash_tools.py",
-            "--approve",
-            "auto",
-            "--retries",
-            "0",
-        ],
-        env=env,
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not (tmp_path / "hanging").exists():
-            assert process.poll() is None, process.stderr.read() if process.stderr else ""
-            assert time.monotonic() < deadline, f"the run never reached {point}"
-            time.sleep(0.02)
-        process.send_signal(signal.SIGKILL)
-        process.wait(timeout=10)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=10)
-        if process.stderr is not None:
-            process.stderr.close()
-    assert process.returncode == -signal.SIGKILL
-    return env, database
-
-
 @pytest.mark.timeout(120)
 def test_a_run_killed_as_it_starts_is_not_stored_and_did_nothing(tmp_path: Path) -> None:
-    _, database = _kill_at(tmp_path, "run_start")
+    _, database = group_crash._kill_at(tmp_path, "run_start", CHILD)
     assert _integrity(database) == "ok"
     store = open_store(database)
     try:
@@ -148,7 +96,7 @@ def test_a_run_killed_as_it_starts_is_not_stored_and_did_nothing(tmp_path: Path)
 def test_a_run_killed_as_it_ends_is_resumed_without_repeating_an_effect(
     tmp_path: Path, point: str
 ) -> None:
-    env, database = _kill_at(tmp_path, point)
+    env, database = group_crash._kill_at(tmp_path, point, CHILD)
     assert _integrity(database) == "ok"
     store = open_store(database)
     try:
