@@ -263,11 +263,14 @@ class StepAttempts(RunState):
             except BaseExceptionGroup as group:
                 outcome = await self.failed_attempt_group(group, attempt_record)
             else:
-                escaped = self.escape_results and holds_surrogates(result)
+                escaped = result is not None and self.escape_results and holds_surrogates(result)
                 if escaped:  # what no UTF-8 writer takes, escaped before anyone sees it
                     result = escape_surrogates(result)
-                outcome = self.check_attempt(step_id, compiled_step, result, attempt_record)
-                outcome.escaped = outcome.escaped or escaped
+                if compiled_step.checks:
+                    outcome = self.check_attempt(step_id, compiled_step, result, attempt_record)
+                    outcome.escaped = outcome.escaped or escaped
+                else:  # check_attempt's answer for a step without checks
+                    outcome = AttemptOutcome(result=result, escaped=escaped)
         finally:
             if not abandoned:
                 self.end_attempt(

@@ -570,8 +570,13 @@ class _Run(StepAttempts):
         started = self.started_monotonic.get(step_id)
         if started is not None:
             record.duration_s = now - started
-        if self.plan_budget is not None:
-            self.check_plan_budget()
+        budget = self.plan_budget
+        if budget is not None:
+            # Only the time limit can have been passed since the last look: this run's
+            # spend changes in settle(), which looks at once (check_plan_budget).
+            limit = budget.time_limit_s
+            if limit is not None and self.plan_elapsed() > limit:
+                self.check_plan_budget()
 
     def succeed(self, step_id: int, record: StepRecord, outcome: AttemptOutcome) -> int | None:
         """Record success, then start every child whose parents have all succeeded.
@@ -618,7 +623,8 @@ class _Run(StepAttempts):
         steps = self.steps
         here = self.ready_here
         continue_with: int | None = None
-        stopped = self.stopping  # children left pending end skipped
+        scope = self._run_scope  # stopping: children left pending end skipped
+        stopped = scope is not None and scope.cancel_called
         for child in steps[step_id].children:
             remaining[child] -= 1
             if remaining[child] == 0 and records[child].status == "pending" and not stopped:

@@ -68,6 +68,7 @@ class StepTasks:
         "_cancelled_at",
         "_errors",
         "_loop",
+        "_next_key",
         "_scope_class",
         "_scopes",
         "_tasks",
@@ -90,8 +91,10 @@ class StepTasks:
         self.on_abandon: Callable[[dict[Any, Any]], None] | None = None
         """Called by the host with :attr:`calling` when it abandons their tasks (then
         :attr:`calling` is emptied)."""
-        self._tasks: set[asyncio.Task[None]] = set()
-        """Tasks started and not yet ended (held here: the event loop holds them weakly)."""
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        """Tasks started and not yet ended, by a number of their own (held here: the event
+        loop holds them weakly). A task ends by its number, not asking which task runs."""
+        self._next_key = 0
         self._scopes: set[anyio.CancelScope] = set()
         """The cancel scope of each running task."""
         self._errors: list[BaseException] = []
@@ -112,7 +115,9 @@ class StepTasks:
             func: an async function.
             args: its positional arguments.
         """
-        self._tasks.add(self._loop.create_task(self._run(func, args)))
+        key = self._next_key
+        self._next_key = key + 1
+        self._tasks[key] = self._loop.create_task(self._run(func, args, key))
 
     def cancel(self) -> None:
         """Cancel every task of the group the anyio way, and every task started later."""
@@ -121,7 +126,9 @@ class StepTasks:
         for scope in list(self._scopes):
             scope.cancel()
 
-    async def _run(self, func: Callable[..., Awaitable[Any]], args: tuple[Any, ...]) -> None:
+    async def _run(
+        self, func: Callable[..., Awaitable[Any]], args: tuple[Any, ...], key: int
+    ) -> None:
         scopes = self._scopes
         try:
             with self._scope_class() as scope:
@@ -148,7 +155,7 @@ class StepTasks:
             self.cancel()
         finally:
             tasks = self._tasks
-            tasks.discard(asyncio.current_task())
+            tasks.pop(key, None)  # gone already when the host abandoned it
             wake = self._wake
             if not tasks and wake is not None and not wake.done():
                 wake.set_result(None)
@@ -156,7 +163,7 @@ class StepTasks:
     def _abandon(self) -> None:
         """Abandon the tasks left (each in an abandonable call) and hand their calls over."""
         tasks = self._tasks
-        for task in tasks:
+        for task in tasks.values():
             abandon(task, self.grace_s)
         tasks.clear()
         calling = self.calling

@@ -491,7 +491,8 @@ class Tool:
                 return await run_in_daemon_thread(lambda: self.function(**kwargs))
         except (SystemExit, KeyboardInterrupt) as error:
             raise self._exit_error(error) from error
-        self._check_blocked(started)
+        if self.timeout is not None:
+            self._check_blocked(started)
         return result
 
     def invoke_inline(self, args: Mapping[str, Any], ctx: ToolContext | None = None) -> Any:
@@ -513,7 +514,8 @@ class Tool:
             result = self.function(**kwargs)
         except (SystemExit, KeyboardInterrupt) as error:
             raise self._exit_error(error) from error
-        self._check_blocked(started)
+        if self.timeout is not None:
+            self._check_blocked(started)
         return result
 
     def _exit_error(self, error: BaseException) -> PermanentStepError:
