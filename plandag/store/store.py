@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -111,9 +112,22 @@ commits a group's step rows in one ``executemany``."""
 _STARTED = 0
 _ENDED = 1
 """``?5`` of :data:`_STEP_STATE`."""
+_UNREAD = 0
+"""Bound for the parameters a row of :data:`_STEP_STATE` leaves unread (a start's
+``?6``-``?12``): the sqlite3 module binds a number directly, where a None costs it a look-up
+for an adapter."""
+_STEP_RAN = (
+    "UPDATE step SET status = ?1, attempts = COALESCE(?2, attempts), "
+    "started_at = COALESCE(started_at, ?3), args = COALESCE(?4, args), reason = NULL, "
+    "detail = NULL, ended_at = ?5, duration_s = ?6, result = ?7, result_hash = NULL, "
+    "error = NULL, segment = ?8 WHERE run_id = ?9 AND step_id = ?10"
+)
+"""A step's start and end merged (:func:`_merged_step_rows`) when the end has no reason,
+detail, result blob or error (a plain success): :data:`_STEP_STATE` with those columns set
+to NULL in the statement, not bound (10 parameters instead of 15, no ``CASE``)."""
 
 
-def _merged_step_rows(group: list[Row]) -> list[Row]:
+def _merged_step_rows(group: list[Row], *, narrow: bool = False) -> list[Row]:
     """``group`` with each step's start merged into its end when both are in it: one
     :data:`_STEP_STATE` row with the start's attempt, start time and inputs and the end's
     state, in the end's place (an update of the step's row costs SQLite more than the rest
@@ -121,7 +135,8 @@ def _merged_step_rows(group: list[Row]) -> list[Row]:
     sets only the attempt, the start time (when none is set) and the inputs, the end only
     its own columns; a start is merged only when no other write to the ``step`` table
     comes between the two (a start never moves past one). Each group is one transaction,
-    so no reader ever saw the state between them."""
+    so no reader ever saw the state between them. ``narrow``: a merged row whose end has
+    no reason, detail, result blob or error is a :data:`_STEP_RAN` row (the same update)."""
     starts: dict[tuple[Any, Any], int] = {}
     merged: list[Row | None] = []
     dropped = False
@@ -138,6 +153,31 @@ def _merged_step_rows(group: list[Row]) -> list[Row]:
                     merged[start] = None
                     dropped = True
                     begun = started[1]
+                    if (
+                        narrow
+                        and args[5] is None
+                        and args[6] is None
+                        and args[10] is None
+                        and args[11] is None
+                    ):
+                        merged.append(
+                            (
+                                _STEP_RAN,
+                                (
+                                    args[0],
+                                    begun[1],
+                                    begun[2],
+                                    begun[3],
+                                    args[7],
+                                    args[8],
+                                    args[9],
+                                    args[12],
+                                    args[13],
+                                    args[14],
+                                ),
+                            )
+                        )
+                        continue
                     args = (args[0], begun[1], begun[2], begun[3], *args[4:])
         elif starts and statement_table(sql) in ("step", None):
             starts.clear()
@@ -151,6 +191,11 @@ _TRANSITION = (
     "INSERT INTO transition (run_id, step_id, attempt, state, reason, time, segment) "
     "VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
+_TRANSITION_PLAIN = (
+    "INSERT INTO transition (run_id, step_id, attempt, state, reason, time, segment) "
+    "VALUES (?, ?, ?, ?, NULL, ?, ?)"
+)
+"""A transition without a reason (its NULL in the statement, not bound)."""
 
 
 _USAGE_COLUMNS: tuple[tuple[str, bool], ...] = (
@@ -537,7 +582,7 @@ class Store:
             path,
             busy_timeout_s=busy_timeout_s,
             interval_s=flush_interval_s,
-            coalesce=_merged_step_rows,
+            coalesce=functools.partial(_merged_step_rows, narrow=True),
         )
         """The thread that commits the queued writes in groups."""
 
@@ -1185,19 +1230,19 @@ class Store:
                     at,
                     args_text,
                     _STARTED,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
+                    _UNREAD,
+                    _UNREAD,
+                    _UNREAD,
+                    _UNREAD,
+                    _UNREAD,
+                    _UNREAD,
+                    _UNREAD,
                     segment,
                     run_id,
                     step_id,
                 ),
             ),
-            (_TRANSITION, (run_id, step_id, attempt, "running", None, at, segment)),
+            (_TRANSITION_PLAIN, (run_id, step_id, attempt, "running", at, segment)),
         )
         self.writes(rows, durable=durable)
 
@@ -1282,7 +1327,9 @@ class Store:
                     step_id,
                 ),
             ),
-            (_TRANSITION, (run_id, step_id, attempt, status, reason, at, segment)),
+            (_TRANSITION_PLAIN, (run_id, step_id, attempt, status, at, segment))
+            if reason is None
+            else (_TRANSITION, (run_id, step_id, attempt, status, reason, at, segment)),
         )
         self.writes(rows, durable=durable)
 

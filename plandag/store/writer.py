@@ -507,7 +507,7 @@ _PARAMETERS = 999
 3.32.0)."""
 _ONE_ROW = re.compile(
     r"^(\s*INSERT(?:\s+OR\s+\w+)?\s+INTO\s+\"?\w+\"?\s*\([^()]*\)\s*VALUES\s*)"
-    r"(\(\s*\?(?:\s*,\s*\?)*\s*\))\s*$",
+    r"(\(\s*(?:\?|NULL)(?:\s*,\s*(?:\?|NULL))*\s*\))\s*$",
     re.I,
 )
 
@@ -515,13 +515,13 @@ _ONE_ROW = re.compile(
 @functools.lru_cache(maxsize=64)
 def _many_rows(sql: str) -> tuple[str, int] | None:
     """``sql`` rewritten to insert several rows of values at once, and that many rows; None
-    when ``sql`` is not an ``INSERT`` of one row of plain ``?`` parameters (or has too many
-    of them for more than one row)."""
+    when ``sql`` is not an ``INSERT`` of one row of plain ``?`` parameters and ``NULL``s
+    (or has too many parameters for more than one row)."""
     found = _ONE_ROW.match(sql)
     if found is None:
         return None
     values = found.group(2)
-    size = min(VALUES_ROWS, _PARAMETERS // values.count("?"))
+    size = min(VALUES_ROWS, _PARAMETERS // max(values.count("?"), 1))
     if size < 2:
         return None
     return found.group(1) + ", ".join([values] * size), size

@@ -89,8 +89,9 @@ def _transitions(group):
     found = []
     for sql, args in group:
         if sql.startswith("INSERT INTO transition"):
-            # (run, step, attempt, state, reason, time, segment)
-            found.append([args[1], args[2], args[3], args[5]])
+            # (run, step, attempt, state, reason, time, segment); a transition without a
+            # reason has its NULL in the statement, not among the parameters
+            found.append([args[1], args[2], args[3], args[-2]])
     return found
 
 
