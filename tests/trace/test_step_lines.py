@@ -5,9 +5,12 @@ surrogates, values that are not JSON, and keys that mask or make a mapping a per
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import struct
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ from hypothesis import strategies as st
 from plandag.checks.base import CheckOutcome
 from plandag.scheduler import events
 from plandag.scheduler.result import AttemptRecord, StepErrorInfo, StepRecord
+from plandag.trace import lines as lines_module
 from plandag.trace.lines import StepLines
 from plandag.trace.redact import Redactor
 from plandag.trace.writer import TraceWriter
@@ -244,6 +248,47 @@ def test_numbers_are_written_as_the_encoder_writes_them() -> None:
         assert lines.value(number) == __import__("json").dumps(number)
     for odd in (math.nan, math.inf, -math.inf):
         assert lines.value(odd) is None
+
+
+def _bits_to_float(bits: int) -> float:
+    return struct.unpack("<d", struct.pack("<Q", bits))[0]
+
+
+_BAND_EDGES = [
+    edge
+    for bound in (0.0001, 1e16, 2.0**30, 2.0**31, 1e9, 1e15)
+    for edge in (math.nextafter(bound, 0.0), bound, math.nextafter(bound, math.inf))
+]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(
+    number=st.one_of(
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.floats(1e9, 2.2e9),
+        st.floats(0.0, 1e6),
+        st.integers(0, 2**64 - 1).map(_bits_to_float).filter(math.isfinite),
+        st.integers(0, 2**22).map(lambda part: 1796658087 + part / 2**22),
+        st.sampled_from(_BAND_EDGES),
+    )
+)
+def test_a_float_is_written_as_the_encoder_writes_it(number: float) -> None:
+    # times since the epoch are written by another serializer than float.__repr__: the
+    # same text, for any finite float
+    assert lines_module._float(number) == float.__repr__(number) == json.dumps(number)
+    assert StepLines("r", 0, None).value(number) == json.dumps(number)
+
+
+def test_times_a_run_writes_are_written_as_the_encoder_writes_them() -> None:
+    # a clock's times, microseconds apart, and their halves at the last bit (ties)
+    now = time.time()
+    for offset in range(20_000):
+        value = now + offset * 1.3e-6
+        assert lines_module._float(value) == float.__repr__(value)
+    for whole in (1_073_741_824, 1_796_658_087, 2_147_483_647):
+        for eighths in range(0, 2**11, 7):
+            value = whole + eighths / 2**11
+            assert lines_module._float(value) == float.__repr__(value)
 
 
 def test_a_span_that_cannot_be_written_leaves_its_step_end_written(tmp_path: Path) -> None:
