@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from json.encoder import encode_basestring
 from typing import Any
 
@@ -33,6 +34,7 @@ __all__ = ["LINE_ENCODER", "StepLines", "attempt_status"]
 LINE_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 _CANCEL_REASONS = frozenset({"deadline", "stalled", "interrupted"})
+
 
 # The keys of the lines StepLines writes (the writer's _observe and _step_span).
 _FIXED_KEYS = (
@@ -157,8 +159,14 @@ class StepLines:
         self._keys: dict[str, int] = {}
         # tool name -> the end of a span name's JSON text (names are written as they are)
         self._names: dict[str, str] = {}
-        # step id -> the time of its last step_started line and that time's JSON text
-        self._starts: dict[int, tuple[Any, str]] = {}
+        # step id -> the time of its last step_started line, that time's JSON text and the
+        # id's
+        self._starts: dict[int, tuple[Any, str, str]] = {}
+        # tool name -> the texts of a plain step's lines around it (:meth:`_tool_parts`),
+        # and those that hold only the status ``succeeded`` (:meth:`_plain_parts`), for the
+        # redactor's current rules
+        self._tools: dict[str, tuple[str, str, str]] = {}
+        self._plain: tuple[str, str, str] | None = None
 
     def ready(self) -> bool:
         """Whether the step lines can be written here now (the redactor's rules keep every
@@ -166,12 +174,18 @@ class StepLines:
         redact = self._redact
         if redact is None:
             return True
-        rules = redact.rules()
+        # Redactor.rules() without its call: the rules it read last, while the number of
+        # environment variables is the one it read them with
+        rules = redact._environment
+        if rules is not self._rules or rules is None or len(os.environ) != redact._environment_size:
+            rules = redact.rules()
         if rules is not self._rules:
             self._rules = rules
             self._texts.clear()
             self._kept_texts.clear()
             self._keys.clear()
+            self._tools.clear()
+            self._plain = None
             self._fixed = all(self._key_kind(key) == KEY_PLAIN for key in _FIXED_KEYS) and (
                 self._key_kind("step_id") in (KEY_PLAIN, KEY_NUMBERS)
             )
@@ -336,18 +350,20 @@ class StepLines:
         """The ``step_started`` line, or None (the general way writes it)."""
         if type(step_id) is not int or type(tool) is not str or type(attempt) is not int:
             return None
-        masked = self._texts.get(tool)
-        if masked is None:
-            masked = self._learn(tool)[0]
+        parts = self._tools.get(tool)
+        if parts is None:
+            parts = self._tool_parts(tool)
         when = _float(time) if type(time) is float and time - time == 0.0 else _number(time)
         if when is None:
             return None
-        if len(self._starts) >= _TEXTS:
-            self._starts.clear()
-        self._starts[step_id] = (time, when)  # the span's start, when the step ends
+        starts = self._starts
+        if len(starts) >= _TEXTS:
+            starts.clear()
+        number = str(step_id)
+        starts[step_id] = (time, when, number)  # the span's start, when the step ends
         return (
-            f'{self._event_head}{when},"kind":"step_started","attrs":{{"step_id":{step_id},'
-            f'"tool":{masked},"attempt":{attempt}}}}}\n'
+            f'{self._event_head}{when},"kind":"step_started","attrs":{{"step_id":{number}'
+            f"{parts[0]}{attempt}}}}}\n"
         )
 
     def ended(
@@ -466,10 +482,10 @@ class StepLines:
             depends_on: the step's parents; args: its args (or None).
             result: the JSON text of its result (:meth:`result`).
         """
+        record_id = record.id
         if (
             type(step_id) is not int
-            or type(record.id) is not int
-            or record.id != step_id
+            or (record_id is not step_id and (type(record_id) is not int or record_id != step_id))
             or record.status != "succeeded"
             or record.reason is not None
             or record.detail is not None
@@ -480,77 +496,106 @@ class StepLines:
         ):
             return None
         attempt = record.attempt_log[0]
-        number, tool = attempt.number, record.tool
+        attempt_number, tool = attempt.number, record.tool
         if (
             attempt.reason is not None
             or attempt.error is not None
             or attempt.retry is not None
             or attempt.children
-            or type(number) is not int
+            or type(attempt_number) is not int
             or type(tool) is not str
         ):
             return None
-        start, end, began, finish = (
-            record.started_at,
-            record.ended_at,
-            attempt.started_at,
-            attempt.ended_at,
-        )
+        start, end, finish = record.started_at, record.ended_at, attempt.ended_at
         # the same time is written once: the event's is the span's end, the attempt's start
         # the span's start (the runner's own objects)
         when = _float(end) if type(end) is float and end - end == 0.0 else _number(end)
         known = self._starts.pop(step_id, None)
         if known is not None and known[0] is start:  # written by its step_started line
             since: str | None = known[1]
+            number = known[2]
         else:
             since = (
                 _float(start) if type(start) is float and start - start == 0.0 else _number(start)
             )
-        ended = (
-            when
-            if time is end
-            else (_float(time) if type(time) is float and time - time == 0.0 else _number(time))
-        )
-        first = (
-            since
-            if began is start
-            else (
+            number = str(step_id)
+        if time is end:
+            ended = when
+        else:
+            ended = _float(time) if type(time) is float and time - time == 0.0 else _number(time)
+        began = attempt.started_at
+        if began is start:
+            first = since
+        else:
+            first = (
                 _float(began) if type(began) is float and began - began == 0.0 else _number(began)
             )
-        )
-        last = (
-            _float(finish) if type(finish) is float and finish - finish == 0.0 else _number(finish)
-        )
+        if finish is end:
+            last = when
+        else:
+            last = (
+                _float(finish)
+                if type(finish) is float and finish - finish == 0.0
+                else _number(finish)
+            )
         if when is None or since is None or ended is None or first is None or last is None:
             return None
-        parents = _ints(depends_on)
-        if parents is None:
-            parents = self.value(depends_on)
+        if type(depends_on) is list and len(depends_on) == 1 and type(depends_on[0]) is int:
+            parents: str | None = f"[{depends_on[0]}]"  # a chain's step
+        else:
+            parents = _ints(depends_on)
+            if parents is None:
+                parents = self.value(depends_on)
         given = "null" if args is None else self.value(args)
         if parents is None or given is None:
             return None
-        texts = self._texts
-        status = texts.get("succeeded")
-        if status is None:
-            status = self._learn("succeeded")[0]
-        masked = texts.get(tool)
+        tool_parts = self._tools.get(tool)
+        if tool_parts is None:
+            tool_parts = self._tool_parts(tool)
+        plain = self._plain
+        if plain is None:
+            plain = self._plain_parts()
+        return (
+            f'{self._event_head}{ended},"kind":"step_ended","attrs":{{"step_id":{number}'
+            f'{plain[0]}{when},"kind":"step","name":"step {number}{tool_parts[1]}{since}'
+            f',"end":{when},"attrs":{{"step_id":{number}{tool_parts[2]}{parents}'
+            f',"attempts":[{{"attempt":{attempt_number},"start":{first},"end":{last}'
+            f'{plain[1]}{given},"result":{result}{plain[2]}'
+        )
+
+    def _tool_parts(self, tool: str) -> tuple[str, str, str]:
+        """The texts of a plain step's lines that follow ``step_id``'s value and hold the
+        tool's name: in the ``step_started`` line, the span's name and the span's attrs."""
+        masked = self._texts.get(tool)
         if masked is None:
             masked = self._learn(tool)[0]
         named = self._names.get(tool)
         if named is None:
             named = self._name(tool)
-        return (
-            f'{self._event_head}{ended},"kind":"step_ended","attrs":{{"step_id":{step_id},'
-            f'"status":{status},"reason":null}}}}\n'
-            f'{self._span_head}{when},"kind":"step","name":"step {step_id} {named},'
-            f'"start":{since},"end":{when},'
-            f'"attrs":{{"step_id":{step_id},"tool":{masked},"status":{status},'
-            f'"reason":null,"detail":null,"error":null,"depends_on":{parents},'
-            f'"attempts":[{{"attempt":{number},"start":{first},"end":{last},'
-            f'"status":{status},"reason":null,"error":null}}],"checks":[],'
-            f'"args":{given},"result":{result},"superseded_by":null,'
-            f'"segment":{self._segment},"restored":false}}}}\n'
+        status = self.text("succeeded")
+        parts = (
+            f',"tool":{masked},"attempt":',
+            f' {named},"start":',
+            f',"tool":{masked},"status":{status},"reason":null,"detail":null,"error":null,'
+            '"depends_on":',
         )
+        if len(tool) <= _TEXT_CHARACTERS:
+            if len(self._tools) >= _TEXTS:
+                self._tools.clear()
+            self._tools[tool] = parts
+        return parts
+
+    def _plain_parts(self) -> tuple[str, str, str]:
+        """The texts of a plain step's lines that hold its status and nothing that varies:
+        after the step_ended line's ``step_id``, after the attempt's end, after the
+        result."""
+        status = self.text("succeeded")
+        self._plain = (
+            f',"status":{status},"reason":null}}}}\n{self._span_head}',
+            f',"status":{status},"reason":null,"error":null}}],"checks":[],"args":',
+            f',"superseded_by":null,"segment":{self._segment},"restored":false}}}}\n',
+        )
+        return self._plain
 
     def _name(self, tool: str) -> str:
         """The JSON text of a span name ``step N TOOL`` after its opening ``"step N ``: the
