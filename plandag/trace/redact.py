@@ -984,6 +984,8 @@ class Redactor:
         self.personal = personal
         self._environment: tuple[str, ...] | None = None
         self._environment_size = -1
+        # the environment's secret values read last and their JSON forms (keeps_json_text)
+        self._json_forms: tuple[tuple[str, ...] | None, tuple[str, ...]] = (None, ())
         # each thread's walk over the current environment's values, made once (a walk keeps
         # the containers it is inside, so a thread never shares one)
         self._walks = threading.local()
@@ -1031,15 +1033,21 @@ class Redactor:
         """
         if self.personal:
             return False
-        if any(letter in text for letter in CASE_LOOKALIKES):
-            return False
+        for letter in CASE_LOOKALIKES:
+            if letter in text:
+                return False
         lowered = text.lower()
-        if any(word in lowered for word in _JSON_TEXT_WORDS) or holds_url_password(text):
+        for word in _JSON_TEXT_WORDS:
+            if word in lowered:
+                return False
+        if holds_url_password(text):
             return False
-        return not any(
-            json.dumps(value, ensure_ascii=False)[1:-1] in text
-            for value in self._walk().environment
-        )
+        environment = self.rules()
+        known, forms = self._json_forms
+        if known is not environment:  # each value's JSON form, made once per reading
+            forms = tuple(json.dumps(value, ensure_ascii=False)[1:-1] for value in environment)
+            self._json_forms = (environment, forms)
+        return not forms or all(form not in text for form in forms)
 
     def text(self, text: str) -> str:
         """``text`` masked as a string value under a key that names nothing special:
