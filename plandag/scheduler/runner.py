@@ -1,8 +1,12 @@
 """The event-driven runner (ARCHITECTURE.md, "Execution").
 
 No polling loop: every step keeps a count of parents that have not succeeded yet. When a
-step succeeds, each child's count drops by one, and every child at zero is started at once
-(``start_soon`` of the run's task group, :mod:`plandag.scheduler.tasks`). When a step
+step succeeds, each child's count drops by one, and every child at zero is started at once:
+the task that ran the step goes on with one of them, and the others wait in a queue the
+run's tasks take from; a standby task of the run's task group
+(:mod:`plandag.scheduler.tasks`) takes the next one as soon as every task running steps is
+suspended, and another standby is started while steps wait, so no waiting step is ever held
+up by a step that suspends, and steps that never suspend run without a task each. When a step
 fails, its descendants are marked ``skipped`` with ``reason="upstream_failed"``;
 independent branches run to the end. This is the scheduler
 LLMCompiler (Kim et al., ICML 2024) describes, without its 10 ms polling loop.
@@ -236,12 +240,17 @@ class _Run(StepAttempts):
                     last_yield = time.perf_counter()
         finally:
             self.driving_in_order = False
-            self.active -= 1
-            if not self.active:
-                if self.idle_event is not None:
-                    self.idle_event.set()
-                if self.waiting_for_person:
-                    self.update_pause()
+            self.task_ended()
+
+    def task_ended(self) -> None:
+        """A step task (or a step waiting in :attr:`ready_queue`) is done: one fewer
+        :attr:`active`; at none, the run is idle."""
+        self.active -= 1
+        if not self.active:
+            if self.idle_event is not None:
+                self.idle_event.set()
+            if self.waiting_for_person:
+                self.update_pause()  # nothing runs while a person decides
 
     def seed(self) -> list[int]:
         """Mark the steps of ``completed`` succeeded with their results (a resumed run:
@@ -351,11 +360,45 @@ class _Run(StepAttempts):
 
     # -- one step --------------------------------------------------------------------------
 
-    async def run_step(self, step_id: int) -> None:
-        """Run a step, then go on in this same task with one of the children it made ready.
+    async def stand_by(self) -> None:
+        """A standby task: take a step waiting in :attr:`ready_queue` and run it (then go on
+        as :meth:`run_step` does), or end when none is left (the tasks that ran on took
+        them all).
 
-        The other ready children start in tasks of their own at once; continuing with one
-        in the current task saves a task spawn per step along every chain.
+        It runs when every task before it in the event loop's queue is suspended or done:
+        a step that suspends holds up no waiting step. Before running its step it starts
+        two more standbys when steps still wait and none is pending, so that a fan-out of
+        steps that all suspend starts in a few loop turns (doubling).
+        """
+        self.standbys -= 1
+        queue = self.ready_queue
+        if queue and not self.stopping:
+            step_id = queue.popleft()
+            self.active -= 1  # the step is this task's now
+            if queue and not self.standbys:
+                self.start_standbys(2)
+            await self.run_step(step_id)
+            return
+        if self.stopping:  # the steps left waiting end skipped (finish)
+            self.active -= len(queue)
+            queue.clear()
+        self.task_ended()
+
+    def start_standbys(self, count: int) -> None:
+        """Start ``count`` standby tasks (:meth:`stand_by`)."""
+        task_group = self.task_group
+        assert task_group is not None
+        self.standbys += count
+        self.active += count
+        for _ in range(count):
+            task_group.start_soon(self.stand_by)
+
+    async def run_step(self, step_id: int) -> None:
+        """Run a step, then go on in this same task with one of the children it made ready,
+        then with the steps waiting in :attr:`ready_here` and :attr:`ready_queue`.
+
+        Continuing in the current task saves a task spawn per step along every chain, and
+        per step of a fan-out whose steps do not suspend.
         """
         next_step: int | None = step_id
         last_yield = time.perf_counter()
@@ -364,20 +407,19 @@ class _Run(StepAttempts):
         try:
             while next_step is not None:
                 next_step = await self.run_one_step(next_step)
-                if next_step is None and self.ready_here and not self.stopping:
-                    next_step = self.ready_here.popleft()  # left there when stopping: skipped
+                if next_step is None and not self.stopping:  # else left: skipped
+                    if self.ready_here:
+                        next_step = self.ready_here.popleft()
+                    elif self.ready_queue:
+                        next_step = self.ready_queue.popleft()
+                        self.active -= 1  # the step is this task's now
                 if next_step is not None and time.perf_counter() - last_yield > _YIELD_EVERY_S:
                     # A chain of inline steps never suspends on its own: let other tasks
                     # (siblings, the heartbeat, the deadline) in at least every few ms.
                     await anyio.lowlevel.checkpoint()
                     last_yield = time.perf_counter()
         finally:
-            self.active -= 1
-            if not self.active:
-                if self.idle_event is not None:
-                    self.idle_event.set()
-                if self.waiting_for_person:
-                    self.update_pause()  # nothing runs while a person decides
+            self.task_ended()
 
     async def run_one_step(self, step_id: int) -> int | None:
         """Run one step to a terminal state, then start its ready children or prune.
@@ -584,8 +626,9 @@ class _Run(StepAttempts):
         Ready children whose tool is inline (sync code that never suspends) and under
         no concurrency limit are queued in :attr:`ready_here`, to run one after another
         in the tasks already running (they would never overlap in tasks of their own
-        either); every other ready child is started in a new task here, except one the
-        caller runs next itself when nothing is queued.
+        either); the caller runs one other ready child next itself when nothing is queued
+        there, and the rest wait in :attr:`ready_queue` for a task (:meth:`stand_by`; a
+        session starts each in a new task here).
 
         Returns:
             The step the caller runs next in its own task (a queued one first), or None.
@@ -639,6 +682,11 @@ class _Run(StepAttempts):
                     here.append(child)  # never suspends: run in this task, no task spawned
                 elif continue_with is None:
                     continue_with = child
+                elif self.queues_inline_steps:
+                    self.active += 1
+                    self.ready_queue.append(child)
+                    if not self.standbys:
+                        self.start_standbys(1)
                 else:
                     self.active += 1
                     task_group.start_soon(self.run_step, child)

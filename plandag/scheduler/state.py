@@ -202,7 +202,8 @@ class RunState:
         """``ToolContext.step_state`` of each step that took a context, kept across attempts."""
         self.remaining: dict[int, int] = {}
         self.active = 0
-        """Step tasks started and not yet ended (each may run a chain of steps)."""
+        """Step tasks started and not yet ended (each may run a chain of steps), and steps
+        waiting in :attr:`ready_queue` (each as good as a task started)."""
         self.idle_event: anyio.Event | None = None
         """Set when ``active`` drops to 0 (a session's ``settled()`` waits on it)."""
         self.gave_up = False
@@ -261,13 +262,21 @@ class RunState:
         abandons a step's task whose async tool ignores its cancellation; None otherwise
         (async tools are then called through :attr:`tool_calls`)."""
         self.queues_inline_steps = True
-        """Whether ready steps of inline tools are queued in :attr:`ready_here` (a session
-        starts each ready step in a task of its own: its caller works on the session
-        between the steps' turns, and that order is kept)."""
+        """Whether ready steps are queued in :attr:`ready_here` and :attr:`ready_queue` (a
+        session starts each ready step in a task of its own: its caller works on the
+        session between the steps' turns, and that order is kept)."""
         self.ready_here: collections.deque[int] = collections.deque()
         """Ready steps of inline tools under no concurrency limit, waiting to run in a
         task already running steps (the one that queued them runs them when its chain
         ends; :meth:`~plandag.scheduler.runner._Run.succeed`)."""
+        self.ready_queue: collections.deque[int] = collections.deque()
+        """Ready steps that may suspend, made ready beside a step its task runs next: the
+        run's tasks take them in turn as their own steps end, and a standby task takes
+        one whenever the tasks running steps are all suspended
+        (:meth:`~plandag.scheduler.runner._Run.stand_by`)."""
+        self.standbys = 0
+        """Standby tasks started that have not run yet (at least one while
+        :attr:`ready_queue` holds a step)."""
         self.in_order = not self.observers and all_inline
         """Whether :meth:`run_steps` may run the steps one after another in plan order, in
         one task (every tool inline, nobody observing: see :meth:`run_in_order`)."""
