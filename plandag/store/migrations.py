@@ -271,6 +271,18 @@ MIGRATIONS: tuple[Migration, ...] = (
             "DROP INDEX step_tool",  # the new index begins with its columns
         ),
     ),
+    Migration(
+        9,
+        "the index of durations holds succeeded steps only (a step declared, running, failed "
+        "or skipped has no entry in it, so declaring a run's steps and ending one writes none)",
+        (
+            "DROP INDEX step_durations",
+            # read by Store.tool_durations, whose queries say the index's WHERE terms (or
+            # SQLite does not use it) and read no column outside it (status included)
+            "CREATE INDEX step_durations ON step (tool, duration_s, run_id, status) "
+            "WHERE status = 'succeeded' AND duration_s IS NOT NULL",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 """The schema version this release writes."""

@@ -1047,7 +1047,8 @@ class Store:
             ]
         else:
             wanted = sorted(set(tools))
-        # each figure read from the index of durations by tool (migration 8): the distinct
+        # each figure read from the index of succeeded steps' durations by tool (migration
+        # 9: a partial index, used only by queries that say its WHERE terms): the distinct
         # runs counted up to min_runs, the steps counted, the one or two middle durations
         # read in order; no stored step row is read
         measured: dict[str, float] = {}

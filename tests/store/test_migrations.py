@@ -85,3 +85,36 @@ def test_a_failed_migration_is_rolled_back_whole(tmp_path: Path) -> None:
     assert "escalation" not in tables
     assert "estimate" not in _columns(connection, "plan_version")
     connection.close()
+
+
+def test_a_version_8_store_keeps_its_measured_durations_with_the_index_of_succeeded_steps(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "runs.sqlite3"
+    with open_store(path) as store:
+        for number in range(6):
+            run_id = f"r{number}"
+            store.create_run(run_id, command="exec", goal=None, params={}, options={})
+            store.declare_steps(run_id, [(step, "fetch", "none") for step in range(4)])
+            store.step_ended(run_id, 0, "succeeded", 1.0, duration_s=0.1 * number, durable=False)
+            store.step_ended(run_id, 1, "succeeded", 1.0, duration_s=None, durable=False)
+            store.step_ended(run_id, 2, "failed", 1.0, duration_s=9.0, durable=False)
+            store.step_started(run_id, 3, 1, 1.0, durable=False)
+        measured = store.tool_durations()
+    assert measured == {"fetch": 0.25}
+    # the schema of version 8: an index of every step's state and duration
+    connection = sqlite3.connect(path, isolation_level=None)
+    connection.execute("DROP INDEX step_durations")
+    connection.execute("CREATE INDEX step_durations ON step (tool, status, duration_s, run_id)")
+    connection.execute("PRAGMA user_version = 8")
+    connection.close()
+
+    with open_store(path) as store:
+        assert schema_version(store.connection) == SCHEMA_VERSION
+        (sql,) = store.connection.execute(
+            "SELECT sql FROM sqlite_master WHERE name = 'step_durations'"
+        ).fetchone()
+        assert "WHERE status = 'succeeded' AND duration_s IS NOT NULL" in sql
+        assert store.tool_durations() == measured
+        assert store.tool_durations(["fetch"], min_runs=6) == measured
+        assert store.tool_durations(["fetch"], min_runs=7) == {}
