@@ -70,7 +70,12 @@ from plandag.scheduler.gate import compiled_plan_document
 from plandag.scheduler.result import RunResult
 from plandag.scheduler.session import open_session
 from plandag.store.recorder import StoreRecorder
-from plandag.store.sealing import sealed_store_text, unseal
+from plandag.store.sealing import (
+    may_need_sealing_by_rules,
+    sealed_store_json_text,
+    sealed_store_text,
+    unseal,
+)
 from plandag.store.store import StepRow, Store
 from plandag.tools.registry import Registry
 
@@ -301,11 +306,16 @@ def _record_run(
     text = _plan_text(plan, plan_json, document.standard) if document.plain else None
     measured = store.tool_durations({step.tool.name for step in compiled.steps.values()})
     estimate = estimate_plan(compiled, measured=measured, executor_model=options.executor_model)
-    estimate_json = estimate.as_json()
-    try:  # as_json's text (made entry by entry), for store_json(estimate_json)
-        estimate_text: str | None = sealed_store_text(estimate_json, text=estimate.json_text())
+    estimate_json: dict[str, Any] | None = None
+    estimate_text: str | None = None
+    try:  # as_json's text, made entry by entry
+        estimate_text = estimate.json_text()
     except (TypeError, ValueError):  # a figure NaN, infinite or not a number: converted
-        estimate_text = None
+        estimate_json = estimate.as_json()
+    else:  # store_json(as_json()), the text decoded only when sealing may change it
+        estimate_text = sealed_store_json_text(
+            estimate_text, may_need_sealing_by_rules(estimate_text)
+        )
     store.create_run_with_plan(
         run_id,
         command=command,
@@ -316,8 +326,8 @@ def _record_run(
         plan_hash=digest,
         source=source,
         estimate=estimate_json,
-        # store_json(estimate_json): as_json holds str keys, lists, strings, numbers and
-        # None, which to_jsonable returns as they are when every number is finite
+        # store_json(as_json()): as_json holds str keys, lists, strings, numbers and None,
+        # which to_jsonable returns as they are when every number is finite
         estimate_text=estimate_text,
         # store_json(plan_json): to_jsonable returns a plain plan as it is
         text=sealed_store_text(plan_json, text=text) if text is not None else None,

@@ -21,8 +21,14 @@ __all__ = [
     "json_form",
 ]
 
+# without the check for cycles: a value of the standard form is nested less than 100 levels
+# (json_form), so it holds none
 _CANONICAL_ENCODER = json.JSONEncoder(
-    ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
+    ensure_ascii=False,
+    sort_keys=True,
+    separators=(",", ":"),
+    allow_nan=False,
+    check_circular=False,
 )
 _SAFE_INTEGER = 2**53 - 1
 # How deep and how large a value :func:`json_form` calls plain: well within
@@ -105,8 +111,9 @@ def _form_of(value: Any, depth: int, budget: list[int]) -> int:
 
 def canonical_bytes(value: Any, form: int) -> bytes:
     """The RFC 8785 canonical JSON of a plain ``value`` whose :func:`json_form` is
-    ``form``: written by the standard library's C encoder when that gives the same bytes,
-    by ``rfc8785`` otherwise (and for its errors: a lone surrogate)."""
+    ``form`` (as that function gives it: a value of the standard form holds no cycle):
+    written by the standard library's C encoder when that gives the same bytes, by
+    ``rfc8785`` otherwise (and for its errors: a lone surrogate)."""
     if form == STANDARD:
         try:
             return _CANONICAL_ENCODER.encode(value).encode("utf-8")

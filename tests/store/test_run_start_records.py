@@ -162,3 +162,41 @@ def test_a_run_and_its_plan_are_committed_together(tmp_path: Path) -> None:
         assert [version.hash for version in store.plan_versions("r1")] == ["ab" * 32]
     finally:
         store.close()
+
+
+@tool
+def bearer_token_note(text: Any) -> Any:
+    """Return ``text`` (a name the store's sealing rules look at: ``bearer``, ``token``)."""
+    return text
+
+
+@pytest.mark.parametrize("with_secret_rules", [False, True])
+def test_the_estimate_is_stored_as_its_conversion_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, with_secret_rules: bool
+) -> None:
+    # the estimate's text names every step's tool: with a name the sealing rules look at,
+    # the text is decoded and sealed; without, stored as it is
+    monkeypatch.setenv("PLANDAG_TEST_API_KEY", SECRET)
+    registry = Registry()
+    registry.add_tool(note)
+    registry.add_tool(bearer_token_note)
+    name = "bearer_token_note" if with_secret_rules else "note"
+    plan = {
+        "goal": "g",
+        "steps": [
+            {"id": 1, "tool": name, "args": {"text": "a"}},
+            {"id": 2, "tool": "note", "args": {"text": "<step_1_result>", "seconds": 0.5}},
+        ],
+    }
+    store = open_store(tmp_path / "runs.sqlite3")
+    try:
+        compiled = compile_plan(plan, registry)
+        options = RunOptions()
+        estimate = plan_estimate(store, compiled, executor_model=options.executor_model)
+        outcome = anyio.run(lambda: start_run(store, compiled, options, command="exec"))
+        assert outcome.status == "succeeded"
+        plan_rows, _ = _columns(store, outcome.run_id)
+        assert plan_rows[0][4] == store_json(estimate.as_json())
+        assert json.loads(plan_rows[0][4])["steps"]["1"]["tool"] == name
+    finally:
+        store.close()
