@@ -182,8 +182,10 @@ class StoreRecorder:
         Sets :attr:`failure` to the last error when every try failed.
         """
         rows = []
+        written = {} if self.errors else self._written  # after a failed write: every step
         for step_id, record in result.steps.items():
-            if not self.errors and self._written.get(step_id) == (
+            superseded = record.superseded_by
+            if written.get(step_id) == (
                 (
                     record.status,
                     record.reason,
@@ -193,7 +195,7 @@ class StoreRecorder:
                     record.error is not None,
                     record.attempts,
                 ),
-                tuple(sorted(record.superseded_by or ())),
+                tuple(sorted(superseded)) if superseded else (),
             ):
                 continue
             step = self.steps.get(step_id)
