@@ -42,6 +42,7 @@ from plandag.errors import InputError
 from plandag.surrogates import escape_json_text, escape_text, has_surrogates
 from plandag.trace.redact import (
     CASE_LOOKALIKES,
+    LONG_TEXT,
     SECRET_MASK,
     environment_secrets,
     holds_url_password,
@@ -49,6 +50,7 @@ from plandag.trace.redact import (
     is_secret_key,
     scrub_secret_text,
     scrub_secret_values,
+    word_finder,
 )
 
 __all__ = [
@@ -205,11 +207,18 @@ def may_need_sealing_by_rules(text: str) -> bool:
     may give it; :func:`sealed_store_json_text` takes it."""
     if any(letter in text for letter in CASE_LOOKALIKES):
         return True
-    lowered = text.lower()
-    for guard, words in _GUARDED:
-        if guard in lowered and any(word in lowered for word in words):
+    if len(text) >= LONG_TEXT:  # a plan's text, say: its words looked for once with the trace
+        held = word_finder(text)
+        if any(held(guard) and any(map(held, words)) for guard, words in _GUARDED):
             return True
-    if "cookie" in lowered and _COOKIE_PAIR.search(text):
+        cookie = held("cookie")
+    else:
+        lowered = text.lower()
+        for guard, words in _GUARDED:
+            if guard in lowered and any(word in lowered for word in words):
+                return True
+        cookie = "cookie" in lowered
+    if cookie and _COOKIE_PAIR.search(text):
         return True
     return holds_url_password(text)  # matches in JSON text exactly as in its strings
 

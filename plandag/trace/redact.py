@@ -41,6 +41,7 @@ __all__ = [
     "EMAIL_MASK",
     "KEY_NUMBERS",
     "KEY_PLAIN",
+    "LONG_TEXT",
     "NAME_MASK",
     "PHONE_MASK",
     "SECRET_MASK",
@@ -57,6 +58,7 @@ __all__ = [
     "scrub_secret_text",
     "scrub_secret_values",
     "scrub_secrets",
+    "word_finder",
 ]
 
 SECRET_MASK = "[secret]"
@@ -234,6 +236,37 @@ def may_hold_word(text: str, words: Iterable[str]) -> bool:
         return True
     lowered = text.lower()
     return any(word in lowered for word in words)
+
+
+LONG_TEXT = 4096
+"""Characters from which a text's words are looked for with :func:`word_finder`, which
+keeps what it found for the next caller asking about the same text (a run's plan: the store
+seals it, then the trace writes it); shorter texts are lowered by each caller."""
+_last_words: tuple[str, str, dict[str, bool]] = ("", "", {})
+
+
+def word_finder(text: str) -> Callable[[str], bool]:
+    """A function telling whether ``text.lower()`` holds a word (lower-case ASCII), for a
+    text of :data:`LONG_TEXT` characters or more: the lowered text and each word's answer
+    are kept until a function is asked for another text, so that callers looking at the
+    same text in turn (the same ``str`` object) lower it and search it for a word once.
+
+    Args:
+        text: any text.
+    """
+    global _last_words
+    last = _last_words
+    if last[0] is not text:
+        last = _last_words = (text, text.lower(), {})
+    _, lowered, found = last
+
+    def held(word: str) -> bool:
+        answer = found.get(word)
+        if answer is None:
+            answer = found[word] = word in lowered
+        return answer
+
+    return held
 
 
 _AUTH_WORDS = ("bearer", "basic")
@@ -1036,10 +1069,14 @@ class Redactor:
         for letter in CASE_LOOKALIKES:
             if letter in text:
                 return False
-        lowered = text.lower()
-        for word in _JSON_TEXT_WORDS:
-            if word in lowered:
+        if len(text) >= LONG_TEXT:  # a plan's text, say: the store looks at it too
+            if any(map(word_finder(text), _JSON_TEXT_WORDS)):
                 return False
+        else:
+            lowered = text.lower()
+            for word in _JSON_TEXT_WORDS:
+                if word in lowered:
+                    return False
         if holds_url_password(text):
             return False
         environment = self.rules()

@@ -91,6 +91,10 @@ def _lines(path: Path) -> list[dict[str, Any]]:
         {"text": {"ação": [1.0, 1e-05, 1e21, -0.0, None, True], "k": "\u2028"}, "seconds": 3.5},
         {"text": {"Authorization": f"Bearer {SECRET}", "url": "https://u:pw@h.example/x"}},
         {"text": f"the key is {SECRET}"},
+        # plans whose text is long: the store and the trace look for words in it in turn
+        {"text": "long " * 1000, "seconds": 0.5},
+        {"text": "long " * 1000 + f"Bearer {SECRET}"},
+        {"text": "long " * 1000 + SECRET},
     ],
 )
 def test_a_new_run_records_what_the_plans_conversion_gives(
