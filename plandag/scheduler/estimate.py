@@ -185,21 +185,28 @@ class PlanEstimate:
         """
         head = _encode(self._head_json())
         written: dict[tuple[Any, ...], str] = {}
+        # the same objects (a tool's name and figures, shared by its steps' estimates) have
+        # the same text: looked up by identity first (the objects live as long as the loop)
+        same: dict[tuple[int, int, int, int], str] = {}
         parts: list[str] = []
         for step_id, item in sorted(self.steps.items()):
             tool, cost, seconds, source = item.tool, item.cost_usd, item.seconds, item.source
-            # with the types, and a zero's text: what == does not tell apart is written
-            # otherwise (0 and 0.0, 0.0 and -0.0, 1 and True)
-            key = (
-                *(tool, type(tool), source),
-                *(cost, type(cost), cost == 0 and str(cost)),
-                *(seconds, type(seconds), seconds == 0 and str(seconds)),
-            )
-            entry = written.get(key)
+            objects = (id(tool), id(cost), id(seconds), id(source))
+            entry = same.get(objects)
             if entry is None:
-                entry = written[key] = _encode(
-                    {"tool": tool, "cost_usd": cost, "seconds": seconds, "source": source}
+                # with the types, and a zero's text: what == does not tell apart is written
+                # otherwise (0 and 0.0, 0.0 and -0.0, 1 and True)
+                key = (
+                    *(tool, type(tool), source),
+                    *(cost, type(cost), cost == 0 and str(cost)),
+                    *(seconds, type(seconds), seconds == 0 and str(seconds)),
                 )
+                entry = written.get(key)
+                if entry is None:
+                    entry = written[key] = _encode(
+                        {"tool": tool, "cost_usd": cost, "seconds": seconds, "source": source}
+                    )
+                same[objects] = entry
             parts.append(f'"{step_id}":{entry}')
         # "steps" is the last key of as_json's object
         return f'{head[:-1]},"steps":{{{",".join(parts)}}}}}'
