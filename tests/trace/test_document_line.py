@@ -8,10 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from plandag.extract.nfe.output import CHECK_NAMES
 from plandag.trace.redact import Redactor
-from plandag.trace.writer import SUMMARY_LINE_BYTES, TraceWriter
+from plandag.trace.writer import SUMMARY_LINE_BYTES, TraceWriter, document_summary
 
 #: Every NF-e check failing and six error codes: the most a real record puts in a summary.
 NFE_CHECKS = CHECK_NAMES
@@ -112,3 +114,87 @@ def test_trace_detail_full_keeps_a_large_record_whole(tmp_path: Path) -> None:
 
     (line,) = _lines(path)
     assert json.loads(line)["attrs"]["result"] == record
+
+
+def _encoded_line(path: Path) -> tuple[bytes, bytes]:
+    """The summary line written to ``path``, and the line the encoder makes of its value
+    (``json.dumps`` of the decoded line, compact, UTF-8 kept): the two must be one text."""
+    (line,) = _lines(path)
+    value = json.loads(line)
+    again = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return line, again.encode("utf-8")
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    source=st.text(max_size=60),
+    status=st.sampled_from(["ok", "check_failed", "error"]) | st.text(max_size=12),
+    index=st.integers(min_value=0, max_value=10**12),
+    segment=st.integers(min_value=0, max_value=10**6),
+    start=st.floats(allow_nan=False, allow_infinity=False),
+    span=st.floats(min_value=0, max_value=1e6, allow_nan=False),
+    failed=st.lists(st.text(max_size=10), max_size=7),
+)
+def test_a_summary_line_is_the_text_the_json_encoder_makes(
+    tmp_path: Path,
+    source: str,
+    status: str,
+    index: int,
+    segment: int,
+    start: float,
+    span: float,
+    failed: list[str],
+) -> None:
+    # the line is put together from its values' texts: byte for byte the encoder's text
+    path = tmp_path / f"trace-{index}-{segment}.jsonl"
+    path.unlink(missing_ok=True)
+    record = {"status": status, "checks": {name: {"status": "fail"} for name in failed}}
+    with TraceWriter(path, "0123456789abcdef", segment=segment) as writer:
+        writer.document(index, source, status, record, start, start + span)
+    line, again = _encoded_line(path)
+    assert line == again
+    value = json.loads(line)
+    shown = value["attrs"]["detail"]
+    assert value == {
+        "type": "span",
+        "run_id": "0123456789abcdef",
+        "time": start + span,
+        "kind": "step",
+        "name": f"step {index + 1} extract",
+        "start": start,
+        "end": start + span,
+        "attrs": {
+            "step_id": index + 1,
+            "tool": "extract",
+            "status": "failed" if status == "error" else "succeeded",
+            "reason": status,
+            "detail": shown,
+            "depends_on": [],
+            "attempts": [],
+            "checks": [],
+            "args": {"path": shown},
+            "result": document_summary(record),
+            "superseded_by": None,
+            "segment": segment,
+        },
+    }
+    if len(line) < SUMMARY_LINE_BYTES - 200:  # not cut to fit: the path is shown whole
+        assert shown == source
+
+
+@pytest.mark.parametrize(
+    ("start", "end"),
+    [(1, 2), (1.5, 2), (float("nan"), 1.0), (1.0, float("inf")), (True, 2.0)],
+)
+def test_times_that_are_not_finite_floats_take_the_general_path(
+    tmp_path: Path, start: Any, end: Any
+) -> None:
+    path = tmp_path / "trace.jsonl"
+    with TraceWriter(path, "0123456789abcdef") as writer:
+        writer.document(3, "in/nota.xml", "ok", {"status": "ok"}, start, end)
+    (line,) = _lines(path)
+    value = json.loads(line)
+    assert value["attrs"]["step_id"] == 4
+    assert value["attrs"]["result"] == {"status": "ok", "failed_checks": [], "errors": []}
