@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from plandag.brakes import cap_or_none
-from plandag.cli.batch import batch_progress, batch_run_options, close_batch
+from plandag.cli.batch import batch_progress, batch_run_options, close_batch, start_up_frozen
 from plandag.cli.common import (
     brake_flags,
     command_registry,
@@ -406,7 +406,7 @@ def extract_nfe(
                 raise failure
             return summary
 
-        with progress:
+        with progress, start_up_frozen():
             outcome = Interruptible(bounded).run()
         _correct_documents(run_store, previous_corrections)
     except InputError as error:

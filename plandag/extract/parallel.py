@@ -53,6 +53,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import gc
 import json
 import multiprocessing
 import os
@@ -516,6 +517,9 @@ def _start_worker(config: WorkerConfig | None) -> None:
     if config is not None:
         with contextlib.suppress(Exception):
             warm_up(config)
+    # what the worker made to start (modules, the registry, the compiled plan) lives as
+    # long as it does: left out of the collector's passes over each document's objects
+    gc.freeze()
 
 
 def _end_with(parent: multiprocessing.process.BaseProcess) -> None:
@@ -747,8 +751,9 @@ class ChunkMapper:
         self._handed += len(paths)
         answers: list[Any] = [LOCAL] * len(paths)
         slots: list[tuple[int, _Slot]] = []
+        done = anyio.Event()  # set for each slot as its outcome comes; nothing waits on it
         for position, path in enumerate(paths):
-            slot = _Slot(path, sent=True)
+            slot = _Slot(path, sent=True, done=done)
             if self.backend.sends_bytes:
                 try:
                     slot.data = _read(path)
