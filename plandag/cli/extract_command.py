@@ -12,7 +12,7 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -261,8 +261,15 @@ def extract_nfe(
 
     # Records wait here, already encoded (by the worker that extracted them, with workers),
     # until the batch writes its group (on_flush): then their trace lines go out in one
-    # write and their rows in one transaction.
+    # write and their rows in one transaction, which the store's thread commits while the
+    # batch goes on; the group before is committed by then (at most one group waits), and
+    # every group is before the batch's end rewrites records in the file (on_settled).
     waiting: list[tuple[int, EncodedRecord, float, float]] = []
+    committing: list[Callable[[], None]] = []
+
+    def on_settled() -> None:
+        while committing:
+            committing.pop()()
 
     def on_encoded(record: EncodedRecord) -> None:
         now = time.time()
@@ -308,7 +315,8 @@ def extract_nfe(
                         error,
                     )
                 )
-        run_store.record_document_texts(batch_id, rows)
+        on_settled()
+        committing.append(run_store.record_document_texts_soon(batch_id, rows))
 
     stored: dict[int, Any] = {}
 
@@ -373,6 +381,7 @@ def extract_nfe(
             missing=missing,
             on_encoded=on_encoded,
             on_flush=on_flush,
+            on_settled=on_settled,
             on_progress=on_progress,
             on_correction=on_correction,
             on_previous_correction=on_previous_correction,

@@ -1635,6 +1635,26 @@ class Store:
             sqlite3.Error: the commit failed (the rows stay queued and the next flush tries
                 them again, as :meth:`flush` says).
         """
+        self.record_document_texts_soon(batch_id, documents)()
+
+    def record_document_texts_soon(
+        self,
+        batch_id: str,
+        documents: Iterable[tuple[int, str, str, str | None, bool, str | None]],
+    ) -> Callable[[], None]:
+        """:meth:`record_document_texts` without waiting: the group is queued and the
+        writer's thread commits it now while the caller goes on (a batch extracts its next
+        documents meanwhile instead of waiting for the disk's sync).
+
+        Args:
+            batch_id, documents: as :meth:`record_document_texts`.
+
+        Returns:
+            A function that returns once the group is committed (at once when it is), and
+            raises as :meth:`record_document_texts` does when that commit failed. A caller
+            that rewrites the records it stored (a batch's unique-in-batch corrections)
+            calls it first.
+        """
         secrets = environment_secrets()
         now = time.time()
         nothing = (None,) * len(_USAGE_COLUMNS)
@@ -1664,7 +1684,7 @@ class Store:
                     inline = text
             row = (once(batch_id), idx, input_path, once(status), inline, digest, error, now)
             rows.append((sql, (*row, *nothing)))
-        self.writer.commit(rows)
+        return self.writer.commit_soon(rows)
 
     def documents(self, batch_id: str) -> list[DocumentRow]:
         """The batch's documents in input order."""

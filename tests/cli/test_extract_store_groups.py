@@ -43,14 +43,14 @@ def test_every_group_is_stored_by_the_end_in_the_files_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     groups: list[list[int]] = []
-    record_document_texts = Store.record_document_texts
+    record_document_texts_soon = Store.record_document_texts_soon
 
-    def recording(self: Store, batch_id: str, documents: Any) -> None:
+    def recording(self: Store, batch_id: str, documents: Any) -> Any:
         documents = list(documents)
         groups.append([document[0] for document in documents])
-        record_document_texts(self, batch_id, documents)
+        return record_document_texts_soon(self, batch_id, documents)
 
-    monkeypatch.setattr(Store, "record_document_texts", recording)
+    monkeypatch.setattr(Store, "record_document_texts_soon", recording)
     # several groups
     monkeypatch.setitem(extract_batch.__kwdefaults__, "flush_records", 3)
     result = _extract(tmp_path)
@@ -73,7 +73,7 @@ def test_a_group_that_cannot_be_stored_fails_the_command(
     def failing(self: Store, batch_id: str, documents: Any) -> None:
         raise sqlite3.OperationalError("database or disk is full")
 
-    monkeypatch.setattr(Store, "record_document_texts", failing)
+    monkeypatch.setattr(Store, "record_document_texts_soon", failing)
     result = _extract(tmp_path)
     assert result.exit_code != 0
     error = result.exception  # alone, or in the batch's task group when a later group saw it
@@ -119,3 +119,57 @@ def test_a_batch_end_that_cannot_be_stored_fails_the_command_and_closes_the_trac
         store.close()
     assert trace[-1]["type"] == "run_finished"
     assert trace[-1]["status"] == "failed"
+
+
+def test_a_group_commits_while_the_batch_goes_on_and_every_group_before_the_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the batch does not wait for a group's commit (the disk's sync) when it queues it: it
+    # waits for it only when it queues the next group, and for the last one at the end
+    events: list[str] = []
+    record_document_texts_soon = Store.record_document_texts_soon
+
+    def recording(self: Store, batch_id: str, documents: Any) -> Any:
+        number = sum(event.startswith("queued") for event in events)
+        events.append(f"queued {number}")
+        committed = record_document_texts_soon(self, batch_id, documents)
+
+        def wait() -> None:
+            events.append(f"waited {number}")
+            committed()
+
+        return wait
+
+    monkeypatch.setattr(Store, "record_document_texts_soon", recording)
+    monkeypatch.setitem(extract_batch.__kwdefaults__, "flush_records", 3)
+    result = _extract(tmp_path)
+    assert result.exit_code == 0, result.stderr
+    groups = sum(event.startswith("queued") for event in events)
+    assert groups > 2
+    expected = ["queued 0"]
+    for number in range(1, groups):
+        expected += [f"waited {number - 1}", f"queued {number}"]
+    assert events == [*expected, f"waited {groups - 1}"]
+
+
+def test_a_group_whose_commit_fails_later_fails_the_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing_later(self: Store, batch_id: str, documents: Any) -> Any:
+        def wait() -> None:
+            raise sqlite3.OperationalError("disk I/O error")
+
+        return wait
+
+    monkeypatch.setattr(Store, "record_document_texts_soon", failing_later)
+    result = _extract(tmp_path)
+    assert result.exit_code != 0
+    error = result.exception
+    leaves = error.exceptions if isinstance(error, BaseExceptionGroup) else (error,)
+    assert any(isinstance(leaf, sqlite3.OperationalError) for leaf in leaves)
+    store = open_store(tmp_path / "runs.sqlite3")
+    try:
+        (run,) = store.runs()
+        assert run.status == "failed"
+    finally:
+        store.close()

@@ -668,3 +668,36 @@ def test_an_extractor_that_never_suspends_leaves_the_loop_to_other_tasks(tmp_pat
     # 64 inputs: another task gets the loop at least ten times during 640 inputs
     assert len(turns) >= 640 // 64
     assert [r["source"] for r in _jsonl(tmp_path / "out.jsonl")] == [str(p) for p in paths]
+
+
+def test_on_settled_comes_after_the_last_group_and_before_the_end_rewrites_the_file(
+    tmp_path: Path,
+) -> None:
+    paths = _inputs(tmp_path / "in", [{"keys": [_key(n % 4)]} for n in range(6)])
+    output = tmp_path / "out.jsonl"
+    calls: list[str] = []
+
+    def on_flush() -> None:
+        calls.append("flush")
+
+    def on_settled() -> None:
+        # the file still holds every record as first written: nothing rewritten yet
+        first = _jsonl(output)[0]["checks"]["unique_in_batch"]["status"]
+        calls.append(f"settled ({first})")
+
+    _run(
+        paths,
+        output,
+        jobs=2,
+        extractor=FakeExtractor(),
+        on_flush=on_flush,
+        on_settled=on_settled,
+        on_correction=lambda index, change: calls.append("correction"),
+        flush_records=2,
+    )
+    assert calls.count("settled (pass)") == 1
+    settled = calls.index("settled (pass)")
+    assert calls[:settled] == ["flush"] * settled
+    assert settled >= 3  # several groups, the last one before it
+    assert calls[settled + 1 :] == ["correction"] * 2  # keys 0 and 1 repeat
+    assert _jsonl(output)[0]["checks"]["unique_in_batch"]["status"] == "fail"

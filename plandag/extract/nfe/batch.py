@@ -698,6 +698,7 @@ async def extract_batch(
     on_previous_correction: Callable[[WrittenRecord, Mapping[str, Any]], None] | None = None,
     on_encoded: Callable[[EncodedRecord], None] | None = None,
     on_flush: Callable[[], None] | None = None,
+    on_settled: Callable[[], None] | None = None,
     flush_seconds: float = FLUSH_SECONDS,
     flush_records: int = FLUSH_RECORDS,
     extractor: Extractor | None = None,
@@ -761,6 +762,11 @@ async def extract_batch(
             ``flush_records`` records wait, at least every ``flush_seconds`` while any
             wait, and at the end (also when the batch is cut short); an interrupted batch
             still leaves whole inputs, in order.
+        on_settled: called once, after the last ``on_flush`` (also when the batch is cut
+            short) and before the batch's end rewrites records in the output file (their
+            final unique_in_batch outcome): a caller that commits its groups' rows without
+            waiting (``plandag extract nfe``'s run store) waits for them here, so that no
+            row it commits holds a record the file no longer holds.
         flush_seconds: seconds a record waits at most before its group is written (> 0).
         flush_records: records in a group at most (>= 1).
         extractor: ``async (path) -> list[record]``; defaults to
@@ -1123,7 +1129,9 @@ async def extract_batch(
         try:
             writer.close()
             if on_flush is not None:
-                on_flush()  # the last group; its rows are there before any correction
+                on_flush()  # the last group
+            if on_settled is not None:
+                on_settled()  # every group's rows are there before any correction
             apply_corrections()
             ended = time.perf_counter()
         finally:
