@@ -414,7 +414,8 @@ def record_json_texts(record: Mapping[str, Any]) -> tuple[str, str] | None:
     """
     try:
         marked = _MARKED_ENCODER.encode(record)
-        marked.encode("utf-8")  # a lone surrogate raises UnicodeEncodeError (a ValueError)
+        if not marked.isascii():  # (ASCII text holds no lone surrogate: known at once)
+            marked.encode("utf-8")  # a lone surrogate raises UnicodeEncodeError (a ValueError)
     except (TypeError, ValueError, RecursionError):
         return None
     return (
