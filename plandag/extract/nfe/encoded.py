@@ -54,7 +54,7 @@ class EncodedRecord(NamedTuple):
             :func:`~plandag.extract.nfe.output.record_identity` gives them.
         status: the record's status (``ok``, ``check_failed``, ``error``).
         line: its JSONL line without the newline (``json.dumps(record,
-            ensure_ascii=False)``), or None when the record is not JSON data.
+            ensure_ascii=False)``) in UTF-8, or None when the record is not JSON data.
         compact: its compact JSON text (``separators=(",", ":")``, ``allow_nan=False``),
             the run store's form before sealing, or None (as ``line``).
         sealing_rules: whether a sealing rule other than the environment's secret values
@@ -72,7 +72,7 @@ class EncodedRecord(NamedTuple):
     source: str
     sha256: str | None
     status: str
-    line: str | None
+    line: bytes | None
     compact: str | None
     sealing_rules: bool
     failed_checks: tuple[str, ...]
@@ -165,7 +165,7 @@ def encode_ready(
         source,
         sha256,
         status,
-        line,
+        line.encode("utf-8"),
         compact,
         may_need_sealing_by_rules(compact),
         failed,

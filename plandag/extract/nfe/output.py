@@ -331,8 +331,8 @@ class EncodedLine(typing.Protocol):
     none) and the record itself."""
 
     @property
-    def line(self) -> str | None:
-        """The record's JSONL line without the newline, or None."""
+    def line(self) -> bytes | None:
+        """The record's JSONL line without the newline, in UTF-8, or None."""
 
     def record(self) -> Any:
         """The record."""
@@ -434,8 +434,10 @@ class JsonlRecordWriter(RecordWriter):
     """
 
     def __init__(self, path: Path, *, append: bool, grouped: bool = False) -> None:
-        self._file: IO[str] = path.open("a" if append else "w", encoding="utf-8", newline="\n")
-        self._held: list[str] | None = [] if grouped else None
+        # UTF-8 bytes: an encoded record's line comes encoded already (by the worker that
+        # extracted it), and is written as it is
+        self._file: IO[bytes] = path.open("ab" if append else "wb")
+        self._held: list[bytes] | None = [] if grouped else None
 
     def write_input(
         self, records: Sequence[Mapping[str, Any]], lines: Sequence[str | None] | None = None
@@ -450,32 +452,37 @@ class JsonlRecordWriter(RecordWriter):
                     (_dumps(record) if line is None else line) + "\n"
                     for record, line in zip(records, lines, strict=True)
                 )
-            self._emit(text)
+            self._emit(text.encode("utf-8"))
 
     def write_encoded(self, records: Sequence[EncodedLine]) -> None:
         """Write the lines of one input's encoded records (see
         :meth:`RecordWriter.write_encoded`)."""
         if records:
             self._emit(
-                "".join(
-                    (_dumps(record.record()) if record.line is None else record.line) + "\n"
+                b"".join(
+                    (
+                        _dumps(record.record()).encode("utf-8")
+                        if record.line is None
+                        else record.line
+                    )
+                    + b"\n"
                     for record in records
                 )
             )
 
-    def _emit(self, text: str) -> None:
+    def _emit(self, data: bytes) -> None:
         if self._held is not None:
-            self._held.append(text)
+            self._held.append(data)
             return
-        self._file.write(text)
+        self._file.write(data)
         self._file.flush()
 
     def flush(self) -> None:
         """Write the lines held (a grouped writer) in one write, and flush."""
         if self._held:
-            text = "".join(self._held)
+            data = b"".join(self._held)
             self._held.clear()
-            self._file.write(text)
+            self._file.write(data)
             self._file.flush()
 
     def close(self) -> None:
