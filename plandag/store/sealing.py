@@ -34,7 +34,7 @@ import json
 import os
 import re
 import sqlite3
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from plandag.dag.references import REFERENCE_PATTERN
@@ -471,11 +471,24 @@ class SecretMaskingConnection(sqlite3.Connection):
 
     def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
         """``sqlite3.Connection.execute`` with text parameters masked."""
-        return super().execute(sql, _masked(parameters, *self._checked()))
+        environment, known = self._checked()
+        if (
+            type(parameters) is list
+            and len(parameters) > 8  # a statement of many rows
+            and _bound_as_they_are((parameters,), environment, known)
+        ):
+            return super().execute(sql, parameters)
+        return super().execute(sql, _masked(parameters, environment, known))
 
     def executemany(self, sql: str, parameters: Iterable[Any], /) -> sqlite3.Cursor:
         """``sqlite3.Connection.executemany`` with text parameters masked."""
         environment, known = self._checked()
+        if (
+            type(parameters) is list
+            and len(parameters) > 1
+            and _bound_as_they_are(parameters, environment, known, rows=True)
+        ):
+            return super().executemany(sql, parameters)
         return super().executemany(sql, (_masked(row, environment, known) for row in parameters))
 
 
@@ -520,16 +533,69 @@ def _masked(parameters: Any, environment: tuple[str, ...], known: dict[str, str]
             continue
         bound = known.get(item)
         if bound is None:
-            bound = _masked_item(item, environment)
-            if len(item) <= _KNOWN_CHARACTERS:
-                if len(known) >= _KNOWN_TEXTS:
-                    known.clear()
-                known[item] = bound
+            bound = _remembered(item, environment, known)
         if bound is not item:
             if changed is None:
                 changed = list(parameters)
             changed[index] = bound
     return parameters if changed is None else changed
+
+
+def _remembered(text: str, environment: tuple[str, ...], known: dict[str, str]) -> str:
+    """:func:`_masked_item` of ``text``, remembered in ``known`` (when it is not long)."""
+    bound: str = _masked_item(text, environment)
+    if len(text) <= _KNOWN_CHARACTERS:
+        if len(known) >= _KNOWN_TEXTS:
+            known.clear()
+        known[text] = bound
+    return bound
+
+
+_PLAIN_KINDS: frozenset[type[Any]] = _NOT_TEXT | {str}
+"""Parameter types :func:`_bound_as_they_are` looks at (any other: the row by row pass)."""
+
+
+def _bound_as_they_are(
+    parameters: Sequence[Any],
+    environment: tuple[str, ...],
+    known: dict[str, str],
+    *,
+    rows: bool = False,
+) -> bool:
+    """Whether :func:`_masked` leaves every parameter as it is: ``parameters`` is one
+    statement's (``rows`` False; a sequence in ``parameters[0]``) or rows of parameters
+    (``rows`` True; each a tuple). Looked at a column at a time (a statement's parameters
+    as one): its parameters' types and its distinct texts are gathered in C, and each
+    distinct text is masked once (or found in ``known``). False as soon as a text would be
+    changed, or a parameter is of another type than :data:`_PLAIN_KINDS` (a
+    :class:`ScrubbedText`, a str subclass, a mapping of named parameters), or a row is not
+    a tuple of the first row's length: the caller then masks row by row."""
+    if rows:
+        if set(map(type, parameters)) != {tuple}:  # (a mapping would give its keys)
+            return False
+        try:
+            columns: Iterable[Sequence[Any]] = list(zip(*parameters, strict=True))
+        except ValueError:  # a row of another length
+            return False
+    else:
+        columns = parameters
+    not_text = _NOT_TEXT
+    plain = _PLAIN_KINDS
+    for column in columns:
+        kinds = set(map(type, column))
+        if kinds <= not_text:
+            continue
+        if not kinds <= plain:
+            return False
+        for text in set(column):
+            if type(text) is not str:
+                continue
+            bound = known.get(text)
+            if bound is None:
+                bound = _remembered(text, environment, known)
+            if bound != text:
+                return False
+    return True
 
 
 def _masked_item(item: Any, environment: tuple[str, ...]) -> Any:
