@@ -348,7 +348,7 @@ def plain_steps(draw: st.DrawFn) -> tuple[StepRecord, Any, float | int]:
     start, end = draw(times), draw(times)
     attempt = AttemptRecord(number=draw(st.integers(1, 3)), started_at=start)
     attempt.started_at = draw(st.one_of(st.just(start), times))
-    attempt.ended_at = draw(times)
+    attempt.ended_at = draw(st.one_of(st.just(end), times))  # the step end itself, or another
     record = StepRecord(
         id=draw(st.integers(1, 3)),
         tool=draw(st.one_of(st.sampled_from(["fetch", "noop_async", "succeeded"]), texts)),
