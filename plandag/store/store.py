@@ -140,8 +140,10 @@ def _merged_step_rows(group: list[Row], *, narrow: bool = False) -> list[Row]:
     starts: dict[tuple[Any, Any], int] = {}
     merged: list[Row | None] = []
     dropped = False
-    for sql, args in group:
+    for row in group:
+        sql = row[0]
         if sql == _STEP_STATE:
+            args = row[1]
             key = (args[13], args[14])
             if args[4] == _STARTED:
                 starts[key] = len(merged)
@@ -178,10 +180,10 @@ def _merged_step_rows(group: list[Row], *, narrow: bool = False) -> list[Row]:
                             )
                         )
                         continue
-                    args = (args[0], begun[1], begun[2], begun[3], *args[4:])
-        elif starts and statement_table(sql) in ("step", None):
+                    row = (sql, (args[0], begun[1], begun[2], begun[3], *args[4:]))
+        elif starts and sql not in _TRANSITIONS and statement_table(sql) in ("step", None):
             starts.clear()
-        merged.append((sql, args))
+        merged.append(row)
     if not dropped:
         return group
     return [row for row in merged if row is not None]
@@ -196,6 +198,9 @@ _TRANSITION_PLAIN = (
     "VALUES (?, ?, ?, ?, NULL, ?, ?)"
 )
 """A transition without a reason (its NULL in the statement, not bound)."""
+_TRANSITIONS = frozenset({_TRANSITION, _TRANSITION_PLAIN})
+"""Statements that write no row of the ``step`` table (:func:`_merged_step_rows` merges a
+start past them)."""
 
 
 _USAGE_COLUMNS: tuple[tuple[str, bool], ...] = (
