@@ -142,7 +142,7 @@ def test_a_group_commits_while_the_batch_goes_on_and_every_group_before_the_end(
 
     monkeypatch.setattr(Store, "record_document_texts_soon", recording)
     monkeypatch.setitem(extract_batch.__kwdefaults__, "flush_records", 3)
-    result = _extract(tmp_path)
+    result = _extract(tmp_path, "--workers", "2")
     assert result.exit_code == 0, result.stderr
     groups = sum(event.startswith("queued") for event in events)
     assert groups > 2
@@ -150,6 +150,14 @@ def test_a_group_commits_while_the_batch_goes_on_and_every_group_before_the_end(
     for number in range(1, groups):
         expected += [f"waited {number - 1}", f"queued {number}"]
     assert events == [*expected, f"waited {groups - 1}"]
+    # extracting in this process, each group's commit is waited for as it is queued
+    events.clear()
+    result = _extract(tmp_path / "one")
+    assert result.exit_code == 0, result.stderr
+    groups = sum(event.startswith("queued") for event in events)
+    assert events == [
+        event for number in range(groups) for event in (f"queued {number}", f"waited {number}")
+    ]
 
 
 def test_a_group_whose_commit_fails_later_fails_the_command(
