@@ -67,6 +67,22 @@ def test_every_group_is_stored_by_the_end_in_the_files_order(
         store.close()
 
 
+def _failed_on_a_store_error(tmp_path: Path, result: Any) -> str:
+    """Assert the command failed with the store's error (alone, or in the batch's task group
+    when a later group saw it) and its batch is stored ``failed``; returns the run id."""
+    assert result.exit_code != 0
+    error = result.exception
+    leaves = error.exceptions if isinstance(error, BaseExceptionGroup) else (error,)
+    assert any(isinstance(leaf, sqlite3.OperationalError) for leaf in leaves)
+    store = open_store(tmp_path / "runs.sqlite3")
+    try:
+        (run,) = store.runs()
+        assert run.status == "failed"
+        return run.run_id
+    finally:
+        store.close()
+
+
 def test_a_group_that_cannot_be_stored_fails_the_command(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -74,16 +90,10 @@ def test_a_group_that_cannot_be_stored_fails_the_command(
         raise sqlite3.OperationalError("database or disk is full")
 
     monkeypatch.setattr(Store, "record_document_texts_soon", failing)
-    result = _extract(tmp_path)
-    assert result.exit_code != 0
-    error = result.exception  # alone, or in the batch's task group when a later group saw it
-    leaves = error.exceptions if isinstance(error, BaseExceptionGroup) else (error,)
-    assert any(isinstance(leaf, sqlite3.OperationalError) for leaf in leaves)
+    run_id = _failed_on_a_store_error(tmp_path, _extract(tmp_path))
     store = open_store(tmp_path / "runs.sqlite3")
     try:
-        (run,) = store.runs()
-        assert run.status == "failed"
-        assert store.documents(run.run_id) == []
+        assert store.documents(run_id) == []
     finally:
         store.close()
 
@@ -170,14 +180,4 @@ def test_a_group_whose_commit_fails_later_fails_the_command(
         return wait
 
     monkeypatch.setattr(Store, "record_document_texts_soon", failing_later)
-    result = _extract(tmp_path)
-    assert result.exit_code != 0
-    error = result.exception
-    leaves = error.exceptions if isinstance(error, BaseExceptionGroup) else (error,)
-    assert any(isinstance(leaf, sqlite3.OperationalError) for leaf in leaves)
-    store = open_store(tmp_path / "runs.sqlite3")
-    try:
-        (run,) = store.runs()
-        assert run.status == "failed"
-    finally:
-        store.close()
+    _failed_on_a_store_error(tmp_path, _extract(tmp_path))

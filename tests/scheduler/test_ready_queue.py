@@ -11,9 +11,9 @@ from typing import Any
 
 import anyio
 
-from plandag import RunLimits, compile_plan, run_plan, run_plan_sync, tool
-from plandag.scheduler import events
+from plandag import RunLimits, compile_plan, run_plan, tool
 from plandag.tools.registry import Registry
+from tests.scheduler.test_ready_here import observed
 
 tasks_of: dict[int, object] = {}
 """The task that ran each step (the task itself: a freed task's id may be reused)."""
@@ -62,11 +62,6 @@ def fan_out(children: list[dict[str, Any]]) -> Any:
     steps: list[dict[str, Any]] = [{"id": 1, "tool": "root", "args": {}}]
     steps += [{**child, "depends_on": [1]} for child in children]
     return compile_plan({"steps": steps}, REGISTRY)
-
-
-def observed(compiled: Any, **options: Any) -> Any:
-    seen: list[events.Event] = []  # an observer: the run is not a plain in-order one
-    return run_plan_sync(compiled, observers=[seen.append], **options)
 
 
 def setup_function() -> None:
