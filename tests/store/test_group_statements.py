@@ -5,10 +5,12 @@ statement too), a start's unread parameters bound as numbers; and None is bound 
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -63,13 +65,23 @@ def _tables(connection: sqlite3.Connection) -> tuple[list[Any], list[Any]]:
     )
 
 
-def _written(path: Path, group: list[Row], *, one_by_one: bool) -> tuple[list[Any], list[Any]]:
+@pytest.fixture(scope="module")
+def empty_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store made once (its schema migrated, no rows), copied for every example."""
+    path = tmp_path_factory.mktemp("group-statements") / "empty.sqlite3"
+    Store(path).close()
+    return path
+
+
+def _written(
+    empty: Path, path: Path, group: list[Row], *, one_by_one: bool
+) -> tuple[list[Any], list[Any]]:
     """The tables after ``group`` is written to a fresh store: as the writer's thread
     writes it (merged, narrow, many rows to a statement), or each row as queued."""
-    path.unlink(missing_ok=True)
-    Store(path).close()
+    shutil.copyfile(empty, path)
     connection = sqlite3.connect(path, isolation_level=None, factory=SecretMaskingConnection)
     try:
+        connection.execute("PRAGMA synchronous = OFF")  # the rows, not their durability
         connection.execute(
             "INSERT INTO run (run_id, created, updated, command, status) "
             "VALUES ('r1', 0, 0, 'test', 'running')"
@@ -100,10 +112,10 @@ def _written(path: Path, group: list[Row], *, one_by_one: bool) -> tuple[list[An
 )
 @given(group=_groups())
 def test_a_group_written_through_narrow_statements_leaves_the_rows_written_one_by_one(
-    tmp_path: Path, group: list[Row]
+    tmp_path: Path, empty_store: Path, group: list[Row]
 ) -> None:
-    written = _written(tmp_path / "group.sqlite3", group, one_by_one=False)
-    assert written == _written(tmp_path / "one_by_one.sqlite3", group, one_by_one=True)
+    written = _written(empty_store, tmp_path / "group.sqlite3", group, one_by_one=False)
+    assert written == _written(empty_store, tmp_path / "one_by_one.sqlite3", group, one_by_one=True)
 
 
 def test_a_plain_success_merged_into_its_start_is_a_narrow_update() -> None:
@@ -118,7 +130,9 @@ def test_a_plain_success_merged_into_its_start_is_a_narrow_update() -> None:
     assert merged[0][1][:5] == ("failed", 1, 1.0, "{}", 1)
 
 
-def test_transitions_without_a_reason_are_written_many_to_a_statement(tmp_path: Path) -> None:
+def test_transitions_without_a_reason_are_written_many_to_a_statement(
+    tmp_path: Path, empty_store: Path
+) -> None:
     many = _many_rows(_TRANSITION_PLAIN)
     assert many is not None
     statement, size = many
@@ -126,8 +140,8 @@ def test_transitions_without_a_reason_are_written_many_to_a_statement(tmp_path: 
     assert statement.count("NULL") == VALUES_ROWS
     rows = [(_TRANSITION_PLAIN, ("r1", n, 1, "running", float(n), 0)) for n in range(150)]
     rows.append((_TRANSITION, ("r1", 150, 1, "failed", "tool_error", 150.0, 0)))
-    written = _written(tmp_path / "many.sqlite3", rows, one_by_one=False)
-    assert written == _written(tmp_path / "one.sqlite3", rows, one_by_one=True)
+    written = _written(empty_store, tmp_path / "many.sqlite3", rows, one_by_one=False)
+    assert written == _written(empty_store, tmp_path / "one.sqlite3", rows, one_by_one=True)
     assert [row[5] for row in written[1]] == [None] * 150 + ["tool_error"]
 
 
