@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from json.encoder import encode_basestring
 from typing import Any
 
@@ -174,11 +173,7 @@ class StepLines:
         redact = self._redact
         if redact is None:
             return True
-        # Redactor.rules() without its call: the rules it read last, while the number of
-        # environment variables is the one it read them with
-        rules = redact._environment
-        if rules is not self._rules or rules is None or len(os.environ) != redact._environment_size:
-            rules = redact.rules()
+        rules = redact.rules()
         if rules is not self._rules:
             self._rules = rules
             self._texts.clear()
