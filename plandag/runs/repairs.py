@@ -122,9 +122,9 @@ class RepairGate:
 
     def tool_durations(self) -> dict[str, float]:
         """Seconds per tool of the stored plan measured in the run store (a tool's median
-        once it succeeded in 5 runs), for ``run_with_repairs(tool_durations=...)``: the
-        plan-relative limits then measure the run against the estimate stored with the
-        plan version."""
+        over its latest 1,000 succeeded steps, once it succeeded in 5 runs), for
+        ``run_with_repairs(tool_durations=...)``: the plan-relative limits then measure the
+        run against the estimate stored with the plan version."""
         tools = {step.tool.name for step in self.compiled.steps.values()}
         return dict(self.store.tool_durations(tools))
 

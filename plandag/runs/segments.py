@@ -100,7 +100,8 @@ def plan_estimate(
     executor_model: str | None = None,
 ) -> PlanEstimate:
     """The estimate of ``compiled`` with the durations measured in ``store``
-    (:meth:`Store.tool_durations`: a tool's median once it succeeded in 5 runs) replacing
+    (:meth:`Store.tool_durations`: a tool's median over its latest 1,000 succeeded steps,
+    once it succeeded in 5 runs) replacing
     the declared ``typical_seconds``; the steps of ``done`` (already succeeded) count
     nothing."""
     tools = {step.tool.name for step in compiled.steps.values()}

@@ -3,8 +3,9 @@ carries its own estimate of cost and time").
 
 Per step:
 
-* **time**: the tool's duration measured in the run store (the median over its earlier
-  succeeded steps, once it has succeeded in :data:`MEASURED_MIN_RUNS` distinct runs; see
+* **time**: the tool's duration measured in the run store (the median of its latest
+  :data:`MEASURED_LATEST_STEPS` succeeded steps, once it has succeeded in
+  :data:`MEASURED_MIN_RUNS` distinct runs; see
   :meth:`plandag.store.Store.tool_durations`), else the ``typical_seconds`` the tool declares,
   else unknown;
 * **cost**: the tool's ``estimate`` of the step's arguments when it declares one (a model
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     import networkx as nx
 
 __all__ = [
+    "MEASURED_LATEST_STEPS",
     "MEASURED_MIN_RUNS",
     "ModelCallEstimate",
     "PlanEstimate",
@@ -51,6 +53,11 @@ __all__ = [
 MEASURED_MIN_RUNS = 5
 """A tool's measured median replaces its declared ``typical_seconds`` once it has succeeded
 in this many distinct runs of the store."""
+
+MEASURED_LATEST_STEPS = 1000
+"""A tool's measured duration is the median of this many of its latest succeeded steps (in
+the order they ended): the estimate follows a tool whose latency drifts, and reading it costs
+the same however many runs the store holds."""
 
 TimeSource = Literal["measured", "declared"]
 

@@ -283,6 +283,20 @@ MIGRATIONS: tuple[Migration, ...] = (
             "WHERE status = 'succeeded' AND duration_s IS NOT NULL",
         ),
     ),
+    Migration(
+        10,
+        "the index of succeeded steps' durations in the order they ended, per tool (a step's "
+        "entry is appended at its tool's end of the index, not put among the durations in "
+        "order; a tool's measured duration is the median of its latest steps)",
+        (
+            "DROP INDEX step_durations",
+            # read by Store.tool_durations, whose queries say the index's WHERE terms (or
+            # SQLite does not use it) and read no column outside it (status included)
+            "CREATE INDEX step_recent_durations ON step "
+            "(tool, ended_at, duration_s, run_id, status) "
+            "WHERE status = 'succeeded' AND duration_s IS NOT NULL",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 """The schema version this release writes."""

@@ -52,7 +52,7 @@ import platformdirs
 
 from plandag.errors import InputError
 from plandag.scheduler.canonical import is_plain_json
-from plandag.scheduler.estimate import MEASURED_MIN_RUNS
+from plandag.scheduler.estimate import MEASURED_LATEST_STEPS, MEASURED_MIN_RUNS
 from plandag.scheduler.result import to_jsonable
 from plandag.store.migrations import migrate
 from plandag.store.owner import process_started, this_process_started
@@ -1027,57 +1027,78 @@ class Store:
         ]
 
     def tool_durations(
-        self, tools: Iterable[str] | None = None, *, min_runs: int = MEASURED_MIN_RUNS
+        self,
+        tools: Iterable[str] | None = None,
+        *,
+        min_runs: int = MEASURED_MIN_RUNS,
+        latest: int = MEASURED_LATEST_STEPS,
     ) -> dict[str, float]:
-        """Measured durations: per tool, the median ``duration_s`` of its succeeded steps,
-        for tools that succeeded in at least ``min_runs`` distinct runs (ARCHITECTURE.md,
-        "Brakes": the measured figure replaces the declared ``typical_seconds`` once there
-        are 5 runs).
+        """Measured durations: per tool, the median ``duration_s`` of its latest ``latest``
+        succeeded steps (latest by ``ended_at``, the time each ended), for tools that
+        succeeded in at least ``min_runs`` distinct runs (ARCHITECTURE.md, "Brakes": the
+        measured figure replaces the declared ``typical_seconds`` once there are 5 runs).
+
+        The runs are counted over every stored succeeded step of the tool, not only the
+        latest ``latest``: a tool with hundreds of steps a run is measured once it has
+        succeeded in 5 runs, as a tool with one step a run is.
+
+        Cost: per tool, at most ``latest`` entries of the index of succeeded steps'
+        durations (schema migration 10) are read, newest first; only when those come from
+        fewer than ``min_runs`` runs are older entries read, until ``min_runs`` distinct runs
+        are found. No stored step row is read, and the cost does not grow with the number of
+        runs stored.
 
         Args:
             tools: the tool names wanted (None: every tool in the store).
             min_runs: distinct runs a tool must have succeeded in (default 5).
+            latest: how many of its latest succeeded steps the median is taken over (a
+                positive number; default 1,000).
 
         Returns:
-            Seconds per tool name; tools with fewer runs are left out.
+            Seconds per tool name, in the order of the names; tools with fewer runs are left
+            out.
+
+        Raises:
+            ValueError: ``latest`` is below 1.
         """
         self._visible()
+        if latest < 1:
+            raise ValueError(f"latest must be at least 1, not {latest}")
+        # every query says the partial index's WHERE terms, or SQLite does not use it
         succeeded = "status = 'succeeded' AND duration_s IS NOT NULL"
+        connection = self.connection
         if tools is None:
-            wanted = [
-                row[0]
-                for row in self.connection.execute(
-                    f"SELECT DISTINCT tool FROM step WHERE {succeeded} ORDER BY tool"
-                )
-            ]
+            # one seek in the index per tool, not a pass over its entries
+            wanted = []
+            row = connection.execute(
+                f"SELECT tool FROM step WHERE {succeeded} ORDER BY tool LIMIT 1"
+            ).fetchone()
+            while row is not None:
+                wanted.append(row[0])
+                row = connection.execute(
+                    f"SELECT tool FROM step WHERE tool > ? AND {succeeded} ORDER BY tool LIMIT 1",
+                    row,
+                ).fetchone()
         else:
             wanted = sorted(set(tools))
-        # each figure read from the index of succeeded steps' durations by tool (migration
-        # 9: a partial index, used only by queries that say its WHERE terms): the distinct
-        # runs counted up to min_runs, the steps counted, the one or two middle durations
-        # read in order; no stored step row is read
         measured: dict[str, float] = {}
-        connection = self.connection
         for name in wanted:
-            (runs,) = connection.execute(
-                f"SELECT count(*) FROM (SELECT DISTINCT run_id FROM step WHERE tool = ? "
-                f"AND {succeeded} LIMIT ?)",
-                (name, max(min_runs, 1)),
-            ).fetchone()
-            if runs < min_runs or runs == 0:
+            rows = connection.execute(
+                f"SELECT duration_s, run_id FROM step WHERE tool = ? AND {succeeded} "
+                "ORDER BY ended_at DESC, duration_s DESC LIMIT ?",
+                (name, latest),
+            ).fetchall()
+            if not rows:
                 continue
-            (count,) = connection.execute(
-                f"SELECT count(*) FROM step WHERE tool = ? AND {succeeded}", (name,)
-            ).fetchone()
-            middle = [
-                float(row[0])
-                for row in connection.execute(
-                    f"SELECT duration_s FROM step WHERE tool = ? AND {succeeded} "
-                    "ORDER BY duration_s LIMIT ? OFFSET ?",
-                    (name, 2 - count % 2, (count - 1) // 2),
-                )
-            ]
-            measured[name] = statistics.median(middle)
+            runs = len({row[1] for row in rows})
+            if runs < min_runs and len(rows) == latest:  # older steps may add runs
+                (runs,) = connection.execute(
+                    f"SELECT count(*) FROM (SELECT DISTINCT run_id FROM step WHERE tool = ? "
+                    f"AND {succeeded} LIMIT ?)",
+                    (name, min_runs),
+                ).fetchone()
+            if runs >= min_runs:
+                measured[name] = statistics.median([float(row[0]) for row in rows])
         return measured
 
     def record_decision(

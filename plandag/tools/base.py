@@ -935,9 +935,9 @@ def tool(
         typical_seconds: seconds one call typically takes (None: not declared). A plan's
             time estimate is the critical path of these figures, and a run may take 3x its
             estimate before it stops and escalates (``plan_time_factor``); the median
-            duration measured in the run store replaces the figure once the tool has
-            succeeded in 5 runs. A plan with a step whose tool has neither has an unknown
-            time estimate, and only the absolute caps apply to it.
+            duration of the tool's latest 1,000 succeeded steps in the run store replaces
+            the figure once the tool has succeeded in 5 runs. A plan with a step whose tool
+            has neither has an unknown time estimate, and only the absolute caps apply to it.
         estimate: ``estimate(args) -> (usd, tokens)``, what one call with the step's
             arguments may cost (usd None for an unpriced model); a plan's estimate uses it
             instead of the fixed figures. A tool whose cost depends on its arguments also

@@ -3,6 +3,7 @@ each plan version is stored with its estimate, approval requests show it."""
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from pathlib import Path
@@ -15,6 +16,7 @@ from plandag.approval import ApprovalRequest, CallbackApprover, Decision
 from plandag.compiler import CompiledPlan, compile_plan
 from plandag.runs.options import RunOptions
 from plandag.runs.segments import plan_estimate, start_run
+from plandag.scheduler.estimate import MEASURED_LATEST_STEPS
 from plandag.store import Store, open_store
 from plandag.tools import ToolContext, tool
 from plandag.tools.registry import Registry
@@ -137,26 +139,30 @@ def test_a_stored_run_past_its_plan_budget_is_escalated(store: Store) -> None:
     assert store.run(outcome.run_id).status == "escalated"
 
 
-def _durations_row_by_row(store: Store, tools: list[str] | None, min_runs: int) -> dict[str, float]:
-    """Per tool, the median of its succeeded steps' durations, read row by row: what
-    Store.tool_durations answers."""
-    durations: dict[str, list[float]] = {}
+def _durations_row_by_row(
+    store: Store, tools: list[str] | None, min_runs: int, latest: int = 1000
+) -> dict[str, float]:
+    """Per tool, the median of its latest ``latest`` succeeded steps' durations (by end
+    time; among steps that ended at the same time, the longer first), for tools that
+    succeeded in ``min_runs`` runs, read row by row: what Store.tool_durations answers."""
+    steps: dict[str, list[tuple[float, float]]] = {}
     runs: dict[str, set[str]] = {}
-    for tool_name, run_id, duration in store.connection.execute(
-        "SELECT tool, run_id, duration_s FROM step WHERE status = 'succeeded' "
+    for tool_name, run_id, ended, duration in store.connection.execute(
+        "SELECT tool, run_id, ended_at, duration_s FROM step WHERE status = 'succeeded' "
         "AND duration_s IS NOT NULL"
     ):
         if tools is None or tool_name in tools:
-            durations.setdefault(tool_name, []).append(float(duration))
+            ended_at = -math.inf if ended is None else float(ended)
+            steps.setdefault(tool_name, []).append((ended_at, float(duration)))
             runs.setdefault(tool_name, set()).add(run_id)
     return {
-        name: statistics.median(values)
-        for name, values in sorted(durations.items())
+        name: statistics.median(duration for _, duration in sorted(values)[-latest:])
+        for name, values in sorted(steps.items())
         if len(runs[name]) >= min_runs
     }
 
 
-def test_measured_durations_are_the_medians_of_every_stored_run(store: Store) -> None:
+def test_measured_durations_are_the_medians_of_the_latest_steps(store: Store) -> None:
     chooser = random.Random(7)
     tools = ["fetch", "parse", "rare", "ünïcode", "Zed"]
     for number in range(12):
@@ -169,26 +175,100 @@ def test_measured_durations_are_the_medians_of_every_stored_run(store: Store) ->
         for step, _, _ in steps:
             status = chooser.choice(["succeeded", "succeeded", "succeeded", "failed"])
             seconds = chooser.choice([None, 0, 1, chooser.random() * 10, 2.5, 2.5])
-            store.step_ended(run_id, step, status, 1.0, duration_s=seconds, durable=False)
+            ended = chooser.choice([1.0, 2.0, number + chooser.random()])
+            store.step_ended(run_id, step, status, ended, duration_s=seconds, durable=False)
+    # a step whose end time is unknown counts as the oldest
+    store.create_run("unknown-end", command="exec", goal=None, params={}, options={})
+    store.write_steps(
+        "unknown-end",
+        [
+            (
+                1,
+                "parse",
+                "none",
+                "succeeded",
+                None,
+                None,
+                1,
+                None,
+                None,
+                99.0,
+                None,
+                None,
+                None,
+                None,
+            )
+        ],
+    )
     for wanted in (None, ["fetch"], ["rare", "Zed", "missing"], tools, []):
         for min_runs in (0, 1, 2, 5, 13):
-            expected = _durations_row_by_row(store, wanted, min_runs)
-            assert store.tool_durations(wanted, min_runs=min_runs) == expected
-            assert list(store.tool_durations(wanted, min_runs=min_runs)) == list(expected)
+            for latest in (1, 2, 3, 7, 1000):
+                expected = _durations_row_by_row(store, wanted, min_runs, latest)
+                measured = store.tool_durations(wanted, min_runs=min_runs, latest=latest)
+                assert measured == expected, (wanted, min_runs, latest)
+                assert list(measured) == list(expected)
     assert set(store.tool_durations(min_runs=5)) >= {"fetch", "parse"}
+    with pytest.raises(ValueError, match="latest must be at least 1"):
+        store.tool_durations(latest=0)
+
+
+def _record_steps(store: Store, run_id: str, durations: list[float], ended: float) -> None:
+    """One stored run with one succeeded ``fetch`` step per duration, ending one after the
+    other from ``ended`` on."""
+    store.create_run(run_id, command="exec", goal=None, params={}, options={})
+    store.declare_steps(run_id, [(step, "fetch", "none") for step in range(len(durations))])
+    for step, seconds in enumerate(durations):
+        at = ended + step * 0.001
+        store.step_ended(run_id, step, "succeeded", at, duration_s=seconds, durable=False)
+
+
+def test_a_tool_whose_duration_changed_is_measured_by_its_latest_1000_steps(
+    store: Store,
+) -> None:
+    assert MEASURED_LATEST_STEPS == 1000
+    for number in range(6):  # 1,800 steps of 1 s
+        _record_steps(store, f"slow{number}", [1.0] * 300, ended=1000.0 + number)
+    assert store.tool_durations() == {"fetch": 1.0}
+    for number in range(4):  # then 1,200 steps of 0.25 s: the median of every step is 1 s
+        _record_steps(store, f"fast{number}", [0.25] * 300, ended=2000.0 + number)
+    assert store.tool_durations() == {"fetch": 0.25}
+    assert _durations_row_by_row(store, None, 5) == {"fetch": 0.25}
+    assert store.tool_durations(latest=3000) == {"fetch": 1.0}
+
+
+def test_runs_are_counted_over_every_stored_step_of_the_tool(store: Store) -> None:
+    for number in range(4):  # 1,600 steps in 4 runs: not measured
+        _record_steps(store, f"r{number}", [float(number)] * 400, ended=100.0 + number)
+    assert store.tool_durations() == {}
+    # the latest 1,000: 400 steps of 3 s, 400 of 2 s, 200 of 1 s
+    assert store.tool_durations(min_runs=4) == {"fetch": 2.0}
+    # a fifth run, older than the latest 1,000 steps, makes the tool measured
+    _record_steps(store, "early", [9.0], ended=1.0)
+    assert store.tool_durations() == {"fetch": 2.0}
+    assert store.tool_durations(min_runs=6) == {}
 
 
 def test_measured_durations_read_only_the_index_of_durations(store: Store) -> None:
+    succeeded = "status = 'succeeded' AND duration_s IS NOT NULL"
+    queries = (
+        (f"SELECT tool FROM step WHERE {succeeded} ORDER BY tool LIMIT 1", ()),
+        (f"SELECT tool FROM step WHERE tool > ? AND {succeeded} ORDER BY tool LIMIT 1", ("t",)),
+        (
+            f"SELECT duration_s, run_id FROM step WHERE tool = ? AND {succeeded} "
+            "ORDER BY ended_at DESC, duration_s DESC LIMIT ?",
+            ("t", 1000),
+        ),
+        (
+            f"SELECT count(*) FROM (SELECT DISTINCT run_id FROM step WHERE tool = ? "
+            f"AND {succeeded} LIMIT ?)",
+            ("t", 5),
+        ),
+    )
     plans = [
         " ".join(
-            str(row[3]) for row in store.connection.execute(f"EXPLAIN QUERY PLAN {query}", ("t", 5))
+            str(row[3]) for row in store.connection.execute(f"EXPLAIN QUERY PLAN {query}", args)
         )
-        for query in (
-            "SELECT count(*) FROM (SELECT DISTINCT run_id FROM step WHERE tool = ? AND "
-            "status = 'succeeded' AND duration_s IS NOT NULL LIMIT ?)",
-            "SELECT duration_s FROM step WHERE tool = ? AND status = 'succeeded' "
-            "AND duration_s IS NOT NULL ORDER BY duration_s LIMIT ? OFFSET 1",
-        )
+        for query, args in queries
     ]
-    assert all("COVERING INDEX step_durations" in plan for plan in plans), plans
-    assert "TEMP B-TREE FOR ORDER BY" not in plans[1]
+    assert all("COVERING INDEX step_recent_durations" in plan for plan in plans), plans
+    assert not any("FOR ORDER BY" in plan for plan in plans), plans

@@ -87,8 +87,18 @@ def test_a_failed_migration_is_rolled_back_whole(tmp_path: Path) -> None:
     connection.close()
 
 
-def test_a_version_8_store_keeps_its_measured_durations_with_the_index_of_succeeded_steps(
-    tmp_path: Path,
+_OLDER_DURATION_INDEXES = {
+    # version 8: every step's state and duration
+    8: "CREATE INDEX step_durations ON step (tool, status, duration_s, run_id)",
+    # version 9: succeeded steps only, in the order of their durations
+    9: "CREATE INDEX step_durations ON step (tool, duration_s, run_id, status) "
+    "WHERE status = 'succeeded' AND duration_s IS NOT NULL",
+}
+
+
+@pytest.mark.parametrize("version", sorted(_OLDER_DURATION_INDEXES))
+def test_an_older_store_keeps_its_measured_durations_with_the_index_in_the_order_steps_ended(
+    tmp_path: Path, version: int
 ) -> None:
     path = tmp_path / "runs.sqlite3"
     with open_store(path) as store:
@@ -102,19 +112,32 @@ def test_a_version_8_store_keeps_its_measured_durations_with_the_index_of_succee
             store.step_started(run_id, 3, 1, 1.0, durable=False)
         measured = store.tool_durations()
     assert measured == {"fetch": 0.25}
-    # the schema of version 8: an index of every step's state and duration
+    # the schema of the older version
     connection = sqlite3.connect(path, isolation_level=None)
-    connection.execute("DROP INDEX step_durations")
-    connection.execute("CREATE INDEX step_durations ON step (tool, status, duration_s, run_id)")
-    connection.execute("PRAGMA user_version = 8")
+    connection.execute("DROP INDEX step_recent_durations")
+    connection.execute(_OLDER_DURATION_INDEXES[version])
+    connection.execute(f"PRAGMA user_version = {version}")
     connection.close()
 
     with open_store(path) as store:
         assert schema_version(store.connection) == SCHEMA_VERSION
-        (sql,) = store.connection.execute(
-            "SELECT sql FROM sqlite_master WHERE name = 'step_durations'"
-        ).fetchone()
-        assert "WHERE status = 'succeeded' AND duration_s IS NOT NULL" in sql
+        indexes = dict(
+            store.connection.execute(
+                "SELECT name, sql FROM sqlite_master WHERE tbl_name = 'step' AND type = 'index'"
+            ).fetchall()
+        )
+        assert "step_durations" not in indexes
+        assert "(tool, ended_at, duration_s, run_id, status)" in indexes["step_recent_durations"]
+        assert (
+            "WHERE status = 'succeeded' AND duration_s IS NOT NULL"
+            in (indexes["step_recent_durations"])
+        )
         assert store.tool_durations() == measured
         assert store.tool_durations(["fetch"], min_runs=6) == measured
         assert store.tool_durations(["fetch"], min_runs=7) == {}
+        # a run recorded after the migration is read with the others
+        store.create_run("r6", command="exec", goal=None, params={}, options={})
+        store.declare_steps("r6", [(0, "fetch", "none")])
+        store.step_ended("r6", 0, "succeeded", 2.0, duration_s=0.6, durable=False)
+        assert store.tool_durations(min_runs=7) == {"fetch": pytest.approx(0.3)}
+        assert store.tool_durations(latest=2) == {"fetch": pytest.approx(0.55)}
