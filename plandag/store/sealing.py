@@ -500,6 +500,19 @@ if (type(None), sqlite3.PrepareProtocol) not in sqlite3.adapters:
     sqlite3.register_adapter(type(None), cast("Callable[[None], None]", {}.get))
 
 
+def _as_it_is(text: ScrubbedText) -> ScrubbedText:
+    """The adapter of :class:`ScrubbedText` for the sqlite3 module: the text itself (bound
+    as text, as any str subclass is)."""
+    return text
+
+
+if (ScrubbedText, sqlite3.PrepareProtocol) not in sqlite3.adapters:
+    # The sqlite3 module looks for an adapter on every str subclass it binds, as on None
+    # (~1,100 instructions more than this one's call, CPython 3.11); a ScrubbedText is bound
+    # as the same text either way. An adapter registered before is kept.
+    sqlite3.register_adapter(ScrubbedText, _as_it_is)
+
+
 _KNOWN_TEXTS = 4096
 """The most texts a :class:`SecretMaskingConnection` remembers having bound (then it forgets
 them all at once)."""
@@ -551,7 +564,7 @@ def _remembered(text: str, environment: tuple[str, ...], known: dict[str, str]) 
     return bound
 
 
-_PLAIN_KINDS: frozenset[type[Any]] = _NOT_TEXT | {str}
+_PLAIN_KINDS: frozenset[type[Any]] = _NOT_TEXT | {str, ScrubbedText}
 """Parameter types :func:`_bound_as_they_are` looks at (any other: the row by row pass)."""
 
 
@@ -567,9 +580,11 @@ def _bound_as_they_are(
     (``rows`` True; each a tuple). Looked at a column at a time (a statement's parameters
     as one): its parameters' types and its distinct texts are gathered in C, and each
     distinct text is masked once (or found in ``known``). False as soon as a text would be
-    changed, or a parameter is of another type than :data:`_PLAIN_KINDS` (a
-    :class:`ScrubbedText`, a str subclass, a mapping of named parameters), or a row is not
-    a tuple of the first row's length: the caller then masks row by row."""
+    changed, or a parameter is of another type than :data:`_PLAIN_KINDS` (a str subclass
+    other than :class:`ScrubbedText`, a mapping of named parameters), or a row is not a
+    tuple of the first row's length: the caller then masks row by row. A
+    :class:`ScrubbedText` checked against ``environment`` is left as it is, as
+    :func:`_masked` leaves it; one checked against other secrets is looked at as a text."""
     if rows:
         if set(map(type, parameters)) != {tuple}:  # (a mapping would give its keys)
             return False
@@ -587,8 +602,14 @@ def _bound_as_they_are(
             continue
         if not kinds <= plain:
             return False
-        for text in set(column):
-            if type(text) is not str:
+        if ScrubbedText in kinds:  # those checked against these very secrets: as _masked
+            column = [
+                item
+                for item in column
+                if type(item) is not ScrubbedText or item.environment != environment
+            ]
+        for text in set(column):  # (equal texts are masked alike: any one of them stays)
+            if type(text) is not str and type(text) is not ScrubbedText:
                 continue
             bound = known.get(text)
             if bound is None:

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from plandag.store import Store
-from plandag.store.sealing import SecretMaskingConnection
+from plandag.store.sealing import ScrubbedText, SecretMaskingConnection, scrubbed_text
 from plandag.store.store import (
     _STEP_RAN,
     _STEP_STATE,
@@ -154,3 +154,21 @@ def test_none_is_bound_as_null_through_the_adapter_the_store_registers(tmp_path:
     rows = connection.execute("SELECT a IS NULL, b IS NULL, c IS NULL FROM t").fetchall()
     connection.close()
     assert rows == [(1, 1, 1), (0, 0, 1)]
+
+
+def test_a_checked_text_is_bound_as_its_text_through_the_adapter_the_store_registers(
+    tmp_path: Path,
+) -> None:
+    checked = scrubbed_text('{"name":"ünï","n":1}')
+    assert type(checked) is ScrubbedText
+    adapter = sqlite3.adapters[(ScrubbedText, sqlite3.PrepareProtocol)]
+    assert adapter(checked) is checked
+    connection = sqlite3.connect(tmp_path / "t.sqlite3", factory=SecretMaskingConnection)
+    connection.execute("CREATE TABLE t (a, b TEXT)")
+    connection.executemany("INSERT INTO t VALUES (?, ?)", [(checked, 1), ("x", checked)])
+    rows = connection.execute("SELECT a, typeof(a), b, typeof(b) FROM t").fetchall()
+    connection.close()
+    assert rows == [
+        ('{"name":"ünï","n":1}', "text", "1", "text"),
+        ("x", "text", '{"name":"ünï","n":1}', "text"),
+    ]

@@ -1,10 +1,12 @@
 """The masking connection binds what masking every row one by one binds, whether it looks at
 a statement's parameters a column at a time (texts it bound before, none changed by
-masking) or row by row: a secret, a lone surrogate, a str subclass, a mapping of named
+masking; texts checked against the environment's secrets) or row by row: a secret, a lone
+surrogate, a str subclass, a text checked against other secrets, a mapping of named
 parameters or a row of another length anywhere among them is never bound as it is."""
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from plandag.store.sealing import SecretMaskingConnection, _masked, scrubbed_text
+from plandag.store.sealing import (
+    ScrubbedText,
+    SecretMaskingConnection,
+    _masked,
+    scrubbed_text,
+)
 from plandag.trace.redact import environment_secrets
 
 SECRET = "zq81-masking-columns-secret-42"
@@ -33,8 +40,20 @@ _TEXTS = st.sampled_from(
         "plain text",
     ]
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Checked:
+    """A text to bind as a ScrubbedText checked against the environment's secrets
+    (``current``) or against other secrets (made in the test, once the environment is set)."""
+
+    text: str
+    current: bool
+
+
 _VALUES = st.one_of(
     _TEXTS,
+    st.builds(_Checked, _TEXTS, st.booleans()),
     st.integers(-5, 5),
     st.floats(allow_nan=False),
     st.none(),
@@ -61,6 +80,17 @@ def _rows(width: int) -> st.SearchStrategy[list[tuple[Any, ...]]]:
         clean,
         st.tuples(clean, some, st.booleans()).map(lambda x: x[0] + x[1] if x[2] else x[1] + x[0]),
     ).filter(bool)
+
+
+def _made(value: Any) -> Any:
+    """``value``, a :class:`_Checked` made a ScrubbedText."""
+    if type(value) is not _Checked:
+        return value
+    if value.current:
+        return scrubbed_text(value.text)
+    stale = ScrubbedText(value.text)  # checked against secrets the environment no longer has
+    stale.environment = ("an-earlier-secret-value",)
+    return stale
 
 
 def _stored(path: Path, statements: list[tuple[str, list[Any], bool]], *, masking: bool) -> Any:
@@ -97,7 +127,8 @@ def test_rows_bound_column_by_column_are_those_masked_row_by_row(
     insert = "INSERT INTO t VALUES (?, ?, ?)"
     many = "INSERT INTO t VALUES " + ", ".join(["(?, ?, ?)"] * 4)
     statements: list[tuple[str, list[Any], bool]] = []
-    for rows in batches:
+    for drawn in batches:
+        rows = [tuple(_made(value) for value in row) for row in drawn]
         statements.append((insert, rows, True))  # the same texts again: known
         statements.append((insert, rows, True))
         flat = [item for row in (rows * 4)[:4] for item in row]
