@@ -1,14 +1,14 @@
 """RFC 8785 canonical JSON (the JSON Canonicalization Scheme) of JSON data, written by
-the standard library's C encoder whenever that gives the same bytes as ``rfc8785``, and the
+``orjson`` whenever that gives the same bytes as ``rfc8785``, and the
 test of JSON data that :func:`~plandag.scheduler.result.to_jsonable` returns as it is
 (a recorder may then write it without converting it again)."""
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
+import orjson
 import rfc8785
 
 __all__ = [
@@ -21,15 +21,9 @@ __all__ = [
     "json_form",
 ]
 
-# without the check for cycles: a value of the standard form is nested less than 100 levels
-# (json_form), so it holds none
-_CANONICAL_ENCODER = json.JSONEncoder(
-    ensure_ascii=False,
-    sort_keys=True,
-    separators=(",", ":"),
-    allow_nan=False,
-    check_circular=False,
-)
+# keys sorted by their UTF-8 bytes: by code point, as RFC 8785's UTF-16 units for the ASCII
+# keys of the standard form
+_SORTED = orjson.OPT_SORT_KEYS
 _SAFE_INTEGER = 2**53 - 1
 # How deep and how large a value :func:`json_form` calls plain: well within
 # ``to_jsonable``'s limits (200 levels, a million values), so that it never cuts one.
@@ -111,21 +105,24 @@ def _form_of(value: Any, depth: int, budget: list[int]) -> int:
 
 def canonical_bytes(value: Any, form: int) -> bytes:
     """The RFC 8785 canonical JSON of a plain ``value`` whose :func:`json_form` is
-    ``form`` (as that function gives it: a value of the standard form holds no cycle):
-    written by the standard library's C encoder when that gives the same bytes, by
-    ``rfc8785`` otherwise (and for its errors: a lone surrogate)."""
+    ``form`` (as that function gives it: a value of the standard form holds no cycle and
+    is nested less than 100 levels): written by ``orjson`` with sorted keys when the form
+    is standard (the bytes of the standard encoder with sorted keys and no spaces, UTF-8
+    kept: the same integers, ``repr``'s floats for the standard form's, the same
+    escapes), by ``rfc8785`` otherwise (and for ``orjson``'s errors: a lone
+    surrogate)."""
     if form == STANDARD:
         try:
-            return _CANONICAL_ENCODER.encode(value).encode("utf-8")
-        except (UnicodeEncodeError, RecursionError):  # rfc8785 says why
+            return orjson.dumps(value, option=_SORTED)
+        except orjson.JSONEncodeError:  # rfc8785 says why
             pass
     return rfc8785.dumps(value)
 
 
 def canonical_json(value: Any) -> bytes:
     """The RFC 8785 canonical JSON of ``value`` (UTF-8), as ``rfc8785.dumps`` gives it:
-    written by the standard library's C encoder when that gives the same bytes
-    (:func:`json_form`), by ``rfc8785`` otherwise.
+    written by ``orjson`` when that gives the same bytes (:func:`json_form`, standard),
+    by ``rfc8785`` otherwise.
 
     Args:
         value: a JSON value (``to_jsonable``'s output).

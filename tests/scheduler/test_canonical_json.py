@@ -11,8 +11,8 @@ import rfc8785
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from plandag.scheduler.canonical import STANDARD, canonical_bytes, is_plain_json, json_form
 from plandag.scheduler.canonical import canonical_json as _canonical_json
-from plandag.scheduler.canonical import is_plain_json
 from plandag.scheduler.result import to_jsonable
 
 _KEYS = st.one_of(
@@ -62,6 +62,97 @@ def test_the_canonical_json_is_rfc8785s(value: Any) -> None:
 )
 def test_examples_are_written_as_rfc8785_writes_them(value: Any) -> None:
     assert _outcome(_canonical_json, value) == _outcome(rfc8785.dumps, value)
+
+
+# The standard library's encoder with the options of RFC 8785 that it has: what a value of
+# the standard form is written as, by definition (json_form).
+_STANDARD_ENCODER = json.JSONEncoder(
+    ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
+)
+# awkward leaves, most of them of the standard form: floats at its edges (1e-4, 2**52, just
+# below and above), whole and negative-zero floats, integers at ±(2**53 - 1), escapes,
+# controls, a line separator, non-BMP characters and a lone surrogate
+_EDGE_FLOATS = st.sampled_from(
+    [
+        1e-4,
+        1.0000000000000002e-4,
+        9.999999999999999e-05,
+        1e-7,
+        0.1,
+        -0.5,
+        1 / 3,
+        123456.789,
+        2.0**52 - 0.5,
+        -(2.0**52) + 0.5,
+        1e16,
+        1e21,
+        -0.0,
+        0.0,
+        5e-324,
+        1.7976931348623157e308,
+    ]
+)
+_STANDARD_LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1),
+    st.integers(min_value=-(2**64), max_value=2**64),
+    st.floats(min_value=1e-4, max_value=2.0**52, exclude_max=True).filter(
+        lambda number: not number.is_integer()
+    ),
+    st.floats(max_value=-1e-4, min_value=-(2.0**52), exclude_min=True).filter(
+        lambda number: not number.is_integer()
+    ),
+    _EDGE_FLOATS,
+    st.text(max_size=12),
+    st.sampled_from(
+        ["\ud800", "a\x1fb\x00", '"\\/', "\u2028\u2029", "\x7f\x80", "\U0001f600é", "\b\f\n\r\t"]
+    ),
+)
+_STANDARD_KEYS = st.one_of(
+    st.text(alphabet=st.characters(max_codepoint=127), max_size=6),
+    st.sampled_from(["a", "B", "_", "aa", "a0", "Z", "", "\x00", "~", "é", "\U0001f600"]),
+)
+_STANDARD_VALUES = st.recursive(
+    _STANDARD_LEAVES,
+    lambda children: st.one_of(
+        st.lists(children, max_size=4), st.dictionaries(_STANDARD_KEYS, children, max_size=6)
+    ),
+    max_leaves=30,
+)
+
+
+@given(_STANDARD_VALUES)
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_value_of_the_standard_form_is_written_as_the_standard_encoder_writes_it(
+    value: Any,
+) -> None:
+    form = json_form(value)
+    written = _outcome(lambda data: canonical_bytes(data, form), value)
+    assert written == _outcome(rfc8785.dumps, value)
+    if form == STANDARD:
+        try:
+            expected = _STANDARD_ENCODER.encode(value).encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate
+            assert written is rfc8785.CanonicalizationError
+        else:
+            assert written == expected
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"z": {"b": [], "a": {}}, "a": [{"y": 1e-4, "x": -0.5}], "m": ""},
+        {"k": 2.0**52 - 0.5, "j": -(2**53) + 1, "i": 0.1},
+        {"s": '\U0001f600 é \u2028 \x7f \x1f "\\ /'},
+        {"lone": ["\udfff"]},
+        {"whole": 1e16, "zero": -0.0},
+    ],
+)
+def test_awkward_examples_are_written_as_rfc8785_writes_them(value: Any) -> None:
+    assert _outcome(lambda data: canonical_bytes(data, json_form(data)), value) == _outcome(
+        rfc8785.dumps, value
+    )
 
 
 class _Text(str):
