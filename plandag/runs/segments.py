@@ -28,7 +28,6 @@ has to run (ARCHITECTURE.md, "Brakes")."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import sqlite3
 import time
 import uuid
@@ -50,7 +49,6 @@ from plandag.approval import (
 from plandag.approval.steps import Amendment, amend
 from plandag.brakes.retry import RetryPolicy
 from plandag.compiler.compiled import CompiledPlan
-from plandag.dag.plan import Plan
 from plandag.errors import InputError
 from plandag.escalation.hooks import EscalationCallback, EscalationHooks, as_hooks
 from plandag.runs.decisions import (
@@ -63,6 +61,7 @@ from plandag.runs.decisions import (
 from plandag.runs.escalations import escalate_run
 from plandag.runs.options import DurableOutcome, RunOptions, TraceFactory, changed_mcp_tools
 from plandag.scheduler import events
+from plandag.scheduler.canonical import PLAIN, STANDARD, plain_json_text
 from plandag.scheduler.entry import run_plan
 from plandag.scheduler.estimate import PlanEstimate, estimate_plan
 from plandag.scheduler.events import Observer
@@ -304,7 +303,11 @@ def _record_run(
     document = compiled_plan_document(compiled)  # dumped and hashed once for all below
     plan_json, digest = document.json, document.hash
     # a plain plan is JSON already: its text is made once, for the store and the trace
-    text = _plan_text(plan, plan_json, document.standard) if document.plain else None
+    text = (
+        plain_json_text(plan_json, STANDARD if document.standard else PLAIN)
+        if document.plain
+        else None
+    )
     measured = store.tool_durations({step.tool.name for step in compiled.steps.values()})
     estimate = estimate_plan(compiled, measured=measured, executor_model=options.executor_model)
     estimate_json: dict[str, Any] | None = None
@@ -360,22 +363,6 @@ def _record_run(
         if writer is not None:
             writer.approval(1, digest, "approved", "auto", None)
     return None, recorded
-
-
-def _plan_text(plan: Plan, plan_json: dict[str, Any], standard: bool) -> str:
-    """``json.dumps(plan_json, ensure_ascii=False, separators=(",", ":"),
-    allow_nan=False)`` of a plain plan, ``plan_json`` being ``plan``'s
-    ``model_dump(mode="json", exclude_none=True)``: written by pydantic from the plan
-    (``model_dump_json``, without a pass over ``plan_json``) when its form is
-    :data:`~plandag.scheduler.canonical.STANDARD` (every float not whole and at least 1e-4
-    in magnitude, where both write a float's shortest form alike; strings escaped alike),
-    else by the standard library."""
-    if standard:
-        try:
-            return str(plan.model_dump_json(exclude_none=True))
-        except Exception:  # never expected: written as below
-            pass
-    return json.dumps(plan_json, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 async def open_run(

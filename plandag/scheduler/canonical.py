@@ -5,6 +5,7 @@ test of JSON data that :func:`~plandag.scheduler.result.to_jsonable` returns as 
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -19,6 +20,7 @@ __all__ = [
     "canonical_json",
     "is_plain_json",
     "json_form",
+    "plain_json_text",
 ]
 
 # keys sorted by their UTF-8 bytes: by code point, as RFC 8785's UTF-16 units for the ASCII
@@ -135,6 +137,24 @@ def canonical_json(value: Any) -> bytes:
             integer beyond ±(2**53 - 1), NaN or an infinity, a key that is not a string).
     """
     return canonical_bytes(value, json_form(value))
+
+
+def plain_json_text(value: Any, form: int) -> str:
+    """``json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)`` of
+    a plain ``value`` whose :func:`json_form` is ``form``: written by ``orjson`` when the
+    form is standard (the same integers, ``repr``'s floats for the standard form's, the
+    same escapes, keys in their order), by the standard library otherwise (and for a lone
+    surrogate, which ``orjson`` refuses).
+
+    Raises:
+        ValueError: a float NaN or infinite (not plain).
+    """
+    if form == STANDARD:
+        try:
+            return orjson.dumps(value).decode()
+        except orjson.JSONEncodeError:  # a lone surrogate: written below
+            pass
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def is_plain_json(value: Any) -> bool:

@@ -11,7 +11,14 @@ import rfc8785
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from plandag.scheduler.canonical import STANDARD, canonical_bytes, is_plain_json, json_form
+from plandag.scheduler.canonical import (
+    NOT_PLAIN,
+    STANDARD,
+    canonical_bytes,
+    is_plain_json,
+    json_form,
+    plain_json_text,
+)
 from plandag.scheduler.canonical import canonical_json as _canonical_json
 from plandag.scheduler.result import to_jsonable
 
@@ -124,7 +131,7 @@ _STANDARD_VALUES = st.recursive(
 
 @given(_STANDARD_VALUES)
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_a_value_of_the_standard_form_is_written_as_the_standard_encoder_writes_it(
+def test_a_value_of_the_standard_form_is_written_as_the_standard_library_writes_it(
     value: Any,
 ) -> None:
     form = json_form(value)
@@ -137,6 +144,10 @@ def test_a_value_of_the_standard_form_is_written_as_the_standard_encoder_writes_
             assert written is rfc8785.CanonicalizationError
         else:
             assert written == expected
+    if form != NOT_PLAIN:  # the text that stores and traces a plain value
+        assert plain_json_text(value, form) == json.dumps(
+            value, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+        )
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """The plan's text a new run stores and traces is ``json.dumps`` of the plan's JSON
-(compact, UTF-8 kept), whoever writes it: pydantic from the plan when the plan is of the
+(compact, UTF-8 kept), whoever writes it: orjson from the plan's JSON when it is of the
 standard form (no float that is whole or below 1e-4, ASCII keys), the standard library
 otherwise."""
 
@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from plandag.compiler import compile_plan
-from plandag.runs.segments import _plan_text
+from plandag.scheduler.canonical import PLAIN, STANDARD, plain_json_text
 from plandag.scheduler.gate import compiled_plan_document
 from plandag.tools import tool
 from plandag.tools.registry import Registry
@@ -68,11 +68,12 @@ def test_the_plan_text_is_json_dumps_of_the_plan_json(values: list[Any], goal: s
     if not document.plain:
         return
     expected = json.dumps(document.json, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    assert _plan_text(compiled.plan, document.json, document.standard) == expected
-    assert _plan_text(compiled.plan, document.json, False) == expected
+    form = STANDARD if document.standard else PLAIN
+    assert plain_json_text(document.json, form) == expected
+    assert plain_json_text(document.json, PLAIN) == expected
 
 
-def test_a_plan_of_the_standard_form_is_written_by_pydantic() -> None:
+def test_a_plan_with_a_whole_float_is_not_of_the_standard_form() -> None:
     compiled = compile_plan(
         {"steps": [{"id": 1, "tool": "note", "args": {"text": "a", "seconds": 0.25}}]},
         Registry([note]),
