@@ -48,6 +48,7 @@ from plandag.approval import (
 )
 from plandag.approval.steps import Amendment, amend
 from plandag.brakes.retry import RetryPolicy
+from plandag.compiler.collector import collector_paused
 from plandag.compiler.compiled import CompiledPlan
 from plandag.errors import InputError
 from plandag.escalation.hooks import EscalationCallback, EscalationHooks, as_hooks
@@ -286,6 +287,9 @@ def record_run(
     )[0]
 
 
+# The plan's JSON, text, hash and estimate made here are young objects that mostly die
+# before it returns: a collection among them would only traverse them again.
+@collector_paused
 def _record_run(
     store: Store,
     run_id: str,

@@ -204,3 +204,46 @@ def test_the_estimate_is_stored_as_its_conversion_gives(
         assert json.loads(plan_rows[0][4])["steps"]["1"]["tool"] == name
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_collector_is_paused_while_the_run_is_recorded_and_restored_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, enabled: bool
+) -> None:
+    import gc
+
+    from plandag.runs import segments
+
+    seen: list[bool] = []
+    estimate_plan = segments.estimate_plan
+
+    def observed(*args: Any, **kwargs: Any) -> Any:
+        seen.append(gc.isenabled())
+        return estimate_plan(*args, **kwargs)
+
+    monkeypatch.setattr(segments, "estimate_plan", observed)
+    store = open_store(tmp_path / "runs.sqlite3")
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        compiled = _compiled({"text": "plain", "seconds": 0.05})
+        outcome = anyio.run(
+            lambda: start_run(
+                store, compiled, RunOptions(), command="exec", trace=trace_factory(store, False)
+            )
+        )
+        assert outcome.status == "succeeded"
+        assert gc.isenabled() is enabled
+        # a failure while recording restores it too
+        monkeypatch.setattr(store, "create_run_with_plan", _refuse)
+        with pytest.raises(RuntimeError, match="refused"):
+            anyio.run(lambda: start_run(store, compiled, RunOptions(), command="exec"))
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+        store.close()
+    assert seen[:1] == [False]
+
+
+def _refuse(*args: Any, **kwargs: Any) -> None:
+    raise RuntimeError("refused")
