@@ -159,19 +159,30 @@ def longest_path(
 
     finish: dict[int, float] = {}
     previous: dict[int, int | None] = {}
+    # Among parents finishing at the same time the smallest id wins, so that the path does
+    # not depend on the order edges were added in. Once a step finishes at NaN (a duration
+    # that is not a number), which compares with nothing, the parents are taken in sorted
+    # order (the first wins unless a later one finishes strictly later), and the end too.
+    unordered = False
     for node in order:
         best_parent: int | None = None
         best = 0.0
-        # Sorted, so that among parents finishing at the same time the smallest id wins
-        # and the path does not depend on the order edges were added in.
-        for parent in sorted(parents(node)):
-            if finish[parent] > best or best_parent is None:
-                best, best_parent = finish[parent], parent
-        finish[node] = best + weight(node)
+        for parent in sorted(parents(node)) if unordered else parents(node):
+            at = finish[parent]
+            if best_parent is None or at > best or (at == best and parent < best_parent):
+                best, best_parent = at, parent
+        at = best + weight(node)
+        if at != at:
+            unordered = True
+        finish[node] = at
         previous[node] = best_parent
     if not finish:
         return [], 0.0
-    end = max(finish, key=lambda node: (finish[node], -node))
+    if unordered:
+        end = max(finish, key=lambda node: (finish[node], -node))
+    else:  # the smallest id among the steps that finish last
+        last = max(finish.values())
+        end = min(node for node, at in finish.items() if at == last)
     path = [end]
     while (before := previous[path[-1]]) is not None:
         path.append(before)

@@ -50,3 +50,49 @@ def test_a_parent_that_is_not_a_key_is_a_step_of_its_own() -> None:
 def test_a_cycle_has_no_order() -> None:
     assert parents_first_order({1: [2], 2: [1]}) is None
     assert parents_first_order({1: [1]}) is None
+
+
+def _longest_path_by_sorted_parents(
+    order: list[int], parents: dict[int, list[int]], durations: dict[int, float]
+) -> tuple[list[int], float]:
+    """The longest path with its ties broken in sorted order: each step's parents taken
+    from the smallest id (a later one wins when it finishes strictly later), the end the
+    greatest (finish, -id)."""
+    finish: dict[int, float] = {}
+    previous: dict[int, int | None] = {}
+    for node in order:
+        best_parent: int | None = None
+        best = 0.0
+        for parent in sorted(parents[node]):
+            if finish[parent] > best or best_parent is None:
+                best, best_parent = finish[parent], parent
+        finish[node] = best + durations[node]
+        previous[node] = best_parent
+    if not finish:
+        return [], 0.0
+    end = max(finish, key=lambda node: (finish[node], -node))
+    path = [end]
+    while (before := previous[path[-1]]) is not None:
+        path.append(before)
+    return path[::-1], finish[end]
+
+
+def test_ties_go_to_the_smallest_id_whatever_the_order_of_the_parents() -> None:
+    rng = random.Random(11)
+    figures = [0.0, 0.5, 1.0, 0.25]  # few: many parents and ends finish at the same time
+    for round_ in range(1200):
+        parents = _random_parents(rng, rng.randint(0, 30))
+        for of in parents.values():
+            rng.shuffle(of)
+        order = dependency_order(parents)
+        assert order is not None
+        # a third of the rounds with durations that are infinite or not a number
+        odd = [float("nan"), float("inf")] if round_ % 3 == 0 else []
+        durations = {
+            node: rng.choice(figures + odd) if rng.random() < 0.9 else rng.choice(figures)
+            for node in parents
+        }
+        got = longest_path(order, parents.__getitem__, durations)
+        expected = _longest_path_by_sorted_parents(order, parents, durations)
+        assert got[0] == expected[0]
+        assert repr(got[1]) == repr(expected[1])
