@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -23,6 +23,7 @@ __all__ = [
     "descendants",
     "longest_path",
     "mermaid",
+    "parents_first_among",
     "parents_first_order",
     "topological_order",
 ]
@@ -101,6 +102,30 @@ def parents_first_order(parents: Mapping[int, Iterable[int]]) -> list[int] | Non
                 return dependency_order(parents)
         seen.add(node)
     return list(parents)
+
+
+def parents_first_among(
+    parents: Mapping[int, Sequence[int]],
+) -> tuple[list[int], Mapping[int, Sequence[int]]] | None:
+    """The steps that are keys of ``parents``, each after its parents among them
+    (:func:`parents_first_order`), and each one's parents among them, for
+    :func:`longest_path`: ``parents`` itself when every parent is a key (no list copied),
+    else copies without the others.
+
+    Args:
+        parents: each step's parents; a parent that is not a key is left out.
+
+    Returns:
+        ``(order, parents among the keys)``, or None when the dependencies form a cycle.
+    """
+    order = parents_first_order(parents)
+    if order is not None and len(order) == len(parents):  # every parent is a key
+        return order, parents
+    if order is None:  # a cycle: of keys only (a parent that is no key has no parents)
+        return None
+    among = {node: [parent for parent in of if parent in parents] for node, of in parents.items()}
+    order = parents_first_order(among)
+    return (order, among) if order is not None else None
 
 
 def _unit_weight(node: int) -> float:

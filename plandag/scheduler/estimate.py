@@ -35,7 +35,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from plandag.compiler.compiled import CompiledPlan, CompiledStep
-from plandag.dag.graph import longest_path, parents_first_order
+from plandag.dag.graph import longest_path, parents_first_among
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -349,21 +349,16 @@ def estimate_steps(
     inline_seconds = path_seconds = 0.0
     inline_count = 0
     if not unknown:
-        parents: dict[int, list[int]] = {
-            node: [
-                parent
-                for parent in (
-                    steps[node].parents
-                    if graph is None
-                    else (graph.predecessors(node) if node in graph else ())
-                )
-                if parent in per_step
-            ]
-            for node in per_step
-        }
-        order = parents_first_order(parents)
-        if order is None:
+        found = parents_first_among(
+            {node: steps[node].parents for node in per_step}
+            if graph is None
+            else {
+                node: list(graph.predecessors(node)) if node in graph else [] for node in per_step
+            }
+        )
+        if found is None:
             raise ValueError("the steps' dependencies form a cycle; a compiled plan has none")
+        order, parents = found
         nodes, seconds = longest_path(
             order, parents.__getitem__, lambda node: per_step[node].seconds or 0.0
         )

@@ -45,7 +45,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import networkx as nx
 
-from plandag.dag.graph import longest_path, parents_first_order
+from plandag.dag.graph import longest_path, parents_first_among
 from plandag.dag.plan import Plan
 from plandag.dag.references import find_references
 from plandag.scheduler import events
@@ -1590,13 +1590,11 @@ def _critical_path(
         ids: the steps' ids, sorted; steps: each step's record; known: each step's parents
             (a step without any may be missing).
     """
-    parents = {
-        step_id: [parent for parent in known.get(step_id, ()) if parent in steps] for step_id in ids
-    }
     # the ids' own order when every parent has a smaller id (plans usually number them so)
-    order = parents_first_order(parents)
-    if order is None:  # a cycle: the plan said otherwise
+    found = parents_first_among({step_id: known.get(step_id, ()) for step_id in ids})
+    if found is None:  # a cycle: the plan said otherwise
         return []
+    order, parents = found
     durations = {step_id: float(steps[step_id].duration_s or 0.0) for step_id in ids}
     return longest_path(order, parents.__getitem__, durations)[0]
 

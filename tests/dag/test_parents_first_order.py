@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import random
 
-from plandag.dag.graph import dependency_order, longest_path, parents_first_order
+from plandag.dag.graph import (
+    dependency_order,
+    longest_path,
+    parents_first_among,
+    parents_first_order,
+)
 
 
 def _random_parents(rng: random.Random, size: int) -> dict[int, list[int]]:
@@ -96,3 +101,27 @@ def test_ties_go_to_the_smallest_id_whatever_the_order_of_the_parents() -> None:
         expected = _longest_path_by_sorted_parents(order, parents, durations)
         assert got[0] == expected[0]
         assert repr(got[1]) == repr(expected[1])
+
+
+def test_the_order_among_the_keys_is_the_filtered_ones() -> None:
+    rng = random.Random(5)
+    for round_ in range(600):
+        parents = _random_parents(rng, rng.randint(0, 25))
+        keys = list(parents)
+        dropped = set(rng.sample(keys, rng.randint(0, len(keys) // 3))) if keys else set()
+        # some parents are steps that are not keys; a third of the rounds add a cycle
+        kept: dict[int, list[int]] = {key: of for key, of in parents.items() if key not in dropped}
+        if round_ % 3 == 0 and len(kept) > 1:
+            first, second = rng.sample(list(kept), 2)
+            kept[first] = [*kept[first], second]
+            kept[second] = [*kept[second], first]
+        among = {key: [parent for parent in of if parent in kept] for key, of in kept.items()}
+        expected = parents_first_order(among)
+        found = parents_first_among(kept)
+        if expected is None:
+            assert found is None
+            continue
+        assert found is not None
+        order, of = found
+        assert order == expected
+        assert {key: list(of[key]) for key in kept} == among
