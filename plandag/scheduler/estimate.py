@@ -332,13 +332,23 @@ def estimate_steps(
     known_measured = measured or {}
     finished = set(done)
     per_step: dict[int, StepEstimate] = {}
+    # the figures of a tool without an estimate function hold for each of its steps (they
+    # do not depend on a step's args), by the tool object's identity (alive in the loop)
+    by_tool: dict[int, StepEstimate] = {}
     for step_id, compiled_step in steps.items():
+        tool = compiled_step.tool
         if step_id in finished:
-            per_step[step_id] = StepEstimate(step_id, compiled_step.tool.name, 0.0, 0.0, None)
+            per_step[step_id] = StepEstimate(step_id, tool.name, 0.0, 0.0, None)
+        elif tool.estimate is None and (first := by_tool.get(id(tool))) is not None:
+            per_step[step_id] = StepEstimate(
+                step_id, first.tool, first.cost_usd, first.seconds, first.source
+            )
         else:
-            per_step[step_id] = _step_estimate(
+            item = per_step[step_id] = _step_estimate(
                 compiled_step, known_measured, tokens_cost, executor_model
             )
+            if tool.estimate is None:
+                by_tool[id(tool)] = item
     unknown = tuple(sorted(key for key, item in per_step.items() if item.seconds is None))
     unknown_cost = tuple(sorted(key for key, item in per_step.items() if item.cost_usd is None))
     cost: float | None = None
