@@ -68,6 +68,11 @@ class AttemptOutcome:
     escaped: bool = False
     """A lone surrogate in the result or the error message was escaped
     (:mod:`plandag.surrogates`)."""
+    ended_at: float | None = None
+    """When the attempt that produced this outcome ended (wall clock, seconds since the
+    epoch; the same reading as its :class:`AttemptRecord`'s ``ended_at``); None when no
+    attempt was made, or when the step ends later than that attempt (a retry not made
+    after its backoff)."""
 
 
 def end_step_span(
@@ -291,8 +296,11 @@ class StepAttempts(RunState):
         outcome: AttemptOutcome | None,
     ) -> None:
         """Close an attempt: its end time, what it left to escape, its cost settled, its
-        span ended (``outcome`` None: it never returned one, it was cancelled)."""
-        attempt_record.ended_at = self.now()
+        span ended (``outcome`` None: it never returned one, it was cancelled). The end's
+        reading is kept on ``outcome`` too: the step ends when its last attempt ends."""
+        ended_at = attempt_record.ended_at = self.now()
+        if outcome is not None:
+            outcome.ended_at = ended_at
         children = attempt_record.children
         if children and self.escape_results and holds_surrogates(children):
             children[:] = escape_surrogates(children)

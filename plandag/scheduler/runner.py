@@ -543,11 +543,13 @@ class _Run(StepAttempts):
             if following.down is not None:
                 last.retry = "dependency_down"
                 outcome.explanation = f"not retried: {following.down.dependency} is down"
+                outcome.ended_at = None  # the step ends now, after the backoff
                 return outcome
             if following.refused is not None:
                 last.retry = "budget"
                 self.budget_refused = True
                 outcome.explanation = f"not retried: {following.refused}"
+                outcome.ended_at = None  # the step ends now, after the backoff
                 return outcome
             if following.error is None:
                 return following
@@ -606,8 +608,11 @@ class _Run(StepAttempts):
 
     # -- terminal states -------------------------------------------------------------------
 
-    def close(self, step_id: int, record: StepRecord) -> None:
-        record.ended_at = self.now()
+    def close(self, step_id: int, record: StepRecord, ended_at: float | None = None) -> None:
+        """End ``record``'s clocks: its end (``ended_at``, the reading its last attempt
+        ended at: a step ends when its last attempt ends; now when None), its duration, and
+        a look at the plan-relative time limit."""
+        record.ended_at = self.now() if ended_at is None else ended_at
         now = self.last_progress = self.monotonic()
         started = self.started_monotonic.get(step_id)
         if started is not None:
@@ -642,7 +647,7 @@ class _Run(StepAttempts):
         written = self.pending_clean.pop(step_id, None)
         if written:
             self.clean_files.update(written)
-        self.close(step_id, record)
+        self.close(step_id, record, outcome.ended_at)
         self.results[step_id] = outcome.result
         if self.observers:
             self.emit(
@@ -717,7 +722,7 @@ class _Run(StepAttempts):
         record.checks = outcome.checks
         if outcome.keep_result:
             record.result = outcome.result
-        self.close(step_id, record)
+        self.close(step_id, record, outcome.ended_at)
         if self.observers:
             self.emit(
                 events.StepFailed(
