@@ -60,15 +60,199 @@ def real_path(path: str) -> str:
         return os.path.abspath(path)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlanShape:
+    """What a run's set-up takes from its compiled plan alone (:func:`plan_shape`).
+
+    Attributes:
+        steps: the plan's compiled steps (the mapping this shape was worked out from).
+        order: the plan's order (the tuple this shape was worked out from).
+        names: ``(step id, tool name)`` of every step, in ``order``.
+        remaining: each step's count of parents, by step id (a run counts down a copy).
+        limited: a tool of the plan declares a ``max_concurrency``.
+        all_inline: every step's tool is inline and sync (never suspends).
+        listed: the hosts the plan lists, sorted (none for a read-only plan).
+        http_allow: the run's HTTP allow-list (:func:`allowed_hosts` of the configured
+            patterns and ``listed``).
+        configured: the plan's configured allow-list patterns (``CompiledPlan.http_allow``).
+        read_only: the plan's ``read_only``.
+    """
+
+    steps: Mapping[int, CompiledStep]
+    order: tuple[int, ...]
+    configured: tuple[str, ...] | None
+    read_only: bool
+    names: tuple[tuple[int, str], ...]
+    remaining: dict[int, int]
+    limited: bool
+    all_inline: bool
+    listed: tuple[str, ...]
+    http_allow: tuple[str, ...]
+
+
+_SHAPES_KEPT = 8
+"""How many plans' shapes :func:`plan_shape` keeps (the latest ones)."""
+
+_SHAPE_MAX_STEPS = 256
+"""Plans with more steps are not kept: their set-up is small beside their run."""
+
+_shapes: dict[tuple[int, int], PlanShape] = {}
+
+
+def plan_shape(compiled: CompiledPlan) -> PlanShape:
+    """``compiled``'s :class:`PlanShape`, worked out once per compiled plan (and per copy
+    of it with other params, as a batch runs one plan per input) for plans of at most
+    :data:`_SHAPE_MAX_STEPS` steps, the latest :data:`_SHAPES_KEPT` of them kept; a kept
+    shape is used only while the plan's ``steps`` and ``order`` are the very objects it was
+    worked out from, with the same ``http_allow`` and ``read_only``."""
+    steps, order = compiled.steps, compiled.order
+    key = (id(steps), id(order))
+    shape = _shapes.get(key)
+    if (
+        shape is not None
+        and shape.steps is steps
+        and shape.order is order
+        and shape.configured == compiled.http_allow
+        and shape.read_only == compiled.read_only
+    ):
+        return shape
+    names: list[tuple[int, str]] = []
+    remaining: dict[int, int] = {}
+    hosts: set[str] = set()
+    limited = False
+    all_inline = True
+    for step_id in order:
+        compiled_step = steps[step_id]
+        tool = compiled_step.tool
+        names.append((step_id, tool.name))
+        remaining[step_id] = len(compiled_step.parents)
+        if tool.max_concurrency is not None:
+            limited = True
+        if compiled_step.hosts:
+            hosts.update(compiled_step.hosts)
+        if all_inline and not (tool.inline and not tool.is_async):
+            all_inline = False
+    if len(remaining) != len(steps):  # the order does not name every step: ask each one
+        hosts = set(compiled.listed_hosts)
+        all_inline = all(step.tool.inline and not step.tool.is_async for step in steps.values())
+    listed: tuple[str, ...] = () if compiled.read_only else tuple(sorted(hosts))
+    shape = PlanShape(
+        steps,
+        order,
+        compiled.http_allow,
+        compiled.read_only,
+        tuple(names),
+        remaining,
+        limited,
+        all_inline,
+        listed,
+        allowed_hosts(compiled.http_allow, listed),
+    )
+    if len(order) <= _SHAPE_MAX_STEPS:
+        if len(_shapes) >= _SHAPES_KEPT:
+            _shapes.pop(next(iter(_shapes)))
+        _shapes[key] = shape
+    return shape
+
+
 class RunState:
     """The state of one run (:func:`~plandag.scheduler.run_plan` is its public face); the
     runner's layers (:class:`~plandag.scheduler.attempts.StepAttempts`,
     :class:`~plandag.scheduler.outcomes.StepOutcomes`, the runner) build on it."""
 
-    run_span: LiveSpan | None = None
+    # Slots: a run has some 80 attributes, set once per run (a batch makes a run per input)
+    # and read on every step; CPython keeps so many in a per-instance dict of its own,
+    # slower to fill and to read than slots.
+    __slots__ = (
+        "_run_scope",
+        "active",
+        "boundary",
+        "breaker",
+        "broken_observers",
+        "budget",
+        "budget_refused",
+        "calling",
+        "cap_loop_deadline",
+        "capped",
+        "classify",
+        "clean_files",
+        "clock",
+        "compiled",
+        "completed",
+        "deadline",
+        "dependencies",
+        "driving_in_order",
+        "escalate_mode",
+        "escalation",
+        "escape_results",
+        "escaped_steps",
+        "failed_upstream",
+        "final_result",
+        "finished",
+        "first_started_at",
+        "gave_up",
+        "global_limiter",
+        "http_allow",
+        "idle_event",
+        "in_order",
+        "last_progress",
+        "limiters_by_tool",
+        "limits",
+        "limits_by_name",
+        "listed_hosts",
+        "loop_paused_at",
+        "models",
+        "monotonic",
+        "now",
+        "observers",
+        "output",
+        "params",
+        "paused",
+        "paused_at",
+        "paused_total",
+        "pending_clean",
+        "pending_estimate",
+        "plan_budget",
+        "plan_budget_detail",
+        "plan_loop_deadline",
+        "plan_loop_stopped_at",
+        "plan_measured",
+        "plan_stopped_at",
+        "plan_stopped_total",
+        "plan_tokens_cost",
+        "queues_inline_steps",
+        "ready_here",
+        "ready_queue",
+        "records",
+        "rejected",
+        "remaining",
+        "results",
+        "retry",
+        "run_id",
+        "run_span",
+        "slot_wait_since",
+        "slot_waited_total",
+        "slot_waits",
+        "standbys",
+        "started",
+        "started_at",
+        "started_monotonic",
+        "step_spent_nanodollars",
+        "step_states",
+        "steps",
+        "stop_reason",
+        "taint_of",
+        "task_group",
+        "tool_calls",
+        "tool_limiter",
+        "tracing",
+        "waiting_for_person",
+    )
+
+    run_span: LiveSpan | None
     """The run's live trace span, parent of its steps' spans (None without tracing)."""
 
-    _run_scope: anyio.CancelScope | None = None
+    _run_scope: anyio.CancelScope | None
 
     @property
     def run_scope(self) -> anyio.CancelScope:
@@ -113,6 +297,8 @@ class RunState:
                 raise ValueError(f"tool_limits[{name!r}] must be >= 1, not {limit}")
         self.compiled = compiled
         self.run_id = run_id
+        self.run_span = None
+        self._run_scope = None
         # A session (plandag.scheduler.session) replaces this with a dict of its own that
         # grows while it runs; a parent's CompiledStep is then replaced by one whose
         # ``children`` include the new steps, so the hot path reads children as before.
@@ -200,7 +386,6 @@ class RunState:
         """What model-backed steps use (``ToolContext.models``), or None."""
         self.step_states: dict[int, dict[str, Any]] = {}
         """``ToolContext.step_state`` of each step that took a context, kept across attempts."""
-        self.remaining: dict[int, int] = {}
         self.active = 0
         """Step tasks started and not yet ended (each may run a chain of steps), and steps
         waiting in :attr:`ready_queue` (each as good as a task started)."""
@@ -228,33 +413,24 @@ class RunState:
         limiters_by_tool: dict[str, anyio.CapacityLimiter] = {}
         self.limits_by_name = limits_by_name
         self.limiters_by_tool = limiters_by_tool
-        # One pass over the steps (this runs once per run: a batch runs a plan per input).
+        shape = plan_shape(compiled)
         steps = self.steps
         records = self.records
-        remaining = self.remaining
-        tool_limiter = self.tool_limiter
-        hosts: set[str] = set()
-        all_inline = True
-        for step_id in compiled.order:
-            compiled_step = steps[step_id]
-            tool = compiled_step.tool
-            name = tool.name
+        for step_id, name in shape.names:
             records[step_id] = StepRecord(step_id, name)
-            remaining[step_id] = len(compiled_step.parents)
-            limit = limits_by_name.get(name, tool.max_concurrency)
-            if limit is not None and name not in limiters_by_tool:
-                limiters_by_tool[name] = anyio.CapacityLimiter(limit)
-            tool_limiter[step_id] = limiters_by_tool.get(name) if limiters_by_tool else None
-            if compiled_step.hosts:
-                hosts.update(compiled_step.hosts)
-            if all_inline and not (tool.inline and not tool.is_async):
-                all_inline = False
-        if len(records) != len(steps):  # the order does not name every step: ask each one
-            hosts = set(compiled.listed_hosts)
-            all_inline = all(step.tool.inline and not step.tool.is_async for step in steps.values())
-        listed: tuple[str, ...] = () if compiled.read_only else tuple(sorted(hosts))
-        self.listed_hosts = set(listed)
-        self.http_allow = allowed_hosts(compiled.http_allow, listed)
+        self.remaining: dict[int, int] = shape.remaining.copy()
+        """Each step's count of parents that have not succeeded yet."""
+        if shape.limited or limits_by_name:
+            tool_limiter = self.tool_limiter
+            for step_id, name in shape.names:
+                limit = limits_by_name.get(name, steps[step_id].tool.max_concurrency)
+                if limit is not None and name not in limiters_by_tool:
+                    limiters_by_tool[name] = anyio.CapacityLimiter(limit)
+                tool_limiter[step_id] = limiters_by_tool.get(name)
+        else:
+            self.tool_limiter = dict.fromkeys(records)
+        self.listed_hosts = set(shape.listed)
+        self.http_allow = shape.http_allow
         self.task_group: TaskGroup | StepTasks | None = None
         self.calling: dict[Any, Any] | None = None
         """The abandonable calls of the run's task group (:attr:`StepTasks.calling`): set
@@ -277,7 +453,7 @@ class RunState:
         self.standbys = 0
         """Standby tasks started that have not run yet (at least one while
         :attr:`ready_queue` holds a step)."""
-        self.in_order = not self.observers and all_inline
+        self.in_order = not self.observers and shape.all_inline
         """Whether :meth:`run_steps` may run the steps one after another in plan order, in
         one task (every tool inline, nobody observing: see :meth:`run_in_order`)."""
         self.driving_in_order = False
