@@ -150,7 +150,7 @@ def plan_shape(compiled: CompiledPlan) -> PlanShape:
     )
     if len(order) <= _SHAPE_MAX_STEPS:
         if len(_shapes) >= _SHAPES_KEPT:
-            _shapes.pop(next(iter(_shapes)))
+            _shapes.pop(next(iter(_shapes)), None)  # another thread may have taken it
         _shapes[key] = shape
     return shape
 

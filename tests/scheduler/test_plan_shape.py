@@ -105,3 +105,23 @@ def test_a_tool_limit_still_holds_in_a_plan_run_again() -> None:
     assert plan_shape(plan).limited
     for result in (first, second):
         assert outcome(result) == {n: ("succeeded", n + 1, 1) for n in (1, 2, 3)}
+
+
+class _TakenFirst(dict[Any, Any]):
+    """Kept shapes of which another thread drops the oldest just before this one does."""
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        super().pop(key, None)
+        return super().pop(key, *default)
+
+
+def test_dropping_the_oldest_shape_another_thread_dropped_first_is_no_error(
+    monkeypatch: Any,
+) -> None:
+    from plandag.scheduler import state
+
+    monkeypatch.setattr(state, "_shapes", _TakenFirst())
+    plans = [compiled(CHAIN) for _ in range(state._SHAPES_KEPT + 2)]
+    shapes = [plan_shape(plan) for plan in plans]
+    assert plan_shape(plans[-1]) is shapes[-1]
+    assert len(state._shapes) <= state._SHAPES_KEPT
