@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import math
 import threading
 from collections import OrderedDict
@@ -43,6 +44,7 @@ __all__ = [
     "StepRecord",
     "StepStatus",
     "jsonable_result",
+    "jsonable_result_text",
     "to_jsonable",
 ]
 
@@ -408,7 +410,13 @@ def to_jsonable(value: Any) -> Any:
 
 _RESULTS_KEPT = 64
 _results_lock = threading.Lock()
-_results: OrderedDict[int, tuple[Any, Any]] = OrderedDict()
+_results: OrderedDict[int, list[Any]] = OrderedDict()
+_NOT_ENCODED: Any = object()
+_encode_compact = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), allow_nan=False
+).encode
+"""``json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)``, with
+its encoder made once."""
 
 
 def jsonable_result(value: Any) -> Any:
@@ -429,18 +437,52 @@ def jsonable_result(value: Any) -> Any:
     """
     if type(value) in _PLAIN:
         return value
+    return _remembered(value)[1]
+
+
+def jsonable_result_text(value: Any) -> tuple[Any, str | None]:
+    """:func:`jsonable_result` of a step's result and its compact JSON text, encoded once
+    for all who record it (the run store and the trace write the same text).
+
+    Args:
+        value: a step's result (any object).
+
+    Returns:
+        ``(jsonable_result(value), text)``: ``text`` is ``json.dumps(converted,
+        ensure_ascii=False, separators=(",", ":"), allow_nan=False)``, shared like the
+        conversion; None when ``value`` is a ``str``, ``int``, ``bool`` or None (returned as
+        it is, not remembered: each caller encodes it) or when the conversion cannot be
+        written so (NaN or an infinity a pydantic model gave, an int too long for
+        ``str``). Never raises.
+    """
+    if type(value) in _PLAIN:
+        return value, None
+    entry = _remembered(value)
+    text = entry[2]
+    if text is _NOT_ENCODED:
+        try:
+            text = _encode_compact(entry[1])
+        except (TypeError, ValueError):
+            text = None
+        entry[2] = text  # two threads may both encode: the same text either way
+    return entry[1], text
+
+
+def _remembered(value: Any) -> list[Any]:
+    """The cache entry ``[value, to_jsonable(value), text or _NOT_ENCODED]`` of a result
+    (made when it is not remembered)."""
     key = id(value)
     with _results_lock:
         remembered = _results.get(key)
         if remembered is not None and remembered[0] is value:
             _results.move_to_end(key)
-            return remembered[1]
-    converted = to_jsonable(value)
+            return remembered
+    entry = [value, to_jsonable(value), _NOT_ENCODED]
     with _results_lock:
-        _results[key] = (value, converted)
+        _results[key] = entry
         if len(_results) > _RESULTS_KEPT:
             _results.popitem(last=False)
-    return converted
+    return entry
 
 
 _PLAIN = frozenset({str, int, bool, type(None)})

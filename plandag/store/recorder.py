@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from plandag.compiler.compiled import CompiledStep
 from plandag.errors import NotStartedError
 from plandag.scheduler import events
-from plandag.scheduler.result import RunResult, jsonable_result
+from plandag.scheduler.result import RunResult, jsonable_result_text
 from plandag.store.store import Store, store_json
 from plandag.trace.redact import Redactor
 
@@ -201,9 +201,8 @@ class StoreRecorder:
             step = self.steps.get(step_id)
             inline, digest = (None, None)
             if record.status == "succeeded":
-                inline, digest = self.store.value_columns(
-                    jsonable_result(record.result), jsonable=True
-                )
+                converted, text = jsonable_result_text(record.result)
+                inline, digest = self.store.value_columns(converted, jsonable=True, text=text)
             rows.append(
                 (
                     step_id,
@@ -273,8 +272,9 @@ class StoreRecorder:
         if result is None:
             inline: str | None = "null"
             digest = None
-        else:  # converted once, with the trace
-            inline, digest = self.store.value_columns(jsonable_result(result), jsonable=True)
+        else:  # converted and encoded once, with the trace
+            converted, text = jsonable_result_text(result)
+            inline, digest = self.store.value_columns(converted, jsonable=True, text=text)
         at = event.time
         duration_s = event.duration_s
         self.store.queue_step_end(

@@ -247,7 +247,7 @@ def open_store(path: Path | str | None = None) -> Store:
     return Store(Path(path) if path is not None else default_store_path())
 
 
-def store_json(value: Any, *, jsonable: bool = False) -> str:
+def store_json(value: Any, *, jsonable: bool = False, text: str | None = None) -> str:
     """``value`` as the store's JSON text: sealed first (no secret; the rules are
     :mod:`plandag.store.sealing`'s), compact, UTF-8 kept, lone surrogates escaped
     (:func:`plandag.surrogates.escape_json_text`). Every JSON column is written so.
@@ -256,19 +256,23 @@ def store_json(value: Any, *, jsonable: bool = False) -> str:
         value: any value (converted by :func:`~plandag.scheduler.result.to_jsonable`).
         jsonable: ``value`` is JSON data already, as ``to_jsonable`` returns it (its
             output, or a value it returns unchanged): not converted again.
+        text: with ``jsonable``, ``json.dumps(value, ensure_ascii=False,
+            separators=(",", ":"), allow_nan=False)`` when the caller has it already
+            (:func:`~plandag.scheduler.result.jsonable_result_text`), or None. It is
+            checked and sealed as the text encoded here would be.
     """
     if value is None:  # texts too short for any rule (SHORTEST_SECRET_TEXT): as they are
         return "null"
     kind = type(value)
     if (kind is dict or kind is list) and not value:
         return "{}" if kind is dict else "[]"
-    jsonable = value if jsonable else to_jsonable(value)
+    if not jsonable:
+        value, text = to_jsonable(value), None
     try:
         # the same text, marked as checked: the masking connection does not scan it again
-        return sealed_store_text(jsonable)
+        return sealed_store_text(value, text=text)
     except (TypeError, ValueError):
-        text = json.dumps(seal(jsonable), ensure_ascii=False, separators=(",", ":"))
-        return escape_json_text(text)
+        return escape_json_text(json.dumps(seal(value), ensure_ascii=False, separators=(",", ":")))
 
 
 _dumps = store_json
@@ -722,10 +726,12 @@ class Store:
             return None, self.put_blob(text)
         return text, None
 
-    def value_columns(self, value: Any, *, jsonable: bool = False) -> tuple[str | None, str | None]:
-        """(inline JSON, blob hash): large values go to a blob file. ``jsonable``: as for
-        :func:`store_json`."""
-        text = _dumps(value, jsonable=jsonable)
+    def value_columns(
+        self, value: Any, *, jsonable: bool = False, text: str | None = None
+    ) -> tuple[str | None, str | None]:
+        """(inline JSON, blob hash): large values go to a blob file. ``jsonable`` and
+        ``text``: as for :func:`store_json`."""
+        text = _dumps(value, jsonable=jsonable, text=text)
         if len(text) > BLOB_THRESHOLD_BYTES:
             return None, self.put_blob(text)
         return text, None

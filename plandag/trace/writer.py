@@ -53,7 +53,7 @@ from plandag.scheduler.result import (
     RunResult,
     StepErrorInfo,
     StepRecord,
-    jsonable_result,
+    jsonable_result_text,
     to_jsonable,
 )
 from plandag.surrogates import escape_json_text
@@ -133,8 +133,8 @@ _LINE_ENCODER = LINE_ENCODER
 
 
 def _bounded(value: Any) -> Any:
-    """``value`` JSON-safe (:func:`~plandag.scheduler.result.jsonable_result`: converted
-    once, with the run store), or a preview when its JSON is longer than
+    """``value`` JSON-safe (:func:`~plandag.scheduler.result.jsonable_result_text`: converted
+    and encoded once, with the run store), or a preview when its JSON is longer than
     RESULT_CHARACTERS."""
     return _bounded_text(value)[0]
 
@@ -143,7 +143,7 @@ def _bounded_text(value: Any) -> tuple[Any, str | None, bool]:
     """:func:`_bounded` of ``value``; the JSON text of what it gives (lone surrogates
     escaped) when it was encoded to be measured (a mapping, a list, a long string), else
     None; and whether that text needed no escape (it is the value's compact JSON)."""
-    data = jsonable_result(value)
+    data, shared = jsonable_result_text(value)
     if data is None or isinstance(data, bool | int | float):
         return data, None, False
     if isinstance(data, str) and len(data) <= RESULT_CHARACTERS // 6 - 2:
@@ -152,7 +152,8 @@ def _bounded_text(value: Any) -> tuple[Any, str | None, bool]:
             None,
             False,
         )  # even all escapes (six characters each) and quotes cannot make it longer
-    encoded = _LINE_ENCODER.encode(data)
+    # the run store's text when it could be written without NaN (the same text then)
+    encoded = shared if shared is not None else _LINE_ENCODER.encode(data)
     text = escape_json_text(encoded)
     if len(text) <= RESULT_CHARACTERS:
         # a lone surrogate in it is escaped when the line is written (_emit)
