@@ -1088,13 +1088,17 @@ class TraceWriter:
             None,
             record.started_at,
             record.ended_at,
-            tuple(parents) if parents is not None else None,
+            parents,
             id(args),
             id(value),
             None,
             0,
             1,
-            (attempt.ended_at, None, None, None, 0),
+            attempt.ended_at,
+            None,
+            None,
+            None,
+            0,
         )
         self._children.add(step_id)
         acting = self._acting
@@ -1602,8 +1606,21 @@ def _critical_path(
 
 def _span_state(record: StepRecord, parents: Any, args: Any) -> tuple[Any, ...]:
     """What a step's span shows, compared by value or by identity (a result, args): equal
-    states give the same span."""
-    last = record.attempt_log[-1] if record.attempt_log else None
+    states give the same span. One flat tuple (a step's state is kept until the run ends);
+    ``parents`` is held as it is: the writer replaces a step's list of parents, never
+    changes it in place."""
+    attempts = record.attempt_log
+    if not attempts:
+        last_ended, last_reason, last_error, last_retry, last_children = (None,) * 5
+    else:
+        last = attempts[-1]
+        last_ended, last_reason, last_error, last_retry = (
+            last.ended_at,
+            last.reason,
+            last.error,
+            last.retry,
+        )
+        last_children = len(last.children)
     return (
         record.status,
         record.reason,
@@ -1611,15 +1628,17 @@ def _span_state(record: StepRecord, parents: Any, args: Any) -> tuple[Any, ...]:
         record.error,
         record.started_at,
         record.ended_at,
-        tuple(parents) if parents is not None else None,
+        parents,
         id(args),
         id(record.result),
         record.superseded_by,
         len(record.checks),
-        len(record.attempt_log),
-        (last.ended_at, last.reason, last.error, last.retry, len(last.children))
-        if last is not None
-        else None,
+        len(attempts),
+        last_ended,
+        last_reason,
+        last_error,
+        last_retry,
+        last_children,
     )
 
 

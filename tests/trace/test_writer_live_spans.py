@@ -170,3 +170,37 @@ def test_a_result_is_made_json_safe_once_for_the_trace_and_the_store(tmp_path: P
     run_id = outcome.result.run_id
     spans = _step_spans(tmp_path / "traces" / f"{run_id}.jsonl")
     assert spans[0]["attrs"]["result"] == {"text": "x", "dumps": [1]}
+
+
+def _plain_success(writer: TraceWriter, step_id: int) -> StepRecord:
+    """A plain step's start and success, through the observer."""
+    start, end = T + step_id, T + step_id + 0.5
+    writer(events.StepStarted("plain", step_id, "echo", 1, start))
+    attempt = AttemptRecord(number=1, started_at=start, ended_at=end)
+    record = StepRecord(
+        id=step_id,
+        tool="echo",
+        status="succeeded",
+        result="r",
+        attempts=1,
+        attempt_log=[attempt],
+        started_at=start,
+        ended_at=end,
+        duration_s=0.5,
+    )
+    writer(events.StepSucceeded("plain", step_id, 0.5, end, "r", record))
+    return record
+
+
+def test_a_step_span_is_written_again_only_when_what_it_shows_changed(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    writer = TraceWriter(path, "plain", clock=lambda: T, redact=Redactor())
+    writer.set_dependencies({1: [], 2: [1], 3: [1], 4: [1]})
+    records = {step_id: _plain_success(writer, step_id) for step_id in (1, 2, 3, 4)}
+    writer.set_dependencies({2: [1], 3: [1, 2]})  # a replan: 2 the same, 3 gains a parent
+    records[4].attempt_log[0].retry = "retried"  # changed after its end
+    writer.run_finished(RunResult("plain", "succeeded", records, started_at=T, ended_at=T + 9))
+    writer.close()
+    spans = [(span["attrs"]["step_id"], span["attrs"]["depends_on"]) for span in _step_spans(path)]
+    assert spans == [(1, []), (2, [1]), (3, [1]), (4, [1]), (3, [1, 2]), (4, [1])]
+    assert load_trace(path).steps[3].depends_on == [1, 2]
