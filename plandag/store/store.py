@@ -1049,10 +1049,11 @@ class Store:
         succeeded in 5 runs, as a tool with one step a run is.
 
         Cost: per tool, at most ``latest`` entries of the index of succeeded steps'
-        durations (schema migration 10) are read, newest first; only when those come from
-        fewer than ``min_runs`` runs are older entries read, until ``min_runs`` distinct runs
-        are found. No stored step row is read, and the cost does not grow with the number of
-        runs stored.
+        durations (schema migration 10) are read, newest first; only when there are that
+        many and they come from fewer than ``min_runs`` runs are the tool's entries read
+        again, oldest first, until ``min_runs`` distinct runs are found (at most the steps of
+        its first ``min_runs`` runs). No stored step row is read, and the cost does not grow
+        with the number of runs stored.
 
         Args:
             tools: the tool names wanted (None: every tool in the store).
