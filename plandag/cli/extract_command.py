@@ -361,6 +361,9 @@ def extract_nfe(
                 index, with_unique_in_batch(record, change), spans[2 * index], spans[2 * index + 1]
             )
 
+    # this process's CPU over the batch, outside extract_batch's own count (which leaves
+    # out starting and stopping the workers): before it, and after it up to the store's close
+    cpu_outside = -time.process_time()
     try:
         files, missing = expand_inputs(paths, follow_links=follow_links)
         goal = f"extract nfe: {len(files) + len(missing)} input(s) into {display_name(output)}"
@@ -424,8 +427,10 @@ def extract_nfe(
                 raise failure
             return summary
 
+        cpu_outside += time.process_time()
         with progress, start_up_frozen():
             outcome = Interruptible(bounded).run()
+        cpu_outside -= time.process_time()
         _correct_documents(run_store, previous_corrections)
     except InputError as error:
         close_batch(run_store, writers[0] if writers else None, batch_id, "failed")
@@ -464,6 +469,7 @@ def extract_nfe(
     )
     writers[0].close()
     run_store.close()
+    cpu_outside += time.process_time()
     if summary is None:
         if outcome.signal is not None:
             why, code, status = (
@@ -483,6 +489,7 @@ def extract_nfe(
         )
         raise typer.Exit(code)
     monitor.close("interrupted" if outcome.signal is not None else "finished")
+    summary.cpu_seconds += cpu_outside
     if as_json:
         document = summary.to_json_dict()
         document["spent_usd"], document["spent_tokens"] = budget.spent_usd, budget.spent_tokens

@@ -715,11 +715,25 @@ def test_nfe_throughput_cpu_table_gives_the_amdahl_ceilings() -> None:
     assert amdahl(0.1, 2) == pytest.approx(1 / 0.55)
     assert amdahl(0.0, 8) == pytest.approx(8.0)
     row = Row("w2", [1.0], cpu=[2.0], parent=[0.2], parent_target=0.15)
-    lines = render_cpu([Row("lxml", [1.0]), row], 1000).splitlines()
-    assert lines[2] == (
-        "| w2 | 2.000 | 0.200 | 0.200-0.200 | ≤ 0.15 | no | 0.100 | 1.82× | 4.71× | 7.80× | 10.0× |"
+    # the command reports its CPU over the batch: the target and f are judged on it
+    reported = Row(
+        "w2 now",
+        [1.0],
+        cpu=[2.0],
+        parent=[0.2, 0.3],
+        parent_target=0.15,
+        batch_parent=[0.14, 0.1, 0.12],
     )
-    assert len(lines) == 3  # a row without CPU figures is left out
+    lines = render_cpu([Row("lxml", [1.0]), row, reported], 1000).splitlines()
+    assert lines[2] == (
+        "| w2 | 2.000 | n/a |  | 0.200 | 0.200-0.200 | ≤ 0.15 | no | 0.100 "
+        "| 1.82× | 4.71× | 7.80× | 10.0× |"
+    )
+    assert lines[3] == (
+        "| w2 now | 2.000 | 0.120 | 0.100-0.140 | 0.250 | 0.200-0.300 | ≤ 0.15 | yes | 0.060 "
+        "| 1.89× | 5.63× | 11.19× | 16.7× |"
+    )
+    assert len(lines) == 4  # a row without CPU figures is left out
 
 
 # -- the run store's cost per step --------------------------------------------------------------

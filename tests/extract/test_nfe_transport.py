@@ -23,18 +23,24 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "nfe"
 
 
 class _Clock:
-    """A virtual ``time`` module for the batch: ``perf_counter`` moves only when told."""
+    """A virtual ``time`` module for the batch: ``perf_counter`` and ``process_time`` move
+    only when told."""
 
     def __init__(self) -> None:
         self.now = 1000.0
+        self.cpu = 50.0
 
     def perf_counter(self) -> float:
         return self.now
 
+    def process_time(self) -> float:
+        return self.cpu
+
 
 class _InProcess:
     """A backend that runs each chunk in this process (where the batch waits for it);
-    stopping it takes 500 virtual seconds, starting it 7."""
+    stopping it takes 500 virtual seconds (and 60 of CPU), starting it 7 (and 3 of CPU),
+    each chunk's records 0.25 of CPU."""
 
     sends_bytes = False
     chunk_jobs = 2
@@ -45,12 +51,14 @@ class _InProcess:
         self.closed = 0
         self.chunks: list[list[str]] = []
         clock.now += 7.0
+        clock.cpu += 3.0
 
     def submit(self, items: Sequence[parallel.Item], config: parallel.WorkerConfig) -> Any:
         self.chunks.append([source for source, _ in items])
         return list(items), config
 
     def result(self, handle: Any) -> list[parallel.Outcome]:
+        self.clock.cpu += 0.25
         return parallel.extract_chunk(*handle)  # in a thread of the batch, as a pool's wait
 
     def lost(self, error: BaseException) -> bool:
@@ -62,6 +70,7 @@ class _InProcess:
     def close(self) -> None:
         self.closed += 1
         self.clock.now += 500.0
+        self.clock.cpu += 60.0
 
 
 def _folder(tmp_path: Path) -> Path:
@@ -93,7 +102,7 @@ def test_process_backend_workers_are_started_and_warmed_up_when_it_returns(
         backend.close()
 
 
-def test_a_batch_duration_leaves_out_starting_and_stopping_its_workers(
+def test_a_batch_duration_and_cpu_leave_out_starting_and_stopping_its_workers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = _Clock()
@@ -113,6 +122,8 @@ def test_a_batch_duration_leaves_out_starting_and_stopping_its_workers(
     assert backends[0].closed == 1
     assert summary.start_seconds == 7.0
     assert summary.duration == 7.0  # the start, and nothing of the 500 s the stop took
+    # the batch's own CPU: its chunks' records, neither the workers' start nor their stop
+    assert summary.cpu_seconds == 0.25 * len(backends[0].chunks) > 0
 
 
 class _Refusing(_InProcess):

@@ -436,6 +436,14 @@ class BatchSummary:
             the cluster (each worker ready, the plan compiled there) before any document was
             sent (0 in one process). Stopping them, after the file's last write, is in
             neither.
+        cpu_seconds: CPU seconds of this process (every thread, ``time.process_time``) over
+            the batch's documents: from its start to the file's last write, less the CPU
+            seconds of starting the workers or the cluster; ``plandag extract nfe`` adds its
+            own work on the batch before and after (expanding the inputs, opening and
+            closing the run store and the trace). With workers or a cluster, the serial part
+            of the batch (reading the records back, the output, the store, the trace):
+            divided by ``inputs``, what one more document costs this process, start-up left
+            out.
         output: the output file; items_output: ``OUT.items.csv`` for CSV, else None.
         format: ``jsonl`` or ``csv``.
         repairs: with ``--planner``: this run's records whose run asked for a repair, by
@@ -454,6 +462,7 @@ class BatchSummary:
     error_codes: dict[str, int] = field(default_factory=dict)
     duration: float = 0.0
     start_seconds: float = 0.0
+    cpu_seconds: float = 0.0
     output: Path | None = None
     items_output: Path | None = None
     format: OutputFormat = "jsonl"
@@ -819,6 +828,7 @@ async def extract_batch(
         else _default_extractor(output, run_options, write_boundary, repairer, save_repairs)
     )
     started = time.perf_counter()
+    cpu_started = time.process_time()
     placed: dict[str, list[Mapping[str, Any]]] = {}
     input_names = {os.fspath(path) for path in inputs}
     unplaced: list[Mapping[str, Any]] = []
@@ -856,6 +866,7 @@ async def extract_batch(
         from plandag.extract.mapper import open_mapper
 
         opened = time.perf_counter()
+        cpu_opened = time.process_time()
         mapper = open_mapper(
             workers=workers,
             cluster=cluster,
@@ -872,6 +883,7 @@ async def extract_batch(
         if mapper is not None:
             extract = mapper
             summary.start_seconds = time.perf_counter() - opened
+            cpu_started += time.process_time() - cpu_opened
     try:
         writer = open_writer(output, output_format, append=resume, grouped=True)
     except BaseException:
@@ -1134,6 +1146,7 @@ async def extract_batch(
                 on_settled()  # every group's rows are there before any correction
             apply_corrections()
             ended = time.perf_counter()
+            cpu_ended = time.process_time()
         finally:
             # after the file's last write: stopping the workers or a cluster is not part
             # of the batch's duration (as starting them is reported apart)
@@ -1146,6 +1159,7 @@ async def extract_batch(
     summary.error_codes = dict(tally.error_codes.most_common())
     summary.repairs = {k: v for k, v in tally.repairs.most_common() if v > 0}
     summary.duration = ended - started
+    summary.cpu_seconds = cpu_ended - cpu_started
     return summary
 
 
