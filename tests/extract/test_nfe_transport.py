@@ -220,3 +220,50 @@ def test_a_chunk_is_full_size_while_enough_documents_are_left() -> None:
     assert mapper.chunk_now() == 1
     unknown = parallel.ChunkMapper(backend, config, local, parallel.lost_record)
     assert unknown.chunk_now() == 16
+
+
+def test_the_inputs_of_a_chunk_are_written_together_and_groups_keep_their_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    example = sorted(EXAMPLES.glob("nfelib_*.xml"))[0]
+    for number in range(40):  # one key: every input after the first repeats it
+        shutil.copy(example, folder / f"{number:02}.xml")
+    backends: list[_InProcess] = []
+
+    def open_mapper(**options: Any) -> parallel.ChunkMapper:
+        backend = _InProcess(_Clock())
+        backend.chunk_jobs = 8
+        backends.append(backend)
+        config = parallel.WorkerConfig(jobs=1, write_boundary=WriteBoundary([tmp_path]))
+        return parallel.ChunkMapper(
+            backend, config, options["local"], parallel.lost_record, documents=40
+        )
+
+    monkeypatch.setattr(mapper, "open_mapper", open_mapper)
+    _run(folder, tmp_path / "one.jsonl", workers=1)
+    progress: list[int] = []
+    lines_at_flush: list[int] = []
+    output = tmp_path / "two.jsonl"
+
+    def on_flush() -> None:
+        lines_at_flush.append(len(output.read_bytes().splitlines()))
+
+    _run(
+        folder,
+        output,
+        workers=2,
+        jobs=1,
+        on_progress=lambda done, total: progress.append(done),
+        on_flush=on_flush,
+        flush_records=5,
+        flush_seconds=3600,
+    )
+    assert output.read_bytes() == (tmp_path / "one.jsonl").read_bytes()
+    # one call per run of inputs ready together, not one per input
+    assert progress[0] == 0
+    assert progress[-1] == 40
+    assert len(progress) - 1 <= len(backends[0].chunks) < 40
+    # a group is written once 5 records wait, after the input that makes them 5
+    assert lines_at_flush[:8] == [5, 10, 15, 20, 25, 30, 35, 40]

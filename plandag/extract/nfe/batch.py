@@ -745,8 +745,10 @@ async def extract_batch(
             encoding for both: :func:`~plandag.extract.nfe.output.record_json_texts`), or
             None when the record is not plain JSON data; for a caller that stores the
             text (``plandag extract nfe``'s run store).
-        on_progress: called with ``(inputs done, inputs to extract)`` at the start and after
-            each input is written (for a progress bar).
+        on_progress: called with ``(inputs done, inputs to extract)`` at the start and each
+            time inputs are written (for a progress bar): once for the inputs that are
+            ready in order together (a chunk's, with workers), so ``inputs done`` grows by
+            one or more each time, up to every input.
         on_correction: called once the batch ends (also when it is cut short) for each
             record of this run whose ``unique_in_batch`` outcome changed after it was
             passed to ``on_record`` (the first record of a key that a later input
@@ -898,7 +900,7 @@ async def extract_batch(
     held = 0  # records passed to the writer since the last group was written
     all_written = anyio.Event()
 
-    def write_input(records: Sequence[Mapping[str, Any] | EncodedRecord]) -> None:
+    def write_records(records: Sequence[Mapping[str, Any] | EncodedRecord]) -> None:
         nonlocal held
         encoded: list[EncodedRecord] = []
         for record in records:
@@ -950,15 +952,26 @@ async def extract_batch(
                 write_group()
 
     def flush_ready() -> None:
+        """Write the records of every input ready in order (a chunk's, often) together:
+        one write, one ``on_progress``; a group still ends after the input that fills it."""
         nonlocal next_to_write, finished
+        first = next_to_write
+        ready: list[Mapping[str, Any] | EncodedRecord] = []
         while next_to_write in results:
             records = results.pop(next_to_write)
             next_to_write += 1
             if records:
-                write_input(records)
+                ready.extend(records)
                 summary.inputs_with_record += 1
-            finished += 1
-            slots.release()
+                if held + len(ready) >= flush_records:
+                    write_records(ready)  # the group is written after this input
+                    ready = []
+        if ready:
+            write_records(ready)
+        if next_to_write > first:
+            finished += next_to_write - first
+            for _ in range(next_to_write - first):
+                slots.release()
             if on_progress is not None:
                 on_progress(finished, total)
         if finished >= total:
@@ -1125,7 +1138,7 @@ async def extract_batch(
     local_limiter = anyio.CapacityLimiter(jobs)
     try:
         if unplaced:
-            write_input(unplaced)
+            write_records(unplaced)
             summary.inputs_with_record += len(unplaced)
         if on_progress is not None:
             on_progress(0, total)
