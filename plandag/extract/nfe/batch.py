@@ -152,7 +152,7 @@ def _folder_entries(folder: Path) -> list[tuple[Path, bool]]:
     and symbolic links to folders (never entered), so that each gets a record rather than
     vanishing. A folder that cannot be listed is passed over, as :func:`os.walk` does."""
     found: list[tuple[Path, bool]] = []
-    pending = [os.fspath(folder)]
+    pending = [Path(folder)]
     while pending:
         directory = pending.pop()
         try:
@@ -161,10 +161,11 @@ def _folder_entries(folder: Path) -> list[tuple[Path, bool]]:
                     if entry.name.startswith("."):
                         continue
                     link = entry.is_symlink()
+                    # a child of the folder's Path: a name to add, not a whole path to parse
                     if not link and entry.is_dir(follow_symlinks=False):
-                        pending.append(entry.path)
+                        pending.append(directory / entry.name)
                     else:
-                        found.append((Path(entry.path), link))
+                        found.append((directory / entry.name, link))
         except OSError:
             continue
     found.sort(key=_path_order)
