@@ -437,7 +437,7 @@ CHUNK_WORK: Callable[[Sequence[Item], WorkerConfig], list[Outcome]] = extract_ch
 def run_packed(
     work: Callable[[Sequence[Item], WorkerConfig], list[Outcome]],
     items: Sequence[Item],
-    config: WorkerConfig,
+    config: WorkerConfig | None,
 ) -> bytes:
     """What a backend runs in a worker: ``work(items, config)``'s outcomes as one pickle
     (highest protocol), which :func:`unpack` turns back into the outcomes in the parent.
@@ -446,9 +446,17 @@ def run_packed(
     Dask move it as it is, and Dask sizes it by its length instead of walking every record
     (each result is sized several times: stored, sent, counted).
 
+    ``config`` None: the configuration the worker was started with (a pool's initializer,
+    :func:`_start_worker`), which the parent then need not send with every chunk.
+
     Raises:
         Exception: whatever ``work`` raises (the chunk's error).
+        RuntimeError: ``config`` is None in a worker started without one.
     """
+    if config is None:
+        if _started_config is None:
+            raise RuntimeError("a chunk without its configuration in a worker started without one")
+        config = _started_config
     return pickle.dumps(work(items, config), protocol=pickle.HIGHEST_PROTOCOL)
 
 
@@ -501,6 +509,10 @@ def _context() -> Any:
     return multiprocessing.get_context("spawn")
 
 
+#: The configuration this worker process was started with (:func:`_start_worker`), or None.
+_started_config: WorkerConfig | None = None
+
+
 def _start_worker(config: WorkerConfig | None) -> None:
     """A pool worker's start: Ctrl-C (SIGINT, sent to the whole terminal group) is the
     parent's to handle (the worker goes on with its chunk until the parent stops the pool),
@@ -510,6 +522,8 @@ def _start_worker(config: WorkerConfig | None) -> None:
     import signal
     import threading
 
+    global _started_config
+    _started_config = config
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = multiprocessing.parent_process()
     if parent is not None:  # ends with the command, even one killed with SIGKILL
@@ -593,11 +607,14 @@ class ProcessBackend:
         )
 
     def submit(self, items: Sequence[Item], config: WorkerConfig) -> Any:
+        # the configuration every worker was started with is not pickled with each chunk
+        # again (about 4.6 KB); a changed one (repairs learned since) travels with it
+        sent = None if config is self._config else config
         try:
-            return self._pool, self._pool.submit(run_packed, CHUNK_WORK, list(items), config)
+            return self._pool, self._pool.submit(run_packed, CHUNK_WORK, list(items), sent)
         except BrokenProcessPool:
             self.renew((self._pool, None))
-            return self._pool, self._pool.submit(run_packed, CHUNK_WORK, list(items), config)
+            return self._pool, self._pool.submit(run_packed, CHUNK_WORK, list(items), sent)
 
     def result(self, handle: Any) -> list[Outcome]:
         future: Future[bytes] = handle[1]

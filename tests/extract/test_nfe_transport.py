@@ -4,6 +4,7 @@ chunks (in order, every outcome kind) the same as extracting in one process."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import shutil
@@ -17,6 +18,7 @@ import pytest
 from plandag.extract import mapper, parallel
 from plandag.extract.nfe import batch
 from plandag.extract.nfe.batch import expand_inputs, extract_batch
+from plandag.extract.nfe.encoded import EncodedRecord
 from plandag.tools.boundary import WriteBoundary
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "nfe"
@@ -267,3 +269,36 @@ def test_the_inputs_of_a_chunk_are_written_together_and_groups_keep_their_size(
     assert len(progress) - 1 <= len(backends[0].chunks) < 40
     # a group is written once 5 records wait, after the input that makes them 5
     assert lines_at_flush[:8] == [5, 10, 15, 20, 25, 30, 35, 40]
+
+
+def test_a_pool_sends_the_configuration_its_workers_started_with_only_when_it_changed(
+    tmp_path: Path,
+) -> None:
+    config = parallel.WorkerConfig(jobs=1, write_boundary=WriteBoundary([tmp_path]), encode=True)
+    changed = dataclasses.replace(config, encode=False)
+    backend = parallel.ProcessBackend(1, config)
+    sent: list[Any] = []
+    pool_submit = backend._pool.submit
+
+    def submit(function: Any, *args: Any) -> Any:
+        sent.append(args[-1])
+        return pool_submit(function, *args)
+
+    backend._pool.submit = submit  # type: ignore[method-assign]
+    first = sorted(EXAMPLES.glob("nfelib_*.xml"))[0]
+    items: list[parallel.Item] = [(str(first), None)]
+    try:
+        started = backend.result(backend.submit(items, config))
+        other = backend.result(backend.submit(items, changed))
+    finally:
+        backend.close()
+    assert sent == [None, changed]  # the start's configuration is the worker's own already
+    assert started == parallel.extract_chunk(items, config)
+    assert other == parallel.extract_chunk(items, changed)
+    assert [type(record) for _, records in started for record in records] == [EncodedRecord]
+    assert [type(record) for _, records in other for record in records] == [dict]
+
+
+def test_a_chunk_without_its_configuration_in_a_worker_started_without_one_is_an_error() -> None:
+    with pytest.raises(RuntimeError, match="without its configuration"):
+        parallel.run_packed(parallel.extract_chunk, [], None)
