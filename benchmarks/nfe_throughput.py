@@ -43,7 +43,10 @@ threads), read from ``/proc/PID/stat`` before it is reaped (the start-up runs' o
 ``parent in the batch``: what the command's process spends over the batch's documents, as
 the command itself reports it (``cpu_seconds`` of ``--json``: from the expansion of the
 inputs to the store's close, starting and stopping the workers left out; n/a for a
-``plandag`` that does not report it), over the documents of the full run. The targets are
+``plandag`` that does not report it), the start-up run's taken off as above (which leaves
+out the batch's own fixed costs too: the modules it imports on its first document, the
+run's creation, the store's close) — the process's start-up, whose spread moves the whole
+command's figure, is in neither count. The targets are
 judged on ``parent in the batch`` where the command reports it, else on the whole
 command's difference. The parent's share of the tree is the serial fraction ``f`` of the
 batch (Amdahl): however many cores, the batch goes at most ``1 / f`` times as fast as on
@@ -163,8 +166,9 @@ class Row:
 
     ``cpu`` and ``parent``: per repetition, the CPU seconds ``documents`` more documents cost
     the whole process tree and the command's own process (start-up left out);
-    ``batch_parent``: per repetition, the CPU seconds the command's process reports it
-    spent over the batch (``cpu_seconds``; empty when it does not report it);
+    ``batch_parent``: per repetition, the CPU seconds ``documents`` more documents cost the
+    command's process by its own count over the batch (``cpu_seconds``; empty when it does
+    not report it);
     ``parent_target``: the most milliseconds per document the parent may take."""
 
     label: str
@@ -400,8 +404,8 @@ def measure(
             row.cpu.append((full.tree - start.tree) * scale)
             if full.parent is not None and start.parent is not None:
                 row.parent.append((full.parent - start.parent) * scale)
-            if full.batch_parent is not None:
-                row.batch_parent.append(full.batch_parent)
+            if full.batch_parent is not None and start.batch_parent is not None:
+                row.batch_parent.append((full.batch_parent - start.batch_parent) * scale)
             if row.label == CLI_WORKERS.format(workers=1):
                 store = full.store
     return [lxml, loop, loop_as_command, *(row for row, _ in command_rows)], store
@@ -602,9 +606,9 @@ def main(argv: list[str] | None = None) -> int:
         f"CPU per document (the difference between {len(files)} documents and the first "
         f"{min(options.start_documents, len(files) - 1)}: start-up left out; tree = the "
         "command and every process it started; parent, whole command = the command's own "
-        "process; parent in the batch = what the command reports its process spent over the "
-        "batch's documents (--json cpu_seconds), the row the targets are judged on where "
-        "reported):"
+        "process; parent in the batch = the same difference of what the command reports its "
+        "process spent over the batch (--json cpu_seconds), the row the targets are judged "
+        "on where reported):"
     )
     print()
     print(render_cpu(rows, len(files)))
