@@ -8,12 +8,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from plandag.extract.nfe.output import CHECK_NAMES
 from plandag.trace.redact import Redactor
-from plandag.trace.writer import SUMMARY_LINE_BYTES, TraceWriter, document_summary
+from plandag.trace.writer import (
+    SUMMARY_LINE_BYTES,
+    SUMMARY_SOURCE_BYTES,
+    TraceWriter,
+    document_summary,
+)
 
 #: Every NF-e check failing and six error codes: the most a real record puts in a summary.
 NFE_CHECKS = CHECK_NAMES
@@ -137,6 +142,15 @@ def _encoded_line(path: Path) -> tuple[bytes, bytes]:
     span=st.floats(min_value=0, max_value=1e6, allow_nan=False),
     failed=st.lists(st.text(max_size=10), max_size=7),
 )
+@example(  # 60 characters, 225 bytes: the path is cut though the line is short
+    source="00000" + "\U00010000" * 55,
+    status="ok",
+    index=0,
+    segment=0,
+    start=0.0,
+    span=0.0,
+    failed=[],
+)
 def test_a_summary_line_is_the_text_the_json_encoder_makes(
     tmp_path: Path,
     source: str,
@@ -180,7 +194,11 @@ def test_a_summary_line_is_the_text_the_json_encoder_makes(
             "segment": segment,
         },
     }
-    if len(line) < SUMMARY_LINE_BYTES - 200:  # not cut to fit: the path is shown whole
+    source_bytes = len(source.encode("utf-8", "backslashreplace"))
+    if source_bytes > SUMMARY_SOURCE_BYTES:  # a long path is cut to its first bytes, then …
+        assert shown.endswith("\u2026")
+        assert len(shown[:-1].encode("utf-8", "backslashreplace")) <= SUMMARY_SOURCE_BYTES - 3
+    elif len(line) < SUMMARY_LINE_BYTES - 200:  # not cut to fit: the path is shown whole
         assert shown == source
 
 
