@@ -201,14 +201,18 @@ def _plandag_command(explicit: str | None) -> Command:
 
 def _compare_command(given: str) -> Command:
     """``--compare``: a checkout's folder (run as ``python -m plandag`` with the folder first
-    on ``PYTHONPATH``, so that its worker processes use it too) or a ``plandag`` command."""
+    on ``PYTHONPATH``, so that its worker processes use it too, and ``PYTHONSAFEPATH`` set, so
+    that a checkout the benchmark is started from is not put before it) or a ``plandag``
+    command."""
     folder = Path(given)
     if folder.is_dir():
         if not (folder / "plandag" / "__init__.py").is_file():
             raise SystemExit(f"--compare {given}: not a plandag checkout (no plandag/)")
         path = os.pathsep.join([str(folder.resolve()), os.environ.get("PYTHONPATH", "")])
         return Command(
-            [sys.executable, "-m", "plandag"], {"PYTHONPATH": path.rstrip(os.pathsep)}, given
+            [sys.executable, "-m", "plandag"],
+            {"PYTHONPATH": path.rstrip(os.pathsep), "PYTHONSAFEPATH": "1"},
+            given,
         )
     return Command([given], name=given)
 

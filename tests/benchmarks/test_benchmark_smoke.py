@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import statistics
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -707,6 +708,32 @@ def test_nfe_throughput_runs_at_a_tiny_size(
     ):
         assert label in rows
     assert "ceiling 32 cores" in out
+
+
+def test_nfe_throughput_compares_the_checkout_it_is_given_from_inside_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # run from inside a checkout (this repository), --compare OTHER must run OTHER's plandag,
+    # not the one the working directory would put first on sys.path
+    from benchmarks.nfe_throughput import _compare_command
+
+    other = tmp_path / "other"
+    (other / "plandag").mkdir(parents=True)
+    (other / "plandag" / "__init__.py").write_text("", encoding="utf-8")
+    (other / "plandag" / "__main__.py").write_text(
+        "print('the other checkout')\n", encoding="utf-8"
+    )
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    command = _compare_command(str(other))
+    shown = subprocess.run(
+        [*command.argv, "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env={**os.environ, **command.environment},
+    )
+    assert shown.stdout.strip() == "the other checkout"
 
 
 def test_nfe_throughput_cpu_table_gives_the_amdahl_ceilings() -> None:
