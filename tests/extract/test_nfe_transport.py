@@ -171,9 +171,10 @@ def test_a_packed_chunk_unpacks_to_the_outcomes_of_the_chunk(tmp_path: Path) -> 
     assert sources == [source for source, _ in items]
 
 
-def test_the_last_chunks_of_a_batch_are_shared_out_between_the_workers(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _forty_copies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, list[_InProcess]]:
+    """A folder of 40 copies of one shipped invoice (one key: every input after the first
+    repeats it), and the in-process backends (chunks of up to 8) the batches run on from
+    now on, one per batch."""
     folder = tmp_path / "in"
     folder.mkdir()
     example = sorted(EXAMPLES.glob("nfelib_*.xml"))[0]
@@ -191,6 +192,13 @@ def test_the_last_chunks_of_a_batch_are_shared_out_between_the_workers(
         )
 
     monkeypatch.setattr(mapper, "open_mapper", open_mapper)
+    return folder, backends
+
+
+def test_the_last_chunks_of_a_batch_are_shared_out_between_the_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder, backends = _forty_copies(tmp_path, monkeypatch)
     _run(folder, tmp_path / "one.jsonl", workers=1)
     _run(folder, tmp_path / "two.jsonl", workers=2, jobs=1)
     assert (tmp_path / "two.jsonl").read_bytes() == (tmp_path / "one.jsonl").read_bytes()
@@ -227,23 +235,7 @@ def test_a_chunk_is_full_size_while_enough_documents_are_left() -> None:
 def test_the_inputs_of_a_chunk_are_written_together_and_groups_keep_their_size(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    folder = tmp_path / "in"
-    folder.mkdir()
-    example = sorted(EXAMPLES.glob("nfelib_*.xml"))[0]
-    for number in range(40):  # one key: every input after the first repeats it
-        shutil.copy(example, folder / f"{number:02}.xml")
-    backends: list[_InProcess] = []
-
-    def open_mapper(**options: Any) -> parallel.ChunkMapper:
-        backend = _InProcess(_Clock())
-        backend.chunk_jobs = 8
-        backends.append(backend)
-        config = parallel.WorkerConfig(jobs=1, write_boundary=WriteBoundary([tmp_path]))
-        return parallel.ChunkMapper(
-            backend, config, options["local"], parallel.lost_record, documents=40
-        )
-
-    monkeypatch.setattr(mapper, "open_mapper", open_mapper)
+    folder, backends = _forty_copies(tmp_path, monkeypatch)
     _run(folder, tmp_path / "one.jsonl", workers=1)
     progress: list[int] = []
     lines_at_flush: list[int] = []

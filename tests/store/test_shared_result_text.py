@@ -16,11 +16,10 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel, ConfigDict
-from typer.testing import CliRunner
 
-from plandag.cli import app
 from plandag.scheduler.result import jsonable_result, jsonable_result_text, to_jsonable
 from plandag.store.store import store_json
+from tests.exec_plan import exec_plan
 
 ENV_SECRET = "test-key-value-from-the-environment-0123456789"
 
@@ -95,24 +94,8 @@ LONG_TRACED_HEAD = (
 def _exec(tmp_path: Path) -> tuple[dict[int, tuple[str | None, str | None]], dict[int, str]]:
     """Run the five tools through ``plandag exec``; each step's stored result and result
     hash columns, and the raw text of the result in its trace span."""
-    (tmp_path / "tools.py").write_text(TOOLS, encoding="utf-8")
     plan = {"steps": [{"id": i + 1, "tool": name, "args": {}} for i, name in enumerate(TOOL_NAMES)]}
-    (tmp_path / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
-    store_path = tmp_path / "store" / "runs.sqlite3"
-    result = CliRunner().invoke(
-        app,
-        [
-            "exec",
-            str(tmp_path / "plan.json"),
-            "--tools",
-            str(tmp_path / "tools.py"),
-            "--store",
-            str(store_path),
-            "--json",
-        ],
-    )
-    assert result.exit_code == 0, result.stderr
-    run_id = json.loads(result.stdout)["run_id"]
+    run_id, store_path = exec_plan(tmp_path, plan, TOOLS)
     connection = sqlite3.connect(store_path)
     try:
         stored = {

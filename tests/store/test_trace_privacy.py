@@ -7,10 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from plandag.cli import app
 from plandag.store import open_store
+from tests.exec_plan import exec_plan
 
 TOOLS = '''
 from plandag.tools import tool
@@ -33,24 +32,7 @@ ENV_SECRET = "test-key-value-from-the-environment-0123456789"
 
 
 def _exec(tmp_path: Path, plan: dict[str, object], *extra: str) -> tuple[str, str]:
-    (tmp_path / "tools.py").write_text(TOOLS, encoding="utf-8")
-    (tmp_path / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
-    store_path = tmp_path / "store" / "runs.sqlite3"
-    result = CliRunner().invoke(
-        app,
-        [
-            "exec",
-            str(tmp_path / "plan.json"),
-            "--tools",
-            str(tmp_path / "tools.py"),
-            "--store",
-            str(store_path),
-            "--json",
-            *extra,
-        ],
-    )
-    assert result.exit_code == 0, result.stderr
-    run_id = json.loads(result.stdout)["run_id"]
+    run_id, store_path = exec_plan(tmp_path, plan, TOOLS, *extra)
     trace = (tmp_path / "store" / "traces" / f"{run_id}.jsonl").read_text(encoding="utf-8")
     store = open_store(store_path)
     try:
