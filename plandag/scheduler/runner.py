@@ -407,14 +407,17 @@ class _Run(StepAttempts):
         try:
             while next_step is not None:
                 next_step = await self.run_one_step(next_step)
-                if next_step is None and (self.ready_here or self.ready_queue):
-                    scope = self._run_scope  # stopping: they are left, to end skipped
-                    if scope is None or not scope.cancel_called:
-                        if self.ready_here:
-                            next_step = self.ready_here.popleft()
-                        else:
-                            next_step = self.ready_queue.popleft()
-                            self.active -= 1  # the step is this task's now
+                # stopping: the steps ready are left, to end skipped
+                if (
+                    next_step is None
+                    and (self.ready_here or self.ready_queue)
+                    and not self.stopping
+                ):
+                    if self.ready_here:
+                        next_step = self.ready_here.popleft()
+                    else:
+                        next_step = self.ready_queue.popleft()
+                        self.active -= 1  # the step is this task's now
                 if next_step is not None and time.perf_counter() - last_yield > _YIELD_EVERY_S:
                     # A chain of inline steps never suspends on its own: let other tasks
                     # (siblings, the heartbeat, the deadline) in at least every few ms.
@@ -448,13 +451,7 @@ class _Run(StepAttempts):
         except anyio.get_cancelled_exc_class():
             self.interrupt(record, self.stop_cause())
             raise
-        deadline = self.deadline  # as past_deadline(), without its call
-        if (
-            deadline is not None
-            and record.status == "running"
-            and not self.paused
-            and self.monotonic() >= deadline
-        ):
+        if self.deadline is not None and record.status == "running" and self.past_deadline():
             # The step outlived the wall-clock cap without being stopped (an inline tool
             # that blocked the event loop, a tool that ignored its cancellation): its late
             # outcome is discarded, the step ends cancelled and the run stops.
