@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from plandag.compiler.compiled import CompiledPlan, CompiledStep
@@ -83,6 +83,52 @@ class StepEstimate:
     cost_usd: float | None
     seconds: float | None
     source: TimeSource | None
+
+
+_Figures = tuple[str, float | None, float | None, TimeSource | None]
+"""A step's ``(tool, cost_usd, seconds, source)``, as :class:`StepEstimate` holds them."""
+
+
+class _StepEstimates(Mapping[int, StepEstimate]):
+    """Each step's :class:`StepEstimate` by id, made when one is read from the step's
+    figures: the steps of a tool without an estimate function share one tuple of figures,
+    so that estimating a plan makes no object per step (the store's and the trace's texts
+    are written from the figures).
+
+    Args:
+        figures: each step's :data:`_Figures` by id.
+    """
+
+    __slots__ = ("figures",)
+
+    def __init__(self, figures: dict[int, _Figures]) -> None:
+        self.figures = figures
+
+    def __getitem__(self, step_id: int) -> StepEstimate:
+        return StepEstimate(step_id, *self.figures[step_id])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.figures)
+
+    def __len__(self) -> int:
+        return len(self.figures)
+
+    def __contains__(self, step_id: object) -> bool:
+        return step_id in self.figures
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
+
+
+def _step_figures(steps: Mapping[int, StepEstimate]) -> dict[int, _Figures]:
+    """Each step's figures of ``steps`` (a plan estimate's), read without making a
+    :class:`StepEstimate` when they are :class:`_StepEstimates`."""
+    if type(steps) is _StepEstimates:
+        return steps.figures
+    return {
+        step_id: (item.tool, item.cost_usd, item.seconds, item.source)
+        for step_id, item in steps.items()
+    }
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -192,15 +238,14 @@ class PlanEstimate:
         """
         head = _encode(self._head_json())
         written: dict[tuple[Any, ...], str] = {}
-        # the same objects (a tool's name and figures, shared by its steps' estimates) have
-        # the same text: looked up by identity first (the objects live as long as the loop)
-        same: dict[tuple[int, int, int, int], str] = {}
+        # the same tuple of figures (shared by the steps of a tool, _StepEstimates) has the
+        # same text: looked up by identity first (the tuples live as long as the loop)
+        same: dict[int, str] = {}
         parts: list[str] = []
-        for step_id, item in sorted(self.steps.items()):
-            tool, cost, seconds, source = item.tool, item.cost_usd, item.seconds, item.source
-            objects = (id(tool), id(cost), id(seconds), id(source))
-            entry = same.get(objects)
+        for step_id, figures in sorted(_step_figures(self.steps).items()):
+            entry = same.get(id(figures))
             if entry is None:
+                tool, cost, seconds, source = figures
                 # with the types, and a zero's text: what == does not tell apart is written
                 # otherwise (0 and 0.0, 0.0 and -0.0, 1 and True)
                 key = (
@@ -213,7 +258,7 @@ class PlanEstimate:
                     entry = written[key] = _encode(
                         {"tool": tool, "cost_usd": cost, "seconds": seconds, "source": source}
                     )
-                same[objects] = entry
+                same[id(figures)] = entry
             parts.append(f'"{step_id}":{entry}')
         # "steps" is the last key of as_json's object
         return f'{head[:-1]},"steps":{{{",".join(parts)}}}}}'
@@ -236,13 +281,8 @@ class PlanEstimate:
     def _steps_json(self) -> dict[str, Any]:
         """:meth:`as_json`'s ``steps``."""
         return {
-            str(step_id): {
-                "tool": item.tool,
-                "cost_usd": item.cost_usd,
-                "seconds": item.seconds,
-                "source": item.source,
-            }
-            for step_id, item in sorted(self.steps.items())
+            str(step_id): {"tool": tool, "cost_usd": cost, "seconds": seconds, "source": source}
+            for step_id, (tool, cost, seconds, source) in sorted(_step_figures(self.steps).items())
         }
 
     def with_calls(self, calls: Sequence[ModelCallEstimate]) -> PlanEstimate:
@@ -331,29 +371,26 @@ def estimate_steps(
     """
     known_measured = measured or {}
     finished = set(done)
-    per_step: dict[int, StepEstimate] = {}
+    per_step: dict[int, _Figures] = {}
     # the figures of a tool without an estimate function hold for each of its steps (they
     # do not depend on a step's args), by the tool object's identity (alive in the loop)
-    by_tool: dict[int, StepEstimate] = {}
+    by_tool: dict[int, _Figures] = {}
     for step_id, compiled_step in steps.items():
         tool = compiled_step.tool
         if step_id in finished:
-            per_step[step_id] = StepEstimate(step_id, tool.name, 0.0, 0.0, None)
-        elif tool.estimate is None and (first := by_tool.get(id(tool))) is not None:
-            per_step[step_id] = StepEstimate(
-                step_id, first.tool, first.cost_usd, first.seconds, first.source
-            )
+            per_step[step_id] = (tool.name, 0.0, 0.0, None)
+        elif tool.estimate is None and (shared := by_tool.get(id(tool))) is not None:
+            per_step[step_id] = shared
         else:
-            item = per_step[step_id] = _step_estimate(
-                compiled_step, known_measured, tokens_cost, executor_model
-            )
+            item = _step_estimate(compiled_step, known_measured, tokens_cost, executor_model)
+            figures = per_step[step_id] = (item.tool, item.cost_usd, item.seconds, item.source)
             if tool.estimate is None:
-                by_tool[id(tool)] = item
-    unknown = tuple(sorted(key for key, item in per_step.items() if item.seconds is None))
-    unknown_cost = tuple(sorted(key for key, item in per_step.items() if item.cost_usd is None))
+                by_tool[id(tool)] = figures
+    unknown = tuple(sorted(key for key, item in per_step.items() if item[2] is None))
+    unknown_cost = tuple(sorted(key for key, item in per_step.items() if item[1] is None))
     cost: float | None = None
     if not unknown_cost:
-        cost = math.fsum(item.cost_usd or 0.0 for item in per_step.values())
+        cost = math.fsum(item[1] or 0.0 for item in per_step.values())
     seconds: float | None = None
     path: tuple[int, ...] = ()
     inline_seconds = path_seconds = 0.0
@@ -370,11 +407,11 @@ def estimate_steps(
             raise ValueError("the steps' dependencies form a cycle; a compiled plan has none")
         order, parents = found
         nodes, seconds = longest_path(
-            order, parents.__getitem__, lambda node: per_step[node].seconds or 0.0
+            order, parents.__getitem__, lambda node: per_step[node][2] or 0.0
         )
         path = tuple(nodes)
         inline = [
-            per_step[step_id].seconds or 0.0
+            per_step[step_id][2] or 0.0
             for step_id, compiled_step in steps.items()
             if step_id not in finished
             and compiled_step.tool.inline
@@ -393,7 +430,7 @@ def estimate_steps(
         inline_steps=inline_count,
         unknown=unknown,
         unknown_cost=unknown_cost,
-        steps=per_step,
+        steps=_StepEstimates(per_step),
     )
     return estimate.with_calls(calls)
 

@@ -1,9 +1,11 @@
 """A plan estimate's JSON text, made entry by entry (``PlanEstimate.json_text``), is the
 text ``json.dumps`` makes of ``as_json()``: the same characters, or the same refusal of a
-figure that is NaN or an infinity."""
+figure that is NaN or an infinity; steps that share one tuple of figures (as
+``estimate_plan`` makes them) are written as each step's own estimate."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from typing import Any
@@ -12,7 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plandag.scheduler.estimate import ModelCallEstimate, PlanEstimate, StepEstimate
+from plandag.scheduler.estimate import (
+    ModelCallEstimate,
+    PlanEstimate,
+    StepEstimate,
+    _StepEstimates,
+)
 
 
 def _dumps(value: Any) -> str:
@@ -32,7 +39,9 @@ _TOOLS = st.one_of(
 
 
 @st.composite
-def _estimates(draw: st.DrawFn, numbers: st.SearchStrategy[Any] = _NUMBERS) -> PlanEstimate:
+def _estimates(
+    draw: st.DrawFn, numbers: st.SearchStrategy[Any] = _NUMBERS, *, shared: bool = False
+) -> PlanEstimate:
     step_ids = draw(st.lists(st.integers(min_value=1, max_value=400), max_size=40, unique=True))
     # few distinct entries, as in a plan: most steps share their tool and figures
     entries = draw(
@@ -42,9 +51,11 @@ def _estimates(draw: st.DrawFn, numbers: st.SearchStrategy[Any] = _NUMBERS) -> P
             max_size=4,
         )
     )
-    steps = {
-        step_id: StepEstimate(step_id, *draw(st.sampled_from(entries))) for step_id in step_ids
-    }
+    steps: Any = {step_id: draw(st.sampled_from(entries)) for step_id in step_ids}
+    if shared:  # the steps of an entry hold the same tuple
+        steps = _StepEstimates(steps)
+    else:
+        steps = {step_id: StepEstimate(step_id, *entry) for step_id, entry in steps.items()}
     calls = tuple(
         ModelCallEstimate(label, seconds, cost)
         for label, seconds, cost in draw(
@@ -67,6 +78,19 @@ def _estimates(draw: st.DrawFn, numbers: st.SearchStrategy[Any] = _NUMBERS) -> P
 @given(_estimates())
 def test_the_text_is_what_json_dumps_makes_of_as_json(estimate: PlanEstimate) -> None:
     assert estimate.json_text() == _dumps(estimate.as_json())
+
+
+@settings(max_examples=300, deadline=None)
+@given(_estimates(shared=True))
+def test_steps_sharing_their_figures_are_written_as_each_steps_own_estimate(
+    estimate: PlanEstimate,
+) -> None:
+    own = dataclasses.replace(estimate, steps=dict(estimate.steps.items()))
+    assert all(item.step_id == step_id for step_id, item in own.steps.items())
+    assert estimate.json_text() == _dumps(own.as_json())
+    assert estimate.as_json() == own.as_json()
+    assert estimate == own
+    assert own == estimate
 
 
 @settings(max_examples=150, deadline=None)
