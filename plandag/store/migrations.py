@@ -297,6 +297,41 @@ MIGRATIONS: tuple[Migration, ...] = (
             "WHERE status = 'succeeded' AND duration_s IS NOT NULL",
         ),
     ),
+    Migration(
+        11,
+        "the runs each tool succeeded in, written as each run ends (a tool is measured once "
+        "it succeeded in 5 runs: counted there, without reading the steps of its oldest "
+        "runs)",
+        (
+            # (run, tool): the run has a succeeded step of the tool (its duration known);
+            # written with the run's final step rows (StoreRecorder.reconcile), never while
+            # the run's steps may still change; read by Store.tool_durations (tool_run_tool)
+            """CREATE TABLE tool_run (
+    run_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    PRIMARY KEY (run_id, tool)
+) WITHOUT ROWID""",
+            "CREATE INDEX tool_run_tool ON tool_run (tool)",
+            # a run taken again (resume, approve): its steps may change until it stops
+            """CREATE TRIGGER tool_run_running AFTER UPDATE OF status ON run
+WHEN new.status = 'running' AND old.status <> 'running'
+BEGIN
+    DELETE FROM tool_run WHERE run_id = new.run_id;
+END""",
+            # a succeeded step forgotten (a revised plan, store upkeep): the run is no longer
+            # listed for its tool (counted again from the steps until the run stops again)
+            """CREATE TRIGGER tool_run_step_deleted AFTER DELETE ON step
+WHEN old.status = 'succeeded'
+BEGIN
+    DELETE FROM tool_run WHERE run_id = old.run_id AND tool = old.tool;
+END""",
+            # the runs stored before, from their rows
+            "INSERT INTO tool_run (run_id, tool) "
+            "SELECT DISTINCT step.run_id, step.tool FROM step JOIN run USING (run_id) "
+            "WHERE step.status = 'succeeded' AND step.duration_s IS NOT NULL "
+            "AND run.status <> 'running'",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 """The schema version this release writes."""

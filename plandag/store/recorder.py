@@ -171,7 +171,8 @@ class StoreRecorder:
         """Commit what is queued, then write the final state of every step whose final
         state this recorder did not write already (every step when a write failed during
         the run) from ``result``, in one durable transaction: the steps' rows then match
-        the run whatever writes failed during it.
+        the run whatever writes failed during it. The tools of its succeeded steps are
+        listed for the run in the same transaction (:meth:`Store.write_steps`, ``tools``).
 
         Args:
             result: the run's complete result.
@@ -183,7 +184,15 @@ class StoreRecorder:
         """
         rows = []
         written = {} if self.errors else self._written  # after a failed write: every step
-        for step_id, record in result.steps.items():
+        records = result.steps
+        # listed for the run with its final rows: a tool is measured once it succeeded in
+        # 5 runs (Store.tool_durations counts them there)
+        tools = {
+            record.tool
+            for record in records.values()
+            if record.status == "succeeded" and record.duration_s is not None
+        }
+        for step_id, record in records.items():
             superseded = record.superseded_by
             if written.get(step_id) == (
                 (
@@ -222,14 +231,14 @@ class StoreRecorder:
                 )
             )
         if not commit:
-            if rows:
-                self.store.write_steps(self.run_id, rows, self.segment, durable=False)
+            if rows or tools:
+                self.store.write_steps(self.run_id, rows, self.segment, durable=False, tools=tools)
             return
         for attempt in range(1, attempts + 1):
             try:
                 self.store.flush()
-                if rows:
-                    self.store.write_steps(self.run_id, rows, self.segment)
+                if rows or tools:
+                    self.store.write_steps(self.run_id, rows, self.segment, tools=tools)
                 self.failure = None
                 return
             except sqlite3.Error as error:

@@ -94,6 +94,9 @@ BLOB_THRESHOLD_BYTES = 64 * 1024
 """Results whose JSON is larger than this are written as files beside the database."""
 
 
+_LISTED = "INSERT OR IGNORE INTO tool_run (run_id, tool) VALUES (?, ?)"
+"""Lists a run for a tool it succeeded in (:meth:`Store.write_steps`, ``tools``)."""
+
 _STEP_STATE = (
     "UPDATE step SET status = ?1, attempts = COALESCE(?2, attempts), "
     "started_at = COALESCE(started_at, ?3), args = COALESCE(?4, args), "
@@ -1048,12 +1051,15 @@ class Store:
         latest ``latest``: a tool with hundreds of steps a run is measured once it has
         succeeded in 5 runs, as a tool with one step a run is.
 
-        Cost: per tool, at most ``latest`` entries of the index of succeeded steps'
-        durations (schema migration 10) are read, newest first; only when there are that
-        many and they come from fewer than ``min_runs`` runs are the tool's entries read
-        again, oldest first, until ``min_runs`` distinct runs are found (at most the steps of
-        its first ``min_runs`` runs). No stored step row is read, and the cost does not grow
-        with the number of runs stored.
+        Cost: per tool, at most ``min_runs`` rows of the list of runs each tool succeeded
+        in (``tool_run``, schema migration 11: written as each run stops running) and at
+        most ``latest`` entries of the index of succeeded steps' durations (migration 10)
+        are read, newest first. Only when the runs listed and those of the latest entries
+        are fewer than ``min_runs`` while there are ``latest`` entries (runs still running,
+        or that crashed, hold older steps) are the tool's entries read again, oldest first,
+        until ``min_runs`` distinct runs are found (at most the steps of its first
+        ``min_runs`` runs). No stored step row is read, and the cost does not grow with the
+        number of runs stored.
 
         Args:
             tools: the tool names wanted (None: every tool in the store).
@@ -1088,16 +1094,29 @@ class Store:
                 ).fetchone()
         else:
             wanted = sorted(set(tools))
+        latest_first = "ORDER BY ended_at DESC, duration_s DESC LIMIT ?"
         measured: dict[str, float] = {}
         for name in wanted:
+            # every row there stands for succeeded steps of the tool in that run
+            listed = connection.execute(
+                "SELECT run_id FROM tool_run WHERE tool = ? LIMIT ?", (name, max(min_runs, 0))
+            ).fetchall()
+            if len(listed) >= min_runs:
+                durations = connection.execute(
+                    f"SELECT duration_s FROM step WHERE tool = ? AND {succeeded} {latest_first}",
+                    (name, latest),
+                ).fetchall()
+                if durations:
+                    measured[name] = statistics.median([float(row[0]) for row in durations])
+                continue
             rows = connection.execute(
                 f"SELECT duration_s, run_id FROM step WHERE tool = ? AND {succeeded} "
-                "ORDER BY ended_at DESC, duration_s DESC LIMIT ?",
+                f"{latest_first}",
                 (name, latest),
             ).fetchall()
             if not rows:
                 continue
-            runs = len({row[1] for row in rows})
+            runs = len({row[1] for row in rows}.union(row[0] for row in listed))
             if runs < min_runs and len(rows) == latest:  # older steps may add runs
                 (runs,) = connection.execute(
                     f"SELECT count(*) FROM (SELECT DISTINCT run_id FROM step WHERE tool = ? "
@@ -1374,6 +1393,7 @@ class Store:
         segment: int = 0,
         *,
         durable: bool = True,
+        tools: Iterable[str] = (),
     ) -> None:
         """Write steps' final states (a run's reconciliation at its end). Each row:
         ``(step_id, tool, effects, status, reason, detail, attempts, started_at, ended_at,
@@ -1384,6 +1404,10 @@ class Store:
             run_id, rows, segment: as above.
             durable: True: in one transaction, committed before this returns; False: queued
                 (:meth:`write`), committed with the next group or write committed at once.
+            tools: names of tools with a succeeded step (its duration known) in the run, as
+                the run ended: listed for the run, in the same transaction, as the runs
+                :meth:`tool_durations` counts (the ``tool_run`` table; a run taken again, or
+                one of its succeeded steps deleted, is no longer listed there).
         """
         writes: list[_Row] = []
         for row in rows:
@@ -1424,6 +1448,7 @@ class Store:
                     ),
                 )
             )
+        writes.extend((_LISTED, (run_id, tool)) for tool in tools)
         if not durable:
             self.writes(writes, durable=False)
             return

@@ -259,6 +259,11 @@ def test_measured_durations_read_only_the_index_of_durations(store: Store) -> No
             ("t", 1000),
         ),
         (
+            f"SELECT duration_s FROM step WHERE tool = ? AND {succeeded} "
+            "ORDER BY ended_at DESC, duration_s DESC LIMIT ?",
+            ("t", 1000),
+        ),
+        (
             f"SELECT count(*) FROM (SELECT DISTINCT run_id FROM step WHERE tool = ? "
             f"AND {succeeded} LIMIT ?)",
             ("t", 5),
@@ -272,3 +277,161 @@ def test_measured_durations_read_only_the_index_of_durations(store: Store) -> No
     ]
     assert all("COVERING INDEX step_recent_durations" in plan for plan in plans), plans
     assert not any("FOR ORDER BY" in plan for plan in plans), plans
+    (listed,) = store.connection.execute(
+        "EXPLAIN QUERY PLAN SELECT run_id FROM tool_run WHERE tool = ? LIMIT ?", ("t", 5)
+    ).fetchall()
+    assert "COVERING INDEX tool_run_tool (tool=?)" in listed[3], listed
+
+
+def _listed_runs(store: Store) -> set[tuple[str, str]]:
+    """The (run, tool) pairs of the runs listed per tool."""
+    store.flush()
+    return set(store.connection.execute("SELECT run_id, tool FROM tool_run").fetchall())
+
+
+def _succeeded_pairs(store: Store, *, running: bool = True) -> set[tuple[str, str]]:
+    """The (run, tool) pairs of the stored succeeded steps whose duration is known (of runs
+    not running only when ``running`` is False)."""
+    store.flush()
+    rows = store.connection.execute(
+        "SELECT DISTINCT step.run_id, step.tool, run.status FROM step "
+        "LEFT JOIN run USING (run_id) WHERE step.status = 'succeeded' "
+        "AND step.duration_s IS NOT NULL"
+    ).fetchall()
+    return {(run_id, name) for run_id, name, status in rows if running or status != "running"}
+
+
+def test_measured_durations_follow_the_steps_as_runs_end_resume_and_lose_steps(
+    store: Store,
+) -> None:
+    """Runs that end (their tools listed as the recorder lists them), crash, are taken
+    again, lose steps or are forgotten: after each change, the answer is the row-by-row
+    reading, and every run listed for a tool has a succeeded step of it."""
+    chooser = random.Random(23)
+    tools = ["fetch", "parse", "slow"]
+    runs: list[str] = []
+    clock = 0.0
+
+    def record_steps(run_id: str, first: int) -> None:
+        nonlocal clock
+        count = chooser.randint(0, 30)
+        steps = [(first + n, chooser.choice(tools), "none") for n in range(count)]
+        store.declare_steps(run_id, steps)
+        for step, _, _ in steps:
+            clock += chooser.choice([0.0, 0.5, 1.0])  # ties included
+            status = chooser.choice(["succeeded"] * 4 + ["failed", "running"])
+            if status == "running":
+                store.step_started(run_id, step, 1, clock, durable=False)
+                continue
+            seconds = chooser.choice([None, 0.5, 1.0, round(chooser.random() * 9, 3)])
+            store.step_ended(run_id, step, status, clock, duration_s=seconds, durable=False)
+
+    def end(run_id: str) -> None:
+        # what StoreRecorder.reconcile lists: the tools of the run's succeeded steps
+        ended = {name for run, name in _succeeded_pairs(store) if run == run_id}
+        store.write_steps(run_id, [], tools=sorted(ended), durable=chooser.random() < 0.5)
+        store.update_run(run_id, status=chooser.choice(["succeeded", "failed", "escalated"]))
+
+    for change in range(160):
+        action = chooser.choice(["new", "new", "new", "resume", "discard", "reset", "forget"])
+        if action == "new" or not runs:
+            run_id = f"run{change}"
+            runs.append(run_id)
+            store.create_run(run_id, command="exec", goal=None, params={}, options={})
+            record_steps(run_id, 0)
+            if chooser.random() < 0.8:  # else it crashed: still running
+                end(run_id)
+        else:
+            run_id = chooser.choice(runs)
+            if action == "resume":
+                store.update_run(run_id, status="running")
+                record_steps(run_id, 100 + change)
+                if chooser.random() < 0.8:
+                    end(run_id)
+            elif action == "discard":
+                ids = [
+                    row[0]
+                    for row in store.connection.execute(
+                        "SELECT step_id FROM step WHERE run_id = ?", (run_id,)
+                    )
+                ]
+                store.discard_steps(run_id, chooser.sample(ids, min(len(ids), 3)))
+            elif action == "reset":
+                store.reset_steps(run_id)
+            else:  # store upkeep removes a whole run, table by table
+                with store.transaction() as connection:
+                    for table in ("run", "step", "tool_run", "transition"):
+                        connection.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+                runs.remove(run_id)
+        assert _listed_runs(store) <= _succeeded_pairs(store, running=False), change
+        for min_runs in (1, 3, 5):
+            for latest in (2, 5, 40):
+                store.flush()
+                expected = _durations_row_by_row(store, None, min_runs, latest)
+                measured = store.tool_durations(min_runs=min_runs, latest=latest)
+                assert measured == expected, (change, action, min_runs, latest)
+    assert len(_listed_runs(store)) > 20  # the lists were used, not only the steps
+
+
+@tool(typical_seconds=0.01)
+def tick(n: int) -> int:
+    """Return N; typically 10 ms."""
+    return n
+
+
+@tool(typical_seconds=0.01)
+def refuse(n: int) -> int:
+    """Fail."""
+    raise RuntimeError(f"no {n}")
+
+
+def test_a_run_that_ends_is_listed_for_the_tools_that_succeeded_in_it(store: Store) -> None:
+    registry = Registry([tick, refuse])
+    plan = {
+        "steps": [
+            {"id": 1, "tool": "tick", "args": {"n": 1}},
+            {"id": 2, "tool": "tick", "args": {"n": 2}, "depends_on": [1]},
+            {"id": 3, "tool": "refuse", "args": {"n": 3}},
+        ]
+    }
+    outcomes = [
+        anyio.run(
+            lambda: start_run(store, compile_plan(plan, registry), RunOptions(), command="exec")
+        )
+        for _ in range(2)
+    ]
+    assert [outcome.status for outcome in outcomes] == ["failed", "failed"]
+    listed = _listed_runs(store)
+    assert listed == {(outcome.run_id, "tick") for outcome in outcomes}
+    assert listed == _succeeded_pairs(store)
+    # taken again: no longer listed until it ends again
+    store.update_run(outcomes[0].run_id, status="running")
+    assert _listed_runs(store) == {(outcomes[1].run_id, "tick")}
+
+
+def test_measured_durations_read_as_many_rows_however_long_the_oldest_runs_were(
+    tmp_path: Path,
+) -> None:
+    """A tool whose latest 1,000 steps all come from one run, after 5 ended runs: the
+    SQLite instructions spent answering do not grow with the steps of those older runs."""
+
+    def instructions(name: str, older_steps: int) -> int:
+        with open_store(tmp_path / f"{name}.sqlite3") as opened:
+            for number in range(5):
+                _record_steps(opened, f"old{number}", [1.0] * older_steps, ended=100.0 + number)
+                opened.write_steps(f"old{number}", [], tools=["fetch"])
+                opened.update_run(f"old{number}", status="succeeded")
+            _record_steps(opened, "latest", [2.0] * 1000, ended=900.0)
+            opened.flush()
+            counted = [0]
+
+            def count() -> int:
+                counted[0] += 1
+                return 0
+
+            opened.connection.set_progress_handler(count, 1)
+            assert opened.tool_durations(["fetch"]) == {"fetch": 2.0}
+            opened.connection.set_progress_handler(None, 1)
+            return counted[0]
+
+    assert instructions("short", 1000) == instructions("long", 3000)

@@ -41,6 +41,7 @@ RUN_TABLES = (
     "event",
     "escalation",
     "instruction",
+    "tool_run",
 )
 
 
@@ -58,7 +59,16 @@ def _add_run(
     store.record_decision(run_id, 1, "hash-" + run_id, "approved", who="ana")
     store.declare_steps(run_id, [(1, "echo", "none")])
     store.step_started(run_id, 1, 1, updated, durable=True)
-    store.step_ended(run_id, 1, "succeeded", updated, result=result or {"ok": 1}, durable=True)
+    store.step_ended(
+        run_id,
+        1,
+        "succeeded",
+        updated,
+        duration_s=0.5,
+        result=result or {"ok": 1},
+        durable=True,
+    )
+    store.write_steps(run_id, [], tools=["echo"])
     store.record_event(run_id, "note", {"a": 1}, updated)
     store.add_escalation(run_id, "plan_budget", {"why": "test"}, at=updated)
     store.add_instruction(run_id, "do it")

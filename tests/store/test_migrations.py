@@ -87,6 +87,13 @@ def test_a_failed_migration_is_rolled_back_whole(tmp_path: Path) -> None:
     connection.close()
 
 
+def _without_the_lists_of_runs(connection: sqlite3.Connection) -> None:
+    """Take back what migration 11 added (the runs each tool succeeded in)."""
+    for trigger in ("tool_run_running", "tool_run_step_deleted"):
+        connection.execute(f"DROP TRIGGER {trigger}")
+    connection.execute("DROP TABLE tool_run")
+
+
 _OLDER_DURATION_INDEXES = {
     # version 8: every step's state and duration
     8: "CREATE INDEX step_durations ON step (tool, status, duration_s, run_id)",
@@ -114,6 +121,7 @@ def test_an_older_store_keeps_its_measured_durations_with_the_index_in_the_order
     assert measured == {"fetch": 0.25}
     # the schema of the older version
     connection = sqlite3.connect(path, isolation_level=None)
+    _without_the_lists_of_runs(connection)
     connection.execute("DROP INDEX step_recent_durations")
     connection.execute(_OLDER_DURATION_INDEXES[version])
     connection.execute(f"PRAGMA user_version = {version}")
@@ -141,3 +149,59 @@ def test_an_older_store_keeps_its_measured_durations_with_the_index_in_the_order
         store.step_ended("r6", 0, "succeeded", 2.0, duration_s=0.6, durable=False)
         assert store.tool_durations(min_runs=7) == {"fetch": pytest.approx(0.3)}
         assert store.tool_durations(latest=2) == {"fetch": pytest.approx(0.55)}
+
+
+@pytest.mark.parametrize("version", [8, 10])
+def test_an_older_store_lists_the_runs_each_tool_succeeded_in_from_its_rows(
+    tmp_path: Path, version: int
+) -> None:
+    path = tmp_path / "runs.sqlite3"
+    with open_store(path) as store:
+        for number in range(7):
+            run_id = f"r{number}"
+            store.create_run(run_id, command="exec", goal=None, params={}, options={})
+            store.declare_steps(
+                run_id, [(0, "fetch", "none"), (1, "parse", "none"), (2, "rare", "none")]
+            )
+            at = 1.0 + number
+            store.step_ended(run_id, 0, "succeeded", at, duration_s=0.1 * number, durable=False)
+            store.step_ended(run_id, 1, "failed", at, duration_s=0.5, durable=False)
+            if number == 3:
+                store.step_ended(run_id, 2, "succeeded", at, duration_s=None, durable=False)
+            if number < 6:  # the last one still runs (or crashed)
+                store.update_run(run_id, status="succeeded" if number % 2 else "failed")
+        store.create_run("awaits", command="exec", goal=None, params={}, options={})
+        store.declare_steps("awaits", [(0, "parse", "none")])
+        store.step_ended("awaits", 0, "succeeded", 9.0, duration_s=2.0, durable=False)
+        store.update_run("awaits", status="awaiting_approval")
+        measured = {
+            (min_runs, latest): store.tool_durations(min_runs=min_runs, latest=latest)
+            for min_runs in (1, 5, 6, 7, 8)
+            for latest in (1, 3, 1000)
+        }
+    assert measured[(7, 1000)] == {"fetch": pytest.approx(0.3)}
+    connection = sqlite3.connect(path, isolation_level=None)
+    _without_the_lists_of_runs(connection)
+    if version < 10:
+        connection.execute("DROP INDEX step_recent_durations")
+        connection.execute(_OLDER_DURATION_INDEXES[version])
+    connection.execute(f"PRAGMA user_version = {version}")
+    connection.close()
+
+    with open_store(path) as store:
+        assert schema_version(store.connection) == SCHEMA_VERSION
+        listed = store.connection.execute(
+            "SELECT run_id, tool FROM tool_run ORDER BY run_id, tool"
+        ).fetchall()
+        # runs not running, with a succeeded step whose duration is known
+        assert listed == [("awaits", "parse")] + [(f"r{n}", "fetch") for n in range(6)]
+        assert {
+            (min_runs, latest): store.tool_durations(min_runs=min_runs, latest=latest)
+            for min_runs in (1, 5, 6, 7, 8)
+            for latest in (1, 3, 1000)
+        } == measured
+        # the running one, taken again, is listed once it ends with its tools
+        store.update_run("r6", status="running")
+        store.write_steps("r6", [], tools=["fetch"])
+        store.update_run("r6", status="succeeded")
+        assert ("r6", "fetch") in store.connection.execute("SELECT * FROM tool_run").fetchall()
