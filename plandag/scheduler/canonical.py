@@ -49,60 +49,53 @@ def json_form(value: Any) -> int:
     not whole is below 2**52, so never written with one above). Strings are escaped alike
     by both (RFC 8785, 3.2.2.2).
     """
-    budget = [_PLAIN_VALUES]
-    return _form_of(value, 0, budget) if budget[0] >= 0 else NOT_PLAIN
-
-
-def _form_of(value: Any, depth: int, budget: list[int]) -> int:
-    kind = type(value)
-    if kind is str or kind is bool or value is None:
-        return STANDARD
-    if kind is int:
-        return STANDARD if -_SAFE_INTEGER <= value <= _SAFE_INTEGER else PLAIN
-    if kind is float:
-        if not math.isfinite(value):
-            return NOT_PLAIN
-        return STANDARD if abs(value) >= 1e-4 and not value.is_integer() else PLAIN
-    if (kind is not dict and kind is not list) or depth >= _PLAIN_DEPTH:
-        return NOT_PLAIN
-    budget[0] -= len(value)
-    if budget[0] < 0:
-        return NOT_PLAIN
+    # The containers one level at a time (the form is the least of every value's, in any
+    # order): a loop over a level's containers instead of a call for each; ``value`` is the
+    # one item of a list at depth -1, which its budget does not count.
     form = STANDARD
-    items: Any
-    if kind is dict:
-        for key in value:
-            if type(key) is not str:
+    budget = _PLAIN_VALUES + 1
+    level: list[Any] = [[value]]
+    for depth in range(-1, _PLAIN_DEPTH):
+        below: list[Any] = []
+        add = below.append
+        for container in level:
+            budget -= len(container)
+            if budget < 0:
                 return NOT_PLAIN
-            if form == STANDARD and not key.isascii():
-                form = PLAIN
-        items = value.values()
-    else:
-        items = value
-    inner = depth + 1
-    for item in items:
-        # the usual leaves and empty containers here, without a call
-        kind = type(item)
-        if kind is str or kind is bool or item is None:
-            continue
-        if kind is int:
-            if form == STANDARD and not -_SAFE_INTEGER <= item <= _SAFE_INTEGER:
-                form = PLAIN
-            continue
-        if kind is float:
-            if not math.isfinite(item):
-                return NOT_PLAIN
-            if form == STANDARD and (abs(item) < 1e-4 or item.is_integer()):
-                form = PLAIN
-            continue
-        if not item and (kind is dict or kind is list) and inner < _PLAIN_DEPTH:
-            continue
-        found = _form_of(item, inner, budget)
-        if found < form:
-            if found == NOT_PLAIN:
-                return NOT_PLAIN
-            form = found
-    return form
+            items: Any
+            if type(container) is dict:
+                for key in container:
+                    if type(key) is not str:
+                        return NOT_PLAIN
+                    if form == STANDARD and not key.isascii():
+                        form = PLAIN
+                items = container.values()
+            else:
+                items = container
+            for item in items:
+                kind = type(item)
+                if kind is str or kind is bool or item is None:
+                    continue
+                if kind is int:
+                    if form == STANDARD and not -_SAFE_INTEGER <= item <= _SAFE_INTEGER:
+                        form = PLAIN
+                    continue
+                if kind is float:
+                    if not math.isfinite(item):
+                        return NOT_PLAIN
+                    if form == STANDARD and (abs(item) < 1e-4 or item.is_integer()):
+                        form = PLAIN
+                    continue
+                if kind is not dict and kind is not list:
+                    return NOT_PLAIN
+                if item:
+                    add(item)
+                elif depth + 1 >= _PLAIN_DEPTH:  # an empty one, nested too deep
+                    return NOT_PLAIN
+        if not below:
+            return form
+        level = below
+    return NOT_PLAIN  # nested too deep
 
 
 def canonical_bytes(value: Any, form: int) -> bytes:

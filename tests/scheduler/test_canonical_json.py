@@ -1,9 +1,10 @@
 """The plan hash's canonical JSON: the bytes ``rfc8785.dumps`` gives, whichever encoder
-writes them."""
+writes them; the form of a value (``json_form``) as its definition gives it."""
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from plandag.scheduler.canonical import (
     NOT_PLAIN,
+    PLAIN,
     STANDARD,
     canonical_bytes,
     is_plain_json,
@@ -198,3 +200,79 @@ def test_a_value_too_deep_is_not_plain() -> None:
         deep = [deep]
     assert not is_plain_json(deep)
     assert is_plain_json([[[]]])
+
+
+def _form_by_definition(value: Any) -> int:
+    """json_form's docstring, one value at a time: the least form of the values, keys and
+    containers (a container nested 100 levels or more, or more than 500,000 values in
+    all, is not plain)."""
+    counted = [0]
+
+    def form(item: Any, depth: int) -> int:
+        kind = type(item)
+        if kind is str or kind is bool or item is None:
+            return STANDARD
+        if kind is int:
+            return STANDARD if abs(item) <= 2**53 - 1 else PLAIN
+        if kind is float:
+            if not math.isfinite(item):
+                return NOT_PLAIN
+            return STANDARD if abs(item) >= 1e-4 and not item.is_integer() else PLAIN
+        if kind not in (dict, list) or depth >= 100:
+            return NOT_PLAIN
+        counted[0] += len(item)
+        if counted[0] > 500_000:
+            return NOT_PLAIN
+        forms = [STANDARD]
+        if kind is dict:
+            if any(type(key) is not str for key in item):
+                return NOT_PLAIN
+            forms += [STANDARD if key.isascii() else PLAIN for key in item]
+        for inner in item.values() if kind is dict else item:
+            found = form(inner, depth + 1)
+            if found == NOT_PLAIN:
+                return NOT_PLAIN
+            forms.append(found)
+        return min(forms)
+
+    return form(value, 0)
+
+
+@given(st.one_of(_ANY, _STANDARD_VALUES))
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_the_form_is_the_one_its_definition_gives(value: Any) -> None:
+    assert json_form(value) == _form_by_definition(value)
+
+
+def _nested(depth: int, innermost: Any, in_dict: bool) -> Any:
+    value = innermost
+    for _ in range(depth):
+        value = {"k": value} if in_dict else [value]
+    return value
+
+
+@pytest.mark.parametrize("in_dict", [False, True])
+@pytest.mark.parametrize("innermost", [[], {}, [1], {"k": 1.5}, "x", 2**60])
+@pytest.mark.parametrize("depth", [0, 1, 98, 99, 100, 101])
+def test_the_form_of_a_value_nested_near_the_limit(
+    depth: int, innermost: Any, in_dict: bool
+) -> None:
+    value = _nested(depth, innermost, in_dict)
+    assert json_form(value) == _form_by_definition(value)
+
+
+@pytest.mark.parametrize("values", [499_999, 500_000, 500_001])
+def test_the_form_of_a_value_near_the_count_limit(values: int) -> None:
+    flat = [None] * values
+    split = [[None] * (values // 2 - 1), [0.5] * (values - values // 2 - 1)]  # 2 more: the lists
+    assert json_form(flat) == _form_by_definition(flat)
+    assert json_form(split) == _form_by_definition(split)
+    assert json_form({"a": flat}) == _form_by_definition({"a": flat})
+
+
+def test_a_value_that_holds_itself_is_not_plain() -> None:
+    loop: list[Any] = []
+    loop.append(loop)
+    loop.append(loop)
+    assert json_form(loop) == NOT_PLAIN
+    assert json_form({"a": [loop]}) == NOT_PLAIN
