@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -93,12 +92,12 @@ def _made(value: Any) -> Any:
     return stale
 
 
-def _stored(path: Path, statements: list[tuple[str, list[Any], bool]], *, masking: bool) -> Any:
+def _stored(statements: list[tuple[str, list[Any], bool]], *, masking: bool) -> Any:
     """The table after each ``(sql, parameters, many)`` ran: through the masking connection,
-    or through a plain one with every row masked first, one by one."""
-    path.unlink(missing_ok=True)
+    or through a plain one with every row masked first, one by one (in memory: a database
+    file would wait for the disk at every statement)."""
     factory = SecretMaskingConnection if masking else sqlite3.Connection
-    connection = sqlite3.connect(path, isolation_level=None, factory=factory)
+    connection = sqlite3.connect(":memory:", isolation_level=None, factory=factory)
     try:
         connection.execute("CREATE TABLE t (a, b, c)")
         environment, known = tuple(environment_secrets()), {}
@@ -121,7 +120,7 @@ def _stored(path: Path, statements: list[tuple[str, list[Any], bool]], *, maskin
 )
 @given(batches=st.lists(_rows(3), min_size=1, max_size=4))
 def test_rows_bound_column_by_column_are_those_masked_row_by_row(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batches: list[list[tuple[Any, ...]]]
+    monkeypatch: pytest.MonkeyPatch, batches: list[list[tuple[Any, ...]]]
 ) -> None:
     monkeypatch.setenv("COLUMNS_PROBE_API_KEY", SECRET)
     insert = "INSERT INTO t VALUES (?, ?, ?)"
@@ -133,18 +132,14 @@ def test_rows_bound_column_by_column_are_those_masked_row_by_row(
         statements.append((insert, rows, True))
         flat = [item for row in (rows * 4)[:4] for item in row]
         statements.append((many, flat, False))
-    stored = _stored(tmp_path / "masking.sqlite3", statements, masking=True)
-    assert stored == _stored(tmp_path / "one_by_one.sqlite3", statements, masking=False)
+    stored = _stored(statements, masking=True)
+    assert stored == _stored(statements, masking=False)
     assert not any(SECRET in str(value) for row in stored for value in row)
 
 
-def test_a_secret_among_texts_bound_before_is_masked(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_secret_among_texts_bound_before_is_masked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS_PROBE_API_KEY", SECRET)
-    connection = sqlite3.connect(
-        tmp_path / "t.sqlite3", isolation_level=None, factory=SecretMaskingConnection
-    )
+    connection = sqlite3.connect(":memory:", isolation_level=None, factory=SecretMaskingConnection)
     connection.execute("CREATE TABLE t (a, b, c)")
     insert = "INSERT INTO t VALUES (?, ?, ?)"
     clean = [("r1", n, "running") for n in range(20)]
