@@ -15,6 +15,7 @@ from plandag.compiler.collector import paused_collector
 from plandag.compiler.patch import compile_patch
 from plandag.errors import PlanError
 from plandag.tools.registry import Registry
+from tests.collector_states import collector_states
 
 
 def _chain(size: int) -> dict[str, Any]:
@@ -56,14 +57,7 @@ def collections() -> Iterator[list[int]]:
 def test_the_collector_is_off_while_a_plan_compiles(
     registry: Registry, collector_on: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    states: list[bool] = []
-    validate = compile_module.validate_plan
-
-    def watching(*args: Any, **kwargs: Any) -> Any:
-        states.append(gc.isenabled())
-        return validate(*args, **kwargs)
-
-    monkeypatch.setattr(compile_module, "validate_plan", watching)
+    states = collector_states(monkeypatch, compile_module, "validate_plan")
     compile_plan(_chain(3), registry)
     assert states == [False]
     assert gc.isenabled()
@@ -148,14 +142,7 @@ def test_a_patch_compiles_with_the_collector_off(
 ) -> None:
     import plandag.compiler.patch as patch_module
 
-    states: list[bool] = []
-    validate = patch_module.validate_plan
-
-    def watching(*args: Any, **kwargs: Any) -> Any:
-        states.append(gc.isenabled())
-        return validate(*args, **kwargs)
-
-    monkeypatch.setattr(patch_module, "validate_plan", watching)
+    states = collector_states(monkeypatch, patch_module, "validate_plan")
     compiled = compile_plan(_chain(2), registry)
     compile_patch(compiled, [{"id": 3, "tool": "add", "args": {"a": 3}}], registry)
     assert gc.isenabled()

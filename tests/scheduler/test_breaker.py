@@ -29,6 +29,7 @@ from plandag.testing import MessagesServer
 from plandag.tools.base import Tool, tool
 from plandag.tools.http import http_get, use_transport
 from plandag.tools.registry import Registry, default_registry
+from tests.scheduler.down_during_backoff import plan_whose_tool_goes_down_during_a_backoff
 
 calls: Counter[str] = Counter()
 
@@ -217,22 +218,7 @@ def test_a_retry_is_not_made_once_the_dependency_is_down() -> None:
     """Step 1 keeps failing transiently (backoff 1 s) while steps 2-4 of the same tool fail
     permanently: the tool goes down and step 1's next retry is not made."""
 
-    @tool
-    async def service(name: str, transient: bool) -> str:
-        """Fails, transiently or not."""
-        calls[f"service:{name}"] += 1
-        if transient:
-            raise TransientStepError(f"busy for {name}")
-        raise ValueError(f"gone for {name}")
-
-    plan = compiled(
-        [{"id": 1, "tool": "service", "args": {"name": "1", "transient": True}}]
-        + [
-            {"id": n, "tool": "service", "args": {"name": str(n), "transient": False}}
-            for n in (2, 3, 4)
-        ],
-        service,
-    )
+    plan = plan_whose_tool_goes_down_during_a_backoff(calls)
     result = run(
         plan,
         max_concurrency=None,

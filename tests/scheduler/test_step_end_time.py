@@ -3,6 +3,7 @@ later (a retry not made after its backoff)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from plandag.tools.registry import Registry
 from plandag.trace.reader import load_trace
 from plandag.trace.redact import Redactor
 from plandag.trace.writer import TraceWriter
+from tests.scheduler.down_during_backoff import plan_whose_tool_goes_down_during_a_backoff
 
 
 class TickingClock(VirtualClock):
@@ -121,21 +123,7 @@ def test_a_step_whose_retry_is_not_made_after_its_backoff_ends_after_the_backoff
     good: the tool goes down during the backoff, the retry is not made, and step 1 ends
     then, not when its attempt ended."""
 
-    @tool
-    async def service(name: str, transient: bool) -> str:
-        """Fails, transiently or not."""
-        if transient:
-            raise TransientStepError(f"busy for {name}")
-        raise ValueError(f"gone for {name}")
-
-    plan = compiled(
-        [{"id": 1, "tool": "service", "args": {"name": "1", "transient": True}}]
-        + [
-            {"id": n, "tool": "service", "args": {"name": str(n), "transient": False}}
-            for n in (2, 3, 4)
-        ],
-        service,
-    )
+    plan = plan_whose_tool_goes_down_during_a_backoff(Counter())
     result = run_plan_sync(
         plan,
         retry=RetryPolicy(retries=5, base_delay=1.0, jitter=False),

@@ -27,6 +27,7 @@ from plandag.tools import tool
 from plandag.tools.registry import Registry
 from plandag.trace.redact import Redactor
 from plandag.trace.writer import TraceWriter
+from tests.collector_states import collector_states
 
 SECRET = "sk-live-0123456789abcdefghij"
 
@@ -214,14 +215,7 @@ def test_the_collector_is_paused_while_the_run_is_recorded_and_restored_after(
 
     from plandag.runs import segments
 
-    seen: list[bool] = []
-    estimate_plan = segments.estimate_plan
-
-    def observed(*args: Any, **kwargs: Any) -> Any:
-        seen.append(gc.isenabled())
-        return estimate_plan(*args, **kwargs)
-
-    monkeypatch.setattr(segments, "estimate_plan", observed)
+    seen = collector_states(monkeypatch, segments, "estimate_plan")
     store = open_store(tmp_path / "runs.sqlite3")
     was = gc.isenabled()
     try:

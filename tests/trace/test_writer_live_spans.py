@@ -97,6 +97,20 @@ def test_each_step_has_one_span_and_the_trace_reads_as_before(tmp_path: Path) ->
     assert trace.steps[3].depends_on == [2]
 
 
+def _echo_step(step_id: int, attempt: AttemptRecord, **fields: Any) -> StepRecord:
+    """The record of step ``step_id`` of the tool ``echo`` with ``attempt`` as its one
+    attempt, starting and ending with it; ``fields``: the record's other fields."""
+    return StepRecord(
+        id=step_id,
+        tool="echo",
+        attempts=1,
+        attempt_log=[attempt],
+        started_at=attempt.started_at,
+        ended_at=attempt.ended_at,
+        **fields,
+    )
+
+
 def test_a_step_changed_after_its_end_is_written_again_and_read_as_changed(
     tmp_path: Path,
 ) -> None:
@@ -104,16 +118,7 @@ def test_a_step_changed_after_its_end_is_written_again_and_read_as_changed(
     writer = TraceWriter(path, "again", clock=lambda: T)
     attempt = AttemptRecord(number=1, started_at=T, ended_at=T + 1, reason="tool_error")
     attempt.children = [{"kind": "llm_call", "name": "ask", "start": T, "end": T + 1}]
-    record = StepRecord(
-        id=1,
-        tool="echo",
-        status="failed",
-        reason="tool_error",
-        attempts=1,
-        attempt_log=[attempt],
-        started_at=T,
-        ended_at=T + 1,
-    )
+    record = _echo_step(1, attempt, status="failed", reason="tool_error")
     writer(events.StepFailed("again", 1, "tool_error", None, T + 1, record))
     record.superseded_by = (2,)  # a replan replaced it
     writer.run_finished(RunResult("again", "failed", {1: record}, started_at=T, ended_at=T + 2))
@@ -177,17 +182,7 @@ def _plain_success(writer: TraceWriter, step_id: int) -> StepRecord:
     start, end = T + step_id, T + step_id + 0.5
     writer(events.StepStarted("plain", step_id, "echo", 1, start))
     attempt = AttemptRecord(number=1, started_at=start, ended_at=end)
-    record = StepRecord(
-        id=step_id,
-        tool="echo",
-        status="succeeded",
-        result="r",
-        attempts=1,
-        attempt_log=[attempt],
-        started_at=start,
-        ended_at=end,
-        duration_s=0.5,
-    )
+    record = _echo_step(step_id, attempt, status="succeeded", result="r", duration_s=0.5)
     writer(events.StepSucceeded("plain", step_id, 0.5, end, "r", record))
     return record
 
