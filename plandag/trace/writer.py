@@ -1341,13 +1341,23 @@ class TraceWriter:
         known, given, spans = self._parents, self._args, self._spans
         run_start, run_end = result.started_at, result.ended_at
         ids = sorted(steps)
+        # the critical path is worked out in the same pass while each step's parents among
+        # the steps come before it (plans usually number them so): _RunPath
+        path = _RunPath(steps)
         for step_id in ids:
             record = steps[step_id]
-            state = _span_state(record, known.get(record.id), given.get(record.id))
+            parents = known.get(record.id)
+            state = _span_state(record, parents, given.get(record.id))
             if spans.get(record.id) != state:  # as _step_span, its state made once
                 self._step_span(record, run_start, run_end, state)
-        path = _critical_path(ids, steps, known)
-        self.write(
+            if path.going:
+                path.add(
+                    step_id,
+                    parents if step_id == record.id else known.get(step_id),
+                    record.duration_s,
+                )
+        attempts = [attempt for record in steps.values() for attempt in record.attempt_log]
+        self._write_ready(
             {
                 "type": "run_finished",
                 "time": result.ended_at if time is None else time,
@@ -1355,17 +1365,9 @@ class TraceWriter:
                 "status": result.status,
                 # the steps' own spend (a run whose budget also pays model calls counts
                 # those in result.spent_*; they have llm_call spans of their own)
-                "spent_usd": sum(
-                    attempt.cost_usd
-                    for record in result.steps.values()
-                    for attempt in record.attempt_log
-                ),
-                "spent_tokens": sum(
-                    attempt.tokens
-                    for record in result.steps.values()
-                    for attempt in record.attempt_log
-                ),
-                "critical_path": path,
+                "spent_usd": sum([attempt.cost_usd for attempt in attempts]),
+                "spent_tokens": sum([attempt.tokens for attempt in attempts]),
+                "critical_path": path.path() if path.going else _critical_path(ids, steps, known),
                 # the worst reported ÷ reserved, when a provider reported more than a call
                 # reserved (RunResult.usage_over_reservation)
                 **(
@@ -1602,6 +1604,69 @@ def _critical_path(
     order, parents = found
     durations = {step_id: float(steps[step_id].duration_s or 0.0) for step_id in ids}
     return longest_path(order, parents.__getitem__, durations)[0]
+
+
+class _RunPath:
+    """:func:`_critical_path` of a run's steps worked out one step at a time, steps given
+    in the order of their ids, for as long as each step's parents among the steps come
+    before it and no step finishes at NaN (:attr:`going`; else the caller asks
+    :func:`_critical_path`): the same answer as :func:`plandag.dag.graph.longest_path`'s
+    (a step finishes at its latest parent's finish, ties to the smallest parent id, plus
+    its duration, None counting 0; the path ends at the smallest id among the steps
+    finishing last), without building the order and the parents' mapping first.
+
+    Args:
+        steps: the run's steps by id (a parent that is not one of them is left out).
+    """
+
+    __slots__ = ("_end", "_finish", "_last", "_previous", "_steps", "going")
+
+    def __init__(self, steps: Mapping[int, StepRecord]) -> None:
+        self._steps = steps
+        self._finish: dict[int, float] = {}
+        self._previous: dict[int, int | None] = {}
+        self._end: int | None = None
+        self._last = 0.0
+        self.going = True
+
+    def add(self, step_id: int, parents: Sequence[int] | None, duration: float | None) -> None:
+        """Add the step ``step_id`` (larger than every id added before) with its
+        ``parents`` (None: none) and ``duration_s``."""
+        finish = self._finish
+        best, best_parent = 0.0, None
+        for parent in parents or ():
+            at = finish.get(parent)
+            if at is None:
+                if parent in self._steps:  # a parent after the step (or the step itself)
+                    self.going = False
+                    return
+                continue  # not a step of the run: left out
+            if best_parent is None or at > best or (at == best and parent < best_parent):
+                best, best_parent = at, parent
+        try:
+            at = best + float(duration or 0.0)
+        except (TypeError, ValueError):  # not a number: _critical_path says so
+            self.going = False
+            return
+        if at != at:  # NaN: longest_path takes its own order from there
+            self.going = False
+            return
+        finish[step_id] = at
+        self._previous[step_id] = best_parent
+        if self._end is None or at > self._last:
+            self._last, self._end = at, step_id
+
+    def path(self) -> list[int]:
+        """The critical path of the steps added: their ids, first to last."""
+        end = self._end
+        if end is None:
+            return []
+        previous = self._previous
+        path = [end]
+        while (before := previous[path[-1]]) is not None:
+            path.append(before)
+        path.reverse()
+        return path
 
 
 def _span_state(record: StepRecord, parents: Any, args: Any) -> tuple[Any, ...]:

@@ -5,13 +5,15 @@ are not steps of the run, cycles, ties and durations that are missing or not num
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plandag.dag.graph import dependency_order, longest_path
-from plandag.scheduler.result import RunResult, StepRecord
+from plandag.scheduler.result import AttemptRecord, RunResult, StepRecord
 from plandag.trace.reader import load_trace
 from plandag.trace.writer import TraceWriter, _critical_path
 
@@ -79,3 +81,38 @@ def test_a_chain_numbered_in_order_and_one_numbered_against_it(tmp_path: Path) -
         assert segment.critical_path == _expected(steps, known)
     assert _expected(steps, {2: [1], 3: [2], 4: [2]}) == [1, 2, 4]
     assert _expected(steps, {1: [3], 3: [4], 2: [4]}) == [4, 3, 1]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    run=runs(),
+    spend=st.lists(st.tuples(st.floats(0, 5), st.integers(0, 10**6)), max_size=24),
+)
+def test_the_run_finished_line_has_the_graph_functions_path_and_the_attempts_spend(
+    tmp_path_factory: pytest.TempPathFactory,
+    run: tuple[dict[int, StepRecord], dict[int, list[int]]],
+    spend: list[tuple[float, int]],
+) -> None:
+    steps, known = run
+    for index, (cost, tokens) in enumerate(spend):  # attempts spread over the steps
+        if steps:
+            record = list(steps.values())[index % len(steps)]
+            record.attempt_log.append(
+                AttemptRecord(number=index + 1, started_at=1.0, cost_usd=cost, tokens=tokens)
+            )
+    path = tmp_path_factory.mktemp("run") / "t.jsonl"
+    writer = TraceWriter(path, "r", clock=lambda: 5.0)
+    writer.set_dependencies(known)
+    writer.run_finished(
+        RunResult(run_id="r", status="failed", steps=steps, started_at=1.0, ended_at=2.0)
+    )
+    writer.close()
+    line = json.loads(path.read_text(encoding="utf-8").splitlines()[-1])
+    assert line["type"] == "run_finished"
+    assert line["critical_path"] == _expected(steps, known)
+    assert line["spent_usd"] == sum(
+        attempt.cost_usd for record in steps.values() for attempt in record.attempt_log
+    )
+    assert line["spent_tokens"] == sum(
+        attempt.tokens for record in steps.values() for attempt in record.attempt_log
+    )
