@@ -365,7 +365,8 @@ def extract_nfe(
     # out starting and stopping the workers): before it, and after it up to the store's close
     cpu_outside = -time.process_time()
     try:
-        files, missing = expand_inputs(paths, follow_links=follow_links)
+        statuses: dict[str, Any] = {}  # each input's status, read once for the batch
+        files, missing = expand_inputs(paths, follow_links=follow_links, statuses=statuses)
         goal = f"extract nfe: {len(files) + len(missing)} input(s) into {display_name(output)}"
         batch_params = {"output": display_name(output), "inputs": len(files) + len(missing)}
         run_store.create_run(
@@ -403,6 +404,7 @@ def extract_nfe(
             save_repairs=save_repairs,
             workers=worker_count,
             cluster=cluster,
+            statuses=statuses,
         )
 
         async def bounded() -> Any:

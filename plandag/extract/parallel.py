@@ -868,7 +868,9 @@ def _write_atomically(folder: Path, name: str, text: str) -> None:
 
 
 def _read(path: Path) -> bytes:
-    return path.read_bytes()
+    from plandag.extract.nfe.document import read_regular_file
+
+    return read_regular_file(path)
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -877,14 +879,9 @@ def _write(path: Path, data: bytes) -> None:
 
 def lost_record(path: Path) -> list[dict[str, Any]]:
     """The error record of a document whose worker was lost :data:`MAX_ATTEMPTS` times."""
-    from plandag.extract.nfe.document import error_record
+    from plandag.extract.nfe.document import error_record, file_sha256
 
-    try:
-        import hashlib
-
-        sha = hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        sha = ""
+    sha = file_sha256(path)
     return [
         error_record(
             str(path),

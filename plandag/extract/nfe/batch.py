@@ -73,7 +73,6 @@ from __future__ import annotations
 import errno
 import functools
 import glob
-import hashlib
 import itertools
 import os
 import stat
@@ -91,7 +90,7 @@ from rich.table import Table
 
 from plandag.errors import InputError
 from plandag.extract.names import display_name
-from plandag.extract.nfe.document import Extractor, advise_read, error_record
+from plandag.extract.nfe.document import Extractor, advise_read, error_record, file_sha256
 from plandag.extract.nfe.encoded import (
     FIRST_OF_KEY,
     NO_KEY,
@@ -236,10 +235,13 @@ def _link_outside(path: Path, target: str) -> dict[str, Any]:
     )
 
 
-def _identity(path: Path) -> str:
+def _identity(path: Path, exists: bool | None = None) -> str:
     """What makes two spellings one input: the real path, or for a dangling symbolic link
-    or a loop (which resolve to nothing) the link's own absolute path."""
-    return os.path.realpath(path) if path.exists() else os.path.abspath(path)
+    or a loop (which resolve to nothing) the link's own absolute path (``exists``: whether
+    ``path`` leads to a file, when known)."""
+    if exists is None:
+        exists = path.exists()
+    return os.path.realpath(path) if exists else os.path.abspath(path)
 
 
 class _Identities:
@@ -256,10 +258,11 @@ class _Identities:
         self._known: dict[Path, str] = {}
         self._seen: set[str] | None = None  # every identity, once a path led to no file
 
-    def take(self, path: Path) -> bool:
-        """True, and ``path`` remembered, unless an earlier input has its identity."""
+    def take(self, path: Path, status: os.stat_result | None) -> bool:
+        """True, and ``path`` remembered, unless an earlier input has its identity
+        (``status``: :func:`_file_status` of ``path``)."""
         if self._seen is None:
-            file = _file_identity(path)
+            file = (status.st_dev, status.st_ino) if status is not None else None
             if file is not None:
                 earlier = self._by_file.setdefault(file, [])
                 if earlier:
@@ -270,21 +273,25 @@ class _Identities:
                 self._taken.append(path)
                 return True
             self._seen = {self._identity(other) for other in self._taken}
-        identity = _identity(path)
+        identity = _identity(path, status is not None)
         if identity in self._seen:
             return False
         self._seen.add(identity)
         return True
 
     def _identity(self, path: Path) -> str:
+        """The identity of a path taken while it led to a file."""
         known = self._known.get(path)
         if known is None:
-            known = self._known[path] = _identity(path)
+            known = self._known[path] = _identity(path, True)
         return known
 
 
 def expand_inputs(
-    patterns: Sequence[str], *, follow_links: bool = False
+    patterns: Sequence[str],
+    *,
+    follow_links: bool = False,
+    statuses: dict[str, os.stat_result | None] | None = None,
 ) -> tuple[list[Path], list[dict[str, Any]]]:
     """Turn the PATH arguments into inputs, in argument order, each file once.
 
@@ -302,6 +309,10 @@ def expand_inputs(
             a folder named as an argument is then not entered) is not read: it gets an
             error record with code ``link_outside`` in its place, so a folder someone else
             can write to cannot hand ``/etc/passwd`` to the batch.
+        statuses: a dict to fill, or None: each input's status read to tell two spellings
+            of one file apart (``os.stat``, links followed; None when it leads to no file),
+            by ``os.fspath`` of the input, for :func:`extract_batch`'s ``statuses``, so that
+            the batch need not read it again.
 
     Returns:
         ``(inputs, missing)``. ``inputs`` holds the inputs in argument order without repeats
@@ -342,8 +353,11 @@ def expand_inputs(
         return False
 
     def add(path: Path) -> None:
-        if taken.take(path):
+        status = _file_status(path)
+        if taken.take(path, status):
             inputs.append(path)
+            if statuses is not None:
+                statuses[os.fspath(path)] = status
 
     for pattern in patterns:
         path = Path(pattern)
@@ -381,6 +395,15 @@ def expand_inputs(
             + "; ".join(display_name(r["errors"][0]["message"]) for r in missing)
         )
     return inputs, missing
+
+
+def _problem(path: Path, statuses: Mapping[str, os.stat_result | None]) -> tuple[str, str] | None:
+    """:func:`not_a_regular_file` of ``path``, without reading its status again when
+    ``statuses`` holds it as a regular file's."""
+    status = statuses.get(os.fspath(path))
+    if status is not None and stat.S_ISREG(status.st_mode):
+        return None
+    return not_a_regular_file(path)
 
 
 def not_a_regular_file(path: Path) -> tuple[str, str] | None:
@@ -606,21 +629,20 @@ def with_unique_in_batch(record: Mapping[str, Any], change: Mapping[str, Any]) -
     return with_unique(dict(record), (str(outcome["status"]), str(outcome["detail"])))
 
 
-def _sha256(path: Path) -> str:
+def _file_status(path: Path) -> os.stat_result | None:
+    """The status of the file ``path`` leads to (``os.stat``, links followed), or None when
+    it leads to none (missing, a dangling link, a loop, unreadable)."""
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return ""
+        return os.stat(path)
+    except (OSError, ValueError):
+        return None
 
 
 def _file_identity(path: Path) -> tuple[int, int] | None:
     """``(device, inode)`` of the file ``path`` leads to (links followed), or None when it
-    leads to none (missing, a dangling link, a loop, unreadable)."""
-    try:
-        status = os.stat(path)
-    except (OSError, ValueError):
-        return None
-    return status.st_dev, status.st_ino
+    leads to none."""
+    status = _file_status(path)
+    return (status.st_dev, status.st_ino) if status is not None else None
 
 
 def _without_output(
@@ -628,6 +650,7 @@ def _without_output(
     output: Path,
     output_format: OutputFormat,
     placeholders: Mapping[str, Any],
+    statuses: dict[str, os.stat_result | None],
 ) -> list[Path]:
     """The inputs minus the output file and its items file when they hold a previous output.
 
@@ -635,7 +658,9 @@ def _without_output(
     an input that is the output file, or for CSV the items file (compared by real path, so
     through symbolic links too), is dropped when it holds an output plandag wrote
     (:func:`~plandag.extract.nfe.output.is_plandag_output`). ``placeholders`` (keys:
-    ``os.fspath`` of patterns that matched nothing) are left alone.
+    ``os.fspath`` of patterns that matched nothing) are left alone. ``statuses``: each
+    input's status (:func:`_file_status`) by ``os.fspath``, read here for the inputs it
+    does not hold, which are added to it.
 
     Raises:
         InputError: the output or items file is an input that plandag did not write: it
@@ -650,7 +675,15 @@ def _without_output(
     target_files = {_file_identity(target) for target in targets.values()} - {None}
     kept: list[Path] = []
     for path in inputs:
-        identity = _file_identity(path)
+        name = os.fspath(path)
+        if name in statuses:
+            status = statuses[name]
+        elif name in placeholders:
+            kept.append(path)
+            continue
+        else:
+            status = statuses[name] = _file_status(path)
+        identity = (status.st_dev, status.st_ino) if status is not None else None
         if identity is not None and identity not in target_files:
             kept.append(path)
             continue
@@ -719,6 +752,7 @@ async def extract_batch(
     save_repairs: Path | None = None,
     workers: int | None = None,
     cluster: str | None = None,
+    statuses: Mapping[str, os.stat_result | None] | None = None,
 ) -> BatchSummary:
     """Extract every input and write the records to ``output``, in input order.
 
@@ -803,6 +837,11 @@ async def extract_batch(
             outside this process)
             or ``"tcp://HOST:PORT"`` (an existing Dask scheduler) to extract there instead
             (:mod:`plandag.extract.cluster`; the ``dask`` extra); None: this machine.
+        statuses: the inputs' statuses as :func:`expand_inputs` read them (its
+            ``statuses``), or None: an input's status (is it the output file, is it a
+            regular file) is then not read again. A status is read for the inputs it does
+            not hold; whatever the status said, an input is read without waiting (a file
+            turned into a named pipe since gives an error record, never a wait).
 
     Returns:
         A :class:`BatchSummary` of this run.
@@ -841,7 +880,8 @@ async def extract_batch(
             placed.setdefault(name, []).append(record)
         else:
             unplaced.append(record)
-    paths = _without_output(inputs, output, output_format, placed)
+    known: dict[str, os.stat_result | None] = dict(statuses) if statuses is not None else {}
+    paths = _without_output(inputs, output, output_format, placed, known)
 
     uniqueness = _Uniqueness()
     # An input is done when a record holds both its bytes' sha256 and its path: a second
@@ -982,8 +1022,8 @@ async def extract_batch(
         """``(True, "")`` when input ``index`` needs no extraction (not a regular file:
         its error record placed; already recorded, with ``resume``: skipped), else
         ``(False, its sha256 when resume needs it)``."""
-        problem = not_a_regular_file(path)
-        sha = _sha256(path) if resume and problem is None else ""
+        problem = _problem(path, known)
+        sha = file_sha256(path) if resume and problem is None else ""
         if problem is not None:
             results[index] = [error_record(str(path), "", *problem)]
         elif sha and (sha, display_name(path)) in done:
@@ -1180,7 +1220,7 @@ async def extract_batch(
 def _internal_error(path: Path, sha: str, error: BaseException) -> dict[str, Any]:
     """The ``internal_error`` record of an input whose extraction raised ``error``."""
     return error_record(
-        str(path), sha or _sha256(path), "internal_error", f"{type(error).__name__}: {error}"
+        str(path), sha or file_sha256(path), "internal_error", f"{type(error).__name__}: {error}"
     )
 
 

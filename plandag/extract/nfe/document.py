@@ -31,6 +31,7 @@ Element names are the layout's (MOC 7.0, Anexo I); the namespace is
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -70,6 +71,7 @@ __all__ = [
     "advise_read",
     "error_record",
     "extract_document",
+    "file_sha256",
     "find_events",
     "find_protocols",
     "input_read_step",
@@ -79,6 +81,7 @@ __all__ = [
     "nfe_excerpt",
     "nfe_needs_repair",
     "parse_document",
+    "read_regular_file",
     "record_status",
     "takes_bytes",
 ]
@@ -876,9 +879,32 @@ def _with_checks(record: Mapping[str, Any], outcomes: list[CheckOutcome]) -> dic
     return merged
 
 
-def _file_sha256(path: Path) -> str:
+def read_regular_file(path: Path) -> bytes:
+    """The bytes of ``path`` when it is a regular file (or a link to one), read without
+    ever waiting for a writer: it is opened without blocking (``O_NONBLOCK``), and what is
+    not a regular file (a named pipe, a device, a folder) is not read.
+
+    Raises:
+        OSError: it cannot be opened or read, or it is not a regular file (``EINVAL``).
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    descriptor = os.open(path, flags)
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+        parts = []
+        while part := os.read(descriptor, 1 << 20):
+            parts.append(part)
+        return b"".join(parts)
+    finally:
+        os.close(descriptor)
+
+
+def file_sha256(path: Path) -> str:
+    """The hex sha256 of the bytes of the regular file ``path`` (:func:`read_regular_file`),
+    or "" when it cannot be read."""
+    try:
+        return hashlib.sha256(read_regular_file(path)).hexdigest()
     except OSError:
         return ""
 
@@ -1069,7 +1095,7 @@ async def extract_document(
             code, message = _failure(culprit)
             if not sha256:  # the file was not read or not parsed: one record for it
                 digest = hashlib.sha256(data).hexdigest() if data is not None else ""
-                record = error_record(source, digest or _file_sha256(path), code, message)
+                record = error_record(source, digest or file_sha256(path), code, message)
                 if note is not None:
                     record["repair"] = note
                 return [record]
