@@ -297,6 +297,7 @@ def extract_nfe(
                     end,
                     detail=trace_detail,
                     summary=None if full else record.summary,
+                    summary_text=None if full else record.summary_text,
                 )
                 error = (
                     store_json(record.record().get("errors")) if record.status == "error" else None

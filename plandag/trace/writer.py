@@ -72,6 +72,7 @@ __all__ = [
     "TraceWriter",
     "attempt_status",
     "document_summary",
+    "document_summary_text",
     "flush_traces",
     "plan_dependencies",
 ]
@@ -219,13 +220,18 @@ def _document_line_text(
     start: Any,
     end: Any,
     segment: Any,
+    result_text: str | None = None,
+    start_text: str | None = None,
+    end_text: str | None = None,
 ) -> str | None:
     """The JSON text of a ``summary`` document line (:meth:`TraceWriter.document`) without
     its ``usage``, put together from its values' own texts: the very text
     ``_SUMMARY_ENCODER`` makes of the whole line (the same encoder for each value, the keys
     and separators written as it writes them), at a third of its cost. None when a value is
     not of a type this covers (times that are not finite floats, an index or segment that
-    is not an int): the caller encodes the line.
+    is not an int): the caller encodes the line. The caller may give texts it has already:
+    ``result_text`` (:func:`document_summary_text` of ``result``), ``start_text`` and
+    ``end_text`` (``repr`` of ``start`` and ``end``).
 
     Raises:
         TypeError, ValueError: a value the encoder refuses (as encoding the line would).
@@ -240,7 +246,9 @@ def _document_line_text(
         return None
     encode = _SUMMARY_ENCODER.encode
     path = encode(shown)
-    final = repr(end)
+    final = repr(end) if end_text is None else end_text
+    if result_text is None:
+        result_text = encode(result)
     return "".join(
         (
             '{"type":"span","run_id":',
@@ -250,7 +258,7 @@ def _document_line_text(
             ',"kind":"step","name":"step ',
             str(index + 1),
             ' extract","start":',
-            repr(start),
+            repr(start) if start_text is None else start_text,
             ',"end":',
             final,
             ',"attrs":{"step_id":',
@@ -264,7 +272,7 @@ def _document_line_text(
             ',"depends_on":[],"attempts":[],"checks":[],"args":{"path":',
             path,
             '},"result":',
-            encode(result),
+            result_text,
             ',"superseded_by":null,"segment":',
             str(segment),
             "}}",
@@ -367,6 +375,17 @@ def document_summary(record: Any) -> dict[str, Any]:
     return summary
 
 
+def document_summary_text(summary: Mapping[str, Any]) -> str:
+    """The JSON text a trace line holds for a :func:`document_summary` (compact separators,
+    non-ASCII kept), for :meth:`TraceWriter.document`'s ``summary_text``: a batch's worker
+    makes it with the summary.
+
+    Raises:
+        TypeError, ValueError: ``summary`` is not JSON data (a document summary always is).
+    """
+    return _SUMMARY_ENCODER.encode(summary)
+
+
 class TraceWriter:
     """Writes one run's trace file (JSON Lines, append-only) and observes its events.
 
@@ -446,6 +465,9 @@ class TraceWriter:
         self._wakeup = threading.Condition(self._lock)
         self._flusher: threading.Thread | None = None
         self._acting: set[int] = set()
+        # the end time of the document written last and its text: a batch's next document
+        # starts at that very time (the same float)
+        self._document_end: tuple[float, str] | None = None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._key = os.path.realpath(self.path)
         _flush_key(self._key, self.path)  # another writer's waiting lines come first
@@ -1225,6 +1247,7 @@ class TraceWriter:
         detail: str = "summary",
         usage: Any = None,
         summary: Mapping[str, Any] | None = None,
+        summary_text: str | None = None,
     ) -> dict[str, Any]:
         """Write one ``extract`` document as a ``step`` span (step id ``index + 1``, tool
         ``extract``): ``succeeded`` when it got a record (``ok`` or ``check_failed``, in
@@ -1249,6 +1272,8 @@ class TraceWriter:
             summary: :func:`document_summary` of the record when the caller made it
                 already (a batch's worker does), else None (made here); only used with
                 ``detail="summary"``, where ``record`` is then not read.
+            summary_text: :func:`document_summary_text` of ``summary`` when the caller made
+                it already (a batch's worker does), else None (made here).
 
         Raises:
             ValueError: ``detail`` is neither ``summary`` nor ``full``; the writer is closed.
@@ -1291,10 +1316,23 @@ class TraceWriter:
         # dumped as it is, without to_jsonable's walk, which gives the same text.
         line: dict[str, Any] = {"type": "span", "run_id": self.run_id, "time": end}
         line.update(kind="step", name=name, start=start, end=end, attrs=attrs)
+        previous = self._document_end
+        final = repr(end) if type(end) is float else None
+        self._document_end = (end, final) if final is not None else None
         try:
             text = (
                 _document_line_text(
-                    self.run_id, index, status, shown, result, start, end, self.segment
+                    self.run_id,
+                    index,
+                    status,
+                    shown,
+                    result,
+                    start,
+                    end,
+                    self.segment,
+                    summary_text if summary is not None else None,
+                    previous[1] if previous is not None and previous[0] is start else None,
+                    final,
                 )
                 if counts is None
                 else None

@@ -23,6 +23,7 @@ from plandag.extract.nfe.encoded import EncodedRecord, encode_first
 from plandag.extract.nfe.output import record_json_texts
 from plandag.store import open_store
 from plandag.testing.workers import kill_once
+from plandag.trace.writer import document_summary
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "nfe"
 
@@ -72,6 +73,29 @@ def _lines(output: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in output.read_text("utf-8").splitlines()]
 
 
+def _document_lines(store: Path) -> list[bytes]:
+    """The trace's document lines of the store's one batch, each checked to be the text the
+    JSON encoder makes of its value, with the run's id and times left out."""
+    opened = open_store(store)
+    try:
+        (run,) = opened.runs()
+    finally:
+        opened.close()
+    trace = store.parent / "traces" / f"{run.run_id}.jsonl"
+    lines = []
+    for line in trace.read_bytes().splitlines():
+        if b'"tool":"extract"' not in line:
+            continue
+        value = json.loads(line)
+        again = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        assert line == again.encode("utf-8")
+        assert value["start"] <= value["end"] == value["time"]
+        for key in ("run_id", "time", "start", "end"):
+            value[key] = None
+        lines.append(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+    return lines
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_one_process_two_workers_and_a_local_cluster_record_the_same(tmp_path: Path) -> None:
@@ -98,6 +122,15 @@ def test_one_process_two_workers_and_a_local_cluster_record_the_same(tmp_path: P
     assert all((row[4] is not None) == (row[2] == "error") for row in stored)
     for name in ("two", "cluster"):
         assert _stored(tmp_path / f"{name}.db") == stored, name
+    # the trace's document bars (a worker makes each summary's text) are the same too
+    traced = _document_lines(tmp_path / "one.db")
+    assert len(traced) > len(records)  # the corrected bars (a repeated key) written again
+    final = {value["attrs"]["step_id"]: value for value in map(json.loads, traced)}
+    assert [final[index + 1]["attrs"]["result"] for index in range(len(records))] == [
+        document_summary(record) for record in records
+    ]
+    for name in ("two", "cluster"):
+        assert _document_lines(tmp_path / f"{name}.db") == traced, name
 
 
 @pytest.mark.slow

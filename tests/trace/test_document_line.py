@@ -18,6 +18,7 @@ from plandag.trace.writer import (
     SUMMARY_SOURCE_BYTES,
     TraceWriter,
     document_summary,
+    document_summary_text,
 )
 
 #: Every NF-e check failing and six error codes: the most a real record puts in a summary.
@@ -216,3 +217,51 @@ def test_times_that_are_not_finite_floats_take_the_general_path(
     value = json.loads(line)
     assert value["attrs"]["step_id"] == 4
     assert value["attrs"]["result"] == {"status": "ok", "failed_checks": [], "errors": []}
+
+
+def test_documents_that_follow_each_other_and_given_summary_texts_make_the_same_lines(
+    tmp_path: Path,
+) -> None:
+    # a batch passes each document's start as the very float its previous one ended at,
+    # and the summary's text its worker made: the lines are the encoder's text all the same
+    times = [1.7e9 + 0.1, 1.7e9 + 0.2, 1.7e9 + 0.3, 1.7e9 + 0.3, 5e-324, 1.7e9 + 0.4]
+    records = [
+        {"status": "ok", "checks": {}},
+        {"status": "check_failed", "checks": {"vnf_formula": {"status": "fail"}}},
+        {"status": "error", "errors": [{"code": "not_xml"}]},
+        {"status": "ok", "checks": {"é": {"status": "fail"}}},
+        {"status": "ok"},
+    ]
+    plain, given_texts = tmp_path / "plain.jsonl", tmp_path / "given.jsonl"
+    with TraceWriter(plain, "0123456789abcdef") as writer:
+        for index, record in enumerate(records):
+            # fresh float objects: nothing to take from the line before
+            start = times[index] + 0.0 if index != 3 else 1.7e9 + 0.25
+            end = times[index + 1] + 0.0
+            writer.document(index, f"in/{index}.xml", str(record["status"]), record, start, end)
+    with TraceWriter(given_texts, "0123456789abcdef") as writer:
+        previous_end = times[0]
+        for index, record in enumerate(records):
+            # one document starts where the one before ended; one does not (index 3)
+            start = previous_end if index != 3 else 1.7e9 + 0.25
+            end = times[index + 1] + 0.0
+            summary = document_summary(record)
+            writer.document(
+                index,
+                f"in/{index}.xml",
+                str(record["status"]),
+                None,
+                start,
+                end,
+                summary=summary,
+                summary_text=document_summary_text(summary),
+            )
+            previous_end = end
+    assert given_texts.read_bytes() == plain.read_bytes()
+    starts = [times[0], times[1], times[2], 1.7e9 + 0.25, times[4]]
+    assert [json.loads(line)["start"] for line in _lines(plain)] == starts
+    assert [json.loads(line)["end"] for line in _lines(plain)] == times[1:]
+    for line in _lines(plain):
+        value = json.loads(line)
+        again = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        assert line == again.encode("utf-8")

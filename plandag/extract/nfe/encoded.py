@@ -66,6 +66,8 @@ class EncodedRecord(NamedTuple):
         summary: its trace summary (:func:`plandag.trace.writer.document_summary`).
         value: the record itself when ``compact`` is None or the process that encoded it
             keeps it (:func:`encode_ready`'s ``keep``), else None.
+        summary_text: the JSON text of ``summary`` in a trace line
+            (:func:`plandag.trace.writer.document_summary_text`), or None.
     """
 
     key: str | None
@@ -80,6 +82,7 @@ class EncodedRecord(NamedTuple):
     repair: tuple[str, int] | None
     summary: dict[str, Any]
     value: Any = None
+    summary_text: str | None = None
 
     def record(self) -> Any:
         """The record: ``value`` when it is kept, else decoded from ``compact`` (the same
@@ -150,14 +153,15 @@ def encode_ready(
     ``keep``: the record itself kept in it as ``value`` (in the process that writes it,
     never sent)."""
     from plandag.store.sealing import may_need_sealing_by_rules
-    from plandag.trace.writer import document_summary
+    from plandag.trace.writer import document_summary, document_summary_text
 
     key, source, sha256 = record_identity(ready)
     status, failed, codes, repair = tally_fields(ready)
+    summary = document_summary(ready)
     if texts is None:
         return EncodedRecord(
             key, source, sha256, status, None, None, True, failed, codes, repair,
-            document_summary(ready), ready,
+            summary, ready, document_summary_text(summary),
         )  # fmt: skip
     line, compact = texts
     return EncodedRecord(
@@ -171,8 +175,9 @@ def encode_ready(
         failed,
         codes,
         repair,
-        document_summary(ready),
+        summary,
         ready if keep else None,
+        document_summary_text(summary),
     )
 
 
