@@ -8,8 +8,10 @@ from __future__ import annotations
 import functools
 import json
 import os
+import pickle
 import shutil
 import sqlite3
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ from typer.testing import CliRunner
 
 from plandag.extract import parallel
 from plandag.extract.nfe.batch import expand_inputs, extract_batch
-from plandag.extract.nfe.encoded import EncodedRecord, encode_first
+from plandag.extract.nfe.encoded import EncodedRecord, encode_first, encode_ready
 from plandag.extract.nfe.output import record_json_texts
 from plandag.store import open_store
 from plandag.testing.workers import kill_once
@@ -199,6 +201,33 @@ def test_an_encoded_record_holds_the_texts_the_parent_would_make() -> None:
     assert encoded.line == texts[0].encode("utf-8")  # written to the file as it is
     assert encoded.compact == texts[1]
     assert encode_first({"source": "x", "value": float("nan")}) is None  # not JSON data
+
+
+def test_an_encoded_record_travels_whole_and_is_made_again_without_python_code() -> None:
+    records = [
+        encode_first({"source": "in/a.xml", "status": "ok", "ide": {"chNFe": "1" * 44}}),
+        encode_ready({"source": "x", "value": float("nan")}, None, keep=True),  # not JSON
+    ]
+    for encoded in records:
+        assert encoded is not None
+        for protocol in (2, pickle.HIGHEST_PROTOCOL):
+            data = pickle.dumps([encoded, encoded], protocol=protocol)
+            calls: list[str] = []
+
+            def note(frame: Any, event: str, arg: Any, calls: list[str] = calls) -> None:
+                if event == "call":
+                    calls.append(frame.f_code.co_name)
+
+            sys.setprofile(note)
+            try:
+                back = pickle.loads(data)
+            finally:
+                sys.setprofile(None)
+            if protocol >= 3:  # (protocol 2 writes bytes through codecs' Python code)
+                assert calls == []  # the parent unpickles a chunk's records in C only
+            assert [type(item) for item in back] == [EncodedRecord, EncodedRecord]
+            assert back[0]._asdict().keys() == encoded._asdict().keys()
+            assert repr(back) == repr([encoded, encoded])  # (NaN is not equal to itself)
 
 
 def test_the_batch_writes_its_groups_and_tells_the_caller(tmp_path: Path) -> None:

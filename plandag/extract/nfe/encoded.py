@@ -46,6 +46,9 @@ FIRST_OF_KEY = ("pass", "no other record in the batch has this chNFe")
 NO_KEY = ("not_applicable", "the record has no chNFe")
 
 
+_TUPLE_NEW = tuple.__new__
+
+
 class EncodedRecord(NamedTuple):
     """A record ready to write: its identity, its texts and what a batch counts of it.
 
@@ -83,6 +86,12 @@ class EncodedRecord(NamedTuple):
     summary: dict[str, Any]
     value: Any = None
     summary_text: str | None = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its fields, made again by ``tuple.__new__`` (a call in C): the process
+        that unpickles a chunk's records (a batch's parent) runs no Python-level
+        ``__new__`` for each."""
+        return _TUPLE_NEW, (EncodedRecord, tuple(self))
 
     def record(self) -> Any:
         """The record: ``value`` when it is kept, else decoded from ``compact`` (the same
