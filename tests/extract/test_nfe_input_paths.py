@@ -50,3 +50,32 @@ def test_folder_entries_are_the_paths_the_listing_names(
     files, missing = expand_inputs([spelling])
     assert missing == []
     assert files == [path for path, _ in entries]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_folder_entries_come_in_the_order_of_their_paths_components(
+    tmp_path: Path, seed: int
+) -> None:
+    # names that sort around each other: a folder "b" beside files "b.xml", "b-1", "b0",
+    # "B", "é"; folders and files mixed at every depth
+    import random
+
+    chance = random.Random(seed)
+    alphabet = ["b", "b.xml", "b-1", "b0", "B", "é", "a", "b b", "a.xml", "\udcff"]
+    root = tmp_path / "tree"
+    root.mkdir()
+    folders = [root]
+    for _ in range(60):
+        parent = chance.choice(folders)
+        name = chance.choice(alphabet) + chance.choice(["", "x", "/"])
+        path = parent / name.rstrip("/")
+        if path.exists():
+            continue
+        if name.endswith("/") and len(path.relative_to(root).parts) < 4:
+            path.mkdir()
+            folders.append(path)
+        else:
+            path.write_bytes(b"<x/>")
+    entries = _folder_entries(root)
+    assert entries == _listed(os.fspath(root))
+    assert len(entries) > 10

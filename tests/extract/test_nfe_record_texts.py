@@ -169,3 +169,33 @@ def test_the_batch_writes_each_text_as_the_general_path_would(tmp_path: Path) ->
         ("c.xml", None),
         ("d.xml", _compact(expected[3])),
     ]
+
+
+def test_encoded_records_are_written_as_the_records_would_be(tmp_path: Path) -> None:
+    from plandag.extract.nfe.encoded import encode_first, encode_ready
+    from plandag.extract.nfe.output import JsonlRecordWriter
+
+    records = [
+        {"source": "a.xml", "status": "ok", "x": "ç, é: \\n"},
+        {"source": "b.xml", "status": "ok", "value": math.nan},  # not JSON: no line
+        {"source": "c.xml", "status": "error", "errors": [{"code": "x"}]},
+    ]
+    encoded = [
+        encode_first(records[0]),
+        encode_ready(records[1], None, keep=True),
+        encode_first(records[2]),
+    ]
+    assert all(item is not None for item in encoded)
+    assert encoded[1] is not None
+    assert encoded[1].line is None
+    by_records, by_texts = tmp_path / "records.jsonl", tmp_path / "texts.jsonl"
+    for path, write in ((by_records, "records"), (by_texts, "texts")):
+        writer = JsonlRecordWriter(path, append=False, grouped=True)
+        for group in ([], encoded[:1], encoded[1:]):
+            if write == "records":
+                writer.write_input([item.record() for item in group if item is not None])
+            else:
+                writer.write_encoded([item for item in group if item is not None])
+        writer.close()
+    assert by_texts.read_bytes() == by_records.read_bytes()
+    assert by_texts.read_bytes().count(b"\n") == 3

@@ -149,32 +149,55 @@ def _folder_entries(folder: Path) -> list[tuple[Path, bool]]:
     folder, each with whether it is a symbolic link: regular files, and also what is not a
     regular file (a named pipe, a device, a dangling symbolic link, a symbolic link loop)
     and symbolic links to folders (never entered), so that each gets a record rather than
-    vanishing. A folder that cannot be listed is passed over, as :func:`os.walk` does."""
+    vanishing. A folder that cannot be listed is passed over, as :func:`os.walk` does.
+
+    Sorted: by the paths' components (on POSIX; elsewhere by ``Path``). On POSIX that order
+    is the walk's own when each folder's entries are taken in the order of their names,
+    each subfolder's entries at its name's place, so no path is compared."""
+    posix = os.name == "posix"
     found: list[tuple[Path, bool]] = []
-    pending = [Path(folder)]
-    while pending:
-        directory = pending.pop()
-        try:
-            with os.scandir(directory) as entries:
-                for entry in entries:
-                    if entry.name.startswith("."):
-                        continue
-                    link = entry.is_symlink()
-                    # a child of the folder's Path: a name to add, not a whole path to parse
-                    if not link and entry.is_dir(follow_symlinks=False):
-                        pending.append(directory / entry.name)
-                    else:
-                        found.append((directory / entry.name, link))
-        except OSError:
+    stack = [iter(_listing(Path(folder), posix))]
+    while stack:
+        entry = next(stack[-1], None)
+        if entry is None:
+            stack.pop()
             continue
-    found.sort(key=_path_order)
+        _, path, link, below = entry
+        if below:
+            stack.append(iter(_listing(path, posix)))
+        else:
+            found.append((path, link))
+    if not posix:
+        found.sort(key=lambda item: item[0])
     return found
 
 
-def _path_order(item: tuple[Path, bool]) -> Any:
-    """The sort key of a folder entry: its path's components (on POSIX the order of
-    ``Path`` itself, whose comparison is slower; elsewhere the ``Path``)."""
-    return os.fspath(item[0]).split(os.sep) if os.name == "posix" else item[0]
+def _listing(directory: Path, ordered: bool) -> list[tuple[str, Path, bool, bool]]:
+    """The entries of ``directory`` whose names do not start with ``.``, each ``(name, path,
+    is a symbolic link, is a folder to enter)``, in the order of their names when
+    ``ordered``; those listed before a failure when the listing fails (none when it cannot
+    start)."""
+    listed: list[tuple[str, Path, bool, bool]] = []
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                name = entry.name
+                if name.startswith("."):
+                    continue
+                link = entry.is_symlink()
+                # a child of the folder's Path: a name to add, not a whole path to parse
+                listed.append(
+                    (name, directory / name, link, not link and entry.is_dir(follow_symlinks=False))
+                )
+    except OSError:
+        pass
+    if ordered:
+        listed.sort(key=_first)
+    return listed
+
+
+def _first(entry: tuple[str, Path, bool, bool]) -> str:
+    return entry[0]
 
 
 def _glob_root(pattern: str) -> Path:
@@ -353,11 +376,12 @@ def expand_inputs(
         return False
 
     def add(path: Path) -> None:
-        status = _file_status(path)
+        name = os.fspath(path)
+        status = _file_status(name)
         if taken.take(path, status):
             inputs.append(path)
             if statuses is not None:
-                statuses[os.fspath(path)] = status
+                statuses[name] = status
 
     for pattern in patterns:
         path = Path(pattern)
@@ -397,10 +421,12 @@ def expand_inputs(
     return inputs, missing
 
 
-def _problem(path: Path, statuses: Mapping[str, os.stat_result | None]) -> tuple[str, str] | None:
+def _problem(
+    path: Path, statuses: Mapping[str, os.stat_result | None], name: str | None = None
+) -> tuple[str, str] | None:
     """:func:`not_a_regular_file` of ``path``, without reading its status again when
-    ``statuses`` holds it as a regular file's."""
-    status = statuses.get(os.fspath(path))
+    ``statuses`` holds it as a regular file's (``name``: ``os.fspath(path)`` when known)."""
+    status = statuses.get(os.fspath(path) if name is None else name)
     if status is not None and stat.S_ISREG(status.st_mode):
         return None
     return not_a_regular_file(path)
@@ -629,7 +655,7 @@ def with_unique_in_batch(record: Mapping[str, Any], change: Mapping[str, Any]) -
     return with_unique(dict(record), (str(outcome["status"]), str(outcome["detail"])))
 
 
-def _file_status(path: Path) -> os.stat_result | None:
+def _file_status(path: Path | str) -> os.stat_result | None:
     """The status of the file ``path`` leads to (``os.stat``, links followed), or None when
     it leads to none (missing, a dangling link, a loop, unreadable)."""
     try:
@@ -1018,11 +1044,12 @@ async def extract_batch(
         if finished >= total:
             all_written.set()
 
-    def settled(index: int, path: Path) -> tuple[bool, str]:
+    def settled(index: int, path: Path, name: str | None = None) -> tuple[bool, str]:
         """``(True, "")`` when input ``index`` needs no extraction (not a regular file:
         its error record placed; already recorded, with ``resume``: skipped), else
-        ``(False, its sha256 when resume needs it)``."""
-        problem = _problem(path, known)
+        ``(False, its sha256 when resume needs it)`` (``name``: ``os.fspath(path)`` when
+        the caller has it)."""
+        problem = _problem(path, known, name)
         sha = file_sha256(path) if resume and problem is None else ""
         if problem is not None:
             results[index] = [error_record(str(path), "", *problem)]
@@ -1079,10 +1106,12 @@ async def extract_batch(
         assert mapper is not None
         chunk: list[tuple[int, Path, str]] = []
         sent = 0  # inputs in the chunks sent so far
+        size = mapper.chunk_for(len(paths))  # of the chunk being filled
 
         async def send() -> None:
-            nonlocal chunk, sent
+            nonlocal chunk, sent, size
             sent += len(chunk)
+            size = mapper.chunk_for(len(paths) - sent)
             await chunks_in_flight.acquire()
             group.start_soon(run_chunk, chunk, group)
             chunk = []
@@ -1096,14 +1125,15 @@ async def extract_batch(
                 slots.acquire_nowait()
                 if index % _YIELD_EVERY == 0:
                     await anyio.lowlevel.checkpoint()  # the loop's other tasks run too
-            waiting = placed.get(os.fspath(path))
+            name = os.fspath(path)
+            waiting = placed.get(name)
             if waiting:
                 results[index] = [dict(waiting.pop(0))]
             else:
-                ready, sha = settled(index, path)
+                ready, sha = settled(index, path, name)
                 if not ready:
                     chunk.append((index, path, sha))
-                    if len(chunk) >= mapper.chunk_for(len(paths) - sent):
+                    if len(chunk) >= size:
                         await send()
                     continue
             flush_ready()
@@ -1231,7 +1261,7 @@ def _checked(records: Any, path: Path, sha: str) -> Sequence[Mapping[str, Any] |
         if not isinstance(records, list) or not records:
             raise TypeError(f"the extractor returned {records!r} instead of a list of records")
         for record in records:
-            if not isinstance(record, dict | EncodedRecord):
+            if type(record) is not EncodedRecord and not isinstance(record, dict | EncodedRecord):
                 raise TypeError(f"the extractor returned a {type(record).__name__}, not a record")
     except TypeError as error:
         return [_internal_error(path, sha, error)]
