@@ -66,6 +66,7 @@ from plandag.store.sealing import (
 from plandag.store.writer import (
     FLUSH_INTERVAL_S,
     GroupWriter,
+    Item,
     Row,
     execute_rows,
     flush_writers,
@@ -130,7 +131,102 @@ detail, result blob or error (a plain success): :data:`_STEP_STATE` with those c
 to NULL in the statement, not bound (10 parameters instead of 15, no ``CASE``)."""
 
 
-def _merged_step_rows(group: list[Row], *, narrow: bool = False) -> list[Row]:
+_START_EVENT = 0
+_END_EVENT = 1
+"""The first item of a step's start or end as the writer's queue holds it
+(:meth:`Store.queue_step_start`: ``(0, run_id, step_id, attempt, at, args_text, segment)``;
+:meth:`Store.queue_step_end`: ``(1, run_id, step_id, status, at, attempt, reason, detail,
+duration_s, result, result_hash, error, segment)``): one flat tuple an event, which the
+writer's thread turns into the step row's and the transition's statements
+(:func:`_event_rows`), instead of two ``(sql, args)`` rows and their parameters made on the
+event loop and kept alive in the queue."""
+
+
+def _event_rows(event: tuple[Any, ...]) -> tuple[Row, Row]:
+    """The rows of a queued step start or end: its :data:`_STEP_STATE` row and its
+    transition, as they are written when nothing is merged."""
+    if event[0] == _START_EVENT:
+        _, run_id, step_id, attempt, at, args_text, segment = event
+        return (
+            (
+                _STEP_STATE,
+                (
+                    "running",
+                    attempt,
+                    at,
+                    args_text,
+                    _STARTED,
+                    _UNREAD,
+                    _UNREAD,
+                    _UNREAD,
+                    _UNREAD,
+                    _UNREAD,
+                    _UNREAD,
+                    _UNREAD,
+                    segment,
+                    run_id,
+                    step_id,
+                ),
+            ),
+            (_TRANSITION_PLAIN, (run_id, step_id, attempt, "running", at, segment)),
+        )
+    (_, run_id, step_id, status, at, attempt, reason, detail, duration_s) = event[:9]
+    result, result_hash, error, segment = event[9:]
+    return (
+        (
+            _STEP_STATE,
+            (
+                status,
+                None,
+                None,
+                None,
+                _ENDED,
+                reason,
+                detail,
+                at,
+                duration_s,
+                result,
+                result_hash,
+                error,
+                segment,
+                run_id,
+                step_id,
+            ),
+        ),
+        (_TRANSITION_PLAIN, (run_id, step_id, attempt, status, at, segment))
+        if reason is None
+        else (_TRANSITION, (run_id, step_id, attempt, status, reason, at, segment)),
+    )
+
+
+def _step_rows(group: list[Item]) -> list[Row]:
+    """``group`` with each queued step start or end as its two rows, in its place: every
+    row written as it was queued (the writer's rows when nothing is merged)."""
+    rows: list[Row] = []
+    for item in group:
+        if type(item[0]) is int:
+            rows.extend(_event_rows(item))
+        else:
+            rows.append(item)
+    return rows
+
+
+def _ran(
+    end: tuple[Any, ...], begun: tuple[Any, Any, Any], narrow: bool
+) -> tuple[str, tuple[Any, ...]]:
+    """A step's start and end as one update: ``end``, the end's :data:`_STEP_STATE`
+    parameters, with the start's attempt, start time and inputs (``begun``);
+    :data:`_STEP_RAN` when ``narrow`` and the end has no reason, detail, result blob or
+    error."""
+    if narrow and end[5] is None and end[6] is None and end[10] is None and end[11] is None:
+        return (
+            _STEP_RAN,
+            (end[0], *begun, end[7], end[8], end[9], end[12], end[13], end[14]),
+        )
+    return (_STEP_STATE, (end[0], *begun, *end[4:]))
+
+
+def _merged_step_rows(group: list[Item], *, narrow: bool = False) -> list[Row]:
     """``group`` with each step's start merged into its end when both are in it: one
     :data:`_STEP_STATE` row with the start's attempt, start time and inputs and the end's
     state, in the end's place (an update of the step's row costs SQLite more than the rest
@@ -139,13 +235,91 @@ def _merged_step_rows(group: list[Row], *, narrow: bool = False) -> list[Row]:
     its own columns; a start is merged only when no other write to the ``step`` table
     comes between the two (a start never moves past one). Each group is one transaction,
     so no reader ever saw the state between them. ``narrow``: a merged row whose end has
-    no reason, detail, result blob or error is a :data:`_STEP_RAN` row (the same update)."""
+    no reason, detail, result blob or error is a :data:`_STEP_RAN` row (the same update).
+    Queued step starts and ends (:data:`_START_EVENT`) become their rows here
+    (:func:`_event_rows`), a merged start's without being made."""
     starts: dict[tuple[Any, Any], int] = {}
-    merged: list[Row | None] = []
+    merged: list[Any] = []
+    append = merged.append
     dropped = False
+    loose = 0  # queued starts placed in merged and not merged since
     for row in group:
-        sql = row[0]
-        if sql == _STEP_STATE:
+        kind = row[0]
+        if kind is _START_EVENT:
+            starts[(row[1], row[2])] = len(merged)
+            append(row)  # made a row at the end unless its end is merged into it
+            append((_TRANSITION_PLAIN, (row[1], row[2], row[3], "running", row[4], row[6])))
+            loose += 1
+            continue
+        if kind is _END_EVENT:
+            (_, run_id, step_id, status, at, attempt, reason, detail, duration_s) = row[:9]
+            result, result_hash, error, segment = row[9:]
+            start = starts.pop((run_id, step_id), None)
+            if start is None:
+                merged.extend(_event_rows(row))
+                continue
+            begun = merged[start]
+            merged[start] = None
+            dropped = True
+            if begun[0] is _START_EVENT:
+                loose -= 1
+                attempts, started_at, args_text = begun[3], begun[4], begun[5]
+            else:
+                attempts, started_at, args_text = begun[1][1], begun[1][2], begun[1][3]
+            if (
+                narrow
+                and reason is None
+                and detail is None
+                and result_hash is None
+                and error is None
+            ):
+                append(
+                    (
+                        _STEP_RAN,
+                        (
+                            status,
+                            attempts,
+                            started_at,
+                            args_text,
+                            at,
+                            duration_s,
+                            result,
+                            segment,
+                            run_id,
+                            step_id,
+                        ),
+                    )
+                )
+            else:
+                append(
+                    (
+                        _STEP_STATE,
+                        (
+                            status,
+                            attempts,
+                            started_at,
+                            args_text,
+                            _ENDED,
+                            reason,
+                            detail,
+                            at,
+                            duration_s,
+                            result,
+                            result_hash,
+                            error,
+                            segment,
+                            run_id,
+                            step_id,
+                        ),
+                    )
+                )
+            append(
+                (_TRANSITION_PLAIN, (run_id, step_id, attempt, status, at, segment))
+                if reason is None
+                else (_TRANSITION, (run_id, step_id, attempt, status, reason, at, segment))
+            )
+            continue
+        if kind == _STEP_STATE:
             args = row[1]
             key = (args[13], args[14])
             if args[4] == _STARTED:
@@ -153,42 +327,24 @@ def _merged_step_rows(group: list[Row], *, narrow: bool = False) -> list[Row]:
             else:
                 start = starts.pop(key, None)
                 if start is not None:
-                    started = merged[start]
-                    assert started is not None
+                    begun = merged[start]
+                    if begun[0] is _START_EVENT:
+                        loose -= 1
+                        begun = _event_rows(begun)[0]
                     merged[start] = None
                     dropped = True
-                    begun = started[1]
-                    if (
-                        narrow
-                        and args[5] is None
-                        and args[6] is None
-                        and args[10] is None
-                        and args[11] is None
-                    ):
-                        merged.append(
-                            (
-                                _STEP_RAN,
-                                (
-                                    args[0],
-                                    begun[1],
-                                    begun[2],
-                                    begun[3],
-                                    args[7],
-                                    args[8],
-                                    args[9],
-                                    args[12],
-                                    args[13],
-                                    args[14],
-                                ),
-                            )
-                        )
-                        continue
-                    row = (sql, (args[0], begun[1], begun[2], begun[3], *args[4:]))
-        elif starts and sql not in _TRANSITIONS and statement_table(sql) in ("step", None):
+                    row = _ran(args, begun[1][1:4], narrow)
+        elif starts and kind not in _TRANSITIONS and statement_table(kind) in ("step", None):
             starts.clear()
-        merged.append(row)
+        append(row)
+    if loose:
+        return [
+            (_event_rows(item)[0] if item[0] is _START_EVENT else item)
+            for item in merged
+            if item is not None
+        ]
     if not dropped:
-        return group
+        return merged if len(merged) != len(group) else group
     return [row for row in merged if row is not None]
 
 
@@ -595,6 +751,7 @@ class Store:
             busy_timeout_s=busy_timeout_s,
             interval_s=flush_interval_s,
             coalesce=functools.partial(_merged_step_rows, narrow=True),
+            expand=_step_rows,
         )
         """The thread that commits the queued writes in groups."""
 
@@ -1274,30 +1431,11 @@ class Store:
         """:meth:`step_started` with the inputs' column text made already
         (:meth:`args_text`): the step's row and its transition, queued (``durable``:
         committed before this returns)."""
-        rows = (
-            (
-                _STEP_STATE,
-                (
-                    "running",
-                    attempt,
-                    at,
-                    args_text,
-                    _STARTED,
-                    _UNREAD,
-                    _UNREAD,
-                    _UNREAD,
-                    _UNREAD,
-                    _UNREAD,
-                    _UNREAD,
-                    _UNREAD,
-                    segment,
-                    run_id,
-                    step_id,
-                ),
-            ),
-            (_TRANSITION_PLAIN, (run_id, step_id, attempt, "running", at, segment)),
-        )
-        self.writes(rows, durable=durable)
+        event = (_START_EVENT, run_id, step_id, attempt, at, args_text, segment)
+        if durable:
+            self.writer.commit((event,))
+        else:
+            self.writer.put(event)
 
     def step_ended(
         self,
@@ -1359,32 +1497,25 @@ class Store:
         """:meth:`step_ended` with the result's columns (:meth:`value_columns`) and the
         error's JSON (:func:`store_json`) made already: the step's row and its transition,
         queued (``durable``: committed before this returns)."""
-        rows = (
-            (
-                _STEP_STATE,
-                (
-                    status,
-                    None,
-                    None,
-                    None,
-                    _ENDED,
-                    reason,
-                    detail,
-                    at,
-                    duration_s,
-                    result,
-                    result_hash,
-                    error,
-                    segment,
-                    run_id,
-                    step_id,
-                ),
-            ),
-            (_TRANSITION_PLAIN, (run_id, step_id, attempt, status, at, segment))
-            if reason is None
-            else (_TRANSITION, (run_id, step_id, attempt, status, reason, at, segment)),
+        event = (
+            _END_EVENT,
+            run_id,
+            step_id,
+            status,
+            at,
+            attempt,
+            reason,
+            detail,
+            duration_s,
+            result,
+            result_hash,
+            error,
+            segment,
         )
-        self.writes(rows, durable=durable)
+        if durable:
+            self.writer.commit((event,))
+        else:
+            self.writer.put(event)
 
     def write_steps(
         self,

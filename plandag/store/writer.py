@@ -48,6 +48,7 @@ __all__ = [
     "GROUP_ROWS",
     "IDLE_SECONDS",
     "GroupWriter",
+    "Item",
     "Row",
     "execute_rows",
     "flush_writers",
@@ -59,15 +60,19 @@ logger = logging.getLogger(__name__)
 FLUSH_INTERVAL_S = 0.2
 """A queued write is committed at most this many seconds after it was queued."""
 GROUP_ROWS = 2048
-"""A group is committed as soon as this many writes wait (a run of ~700 steps without
-effects; each commit rewrites the pages it touches, so fewer, larger groups cost less CPU;
-a write that must be committed at once waits for a group under way, ~10 ms at most)."""
+"""A group is committed as soon as this many queued items wait (a row, or a step's start or
+end: a run of ~1,000 steps without effects; each commit rewrites the pages it touches, so
+fewer, larger groups cost less CPU; a write that must be committed at once waits for a
+group under way, ~20 ms at most)."""
 IDLE_SECONDS = 5.0
 """The thread ends after this long with nothing to write (the next write starts another),
 so a store left open holds no thread."""
 
 Row = tuple[str, tuple[Any, ...]]
 """A write: an SQL statement and its parameters."""
+Item = tuple[Any, ...]
+"""What the queue holds: a :data:`Row`, or an item the writer's ``coalesce`` or ``expand``
+turns into rows (:class:`GroupWriter`)."""
 
 
 class _Barrier:
@@ -114,6 +119,9 @@ class GroupWriter:
         coalesce: rewrites a group's rows before they are written, into rows with the same
             effect (the store merges a step's start and end queued in one group into one
             update); None writes them as they were queued.
+        expand: when ``coalesce`` is None, turns a group's queued items into the rows they
+            stand for (items :meth:`put` queued that are not ``(sql, args)`` rows: the
+            store's step starts and ends); ``coalesce`` does it when it is given.
 
     The thread starts with the first write and ends at :meth:`close`, at the
     interpreter's exit (after a last flush), or after :data:`IDLE_SECONDS` with nothing to
@@ -130,7 +138,8 @@ class GroupWriter:
         interval_s: float = FLUSH_INTERVAL_S,
         max_rows: int = GROUP_ROWS,
         clock: Callable[[], float] = time.monotonic,
-        coalesce: Callable[[list[Row]], list[Row]] | None = None,
+        coalesce: Callable[[list[Item]], list[Row]] | None = None,
+        expand: Callable[[list[Item]], list[Row]] | None = None,
     ) -> None:
         if interval_s <= 0 or max_rows < 1:
             raise ValueError("interval_s must be > 0 and max_rows >= 1")
@@ -141,9 +150,10 @@ class GroupWriter:
         self.max_rows = max_rows
         self.clock = clock
         self.coalesce = coalesce
+        self.expand = expand
         self.groups = 0
         """Groups committed so far."""
-        self._queue: deque[Row | _Barrier] = deque()
+        self._queue: deque[Item | _Barrier] = deque()
         self._since: float | None = None  # when the oldest queued write was queued
         self._taken = 0  # writes the thread took from the queue and has not committed yet
         self._barriers = 0  # flushes waiting in the queue
@@ -164,12 +174,23 @@ class GroupWriter:
         Raises:
             RuntimeError: the writer is closed.
         """
+        self.put((sql, args))
+
+    def put(self, item: Item) -> None:
+        """Queue one item as it is: an ``(sql, args)`` row (:meth:`submit`), or an item the
+        writer's ``coalesce`` or ``expand`` turns into rows.
+
+        Raises:
+            RuntimeError: the writer is closed.
+        """
         if self._closing:
             raise RuntimeError(f"run store {self.path}: the group writer is closed")
         queue = self._queue
         if not queue:
             self._since = self.clock()
-        queue.append((sql, args))
+        queue.append(item)
+        if self._thread is not None and not self._asleep and len(queue) < self.max_rows:
+            return  # the thread is up and will take it with its group
         self._queued(len(queue))
 
     def submit_many(self, rows: Sequence[Row]) -> None:
@@ -208,7 +229,7 @@ class GroupWriter:
             return
         self._wait_for(())
 
-    def commit(self, rows: Sequence[Row]) -> None:
+    def commit(self, rows: Sequence[Item]) -> None:
         """Queue ``rows`` (as :meth:`submit_many`) and return once they are committed, with
         every write queued before them (the thread is woken once, for the flush).
 
@@ -220,7 +241,7 @@ class GroupWriter:
             raise RuntimeError(f"run store {self.path}: the group writer is closed")
         self._wait_for(rows)
 
-    def commit_soon(self, rows: Sequence[Row]) -> Callable[[], None]:
+    def commit_soon(self, rows: Sequence[Item]) -> Callable[[], None]:
         """Queue ``rows`` (as :meth:`submit_many`) and have the thread commit them now, with
         every write queued before them, without waiting: the caller goes on while the
         thread writes and syncs the disk.
@@ -237,11 +258,11 @@ class GroupWriter:
         barrier = self._barrier_after(rows)
         return lambda: self._await(barrier)
 
-    def _wait_for(self, rows: Sequence[Row]) -> None:
+    def _wait_for(self, rows: Sequence[Item]) -> None:
         """Queue ``rows`` and a barrier after them; wait until the barrier is resolved."""
         self._await(self._barrier_after(rows))
 
-    def _barrier_after(self, rows: Sequence[Row]) -> _Barrier:
+    def _barrier_after(self, rows: Sequence[Item]) -> _Barrier:
         """Queue ``rows`` and a barrier after them, and wake the thread for it."""
         barrier = _Barrier()
         with self._lock:
@@ -357,7 +378,7 @@ class GroupWriter:
         held); the writes stay queued."""
         if not self._barriers:
             return
-        kept: list[Row | _Barrier] = []
+        kept: list[Item | _Barrier] = []
         queue = self._queue
         for _ in range(len(queue)):
             item = queue.popleft()
@@ -407,7 +428,7 @@ class GroupWriter:
             count = len(queue)
             self._taken = count
             self._since = None
-            group: list[Row] = []
+            group: list[Item] = []
             barriers: list[_Barrier] = []
             if not self._barriers:  # read after count: a flush among them is counted
                 popleft = queue.popleft
@@ -426,7 +447,8 @@ class GroupWriter:
             closing = self._closing
             try:
                 if group:
-                    _commit(connection, group if self.coalesce is None else self.coalesce(group))
+                    rewrite = self.coalesce or self.expand
+                    _commit(connection, group if rewrite is None else rewrite(group))
             except BaseException as error:
                 queue.extendleft(reversed(group))  # tried again, before what came after
                 self._taken = 0
