@@ -480,6 +480,16 @@ class SecretMaskingConnection(sqlite3.Connection):
             return super().execute(sql, parameters)
         return super().execute(sql, _masked(parameters, environment, known))
 
+    def execute_values(self, sql: str, rows: Sequence[tuple[Any, ...]], /) -> sqlite3.Cursor:
+        """:meth:`execute` of ``sql``, a statement of ``len(rows)`` rows of values, bound to
+        the rows' parameters one after the other: the texts are checked a column of the
+        rows at a time (a column of numbers is passed over without looking at each), before
+        the rows are put one after the other; masked row by row when one would change."""
+        environment, known = self._checked()
+        if not _bound_as_they_are(rows, environment, known, rows=True):
+            rows = [_masked(row, environment, known) for row in rows]
+        return super().execute(sql, [item for row in rows for item in row])
+
     def executemany(self, sql: str, parameters: Iterable[Any], /) -> sqlite3.Cursor:
         """``sqlite3.Connection.executemany`` with text parameters masked."""
         environment, known = self._checked()
