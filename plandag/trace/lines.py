@@ -150,7 +150,7 @@ class StepLines:
         run = _string(run_id)
         self._event_head = '{"type":"event","run_id":' + run + ',"time":'
         self._span_head = '{"type":"span","run_id":' + run + ',"time":'
-        self._rules: object = None
+        self._rules: tuple[str, ...] | None = None
         self._fixed = redact is None
         # text -> its JSON once masked; text -> whether masking keeps it
         self._texts: dict[str, str] = {}
@@ -322,7 +322,8 @@ class StepLines:
                 redact = self._redact
                 if redact is None:
                     return text
-                if compact and not redact.personal and redact.keeps_json_text(text):
+                # the rules ready() read for this event
+                if compact and not redact.personal and redact.keeps_json_text(text, self._rules):
                     return text
             if self._kept(result, 1, [_ITEMS]):
                 return text if text is not None else escape_json_text(LINE_ENCODER.encode(result))

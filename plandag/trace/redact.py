@@ -1046,7 +1046,7 @@ class Redactor:
             return False
         return _kept_as_is(value, self._walk().scrubber, [_KEPT_ITEMS], 0)
 
-    def keeps_json_text(self, text: str) -> bool:
+    def keeps_json_text(self, text: str, rules: tuple[str, ...] | None = None) -> bool:
         """Whether calling this redactor on JSON data whose compact JSON text is ``text``
         (``json.dumps(value, ensure_ascii=False, separators=(",", ":"))``) returns an equal
         copy, told from the text alone (no walk over the value).
@@ -1060,6 +1060,8 @@ class Redactor:
 
         Args:
             text: the value's compact JSON text.
+            rules: :meth:`rules` as the caller read it for the same line (the step lines
+                read it once per event); None: read now.
 
         Returns:
             True when none of those is in ``text``; always False with ``personal``.
@@ -1079,7 +1081,7 @@ class Redactor:
                     return False
         if holds_url_password(text):
             return False
-        environment = self.rules()
+        environment = self.rules() if rules is None else rules
         known, forms = self._json_forms
         if known is not environment:  # each value's JSON form, made once per reading
             forms = tuple(json.dumps(value, ensure_ascii=False)[1:-1] for value in environment)
@@ -1106,7 +1108,13 @@ class Redactor:
         variables changed). Answers of :meth:`text` and :meth:`key_kind` hold while
         ``rules()`` returns the same object."""
         environment = self._environment
-        if environment is None or len(os.environ) != self._environment_size:
+        if environment is None:
+            return self._walk().environment
+        try:  # len(os.environ) is the length of its own mapping: read without a call
+            size = len(os.environ._data)  # type: ignore[attr-defined]
+        except AttributeError:  # an environment that is no os._Environ
+            size = len(os.environ)
+        if size != self._environment_size:
             return self._walk().environment
         return environment
 

@@ -230,6 +230,46 @@ def test_a_secret_added_while_the_writer_goes_is_masked_from_then_on(tmp_path: P
     assert "tool-[secret]" in second
 
 
+def test_a_secret_added_between_two_steps_is_masked_in_the_later_steps_result(
+    tmp_path: Path,
+) -> None:
+    late_name, late_value = "STEP_LINES_LATE_RESULT_TOKEN", "late-result-7d41a0c3"
+    # the result's text holds no word that sends it through the walk (the text is checked)
+    writer = TraceWriter(tmp_path / "t.jsonl", "r", redact=Redactor(), clock=lambda: 5.0)
+
+    def succeed(step_id: int) -> None:
+        started = float(step_id)
+        record = StepRecord(
+            id=step_id,
+            tool="fetch",
+            status="succeeded",
+            result={"body": f"value {late_value}", "n": step_id},
+            attempts=1,
+            attempt_log=[AttemptRecord(number=1, started_at=started, ended_at=started + 0.5)],
+            started_at=started,
+            ended_at=started + 0.5,
+        )
+        writer(events.StepStarted("r", step_id, "fetch", 1, started))
+        writer(events.StepSucceeded("r", step_id, 0.5, started + 0.5, record.result, record))
+
+    try:
+        succeed(1)
+        os.environ[late_name] = late_value
+        succeed(2)
+    finally:
+        os.environ.pop(late_name, None)
+        writer.close()
+    spans = [
+        json.loads(line)
+        for line in (tmp_path / "t.jsonl").read_text(encoding="utf-8").splitlines()
+        if '"kind":"step"' in line
+    ]
+    assert [span["attrs"]["result"]["body"] for span in spans] == [
+        f"value {late_value}",
+        "value [secret]",
+    ]
+
+
 def test_a_key_masked_by_the_environment_sends_the_lines_the_general_way() -> None:
     # an environment secret equal to a key of the step lines: StepLines does not write them
     lines = StepLines("r", 0, Redactor())
