@@ -12,7 +12,7 @@ import contextvars
 import dataclasses
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -172,8 +172,10 @@ class StepAttempts(RunState):
                 self.first_started_at = now
         record.status = "running"
         context: ToolContext | None = None
-        held: list[Reservation] = []
+        held: Sequence[Reservation] = ()  # what a tool given a context holds (none without)
         if tool.takes_context:
+            holds: list[Reservation] = []
+            held = holds
             context = ToolContext(
                 run_id=self.run_id,
                 step_id=step_id,
@@ -182,8 +184,8 @@ class StepAttempts(RunState):
                 http_allow=self.http_allow,
                 models=self.models,
                 step_state=self.step_states.setdefault(step_id, {}),
-                reserver=self.reserver(step_id, held),
-                acquirer=self.acquirer(step_id, held, reservation),
+                reserver=self.reserver(step_id, holds),
+                acquirer=self.acquirer(step_id, holds, reservation),
                 children=attempt_record.children,
                 clock=self.now,
                 effects=tool.effects,
@@ -288,7 +290,7 @@ class StepAttempts(RunState):
         step_id: int,
         tool: Tool,
         attempt_record: AttemptRecord,
-        held: list[Reservation],
+        held: Sequence[Reservation],
         reservation: Reservation | None,
         context: ToolContext | None,
         span: LiveSpan | None,

@@ -283,22 +283,24 @@ def abandon(task: asyncio.Task[Any], grace_s: float) -> None:
 def run_in_context(coroutine: Coroutine[Any, Any, Any], context: contextvars.Context) -> Any:
     """Await ``coroutine`` with each of its steps run in ``context``, as a task of its own
     made in that context would run it (what it sets stays in ``context``)."""
-    send, throw = coroutine.send, coroutine.throw
-    value: Any = None
-    error: BaseException | None = None
+    run = context.run
+    try:
+        yielded = run(coroutine.send, None)
+    except StopIteration as stop:  # done without suspending, as most tool calls are
+        return stop.value
     while True:
-        try:
-            if error is None:
-                yielded = context.run(send, value)
-            else:
-                yielded = context.run(throw, error)
-        except StopIteration as stop:
-            return stop.value
-        error = None
         try:
             value = yield yielded
         except BaseException as thrown:  # a cancellation (or anything) thrown into the task
-            error, value = thrown, None
+            try:
+                yielded = run(coroutine.throw, thrown)
+            except StopIteration as stop:
+                return stop.value
+        else:
+            try:
+                yielded = run(coroutine.send, value)
+            except StopIteration as stop:
+                return stop.value
 
 
 def _forget(task: asyncio.Task[Any]) -> None:

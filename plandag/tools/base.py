@@ -483,7 +483,8 @@ class Tool:
         kwargs = self.validate_args(args)
         if self.context_parameter is not None:
             kwargs[self.context_parameter] = ctx or ToolContext(run_id="adhoc", step_id=0)
-        started = time.monotonic()
+        timeout = self.timeout
+        started = time.monotonic() if timeout is not None else 0.0  # read for a limit only
         try:
             if self.is_async:
                 result = await self.function(**kwargs)
@@ -491,7 +492,7 @@ class Tool:
                 return await run_in_daemon_thread(lambda: self.function(**kwargs))
         except (SystemExit, KeyboardInterrupt) as error:
             raise self._exit_error(error) from error
-        if self.timeout is not None:
+        if timeout is not None:
             self._check_blocked(started)
         return result
 
@@ -509,12 +510,13 @@ class Tool:
         kwargs = self.validate_args(args)
         if self.context_parameter is not None:
             kwargs[self.context_parameter] = ctx or ToolContext(run_id="adhoc", step_id=0)
-        started = time.monotonic()
+        timeout = self.timeout
+        started = time.monotonic() if timeout is not None else 0.0  # read for a limit only
         try:
             result = self.function(**kwargs)
         except (SystemExit, KeyboardInterrupt) as error:
             raise self._exit_error(error) from error
-        if self.timeout is not None:
+        if timeout is not None:
             self._check_blocked(started)
         return result
 

@@ -281,6 +281,28 @@ def test_inline_tool_that_blocked_past_its_timeout_has_its_result_discarded() ->
         sleeps.invoke_inline({})
 
 
+@pytest.mark.parametrize("timeout", [0.001, None])
+def test_an_async_tool_that_blocked_past_its_timeout_has_its_result_discarded(
+    timeout: float | None,
+) -> None:
+    @tool(timeout=timeout)
+    async def blocks() -> int:
+        time.sleep(0.01)  # noqa: ASYNC251 - blocks the event loop, as the test needs
+        return 1
+
+    @tool(inline=True, timeout=timeout)
+    def sleeps() -> int:
+        time.sleep(0.01)
+        return 1
+
+    if timeout is None:  # no limit to pass: the results are kept
+        assert anyio.run(blocks.invoke, {}) == 1
+        assert sleeps.invoke_inline({}) == 1
+        return
+    with pytest.raises(StepTimeoutError, match="tool blocks blocked the event loop for"):
+        anyio.run(blocks.invoke, {})
+
+
 def test_only_inline_sync_tools_are_called_without_awaiting() -> None:
     @tool
     def threaded() -> int:
