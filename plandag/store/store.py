@@ -170,6 +170,15 @@ def _event_rows(event: tuple[Any, ...]) -> tuple[Row, Row]:
             ),
             (_TRANSITION_PLAIN, (run_id, step_id, attempt, "running", at, segment)),
         )
+    return _ended_rows(event, None, None, None)
+
+
+def _ended_rows(
+    event: tuple[Any, ...], attempts: Any, started_at: Any, args_text: Any
+) -> tuple[Row, Row]:
+    """A queued step end's :data:`_STEP_STATE` row, with ``attempts``, ``started_at`` and
+    ``args_text`` as its start's (None: the columns are kept as they are), and its
+    transition."""
     (_, run_id, step_id, status, at, attempt, reason, detail, duration_s) = event[:9]
     result, result_hash, error, segment = event[9:]
     return (
@@ -177,9 +186,9 @@ def _event_rows(event: tuple[Any, ...]) -> tuple[Row, Row]:
             _STEP_STATE,
             (
                 status,
-                None,
-                None,
-                None,
+                attempts,
+                started_at,
+                args_text,
                 _ENDED,
                 reason,
                 detail,
@@ -290,34 +299,9 @@ def _merged_step_rows(group: list[Item], *, narrow: bool = False) -> list[Row]:
                         ),
                     )
                 )
+                append((_TRANSITION_PLAIN, (run_id, step_id, attempt, status, at, segment)))
             else:
-                append(
-                    (
-                        _STEP_STATE,
-                        (
-                            status,
-                            attempts,
-                            started_at,
-                            args_text,
-                            _ENDED,
-                            reason,
-                            detail,
-                            at,
-                            duration_s,
-                            result,
-                            result_hash,
-                            error,
-                            segment,
-                            run_id,
-                            step_id,
-                        ),
-                    )
-                )
-            append(
-                (_TRANSITION_PLAIN, (run_id, step_id, attempt, status, at, segment))
-                if reason is None
-                else (_TRANSITION, (run_id, step_id, attempt, status, reason, at, segment))
-            )
+                merged.extend(_ended_rows(row, attempts, started_at, args_text))
             continue
         if kind == _STEP_STATE:
             args = row[1]

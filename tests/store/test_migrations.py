@@ -103,6 +103,17 @@ _OLDER_DURATION_INDEXES = {
 }
 
 
+def _made_older(path: Path, version: int) -> None:
+    """Give the store at ``path`` the schema of ``version`` (8, 9 or 10) for its durations."""
+    connection = sqlite3.connect(path, isolation_level=None)
+    _without_the_lists_of_runs(connection)
+    if version in _OLDER_DURATION_INDEXES:
+        connection.execute("DROP INDEX step_recent_durations")
+        connection.execute(_OLDER_DURATION_INDEXES[version])
+    connection.execute(f"PRAGMA user_version = {version}")
+    connection.close()
+
+
 @pytest.mark.parametrize("version", sorted(_OLDER_DURATION_INDEXES))
 def test_an_older_store_keeps_its_measured_durations_with_the_index_in_the_order_steps_ended(
     tmp_path: Path, version: int
@@ -120,12 +131,7 @@ def test_an_older_store_keeps_its_measured_durations_with_the_index_in_the_order
         measured = store.tool_durations()
     assert measured == {"fetch": 0.25}
     # the schema of the older version
-    connection = sqlite3.connect(path, isolation_level=None)
-    _without_the_lists_of_runs(connection)
-    connection.execute("DROP INDEX step_recent_durations")
-    connection.execute(_OLDER_DURATION_INDEXES[version])
-    connection.execute(f"PRAGMA user_version = {version}")
-    connection.close()
+    _made_older(path, version)
 
     with open_store(path) as store:
         assert schema_version(store.connection) == SCHEMA_VERSION
@@ -180,13 +186,7 @@ def test_an_older_store_lists_the_runs_each_tool_succeeded_in_from_its_rows(
             for latest in (1, 3, 1000)
         }
     assert measured[(7, 1000)] == {"fetch": pytest.approx(0.3)}
-    connection = sqlite3.connect(path, isolation_level=None)
-    _without_the_lists_of_runs(connection)
-    if version < 10:
-        connection.execute("DROP INDEX step_recent_durations")
-        connection.execute(_OLDER_DURATION_INDEXES[version])
-    connection.execute(f"PRAGMA user_version = {version}")
-    connection.close()
+    _made_older(path, version)
 
     with open_store(path) as store:
         assert schema_version(store.connection) == SCHEMA_VERSION
