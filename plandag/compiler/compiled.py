@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from plandag.checks.base import CheckDefinition
 from plandag.dag.diagnostics import Diagnostic
+from plandag.dag.graph import BottomLevels, bottom_levels
 from plandag.dag.limits import DEFAULT_MAX_STEPS
 from plandag.dag.plan import Plan, Step
 from plandag.dag.references import ArgsTemplate, compile_template, find_references, is_constant
@@ -145,6 +146,16 @@ class CompiledPlan:
             (parent, step_id) for step_id in graph.nodes for parent in self.steps[step_id].parents
         )
         return graph
+
+    @functools.cached_property
+    def bottom_levels(self) -> BottomLevels:
+        """Each step's bottom level counted in steps (every step weighs 1): the most steps
+        on a path from it to the end of the plan, itself included
+        (:func:`plandag.dag.graph.bottom_levels`; the scheduler starts ready steps highest
+        first). Worked out on first use and kept: a plan's steps and order never change
+        (a changed plan, such as :meth:`without_steps` makes, is a new object)."""
+        steps = self.steps
+        return bottom_levels(self.order, lambda step_id: steps[step_id].children)
 
     @property
     def listed_hosts(self) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ parents of each step instead, without networkx, so that compiling and estimating
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -17,7 +18,9 @@ if TYPE_CHECKING:
     import networkx as nx
 
 __all__ = [
+    "BottomLevels",
     "ancestors",
+    "bottom_levels",
     "critical_path",
     "dependency_order",
     "descendants",
@@ -213,6 +216,72 @@ def longest_path(
         path.append(before)
     path.reverse()
     return path, finish[end]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BottomLevels:
+    """Each step's bottom level: the length of the longest path from its start to the end of
+    the plan, the step's own weight included (:func:`bottom_levels`).
+
+    Attributes:
+        levels: each step's bottom level by id, in the weights' unit (steps for unit
+            weights, else seconds).
+        children: the children of each step whose children, in the order given, are not
+            already highest level first: highest first, equal levels in the order given.
+            A step whose children are in that order already is left out.
+    """
+
+    levels: Mapping[int, float]
+    children: Mapping[int, tuple[int, ...]]
+
+    def highest_first(self, step_ids: Iterable[int]) -> list[int]:
+        """``step_ids`` highest level first, equal levels in their given order (a stable
+        sort); a step without a level counts 0."""
+        get = self.levels.get
+        return sorted(step_ids, key=lambda step_id: get(step_id, 0), reverse=True)
+
+
+def bottom_levels(
+    order: Sequence[int],
+    children: Callable[[int], Sequence[int]],
+    weights: Mapping[int, float | None] | None = None,
+) -> BottomLevels:
+    """The bottom level of every step in ``order``: its own weight plus the highest bottom
+    level among its children. Starting ready steps highest level first is the list
+    scheduling of HLFET, "highest levels first with estimated times" (T. L. Adam, K. M.
+    Chandy, J. R. Dickson, "A comparison of list schedules for parallel processing
+    systems", Communications of the ACM 17(12), 1974): the steps on the longest remaining
+    path go first. One pass over ``order`` from its end: O(steps + edges).
+
+    Args:
+        order: step ids, each before its children (a topological order).
+        children: a step's children, in the order ties keep.
+        weights: each step's weight (estimated seconds) by id; a step missing, None, NaN
+            or negative weighs 1. None: every step weighs 1 (levels count steps).
+
+    Returns:
+        The :class:`BottomLevels`. A child outside ``order`` counts 0.
+    """
+    levels: dict[int, float] = {}
+    reordered: dict[int, tuple[int, ...]] = {}
+    get = levels.get
+    for node in reversed(order):
+        own: float = 1
+        if weights is not None:
+            weight = weights.get(node)
+            if weight is not None and weight >= 0:  # NaN is not
+                own = weight
+        kids = children(node)
+        if not kids:
+            levels[node] = own
+        elif len(kids) == 1:
+            levels[node] = own + get(kids[0], 0)
+        else:
+            kid_levels = [get(kid, 0) for kid in kids]
+            levels[node] = own + max(kid_levels)
+            if any(low < high for low, high in itertools.pairwise(kid_levels)):
+                reordered[node] = tuple(sorted(kids, key=lambda kid: get(kid, 0), reverse=True))
+    return BottomLevels(levels, reordered)
 
 
 def mermaid(

@@ -154,7 +154,9 @@ async def run_plan(
         plan_estimate: the plan's estimate the plan-relative limits
             (``limits.plan_cost_factor``, ``limits.plan_time_factor``) are measured against;
             default: :func:`~plandag.scheduler.estimate.estimate_plan` of ``compiled`` with
-            ``tool_durations`` (the steps of ``completed`` count nothing).
+            ``tool_durations`` (the steps of ``completed`` count nothing). Its steps'
+            seconds also weigh the order ready steps start in (longest remaining path
+            first; without an estimate every step weighs 1).
         tool_durations: seconds per tool name measured in the run store
             (:meth:`plandag.store.Store.tool_durations`), replacing declared figures.
         models: what model-backed steps (``llm``, ``agent``) call
@@ -231,6 +233,7 @@ async def run_plan(
     if isinstance(gate, tuple):
         return _not_run(compiled, the_run_id, *gate)
     the_limits = limits if limits is not None else _DEFAULT_LIMITS
+    given_estimate = plan_estimate
     if the_limits.plan_cost_factor is not None or the_limits.plan_time_factor is not None:
         if plan_estimate is None:
             plan_estimate = estimate_plan(
@@ -262,6 +265,8 @@ async def run_plan(
         run.escape_results = escape_results
         if plan_estimate is not None:
             run.pending_estimate = (plan_estimate, dict(tool_durations or {}))
+        else:  # no plan-relative limit: a given estimate still orders the ready steps
+            run.start_estimate = given_estimate
         result = await run.run()
     else:
         async with open_session(

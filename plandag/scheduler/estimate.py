@@ -185,6 +185,11 @@ class PlanEstimate:
         """Both the cost and the time are known."""
         return self.cost_usd is not None and self.seconds is not None
 
+    def step_seconds(self) -> dict[int, float | None]:
+        """Each step's estimated seconds by id (None where unknown), read without making a
+        :class:`StepEstimate` per step."""
+        return {step_id: figures[2] for step_id, figures in _step_figures(self.steps).items()}
+
     def path_text(self) -> str:
         """The critical path as ``1 -> 3 -> 4`` (model calls after it by label)."""
         parts = [str(step_id) for step_id in self.critical_path]

@@ -2,14 +2,22 @@
 
 No polling loop: every step keeps a count of parents that have not succeeded yet. When a
 step succeeds, each child's count drops by one, and every child at zero is started at once:
-the task that ran the step goes on with one of them, and the others wait in a queue the
-run's tasks take from; a standby task of the run's task group
+the task that ran the step goes on with the highest of them (below), and the others wait in a
+queue the run's tasks take from; a standby task of the run's task group
 (:mod:`plandag.scheduler.tasks`) takes the next one as soon as every task running steps is
 suspended, and another standby is started while steps wait, so no waiting step is ever held
 up by a step that suspends, and steps that never suspend run without a task each. When a step
 fails, its descendants are marked ``skipped`` with ``reason="upstream_failed"``;
 independent branches run to the end. This is the scheduler
 LLMCompiler (Kim et al., ICML 2024) describes, without its 10 ms polling loop.
+
+"At once" is one after another on the event loop, and under a concurrency limit the steps
+waiting for a slot take them in the order they asked: ready steps that start together (the
+roots, a resumed run's ready steps, the children one success makes ready) start highest
+bottom level first, the longest remaining path to the end of the plan (HLFET list
+scheduling: Adam, Chandy & Dickson, CACM 1974; :func:`plandag.dag.graph.bottom_levels`),
+each step weighing its seconds in the run's plan estimate, 1 where unknown or without one;
+equal levels keep plan order. What runs is the same; only the order of their starts changes.
 
 Per step:
 
@@ -69,6 +77,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -76,6 +85,7 @@ import anyio.lowlevel
 
 from plandag.brakes.retry import RetryPolicy
 from plandag.brakes.waiting import observe_waits
+from plandag.dag.graph import BottomLevels, bottom_levels
 from plandag.dag.references import (
     ArgsTemplate,
     ReferenceResolutionError,
@@ -204,6 +214,8 @@ class _Run(StepAttempts):
                     self.calling = task_group.calling
                     task_group.on_abandon = self.abandon_attempts
                 starts = self.seed() if self.completed else self.compiled.roots
+                if len(starts) > 1:
+                    starts = self.priorities().highest_first(starts)
                 for step_id in starts:
                     self.active += 1
                     task_group.start_soon(self.run_step, step_id)
@@ -254,7 +266,8 @@ class _Run(StepAttempts):
 
     def seed(self) -> list[int]:
         """Mark the steps of ``completed`` succeeded with their results (a resumed run:
-        they never run again) and return the steps ready to start, in plan order."""
+        they never run again) and return the steps ready to start, in plan order (the
+        caller starts them highest bottom level first)."""
         for step_id in self.compiled.order:
             if step_id in self.completed:
                 record = self.records[step_id]
@@ -268,6 +281,42 @@ class _Run(StepAttempts):
             for step_id in self.compiled.order
             if step_id not in self.completed and self.remaining[step_id] == 0
         ]
+
+    def priorities(self) -> BottomLevels:
+        """The bottom levels ready steps start by (module docstring), worked out on first
+        use, once per run: a plan without two steps ready together never needs them."""
+        levels = self.start_order
+        if levels is None:
+            levels = self.start_order = self.weigh(
+                self.compiled.order, self.steps is self.compiled.steps
+            )
+        return levels
+
+    def weigh(self, order: Sequence[int], as_compiled: bool) -> BottomLevels:
+        """The bottom levels of the steps of ``order`` (each before its children) as
+        :attr:`steps` holds them, weighed by :attr:`start_estimate`'s seconds; the
+        compiled plan's own levels in steps (kept on it) when ``as_compiled`` (the steps
+        are the plan's) and the weights would give the same order (none, or all equal)."""
+        weights = self.estimated_seconds(order)
+        if weights is None and as_compiled:
+            return self.compiled.bottom_levels
+        steps = self.steps
+        return bottom_levels(order, lambda step_id: steps[step_id].children, weights)
+
+    def estimated_seconds(self, order: Sequence[int]) -> dict[int, float | None] | None:
+        """Each step's seconds in :attr:`start_estimate`, or None when every step of
+        ``order`` weighs the same (no estimate, every figure unknown, or all equal):
+        levels in steps then give the same order."""
+        estimate = self.start_estimate
+        if estimate is None:
+            return None
+        seconds = estimate.step_seconds()
+        weights = {1.0 if figure is None else figure for figure in seconds.values()}
+        if len(weights) <= 1:
+            weight = weights.pop() if weights else 1.0
+            if weight > 0 and (weight == 1.0 or all(step_id in seconds for step_id in order)):
+                return None
+        return seconds
 
     def finish(self, started_at: float, started: float) -> RunResult:
         """Close every record still open, build the RunResult and emit RunFinished."""
@@ -402,11 +451,15 @@ class _Run(StepAttempts):
         """
         next_step: int | None = step_id
         last_yield = time.perf_counter()
+        started = self.started_monotonic
+        seen = len(started)  # steps of the run started when this task last yielded
+        ran = 0  # steps this task ran since
         if self.paused_at is not None:
             self.update_pause()  # a step runs: the clocks go on
         try:
             while next_step is not None:
                 next_step = await self.run_one_step(next_step)
+                ran += 1
                 # stopping: the steps ready are left, to end skipped
                 if (
                     next_step is None
@@ -420,9 +473,19 @@ class _Run(StepAttempts):
                         self.active -= 1  # the step is this task's now
                 if next_step is not None and time.perf_counter() - last_yield > _YIELD_EVERY_S:
                     # A chain of inline steps never suspends on its own: let other tasks
-                    # (siblings, the heartbeat, the deadline) in at least every few ms.
-                    await anyio.lowlevel.checkpoint()
+                    # (siblings, the heartbeat, the deadline) in at least every few ms;
+                    # unless they had their turn: other tasks started steps since (this
+                    # task suspended meanwhile), or the next step asks for a limiter's slot
+                    # (which yields once it has its place in line). The step made ready goes
+                    # on first, before the siblings it was made ready with (it is the
+                    # highest of them).
+                    if len(started) - seen <= ran and (
+                        self.global_limiter is None and self.tool_limiter.get(next_step) is None
+                    ):
+                        await anyio.lowlevel.checkpoint()
                     last_yield = time.perf_counter()
+                    seen = len(started)
+                    ran = 0
         finally:
             self.task_ended()
 
@@ -633,12 +696,13 @@ class _Run(StepAttempts):
     def succeed(self, step_id: int, record: StepRecord, outcome: AttemptOutcome) -> int | None:
         """Record success, then start every child whose parents have all succeeded.
 
-        Ready children whose tool is inline (sync code that never suspends) and under
-        no concurrency limit are queued in :attr:`ready_here`, to run one after another
-        in the tasks already running (they would never overlap in tasks of their own
-        either); the caller runs one other ready child next itself when nothing is queued
-        there, and the rest wait in :attr:`ready_queue` for a task (:meth:`stand_by`; a
-        session starts each in a new task here).
+        Ready children are taken highest bottom level first (:meth:`priorities`; equal
+        levels in plan order). Those whose tool is inline (sync code that never suspends)
+        and under no concurrency limit are queued in :attr:`ready_here`, to run one after
+        another in the tasks already running (they would never overlap in tasks of their
+        own either); the caller runs the highest other ready child next itself when nothing
+        is queued there, and the rest wait in :attr:`ready_queue` for a task, in that
+        order (:meth:`stand_by`; a session starts each in a new task here, in that order).
 
         Returns:
             The step the caller runs next in its own task (a queued one first), or None.
@@ -677,7 +741,10 @@ class _Run(StepAttempts):
         here = self.ready_here
         continue_with: int | None = None
         stopped: bool | None = None  # stopping: children left pending end skipped
-        for child in steps[step_id].children:
+        children = steps[step_id].children
+        if len(children) > 1:  # highest bottom level first (module docstring)
+            children = (self.start_order or self.priorities()).children.get(step_id, children)
+        for child in children:
             remaining[child] -= 1
             if remaining[child] == 0 and records[child].status == "pending":
                 if stopped is None:  # asked once, when a child is ready

@@ -22,6 +22,7 @@ from anyio.abc import TaskStatus
 
 from plandag.brakes.waiting import observe_waits
 from plandag.compiler.compiled import CompiledPlan, CompiledStep, allowed_hosts
+from plandag.dag.graph import BottomLevels
 from plandag.dag.plan import Step
 from plandag.scheduler import events, spans
 from plandag.scheduler.breaker import DownDependency
@@ -180,6 +181,10 @@ class SessionRun(_Run):
         self.step_scopes: dict[int, anyio.CancelScope] = {}
         self.step_done: dict[int, anyio.Event] = {}
         self.discarding: set[int] = set()
+        self.added: list[int] = []
+        """Steps added while the run runs, in the order added (each after its parents)."""
+        self.reshaped = False
+        """Steps were added or discarded: the compiled plan's bottom levels no longer hold."""
         for step_id in compiled.order:
             self.hold_if_effects(step_id)
 
@@ -236,6 +241,9 @@ class SessionRun(_Run):
             self.graph.add_edges_from((parent, step_id) for parent in compiled_step.parents)
             self.hold_if_effects(step_id)
         ids = tuple(item.id for item in new_steps)
+        self.added.extend(ids)
+        self.reshaped = True
+        self.start_order = None  # the levels of the new steps' ancestors may have grown
         if self.observers:
             self.emit(events.StepsAdded(self.run_id, ids, self.now()))
         if pruned:
@@ -311,6 +319,18 @@ class SessionRun(_Run):
         if downstream and detail:
             return detail
         return f"upstream {step_id} was not started: the cost cap left no room"
+
+    def priorities(self) -> BottomLevels:
+        """As the engine's, over the steps the run holds now: the plan's, then those added
+        (worked out again after steps were added or discarded)."""
+        levels = self.start_order
+        if levels is None:
+            order: Sequence[int] = self.compiled.order
+            if self.reshaped:
+                steps = self.steps
+                order = [step_id for step_id in (*order, *self.added) if step_id in steps]
+            levels = self.start_order = self.weigh(order, not self.reshaped)
+        return levels
 
     def spawn(self, step_id: int) -> None:
         """Start a ready step in a task of its own."""
@@ -427,6 +447,9 @@ class SessionRun(_Run):
             self.failed_upstream.pop(step_id, None)
             self.tool_limiter.pop(step_id, None)
         graph.remove_nodes_from(doomed)
+        self.added = [step_id for step_id in self.added if step_id not in doomed]
+        self.reshaped = True
+        self.start_order = None
         removed = tuple(sorted(doomed))
         if self.observers:
             self.emit(events.StepsDiscarded(self.run_id, removed, self.now()))
@@ -457,6 +480,8 @@ class SessionRun(_Run):
                 async with anyio.create_task_group() as task_group:
                     self.task_group = task_group
                     starts = self.seed() if self.completed else self.compiled.roots
+                    if len(starts) > 1:
+                        starts = self.priorities().highest_first(starts)
                     for step_id in starts:
                         if self.remaining[step_id] == 0:
                             self.spawn(step_id)

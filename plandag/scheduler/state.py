@@ -26,6 +26,7 @@ from plandag.brakes.budget import Budget, PlanBudget
 from plandag.brakes.clock import Clock, SystemClock
 from plandag.brakes.retry import RetryPolicy
 from plandag.compiler.compiled import CompiledPlan, CompiledStep, allowed_hosts
+from plandag.dag.graph import BottomLevels
 from plandag.dag.references import ReferenceResolutionError
 from plandag.errors import Classifier
 from plandag.scheduler import events
@@ -234,6 +235,8 @@ class RunState:
         "slot_waited_total",
         "slot_waits",
         "standbys",
+        "start_estimate",
+        "start_order",
         "started",
         "started_at",
         "started_monotonic",
@@ -459,6 +462,14 @@ class RunState:
         self.driving_in_order = False
         self.pending_estimate: tuple[PlanEstimate, Mapping[str, float]] | None = None
         """Armed when :meth:`run` starts (``run_plan``'s plan estimate)."""
+        self.start_estimate: PlanEstimate | None = None
+        """The plan estimate whose steps' seconds weigh the order ready steps start in
+        (the one the plan-relative limits are armed with, or ``run_plan``'s), or None:
+        every step weighs 1."""
+        self.start_order: BottomLevels | None = None
+        """The bottom levels ready steps start by, highest first, once worked out
+        (:meth:`~plandag.scheduler.runner._Run.priorities`); None until then, and again
+        when the plan or its estimate changes."""
         self.completed: Mapping[int, Any] = {}
         if completed:
             unknown = sorted(set(completed) - set(self.records))
@@ -702,8 +713,12 @@ class RunState:
         """Hold the run to ``limits.plan_cost_factor`` / ``plan_time_factor`` times
         ``estimate``, counted from the run's start; call it inside the run, once its
         deadline is set. ``measured`` and ``tokens_cost`` estimate later replan patches as
-        the plan was. Returns the budget, or None when no limit applies (factors lifted,
-        estimate unknown)."""
+        the plan was. The estimate's steps' seconds weigh the order ready steps start in
+        from then on (:attr:`start_estimate`). Returns the budget, or None when no limit
+        applies (factors lifted, estimate unknown)."""
+        if estimate is not self.start_estimate:
+            self.start_estimate = estimate
+            self.start_order = None  # weighed again by this estimate's seconds
         limits = self.limits
         budget = PlanBudget(estimate, limits.plan_cost_factor, limits.plan_time_factor)
         self.plan_measured = dict(measured or {})

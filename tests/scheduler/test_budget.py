@@ -89,6 +89,8 @@ def test_two_parallel_steps_that_would_overshoot_the_cap_only_one_starts() -> No
             {"id": 1, "tool": "summarise", "args": {"text": "a"}},
             {"id": 2, "tool": "summarise", "args": {"text": "b"}},
             {"id": 3, "tool": "publish", "args": {"text": "<step_2_result>"}},
+            # as far from the plan's end as step 2: the two start in plan order
+            {"id": 4, "tool": "publish", "args": {"text": "<step_1_result>"}},
         ],
         summarise,
         publish,
@@ -96,6 +98,7 @@ def test_two_parallel_steps_that_would_overshoot_the_cap_only_one_starts() -> No
     result = run_plan_sync(plan, limits=RunLimits(max_cost_usd=1.0))
     first, second, third = result.steps[1], result.steps[2], result.steps[3]
     assert calls == ["a"]
+    assert (result.steps[4].status, result.steps[4].result) == ("succeeded", "A")
     assert result.status == "budget_exceeded"
     assert result.stop_reason == "budget"
     assert (first.status, first.result) == ("succeeded", "A")
