@@ -154,8 +154,7 @@ class CompiledPlan:
         (:func:`plandag.dag.graph.bottom_levels`; the scheduler starts ready steps highest
         first). Worked out on first use and kept: a plan's steps and order never change
         (a changed plan, such as :meth:`without_steps` makes, is a new object)."""
-        steps = self.steps
-        return bottom_levels(self.order, lambda step_id: steps[step_id].children)
+        return bottom_levels(self.order, self.steps)
 
     @property
     def listed_hosts(self) -> tuple[str, ...]:

@@ -12,13 +12,14 @@ import dataclasses
 import heapq
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     import networkx as nx
 
 __all__ = [
     "BottomLevels",
+    "HasChildren",
     "ancestors",
     "bottom_levels",
     "critical_path",
@@ -241,9 +242,18 @@ class BottomLevels:
         return sorted(step_ids, key=lambda step_id: get(step_id, 0), reverse=True)
 
 
+class HasChildren(Protocol):
+    """A step as :func:`bottom_levels` reads it (a compiled step)."""
+
+    @property
+    def children(self) -> Sequence[int]:
+        """The ids of the steps that depend on it, in the order ties keep."""
+        ...
+
+
 def bottom_levels(
     order: Sequence[int],
-    children: Callable[[int], Sequence[int]],
+    steps: Mapping[int, HasChildren],
     weights: Mapping[int, float | None] | None = None,
 ) -> BottomLevels:
     """The bottom level of every step in ``order``: its own weight plus the highest bottom
@@ -255,7 +265,7 @@ def bottom_levels(
 
     Args:
         order: step ids, each before its children (a topological order).
-        children: a step's children, in the order ties keep.
+        steps: each step (its ``children``) by id; every step of ``order`` is in it.
         weights: each step's weight (estimated seconds) by id; a step missing, None, NaN
             or negative weighs 1. None: every step weighs 1 (levels count steps).
 
@@ -265,21 +275,21 @@ def bottom_levels(
     levels: dict[int, float] = {}
     reordered: dict[int, tuple[int, ...]] = {}
     get = levels.get
+    own: float = 1
     for node in reversed(order):
-        own: float = 1
         if weights is not None:
             weight = weights.get(node)
-            if weight is not None and weight >= 0:  # NaN is not
-                own = weight
-        kids = children(node)
+            own = weight if weight is not None and weight >= 0 else 1  # NaN is not >= 0
+        kids = steps[node].children
         if not kids:
             levels[node] = own
         elif len(kids) == 1:
             levels[node] = own + get(kids[0], 0)
         else:
             kid_levels = [get(kid, 0) for kid in kids]
-            levels[node] = own + max(kid_levels)
-            if any(low < high for low, high in itertools.pairwise(kid_levels)):
+            ranked = sorted(kid_levels, reverse=True)
+            levels[node] = own + ranked[0]
+            if kid_levels != ranked:  # not highest first already
                 reordered[node] = tuple(sorted(kids, key=lambda kid: get(kid, 0), reverse=True))
     return BottomLevels(levels, reordered)
 

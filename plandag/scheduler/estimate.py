@@ -31,7 +31,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import operator
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any, Literal
 
 from plandag.compiler.compiled import CompiledPlan, CompiledStep
@@ -189,6 +191,14 @@ class PlanEstimate:
         """Each step's estimated seconds by id (None where unknown), read without making a
         :class:`StepEstimate` per step."""
         return {step_id: figures[2] for step_id, figures in _step_figures(self.steps).items()}
+
+    def distinct_seconds(self) -> set[float | None]:
+        """The distinct figures among the steps' estimated seconds (None for unknown)."""
+        return set(map(operator.itemgetter(2), _step_figures(self.steps).values()))
+
+    def covers(self, step_ids: AbstractSet[int]) -> bool:
+        """Every step of ``step_ids`` has an estimate here (known or not)."""
+        return _step_figures(self.steps).keys() >= step_ids
 
     def path_text(self) -> str:
         """The critical path as ``1 -> 3 -> 4`` (model calls after it by label)."""

@@ -297,26 +297,25 @@ class _Run(StepAttempts):
         :attr:`steps` holds them, weighed by :attr:`start_estimate`'s seconds; the
         compiled plan's own levels in steps (kept on it) when ``as_compiled`` (the steps
         are the plan's) and the weights would give the same order (none, or all equal)."""
-        weights = self.estimated_seconds(order)
+        weights = self.estimated_seconds()
         if weights is None and as_compiled:
             return self.compiled.bottom_levels
-        steps = self.steps
-        return bottom_levels(order, lambda step_id: steps[step_id].children, weights)
+        return bottom_levels(order, self.steps, weights)
 
-    def estimated_seconds(self, order: Sequence[int]) -> dict[int, float | None] | None:
-        """Each step's seconds in :attr:`start_estimate`, or None when every step of
-        ``order`` weighs the same (no estimate, every figure unknown, or all equal):
-        levels in steps then give the same order."""
+    def estimated_seconds(self) -> dict[int, float | None] | None:
+        """Each step's seconds in :attr:`start_estimate`, or None when every step of the
+        run weighs the same (no estimate; every figure unknown, weighing 1; or all equal
+        and above 0): levels in steps then give the same order."""
         estimate = self.start_estimate
         if estimate is None:
             return None
-        seconds = estimate.step_seconds()
-        weights = {1.0 if figure is None else figure for figure in seconds.values()}
+        weights = {1.0 if figure is None else figure for figure in estimate.distinct_seconds()}
         if len(weights) <= 1:
             weight = weights.pop() if weights else 1.0
-            if weight > 0 and (weight == 1.0 or all(step_id in seconds for step_id in order)):
+            # a step the estimate does not hold weighs 1
+            if weight == 1.0 or (weight > 0 and estimate.covers(self.records.keys())):
                 return None
-        return seconds
+        return estimate.step_seconds()
 
     def finish(self, started_at: float, started: float) -> RunResult:
         """Close every record still open, build the RunResult and emit RunFinished."""

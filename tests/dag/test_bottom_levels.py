@@ -10,13 +10,19 @@ from plandag.dag.graph import bottom_levels
 from plandag.tools.base import tool
 from plandag.tools.registry import Registry
 
+
+class Node:
+    def __init__(self, *children: int) -> None:
+        self.children = children
+
+
 # 1 -> 2, 3; 3 -> 4 -> 5; 2 and 5 end the plan
-CHILDREN = {1: (2, 3), 2: (), 3: (4,), 4: (5,), 5: ()}
+CHILDREN = {1: Node(2, 3), 2: Node(), 3: Node(4), 4: Node(5), 5: Node()}
 ORDER = (1, 2, 3, 4, 5)
 
 
 def test_unit_weights_count_steps_and_children_come_highest_first() -> None:
-    found = bottom_levels(ORDER, CHILDREN.__getitem__)
+    found = bottom_levels(ORDER, CHILDREN)
     assert dict(found.levels) == {5: 1, 4: 2, 3: 3, 2: 1, 1: 4}
     assert dict(found.children) == {1: (3, 2)}  # only the step whose order changes
     assert found.highest_first([2, 5, 3, 4]) == [3, 4, 2, 5]  # ties keep their order
@@ -24,13 +30,13 @@ def test_unit_weights_count_steps_and_children_come_highest_first() -> None:
 
 def test_weights_are_seconds_and_an_unknown_or_bad_one_weighs_one() -> None:
     weights = {1: 0.5, 2: 10.0, 3: None, 4: -1.0, 5: math.nan}
-    found = bottom_levels(ORDER, CHILDREN.__getitem__, weights)
+    found = bottom_levels(ORDER, CHILDREN, weights)
     assert dict(found.levels) == {5: 1, 4: 2, 3: 3, 2: 10.0, 1: 10.5}
     assert dict(found.children) == {}  # 2 (10 s) before 3 (3): already in order
 
 
 def test_a_child_outside_the_order_counts_nothing() -> None:
-    found = bottom_levels((1,), {1: (7,)}.__getitem__)
+    found = bottom_levels((1,), {1: Node(7)})
     assert dict(found.levels) == {1: 1}
     assert found.highest_first([7, 1]) == [1, 7]
 

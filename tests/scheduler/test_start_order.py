@@ -276,13 +276,14 @@ def test_a_resumed_run_starts_its_ready_steps_highest_first() -> None:
 
 
 def test_a_session_orders_by_the_steps_it_holds_once_steps_are_added() -> None:
-    """Two roots make the levels be worked out at the start; steps added under step 3 while
-    step 1 runs make 3 the highest of 1's children when 1 succeeds."""
+    """Two roots make the levels be worked out at the start (step 2 first: it has
+    children); steps added under step 4 while step 2 runs make 4 the highest of 2's
+    children when 2 succeeds."""
     steps = [
-        {"id": 1, "tool": "gated", "args": {"step": 1}},
-        {"id": 2, "tool": "instant", "args": {"step": 2}, "depends_on": [1]},
-        {"id": 3, "tool": "instant", "args": {"step": 3}, "depends_on": [1]},
-        {"id": 10, "tool": "instant", "args": {"step": 10}},
+        {"id": 1, "tool": "instant", "args": {"step": 1}},
+        {"id": 2, "tool": "gated", "args": {"step": 2}},
+        {"id": 3, "tool": "instant", "args": {"step": 3}, "depends_on": [2]},
+        {"id": 4, "tool": "instant", "args": {"step": 4}, "depends_on": [2]},
     ]
     seen: list[events.Event] = []
 
@@ -290,10 +291,10 @@ def test_a_session_orders_by_the_steps_it_holds_once_steps_are_added() -> None:
         async with open_session(
             plan(steps), REGISTRY, observers=[seen.append], max_concurrency=1
         ) as session:
-            await anyio.wait_all_tasks_blocked()  # step 1 waits at the gate
+            await anyio.wait_all_tasks_blocked()  # step 2 waits at the gate
             session.add(
                 [
-                    {"id": 20, "tool": "instant", "args": {"step": 20}, "depends_on": [3]},
+                    {"id": 20, "tool": "instant", "args": {"step": 20}, "depends_on": [4]},
                     {"id": 21, "tool": "instant", "args": {"step": 21}, "depends_on": [20]},
                 ]
             )
@@ -304,8 +305,8 @@ def test_a_session_orders_by_the_steps_it_holds_once_steps_are_added() -> None:
 
     result = anyio.run(main)
     assert result.status == "succeeded"
-    assert started_order(seen)[0] == 1  # level 2 beside 10's 1 at the start
-    assert [step for step in started_order(seen) if step in (2, 3)] == [3, 2]
+    assert started_order(seen)[0] == 2  # level 2 beside 1's 1 at the start
+    assert [step for step in started_order(seen) if step in (3, 4)] == [4, 3]
 
 
 def test_after_a_step_that_waited_the_highest_child_goes_on_before_its_siblings() -> None:
