@@ -220,21 +220,6 @@ def _step_rows(group: list[Item]) -> list[Row]:
     return rows
 
 
-def _ran(
-    end: tuple[Any, ...], begun: tuple[Any, Any, Any], narrow: bool
-) -> tuple[str, tuple[Any, ...]]:
-    """A step's start and end as one update: ``end``, the end's :data:`_STEP_STATE`
-    parameters, with the start's attempt, start time and inputs (``begun``);
-    :data:`_STEP_RAN` when ``narrow`` and the end has no reason, detail, result blob or
-    error."""
-    if narrow and end[5] is None and end[6] is None and end[10] is None and end[11] is None:
-        return (
-            _STEP_RAN,
-            (end[0], *begun, end[7], end[8], end[9], end[12], end[13], end[14]),
-        )
-    return (_STEP_STATE, (end[0], *begun, *end[4:]))
-
-
 def _merged_step_rows(group: list[Item], *, narrow: bool = False) -> list[Row]:
     """``group`` with each step's start merged into its end when both are in it: one
     :data:`_STEP_STATE` row with the start's attempt, start time and inputs and the end's
@@ -270,11 +255,8 @@ def _merged_step_rows(group: list[Item], *, narrow: bool = False) -> list[Row]:
             begun = merged[start]
             merged[start] = None
             dropped = True
-            if begun[0] is _START_EVENT:
-                loose -= 1
-                attempts, started_at, args_text = begun[3], begun[4], begun[5]
-            else:
-                attempts, started_at, args_text = begun[1][1], begun[1][2], begun[1][3]
+            loose -= 1
+            attempts, started_at, args_text = begun[3], begun[4], begun[5]
             if (
                 narrow
                 and reason is None
@@ -303,23 +285,8 @@ def _merged_step_rows(group: list[Item], *, narrow: bool = False) -> list[Row]:
             else:
                 merged.extend(_ended_rows(row, attempts, started_at, args_text))
             continue
-        if kind == _STEP_STATE:
-            args = row[1]
-            key = (args[13], args[14])
-            if args[4] == _STARTED:
-                starts[key] = len(merged)
-            else:
-                start = starts.pop(key, None)
-                if start is not None:
-                    begun = merged[start]
-                    if begun[0] is _START_EVENT:
-                        loose -= 1
-                        begun = _event_rows(begun)[0]
-                    merged[start] = None
-                    dropped = True
-                    row = _ran(args, begun[1][1:4], narrow)
-        elif starts and kind not in _TRANSITIONS and statement_table(kind) in ("step", None):
-            starts.clear()
+        if starts and kind not in _TRANSITIONS and statement_table(kind) in ("step", None):
+            starts.clear()  # another write of the step table: no start moves past it
         append(row)
     if loose:
         return [

@@ -17,7 +17,13 @@ from plandag.compiler import compile_plan
 from plandag.scheduler import run_plan
 from plandag.store import Store, StoreRecorder
 from plandag.store.sealing import SecretMaskingConnection
-from plandag.store.store import _STEP_STATE, _TRANSITION, _merged_step_rows
+from plandag.store.store import (
+    _STEP_STATE,
+    _TRANSITION_PLAIN,
+    _event_rows,
+    _merged_step_rows,
+    _step_rows,
+)
 from plandag.tools.base import tool
 from plandag.tools.registry import Registry
 
@@ -25,31 +31,26 @@ SUPERSEDE = "UPDATE step SET superseded_by = ? WHERE run_id = ? AND step_id = ?"
 
 
 def _start(step: int, attempt: int, at: float, args: str | None = None) -> Any:
-    return (_STEP_STATE, ("running", attempt, at, args, 0, *(None,) * 7, 0, "r1", step))
+    """A step's start as Store.queue_step_start queues it."""
+    return (0, "r1", step, attempt, at, args, 0)
 
 
-def _end(step: int, status: str, at: float, result: str | None = None) -> Any:
-    return (
-        _STEP_STATE,
-        (status, None, None, None, 1, None, None, at, 0.5, result, None, None, 0, "r1", step),
-    )
+def _end(step: int, status: str, at: float, result: str | None = None, attempt: int = 1) -> Any:
+    """A step's end as Store.queue_step_end queues it (no reason, detail or error)."""
+    return (1, "r1", step, status, at, attempt, None, None, 0.5, result, None, None, 0)
 
 
 def _transition(step: int, attempt: int, state: str, at: float) -> Any:
-    return (_TRANSITION, ("r1", step, attempt, state, None, at, 0))
+    return (_TRANSITION_PLAIN, ("r1", step, attempt, state, at, 0))
 
 
 def test_a_start_and_its_end_in_one_group_become_one_update_in_the_ends_place() -> None:
-    group = [
-        _start(1, 1, 1.0, '{"n":1}'),
-        _transition(1, 1, "running", 1.0),
-        _start(2, 1, 1.5),
-        _end(1, "succeeded", 2.0, "1"),
-        _transition(1, 1, "succeeded", 2.0),
-    ]
+    group = [_start(1, 1, 1.0, '{"n":1}'), _start(2, 1, 1.5), _end(1, "succeeded", 2.0, "1")]
     assert _merged_step_rows(group) == [
         _transition(1, 1, "running", 1.0),
-        _start(2, 1, 1.5),  # its end is in a later group: written as it is
+        # its end is in a later group: written as it is
+        (_STEP_STATE, ("running", 1, 1.5, None, 0, *(0,) * 7, 0, "r1", 2)),
+        _transition(2, 1, "running", 1.5),
         (
             _STEP_STATE,
             (
@@ -62,24 +63,20 @@ def test_a_start_and_its_end_in_one_group_become_one_update_in_the_ends_place() 
 
 
 def test_a_group_without_a_whole_step_is_written_as_it_was_queued() -> None:
-    group = [_end(1, "succeeded", 2.0), _start(2, 1, 2.1), _transition(2, 1, "running", 2.1)]
-    assert _merged_step_rows(group) is group
+    group = [_end(1, "succeeded", 2.0), _start(2, 1, 2.1)]
+    assert _merged_step_rows(group) == _step_rows(group)
 
 
 def test_a_start_never_moves_past_another_write_to_the_step_table() -> None:
-    group = [
-        _start(1, 1, 1.0),
-        (SUPERSEDE, ("[2]", "r1", 1)),
-        _end(1, "succeeded", 2.0),
-    ]
-    assert _merged_step_rows(group) == group
+    group = [_start(1, 1, 1.0), (SUPERSEDE, ("[2]", "r1", 1)), _end(1, "succeeded", 2.0)]
+    assert _merged_step_rows(group) == _step_rows(group)
 
 
 def test_a_retried_step_keeps_its_first_start_and_merges_the_last_one() -> None:
-    group = [_start(1, 1, 1.0), _start(1, 2, 3.0, '{"n":2}'), _end(1, "failed", 4.0)]
+    group = [_start(1, 1, 1.0), _start(1, 2, 3.0, '{"n":2}'), _end(1, "failed", 4.0, attempt=2)]
     merged = _merged_step_rows(group)
-    assert merged[0] == _start(1, 1, 1.0)
-    assert merged[1][1][:5] == ("failed", 2, 3.0, '{"n":2}', 1)
+    assert merged[:2] == list(_event_rows(_start(1, 1, 1.0)))
+    assert merged[3][1][:5] == ("failed", 2, 3.0, '{"n":2}', 1)
 
 
 def _tables(path: Path) -> tuple[list[Any], list[Any]]:

@@ -22,6 +22,7 @@ from plandag.store.store import (
     _TRANSITION,
     _TRANSITION_PLAIN,
     _merged_step_rows,
+    _step_rows,
 )
 from plandag.store.writer import VALUES_ROWS, _commit, _many_rows
 
@@ -33,15 +34,14 @@ _TEXTS = st.one_of(st.none(), st.sampled_from(["timeout", "", "a detail", '{"x":
 @st.composite
 def _groups(draw: st.DrawFn) -> list[Row]:
     """A group as a run's recorder queues it: each step's start(s) and end, in some
-    order, through Store.queue_step_start / queue_step_end's row shapes."""
-    rows: list[Row] = []
+    order, as Store.queue_step_start / queue_step_end queue them."""
+    rows: list[Any] = []
     for step in range(1, draw(st.integers(1, 12)) + 1):
         attempts = draw(st.integers(1, 2))
         for attempt in range(1, attempts + 1):
             at = float(step * 10 + attempt)
             args = draw(st.one_of(st.none(), st.just("{}"), st.just(f'{{"n":{step}}}')))
-            rows.append((_STEP_STATE, ("running", attempt, at, args, 0, *(0,) * 7, 0, "r1", step)))
-            rows.append((_TRANSITION_PLAIN, ("r1", step, attempt, "running", at, 0)))
+            rows.append((0, "r1", step, attempt, at, args, 0))
         if draw(st.booleans()):  # its end is in a later group
             continue
         status = draw(st.sampled_from(["succeeded", "failed", "cancelled", "skipped"]))
@@ -49,12 +49,23 @@ def _groups(draw: st.DrawFn) -> list[Row]:
         at = float(step * 10 + 5)
         duration = draw(st.one_of(st.none(), st.floats(0, 5)))
         result = draw(st.one_of(st.none(), st.just("null"), st.just(f'{{"n":{step}}}')))
-        end = (status, None, None, None, 1, reason, detail, at, duration, result, digest, error)
-        rows.append((_STEP_STATE, (*end, 0, "r1", step)))
-        if reason is None:
-            rows.append((_TRANSITION_PLAIN, ("r1", step, attempts, status, at, 0)))
-        else:
-            rows.append((_TRANSITION, ("r1", step, attempts, status, reason, at, 0)))
+        rows.append(
+            (
+                1,
+                "r1",
+                step,
+                status,
+                at,
+                attempts,
+                reason,
+                detail,
+                duration,
+                result,
+                digest,
+                error,
+                0,
+            )
+        )
     return rows
 
 
@@ -74,7 +85,7 @@ def empty_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _written(
-    empty: Path, path: Path, group: list[Row], *, one_by_one: bool
+    empty: Path, path: Path, group: list[Any], *, one_by_one: bool
 ) -> tuple[list[Any], list[Any]]:
     """The tables after ``group`` is written to a fresh store: as the writer's thread
     writes it (merged, narrow, many rows to a statement), or each row as queued."""
@@ -86,7 +97,7 @@ def _written(
             "INSERT INTO run (run_id, created, updated, command, status) "
             "VALUES ('r1', 0, 0, 'test', 'running')"
         )
-        steps = {args[14] for sql, args in group if sql == _STEP_STATE}
+        steps = {item[2] for item in group if type(item[0]) is int}
         connection.executemany(
             "INSERT INTO step (run_id, step_id, tool, effects) VALUES ('r1', ?, 'work', 'none')",
             [(step,) for step in sorted(steps)],
@@ -98,7 +109,7 @@ def _written(
             "result_hash = 'old', error = 'old', segment = 1 WHERE step_id % 2 = 1"
         )
         if one_by_one:
-            for sql, args in group:
+            for sql, args in _step_rows(group):
                 connection.execute(sql, args)
         else:
             _commit(connection, _merged_step_rows(group, narrow=True))
@@ -112,22 +123,24 @@ def _written(
 )
 @given(group=_groups())
 def test_a_group_written_through_narrow_statements_leaves_the_rows_written_one_by_one(
-    tmp_path: Path, empty_store: Path, group: list[Row]
+    tmp_path: Path, empty_store: Path, group: list[Any]
 ) -> None:
     written = _written(empty_store, tmp_path / "group.sqlite3", group, one_by_one=False)
     assert written == _written(empty_store, tmp_path / "one_by_one.sqlite3", group, one_by_one=True)
 
 
 def test_a_plain_success_merged_into_its_start_is_a_narrow_update() -> None:
-    start = (_STEP_STATE, ("running", 1, 1.0, "{}", 0, *(0,) * 7, 0, "r1", 1))
-    plain = ("succeeded", None, None, None, 1, None, None, 2.0, 1.0, "1", None, None)
-    assert _merged_step_rows([start, (_STEP_STATE, (*plain, 0, "r1", 1))], narrow=True) == [
-        (_STEP_RAN, ("succeeded", 1, 1.0, "{}", 2.0, 1.0, "1", 0, "r1", 1))
+    start = (0, "r1", 1, 1, 1.0, "{}", 0)
+    plain = (1, "r1", 1, "succeeded", 2.0, 1, None, None, 1.0, "1", None, None, 0)
+    assert _merged_step_rows([start, plain], narrow=True) == [
+        (_TRANSITION_PLAIN, ("r1", 1, 1, "running", 1.0, 0)),
+        (_STEP_RAN, ("succeeded", 1, 1.0, "{}", 2.0, 1.0, "1", 0, "r1", 1)),
+        (_TRANSITION_PLAIN, ("r1", 1, 1, "succeeded", 2.0, 0)),
     ]
-    failed = ("failed", None, None, None, 1, "tool_error", None, 2.0, None, None, None, "{}")
-    merged = _merged_step_rows([start, (_STEP_STATE, (*failed, 0, "r1", 1))], narrow=True)
-    assert [sql for sql, _ in merged] == [_STEP_STATE]
-    assert merged[0][1][:5] == ("failed", 1, 1.0, "{}", 1)
+    failed = (1, "r1", 1, "failed", 2.0, 1, "tool_error", None, None, None, None, "{}", 0)
+    merged = _merged_step_rows([start, failed], narrow=True)
+    assert [sql for sql, _ in merged] == [_TRANSITION_PLAIN, _STEP_STATE, _TRANSITION]
+    assert merged[1][1][:5] == ("failed", 1, 1.0, "{}", 1)
 
 
 def test_transitions_without_a_reason_are_written_many_to_a_statement(

@@ -94,14 +94,59 @@ def _group(chooser: random.Random) -> list[Any]:
     return group
 
 
-def test_queued_starts_and_ends_are_merged_as_their_rows_are() -> None:
-    chooser = random.Random(5)
-    for _ in range(400):
-        group = _group(chooser)
-        rows = _step_rows(group)
-        assert all(type(row[0]) is str for row in rows)
-        for narrow in (False, True):
-            assert _merged_step_rows(group, narrow=narrow) == _merged_step_rows(rows, narrow=narrow)
+def _tables_after(empty: sqlite3.Connection, rows: list[Any]) -> tuple[list[Any], ...]:
+    """The step, transition and event tables after ``rows`` are written, in order, to a
+    copy of ``empty`` in memory."""
+    connection = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        empty.backup(connection)
+        for sql, args in rows:
+            connection.execute(sql, args)
+        return tuple(
+            connection.execute(f"SELECT * FROM {table} ORDER BY rowid").fetchall()
+            for table in ("step", "transition", "event")
+        )
+    finally:
+        connection.close()
+
+
+def test_queued_starts_and_ends_merged_leave_the_rows_they_leave_one_by_one(
+    tmp_path: Path,
+) -> None:
+    Store(tmp_path / "empty.sqlite3").close()
+    empty = sqlite3.connect(tmp_path / "empty.sqlite3", isolation_level=None)
+    try:
+        for run_id in ("r1", "r2"):
+            empty.execute(
+                "INSERT INTO run (run_id, created, updated, command, status) "
+                "VALUES (?, 0, 0, 'test', 'running')",
+                (run_id,),
+            )
+            empty.executemany(
+                "INSERT INTO step (run_id, step_id, tool, effects) VALUES (?, ?, 'work', 'none')",
+                [(run_id, step) for step in range(1, 7)],
+            )
+        # odd steps hold what an earlier segment wrote (every column the writes set or keep)
+        empty.execute(
+            "UPDATE step SET status = 'failed', attempts = 3, started_at = 0.5, args = 'old', "
+            "reason = 'old', detail = 'old', ended_at = 0.7, duration_s = 0.2, result = 'old', "
+            "result_hash = 'old', error = 'old', segment = 1 WHERE step_id % 2 = 1"
+        )
+        chooser = random.Random(5)
+        merges = 0
+        for _ in range(400):
+            group = _group(chooser)
+            rows = _step_rows(group)
+            assert all(type(row[0]) is str for row in rows)
+            expected = _tables_after(empty, rows)
+            for narrow in (False, True):
+                merged = _merged_step_rows(group, narrow=narrow)
+                assert all(type(row[0]) is str for row in merged)
+                assert _tables_after(empty, merged) == expected
+                merges += len(merged) < len(rows)
+        assert merges > 100  # the groups do merge starts into ends
+    finally:
+        empty.close()
 
 
 def test_a_recorded_step_keeps_two_tracked_objects_in_the_writers_queue(
