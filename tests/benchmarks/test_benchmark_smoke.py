@@ -330,10 +330,14 @@ def test_cpu_bench_runs_at_a_tiny_size(tmp_path: Path, capsys: pytest.CaptureFix
     assert main([*arguments, "--json", str(figures)]) == 0
     raw = json.loads(figures.read_text("utf-8"))
     assert [item["steps"] for item in raw["cpu"]] == [8, 10]
-    assert len(raw["durable_makespan"]["whole_ratios"]) == 1
+    makespan = raw["durable_makespan"]
+    assert len(makespan["whole_ratios"]) == len(makespan["run_ratios"]) == 1
+    assert len(makespan["bare_makespan_s"]) == len(makespan["bare_critical_path_s"]) == 1
+    assert makespan["first_whole_s"] > makespan["first_critical_path_s"] > 0
     out = capsys.readouterr().out
     assert "| store+trace on, as `plandag exec` wires them, async no-op |" in out
     assert "store+trace on, start_run's wall time" in out
+    assert "store+trace on, start_run's wall time, the process's first run" in out
     assert "load average before" in out
     assert "cProfile: 3 durable runs of the chain of 8 async no-op steps" in out
     assert out.count("Ordered by:") == 2
