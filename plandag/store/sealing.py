@@ -48,6 +48,7 @@ from plandag.trace.redact import (
     holds_url_password,
     is_secret_environment_name,
     is_secret_key,
+    lowered_text,
     scrub_secret_text,
     scrub_secret_values,
     word_finder,
@@ -211,16 +212,33 @@ def may_need_sealing_by_rules(text: str) -> bool:
         held = word_finder(text)
         if any(held(guard) and any(map(held, words)) for guard, words in _GUARDED):
             return True
-        cookie = held("cookie")
+        lowered = lowered_text(text)
     else:
         lowered = text.lower()
         for guard, words in _GUARDED:
             if guard in lowered and any(word in lowered for word in words):
                 return True
-        cookie = "cookie" in lowered
-    if cookie and _COOKIE_PAIR.search(text):
+    if _holds_cookie_pair(text, lowered):
         return True
     return holds_url_password(text)  # matches in JSON text exactly as in its strings
+
+
+def _holds_cookie_pair(text: str, lowered: str) -> bool:
+    """Whether :data:`_COOKIE_PAIR` matches somewhere in ``text``, a text without
+    :data:`~plandag.trace.redact.CASE_LOOKALIKES`; ``lowered``: ``text.lower()``.
+
+    Without those letters, ``lowered`` has a character for each of ``text``'s (U+0130 is the
+    only one lowered to two) and every match starts where ``lowered`` holds ``cookie`` (the
+    only other letter a case-insensitive match takes for one of its letters, the Kelvin
+    sign, is lowered to ``k``): the expression is tried at those places alone, not searched
+    for through the whole text ("COOKIES" in a product's name, say).
+    """
+    start = lowered.find("cookie")
+    while start >= 0:
+        if _COOKIE_PAIR.match(text, start) is not None:
+            return True
+        start = lowered.find("cookie", start + 1)
+    return False
 
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode

@@ -245,6 +245,20 @@ seals it, then the trace writes it); shorter texts are lowered by each caller.""
 _last_words: tuple[str, str, dict[str, bool]] = ("", "", {})
 
 
+def lowered_text(text: str) -> str:
+    """``text.lower()``, made once for the callers asking about the same text (the same
+    ``str`` object) in turn, as :func:`word_finder` keeps it.
+
+    Args:
+        text: any text.
+    """
+    global _last_words
+    last = _last_words
+    if last[0] is not text:
+        last = _last_words = (text, text.lower(), {})
+    return last[1]
+
+
 def word_finder(text: str) -> Callable[[str], bool]:
     """A function telling whether ``text.lower()`` holds a word (lower-case ASCII), for a
     text of :data:`LONG_TEXT` characters or more: the lowered text and each word's answer
@@ -254,11 +268,8 @@ def word_finder(text: str) -> Callable[[str], bool]:
     Args:
         text: any text.
     """
-    global _last_words
-    last = _last_words
-    if last[0] is not text:
-        last = _last_words = (text, text.lower(), {})
-    _, lowered, found = last
+    lowered = lowered_text(text)
+    found = _last_words[2]
 
     def held(word: str) -> bool:
         answer = found.get(word)
