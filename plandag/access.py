@@ -7,14 +7,29 @@ A run given model access (``run_plan(models=...)``) passes it to every step as
 it, and the scheduler reads from it only what a plan's estimate needs: the name of the
 model a step that names none uses, and the price of its output tokens.
 :class:`plandag.executors.ModelAccess` is the implementation (a provider's client, the
-executor model, the price table).
+executor model, the price table). :func:`model_steps` tells the steps that call a model
+from the others without importing the model-backed tools (a run opens a client only for
+them).
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Mapping
+from typing import Any, Protocol
 
-__all__ = ["ModelAccessProtocol"]
+__all__ = ["MODEL_TOOLS", "ModelAccessProtocol", "model_steps"]
+
+MODEL_TOOLS = frozenset({"llm", "agent"})
+"""The tools that call the run's model (``ctx.models``)."""
+
+
+def model_steps(steps: Mapping[int, Any]) -> list[int]:
+    """The ids of the steps whose tool calls a model (:data:`MODEL_TOOLS`), sorted.
+
+    Args:
+        steps: a compiled plan's steps by id (``CompiledPlan.steps``).
+    """
+    return sorted(step_id for step_id, step in steps.items() if step.tool.name in MODEL_TOOLS)
 
 
 class ModelAccessProtocol(Protocol):

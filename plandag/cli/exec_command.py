@@ -293,8 +293,7 @@ def _executor_options(
 ) -> dict[str, Any] | None:
     """The model of the plan's llm and agent steps, as stored with the run, or None when
     the plan has none; exit 2 (before anything runs) on a missing key or model."""
-    from plandag.executors.access import executor_model_for, model_steps, require_key
-    from plandag.models.base import MissingAPIKeyError
+    from plandag.access import model_steps
 
     if planner is not None and provider is not None and planner != provider:
         fail(
@@ -304,6 +303,9 @@ def _executor_options(
     steps = model_steps(compiled.steps)
     if not steps:
         return None
+    from plandag.executors.access import executor_model_for, require_key
+    from plandag.models.base import MissingAPIKeyError
+
     chosen = provider or planner or "anthropic"
     where = ", ".join(f"{step} ({compiled.steps[step].tool.name})" for step in steps)
     try:

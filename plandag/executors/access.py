@@ -12,9 +12,10 @@ passes it; tools read it as ``ctx.models``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from plandag.access import MODEL_TOOLS as MODEL_TOOLS
+from plandag.access import model_steps as model_steps
 from plandag.errors import (
     InputError,
     PermanentStepError,
@@ -307,17 +308,6 @@ KEY_VARIABLES = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
 """The environment variable each provider's API key is read from."""
 OPENAI_URL = "https://api.openai.com/v1"
 """The OpenAI API's base URL, used with ``--provider openai`` and no ``--base-url``."""
-MODEL_TOOLS = frozenset({"llm", "agent"})
-"""The tools that call the run's model (``ctx.models``)."""
-
-
-def model_steps(steps: Mapping[int, Any]) -> list[int]:
-    """The ids of the steps whose tool calls a model (:data:`MODEL_TOOLS`), sorted.
-
-    Args:
-        steps: a compiled plan's steps by id (``CompiledPlan.steps``).
-    """
-    return sorted(step_id for step_id, step in steps.items() if step.tool.name in MODEL_TOOLS)
 
 
 def executor_model_for(provider: str, model: str | None, executor_model: str | None) -> str:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from plandag.access import model_steps
 from plandag.approval import (
     ApprovalMode,
     ApprovalRequest,
@@ -738,8 +739,6 @@ class _ForwardAllButEnd:
 async def _run_segment(part: _Segment) -> DurableOutcome:
     """Run one segment (:func:`_run_segment_with`) with the model client of
     ``options.executor`` when the plan has model steps, closed after it."""
-    from plandag.executors.access import model_steps
-
     models = part.options.models() if model_steps(part.compiled.steps) else None
     try:
         return await _run_segment_with(part, models)

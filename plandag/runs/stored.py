@@ -131,8 +131,8 @@ def rebuild(
         InputError: the run has no plan, its plan does not compile any more, its tools
             cannot be loaded, or its model steps' key is not set.
     """
+    from plandag.access import model_steps
     from plandag.compiler import compile_plan
-    from plandag.executors.access import model_steps, require_key
     from plandag.store.sealing import unseal
     from plandag.tools.boundary import WriteBoundary
 
@@ -161,6 +161,8 @@ def rebuild(
             f"run {run_id}: its stored plan does not compile any more: {error}"
         ) from error
     if model_steps(compiled.steps):
+        from plandag.executors.access import require_key
+
         executor = dict(options.executor or {"provider": "anthropic"})
         try:  # the model steps' key, before anything runs
             require_key(str(executor.get("provider")), executor.get("base_url"))

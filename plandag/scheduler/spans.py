@@ -32,8 +32,10 @@ def start_step(
     """The ``execute_tool TOOL`` span of one attempt of one step (module docstring), under
     ``parent`` (the run's span) whichever task started the step; ``description`` is the
     tool's (``gen_ai.tool.description``)."""
+    if tracer() is None:  # no provider: the conventions are not even imported
+        return None
     names = _names()
-    if names is None or tracer() is None:
+    if names is None:
         return None
     gen_ai = names.gen_ai
     return start_span(
@@ -84,8 +86,10 @@ WORKFLOW_NAME = "plandag"
 
 def start_run(run_id: str, steps: int) -> LiveSpan | None:
     """The ``invoke_workflow plandag`` span of one run of one plan (module docstring)."""
+    if tracer() is None:  # no provider: the conventions are not even imported
+        return None
     names = _names()
-    if names is None or tracer() is None:
+    if names is None:
         return None
     gen_ai = names.gen_ai
     return start_span(

@@ -11,13 +11,16 @@ stored, so it can never be out of date.
 Start times come from psutil (``Process.create_time``), a maintained library that reads
 them on Linux (``/proc/PID/stat``), macOS, Windows and the BSDs alike; reading ``/proc``
 ourselves would cover Linux only. A process another user owns counts as alive (what gc must
-never guess wrong about is a live owner).
+never guess wrong about is a live owner). This process's own start time, which every run it
+starts records, is read on Linux from ``/proc/self/stat`` and ``/proc/stat`` as psutil reads
+it (the same figure, to the bit), so that a run need not import psutil.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import sys
 
 __all__ = ["START_TOLERANCE_S", "owner_alive", "process_started", "this_process_started"]
 
@@ -46,7 +49,26 @@ def process_started(pid: int) -> float | None:
 @functools.cache
 def this_process_started() -> float | None:
     """The start time of this process (:func:`process_started` of ``os.getpid()``)."""
-    return process_started(os.getpid())
+    started = _linux_started()
+    return started if started is not None else process_started(os.getpid())
+
+
+def _linux_started() -> float | None:
+    """This process's start time from ``/proc`` (proc(5)): ``starttime``, the 22nd field of
+    ``/proc/self/stat`` (clock ticks after boot), over the ticks per second, plus ``btime``
+    of ``/proc/stat``, computed as psutil's ``Process.create_time`` does on Linux; None
+    elsewhere or when either cannot be read."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        with open("/proc/self/stat", "rb") as stat:
+            fields = stat.read().rpartition(b")")[2].split()
+        with open("/proc/stat", "rb") as system:
+            boot = next(line for line in system if line.startswith(b"btime"))
+        # fields[0] is the 3rd field (state): starttime, the 22nd, is fields[19]
+        return float(fields[19]) / os.sysconf("SC_CLK_TCK") + float(boot.split()[1])
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 def owner_alive(pid: int | None, started: float | None) -> bool:
