@@ -24,6 +24,9 @@ and waited for before the run is reported ended); a step with
 effects is committed as started before its tool is called and as ended as soon as it ends
 (``durable=True``), so resume knows which effects may have happened. Every read commits the
 queue first, so it sees every write made before it in this process.
+The WAL is copied into the database (checkpointed) by the writer's connection only, as its
+commits pass SQLite's 1,000 pages: a transaction of the caller's (a run's start) never
+waits for a checkpoint.
 
 The default database is ``$PLANDAG_STORE`` when set, else ``runs.sqlite3`` in the user's
 data folder (``platformdirs.user_data_path("plandag")``: ``~/.local/share/plandag`` on
@@ -691,6 +694,9 @@ class Store:
             )
             self.connection.execute("PRAGMA journal_mode=WAL")
             self.connection.execute("PRAGMA synchronous=FULL")
+            # the writer's connection checkpoints the WAL (SQLite's automatic checkpoint at
+            # 1,000 pages, off the caller's thread): a transaction here never pays for one
+            self.connection.execute("PRAGMA wal_autocheckpoint=0")
             migrate(self.connection)
         except (OSError, sqlite3.Error) as error:
             raise InputError(
