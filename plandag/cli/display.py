@@ -16,6 +16,8 @@ from plandag.scheduler.result import RunResult, to_jsonable
 from plandag.trace.redact import scrub_secrets
 
 if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
     from plandag.scheduler.events import Event
 
 __all__ = ["StepProgress", "diagnostic_lines", "run_table"]
@@ -38,42 +40,64 @@ class StepProgress:
     """
 
     def __init__(self, console: Console, total: int, *, enabled: bool = True) -> None:
-        from rich.progress import (  # here: commands that draw no progress start faster
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            SpinnerColumn,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
-        self.progress = Progress(
-            SpinnerColumn(),
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("{task.fields[running]}"),
-            TextColumn("{task.fields[status]}"),
-            console=console,
-            transient=True,
-            disable=not enabled,
-        )
-        self.task = self.progress.add_task("steps", total=total, running="", status="")
+        self._console = console
+        self._total = total
+        self._enabled = enabled
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
         self.running: dict[int, str] = {}
 
+    @property
+    def progress(self) -> Progress:
+        """The rich progress bar, made when first needed: a display that draws nothing
+        (stderr is not a terminal) and is given no event never makes one."""
+        return self._made()[0]
+
+    @property
+    def task(self) -> TaskID:
+        """The bar's one task: the steps."""
+        return self._made()[1]
+
+    def _made(self) -> tuple[Progress, TaskID]:
+        if self._progress is None or self._task is None:
+            from rich.progress import (  # here: commands that draw no progress start faster
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                SpinnerColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            self._progress = Progress(
+                SpinnerColumn(),
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[running]}"),
+                TextColumn("{task.fields[status]}"),
+                console=self._console,
+                transient=True,
+                disable=not self._enabled,
+            )
+            self._task = self._progress.add_task("steps", total=self._total, running="", status="")
+        return self._progress, self._task
+
     def __enter__(self) -> StepProgress:
-        self.progress.start()
+        if self._enabled:  # a disabled bar's start and stop draw nothing
+            self.progress.start()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.progress.stop()
+        if self._progress is not None:
+            self._progress.stop()
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """Hide the bar while the terminal is used for something else (a person's
         decision), then show it again."""
-        live = self.progress.live.is_started
+        live = self._progress is not None and self._progress.live.is_started
         if live:
             self.progress.stop()
         try:

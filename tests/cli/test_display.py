@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import json
+import subprocess
+import sys
 
 import pytest
 from rich.console import Console
@@ -62,3 +65,28 @@ def test_a_bar_that_draws_nothing_is_not_given_the_events() -> None:
     assert progress not in observers
     with progress:
         run_plan_sync(compiled, observers=observers)
+
+
+_QUIET_DISPLAY = """
+import io, json, sys
+from rich.console import Console
+from plandag.cli.display import StepProgress
+progress = StepProgress(Console(file=io.StringIO()), total=3, enabled=False)
+with progress:
+    with progress.paused():
+        pass
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_a_display_that_draws_nothing_and_is_given_no_event_makes_no_bar() -> None:
+    """Off a terminal ``exec`` does not pay for rich's progress bar before its first step:
+    checked through ``sys.modules`` in a fresh interpreter."""
+    done = subprocess.run(
+        [sys.executable, "-c", _QUIET_DISPLAY],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert "rich.progress" not in json.loads(done.stdout.strip().splitlines()[-1])
