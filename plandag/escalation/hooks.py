@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import anyio.abc
-import httpx
 
 from plandag.allowlist import host_allowed
 
@@ -242,6 +241,8 @@ class EscalationHooks:
         return HookOutcome("command", True, f"escalation_command {argv[0]} exited with status 0")
 
     async def _post(self, payload: bytes) -> HookOutcome:
+        import httpx  # here, not at the top: a run that escalates nowhere starts without it
+
         assert self.url is not None
         url = self.url
         try:
