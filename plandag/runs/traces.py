@@ -18,7 +18,8 @@ def trace_factory(store: Store, redact: bool) -> TraceFactory:
     """Trace writers in ``store``'s ``traces/`` folder (secrets always masked; personal data
     too with ``redact``); live OpenTelemetry spans exported when the environment configures
     it, with no message content in them under ``redact``."""
-    from plandag.trace.otel import exporter_from_env, set_redact
+    from plandag.telemetry import set_redact
+    from plandag.trace.export import exporter_from_env
     from plandag.trace.redact import Redactor
     from plandag.trace.writer import TraceWriter
 

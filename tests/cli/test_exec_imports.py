@@ -1,7 +1,7 @@
 """``plandag exec`` of a plan that calls no model, no URL and no escalation hook, off a
-terminal, imports none of what only those need before (or after) its steps run: httpx,
-rich's progress bar, psutil, the OpenTelemetry conventions. Checked through ``sys.modules``
-in a fresh interpreter (deterministic), not by timing."""
+terminal, imports none of what only those need: httpx, rich's progress bar, psutil, the
+OpenTelemetry conventions (not at all), nor the model clients before its first step.
+Checked through ``sys.modules`` in a fresh interpreter (deterministic), not by timing."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-TOOLS = Path(__file__).resolve().parents[2] / "examples" / "tools" / "text_tools.py"
 _PROBE = """
 import json, sys
 sys.argv = ["plandag", *json.loads(sys.argv[1])]
@@ -22,25 +21,42 @@ except SystemExit as stop:
     assert stop.code in (0, None), stop.code
 print(json.dumps(sorted(sys.modules)), file=sys.stderr)
 """
+_TOOLS = '''
+import json, sys
+from pathlib import Path
+
+from plandag.tools import tool
+
+
+@tool
+def modules_so_far(text: str) -> str:
+    """Write the modules imported so far to MODULES.json (once), return ``text``."""
+    seen = Path("MODULES.json")
+    if not seen.exists():
+        seen.write_text(json.dumps(sorted(sys.modules)), encoding="utf-8")
+    return text
+'''
 NOT_NEEDED = ("httpx", "rich.progress", "psutil", "opentelemetry.semconv")
+NOT_BEFORE_THE_FIRST_STEP = (*NOT_NEEDED, "plandag.models", "plandag.trace.otel")
 
 
 def test_exec_without_model_url_or_hook_imports_none_of_them(tmp_path: Path) -> None:
     plan = {
         "version": 1,
-        "goal": "count words",
+        "goal": "note twice",
         "steps": [
-            {"id": 1, "tool": "word_count", "args": {"text": "one two three"}},
-            {"id": 2, "tool": "word_count", "args": {"text": "four"}, "depends_on": [1]},
+            {"id": 1, "tool": "modules_so_far", "args": {"text": "one"}},
+            {"id": 2, "tool": "modules_so_far", "args": {"text": "two"}, "depends_on": [1]},
         ],
         "output": "<step_2_result>",
     }
     (tmp_path / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
+    (tmp_path / "probe_tools.py").write_text(_TOOLS, encoding="utf-8")
     environment = {
         name: value for name, value in os.environ.items() if not name.startswith("OTEL_")
     }
     environment["PLANDAG_STORE"] = str(tmp_path / "runs.sqlite3")
-    arguments = ["exec", "plan.json", "--tools", str(TOOLS), "--json"]
+    arguments = ["exec", "plan.json", "--tools", "probe_tools.py", "--json"]
     done = subprocess.run(
         [sys.executable, "-c", _PROBE, json.dumps(arguments)],
         capture_output=True,
@@ -51,6 +67,8 @@ def test_exec_without_model_url_or_hook_imports_none_of_them(tmp_path: Path) -> 
         env=environment,
     )
     assert json.loads(done.stdout)["status"] == "succeeded"
+    before = set(json.loads((tmp_path / "MODULES.json").read_text(encoding="utf-8")))
+    assert "plandag.runs.segments" in before
+    assert [name for name in NOT_BEFORE_THE_FIRST_STEP if name in before] == []
     modules = set(json.loads(done.stderr.strip().splitlines()[-1]))
-    assert "plandag.runs.segments" in modules
     assert [name for name in NOT_NEEDED if name in modules] == []
