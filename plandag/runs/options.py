@@ -51,8 +51,6 @@ def ran_offline(options: Mapping[str, Any] | None) -> bool:
         ``provider`` (an ``extract contracts`` batch's) is the offline provider
         (:data:`plandag.models.offline.OFFLINE_PROVIDER`), or it says ``planned_offline``.
     """
-    from plandag.models.offline import OFFLINE_PROVIDER
-
     if not options:
         return False
     if options.get("planned_offline"):
@@ -60,6 +58,10 @@ def ran_offline(options: Mapping[str, Any] | None) -> bool:
     planner = options.get("planner") or {}
     executor = options.get("executor") or {}
     providers = (planner.get("provider"), executor.get("provider"), options.get("provider"))
+    if all(provider is None for provider in providers):
+        return False  # no model at all: the model clients are not even imported
+    from plandag.models.offline import OFFLINE_PROVIDER
+
     return OFFLINE_PROVIDER in providers
 
 
