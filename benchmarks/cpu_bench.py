@@ -35,8 +35,9 @@ Apart (:func:`measure_durable_makespan`): makespan ÷ critical path of the seede
 of sleeping steps (``benchmarks/scheduler_bench.py``'s) run durably, as above, interleaved
 with the bare loop, after one warm-up round: the critical path is that of the durations each
 runner measured; the makespan is the wall time of ``start_run`` (``whole``) and the run's own
-``RunResult.duration_s`` (``run``). The warm-up's durable run, the process's first (it also
-pays the imports a first run makes), is printed apart.
+``RunResult.duration_s`` (``run``). The warm-up's durable run, the first on the DAG's store
+(in a process that has run nothing before, as :func:`measure_durable_makespan` alone, it
+also pays the imports of a process's first run), is printed apart.
 
 Nothing here is asserted in a test: wall-clock and CPU figures are for reading.
 """
@@ -341,7 +342,7 @@ class DurableMakespanFigures:
         planned_critical_path_s: the critical path of the drawn durations.
         whole_s: wall time of ``start_run`` (run and plan stored, run, trace closed).
         first_whole_s, first_critical_path_s: the same two figures of the warm-up round's
-            durable run, the first in the process (not in the lists).
+            durable run, the first on its store (not in the lists).
         run_s: the run's own duration (``RunResult.duration_s``).
         critical_path_s: critical path of the durations the durable run measured.
         bare_makespan_s: wall time of the bare loop.
@@ -360,9 +361,9 @@ class DurableMakespanFigures:
     first_critical_path_s: float = 0.0
 
     def first_whole_ratio(self) -> float:
-        """``start_run``'s wall time over the critical path in the process's first durable
-        run (the warm-up, not among the repetitions: it also pays the imports a first run
-        makes, as a ``plandag exec`` command does)."""
+        """``start_run``'s wall time over the critical path in the first durable run on the
+        DAG's store (the warm-up, not among the repetitions: in a fresh process it also pays
+        the imports of a first run, as a ``plandag exec`` command does)."""
         return self.first_whole_s / self.first_critical_path_s
 
     @staticmethod
@@ -387,7 +388,7 @@ def measure_durable_makespan(
 ) -> DurableMakespanFigures:
     """Run the seeded random DAG of sleeping steps durably (:class:`ExecWiring`) and with
     the bare loop, alternating (the order flips every repetition), after one warm-up round
-    that is not kept among the repetitions (its durable run, the process's first, is kept
+    that is not kept among the repetitions (its durable run, the first on its store, is kept
     apart: :meth:`DurableMakespanFigures.first_whole_ratio`), as :func:`measure_cpu` does.
 
     Returns:
@@ -510,7 +511,7 @@ def render(figures: Sequence[CpuFigures], makespan: DurableMakespanFigures | Non
                     f"{statistics.median(makespan.whole_ratios()):.4f}",
                 ],
                 [
-                    "store+trace on, start_run's wall time, the process's first run",
+                    "store+trace on, start_run's wall time, the first run (warm-up)",
                     f"{makespan.first_whole_ratio():.4f}",
                 ],
                 [

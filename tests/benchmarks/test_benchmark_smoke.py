@@ -337,7 +337,7 @@ def test_cpu_bench_runs_at_a_tiny_size(tmp_path: Path, capsys: pytest.CaptureFix
     out = capsys.readouterr().out
     assert "| store+trace on, as `plandag exec` wires them, async no-op |" in out
     assert "store+trace on, start_run's wall time" in out
-    assert "store+trace on, start_run's wall time, the process's first run" in out
+    assert "store+trace on, start_run's wall time, the first run (warm-up)" in out
     assert "load average before" in out
     assert "cProfile: 3 durable runs of the chain of 8 async no-op steps" in out
     assert out.count("Ordered by:") == 2
