@@ -10,6 +10,7 @@ import random
 
 from plandag.store.sealing import _COOKIE_PAIR, _SEALING_WORDS, may_need_sealing_by_rules
 from plandag.trace.redact import CASE_LOOKALIKES, LONG_TEXT, holds_url_password
+from tests.trace.random_texts import texts_with_pieces
 
 # pieces holding the word in some case, some of them pairs (the word, then quotes or blanks,
 # then ":", "=" or ","), one with the Kelvin sign (U+212A, lowered to "k") for its k
@@ -38,15 +39,12 @@ def _expected(text: str) -> bool:
 
 
 def _texts(rng: random.Random) -> list[str]:
-    texts = []
-    for size in (40, LONG_TEXT - 200, LONG_TEXT + 100):
-        for _ in range(60):
-            text = "".join(rng.choice("abcdefg ") for _ in range(size))
-            for piece in rng.choices(_PIECES, k=rng.randint(1, 4)):
-                at = rng.randint(0, len(text))
-                text = text[:at] + piece + text[at:]
-            texts.append(text)
-    return texts
+    return texts_with_pieces(
+        rng,
+        (40, LONG_TEXT - 200, LONG_TEXT + 100),
+        60,
+        lambda rng: rng.choices(_PIECES, k=rng.randint(1, 4)),
+    )
 
 
 def test_a_cookie_pair_anywhere_among_the_words_occurrences_is_found() -> None:

@@ -15,21 +15,16 @@ from plandag.trace.redact import (
     holds_url_password,
     word_finder,
 )
+from tests.trace.random_texts import texts_with_pieces
 
 _WORDS = (*_JSON_TEXT_WORDS, "$env", "$literal", "api", "j", "nothing", "\u2028")
 
 
 def _texts(rng: random.Random) -> list[str]:
     pieces = ["plain ", "Bearer ", "BASIC ", "sk-", "EyJ", "Cookie: ", "$ENV", "ção ", "\u0131"]
-    texts = []
-    for size in (10, 4095, 4096, 9000):
-        for _ in range(6):
-            text = "".join(rng.choice("abcdefg ") for _ in range(size))
-            for piece in rng.sample(pieces, rng.randint(0, 2)):
-                at = rng.randint(0, len(text))
-                text = text[:at] + piece + text[at:]
-            texts.append(text)
-    return texts
+    return texts_with_pieces(
+        rng, (10, 4095, 4096, 9000), 6, lambda rng: rng.sample(pieces, rng.randint(0, 2))
+    )
 
 
 def test_the_answers_are_the_lowered_texts_whatever_asks_in_between() -> None:
